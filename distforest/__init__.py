@@ -1,0 +1,23 @@
+"""distforest: tree ensembles as Dask tasks, pairwise matrices as chunked Zarr.
+
+The main entry points::
+
+    from distforest import ProximityForest, open_store
+    pf = ProximityForest(n_estimators=500, random_state=0).fit(X, y)
+    P = pf.proximity(method="original", store="prox.zarr")   # lazy xarray.DataArray
+"""
+
+from distforest._version import __version__
+from distforest.errors import DistforestError
+from distforest.forests.proximity_forest import ProximityForest
+from distforest.io import Table, load_table
+from distforest.store import open_store
+
+__all__ = [
+    "DistforestError",
+    "ProximityForest",
+    "Table",
+    "__version__",
+    "load_table",
+    "open_store",
+]

@@ -1,0 +1,75 @@
+"""Progress bars and log lines for the command line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from typing import Any
+
+import click
+
+LABELS = {"fit": "fitting trees  ", "tiles": "proximity tiles"}
+
+
+class ProgressBars:
+    """A ``progress(stage, done, total)`` callback drawing one bar per stage.
+
+    Parameters
+    ----------
+    enabled : bool
+        Draw nothing when False (``--quiet``).
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._bars: dict[str, Any] = {}
+        self._done: dict[str, int] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if stage not in self._bars:
+            bar = click.progressbar(
+                length=total, label=LABELS.get(stage, stage), file=sys.stderr, show_pos=True
+            )
+            bar.__enter__()
+            self._bars[stage] = bar
+            self._done[stage] = 0
+        bar = self._bars[stage]
+        bar.update(done - self._done[stage])
+        self._done[stage] = done
+        if done >= total:
+            bar.__exit__(None, None, None)
+            del self._bars[stage]
+
+
+class _RunIdFilter(logging.Filter):
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.run_id = self.run_id
+        return True
+
+
+def setup_logging(quiet: bool, verbose: bool) -> str:
+    """Send distforest's log lines to stderr, each tagged with a new run id.
+
+    Returns
+    -------
+    str
+        The run id.
+    """
+    run_id = uuid.uuid4().hex[:8]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RunIdFilter(run_id))
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s run=%(run_id)s %(name)s: %(message)s")
+    )
+    logger = logging.getLogger("distforest")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+    return run_id

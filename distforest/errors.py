@@ -1,0 +1,57 @@
+"""Every exception distforest raises on purpose.
+
+Each error message says what is wrong, shows the offending value and
+suggests a fix.  The CLI exits with the class's ``exit_code``: 2 bad
+parameters (as click's usage errors), 3 bad input data, 4 bad YAML,
+5 cluster problems, 6 store problems, 1 anything else.
+"""
+
+from __future__ import annotations
+
+
+class DistforestError(Exception):
+    """Base class of every error raised on purpose by distforest."""
+
+    exit_code = 1
+
+
+class InputError(DistforestError, ValueError):
+    """The user's data cannot be used: missing file, bad column, bad values."""
+
+    exit_code = 3
+
+
+class ParameterError(DistforestError, ValueError):
+    """An estimator or command parameter has an invalid value."""
+
+    exit_code = 2
+
+
+class ConfigError(DistforestError, ValueError):
+    """A YAML configuration file (pipeline or cluster) is invalid."""
+
+    exit_code = 4
+
+
+class ClusterError(DistforestError, RuntimeError):
+    """A Dask cluster could not be created or reached."""
+
+    exit_code = 5
+
+
+class MissingDependencyError(ClusterError, ImportError):
+    """An optional package needed for the requested feature is not installed."""
+
+    exit_code = 5
+
+
+class StoreError(DistforestError, RuntimeError):
+    """A Zarr store is missing, incomplete or of an unexpected layout."""
+
+    exit_code = 6
+
+
+class NotFittedError(DistforestError, AttributeError):
+    """A method needing a fitted estimator was called before ``fit``."""
+
+    exit_code = 1

@@ -1,0 +1,399 @@
+"""`ProximityForest`: a random forest fitted as Dask tasks, proximities as Zarr tiles."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from distforest.errors import NotFittedError, ParameterError, StoreError
+from distforest.forests import _params as P
+from distforest.forests.tiles import original_tile_task, proximity_in_memory
+from distforest.io import Table, load_table
+from distforest.kernels import proximity as proximity_kernels
+from distforest.kernels.trees import NODE_FIELDS, TreeParams, fit_tree_batch
+from distforest.parallel import tasks
+from distforest.parallel.cluster import connect
+from distforest.store.run_store import RunStore
+
+logger = logging.getLogger("distforest")
+
+#: ``progress(stage, done, total)``; stages are "fit" and "tiles".
+Progress = Callable[[str, int, int], None]
+
+
+class ProximityForest:
+    """A random forest whose trees are Dask tasks and whose proximities are Zarr tiles.
+
+    Parameters
+    ----------
+    n_estimators : int, default 100
+        Number of trees.
+    task : {"auto", "classification", "regression", "unsupervised"}, default "auto"
+        ``auto``: unsupervised without a target, classification for a
+        non-numeric or integer target with at most 50 values, else regression.
+        ``unsupervised`` separates the data from Breiman's synthetic second
+        class (each column sampled independently from its marginal).
+    kind : {"random-forest", "extra-trees"}, default "random-forest"
+        Best splits (Breiman) or random thresholds (extremely randomized trees).
+    max_features : {"auto", "sqrt", "log2"}, int, float or None, default "auto"
+        Features tried per split; ``auto`` is ``sqrt`` for classification and
+        unsupervised forests and all features for regression.
+    min_samples_leaf : int, default 1
+    max_depth : int or None, default None
+    bootstrap : bool, default True
+        Bootstrap rows for each tree.  In-bag counts are always recorded.
+    max_samples : float or None, default None
+        Bootstrap size as a fraction of the rows.
+    batch_size : int or None, default None
+        Trees per Dask task; ``None`` gives about four tasks per worker thread.
+    tile_size : int, default 2048
+        Rows and columns of one proximity tile (one task, one Zarr chunk).
+    random_state : int or None, default None
+        Seed of the whole forest.  The same value gives the same trees,
+        leaves and proximities whatever the cluster, batch and tile sizes.
+    client : distributed.Client or None
+        Cluster to use.  Otherwise ``scheduler`` or ``cluster``, else the
+        current default client, else a LocalCluster for the duration of a call.
+    scheduler : str or None
+        Address of an existing Dask scheduler, e.g. ``"tcp://host:8786"``.
+    cluster : str, Path or None
+        A cluster YAML file (see ``cluster_configs/``).
+    progress : callable or None
+        ``progress(stage, done, total)`` after every finished task.
+
+    Attributes
+    ----------
+    n_samples_, n_features_in_ : int
+    feature_names_in_ : tuple of str
+    task_ : str
+    classes_ : list
+        Class labels (classification).
+    seeds_ : ndarray of uint64, shape (n_estimators,)
+        Per-tree seeds planned from ``random_state``.
+    random_state_ : int
+        The root entropy used (equals ``random_state`` when it was given).
+    leaves_ : ndarray of int32, shape (n_samples, n_estimators)
+    inbag_ : ndarray of uint8, shape (n_samples, n_estimators)
+    nodes_ : dict of str to ndarray
+        Flattened trees, concatenated; ``node_counts_`` nodes per tree.
+    """
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        *,
+        task: str = "auto",
+        kind: str = "random-forest",
+        max_features: int | float | str | None = "auto",
+        min_samples_leaf: int = 1,
+        max_depth: int | None = None,
+        bootstrap: bool = True,
+        max_samples: float | None = None,
+        batch_size: int | None = None,
+        tile_size: int = 2048,
+        random_state: int | None = None,
+        client: Any = None,
+        scheduler: str | None = None,
+        cluster: str | Path | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.task = task
+        self.kind = kind
+        self.max_features = max_features
+        self.min_samples_leaf = min_samples_leaf
+        self.max_depth = max_depth
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.batch_size = batch_size
+        self.tile_size = tile_size
+        self.random_state = random_state
+        self.client = client
+        self.scheduler = scheduler
+        self.cluster = cluster
+        self.progress = progress
+
+    # -- parameters ---------------------------------------------------------
+
+    _PARAM_NAMES = (
+        "n_estimators",
+        "task",
+        "kind",
+        "max_features",
+        "min_samples_leaf",
+        "max_depth",
+        "bootstrap",
+        "max_samples",
+        "batch_size",
+        "tile_size",
+        "random_state",
+    )
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Parameters of the estimator (scikit-learn convention)."""
+        names = (*self._PARAM_NAMES, "client", "scheduler", "cluster", "progress")
+        return {name: getattr(self, name) for name in names}
+
+    def set_params(self, **params: Any) -> ProximityForest:
+        """Set parameters (scikit-learn convention)."""
+        for name, value in params.items():
+            if name not in self.get_params():
+                raise ParameterError(f"unknown parameter {name!r} for ProximityForest")
+            setattr(self, name, value)
+        return self
+
+    def _validated(self) -> dict[str, Any]:
+        return {
+            "n_estimators": P.check_int("n_estimators", self.n_estimators),
+            "task": P.check_choice("task", self.task, P.TASKS),
+            "kind": P.check_choice("kind", self.kind, P.KINDS),
+            "max_features": P.check_max_features(self.max_features),
+            "min_samples_leaf": P.check_int("min_samples_leaf", self.min_samples_leaf),
+            "max_depth": P.check_int("max_depth", self.max_depth, allow_none=True),
+            "bootstrap": bool(self.bootstrap),
+            "max_samples": P.check_fraction("max_samples", self.max_samples),
+            "batch_size": P.check_int("batch_size", self.batch_size, allow_none=True),
+            "tile_size": P.check_int("tile_size", self.tile_size, low=16),
+            "random_state": P.check_random_state(self.random_state),
+        }
+
+    # -- cluster ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _client(self) -> Iterator[Any]:
+        if self.client is not None:
+            yield self.client
+            return
+        if self.scheduler is None and self.cluster is None:
+            from distributed import get_client
+
+            with contextlib.suppress(ValueError):
+                yield get_client()
+                return
+        with connect(scheduler=self.scheduler, cluster=self.cluster) as client:
+            yield client
+
+    def _report(self, stage: str) -> tasks.ProgressCallback | None:
+        if self.progress is None:
+            return None
+        return lambda done, total: self.progress(stage, done, total)
+
+    # -- fitting ------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any = None) -> ProximityForest:
+        """Fit the forest, one Dask task per batch of trees.
+
+        Parameters
+        ----------
+        X : path, array-like, DataFrame, dask/xarray/zarr object or Table
+            Features (any input :func:`distforest.io.load_table` reads).
+        y : array-like or None
+            Target; None for an unsupervised forest (or when ``X`` is a
+            :class:`~distforest.io.Table` carrying it).
+
+        Returns
+        -------
+        self
+        """
+        params = self._validated()
+        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
+        task = P.resolve_task(params["task"], table.y, table.target_name)
+        y_fit, classes = P.encode_target(task, table.y)
+        max_features = params["max_features"]
+        if max_features == "auto":
+            max_features = 1.0 if task == "regression" else "sqrt"
+        tree_params = TreeParams(
+            task=task,
+            kind=params["kind"],
+            max_features=max_features,
+            min_samples_leaf=params["min_samples_leaf"],
+            max_depth=params["max_depth"],
+            bootstrap=params["bootstrap"],
+            max_samples=params["max_samples"],
+            n_classes=len(classes) if task == "classification" else 2,
+        )
+        n_trees = params["n_estimators"]
+        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
+        n = table.n_samples
+        leaves = np.empty((n, n_trees), dtype=np.int32)
+        inbag = np.empty((n, n_trees), dtype=np.uint8)
+        with self._client() as client:
+            batch_size = params["batch_size"] or tasks.default_batch_size(
+                n_trees, tasks.total_threads(client)
+            )
+            batches = tasks.plan_batches(n_trees, batch_size)
+            logger.info(
+                "fitting %d %s trees on %d x %d in %d tasks",
+                n_trees, task, n, table.n_features, len(batches),
+            )  # fmt: skip
+            X_future = tasks.scatter(client, table.X)
+            y_future = None if y_fit is None else tasks.scatter(client, y_fit)
+            items = [(X_future, y_future, seeds[b], tree_params) for b in batches]
+            parts: list[Any] = [None] * len(batches)
+            for i, batch in tasks.run_tasks(
+                client, fit_tree_batch, items, name="fit-trees", progress=self._report("fit")
+            ):
+                leaves[:, batches[i]] = batch.leaves
+                inbag[:, batches[i]] = batch.inbag
+                parts[i] = batch
+        self.n_samples_ = n
+        self.n_features_in_ = table.n_features
+        self.feature_names_in_ = table.feature_names
+        self.categories_ = table.categories
+        self.target_name_ = table.target_name
+        self.task_ = task
+        self.classes_ = classes
+        self.y_ = y_fit
+        self.seeds_ = seeds
+        self.random_state_ = entropy
+        self.leaves_ = leaves
+        self.inbag_ = inbag
+        self.node_counts_ = np.concatenate([b.node_counts for b in parts])
+        self.nodes_ = {f: np.concatenate([b.nodes[f] for b in parts]) for f in NODE_FIELDS}
+        self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
+        self.fit_id_ = uuid.uuid4().hex
+        self.params_ = params
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "leaves_"):
+            raise NotFittedError("this ProximityForest is not fitted yet; call fit(X, y) first")
+
+    # -- storing ------------------------------------------------------------
+
+    def _provenance(self) -> dict[str, Any]:
+        params = dict(self.params_)
+        params["random_state"] = self.random_state_
+        return {
+            "params": params,
+            "input": {
+                **self.input_,
+                "n_samples": self.n_samples_,
+                "n_features": self.n_features_in_,
+                "feature_names": list(self.feature_names_in_),
+                "categories": {k: [str(v) for v in c] for k, c in self.categories_.items()},
+                "target_name": self.target_name_,
+            },
+            "task": self.task_,
+            "classes": [str(c) for c in self.classes_],
+            "n_trees": int(self.leaves_.shape[1]),
+            "fit_id": self.fit_id_,
+        }
+
+    def save(self, store: str | Path, *, overwrite: bool = False) -> RunStore:
+        """Write the forest, ``leaves``, ``inbag`` and coordinates to a new store.
+
+        Parameters
+        ----------
+        store : str or Path
+            Directory of the Zarr store to create.
+        overwrite : bool
+            Replace an existing distforest store.
+
+        Returns
+        -------
+        RunStore
+            The store, still marked ``running`` until the caller completes it.
+        """
+        self._check_fitted()
+        rs = RunStore.create(store, attrs=self._provenance(), overwrite=overwrite)
+        n, n_trees = self.leaves_.shape
+        rows = min(self.params_["tile_size"], n)
+        rs.write_coordinates(n, n_trees)
+        rs.write_forest(self.nodes_, self.node_counts_, self.seeds_)
+        rs.write_array("leaves", self.leaves_, ("sample", "tree"), chunks=(rows, n_trees))
+        rs.write_array("inbag", self.inbag_, ("sample", "tree"), chunks=(rows, n_trees))
+        if self.y_ is not None:
+            rs.write_array("target", self.y_, ("sample",), attrs={"classes": self._provenance()["classes"]})
+        return rs
+
+    def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
+        path = Path(store)
+        if path.exists():
+            with contextlib.suppress(StoreError):
+                rs = RunStore.open(path, mode="r+")
+                if rs.attrs.get("fit_id") == self.fit_id_:
+                    rs.mark_running()
+                    return rs
+        return self.save(path, overwrite=overwrite)
+
+    # -- proximities --------------------------------------------------------
+
+    def proximity(
+        self,
+        method: str = "original",
+        store: str | Path | None = None,
+        *,
+        overwrite: bool = False,
+        max_in_memory: int = 10_000,
+    ) -> xr.DataArray:
+        """Pairwise proximity of the training rows.
+
+        Parameters
+        ----------
+        method : {"original", "oob", "rfgap"}, default "original"
+            ``original``: fraction of trees in which two rows share a leaf
+            (Breiman).  ``oob`` and ``rfgap`` are reserved for the next release.
+        store : str, Path or None
+            Zarr store to write (tile by tile, one Dask task per tile).  The
+            forest, ``leaves`` and ``inbag`` are saved with it.  ``None``
+            computes a small in-memory matrix (at most ``max_in_memory`` rows).
+        overwrite : bool
+            Replace an existing store written by another fit.
+        max_in_memory : int
+            Largest n for which ``store=None`` is allowed.
+
+        Returns
+        -------
+        xarray.DataArray
+            Dims ``(sample_i, sample_j)``, float32; lazy and Zarr-backed when
+            ``store`` is given.
+        """
+        self._check_fitted()
+        P.check_choice("method", method, P.PROXIMITY_METHODS)
+        if method not in P.IMPLEMENTED_PROXIMITY_METHODS:
+            raise ParameterError(
+                f"proximity method {method!r} is not implemented in this version; "
+                "use method='original'"
+            )
+        n = self.n_samples_
+        if store is None:
+            if n > max_in_memory:
+                raise ParameterError(
+                    f"an in-memory proximity for n={n} rows needs {n * n * 4 / 1e9:.1f} GB; "
+                    f"pass store='proximity.zarr' to write it tile by tile (or raise "
+                    f"max_in_memory above {max_in_memory} if you have the memory)"
+                )
+            values = proximity_in_memory(self.leaves_, self.params_["tile_size"])
+            coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
+            return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
+                                name="proximity", attrs={"method": method})  # fmt: skip
+        rs = self._open_or_create(store, overwrite)
+        self._write_tiles(rs, method)
+        rs.mark_complete()
+        return rs.dataset()["proximity"]
+
+    def _write_tiles(self, rs: RunStore, method: str) -> None:
+        n, n_trees = self.leaves_.shape
+        tile = self.params_["tile_size"]
+        rs.create_matrix(
+            "proximity", n, n, tile, attrs={"method": method, "n_trees": n_trees, "complete": False}
+        )
+        tiles = tasks.plan_tiles(n, tile, symmetric=True)
+        proximity_kernels.warm_up()
+        logger.info("writing %d proximity tiles of %d x %d to %s", len(tiles), tile, tile, rs.path)
+        items = [(rs.path, rows_i, rows_j) for rows_i, rows_j in tiles]
+        with self._client() as client:
+            for _ in tasks.run_tasks(
+                client, original_tile_task, items, name="proximity-tiles",
+                progress=self._report("tiles"),
+            ):  # fmt: skip
+                pass
+        rs.group["proximity"].attrs.update({"complete": True})

@@ -1,0 +1,445 @@
+"""Read a user's table into a numeric feature matrix ``X`` and an optional target ``y``.
+
+Accepted sources: a path to a ``.csv`` / ``.tsv`` / ``.txt`` file (delimiter sniffed from
+the header: comma, tab or semicolon), a ``.parquet`` file, a ``.npy`` file (loaded with
+``allow_pickle=False``) or a Zarr store (a directory ending in ``.zarr`` or holding
+``zarr.json``); or an in-memory pandas DataFrame, 2-D numpy / dask array, xarray
+DataArray or Dataset, zarr Array or Group.  A zarr Group holding a 2-D array ``X`` (and
+optionally a 1-D ``y``) is read directly, with feature names from
+``X.attrs["feature_names"]``; any other group is opened with ``xarray.open_zarr`` and
+its 1-D data variables become columns, sorted by name (a store keeps no order).
+Unnamed array columns are called ``"0"``, ``"1"``, ...
+
+Encoding of feature columns:
+
+- bool columns become 0.0 / 1.0; numeric columns become float64;
+- an object / string / category column whose non-missing values all parse as numbers
+  (``pandas.to_numeric``) is numeric;
+- if at least 90 % of its non-missing values parse but some do not, the column is
+  taken to hold "non-numeric garbage" (often a missing-value marker such as ``?``) and
+  an :class:`~distforest.errors.InputError` is raised naming the bad values and rows;
+- otherwise the column is categorical: its labels (as strings) are sorted, value
+  ``labels[k]`` is coded ``k`` and ``Table.categories[name]`` records the labels.
+
+Missing values are NaN in ``X``.  The target is returned as given (no encoding) and must
+have no missing values and at least two distinct values.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import hashlib
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distforest.errors import InputError
+
+__all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table"]
+
+SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".npy", ".zarr")
+_TEXT = (".csv", ".tsv", ".txt")
+_GARBAGE_FRACTION = 0.9
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """A numeric feature matrix with its names, category labels and optional target.
+
+    Attributes
+    ----------
+    X : numpy.ndarray
+        float64, shape (n_samples, n_features), C-contiguous; NaN marks a missing value;
+        categorical features hold ordinal codes.
+    feature_names : tuple of str
+        One name per column of ``X``.
+    categories : dict of str to tuple
+        For categorical features only: code ``k`` in ``X`` means ``categories[name][k]``.
+    y : numpy.ndarray or None
+        Target values as given (numeric or object/str dtype), shape (n_samples,).
+    target_name : str or None
+        Name of the target column, if it came from one.
+    source : str
+        Where the data came from, e.g. ``"data.csv"`` or ``"<pandas.DataFrame>"``.
+    """
+
+    X: np.ndarray
+    feature_names: tuple[str, ...]
+    categories: dict[str, tuple] = field(default_factory=dict)
+    y: np.ndarray | None = None
+    target_name: str | None = None
+    source: str = "<unknown>"
+
+    @property
+    def n_samples(self) -> int:
+        """Number of rows of ``X``."""
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        """Number of columns of ``X``."""
+        return int(self.X.shape[1])
+
+    def fingerprint(self) -> str:
+        """Hash of the data, stable across runs and machines.
+
+        Returns
+        -------
+        str
+            Hex blake2b digest (16 bytes) of the shape and bytes of ``X``, the feature
+            names, the category labels and ``y``.
+        """
+        h = hashlib.blake2b(digest_size=16)
+        h.update(repr(self.X.shape).encode())
+        h.update(np.ascontiguousarray(self.X, dtype="<f8").tobytes())
+        h.update("\x1f".join(self.feature_names).encode())
+        h.update(repr(sorted(self.categories.items())).encode())
+        if self.y is None:
+            h.update(b"no-y")
+        elif self.y.dtype.kind in "biuf":
+            h.update(self.y.dtype.str.encode() + np.ascontiguousarray(self.y).tobytes())
+        else:
+            h.update("\x1f".join(repr(v) for v in self.y.tolist()).encode())
+        return h.hexdigest()
+
+
+def load_table(
+    source: Any,
+    *,
+    target: str | None = None,
+    y: Any = None,
+    drop: Sequence[str] = (),
+    na_values: Sequence[str] = (),
+    allow_missing: bool = True,
+) -> Table:
+    """Read ``source`` into a :class:`Table`.
+
+    Parameters
+    ----------
+    source : str, pathlib.Path or array-like
+        A path (csv/tsv/txt, parquet, npy, Zarr store) or an in-memory pandas
+        DataFrame, numpy/dask array, xarray DataArray/Dataset, zarr Array/Group.
+    target : str, optional
+        Name of the column to use as the target; it is removed from ``X``.
+    y : array-like, optional
+        A separate 1-D target of length n_samples.  Not together with ``target``.
+    drop : sequence of str
+        Columns to leave out (e.g. an identifier).
+    na_values : sequence of str
+        Extra strings that mark a missing value (e.g. ``"?"``).
+    allow_missing : bool
+        If False, missing feature values raise an error.
+
+    Returns
+    -------
+    Table
+
+    Raises
+    ------
+    InputError
+        If the data cannot be read or used; the message names the source, the column
+        and the bad value, and suggests a fix.
+    """
+    if target is not None and y is not None:
+        raise InputError("give either target= (a column name) or y= (an array), not both")
+    na = [str(v) for v in na_values]
+    drop = [str(c) for c in drop]
+    target = None if target is None else str(target)
+    data, name, y_stored = _read(source, na)
+    if isinstance(data, pd.DataFrame):
+        names = [str(c) for c in data.columns]
+        dup = sorted({c for c in names if names.count(c) > 1})
+        if dup:
+            raise InputError(f"{name}: duplicate column names {dup}; rename them")
+    else:
+        names = data[1]
+    for col in [*drop, *([target] if target is not None else [])]:
+        _check_column(col, names, name)
+    skip = {*drop, target}
+    keep = [i for i, c in enumerate(names) if c not in skip]
+    n = len(data) if isinstance(data, pd.DataFrame) else data[0].shape[0]
+    if n == 0:
+        raise InputError(f"{name}: the table has no data rows")
+    if not keep:
+        raise InputError(f"{name}: no feature columns left after removing target/drop")
+    if n == 1:
+        raise InputError(f"{name}: the table has a single row; at least 2 are needed")
+    categories: dict[str, tuple] = {}
+    if isinstance(data, pd.DataFrame):
+        X = np.empty((n, len(keep)), dtype=np.float64)
+        for j, i in enumerate(keep):
+            X[:, j], labels = _encode(data.iloc[:, i], names[i], name, na)
+            if labels is not None:
+                categories[names[i]] = labels
+        yv = None if target is None else data.iloc[:, names.index(target)].to_numpy()
+    else:
+        arr = data[0]
+        sub = arr if len(keep) == arr.shape[1] else arr[:, keep]
+        X = np.ascontiguousarray(sub, dtype=np.float64)
+        yv = None if target is None else arr[:, names.index(target)]
+    feature_names = tuple(names[i] for i in keep)
+    _check_features(X, feature_names, name, allow_missing)
+    if y is not None:
+        yv = _as_1d(y, name, n)
+    elif target is None:
+        yv = None if y_stored is None else _as_1d(y_stored, name, n)
+    if yv is not None:
+        _check_target(yv, target or "y", name)
+    return Table(X, feature_names, categories, yv, target, name)
+
+
+def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
+    """Return ``(DataFrame | (ndarray, names), source name, stored y or None)``."""
+    if isinstance(source, str | Path):
+        return _read_path(Path(source), str(source), na)
+    mod = type(source).__module__.split(".")[0]
+    if isinstance(source, pd.DataFrame):
+        return source, "<pandas.DataFrame>", None
+    if isinstance(source, np.ndarray):
+        return _array(source, "<numpy.ndarray>"), "<numpy.ndarray>", None
+    if mod == "dask" and hasattr(source, "compute"):
+        return _read(source.compute(), na)[0], f"<dask.{type(source).__name__}>", None
+    if mod == "xarray":
+        import xarray as xr
+
+        if isinstance(source, xr.DataArray):
+            return _dataarray(source), "<xarray.DataArray>", None
+        if isinstance(source, xr.Dataset):
+            return _dataset(source, "<xarray.Dataset>"), "<xarray.Dataset>", None
+    if mod == "zarr":
+        return _zarr(source, f"<zarr.{type(source).__name__}>")
+    raise InputError(
+        f"cannot read a {type(source).__name__}; pass a path ({', '.join(SUPPORTED_EXTENSIONS)})"
+        " or a pandas DataFrame, numpy/dask array, xarray DataArray/Dataset, zarr Array/Group"
+    )
+
+
+def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
+    if not path.exists():
+        raise InputError(f"no such file: {name} (resolved to {path.resolve()}); check the path")
+    suffix = path.suffix.lower()
+    if path.is_dir() and (
+        suffix == ".zarr" or any((path / f).exists() for f in ("zarr.json", ".zgroup", ".zarray"))
+    ):
+        import zarr
+
+        try:
+            node = zarr.open(str(path), mode="r")
+        except Exception as exc:
+            raise InputError(f"{name}: cannot open as a Zarr store: {exc}") from exc
+        return _zarr(node, name, path)
+    if suffix not in SUPPORTED_EXTENSIONS or suffix == ".zarr":
+        raise InputError(
+            f"{name}: unsupported file type {suffix or '(none)'!r}; supported: "
+            f"{', '.join(SUPPORTED_EXTENSIONS)} (a .zarr store is a directory)"
+        )
+    try:
+        if suffix in _TEXT:
+            return _read_text(path, name, na), name, None
+        if suffix in (".parquet", ".pq"):
+            return pd.read_parquet(path), name, None
+        arr = np.load(path, allow_pickle=False)
+    except InputError:
+        raise
+    except Exception as exc:
+        hint = " (object arrays are not supported; save a numeric one)" if suffix == ".npy" else ""
+        raise InputError(f"{name}: cannot read the file: {exc}{hint}") from exc
+    return _array(arr, name), name, None
+
+
+def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        first = fh.readline()
+    if not first.strip():
+        raise InputError(f"{name}: the file is empty (no header row)")
+    widths = {d: len(next(csv.reader([first], delimiter=d))) for d in ",\t;"}
+    sep = max(widths, key=lambda d: widths[d])  # ties keep the comma
+    header = next(csv.reader([first], delimiter=sep))
+    dup = sorted({c for c in header if header.count(c) > 1})
+    if dup:
+        raise InputError(f"{name}: duplicate column names in the header: {dup}; rename them")
+    try:
+        return pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig")
+    except Exception as exc:
+        raise InputError(
+            f"{name}: cannot parse as delimited text ({sep!r}-separated): {exc}; check that "
+            "every row has as many fields as the header"
+        ) from exc
+
+
+def _need_2d(shape: tuple[int, ...], name: str) -> None:
+    raise InputError(
+        f"{name}: expected a 2-D array (samples x features), got {len(shape)}-D with "
+        f"shape {shape}; reshape it, e.g. x.reshape(-1, 1) for a single feature"
+    )
+
+
+def _array(arr: np.ndarray, name: str, names: Sequence[str] | None = None) -> tuple:
+    if arr.ndim != 2:
+        _need_2d(arr.shape, name)
+    if arr.dtype.kind not in "biuf":
+        raise InputError(
+            f"{name}: array dtype {arr.dtype} is not numeric; convert it to numbers "
+            "or pass a pandas DataFrame so categorical columns get encoded"
+        )
+    if names is None:
+        names = [str(i) for i in range(arr.shape[1])]
+    elif len(names) != arr.shape[1]:
+        raise InputError(
+            f"{name}: {len(names)} feature names for {arr.shape[1]} columns; fix feature_names"
+        )
+    return arr, [str(c) for c in names]
+
+
+def _dataarray(da: Any) -> tuple:
+    if da.ndim != 2:
+        _need_2d(da.shape, "<xarray.DataArray>")
+    dim = da.dims[1]
+    names = [str(c) for c in da[dim].values] if dim in da.coords else None
+    return _array(np.asarray(da.values), "<xarray.DataArray>", names)
+
+
+def _dataset(ds: Any, name: str) -> pd.DataFrame:
+    dims = {k: v.dims for k, v in ds.data_vars.items()}
+    if not dims:
+        raise InputError(f"{name}: the Dataset has no data variables")
+    if len(set(dims.values())) != 1 or len(next(iter(dims.values()))) != 1:
+        raise InputError(
+            f"{name}: every data variable must be 1-D along one common dimension, got "
+            f"{dims}; select the variables to use, e.g. ds[['a', 'b']]"
+        )
+    return pd.DataFrame({str(k): np.asarray(v.values) for k, v in ds.data_vars.items()})
+
+
+def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any]:
+    import zarr
+
+    if isinstance(node, zarr.Array):
+        return _array(np.asarray(node[...]), name), name, None
+    if "X" in node and isinstance(node["X"], zarr.Array):
+        xa = node["X"]
+        names = xa.attrs.get("feature_names")
+        y = np.asarray(node["y"][...]) if "y" in node else None
+        return _array(np.asarray(xa[...]), name, names), name, y
+    import xarray as xr
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if path is not None:
+                ds = xr.open_zarr(str(path), consolidated=False)
+            else:
+                ds = xr.open_zarr(node.store, group=node.path or None, consolidated=False)
+    except Exception as exc:
+        raise InputError(
+            f"{name}: a Zarr group without an 'X' array could not be opened with "
+            f"xarray.open_zarr: {exc}; store the features as a 2-D array 'X'"
+        ) from exc
+    # a Zarr group does not record the order of its arrays: sort for a stable column order
+    return _dataset(ds[sorted(ds.data_vars, key=str)], name), name, None
+
+
+def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarray, tuple | None]:
+    """Encode one feature column as float64 (and category labels, if categorical)."""
+    dtype = s.dtype
+    if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):
+        return s.to_numpy(dtype=np.float64, na_value=np.nan), None
+    if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
+        raise InputError(f"{name}: column {col!r} has dtype {dtype}; convert it to numbers first")
+    raw = s.astype(object)
+    missing = raw.isna().to_numpy()
+    if na:
+        missing |= raw.map(str).isin(na).to_numpy() & ~missing
+        raw = raw.where(~missing, None)
+    num = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = np.isnan(num) & ~missing
+    n_obs = int((~missing).sum())
+    if not bad.any():
+        return num, None
+    if (n_obs - bad.sum()) >= _GARBAGE_FRACTION * n_obs:
+        rows = np.flatnonzero(bad)[:5]
+        shown = ", ".join(f"{raw.iloc[r]!r} (row {r + 1})" for r in rows)
+        vals = sorted({str(raw.iloc[r]) for r in rows})
+        raise InputError(
+            f"{name}: column {col!r} is numeric except for {int(bad.sum())} non-numeric "
+            f"value(s): {shown} (data rows counted from 1). If they mark missing values, "
+            f"pass na_values={vals} (`--na-values {vals[0]}` on the CLI); otherwise fix "
+            "them or drop the column"
+        )
+    strs = pd.Series(np.where(missing, None, raw.map(str).to_numpy(dtype=object)), dtype=object)
+    labels = set(strs[~missing])
+    if isinstance(dtype, pd.CategoricalDtype):
+        labels |= {str(c) for c in dtype.categories}
+    ordered = tuple(sorted(labels))
+    codes = pd.Categorical(strs.where(~missing, None), categories=list(ordered)).codes
+    out = codes.astype(np.float64)
+    out[codes < 0] = np.nan
+    return out, ordered
+
+
+def _check_column(col: str, names: list[str], name: str) -> None:
+    if col in names:
+        return
+    shown = ", ".join(repr(c) for c in names[:20]) + (", ..." if len(names) > 20 else "")
+    lower = [c for c in names if c.lower() == str(col).lower()]
+    close = lower or difflib.get_close_matches(str(col), names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise InputError(f"{name}: no column {col!r}; available columns: {shown}{hint}")
+
+
+def _check_features(X: np.ndarray, names: tuple[str, ...], name: str, allow_missing: bool) -> None:
+    inf = np.isinf(X)
+    if inf.any():
+        j = int(np.flatnonzero(inf.any(axis=0))[0])
+        rows = (np.flatnonzero(inf[:, j])[:5] + 1).tolist()
+        raise InputError(
+            f"{name}: column {names[j]!r} holds infinite values (data rows {rows}, counted "
+            "from 1); replace them with finite values or leave them empty (missing)"
+        )
+    if not allow_missing:
+        counts = np.isnan(X).sum(axis=0)
+        if counts.any():
+            cols = ", ".join(f"{names[j]!r} ({counts[j]})" for j in np.flatnonzero(counts))
+            raise InputError(
+                f"{name}: missing values in columns {cols}; impute them first, "
+                "e.g. `distforest impute`"
+            )
+
+
+def _as_1d(y: Any, name: str, n: int) -> np.ndarray:
+    if hasattr(y, "compute") and type(y).__module__.split(".")[0] == "dask":
+        y = y.compute()
+    if isinstance(y, pd.Series | pd.Index):
+        arr = y.to_numpy()
+    else:
+        arr = np.asarray(getattr(y, "values", y) if type(y).__module__.startswith("xarray") else y)
+    if arr.ndim != 1:
+        raise InputError(f"{name}: y must be 1-D, got shape {arr.shape}; pass e.g. y.ravel()")
+    if arr.shape[0] != n:
+        raise InputError(
+            f"{name}: y has {arr.shape[0]} values but the table has {n} rows; "
+            "pass one target value per row"
+        )
+    return arr
+
+
+def _check_target(y: np.ndarray, col: str, name: str) -> None:
+    miss = np.asarray(pd.isna(y), dtype=bool)
+    if miss.any():
+        rows = (np.flatnonzero(miss)[:5] + 1).tolist()
+        raise InputError(
+            f"{name}: target {col!r} has {int(miss.sum())} missing value(s) (first data rows "
+            f"{rows}, counted from 1); drop those rows first"
+        )
+    values = pd.unique(pd.Series(y, copy=False))
+    if len(values) == 1:
+        raise InputError(
+            f"{name}: target {col!r} has the single value {values[0]!r} in all rows; "
+            "omit the target to grow an unsupervised forest"
+        )

@@ -1,0 +1,244 @@
+"""Fit a batch of trees with scikit-learn and flatten them to plain arrays.
+
+Everything a tree needs is derived from its seed: the bootstrap in-bag
+counts, the tree's own ``random_state`` and, for unsupervised forests, the
+synthetic contrast sample.  So the same seed gives the same tree whichever
+worker, batch or thread fits it.
+
+This module is pure: numpy arrays and seeds in, numpy arrays out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from sklearn.tree import (
+    DecisionTreeClassifier,
+    DecisionTreeRegressor,
+    ExtraTreeClassifier,
+    ExtraTreeRegressor,
+)
+
+Task = Literal["classification", "regression", "unsupervised"]
+
+#: In-bag counts are stored as uint8; a bootstrap count above this is refused.
+MAX_INBAG_COUNT = np.iinfo(np.uint8).max
+
+#: Names of the per-node arrays of a flattened tree, in storage order.
+NODE_FIELDS = (
+    "children_left",
+    "children_right",
+    "feature",
+    "threshold",
+    "missing_go_to_left",
+    "n_node_samples",
+    "weighted_n_node_samples",
+    "value",
+)
+
+
+@dataclass(frozen=True)
+class TreeParams:
+    """Settings shared by every tree of a forest (already validated).
+
+    Parameters
+    ----------
+    task : {"classification", "regression", "unsupervised"}
+    kind : {"random-forest", "extra-trees"}
+        Best split among ``max_features`` candidates, or a random threshold
+        per candidate feature (extremely randomized trees).
+    max_features : int, float, str or None
+        As in scikit-learn's trees.
+    min_samples_leaf : int
+    max_depth : int or None
+    bootstrap : bool
+        Draw in-bag counts with replacement; otherwise every row is in bag once.
+    max_samples : float or None
+        Bootstrap sample size as a fraction of n (``None``: n).
+    n_classes : int
+        Number of classes (2 for unsupervised, 0 for regression).
+    """
+
+    task: Task
+    kind: str
+    max_features: int | float | str | None
+    min_samples_leaf: int
+    max_depth: int | None
+    bootstrap: bool
+    max_samples: float | None
+    n_classes: int
+
+
+@dataclass(frozen=True)
+class TreeBatch:
+    """The fitted trees of one batch, flattened.
+
+    Attributes
+    ----------
+    leaves : ndarray of int32, shape (n_samples, n_trees)
+        Leaf (node index within its tree) of every training row.
+    inbag : ndarray of uint8, shape (n_samples, n_trees)
+        Bootstrap count of every training row.
+    node_counts : ndarray of int64, shape (n_trees,)
+        Number of nodes of each tree.
+    nodes : dict of str to ndarray
+        Per-node arrays of all trees of the batch, concatenated (see
+        :data:`NODE_FIELDS`); child indices are local to their tree.
+    """
+
+    leaves: np.ndarray
+    inbag: np.ndarray
+    node_counts: np.ndarray
+    nodes: dict[str, np.ndarray]
+
+
+def bootstrap_counts(rng: np.random.Generator, n: int, params: TreeParams) -> np.ndarray:
+    """In-bag counts of ``n`` rows for one tree.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The tree's generator (consumed in a fixed order).
+    n : int
+        Number of rows.
+    params : TreeParams
+
+    Returns
+    -------
+    ndarray of uint8, shape (n,)
+    """
+    if not params.bootstrap:
+        return np.ones(n, dtype=np.uint8)
+    size = n if params.max_samples is None else max(1, round(params.max_samples * n))
+    counts = np.bincount(rng.integers(0, n, size=size), minlength=n)
+    if counts.max() > MAX_INBAG_COUNT:
+        raise ValueError(
+            f"a bootstrap count of {counts.max()} does not fit in uint8; lower max_samples"
+        )
+    return counts.astype(np.uint8)
+
+
+def synthetic_contrast(rng: np.random.Generator, X: np.ndarray) -> np.ndarray:
+    """Breiman's synthetic second class: each column sampled from its marginal.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    X : ndarray, shape (n, d)
+
+    Returns
+    -------
+    ndarray, shape (n, d)
+        Rows whose features are independent draws (with replacement) from
+        the observed values of each column, which destroys the dependence
+        between columns that the forest then learns to recognise.
+    """
+    n, d = X.shape
+    rows = rng.integers(0, n, size=(n, d))
+    return np.take_along_axis(X, rows, axis=0)
+
+
+def _make_tree(params: TreeParams, seed: int):
+    random_forest = params.kind == "random-forest"
+    if params.task == "regression":
+        cls = DecisionTreeRegressor if random_forest else ExtraTreeRegressor
+    else:
+        cls = DecisionTreeClassifier if random_forest else ExtraTreeClassifier
+    return cls(
+        max_features=params.max_features,
+        min_samples_leaf=params.min_samples_leaf,
+        max_depth=params.max_depth,
+        random_state=seed,
+    )
+
+
+def _flatten(tree, params: TreeParams) -> dict[str, np.ndarray]:
+    t = tree.tree_
+    value = t.value[:, 0, :] if params.task != "regression" else t.value[:, 0, :1]
+    if params.task != "regression" and value.shape[1] < params.n_classes:
+        # A bootstrap sample may miss a class; sklearn then stores fewer
+        # columns.  Put them back at the positions of the forest's classes.
+        full = np.zeros((value.shape[0], params.n_classes))
+        full[:, tree.classes_.astype(np.int64)] = value
+        value = full
+    return {
+        "children_left": t.children_left.astype(np.int32),
+        "children_right": t.children_right.astype(np.int32),
+        "feature": t.feature.astype(np.int32),
+        "threshold": t.threshold.astype(np.float64),
+        "missing_go_to_left": t.missing_go_to_left.astype(np.uint8),
+        "n_node_samples": t.n_node_samples.astype(np.int64),
+        "weighted_n_node_samples": t.weighted_n_node_samples.astype(np.float64),
+        "value": value.astype(np.float64),
+    }
+
+
+def fit_one_tree(
+    X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Fit one tree from its seed.
+
+    Parameters
+    ----------
+    X : ndarray of float, shape (n, d)
+        Features; NaN allowed (scikit-learn's trees route missing values).
+    y : ndarray, shape (n,) or None
+        Class codes 0..k-1 (classification), floats (regression), or None
+        (unsupervised).
+    seed : int
+        The tree's seed, from which everything random is derived.
+    params : TreeParams
+
+    Returns
+    -------
+    leaves : ndarray of int32, shape (n,)
+    inbag : ndarray of uint8, shape (n,)
+    nodes : dict of str to ndarray
+    """
+    rng = np.random.default_rng(seed)
+    n = X.shape[0]
+    inbag = bootstrap_counts(rng, n, params)
+    tree_seed = int(rng.integers(0, 2**31 - 1))
+    used = np.flatnonzero(inbag)
+    if params.task == "unsupervised":
+        synthetic = synthetic_contrast(rng, X)
+        synthetic_inbag = bootstrap_counts(rng, n, params)
+        used_synthetic = np.flatnonzero(synthetic_inbag)
+        X_fit = np.concatenate([X[used], synthetic[used_synthetic]])
+        y_fit = np.repeat(np.array([0, 1]), [used.size, used_synthetic.size])
+        weight = np.concatenate([inbag[used], synthetic_inbag[used_synthetic]]).astype(float)
+    else:
+        X_fit, y_fit, weight = X[used], y[used], inbag[used].astype(float)
+    tree = _make_tree(params, tree_seed).fit(X_fit, y_fit, sample_weight=weight)
+    leaves = tree.apply(X).astype(np.int32)
+    return leaves, inbag, _flatten(tree, params)
+
+
+def fit_tree_batch(
+    X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, params: TreeParams
+) -> TreeBatch:
+    """Fit one tree per seed and flatten the batch.
+
+    Parameters
+    ----------
+    X : ndarray of float, shape (n, d)
+    y : ndarray, shape (n,) or None
+    seeds : ndarray of uint64, shape (n_trees,)
+    params : TreeParams
+
+    Returns
+    -------
+    TreeBatch
+    """
+    n = X.shape[0]
+    leaves = np.empty((n, len(seeds)), dtype=np.int32)
+    inbag = np.empty((n, len(seeds)), dtype=np.uint8)
+    per_tree = []
+    for k, seed in enumerate(seeds):
+        leaves[:, k], inbag[:, k], nodes = fit_one_tree(X, y, int(seed), params)
+        per_tree.append(nodes)
+    node_counts = np.array([len(t["feature"]) for t in per_tree], dtype=np.int64)
+    merged = {f: np.concatenate([t[f] for t in per_tree]) for f in NODE_FIELDS}
+    return TreeBatch(leaves=leaves, inbag=inbag, node_counts=node_counts, nodes=merged)

@@ -1,0 +1,135 @@
+"""Plan work up front and run it as Dask futures.
+
+Everything random is planned in the driver before any task starts (one seed
+per tree, from ``random_state``), so results do not depend on how many
+workers there are or in which order tasks finish.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from distributed import Client, Future, as_completed
+
+#: ``progress(done, total)`` is called after each finished task.
+ProgressCallback = Callable[[int, int], None]
+
+
+def plan_seeds(random_state: int | None, n: int) -> tuple[int, np.ndarray]:
+    """One independent seed per tree, derived from ``random_state``.
+
+    Parameters
+    ----------
+    random_state : int or None
+        ``None`` draws fresh entropy; it is returned so the run can be
+        repeated exactly.
+    n : int
+        Number of seeds.
+
+    Returns
+    -------
+    entropy : int
+        The root entropy actually used.
+    seeds : ndarray of uint64, shape (n,)
+    """
+    root = np.random.SeedSequence(random_state)
+    entropy = int(root.entropy)
+    seeds = np.array(
+        [child.generate_state(1, dtype=np.uint64)[0] for child in root.spawn(n)],
+        dtype=np.uint64,
+    )
+    return entropy, seeds
+
+
+def plan_batches(n_items: int, batch_size: int) -> list[slice]:
+    """Split ``range(n_items)`` into consecutive slices of ``batch_size``."""
+    return [slice(s, min(s + batch_size, n_items)) for s in range(0, n_items, batch_size)]
+
+
+def default_batch_size(n_items: int, n_threads: int, per_thread: int = 4) -> int:
+    """A batch size giving about ``per_thread`` batches for every worker thread."""
+    return max(1, math.ceil(n_items / max(1, n_threads * per_thread)))
+
+
+def total_threads(client: Client) -> int:
+    """Number of worker threads in the cluster (at least 1)."""
+    return max(1, sum(client.nthreads().values()))
+
+
+def scatter(client: Client, value: Any) -> Future:
+    """Send ``value`` to every worker once; tasks then take the future.
+
+    Big arrays never become part of a task graph this way.
+    """
+    return client.scatter(value, broadcast=True, hash=False)
+
+
+def run_tasks(
+    client: Client,
+    func: Callable[..., Any],
+    items: Sequence[Iterable[Any]],
+    *,
+    name: str,
+    progress: ProgressCallback | None = None,
+    retries: int = 2,
+) -> Iterator[tuple[int, Any]]:
+    """Submit ``func(*item)`` for every item and yield results as they finish.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    func : callable
+        A deterministic function, so that a retried task gives the same answer.
+    items : sequence of argument tuples
+        Futures among the arguments are resolved on the worker.
+    name : str
+        Prefix of the task keys (shown on the dashboard).
+    progress : callable, optional
+        ``progress(done, total)`` after every finished task.
+    retries : int
+        How often a task whose worker died is run again.
+
+    Yields
+    ------
+    index, result
+        The position of the item in ``items`` and the task's result, in
+        completion order.
+    """
+    token = uuid.uuid4().hex[:8]
+    futures = [
+        client.submit(func, *args, key=f"{name}-{token}-{i}", retries=retries, pure=False)
+        for i, args in enumerate(items)
+    ]
+    index = {f.key: i for i, f in enumerate(futures)}
+    total = len(futures)
+    if progress is not None:
+        progress(0, total)
+    try:
+        for done, future in enumerate(as_completed(futures), start=1):
+            result = future.result()
+            future.release()
+            if progress is not None:
+                progress(done, total)
+            yield index[future.key], result
+    finally:
+        for f in futures:
+            f.cancel()
+
+
+def plan_tiles(n: int, tile: int, *, symmetric: bool) -> list[tuple[slice, slice]]:
+    """Row-block pairs covering an ``n x n`` matrix in ``tile x tile`` chunks.
+
+    With ``symmetric=True`` only the upper triangle (``i <= j``) is listed;
+    each task then writes its tile and the mirrored one.
+    """
+    blocks = plan_batches(n, tile)
+    return [
+        (bi, bj)
+        for a, bi in enumerate(blocks)
+        for b, bj in enumerate(blocks)
+        if not symmetric or a <= b
+    ]

@@ -1,0 +1,311 @@
+"""One Zarr v3 group per run: layout, provenance and completion status.
+
+Layout (see DESIGN.md section 5)::
+
+    run.zarr/
+      attrs: distforest_version, schema_version, created, params, input, status, ...
+      forest/      flat per-node arrays of all trees, node_offset, seed
+      sample, sample_i, sample_j, tree   coordinates (row and tree numbers)
+      target       (sample)             class codes or regression values
+      leaves       (sample, tree)       int32, chunked by rows
+      inbag        (sample, tree)       uint8 bootstrap counts
+      proximity    (sample_i, sample_j) float32, chunks (tile, tile)
+
+Only the driver writes attributes (Zarr rewrites them whole).  Tasks write
+array chunks through :func:`write_block`, one task per chunk.  ``status`` is
+``"running"`` from creation until :meth:`RunStore.mark_complete`, so a reader
+can tell a finished store from a half-written one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+import zarr
+
+from distforest._version import __version__
+from distforest.errors import StoreError
+
+SCHEMA_VERSION = 1
+STATUS_RUNNING = "running"
+STATUS_COMPLETE = "complete"
+
+#: Dimension names of the pairwise matrices.
+MATRIX_DIMS = ("sample_i", "sample_j")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _is_distforest_store(path: Path) -> bool:
+    try:
+        group = zarr.open_group(str(path), mode="r")
+    except Exception:
+        return False
+    return "distforest_version" in group.attrs
+
+
+def check_can_create(path: str | Path, overwrite: bool) -> None:
+    """Raise :class:`StoreError` unless a new store may be created at ``path``.
+
+    Called before any work starts, so a doomed run fails at once.  An
+    existing distforest store (or an empty directory) may be replaced with
+    ``overwrite``; anything else at ``path`` is never removed.
+    """
+    p = Path(path)
+    if not p.exists():
+        return
+    if not overwrite:
+        raise StoreError(
+            f"output {str(p)!r} already exists; choose another path or pass "
+            "overwrite=True (--overwrite on the command line) to replace it"
+        )
+    empty_dir = p.is_dir() and not any(p.iterdir())
+    if not (empty_dir or _is_distforest_store(p)):
+        raise StoreError(
+            f"refusing to overwrite {str(p)!r}: it is not a distforest store; "
+            "remove it yourself or choose another output path"
+        )
+
+
+class RunStore:
+    """A distforest run stored as a Zarr v3 group.
+
+    Use :meth:`create` for a new run and :meth:`open` for an existing one.
+
+    Parameters
+    ----------
+    path : str or Path
+        The store's directory.
+    group : zarr.Group
+        The opened root group.
+    """
+
+    def __init__(self, path: str | Path, group: zarr.Group) -> None:
+        self.path = str(Path(path).resolve())
+        self.group = group
+
+    # -- life cycle -------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, path: str | Path, *, attrs: Mapping[str, Any], overwrite: bool = False
+    ) -> RunStore:
+        """Create a new store with status ``"running"``.
+
+        Parameters
+        ----------
+        path : str or Path
+            Directory of the store (conventionally ending in ``.zarr``).
+        attrs : mapping
+            Provenance to record (params, input fingerprint, ...); must be
+            JSON-serialisable.
+        overwrite : bool
+            Replace an existing distforest store at ``path``.  A directory
+            that is not a distforest store is never removed.
+
+        Returns
+        -------
+        RunStore
+        """
+        p = Path(path)
+        check_can_create(p, overwrite)
+        if p.exists():
+            shutil.rmtree(p)
+        group = zarr.open_group(str(p), mode="w", zarr_format=3)
+        group.attrs.update(
+            {
+                "distforest_version": __version__,
+                "schema_version": SCHEMA_VERSION,
+                "created": _now(),
+                "status": STATUS_RUNNING,
+                **dict(attrs),
+            }
+        )
+        return cls(p, group)
+
+    @classmethod
+    def open(cls, path: str | Path, *, mode: str = "r", require_complete: bool = False) -> RunStore:
+        """Open an existing store.
+
+        Parameters
+        ----------
+        path : str or Path
+        mode : {"r", "r+"}
+        require_complete : bool
+            Raise :class:`StoreError` when the run did not finish.
+        """
+        p = Path(path)
+        if not p.exists():
+            raise StoreError(f"no such store: {str(p)!r}")
+        try:
+            group = zarr.open_group(str(p), mode=mode)
+        except Exception as exc:
+            raise StoreError(f"{str(p)!r} is not a Zarr group: {exc}") from exc
+        if "distforest_version" not in group.attrs:
+            raise StoreError(f"{str(p)!r} is a Zarr group but not a distforest store")
+        store = cls(p, group)
+        if require_complete and not store.is_complete:
+            raise StoreError(
+                f"store {str(p)!r} is incomplete (status {store.status!r}): the run that "
+                "wrote it did not finish; run it again"
+            )
+        return store
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The group attributes as a plain dict."""
+        return dict(self.group.attrs)
+
+    @property
+    def status(self) -> str:
+        """``"running"`` or ``"complete"``."""
+        return str(self.group.attrs.get("status", "unknown"))
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether everything the run planned was written."""
+        return self.status == STATUS_COMPLETE
+
+    def update_attrs(self, **attrs: Any) -> None:
+        """Merge attributes into the group (driver only)."""
+        self.group.attrs.update(attrs)
+
+    def mark_running(self) -> None:
+        """Flag the store as being written (before adding arrays)."""
+        self.update_attrs(status=STATUS_RUNNING, updated=_now())
+
+    def mark_complete(self) -> None:
+        """Flag the store as finished; call only after every write is done."""
+        self.update_attrs(status=STATUS_COMPLETE, updated=_now())
+
+    # -- writing ----------------------------------------------------------
+
+    def write_array(
+        self,
+        name: str,
+        data: np.ndarray,
+        dims: Sequence[str],
+        *,
+        chunks: Sequence[int] | None = None,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> zarr.Array:
+        """Write a whole array from the driver (O(n) sized data only)."""
+        data = np.asarray(data)
+        if chunks is None:
+            chunks = tuple(max(1, s) for s in data.shape)
+        arr = self.group.create_array(
+            name,
+            shape=data.shape,
+            chunks=tuple(min(max(1, c), max(1, s)) for c, s in zip(chunks, data.shape)),
+            dtype=data.dtype,
+            dimension_names=tuple(dims),
+            overwrite=True,
+        )
+        if data.size:
+            arr[...] = data
+        if attrs:
+            arr.attrs.update(dict(attrs))
+        return arr
+
+    def write_coordinates(self, n_samples: int, n_trees: int) -> None:
+        """Row and tree numbers as coordinates, so xarray names every dim."""
+        rows = np.arange(n_samples, dtype=np.int64)
+        self.write_array("sample", rows, ("sample",))
+        for dim in MATRIX_DIMS:
+            self.write_array(dim, rows, (dim,))
+        self.write_array("tree", np.arange(n_trees, dtype=np.int64), ("tree",))
+
+    def create_matrix(
+        self,
+        name: str,
+        n_rows: int,
+        n_cols: int,
+        tile: int,
+        *,
+        dtype: str = "float32",
+        attrs: Mapping[str, Any] | None = None,
+    ) -> zarr.Array:
+        """Create an empty ``(sample_i, sample_j)`` matrix chunked in tiles."""
+        arr = self.group.create_array(
+            name,
+            shape=(n_rows, n_cols),
+            chunks=(min(tile, n_rows), min(tile, n_cols)),
+            dtype=dtype,
+            fill_value=np.nan,
+            dimension_names=MATRIX_DIMS,
+            overwrite=True,
+        )
+        if attrs:
+            arr.attrs.update(dict(attrs))
+        return arr
+
+    def write_forest(
+        self, nodes: Mapping[str, np.ndarray], node_counts: np.ndarray, seeds: np.ndarray
+    ) -> None:
+        """Save the flattened trees (no pickle) under ``forest/``."""
+        forest = self.group.require_group("forest")
+        sub = RunStore(Path(self.path) / "forest", forest)
+        offset = np.concatenate([[0], np.cumsum(node_counts)]).astype(np.int64)
+        sub.write_array("node_offset", offset, ("tree_edge",))
+        sub.write_array("seed", np.asarray(seeds, dtype=np.uint64), ("tree",))
+        chunk = 1 << 20
+        for name, values in nodes.items():
+            dims = ("node",) if values.ndim == 1 else ("node", "output")
+            sub.write_array(name, values, dims, chunks=(chunk,) + values.shape[1:])
+
+    # -- reading ----------------------------------------------------------
+
+    def dataset(self) -> xr.Dataset:
+        """The store's root arrays as a lazy :class:`xarray.Dataset`."""
+        return xr.open_zarr(self.path, consolidated=False, zarr_format=3)
+
+    def read_forest(self) -> dict[str, np.ndarray]:
+        """Load the flattened trees (O(nodes) memory)."""
+        if "forest" not in self.group:
+            raise StoreError(f"store {self.path!r} has no forest/ group")
+        forest = self.group["forest"]
+        return {name: arr[...] for name, arr in forest.arrays()}
+
+    def describe(self) -> dict[str, Any]:
+        """A summary of the store for ``distforest info``."""
+        arrays = {}
+        for name, arr in self.group.arrays():
+            arrays[name] = {
+                "shape": list(arr.shape),
+                "chunks": list(arr.chunks),
+                "dtype": str(arr.dtype),
+                "dims": list(arr.metadata.dimension_names or ()),
+            }
+        if "forest" in self.group:
+            for name, arr in self.group["forest"].arrays():
+                arrays[f"forest/{name}"] = {
+                    "shape": list(arr.shape),
+                    "chunks": list(arr.chunks),
+                    "dtype": str(arr.dtype),
+                    "dims": list(arr.metadata.dimension_names or ()),
+                }
+        return {"path": self.path, "attrs": self.attrs, "arrays": arrays}
+
+
+# -- functions that run inside tasks (plain, picklable) ----------------------
+
+
+def read_rows(path: str, name: str, rows: slice) -> np.ndarray:
+    """Read rows ``rows`` of array ``name`` of the store at ``path``."""
+    return zarr.open_array(path, path=name, mode="r")[rows]
+
+
+def write_block(path: str, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
+    """Write ``values`` into ``region`` of array ``name`` of the store at ``path``.
+
+    The region must cover whole chunks, and no other task may write them.
+    """
+    zarr.open_array(path, path=name, mode="r+")[region] = values
