@@ -62,7 +62,7 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
     with connect(
         scheduler=job.scheduler, cluster=job.cluster, **job.cluster_overrides
     ) as client:
-        logger.info("cluster: %s", client.dashboard_link if client.dashboard_link else client)
+        logger.info("cluster: %d workers, %d threads", len(client.nthreads()), sum(client.nthreads().values()))
         forest = ProximityForest(**job.forest, client=client, progress=progress).fit(table)
         matrix = forest.proximity(method=job.method, store=job.out, overwrite=job.overwrite)
     plot = None

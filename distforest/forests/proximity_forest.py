@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from distforest.errors import NotFittedError, ParameterError, StoreError
+from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import _params as P
 from distforest.forests.tiles import original_tile_task, proximity_in_memory
 from distforest.io import Table, load_table
 from distforest.kernels import proximity as proximity_kernels
+from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, TreeParams, fit_tree_batch
 from distforest.parallel import tasks
 from distforest.parallel.cluster import connect
@@ -261,6 +262,28 @@ class ProximityForest:
         self.fit_id_ = uuid.uuid4().hex
         self.params_ = params
         return self
+
+    def apply(self, X: Any) -> np.ndarray:
+        """Leaf of each row of ``X`` in every tree, from the flattened forest.
+
+        Parameters
+        ----------
+        X : array-like or any input :func:`distforest.io.load_table` reads
+            Rows with the training features, in the training order.
+
+        Returns
+        -------
+        ndarray of int32, shape (n, n_estimators)
+        """
+        self._check_fitted()
+        table = X if isinstance(X, Table) else load_table(X)
+        if table.n_features != self.n_features_in_:
+            raise InputError(
+                f"{table.source} has {table.n_features} features but the forest was fitted "
+                f"on {self.n_features_in_}; pass the same columns (without the target)"
+            )
+        offsets = np.concatenate([[0], np.cumsum(self.node_counts_)])
+        return apply_nodes(table.X, {**self.nodes_, "node_offset": offsets})
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "leaves_"):

@@ -652,7 +652,7 @@ def _local_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
         "n_workers": opts["n_workers"],
         "threads_per_worker": opts["threads_per_worker"],
         "processes": True,
-        "host": "0.0.0.0",
+        "host": "127.0.0.1",
         "dashboard_address": "127.0.0.1:0" if opts["dashboard"] else None,
         "silence_logs": (getattr(logging, opts["silence_logs"]) if opts["silence_logs"] else False),
     }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -183,8 +184,16 @@ class RunStore:
         self.update_attrs(status=STATUS_RUNNING, updated=_now())
 
     def mark_complete(self) -> None:
-        """Flag the store as finished; call only after every write is done."""
+        """Flag the store as finished; call only after every write is done.
+
+        The status is set first and the consolidated metadata written last, so
+        a reader using consolidated metadata sees the new arrays only once the
+        run is complete.
+        """
         self.update_attrs(status=STATUS_COMPLETE, updated=_now())
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+            self.group = zarr.consolidate_metadata(self.path, zarr_format=3)
 
     # -- writing ----------------------------------------------------------
 
@@ -277,7 +286,7 @@ class RunStore:
     def describe(self) -> dict[str, Any]:
         """A summary of the store for ``distforest info``."""
         arrays = {}
-        for name, arr in self.group.arrays():
+        for name, arr in sorted(self.group.arrays()):
             arrays[name] = {
                 "shape": list(arr.shape),
                 "chunks": list(arr.chunks),
@@ -285,7 +294,7 @@ class RunStore:
                 "dims": list(arr.metadata.dimension_names or ()),
             }
         if "forest" in self.group:
-            for name, arr in self.group["forest"].arrays():
+            for name, arr in sorted(self.group["forest"].arrays()):
                 arrays[f"forest/{name}"] = {
                     "shape": list(arr.shape),
                     "chunks": list(arr.chunks),

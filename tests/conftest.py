@@ -1,0 +1,46 @@
+"""Shared fixtures: a real LocalCluster with worker processes, small datasets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+DATA = Path(__file__).resolve().parents[1] / "distforest" / "data"
+
+
+@pytest.fixture(scope="session")
+def client() -> Iterator[Client]:
+    """Two worker processes on loopback, shared by the whole session."""
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.fixture(scope="session")
+def small_classification() -> tuple[np.ndarray, np.ndarray]:
+    """300 x 8 three-class data with a few missing values."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(
+        n_samples=300, n_features=8, n_informative=5, n_classes=3, random_state=0
+    )
+    X[::17, 3] = np.nan
+    return X, y
+
+
+@pytest.fixture(scope="session")
+def breast_cancer_csv() -> Path:
+    """The bundled Wisconsin breast-cancer CSV (699 rows, Id, Class)."""
+    return DATA / "breast_cancer.csv"
