@@ -13,9 +13,7 @@ from distforest.kernels.trees import TreeParams, bootstrap_counts, fit_tree_batc
 
 
 def _leaves(draw, rows: int, trees: int, n_leaves: int) -> np.ndarray:
-    return draw(
-        hnp.arrays(np.int32, (rows, trees), elements=st.integers(0, max(0, n_leaves - 1)))
-    )
+    return draw(hnp.arrays(np.int32, (rows, trees), elements=st.integers(0, max(0, n_leaves - 1))))
 
 
 @st.composite

@@ -59,10 +59,12 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
     table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
     check_can_create(job.out, job.overwrite)
     logger.info("input %s: %d rows x %d features", table.source, table.n_samples, table.n_features)
-    with connect(
-        scheduler=job.scheduler, cluster=job.cluster, **job.cluster_overrides
-    ) as client:
-        logger.info("cluster: %d workers, %d threads", len(client.nthreads()), sum(client.nthreads().values()))
+    with connect(scheduler=job.scheduler, cluster=job.cluster, **job.cluster_overrides) as client:
+        logger.info(
+            "cluster: %d workers, %d threads",
+            len(client.nthreads()),
+            sum(client.nthreads().values()),
+        )
         forest = ProximityForest(**job.forest, client=client, progress=progress).fit(table)
         matrix = forest.proximity(method=job.method, store=job.out, overwrite=job.overwrite)
     plot = None
@@ -101,7 +103,7 @@ def summary(result: JobResult) -> str:
         lines.append(f"  picture: {Path(result.plot).resolve()}")
     lines += [
         f"  inspect: distforest info {result.store}",
-        "  open:    python -c \"import xarray as xr; "
+        '  open:    python -c "import xarray as xr; '
         f"print(xr.open_zarr('{result.store}')['proximity'])\"",
     ]
     return "\n".join(lines)

@@ -74,30 +74,77 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
 @click.option("--target", metavar="COLUMN", help="Target column; omit for an unsupervised forest.")
-@click.option("--drop", multiple=True, metavar="COLUMN",
-              help="Column to ignore, e.g. an identifier (repeatable).")
-@click.option("--na-values", multiple=True, metavar="TOKEN",
-              help="Extra token meaning 'missing' in text files, e.g. '?' (repeatable).")
-@click.option("--task", type=click.Choice(["auto", "classification", "regression",
-                                           "unsupervised"]), default="auto", show_default=True,
-              help="auto: unsupervised without --target, classification for labels, "
-                   "regression for real values.")
-@click.option("--trees", "n_estimators", type=click.IntRange(min=1), default=100,
-              show_default=True, help="Number of trees.")
-@click.option("--method", type=click.Choice(["original", "oob", "rfgap"]), default="original",
-              show_default=True, help="Proximity definition (oob and rfgap: next release).")
-@click.option("--kind", type=click.Choice(["random-forest", "extra-trees"]),
-              default="random-forest", show_default=True, help="Tree learner.")
-@click.option("--max-features", default="auto", show_default=True,
-              help="Features tried per split: auto, sqrt, log2, an integer or a fraction.")
+@click.option(
+    "--drop",
+    multiple=True,
+    metavar="COLUMN",
+    help="Column to ignore, e.g. an identifier (repeatable).",
+)
+@click.option(
+    "--na-values",
+    multiple=True,
+    metavar="TOKEN",
+    help="Extra token meaning 'missing' in text files, e.g. '?' (repeatable).",
+)
+@click.option(
+    "--task",
+    type=click.Choice(["auto", "classification", "regression", "unsupervised"]),
+    default="auto",
+    show_default=True,
+    help="auto: unsupervised without --target, classification for labels, "
+    "regression for real values.",
+)
+@click.option(
+    "--trees",
+    "n_estimators",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Number of trees.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["original", "oob", "rfgap"]),
+    default="original",
+    show_default=True,
+    help="Proximity definition (oob and rfgap: next release).",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["random-forest", "extra-trees"]),
+    default="random-forest",
+    show_default=True,
+    help="Tree learner.",
+)
+@click.option(
+    "--max-features",
+    default="auto",
+    show_default=True,
+    help="Features tried per split: auto, sqrt, log2, an integer or a fraction.",
+)
 @click.option("--min-samples-leaf", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--max-depth", type=click.IntRange(min=1), default=None)
-@click.option("--seed", "random_state", type=click.IntRange(min=0), default=0,
-              show_default=True, help="random_state of the forest: same seed, same matrix.")
-@click.option("--tile-size", type=click.IntRange(min=16), default=2048, show_default=True,
-              help="Rows/columns of one tile (one task, one Zarr chunk).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None,
-              help="Trees per task [default: about 4 tasks per worker thread].")
+@click.option(
+    "--seed",
+    "random_state",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="random_state of the forest: same seed, same matrix.",
+)
+@click.option(
+    "--tile-size",
+    type=click.IntRange(min=16),
+    default=2048,
+    show_default=True,
+    help="Rows/columns of one tile (one task, one Zarr chunk).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Trees per task [default: about 4 tasks per worker thread].",
+)
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @_cluster_options

@@ -71,14 +71,13 @@ def _section(data: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
         if key not in allowed:
             raise _unknown(source, f"{name}.", str(key), list(allowed))
         types = allowed[key]
-        ok = value is None or (isinstance(value, types) and not (
-            isinstance(value, bool) and bool not in types
-        ))
+        ok = value is None or (
+            isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+        )
         if not ok:
             expected = " or ".join(t.__name__ for t in types)
             raise ConfigError(
-                f"{source}: {name}.{key} must be {expected}, got {value!r} "
-                f"({type(value).__name__})"
+                f"{source}: {name}.{key} must be {expected}, got {value!r} ({type(value).__name__})"
             )
     for key in REQUIRED.get(name, ()):
         if section.get(key) is None:

@@ -95,8 +95,7 @@ def resolve_task(task: str, y: np.ndarray | None, target_name: str | None) -> st
         if task == "auto":
             return "unsupervised"
         raise ParameterError(
-            f"task={task!r} needs a target: pass y (or --target COLUMN), "
-            "or use task='unsupervised'"
+            f"task={task!r} needs a target: pass y (or --target COLUMN), or use task='unsupervised'"
         )
     if task != "auto":
         if task == "regression" and not np.issubdtype(y.dtype, np.number):

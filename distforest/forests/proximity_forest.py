@@ -334,7 +334,9 @@ class ProximityForest:
         rs.write_array("leaves", self.leaves_, ("sample", "tree"), chunks=(rows, n_trees))
         rs.write_array("inbag", self.inbag_, ("sample", "tree"), chunks=(rows, n_trees))
         if self.y_ is not None:
-            rs.write_array("target", self.y_, ("sample",), attrs={"classes": self._provenance()["classes"]})
+            rs.write_array(
+                "target", self.y_, ("sample",), attrs={"classes": self._provenance()["classes"]}
+            )
         return rs
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:

@@ -213,7 +213,9 @@ class RunStore:
         arr = self.group.create_array(
             name,
             shape=data.shape,
-            chunks=tuple(min(max(1, c), max(1, s)) for c, s in zip(chunks, data.shape)),
+            chunks=tuple(
+                min(max(1, c), max(1, s)) for c, s in zip(chunks, data.shape, strict=False)
+            ),
             dtype=data.dtype,
             dimension_names=tuple(dims),
             overwrite=True,
@@ -268,7 +270,7 @@ class RunStore:
         chunk = 1 << 20
         for name, values in nodes.items():
             dims = ("node",) if values.ndim == 1 else ("node", "output")
-            sub.write_array(name, values, dims, chunks=(chunk,) + values.shape[1:])
+            sub.write_array(name, values, dims, chunks=(chunk, *values.shape[1:]))
 
     # -- reading ----------------------------------------------------------
 
