@@ -149,3 +149,25 @@ def test_console_script_and_module_help():
         assert command in out
     help_text = invoke("proximity", "--help").output
     assert "--scheduler" in help_text and "--cluster" in help_text and "--trees" in help_text
+
+
+def test_existing_scheduler_is_used_and_left_running(client, tmp_path):
+    rng = np.random.default_rng(1)
+    data = tmp_path / "d.npy"
+    np.save(data, rng.normal(size=(80, 4)))
+    out = tmp_path / "s.zarr"
+    address = client.scheduler.address
+    result = invoke("-q", "proximity", data, "--trees", "6", "--scheduler", address, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert xr.open_zarr(out).attrs["task"] == "unsupervised"
+    assert client.submit(sum, [1, 2]).result() == 3  # the cluster still runs
+
+
+def test_unreachable_scheduler_fails_fast(tmp_path):
+    rng = np.random.default_rng(1)
+    data = tmp_path / "d.npy"
+    np.save(data, rng.normal(size=(20, 2)))
+    result = invoke("-q", "proximity", data, "--scheduler", "tcp://127.0.0.1:1", "--out",
+                    tmp_path / "x.zarr")  # fmt: skip
+    assert result.exit_code == 5 and "could not reach" in result.output
+    assert not (tmp_path / "x.zarr").exists()
