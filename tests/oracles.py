@@ -21,3 +21,42 @@ def dense_weighted_matches(leaves_i, leaves_j, weights_i, weights_j) -> np.ndarr
         same = leaves_i[t][:, None] == leaves_j[t][None, :]
         out += same * np.outer(weights_i[t], weights_j[t])
     return out
+
+
+def dense_oob_proximity(leaves: np.ndarray, inbag: np.ndarray) -> np.ndarray:
+    """R's OOB proximity: shared-leaf count over trees where both are OOB."""
+    oob = inbag == 0
+    both = oob[:, None, :] & oob[None, :, :]
+    same = leaves[:, None, :] == leaves[None, :, :]
+    num = (both & same).sum(axis=2)
+    den = both.sum(axis=2)
+    return np.where(den > 0, num / np.maximum(den, 1), 0.0)
+
+
+def dense_oob_rownorm(leaves: np.ndarray, inbag: np.ndarray) -> np.ndarray:
+    """sum_t o_i o_j [same leaf] / sum_t o_i (the factorisable OOB weighting)."""
+    oob = inbag == 0
+    both = oob[:, None, :] & oob[None, :, :]
+    same = leaves[:, None, :] == leaves[None, :, :]
+    norm = oob.sum(axis=1)[:, None]
+    return np.where(norm > 0, (both & same).sum(axis=2) / np.maximum(norm, 1), 0.0)
+
+
+def dense_rfgap(leaves: np.ndarray, inbag: np.ndarray) -> np.ndarray:
+    """RF-GAP by its definition, looping over rows and trees."""
+    n, n_trees = leaves.shape
+    P = np.zeros((n, n))
+    for i in range(n):
+        used = 0
+        for t in range(n_trees):
+            if inbag[i, t] != 0:
+                continue
+            members = leaves[:, t] == leaves[i, t]
+            mass = inbag[members, t].sum()
+            if mass == 0:
+                continue
+            used += 1
+            P[i] += np.where(members, inbag[:, t], 0) / mass
+        if used:
+            P[i] /= used
+    return P

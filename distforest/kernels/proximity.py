@@ -96,10 +96,77 @@ def original_proximity_tile(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.nd
         raise ValueError(
             f"leaf blocks disagree on the number of trees: {n_trees} vs {leaves_j.shape[1]}"
         )
-    li = np.ascontiguousarray(leaves_i.T, dtype=np.int32)
-    lj = np.ascontiguousarray(leaves_j.T, dtype=np.int32)
+    li, lj = _trees_first(leaves_i, leaves_j, dtype=np.int32)
     counts = leaf_match_sum(li, lj, np.ones(li.shape), np.ones(lj.shape))
     return (counts / np.float64(n_trees)).astype(np.float32)
+
+
+def _trees_first(*blocks: np.ndarray, dtype: type) -> list[np.ndarray]:
+    return [np.ascontiguousarray(b.T, dtype=dtype) for b in blocks]
+
+
+def oob_proximity_tile(
+    leaves_i: np.ndarray, leaves_j: np.ndarray, inbag_i: np.ndarray, inbag_j: np.ndarray
+) -> np.ndarray:
+    """Out-of-bag proximity between two row blocks (R randomForest's definition).
+
+    ``#{t: both out of bag and same leaf} / #{t: both out of bag}``, and 0
+    for a pair that is never out of bag together.
+
+    Parameters
+    ----------
+    leaves_i, leaves_j : ndarray of int, shape (ni, T) and (nj, T)
+    inbag_i, inbag_j : ndarray of uint8, shape (ni, T) and (nj, T)
+
+    Returns
+    -------
+    ndarray of float32, shape (ni, nj)
+    """
+    li, lj = _trees_first(leaves_i, leaves_j, dtype=np.int32)
+    oi, oj = _trees_first(inbag_i == 0, inbag_j == 0, dtype=np.float64)
+    shared = leaf_match_sum(li, lj, oi, oj)
+    both_oob = oi.T @ oj
+    out = np.zeros_like(shared)
+    np.divide(shared, both_oob, out=out, where=both_oob > 0)
+    return out.astype(np.float32)
+
+
+def rfgap_proximity_tile(
+    leaves_i: np.ndarray,
+    leaves_j: np.ndarray,
+    inbag_i: np.ndarray,
+    inbag_j: np.ndarray,
+    mass_i: np.ndarray,
+) -> np.ndarray:
+    """RF-GAP proximity (Rhodes, Cutler & Moon 2023) from block I to block J.
+
+    ``p(i, j) = (1/|S_i|) sum_{t in S_i} c_j(t) [leaf_t(j) = leaf_t(i)] / M_i(t)``
+    with ``S_i`` the trees where i is out of bag (and its leaf holds in-bag
+    rows), ``c_j(t)`` the in-bag count of j and ``M_i(t)`` the total in-bag
+    count of i's leaf.  Rows sum to 1 over all columns; not symmetric.
+
+    Parameters
+    ----------
+    leaves_i, leaves_j : ndarray of int, shape (ni, T) and (nj, T)
+    inbag_i, inbag_j : ndarray of uint8, shape (ni, T) and (nj, T)
+    mass_i : ndarray of float, shape (ni, T)
+        ``M_i(t)`` for the rows of block I.
+
+    Returns
+    -------
+    ndarray of float32, shape (ni, nj)
+    """
+    li, lj = _trees_first(leaves_i, leaves_j, dtype=np.int32)
+    mass = np.ascontiguousarray(mass_i.T, dtype=np.float64)
+    used = (inbag_i.T == 0) & (mass > 0)
+    wi = np.zeros_like(mass)
+    np.divide(1.0, mass, out=wi, where=used)
+    (wj,) = _trees_first(inbag_j, dtype=np.float64)
+    sums = leaf_match_sum(li, lj, wi, wj)
+    n_used = used.sum(axis=0)
+    out = np.zeros_like(sums)
+    np.divide(sums, n_used[:, None], out=out, where=n_used[:, None] > 0)
+    return out.astype(np.float32)
 
 
 def warm_up() -> None:
