@@ -7,7 +7,12 @@ import pytest
 import xarray as xr
 import zarr
 from distributed import Client, LocalCluster
-from oracles import dense_original_proximity
+from oracles import (
+    dense_oob_proximity,
+    dense_oob_rownorm,
+    dense_original_proximity,
+    dense_rfgap,
+)
 
 from distforest import ProximityForest, open_store
 from distforest.errors import NotFittedError, ParameterError, StoreError
@@ -85,11 +90,52 @@ def test_in_memory_refused_for_large_n(fitted):
         fitted.proximity(max_in_memory=100)
 
 
-def test_oob_reserved_and_unknown_methods(fitted):
-    with pytest.raises(ParameterError, match="not implemented"):
-        fitted.proximity(method="oob")
+def test_unknown_method(fitted):
     with pytest.raises(ParameterError, match="must be one of"):
         fitted.proximity(method="cosine")
+
+
+@pytest.mark.parametrize("method", ["oob", "rfgap"])
+def test_oob_and_rfgap_stores_match_oracles(fitted, tmp_path, method):
+    P = fitted.proximity(method=method, store=tmp_path / "p.zarr")
+    assert P.name == f"proximity_{method}"
+    if method == "oob":
+        expected = dense_oob_proximity(fitted.leaves_, fitted.inbag_)
+        np.testing.assert_array_equal(P.values, P.values.T)
+    else:
+        expected = dense_rfgap(fitted.leaves_, fitted.inbag_)
+        np.testing.assert_allclose(P.values.sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(P.values, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(P.values, fitted.proximity(method=method).values)
+    # a second matrix in the same store keeps the first one
+    fitted.proximity(method="original", store=tmp_path / "p.zarr")
+    ds = open_store(tmp_path / "p.zarr")
+    assert {"proximity", f"proximity_{method}"} <= set(ds.data_vars)
+
+
+@pytest.mark.parametrize("method", ["original", "oob", "rfgap"])
+def test_matrix_free_product_on_the_cluster(fitted, method):
+    V = np.random.default_rng(0).normal(size=(fitted.n_samples_, 3))
+    oracle = {
+        "original": lambda: dense_original_proximity(fitted.leaves_, fitted.leaves_),
+        "oob": lambda: dense_oob_rownorm(fitted.leaves_, fitted.inbag_),
+        "rfgap": lambda: dense_rfgap(fitted.leaves_, fitted.inbag_),
+    }[method]()
+    np.testing.assert_allclose(fitted.product(V, method), oracle @ V, rtol=1e-9, atol=1e-12)
+    rows = np.array([5, 0, 17])
+    np.testing.assert_allclose(
+        fitted.product(V, method, rows=rows), (oracle @ V)[rows], rtol=1e-9, atol=1e-12
+    )
+
+
+def test_product_for_new_rows_is_proximity_to_training_rows(fitted, small_classification):
+    X, _ = small_classification
+    V = np.random.default_rng(1).normal(size=(fitted.n_samples_, 2))
+    new = X[:10]
+    got = fitted.product(V, "original", new_rows=new)
+    leaves_new = fitted.apply(new)
+    expected = dense_original_proximity(leaves_new, fitted.leaves_) @ V
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
 
 
 def test_not_fitted():

@@ -42,6 +42,7 @@ class JobResult:
     """What a finished job wrote, for the summary."""
 
     store: str
+    name: str
     shape: tuple[int, int]
     n_trees: int
     task: str
@@ -84,6 +85,7 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
     store = RunStore.open(job.out)
     return JobResult(
         store=store.path,
+        name=str(matrix.name),
         shape=tuple(matrix.shape),
         n_trees=forest.leaves_.shape[1],
         task=forest.task_,
@@ -95,7 +97,7 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
 def summary(result: JobResult) -> str:
     """A few lines telling the user what was written and how to open it."""
     lines = [
-        f"proximity matrix {result.shape[0]} x {result.shape[1]} "
+        f"{result.name} {result.shape[0]} x {result.shape[1]} "
         f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s",
         f"  store:   {result.store}",
     ]
@@ -104,6 +106,6 @@ def summary(result: JobResult) -> str:
     lines += [
         f"  inspect: distforest info {result.store}",
         '  open:    python -c "import xarray as xr; '
-        f"print(xr.open_zarr('{result.store}')['proximity'])\"",
+        f"print(xr.open_zarr('{result.store}')['{result.name}'])\"",
     ]
     return "\n".join(lines)

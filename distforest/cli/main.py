@@ -107,7 +107,8 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     type=click.Choice(["original", "oob", "rfgap"]),
     default="original",
     show_default=True,
-    help="Proximity definition (oob and rfgap: next release).",
+    help="original: share of trees with a common leaf; oob: the same over trees where both "
+    "rows are out of bag; rfgap: RF-GAP (rows sum to 1, not symmetric).",
 )
 @click.option(
     "--kind",

@@ -17,8 +17,6 @@ from distforest.errors import InputError, ParameterError
 TASKS = ("auto", "classification", "regression", "unsupervised")
 KINDS = ("random-forest", "extra-trees")
 PROXIMITY_METHODS = ("original", "oob", "rfgap")
-#: Methods this version computes; the others are accepted names reserved for later.
-IMPLEMENTED_PROXIMITY_METHODS = ("original",)
 
 #: An integer target with at most this many distinct values is taken as classes.
 MAX_AUTO_CLASSES = 50

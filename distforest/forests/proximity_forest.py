@@ -14,8 +14,9 @@ import xarray as xr
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import _params as P
-from distforest.forests.tiles import original_tile_task, proximity_in_memory
+from distforest.forests.tiles import ARRAY_NAMES, SYMMETRIC, proximity_in_memory, tile_task
 from distforest.io import Table, load_table
+from distforest.kernels import leafsums
 from distforest.kernels import proximity as proximity_kernels
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, TreeParams, fit_tree_batch
@@ -365,7 +366,10 @@ class ProximityForest:
         ----------
         method : {"original", "oob", "rfgap"}, default "original"
             ``original``: fraction of trees in which two rows share a leaf
-            (Breiman).  ``oob`` and ``rfgap`` are reserved for the next release.
+            (Breiman); ``oob``: the same over the trees where both rows are out
+            of bag (R's ``oob.prox``); ``rfgap``: RF-GAP (Rhodes et al. 2023),
+            rows sum to 1, not symmetric, zero diagonal.  Stored as
+            ``proximity``, ``proximity_oob`` and ``proximity_rfgap``.
         store : str, Path or None
             Zarr store to write (tile by tile, one Dask task per tile).  The
             forest, ``leaves`` and ``inbag`` are saved with it.  ``None``
@@ -383,11 +387,6 @@ class ProximityForest:
         """
         self._check_fitted()
         P.check_choice("method", method, P.PROXIMITY_METHODS)
-        if method not in P.IMPLEMENTED_PROXIMITY_METHODS:
-            raise ParameterError(
-                f"proximity method {method!r} is not implemented in this version; "
-                "use method='original'"
-            )
         n = self.n_samples_
         if store is None:
             if n > max_in_memory:
@@ -396,29 +395,86 @@ class ProximityForest:
                     f"pass store='proximity.zarr' to write it tile by tile (or raise "
                     f"max_in_memory above {max_in_memory} if you have the memory)"
                 )
-            values = proximity_in_memory(self.leaves_, self.params_["tile_size"])
+            arrays = {"leaves": self.leaves_, "inbag": self.inbag_, "leaf_mass": self.leaf_mass()}
+            values = proximity_in_memory(method, arrays, self.params_["tile_size"])
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
-                                name="proximity", attrs={"method": method})  # fmt: skip
+                                name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
         rs = self._open_or_create(store, overwrite)
         self._write_tiles(rs, method)
         rs.mark_complete()
-        return rs.dataset()["proximity"]
+        return rs.dataset()[ARRAY_NAMES[method]]
+
+    def leaf_mass(self) -> np.ndarray:
+        """Total in-bag count of each row's leaf in each tree (RF-GAP's M_i(t)).
+
+        Returns
+        -------
+        ndarray of float32, shape (n_samples, n_estimators)
+        """
+        self._check_fitted()
+        mass = leafsums.leaf_inbag_total(
+            np.ascontiguousarray(self.leaves_.T), np.ascontiguousarray(self.inbag_.T)
+        )
+        return np.ascontiguousarray(mass.T, dtype=np.float32)
+
+    def product(
+        self, V: Any, method: str = "original", *, rows: Any = None, new_rows: Any = None
+    ) -> np.ndarray:
+        """``P @ V`` without forming P (per-tree leaf sums, Dask tasks over tree batches).
+
+        Parameters
+        ----------
+        V : array-like, shape (n_samples, k) or (n_samples,)
+            Values of the training rows.
+        method : {"original", "oob", "rfgap"}
+            ``oob`` is the row-normalised out-of-bag proximity (see
+            :mod:`distforest.kernels.leafsums`).
+        rows : array-like of int, optional
+            Only these rows of the result.
+        new_rows : array-like, optional
+            Feature rows not in the training data: returns their proximity
+            to the training rows times V (new rows are out of bag everywhere).
+
+        Returns
+        -------
+        ndarray of float64
+        """
+        from distforest.forests.products import product_session
+
+        P.check_choice("method", method, P.PROXIMITY_METHODS)
+        V = np.asarray(V, dtype=np.float64)
+        if V.shape[0] != self.n_samples_:
+            raise InputError(
+                f"V has {V.shape[0]} rows but the forest was fitted on {self.n_samples_}"
+            )
+        new_leaves = None if new_rows is None else self.apply(new_rows)
+        with product_session(self) as session:
+            return session.product(
+                V,
+                method,
+                rows=None if rows is None else np.asarray(rows, dtype=np.int64),
+                new_leaves=new_leaves,
+            )
 
     def _write_tiles(self, rs: RunStore, method: str) -> None:
         n, n_trees = self.leaves_.shape
         tile = self.params_["tile_size"]
+        name = ARRAY_NAMES[method]
+        if method == "rfgap" and "leaf_mass" not in rs.group:
+            rs.write_array(
+                "leaf_mass", self.leaf_mass(), ("sample", "tree"), chunks=(min(tile, n), n_trees)
+            )
         rs.create_matrix(
-            "proximity", n, n, tile, attrs={"method": method, "n_trees": n_trees, "complete": False}
+            name, n, n, tile, attrs={"method": method, "n_trees": n_trees, "complete": False}
         )
-        tiles = tasks.plan_tiles(n, tile, symmetric=True)
+        tiles = tasks.plan_tiles(n, tile, symmetric=SYMMETRIC[method])
         proximity_kernels.warm_up()
-        logger.info("writing %d proximity tiles of %d x %d to %s", len(tiles), tile, tile, rs.path)
-        items = [(rs.path, rows_i, rows_j) for rows_i, rows_j in tiles]
+        logger.info("writing %d %s tiles of %d x %d to %s", len(tiles), name, tile, tile, rs.path)
+        items = [(rs.path, method, rows_i, rows_j) for rows_i, rows_j in tiles]
         with self._client() as client:
             for _ in tasks.run_tasks(
-                client, original_tile_task, items, name="proximity-tiles",
-                progress=self._report("tiles"),
-            ):  # fmt: skip
+                client, tile_task, items, name=f"{name}-tiles", progress=self._report("tiles")
+            ):
                 pass
-        rs.group["proximity"].attrs.update({"complete": True})
+        rs.group[name].attrs.update({"complete": True})

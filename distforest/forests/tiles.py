@@ -8,44 +8,85 @@ from __future__ import annotations
 
 import numpy as np
 
-from distforest.kernels.proximity import original_proximity_tile
+from distforest.kernels.proximity import (
+    oob_proximity_tile,
+    original_proximity_tile,
+    rfgap_proximity_tile,
+)
 from distforest.store.run_store import read_rows, write_block
 
+#: Methods whose matrix is symmetric: only the upper triangle is computed.
+SYMMETRIC = {"original": True, "oob": True, "rfgap": False}
 
-def original_tile_task(path: str, rows_i: slice, rows_j: slice) -> int:
-    """Compute one tile of Breiman's proximity and write it (and its mirror).
+#: Name of each method's matrix in the store.
+ARRAY_NAMES = {"original": "proximity", "oob": "proximity_oob", "rfgap": "proximity_rfgap"}
+
+#: Arrays a method's tiles need, besides ``leaves``.
+NEEDS = {"original": (), "oob": ("inbag",), "rfgap": ("inbag", "leaf_mass")}
+
+
+def compute_tile(method: str, block_i: dict, block_j: dict) -> np.ndarray:
+    """One tile of a proximity from the per-row arrays of two row blocks.
+
+    ``block_*`` map ``"leaves"``, ``"inbag"`` and ``"leaf_mass"`` to (rows, T)
+    arrays (only those the method needs).
+    """
+    if method == "original":
+        return original_proximity_tile(block_i["leaves"], block_j["leaves"])
+    if method == "oob":
+        return oob_proximity_tile(
+            block_i["leaves"], block_j["leaves"], block_i["inbag"], block_j["inbag"]
+        )
+    return rfgap_proximity_tile(
+        block_i["leaves"],
+        block_j["leaves"],
+        block_i["inbag"],
+        block_j["inbag"],
+        block_i["leaf_mass"],
+    )
+
+
+def _read_block(path: str, method: str, rows: slice) -> dict:
+    return {name: read_rows(path, name, rows) for name in ("leaves", *NEEDS[method])}
+
+
+def tile_task(path: str, method: str, rows_i: slice, rows_j: slice) -> int:
+    """Compute one tile (and its mirror for symmetric methods) and write it.
 
     Parameters
     ----------
     path : str
-        The run store holding ``leaves``.
+        The run store holding ``leaves`` (and ``inbag``, ``leaf_mass``).
+    method : {"original", "oob", "rfgap"}
     rows_i, rows_j : slice
-        Row blocks of the tile; ``rows_i.start <= rows_j.start``.
+        Row blocks of the tile.
 
     Returns
     -------
     int
         Bytes written.
     """
-    leaves_i = read_rows(path, "leaves", rows_i)
-    leaves_j = leaves_i if rows_i == rows_j else read_rows(path, "leaves", rows_j)
-    tile = original_proximity_tile(leaves_i, leaves_j)
-    write_block(path, "proximity", (rows_i, rows_j), tile)
-    if rows_i != rows_j:
-        write_block(path, "proximity", (rows_j, rows_i), np.ascontiguousarray(tile.T))
+    block_i = _read_block(path, method, rows_i)
+    block_j = block_i if rows_i == rows_j else _read_block(path, method, rows_j)
+    tile = compute_tile(method, block_i, block_j)
+    name = ARRAY_NAMES[method]
+    write_block(path, name, (rows_i, rows_j), tile)
+    if SYMMETRIC[method] and rows_i != rows_j:
+        write_block(path, name, (rows_j, rows_i), np.ascontiguousarray(tile.T))
         return 2 * tile.nbytes
     return tile.nbytes
 
 
-def proximity_in_memory(leaves: np.ndarray, tile: int) -> np.ndarray:
-    """Breiman's proximity of all rows as one in-memory array (small n only).
+def proximity_in_memory(method: str, arrays: dict, tile: int) -> np.ndarray:
+    """A whole proximity matrix in memory (small n only).
 
-    Computed block by block with the same kernel as the store, so both paths
-    give identical values.
+    Computed block by block with the same kernels as the store, so both
+    paths give identical values.
     """
-    n = leaves.shape[0]
+    n = arrays["leaves"].shape[0]
     out = np.empty((n, n), dtype=np.float32)
     for start in range(0, n, tile):
         rows = slice(start, min(start + tile, n))
-        out[rows] = original_proximity_tile(leaves[rows], leaves)
+        block = {name: a[rows] for name, a in arrays.items()}
+        out[rows] = compute_tile(method, block, arrays)
     return out

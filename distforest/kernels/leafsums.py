@@ -176,3 +176,80 @@ def warm_up() -> None:
     inbag = np.ones((1, 2), dtype=np.uint8)
     leaf_product(leaves, inbag, np.ones((2, 1)), leaves, inbag, "original")
     leaf_inbag_total(leaves, inbag)
+    sorted_leaves, order = leaf_index(leaves)
+    squared_product(leaves, sorted_leaves, order, np.ones((2, 1)), np.arange(2))
+
+
+@njit(nogil=True, cache=True)
+def _squared_product(leaves, sorted_leaves, order, V, rows):  # pragma: no cover - numba
+    n_trees, n = leaves.shape
+    k = V.shape[1]
+    out = np.zeros((rows.shape[0], k), dtype=np.float64)
+    count = np.zeros(n, dtype=np.int32)
+    touched = np.empty(n, dtype=np.int64)
+    inv = 1.0 / n_trees
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        n_touched = 0
+        for t in range(n_trees):
+            leaf = leaves[t, i]
+            lo = np.searchsorted(sorted_leaves[t], leaf, side="left")
+            hi = np.searchsorted(sorted_leaves[t], leaf, side="right")
+            for p in range(lo, hi):
+                j = order[t, p]
+                if count[j] == 0:
+                    touched[n_touched] = j
+                    n_touched += 1
+                count[j] += 1
+        for q in range(n_touched):
+            j = touched[q]
+            p = count[j] * inv
+            w = p * p
+            for c in range(k):
+                out[r, c] += w * V[j, c]
+            count[j] = 0
+    return out
+
+
+def leaf_index(leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of each tree sorted by leaf: ``(sorted_leaves, order)``, both (T, n).
+
+    ``order[t, lo:hi]`` are the rows in the leaf ``sorted_leaves[t, lo]``.
+    """
+    order = np.argsort(leaves, axis=1, kind="stable").astype(np.int32)
+    return np.take_along_axis(leaves, order, axis=1), order
+
+
+def squared_product(
+    leaves: np.ndarray,
+    sorted_leaves: np.ndarray,
+    order: np.ndarray,
+    V: np.ndarray,
+    rows: np.ndarray,
+) -> np.ndarray:
+    """``(P * P) @ V`` for some rows, P Breiman's proximity, from sparse rows.
+
+    Each row's proximity row is built from the members of its leaves (it is
+    sparse when leaves are small), squared and multiplied with ``V``: the
+    cost is the number of (tree, leaf-mate) pairs, never n per row.
+
+    Parameters
+    ----------
+    leaves : ndarray of int32, shape (T, n)
+    sorted_leaves, order : ndarray of int32, shape (T, n)
+        From :func:`leaf_index`.
+    V : ndarray of float64, shape (n, k)
+    rows : ndarray of int64
+        Rows of the result.
+
+    Returns
+    -------
+    ndarray of float64, shape (len(rows), k)
+    """
+    return _squared_product(
+        np.ascontiguousarray(leaves, dtype=np.int32),
+        np.ascontiguousarray(sorted_leaves, dtype=np.int32),
+        np.ascontiguousarray(order, dtype=np.int32),
+        np.ascontiguousarray(V, dtype=np.float64),
+        np.asarray(rows, dtype=np.int64),
+    )

@@ -147,7 +147,7 @@ class RunStore:
         if not p.exists():
             raise StoreError(f"no such store: {str(p)!r}")
         try:
-            group = zarr.open_group(str(p), mode=mode)
+            group = zarr.open_group(str(p), mode=mode, use_consolidated=False)
         except Exception as exc:
             raise StoreError(f"{str(p)!r} is not a Zarr group: {exc}") from exc
         if "distforest_version" not in group.attrs:
