@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 from click.testing import CliRunner
@@ -171,3 +172,31 @@ def test_unreachable_scheduler_fails_fast(tmp_path):
                     tmp_path / "x.zarr")  # fmt: skip
     assert result.exit_code == 5 and "could not reach" in result.output
     assert not (tmp_path / "x.zarr").exists()
+
+
+def test_outliers_mds_and_mislabels_commands(breast_cancer_csv, tmp_path):
+    common = ("--target", "Class", "--drop", "Id", "--trees", "30", "--workers", "2")
+    result = invoke("-q", "outliers", breast_cancer_csv, *common, "--out", tmp_path / "o.csv",
+                    "--plot", tmp_path / "o.png")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    scores = pd.read_csv(tmp_path / "o.csv")
+    assert list(scores.columns) == ["row", "label", "outlier"] and len(scores) == 699
+    # per class, the median score is 0 by construction
+    assert np.allclose(scores.groupby("label")["outlier"].median(), 0.0)
+
+    result = invoke("-q", "mds", breast_cancer_csv, *common, "--out", tmp_path / "m.csv",
+                    "--plot", tmp_path / "m.png", "--components", "3")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    coords = pd.read_csv(tmp_path / "m.csv")
+    assert list(coords.columns) == ["row", "label", "dim1", "dim2", "dim3"]
+    assert (tmp_path / "m.png").stat().st_size > 10_000
+
+    result = invoke("-q", "mislabels", breast_cancer_csv, *common, "--out", tmp_path / "s.csv")
+    assert result.exit_code == 0, result.output
+    ranked = pd.read_csv(tmp_path / "s.csv")
+    assert ranked["score"].is_monotonic_decreasing and len(ranked) == 699
+
+    again = invoke("-q", "mds", breast_cancer_csv, *common, "--out", tmp_path / "m.csv")
+    assert again.exit_code == 6 and "already exists" in again.output
+    missing = invoke("-q", "mislabels", breast_cancer_csv, "--out", tmp_path / "x.csv")
+    assert missing.exit_code == 2 and "--target" in missing.output

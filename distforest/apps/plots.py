@@ -91,3 +91,118 @@ def plot_matrix(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     return out
+
+
+def plot_embedding(
+    coordinates: np.ndarray,
+    path: str | Path,
+    *,
+    labels: np.ndarray | None = None,
+    class_names: Sequence[str] = (),
+    marked: np.ndarray | None = None,
+    title: str = "",
+    max_points: int = 50_000,
+) -> Path:
+    """Scatter plot of 2-D coordinates coloured by class, marked rows circled.
+
+    Parameters
+    ----------
+    coordinates : ndarray, shape (n, >= 2)
+    path : str or Path
+        PNG file to write.
+    labels : ndarray of int, optional
+        Class code of each row.
+    class_names : sequence of str
+    marked : ndarray of bool, optional
+        Rows to circle in red (e.g. outliers).
+    title : str
+    max_points : int
+        Draw an evenly spaced subset of at most this many points.
+
+    Returns
+    -------
+    Path
+    """
+    n = coordinates.shape[0]
+    keep = np.arange(n) if n <= max_points else np.linspace(0, n - 1, max_points).astype(int)
+    xy = coordinates[keep, :2]
+    fig = Figure(figsize=(6.4, 5.6), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    size = max(2.0, 30.0 * min(1.0, 1000 / len(keep)))
+    if labels is None:
+        ax.scatter(xy[:, 0], xy[:, 1], s=size, alpha=0.7)
+    else:
+        codes = np.asarray(labels)[keep]
+        for code in np.unique(codes):
+            name = class_names[code] if code < len(class_names) else str(code)
+            sel = codes == code
+            ax.scatter(xy[sel, 0], xy[sel, 1], s=size, alpha=0.7, label=name)
+        ax.legend(loc="best", fontsize="small", markerscale=1.5)
+    if marked is not None and marked[keep].any():
+        sel = marked[keep]
+        ax.scatter(xy[sel, 0], xy[sel, 1], s=size * 4, facecolors="none", edgecolors="red",
+                   linewidths=1.0, label="outlier")  # fmt: skip
+        ax.legend(loc="best", fontsize="small")
+    ax.set_xlabel("dimension 1")
+    ax.set_ylabel("dimension 2")
+    shown = f" ({len(keep)} of {n} rows)" if len(keep) < n else ""
+    ax.set_title((title or "MDS") + shown)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
+def plot_scores(
+    scores: np.ndarray,
+    path: str | Path,
+    *,
+    labels: np.ndarray | None = None,
+    class_names: Sequence[str] = (),
+    threshold: float | None = None,
+    title: str = "",
+) -> Path:
+    """Per-row scores as vertical lines grouped by class (like R's ``plot.outlier``).
+
+    Parameters
+    ----------
+    scores : ndarray, shape (n,)
+    path : str or Path
+    labels : ndarray of int, optional
+    class_names : sequence of str
+    threshold : float, optional
+        Draw a horizontal line at this score.
+    title : str
+
+    Returns
+    -------
+    Path
+    """
+    n = scores.shape[0]
+    rows, drawn = ordered_sample(labels, n, max_rows=20_000)
+    fig = Figure(figsize=(7.2, 4.0), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    x = np.arange(len(rows))
+    if drawn is None:
+        ax.vlines(x, 0, scores[rows], linewidth=0.6)
+    else:
+        for code in np.unique(drawn):
+            sel = drawn == code
+            name = class_names[code] if code < len(class_names) else str(code)
+            ax.vlines(
+                x[sel], 0, scores[rows][sel], linewidth=0.6, label=name, color=f"C{code % 10}"
+            )
+        ax.legend(loc="best", fontsize="small")
+    if threshold is not None:
+        ax.axhline(threshold, color="red", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("rows (grouped by class)" if drawn is not None else "row")
+    ax.set_ylabel("score")
+    ax.set_title(title or "outlier scores")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out

@@ -32,9 +32,8 @@ class ProximityJob:
     method: str = "original"
     plot: str | None = None
     overwrite: bool = False
-    scheduler: str | None = None
-    cluster: str | None = None
-    cluster_overrides: dict[str, Any] = field(default_factory=dict)
+    #: Keyword arguments of :func:`distforest.parallel.cluster.connect`.
+    connect: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,7 +59,7 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
     table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
     check_can_create(job.out, job.overwrite)
     logger.info("input %s: %d rows x %d features", table.source, table.n_samples, table.n_features)
-    with connect(scheduler=job.scheduler, cluster=job.cluster, **job.cluster_overrides) as client:
+    with connect(**job.connect) as client:
         logger.info(
             "cluster: %d workers, %d threads",
             len(client.nthreads()),

@@ -4,42 +4,25 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
 
 from distforest._version import __version__
+from distforest.cli.apps_cmd import mds, mislabels, outliers
 from distforest.cli.jobs import ProximityJob, run_proximity_job, summary
+from distforest.cli.options import (
+    FOREST_KEYS,
+    cluster_options,
+    connect_kwargs,
+    forest_options,
+    input_options,
+    pop_keys,
+)
 from distforest.cli.pipeline import load_pipeline
 from distforest.cli.progress import ProgressBars, setup_logging
 from distforest.errors import DistforestError
 from distforest.store.run_store import RunStore
-
-
-def _cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option("--scheduler", metavar="ADDRESS",
-                     help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
-        click.option("--cluster", "cluster", metavar="FILE.yaml",
-                     type=click.Path(dir_okay=False),
-                     help="Start or reach a cluster described in a YAML file "
-                          "(see cluster_configs/)."),
-        click.option("--workers", type=click.IntRange(min=1),
-                     help="Workers of the default LocalCluster [default: CPU count]."),
-        click.option("--threads", type=click.IntRange(min=1),
-                     help="Threads per worker of the default LocalCluster [default: 1]."),
-        click.option("--memory-limit", metavar="SIZE",
-                     help="Memory per worker of the default LocalCluster, e.g. 4GiB."),
-    ]  # fmt: skip
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _overrides(workers: int | None, threads: int | None, memory: str | None) -> dict[str, Any]:
-    given = {"n_workers": workers, "threads_per_worker": threads, "memory_limit": memory}
-    return {k: v for k, v in given.items() if v is not None}
 
 
 class _Group(click.Group):
@@ -74,34 +57,8 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
 @click.option("--target", metavar="COLUMN", help="Target column; omit for an unsupervised forest.")
-@click.option(
-    "--drop",
-    multiple=True,
-    metavar="COLUMN",
-    help="Column to ignore, e.g. an identifier (repeatable).",
-)
-@click.option(
-    "--na-values",
-    multiple=True,
-    metavar="TOKEN",
-    help="Extra token meaning 'missing' in text files, e.g. '?' (repeatable).",
-)
-@click.option(
-    "--task",
-    type=click.Choice(["auto", "classification", "regression", "unsupervised"]),
-    default="auto",
-    show_default=True,
-    help="auto: unsupervised without --target, classification for labels, "
-    "regression for real values.",
-)
-@click.option(
-    "--trees",
-    "n_estimators",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="Number of trees.",
-)
+@input_options
+@forest_options()
 @click.option(
     "--method",
     type=click.Choice(["original", "oob", "rfgap"]),
@@ -111,88 +68,49 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     "rows are out of bag; rfgap: RF-GAP (rows sum to 1, not symmetric).",
 )
 @click.option(
-    "--kind",
-    type=click.Choice(["random-forest", "extra-trees"]),
-    default="random-forest",
-    show_default=True,
-    help="Tree learner.",
-)
-@click.option(
-    "--max-features",
-    default="auto",
-    show_default=True,
-    help="Features tried per split: auto, sqrt, log2, an integer or a fraction.",
-)
-@click.option("--min-samples-leaf", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--max-depth", type=click.IntRange(min=1), default=None)
-@click.option(
-    "--seed",
-    "random_state",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="random_state of the forest: same seed, same matrix.",
-)
-@click.option(
     "--tile-size",
     type=click.IntRange(min=16),
     default=2048,
     show_default=True,
     help="Rows/columns of one tile (one task, one Zarr chunk).",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Trees per task [default: about 4 tasks per worker thread].",
-)
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
-@_cluster_options
+@cluster_options
 @click.pass_obj
-def proximity(obj: dict[str, Any], input: str, out: str, target: str | None,
-              drop: tuple[str, ...], na_values: tuple[str, ...], method: str, plot: str | None,
-              overwrite: bool, scheduler: str | None, cluster: str | None,
-              workers: int | None, threads: int | None, memory_limit: str | None,
-              max_features: str, **forest: Any) -> None:  # fmt: skip
+def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, method: str,
+              plot: str | None, overwrite: bool, **options: Any) -> None:  # fmt: skip
     """Fit a forest on INPUT and write its proximity matrix to a Zarr store.
 
     INPUT is a CSV/TSV, Parquet, .npy file or Zarr store.  Text columns
     become ordinal category codes; missing values are allowed (the trees
     route them).
     """
-    forest["max_features"] = _parse_max_features(max_features)
+    input_kw = pop_keys(options, ("drop", "na_values"))
+    forest = pop_keys(options, FOREST_KEYS)
+    forest["tile_size"] = options.pop("tile_size")
     job = ProximityJob(
-        input=input, out=out, target=target, drop=drop, na_values=na_values, forest=forest,
-        method=method, plot=plot, overwrite=overwrite, scheduler=scheduler, cluster=cluster,
-        cluster_overrides=_overrides(workers, threads, memory_limit),
+        input=input, out=out, target=target, forest=forest, method=method, plot=plot,
+        overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
     )  # fmt: skip
     result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]))
     click.echo(summary(result))
 
 
-def _parse_max_features(value: str) -> str | int | float:
-    try:
-        return int(value)
-    except ValueError:
-        pass
-    try:
-        return float(value)
-    except ValueError:
-        return value
-
-
 @cli.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
-@_cluster_options
+@cluster_options
 @click.pass_obj
 def run(obj: dict[str, Any], pipeline: str, scheduler: str | None, cluster: str | None,
         workers: int | None, threads: int | None, memory_limit: str | None) -> None:  # fmt: skip
     """Run the job described in a PIPELINE YAML file (see pipelines/)."""
     job = load_pipeline(pipeline)
+    given = {"workers": workers, "threads": threads, "memory_limit": memory_limit}
     if scheduler or cluster:
-        job.scheduler, job.cluster = scheduler, cluster
-    job.cluster_overrides = _overrides(workers, threads, memory_limit)
+        given.update(scheduler=scheduler, cluster=cluster)
+    else:
+        given.update(job.connect)
+    job.connect = connect_kwargs(given)
     result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]))
     click.echo(summary(result))
 
@@ -229,6 +147,10 @@ def info(store: str, as_json: bool) -> None:
                    f"chunks {tuple(a['chunks'])} dims ({dims})")  # fmt: skip
     if status != "complete":
         sys.exit(1)
+
+
+for _command in (outliers, mislabels, mds):
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -139,6 +139,5 @@ def load_pipeline(path: str | Path, today: _dt.date | None = None) -> ProximityJ
         out=str(out_dir / (out.get("store") or "proximity.zarr")),
         plot=str(out_dir / plot) if plot else None,
         overwrite=bool(out.get("overwrite", False)),
-        scheduler=scheduler,
-        cluster=cluster,
+        connect={"scheduler": scheduler, "cluster": cluster},
     )

@@ -41,7 +41,7 @@ import pandas as pd
 
 from distforest.errors import InputError
 
-__all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table"]
+__all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table", "read_frame"]
 
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".npy", ".zarr")
 _TEXT = (".csv", ".tsv", ".txt")
@@ -194,6 +194,27 @@ def load_table(
     return Table(X, feature_names, categories, yv, target, name)
 
 
+def read_frame(source: Any, *, na_values: Sequence[str] = ()) -> pd.DataFrame:
+    """Read ``source`` as a pandas DataFrame, columns and dtypes as stored (nothing encoded).
+
+    Parameters
+    ----------
+    source : str, pathlib.Path or array-like
+        Anything :func:`load_table` reads.  Arrays get columns ``"0"``, ``"1"``, ...
+    na_values : sequence of str
+        Extra strings that mark a missing value in text files (e.g. ``"?"``).
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
+    data, _, _ = _read(source, [str(v) for v in na_values])
+    if isinstance(data, pd.DataFrame):
+        return data
+    arr, names = data
+    return pd.DataFrame(arr, columns=list(names))
+
+
 def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
     """Return ``(DataFrame | (ndarray, names), source name, stored y or None)``."""
     if isinstance(source, str | Path):
@@ -314,7 +335,14 @@ def _dataset(ds: Any, name: str) -> pd.DataFrame:
             f"{name}: every data variable must be 1-D along one common dimension, got "
             f"{dims}; select the variables to use, e.g. ds[['a', 'b']]"
         )
-    return pd.DataFrame({str(k): np.asarray(v.values) for k, v in ds.data_vars.items()})
+    return pd.DataFrame({str(k): _plain(np.asarray(v.values)) for k, v in ds.data_vars.items()})
+
+
+def _plain(values: np.ndarray) -> np.ndarray:
+    """NumPy's variable-width strings (Zarr v3 string arrays) as an object array."""
+    if values.dtype.kind == "T":
+        return values.astype(object)
+    return values
 
 
 def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any]:
@@ -341,8 +369,14 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
             f"{name}: a Zarr group without an 'X' array could not be opened with "
             f"xarray.open_zarr: {exc}; store the features as a 2-D array 'X'"
         ) from exc
-    # a Zarr group does not record the order of its arrays: sort for a stable column order
-    return _dataset(ds[sorted(ds.data_vars, key=str)], name), name, None
+    # a Zarr group does not record the order of its arrays: use the "columns" attribute
+    # that distforest's writer stores, else sort for a stable column order
+    stored = node.attrs.get("columns") if hasattr(node, "attrs") else None
+    if isinstance(stored, list) and sorted(map(str, stored)) == sorted(map(str, ds.data_vars)):
+        order = [str(c) for c in stored]
+    else:
+        order = sorted(ds.data_vars, key=str)
+    return _dataset(ds[order], name), name, None
 
 
 def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarray, tuple | None]:

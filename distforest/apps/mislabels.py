@@ -1,0 +1,77 @@
+"""Suspected mislabels: rows whose out-of-bag neighbours vote for another class.
+
+The RF-GAP proximity reproduces the forest's out-of-bag prediction, so
+``P_rfgap @ onehot(y)`` is each row's out-of-bag class probability, computed
+matrix-free.  A row is suspect when the probability of its given label is
+low; the outlier score (a mislabelled row is far from its given class) breaks
+ties and strengthens the signal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from distforest.apps.outliers import outlier_scores
+from distforest.errors import ParameterError
+
+#: Weight of the outlier score's rank in the combined score.
+OUTLIER_WEIGHT = 0.25
+
+
+def _rank01(values: np.ndarray) -> np.ndarray:
+    """Ranks scaled to [0, 1] (ties get their mean rank)."""
+    ranks = pd.Series(values).rank(method="average").to_numpy()
+    return (ranks - 1) / max(1, len(values) - 1)
+
+
+def mislabel_scores(forest, *, outlier_weight: float = OUTLIER_WEIGHT) -> pd.DataFrame:
+    """Rank the training rows of a classification forest by how suspect their label is.
+
+    Parameters
+    ----------
+    forest : ProximityForest
+        Fitted with ``task="classification"`` on the labels to check.
+    outlier_weight : float, default 0.25
+        Weight of the outlier score's rank next to the rank of
+        ``1 - p(given label)``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per sample, most suspect first, with columns ``row``,
+        ``label``, ``suggested`` (the class with the largest out-of-bag
+        probability), ``p_label``, ``p_suggested``, ``outlier``, ``score``
+        (combined, in [0, 1]) and ``disagrees`` (suggested != label).
+    """
+    from distforest.forests.products import product_session
+
+    if getattr(forest, "task_", None) != "classification":
+        raise ParameterError(
+            "mislabel detection needs a classification forest (fit with the labels to check); "
+            f"got task {getattr(forest, 'task_', None)!r}"
+        )
+    codes = forest.y_
+    n_classes = len(forest.classes_)
+    onehot = np.zeros((codes.size, n_classes))
+    onehot[np.arange(codes.size), codes] = 1.0
+    with product_session(forest) as session:
+        proba = session.product(onehot, "rfgap")
+    outlier = outlier_scores(forest)
+    p_label = proba[np.arange(codes.size), codes]
+    suggested = proba.argmax(axis=1)
+    score = (_rank01(1.0 - p_label) + outlier_weight * _rank01(outlier)) / (1 + outlier_weight)
+    classes = np.asarray(forest.classes_, dtype=object)
+    frame = pd.DataFrame(
+        {
+            "row": np.arange(codes.size),
+            "label": classes[codes],
+            "suggested": classes[suggested],
+            "p_label": p_label,
+            "p_suggested": proba[np.arange(codes.size), suggested],
+            "outlier": outlier,
+            "score": score,
+            "disagrees": suggested != codes,
+        }
+    )
+    return frame.sort_values(["score", "row"], ascending=[False, True]).reset_index(drop=True)

@@ -1,0 +1,125 @@
+"""Options shared by several commands, and fitting a forest from them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from distforest.forests.proximity_forest import ProximityForest
+from distforest.io import Table, load_table
+from distforest.parallel.cluster import connect
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+FOREST_KEYS = (
+    "task",
+    "n_estimators",
+    "kind",
+    "max_features",
+    "min_samples_leaf",
+    "max_depth",
+    "random_state",
+    "batch_size",
+)
+CLUSTER_KEYS = ("scheduler", "cluster", "workers", "threads", "memory_limit")
+
+
+def _stack(options: list[Decorator]) -> Decorator:
+    def apply(func: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
+
+
+cluster_options = _stack([
+    click.option("--scheduler", metavar="ADDRESS",
+                 help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
+    click.option("--cluster", "cluster", metavar="FILE.yaml", type=click.Path(dir_okay=False),
+                 help="Start or reach a cluster described in a YAML file (see cluster_configs/)."),
+    click.option("--workers", type=click.IntRange(min=1),
+                 help="Workers of the default LocalCluster [default: CPU count]."),
+    click.option("--threads", type=click.IntRange(min=1),
+                 help="Threads per worker of the default LocalCluster [default: 1]."),
+    click.option("--memory-limit", metavar="SIZE",
+                 help="Memory per worker of the default LocalCluster, e.g. 4GiB."),
+])  # fmt: skip
+
+input_options = _stack([
+    click.option("--drop", multiple=True, metavar="COLUMN",
+                 help="Column to ignore, e.g. an identifier (repeatable)."),
+    click.option("--na-values", multiple=True, metavar="TOKEN",
+                 help="Extra token meaning 'missing' in text files, e.g. '?' (repeatable)."),
+])  # fmt: skip
+
+
+def _max_features(ctx: click.Context, param: click.Parameter, value: str) -> str | int | float:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def forest_options(default_trees: int = 100) -> Decorator:
+    """--task, --trees, --kind, --max-features, ... for commands that fit a forest."""
+    return _stack([
+        click.option("--task", type=click.Choice(["auto", "classification", "regression",
+                                                  "unsupervised"]),
+                     default="auto", show_default=True,
+                     help="auto: unsupervised without --target, classification for labels, "
+                          "regression for real values."),
+        click.option("--trees", "n_estimators", type=click.IntRange(min=1),
+                     default=default_trees, show_default=True, help="Number of trees."),
+        click.option("--kind", type=click.Choice(["random-forest", "extra-trees"]),
+                     default="random-forest", show_default=True, help="Tree learner."),
+        click.option("--max-features", default="auto", show_default=True, callback=_max_features,
+                     help="Features tried per split: auto, sqrt, log2, an integer or a fraction."),
+        click.option("--min-samples-leaf", type=click.IntRange(min=1), default=1,
+                     show_default=True),
+        click.option("--max-depth", type=click.IntRange(min=1), default=None),
+        click.option("--seed", "random_state", type=click.IntRange(min=0), default=0,
+                     show_default=True, help="random_state: same seed, same result."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=None,
+                     help="Trees per task [default: about 4 tasks per worker thread]."),
+    ])  # fmt: skip
+
+
+def pop_keys(kwargs: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Remove ``keys`` from ``kwargs`` and return them."""
+    return {k: kwargs.pop(k) for k in keys if k in kwargs}
+
+
+def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of :func:`connect` from the cluster options."""
+    sizes = {
+        "n_workers": options.get("workers"),
+        "threads_per_worker": options.get("threads"),
+        "memory_limit": options.get("memory_limit"),
+    }
+    return {
+        "scheduler": options.get("scheduler"),
+        "cluster": options.get("cluster"),
+        **{k: v for k, v in sizes.items() if v is not None},
+    }
+
+
+@contextmanager
+def fitted_forest(
+    source: str,
+    target: str | None,
+    input_kw: dict[str, Any],
+    forest_kw: dict[str, Any],
+    cluster_kw: dict[str, Any],
+    progress: Any = None,
+) -> Iterator[tuple[Table, ProximityForest]]:
+    """Load the input, connect, fit; the cluster stays up inside the block."""
+    table = load_table(source, target=target, **input_kw)
+    with connect(**connect_kwargs(cluster_kw)) as client:
+        forest = ProximityForest(**forest_kw, client=client, progress=progress).fit(table)
+        yield table, forest
