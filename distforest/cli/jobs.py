@@ -5,12 +5,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from distforest.apps.plots import plot_matrix
+from distforest.cli.outputs import check_new_file, write_mds, write_outliers
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.io import load_table
 from distforest.parallel.cluster import connect
@@ -32,6 +30,10 @@ class ProximityJob:
     method: str = "original"
     plot: str | None = None
     overwrite: bool = False
+    #: ``{"out": csv, "plot": png}`` to also write outlier scores.
+    outliers: dict[str, Any] | None = None
+    #: ``{"out": csv, "plot": png, "components": 2, "dissimilarity": "sqrt"}`` for MDS.
+    mds: dict[str, Any] | None = None
     #: Keyword arguments of :func:`distforest.parallel.cluster.connect`.
     connect: dict[str, Any] = field(default_factory=dict)
 
@@ -46,7 +48,7 @@ class JobResult:
     n_trees: int
     task: str
     seconds: float
-    plot: str | None
+    outputs: dict[str, str]
 
 
 def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
@@ -58,6 +60,10 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
     start = time.perf_counter()
     table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
     check_can_create(job.out, job.overwrite)
+    for extra in (job.outliers, job.mds):
+        for path in (extra or {}).values():
+            if isinstance(path, str) and path.endswith((".csv", ".png")):
+                check_new_file(path, job.overwrite)
     logger.info("input %s: %d rows x %d features", table.source, table.n_samples, table.n_features)
     with connect(**job.connect) as client:
         logger.info(
@@ -67,44 +73,40 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
         )
         forest = ProximityForest(**job.forest, client=client, progress=progress).fit(table)
         matrix = forest.proximity(method=job.method, store=job.out, overwrite=job.overwrite)
-    plot = None
+        outputs = {"store": RunStore.open(job.out).path}
+        if job.outliers:
+            outputs.update(write_outliers(forest, job.outliers["out"], job.outliers.get("plot"),
+                                          title=f"outlier scores, {table.source}"))  # fmt: skip
+        if job.mds:
+            options = {k: v for k, v in job.mds.items() if k not in ("out", "plot")}
+            outputs.update(write_mds(forest, job.mds["out"], job.mds.get("plot"),
+                                     title=f"MDS, {table.source}", **options))  # fmt: skip
     if job.plot:
         codes = forest.y_ if forest.task_ == "classification" else None
-        plot = str(
-            plot_matrix(
-                matrix,
-                job.plot,
-                labels=None if codes is None else np.asarray(codes),
-                class_names=[str(c) for c in forest.classes_],
-                title=f"{job.method} proximity, rows by class"
-                if codes is not None
-                else f"{job.method} proximity",
-            )
-        )
-    store = RunStore.open(job.out)
+        title = f"{job.method} proximity" + (", rows by class" if codes is not None else "")
+        picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
+                              class_names=[str(c) for c in forest.classes_])  # fmt: skip
+        outputs["proximity picture"] = str(picture.resolve())
     return JobResult(
-        store=store.path,
+        store=outputs["store"],
         name=str(matrix.name),
         shape=tuple(matrix.shape),
         n_trees=forest.leaves_.shape[1],
         task=forest.task_,
         seconds=time.perf_counter() - start,
-        plot=plot,
+        outputs=outputs,
     )
 
 
 def summary(result: JobResult) -> str:
     """A few lines telling the user what was written and how to open it."""
+    width = max(len(k) for k in result.outputs) + 1
     lines = [
         f"{result.name} {result.shape[0]} x {result.shape[1]} "
         f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s",
-        f"  store:   {result.store}",
-    ]
-    if result.plot:
-        lines.append(f"  picture: {Path(result.plot).resolve()}")
-    lines += [
-        f"  inspect: distforest info {result.store}",
-        '  open:    python -c "import xarray as xr; '
+        *(f"  {label + ':':<{width}} {path}" for label, path in result.outputs.items()),
+        f"  {'inspect:':<{width}} distforest info {result.store}",
+        f'  {"open:":<{width}} python -c "import xarray as xr; '
         f"print(xr.open_zarr('{result.store}')['{result.name}'])\"",
     ]
     return "\n".join(lines)

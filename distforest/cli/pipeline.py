@@ -6,10 +6,13 @@ outputs go::
     input:   {path: data.csv, target: Class, drop: [Id], na_values: ["?"]}
     forest:  {n_estimators: 300, random_state: 0, tile_size: 256}
     proximity: {method: original}
+    outliers: {out: outliers.csv, plot: outliers.png}                 # optional
+    mds:     {out: mds.csv, plot: mds.png, components: 2}              # optional
     output:  {dir: results/{date}, store: proximity.zarr, plot: proximity.png, overwrite: true}
     cluster: cluster_configs/local.yaml     # or {scheduler: tcp://host:8786}; optional
 
-Relative paths are relative to the current directory.  ``{date}`` in output
+Relative input paths are relative to the current directory; output file
+names are relative to ``output.dir``.  ``{date}`` in output
 paths becomes today's date (YYYY-MM-DD).  Unknown keys and wrong types are
 errors naming the file, the key path and the fix.
 """
@@ -48,10 +51,12 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "random_state": _INT,
     },
     "proximity": {"method": _STR},
+    "outliers": {"out": _STR, "plot": _STR},
+    "mds": {"out": _STR, "plot": _STR, "components": _INT, "dissimilarity": _STR},
     "output": {"dir": _STR, "store": _STR, "plot": _STR, "overwrite": (bool,)},
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
-REQUIRED = {"input": ("path",), "output": ("dir",)}
+REQUIRED = {"input": ("path",), "output": ("dir",), "outliers": ("out",), "mds": ("out",)}
 
 
 def _unknown(source: str, where: str, key: str, allowed: list[str]) -> ConfigError:
@@ -79,7 +84,7 @@ def _section(data: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
             raise ConfigError(
                 f"{source}: {name}.{key} must be {expected}, got {value!r} ({type(value).__name__})"
             )
-    for key in REQUIRED.get(name, ()):
+    for key in REQUIRED.get(name, ()) if name in data else ():
         if section.get(key) is None:
             raise ConfigError(f"{source}: {name}.{key} is required (e.g. {name}: {{{key}: ...}})")
     return dict(section)
@@ -119,6 +124,14 @@ def load_pipeline(path: str | Path, today: _dt.date | None = None) -> ProximityJ
     date = (today or _dt.date.today()).isoformat()
     out_dir = Path(out["dir"].replace("{date}", date))
     plot = out.get("plot")
+    extras = {}
+    for name in ("outliers", "mds"):
+        if name in data:
+            section = _section(data, name, source)
+            for key in ("out", "plot"):
+                if section.get(key):
+                    section[key] = str(out_dir / section[key])
+            extras[name] = {k: v for k, v in section.items() if v is not None}
     scheduler = cluster = None
     cfg = data.get("cluster")
     if isinstance(cfg, str):
@@ -140,4 +153,5 @@ def load_pipeline(path: str | Path, today: _dt.date | None = None) -> ProximityJ
         plot=str(out_dir / plot) if plot else None,
         overwrite=bool(out.get("overwrite", False)),
         connect={"scheduler": scheduler, "cluster": cluster},
+        **extras,
     )

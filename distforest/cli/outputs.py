@@ -1,0 +1,86 @@
+"""Result files of the commands: checked before work, written atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distforest.apps.mds import mds
+from distforest.apps.outliers import outlier_scores
+from distforest.apps.plots import plot_embedding, plot_scores
+from distforest.errors import StoreError
+
+#: Outlier scores above this are flagged (Breiman & Cutler's rule of thumb).
+OUTLIER_THRESHOLD = 10.0
+
+
+def check_new_file(path: str | None, overwrite: bool) -> None:
+    """Refuse to replace an existing file unless ``overwrite``."""
+    if path and Path(path).exists() and not overwrite:
+        raise StoreError(f"output {path!r} already exists; pass --overwrite or choose another path")
+
+
+def write_csv(frame: pd.DataFrame, path: str) -> str:
+    """Write via a temporary file and rename, so no half-written CSV is left."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(out)
+    return str(out.resolve())
+
+
+def class_labels(forest: Any) -> tuple[np.ndarray | None, list[str]]:
+    """Class codes and names of a classification forest, else (None, [])."""
+    if forest.task_ == "classification":
+        return forest.y_, [str(c) for c in forest.classes_]
+    return None, []
+
+
+def _frame(forest: Any) -> pd.DataFrame:
+    labels, names = class_labels(forest)
+    frame = pd.DataFrame({"row": np.arange(forest.n_samples_)})
+    if labels is not None:
+        frame["label"] = np.asarray(names, dtype=object)[labels]
+    return frame
+
+
+def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[str, str]:
+    """Outlier scores to CSV (and a picture); returns what was written."""
+    scores = outlier_scores(forest)
+    frame = _frame(forest)
+    frame["outlier"] = scores
+    written = {"outlier scores": write_csv(frame, out)}
+    if plot:
+        labels, names = class_labels(forest)
+        picture = plot_scores(scores, plot, labels=labels, class_names=names,
+                              threshold=OUTLIER_THRESHOLD, title=title)  # fmt: skip
+        written["outlier picture"] = str(picture.resolve())
+    return written
+
+
+def write_mds(
+    forest: Any,
+    out: str,
+    plot: str | None,
+    *,
+    components: int = 2,
+    dissimilarity: str = "sqrt",
+    title: str = "",
+) -> dict[str, str]:
+    """MDS coordinates to CSV (and a scatter with outliers circled)."""
+    coordinates, _ = mds(forest, components, dissimilarity=dissimilarity)
+    frame = _frame(forest)
+    for k in range(components):
+        frame[f"dim{k + 1}"] = coordinates[:, k]
+    written = {"MDS coordinates": write_csv(frame, out)}
+    if plot and components >= 2:
+        labels, names = class_labels(forest)
+        marked = outlier_scores(forest) > OUTLIER_THRESHOLD
+        picture = plot_embedding(coordinates, plot, labels=labels, class_names=names,
+                                 marked=marked, title=title)  # fmt: skip
+        written["MDS picture"] = str(picture.resolve())
+    return written
