@@ -220,3 +220,16 @@ def test_determinism_across_workers_threads_tiles_and_batches(client, small_clas
         leaves, P = _fit_and_tiles(other, X, y, tmp_path / "c.zarr", tile_size=300, batch_size=1)
     np.testing.assert_array_equal(leaves, ref_leaves)
     np.testing.assert_array_equal(P, ref_P)
+
+
+def test_progress_is_reported_for_fit_and_tiles(client, small_classification, tmp_path):
+    X, y = small_classification
+    events: list[tuple[str, int, int]] = []
+    pf = ProximityForest(8, batch_size=2, tile_size=100, random_state=0, client=client,
+                         progress=lambda *e: events.append(e))  # fmt: skip
+    pf.fit(X, y).proximity(store=tmp_path / "p.zarr")
+    fit = [e for e in events if e[0] == "fit"]
+    tiles = [e for e in events if e[0] == "tiles"]
+    assert fit[0] == ("fit", 0, 4) and fit[-1] == ("fit", 4, 4)
+    assert tiles[-1] == ("tiles", 6, 6)  # 3 row blocks: 6 upper-triangle tiles
+    assert [d for _, d, _ in fit] == sorted(d for _, d, _ in fit)
