@@ -1,0 +1,205 @@
+"""Scale benchmark: imputation, outlier scores and MDS at n = 1,000,000 (issue 3).
+
+Run by hand (it takes a while and needs a quiet machine)::
+
+    python benchmarks/bench_scale.py [--n 1000000] [--trees 100] [--kind extra-trees]
+        [--iterations 5] [--compare-n 100000] [--workdir /tmp/dfscale]
+
+Synthetic data: ``make_classification(n, 20, n_informative=8, n_redundant=4,
+random_state=0)`` (8 informative, 4 linear combinations, 8 noise features),
+20 % of the feature cells removed completely at random (seed 1).  Every
+stage is a ``distforest`` CLI run in its own process, measured for wall time
+and the peak summed RSS of the whole process tree (driver + Dask workers).
+At ``--compare-n`` rows the same imputation runs side by side with
+scikit-learn's ``KNNImputer`` and a missForest-like
+``IterativeImputer(ExtraTreesRegressor(n_estimators=50))`` (each stopped
+after ``--timeout`` seconds), reporting NRMSE over the removed cells.
+
+Writes ``benchmarks/results/scale.md`` and ``scale.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import GB, machine_info, package_versions, run_measured
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def make_data(n: int, workdir: Path) -> dict[str, Path]:
+    """Complete and 20 %-MCAR versions of the synthetic table, as Parquet."""
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n, 20, n_informative=8, n_redundant=4, n_repeated=0, random_state=0)
+    names = [f"x{k}" for k in range(20)]
+    full = pd.DataFrame(X.astype(np.float32), columns=names)
+    full["y"] = y
+    mask = np.random.default_rng(1).random(X.shape) < 0.2
+    missing = full.copy()
+    missing[names] = missing[names].mask(mask)
+    paths = {"full": workdir / f"full_{n}.parquet", "missing": workdir / f"missing_{n}.parquet"}
+    full.to_parquet(paths["full"])
+    missing.to_parquet(paths["missing"])
+    np.save(workdir / f"mask_{n}.npy", mask)
+    return paths
+
+
+def nrmse(truth: np.ndarray, imputed: np.ndarray, mask: np.ndarray) -> float:
+    """Mean over columns of RMSE over the removed cells divided by the column's std."""
+    scores = []
+    for c in range(truth.shape[1]):
+        m = mask[:, c]
+        if m.any():
+            rmse = np.sqrt(np.mean((imputed[m, c] - truth[m, c]) ** 2))
+            scores.append(rmse / truth[:, c].std())
+    return float(np.mean(scores))
+
+
+def score_output(workdir: Path, n: int, path: Path) -> float:
+    import pandas as pd
+
+    truth = pd.read_parquet(workdir / f"full_{n}.parquet").iloc[:, :20].to_numpy(np.float64)
+    imputed = pd.read_parquet(path).iloc[:, :20].to_numpy(np.float64)
+    return nrmse(truth, imputed, np.load(workdir / f"mask_{n}.npy"))
+
+
+def child_sklearn(kind: str, n: int, workdir: str) -> None:
+    """Run one scikit-learn imputer on the MCAR table and save its output."""
+    import pandas as pd
+    from sklearn.ensemble import ExtraTreesRegressor
+    from sklearn.experimental import enable_iterative_imputer  # noqa: F401
+    from sklearn.impute import IterativeImputer, KNNImputer
+
+    wd = Path(workdir)
+    frame = pd.read_parquet(wd / f"missing_{n}.parquet")
+    X = frame.iloc[:, :20].to_numpy(np.float64)
+    if kind == "knn":
+        imputer = KNNImputer(n_neighbors=5)
+    else:
+        imputer = IterativeImputer(
+            ExtraTreesRegressor(n_estimators=50, n_jobs=2, random_state=0),
+            max_iter=5,
+            random_state=0,
+        )
+    out = pd.DataFrame(imputer.fit_transform(X), columns=frame.columns[:20])
+    out.to_parquet(wd / f"sk_{kind}_{n}.parquet")
+
+
+def stage(name: str, cmd: list[str], workdir: Path, timeout: float | None = None) -> dict:
+    run = run_measured(cmd, workdir, name, timeout=timeout)
+    run["stage"] = name
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--kind", default="extra-trees", choices=["random-forest", "extra-trees"])
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--compare-n", type=int, default=100_000)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/dfscale"))
+    parser.add_argument("--skip", default="", help="comma-separated stages to skip")
+    parser.add_argument(
+        "--child", nargs=3, metavar=("KIND", "N", "WORKDIR"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args(argv)
+    if args.child:
+        child_sklearn(args.child[0], int(args.child[1]), args.child[2])
+        return
+    wd = args.workdir
+    wd.mkdir(parents=True, exist_ok=True)
+    distforest = str(Path(sys.executable).with_name("distforest"))
+    skip = set(filter(None, args.skip.split(",")))
+    forest = ["--trees", str(args.trees), "--kind", args.kind, "--seed", "0"]
+    runs: list[dict[str, Any]] = []
+    for n in (args.n, args.compare_n):
+        paths = make_data(n, wd)
+        if "impute" not in skip:
+            out = wd / f"imputed_{n}.parquet"
+            cmd = [distforest, "-q", "impute", str(paths["missing"]), "--target", "y",
+                   "--out", str(out), "--iterations", str(args.iterations), "--overwrite",
+                   *forest]  # fmt: skip
+            run = stage(f"distforest impute n={n}", cmd, wd)
+            if run["returncode"] == 0:
+                run["nrmse"] = score_output(wd, n, out)
+            runs.append(run)
+        if n == args.n:
+            for name, extra in (("outliers", []), ("mds", ["--plot", str(wd / "mds.png")])):
+                if name in skip:
+                    continue
+                cmd = [distforest, "-q", name, str(paths["full"]), "--target", "y", "--out",
+                       str(wd / f"{name}.csv"), "--overwrite", *forest, *extra]  # fmt: skip
+                runs.append(stage(f"distforest {name} n={n}", cmd, wd))
+        else:
+            for kind in ("knn", "missforest"):
+                if kind in skip:
+                    continue
+                cmd = [sys.executable, __file__, "--child", kind, str(n), str(wd)]
+                run = stage(f"sklearn {kind} n={n}", cmd, wd, timeout=args.timeout)
+                if run["returncode"] == 0:
+                    run["nrmse"] = score_output(wd, n, wd / f"sk_{kind}_{n}.parquet")
+                runs.append(run)
+    meta = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": "python "
+        + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),
+        "machine": machine_info(),
+        "versions": package_versions(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scale.json").write_text(
+        json.dumps({"meta": meta, "runs": runs}, indent=2, default=str)
+    )
+    (RESULTS / "scale.md").write_text(render(meta, runs))
+    print((RESULTS / "scale.md").read_text())
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+def render(meta: dict, runs: list[dict]) -> str:
+    m = meta["machine"]
+    lines = [
+        "# Scale benchmark: imputation, outliers and MDS without an n x n matrix",
+        "",
+        f"- Date: {meta['date']}",
+        f"- Machine: {m['cpu_model']}, {m['cores']} cores, "
+        f"{m['mem_total_bytes'] / 2**30:.1f} GiB RAM, Python {m['python']}",
+        f"- Command: `{meta['command']}`",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "",
+        "| stage | exit | wall | peak RSS (process tree) | NRMSE | other load |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        wall = "timed out" if r.get("timed_out") else f"{r['wall_s'] / 60:.1f} min"
+        score = f"{r['nrmse']:.3f}" if "nrmse" in r else "-"
+        lines.append(
+            f"| {r['stage']} | {r['returncode']} | {wall} | "
+            f"{r['peak_rss_tree_bytes'] / GB:.2f} GB | {score} | {r['foreign_load']:.0%} |"
+        )
+    lines += [
+        "",
+        "*peak RSS (process tree)*: the largest sum of RSS over the CLI process and its Dask "
+        "worker processes, sampled every 0.2 s.  *other load*: share of the CPUs used by "
+        "processes outside the measured tree (the machine should be quiet).  NRMSE: RMSE over "
+        "the removed cells divided by the column's standard deviation, averaged over columns.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
