@@ -8,6 +8,7 @@ The main entry points::
 """
 
 from distforest._version import __version__
+from distforest.apps.impute import ProximityImputer
 from distforest.errors import DistforestError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.io import Table, load_table
@@ -16,6 +17,7 @@ from distforest.store import open_store
 __all__ = [
     "DistforestError",
     "ProximityForest",
+    "ProximityImputer",
     "Table",
     "__version__",
     "load_table",

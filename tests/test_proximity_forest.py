@@ -233,3 +233,12 @@ def test_progress_is_reported_for_fit_and_tiles(client, small_classification, tm
     assert fit[0] == ("fit", 0, 4) and fit[-1] == ("fit", 4, 4)
     assert tiles[-1] == ("tiles", 6, 6)  # 3 row blocks: 6 upper-triangle tiles
     assert [d for _, d, _ in fit] == sorted(d for _, d, _ in fit)
+
+
+def test_errors_inside_a_call_on_the_default_client_propagate(client):
+    """An error raised while using the notebook's current client is not swallowed."""
+    from distforest.parallel.cluster import use_client
+
+    with pytest.raises(ParameterError, match="boom"), use_client() as current:
+        assert current is client  # the session's client is the current default client
+        raise ParameterError("boom")

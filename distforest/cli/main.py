@@ -10,6 +10,7 @@ import click
 
 from distforest._version import __version__
 from distforest.cli.apps_cmd import mds, mislabels, outliers
+from distforest.cli.impute_cmd import impute
 from distforest.cli.jobs import ProximityJob, run_proximity_job, summary
 from distforest.cli.options import (
     FOREST_KEYS,
@@ -149,7 +150,7 @@ def info(store: str, as_json: bool) -> None:
         sys.exit(1)
 
 
-for _command in (outliers, mislabels, mds):
+for _command in (impute, outliers, mislabels, mds):
     cli.add_command(_command)
 
 

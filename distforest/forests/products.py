@@ -106,11 +106,12 @@ class ProductSession:
         if new_leaves is not None:
             dst = tasks.scatter(self.client, np.ascontiguousarray(new_leaves.T))
         items = [(self._leaves, self._inbag, V_future, b, method, dst, rows) for b in self._batches]
-        sums: np.ndarray | None = None
-        norm: np.ndarray | None = None
-        for _, (s, nrm) in tasks.run_tasks(self.client, _product_task, items, name="product"):
-            sums = s if sums is None else sums + s
-            norm = nrm if norm is None else norm + nrm
+        parts: list[Any] = [None] * len(items)
+        for i, part in tasks.run_tasks(self.client, _product_task, items, name="product"):
+            parts[i] = part
+        # add in batch order, not completion order: bit-identical results
+        sums = np.sum([p[0] for p in parts], axis=0) if len(parts) > 1 else parts[0][0]
+        norm = np.sum([p[1] for p in parts], axis=0) if len(parts) > 1 else parts[0][1]
         result = leafsums.normalise(sums, norm)
         return result[:, 0] if flat else result
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from distforest.kernels import proximity as proximity_kernels
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, TreeParams, fit_tree_batch
 from distforest.parallel import tasks
-from distforest.parallel.cluster import connect
+from distforest.parallel.cluster import use_client
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -168,19 +168,8 @@ class ProximityForest:
 
     # -- cluster ------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _client(self) -> Iterator[Any]:
-        if self.client is not None:
-            yield self.client
-            return
-        if self.scheduler is None and self.cluster is None:
-            from distributed import get_client
-
-            with contextlib.suppress(ValueError):
-                yield get_client()
-                return
-        with connect(scheduler=self.scheduler, cluster=self.cluster) as client:
-            yield client
+    def _client(self) -> contextlib.AbstractContextManager[Any]:
+        return use_client(self.client, scheduler=self.scheduler, cluster=self.cluster)
 
     def _report(self, stage: str) -> tasks.ProgressCallback | None:
         if self.progress is None:

@@ -54,6 +54,7 @@ __all__ = [
     "default_cluster_config",
     "load_cluster_config",
     "parse_cluster_config",
+    "use_client",
 ]
 
 logger = logging.getLogger(__name__)
@@ -348,3 +349,40 @@ def connect(
         _close_quietly(client, "client")
         if cluster_obj is not None:
             _close_quietly(cluster_obj, "cluster")
+
+
+@contextlib.contextmanager
+def use_client(
+    client: Any = None, *, scheduler: str | None = None, cluster: str | Path | None = None
+) -> Iterator[Any]:
+    """The client an estimator call should run on.
+
+    In order: the ``client`` given; a cluster from ``scheduler`` or
+    ``cluster``; the current default ``distributed`` client (one made in a
+    notebook); else a LocalCluster for the duration of the block.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+    scheduler : str, optional
+    cluster : str or Path, optional
+
+    Yields
+    ------
+    distributed.Client
+    """
+    if client is not None:
+        yield client
+        return
+    if scheduler is None and cluster is None:
+        from distributed import get_client
+
+        try:
+            current = get_client()
+        except ValueError:
+            current = None
+        if current is not None:
+            yield current
+            return
+    with connect(scheduler=scheduler, cluster=cluster) as started:
+        yield started

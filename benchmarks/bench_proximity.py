@@ -1,0 +1,1154 @@
+"""Benchmark ``distforest proximity`` against scikit-learn + numpy and the Zarr I/O floor.
+
+Run by hand (never in CI)::
+
+    .venv/bin/python benchmarks/bench_proximity.py \
+        [--sizes 5000,20000,100000] [--trees 100] [--workdir /tmp/dfbench] \
+        [--skip-sklearn-above 20000]
+
+For every n, on the same data (``make_classification(n, 20, n_informative=10,
+random_state=0)`` saved as Parquet, target column ``y``), in this order and
+each in its own subprocess:
+
+1. ``distforest proximity data.parquet --target y --trees T --seed 0 --out
+   prox.zarr --overwrite --quiet`` under ``/usr/bin/time -v``, while this
+   script samples the summed RSS of the whole process tree (CLI + Dask
+   workers + helpers) with psutil every 0.2 s.  The store's size (du) and the
+   density and value distribution of its proximity tiles are then measured.
+2. A phase profile (same code path as the CLI, timed step by step):
+   LocalCluster start, ``ProximityForest.fit``, ``save`` and the tile phase,
+   with the Dask task stream (worker utilisation, tile tasks per second) and
+   a driver-side timing of one tile task's parts (read leaves, kernel, write).
+3. The I/O floor: writing a float32 n x n Zarr v3 array with default codecs
+   (bytes + zstd level 0), chunks (tile, tile), tile by tile, with synthetic
+   tiles that have the measured density and value distribution (see
+   :func:`synthetic_tiles`), by as many processes as the cluster has workers.
+4. The usual scikit-learn recipe: ``RandomForestClassifier(n_jobs=2)``,
+   ``apply()`` and a dense float64 n x n numpy accumulator, when it fits in
+   memory.
+
+Results go to ``benchmarks/results/proximity.md`` (and the raw numbers to
+``proximity.json`` next to it), rewritten after every size.  Big outputs are
+deleted after each size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS_MD = HERE / "results" / "proximity.md"
+RESULTS_JSON = HERE / "results" / "proximity.json"
+TIME_BIN = "/usr/bin/time"
+SAMPLE_EVERY = 0.2
+RESULT_PREFIX = "BENCH-RESULT "
+N_FEATURES = 20
+GB = 1e9
+TARGET_SPEEDUP_N, TARGET_SPEEDUP = 20_000, 3.0
+TARGET_BIG_N, TARGET_RSS_GB, TARGET_FLOOR_RATIO = 100_000, 4.0, 2.0
+
+
+# ---------------------------------------------------------------------------
+# Measuring a subprocess
+# ---------------------------------------------------------------------------
+
+
+class TreeSampler(threading.Thread):
+    """Sample the summed RSS of every descendant of ``pid`` every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.stop = threading.Event()
+        self.peak_sum = 0
+        self.peak_procs = 0
+        self.peak_at = 0.0
+        self.samples = 0
+        self.t0 = time.perf_counter()
+
+    def run(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self.stop.is_set():
+            try:
+                procs = root.children(recursive=True)
+            except psutil.NoSuchProcess:
+                break
+            total, count = 0, 0
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                    count += 1
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            self.samples += 1
+            if total > self.peak_sum:
+                self.peak_sum = total
+                self.peak_at = time.perf_counter() - self.t0
+            self.peak_procs = max(self.peak_procs, count)
+            self.stop.wait(SAMPLE_EVERY)
+
+
+def _parse_time_v(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    m = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", text)
+    if m:
+        h, mnt, s = m.groups()
+        out["wall_s"] = int(h or 0) * 3600 + int(mnt) * 60 + float(s)
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    if m:
+        out["max_rss_single_bytes"] = int(m.group(1)) * 1024
+    for key, pattern in (
+        ("user_s", r"User time \(seconds\): ([\d.]+)"),
+        ("sys_s", r"System time \(seconds\): ([\d.]+)"),
+        ("cpu_percent", r"Percent of CPU this job got: (\d+)%"),
+    ):
+        m = re.search(pattern, text)
+        if m:
+            out[key] = float(m.group(1))
+    return out
+
+
+def _busy_cpu_s() -> float:
+    import psutil
+
+    t = psutil.cpu_times()
+    return (
+        sum(t)
+        - t.idle
+        - getattr(t, "iowait", 0.0)
+        - getattr(t, "guest", 0.0)
+        - getattr(t, "guest_nice", 0.0)
+    )
+
+
+def wait_for_quiet(max_wait: float, threshold: float = 0.10) -> float:
+    """Wait until other processes use under ``threshold`` of the CPUs; return the wait."""
+    import psutil
+
+    start = time.perf_counter()
+    quiet_checks = 0
+    told = False
+    while time.perf_counter() - start < max_wait:
+        busy = psutil.cpu_percent(interval=2.0) / 100
+        quiet_checks = quiet_checks + 1 if busy < threshold else 0
+        if quiet_checks >= 2:
+            break
+        if busy >= threshold and not told:
+            print(f"  waiting for the machine to be quiet ({busy:.0%} busy) ...", flush=True)
+            told = True
+    return time.perf_counter() - start
+
+
+def run_measured(cmd: list[str], cwd: Path, label: str, max_wait: float = 0.0) -> dict[str, Any]:
+    """Run ``cmd`` under ``/usr/bin/time -v`` while sampling the process tree's RSS.
+
+    Also measures the CPU time used by processes outside the tree during the
+    run (``foreign_cpu_s``): other work on the machine makes the numbers
+    unreliable.
+    """
+    time_file = cwd / f"{label}.time.txt"
+    full = [TIME_BIN, "-v", "-o", str(time_file), *cmd]
+    waited = wait_for_quiet(max_wait) if max_wait > 0 else 0.0
+    print(f"  [{label}] {' '.join(cmd)}", flush=True)
+    busy0 = _busy_cpu_s()
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - start
+    busy = _busy_cpu_s() - busy0
+    sampler.stop.set()
+    sampler.join()
+    result: dict[str, Any] = {
+        "cmd": cmd,
+        "returncode": proc.returncode,
+        "waited_for_quiet_s": waited,
+        "system_busy_cpu_s": busy,
+        "wall_s_perf": wall,
+        "peak_rss_tree_bytes": sampler.peak_sum,
+        "peak_rss_tree_at_s": sampler.peak_at,
+        "peak_procs": sampler.peak_procs,
+        "rss_samples": sampler.samples,
+        "stdout": stdout,
+        "stderr_tail": stderr[-3000:],
+    }
+    if time_file.exists():
+        result.update(_parse_time_v(time_file.read_text()))
+    result.setdefault("wall_s", wall)
+    ours = result.get("user_s", 0.0) + result.get("sys_s", 0.0)
+    result["foreign_cpu_s"] = max(0.0, busy - ours)
+    result["foreign_load"] = result["foreign_cpu_s"] / wall / (os.cpu_count() or 1)
+    if result["foreign_load"] > 0.05:
+        print(
+            f"  [{label}] WARNING: other processes used {result['foreign_load']:.0%} of the "
+            "CPUs during this run",
+            flush=True,
+        )
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            result["child"] = json.loads(line[len(RESULT_PREFIX) :])
+    if proc.returncode != 0:
+        print(f"  [{label}] FAILED (exit {proc.returncode}):\n{stderr[-3000:]}", flush=True)
+    else:
+        print(
+            f"  [{label}] {result['wall_s']:.1f} s, peak RSS (tree) {sampler.peak_sum / GB:.2f} GB",
+            flush=True,
+        )
+    return result
+
+
+def measured(cmd: list[str], cwd: Path, label: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``run_measured``, repeated (up to ``--attempts``) while other load spoils it.
+
+    Keeps the attempt with the least CPU used by other processes.
+    """
+    best: dict[str, Any] | None = None
+    for attempt in range(1, args.attempts + 1):
+        run = run_measured(cmd, cwd, label, args.quiet_wait)
+        run["attempt"] = attempt
+        if best is None or (run["returncode"] == 0 and run["foreign_load"] < best["foreign_load"]):
+            best = run
+        if run["returncode"] != 0 or run["foreign_load"] <= args.max_other_load:
+            break
+        if attempt < args.attempts:
+            print(f"  [{label}] repeating: the machine was busy", flush=True)
+    assert best is not None
+    return best
+
+
+def _self_cmd(child: str, **kwargs: Any) -> list[str]:
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        child,
+        "--child-args",
+        json.dumps(kwargs),
+    ]
+
+
+def _emit(result: dict[str, Any]) -> None:
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------
+# Child: the scikit-learn + numpy recipe
+# ---------------------------------------------------------------------------
+
+
+def child_sklearn(data: str, trees: int, seed: int) -> None:
+    t0 = time.perf_counter()
+    import numpy as np
+    import pandas as pd
+    from sklearn.ensemble import RandomForestClassifier
+
+    t_import = time.perf_counter()
+    df = pd.read_parquet(data)
+    y = df.pop("y").to_numpy()
+    X = df.to_numpy()
+    n = X.shape[0]
+    t_load = time.perf_counter()
+    rf = RandomForestClassifier(n_estimators=trees, n_jobs=2, random_state=seed).fit(X, y)
+    t_fit = time.perf_counter()
+    leaves = rf.apply(X)
+    t_apply = time.perf_counter()
+    prox = np.zeros((n, n))
+    for t in range(trees):
+        prox += leaves[:, t][:, None] == leaves[:, t][None, :]
+    prox /= trees
+    t_prox = time.perf_counter()
+    _emit(
+        {
+            "imports_s": t_import - t0,
+            "load_s": t_load - t_import,
+            "fit_s": t_fit - t_load,
+            "apply_s": t_apply - t_fit,
+            "proximity_s": t_prox - t_apply,
+            "density": float(np.count_nonzero(prox) - n) / (n * n - n),
+            "dtype": str(prox.dtype),
+        }
+    )
+
+
+# ---------------------------------------------------------------------------
+# Child: phase profile of the distforest pipeline
+# ---------------------------------------------------------------------------
+
+
+def _task_stream_summary(
+    records: list[dict[str, Any]], prefix: str, wall: float, threads: int
+) -> dict[str, Any]:
+    compute, transfer, other, count = 0.0, 0.0, 0.0, 0
+    for rec in records:
+        key = rec["key"] if isinstance(rec["key"], str) else str(rec["key"])
+        if not key.startswith(prefix):
+            continue
+        count += 1
+        for ss in rec["startstops"]:
+            d = ss["stop"] - ss["start"]
+            if ss["action"] == "compute":
+                compute += d
+            elif ss["action"] == "transfer":
+                transfer += d
+            else:
+                other += d
+    return {
+        "tasks": count,
+        "compute_s": compute,
+        "transfer_s": transfer,
+        "other_s": other,
+        "mean_compute_s": compute / count if count else 0.0,
+        "utilisation": compute / (wall * threads) if wall > 0 else 0.0,
+    }
+
+
+def _time_one_tile(store: str, scratch: str, n: int, tile: int) -> dict[str, Any]:
+    """Time the parts of one off-diagonal tile task on the driver (median of 3)."""
+    import statistics
+
+    import numpy as np
+    import zarr
+
+    from distforest.kernels.proximity import original_proximity_tile
+    from distforest.store.run_store import read_rows
+
+    arr = zarr.create_array(
+        store=scratch,
+        shape=(n, n),
+        chunks=(tile, tile),
+        dtype="float32",
+        fill_value=np.nan,
+        overwrite=True,
+    )
+    del arr
+    j0 = tile if n > tile else 0
+    rows_i, rows_j = slice(0, min(tile, n)), slice(j0, min(j0 + tile, n))
+    parts: dict[str, list[float]] = {
+        "read_s": [],
+        "kernel_s": [],
+        "write_s": [],
+        "write_mirror_s": [],
+    }
+    for _ in range(3):
+        t = time.perf_counter()
+        li = read_rows(store, "leaves", rows_i)
+        lj = read_rows(store, "leaves", rows_j)
+        parts["read_s"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        block = original_proximity_tile(li, lj)
+        parts["kernel_s"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        zarr.open_array(scratch, mode="r+")[rows_i, rows_j] = block
+        parts["write_s"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        zarr.open_array(scratch, mode="r+")[rows_j, rows_i] = np.ascontiguousarray(block.T)
+        parts["write_mirror_s"].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in parts.items()}
+
+
+def child_profile(data: str, trees: int, seed: int, store: str, tiles: bool) -> None:
+    t0 = time.perf_counter()
+    import dask
+
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import load_table
+    from distforest.parallel.cluster import connect
+
+    t_import = time.perf_counter()
+    out: dict[str, Any] = {"imports_s": t_import - t0}
+    table = load_table(data, target="y")
+    out["load_s"] = time.perf_counter() - t_import
+    length = 1_000_000
+    with dask.config.set(
+        {
+            "distributed.scheduler.dashboard.status.task-stream-length": length,
+            "distributed.scheduler.dashboard.tasks.task-stream-length": length,
+        }
+    ):
+        t = time.perf_counter()
+        with connect() as client:
+            from distributed import get_task_stream
+
+            out["cluster_start_s"] = time.perf_counter() - t
+            threads = sum(client.nthreads().values())
+            out["threads"] = threads
+            forest = ProximityForest(n_estimators=trees, random_state=seed, client=client)
+            with get_task_stream(client=client) as ts:
+                t = time.perf_counter()
+                forest.fit(table)
+                out["fit_s"] = time.perf_counter() - t
+            out["fit_tasks"] = _task_stream_summary(ts.data, "fit-trees", out["fit_s"], threads)
+            if tiles:
+                t = time.perf_counter()
+                forest.save(store, overwrite=True)
+                out["save_s"] = time.perf_counter() - t
+                with get_task_stream(client=client) as ts:
+                    t = time.perf_counter()
+                    forest.proximity(store=store)
+                    out["tiles_s"] = time.perf_counter() - t
+                out["tile_tasks"] = _task_stream_summary(
+                    ts.data, "proximity-tiles", out["tiles_s"], threads
+                )
+            t = time.perf_counter()
+        out["cluster_close_s"] = time.perf_counter() - t
+    if tiles:
+        scratch = str(Path(store).with_name("one_tile_scratch.zarr"))
+        out["one_tile"] = _time_one_tile(store, scratch, table.n_samples, forest.tile_size)
+        shutil.rmtree(scratch, ignore_errors=True)
+    _emit(out)
+
+
+# ---------------------------------------------------------------------------
+# Child: the I/O floor
+# ---------------------------------------------------------------------------
+
+
+def synthetic_tiles(
+    tile: int, density: float, k_probs: list[float], trees: int, count: int, seed: int
+) -> list[Any]:
+    """``count`` float32 tiles like off-diagonal proximity tiles, plus one diagonal tile.
+
+    Every cell is non-zero with probability ``density`` (independently, so the
+    non-zeros sit at uniformly random positions, as they do in a proximity
+    matrix of shuffled rows); a non-zero cell holds ``k / trees`` with ``k``
+    drawn from ``k_probs`` (the measured distribution of shared-leaf counts
+    ``k = 1..trees``).  The last tile has 1.0 on its diagonal.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ks = np.arange(1, trees + 1, dtype=np.float64)
+    probs = np.asarray(k_probs, dtype=np.float64)
+    probs /= probs.sum()
+    tiles = []
+    for i in range(count + 1):
+        mask = rng.random((tile, tile)) < density
+        values = np.zeros((tile, tile), dtype=np.float32)
+        values[mask] = (rng.choice(ks, size=int(mask.sum()), p=probs) / trees).astype(np.float32)
+        if i == count:
+            np.fill_diagonal(values, 1.0)
+        tiles.append(values)
+    return tiles
+
+
+def _floor_worker(
+    path: str,
+    n: int,
+    tile: int,
+    blocks: list[tuple[int, int]],
+    spec: dict[str, Any],
+    seed: int,
+    barrier: Any,
+    queue: Any,
+) -> None:
+    import zarr
+
+    pool = synthetic_tiles(
+        tile, spec["density"], spec["k_probs"], spec["trees"], spec["pool"], seed
+    )
+    arr = zarr.open_array(path, mode="r+")
+    barrier.wait()
+    start = time.time()
+    raw = 0
+    for a, b in blocks:
+        ri = slice(a * tile, min((a + 1) * tile, n))
+        rj = slice(b * tile, min((b + 1) * tile, n))
+        src = pool[-1] if a == b else pool[(7 * a + b) % (len(pool) - 1)]
+        block = src[: ri.stop - ri.start, : rj.stop - rj.start]
+        arr[ri, rj] = block
+        raw += block.nbytes
+    queue.put((start, time.time(), raw))
+
+
+def child_iofloor(store: str, n: int, tile: int, procs: int, spec: dict[str, Any]) -> None:
+    import multiprocessing as mp
+
+    import numpy as np
+    import zarr
+
+    arr = zarr.create_array(
+        store=store,
+        shape=(n, n),
+        chunks=(tile, tile),
+        dtype="float32",
+        fill_value=np.nan,
+        zarr_format=3,
+        overwrite=True,
+    )
+    codecs = {"serializer": str(arr.serializer), "compressors": [str(c) for c in arr.compressors]}
+    nb = math.ceil(n / tile)
+    blocks = [(a, b) for a in range(nb) for b in range(nb)]
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(procs), ctx.Queue()
+    workers = [
+        ctx.Process(
+            target=_floor_worker,
+            args=(store, n, tile, blocks[w::procs], spec, 1000 + w, barrier, queue),
+        )
+        for w in range(procs)
+    ]
+    for w in workers:
+        w.start()
+    times = [queue.get() for _ in workers]
+    for w in workers:
+        w.join()
+    _emit(
+        {
+            "floor_s": max(t[1] for t in times) - min(t[0] for t in times),
+            "per_process_s": [t[1] - t[0] for t in times],
+            "tiles": len(blocks),
+            "raw_bytes": sum(t[2] for t in times),
+            "codecs": codecs,
+            "procs": procs,
+        }
+    )
+
+
+# ---------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    mem = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, value = line.split(":", 1)
+        mem[key] = int(value.split()[0]) * 1024
+    model = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "mem_total_bytes": mem.get("MemTotal", 0),
+        "mem_available_bytes": mem.get("MemAvailable", 0),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = [
+        "distforest",
+        "numpy",
+        "scikit-learn",
+        "numba",
+        "zarr",
+        "numcodecs",
+        "dask",
+        "distributed",
+        "xarray",
+        "pandas",
+        "pyarrow",
+        "psutil",
+    ]
+    out = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "distforest"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        out["distforest git"] = commit + (" (+ uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return out
+
+
+def du_bytes(path: Path) -> int:
+    if not path.exists():
+        return 0
+    res = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True)
+    return int(res.stdout.split()[0]) * 1024
+
+
+def free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def make_data(n: int, path: Path) -> None:
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n, N_FEATURES, n_informative=10, random_state=0)
+    df = pd.DataFrame(X, columns=[f"x{i}" for i in range(N_FEATURES)])
+    df["y"] = y
+    df.to_parquet(path)
+
+
+def measure_tiles(store: Path, n: int, tile: int, trees: int, max_tiles: int = 8) -> dict:
+    """Density and shared-leaf-count distribution of off-diagonal proximity tiles."""
+    import numpy as np
+    import zarr
+
+    arr = zarr.open_array(str(store), path="proximity", mode="r")
+    nb = math.ceil(n / tile)
+    pairs = [(a, b) for a in range(nb) for b in range(a + 1, nb)]
+    step = max(1, len(pairs) // max_tiles)
+    pairs = pairs[::step][:max_tiles] or [(0, 0)]
+    counts = np.zeros(trees + 1, dtype=np.int64)
+    cells = 0
+    for a, b in pairs:
+        block = arr[a * tile : min((a + 1) * tile, n), b * tile : min((b + 1) * tile, n)]
+        if a == b:
+            block = block[~np.eye(block.shape[0], dtype=bool)]
+        k = np.rint(np.asarray(block, dtype=np.float64) * trees).astype(np.int64).ravel()
+        counts += np.bincount(k, minlength=trees + 1)[: trees + 1]
+        cells += k.size
+    nonzero = int(counts[1:].sum())
+    diag = arr[0 : min(tile, n), 0 : min(tile, n)]
+    return {
+        "tiles_sampled": len(pairs),
+        "density": nonzero / cells,
+        "k_probs": (counts[1:] / max(1, nonzero)).tolist(),
+        "mean_nonzero_value": float((np.arange(1, trees + 1) * counts[1:]).sum())
+        / max(1, nonzero)
+        / trees,
+        "diagonal_all_ones": bool(np.all(np.diagonal(diag) == 1.0)),
+        "nan_in_first_tile": bool(np.isnan(diag).any()),
+    }
+
+
+def sklearn_need_bytes(n: int, trees: int) -> int:
+    # float64 accumulator + bool temporary of the comparison + leaves and data.
+    return n * n * 8 + n * n + n * trees * 8 + n * N_FEATURES * 8 * 2
+
+
+def store_need_bytes(n: int) -> int:
+    # Compressed proximity is ~10% of raw at n=20k; allow 35% (two stores never coexist).
+    return int(n * n * 4 * 0.35) + 200 * 10**6
+
+
+def bench_size(n: int, args: argparse.Namespace, machine: dict[str, Any]) -> dict[str, Any]:
+    wd = Path(args.workdir) / f"n{n}"
+    shutil.rmtree(wd, ignore_errors=True)
+    wd.mkdir(parents=True)
+    res: dict[str, Any] = {"n": n, "trees": args.trees}
+    data = wd / "data.parquet"
+    print(f"n={n}: generating data", flush=True)
+    make_data(n, data)
+    free = free_bytes(wd)
+    res["free_disk_before_bytes"] = free
+    if free < store_need_bytes(n):
+        res["skipped"] = (
+            f"not enough disk: {free / GB:.0f} GB free, ~{store_need_bytes(n) / GB:.0f} GB needed"
+        )
+        print("  " + res["skipped"], flush=True)
+        shutil.rmtree(wd, ignore_errors=True)
+        return res
+
+    # 1. The CLI, end to end.
+    store = wd / "prox.zarr"
+    # --quiet is an option of the command group, so it goes before the subcommand.
+    cli = [
+        args.distforest,
+        "--quiet",
+        "proximity",
+        "data.parquet",
+        "--target",
+        "y",
+        "--trees",
+        str(args.trees),
+        "--seed",
+        "0",
+        "--out",
+        "prox.zarr",
+        "--overwrite",
+    ]
+    res["distforest"] = measured(cli, wd, "distforest", args)
+    if res["distforest"]["returncode"] == 0:
+        res["store_bytes"] = du_bytes(store)
+        res["proximity_array_bytes"] = du_bytes(store / "proximity")
+        res["content"] = measure_tiles(store, n, args.tile, args.trees)
+        print(
+            f"  store {res['store_bytes'] / GB:.2f} GB on disk, tile density "
+            f"{res['content']['density']:.4f}",
+            flush=True,
+        )
+    shutil.rmtree(store, ignore_errors=True)
+
+    # 2. Phase profile (fit time, and the tile phase in detail).
+    pstore = wd / "profile.zarr"
+    res["profile"] = measured(
+        _self_cmd(
+            "profile",
+            data=str(data),
+            trees=args.trees,
+            seed=0,
+            store=str(pstore),
+            tiles=not args.fit_only_profile,
+        ),
+        wd,
+        "profile",
+        args,
+    )
+    shutil.rmtree(pstore, ignore_errors=True)
+
+    # 3. The I/O floor, with the content measured in step 1.
+    content = res.get("content")
+    if content is None:
+        content = {"density": 0.1, "k_probs": [1.0] + [0.0] * (args.trees - 1)}
+        res["content_assumed"] = True
+    spec = {
+        "density": content["density"],
+        "k_probs": content["k_probs"],
+        "trees": args.trees,
+        "pool": 4,
+    }
+    fstore = wd / "floor.zarr"
+    res["floor"] = measured(
+        _self_cmd(
+            "iofloor", store=str(fstore), n=n, tile=args.tile, procs=args.io_procs, spec=spec
+        ),
+        wd,
+        "iofloor",
+        args,
+    )
+    res["floor_store_bytes"] = du_bytes(fstore)
+    shutil.rmtree(fstore, ignore_errors=True)
+
+    # 4. scikit-learn + numpy, when it fits.
+    need = sklearn_need_bytes(n, args.trees)
+    res["sklearn_need_bytes"] = need
+    if n > args.skip_sklearn_above:
+        res["sklearn_skipped"] = (
+            f"skipped: needs ~{need / GB:.0f} GB "
+            f"(n > --skip-sklearn-above {args.skip_sklearn_above})"
+        )
+    elif need > 0.85 * machine["mem_available_bytes"]:
+        res["sklearn_skipped"] = (
+            f"skipped: needs ~{need / GB:.0f} GB, "
+            f"{machine['mem_available_bytes'] / GB:.0f} GB available"
+        )
+    else:
+        res["sklearn"] = measured(
+            _self_cmd("sklearn", data=str(data), trees=args.trees, seed=0),
+            wd,
+            "sklearn",
+            args,
+        )
+    if "sklearn_skipped" in res:
+        print("  sklearn " + res["sklearn_skipped"], flush=True)
+    shutil.rmtree(wd, ignore_errors=True)
+    return res
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f} s"
+
+
+def _gb(x: float | None) -> str:
+    return "-" if x is None else f"{x / GB:.2f} GB"
+
+
+def derived(r: dict[str, Any]) -> dict[str, Any]:
+    """Headline numbers of one size (None where not measured)."""
+    d: dict[str, Any] = {}
+    df = r.get("distforest", {})
+    ok = df.get("returncode") == 0
+    d["df_wall"] = df.get("wall_s") if ok else None
+    d["df_rss"] = df.get("peak_rss_tree_bytes") if ok else None
+    d["df_rss_single"] = df.get("max_rss_single_bytes") if ok else None
+    prof = r.get("profile", {}).get("child", {})
+    d["fit"] = prof.get("fit_s")
+    d["cluster_start"] = prof.get("cluster_start_s")
+    fl = r.get("floor", {}).get("child", {})
+    d["floor"] = fl.get("floor_s")
+    sk = r.get("sklearn", {})
+    sk_ok = sk.get("returncode") == 0
+    d["sk_wall"] = sk.get("wall_s") if sk_ok else None
+    d["sk_rss"] = sk.get("peak_rss_tree_bytes") if sk_ok else None
+    d["speedup"] = d["sk_wall"] / d["df_wall"] if d["sk_wall"] and d["df_wall"] else None
+    if d["df_wall"] and d["fit"] is not None and d["floor"] is not None:
+        d["floor_ratio"] = d["df_wall"] / (d["fit"] + d["floor"])
+    else:
+        d["floor_ratio"] = None
+    return d
+
+
+def foreign_load(r: dict[str, Any]) -> float:
+    runs = (r.get(k, {}) for k in ("distforest", "profile", "floor", "sklearn"))
+    return max((run.get("foreign_load", 0.0) for run in runs), default=0.0)
+
+
+def _verdict(ok: bool | None) -> str:
+    return "not measured" if ok is None else ("**met**" if ok else "**missed**")
+
+
+def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    m = meta["machine"]
+    lines = [
+        "# Proximity benchmark: distforest vs scikit-learn + numpy vs the Zarr I/O floor",
+        "",
+        f"- Date: {meta['date']}",
+        f"- Machine: {m['cpu_model']}, {m['cores']} cores ({m['usable_cores']} usable), "
+        f"{m['mem_total_bytes'] / 2**30:.1f} GiB RAM (MemTotal), Linux {m['kernel']}, "
+        f"Python {m['python']}",
+        f"- Free disk in workdir at start: {meta['free_disk'] / GB:.0f} GB ({meta['workdir']})",
+        f"- Command: `{meta['command']}`",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "",
+        "Data: `make_classification(n, 20, n_informative=10, random_state=0)` as Parquet "
+        f"(target column `y`); T = {meta['trees']} trees, seed 0.  Times are wall-clock "
+        "seconds of the whole process (`/usr/bin/time -v`, Python start-up and cluster "
+        "start included).  *Peak RSS (tree)* is the largest sum of RSS over the process "
+        "tree (CLI + Dask worker processes + helpers), sampled with psutil every 0.2 s "
+        "(shared pages such as libraries count once per process, so this over-counts "
+        "a little); *max single* is `/usr/bin/time`'s maximum RSS of the largest single "
+        "process.",
+        "",
+        "## Results",
+        "",
+        "| n | distforest wall | peak RSS (tree) | max single | sklearn recipe wall | "
+        "sklearn peak RSS | speedup | fit | I/O floor | wall / (fit + floor) | store on disk "
+        "| floor store | other load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if "skipped" in r:
+            lines.append(f"| {r['n']:,} | {r['skipped']} |" + " |" * 12)
+            continue
+        d = derived(r)
+        sk = r.get("sklearn_skipped") or _s(d["sk_wall"])
+        sk_rss = "-" if "sklearn_skipped" in r else _gb(d["sk_rss"])
+        lines.append(
+            f"| {r['n']:,} | {_s(d['df_wall'])} | {_gb(d['df_rss'])} | {_gb(d['df_rss_single'])} "
+            f"| {sk} | {sk_rss} | "
+            + ("-" if d["speedup"] is None else f"{d['speedup']:.1f}x")
+            + f" | {_s(d['fit'])} | {_s(d['floor'])} | "
+            + ("-" if d["floor_ratio"] is None else f"{d['floor_ratio']:.2f}")
+            + f" | {_gb(r.get('store_bytes'))} | {_gb(r.get('floor_store_bytes'))} "
+            f"| {foreign_load(r):.0%} |"
+        )
+    lines += [
+        "",
+        "*speedup* = sklearn recipe wall / distforest wall.  *fit* = `ProximityForest.fit` "
+        "alone on an already running LocalCluster (from the phase profile, a separate run).  "
+        "*store on disk* = `du` of the whole distforest store (proximity + leaves + inbag + "
+        "forest); *floor store* = `du` of the I/O-floor array.  *other load* = the largest "
+        "share of the CPUs used by processes outside the measured process tree during any "
+        "of this size's runs (system busy time minus the tree's user + sys time); above a "
+        "few per cent the machine was not quiet and the times are inflated.  Every run "
+        "starts only once the CPUs have been idle for a few seconds, and is repeated (up to "
+        "`--attempts` times) when other processes used more than `--max-other-load` of the "
+        "CPUs during it; the least disturbed attempt is reported.",
+        "",
+        "## Targets",
+        "",
+    ]
+    by_n = {r["n"]: r for r in results if "skipped" not in r}
+    r20 = by_n.get(TARGET_SPEEDUP_N)
+    d20 = derived(r20) if r20 else None
+    sp = d20["speedup"] if d20 else None
+    lines.append(
+        f"- n = {TARGET_SPEEDUP_N:,}: at least {TARGET_SPEEDUP:.0f}x faster than the sklearn "
+        f"recipe end to end: "
+        + ("not measured" if sp is None else f"{sp:.1f}x, {_verdict(sp >= TARGET_SPEEDUP)}")
+    )
+    rb = by_n.get(TARGET_BIG_N)
+    db = derived(rb) if rb else None
+    rss = db["df_rss"] if db else None
+    lines.append(
+        f"- n = {TARGET_BIG_N:,}: peak RSS under {TARGET_RSS_GB:.0f} GB: "
+        + (
+            "not measured"
+            if rss is None
+            else f"{rss / GB:.2f} GB summed over the process tree, "
+            f"{_verdict(rss < TARGET_RSS_GB * GB)}"
+        )
+    )
+    fr = db["floor_ratio"] if db else None
+    lines.append(
+        f"- n = {TARGET_BIG_N:,}: total time within {TARGET_FLOOR_RATIO:.0f}x of (fit + I/O "
+        "floor): "
+        + (
+            "not measured"
+            if fr is None
+            else f"{db['df_wall']:.1f} s / ({db['fit']:.1f} + {db['floor']:.1f}) s = {fr:.2f}, "
+            f"{_verdict(fr <= TARGET_FLOOR_RATIO)}"
+        )
+    )
+    lines += ["", "## Where the time goes (phase profile, separate run of the same code path)", ""]
+    lines += [
+        "| n | imports | load | cluster start | fit | fit-task utilisation | save | tiles | "
+        "tile tasks | tiles/s | tile-task utilisation | mean tile task | one tile: read / "
+        "kernel / write / write mirror | cluster close |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in results:
+        p = r.get("profile", {}).get("child")
+        if not p:
+            continue
+        ft = p.get("fit_tasks", {})
+        tt = p.get("tile_tasks", {})
+        one = p.get("one_tile")
+        tiles_s = p.get("tiles_s")
+        rate = tt.get("tasks", 0) / tiles_s if tiles_s else None
+        lines.append(
+            f"| {r['n']:,} | {_s(p.get('imports_s'))} | {_s(p.get('load_s'))} "
+            f"| {_s(p.get('cluster_start_s'))} | {_s(p.get('fit_s'))} "
+            f"| {ft.get('utilisation', 0):.0%} | {_s(p.get('save_s'))} | {_s(tiles_s)} "
+            f"| {tt.get('tasks', '-')} | "
+            + ("-" if rate is None else f"{rate:.1f}")
+            + f" | {tt.get('utilisation', 0):.0%} | "
+            + (f"{tt['mean_compute_s']:.3f} s" if tt else "-")
+            + " | "
+            + (
+                "-"
+                if not one
+                else " / ".join(
+                    f"{one[k]:.3f}" for k in ("read_s", "kernel_s", "write_s", "write_mirror_s")
+                )
+                + " s"
+            )
+            + f" | {_s(p.get('cluster_close_s'))} |"
+        )
+    lines += [
+        "",
+        "*utilisation* = summed task compute time (Dask task stream) / (phase wall x "
+        "worker threads).  *one tile* = one off-diagonal tile task's parts timed on the "
+        "driver after the run (median of 3): read both leaf blocks from the store, the "
+        "numba kernel, write the tile, write its transpose.",
+        "",
+        "| n | sklearn: imports | load | fit (n_jobs=2) | apply | dense proximity loop |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        c = r.get("sklearn", {}).get("child")
+        if c:
+            lines.append(
+                f"| {r['n']:,} | {_s(c['imports_s'])} | {_s(c['load_s'])} "
+                f"| {_s(c['fit_s'])} | {_s(c['apply_s'])} | {_s(c['proximity_s'])} |"
+            )
+    lines += ["", "## What the I/O floor wrote", ""]
+    for r in results:
+        fl = r.get("floor", {}).get("child")
+        if not fl:
+            continue
+        c = r.get("content", {})
+        lines.append(
+            f"- n = {r['n']:,}: a new float32 {r['n']:,} x {r['n']:,} Zarr v3 array, chunks "
+            f"{meta['tile']} x {meta['tile']}, fill value NaN (so every chunk is written, as "
+            f"in distforest), codecs {fl['codecs']['serializer']} + "
+            f"{', '.join(fl['codecs']['compressors'])} (zarr defaults); {fl['tiles']} chunks "
+            f"({fl['raw_bytes'] / GB:.1f} GB raw) written once each, one `arr[rows, cols] = "
+            f"tile` per chunk, split round-robin over {fl['procs']} spawned processes that "
+            "open the array once and start together (barrier); time = first start to last "
+            "end (tile generation excluded).  Content: each process cycles through 4 "
+            "synthetic off-diagonal tiles in which each cell is non-zero with probability "
+            f"{c.get('density', float('nan')):.4f} and a non-zero holds k/T, k drawn from "
+            "the distribution of shared-leaf counts, both measured on "
+            f"{c.get('tiles_sampled', 0)} off-diagonal tiles of the distforest store "
+            f"(mean non-zero value {c.get('mean_nonzero_value', float('nan')):.3f}); "
+            "diagonal chunks use one such tile with 1.0 on its diagonal."
+            + (" (Content assumed: the distforest run failed.)" if r.get("content_assumed") else "")
+        )
+    lines += ["", "## Notes", ""]
+    lines += [
+        "- The sklearn recipe: `RandomForestClassifier(n_estimators=T, n_jobs=2, "
+        "random_state=0).fit(X, y)`, `leaves = rf.apply(X)`, `prox = np.zeros((n, n))` "
+        "(float64), `prox += leaves[:, t][:, None] == leaves[:, t][None, :]` for every "
+        "tree, `prox /= T`.  It keeps the matrix in RAM and writes nothing, so it is "
+        "favoured against distforest, which writes a Zarr store.  Its memory need is "
+        "9 n^2 bytes (float64 accumulator + bool temporary).",
+        "- distforest runs with its defaults: LocalCluster with one single-threaded "
+        "worker process per core, 2048 x 2048 tiles, one task per upper-triangle tile "
+        "(writing the tile and its mirror).",
+        "- Matrix density (non-zero off-diagonal fraction) measured in the stores: "
+        + ", ".join(
+            f"n = {r['n']:,}: {r['content']['density']:.4f}" for r in results if r.get("content")
+        )
+        + "; sklearn's dense matrix: "
+        + ", ".join(
+            f"n = {r['n']:,}: {r['sklearn']['child']['density']:.4f}"
+            for r in results
+            if r.get("sklearn", {}).get("child")
+        )
+        + ".",
+    ]
+    lines += ["", "## Limits", "", *limits(results), ""]
+    return "\n".join(lines)
+
+
+def limits(results: list[dict[str, Any]]) -> list[str]:
+    """Data-driven remarks on where the time goes, per size."""
+    out = []
+    for r in results:
+        p = r.get("profile", {}).get("child")
+        d = derived(r) if "skipped" not in r else None
+        if not p or not d or not d["df_wall"]:
+            continue
+        wall = d["df_wall"]
+        fixed = (
+            p.get("imports_s", 0)
+            + p.get("load_s", 0)
+            + p.get("cluster_start_s", 0)
+            + p.get("cluster_close_s", 0)
+        )
+        parts = [
+            f"start-up (imports, load, cluster start/stop) {fixed:.1f} s",
+            f"fit {p['fit_s']:.1f} s",
+        ]
+        if "tiles_s" in p:
+            parts += [f"save {p['save_s']:.1f} s", f"tiles {p['tiles_s']:.1f} s"]
+        line = f"- n = {r['n']:,}: CLI wall {wall:.1f} s; profile phases: " + ", ".join(parts)
+        if "tiles_s" in p and d["floor"]:
+            line += (
+                f".  The tile phase is {p['tiles_s'] / d['floor']:.1f}x the I/O floor "
+                f"({d['floor']:.1f} s)"
+            )
+            one = p.get("one_tile")
+            if one:
+                io = one["read_s"] + one["write_s"] + one["write_mirror_s"]
+                line += (
+                    f"; per tile task {one['kernel_s']:.3f} s kernel vs {io:.3f} s "
+                    "store I/O (read + 2 writes incl. zstd)"
+                )
+        out.append(line + ".")
+    return out or ["- (no profile data)"]
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sizes",
+        default="5000,20000,100000",
+        help="comma-separated n values [default: %(default)s]",
+    )
+    parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--workdir", default="/tmp/dfbench")
+    parser.add_argument("--skip-sklearn-above", type=int, default=20_000)
+    parser.add_argument(
+        "--io-procs",
+        type=int,
+        default=None,
+        help="processes writing the I/O floor [default: usable CPUs, "
+        "like distforest's default workers]",
+    )
+    parser.add_argument(
+        "--fit-only-profile",
+        action="store_true",
+        help="profile only the fit (not save and tiles): faster",
+    )
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=900,
+        help="before each measured run, wait up to this many seconds for other processes "
+        "to leave the CPUs idle [default: %(default)s]",
+    )
+    parser.add_argument(
+        "--max-other-load",
+        type=float,
+        default=0.05,
+        help="repeat a run when other processes used more than this share of the CPUs "
+        "during it [default: %(default)s]",
+    )
+    parser.add_argument(
+        "--attempts", type=int, default=3, help="runs at most per measurement [default: 3]"
+    )
+    parser.add_argument("--tile", type=int, default=2048, help=argparse.SUPPRESS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-args", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:
+        kwargs = json.loads(args.child_args)
+        {"sklearn": child_sklearn, "profile": child_profile, "iofloor": child_iofloor}[args.child](
+            **kwargs
+        )
+        return
+
+    if not Path(TIME_BIN).exists():
+        sys.exit(f"{TIME_BIN} is missing: apt-get update && apt-get install -y time")
+    exe_dir = Path(sys.executable).parent
+    args.distforest = (
+        str(exe_dir / "distforest")
+        if (exe_dir / "distforest").exists()
+        else shutil.which("distforest")
+    )
+    if not args.distforest:
+        sys.exit("the distforest command is not on PATH; install the package first")
+    machine = machine_info()
+    args.io_procs = args.io_procs or machine["usable_cores"]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    meta = {
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine,
+        "versions": package_versions(),
+        "command": " ".join(
+            [
+                Path(sys.executable).name,
+                "benchmarks/bench_proximity.py",
+                *(argv if argv is not None else sys.argv[1:]),
+            ]
+        ),
+        "free_disk": free_bytes(Path(args.workdir)),
+        "workdir": args.workdir,
+        "trees": args.trees,
+        "tile": args.tile,
+    }
+    print(f"free disk in {args.workdir}: {meta['free_disk'] / GB:.0f} GB", flush=True)
+    results: list[dict[str, Any]] = []
+    RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
+    for n in sizes:
+        results.append(bench_size(n, args, machine))
+        RESULTS_MD.write_text(render(results, meta))
+        RESULTS_JSON.write_text(
+            json.dumps({"meta": meta, "results": results}, indent=1, default=str)
+        )
+    print(f"wrote {RESULTS_MD.relative_to(ROOT)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
