@@ -114,6 +114,8 @@ def test_run_pipeline_and_its_validation(tmp_path, breast_cancer_csv):
     good.write_text(
         f"input: {{path: {breast_cancer_csv}, target: Class, drop: [Id]}}\n"
         "forest: {n_estimators: 8, random_state: 0, tile_size: 256}\n"
+        "impute: {out: imputed.csv, iterations: 1, n_estimators: 5}\n"
+        "outliers: {out: outliers.csv}\n"
         f"output: {{dir: '{tmp_path}/out-{{date}}', store: s.zarr, plot: p.png}}\n"
         "cluster: " + str(ROOT / "cluster_configs" / "local.yaml") + "\n"
     )
@@ -121,6 +123,9 @@ def test_run_pipeline_and_its_validation(tmp_path, breast_cancer_csv):
     assert result.exit_code == 0, result.output
     stores = list(tmp_path.glob("out-*/s.zarr"))
     assert len(stores) == 1 and RunStore.open(stores[0]).is_complete
+    imputed = pd.read_csv(stores[0].parent / "imputed.csv")
+    assert imputed.shape == (699, 11) and not imputed.isna().any().any()
+    assert len(pd.read_csv(stores[0].parent / "outliers.csv")) == 699
 
     typo = tmp_path / "typo.yaml"
     typo.write_text(good.read_text().replace("n_estimators", "n_estimator"))

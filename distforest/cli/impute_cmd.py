@@ -6,6 +6,7 @@ import difflib
 import inspect
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,46 @@ def impute(
     """
     quiet = bool((ctx.obj or {}).get("quiet", False))
     start = time.perf_counter()
+    bars = ProgressBars(enabled=not quiet)
+    cluster_kw = {
+        "scheduler": scheduler,
+        "cluster": cluster,
+        "workers": workers,
+        "threads": threads,
+        "memory_limit": memory_limit,
+    }
+    plan = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
+                           categorical=categorical, overwrite=overwrite)  # fmt: skip
+    with connect(**connect_kwargs(cluster_kw)) as client:
+        imputer, shape, written = run_imputation(plan, params, client, bars)
+    click.echo(_summary(imputer, input, shape, written, time.perf_counter() - start))
+
+
+@dataclass
+class ImputationPlan:
+    """A checked imputation: the table read, the columns split, the output allowed."""
+
+    source: str
+    frame: Any
+    features: Any
+    y: Any
+    target: str | None
+    categorical: tuple[str, ...]
+    dest: Path
+    overwrite: bool
+
+
+def plan_imputation(
+    input: str,
+    out: str,
+    *,
+    target: str | None = None,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+    categorical: tuple[str, ...] = (),
+    overwrite: bool = False,
+) -> ImputationPlan:
+    """Read INPUT and check columns and the output path, before any cluster starts."""
     frame = read_frame(input, na_values=na_values)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
@@ -181,40 +222,41 @@ def impute(
     if features.shape[1] == 0:
         raise InputError(f"{input}: no feature columns left after removing --target/--drop")
     y = frame[target] if target else None
-    bars = ProgressBars(enabled=not quiet)
-    cluster_kw = {
-        "scheduler": scheduler,
-        "cluster": cluster,
-        "workers": workers,
-        "threads": threads,
-        "memory_limit": memory_limit,
-    }
-    with connect(**connect_kwargs(cluster_kw)) as client:
-        imputer = ProximityImputer(
-            **params,
-            categorical_features=list(categorical) or None,
-            client=client,
-            progress=lambda stage, done, total: (
-                bars(stage, done, total) if stage == "impute" else None
-            ),
-        )
-        filled = imputer.fit_transform(features, y)
-    output = frame.copy()
+    return ImputationPlan(str(input), frame, features, y, target, tuple(categorical), dest,
+                          overwrite)  # fmt: skip
+
+
+def run_imputation(
+    plan: ImputationPlan, params: dict[str, Any], client: Any, bars: Any = None
+) -> tuple[ProximityImputer, tuple[int, int], Path]:
+    """Impute on ``client`` and write the whole table (target and dropped columns kept)."""
+    imputer = ProximityImputer(
+        **params,
+        categorical_features=list(plan.categorical) or None,
+        client=client,
+        progress=None
+        if bars is None
+        else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,
+    )
+    filled = imputer.fit_transform(plan.features, plan.y)
+    output = plan.frame.copy()
     for position, col in enumerate(output.columns):
         if col in filled.columns:
             output.isetitem(position, filled[col])
     provenance = {
         "distforest_version": __version__,
-        "source": str(input),
+        "source": plan.source,
         "params": json.loads(json.dumps(imputer.get_params(), default=str)),
-        "target": target,
+        "target": plan.target,
         "task": imputer.task_,
         "n_imputed": imputer.n_missing_,
     }
     for key in ("client", "progress"):
         provenance["params"].pop(key, None)
-    written = write_table(output, dest, overwrite=overwrite, attrs={"imputation": provenance})
-    click.echo(_summary(imputer, input, output.shape, written, time.perf_counter() - start))
+    written = write_table(
+        output, plan.dest, overwrite=plan.overwrite, attrs={"imputation": provenance}
+    )
+    return imputer, output.shape, written
 
 
 def _summary(

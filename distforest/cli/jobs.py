@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from distforest.apps.plots import plot_matrix
+from distforest.cli.impute_cmd import plan_imputation, run_imputation
 from distforest.cli.outputs import check_new_file, write_mds, write_outliers
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.io import load_table
@@ -34,6 +36,8 @@ class ProximityJob:
     outliers: dict[str, Any] | None = None
     #: ``{"out": csv, "plot": png, "components": 2, "dissimilarity": "sqrt"}`` for MDS.
     mds: dict[str, Any] | None = None
+    #: ``{"out": path, "iterations": 5, "n_estimators": 100, ...}`` to impute the input.
+    impute: dict[str, Any] | None = None
     #: Keyword arguments of :func:`distforest.parallel.cluster.connect`.
     connect: dict[str, Any] = field(default_factory=dict)
 
@@ -60,6 +64,11 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
     start = time.perf_counter()
     table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
     check_can_create(job.out, job.overwrite)
+    Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+    plan = None
+    if job.impute:
+        plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
+                               na_values=job.na_values, overwrite=job.overwrite)  # fmt: skip
     for extra in (job.outliers, job.mds):
         for path in (extra or {}).values():
             if isinstance(path, str) and path.endswith((".csv", ".png")):
@@ -74,6 +83,11 @@ def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
         forest = ProximityForest(**job.forest, client=client, progress=progress).fit(table)
         matrix = forest.proximity(method=job.method, store=job.out, overwrite=job.overwrite)
         outputs = {"store": RunStore.open(job.out).path}
+        if plan is not None:
+            params = {k: v for k, v in job.impute.items() if k != "out"}
+            params.setdefault("random_state", job.forest.get("random_state"))
+            _, _, written = run_imputation(plan, params, client)
+            outputs["imputed table"] = str(Path(written).resolve())
         if job.outliers:
             outputs.update(write_outliers(forest, job.outliers["out"], job.outliers.get("plot"),
                                           title=f"outlier scores, {table.source}"))  # fmt: skip

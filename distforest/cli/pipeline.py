@@ -6,6 +6,7 @@ outputs go::
     input:   {path: data.csv, target: Class, drop: [Id], na_values: ["?"]}
     forest:  {n_estimators: 300, random_state: 0, tile_size: 256}
     proximity: {method: original}
+    impute:  {out: imputed.csv, iterations: 5}                         # optional
     outliers: {out: outliers.csv, plot: outliers.png}                 # optional
     mds:     {out: mds.csv, plot: mds.png, components: 2}              # optional
     output:  {dir: results/{date}, store: proximity.zarr, plot: proximity.png, overwrite: true}
@@ -51,12 +52,25 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "random_state": _INT,
     },
     "proximity": {"method": _STR},
+    "impute": {
+        "out": _STR,
+        "iterations": _INT,
+        "n_estimators": _INT,
+        "proximity": _STR,
+        "categorical_vote": _STR,
+    },
     "outliers": {"out": _STR, "plot": _STR},
     "mds": {"out": _STR, "plot": _STR, "components": _INT, "dissimilarity": _STR},
     "output": {"dir": _STR, "store": _STR, "plot": _STR, "overwrite": (bool,)},
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
-REQUIRED = {"input": ("path",), "output": ("dir",), "outliers": ("out",), "mds": ("out",)}
+REQUIRED = {
+    "input": ("path",),
+    "output": ("dir",),
+    "impute": ("out",),
+    "outliers": ("out",),
+    "mds": ("out",),
+}
 
 
 def _unknown(source: str, where: str, key: str, allowed: list[str]) -> ConfigError:
@@ -125,7 +139,7 @@ def load_pipeline(path: str | Path, today: _dt.date | None = None) -> ProximityJ
     out_dir = Path(out["dir"].replace("{date}", date))
     plot = out.get("plot")
     extras = {}
-    for name in ("outliers", "mds"):
+    for name in ("impute", "outliers", "mds"):
         if name in data:
             section = _section(data, name, source)
             for key in ("out", "plot"):
