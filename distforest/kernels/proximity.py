@@ -18,12 +18,18 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def _match_tree(li, lj, oi, oj, wi, wj, out):  # pragma: no cover - numba
-    """Add ``wi[a] * wj[b]`` to ``out[a, b]`` for every pair in one leaf."""
+def _shared_runs(li, lj, oi, oj, runs):  # pragma: no cover - numba
+    """Merge two leaf lists sorted by ``oi``/``oj``; record runs of equal leaves.
+
+    ``runs[k] = (a, a_end, b, b_end)``: positions ``oi[a:a_end]`` and
+    ``oj[b:b_end]`` are the rows of both blocks in one common leaf.  Returns
+    the number of runs.
+    """
     ni = li.shape[0]
     nj = lj.shape[0]
     a = 0
     b = 0
+    k = 0
     while a < ni and b < nj:
         va = li[oi[a]]
         vb = lj[oj[b]]
@@ -38,15 +44,14 @@ def _match_tree(li, lj, oi, oj, wi, wj, out):  # pragma: no cover - numba
             b_end = b
             while b_end < nj and lj[oj[b_end]] == va:
                 b_end += 1
-            for p in range(a, a_end):
-                r = oi[p]
-                w = wi[r]
-                if w != 0.0:
-                    for q in range(b, b_end):
-                        c = oj[q]
-                        out[r, c] += w * wj[c]
+            runs[k, 0] = a
+            runs[k, 1] = a_end
+            runs[k, 2] = b
+            runs[k, 3] = b_end
+            k += 1
             a = a_end
             b = b_end
+    return k
 
 
 @njit(nogil=True, cache=True)
@@ -58,8 +63,7 @@ def leaf_match_sum(leaves_i, leaves_j, weights_i, weights_j):  # pragma: no cove
     leaves_i, leaves_j : ndarray of int32, shape (T, ni) and (T, nj)
         Leaf id of every row of each block in every tree.
     weights_i, weights_j : ndarray of float64, shape (T, ni) and (T, nj)
-        Per-tree row weights.  All ones gives the number of trees in which
-        the two rows share a leaf.
+        Per-tree row weights.
 
     Returns
     -------
@@ -67,14 +71,58 @@ def leaf_match_sum(leaves_i, leaves_j, weights_i, weights_j):  # pragma: no cove
         ``out[a, b] = sum_t wi[t, a] * wj[t, b] * [leaf_t(a) == leaf_t(b)]``,
         summed over trees in order (deterministic).
     """
-    n_trees = leaves_i.shape[0]
-    out = np.zeros((leaves_i.shape[1], leaves_j.shape[1]), dtype=np.float64)
+    n_trees, ni = leaves_i.shape
+    nj = leaves_j.shape[1]
+    out = np.zeros((ni, nj), dtype=np.float64)
+    runs = np.empty((min(ni, nj), 4), dtype=np.int64)
     for t in range(n_trees):
-        li = leaves_i[t]
-        lj = leaves_j[t]
-        oi = np.argsort(li, kind="mergesort")
-        oj = np.argsort(lj, kind="mergesort")
-        _match_tree(li, lj, oi, oj, weights_i[t], weights_j[t], out)
+        oi = np.argsort(leaves_i[t])
+        oj = np.argsort(leaves_j[t])
+        wi = weights_i[t]
+        wj = weights_j[t]
+        for k in range(_shared_runs(leaves_i[t], leaves_j[t], oi, oj, runs)):
+            for p in range(runs[k, 0], runs[k, 1]):
+                r = oi[p]
+                w = wi[r]
+                if w != 0.0:
+                    for q in range(runs[k, 2], runs[k, 3]):
+                        c = oj[q]
+                        out[r, c] += w * wj[c]
+    return out
+
+
+@njit(nogil=True, cache=True)
+def shared_leaf_fraction(leaves_i, leaves_j):  # pragma: no cover - numba
+    """Fraction of trees in which each pair of rows shares a leaf, as float32.
+
+    Integer counts (4 bytes a pair, not 8) and one final pass to float32:
+    the tile kernel of Breiman's proximity.
+
+    Parameters
+    ----------
+    leaves_i, leaves_j : ndarray of int32, shape (T, ni) and (T, nj)
+
+    Returns
+    -------
+    ndarray of float32, shape (ni, nj)
+        ``count / T`` rounded once from float64.
+    """
+    n_trees, ni = leaves_i.shape
+    nj = leaves_j.shape[1]
+    counts = np.zeros((ni, nj), dtype=np.int32)
+    runs = np.empty((min(ni, nj), 4), dtype=np.int64)
+    for t in range(n_trees):
+        oi = np.argsort(leaves_i[t])
+        oj = np.argsort(leaves_j[t])
+        for k in range(_shared_runs(leaves_i[t], leaves_j[t], oi, oj, runs)):
+            for p in range(runs[k, 0], runs[k, 1]):
+                r = oi[p]
+                for q in range(runs[k, 2], runs[k, 3]):
+                    counts[r, oj[q]] += 1
+    out = np.empty((ni, nj), dtype=np.float32)
+    for r in range(ni):
+        for c in range(nj):
+            out[r, c] = np.float32(counts[r, c] / n_trees) if counts[r, c] else 0.0
     return out
 
 
@@ -97,8 +145,7 @@ def original_proximity_tile(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.nd
             f"leaf blocks disagree on the number of trees: {n_trees} vs {leaves_j.shape[1]}"
         )
     li, lj = _trees_first(leaves_i, leaves_j, dtype=np.int32)
-    counts = leaf_match_sum(li, lj, np.ones(li.shape), np.ones(lj.shape))
-    return (counts / np.float64(n_trees)).astype(np.float32)
+    return shared_leaf_fraction(li, lj)
 
 
 def _trees_first(*blocks: np.ndarray, dtype: type) -> list[np.ndarray]:
@@ -178,3 +225,4 @@ def warm_up() -> None:
     leaves = np.zeros((1, 2), dtype=np.int32)
     weights = np.ones((1, 2), dtype=np.float64)
     leaf_match_sum(leaves, leaves, weights, weights)
+    shared_leaf_fraction(leaves, leaves)
