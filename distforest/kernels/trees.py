@@ -26,7 +26,9 @@ Task = Literal["classification", "regression", "unsupervised"]
 #: In-bag counts are stored as uint8; a bootstrap count above this is refused.
 MAX_INBAG_COUNT = np.iinfo(np.uint8).max
 
-#: Names of the per-node arrays of a flattened tree, in storage order.
+#: Names of the per-node arrays of a flattened tree, in storage order.  The
+#: routing arrays keep scikit-learn's exact values (threshold float64); node
+#: statistics are stored compactly (value and weights float32, counts int32).
 NODE_FIELDS = (
     "children_left",
     "children_right",
@@ -169,9 +171,9 @@ def _flatten(tree, params: TreeParams) -> dict[str, np.ndarray]:
         "feature": t.feature.astype(np.int32),
         "threshold": t.threshold.astype(np.float64),
         "missing_go_to_left": t.missing_go_to_left.astype(np.uint8),
-        "n_node_samples": t.n_node_samples.astype(np.int64),
-        "weighted_n_node_samples": t.weighted_n_node_samples.astype(np.float64),
-        "value": value.astype(np.float64),
+        "n_node_samples": t.n_node_samples.astype(np.int32),
+        "weighted_n_node_samples": t.weighted_n_node_samples.astype(np.float32),
+        "value": value.astype(np.float32),
     }
 
 
