@@ -4,7 +4,7 @@ The RF-GAP proximity reproduces the forest's out-of-bag prediction, so
 ``P_rfgap @ onehot(y)`` is each row's out-of-bag class probability, computed
 matrix-free.  A row is suspect when the probability of its given label is
 low; the outlier score (a mislabelled row is far from its given class) breaks
-ties and strengthens the signal.
+ties (a small weight measured best: benchmarks/results/mislabels.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from distforest.apps.outliers import outlier_scores
 from distforest.errors import ParameterError
 
 #: Weight of the outlier score's rank in the combined score.
-OUTLIER_WEIGHT = 0.25
+OUTLIER_WEIGHT = 0.02
 
 
 def _rank01(values: np.ndarray) -> np.ndarray:
@@ -32,7 +32,7 @@ def mislabel_scores(forest, *, outlier_weight: float = OUTLIER_WEIGHT) -> pd.Dat
     ----------
     forest : ProximityForest
         Fitted with ``task="classification"`` on the labels to check.
-    outlier_weight : float, default 0.25
+    outlier_weight : float, default 0.02
         Weight of the outlier score's rank next to the rank of
         ``1 - p(given label)``.
 
