@@ -606,6 +606,22 @@ def _verdict(ok: bool | None) -> str:
     return "not measured" if ok is None else ("**met**" if ok else "**missed**")
 
 
+def _runs_lines(results: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """One line per earlier run whose rows were kept (``--append``)."""
+    runs: dict[str, list[int]] = {}
+    labels: dict[str, dict[str, Any]] = {}
+    for r in results:
+        run = r.get("run")
+        if run and run["date"] != meta["date"]:
+            runs.setdefault(run["date"], []).append(r["n"])
+            labels[run["date"]] = run
+    return [
+        f"- Rows n = {', '.join(f'{n:,}' for n in ns)} come from an earlier run: "
+        f"{date}, `{labels[date]['command']}`, distforest git {labels[date]['distforest']}"
+        for date, ns in runs.items()
+    ]
+
+
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     m = meta["machine"]
     lines = [
@@ -617,6 +633,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Python {m['python']}",
         f"- Free disk in workdir at start: {meta['free_disk'] / GB:.0f} GB ({meta['workdir']})",
         f"- Command: `{meta['command']}`",
+        *_runs_lines(results, meta),
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
         "",
         "Data: `make_classification(n, 20, n_informative=10, random_state=0)` as Parquet "
@@ -835,8 +852,31 @@ def limits(results: list[dict[str, Any]]) -> list[str]:
                     f"; per tile task {one['kernel_s']:.3f} s kernel vs {io:.3f} s "
                     "store I/O (read + 2 writes incl. zstd)"
                 )
-        out.append(line + ".")
+        line += "."
+        cli, floor = r.get("distforest", {}), r.get("floor", {})
+        tt, ft = p.get("tile_tasks"), p.get("fit_tasks")
+        if tt and ft and "user_s" in cli and "user_s" in floor:
+            floor_cpu = floor["user_s"] + floor["sys_s"]
+            line += (
+                f"  CPU budget (everything here is CPU-bound on "
+                f"{p.get('threads', '?')} worker threads): the CLI used "
+                f"{cli['user_s']:.0f} s user + {cli['sys_s']:.0f} s sys CPU; fit tasks "
+                f"computed {ft['compute_s']:.0f} s and tile tasks {tt['compute_s']:.0f} s "
+                f"({tt['mean_compute_s'] * 1000:.0f} ms a task, two chunks each), while the "
+                f"I/O floor run used {floor_cpu:.0f} s CPU ({floor['sys_s']:.0f} s sys; "
+                "whole run, process start-up and tile generation included) for the same "
+                "chunks: the floor is mostly zstd compression."
+            )
+        out.append(line)
     return out or ["- (no profile data)"]
+
+
+def _run_label(meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "date": meta["date"],
+        "command": meta["command"],
+        "distforest": meta["versions"].get("distforest git", ""),
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -883,6 +923,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--attempts", type=int, default=3, help="runs at most per measurement [default: 3]"
     )
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help=f"keep the sizes already in {RESULTS_JSON.name} (a size measured again "
+        "replaces its old row); each row records the run it came from",
+    )
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help=f"only rewrite {RESULTS_MD.name} from {RESULTS_JSON.name} (no runs)",
+    )
     parser.add_argument("--tile", type=int, default=2048, help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-args", help=argparse.SUPPRESS)
@@ -893,6 +944,12 @@ def main(argv: list[str] | None = None) -> None:
         {"sklearn": child_sklearn, "profile": child_profile, "iofloor": child_iofloor}[args.child](
             **kwargs
         )
+        return
+
+    if args.render_only:
+        saved = json.loads(RESULTS_JSON.read_text())
+        RESULTS_MD.write_text(render(saved["results"], saved["meta"]))
+        print(f"wrote {RESULTS_MD.relative_to(ROOT)}", flush=True)
         return
 
     if not Path(TIME_BIN).exists():
@@ -926,10 +983,19 @@ def main(argv: list[str] | None = None) -> None:
         "tile": args.tile,
     }
     print(f"free disk in {args.workdir}: {meta['free_disk'] / GB:.0f} GB", flush=True)
-    results: list[dict[str, Any]] = []
+    earlier: list[dict[str, Any]] = []
+    if args.append and RESULTS_JSON.exists():
+        saved = json.loads(RESULTS_JSON.read_text())
+        earlier = [r for r in saved["results"] if r["n"] not in sizes]
+        for r in earlier:
+            r.setdefault("run", _run_label(saved["meta"]))
+    measured_now: list[dict[str, Any]] = []
     RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
     for n in sizes:
-        results.append(bench_size(n, args, machine))
+        res = bench_size(n, args, machine)
+        res["run"] = _run_label(meta)
+        measured_now.append(res)
+        results = sorted([*earlier, *measured_now], key=lambda r: r["n"])
         RESULTS_MD.write_text(render(results, meta))
         RESULTS_JSON.write_text(
             json.dumps({"meta": meta, "results": results}, indent=1, default=str)
