@@ -4,6 +4,7 @@ Run by hand (it takes a while and needs a quiet machine)::
 
     python benchmarks/bench_scale.py [--n 1000000] [--trees 100] [--kind extra-trees]
         [--iterations 5] [--compare-n 100000] [--workdir /tmp/dfscale]
+        [--skip impute,outliers,mds,knn,missforest] [--fresh]
 
 Synthetic data: ``make_classification(n, 20, n_informative=8, n_redundant=4,
 random_state=0)`` (8 informative, 4 linear combinations, 8 noise features),
@@ -35,6 +36,8 @@ from _measure import GB, machine_info, package_versions, run_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+#: Hand-written observations appended to the table (kept across reruns).
+NOTES = RESULTS / "scale_notes.md"
 
 
 def make_data(n: int, workdir: Path) -> dict[str, Path]:
@@ -100,7 +103,31 @@ def child_sklearn(kind: str, n: int, workdir: str) -> None:
 def stage(name: str, cmd: list[str], workdir: Path, timeout: float | None = None) -> dict:
     run = run_measured(cmd, workdir, name, timeout=timeout)
     run["stage"] = name
+    run["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    run["commit"] = package_versions().get("distforest git", "?")
     return run
+
+
+def merge_previous(runs: list[dict], previous: Path) -> list[dict]:
+    """Keep the rows of an earlier results file for the stages not run now.
+
+    Every row carries the date and commit it was measured on, so a table
+    merged from several runs still says where each number comes from.
+    """
+    if not previous.exists():
+        return runs
+    old = json.loads(previous.read_text())
+    done = {r["stage"] for r in runs}
+    kept = []
+    for r in old["runs"]:
+        if r["stage"] not in done:
+            r.setdefault("date", old["meta"]["date"])
+            r.setdefault("commit", old["meta"]["versions"].get("distforest git", "?"))
+            kept.append(r)
+    order = [r["stage"] for r in old["runs"]]
+    merged = kept + runs
+    merged.sort(key=lambda r: order.index(r["stage"]) if r["stage"] in order else len(order))
+    return merged
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -113,6 +140,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dfscale"))
     parser.add_argument("--skip", default="", help="comma-separated stages to skip")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new table instead of keeping the earlier rows of skipped stages",
+    )
     parser.add_argument(
         "--child", nargs=3, metavar=("KIND", "N", "WORKDIR"), help=argparse.SUPPRESS
     )
@@ -162,6 +194,8 @@ def main(argv: list[str] | None = None) -> None:
         "args": {k: str(v) for k, v in vars(args).items()},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if not args.fresh:
+        runs = merge_previous(runs, RESULTS / "scale.json")
     (RESULTS / "scale.json").write_text(
         json.dumps({"meta": meta, "runs": runs}, indent=2, default=str)
     )
@@ -181,23 +215,28 @@ def render(meta: dict, runs: list[dict]) -> str:
         f"- Command: `{meta['command']}`",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
         "",
-        "| stage | exit | wall | peak RSS (process tree) | NRMSE | other load |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| stage | exit | wall | peak RSS (process tree) | NRMSE | other load | measured |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
         wall = "timed out" if r.get("timed_out") else f"{r['wall_s'] / 60:.1f} min"
         score = f"{r['nrmse']:.3f}" if "nrmse" in r else "-"
         lines.append(
             f"| {r['stage']} | {r['returncode']} | {wall} | "
-            f"{r['peak_rss_tree_bytes'] / GB:.2f} GB | {score} | {r['foreign_load']:.0%} |"
+            f"{r['peak_rss_tree_bytes'] / GB:.2f} GB | {score} | {r['foreign_load']:.0%} | "
+            f"{r.get('date', meta['date'])[:16]}, {r.get('commit', '?')} |"
         )
     lines += [
         "",
         "*peak RSS (process tree)*: the largest sum of RSS over the CLI process and its Dask "
         "worker processes, sampled every 0.2 s.  *other load*: share of the CPUs used by "
         "processes outside the measured tree (the machine should be quiet).  NRMSE: RMSE over "
-        "the removed cells divided by the column's standard deviation, averaged over columns.",
+        "the removed cells divided by the column's standard deviation, averaged over columns.  "
+        "*measured*: date and distforest commit of the row (rows of stages skipped in a later "
+        "run are kept from the earlier one).",
     ]
+    if NOTES.exists():
+        lines += ["", NOTES.read_text().strip()]
     return "\n".join(lines) + "\n"
 
 

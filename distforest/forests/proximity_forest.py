@@ -247,7 +247,7 @@ class ProximityForest:
         self.leaves_ = leaves
         self.inbag_ = inbag
         self.node_counts_ = np.concatenate([b.node_counts for b in parts])
-        self.nodes_ = {f: np.concatenate([b.nodes[f] for b in parts]) for f in NODE_FIELDS}
+        self.nodes_ = _concatenate_nodes(parts)
         self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
         self.fit_id_ = uuid.uuid4().hex
         self.params_ = params
@@ -467,3 +467,16 @@ class ProximityForest:
             ):
                 pass
         rs.group[name].attrs.update({"complete": True})
+
+
+def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:
+    """Join the batches' node arrays field by field, freeing each part as it goes.
+
+    A forest on a million rows has over a hundred million nodes; joining
+    all fields at once would hold the whole forest twice in the driver.
+    """
+    nodes = {}
+    for field in NODE_FIELDS:
+        nodes[field] = np.concatenate([b.nodes.pop(field) for b in parts])
+    return nodes
+
