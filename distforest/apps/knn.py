@@ -1,0 +1,430 @@
+"""Similarity-based learning: k-nearest-neighbour classification and regression.
+
+:class:`KNNClassifier` (majority or distance-weighted vote) and
+:class:`KNNRegressor` (mean or distance-weighted mean) follow the
+scikit-learn estimator API, so they work with ``cross_val_score``,
+``GridSearchCV`` and ``SequentialFeatureSelector``.  The metric is any
+measure of :mod:`distforest.forests.measures`, a forest similarity
+(``"rf-proximity"``, ``"rfgap"``, ``"beta"``), an object with
+``fit``/``cross_similarity``, or a function ``distance(A, B)``.
+
+Distance weighting uses ``w = 1 / d^2``.  When a query has neighbours at
+distance 0 (exact matches), only those vote, each with weight 1, since
+``1 / 0`` would swamp everything else.  Similarities s become distances
+``1 - s``; ``s = 1`` is an exact match.
+
+Saved models (:func:`save_model`, :func:`load_model`) are plain Zarr arrays and
+JSON attributes: loading never runs code (no pickle).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
+
+from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.forests import _params as P
+from distforest.forests.forest_similarity import FOREST_METRICS, make_similarity
+from distforest.forests.measures import (
+    NORMALIZATIONS,
+    Measure,
+    check_values,
+    make_scaler,
+    parse_metric,
+)
+from distforest.forests.pairwise import ALGORITHMS, SYNCHRONOUS, Neighbors, as_matrix, search
+from distforest.store.run_store import RunStore
+
+WEIGHTS = ("uniform", "distance")
+SELECTIONS = ("forward", "backward")
+MODEL_SCHEMA = 1
+
+
+def vote_weights(distances: np.ndarray, weights: str) -> np.ndarray:
+    """Weight of each neighbour: 1, or ``1 / d^2`` with exact matches taking all the weight.
+
+    Parameters
+    ----------
+    distances : ndarray, shape (n, k)
+    weights : {"uniform", "distance"}
+
+    Returns
+    -------
+    ndarray of float64, shape (n, k)
+    """
+    if weights == "uniform":
+        return np.ones_like(distances, dtype=np.float64)
+    d = np.asarray(distances, dtype=np.float64)
+    exact = d <= 0.0
+    w = np.zeros_like(d)
+    np.divide(1.0, d * d, out=w, where=~exact)
+    has_exact = exact.any(axis=1)
+    w[has_exact] = exact[has_exact].astype(np.float64)
+    return w
+
+
+class KNNBase(BaseEstimator):
+    """Shared parameters, fitting and neighbour search of the k-NN estimators.
+
+    Parameters
+    ----------
+    n_neighbors : int, default 5
+        k, the number of neighbours that vote.
+    weights : {"uniform", "distance"}, default "uniform"
+        Equal votes, or ``1 / d^2`` (exact matches only, when there are any).
+    metric : str, object or callable, default "euclidean"
+        A measure name (``"euclidean"``, ``"manhattan"``, ``"minkowski:3"``,
+        ``"chebyshev"``, ``"mahalanobis"``, ``"cosine"``, ``"rbf"``,
+        ``"jaccard"``, ``"russell-rao"``, ``"sokal-michener"``), a forest
+        similarity (``"rf-proximity"``, ``"rfgap"``, ``"beta"``), an object
+        with ``fit(X, y)`` and ``cross_similarity(X_query)``, or a function
+        ``distance(A, B)``.
+    metric_params : dict, optional
+        ``p``, ``gamma`` or ``VI`` for the measure.
+    normalize : {None, "range", "zscore"}, default None
+        Rescale features with a scikit-learn scaler fitted on the training rows.
+    feature_range : (low, high), default (0, 1)
+        Interval of ``normalize="range"``.
+    algorithm : {"auto", "kd_tree", "ball_tree", "brute"}, default "auto"
+        ``auto``: k-d tree for Minkowski distances on at most 15 features,
+        brute-force tiles otherwise.
+    select : {None, "forward", "backward"}, default None
+        Sequential feature selection (scikit-learn's ``SequentialFeatureSelector``,
+        cross-validated with this estimator) before fitting.
+    n_features_to_select : "auto", int or float, default "auto"
+        Passed to the selector (``auto`` with no tolerance: half the features).
+    select_cv : int, default 5
+        Folds of the selector.
+    n_estimators : int, default 100
+        Trees of a forest metric.
+    random_state : int or None, default None
+        Seed of a forest metric.
+    batch_size, tile_size : int, optional
+        Query rows per task; candidates per tile of the brute search.
+    client : distributed.Client or None, default None
+        None: the neighbour search runs in this process (forest metrics still
+        fit their trees on the current Dask client, or a LocalCluster).  A
+        client runs both on the cluster.  scikit-learn's ``clone`` (used by
+        ``cross_val_score`` and the feature selector) cannot copy a client:
+        there, leave it None and create the client first, so that it is the
+        current default client.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Features given to ``fit`` (before selection).
+    support_ : ndarray of bool
+        Features kept by the selection (all True without ``select``).
+    scaler_ : scikit-learn scaler or None
+    measure_ : Measure or None
+        The fitted measure (None for a forest metric or callable).
+    similarity_ : object or None
+        The fitted forest similarity / callable adaptor.
+    X_fit_ : ndarray
+        Training rows after selection and normalisation.
+    """
+
+    def __init__(
+        self,
+        n_neighbors: int = 5,
+        *,
+        weights: str = "uniform",
+        metric: Any = "euclidean",
+        metric_params: dict[str, Any] | None = None,
+        normalize: str | None = None,
+        feature_range: tuple[float, float] = (0.0, 1.0),
+        algorithm: str = "auto",
+        select: str | None = None,
+        n_features_to_select: str | int | float = "auto",
+        select_cv: int = 5,
+        n_estimators: int = 100,
+        random_state: int | None = None,
+        batch_size: int | None = None,
+        tile_size: int = 8192,
+        client: Any = None,
+    ) -> None:
+        self.n_neighbors = n_neighbors
+        self.weights = weights
+        self.metric = metric
+        self.metric_params = metric_params
+        self.normalize = normalize
+        self.feature_range = feature_range
+        self.algorithm = algorithm
+        self.select = select
+        self.n_features_to_select = n_features_to_select
+        self.select_cv = select_cv
+        self.n_estimators = n_estimators
+        self.random_state = random_state
+        self.batch_size = batch_size
+        self.tile_size = tile_size
+        self.client = client
+
+    # -- fitting ----------------------------------------------------------
+
+    def _validate(self) -> None:
+        P.check_int("n_neighbors", self.n_neighbors)
+        P.check_choice("weights", self.weights, WEIGHTS)
+        P.check_choice("algorithm", self.algorithm, ALGORITHMS)
+        if self.normalize is not None:
+            P.check_choice("normalize", self.normalize, NORMALIZATIONS)
+        if self.select is not None:
+            P.check_choice("select", self.select, SELECTIONS)
+        P.check_int("select_cv", self.select_cv, low=2)
+        P.check_int("n_estimators", self.n_estimators)
+        P.check_random_state(self.random_state)
+
+    def _fit(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
+        self._validate()
+        X, names = as_matrix(X, "X")
+        if X.shape[0] != y_fit.shape[0]:
+            raise InputError(f"X has {X.shape[0]} rows but y has {y_fit.shape[0]} values")
+        self.n_features_in_ = X.shape[1]
+        self.feature_names_in_ = names
+        self.support_ = np.ones(X.shape[1], dtype=bool)
+        if self.select is not None:
+            self.support_ = self._selected(X, y)
+        X = X[:, self.support_]
+        self.scaler_ = make_scaler(self.normalize, self.feature_range)
+        if self.scaler_ is not None:
+            X = np.ascontiguousarray(self.scaler_.fit_transform(X), dtype=np.float64)
+        if self.n_neighbors > X.shape[0]:
+            raise ParameterError(
+                f"n_neighbors={self.n_neighbors} but only {X.shape[0]} training rows; "
+                "use a smaller n_neighbors"
+            )
+        self.similarity_ = make_similarity(
+            self.metric, self.n_estimators, self.random_state, self.client
+        )
+        self.measure_ = None
+        if self.similarity_ is not None:
+            self.similarity_.fit(X, y)
+        else:
+            self.measure_ = parse_metric(self.metric, self.metric_params).fitted(X)
+        self.X_fit_ = X
+        self.y_fit_ = y_fit
+
+    def _selected(self, X: np.ndarray, y: Any) -> np.ndarray:
+        from sklearn.feature_selection import SequentialFeatureSelector
+
+        inner = clone(self).set_params(select=None)
+        selector = SequentialFeatureSelector(
+            inner,
+            n_features_to_select=self.n_features_to_select,
+            direction=self.select,
+            cv=self.select_cv,
+        )
+        selector.fit(X, np.asarray(y))
+        return selector.get_support()
+
+    # -- neighbours ---------------------------------------------------------
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "X_fit_"):
+            raise NotFittedError(f"this {type(self).__name__} is not fitted; call fit(X, y) first")
+
+    def transform_queries(self, X: Any) -> np.ndarray:
+        """Query rows as the model sees them: selected features, normalised."""
+        self._check_fitted()
+        Q, _ = as_matrix(X, "X")
+        if Q.shape[1] != self.n_features_in_:
+            raise InputError(
+                f"X has {Q.shape[1]} features but the model was fitted on {self.n_features_in_}"
+            )
+        Q = Q[:, self.support_]
+        if self.scaler_ is not None:
+            Q = np.ascontiguousarray(self.scaler_.transform(Q), dtype=np.float64)
+        if self.measure_ is not None:
+            check_values(self.measure_, Q, "X")
+        return Q
+
+    def kneighbors(self, X: Any, n_neighbors: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Distances and indices of the nearest training rows, nearest first.
+
+        Parameters
+        ----------
+        X : array-like, shape (n_queries, n_features)
+        n_neighbors : int, optional
+            Defaults to ``n_neighbors``.
+
+        Returns
+        -------
+        distances : ndarray of float64, shape (n_queries, k)
+        indices : ndarray of int64, shape (n_queries, k)
+        """
+        found = self._neighbors(self.transform_queries(X), n_neighbors or self.n_neighbors)
+        return found.distances, found.indices
+
+    def _neighbors(self, Q: np.ndarray, k: int) -> Neighbors:
+        return search(
+            Q,
+            self.X_fit_,
+            k,
+            measure=self.measure_,
+            similarity=self.similarity_,
+            algorithm="brute" if self.similarity_ is not None else self.algorithm,
+            batch_size=self.batch_size,
+            tile_size=self.tile_size,
+            client=SYNCHRONOUS if self.client is None else self.client,
+        )
+
+    def _weighted(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        found = self._neighbors(self.transform_queries(X), self.n_neighbors)
+        return found.indices, vote_weights(found.distances, self.weights)
+
+
+class KNNClassifier(ClassifierMixin, KNNBase):
+    """k-nearest-neighbour classifier: majority or distance-weighted (1/d^2) vote.
+
+    Parameters and common attributes: see :class:`KNNBase`.  A tie between
+    classes goes to the first class in sorted label order.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        Class labels, sorted.
+    """
+
+    def fit(self, X: Any, y: Any) -> KNNClassifier:
+        """Remember the (selected, normalised) training rows and their labels.
+
+        Parameters
+        ----------
+        X : array-like, DataFrame or Table, shape (n_samples, n_features)
+        y : array-like, shape (n_samples,)
+
+        Returns
+        -------
+        self
+        """
+        if y is None:
+            raise InputError("KNNClassifier needs the class labels y")
+        self.classes_, codes = np.unique(np.asarray(y), return_inverse=True)
+        self._fit(X, y, codes.astype(np.int64))
+        return self
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Share of the (weighted) vote of each class, shape (n_queries, n_classes)."""
+        indices, w = self._weighted(X)
+        scores = np.zeros((indices.shape[0], len(self.classes_)))
+        rows = np.repeat(np.arange(indices.shape[0]), indices.shape[1])
+        np.add.at(scores, (rows, self.y_fit_[indices].ravel()), w.ravel())
+        return scores / scores.sum(axis=1, keepdims=True)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class with the largest (weighted) vote for each query row."""
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+
+class KNNRegressor(RegressorMixin, KNNBase):
+    """k-nearest-neighbour regression: mean or distance-weighted (1/d^2) mean of the targets.
+
+    Parameters and attributes: see :class:`KNNBase`.
+    """
+
+    def fit(self, X: Any, y: Any) -> KNNRegressor:
+        """Remember the (selected, normalised) training rows and their targets.
+
+        Parameters
+        ----------
+        X : array-like, DataFrame or Table, shape (n_samples, n_features)
+        y : array-like of float, shape (n_samples,)
+
+        Returns
+        -------
+        self
+        """
+        if y is None:
+            raise InputError("KNNRegressor needs the target values y")
+        try:
+            y_fit = np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError("KNNRegressor needs a numeric target; use KNNClassifier") from None
+        if not np.isfinite(y_fit).all():
+            raise InputError("the target has missing or infinite values; drop those rows")
+        self._fit(X, y, y_fit)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        """(Weighted) mean target of the neighbours of each query row."""
+        indices, w = self._weighted(X)
+        return (w * self.y_fit_[indices]).sum(axis=1) / w.sum(axis=1)
+
+
+# -- saving without pickle -------------------------------------------------------
+
+_SCALER_FIELDS = {
+    "range": ("min_", "scale_", "data_min_", "data_max_", "data_range_"),
+    "zscore": ("mean_", "scale_", "var_"),
+}
+
+
+def save_model(model: KNNBase, path: str | Path, *, overwrite: bool = False) -> RunStore:
+    """Write a fitted k-NN model as a Zarr store: arrays and JSON attributes only.
+
+    Forest metrics and callables cannot be saved this way yet (their trees
+    would need their own layout): use a measure name.
+    """
+    model._check_fitted()
+    if model.similarity_ is not None:
+        raise ParameterError(
+            f"a k-NN model with metric {model.metric!r} cannot be saved yet (only measures "
+            f"such as euclidean or cosine can); forest metrics {FOREST_METRICS} work from Python"
+        )
+    measure: Measure = model.measure_
+    params = {k: v for k, v in model.get_params().items() if k not in ("client", "metric_params")}
+    params["feature_range"] = list(params["feature_range"])
+    attrs = {
+        "model": type(model).__name__,
+        "model_schema": MODEL_SCHEMA,
+        "params": json.loads(json.dumps(params, default=str)),
+        "measure": {"name": measure.name, "p": measure.p, "gamma": measure.gamma},
+        "feature_names": list(model.feature_names_in_),
+        "classes": [c.item() if hasattr(c, "item") else c for c in getattr(model, "classes_", [])],
+    }
+    rs = RunStore.create(path, attrs=attrs, overwrite=overwrite)
+    rs.write_array("X_fit", model.X_fit_, ("sample", "feature"))
+    rs.write_array("y_fit", model.y_fit_, ("sample",))
+    rs.write_array("support", model.support_.astype(np.uint8), ("feature_in",))
+    if measure.VI is not None:
+        rs.write_array("mahalanobis_VI", measure.VI, ("feature", "feature_j"))
+    if model.scaler_ is not None:
+        for name in _SCALER_FIELDS[model.normalize]:
+            rs.write_array(f"scaler_{name}", getattr(model.scaler_, name), ("feature",))
+    rs.mark_complete()
+    return rs
+
+
+def load_model(path: str | Path) -> KNNClassifier | KNNRegressor:
+    """Read a model written by :func:`save_model` (no code is run)."""
+    rs = RunStore.open(path, require_complete=True)
+    attrs = rs.attrs
+    kinds = {"KNNClassifier": KNNClassifier, "KNNRegressor": KNNRegressor}
+    if attrs.get("model") not in kinds:
+        raise StoreError(f"{str(path)!r} is a distforest store but not a k-NN model")
+    params = dict(attrs["params"])
+    params["feature_range"] = tuple(params["feature_range"])
+    model = kinds[attrs["model"]](**params)
+    g = rs.group
+    model.X_fit_ = np.asarray(g["X_fit"][...], dtype=np.float64)
+    model.y_fit_ = g["y_fit"][...]
+    model.support_ = g["support"][...].astype(bool)
+    model.n_features_in_ = int(model.support_.size)
+    model.feature_names_in_ = tuple(attrs["feature_names"])
+    if attrs["model"] == "KNNClassifier":
+        model.classes_ = np.asarray(attrs["classes"])
+    m = attrs["measure"]
+    VI = g["mahalanobis_VI"][...] if "mahalanobis_VI" in g else None
+    model.measure_ = Measure(m["name"], p=m["p"], gamma=m["gamma"], VI=VI)
+    model.similarity_ = None
+    model.scaler_ = make_scaler(model.normalize, model.feature_range)
+    if model.scaler_ is not None:
+        for name in _SCALER_FIELDS[model.normalize]:
+            setattr(model.scaler_, name, g[f"scaler_{name}"][...])
+        model.scaler_.n_features_in_ = int(model.X_fit_.shape[1])
+        model.scaler_.n_samples_seen_ = int(model.X_fit_.shape[0])
+    return model

@@ -1,0 +1,199 @@
+"""Forest similarities between new rows and the training rows (k-NN metrics).
+
+The contract every forest similarity follows, so that later forests plug
+into :class:`~distforest.apps.knn.KNNClassifier` as a ``metric``::
+
+    sim.fit(X, y=None)                 -> sim
+    sim.cross_similarity(X_query)      -> ndarray (n_query, n_fit), values in [0, 1]
+
+k-NN turns a similarity into the distance ``1 - s`` (so distance-weighted
+votes use ``1 / (1 - s)^2``, and ``s = 1`` is an exact match).
+
+- ``"rf-proximity"``: share of the trees in which the query falls in the same
+  leaf as the training row (Breiman's proximity, all trees count).
+- ``"rfgap"``: RF-GAP for a new point, which is out of bag in every tree:
+  ``p(x, j) = (1/T) sum_t c_j(t) [j in leaf_t(x)] / M_t(x)`` with ``c_j(t)``
+  the in-bag count of training row j and ``M_t(x)`` the total in-bag count
+  of x's leaf.  Each row sums to 1 (a point is near its leaf-mates in
+  proportion to how often they were drawn), so values are small; their
+  order and ratios are what k-NN uses.
+- ``"beta"``: X-Forest beta-similarity (:class:`distforest.forests.xforest.XForest`,
+  imported lazily: it is a separate module).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from distforest.errors import MissingDependencyError, NotFittedError, ParameterError
+from distforest.forests.proximity_forest import ProximityForest
+from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
+
+FOREST_METRICS = ("rf-proximity", "rfgap", "beta")
+
+
+@runtime_checkable
+class CrossSimilarity(Protocol):
+    """Anything with ``fit(X, y)`` and ``cross_similarity(X_query)``."""
+
+    def fit(self, X: Any, y: Any = None) -> Any: ...
+
+    def cross_similarity(self, X_query: Any) -> np.ndarray: ...
+
+
+class ProximitySimilarity:
+    """Random-forest proximity or RF-GAP of new rows to the training rows.
+
+    Parameters
+    ----------
+    kind : {"rf-proximity", "rfgap"}
+    n_estimators : int
+    random_state : int or None
+    client : distributed.Client or None
+        Where the trees are fitted (see :class:`ProximityForest`).
+    **forest_params
+        Any other :class:`ProximityForest` parameter.
+    """
+
+    def __init__(
+        self,
+        kind: str = "rf-proximity",
+        n_estimators: int = 100,
+        random_state: int | None = None,
+        client: Any = None,
+        **forest_params: Any,
+    ) -> None:
+        if kind not in ("rf-proximity", "rfgap"):
+            raise ParameterError(f"kind must be 'rf-proximity' or 'rfgap', got {kind!r}")
+        self.kind = kind
+        self.n_estimators = n_estimators
+        self.random_state = random_state
+        self.client = client
+        self.forest_params = forest_params
+
+    def fit(self, X: Any, y: Any = None) -> ProximitySimilarity:
+        """Fit the forest (supervised when ``y`` is given)."""
+        self.forest_ = ProximityForest(
+            n_estimators=self.n_estimators,
+            random_state=self.random_state,
+            client=self.client,
+            **self.forest_params,
+        ).fit(X, y)
+        if self.kind == "rfgap":
+            self.leaf_mass_table_ = _leaf_mass_table(self.forest_)
+        return self
+
+    def cross_similarity(self, X_query: Any) -> np.ndarray:
+        """Similarity of each query row to each training row.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_query, n_fit)
+        """
+        if not hasattr(self, "forest_"):
+            raise NotFittedError("call fit(X, y) before cross_similarity")
+        forest = self.forest_
+        leaves_q = forest.apply(np.asarray(X_query, dtype=np.float64))
+        if self.kind == "rf-proximity":
+            return original_proximity_tile(leaves_q, forest.leaves_).astype(np.float64)
+        lq = np.ascontiguousarray(leaves_q.T, dtype=np.int32)
+        mass = np.take_along_axis(self.leaf_mass_table_, lq.astype(np.int64), axis=1)
+        weights_q = np.zeros_like(mass)
+        np.divide(1.0, mass, out=weights_q, where=mass > 0)
+        lf = np.ascontiguousarray(forest.leaves_.T, dtype=np.int32)
+        counts = np.ascontiguousarray(forest.inbag_.T, dtype=np.float64)
+        return leaf_match_sum(lq, lf, weights_q, counts) / lq.shape[0]
+
+
+def _leaf_mass_table(forest: ProximityForest) -> np.ndarray:
+    """``table[t, node]``: total in-bag count of the training rows in leaf ``node`` of tree t."""
+    n_trees = forest.leaves_.shape[1]
+    width = int(forest.node_counts_.max())
+    table = np.zeros((n_trees, width))
+    for t in range(n_trees):
+        table[t] = np.bincount(
+            forest.leaves_[:, t], weights=forest.inbag_[:, t].astype(np.float64), minlength=width
+        )
+    return table
+
+
+class BetaSimilarity:
+    """X-Forest beta-similarity of new rows to the training rows (unsupervised).
+
+    Parameters
+    ----------
+    n_estimators : int
+    random_state : int or None
+    """
+
+    def __init__(self, n_estimators: int = 100, random_state: int | None = None) -> None:
+        self.n_estimators = n_estimators
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> BetaSimilarity:
+        """Fit an :class:`XForest` on ``X`` (``y`` is ignored)."""
+        try:
+            from distforest.forests.xforest import XForest
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "metric 'beta' needs distforest.forests.xforest (X-Forest), which this "
+                f"installation does not have ({exc}); use 'rf-proximity' or 'rfgap'"
+            ) from exc
+        self.forest_ = XForest(n_estimators=self.n_estimators, random_state=self.random_state)
+        self.forest_.fit(np.asarray(X, dtype=np.float64))
+        return self
+
+    def cross_similarity(self, X_query: Any) -> np.ndarray:
+        """Beta-similarity of each query row to each training row, (n_query, n_fit)."""
+        if not hasattr(self, "forest_"):
+            raise NotFittedError("call fit(X) before cross_similarity")
+        S = self.forest_.cross_similarity(np.asarray(X_query, dtype=np.float64), kind="beta")
+        return np.asarray(S, dtype=np.float64)
+
+
+def make_similarity(
+    metric: Any, n_estimators: int, random_state: int | None, client: Any = None
+) -> CrossSimilarity | None:
+    """The similarity object for a forest ``metric`` name or a user's object; None otherwise."""
+    if isinstance(metric, str):
+        if metric in ("rf-proximity", "rfgap"):
+            return ProximitySimilarity(metric, n_estimators, random_state, client)
+        if metric == "beta":
+            return BetaSimilarity(n_estimators, random_state)
+        return None
+    if isinstance(metric, CrossSimilarity):
+        return metric
+    if callable(metric):
+        return FunctionDistance(metric)
+    raise ParameterError(
+        "metric must be a name, an object with fit(X, y) and cross_similarity(X_query), "
+        f"or a function distance(A, B) -> (len(A), len(B)) array; got {metric!r}"
+    )
+
+
+class FunctionDistance:
+    """A user's function ``distance(A, B) -> ndarray (len(A), len(B))`` as a k-NN metric.
+
+    Parameters
+    ----------
+    func : callable
+        Must return distances (0 = identical, larger = farther).
+    """
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+
+    def fit(self, X: Any, y: Any = None) -> FunctionDistance:
+        """Remember the training rows."""
+        self.X_fit_ = np.asarray(X, dtype=np.float64)
+        return self
+
+    def cross_distance(self, X_query: Any) -> np.ndarray:
+        """Distances of each query row to each training row, (n_query, n_fit)."""
+        D = np.asarray(self.func(np.asarray(X_query, dtype=np.float64), self.X_fit_), dtype=float)
+        expected = (np.shape(X_query)[0], self.X_fit_.shape[0])
+        if D.shape != expected:
+            raise ParameterError(f"the metric function returned shape {D.shape}, not {expected}")
+        return D
