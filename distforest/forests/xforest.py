@@ -1,0 +1,561 @@
+"""`XForest`: approximate random-projection trees as Dask tasks, beta-similarity as Zarr tiles.
+
+A fitted forest is summarised by three O(n T) arrays: ``depth_[i, t]``,
+``codes_[i, t, :]`` (the path code of row i in tree t, DESIGN.md section 3)
+and ``leaves_[i, t]``, plus the flat node arrays for routing new rows.  The
+beta-similarity ``S[a, b] = mean_t beta ** (d_a + d_b - 2 d_lca)`` is written
+tile by tile from the codes, or applied matrix-free through its exact
+factorisation ``S = Phi Phi^T / T`` (:func:`distforest.kernels.rptrees.phi_product`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.forests import _xforest_params as XP
+from distforest.forests._estimator import DaskEstimator
+from distforest.io import Table, load_table
+from distforest.kernels import rptrees
+from distforest.parallel import tasks
+from distforest.store.run_store import RunStore, read_rows, write_block
+
+logger = logging.getLogger("distforest")
+
+#: ``progress(stage, done, total)``; stages are "fit", "tiles" and "product".
+Progress = Callable[[str, int, int], None]
+
+#: Columns of the flat node array, as stored under ``forest/``.
+NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
+
+
+def tile_task(path: str, name: str, beta: float, rows_i: slice, rows_j: slice) -> int:
+    """Compute one similarity tile (and its mirror) from the stored codes; write it.
+
+    Runs inside a Dask worker: reads ``path`` and ``depth`` rows of the two
+    blocks, loops over all trees, writes whole chunks.  Returns bytes written.
+    """
+    codes_i, depth_i = read_rows(path, "path", rows_i), read_rows(path, "depth", rows_i)
+    if rows_i == rows_j:
+        codes_j, depth_j = codes_i, depth_i
+    else:
+        codes_j, depth_j = read_rows(path, "path", rows_j), read_rows(path, "depth", rows_j)
+    tile = rptrees.similarity_block(codes_i, depth_i, codes_j, depth_j, beta)
+    write_block(path, name, (rows_i, rows_j), tile)
+    if rows_i != rows_j:
+        write_block(path, name, (rows_j, rows_i), np.ascontiguousarray(tile.T))
+        return 2 * tile.nbytes
+    return tile.nbytes
+
+
+def _product_task(
+    forest: dict[str, np.ndarray], V: np.ndarray, trees: slice, beta: float
+) -> np.ndarray:
+    offsets = forest["node_offset"]
+    a, b = offsets[trees.start], offsets[trees.stop]
+    return rptrees.phi_product(
+        forest["leaves_t"][trees],
+        forest["node_depth"][a:b],
+        forest["parent"][a:b],
+        offsets[trees.start : trees.stop + 1] - a,
+        V,
+        beta,
+    )
+
+
+class SimilarityProduct:
+    """Repeated ``S @ V`` for one fitted forest on one Dask client (no n x n anywhere).
+
+    The forest's leaves and node parents are sent to the workers once; each
+    product is one task per batch of trees, summed in batch order (so results
+    are bit-identical whatever the completion order).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    forest : XForest
+        A fitted forest.
+    beta : float
+        0 gives the basic similarity.
+    batch_size : int, optional
+        Trees per task (default: about two tasks per worker thread).
+    """
+
+    def __init__(
+        self, client: Any, forest: XForest, beta: float, batch_size: int | None = None
+    ) -> None:
+        self.client = client
+        self.beta = float(beta)
+        self.n_trees = forest.leaves_.shape[1]
+        self.shape = (forest.n_samples_, forest.n_samples_)
+        rptrees.warm_up()
+        arrays = {
+            "leaves_t": np.ascontiguousarray(forest.leaves_.T),
+            "node_depth": np.ascontiguousarray(forest.nodes_[:, 1]),
+            "parent": np.ascontiguousarray(forest.nodes_[:, 0]),
+            "node_offset": forest.node_offset_,
+        }
+        self._forest = {k: tasks.scatter(client, v) for k, v in arrays.items()}
+        size = batch_size or tasks.default_batch_size(
+            self.n_trees, tasks.total_threads(client), per_thread=2
+        )
+        self._batches = tasks.plan_batches(self.n_trees, size)
+
+    def __call__(self, V: Any) -> np.ndarray:
+        """``S @ V``; ``V`` of shape (n,) or (n, k)."""
+        V = np.asarray(V, dtype=np.float64)
+        if V.shape[0] != self.shape[0]:
+            raise InputError(f"V has {V.shape[0]} rows but the forest has {self.shape[0]}")
+        V2 = np.ascontiguousarray(V[:, None] if V.ndim == 1 else V)
+        V_future = tasks.scatter(self.client, V2)
+        items = [(self._forest, V_future, b, self.beta) for b in self._batches]
+        parts: list[Any] = [None] * len(items)
+        for i, part in tasks.run_tasks(self.client, _product_task, items, name="xforest-product"):
+            parts[i] = part
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        total /= self.n_trees
+        return total[:, 0] if V.ndim == 1 else total
+
+    matvec = __call__
+
+
+class XForest(DaskEstimator):
+    """Approximate random-projection trees (X-Forest) and their beta-similarity.
+
+    Per tree, ``n_directions`` random unit directions are drawn; the node at
+    depth d splits on direction ``d mod n_directions`` at a threshold drawn
+    uniformly between the node's smallest and largest projection.  A node
+    with at most ``leaf_size`` points (or whose projections are all equal) is
+    a leaf.  ``mode="standard"`` draws a fresh direction for every node (the
+    Dasgupta-Freund RP tree).
+
+    Parameters
+    ----------
+    n_estimators : int, default 1000
+        Number of trees.
+    n_directions : int, default 2
+        X, the directions per tree (``mode="x"``).
+    leaf_size : int, default 10
+        tau: a node with at most this many points is a leaf.
+    beta : float in [0, 1], default 0.9
+        Decay per edge of the beta-similarity ``mean_t beta ** edges(a, b)``.
+    mode : {"x", "standard"}, default "x"
+    normalize : bool, default True
+        Min-max normalise every feature first (as in the paper).
+    batch_size : int or None
+        Trees per Dask task; ``None`` gives about four tasks per worker thread.
+    tile_size : int, default 2048
+        Rows and columns of one similarity tile (one task, one Zarr chunk).
+    random_state : int or None
+        The same value gives the same trees and matrices whatever the cluster,
+        batch and tile sizes.
+    client, scheduler, cluster
+        Where to run (see :class:`~distforest.forests.proximity_forest.ProximityForest`).
+    progress : callable or None
+        ``progress(stage, done, total)`` after every finished task.
+
+    Attributes
+    ----------
+    n_samples_, n_features_in_ : int
+    feature_names_in_ : tuple of str
+    feature_min_, feature_scale_ : ndarray, shape (n_features,)
+        The normalisation ``(X - min) / scale`` (identity when ``normalize=False``).
+    seeds_ : ndarray of uint64, shape (n_estimators,)
+    random_state_ : int
+    leaves_, depth_ : ndarray of int32, shape (n_samples, n_estimators)
+        Leaf node (local to its tree) and depth of every row.
+    codes_ : ndarray of uint64, shape (n_samples, n_estimators, n_words)
+        Path codes: bit k says the row went right at depth k.
+    nodes_ : ndarray of int32, shape (total_nodes, 5)
+        parent, depth, left, right, direction of every node (trees concatenated).
+    thresholds_ : ndarray of float64, shape (total_nodes,)
+    node_offset_ : ndarray of int64, shape (n_estimators + 1,)
+    directions_ : ndarray of float64, shape (total_directions, n_features)
+    direction_offset_ : ndarray of int64, shape (n_estimators + 1,)
+    """
+
+    def __init__(
+        self,
+        n_estimators: int = 1000,
+        *,
+        n_directions: int = 2,
+        leaf_size: int = 10,
+        beta: float = 0.9,
+        mode: str = "x",
+        normalize: bool = True,
+        batch_size: int | None = None,
+        tile_size: int = 2048,
+        random_state: int | None = None,
+        client: Any = None,
+        scheduler: str | None = None,
+        cluster: str | Path | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.n_directions = n_directions
+        self.leaf_size = leaf_size
+        self.beta = beta
+        self.mode = mode
+        self.normalize = normalize
+        self.batch_size = batch_size
+        self.tile_size = tile_size
+        self.random_state = random_state
+        self.client = client
+        self.scheduler = scheduler
+        self.cluster = cluster
+        self.progress = progress
+
+    _PARAM_NAMES = (
+        "n_estimators",
+        "n_directions",
+        "leaf_size",
+        "beta",
+        "mode",
+        "normalize",
+        "batch_size",
+        "tile_size",
+        "random_state",
+    )
+
+    # -- fitting ------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any = None) -> XForest:
+        """Grow the trees, one Dask task per batch of trees.
+
+        Parameters
+        ----------
+        X : path, array-like, DataFrame, dask/xarray/zarr object or Table
+            Features without missing values.
+        y : ignored
+            Accepted for scikit-learn compatibility; X-Forest is unsupervised.
+
+        Returns
+        -------
+        self
+        """
+        params = XP.check_xforest({k: getattr(self, k) for k in self._PARAM_NAMES})
+        table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
+        if np.isnan(table.X).any():
+            raise InputError(
+                f"{table.source}: X-Forest needs complete data; impute the "
+                "missing values first, e.g. `distforest impute`"
+            )
+        lo = table.X.min(axis=0) if params["normalize"] else np.zeros(table.n_features)
+        scale = np.ptp(table.X, axis=0) if params["normalize"] else np.ones(table.n_features)
+        scale = np.where(scale > 0, scale, 1.0)
+        Xn = (table.X - lo) / scale
+        n_trees = params["n_estimators"]
+        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
+        standard = params["mode"] == "standard"
+        rptrees.warm_up()
+        with self._client() as client:
+            batch_size = params["batch_size"] or tasks.default_batch_size(
+                n_trees, tasks.total_threads(client)
+            )
+            batches = tasks.plan_batches(n_trees, batch_size)
+            logger.info(
+                "growing %d X-Forest trees on %d x %d in %d tasks",
+                n_trees,
+                table.n_samples,
+                table.n_features,
+                len(batches),
+            )
+            X_future = tasks.scatter(client, Xn)
+            items = [
+                (X_future, seeds[b], params["n_directions"], params["leaf_size"], standard)
+                for b in batches
+            ]
+            parts: list[Any] = [None] * len(batches)
+            for i, part in tasks.run_tasks(
+                client,
+                rptrees.grow_batch,
+                items,
+                name="xforest-trees",
+                progress=self._report("fit"),
+            ):
+                parts[i] = part
+        words = max(p.codes.shape[2] for p in parts)
+        codes = np.zeros((table.n_samples, n_trees, words), dtype=np.uint64)
+        for b, part in zip(batches, parts, strict=True):
+            codes[:, b, : part.codes.shape[2]] = part.codes
+        self.n_samples_ = table.n_samples
+        self.n_features_in_ = table.n_features
+        self.feature_names_in_ = table.feature_names
+        self.feature_min_, self.feature_scale_ = lo, scale
+        self.seeds_ = seeds
+        self.random_state_ = entropy
+        self.leaves_ = np.concatenate([p.leaves for p in parts], axis=1)
+        self.depth_ = np.concatenate([p.depth for p in parts], axis=1)
+        self.codes_ = codes
+        self.nodes_ = np.concatenate([p.nodes for p in parts])
+        self.thresholds_ = np.concatenate([p.thresholds for p in parts])
+        self.node_offset_ = _offsets([p.node_counts for p in parts])
+        self.directions_ = np.concatenate([p.directions for p in parts])
+        self.direction_offset_ = _offsets([p.direction_counts for p in parts])
+        self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
+        self.fit_id_ = uuid.uuid4().hex
+        self.params_ = params
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "codes_"):
+            raise NotFittedError("this XForest is not fitted yet; call fit(X) first")
+
+    def _beta(self, kind: str) -> float:
+        self._check_fitted()
+        return self.params_["beta"] if XP.check_kind(kind) == "beta" else 0.0
+
+    # -- new rows -------------------------------------------------------------
+
+    def paths(self, X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Route new rows through every stored tree.
+
+        Parameters
+        ----------
+        X : array-like or any input :func:`distforest.io.load_table` reads
+            Rows with the training features in the training order.
+
+        Returns
+        -------
+        leaves, depth : ndarray of int32, shape (m, n_estimators)
+        codes : ndarray of uint64, shape (m, n_estimators, n_words)
+        """
+        self._check_fitted()
+        table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
+        if table.n_features != self.n_features_in_:
+            raise InputError(
+                f"{table.source} has {table.n_features} features but the forest was fitted "
+                f"on {self.n_features_in_}; pass the same columns in the same order"
+            )
+        if np.isnan(table.X).any():
+            raise InputError(
+                f"{table.source}: rows with missing values cannot be routed; impute them first"
+            )
+        Xn = (table.X - self.feature_min_) / self.feature_scale_
+        return rptrees.route_forest(
+            Xn,
+            self.nodes_,
+            self.thresholds_,
+            self.node_offset_,
+            self.directions_,
+            self.direction_offset_,
+        )
+
+    def cross_similarity(self, X_query: Any, kind: str = "beta") -> np.ndarray:
+        """Similarity between new rows and the fitted rows, in memory.
+
+        Parameters
+        ----------
+        X_query : array-like, shape (n_query, n_features)
+            Keep it small: the result is dense.
+        kind : {"beta", "basic"}
+            ``basic``: fraction of trees in which the two rows share a leaf.
+
+        Returns
+        -------
+        ndarray of float32, shape (n_query, n_samples_)
+            ``S[q, i] = mean_t beta ** edges_t(q, i)``.
+        """
+        beta = self._beta(kind)
+        _, depth, codes = self.paths(X_query)
+        return rptrees.similarity_block(codes, depth, self.codes_, self.depth_, beta)
+
+    # -- matrices -------------------------------------------------------------
+
+    def similarity(
+        self,
+        kind: str = "beta",
+        store: str | Path | None = None,
+        *,
+        overwrite: bool = False,
+        max_in_memory: int = 10_000,
+    ) -> xr.DataArray:
+        """Pairwise similarity of the training rows.
+
+        Parameters
+        ----------
+        kind : {"beta", "basic"}, default "beta"
+            ``beta``: mean over trees of ``beta ** edges`` between the two
+            rows' leaves (stored as ``beta_similarity``); ``basic``: fraction
+            of trees in which they share a leaf (``basic_similarity``).
+        store : str, Path or None
+            Zarr store to write, one Dask task per upper-triangle tile (and its
+            mirror).  The forest, ``depth``, ``path`` and ``leaves`` are saved
+            with it.  ``None``: an in-memory matrix (at most ``max_in_memory`` rows).
+        overwrite : bool
+            Replace an existing store written by another fit.
+        max_in_memory : int
+
+        Returns
+        -------
+        xarray.DataArray
+            Dims ``(sample_i, sample_j)``, float32, symmetric, diagonal 1;
+            lazy and Zarr-backed when ``store`` is given.
+        """
+        self._check_fitted()
+        beta = self._beta(kind)
+        name = XP.SIMILARITY_NAMES[kind]
+        n = self.n_samples_
+        attrs = {"kind": kind, "beta": beta, "n_trees": int(self.codes_.shape[1])}
+        if store is None:
+            if n > max_in_memory:
+                raise ParameterError(
+                    f"an in-memory similarity for n={n} rows needs {n * n * 4 / 1e9:.1f} GB; "
+                    "pass store='similarity.zarr' to write it tile by tile (or raise "
+                    f"max_in_memory above {max_in_memory} if you have the memory)"
+                )
+            values = np.empty((n, n), dtype=np.float32)
+            for rows in tasks.plan_batches(n, self.params_["tile_size"]):
+                values[rows] = rptrees.similarity_block(
+                    self.codes_[rows], self.depth_[rows], self.codes_, self.depth_, beta
+                )
+            coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
+            return xr.DataArray(
+                values, dims=("sample_i", "sample_j"), coords=coords, name=name, attrs=attrs
+            )
+        rs = self._open_or_create(store, overwrite)
+        tile = self.params_["tile_size"]
+        rs.create_matrix(name, n, n, tile, attrs={**attrs, "complete": False})
+        tiles = tasks.plan_tiles(n, tile, symmetric=True)
+        logger.info("writing %d %s tiles of %d x %d to %s", len(tiles), name, tile, tile, rs.path)
+        items = [(rs.path, name, beta, ri, rj) for ri, rj in tiles]
+        with self._client() as client:
+            for _ in tasks.run_tasks(
+                client, tile_task, items, name=f"{name}-tiles", progress=self._report("tiles")
+            ):
+                pass
+        rs.group[name].attrs.update({"complete": True})
+        rs.mark_complete()
+        return rs.dataset()[name]
+
+    @contextlib.contextmanager
+    def product_session(self, kind: str = "beta") -> Iterator[SimilarityProduct]:
+        """A reusable matrix-free ``S @ V`` on this forest's client (for eigensolvers)."""
+        self._check_fitted()
+        beta = self._beta(kind)
+        with self._client() as client:
+            yield SimilarityProduct(client, self, beta)
+
+    def product(self, V: Any, kind: str = "beta") -> np.ndarray:
+        """``S @ V`` without forming S, through ``S = Phi Phi^T / T`` (DESIGN.md section 3).
+
+        Parameters
+        ----------
+        V : array-like, shape (n_samples,) or (n_samples, k)
+        kind : {"beta", "basic"}
+
+        Returns
+        -------
+        ndarray of float64, same shape as ``V``
+        """
+        with self.product_session(kind) as session:
+            return session(V)
+
+    # -- storing --------------------------------------------------------------
+
+    def _provenance(self) -> dict[str, Any]:
+        params = dict(self.params_)
+        params["random_state"] = self.random_state_
+        return {
+            "method": "xforest",
+            "params": params,
+            "input": {
+                **self.input_,
+                "n_samples": self.n_samples_,
+                "n_features": self.n_features_in_,
+                "feature_names": list(self.feature_names_in_),
+            },
+            "task": "unsupervised",
+            "n_trees": int(self.codes_.shape[1]),
+            "fit_id": self.fit_id_,
+        }
+
+    def save(self, store: str | Path, *, overwrite: bool = False) -> RunStore:
+        """Write the trees, ``leaves``, ``depth`` and ``path`` to a new store (no matrix).
+
+        Returns
+        -------
+        RunStore
+            Still marked ``running`` until the caller completes it.
+        """
+        self._check_fitted()
+        rs = RunStore.create(store, attrs=self._provenance(), overwrite=overwrite)
+        n, n_trees, words = self.codes_.shape
+        rows = min(self.params_["tile_size"], n)
+        rs.write_coordinates(n, n_trees)
+        nodes = {c: np.ascontiguousarray(self.nodes_[:, k]) for k, c in enumerate(NODE_COLUMNS)}
+        nodes["threshold"] = self.thresholds_
+        rs.write_forest(nodes, np.diff(self.node_offset_), self.seeds_)
+        forest = RunStore(Path(rs.path) / "forest", rs.group["forest"])
+        forest.write_array("direction_offset", self.direction_offset_, ("tree_edge",))
+        forest.write_array("directions", self.directions_, ("direction", "feature"))
+        forest.write_array("feature_min", self.feature_min_, ("feature",))
+        forest.write_array("feature_scale", self.feature_scale_, ("feature",))
+        for name, values in (("leaves", self.leaves_), ("depth", self.depth_)):
+            rs.write_array(name, values, ("sample", "tree"), chunks=(rows, n_trees))
+        rs.write_array(
+            "path", self.codes_, ("sample", "tree", "path_word"), chunks=(rows, n_trees, words)
+        )
+        return rs
+
+    @classmethod
+    def load(cls, store: str | Path, **kwargs: Any) -> XForest:
+        """A fitted XForest from a store written by :meth:`save` or :meth:`similarity`.
+
+        Parameters
+        ----------
+        store : str or Path
+        **kwargs
+            ``client``, ``scheduler``, ``cluster``, ``progress``.
+        """
+        rs = RunStore.open(store)
+        attrs = rs.attrs
+        if attrs.get("method") != "xforest":
+            raise StoreError(
+                f"{rs.path!r} was not written by XForest (method "
+                f"{attrs.get('method')!r}); use `distforest xforest` to make one"
+            )
+        params = dict(attrs["params"])
+        forest = cls(**params, **kwargs)
+        f = rs.read_forest()
+        forest.params_ = params
+        forest.random_state_ = params["random_state"]
+        forest.n_samples_ = attrs["input"]["n_samples"]
+        forest.n_features_in_ = attrs["input"]["n_features"]
+        forest.feature_names_in_ = tuple(attrs["input"]["feature_names"])
+        forest.input_ = {k: attrs["input"][k] for k in ("source", "fingerprint")}
+        forest.fit_id_ = attrs["fit_id"]
+        forest.feature_min_, forest.feature_scale_ = f["feature_min"], f["feature_scale"]
+        forest.seeds_ = f["seed"]
+        forest.nodes_ = np.stack([f[c] for c in NODE_COLUMNS], axis=1).astype(np.int32)
+        forest.thresholds_ = f["threshold"]
+        forest.node_offset_ = f["node_offset"]
+        forest.directions_ = f["directions"]
+        forest.direction_offset_ = f["direction_offset"]
+        for name, attr in (("leaves", "leaves_"), ("depth", "depth_"), ("path", "codes_")):
+            setattr(forest, attr, rs.group[name][...])
+        return forest
+
+    def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
+        path = Path(store)
+        if path.exists():
+            with contextlib.suppress(StoreError):
+                rs = RunStore.open(path, mode="r+")
+                if rs.attrs.get("fit_id") == self.fit_id_:
+                    rs.mark_running()
+                    return rs
+        return self.save(path, overwrite=overwrite)
+
+
+def _offsets(counts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
