@@ -7,6 +7,7 @@ NearestNeighbors, and plain numpy for the running top-k merge.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 from scipy.spatial.distance import cdist
@@ -40,8 +41,9 @@ def test_binary_similarities_of_the_textbook(name, expected):
 
 
 def test_cosine_similarity_of_the_textbook():
-    S = pairwise(np.array([[97.0, 21.0]]), np.array([[181.0, 184.0], [194.0, 42.0]]),
-                 metric="cosine").values[0]  # fmt: skip
+    S = pairwise(
+        np.array([[97.0, 21.0]]), np.array([[181.0, 184.0], [194.0, 42.0]]), metric="cosine"
+    ).values[0]
     assert S[0] == pytest.approx(0.8362, abs=1e-4)
     assert S[1] == pytest.approx(1.0, abs=1e-12)
 
@@ -50,12 +52,14 @@ def test_binary_kernels_against_scipy():
     rng = np.random.default_rng(0)
     A = rng.integers(0, 2, size=(40, 13)).astype(bool)
     B = rng.integers(0, 2, size=(30, 13)).astype(bool)
-    np.testing.assert_allclose(binary_similarity("russell-rao", A, B),
-                               1 - cdist(A, B, "russellrao"))  # fmt: skip
+    np.testing.assert_allclose(
+        binary_similarity("russell-rao", A, B), 1 - cdist(A, B, "russellrao")
+    )
     np.testing.assert_allclose(binary_similarity("jaccard", A, B), 1 - cdist(A, B, "jaccard"))
     # Sokal-Michener as the textbook defines it is the simple matching coefficient
-    np.testing.assert_allclose(binary_similarity("sokal-michener", A, B),
-                               1 - cdist(A, B, "hamming"))  # fmt: skip
+    np.testing.assert_allclose(
+        binary_similarity("sokal-michener", A, B), 1 - cdist(A, B, "hamming")
+    )
     zeros = np.zeros((1, 13))
     assert binary_similarity("jaccard", zeros, zeros)[0, 0] == 1.0
 
@@ -144,8 +148,9 @@ def test_pairwise_store_is_tiled_mirrored_and_independent_of_tiles(tmp_path, cli
     np.testing.assert_array_equal(stored[32], stored[64])
     np.testing.assert_allclose(stored[32], cosine_similarity(X), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(stored[32], stored[32].T)
-    rect = pairwise(X[:50], X, metric="euclidean", store=tmp_path / "r.zarr", tile_size=32,
-                    client="synchronous")  # fmt: skip
+    rect = pairwise(
+        X[:50], X, metric="euclidean", store=tmp_path / "r.zarr", tile_size=32, client="synchronous"
+    )
     np.testing.assert_allclose(rect.values, cdist(X[:50], X), rtol=1e-6)
     with pytest.raises(StoreError, match="already exists"):
         pairwise(X, store=tmp_path / "r.zarr", client="synchronous")
@@ -169,12 +174,20 @@ def test_top_k_matches_nearest_neighbors(metric):
     d_ref, i_ref = nn.kneighbors(Y)
     d_self, i_self = nn.kneighbors()  # each row's own pair left out
     for algorithm in ("kd_tree", "ball_tree", "brute"):
-        got = top_k_neighbors(Y, X, k=6, metric=metric, algorithm=algorithm, tile_size=50,
-                              client="synchronous")  # fmt: skip
+        got = top_k_neighbors(
+            Y, X, k=6, metric=metric, algorithm=algorithm, tile_size=50, client="synchronous"
+        )
         np.testing.assert_array_equal(got.indices, i_ref)
         np.testing.assert_allclose(got.distances, d_ref, rtol=1e-12)
-        own = top_k_neighbors(X, k=6, metric=metric, algorithm=algorithm, tile_size=64,
-                              batch_size=70, client="synchronous")  # fmt: skip
+        own = top_k_neighbors(
+            X,
+            k=6,
+            metric=metric,
+            algorithm=algorithm,
+            tile_size=64,
+            batch_size=70,
+            client="synchronous",
+        )
         np.testing.assert_array_equal(own.indices, i_self)
         np.testing.assert_allclose(own.distances, d_self, rtol=1e-12)
 
@@ -208,3 +221,91 @@ def test_kd_tree_on_the_cluster_matches_in_process(client):
     np.testing.assert_array_equal(a.distances, b.distances)
     with pytest.raises(ParameterError, match="only 4999 candidate rows"):
         top_k_neighbors(X, k=5000, client="synchronous")
+
+
+def test_command_line_end_to_end(tmp_path, client):
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+
+    def invoke(*args):
+        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(60, 3))
+    frame = {"a": X[:, 0], "b": X[:, 1], "c": X[:, 2], "label": np.where(X[:, 0] > 0, "p", "n")}
+    data = tmp_path / "data.csv"
+    pd.DataFrame(frame).to_csv(data, index=False)
+    where = ("--scheduler", client.scheduler.address)
+    invoke(
+        "-q",
+        "similarity",
+        data,
+        "--drop",
+        "label",
+        "--metric",
+        "minkowski:3",
+        "--normalize",
+        "range",
+        "--tile-size",
+        "32",
+        "--out",
+        tmp_path / "S.zarr",
+        *where,
+    )
+    S = xr.open_zarr(tmp_path / "S.zarr")["distance"].values
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    scaled = (X - lo) / (hi - lo)
+    np.testing.assert_allclose(S, cdist(scaled, scaled, "minkowski", p=3), rtol=1e-6)
+    invoke(
+        "-q",
+        "neighbors",
+        data,
+        "--drop",
+        "label",
+        "--k",
+        "4",
+        "--out",
+        tmp_path / "knn.zarr",
+        *where,
+    )
+    _, idx = NearestNeighbors(n_neighbors=4).fit(X).kneighbors()
+    np.testing.assert_array_equal(xr.open_zarr(tmp_path / "knn.zarr")["neighbor_index"], idx)
+    invoke(
+        "-q",
+        "knn",
+        "fit",
+        data,
+        "--target",
+        "label",
+        "--k",
+        "3",
+        "--weights",
+        "distance",
+        "--normalize",
+        "zscore",
+        "--out",
+        tmp_path / "model.zarr",
+    )
+    query = tmp_path / "query.csv"
+    pd.DataFrame({"c": [0.0], "a": [2.0], "b": [0.0]}).to_csv(query, index=False)
+    invoke("-q", "knn", "predict", tmp_path / "model.zarr", query, "--out", tmp_path / "p.csv")
+    assert pd.read_csv(tmp_path / "p.csv")["label"].tolist() == ["p"]
+    bad = CliRunner().invoke(
+        cli,
+        [
+            "knn",
+            "fit",
+            str(data),
+            "--target",
+            "label",
+            "--metric",
+            "cosin",
+            "--out",
+            str(tmp_path / "m2.zarr"),
+        ],
+    )
+    assert bad.exit_code == 2 and "unknown metric 'cosin'" in bad.output
+    assert not (tmp_path / "m2.zarr").exists()

@@ -363,11 +363,28 @@ _SCALER_FIELDS = {
 }
 
 
-def save_model(model: KNNBase, path: str | Path, *, overwrite: bool = False) -> RunStore:
+def save_model(
+    model: KNNBase,
+    path: str | Path,
+    *,
+    overwrite: bool = False,
+    attrs: dict[str, Any] | None = None,
+) -> RunStore:
     """Write a fitted k-NN model as a Zarr store: arrays and JSON attributes only.
 
     Forest metrics and callables cannot be saved this way yet (their trees
     would need their own layout): use a measure name.
+
+    Parameters
+    ----------
+    model : KNNClassifier or KNNRegressor
+        Fitted, with a measure as metric.
+    path : str or Path
+        Zarr store to create.
+    overwrite : bool
+        Replace an existing distforest store.
+    attrs : dict, optional
+        More JSON attributes to record (e.g. the input's target column).
     """
     model._check_fitted()
     if model.similarity_ is not None:
@@ -385,6 +402,7 @@ def save_model(model: KNNBase, path: str | Path, *, overwrite: bool = False) -> 
         "measure": {"name": measure.name, "p": measure.p, "gamma": measure.gamma},
         "feature_names": list(model.feature_names_in_),
         "classes": [c.item() if hasattr(c, "item") else c for c in getattr(model, "classes_", [])],
+        **(attrs or {}),
     }
     rs = RunStore.create(path, attrs=attrs, overwrite=overwrite)
     rs.write_array("X_fit", model.X_fit_, ("sample", "feature"))

@@ -22,6 +22,7 @@ from distforest.cli.options import (
 )
 from distforest.cli.pipeline import load_pipeline
 from distforest.cli.progress import ProgressBars, setup_logging
+from distforest.cli.similarity_cmd import knn, neighbors, similarity
 from distforest.errors import DistforestError
 from distforest.store.run_store import RunStore
 
@@ -150,7 +151,7 @@ def info(store: str, as_json: bool) -> None:
         sys.exit(1)
 
 
-for _command in (impute, outliers, mislabels, mds):
+for _command in (impute, outliers, mislabels, mds, similarity, neighbors, knn):
     cli.add_command(_command)
 
 

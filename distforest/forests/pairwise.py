@@ -265,7 +265,7 @@ def pairwise(
         return xr.DataArray(out, dims=("sample_i", "sample_j"), coords=coords, name=name,
                             attrs=attrs)  # fmt: skip
     dtype = dtype or "float32"
-    rs = RunStore.create(store, attrs={"params": attrs, "input": {"n_rows": n, "n_columns": m}},
+    rs = RunStore.create(store, attrs={"params": attrs, "input": _describe(X, A, B)},
                          overwrite=overwrite)  # fmt: skip
     rs.write_array("sample_i", np.arange(n, dtype=np.int64), ("sample_i",))
     rs.write_array("sample_j", np.arange(m, dtype=np.int64), ("sample_j",))
@@ -281,6 +281,16 @@ def pairwise(
     rs.group[name].attrs.update({"complete": True})
     rs.mark_complete()
     return rs.dataset()[name]
+
+
+def _describe(X: Any, A: np.ndarray, B: np.ndarray) -> dict[str, Any]:
+    """The ``input`` attribute of a store: source, sizes, fingerprint of the rows."""
+    out: dict[str, Any] = {"source": getattr(X, "source", f"<{type(X).__name__}>"),
+                           "n_samples": int(A.shape[0]), "n_features": int(A.shape[1]),
+                           "n_reference": int(B.shape[0])}  # fmt: skip
+    if isinstance(X, Table):
+        out["fingerprint"] = X.fingerprint()
+    return out
 
 
 def _plan(n: int, m: int, tile: int, symmetric: bool) -> list[tuple[slice, slice]]:
@@ -538,8 +548,8 @@ def top_k_neighbors(
         "algorithm": resolve_algorithm(algorithm, measure, B.shape[1]),
         "exclude_self": Y is None,
     }
-    sizes = {"n_queries": int(A.shape[0]), "n_reference": int(B.shape[0])}
-    rs = RunStore.create(store, attrs={"params": attrs, "input": sizes}, overwrite=overwrite)
+    rs = RunStore.create(store, attrs={"params": attrs, "input": _describe(X, A, B)},
+                         overwrite=overwrite)  # fmt: skip
     n = A.shape[0]
     rows = min(n, 65536)
     rs.write_array("sample", np.arange(n, dtype=np.int64), ("sample",))
