@@ -3,7 +3,8 @@
 Each error message says what is wrong, shows the offending value and
 suggests a fix.  The CLI exits with the class's ``exit_code``: 2 bad
 parameters (as click's usage errors), 3 bad input data, 4 bad YAML,
-5 cluster problems, 6 store problems, 1 anything else.
+5 cluster problems, 6 store problems, 7 output busy (another run holds
+its lock), 1 anything else.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ class StoreError(DistforestError, RuntimeError):
     """A Zarr store is missing, incomplete or of an unexpected layout."""
 
     exit_code = 6
+
+
+class BusyError(StoreError):
+    """Another live run holds the lock of the output store."""
+
+    exit_code = 7
 
 
 class NotFittedError(DistforestError, AttributeError):

@@ -48,7 +48,7 @@ def test_proximity_end_to_end_on_bundled_data(breast_cancer_csv, tmp_path):
     assert desc["arrays"]["leaves"]["dims"] == ["sample", "tree"]
 
     again = invoke("-q", "proximity", breast_cancer_csv, "--target", "Class", "--out", out)
-    assert again.exit_code != 0 and "already exists" in again.output
+    assert again.exit_code == 6 and "already exists" in again.output
 
 
 def test_same_seed_same_matrix_from_the_cli(tmp_path):

@@ -1,22 +1,51 @@
-"""The proximity job shared by ``distforest proximity`` and ``distforest run``."""
+"""The proximity job shared by ``distforest proximity`` and ``distforest run``.
+
+A job runs in stages (fit, tiles, plot, impute, outliers, mislabels, mds,
+report), each recorded in the store's ``stages`` attribute when it ends.
+It is safe to run again:
+
+- the output store is locked for the whole run (:mod:`distforest.store.lock`);
+- the job's *spec* (input fingerprint, forest, matrix, applications, output
+  names, distforest version) is hashed into ``spec_hash``.  Same hash and a
+  half-written store: the run resumes (the saved forest is loaded, finished
+  tiles and stages are skipped), and the result is bit-identical to an
+  uninterrupted run.  Same hash and a complete store: nothing to do.  A
+  different hash is refused unless ``restart`` (or ``overwrite``) is given;
+- the store is marked complete only after every stage and the report.
+"""
 
 from __future__ import annotations
 
+import datetime as _dt
+import hashlib
+import json
 import logging
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distforest._version import __version__
+from distforest.apps.mislabels import mislabel_scores
 from distforest.apps.plots import plot_matrix
 from distforest.cli.impute_cmd import plan_imputation, run_imputation
-from distforest.cli.outputs import check_new_file, write_mds, write_outliers
+from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
+from distforest.cli.plan import check_disk, estimate
+from distforest.cli.report import write_report
+from distforest.errors import StoreError
 from distforest.forests.proximity_forest import ProximityForest
-from distforest.io import load_table
+from distforest.forests.tiles import ARRAY_NAMES
+from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
+from distforest.parallel.monitor import RunMonitor
+from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
+
+#: Application stages, in the order they run.
+APP_STAGES = ("impute", "outliers", "mislabels", "mds")
 
 
 @dataclass
@@ -34,12 +63,27 @@ class ProximityJob:
     overwrite: bool = False
     #: ``{"out": csv, "plot": png}`` to also write outlier scores.
     outliers: dict[str, Any] | None = None
+    #: ``{"out": csv}`` to rank suspected mislabels.
+    mislabels: dict[str, Any] | None = None
     #: ``{"out": csv, "plot": png, "components": 2, "dissimilarity": "sqrt"}`` for MDS.
     mds: dict[str, Any] | None = None
     #: ``{"out": path, "iterations": 5, "n_estimators": 100, ...}`` to impute the input.
     impute: dict[str, Any] | None = None
     #: Keyword arguments of :func:`distforest.parallel.cluster.connect`.
     connect: dict[str, Any] = field(default_factory=dict)
+    #: Directory for ``report.json`` and ``report.md`` (None: no report).
+    report_dir: str | None = None
+    name: str = "proximity"
+    #: The pipeline file the job came from, if any.
+    source: str | None = None
+
+    def spec(self, table: Table) -> dict[str, Any]:
+        """What determines the results: hashed to recognise the same job."""
+        keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
+        spec = {k: v for k, v in asdict(self).items() if k in keep}
+        spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
+        spec["distforest_version"] = __version__
+        return json.loads(json.dumps(spec, default=str))
 
 
 @dataclass
@@ -53,73 +97,240 @@ class JobResult:
     task: str
     seconds: float
     outputs: dict[str, str]
+    #: "new", "resumed" or "already complete".
+    mode: str = "new"
 
 
-def run_proximity_job(job: ProximityJob, progress: Any = None) -> JobResult:
-    """Load the input, fit the forest, write proximities (and a picture).
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A short, stable digest of a job spec."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += _changed_keys(a, b, f"{prefix}{key}.")
+        elif a != b:
+            keys.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return keys
+
+
+def _decide(job: ProximityJob, spec: dict[str, Any], digest: str, restart: bool) -> str:
+    """``new``, ``resume`` or ``complete`` for the store at ``job.out``."""
+    path = Path(job.out)
+    if not path.exists():
+        return "new"
+    try:
+        rs = RunStore.open(path)
+    except StoreError:
+        check_can_create(path, overwrite=True)  # refuses non-distforest directories
+        raise
+    old = rs.attrs.get("spec_hash")
+    if old == digest and not restart:
+        return "complete" if rs.is_complete else "resume"
+    if restart or job.overwrite:
+        logger.warning("replacing %s (%s)", path, "--restart" if restart else "overwrite")
+        return "new"
+    changes = _changed_keys(rs.attrs.get("spec") or {}, spec) or ["(no spec recorded)"]
+    state = "a complete run" if rs.is_complete else "a half-written run"
+    raise StoreError(
+        f"{path} already exists and holds {state} of a different job (spec {old}, this job "
+        f"{digest}); changed: {'; '.join(changes[:6])}.  Replace it with --overwrite "
+        "(output.overwrite: true in a pipeline) or start over with `run --restart`, or write "
+        "to another output"
+    )
+
+
+class _Stages:
+    """The store's record of finished stages (driver-side attribute writes)."""
+
+    def __init__(self, rs: RunStore) -> None:
+        self.rs = rs
+        self.record: dict[str, Any] = dict(rs.attrs.get("stages") or {})
+        self.timings: dict[str, float] = {}
+
+    def done(self, name: str) -> bool:
+        entry = self.record.get(name)
+        if not entry:
+            return False
+        return all(Path(p).exists() for p in entry.get("outputs", {}).values())
+
+    def finish(self, name: str, seconds: float, outputs: dict[str, str] | None = None,
+               **info: Any) -> None:  # fmt: skip
+        self.timings[name] = seconds
+        self.record[name] = {"seconds": round(seconds, 3), "outputs": outputs or {}, **info}
+        self.rs.update_attrs(stages=self.record)
+
+    def outputs(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for entry in self.record.values():
+            out.update(entry.get("outputs", {}))
+        return out
+
+
+def run_proximity_job(
+    job: ProximityJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
+) -> JobResult:
+    """Run a job: load, fit, write proximities, then the applications and a report.
 
     Input and output problems are found before any cluster is started, so
-    a bad run leaves nothing behind.
+    a bad run leaves nothing behind; see the module docstring for locking,
+    resuming and re-running.
     """
     start = time.perf_counter()
+    run_id = run_id or uuid.uuid4().hex[:8]
     table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
-    check_can_create(job.out, job.overwrite)
-    Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+    spec = job.spec(table)
+    digest = spec_hash(spec)
+    with StoreLock(job.out, run_id) as lock:
+        mode = _decide(job, spec, digest, restart)
+        if mode == "complete":
+            rs = RunStore.open(job.out)
+            logger.info("%s is already complete for this job (spec %s)", job.out, digest)
+            return _result(job, rs, _Stages(rs).outputs(), start, "already complete")
+        check_can_create(job.out, overwrite=True)
+        stages = _Stages(RunStore.open(job.out)) if mode == "resume" else None
+        plan = _check_outputs(job, stages)
+        need = estimate(job, table.n_samples, table.n_features)
+        check_disk(Path(job.out).parent, need["disk_bytes"] if mode == "new" else 0)
+        logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
+                    table.n_features)  # fmt: skip
+        with connect(**job.connect) as client, RunMonitor(client) as monitor:
+            client.forward_logging("distforest")
+            threads = sum(client.nthreads().values())
+            logger.info("cluster: %d workers, %d threads", len(client.nthreads()), threads)
+            forest, rs, stages = _fit_stage(job, table, client, progress, stages, spec, digest,
+                                            run_id, lock)  # fmt: skip
+            _tiles_stage(job, forest, rs, stages)
+            _app_stages(job, table, forest, rs, stages, plan, client)
+            report = None
+            if job.report_dir:
+                tick = time.perf_counter()
+                report = write_report(job, table, rs, stages.record, monitor, spec, digest,
+                                      run_id, mode, lock.took_over)  # fmt: skip
+                stages.finish("report", time.perf_counter() - tick, report)
+        rs.mark_complete()
+    return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
+
+
+def _check_outputs(job: ProximityJob, stages: _Stages | None) -> Any:
+    """Refuse to replace files a new run would write (unless overwrite)."""
     plan = None
-    if job.impute:
+    todo = [name for name in APP_STAGES if getattr(job, name)]
+    pending = [n for n in todo if stages is None or not stages.done(n)]
+    if "impute" in pending:
         plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
                                na_values=job.na_values, overwrite=job.overwrite)  # fmt: skip
-    for extra in (job.outliers, job.mds):
-        for path in (extra or {}).values():
-            if isinstance(path, str) and path.endswith((".csv", ".png")):
+    for name in pending:
+        for key in ("out", "plot"):
+            path = (getattr(job, name) or {}).get(key)
+            if name != "impute" and path:
                 check_new_file(path, job.overwrite)
-    logger.info("input %s: %d rows x %d features", table.source, table.n_samples, table.n_features)
-    with connect(**job.connect) as client:
-        logger.info(
-            "cluster: %d workers, %d threads",
-            len(client.nthreads()),
-            sum(client.nthreads().values()),
-        )
-        forest = ProximityForest(**job.forest, client=client, progress=progress).fit(table)
-        matrix = forest.proximity(method=job.method, store=job.out, overwrite=job.overwrite)
-        outputs = {"store": RunStore.open(job.out).path}
-        if plan is not None:
-            params = {k: v for k, v in job.impute.items() if k != "out"}
-            params.setdefault("random_state", job.forest.get("random_state"))
-            _, _, written = run_imputation(plan, params, client)
-            outputs["imputed table"] = str(Path(written).resolve())
-        if job.outliers:
-            outputs.update(write_outliers(forest, job.outliers["out"], job.outliers.get("plot"),
-                                          title=f"outlier scores, {table.source}"))  # fmt: skip
-        if job.mds:
-            options = {k: v for k, v in job.mds.items() if k not in ("out", "plot")}
-            outputs.update(write_mds(forest, job.mds["out"], job.mds.get("plot"),
-                                     title=f"MDS, {table.source}", **options))  # fmt: skip
-    if job.plot:
+    if job.plot and (stages is None or not stages.done("plot")):
+        check_new_file(job.plot, job.overwrite)
+    return plan
+
+
+def _fit_stage(job, table, client, progress, stages, spec, digest, run_id, lock):
+    if stages is not None and stages.done("fit"):
+        logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
+        forest = ProximityForest.from_store(job.out, client=client, progress=progress)
+        rs = RunStore.open(job.out, mode="r+")
+        rs.mark_running()
+        stages = _Stages(rs)
+        rs.update_attrs(run_id=run_id, resumed_at=_now())
+        return forest, rs, stages
+    tick = time.perf_counter()
+    forest = ProximityForest(**job.forest, client=client, progress=progress).fit(table)
+    rs = forest.save(job.out, overwrite=True)
+    rs.update_attrs(spec=spec, spec_hash=digest, run_id=run_id, job=job.name,
+                    pipeline=job.source, stages={})  # fmt: skip
+    stages = _Stages(rs)
+    stages.finish("fit", time.perf_counter() - tick, trees=int(forest.leaves_.shape[1]))
+    return forest, rs, stages
+
+
+def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stages: _Stages) -> None:
+    tick = time.perf_counter()
+    stats = forest.write_proximity(rs, job.method)
+    if stats["skipped"]:
+        logger.info("resumed: %d of %d tiles were already written", stats["skipped"],
+                    stats["tiles"])  # fmt: skip
+    previous = stages.record.get("tiles", {})
+    stats["bytes"] += int(previous.get("bytes", 0)) if stats["skipped"] else 0
+    stages.finish("tiles", time.perf_counter() - tick, **stats)
+    if job.plot and not stages.done("plot"):
+        tick = time.perf_counter()
+        matrix = rs.dataset()[ARRAY_NAMES[job.method]]
         codes = forest.y_ if forest.task_ == "classification" else None
         title = f"{job.method} proximity" + (", rows by class" if codes is not None else "")
         picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
                               class_names=[str(c) for c in forest.classes_])  # fmt: skip
-        outputs["proximity picture"] = str(picture.resolve())
+        stages.finish("plot", time.perf_counter() - tick,
+                      {"proximity picture": str(picture.resolve())})  # fmt: skip
+
+
+def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
+    for name in APP_STAGES:
+        options = getattr(job, name)
+        if not options or stages.done(name):
+            continue
+        tick = time.perf_counter()
+        info: dict[str, Any] = {}
+        if name == "impute":
+            params = {k: v for k, v in options.items() if k != "out"}
+            params.setdefault("random_state", job.forest.get("random_state"))
+            imputer, _, written = run_imputation(plan, params, client)
+            outputs = {"imputed table": str(Path(written).resolve())}
+            info["cells_imputed"] = int(sum(imputer.n_missing_.values()))
+        elif name == "outliers":
+            outputs = write_outliers(forest, options["out"], options.get("plot"),
+                                     title=f"outlier scores, {table.source}")  # fmt: skip
+        elif name == "mislabels":
+            ranking = mislabel_scores(forest)
+            outputs = {"suspects": write_csv(ranking, options["out"])}
+            info["disagreeing_labels"] = int(ranking["disagrees"].sum())
+        else:
+            extra = {k: v for k, v in options.items() if k not in ("out", "plot")}
+            outputs = write_mds(forest, options["out"], options.get("plot"),
+                                title=f"MDS, {table.source}", **extra)  # fmt: skip
+        stages.finish(name, time.perf_counter() - tick, outputs, **info)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: float,
+            mode: str) -> JobResult:  # fmt: skip
+    attrs = rs.attrs
+    name = ARRAY_NAMES[job.method]
+    shape = tuple(rs.group[name].shape) if name in rs.group else (0, 0)
     return JobResult(
-        store=outputs["store"],
-        name=str(matrix.name),
-        shape=tuple(matrix.shape),
-        n_trees=forest.leaves_.shape[1],
-        task=forest.task_,
+        store=rs.path,
+        name=name,
+        shape=shape,
+        n_trees=int(attrs.get("n_trees", 0)),
+        task=str(attrs.get("task")),
         seconds=time.perf_counter() - start,
-        outputs=outputs,
+        outputs={"store": rs.path, **outputs},
+        mode=mode,
     )
 
 
 def summary(result: JobResult) -> str:
     """A few lines telling the user what was written and how to open it."""
     width = max(len(k) for k in result.outputs) + 1
+    how = {"new": "", "resumed": ", resumed", "already complete": ", already complete: nothing "
+           "to do (use --restart to compute it again)"}[result.mode]  # fmt: skip
     lines = [
         f"{result.name} {result.shape[0]} x {result.shape[1]} "
-        f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s",
+        f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
         *(f"  {label + ':':<{width}} {path}" for label, path in result.outputs.items()),
-        f"  {'inspect:':<{width}} distforest info {result.store}",
+        f"  {'inspect:':<{width}} distforest status {result.store}",
         f'  {"open:":<{width}} python -c "import xarray as xr; '
         f"print(xr.open_zarr('{result.store}')['{result.name}'])\"",
     ]

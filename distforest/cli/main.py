@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -21,9 +22,12 @@ from distforest.cli.options import (
     pop_keys,
 )
 from distforest.cli.pipeline import load_pipeline
+from distforest.cli.plan import check_disk, describe, estimate, free_space
 from distforest.cli.progress import ProgressBars, setup_logging
 from distforest.cli.similarity_cmd import knn, neighbors, similarity
-from distforest.errors import DistforestError
+from distforest.cli.status import format_state, run_state
+from distforest.errors import ConfigError, DistforestError
+from distforest.io import load_table
 from distforest.store.run_store import RunStore
 
 
@@ -95,26 +99,103 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
         input=input, out=out, target=target, forest=forest, method=method, plot=plot,
         overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
     )  # fmt: skip
-    result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]))
+    result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
+                               run_id=obj["run_id"])  # fmt: skip
     click.echo(summary(result))
 
 
 @cli.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True,
+              help="Check the pipeline and print the plan (tasks, tiles, bytes, memory, disk); "
+              "run nothing.")  # fmt: skip
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a pipeline value, e.g. --set forest.n_estimators=300 "
+              "(repeatable).")  # fmt: skip
+@click.option("--restart", is_flag=True,
+              help="Start over when the output holds a half-written or different run "
+              "(default: resume the same job, refuse a different one).")  # fmt: skip
 @cluster_options
 @click.pass_obj
-def run(obj: dict[str, Any], pipeline: str, scheduler: str | None, cluster: str | None,
-        workers: int | None, threads: int | None, memory_limit: str | None) -> None:  # fmt: skip
-    """Run the job described in a PIPELINE YAML file (see pipelines/)."""
-    job = load_pipeline(pipeline)
+def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str, ...],
+        restart: bool, scheduler: str | None, cluster: str | None, workers: int | None,
+        threads: int | None, memory_limit: str | None) -> None:  # fmt: skip
+    """Run the job described in a PIPELINE YAML file (see pipelines/).
+
+    Safe to run again: the output store is locked while a run writes it; a
+    run that was killed resumes where it stopped (same config: finished
+    tiles and stages are kept); a finished run is not repeated; a changed
+    config is refused unless --restart.  Exit codes: 0 done, 2 bad option,
+    3 bad input data, 4 bad pipeline, 5 cluster unreachable, 6 store or
+    disk problem, 7 another run holds the output's lock.
+
+    \b
+    Examples:
+      distforest run pipelines/main.yaml
+      distforest run pipelines/nightly_impute.yaml --cluster cluster_configs/slurm.yaml
+      distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
+    """
+    job = load_pipeline(pipeline, overrides=overrides)
     given = {"workers": workers, "threads": threads, "memory_limit": memory_limit}
     if scheduler or cluster:
         given.update(scheduler=scheduler, cluster=cluster)
     else:
         given.update(job.connect)
     job.connect = connect_kwargs(given)
-    result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]))
+    if dry_run:
+        table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+        plan = estimate(job, table.n_samples, table.n_features, threads=None)
+        free = free_space(Path(job.out).parent)
+        click.echo(describe(job, plan, free))
+        check_disk(Path(job.out).parent, plan["disk_bytes"])
+        return
+    result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
+                               restart=restart, run_id=obj["run_id"])  # fmt: skip
     click.echo(summary(result))
+
+
+@cli.command()
+@click.argument("pipelines", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Check with these overrides applied (as `run --set`).")  # fmt: skip
+def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+    """Check PIPELINES (YAML files) without running anything.
+
+    Prints one line per file; exits 4 if any is invalid.
+    """
+    bad = 0
+    for path in pipelines:
+        try:
+            job = load_pipeline(path, overrides=overrides)
+        except DistforestError as exc:
+            bad += 1
+            click.echo(f"INVALID {exc}")
+            continue
+        apps = [a for a in ("impute", "outliers", "mislabels", "mds") if getattr(job, a)]
+        click.echo(f"ok      {path}: {job.method} proximity of {job.input} -> {job.out}"
+                   + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
+    if bad:
+        click.echo(f"{bad} of {len(pipelines)} pipeline(s) invalid", err=True)
+        sys.exit(ConfigError.exit_code)
+
+
+@cli.command()
+@click.argument("store", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(store: str, as_json: bool) -> None:
+    """Say whether a run STORE is complete, running, or was interrupted.
+
+    Exits 0 when complete, 1 when not (running now, or interrupted: run the
+    same pipeline again to resume it).
+    """
+    rs = RunStore.open(store)
+    state = run_state(rs)
+    if as_json:
+        click.echo(json.dumps(state, indent=2, default=str))
+    else:
+        click.echo(format_state(state))
+    if state["status"] != "complete":
+        sys.exit(1)
 
 
 @cli.command()

@@ -33,6 +33,16 @@ def write_csv(frame: pd.DataFrame, path: str) -> str:
     return str(out.resolve())
 
 
+def write_text(path: str | Path, text: str) -> str:
+    """Write a text file via a temporary file and rename."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial")
+    tmp.write_text(text)
+    tmp.replace(out)
+    return str(out.resolve())
+
+
 def class_labels(forest: Any) -> tuple[np.ndarray | None, list[str]]:
     """Class codes and names of a classification forest, else (None, [])."""
     if forest.task_ == "classification":

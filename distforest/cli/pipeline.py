@@ -1,39 +1,51 @@
 """Pipeline YAML files: parsed and checked before any work starts.
 
-A pipeline names its input, the forest, the matrix to build and where the
-outputs go::
+A pipeline names its input, the forest, the matrix to build, the
+applications and where the outputs go::
 
-    input:   {path: data.csv, target: Class, drop: [Id], na_values: ["?"]}
-    forest:  {n_estimators: 300, random_state: 0, tile_size: 256}
-    proximity: {method: original}
+    name: nightly
+    input:   {path: data/{date}.csv, target: Class, drop: [Id], na_values: ["?"]}
+    forest:  {n_estimators: 300, random_state: 0, tile_size: 2048}
+    proximity: {method: original}         # original | oob | rfgap
     impute:  {out: imputed.csv, iterations: 5}                         # optional
     outliers: {out: outliers.csv, plot: outliers.png}                 # optional
+    mislabels: {out: suspects.csv}                                     # optional
     mds:     {out: mds.csv, plot: mds.png, components: 2}              # optional
-    output:  {dir: results/{date}, store: proximity.zarr, plot: proximity.png, overwrite: true}
+    output:  {dir: results/{date}, store: run.zarr, plot: proximity.png,
+              report: true, overwrite: false}
     cluster: cluster_configs/local.yaml     # or {scheduler: tcp://host:8786}; optional
 
 Relative input paths are relative to the current directory; output file
-names are relative to ``output.dir``.  ``{date}`` in output
-paths becomes today's date (YYYY-MM-DD).  Unknown keys and wrong types are
-errors naming the file, the key path and the fix.
+names are relative to ``output.dir``.  ``{date}`` (today, YYYY-MM-DD) and
+``{yesterday}`` are replaced in the input path and in ``output.dir``.  Unknown
+keys, wrong types, bad choices, a missing input file and impossible
+combinations are :class:`~distforest.errors.ConfigError` (exit code 4),
+naming the file, the key path and the fix.  Nothing in a pipeline can make
+distforest import or run code: values are plain data checked against
+:data:`SCHEMA`, and the cluster kinds come from a fixed table.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from distforest.apps.impute import VOTES
+from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
-from distforest.errors import ConfigError
+from distforest.errors import ConfigError, ParameterError
+from distforest.forests._params import KINDS, PROXIMITY_METHODS, TASKS
+from distforest.forests.proximity_forest import ProximityForest
 
 _STR = (str,)
 _LIST = (list,)
 _INT = (int,)
+_BOOL = (bool,)
 
 #: section -> key -> accepted types (None: also null).
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
@@ -45,7 +57,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "max_features": (str, int, float),
         "min_samples_leaf": _INT,
         "max_depth": _INT,
-        "bootstrap": (bool,),
+        "bootstrap": _BOOL,
         "max_samples": (float,),
         "batch_size": _INT,
         "tile_size": _INT,
@@ -60,8 +72,15 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "categorical_vote": _STR,
     },
     "outliers": {"out": _STR, "plot": _STR},
+    "mislabels": {"out": _STR},
     "mds": {"out": _STR, "plot": _STR, "components": _INT, "dissimilarity": _STR},
-    "output": {"dir": _STR, "store": _STR, "plot": _STR, "overwrite": (bool,)},
+    "output": {
+        "dir": _STR,
+        "store": _STR,
+        "plot": _STR,
+        "report": _BOOL,
+        "overwrite": _BOOL,
+    },
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
 REQUIRED = {
@@ -69,12 +88,24 @@ REQUIRED = {
     "output": ("dir",),
     "impute": ("out",),
     "outliers": ("out",),
+    "mislabels": ("out",),
     "mds": ("out",),
 }
+#: key path -> allowed values.
+CHOICES = {
+    "forest.task": TASKS,
+    "forest.kind": KINDS,
+    "proximity.method": PROXIMITY_METHODS,
+    "impute.proximity": PROXIMITY_METHODS,
+    "impute.categorical_vote": VOTES,
+    "mds.dissimilarity": DISSIMILARITIES,
+}
+#: Application sections, in the order they run.
+APPS = ("impute", "outliers", "mislabels", "mds")
 
 
-def _unknown(source: str, where: str, key: str, allowed: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, allowed, n=1)
+def _unknown(source: str, where: str, key: str, allowed: Sequence[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, list(allowed), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return ConfigError(
         f"{source}: unknown key {where}{key!r}{hint} (allowed: {', '.join(allowed)})"
@@ -98,20 +129,93 @@ def _section(data: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
             raise ConfigError(
                 f"{source}: {name}.{key} must be {expected}, got {value!r} ({type(value).__name__})"
             )
+        choices = CHOICES.get(f"{name}.{key}")
+        if choices and value is not None and value not in choices:
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{source}: {name}.{key} must be one of {', '.join(choices)}, got {value!r}{hint}"
+            )
     for key in REQUIRED.get(name, ()) if name in data else ():
         if section.get(key) is None:
             raise ConfigError(f"{source}: {name}.{key} is required (e.g. {name}: {{{key}: ...}})")
-    return dict(section)
+    return {k: v for k, v in section.items() if v is not None}
 
 
-def load_pipeline(path: str | Path, today: _dt.date | None = None) -> ProximityJob:
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str) -> None:
+    """Apply ``--set section.key=value`` overrides (values parsed as YAML scalars)."""
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        parts = path.strip().split(".")
+        if not sep or len(parts) != 2 or not all(parts):
+            raise ConfigError(
+                f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. forest.n_estimators=300"
+            )
+        section, key = parts
+        if section not in SCHEMA:
+            raise _unknown(f"{source} (--set {item})", "", section, list(SCHEMA))
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML: {exc}") from exc
+        if not isinstance(data.get(section) or {}, Mapping):
+            raise ConfigError(f"{source}: {section!r} must be a mapping of keys")
+        data[section] = {**(data.get(section) or {}), key: value}
+
+
+def _templated(text: str, today: _dt.date) -> str:
+    yesterday = today - _dt.timedelta(days=1)
+    return text.replace("{date}", today.isoformat()).replace("{yesterday}", yesterday.isoformat())
+
+
+def _check_combinations(data: Mapping[str, Any], sections: dict[str, dict], source: str) -> None:
+    forest, inp = sections["forest"], sections["input"]
+    try:
+        ProximityForest(**forest)._validated()
+    except ParameterError as exc:
+        raise ConfigError(f"{source}: forest: {exc}") from exc
+    method = sections["proximity"].get("method", "original")
+    needs_oob = [f"proximity.method: {method}"] if method != "original" else []
+    if "impute" in data and sections["impute"].get("proximity", "rfgap") != "original":
+        needs_oob.append(f"impute.proximity: {sections['impute'].get('proximity', 'rfgap')}")
+    if "mislabels" in data:
+        needs_oob.append("mislabels (out-of-bag votes)")
+        if not inp.get("target"):
+            raise ConfigError(
+                f"{source}: mislabels needs the labels to check: set input.target to the class "
+                "column"
+            )
+        if forest.get("task", "auto") not in ("auto", "classification"):
+            raise ConfigError(
+                f"{source}: mislabels needs a classification forest, but forest.task is "
+                f"{forest['task']!r}; remove forest.task or set it to classification"
+            )
+    if forest.get("bootstrap") is False and needs_oob:
+        raise ConfigError(
+            f"{source}: {', '.join(needs_oob)} need out-of-bag rows, but forest.bootstrap is "
+            "false; set forest.bootstrap: true or use the original proximity"
+        )
+    if sections["mds"].get("components", 2) < 1:
+        raise ConfigError(f"{source}: mds.components must be at least 1")
+
+
+def load_pipeline(
+    path: str | Path,
+    today: _dt.date | None = None,
+    overrides: Sequence[str] = (),
+    check_input: bool = True,
+) -> ProximityJob:
     """Read and check a pipeline YAML.
 
     Parameters
     ----------
     path : str or Path
     today : date, optional
-        Date used for ``{date}`` in output paths (default: today).
+        Date used for ``{date}`` (default: today).
+    overrides : sequence of str
+        ``SECTION.KEY=VALUE`` items applied on top of the file (``--set``).
+    check_input : bool
+        Fail when the input file does not exist.
 
     Returns
     -------
@@ -128,24 +232,36 @@ def load_pipeline(path: str | Path, today: _dt.date | None = None) -> ProximityJ
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: a pipeline must be a mapping with keys {TOP_LEVEL}")
+    data = dict(data)
+    apply_overrides(data, overrides, source)
     for key in data:
         if key not in TOP_LEVEL:
             raise _unknown(source, "", str(key), list(TOP_LEVEL))
-    inp = _section(data, "input", source)
-    forest = {k: v for k, v in _section(data, "forest", source).items() if v is not None}
-    prox = _section(data, "proximity", source)
-    out = _section(data, "output", source)
-    date = (today or _dt.date.today()).isoformat()
-    out_dir = Path(out["dir"].replace("{date}", date))
-    plot = out.get("plot")
-    extras = {}
-    for name in ("impute", "outliers", "mds"):
+    for key in ("name", "description"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ConfigError(f"{source}: {key} must be a string, got {data[key]!r}")
+    for key in ("input", "output"):
+        if key not in data:
+            raise ConfigError(f"{source}: the section {key!r} is required")
+    sections = {name: _section(data, name, source) for name in SCHEMA}
+    _check_combinations(data, sections, source)
+    day = today or _dt.date.today()
+    inp, out = sections["input"], sections["output"]
+    input_path = _templated(inp["path"], day)
+    if check_input and not Path(input_path).exists():
+        raise ConfigError(
+            f"{source}: input.path {input_path!r} does not exist (relative paths are relative "
+            f"to the current directory {str(Path.cwd())!r})"
+        )
+    out_dir = Path(_templated(out["dir"], day))
+    extras: dict[str, dict[str, Any]] = {}
+    for name in APPS:
         if name in data:
-            section = _section(data, name, source)
+            section = dict(sections[name])
             for key in ("out", "plot"):
                 if section.get(key):
                     section[key] = str(out_dir / section[key])
-            extras[name] = {k: v for k, v in section.items() if v is not None}
+            extras[name] = section
     scheduler = cluster = None
     cfg = data.get("cluster")
     if isinstance(cfg, str):
@@ -156,16 +272,20 @@ def load_pipeline(path: str | Path, today: _dt.date | None = None) -> ProximityJ
         raise ConfigError(
             f"{source}: cluster must be a cluster YAML path or {{scheduler: ADDRESS}}, got {cfg!r}"
         )
+    plot = out.get("plot")
     return ProximityJob(
-        input=inp["path"],
+        input=input_path,
         target=inp.get("target"),
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
-        forest=forest,
-        method=prox.get("method") or "original",
-        out=str(out_dir / (out.get("store") or "proximity.zarr")),
+        forest=dict(sections["forest"]),
+        method=sections["proximity"].get("method", "original"),
+        out=str(out_dir / out.get("store", "proximity.zarr")),
         plot=str(out_dir / plot) if plot else None,
         overwrite=bool(out.get("overwrite", False)),
         connect={"scheduler": scheduler, "cluster": cluster},
+        report_dir=str(out_dir) if out.get("report", True) else None,
+        name=str(data.get("name") or Path(path).stem),
+        source=source,
         **extras,
     )

@@ -295,7 +295,7 @@ class ProximityForest:
                 "target_name": self.target_name_,
             },
             "task": self.task_,
-            "classes": [str(c) for c in self.classes_],
+            "classes": [c if isinstance(c, str | int | float) else str(c) for c in self.classes_],
             "n_trees": int(self.leaves_.shape[1]),
             "fit_id": self.fit_id_,
         }
@@ -328,6 +328,58 @@ class ProximityForest:
                 "target", self.y_, ("sample",), attrs={"classes": self._provenance()["classes"]}
             )
         return rs
+
+    @classmethod
+    def from_store(cls, store: str | Path, **params: Any) -> ProximityForest:
+        """Load a forest saved by :meth:`save` (no pickle: plain arrays and JSON).
+
+        Parameters
+        ----------
+        store : str or Path
+            A store holding ``forest/``, ``leaves`` and ``inbag`` (complete or
+            not: a run resumed after a crash loads its forest this way).
+        **params
+            Non-model settings to set on the loaded forest (``client``,
+            ``progress``, ...).
+
+        Returns
+        -------
+        ProximityForest
+            Fitted, with the same trees, leaves and proximities as the saved one.
+        """
+        rs = RunStore.open(store)
+        attrs = rs.attrs
+        missing = [a for a in ("leaves", "inbag", "forest") if a not in rs.group]
+        if missing or "fit_id" not in attrs:
+            raise StoreError(
+                f"store {rs.path!r} holds no complete forest (missing {missing or ['fit_id']}); "
+                "fit it again"
+            )
+        saved = dict(attrs["params"])
+        forest = cls(**{k: v for k, v in saved.items() if k in cls._PARAM_NAMES}).set_params(
+            **params
+        )
+        nodes = rs.read_forest()
+        offsets = nodes.pop("node_offset")
+        inp = attrs["input"]
+        forest.n_samples_ = int(inp["n_samples"])
+        forest.n_features_in_ = int(inp["n_features"])
+        forest.feature_names_in_ = tuple(inp["feature_names"])
+        forest.categories_ = {k: np.asarray(v) for k, v in inp["categories"].items()}
+        forest.target_name_ = inp["target_name"]
+        forest.task_ = attrs["task"]
+        forest.classes_ = list(attrs["classes"])
+        forest.y_ = rs.group["target"][...] if "target" in rs.group else None
+        forest.seeds_ = nodes.pop("seed")
+        forest.random_state_ = saved["random_state"]
+        forest.leaves_ = rs.group["leaves"][...]
+        forest.inbag_ = rs.group["inbag"][...]
+        forest.node_counts_ = np.diff(offsets)
+        forest.nodes_ = {f: nodes[f] for f in NODE_FIELDS}
+        forest.input_ = {"source": inp["source"], "fingerprint": inp["fingerprint"]}
+        forest.fit_id_ = attrs["fit_id"]
+        forest.params_ = saved
+        return forest
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
         path = Path(store)
@@ -390,7 +442,7 @@ class ProximityForest:
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
         rs = self._open_or_create(store, overwrite)
-        self._write_tiles(rs, method)
+        self.write_proximity(rs, method)
         rs.mark_complete()
         return rs.dataset()[ARRAY_NAMES[method]]
 
@@ -446,7 +498,32 @@ class ProximityForest:
                 new_leaves=new_leaves,
             )
 
-    def _write_tiles(self, rs: RunStore, method: str) -> None:
+    def write_proximity(self, rs: RunStore, method: str = "original") -> dict[str, int]:
+        """Write a proximity matrix into an open store tile by tile, resuming if possible.
+
+        Tiles already marked in the store's done record (by an earlier,
+        interrupted call on the same fit) are skipped.  The store is not
+        marked complete: the caller does that when its whole run is done.
+
+        Parameters
+        ----------
+        rs : RunStore
+            A store saved from this forest (same ``fit_id``), opened for writing.
+        method : {"original", "oob", "rfgap"}
+
+        Returns
+        -------
+        dict
+            ``tiles`` (planned), ``skipped`` (already done) and ``bytes`` written.
+        """
+        self._check_fitted()
+        P.check_choice("method", method, P.PROXIMITY_METHODS)
+        if rs.attrs.get("fit_id") != self.fit_id_:
+            raise StoreError(
+                f"store {rs.path!r} was written by another fit (fit_id "
+                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id_!r}); save this forest "
+                "to a new store first"
+            )
         n, n_trees = self.leaves_.shape
         tile = self.params_["tile_size"]
         name = ARRAY_NAMES[method]
@@ -454,19 +531,35 @@ class ProximityForest:
             rs.write_array(
                 "leaf_mass", self.leaf_mass(), ("sample", "tree"), chunks=(min(tile, n), n_trees)
             )
-        rs.create_matrix(
-            name, n, n, tile, attrs={"method": method, "n_trees": n_trees, "complete": False}
-        )
         tiles = tasks.plan_tiles(n, tile, symmetric=SYMMETRIC[method])
+        blocks = -(-n // tile)
+        done = rs.done_tiles(name) if name in rs.group else None
+        if done is None or done.shape != (blocks, blocks) or rs.group[name].chunks[0] != tile:
+            rs.create_matrix(
+                name, n, n, tile, attrs={"method": method, "n_trees": n_trees, "complete": False}
+            )
+            rs.create_done_record(name, (blocks, blocks))
+            done = np.zeros((blocks, blocks), dtype=np.uint8)
+        items = []
+        for rows_i, rows_j in tiles:
+            index = (rows_i.start // tile, rows_j.start // tile)
+            if not done[index]:
+                items.append((rs.path, method, rows_i, rows_j, index))
+        if len(items) < len(tiles):
+            logger.info(
+                "resuming %s: %d of %d tiles already written, %d to go",
+                name, len(tiles) - len(items), len(tiles), len(items),
+            )  # fmt: skip
         proximity_kernels.warm_up()
-        logger.info("writing %d %s tiles of %d x %d to %s", len(tiles), name, tile, tile, rs.path)
-        items = [(rs.path, method, rows_i, rows_j) for rows_i, rows_j in tiles]
+        logger.info("writing %d %s tiles of %d x %d to %s", len(items), name, tile, tile, rs.path)
+        stats = {"tiles": len(tiles), "skipped": len(tiles) - len(items), "bytes": 0}
         with self._client() as client:
-            for _ in tasks.run_tasks(
+            for _, written in tasks.run_tasks(
                 client, tile_task, items, name=f"{name}-tiles", progress=self._report("tiles")
             ):
-                pass
+                stats["bytes"] += written
         rs.group[name].attrs.update({"complete": True})
+        return stats
 
 
 def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:
@@ -479,4 +572,3 @@ def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:
     for field in NODE_FIELDS:
         nodes[field] = np.concatenate([b.nodes.pop(field) for b in parts])
     return nodes
-

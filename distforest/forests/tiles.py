@@ -13,7 +13,7 @@ from distforest.kernels.proximity import (
     original_proximity_tile,
     rfgap_proximity_tile,
 )
-from distforest.store.run_store import read_rows, write_block
+from distforest.store.run_store import mark_done, read_rows, write_block
 
 #: Methods whose matrix is symmetric: only the upper triangle is computed.
 SYMMETRIC = {"original": True, "oob": True, "rfgap": False}
@@ -50,7 +50,9 @@ def _read_block(path: str, method: str, rows: slice) -> dict:
     return {name: read_rows(path, name, rows) for name in ("leaves", *NEEDS[method])}
 
 
-def tile_task(path: str, method: str, rows_i: slice, rows_j: slice) -> int:
+def tile_task(
+    path: str, method: str, rows_i: slice, rows_j: slice, index: tuple[int, int] | None = None
+) -> int:
     """Compute one tile (and its mirror for symmetric methods) and write it.
 
     Parameters
@@ -60,6 +62,9 @@ def tile_task(path: str, method: str, rows_i: slice, rows_j: slice) -> int:
     method : {"original", "oob", "rfgap"}
     rows_i, rows_j : slice
         Row blocks of the tile.
+    index : (int, int), optional
+        Block indices of the tile: marked in the store's done record once
+        the tile (and its mirror) are written, so a resumed run skips it.
 
     Returns
     -------
@@ -71,10 +76,13 @@ def tile_task(path: str, method: str, rows_i: slice, rows_j: slice) -> int:
     tile = compute_tile(method, block_i, block_j)
     name = ARRAY_NAMES[method]
     write_block(path, name, (rows_i, rows_j), tile)
+    written = tile.nbytes
     if SYMMETRIC[method] and rows_i != rows_j:
         write_block(path, name, (rows_j, rows_i), np.ascontiguousarray(tile.T))
-        return 2 * tile.nbytes
-    return tile.nbytes
+        written *= 2
+    if index is not None:
+        mark_done(path, name, index)
+    return written
 
 
 def proximity_in_memory(method: str, arrays: dict, tile: int) -> np.ndarray:

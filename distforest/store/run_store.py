@@ -10,6 +10,7 @@ Layout (see DESIGN.md section 5)::
       leaves       (sample, tree)       int32, chunked by rows
       inbag        (sample, tree)       uint8 bootstrap counts
       proximity    (sample_i, sample_j) float32, chunks (tile, tile)
+      done/        per matrix, a (tile_i, tile_j) uint8 record of the tiles written
 
 Only the driver writes attributes (Zarr rewrites them whole).  Tasks write
 array chunks through :func:`write_block`, one task per chunk.  ``status`` is
@@ -258,6 +259,30 @@ class RunStore:
             arr.attrs.update(dict(attrs))
         return arr
 
+    def create_done_record(self, name: str, shape: tuple[int, int]) -> zarr.Array:
+        """An explicit per-tile "done" record for matrix ``name`` (resume relies on it).
+
+        With fill values and skipped empty chunks, a chunk file on disk does
+        not prove its tile was written whole; a task marks its tile done in
+        ``done/<name>`` (one uint8 chunk per tile) only after writing it.
+        """
+        done = self.group.require_group("done")
+        return done.create_array(
+            name,
+            shape=shape,
+            chunks=(1, 1),
+            dtype="uint8",
+            fill_value=0,
+            dimension_names=("tile_i", "tile_j"),
+            overwrite=True,
+        )
+
+    def done_tiles(self, name: str) -> np.ndarray | None:
+        """The done record of matrix ``name`` (1 = written), or None if it has none."""
+        if "done" not in self.group or name not in self.group["done"]:
+            return None
+        return self.group["done"][name][...]
+
     def write_forest(
         self, nodes: Mapping[str, np.ndarray], node_counts: np.ndarray, seeds: np.ndarray
     ) -> None:
@@ -320,3 +345,8 @@ def write_block(path: str, name: str, region: tuple[slice, ...], values: np.ndar
     The region must cover whole chunks, and no other task may write them.
     """
     zarr.open_array(path, path=name, mode="r+")[region] = values
+
+
+def mark_done(path: str, name: str, tile: tuple[int, int]) -> None:
+    """Record tile ``tile`` (block indices) of matrix ``name`` as written."""
+    zarr.open_array(path, path=f"done/{name}", mode="r+")[tile] = 1

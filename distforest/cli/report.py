@@ -1,0 +1,148 @@
+"""``report.json`` and ``report.md``: what a run did, for the operator.
+
+The JSON has the config, versions, timings per stage, tasks and retries,
+bytes written, peak worker memory and data-quality counts; the Markdown
+says the same for people and shows the pictures the run produced.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distforest._version import __version__
+from distforest.cli.outputs import write_text
+
+PACKAGES = ("dask", "distributed", "numpy", "zarr", "xarray", "scikit-learn", "numba", "pandas")
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python, distforest and the packages that shape the results."""
+    out = {"python": platform.python_version(), "distforest": __version__}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _disk_usage(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _quality(table: Any, stages: dict[str, Any]) -> dict[str, Any]:
+    X = table.X
+    out = {
+        "rows": int(X.shape[0]),
+        "features": int(X.shape[1]),
+        "missing_cells": int(np.isnan(X).sum()),
+        "rows_with_missing": int(np.isnan(X).any(axis=1).sum()),
+    }
+    for stage, key in (("impute", "cells_imputed"), ("mislabels", "disagreeing_labels")):
+        if key in stages.get(stage, {}):
+            out[key] = stages[stage][key]
+    return out
+
+
+def write_report(
+    job: Any,
+    table: Any,
+    rs: Any,
+    stages: dict[str, Any],
+    monitor: Any,
+    spec: dict[str, Any],
+    digest: str,
+    run_id: str,
+    mode: str,
+    took_over: dict[str, Any] | None,
+) -> dict[str, str]:
+    """Write ``report.json`` and ``report.md`` into ``job.report_dir``.
+
+    Returns
+    -------
+    dict
+        ``{"report": path of the JSON, "report (markdown)": path of the .md}``.
+    """
+    out_dir = Path(job.report_dir)
+    files = {label: Path(p) for s in stages.values() for label, p in s.get("outputs", {}).items()}
+    written = {"store": _disk_usage(Path(rs.path))}
+    written.update({label: _disk_usage(p) for label, p in files.items() if p.exists()})
+    tasks = monitor.tasks()
+    report = {
+        "run_id": run_id,
+        "job": job.name,
+        "pipeline": job.source,
+        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "mode": mode,
+        "took_over_stale_lock_of": took_over,
+        "spec_hash": digest,
+        "config": spec,
+        "cluster": job.connect,
+        "versions": versions(),
+        "stages": stages,
+        "seconds_per_stage": {k: v.get("seconds") for k, v in stages.items()},
+        "tasks": tasks,
+        "retries": None if tasks is None else sum(t["retries"] for t in tasks.values()),
+        "bytes_written": written,
+        "peak_worker_memory_bytes": monitor.peak_memory,
+        "data_quality": _quality(table, stages),
+        "store": rs.path,
+    }
+    paths = {
+        "report": write_text(out_dir / "report.json", json.dumps(report, indent=2, default=str)),
+        "report (markdown)": write_text(out_dir / "report.md", _markdown(report, files, out_dir)),
+    }
+    return paths
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _markdown(report: dict[str, Any], files: dict[str, Path], out_dir: Path) -> str:
+    lines = [
+        f"# distforest run {report['run_id']}: {report['job']}",
+        "",
+        f"- finished: {report['finished']} on {report['host']} ({report['mode']} run)",
+        f"- pipeline: {report['pipeline']}",
+        f"- store: `{report['store']}` (spec {report['spec_hash']})",
+        f"- distforest {report['versions']['distforest']}, dask {report['versions']['dask']}, "
+        f"zarr {report['versions']['zarr']}, scikit-learn {report['versions']['scikit-learn']}",
+    ]
+    if report["took_over_stale_lock_of"]:
+        lines.append(f"- took over the stale lock of {report['took_over_stale_lock_of']}")
+    lines += ["", "## Stages", "", "| stage | seconds | notes |", "|---|---:|---|"]
+    for name, entry in report["stages"].items():
+        notes = ", ".join(f"{k} {v}" for k, v in entry.items() if k not in ("seconds", "outputs"))
+        lines.append(f"| {name} | {entry.get('seconds', 0):.1f} | {notes} |")
+    lines += ["", "## Cluster", ""]
+    if report["tasks"] is None:
+        lines.append("- tasks and retries: not available from this scheduler")
+    else:
+        for kind, t in sorted(report["tasks"].items()):
+            lines.append(f"- {kind}: {t['tasks']} tasks, {t['retries']} retried")
+    for worker, peak in sorted(report["peak_worker_memory_bytes"].items()):
+        lines.append(f"- worker {worker}: peak memory {_mb(peak)}")
+    lines += ["", "## Data", ""]
+    lines += [f"- {k.replace('_', ' ')}: {v:,}" for k, v in report["data_quality"].items()]
+    lines += ["", "## Outputs", ""]
+    for label, size in report["bytes_written"].items():
+        lines.append(f"- {label}: `{files.get(label, report['store'])}` ({_mb(size)})")
+    pictures = [(label, p) for label, p in files.items() if p.suffix == ".png"]
+    for label, p in pictures:
+        rel = os.path.relpath(p, out_dir)
+        lines += ["", f"### {label}", "", f"![{label}]({rel})"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,67 @@
+"""``distforest status``: is a run complete, still running, or interrupted?"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distforest.store.lock import is_locked, read_lock
+from distforest.store.run_store import RunStore
+
+
+def run_state(rs: RunStore) -> dict[str, Any]:
+    """The state of the run that writes (or wrote) ``rs``.
+
+    ``status`` is ``complete``, ``running`` (a live process holds the
+    store's lock) or ``interrupted`` (not complete and nobody writes it:
+    run the same pipeline again to resume).
+    """
+    attrs = rs.attrs
+    locked = is_locked(rs.path)
+    status = "complete" if rs.is_complete else "running" if locked else "interrupted"
+    tiles = {}
+    if "done" in rs.group:
+        for name, record in rs.group["done"].arrays():
+            done = record[...]
+            total = int(np.triu(np.ones_like(done)).sum()) if _symmetric(rs, name) else done.size
+            tiles[name] = {"done": int(done.sum()), "total": total}
+    return {
+        "store": rs.path,
+        "status": status,
+        "job": attrs.get("job"),
+        "pipeline": attrs.get("pipeline"),
+        "run_id": attrs.get("run_id"),
+        "spec_hash": attrs.get("spec_hash"),
+        "created": attrs.get("created"),
+        "updated": attrs.get("updated"),
+        "stages": {k: v.get("seconds") for k, v in (attrs.get("stages") or {}).items()},
+        "tiles": tiles,
+        "lock": read_lock(rs.path) if locked else None,
+    }
+
+
+def _symmetric(rs: RunStore, name: str) -> bool:
+    return rs.group[name].attrs.get("method") in ("original", "oob")
+
+
+def format_state(state: dict[str, Any]) -> str:
+    """``run_state`` as a few lines for people."""
+    hint = {
+        "complete": "",
+        "running": f"  (being written by run {(state['lock'] or {}).get('run_id')}, "
+        f"pid {(state['lock'] or {}).get('pid')} on {(state['lock'] or {}).get('host')})",
+        "interrupted": "  (the run stopped before the end: run the same pipeline again to resume)",
+    }[state["status"]]
+    lines = [
+        f"store:   {state['store']}",
+        f"status:  {state['status']}{hint}",
+        f"job:     {state['job']} (pipeline {state['pipeline']}, spec {state['spec_hash']}, "
+        f"run {state['run_id']})",
+        f"created: {state['created']}, updated {state['updated']}",
+    ]
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in state["stages"].items() if v is not None)
+    lines.append(f"stages:  {stages or 'none finished'}")
+    for name, t in state["tiles"].items():
+        lines.append(f"tiles:   {name}: {t['done']:,} of {t['total']:,} written")
+    return "\n".join(lines)
