@@ -309,3 +309,21 @@ def test_command_line_end_to_end(tmp_path, client):
     )
     assert bad.exit_code == 2 and "unknown metric 'cosin'" in bad.output
     assert not (tmp_path / "m2.zarr").exists()
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, np.inf])
+def test_fused_minkowski_kernel_equals_distance_tile_then_merge(p):
+    from distforest.kernels.metrics import minkowski_finish, minkowski_top_k
+
+    rng = np.random.default_rng(8)
+    Q, R = rng.normal(size=(40, 4)), rng.normal(size=(90, 4))
+    R[5] = R[6]  # a tie
+    a_d, a_i = empty_top_k(40, 6)
+    b_d, b_i = empty_top_k(40, 6)
+    for start in range(0, 90, 25):
+        minkowski_top_k(Q, R[start : start + 25], p, start, 0, False, a_d, a_i)
+        metric = "chebyshev" if np.isinf(p) else "minkowski"
+        D = cdist(Q, R[start : start + 25], metric, **({} if np.isinf(p) else {"p": p}))
+        merge_top_k(D, start, 0, False, b_d, b_i)
+    np.testing.assert_array_equal(a_i, b_i)
+    np.testing.assert_allclose(minkowski_finish(a_d, p), b_d, rtol=1e-12)

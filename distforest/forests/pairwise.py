@@ -383,6 +383,12 @@ def _brute_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: 
         else:
             D = 1.0 - np.asarray(sim.cross_similarity(Q), dtype=np.float64)
         metric_kernels.merge_top_k(D, 0, start, spec.exclude_self, best_d, best_i)
+    elif spec.measure.minkowski_p is not None:
+        p = float(spec.measure.minkowski_p)
+        for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
+            metric_kernels.minkowski_top_k(Q, reference[cols], p, cols.start, start,
+                                           spec.exclude_self, best_d, best_i)  # fmt: skip
+        best_d = metric_kernels.minkowski_finish(best_d, p)
     else:
         for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
             D = spec.measure.distances(Q, reference[cols])

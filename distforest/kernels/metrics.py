@@ -114,7 +114,6 @@ def merge_top_k(dist, col_offset, row_offset, exclude_self, best_d, best_i):  # 
         The running lists, sorted ascending; start from :func:`empty_top_k`.
     """
     n, m = dist.shape
-    k = best_d.shape[1]
     for r in range(n):
         bd = best_d[r]
         bi = best_i[r]
@@ -126,17 +125,84 @@ def merge_top_k(dist, col_offset, row_offset, exclude_self, best_d, best_i):  # 
             j = col_offset + c
             if exclude_self and j == own:
                 continue
-            if d < bd[k - 1] or (d == bd[k - 1] and j < bi[k - 1]):
-                p = k - 1
-                while p > 0 and (bd[p - 1] > d or (bd[p - 1] == d and bi[p - 1] > j)):
-                    bd[p] = bd[p - 1]
-                    bi[p] = bi[p - 1]
-                    p -= 1
-                bd[p] = d
-                bi[p] = j
+            _insert(bd, bi, d, j)
+
+
+@njit(nogil=True, cache=True)
+def _insert(bd, bi, d, j):  # pragma: no cover - numba
+    """Insert candidate (d, j) into the sorted list if it beats the last one."""
+    k = bd.shape[0]
+    if d < bd[k - 1] or (d == bd[k - 1] and j < bi[k - 1]):
+        p = k - 1
+        while p > 0 and (bd[p - 1] > d or (bd[p - 1] == d and bi[p - 1] > j)):
+            bd[p] = bd[p - 1]
+            bi[p] = bi[p - 1]
+            p -= 1
+        bd[p] = d
+        bi[p] = j
+
+
+@njit(nogil=True, cache=True)
+def minkowski_top_k(
+    Q, R, p, col_offset, row_offset, exclude_self, best_d, best_i
+):  # pragma: no cover
+    """Fused Minkowski distance and running top-k merge, without a distance tile.
+
+    Ranks by the reduced distance (``sum |q - r|^p``, or ``max |q - r|`` for
+    ``p = inf``), summed over features in order, so every pair gets the same
+    value whatever tile it is in; :func:`minkowski_finish` turns the kept
+    values into distances.
+
+    Parameters
+    ----------
+    Q, R : ndarray of float64, shape (n, d) and (m, d)
+        Query rows and one tile of candidate rows.
+    p : float
+        Exponent (>= 1, or inf).
+    col_offset, row_offset, exclude_self, best_d, best_i :
+        As in :func:`merge_top_k` (``best_d`` holds reduced distances).
+    """
+    n, d = Q.shape
+    m = R.shape[0]
+    for r in range(n):
+        bd = best_d[r]
+        bi = best_i[r]
+        own = row_offset + r
+        for c in range(m):
+            j = col_offset + c
+            if exclude_self and j == own:
+                continue
+            acc = 0.0
+            if p == 2.0:
+                for f in range(d):
+                    diff = Q[r, f] - R[c, f]
+                    acc += diff * diff
+            elif p == 1.0:
+                for f in range(d):
+                    acc += abs(Q[r, f] - R[c, f])
+            elif np.isinf(p):
+                for f in range(d):
+                    diff = abs(Q[r, f] - R[c, f])
+                    if diff > acc:
+                        acc = diff
+            else:
+                for f in range(d):
+                    acc += abs(Q[r, f] - R[c, f]) ** p
+            _insert(bd, bi, acc, j)
+
+
+def minkowski_finish(best_d: np.ndarray, p: float) -> np.ndarray:
+    """Reduced distances of :func:`minkowski_top_k` as Minkowski distances."""
+    if p == 2.0:
+        return np.sqrt(best_d)
+    if p == 1.0 or np.isinf(p):
+        return best_d
+    return best_d ** (1.0 / p)
 
 
 def warm_up() -> None:
     """Compile (or load from cache) the numba kernels once, before fanning out."""
     best_d, best_i = empty_top_k(1, 1)
     merge_top_k(np.zeros((1, 2)), 0, 0, True, best_d, best_i)
+    for p in (1.0, 2.0, 3.0, np.inf):
+        minkowski_top_k(np.zeros((1, 1)), np.zeros((2, 1)), p, 0, 0, True, best_d, best_i)
