@@ -26,6 +26,7 @@ from distforest.cli.plan import check_disk, describe, estimate, free_space
 from distforest.cli.progress import ProgressBars, setup_logging
 from distforest.cli.similarity_cmd import knn, neighbors, similarity
 from distforest.cli.status import format_state, run_state
+from distforest.cli.xforest_cmd import XForestJob, cluster_cmd, run_xforest_job, xforest
 from distforest.errors import ConfigError, DistforestError
 from distforest.io import load_table
 from distforest.store.run_store import RunStore
@@ -142,6 +143,10 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     else:
         given.update(job.connect)
     job.connect = connect_kwargs(given)
+    if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
+        if not dry_run:
+            click.echo(summary(run_xforest_job(job, ProgressBars(enabled=not obj["quiet"]))))
+        return
     if dry_run:
         table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
         plan = estimate(job, table.n_samples, table.n_features, threads=None)
@@ -171,8 +176,10 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
             bad += 1
             click.echo(f"INVALID {exc}")
             continue
-        apps = [a for a in ("impute", "outliers", "mislabels", "mds") if getattr(job, a)]
-        click.echo(f"ok      {path}: {job.method} proximity of {job.input} -> {job.out}"
+        apps = [a for a in ("impute", "outliers", "mislabels", "mds", "clustering")
+                if getattr(job, a, None)]  # fmt: skip
+        what = getattr(job, "method", None) or getattr(job, "kind", "")
+        click.echo(f"ok      {path}: {what} matrix of {job.input} -> {job.out}"
                    + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
     if bad:
         click.echo(f"{bad} of {len(pipelines)} pipeline(s) invalid", err=True)
@@ -232,7 +239,8 @@ def info(store: str, as_json: bool) -> None:
         sys.exit(1)
 
 
-for _command in (impute, outliers, mislabels, mds, similarity, neighbors, knn):
+_COMMANDS = (impute, outliers, mislabels, mds, similarity, neighbors, knn, xforest, cluster_cmd)
+for _command in _COMMANDS:
     cli.add_command(_command)
 
 

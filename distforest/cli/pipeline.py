@@ -38,6 +38,7 @@ import yaml
 from distforest.apps.impute import VOTES
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
+from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests._params import KINDS, PROXIMITY_METHODS, TASKS
 from distforest.forests.proximity_forest import ProximityForest
@@ -81,6 +82,22 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "report": _BOOL,
         "overwrite": _BOOL,
     },
+    # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_cmd.py
+    "xforest": {
+        **dict.fromkeys(("n_estimators", "n_directions", "leaf_size", "batch_size"), _INT),
+        **dict.fromkeys(("tile_size", "random_state"), _INT),
+        "beta": (float, int),
+        "mode": _STR,
+        "normalize": _BOOL,
+        "kind": _STR,
+    },
+    "clustering": {
+        **dict.fromkeys(("k", "min_samples", "n_init", "random_state"), _INT),
+        "method": _STR,
+        "eps": (float, int),
+        "out": _STR,
+        "plot": _STR,
+    },
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
 REQUIRED = {
@@ -90,6 +107,7 @@ REQUIRED = {
     "outliers": ("out",),
     "mislabels": ("out",),
     "mds": ("out",),
+    "clustering": ("method", "out"),
 }
 #: key path -> allowed values.
 CHOICES = {
@@ -99,6 +117,7 @@ CHOICES = {
     "impute.proximity": PROXIMITY_METHODS,
     "impute.categorical_vote": VOTES,
     "mds.dissimilarity": DISSIMILARITIES,
+    **XFOREST_CHOICES,
 }
 #: Application sections, in the order they run.
 APPS = ("impute", "outliers", "mislabels", "mds")
@@ -204,7 +223,7 @@ def load_pipeline(
     today: _dt.date | None = None,
     overrides: Sequence[str] = (),
     check_input: bool = True,
-) -> ProximityJob:
+) -> ProximityJob | XForestJob:
     """Read and check a pipeline YAML.
 
     Parameters
@@ -219,7 +238,7 @@ def load_pipeline(
 
     Returns
     -------
-    ProximityJob
+    ProximityJob, or XForestJob for a file with an ``xforest`` section
     """
     source = str(path)
     try:
@@ -272,6 +291,9 @@ def load_pipeline(
         raise ConfigError(
             f"{source}: cluster must be a cluster YAML path or {{scheduler: ADDRESS}}, got {cfg!r}"
         )
+    if "xforest" in data or "clustering" in data:
+        connect = {"scheduler": scheduler, "cluster": cluster}
+        return xforest_job(data, sections, input_path, out_dir, connect, source)
     plot = out.get("plot")
     return ProximityJob(
         input=input_path,

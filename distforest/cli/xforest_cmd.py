@@ -1,0 +1,418 @@
+"""Commands ``distforest xforest`` (beta-similarity to Zarr) and ``distforest cluster``."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from distforest.apps import clustering
+from distforest.apps.plots import plot_matrix
+from distforest.cli.jobs import JobResult, summary
+from distforest.cli.options import cluster_options, connect_kwargs, input_options
+from distforest.cli.outputs import check_new_file, write_csv
+from distforest.cli.progress import ProgressBars
+from distforest.errors import ConfigError, InputError, ParameterError, StoreError
+from distforest.forests._xforest_params import (
+    MODES,
+    SIMILARITY_KINDS,
+    SIMILARITY_NAMES,
+    check_xforest,
+)
+from distforest.forests.xforest import XForest
+from distforest.io import load_table, read_frame
+from distforest.parallel.cluster import connect
+from distforest.store.run_store import RunStore, check_can_create
+
+
+@dataclass
+class XForestJob:
+    """One X-Forest run: input, forest, similarity store, optional clustering."""
+
+    input: str
+    out: str
+    drop: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    #: A class column: left out of the features, used only to score clusters.
+    target: str | None = None
+    #: Keyword arguments of :class:`XForest`.
+    forest: dict[str, Any] = field(default_factory=dict)
+    kind: str = "beta"
+    plot: str | None = None
+    overwrite: bool = False
+    #: ``{"method": ..., "k": ..., "eps": ..., "out": labels.csv, "plot": png}``.
+    clustering: dict[str, Any] | None = None
+    connect: dict[str, Any] = field(default_factory=dict)
+
+
+def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Cluster ids as codes 0..m-1 (noise last) and their names, for :func:`plot_matrix`."""
+    ids = sorted(set(labels.tolist()), key=lambda c: (c < 0, c))
+    order = {c: k for k, c in enumerate(ids)}
+    codes = np.array([order[c] for c in labels.tolist()], dtype=np.int64)
+    return codes, [("noise" if c < 0 else f"cluster {c}") for c in ids]
+
+
+def run_clustering(
+    similarity: Any,
+    options: dict[str, Any],
+    *,
+    truth: np.ndarray | None = None,
+    title: str = "",
+) -> tuple[dict[str, str], dict[str, float] | None]:
+    """Cluster, write the labels CSV (and an ordered picture); score against ``truth``.
+
+    Returns
+    -------
+    written : dict of label to path
+    scores : dict or None
+    """
+    params = {
+        k: options[k]
+        for k in ("k", "eps", "min_samples", "n_init", "random_state")
+        if options.get(k) is not None
+    }
+    labels = clustering.cluster(similarity, options["method"], **params)
+    frame = pd.DataFrame({"row": np.arange(labels.size), "cluster": labels})
+    result = None
+    if truth is not None:
+        frame["truth"] = truth
+        result = clustering.scores(truth, labels)
+    written = {"cluster labels": write_csv(frame, options["out"])}
+    if options.get("plot") and isinstance(similarity, xr.DataArray):
+        codes, names = _cluster_labels_for_plot(labels)
+        picture = plot_matrix(
+            similarity,
+            options["plot"],
+            labels=codes,
+            class_names=names,
+            title=title or f"{similarity.name}, rows by cluster",
+        )
+        written["clustered picture"] = str(picture.resolve())
+    return written, result
+
+
+def run_xforest_job(job: XForestJob, progress: Any = None) -> JobResult:
+    """Load the input, fit X-Forest, write the similarity tiles, optionally cluster.
+
+    Input and output problems are found before any cluster is started.
+    """
+    start = time.perf_counter()
+    table = load_table(
+        job.input, target=job.target, drop=job.drop, na_values=job.na_values, allow_missing=False
+    )
+    check_can_create(job.out, job.overwrite)
+    extra = job.clustering or {}
+    for path in (job.plot, extra.get("out"), extra.get("plot")):
+        check_new_file(path, job.overwrite)
+    Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+    with connect(**job.connect) as client:
+        forest = XForest(**job.forest, client=client, progress=progress).fit(table)
+        matrix = forest.similarity(job.kind, store=job.out, overwrite=job.overwrite)
+        outputs = {"store": RunStore.open(job.out).path}
+        if job.plot:
+            picture = plot_matrix(matrix, job.plot, title=f"{matrix.name}, rows in input order")
+            outputs["similarity picture"] = str(picture.resolve())
+        if job.clustering:
+            truth = None if table.y is None else np.asarray(table.y)
+            written, result = run_clustering(matrix, job.clustering, truth=truth)
+            outputs.update(written)
+            if result is not None:
+                outputs["scores"] = json.dumps({k: round(v, 4) for k, v in result.items()})
+    return JobResult(
+        store=outputs["store"],
+        name=str(matrix.name),
+        shape=tuple(matrix.shape),
+        n_trees=forest.codes_.shape[1],
+        task="random-projection",
+        seconds=time.perf_counter() - start,
+        outputs=outputs,
+    )
+
+
+@click.command()
+@click.argument("input", metavar="INPUT")
+@click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
+@input_options
+@click.option(
+    "--trees",
+    "n_estimators",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Number of trees.",
+)
+@click.option(
+    "--x",
+    "n_directions",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="X: random directions per tree (depth d splits on direction d mod X).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["x", "standard"]),
+    default="x",
+    show_default=True,
+    help="standard: a fresh direction at every node (Dasgupta-Freund RP tree).",
+)
+@click.option(
+    "--leaf-size",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="tau: a node with at most this many rows is a leaf.",
+)
+@click.option(
+    "--beta",
+    type=click.FloatRange(0, 1),
+    default=0.9,
+    show_default=True,
+    help="Similarity decay per edge between two leaves.",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["beta", "basic"]),
+    default="beta",
+    show_default=True,
+    help="beta: mean of beta**edges; basic: share of trees with a common leaf.",
+)
+@click.option(
+    "--no-normalize",
+    "normalize",
+    flag_value=False,
+    default=True,
+    help="Skip the per-feature min-max normalisation.",
+)
+@click.option(
+    "--seed",
+    "random_state",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="random_state: same seed, same matrix.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Trees per task [default: about 4 tasks per worker thread].",
+)
+@click.option(
+    "--tile-size",
+    type=click.IntRange(min=16),
+    default=2048,
+    show_default=True,
+    help="Rows/columns of one tile (one task, one Zarr chunk).",
+)
+@click.option(
+    "--target",
+    metavar="COLUMN",
+    help="A class column to leave out of the features (kept for scoring clusters).",
+)
+@click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@cluster_options
+@click.pass_obj
+def xforest(
+    obj: dict[str, Any],
+    input: str,
+    out: str,
+    drop: tuple[str, ...],
+    na_values: tuple[str, ...],
+    kind: str,
+    target: str | None,
+    plot: str | None,
+    overwrite: bool,
+    **options: Any,
+) -> None:
+    """Fit X-Forest on INPUT and write its beta-similarity matrix to a Zarr store.
+
+    INPUT: CSV/TSV, Parquet, .npy or Zarr, numeric features without missing
+    values (use --drop for identifiers and labels).
+    """
+    forest = {
+        k: options.pop(k)
+        for k in (
+            "n_estimators",
+            "n_directions",
+            "mode",
+            "leaf_size",
+            "beta",
+            "normalize",
+            "random_state",
+            "batch_size",
+            "tile_size",
+        )
+    }
+    job = XForestJob(
+        input=input,
+        out=out,
+        drop=drop,
+        na_values=na_values,
+        target=target,
+        forest=forest,
+        kind=kind,
+        plot=plot,
+        overwrite=overwrite,
+        connect=connect_kwargs(options),
+    )
+    click.echo(summary(run_xforest_job(job, progress=ProgressBars(enabled=not obj["quiet"]))))
+
+
+def _truth(spec: str, n: int) -> np.ndarray:
+    path, sep, column = spec.rpartition(":")
+    if not sep or not path:
+        raise InputError(f"--truth must be FILE:COLUMN, e.g. data.csv:Class, got {spec!r}")
+    frame = read_frame(path)
+    if column not in frame.columns:
+        raise InputError(f"{path}: no column {column!r} (columns: {', '.join(frame.columns)})")
+    if len(frame) != n:
+        raise InputError(f"{path} has {len(frame)} rows but the similarity has {n}")
+    return frame[column].to_numpy()
+
+
+@click.command(name="cluster")
+@click.argument("store", type=click.Path())
+@click.option("--method", type=click.Choice(list(clustering.METHODS)), required=True)
+@click.option(
+    "--k", type=click.IntRange(min=1), help="Number of clusters (kernel-kmeans, spectral)."
+)
+@click.option(
+    "--eps",
+    type=click.FloatRange(0, 2, min_open=True),
+    help="DBSCAN radius in the distance sqrt(2 - 2 S).",
+)
+@click.option(
+    "--min-samples",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="DBSCAN: rows within eps (itself included) to be a core row.",
+)
+@click.option(
+    "--n-init",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Kernel k-means restarts (the lowest objective wins).",
+)
+@click.option("--kind", type=click.Choice(["beta", "basic"]), default="beta", show_default=True)
+@click.option(
+    "--matrix-free",
+    is_flag=True,
+    help="Use S @ V from the stored trees instead of the stored matrix.",
+)
+@click.option("--seed", "random_state", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--out", required=True, metavar="FILE.csv", help="Labels, one row per row.")
+@click.option("--truth", metavar="FILE:COLUMN", help="True classes to score against.")
+@click.option("--plot", metavar="FILE.png", help="Picture of the matrix ordered by cluster.")
+@click.option("--overwrite", is_flag=True, help="Replace existing output files.")
+@cluster_options
+def cluster_cmd(
+    store: str, kind: str, matrix_free: bool, truth: str | None, overwrite: bool, **options: Any
+) -> None:
+    """Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."""
+    for path in (options["out"], options["plot"]):
+        check_new_file(path, overwrite)
+    rs = RunStore.open(store, require_complete=not matrix_free)
+    name = SIMILARITY_NAMES[kind]
+    n = int(rs.attrs.get("input", {}).get("n_samples", 0))
+    if not matrix_free and name not in rs.group:
+        raise StoreError(
+            f"store {rs.path!r} has no {name}; write it with `distforest xforest "
+            f"--kind {kind}` or pass --matrix-free"
+        )
+    labels_truth = None if truth is None else _truth(truth, n)
+    start = time.perf_counter()
+    params = {
+        k: options.pop(k)
+        for k in ("method", "k", "eps", "min_samples", "n_init", "random_state", "out", "plot")
+    }
+    if matrix_free:
+        if params["plot"]:
+            raise click.UsageError("--plot needs the stored matrix; drop --matrix-free")
+        with connect(**connect_kwargs(options)) as client:
+            forest = XForest.load(store, client=client)
+            with forest.product_session(kind) as product:
+                written, result = run_clustering(product, params, truth=labels_truth)
+    else:
+        written, result = run_clustering(rs.dataset()[name], params, truth=labels_truth)
+    click.echo(f"{params['method']} on {name} of {n} rows in {time.perf_counter() - start:.1f} s")
+    if result is not None:
+        click.echo("  " + "  ".join(f"{k} {v:.4f}" for k, v in result.items()))
+    for label, path in written.items():
+        click.echo(f"  {label + ':':<19} {path}")
+
+
+#: Allowed values of X-Forest pipeline keys (merged into the pipeline's CHOICES).
+XFOREST_CHOICES = {
+    "xforest.mode": MODES,
+    "xforest.kind": SIMILARITY_KINDS,
+    "clustering.method": clustering.METHODS,
+}
+#: Sections of a proximity pipeline that an X-Forest pipeline must not have.
+NOT_WITH_XFOREST = ("forest", "proximity", "impute", "outliers", "mislabels", "mds")
+
+
+def xforest_job(
+    data: dict[str, Any],
+    sections: dict[str, dict[str, Any]],
+    input_path: str,
+    out_dir: Path,
+    connect: dict[str, Any],
+    source: str,
+) -> XForestJob:
+    """An :class:`XForestJob` from a pipeline whose sections were type-checked.
+
+    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with an
+    ``xforest`` section; checks what is particular to X-Forest pipelines.
+    Output names are relative to ``out_dir``.
+    """
+    clash = [name for name in NOT_WITH_XFOREST if name in data]
+    if clash or "xforest" not in data:
+        raise ConfigError(
+            f"{source}: an X-Forest pipeline has the sections input, xforest, clustering "
+            f"(optional), output and cluster; "
+            + (f"remove {', '.join(clash)}" if clash else "add an 'xforest' section")
+        )
+    forest = dict(sections["xforest"])
+    kind = forest.pop("kind", "beta")
+    try:
+        check_xforest({**XForest().get_params(), **forest})
+    except ParameterError as exc:
+        raise ConfigError(f"{source}: xforest: {exc}") from exc
+    cluster = None
+    if "clustering" in data:
+        cluster = dict(sections["clustering"])
+        method = cluster["method"]
+        if method != "dbscan" and "k" not in cluster:
+            raise ConfigError(f"{source}: clustering.k is required for method {method!r}")
+        if method == "dbscan" and "eps" not in cluster:
+            raise ConfigError(f"{source}: clustering.eps is required for method 'dbscan'")
+        for key in ("out", "plot"):
+            if cluster.get(key):
+                cluster[key] = str(out_dir / cluster[key])
+    inp, out = sections["input"], sections["output"]
+    plot = out.get("plot")
+    return XForestJob(
+        input=input_path,
+        out=str(out_dir / out.get("store", "similarity.zarr")),
+        drop=tuple(inp.get("drop") or ()),
+        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        target=inp.get("target"),
+        forest=forest,
+        kind=kind,
+        plot=str(out_dir / plot) if plot else None,
+        overwrite=bool(out.get("overwrite", False)),
+        clustering=cluster,
+        connect=connect,
+    )
