@@ -43,6 +43,12 @@ def _measure_options(func: Any) -> Any:
     return func
 
 
+def _k_option(default: int, help: str) -> Any:
+    return click.option(
+        "--k", "k", type=click.IntRange(min=1), default=default, show_default=True, help=help
+    )
+
+
 def _normalize(value: str) -> str | None:
     return None if value == "none" else value
 
@@ -106,14 +112,7 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     metavar="STORE.zarr",
     help="Zarr store with neighbor_index and neighbor_distance (sample, neighbor).",
 )
-@click.option(
-    "--k",
-    "k",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Neighbours per row (the row itself excluded).",
-)
+@_k_option(10, "Neighbours per row (the row itself excluded).")
 @click.option(
     "--reference",
     metavar="FILE",
@@ -177,14 +176,7 @@ def knn() -> None:
 @click.argument("train", metavar="TRAIN")
 @click.option("--target", required=True, metavar="COLUMN", help="Column to predict.")
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
-@click.option(
-    "--k",
-    "k",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="Neighbours that vote.",
-)
+@_k_option(5, "Neighbours that vote.")
 @click.option(
     "--weights",
     type=click.Choice(["uniform", "distance"]),
