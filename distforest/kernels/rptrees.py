@@ -303,9 +303,93 @@ def beta_powers(beta, max_edges):  # pragma: no cover - numba
     return out
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _edges(x, y, c, e):  # pragma: no cover - numba
+    """Edges between two leaves: depths x, y (uint64), one-word path codes c, e."""
+    low = min(x, y, trailing_zeros(c ^ e))  # cttz(0) = 64 > any one-word depth
+    return x + y - low - low
+
+
 @njit(nogil=True, cache=True)
-def similarity_tile(codes_i, depth_i, codes_j, depth_j, powers, block):  # pragma: no cover
-    """Mean over trees of ``beta ** edges`` for every pair of two row blocks.
+def _pair(ci, di, cj, dj, a, b, pw):  # pragma: no cover - numba
+    acc = 0.0
+    for t in range(ci.shape[1]):
+        acc += pw[_edges(np.uint64(di[a, t]), np.uint64(dj[b, t]), ci[a, t], cj[b, t])]
+    return acc
+
+
+@njit(nogil=True, cache=True)
+def similarity_tile(ci, di, cj, dj, pw):  # pragma: no cover - numba
+    """Mean over trees of ``beta ** edges`` for every pair of two row blocks (one-word codes).
+
+    The tile kernel.  Pairs are taken four rows by four columns at a time
+    with the trees innermost, so the 16 running sums stay in registers and
+    each loaded code serves four pairs.  Every pair sums its trees in order,
+    so the result does not depend on the tile size.
+
+    Parameters
+    ----------
+    ci, cj : ndarray of uint64, shape (ni, T) and (nj, T)
+        Path codes (trees of depth < 64: one word), rows first.
+    di, dj : ndarray of uint8, shape (ni, T) and (nj, T)
+        Depths.
+    pw : ndarray of float64
+        ``beta ** k`` for k = 0 .. 126.
+
+    Returns
+    -------
+    ndarray of float32, shape (ni, nj)
+    """
+    ni, n_trees = ci.shape
+    nj = cj.shape[0]
+    out = np.empty((ni, nj), dtype=np.float32)
+    inv = 1.0 / n_trees
+    a4 = ni - ni % 4
+    b4 = nj - nj % 4
+    for a in range(0, a4, 4):
+        for b in range(0, b4, 4):
+            s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
+            s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = 0.0
+            for t in range(n_trees):
+                c0, c1, c2, c3 = ci[a, t], ci[a + 1, t], ci[a + 2, t], ci[a + 3, t]
+                x0, x1 = np.uint64(di[a, t]), np.uint64(di[a + 1, t])
+                x2, x3 = np.uint64(di[a + 2, t]), np.uint64(di[a + 3, t])
+                e0, e1, e2, e3 = cj[b, t], cj[b + 1, t], cj[b + 2, t], cj[b + 3, t]
+                y0, y1 = np.uint64(dj[b, t]), np.uint64(dj[b + 1, t])
+                y2, y3 = np.uint64(dj[b + 2, t]), np.uint64(dj[b + 3, t])
+                s00 += pw[_edges(x0, y0, c0, e0)]
+                s01 += pw[_edges(x0, y1, c0, e1)]
+                s02 += pw[_edges(x0, y2, c0, e2)]
+                s03 += pw[_edges(x0, y3, c0, e3)]
+                s10 += pw[_edges(x1, y0, c1, e0)]
+                s11 += pw[_edges(x1, y1, c1, e1)]
+                s12 += pw[_edges(x1, y2, c1, e2)]
+                s13 += pw[_edges(x1, y3, c1, e3)]
+                s20 += pw[_edges(x2, y0, c2, e0)]
+                s21 += pw[_edges(x2, y1, c2, e1)]
+                s22 += pw[_edges(x2, y2, c2, e2)]
+                s23 += pw[_edges(x2, y3, c2, e3)]
+                s30 += pw[_edges(x3, y0, c3, e0)]
+                s31 += pw[_edges(x3, y1, c3, e1)]
+                s32 += pw[_edges(x3, y2, c3, e2)]
+                s33 += pw[_edges(x3, y3, c3, e3)]
+            out[a, b], out[a, b + 1] = s00 * inv, s01 * inv
+            out[a, b + 2], out[a, b + 3] = s02 * inv, s03 * inv
+            out[a + 1, b], out[a + 1, b + 1] = s10 * inv, s11 * inv
+            out[a + 1, b + 2], out[a + 1, b + 3] = s12 * inv, s13 * inv
+            out[a + 2, b], out[a + 2, b + 1] = s20 * inv, s21 * inv
+            out[a + 2, b + 2], out[a + 2, b + 3] = s22 * inv, s23 * inv
+            out[a + 3, b], out[a + 3, b + 1] = s30 * inv, s31 * inv
+            out[a + 3, b + 2], out[a + 3, b + 3] = s32 * inv, s33 * inv
+    for a in range(ni):  # the last rows and columns that do not fill a 4 x 4 block
+        for b in range(b4 if a < a4 else 0, nj):
+            out[a, b] = _pair(ci, di, cj, dj, a, b, pw) * inv
+    return out
+
+
+@njit(nogil=True, cache=True)
+def similarity_tile_words(codes_i, depth_i, codes_j, depth_j, powers, block):  # pragma: no cover
+    """Like :func:`similarity_tile` for path codes of any number of words (deep trees).
 
     Per row ``a`` of block I and tree t, a run of ``block`` columns of block J
     is compared; each column has its own accumulator, so the additions do not
@@ -549,7 +633,7 @@ def similarity_block(
     depth_i, depth_j : ndarray of int, shape (ni, T) and (nj, T)
     beta : float in [0, 1]
     block : int
-        Columns per cache block.
+        Columns per cache block (deep trees only).
 
     Returns
     -------
@@ -560,11 +644,15 @@ def similarity_block(
             f"blocks disagree on the number of trees: {codes_i.shape[1]} vs {codes_j.shape[1]}"
         )
     words = max(codes_i.shape[2], codes_j.shape[2])
+    top = max(int(depth_i.max(initial=0)), int(depth_j.max(initial=0)))
+    if words == 1:
+        powers = beta_powers(float(beta), 2 * 63)
+        ci, cj = (np.ascontiguousarray(c[:, :, 0]) for c in (codes_i, codes_j))
+        di, dj = (np.ascontiguousarray(d, dtype=np.uint8) for d in (depth_i, depth_j))
+        return similarity_tile(ci, di, cj, dj, powers)
     ci, cj = (_trees_first(c, words) for c in (codes_i, codes_j))
     di, dj = (np.ascontiguousarray(d.T, dtype=np.int32) for d in (depth_i, depth_j))
-    top = max(int(di.max(initial=0)), int(dj.max(initial=0)))
-    powers = beta_powers(float(beta), 2 * top)
-    return similarity_tile(ci, di, cj, dj, powers, block)
+    return similarity_tile_words(ci, di, cj, dj, beta_powers(float(beta), 2 * top), block)
 
 
 def _trees_first(codes: np.ndarray, words: int) -> np.ndarray:
