@@ -193,7 +193,8 @@ def run_proximity_job(
             return _result(job, rs, _Stages(rs).outputs(), start, "already complete")
         check_can_create(job.out, overwrite=True)
         stages = _Stages(RunStore.open(job.out)) if mode == "resume" else None
-        plan = _check_outputs(job, stages)
+        # A resumed or restarted run may replace the files of its own job.
+        plan = _check_outputs(job, stages, replace=job.overwrite or restart or stages is not None)
         need = estimate(job, table.n_samples, table.n_features)
         check_disk(Path(job.out).parent, need["disk_bytes"] if mode == "new" else 0)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
@@ -216,21 +217,21 @@ def run_proximity_job(
     return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
 
 
-def _check_outputs(job: ProximityJob, stages: _Stages | None) -> Any:
-    """Refuse to replace files a new run would write (unless overwrite)."""
+def _check_outputs(job: ProximityJob, stages: _Stages | None, replace: bool) -> Any:
+    """Refuse to replace files a new run would write (unless ``replace``)."""
     plan = None
     todo = [name for name in APP_STAGES if getattr(job, name)]
     pending = [n for n in todo if stages is None or not stages.done(n)]
     if "impute" in pending:
         plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
-                               na_values=job.na_values, overwrite=job.overwrite)  # fmt: skip
+                               na_values=job.na_values, overwrite=replace)  # fmt: skip
     for name in pending:
         for key in ("out", "plot"):
             path = (getattr(job, name) or {}).get(key)
             if name != "impute" and path:
-                check_new_file(path, job.overwrite)
+                check_new_file(path, replace)
     if job.plot and (stages is None or not stages.done("plot")):
-        check_new_file(job.plot, job.overwrite)
+        check_new_file(job.plot, replace)
     return plan
 
 

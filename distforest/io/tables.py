@@ -276,12 +276,20 @@ def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
 
 def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
     with path.open(newline="", encoding="utf-8-sig") as fh:
-        first = fh.readline()
+        first, second = fh.readline(), fh.readline()
     if not first.strip():
         raise InputError(f"{name}: the file is empty (no header row)")
     widths = {d: len(next(csv.reader([first], delimiter=d))) for d in ",\t;"}
     sep = max(widths, key=lambda d: widths[d])  # ties keep the comma
     header = next(csv.reader([first], delimiter=sep))
+    if second.strip() and len(header) > 1:
+        row = {d: len(next(csv.reader([second], delimiter=d))) for d in ",\t;"}
+        if row[sep] == 1 and any(row[d] == len(header) for d in row if d != sep):
+            other = next(d for d in row if d != sep and row[d] == len(header))
+            raise InputError(
+                f"{name}: the header is separated by {sep!r} but the data rows by {other!r}; "
+                "use one delimiter throughout the file"
+            )
     dup = sorted({c for c in header if header.count(c) > 1})
     if dup:
         raise InputError(f"{name}: duplicate column names in the header: {dup}; rename them")

@@ -1,0 +1,279 @@
+"""Batch runs: resume after a killed driver, locks, re-runs, changed configs, reports.
+
+These run the real CLI in subprocesses (each with its own LocalCluster), as
+cron would, and compare stores byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import zarr
+from click.testing import CliRunner
+
+from distforest.cli.main import cli
+from distforest.store.lock import StoreLock, lock_path
+from distforest.store.run_store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+BC = ROOT / "distforest" / "data" / "breast_cancer.csv"
+
+
+def pipeline(tmp_path: Path, name: str, *, trees: int = 20, tile: int = 16) -> Path:
+    """A small pipeline with many tiny tiles (a long tile stage to interrupt)."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\n"
+        f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+        f"forest: {{n_estimators: {trees}, random_state: 3, tile_size: {tile}}}\n"
+        "outliers: {out: outliers.csv}\n"
+        f"output: {{dir: {tmp_path / name}, store: run.zarr}}\n"
+    )
+    return path
+
+
+def cli_cmd(*args: object) -> list[str]:
+    return [sys.executable, "-m", "distforest", "-q", *map(str, args)]
+
+
+def run_cli(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(cli_cmd(*args), capture_output=True, text=True, timeout=timeout)
+
+
+def arrays(store: Path) -> dict[str, np.ndarray]:
+    """Every array of a store (root, forest/ and done/), by path."""
+    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    out = {}
+
+    def walk(g: zarr.Group, prefix: str) -> None:
+        for name, arr in g.arrays():
+            out[prefix + name] = arr[...]
+        for name, sub in g.groups():
+            walk(sub, f"{prefix}{name}/")
+
+    walk(group, "")
+    return out
+
+
+def done_count(store: Path) -> int:
+    try:
+        return int(zarr.open_array(str(store), path="done/proximity", mode="r")[...].sum())
+    except Exception:
+        return 0
+
+
+def test_resume_after_sigkill_of_the_driver_is_bit_identical(tmp_path):
+    reference = pipeline(tmp_path, "clean")
+    result = run_cli("run", reference)
+    assert result.returncode == 0, result.stderr
+    clean = tmp_path / "clean" / "run.zarr"
+
+    killed = pipeline(tmp_path, "killed")
+    store = tmp_path / "killed" / "run.zarr"
+    proc = subprocess.Popen(cli_cmd("run", killed), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    total = 44 * 45 // 2  # 699 rows in tiles of 16: 44 blocks, upper triangle
+    deadline = time.time() + 240
+    while done_count(store) < 150 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    done_at_kill = done_count(store)
+    # The machine dies: the driver and its worker processes, all at once.
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 150 <= done_at_kill < total, f"interrupt came too late/early: {done_at_kill}/{total}"
+    assert not RunStore.open(store).is_complete
+
+    status = run_cli("status", store)
+    assert status.returncode == 1 and "interrupted" in status.stdout
+    chunk_dir = store / "proximity" / "c"
+    done = zarr.open_array(str(store), path="done/proximity", mode="r")[...]
+    finished = [chunk_dir / str(i) / str(j) for i, j in zip(*np.nonzero(done), strict=True)]
+    finished = [p for p in finished if p.exists()]
+    mtimes = {p: p.stat().st_mtime_ns for p in finished}
+    assert len(mtimes) >= 100
+
+    resumed = run_cli("run", killed)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed" in resumed.stdout
+    assert RunStore.open(store).is_complete
+    # Finished tiles were not computed again...
+    assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
+    # ... and the result equals the uninterrupted run's, bit for bit.
+    a, b = arrays(clean), arrays(store)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "clean" / "outliers.csv"),
+        pd.read_csv(tmp_path / "killed" / "outliers.csv"),
+    )
+    report = json.loads((tmp_path / "killed" / "report.json").read_text())
+    assert report["mode"] == "resume"
+    assert report["stages"]["tiles"]["skipped"] >= done_at_kill
+
+    again = run_cli("run", killed)
+    assert again.returncode == 0 and "already complete" in again.stdout
+
+
+def test_changed_config_is_refused_then_restarted(tmp_path):
+    path = pipeline(tmp_path, "p", trees=6, tile=256)
+    assert run_cli("run", path).returncode == 0
+    store = tmp_path / "p" / "run.zarr"
+    before = RunStore.open(store).attrs["spec_hash"]
+    changed = run_cli("run", path, "--set", "forest.n_estimators=7")
+    assert changed.returncode == 6
+    assert "different job" in changed.stderr and "n_estimators: 6 -> 7" in changed.stderr
+    assert RunStore.open(store).attrs["spec_hash"] == before
+    restarted = run_cli("run", path, "--set", "forest.n_estimators=7", "--restart")
+    assert restarted.returncode == 0, restarted.stderr
+    rs = RunStore.open(store)
+    assert rs.is_complete and rs.attrs["n_trees"] == 7 and rs.attrs["spec_hash"] != before
+
+
+def test_one_run_at_a_time_and_stale_locks(tmp_path):
+    path = pipeline(tmp_path, "p", trees=6, tile=256)
+    store = tmp_path / "p" / "run.zarr"
+    with StoreLock(store, run_id="other"):
+        busy = run_cli("run", path)
+    assert busy.returncode == 7
+    assert "being written by run other" in busy.stderr and f"pid {os.getpid()}" in busy.stderr
+    assert not store.exists()
+
+    # A run that died without releasing: its record is left, its flock is gone.
+    lock_path(store).write_text(json.dumps({"run_id": "dead", "pid": 999999, "host": "h"}))
+    result = run_cli("run", path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "p" / "report.json").read_text())
+    assert report["took_over_stale_lock_of"]["run_id"] == "dead"
+    assert lock_path(store).read_text() == ""  # released cleanly
+
+
+def test_report_and_status_of_a_pipeline_with_every_application(tmp_path):
+    path = tmp_path / "all.yaml"
+    path.write_text(
+        f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+        "forest: {n_estimators: 12, random_state: 0, tile_size: 256}\n"
+        "proximity: {method: rfgap}\n"
+        "impute: {out: imputed.csv, iterations: 1, n_estimators: 5}\n"
+        "outliers: {out: outliers.csv, plot: outliers.png}\n"
+        "mislabels: {out: suspects.csv}\n"
+        "mds: {out: mds.csv, plot: mds.png}\n"
+        f"output: {{dir: {tmp_path / 'out'}, store: run.zarr, plot: prox.png}}\n"
+    )
+    result = CliRunner().invoke(cli, ["-q", "run", str(path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out"
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["stages"]) == {"fit", "tiles", "plot", "impute", "outliers", "mislabels",
+                                     "mds", "report"} - {"report"}  # fmt: skip
+    assert all(s >= 0 for s in report["seconds_per_stage"].values())
+    assert report["tasks"]["fit-trees"]["tasks"] >= 1
+    assert report["tasks"]["proximity_rfgap-tiles"]["tasks"] == 9  # 3 x 3 tiles, not symmetric
+    assert report["retries"] == 0
+    assert report["data_quality"]["missing_cells"] == 16
+    assert report["data_quality"]["cells_imputed"] == 16
+    assert report["bytes_written"]["store"] > 699 * 699 * 4 // 10
+    assert report["peak_worker_memory_bytes"] and all(
+        v > 10_000_000 for v in report["peak_worker_memory_bytes"].values()
+    )
+    assert report["versions"]["zarr"].startswith("3")
+    md = (out / "report.md").read_text()
+    assert "![MDS picture](mds.png)" in md and "![outlier picture](outliers.png)" in md
+    assert len(pd.read_csv(out / "suspects.csv")) == 699
+
+    status = CliRunner().invoke(cli, ["status", str(out / "run.zarr")])
+    assert status.exit_code == 0 and "status:  complete" in status.output
+    assert "proximity_rfgap: 9 of 9 written" in status.output
+    state = json.loads(CliRunner().invoke(cli, ["status", str(out / "run.zarr"), "--json"]).output)
+    assert set(state["stages"]) >= {"fit", "tiles", "impute", "mds", "report"}
+
+
+def test_dry_run_prints_the_plan_and_refuses_a_full_disk(tmp_path, monkeypatch):
+    path = pipeline(tmp_path, "p", trees=50, tile=100)
+    result = CliRunner().invoke(cli, ["run", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "28 tile tasks of 100 x 100" in result.output  # 7 blocks: 7 * 8 / 2
+    assert "699 rows x 9 features" in result.output and "disk:" in result.output
+    assert not (tmp_path / "p").exists()
+
+    from distforest.cli import plan
+
+    monkeypatch.setattr(plan, "free_space", lambda directory: 1000)
+    for args in (["run", str(path), "--dry-run"], ["-q", "run", str(path)]):
+        full = CliRunner().invoke(cli, args)
+        assert full.exit_code == 6 and "not enough disk space" in full.output
+        assert "only 1.0 kB are free" in full.output
+    assert not (tmp_path / "p" / "run.zarr").exists()
+
+
+def test_validate(tmp_path):
+    shipped = sorted(str(p) for p in (ROOT / "pipelines").glob("*.yaml"))
+    result = CliRunner().invoke(cli, ["validate", *shipped])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("ok ") == len(shipped)
+
+    base = pipeline(tmp_path, "p").read_text()
+    cases = {
+        "typo": (base.replace("n_estimators", "n_estimator"), "did you mean 'n_estimators'"),
+        "choice": (base + "proximity: {method: rfgp}\n", "did you mean 'rfgap'"),
+        "no target": (base.replace(", target: Class", "") + "mislabels: {out: s.csv}\n",
+                      "mislabels needs the labels"),  # fmt: skip
+        "no bootstrap": (base.replace("random_state: 3", "random_state: 3, bootstrap: false")
+                         + "proximity: {method: oob}\n", "need out-of-bag rows"),  # fmt: skip
+        "missing input": (base.replace(str(BC), "/no/such/file.csv"), "does not exist"),
+        "code": ("input: !!python/object/apply:os.system ['touch pwned']\n", "not valid YAML"),
+    }
+    for name, (text, message) in cases.items():
+        bad = tmp_path / f"{name.replace(' ', '_')}.yaml"
+        bad.write_text(text)
+        result = CliRunner().invoke(cli, ["validate", str(bad)])
+        assert result.exit_code == 4, (name, result.output)
+        assert "INVALID" in result.output and message in result.output, (name, result.output)
+    assert not Path("pwned").exists()
+    override = CliRunner().invoke(cli, ["validate", str(tmp_path / "p.yaml"), "--set", "forst.x=1"])
+    assert override.exit_code == 4 and "did you mean 'forest'" in override.output
+
+
+@pytest.mark.parametrize("phase", ["fit", "tiles"])
+def test_killed_worker_gives_the_identical_result(phase, tmp_path, client):
+    """A worker process SIGKILLed mid-phase: tasks are retried, results identical."""
+    from distributed import Client, LocalCluster
+
+    from distforest.forests.proximity_forest import ProximityForest
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 6))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    params = {"n_estimators": 24, "batch_size": 2, "tile_size": 40, "random_state": 5}
+    ref = ProximityForest(**params, client=client).fit(X, y)
+    expected = ref.proximity(store=tmp_path / "ref.zarr")
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                     dashboard_address=None) as cluster,  # fmt: skip
+        Client(cluster) as own,
+    ):
+        killed: list[int] = []
+
+        def kill_one(stage: str, done: int, total: int) -> None:
+            if stage == phase and done == 2 and not killed:
+                pid = next(iter(own.run(os.getpid).values()))
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+        pf = ProximityForest(**params, client=own, progress=kill_one).fit(X, y)
+        got = pf.proximity(store=tmp_path / "got.zarr")
+        assert killed, "no worker was killed"
+        assert killed[0] not in own.run(os.getpid).values()
+    np.testing.assert_array_equal(pf.leaves_, ref.leaves_)
+    np.testing.assert_array_equal(pf.inbag_, ref.inbag_)
+    assert got.values.tobytes() == expected.values.tobytes()
