@@ -82,8 +82,12 @@ CASES = {
     "header only": (_text("a,b,Class\n"), [], 3, ["no data rows"]),
     "one row": (_text("a,b,Class\n1,2,0\n"), [], 3, ["single row"]),
     "duplicate column names": (_text("a,a,Class\n" + GOOD_ROWS), [], 3, ["duplicate column"]),
-    "unknown target": (_text("a,b,Class\n" + GOOD_ROWS), ["--target", "class"], 3,
-                       ["no column 'class'", "did you mean 'Class'"]),  # fmt: skip
+    "unknown target": (
+        _text("a,b,Class\n" + GOOD_ROWS),
+        ["--target", "class"],
+        3,
+        ["no column 'class'", "did you mean 'Class'"],
+    ),
     "zarr array of the wrong shape (3-D)": (_zarr_3d, [], 3, ["cube.zarr", "3-D"]),
     "zarr array of the wrong shape (1-D)": (_zarr_1d, [], 3, ["vector.zarr", "2-D"]),
 }

@@ -225,10 +225,15 @@ def test_validate(tmp_path):
     cases = {
         "typo": (base.replace("n_estimators", "n_estimator"), "did you mean 'n_estimators'"),
         "choice": (base + "proximity: {method: rfgp}\n", "did you mean 'rfgap'"),
-        "no target": (base.replace(", target: Class", "") + "mislabels: {out: s.csv}\n",
-                      "mislabels needs the labels"),  # fmt: skip
-        "no bootstrap": (base.replace("random_state: 3", "random_state: 3, bootstrap: false")
-                         + "proximity: {method: oob}\n", "need out-of-bag rows"),  # fmt: skip
+        "no target": (
+            base.replace(", target: Class", "") + "mislabels: {out: s.csv}\n",
+            "mislabels needs the labels",
+        ),
+        "no bootstrap": (
+            base.replace("random_state: 3", "random_state: 3, bootstrap: false")
+            + "proximity: {method: oob}\n",
+            "need out-of-bag rows",
+        ),
         "missing input": (base.replace(str(BC), "/no/such/file.csv"), "does not exist"),
         "code": ("input: !!python/object/apply:os.system ['touch pwned']\n", "not valid YAML"),
     }
@@ -258,8 +263,13 @@ def test_killed_worker_gives_the_identical_result(phase, tmp_path, client):
     expected = ref.proximity(store=tmp_path / "ref.zarr")
 
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                     dashboard_address=None) as cluster,  # fmt: skip
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,  # fmt: skip
         Client(cluster) as own,
     ):
         killed: list[int] = []
