@@ -187,7 +187,7 @@ def topk(args: argparse.Namespace, workdir: Path, save: Any) -> list[dict[str, A
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", method,
                    "--n", str(n), "--fraction", str(fraction), "--out", str(out)]  # fmt: skip
             load_before = loadavg()
-            r = run_measured(cmd, ROOT, f"{method}-{n}", timeout=cap)
+            r = run_measured(cmd, workdir, f"{method}-{n}", timeout=cap)
             child_result = r.get("child", {})
             row = {
                 "n": n,
