@@ -46,8 +46,8 @@ class SimilarityOperator:
     matvec : callable
         ``matvec(V)`` returns ``S @ V`` for V of shape (n, k).
     rows : callable or None
-        ``rows(slice)`` returns those rows of S as a dense array; None for a
-        matrix-free operator (DBSCAN then is not available).
+        ``rows(slice)`` returns those rows of S as ``(column slice, block)``
+        pieces; None for a matrix-free operator (DBSCAN then is not available).
     dense : ndarray or None
         The whole matrix, when it is in memory.
     block : int
@@ -58,7 +58,7 @@ class SimilarityOperator:
         self,
         n: int,
         matvec: Callable[[np.ndarray], np.ndarray],
-        rows: Callable[[slice], np.ndarray] | None = None,
+        rows: Callable[[slice], list[tuple[slice, np.ndarray]]] | None = None,
         dense: np.ndarray | None = None,
         block: int = 2048,
     ) -> None:
@@ -76,19 +76,21 @@ class SimilarityOperator:
 
 
 def _zarr_operator(S: xr.DataArray) -> SimilarityOperator:
+    """Products and rows from a stored matrix, read one chunk-aligned tile at a time."""
     n = S.shape[0]
     chunks = S.encoding.get("chunks") or S.encoding.get("preferred_chunks") or (2048, 2048)
     block = int(chunks[0] if isinstance(chunks, tuple) else 2048)
-    dim_i = S.dims[0]
+    dim_i, dim_j = S.dims
+    spans = [slice(s, min(s + block, n)) for s in range(0, n, block)]
 
-    def rows(r: slice) -> np.ndarray:
-        return np.asarray(S.isel({dim_i: r}).values, dtype=np.float64)
+    def rows(r: slice) -> list[tuple[slice, np.ndarray]]:
+        return [(c, np.asarray(S.isel({dim_i: r, dim_j: c}).values)) for c in spans]
 
     def matvec(V: np.ndarray) -> np.ndarray:
-        out = np.empty((n, V.shape[1]))
-        for start in range(0, n, block):
-            r = slice(start, min(start + block, n))
-            out[r] = rows(r) @ V
+        out = np.zeros((n, V.shape[1]))
+        for r in spans:
+            for c in spans:  # one tile in memory at a time
+                out[r] += np.asarray(S.isel({dim_i: r, dim_j: c}).values, dtype=np.float64) @ V[c]
         return out
 
     return SimilarityOperator(n, matvec, rows, None, block)
@@ -118,7 +120,8 @@ def as_operator(similarity: Any, *, max_dense: int = MAX_DENSE) -> SimilarityOpe
         if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1]:
             raise InputError(f"a similarity must be a square matrix, got shape {similarity.shape}")
         S = similarity.astype(np.float64, copy=False)
-        return SimilarityOperator(S.shape[0], S.__matmul__, lambda r: S[r], S)
+        whole = slice(0, S.shape[0])
+        return SimilarityOperator(S.shape[0], S.__matmul__, lambda r: [(whole, S[r])], S)
     if callable(similarity) and hasattr(similarity, "shape"):
         return SimilarityOperator(int(similarity.shape[0]), similarity)
     raise InputError(
@@ -288,10 +291,11 @@ def dbscan(similarity: Any, eps: float, *, min_samples: int = 5) -> np.ndarray:
     parts = []
     for start in range(0, n, op.block):
         r = slice(start, min(start + op.block, n))
-        D = similarity_distance(op.rows(r))
-        i, j = np.nonzero(D <= eps)
-        # a stored zero must stay a neighbour: keep distances strictly positive
-        parts.append((i + start, j, np.maximum(D[i, j], 1e-12)))
+        for c, tile in op.rows(r):  # one tile in memory at a time
+            D = similarity_distance(tile)
+            i, j = np.nonzero(D <= eps)
+            # a stored zero must stay a neighbour: keep distances strictly positive
+            parts.append((i + r.start, j + c.start, np.maximum(D[i, j], 1e-12)))
     rows, cols, vals = (np.concatenate(x) for x in zip(*parts, strict=True))
     graph = sparse.csr_matrix((vals, (rows, cols)), shape=(n, n))
     return model.fit_predict(graph).astype(np.int64)
