@@ -108,11 +108,12 @@ def grow_tree(X, proj, col0, n_cols, seed, leaf_size, standard):  # pragma: no c
     ----------
     X : ndarray of float64, shape (n, p)
         The (normalised) data; read only in ``standard`` mode.
-    proj : ndarray of float64, shape (n, m)
-        Projections; columns ``col0 .. col0 + n_cols - 1`` are this tree's X
+    proj : ndarray of float64, shape (m, n)
+        Projections, one row per direction (so a level reads one contiguous
+        vector); rows ``col0 .. col0 + n_cols - 1`` are this tree's X
         directions (ignored in ``standard`` mode).
     col0, n_cols : int
-        This tree's columns of ``proj``; depth ``d`` uses ``col0 + d % n_cols``.
+        This tree's rows of ``proj``; depth ``d`` uses ``col0 + d % n_cols``.
     seed : uint64
         The tree's seed (root key).
     leaf_size : int
@@ -175,9 +176,9 @@ def grow_tree(X, proj, col0, n_cols, seed, leaf_size, standard):  # pragma: no c
                             acc += X[row, j] * direction[j]
                         values[k] = acc
                 else:
-                    c = col0 + d % n_cols
+                    pc = proj[col0 + d % n_cols]
                     for k in range(s, e):
-                        values[k] = proj[order[k], c]
+                        values[k] = pc[order[k]]
                 lo = values[s]
                 hi = values[s]
                 for k in range(s + 1, e):
@@ -559,11 +560,11 @@ def grow_batch(
     n, p = X.shape
     n_trees = len(seeds)
     if standard:
-        proj = np.zeros((n, 1))
+        proj = np.zeros((1, n))
         per_tree = [np.zeros((0, p))] * n_trees
     else:
         per_tree = [tree_directions(s, n_directions, p) for s in seeds]
-        proj = X @ np.concatenate(per_tree).T  # all directions of the batch at once
+        proj = np.concatenate(per_tree) @ X.T  # all directions of the batch at once: (B X, n)
     results = []
     for t, seed in enumerate(seeds):
         res = grow_tree(
