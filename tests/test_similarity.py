@@ -327,3 +327,82 @@ def test_fused_minkowski_kernel_equals_distance_tile_then_merge(p):
         merge_top_k(D, start, 0, False, b_d, b_i)
     np.testing.assert_array_equal(a_i, b_i)
     np.testing.assert_allclose(minkowski_finish(a_d, p), b_d, rtol=1e-12)
+
+
+def _exact_top_k(D: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Oracle: the k smallest of each row by (distance, index); NaN last."""
+    index = np.broadcast_to(np.arange(D.shape[1]), D.shape)
+    order = np.lexsort((index, np.where(np.isnan(D), np.inf, D)), axis=1)[:, :k]
+    return np.take_along_axis(D, order, 1), order
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_matrix_product_path_equals_exact_oracle_with_ties(metric):
+    from distforest.forests.pairwise import GRAM_MIN_FEATURES, uses_gram
+
+    rng = np.random.default_rng(9)
+    d = GRAM_MIN_FEATURES + 3
+    # small integers: many exactly tied Euclidean distances; duplicated rows tie in both
+    X = rng.integers(-2, 3, size=(260, d)).astype(float)
+    X[200:230] = X[:30]
+    X[250] = 0.0  # cosine: an all-zero row is nobody's neighbour
+    if metric == "cosine":
+        X[:200] += rng.normal(scale=0.1, size=(200, d))
+        X[200:230] = X[:30]
+    Y = np.vstack([X[:40], rng.normal(size=(20, d))])
+    assert uses_gram(parse_metric(metric), d)
+    assert not uses_gram(parse_metric("euclidean"), GRAM_MIN_FEATURES - 1)
+    name = {"cosine": "cosine"}.get(metric, "euclidean")
+    D = cdist(Y, X, name)
+    d_ref, i_ref = _exact_top_k(D, 9)
+    runs = [
+        top_k_neighbors(Y, X, k=9, metric=metric, algorithm="brute", tile_size=t,
+                        batch_size=b, client="synchronous")
+        for t, b in ((16, 7), (100, 60), (8192, 1024))
+    ]  # fmt: skip
+    for got in runs:
+        np.testing.assert_array_equal(got.indices, runs[0].indices)
+        np.testing.assert_array_equal(got.distances, runs[0].distances)
+    np.testing.assert_array_equal(runs[0].indices, i_ref)
+    np.testing.assert_allclose(runs[0].distances, d_ref, rtol=1e-12, atol=1e-15)
+    # every row among the others: the row itself excluded, its duplicate kept
+    own = top_k_neighbors(X, k=5, metric=metric, algorithm="brute", tile_size=50,
+                          batch_size=33, client="synchronous")  # fmt: skip
+    D = cdist(X, X, name)
+    np.fill_diagonal(D, np.nan)
+    d_own, i_own = _exact_top_k(D, 5)
+    if metric == "cosine":  # the zero row has no neighbours at all
+        assert (own.indices[250] == -1).all() and np.isinf(own.distances[250]).all()
+        keep = np.arange(len(X)) != 250
+        own_i, i_own, own_d, d_own = (
+            own.indices[keep],
+            i_own[keep],
+            own.distances[keep],
+            d_own[keep],
+        )
+    else:
+        own_i, own_d = own.indices, own.distances
+    np.testing.assert_array_equal(own_i, i_own)
+    np.testing.assert_allclose(own_d, d_own, rtol=1e-12, atol=1e-15)
+    assert own.indices[0, 0] == 200 and own.indices[200, 0] == 0  # a duplicate: distance 0
+
+
+def test_morton_order_against_bit_interleaving_oracle():
+    from distforest.kernels.metrics import morton_order
+
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(500, 3))
+    X[7] = X[3]  # equal codes keep the input order
+    order = morton_order(X)
+    bits = int(np.ceil(np.log2(500) / 3)) + 2
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    cells = np.minimum(((X - lo) / (hi - lo) * 2**bits).astype(int), 2**bits - 1)
+
+    def code(row):
+        text = "".join(format(int(c), f"0{bits}b") for c in row)  # per feature, high bit first
+        return int("".join(text[f * bits + b] for b in range(bits) for f in range(3)), 2)
+
+    expected = sorted(range(500), key=lambda i: (code(cells[i]), i))
+    np.testing.assert_array_equal(order, expected)
+    assert list(order).index(3) < list(order).index(7)
+    np.testing.assert_array_equal(morton_order(X[:1]), [0])

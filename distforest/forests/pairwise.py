@@ -6,9 +6,14 @@
 - :func:`top_k_neighbors` finds the k nearest rows of every query row.  It
   never forms the matrix: a k-d / ball tree (scikit-learn) built once per
   worker answers blocks of queries for Minkowski distances on
-  low-dimensional data; otherwise each task streams tiles of candidates
-  through a running merge (:func:`distforest.kernels.metrics.merge_top_k`).
-  Memory is O(n k) in the driver and O(tile) in a task.
+  low-dimensional data (blocks cut along a Morton curve, so each task's
+  queries are near each other); otherwise each task streams tiles of
+  candidates through a running merge
+  (:func:`distforest.kernels.metrics.merge_top_k`): fused numba kernels for
+  Minkowski distances, BLAS products for cosine and for Euclidean on many
+  features (exact values re-computed for the pairs that can win), dense
+  tiles for the other measures.  Memory is O(n k) in the driver and
+  O(tile) in a task.
 
 Both take the same inputs as the forests (arrays, DataFrames, paths), an
 optional range / z-score normalisation fitted on the reference rows (``Y``,
@@ -43,6 +48,12 @@ logger = logging.getLogger("distforest")
 ALGORITHMS = ("auto", "kd_tree", "ball_tree", "brute")
 #: ``auto`` uses a k-d tree for Minkowski distances up to this many features.
 KD_TREE_MAX_FEATURES = 15
+#: The brute search uses BLAS products for Euclidean distances from this many features.
+GRAM_MIN_FEATURES = 13
+#: Query rows per matrix product of the brute search (a 64 x tile block stays in cache).
+GRAM_ROWS = 64
+#: Safety factor on the rounding bound of the product form (see :func:`_gram_search`).
+GRAM_SLACK = 8.0
 #: ``client=SYNCHRONOUS`` runs the same tasks one after another in this process.
 SYNCHRONOUS = "synchronous"
 
@@ -358,13 +369,13 @@ def _tree(spec: SearchSpec, reference: np.ndarray) -> Any:
     return tree
 
 
-def _tree_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: int):
+def _tree_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, ids: np.ndarray):
+    """k nearest by the worker's tree for query rows ``Q`` (global row numbers ``ids``)."""
     k = spec.k
     extra = int(spec.exclude_self)
     dist, idx = _tree(spec, reference).query(Q, k=min(k + extra, reference.shape[0]))
     if extra:
-        own = np.arange(start, start + Q.shape[0])[:, None]
-        is_self = idx == own
+        is_self = idx == ids[:, None]
         drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), idx.shape[1] - 1)
         keep = np.ones(idx.shape, dtype=bool)
         keep[np.arange(idx.shape[0]), drop] = False
@@ -372,6 +383,58 @@ def _tree_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: i
         dist = dist[keep].reshape(idx.shape[0], -1)
     order = np.lexsort((idx, dist), axis=-1)
     return np.take_along_axis(dist, order, -1), np.take_along_axis(idx, order, -1).astype(np.int64)
+
+
+def uses_gram(measure: Measure | None, n_features: int) -> bool:
+    """Whether the brute search ranks by matrix products (BLAS) rather than pair by pair.
+
+    Cosine always; Euclidean on more than :data:`GRAM_MIN_FEATURES` - 1
+    features (on fewer, the fused numba kernel is faster than a product
+    whose inner dimension is tiny).
+    """
+    if measure is None:
+        return False
+    if measure.name == "cosine":
+        return True
+    return measure.minkowski_p == 2.0 and n_features >= GRAM_MIN_FEATURES
+
+
+def _gram_sides(X: np.ndarray, cosine: bool, center: np.ndarray | None):
+    """Rows as the product sees them (unit length, or centred) and their squared norms."""
+    if cosine:
+        norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+        A = np.divide(X, norms[:, None], out=np.zeros_like(X), where=norms[:, None] > 0)
+    else:
+        A = X - center
+    return A, np.einsum("ij,ij->i", A, A)
+
+
+def _gram_search(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: int,
+                 best_d: np.ndarray, best_i: np.ndarray) -> None:  # fmt: skip
+    """Top-k by Euclidean or cosine distance from BLAS products, exact values for the winners.
+
+    Inside each tile of ``tile_size`` candidates, blocks of :data:`GRAM_ROWS`
+    query rows are multiplied with the tile (``||a||^2 + ||b||^2 - 2 a.b`` on
+    rows centred on the reference mean, or ``1 - a.b`` on unit rows) and
+    scanned by :func:`distforest.kernels.metrics.gram_top_k`, which re-computes
+    exactly every pair that could enter a row's list.
+    """
+    cosine = spec.measure.name == "cosine"
+    center = None if cosine else reference.mean(axis=0)
+    scale = 0.5 if cosine else 1.0
+    QA, q_sq = _gram_sides(Q, cosine, center)
+    # rounding bound of the product form (with a wide margin): pairs within it get exact values
+    width = GRAM_SLACK * (Q.shape[1] + 4) * np.finfo(np.float64).eps
+    blocks = tasks.plan_batches(Q.shape[0], GRAM_ROWS)
+    for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
+        R = reference[cols]
+        RA, r_sq = _gram_sides(R, cosine, center)
+        slack = width * (q_sq + r_sq.max())
+        for rows in blocks:
+            metric_kernels.gram_top_k(
+                QA[rows] @ RA.T, q_sq[rows], r_sq, slack[rows], scale, Q[rows], R, cosine,
+                cols.start, start + rows.start, spec.exclude_self, best_d[rows], best_i[rows],
+            )  # fmt: skip
 
 
 def _brute_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: int):
@@ -383,6 +446,10 @@ def _brute_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: 
         else:
             D = 1.0 - np.asarray(sim.cross_similarity(Q), dtype=np.float64)
         metric_kernels.merge_top_k(D, 0, start, spec.exclude_self, best_d, best_i)
+    elif uses_gram(spec.measure, Q.shape[1]):
+        _gram_search(spec, reference, Q, start, best_d, best_i)
+        if spec.measure.name != "cosine":
+            best_d = np.sqrt(best_d)
     elif spec.measure.minkowski_p is not None:
         p = float(spec.measure.minkowski_p)
         for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
@@ -397,12 +464,17 @@ def _brute_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: 
 
 
 def neighbors_task(
-    spec: SearchSpec, reference: np.ndarray, queries: np.ndarray, rows: slice
+    spec: SearchSpec, reference: np.ndarray, queries: np.ndarray, rows: slice | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """k nearest reference rows of ``queries[rows]``: (distances, indices), nearest first."""
+    """k nearest reference rows of ``queries[rows]``: (distances, indices), nearest first.
+
+    ``rows`` is a slice (brute tiles) or an array of row numbers (tree
+    searches take their queries in a space-filling-curve order).
+    """
     Q = np.ascontiguousarray(queries[rows])
     if spec.algorithm in ("kd_tree", "ball_tree"):
-        return _tree_block(spec, reference, Q, rows.start)
+        ids = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
+        return _tree_block(spec, reference, Q, ids)
     return _brute_block(spec, reference, Q, rows.start)
 
 
@@ -463,10 +535,16 @@ def search(
             else:
                 cap = 1024 if similarity is None else max(16, (1 << 23) // n_ref)
             batch_size = min(cap, tasks.default_batch_size(nq, s.threads()))
-        batches = tasks.plan_batches(nq, P.check_int("batch_size", batch_size))
+        batches: list[Any] = tasks.plan_batches(nq, P.check_int("batch_size", batch_size))
+        if algorithm != "brute" and nq > 1:
+            # near queries together: each task walks the same branches of the tree
+            order = metric_kernels.morton_order(queries)
+            batches = [order[b] for b in batches]
         ref = s.share(reference)
         qs = ref if queries is reference else s.share(queries)
-        items = [(spec, ref, qs, rows) for rows in batches]
+        # a forest similarity travels once per worker, not with every task
+        shared = spec if similarity is None else s.share(spec)
+        items = [(shared, ref, qs, rows) for rows in batches]
         logger.info("k=%d neighbours of %d rows among %d by %s in %d tasks",
                     k, nq, n_ref, algorithm, len(items))  # fmt: skip
         distances = np.empty((nq, k))
