@@ -5,6 +5,8 @@ The small tables below were typed in by hand for these tests.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris, make_regression
@@ -294,3 +296,120 @@ def test_bad_parameters_and_inputs_are_clear():
         KNNClassifier().predict(X)
     with pytest.raises(InputError, match="fitted on 4"):
         KNNClassifier().fit(X, y).predict(X[:, :3])
+
+
+@pytest.mark.parametrize("metric", ["rf-proximity", "rfgap", "beta"])
+def test_forest_metric_model_from_the_command_line(tmp_path, client, metric):
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from distforest.apps.knn import FOREST_GROUP
+    from distforest.cli.main import cli
+
+    X, y = load_iris(return_X_y=True)
+    names = ["sl", "sw", "pl", "pw"]
+    frame = pd.DataFrame(X, columns=names).assign(kind=np.array(["a", "b", "c"])[y])
+    frame.iloc[::2].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[1::2, ::-1].to_csv(tmp_path / "test.csv", index=False)  # columns in another order
+    model_path = tmp_path / "model.zarr"
+
+    def invoke(*args):
+        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result
+
+    invoke("-q", "knn", "fit", tmp_path / "train.csv", "--target", "kind", "--metric", metric,
+           "--k", "5", "--weights", "distance", "--trees", "15", "--seed", "3",
+           "--out", model_path, "--scheduler", client.scheduler.address)  # fmt: skip
+    assert (model_path / FOREST_GROUP).is_dir()
+    assert not [p for p in model_path.rglob("*") if p.suffix in (".pkl", ".pickle")]
+    invoke("-q", "knn", "predict", model_path, tmp_path / "test.csv", "--out", tmp_path / "p.csv")
+    got = pd.read_csv(tmp_path / "p.csv")["kind"].to_numpy()
+    # oracle: the same model fitted in Python (same seed: the same trees)
+    oracle = KNNClassifier(n_neighbors=5, weights="distance", metric=metric, n_estimators=15,
+                           random_state=3).fit(X[::2], frame["kind"].to_numpy()[::2])  # fmt: skip
+    np.testing.assert_array_equal(got, oracle.predict(X[1::2]))
+    assert (got == frame["kind"].to_numpy()[1::2]).mean() > 0.85
+    loaded = load_model(model_path)
+    d_a, i_a = loaded.kneighbors(X[1::2])
+    d_b, i_b = oracle.kneighbors(X[1::2])
+    np.testing.assert_array_equal(i_a, i_b)
+    np.testing.assert_allclose(d_a, d_b, rtol=1e-6)
+
+
+def test_models_with_code_as_metric_are_not_saved(tmp_path):
+    X, y = load_iris(return_X_y=True)
+
+    def manhattan(A, B):
+        return np.abs(A[:, None, :] - B[None, :, :]).sum(axis=2)
+
+    model = KNNClassifier(n_neighbors=3, metric=manhattan).fit(X, y)
+    with pytest.raises(ParameterError, match="cannot be saved"):
+        save_model(model, tmp_path / "m.zarr")
+    assert not (tmp_path / "m.zarr").exists()
+
+
+def test_knn_pipeline_runs_and_matches_oracles(tmp_path, client, monkeypatch):
+    import pandas as pd
+    import xarray as xr
+    from click.testing import CliRunner
+    from scipy.spatial.distance import cdist
+    from sklearn.preprocessing import StandardScaler
+
+    from distforest.cli.main import cli
+    from distforest.io import load_table
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the shipped pipeline's input paths are relative to the repository
+    out = tmp_path / "knn"
+    args = ["pipelines/knn.yaml", "--set", f"output.dir={out}"]
+    result = CliRunner().invoke(cli, ["validate", *args[:1]])
+    assert result.exit_code == 0 and result.output.startswith("ok"), result.output
+    result = CliRunner().invoke(cli, ["-q", "run", *args, "--scheduler", client.scheduler.address],
+                                catch_exceptions=False)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "k-NN classification model" in result.output and "predictions:" in result.output
+
+    table = load_table(root / "distforest/data/ionosphere.csv", target="Class")
+    Z = StandardScaler().fit_transform(table.X)
+    D = cdist(Z, Z)
+    np.fill_diagonal(D, np.inf)
+    # exact oracle, ties to the smaller row number (the data have duplicated rows)
+    idx = np.lexsort((np.broadcast_to(np.arange(len(Z)), D.shape), D), axis=1)[:, :10]
+    stored = xr.open_zarr(out / "neighbors.zarr")
+    np.testing.assert_array_equal(stored["neighbor_index"].values, idx)
+    np.testing.assert_allclose(stored["neighbor_distance"].values,
+                               np.take_along_axis(D, idx, 1), rtol=1e-12)  # fmt: skip
+    oracle = KNNClassifier(n_neighbors=5, weights="distance", normalize="range")
+    expected = oracle.fit(table.X, table.y).predict(table.X)
+    predictions = pd.read_csv(out / "predictions.csv")
+    np.testing.assert_array_equal(predictions["Class"].to_numpy(), expected)
+    assert load_model(out / "knn_model.zarr").n_neighbors == 5
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"neighbors": "{metric: cosin}"}, "unknown metric 'cosin'"),
+        ({"knn": "{metric: rf-proximty}"}, "or a forest metric"),
+        ({"knn": "{k: 3}", "input": "{path: INPUT}"}, "knn needs the column to predict"),
+        ({"knn": "{weights: inverse}"}, "knn.weights must be one of uniform, distance"),
+        ({"knn": "{predict: {input: INPUT, output: p.csv}}"}, "unknown key knn.predict.'output'"),
+        ({"knn": "{predict: {input: /no/such.csv, out: p.csv}}"}, "does not exist"),
+        ({"knn": "{k: 0}"}, "knn.k must be at least 1"),
+        ({"xforest": "{n_estimators: 10}"}, "remove xforest"),
+        ({"output": "{dir: DIR, store: s.zarr}"}, "output.store does not apply"),
+    ],
+)
+def test_knn_pipeline_errors_are_clear(tmp_path, edit, message):
+    from distforest.cli.pipeline import load_pipeline
+    from distforest.errors import ConfigError
+
+    data = str(Path(__file__).resolve().parents[1] / "distforest/data/ionosphere.csv")
+    sections = {"input": f"{{path: {data}, target: Class}}", "knn": "{k: 3}",
+                "output": f"{{dir: {tmp_path}}}", **edit}  # fmt: skip
+    text = "".join(f"{k}: {v}\n" for k, v in sections.items())
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace("INPUT", data).replace("DIR", str(tmp_path)))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_pipeline(path)

@@ -14,7 +14,9 @@ distance 0 (exact matches), only those vote, each with weight 1, since
 ``1 - s``; ``s = 1`` is an exact match.
 
 Saved models (:func:`save_model`, :func:`load_model`) are plain Zarr arrays and
-JSON attributes: loading never runs code (no pickle).
+JSON attributes: loading never runs code (no pickle).  A model with a forest
+metric keeps its forest in the group :data:`FOREST_GROUP` of the model store,
+in the forest's own layout.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import _params as P
-from distforest.forests.forest_similarity import FOREST_METRICS, make_similarity
+from distforest.forests.forest_similarity import FOREST_METRICS, load_similarity, make_similarity
 from distforest.forests.measures import (
     NORMALIZATIONS,
     Measure,
@@ -42,6 +44,8 @@ from distforest.store.run_store import RunStore
 WEIGHTS = ("uniform", "distance")
 SELECTIONS = ("forward", "backward")
 MODEL_SCHEMA = 1
+#: Group of a model store holding the forest of a forest metric.
+FOREST_GROUP = "metric_forest"
 
 
 def vote_weights(distances: np.ndarray, weights: str) -> np.ndarray:
@@ -372,13 +376,14 @@ def save_model(
 ) -> RunStore:
     """Write a fitted k-NN model as a Zarr store: arrays and JSON attributes only.
 
-    Forest metrics and callables cannot be saved this way yet (their trees
-    would need their own layout): use a measure name.
+    A forest metric (``"rf-proximity"``, ``"rfgap"``, ``"beta"``) saves its
+    forest in the group :data:`FOREST_GROUP`; a callable or a user's
+    similarity object cannot be saved (it would be code).
 
     Parameters
     ----------
     model : KNNClassifier or KNNRegressor
-        Fitted, with a measure as metric.
+        Fitted.
     path : str or Path
         Zarr store to create.
     overwrite : bool
@@ -387,19 +392,23 @@ def save_model(
         More JSON attributes to record (e.g. the input's target column).
     """
     model._check_fitted()
-    if model.similarity_ is not None:
+    forest = model.similarity_ is not None
+    if forest and model.metric not in FOREST_METRICS:
         raise ParameterError(
-            f"a k-NN model with metric {model.metric!r} cannot be saved yet (only measures "
-            f"such as euclidean or cosine can); forest metrics {FOREST_METRICS} work from Python"
+            f"a k-NN model with metric {model.metric!r} cannot be saved (it would be code); "
+            f"use a measure such as 'euclidean' or a forest metric {FOREST_METRICS}"
         )
-    measure: Measure = model.measure_
+    measure: Measure | None = model.measure_
     params = {k: v for k, v in model.get_params().items() if k not in ("client", "metric_params")}
     params["feature_range"] = list(params["feature_range"])
     attrs = {
         "model": type(model).__name__,
         "model_schema": MODEL_SCHEMA,
         "params": json.loads(json.dumps(params, default=str)),
-        "measure": {"name": measure.name, "p": measure.p, "gamma": measure.gamma},
+        "measure": None
+        if measure is None
+        else {"name": measure.name, "p": measure.p, "gamma": measure.gamma},
+        "metric_forest": FOREST_GROUP if forest else None,
         "feature_names": list(model.feature_names_in_),
         "classes": [c.item() if hasattr(c, "item") else c for c in getattr(model, "classes_", [])],
         **(attrs or {}),
@@ -408,17 +417,26 @@ def save_model(
     rs.write_array("X_fit", model.X_fit_, ("sample", "feature"))
     rs.write_array("y_fit", model.y_fit_, ("sample",))
     rs.write_array("support", model.support_.astype(np.uint8), ("feature_in",))
-    if measure.VI is not None:
+    if measure is not None and measure.VI is not None:
         rs.write_array("mahalanobis_VI", measure.VI, ("feature", "feature_j"))
     if model.scaler_ is not None:
         for name in _SCALER_FIELDS[model.normalize]:
             rs.write_array(f"scaler_{name}", getattr(model.scaler_, name), ("feature",))
+    if forest:
+        model.similarity_.save(Path(rs.path) / FOREST_GROUP)
     rs.mark_complete()
     return rs
 
 
-def load_model(path: str | Path) -> KNNClassifier | KNNRegressor:
-    """Read a model written by :func:`save_model` (no code is run)."""
+def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegressor:
+    """Read a model written by :func:`save_model` (no code is run).
+
+    Parameters
+    ----------
+    path : str or Path
+    client : distributed.Client, optional
+        Set as the model's ``client``: the neighbour search runs there.
+    """
     rs = RunStore.open(path, require_complete=True)
     attrs = rs.attrs
     kinds = {"KNNClassifier": KNNClassifier, "KNNRegressor": KNNRegressor}
@@ -426,7 +444,7 @@ def load_model(path: str | Path) -> KNNClassifier | KNNRegressor:
         raise StoreError(f"{str(path)!r} is a distforest store but not a k-NN model")
     params = dict(attrs["params"])
     params["feature_range"] = tuple(params["feature_range"])
-    model = kinds[attrs["model"]](**params)
+    model = kinds[attrs["model"]](**params, client=client)
     g = rs.group
     model.X_fit_ = np.asarray(g["X_fit"][...], dtype=np.float64)
     model.y_fit_ = g["y_fit"][...]
@@ -435,10 +453,14 @@ def load_model(path: str | Path) -> KNNClassifier | KNNRegressor:
     model.feature_names_in_ = tuple(attrs["feature_names"])
     if attrs["model"] == "KNNClassifier":
         model.classes_ = np.asarray(attrs["classes"])
-    m = attrs["measure"]
-    VI = g["mahalanobis_VI"][...] if "mahalanobis_VI" in g else None
-    model.measure_ = Measure(m["name"], p=m["p"], gamma=m["gamma"], VI=VI)
-    model.similarity_ = None
+    model.measure_ = model.similarity_ = None
+    if attrs.get("metric_forest"):
+        where = Path(rs.path) / attrs["metric_forest"]
+        model.similarity_ = load_similarity(model.metric, where, client)
+    else:
+        m = attrs["measure"]
+        VI = g["mahalanobis_VI"][...] if "mahalanobis_VI" in g else None
+        model.measure_ = Measure(m["name"], p=m["p"], gamma=m["gamma"], VI=VI)
     model.scaler_ = make_scaler(model.normalize, model.feature_range)
     if model.scaler_ is not None:
         for name in _SCALER_FIELDS[model.normalize]:

@@ -24,7 +24,15 @@ from distforest.cli.options import (
 from distforest.cli.pipeline import load_pipeline
 from distforest.cli.plan import check_disk, describe, estimate, free_space
 from distforest.cli.progress import ProgressBars, setup_logging
-from distforest.cli.similarity_cmd import knn, neighbors, similarity
+from distforest.cli.similarity_cmd import (
+    KNNJob,
+    knn,
+    knn_plan,
+    knn_summary,
+    neighbors,
+    run_knn_job,
+    similarity,
+)
 from distforest.cli.status import format_state, run_state
 from distforest.cli.xforest_cmd import XForestJob, cluster_cmd, run_xforest_job, xforest
 from distforest.errors import ConfigError, DistforestError
@@ -143,6 +151,10 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     else:
         given.update(job.connect)
     job.connect = connect_kwargs(given)
+    if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
+        bars = ProgressBars(enabled=not obj["quiet"])
+        click.echo(knn_plan(job) if dry_run else knn_summary(run_knn_job(job, bars)))
+        return
     if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
         if not dry_run:
             click.echo(summary(run_xforest_job(job, ProgressBars(enabled=not obj["quiet"]))))

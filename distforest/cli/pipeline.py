@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ import yaml
 from distforest.apps.impute import VOTES
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
+from distforest.cli.similarity_cmd import KNN_CHOICES, KNNJob, knn_job
 from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests._params import KINDS, PROXIMITY_METHODS, TASKS
@@ -98,6 +100,13 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "out": _STR,
         "plot": _STR,
     },
+    # k-NN pipelines (input, neighbors and/or knn, output): cli/similarity_cmd.py
+    "neighbors": {"metric": _STR, "k": _INT, "normalize": _STR, "algorithm": _STR, "out": _STR},
+    "knn": {
+        **dict.fromkeys(("target", "task", "weights", "metric", "normalize", "model"), _STR),
+        **dict.fromkeys(("k", "n_estimators", "random_state"), _INT),
+        "predict": (dict,),
+    },
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
 REQUIRED = {
@@ -118,6 +127,7 @@ CHOICES = {
     "impute.categorical_vote": VOTES,
     "mds.dissimilarity": DISSIMILARITIES,
     **XFOREST_CHOICES,
+    **KNN_CHOICES,
 }
 #: Application sections, in the order they run.
 APPS = ("impute", "outliers", "mislabels", "mds")
@@ -223,7 +233,7 @@ def load_pipeline(
     today: _dt.date | None = None,
     overrides: Sequence[str] = (),
     check_input: bool = True,
-) -> ProximityJob | XForestJob:
+) -> ProximityJob | XForestJob | KNNJob:
     """Read and check a pipeline YAML.
 
     Parameters
@@ -238,7 +248,8 @@ def load_pipeline(
 
     Returns
     -------
-    ProximityJob, or XForestJob for a file with an ``xforest`` section
+    ProximityJob, or XForestJob for a file with an ``xforest`` section, or
+    KNNJob for a file with a ``neighbors`` or ``knn`` section
     """
     source = str(path)
     try:
@@ -291,6 +302,10 @@ def load_pipeline(
         raise ConfigError(
             f"{source}: cluster must be a cluster YAML path or {{scheduler: ADDRESS}}, got {cfg!r}"
         )
+    if "neighbors" in data or "knn" in data:
+        connect = {"scheduler": scheduler, "cluster": cluster}
+        templated = functools.partial(_templated, today=day)
+        return knn_job(data, sections, input_path, out_dir, connect, source, templated)
     if "xforest" in data or "clustering" in data:
         connect = {"scheduler": scheduler, "cluster": cluster}
         return xforest_job(data, sections, input_path, out_dir, connect, source)

@@ -1,21 +1,32 @@
-"""``distforest similarity``, ``neighbors`` and ``knn fit|predict``."""
+"""``distforest similarity``, ``neighbors`` and ``knn fit|predict``; k-NN pipeline jobs.
+
+A pipeline with a ``neighbors`` and/or ``knn`` section (see
+:mod:`distforest.cli.pipeline` and ``pipelines/knn.yaml``) becomes a
+:class:`KNNJob`, run by :func:`run_knn_job` with the same helpers as the
+commands.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
 import pandas as pd
 
-from distforest.apps.knn import KNNClassifier, KNNRegressor, load_model, save_model
+from distforest.apps.knn import WEIGHTS, KNNClassifier, KNNRegressor, load_model, save_model
+from distforest.cli.jobs import JobResult, summary
 from distforest.cli.options import cluster_options, connect_kwargs, input_options
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.progress import ProgressBars
-from distforest.errors import InputError
+from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import _params as P
-from distforest.forests.measures import METRICS, NORMALIZATIONS
+from distforest.forests.forest_similarity import FOREST_METRICS
+from distforest.forests.measures import METRICS, NORMALIZATIONS, parse_metric
 from distforest.forests.pairwise import ALGORITHMS, pairwise, top_k_neighbors
 from distforest.io import load_table, read_frame
 from distforest.parallel.cluster import connect
@@ -56,6 +67,17 @@ def _normalize(value: str) -> str | None:
 def _cluster_kw(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("scheduler", "cluster", "workers", "threads", "memory_limit")
     return connect_kwargs({k: options.pop(k, None) for k in keys})
+
+
+def _maybe_connect(needed: bool, connect_kw: dict[str, Any]) -> Any:
+    """``connect(**connect_kw)`` when ``needed`` or a cluster was asked for, else no cluster.
+
+    Inside the block the client (or None) is the default client, where forest
+    metrics fit their trees.
+    """
+    if needed or any(v is not None for v in connect_kw.values()):
+        return connect(**connect_kw)
+    return contextlib.nullcontext()
 
 
 def _bars(ctx: click.Context) -> ProgressBars:
@@ -206,13 +228,24 @@ def knn() -> None:
     metavar="N",
     help="Features the selection keeps: auto (half), an integer or a fraction.",
 )
+@click.option("--trees", "n_estimators", type=click.IntRange(min=1), default=100,
+              show_default=True, help="Trees of a forest metric (" + ", ".join(FOREST_METRICS)
+              + ").")  # fmt: skip
+@click.option("--seed", "random_state", type=click.IntRange(min=0), default=0,
+              show_default=True, help="random_state of a forest metric.")  # fmt: skip
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
+@cluster_options
 def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, metric: str,
             normalize: str, feature_range: tuple[float, float], algorithm: str,
-            select: str | None, n_features: str, drop: tuple[str, ...],
-            na_values: tuple[str, ...], overwrite: bool) -> None:  # fmt: skip
+            select: str | None, n_features: str, n_estimators: int, random_state: int,
+            drop: tuple[str, ...], na_values: tuple[str, ...], overwrite: bool,
+            **options: Any) -> None:  # fmt: skip
     """Fit a k-NN model on TRAIN and save it (Zarr, no pickle).
+
+    METRIC may also be a forest similarity (rf-proximity, rfgap, beta): its
+    trees are fitted on the cluster (a LocalCluster unless --scheduler or
+    --cluster) and saved in the model store.
 
     \b
     Example:
@@ -222,21 +255,53 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     start = time.perf_counter()
     table = load_table(train, target=target, drop=drop, na_values=na_values)
     check_can_create(out, overwrite)
-    task = P.resolve_task(task, table.y, target)
-    cls = KNNClassifier if task == "classification" else KNNRegressor
-    model = cls(n_neighbors=k, weights=weights, metric=metric, normalize=_normalize(normalize),
-                feature_range=feature_range, algorithm=algorithm, select=select,
-                n_features_to_select=_n_features(n_features))  # fmt: skip
-    model.fit(table, table.y)
-    categories = {k: [str(v) for v in c] for k, c in table.categories.items()}
-    extra = {"target": target, "source": str(train), "categories": categories}
-    save_model(model, out, overwrite=overwrite, attrs=extra)
+    params = {"n_neighbors": k, "weights": weights, "metric": metric,
+              "normalize": _normalize(normalize), "feature_range": feature_range,
+              "algorithm": algorithm, "select": select,
+              "n_features_to_select": _n_features(n_features), "n_estimators": n_estimators,
+              "random_state": random_state}  # fmt: skip
+    with _maybe_connect(metric in FOREST_METRICS, _cluster_kw(options)):
+        model, task = fit_and_save_model(table, task, params, out, overwrite)
     kept = [n for n, s in zip(table.feature_names, model.support_, strict=True) if s]
     click.echo(
         f"k-NN {task} model (k={k}, {weights}, {metric}, normalize {normalize}) on "
         f"{table.n_samples} rows in {time.perf_counter() - start:.1f} s\n"
         f"  features: {', '.join(kept)}\n  model:    {out}"
     )
+
+
+def fit_and_save_model(
+    table: Any, task: str, params: dict[str, Any], out: str, overwrite: bool
+) -> tuple[KNNClassifier | KNNRegressor, str]:
+    """Fit a k-NN model on a loaded table and save it with what predicting needs.
+
+    Parameters
+    ----------
+    table : distforest.io.Table
+        With the target in ``table.y``.
+    task : {"auto", "classification", "regression"}
+    params : dict
+        :class:`KNNClassifier` / :class:`KNNRegressor` parameters.  A forest
+        metric fits its trees on the current default client (the model keeps
+        ``client=None``, so that it can be cloned by the feature selection).
+    out : str
+        Model store to create.
+    overwrite : bool
+
+    Returns
+    -------
+    model, task
+        The fitted model and the resolved task.
+    """
+    task = P.resolve_task(task, table.y, table.target_name)
+    if task not in ("classification", "regression"):
+        raise InputError(f"k-NN needs a target column to predict; got task {task!r}")
+    cls = KNNClassifier if task == "classification" else KNNRegressor
+    model = cls(**params).fit(table, table.y)
+    categories = {k: [str(v) for v in c] for k, c in table.categories.items()}
+    extra = {"target": table.target_name, "source": str(table.source), "categories": categories}
+    save_model(model, out, overwrite=overwrite, attrs=extra)
+    return model, task
 
 
 def _n_features(value: str) -> str | int | float:
@@ -256,24 +321,44 @@ def _n_features(value: str) -> str | int | float:
 @click.option("--out", required=True, metavar="FILE.csv", help="Predictions, one row per row.")
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@cluster_options
 def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
-                na_values: tuple[str, ...], overwrite: bool) -> None:  # fmt: skip
+                na_values: tuple[str, ...], overwrite: bool, **options: Any) -> None:  # fmt: skip
     """Predict the target of every row of DATA with a saved k-NN model.
 
     DATA needs the model's feature columns (in any order); the target column
-    and other columns are ignored.
+    and other columns are ignored.  The neighbour search runs in this process,
+    or on a cluster when a cluster option is given.
     """
     start = time.perf_counter()
     check_new_file(out, overwrite)
-    model = load_model(model_path)
+    with _maybe_connect(False, _cluster_kw(options)) as client:
+        n, written = predict_to_csv(model_path, data, out, drop, na_values, client)
+    click.echo(f"predicted {n} rows in {time.perf_counter() - start:.1f} s\n"
+               f"  predictions: {written}")  # fmt: skip
+
+
+def predict_to_csv(
+    model_path: str,
+    data: str,
+    out: str,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+    client: Any = None,
+) -> tuple[int, str]:
+    """Predict every row of ``data`` with a saved model; write ``row, <target>`` to a CSV.
+
+    Returns
+    -------
+    n_rows, path
+    """
     attrs = RunStore.open(model_path).attrs
+    model = load_model(model_path, client=client)
     X = _features(data, attrs, model.feature_names_in_, drop, na_values)
     prediction = model.predict(X)
     frame = pd.DataFrame({"row": np.arange(X.shape[0]), attrs.get("target") or "prediction":
                           prediction})  # fmt: skip
-    written = write_csv(frame, out)
-    click.echo(f"predicted {X.shape[0]} rows in {time.perf_counter() - start:.1f} s\n"
-               f"  predictions: {written}")  # fmt: skip
+    return X.shape[0], write_csv(frame, out)
 
 
 def _features(
@@ -313,3 +398,241 @@ def _features(
                 f"{data}: column {name!r} must be numeric as when fitted: {exc}"
             ) from None
     return X
+
+
+# -- k-NN pipelines (sections input, neighbors, knn, output) --------------------------------
+
+#: Allowed values of k-NN pipeline keys (merged into the pipeline's CHOICES).
+KNN_CHOICES = {
+    "neighbors.normalize": ("none", *NORMALIZATIONS),
+    "neighbors.algorithm": ALGORITHMS,
+    "knn.task": ("auto", "classification", "regression"),
+    "knn.weights": WEIGHTS,
+    "knn.normalize": ("none", *NORMALIZATIONS),
+}
+#: Sections of other pipelines that a k-NN pipeline must not have.
+NOT_WITH_KNN = ("forest", "proximity", "impute", "outliers", "mislabels", "mds", "xforest",
+                "clustering")  # fmt: skip
+PREDICT_KEYS = ("input", "out")
+
+
+@dataclass
+class KNNJob:
+    """One k-NN run: input, optional top-k neighbours store, optional model (+ predictions)."""
+
+    input: str
+    target: str | None = None
+    drop: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    #: ``{"metric", "k", "normalize", "algorithm", "out"}`` (``out`` a store path).
+    neighbors: dict[str, Any] | None = None
+    #: ``{"task", "k", "weights", "metric", "normalize", "n_estimators",
+    #: "random_state", "model", "predict": {"input", "out"}}``.
+    knn: dict[str, Any] | None = None
+    overwrite: bool = False
+    connect: dict[str, Any] = field(default_factory=dict)
+    name: str = "knn"
+
+    @property
+    def out(self) -> str:
+        """The main output: the neighbours store, else the model store."""
+        return str((self.neighbors or {}).get("out") or (self.knn or {})["model"])
+
+    @property
+    def kind(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        parts = [f"top-{self.neighbors['k']} {self.neighbors['metric']}"] if self.neighbors else []
+        if self.knn:
+            parts.append(f"k-NN model ({self.knn['metric']}, k={self.knn['k']})")
+        return " and ".join(parts)
+
+
+def knn_job(
+    data: dict[str, Any],
+    sections: dict[str, dict[str, Any]],
+    input_path: str,
+    out_dir: Path,
+    connect: dict[str, Any],
+    source: str,
+    today_path: Any = str,
+) -> KNNJob:
+    """A :class:`KNNJob` from a pipeline whose sections were type-checked.
+
+    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    ``neighbors`` or ``knn`` section; checks what is particular to k-NN
+    pipelines (metrics, the target, ``knn.predict``).  Output names are
+    relative to ``out_dir``; ``knn.predict.input`` is relative to the current
+    directory, and ``today_path`` fills in its ``{date}``.
+    """
+    clash = [name for name in NOT_WITH_KNN if name in data]
+    if clash:
+        raise ConfigError(
+            f"{source}: a k-NN pipeline has the sections input, neighbors and/or knn, output "
+            f"and cluster; remove {', '.join(clash)}"
+        )
+    extra = sorted(set(sections["output"]) - {"dir", "overwrite"})
+    if extra:
+        raise ConfigError(
+            f"{source}: output.{extra[0]} does not apply to a k-NN pipeline (outputs are named "
+            "in neighbors.out, knn.model and knn.predict.out); remove it"
+        )
+    inp = sections["input"]
+    neighbors = None
+    if "neighbors" in data:
+        neighbors = {"metric": "euclidean", "k": 10, "normalize": "none", "algorithm": "auto",
+                     "out": "neighbors.zarr", **sections["neighbors"]}  # fmt: skip
+        _check_metric(neighbors["metric"], "neighbors.metric", source, forest=False)
+        _check_k(neighbors["k"], "neighbors.k", source)
+        neighbors["out"] = str(out_dir / neighbors["out"])
+    model = None
+    target = inp.get("target")
+    if "knn" in data:
+        model = {"task": "auto", "k": 5, "weights": "uniform", "metric": "euclidean",
+                 "normalize": "none", "n_estimators": 100, "random_state": 0,
+                 "model": "knn_model.zarr", **sections["knn"]}  # fmt: skip
+        own = model.pop("target", None)
+        if own and target and own != target:
+            raise ConfigError(
+                f"{source}: knn.target {own!r} differs from input.target {target!r}; give one"
+            )
+        target = own or target
+        if not target:
+            raise ConfigError(f"{source}: knn needs the column to predict: set knn.target")
+        _check_metric(model["metric"], "knn.metric", source, forest=True)
+        _check_k(model["k"], "knn.k", source)
+        model["model"] = str(out_dir / model["model"])
+        if model.get("predict") is not None:
+            model["predict"] = _predict_section(model["predict"], out_dir, source, today_path)
+    return KNNJob(
+        input=input_path,
+        target=target,
+        drop=tuple(inp.get("drop") or ()),
+        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        neighbors=neighbors,
+        knn=model,
+        overwrite=bool(sections["output"].get("overwrite", False)),
+        connect=connect,
+        name=str(data.get("name") or "knn"),
+    )
+
+
+def _check_metric(metric: str, where: str, source: str, *, forest: bool) -> None:
+    if forest and metric in FOREST_METRICS:
+        return
+    try:
+        parse_metric(metric)
+    except ParameterError as exc:
+        more = f" or a forest metric ({', '.join(FOREST_METRICS)})" if forest else ""
+        raise ConfigError(f"{source}: {where}: {exc}{more}") from exc
+
+
+def _check_k(k: int, where: str, source: str) -> None:
+    if k < 1:
+        raise ConfigError(f"{source}: {where} must be at least 1, got {k}")
+
+
+def _predict_section(section: Any, out_dir: Path, source: str, today_path: Any) -> dict[str, str]:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{source}: knn.predict must be a mapping {{input: ..., out: ...}}")
+    for key, value in section.items():
+        if key not in PREDICT_KEYS:
+            raise ConfigError(
+                f"{source}: unknown key knn.predict.{key!r} (allowed: {', '.join(PREDICT_KEYS)})"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: knn.predict.{key} must be str, got {value!r}")
+    missing = [key for key in PREDICT_KEYS if not section.get(key)]
+    if missing:
+        raise ConfigError(f"{source}: knn.predict.{missing[0]} is required")
+    path = today_path(section["input"])
+    if not Path(path).exists():
+        raise ConfigError(
+            f"{source}: knn.predict.input {path!r} does not exist (relative paths are relative "
+            f"to the current directory {str(Path.cwd())!r})"
+        )
+    return {"input": path, "out": str(out_dir / section["out"])}
+
+
+def knn_plan(job: KNNJob) -> str:
+    """What ``distforest run --dry-run`` prints for a k-NN pipeline (nothing is run)."""
+    lines = [f"k-NN pipeline {job.name!r} on {job.input} (target {job.target or '-'})"]
+    if job.neighbors:
+        nb = job.neighbors
+        lines.append(f"  neighbours: k={nb['k']}, {nb['metric']}, normalize {nb['normalize']}, "
+                     f"{nb['algorithm']} -> {nb['out']}")  # fmt: skip
+    if job.knn:
+        m = job.knn
+        lines.append(f"  model:      k={m['k']}, {m['weights']}, {m['metric']}, normalize "
+                     f"{m['normalize']} -> {m['model']}")  # fmt: skip
+        if m.get("predict"):
+            lines.append(f"  predict:    {m['predict']['input']} -> {m['predict']['out']}")
+    return "\n".join(lines)
+
+
+def run_knn_job(job: KNNJob, progress: Any = None) -> JobResult:
+    """Load the input, write the top-k neighbours, fit and save the model, predict.
+
+    Output problems are found before any cluster is started; a cluster is
+    started only for the neighbours search or a forest metric.
+    """
+    start = time.perf_counter()
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    nb, model = job.neighbors, job.knn
+    for store in (nb or {}).get("out"), (model or {}).get("model"):
+        if store:
+            check_can_create(store, job.overwrite)
+            Path(store).parent.mkdir(parents=True, exist_ok=True)
+    predict = (model or {}).get("predict")
+    if predict:
+        check_new_file(predict["out"], job.overwrite)
+    needed = nb is not None or (model or {}).get("metric") in FOREST_METRICS
+    outputs: dict[str, str] = {}
+    shape: tuple[int, int] = (table.n_samples, 0)
+    n_trees, what = 0, []
+    with _maybe_connect(needed, job.connect) as client:
+        if nb:
+            ds = top_k_neighbors(table, k=nb["k"], metric=nb["metric"],
+                                 normalize=_normalize(nb["normalize"]),
+                                 algorithm=nb["algorithm"], store=nb["out"],
+                                 overwrite=job.overwrite, client=client,
+                                 progress=progress)  # fmt: skip
+            outputs["neighbours store"] = RunStore.open(nb["out"]).path
+            shape = (ds.sizes["sample"], nb["k"])
+            what.append(f"top-{nb['k']} {ds.attrs['params']['metric']} neighbours "
+                        f"({ds.attrs['params']['algorithm']})")  # fmt: skip
+        if model:
+            params = {"n_neighbors": model["k"], "weights": model["weights"],
+                      "metric": model["metric"], "normalize": _normalize(model["normalize"]),
+                      "n_estimators": model["n_estimators"],
+                      "random_state": model["random_state"]}  # fmt: skip
+            fitted, task = fit_and_save_model(table, model["task"], params, model["model"],
+                                              job.overwrite)  # fmt: skip
+            outputs["model"] = RunStore.open(model["model"]).path
+            if model["metric"] in FOREST_METRICS:
+                n_trees = model["n_estimators"]
+            what.append(f"k-NN {task} model (k={model['k']}, {model['weights']}, "
+                        f"{model['metric']})")  # fmt: skip
+            if not nb:
+                shape = fitted.X_fit_.shape
+            if predict:
+                _, written = predict_to_csv(model["model"], predict["input"], predict["out"],
+                                            job.drop, job.na_values)  # fmt: skip
+                outputs["predictions"] = written
+    store = outputs.get("neighbours store") or outputs["model"]
+    return JobResult(
+        store=store,
+        name="neighbor_index" if nb else "X_fit",
+        shape=(int(shape[0]), int(shape[1])),
+        n_trees=n_trees,
+        task=" and ".join(what),
+        seconds=time.perf_counter() - start,
+        outputs=outputs,
+    )
+
+
+def knn_summary(result: JobResult) -> str:
+    """:func:`distforest.cli.jobs.summary` with a k-NN headline (trees only for a forest)."""
+    lines = summary(result).splitlines()
+    trees = f", {result.n_trees} trees" if result.n_trees else ""
+    lines[0] = f"{result.task} of {result.shape[0]} rows{trees} in {result.seconds:.1f} s"
+    return "\n".join(lines)

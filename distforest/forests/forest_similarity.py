@@ -19,15 +19,21 @@ votes use ``1 / (1 - s)^2``, and ``s = 1`` is an exact match).
   order and ratios are what k-NN uses.
 - ``"beta"``: X-Forest beta-similarity (:class:`distforest.forests.xforest.XForest`,
   imported lazily: it is a separate module).
+
+The forest similarities can be saved (:meth:`ProximitySimilarity.save`,
+:meth:`BetaSimilarity.save`: the forest's own Zarr layout, no pickle) and read
+back with :func:`load_similarity`; a k-NN model keeps its metric's forest that
+way, in a group of the model store.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from distforest.errors import MissingDependencyError, NotFittedError, ParameterError
+from distforest.errors import MissingDependencyError, NotFittedError, ParameterError, StoreError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
 
@@ -106,6 +112,29 @@ class ProximitySimilarity:
         counts = np.ascontiguousarray(forest.inbag_.T, dtype=np.float64)
         return leaf_match_sum(lq, lf, weights_q, counts) / lq.shape[0]
 
+    def save(self, store: str | Path) -> None:
+        """Write the fitted forest (trees, leaves, in-bag counts) as a new, complete store."""
+        if not hasattr(self, "forest_"):
+            raise NotFittedError("call fit(X, y) before save")
+        self.forest_.save(store).mark_complete()
+
+    @classmethod
+    def load(cls, store: str | Path, kind: str, client: Any = None) -> ProximitySimilarity:
+        """The fitted similarity of a forest written by :meth:`save`.
+
+        Parameters
+        ----------
+        store : str or Path
+        kind : {"rf-proximity", "rfgap"}
+        client : distributed.Client, optional
+        """
+        forest = ProximityForest.from_store(store, client=client)
+        sim = cls(kind, forest.n_estimators, forest.random_state, client)
+        sim.forest_ = forest
+        if kind == "rfgap":
+            sim.leaf_mass_table_ = _leaf_mass_table(forest)
+        return sim
+
 
 def _leaf_mass_table(forest: ProximityForest) -> np.ndarray:
     """``table[t, node]``: total in-bag count of the training rows in leaf ``node`` of tree t."""
@@ -126,22 +155,23 @@ class BetaSimilarity:
     ----------
     n_estimators : int
     random_state : int or None
+    client : distributed.Client or None
+        Where the trees are fitted (see :class:`~distforest.forests.xforest.XForest`).
     """
 
-    def __init__(self, n_estimators: int = 100, random_state: int | None = None) -> None:
+    def __init__(
+        self, n_estimators: int = 100, random_state: int | None = None, client: Any = None
+    ) -> None:
         self.n_estimators = n_estimators
         self.random_state = random_state
+        self.client = client
 
     def fit(self, X: Any, y: Any = None) -> BetaSimilarity:
         """Fit an :class:`XForest` on ``X`` (``y`` is ignored)."""
-        try:
-            from distforest.forests.xforest import XForest
-        except ImportError as exc:
-            raise MissingDependencyError(
-                "metric 'beta' needs distforest.forests.xforest (X-Forest), which this "
-                f"installation does not have ({exc}); use 'rf-proximity' or 'rfgap'"
-            ) from exc
-        self.forest_ = XForest(n_estimators=self.n_estimators, random_state=self.random_state)
+        xforest = _xforest_class()
+        self.forest_ = xforest(
+            n_estimators=self.n_estimators, random_state=self.random_state, client=self.client
+        )
         self.forest_.fit(np.asarray(X, dtype=np.float64))
         return self
 
@@ -152,6 +182,53 @@ class BetaSimilarity:
         S = self.forest_.cross_similarity(np.asarray(X_query, dtype=np.float64), kind="beta")
         return np.asarray(S, dtype=np.float64)
 
+    def save(self, store: str | Path) -> None:
+        """Write the fitted X-Forest (trees, leaves, depths, paths) as a new, complete store."""
+        if not hasattr(self, "forest_"):
+            raise NotFittedError("call fit(X) before save")
+        self.forest_.save(store).mark_complete()
+
+    @classmethod
+    def load(cls, store: str | Path, client: Any = None) -> BetaSimilarity:
+        """The fitted similarity of an X-Forest written by :meth:`save`."""
+        forest = _xforest_class().load(store, client=client)
+        sim = cls(forest.n_estimators, forest.random_state, client)
+        sim.forest_ = forest
+        return sim
+
+
+def _xforest_class() -> Any:
+    try:
+        from distforest.forests.xforest import XForest
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "metric 'beta' needs distforest.forests.xforest (X-Forest), which this "
+            f"installation does not have ({exc}); use 'rf-proximity' or 'rfgap'"
+        ) from exc
+    return XForest
+
+
+def load_similarity(metric: str, store: str | Path, client: Any = None) -> CrossSimilarity:
+    """Read back the forest similarity ``metric`` saved at ``store`` (no code is run).
+
+    Parameters
+    ----------
+    metric : {"rf-proximity", "rfgap", "beta"}
+    store : str or Path
+        Written by the similarity's ``save``.
+    client : distributed.Client, optional
+
+    Returns
+    -------
+    ProximitySimilarity or BetaSimilarity
+        Fitted: ``cross_similarity`` works at once.
+    """
+    if metric in ("rf-proximity", "rfgap"):
+        return ProximitySimilarity.load(store, metric, client)
+    if metric == "beta":
+        return BetaSimilarity.load(store, client)
+    raise StoreError(f"no saved forest similarity {metric!r}; expected one of {FOREST_METRICS}")
+
 
 def make_similarity(
     metric: Any, n_estimators: int, random_state: int | None, client: Any = None
@@ -161,7 +238,7 @@ def make_similarity(
         if metric in ("rf-proximity", "rfgap"):
             return ProximitySimilarity(metric, n_estimators, random_state, client)
         if metric == "beta":
-            return BetaSimilarity(n_estimators, random_state)
+            return BetaSimilarity(n_estimators, random_state, client)
         return None
     if isinstance(metric, CrossSimilarity):
         return metric
