@@ -413,3 +413,17 @@ def test_knn_pipeline_errors_are_clear(tmp_path, edit, message):
     path.write_text(text.replace("INPUT", data).replace("DIR", str(tmp_path)))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_pipeline(path)
+
+
+@pytest.mark.parametrize("metric", ["rfgap", "beta"])
+def test_forest_metric_search_on_the_cluster_equals_in_process(client, metric):
+    # the similarity travels to the workers without its (unpicklable) client
+    X, y = load_iris(return_X_y=True)
+    params = {"n_neighbors": 5, "metric": metric, "n_estimators": 12, "random_state": 2}
+    here = KNNClassifier(**params).fit(X[::2], y[::2])
+    there = KNNClassifier(**params, client=client, batch_size=20).fit(X[::2], y[::2])
+    d_a, i_a = here.kneighbors(X[1::2])
+    d_b, i_b = there.kneighbors(X[1::2])
+    np.testing.assert_array_equal(i_a, i_b)
+    np.testing.assert_array_equal(d_a, d_b)
+    assert there.similarity_.client is client  # the model itself keeps its client

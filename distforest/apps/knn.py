@@ -456,7 +456,7 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
     model.measure_ = model.similarity_ = None
     if attrs.get("metric_forest"):
         where = Path(rs.path) / attrs["metric_forest"]
-        model.similarity_ = load_similarity(model.metric, where, client)
+        model.similarity_ = load_similarity(model.metric, where)  # no client: it travels in tasks
     else:
         m = attrs["measure"]
         VI = g["mahalanobis_VI"][...] if "mahalanobis_VI" in g else None

@@ -28,6 +28,7 @@ way, in a group of the model store.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -112,6 +113,9 @@ class ProximitySimilarity:
         counts = np.ascontiguousarray(forest.inbag_.T, dtype=np.float64)
         return leaf_match_sum(lq, lf, weights_q, counts) / lq.shape[0]
 
+    def __getstate__(self) -> dict[str, Any]:
+        return _without_client(self.__dict__)
+
     def save(self, store: str | Path) -> None:
         """Write the fitted forest (trees, leaves, in-bag counts) as a new, complete store."""
         if not hasattr(self, "forest_"):
@@ -182,6 +186,9 @@ class BetaSimilarity:
         S = self.forest_.cross_similarity(np.asarray(X_query, dtype=np.float64), kind="beta")
         return np.asarray(S, dtype=np.float64)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return _without_client(self.__dict__)
+
     def save(self, store: str | Path) -> None:
         """Write the fitted X-Forest (trees, leaves, depths, paths) as a new, complete store."""
         if not hasattr(self, "forest_"):
@@ -195,6 +202,23 @@ class BetaSimilarity:
         sim = cls(forest.n_estimators, forest.random_state, client)
         sim.forest_ = forest
         return sim
+
+
+def _without_client(state: dict[str, Any]) -> dict[str, Any]:
+    """A similarity's state to send to workers: no client (it cannot be pickled) or progress.
+
+    ``cross_similarity`` needs only the fitted arrays, so the copy sent in
+    neighbour-search tasks leaves the client and progress callback behind.
+    """
+    state = {**state, "client": None}
+    forest = state.get("forest_")
+    if forest is not None:
+        forest = copy.copy(forest)
+        for attr in ("client", "progress"):
+            if hasattr(forest, attr):
+                setattr(forest, attr, None)
+        state["forest_"] = forest
+    return state
 
 
 def _xforest_class() -> Any:
