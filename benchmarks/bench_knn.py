@@ -244,7 +244,31 @@ def _run_lines(part: str, meta: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def render(metas: dict[str, Any], acc: list[dict], top: list[dict]) -> str:
+def _history_lines(history: list[dict[str, Any]]) -> list[str]:
+    """Earlier top-k runs (kept by :func:`main` when the part is run again), newest first."""
+    lines = []
+    for run in reversed(history):
+        meta, rows = run["meta"], run["rows"]
+        git = meta["versions"].get("distforest git", "?")
+        cells = "; ".join(
+            f"{r['n']:,} {r['method']} "
+            f"{_f(r.get('search_s_extrapolated', r.get('search_s')))} s"
+            f"{' (extrapolated)' if 'search_s_extrapolated' in r else ''}"
+            f" (other load {r['foreign_load']:.0%})"
+            for r in rows
+        )
+        lines.append(f"- {meta['date']}, distforest git {git}: {cells}")
+    if not lines:
+        return []
+    return ["", "### Earlier runs of the top-k part (search, all n queries)", "", *lines]
+
+
+def render(
+    metas: dict[str, Any],
+    acc: list[dict],
+    top: list[dict],
+    history: list[dict[str, Any]] | None = None,
+) -> str:
     lines = [
         "# k-NN benchmark: accuracy by measure, top-k neighbour throughput",
         "",
@@ -321,6 +345,7 @@ def render(metas: dict[str, Any], acc: list[dict], top: list[dict]) -> str:
             "data generation, cluster start). *other load*: CPU used by processes outside the "
             "measured process tree during the run, as a share of the machine.",
         ]
+    lines += _history_lines(history or [])
     return "\n".join(lines) + "\n"
 
 
@@ -349,6 +374,10 @@ def main(argv: list[str] | None = None) -> None:
     state = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
     state.setdefault("meta", {})
     parts = ["topk", "accuracy"] if args.part == "all" else [args.part]
+    if "topk" in parts and state.get("topk") and "topk" in state["meta"]:
+        # keep the previous top-k run (the last three) for comparison
+        earlier = {"meta": state["meta"]["topk"], "rows": state["topk"]}
+        state["history"] = [*state.get("history", []), earlier][-3:]
 
     def save(part: str) -> Any:
         def _save(rows: list[dict[str, Any]]) -> None:
@@ -357,7 +386,12 @@ def main(argv: list[str] | None = None) -> None:
             RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
             RESULTS_JSON.write_text(json.dumps(state, indent=1))
             RESULTS_MD.write_text(
-                render(state["meta"], state.get("accuracy", []), state.get("topk", []))
+                render(
+                    state["meta"],
+                    state.get("accuracy", []),
+                    state.get("topk", []),
+                    state.get("history"),
+                )
             )
 
         return _save
