@@ -123,12 +123,14 @@ def run_measured(
     label: str,
     max_wait: float = 0.0,
     timeout: float | None = None,
+    stderr_path: Path | None = None,
 ) -> dict[str, Any]:
     """Run ``cmd`` under ``/usr/bin/time -v`` while sampling the process tree's RSS.
 
     Also measures the CPU time used by processes outside the tree during the
     run (``foreign_cpu_s``): other work on the machine makes the numbers
-    unreliable.
+    unreliable.  With ``stderr_path`` the command's stderr goes to that file
+    as it runs (so another thread can follow its log lines).
     """
     time_file = cwd / f"{label}.time.txt"
     full = [TIME_BIN, "-v", "-o", str(time_file), *cmd]
@@ -136,9 +138,8 @@ def run_measured(
     print(f"  [{label}] {' '.join(cmd)}", flush=True)
     busy0 = _busy_cpu_s()
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    err = open(stderr_path, "w") if stderr_path else subprocess.PIPE
+    proc = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=err, text=True)
     sampler = TreeSampler(proc.pid)
     sampler.start()
     timed_out = False
@@ -150,6 +151,9 @@ def run_measured(
         stdout, stderr = proc.communicate()
     wall = time.perf_counter() - start
     busy = _busy_cpu_s() - busy0
+    if stderr_path:
+        err.close()
+        stderr = Path(stderr_path).read_text()
     sampler.stop.set()
     sampler.join()
     result: dict[str, Any] = {

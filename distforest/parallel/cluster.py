@@ -173,7 +173,7 @@ def _start_cluster(config: ClusterConfig) -> Any:
     cls = _cluster_class(kind)
     try:
         if kind == "local":
-            return cls(**_local_kwargs(opts))
+            return _start_local(cls, _local_kwargs(opts))
         if kind in ("ssh", "kubernetes"):
             return cls(**opts)
         if kind in _JOBQUEUE_KINDS:
@@ -192,6 +192,22 @@ def _start_cluster(config: ClusterConfig) -> Any:
             f"{type(exc).__name__}: {exc}"
         ) from exc
     raise AssertionError(f"no starter for cluster kind {kind!r}")  # pragma: no cover
+
+
+def _start_local(cls: Any, kwargs: dict[str, Any], attempts: int = 2) -> Any:
+    """Start a LocalCluster, once more if a worker died while it started.
+
+    A worker process killed during start-up (the OOM killer, an operator)
+    makes the whole start fail; a nightly run should not fail for that.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return cls(**kwargs)
+        except Exception as exc:
+            if attempt == attempts:
+                raise
+            logger.warning("the local cluster failed to start (%s); trying again", exc)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _connect_client(target: Any, address: str, timeout: float, security: Any) -> Any:

@@ -7,6 +7,7 @@ workers there are or in which order tasks finish.
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -14,6 +15,11 @@ from typing import Any
 
 import numpy as np
 from distributed import Client, Future, as_completed
+
+logger = logging.getLogger("distforest")
+
+#: How often :func:`scatter` sends data again when a worker dies during it.
+SCATTER_ATTEMPTS = 3
 
 #: ``progress(done, total)`` is called after each finished task.
 ProgressCallback = Callable[[int, int], None]
@@ -63,9 +69,23 @@ def total_threads(client: Client) -> int:
 def scatter(client: Client, value: Any) -> Future:
     """Send ``value`` to every worker once; tasks then take the future.
 
-    Big arrays never become part of a task graph this way.
+    Big arrays never become part of a task graph this way.  If a worker
+    dies during the transfer, the scatter is tried again (up to
+    :data:`SCATTER_ATTEMPTS` times).
     """
-    return client.scatter(value, broadcast=True, hash=False)
+    from distributed.comm.core import CommClosedError
+
+    for attempt in range(1, SCATTER_ATTEMPTS + 1):
+        try:
+            return client.scatter(value, broadcast=True, hash=False)
+        except (CommClosedError, OSError) as exc:
+            # A worker died while receiving its copy; the others may have it,
+            # but the call failed as a whole: send it again to who is alive.
+            if attempt == SCATTER_ATTEMPTS:
+                raise
+            logger.warning("a worker was lost while data was sent to it (%s); sending again", exc)
+            client.wait_for_workers(1, timeout=60)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def run_tasks(
