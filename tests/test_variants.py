@@ -101,3 +101,27 @@ def test_rfgap_product_gives_oob_class_probabilities():
     oob = (batch.inbag == 0)[:, :, None]
     expected = (tree_proba * oob).sum(axis=1) / oob.sum(axis=1)
     np.testing.assert_allclose(proba, expected, atol=1e-6)
+
+
+def test_products_are_bit_identical_on_any_cluster(client):
+    """The same forest and V give the same bits on 2 workers and on 1 thread."""
+    from distributed import Client, LocalCluster
+
+    from distforest.forests.products import ProductSession
+
+    rng = np.random.default_rng(4)
+    leaves = rng.integers(0, 40, size=(500, 30)).astype(np.int32)
+    inbag = rng.integers(0, 3, size=(500, 30)).astype(np.uint8)
+    V = rng.normal(size=(500, 3))
+    got = {}
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,  # fmt: skip
+        Client(cluster) as single,
+    ):
+        for name, c in (("two workers", client), ("one thread", single)):
+            got[name] = ProductSession(c, leaves, inbag).product(V, "rfgap")
+    assert got["two workers"].tobytes() == got["one thread"].tobytes()
+    dense = dense_rfgap(leaves, inbag) @ V
+    np.testing.assert_allclose(got["one thread"], dense, rtol=1e-10, atol=1e-12)

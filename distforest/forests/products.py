@@ -45,6 +45,34 @@ def _squared_task(
     return leafsums.squared_product(leaves_t, index[0], index[1], V, rows)
 
 
+#: Tasks per product: the trees are cut into this many batches.
+PRODUCT_TASKS = 8
+
+
+def _add_in_order(results: Iterator[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Add the tasks' ``(sums, norm)`` in batch order as they arrive.
+
+    Completion order varies from run to run; adding in batch order keeps the
+    result bit-identical, and adding as soon as the next batch is there keeps
+    only the few parts that arrived early in memory (not all of them).
+    """
+    early: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    total: list[np.ndarray] | None = None
+    expected = 0
+    for index, part in results:
+        early[index] = part
+        while expected in early:
+            sums, norm = early.pop(expected)
+            if total is None:  # received arrays may be read-only views of a buffer
+                total = [np.require(sums, requirements="W"), np.require(norm, requirements="W")]
+            else:
+                total[0] += sums
+                total[1] += norm
+            expected += 1
+    assert total is not None and not early
+    return total[0], total[1]
+
+
 class ProductSession:
     """Repeated ``P @ V`` for one fitted forest on one Dask client.
 
@@ -54,7 +82,8 @@ class ProductSession:
     leaves, inbag : ndarray, shape (n, T)
         The forest's training leaves and in-bag counts.
     batch_size : int, optional
-        Trees per task (default: about two tasks per worker thread).
+        Trees per task (default: the trees in :data:`PRODUCT_TASKS` batches,
+        whatever the cluster, so that results are bit-identical on any cluster).
     """
 
     def __init__(
@@ -63,12 +92,12 @@ class ProductSession:
         self.client = client
         self.n_samples, self.n_trees = leaves.shape
         leafsums.warm_up()
-        self._leaves_t = np.ascontiguousarray(leaves.T)
-        self._leaves = tasks.scatter(client, self._leaves_t)
+        leaves_t = np.ascontiguousarray(leaves.T)
+        self._leaves = tasks.scatter(client, leaves_t)
         self._inbag = tasks.scatter(client, np.ascontiguousarray(inbag.T))
-        size = batch_size or tasks.default_batch_size(
-            self.n_trees, tasks.total_threads(client), per_thread=2
-        )
+        # The batches fix the order in which partial sums are added, so they
+        # depend on the forest only: the same bits on any cluster.
+        size = batch_size or max(1, -(-self.n_trees // PRODUCT_TASKS))
         self._batches = tasks.plan_batches(self.n_trees, size)
         self._index: Any = None
 
@@ -106,12 +135,8 @@ class ProductSession:
         if new_leaves is not None:
             dst = tasks.scatter(self.client, np.ascontiguousarray(new_leaves.T))
         items = [(self._leaves, self._inbag, V_future, b, method, dst, rows) for b in self._batches]
-        parts: list[Any] = [None] * len(items)
-        for i, part in tasks.run_tasks(self.client, _product_task, items, name="product"):
-            parts[i] = part
-        # add in batch order, not completion order: bit-identical results
-        sums = np.sum([p[0] for p in parts], axis=0) if len(parts) > 1 else parts[0][0]
-        norm = np.sum([p[1] for p in parts], axis=0) if len(parts) > 1 else parts[0][1]
+        sums, norm = _add_in_order(tasks.run_tasks(self.client, _product_task, items,
+                                                   name="product"))  # fmt: skip
         result = leafsums.normalise(sums, norm)
         return result[:, 0] if flat else result
 
@@ -124,7 +149,9 @@ class ProductSession:
         V = np.asarray(V, dtype=np.float64)
         V2 = V[:, None] if V.ndim == 1 else V
         if self._index is None:
-            self._index = tasks.scatter(self.client, leafsums.leaf_index(self._leaves_t))
+            leaves_t = self.client.gather(self._leaves)
+            self._index = tasks.scatter(self.client, leafsums.leaf_index(leaves_t))
+            del leaves_t
         V_future = tasks.scatter(self.client, V2)
         blocks = tasks.plan_batches(self.n_samples, block)
         items = [(self._leaves, self._index, V_future, np.arange(b.start, b.stop)) for b in blocks]
