@@ -215,6 +215,10 @@ def part_build(client: Any) -> dict[str, Any]:
     from distforest.kernels import rptrees
 
     rptrees.warm_up()
+    # one BLAS thread, as in a Dask worker (distributed sets OPENBLAS_NUM_THREADS=1 there)
+    from threadpoolctl import threadpool_limits
+
+    limits = threadpool_limits(1)
     wdbc = datasets()["wdbc"][0]
     synthetic = make_blobs(20_000, n_features=50, centers=5, random_state=0)[0]
     data = {"wdbc (569 x 30)": wdbc, "blobs (20,000 x 50)": synthetic}
@@ -227,6 +231,7 @@ def part_build(client: Any) -> dict[str, Any]:
             ts = _build_seconds(X, trees, "standard")
             t_rows.append({"data": name, "trees": trees, "x2": t2, "standard": ts})
         print(f"  build {name} done", flush=True)
+    limits.restore_original_limits()
     fit = {}
     for x in (2, "standard"):
         t0 = time.perf_counter()
@@ -445,7 +450,8 @@ def render(results: dict[str, Any]) -> str:
             _stamp(part),
             "",
             "CPU seconds of the per-task work (`rptrees.grow_batch` in tasks of 40 trees, "
-            "normalisation excluded), one core, best of 2.  X-Forest projects all X "
+            "normalisation excluded), one core and one BLAS thread (as in a Dask worker), best of "
+            "2.  X-Forest projects all X "
             "directions of a batch in one matrix product; the standard tree projects each "
             "node's points on its own direction.",
             "",
@@ -524,8 +530,9 @@ def render(results: dict[str, Any]) -> str:
 
 def _stamp(part: dict[str, Any]) -> str:
     return (
-        f"Run {part['date']} (took {part['seconds']:.0f} s); load average before "
-        f"{part['load_before']}, after {part['load_after']}; command `{part['command']}`."
+        f"Run {part['date']} at commit {part.get('git', '?')} (took {part['seconds']:.0f} s); "
+        f"load average before {part['load_before']}, after {part['load_after']}; "
+        f"command `{part['command']}`."
     )
 
 
@@ -562,6 +569,7 @@ def main(argv: list[str] | None = None) -> None:
                 "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                 "load_before": _load(),
                 "command": command,
+                "git": package_versions().get("distforest git", "?"),
             }
             t0 = time.perf_counter()
             if name == "accuracy":

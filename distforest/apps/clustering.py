@@ -33,7 +33,7 @@ from distforest.forests import _params as P
 METHODS = ("kernel-kmeans", "spectral", "dbscan")
 
 #: Largest n for which a stored matrix is read whole into memory.
-MAX_DENSE = 10_000
+MAX_DENSE = 5_000
 
 
 class SimilarityOperator:
