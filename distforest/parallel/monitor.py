@@ -17,6 +17,7 @@ from collections import Counter
 from types import TracebackType
 from typing import Any
 
+from dask.utils import key_split
 from distributed import Client
 from distributed.diagnostics.plugin import SchedulerPlugin
 
@@ -32,21 +33,21 @@ class AttemptCounter(SchedulerPlugin):
 
     def __init__(self) -> None:
         self.attempts: Counter[str] = Counter()
+        self.kinds: dict[str, str] = {}
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "processing":
-            self.attempts[str(key)] += 1
+            name = str(key)
+            self.attempts[name] += 1
+            if name not in self.kinds:  # fit-trees-1a2b3c4d-7 -> fit-trees
+                self.kinds[name] = key_split(key)
 
 
-def _attempts_on_scheduler(dask_scheduler: Any = None) -> dict[str, int]:
+def _attempts_on_scheduler(dask_scheduler: Any = None) -> list[tuple[str, int]]:
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
-    return dict(plugin.attempts) if plugin is not None else {}
-
-
-def _task_prefix(key: str) -> str:
-    """``fit-trees-1a2b3c4d-7`` -> ``fit-trees``."""
-    parts = key.rsplit("-", 2)
-    return parts[0] if len(parts) == 3 else key
+    if plugin is None:
+        return []
+    return [(plugin.kinds[key], count) for key, count in plugin.attempts.items()]
 
 
 class RunMonitor:
@@ -116,8 +117,8 @@ class RunMonitor:
             logger.warning("cannot read task attempts from the scheduler: %s", exc)
             return None
         out: dict[str, dict[str, int]] = {}
-        for key, count in attempts.items():
-            entry = out.setdefault(_task_prefix(key), {"tasks": 0, "retries": 0})
+        for kind, count in attempts:
+            entry = out.setdefault(kind, {"tasks": 0, "retries": 0})
             entry["tasks"] += 1
             entry["retries"] += max(0, count - 1)
         return out
