@@ -155,7 +155,7 @@ def part_accuracy(client: Any, seeds: int, trees: int) -> dict[str, Any]:
 
 
 def part_sweeps(client: Any, seeds: int, trees: int) -> dict[str, Any]:
-    from distforest.kernels import rptrees
+    from distforest.kernels import betasim
 
     betas = (0.0, 0.5, 0.7, 0.9, 0.95)
     xs: tuple[int | str, ...] = (1, 2, 4, 8, 16, "standard")
@@ -168,7 +168,7 @@ def part_sweeps(client: Any, seeds: int, trees: int) -> dict[str, Any]:
                 forest = _forest(client, X, seed, trees, x)
                 codes, depth = forest.codes_, forest.depth_
                 for beta in betas if x == 2 else (0.9,):
-                    S = rptrees.similarity_block(codes, depth, codes, depth, beta).astype(float)
+                    S = betasim.similarity_block(codes, depth, codes, depth, beta).astype(float)
                     scores = cluster_scores(S, beta_distance(S), y, seed)
                     for method, acc in scores.items():
                         if x == 2:
@@ -244,18 +244,18 @@ def tile_throughput(n_rows: int = 2048, trees: int = 200, repeats: int = 3) -> d
     """Pair-tree evaluations per CPU second of the tile kernel on one 2048 x 2048 tile."""
     from sklearn.datasets import make_blobs
 
-    from distforest.kernels import rptrees
+    from distforest.kernels import betasim, rptrees
 
     X = make_blobs(2 * n_rows, n_features=20, centers=5, random_state=0)[0]
     Xn = (X - X.min(0)) / np.ptp(X, 0)
     batch = rptrees.grow_batch(Xn, np.arange(trees, dtype=np.uint64) + 1, 2, 10, False)
     a, b = slice(0, n_rows), slice(n_rows, 2 * n_rows)
     args = (batch.codes[a], batch.depth[a], batch.codes[b], batch.depth[b], 0.9)
-    rptrees.similarity_block(*args)
+    betasim.similarity_block(*args)
     cpu, wall = [], []
     for _ in range(repeats):
         t0, w0 = time.process_time(), time.perf_counter()
-        rptrees.similarity_block(*args)
+        betasim.similarity_block(*args)
         cpu.append(time.process_time() - t0)
         wall.append(time.perf_counter() - w0)
     pairs = n_rows * n_rows * trees

@@ -11,7 +11,7 @@ from sklearn.datasets import load_iris
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests.xforest import XForest
-from distforest.kernels import rptrees
+from distforest.kernels import betasim, rptrees
 from distforest.store import open_store
 
 
@@ -42,7 +42,7 @@ def test_trees_and_similarity_match_recursive_oracle(standard):
     # duplicates never get separated, and a leaf holds at most leaf_size distinct rows
     assert (batch.leaves[-8:-3] == batch.leaves[0]).all()
     for beta in (0.0, 0.5, 0.9, 1.0):
-        got = rptrees.similarity_block(batch.codes, batch.depth, batch.codes, batch.depth, beta)
+        got = betasim.similarity_block(batch.codes, batch.depth, batch.codes, batch.depth, beta)
         np.testing.assert_allclose(got, oracle.similarity(leaves, leaves, beta), atol=2e-7)
     # new rows walked down the explicit trees land where route() sends them
     Q = np.random.default_rng(1).normal(size=(7, 3)) * 2
@@ -53,7 +53,7 @@ def test_trees_and_similarity_match_recursive_oracle(standard):
     )
     qleaves = [[oracle.walk(root, q) for q in Q] for root in roots]
     assert qdepth.tolist() == [[qleaves[t][i].depth for t in range(4)] for i in range(7)]
-    got = rptrees.similarity_block(qcodes, qdepth, batch.codes, batch.depth, 0.8)
+    got = betasim.similarity_block(qcodes, qdepth, batch.codes, batch.depth, 0.8)
     np.testing.assert_allclose(got, oracle.similarity(qleaves, leaves, 0.8), atol=2e-7)
 
 
@@ -65,7 +65,7 @@ def test_deep_trees_use_several_code_words():
     batch = rptrees.grow_batch(X, seeds, 1, 1, False)
     assert batch.depth.max() > 64 and batch.codes.shape[2] >= 2
     _, leaves = _oracle_forest(X, seeds, 1, 1, False)
-    got = rptrees.similarity_block(batch.codes, batch.depth, batch.codes, batch.depth, 0.97)
+    got = betasim.similarity_block(batch.codes, batch.depth, batch.codes, batch.depth, 0.97)
     np.testing.assert_allclose(got, oracle.similarity(leaves, leaves, 0.97), atol=2e-7)
 
 
@@ -87,7 +87,7 @@ def test_phi_factorisation_and_product_kernel():
         Phi = np.hstack([oracle.dense_phi(lv, beta) for lv in leaves])
         np.testing.assert_allclose(Phi @ Phi.T / 3, S, atol=1e-12)
         got = (
-            rptrees.phi_product(
+            betasim.phi_product(
                 np.ascontiguousarray(batch.leaves.T),
                 batch.nodes[:, 1].copy(),
                 batch.nodes[:, 0].copy(),

@@ -5,7 +5,7 @@ A fitted forest is summarised by three O(n T) arrays: ``depth_[i, t]``,
 and ``leaves_[i, t]``, plus the flat node arrays for routing new rows.  The
 beta-similarity ``S[a, b] = mean_t beta ** (d_a + d_b - 2 d_lca)`` is written
 tile by tile from the codes, or applied matrix-free through its exact
-factorisation ``S = Phi Phi^T / T`` (:func:`distforest.kernels.rptrees.phi_product`).
+factorisation ``S = Phi Phi^T / T`` (:func:`distforest.kernels.betasim.phi_product`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from distforest.errors import InputError, NotFittedError, ParameterError, StoreE
 from distforest.forests import _xforest_params as XP
 from distforest.forests._estimator import DaskEstimator
 from distforest.io import Table, load_table
-from distforest.kernels import rptrees
+from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.store.run_store import RunStore, read_rows, write_block
 
@@ -48,7 +48,7 @@ def tile_task(path: str, name: str, beta: float, rows_i: slice, rows_j: slice) -
         codes_j, depth_j = codes_i, depth_i
     else:
         codes_j, depth_j = read_rows(path, "path", rows_j), read_rows(path, "depth", rows_j)
-    tile = rptrees.similarity_block(codes_i, depth_i, codes_j, depth_j, beta)
+    tile = betasim.similarity_block(codes_i, depth_i, codes_j, depth_j, beta)
     write_block(path, name, (rows_i, rows_j), tile)
     if rows_i != rows_j:
         write_block(path, name, (rows_j, rows_i), np.ascontiguousarray(tile.T))
@@ -61,7 +61,7 @@ def _product_task(
 ) -> np.ndarray:
     offsets = forest["node_offset"]
     a, b = offsets[trees.start], offsets[trees.stop]
-    return rptrees.phi_product(
+    return betasim.phi_product(
         forest["leaves_t"][trees],
         forest["node_depth"][a:b],
         forest["parent"][a:b],
@@ -96,7 +96,7 @@ class SimilarityProduct:
         self.beta = float(beta)
         self.n_trees = forest.leaves_.shape[1]
         self.shape = (forest.n_samples_, forest.n_samples_)
-        rptrees.warm_up()
+        betasim.warm_up()
         arrays = {
             "leaves_t": np.ascontiguousarray(forest.leaves_.T),
             "node_depth": np.ascontiguousarray(forest.nodes_[:, 1]),
@@ -368,7 +368,7 @@ class XForest(DaskEstimator):
         """
         beta = self._beta(kind)
         _, depth, codes = self.paths(X_query)
-        return rptrees.similarity_block(codes, depth, self.codes_, self.depth_, beta)
+        return betasim.similarity_block(codes, depth, self.codes_, self.depth_, beta)
 
     # -- matrices -------------------------------------------------------------
 
@@ -416,7 +416,7 @@ class XForest(DaskEstimator):
                 )
             values = np.empty((n, n), dtype=np.float32)
             for rows in tasks.plan_batches(n, self.params_["tile_size"]):
-                values[rows] = rptrees.similarity_block(
+                values[rows] = betasim.similarity_block(
                     self.codes_[rows], self.depth_[rows], self.codes_, self.depth_, beta
                 )
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
@@ -427,6 +427,7 @@ class XForest(DaskEstimator):
         tile = self.params_["tile_size"]
         rs.create_matrix(name, n, n, tile, attrs={**attrs, "complete": False})
         tiles = tasks.plan_tiles(n, tile, symmetric=True)
+        betasim.warm_up()  # compile once here, not in every worker at the same time
         logger.info("writing %d %s tiles of %d x %d to %s", len(tiles), name, tile, tile, rs.path)
         items = [(rs.path, name, beta, ri, rj) for ri, rj in tiles]
         with self._client() as client:
