@@ -105,31 +105,20 @@ def test_xforest_then_cluster_with_truth(client, tmp_path):
     assert result.exit_code == 0, result.output
 
 
-def test_cluster_errors(tmp_path):
-    result = invoke(
-        "cluster",
-        tmp_path / "none.zarr",
-        "--method",
-        "spectral",
-        "--k",
-        "2",
-        "--out",
-        tmp_path / "l.csv",
-    )
+def test_cluster_errors(client, tmp_path):
+    def run(store: Path, *more: object):
+        return invoke("cluster", store, "--method", "spectral", "--k", "2",
+                      "--out", tmp_path / "l.csv", *more)  # fmt: skip
+
+    result = run(tmp_path / "none.zarr")
     assert result.exit_code == 6 and "no such store" in result.output
-    result = invoke(
-        "cluster",
-        tmp_path / "none.zarr",
-        "--method",
-        "spectral",
-        "--k",
-        "2",
-        "--out",
-        tmp_path / "l.csv",
-        "--truth",
-        "nocolon",
-    )
-    assert result.exit_code != 0
+    store = tmp_path / "s.zarr"
+    XForest(5, random_state=0, client=client).fit(np.eye(6)).similarity(store=store)
+    result = run(store, "--truth", "nocolon")
+    assert result.exit_code == 3 and "FILE:COLUMN" in result.output
+    result = run(store, "--kind", "basic")
+    assert result.exit_code == 6 and "no basic_similarity" in result.output
+    assert not (tmp_path / "l.csv").exists()
 
 
 def test_pipeline_file_is_valid_and_runs(client, tmp_path, monkeypatch):
