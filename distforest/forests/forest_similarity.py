@@ -50,7 +50,22 @@ class CrossSimilarity(Protocol):
     def cross_similarity(self, X_query: Any) -> np.ndarray: ...
 
 
-class ProximitySimilarity:
+class _SavedForest:
+    """What the forest similarities share: saving the forest, pickling without a client."""
+
+    forest_: Any
+
+    def __getstate__(self) -> dict[str, Any]:
+        return _without_client(self.__dict__)
+
+    def save(self, store: str | Path) -> None:
+        """Write the fitted forest (its own layout, no pickle) as a new, complete store."""
+        if not hasattr(self, "forest_"):
+            raise NotFittedError(f"call fit before saving this {type(self).__name__}")
+        self.forest_.save(store).mark_complete()
+
+
+class ProximitySimilarity(_SavedForest):
     """Random-forest proximity or RF-GAP of new rows to the training rows.
 
     Parameters
@@ -113,15 +128,6 @@ class ProximitySimilarity:
         counts = np.ascontiguousarray(forest.inbag_.T, dtype=np.float64)
         return leaf_match_sum(lq, lf, weights_q, counts) / lq.shape[0]
 
-    def __getstate__(self) -> dict[str, Any]:
-        return _without_client(self.__dict__)
-
-    def save(self, store: str | Path) -> None:
-        """Write the fitted forest (trees, leaves, in-bag counts) as a new, complete store."""
-        if not hasattr(self, "forest_"):
-            raise NotFittedError("call fit(X, y) before save")
-        self.forest_.save(store).mark_complete()
-
     @classmethod
     def load(cls, store: str | Path, kind: str, client: Any = None) -> ProximitySimilarity:
         """The fitted similarity of a forest written by :meth:`save`.
@@ -152,7 +158,7 @@ def _leaf_mass_table(forest: ProximityForest) -> np.ndarray:
     return table
 
 
-class BetaSimilarity:
+class BetaSimilarity(_SavedForest):
     """X-Forest beta-similarity of new rows to the training rows (unsupervised).
 
     Parameters
@@ -185,15 +191,6 @@ class BetaSimilarity:
             raise NotFittedError("call fit(X) before cross_similarity")
         S = self.forest_.cross_similarity(np.asarray(X_query, dtype=np.float64), kind="beta")
         return np.asarray(S, dtype=np.float64)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return _without_client(self.__dict__)
-
-    def save(self, store: str | Path) -> None:
-        """Write the fitted X-Forest (trees, leaves, depths, paths) as a new, complete store."""
-        if not hasattr(self, "forest_"):
-            raise NotFittedError("call fit(X) before save")
-        self.forest_.save(store).mark_complete()
 
     @classmethod
     def load(cls, store: str | Path, client: Any = None) -> BetaSimilarity:
