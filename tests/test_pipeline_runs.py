@@ -65,10 +65,8 @@ def arrays(store: Path) -> dict[str, np.ndarray]:
 
 
 def done_count(store: Path) -> int:
-    try:
-        return int(zarr.open_array(str(store), path="done/proximity", mode="r")[...].sum())
-    except Exception:
-        return 0
+    """Tiles marked done: one chunk file each in done/proximity (counted without zarr: fast)."""
+    return sum(len(files) for _, _, files in os.walk(store / "done" / "proximity" / "c"))
 
 
 def test_resume_after_sigkill_of_the_driver_is_bit_identical(tmp_path):
@@ -83,13 +81,13 @@ def test_resume_after_sigkill_of_the_driver_is_bit_identical(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     total = 44 * 45 // 2  # 699 rows in tiles of 16: 44 blocks, upper triangle
     deadline = time.time() + 240
-    while done_count(store) < 150 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
+    while done_count(store) < 100 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
     done_at_kill = done_count(store)
     # The machine dies: the driver and its worker processes, all at once.
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert 150 <= done_at_kill < total, f"interrupt came too late/early: {done_at_kill}/{total}"
+    assert 100 <= done_at_kill < total, f"interrupt came too late/early: {done_at_kill}/{total}"
     assert not RunStore.open(store).is_complete
 
     status = run_cli("status", store)
@@ -99,7 +97,7 @@ def test_resume_after_sigkill_of_the_driver_is_bit_identical(tmp_path):
     finished = [chunk_dir / str(i) / str(j) for i, j in zip(*np.nonzero(done), strict=True)]
     finished = [p for p in finished if p.exists()]
     mtimes = {p: p.stat().st_mtime_ns for p in finished}
-    assert len(mtimes) >= 100
+    assert len(mtimes) >= 80
 
     resumed = run_cli("run", killed)
     assert resumed.returncode == 0, resumed.stderr
