@@ -101,10 +101,10 @@ def child_sklearn(kind: str, n: int, workdir: str) -> None:
 
 
 def stage(name: str, cmd: list[str], workdir: Path, timeout: float | None = None) -> dict:
+    commit = package_versions().get("distforest git", "?")  # the code the stage runs
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     run = run_measured(cmd, workdir, name, timeout=timeout)
-    run["stage"] = name
-    run["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    run["commit"] = package_versions().get("distforest git", "?")
+    run.update(stage=name, date=started, commit=commit)
     return run
 
 
