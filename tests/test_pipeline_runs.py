@@ -285,3 +285,27 @@ def test_killed_worker_gives_the_identical_result(phase, tmp_path, client):
     np.testing.assert_array_equal(pf.leaves_, ref.leaves_)
     np.testing.assert_array_equal(pf.inbag_, ref.inbag_)
     assert got.values.tobytes() == expected.values.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "store"),
+    [
+        ("xforest_cluster", ["xforest.n_estimators=20"], "ionosphere_xforest.zarr"),
+        ("knn", [], "neighbors.zarr"),
+    ],
+)
+def test_xforest_and_knn_pipelines_are_locked_and_reported(name, overrides, store, tmp_path):
+    path = ROOT / "pipelines" / f"{name}.yaml"
+    out = tmp_path / name
+    args = ["-q", "run", str(path), "--set", f"output.dir={out}"]
+    for item in overrides:
+        args += ["--set", item]
+    with StoreLock(out / store, run_id="other"):
+        busy = CliRunner().invoke(cli, args)
+    assert busy.exit_code == 7 and "being written by run other" in busy.output
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["seconds"] > 0 and report["bytes_written"]
+    assert str(out / store) in json.dumps(report["config"])
+    assert (out / "report.md").exists() and lock_path(out / store).read_text() == ""

@@ -32,7 +32,7 @@ from distforest.apps.plots import plot_matrix
 from distforest.cli.impute_cmd import plan_imputation, run_imputation
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, estimate
-from distforest.cli.report import write_report
+from distforest.cli.report import write_report, write_simple_report
 from distforest.errors import StoreError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
@@ -215,6 +215,19 @@ def run_proximity_job(
                 stages.finish("report", time.perf_counter() - tick, report)
         rs.mark_complete()
     return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
+
+
+def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
+    """Run a job without stages (X-Forest, k-NN) under its output's lock, with a report.
+
+    These jobs do not resume half-way: a killed run is run again whole
+    (their outputs are only marked complete at the end, so nothing
+    half-written is ever taken for a result).
+    """
+    with StoreLock(job.out, run_id) as lock:
+        result = runner(job, progress)
+        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
+    return result
 
 
 def _check_outputs(job: ProximityJob, stages: _Stages | None, replace: bool) -> Any:

@@ -12,7 +12,7 @@ import click
 from distforest._version import __version__
 from distforest.cli.apps_cmd import mds, mislabels, outliers
 from distforest.cli.impute_cmd import impute
-from distforest.cli.jobs import ProximityJob, run_proximity_job, summary
+from distforest.cli.jobs import ProximityJob, run_locked, run_proximity_job, summary
 from distforest.cli.options import (
     FOREST_KEYS,
     cluster_options,
@@ -151,13 +151,16 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     else:
         given.update(job.connect)
     job.connect = connect_kwargs(given)
+    bars = ProgressBars(enabled=not obj["quiet"])
     if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
-        bars = ProgressBars(enabled=not obj["quiet"])
-        click.echo(knn_plan(job) if dry_run else knn_summary(run_knn_job(job, bars)))
+        if dry_run:
+            click.echo(knn_plan(job))
+            return
+        click.echo(knn_summary(run_locked(job, run_knn_job, bars, obj["run_id"])))
         return
     if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
         if not dry_run:
-            click.echo(summary(run_xforest_job(job, ProgressBars(enabled=not obj["quiet"]))))
+            click.echo(summary(run_locked(job, run_xforest_job, bars, obj["run_id"])))
         return
     if dry_run:
         table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)

@@ -146,3 +146,43 @@ def _markdown(report: dict[str, Any], files: dict[str, Path], out_dir: Path) -> 
         rel = os.path.relpath(p, out_dir)
         lines += ["", f"### {label}", "", f"![{label}]({rel})"]
     return "\n".join(lines) + "\n"
+
+
+def write_simple_report(
+    job: Any, result: Any, run_id: str, took_over: dict[str, Any] | None
+) -> dict[str, str]:
+    """``report.json`` and ``report.md`` for a job without stages (X-Forest, k-NN).
+
+    Written next to the job's main output; returns their paths.
+    """
+    out_dir = Path(job.out).parent
+    files = {label: Path(p) for label, p in result.outputs.items()}
+    report = {
+        "run_id": run_id,
+        "job": getattr(job, "name", type(job).__name__),
+        "kind": type(job).__name__,
+        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "took_over_stale_lock_of": took_over,
+        "config": json.loads(json.dumps(job.__dict__, default=str)),
+        "versions": versions(),
+        "seconds": round(result.seconds, 3),
+        "bytes_written": {k: _disk_usage(p) for k, p in files.items() if p.exists()},
+    }
+    lines = [
+        f"# distforest run {run_id}: {report['job']} ({report['kind']})",
+        "",
+        f"- finished: {report['finished']} on {report['host']} in {result.seconds:.1f} s",
+        f"- distforest {report['versions']['distforest']}, dask {report['versions']['dask']}",
+        "",
+        "## Outputs",
+        "",
+        *(f"- {k}: `{files[k]}` ({_mb(v)})" for k, v in report["bytes_written"].items()),
+    ]
+    for label, p in files.items():
+        if p.suffix == ".png":
+            lines += ["", f"### {label}", "", f"![{label}]({os.path.relpath(p, out_dir)})"]
+    return {
+        "report": write_text(out_dir / "report.json", json.dumps(report, indent=2, default=str)),
+        "report (markdown)": write_text(out_dir / "report.md", "\n".join(lines) + "\n"),
+    }
