@@ -194,7 +194,7 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
         apps = [a for a in ("impute", "outliers", "mislabels", "mds", "clustering")
                 if getattr(job, a, None)]  # fmt: skip
         what = getattr(job, "method", None) or getattr(job, "kind", "")
-        click.echo(f"ok      {path}: {what} matrix of {job.input} -> {job.out}"
+        click.echo(f"ok      {path}: {what} of {job.input} -> {job.out}"
                    + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
     if bad:
         click.echo(f"{bad} of {len(pipelines)} pipeline(s) invalid", err=True)
