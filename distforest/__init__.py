@@ -11,6 +11,7 @@ from distforest._version import __version__
 from distforest.apps.impute import ProximityImputer
 from distforest.errors import DistforestError
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.xforest import XForest
 from distforest.io import Table, load_table
 from distforest.store import open_store
 
@@ -19,6 +20,7 @@ __all__ = [
     "ProximityForest",
     "ProximityImputer",
     "Table",
+    "XForest",
     "__version__",
     "load_table",
     "open_store",
