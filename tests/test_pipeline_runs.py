@@ -188,6 +188,13 @@ def test_report_and_status_of_a_pipeline_with_every_application(tmp_path):
     assert "![MDS picture](mds.png)" in md and "![outlier picture](outliers.png)" in md
     assert len(pd.read_csv(out / "suspects.csv")) == 699
 
+    # Nothing in the store needs code to load: numeric arrays, standard codecs, JSON.
+    for meta in (out / "run.zarr").rglob("zarr.json"):
+        text = json.loads(meta.read_text())
+        if text.get("node_type") == "array":
+            assert np.dtype(text["data_type"]).kind in "biuf", (meta, text["data_type"])
+            assert {c["name"] for c in text["codecs"]} <= {"bytes", "zstd", "transpose"}, meta
+
     status = CliRunner().invoke(cli, ["status", str(out / "run.zarr")])
     assert status.exit_code == 0 and "status:  complete" in status.output
     assert "proximity_rfgap: 9 of 9 written" in status.output
