@@ -129,8 +129,11 @@ def digest(path: Path) -> str:
     import zarr
 
     h = hashlib.sha256()
-    if path.suffix == ".zarr":
-        h.update(zarr.open_array(str(path), path="proximity", mode="r")[...].tobytes())
+    if path.suffix == ".zarr":  # row block by row block: never the n x n matrix
+        arr = zarr.open_array(str(path), path="proximity", mode="r")
+        step = arr.chunks[0]
+        for start in range(0, arr.shape[0], step):
+            h.update(arr[start : start + step].tobytes())
     else:
         import pandas as pd
 

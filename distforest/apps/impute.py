@@ -42,6 +42,7 @@ from distforest.forests.proximity_forest import ProximityForest
 from distforest.io import Table, load_table
 from distforest.io.tables import read_frame
 from distforest.parallel.cluster import use_client
+from distforest.parallel.tasks import release_memory
 
 logger = logging.getLogger("distforest")
 
@@ -719,6 +720,7 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
                 forest = self._forest(params, seeds[-1], client).fit(data.table(X_cur))
             for k, seed in enumerate(seeds if columns else []):
                 forest = None  # free the last forest's trees before growing the next
+                release_memory()
                 forest = self._iterate(params, seed, client, data, X_cur, start, columns)
                 self._report(k + 1, len(seeds))
             forest.set_params(

@@ -233,7 +233,7 @@ class ProximityForest:
             ):
                 leaves[:, batches[i]] = batch.leaves
                 inbag[:, batches[i]] = batch.inbag
-                parts[i] = batch
+                parts[i] = batch.nodes_only()  # the copied leaves need not be kept twice
         self.n_samples_ = n
         self.n_features_in_ = table.n_features
         self.feature_names_in_ = table.feature_names

@@ -95,6 +95,12 @@ class TreeBatch:
     node_counts: np.ndarray
     nodes: dict[str, np.ndarray]
 
+    def nodes_only(self) -> TreeBatch:
+        """The same batch without its per-row arrays (once they are copied elsewhere)."""
+        empty = np.empty((0, self.leaves.shape[1]))
+        return TreeBatch(empty.astype(np.int32), empty.astype(np.uint8), self.node_counts,
+                         self.nodes)  # fmt: skip
+
 
 def bootstrap_counts(rng: np.random.Generator, n: int, params: TreeParams) -> np.ndarray:
     """In-bag counts of ``n`` rows for one tree.

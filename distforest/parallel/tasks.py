@@ -77,7 +77,7 @@ def scatter(client: Client, value: Any) -> Future:
 
     for attempt in range(1, SCATTER_ATTEMPTS + 1):
         try:
-            return client.scatter(value, broadcast=True, hash=False)
+            return client.scatter(value, broadcast=True, hash=False, direct=_direct(client))
         except (CommClosedError, OSError) as exc:
             # A worker died while receiving its copy; the others may have it,
             # but the call failed as a whole: send it again to who is alive.
@@ -86,6 +86,30 @@ def scatter(client: Client, value: Any) -> Future:
             logger.warning("a worker was lost while data was sent to it (%s); sending again", exc)
             client.wait_for_workers(1, timeout=60)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _direct(client: Client) -> bool | None:
+    """Send scattered data straight to the workers when they are on this machine.
+
+    Otherwise it goes through the scheduler, which for a LocalCluster lives
+    in this very process: every big array would pass through (and swell)
+    the driver's memory once more.  Remote clusters keep distributed's
+    default (workers may not be reachable from the client).
+    """
+    address = str(getattr(client.scheduler, "address", ""))
+    return True if ("127.0.0.1" in address or "inproc" in address) else None
+
+
+def release_memory() -> None:
+    """Give freed heap memory back to the OS (glibc), after big arrays are dropped."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
 
 
 def run_tasks(
