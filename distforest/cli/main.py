@@ -193,7 +193,12 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
             continue
         apps = [a for a in ("impute", "outliers", "mislabels", "mds", "clustering")
                 if getattr(job, a, None)]  # fmt: skip
-        what = getattr(job, "method", None) or getattr(job, "kind", "")
+        if isinstance(job, ProximityJob):
+            what = f"{job.method} proximity"
+        elif isinstance(job, XForestJob):
+            what = f"{job.kind} similarity (X-Forest)"
+        else:
+            what = job.kind
         click.echo(f"ok      {path}: {what} of {job.input} -> {job.out}"
                    + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
     if bad:
