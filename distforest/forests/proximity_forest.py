@@ -14,6 +14,7 @@ import xarray as xr
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import _params as P
+from distforest.forests._estimator import DaskEstimator
 from distforest.forests.tiles import ARRAY_NAMES, SYMMETRIC, proximity_in_memory, tile_task
 from distforest.io import Table, load_table
 from distforest.kernels import leafsums
@@ -21,7 +22,6 @@ from distforest.kernels import proximity as proximity_kernels
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, TreeParams, fit_tree_batch
 from distforest.parallel import tasks
-from distforest.parallel.cluster import use_client
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -30,7 +30,7 @@ logger = logging.getLogger("distforest")
 Progress = Callable[[str, int, int], None]
 
 
-class ProximityForest:
+class ProximityForest(DaskEstimator):
     """A random forest whose trees are Dask tasks and whose proximities are Zarr tiles.
 
     Parameters
@@ -138,19 +138,6 @@ class ProximityForest:
         "random_state",
     )
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Parameters of the estimator (scikit-learn convention)."""
-        names = (*self._PARAM_NAMES, "client", "scheduler", "cluster", "progress")
-        return {name: getattr(self, name) for name in names}
-
-    def set_params(self, **params: Any) -> ProximityForest:
-        """Set parameters (scikit-learn convention)."""
-        for name, value in params.items():
-            if name not in self.get_params():
-                raise ParameterError(f"unknown parameter {name!r} for ProximityForest")
-            setattr(self, name, value)
-        return self
-
     def _validated(self) -> dict[str, Any]:
         return {
             "n_estimators": P.check_int("n_estimators", self.n_estimators),
@@ -165,16 +152,6 @@ class ProximityForest:
             "tile_size": P.check_int("tile_size", self.tile_size, low=16),
             "random_state": P.check_random_state(self.random_state),
         }
-
-    # -- cluster ------------------------------------------------------------
-
-    def _client(self) -> contextlib.AbstractContextManager[Any]:
-        return use_client(self.client, scheduler=self.scheduler, cluster=self.cluster)
-
-    def _report(self, stage: str) -> tasks.ProgressCallback | None:
-        if self.progress is None:
-            return None
-        return lambda done, total: self.progress(stage, done, total)
 
     # -- fitting ------------------------------------------------------------
 
