@@ -151,7 +151,7 @@ def child(method: str, n: int, fraction: float, out: str) -> None:
         from distributed import Client, LocalCluster
 
         from distforest.forests.measures import parse_metric
-        from distforest.forests.pairwise import search
+        from distforest.forests.neighbors import search
 
         algorithm = method.split("-", 1)[1]
         t0 = time.perf_counter()

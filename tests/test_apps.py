@@ -30,7 +30,7 @@ def r_outlier(prox: np.ndarray, cls: np.ndarray | None) -> np.ndarray:
 @pytest.fixture(scope="module")
 def forest(client, small_classification):
     X, y = small_classification
-    return ProximityForest(n_estimators=40, random_state=3, client=client).fit(X, y)
+    return ProximityForest(n_estimators=40, random_state=3).set_execution(client).fit(X, y)
 
 
 def test_outlier_scores_equal_r_formula(forest):
@@ -77,7 +77,7 @@ def test_flipped_labels_dominate_the_top_of_the_ranking(client, breast_cancer_cs
     rng = np.random.default_rng(0)
     flipped = rng.choice(len(y), size=round(0.05 * len(y)), replace=False)
     y[flipped] = np.where(y[flipped] == "benign", "malignant", "benign")
-    forest = ProximityForest(n_estimators=200, random_state=0, client=client).fit(table.X, y)
+    forest = ProximityForest(n_estimators=200, random_state=0).set_execution(client).fit(table.X, y)
     ranking = mislabel_scores(forest)
     top = ranking["row"].to_numpy()[: len(flipped)]
     precision = np.isin(top, flipped).mean()

@@ -16,7 +16,9 @@ from distforest.forests.xforest import XForest
 @pytest.fixture(scope="module")
 def iris_forest(client):
     X, y = load_iris(return_X_y=True)
-    forest = XForest(100, n_directions=2, leaf_size=5, random_state=0, client=client, tile_size=64)
+    forest = XForest(100, n_directions=2, leaf_size=5, random_state=0, tile_size=64).set_execution(
+        client
+    )
     return forest.fit(X), y
 
 

@@ -91,8 +91,7 @@ def test_first_iteration_equals_dense_oracle(client, method, vote, supervised):
         categorical_features=[5],
         n_estimators=12,
         random_state=3,
-        client=client,
-    )
+    ).set_execution(client)
     got = imp.fit_transform(Xm, y if supervised else None)
     forest = imp.forest_
     assert forest.task_ == ("classification" if supervised else "unsupervised")
@@ -116,13 +115,17 @@ def test_imputation_beats_the_median_and_is_repeatable(client):
     def nrmse(F):
         return np.sqrt(np.mean((F[:, :5][num] - X[:, :5][num]) ** 2)) / X[:, :5].std()
 
-    imp = ProximityImputer(3, n_estimators=40, random_state=0, client=client)
+    imp = ProximityImputer(3, n_estimators=40, random_state=0).set_execution(client)
     F = imp.fit_transform(Xm, y)
     median = np.where(np.isnan(Xm), np.nanmedian(Xm, axis=0), Xm)
     assert nrmse(F) < 0.6 * nrmse(median)
     assert imp.n_iter_ == 3 and len(imp.history_) == 3
     np.testing.assert_array_equal(F[~mask], X[~mask])
-    again = ProximityImputer(3, n_estimators=40, random_state=0, client=client).fit_transform(Xm, y)
+    again = (
+        ProximityImputer(3, n_estimators=40, random_state=0)
+        .set_execution(client)
+        .fit_transform(Xm, y)
+    )
     # equal up to the order in which the product's tree batches are added
     np.testing.assert_allclose(F, again, rtol=1e-12, atol=1e-14)
 
@@ -130,7 +133,9 @@ def test_imputation_beats_the_median_and_is_repeatable(client):
 def test_transform_new_rows(client):
     X, Xm, y, mask = structured(260, seed=4)
     train, new = slice(0, 200), slice(200, 260)
-    imp = ProximityImputer(2, proximity="original", n_estimators=30, random_state=1, client=client)
+    imp = ProximityImputer(2, proximity="original", n_estimators=30, random_state=1).set_execution(
+        client
+    )
     fitted = imp.fit_transform(Xm[train], y[train])
     # the training data itself: the fit result
     np.testing.assert_array_equal(imp.transform(Xm[train]), fitted)
@@ -171,7 +176,7 @@ def test_dataframe_round_trip_keeps_names_order_dtypes_and_labels(client):
             "label": np.where(y == 1, "yes", "no"),
         }
     )
-    imp = ProximityImputer(2, n_estimators=20, random_state=0, client=client)
+    imp = ProximityImputer(2, n_estimators=20, random_state=0).set_execution(client)
     out = imp.fit_transform(df, y="label")
     assert list(out.columns) == list(df.columns)
     assert out.dtypes.to_dict() == df.dtypes.to_dict()
@@ -192,19 +197,21 @@ def test_dataframe_round_trip_keeps_names_order_dtypes_and_labels(client):
 
 
 def test_path_and_table_inputs(client, tmp_path, breast_cancer_csv):
-    imp = ProximityImputer(1, n_estimators=10, random_state=0, client=client)
+    imp = ProximityImputer(1, n_estimators=10, random_state=0).set_execution(client)
     out = imp.fit_transform(breast_cancer_csv, y="Class")
     assert isinstance(out, pd.DataFrame) and out.shape == (699, 11)
     assert out["Bare.nuclei"].notna().all() and imp.n_missing_["Bare.nuclei"] == 16
     table = load_table(breast_cancer_csv, target="Class", drop=["Id"])
-    filled = ProximityImputer(1, n_estimators=10, random_state=0, client=client).fit_transform(
-        table
+    filled = (
+        ProximityImputer(1, n_estimators=10, random_state=0)
+        .set_execution(client)
+        .fit_transform(table)
     )
     assert isinstance(filled, Table) and not np.isnan(filled.X).any()
     assert filled.feature_names == table.feature_names
     np.testing.assert_array_equal(filled.y, table.y)
     bare = dataclasses.replace(table, y=None)
-    imp = ProximityImputer(1, n_estimators=10, random_state=0, client=client)
+    imp = ProximityImputer(1, n_estimators=10, random_state=0).set_execution(client)
     assert imp.fit(bare, y=table.y).task_ == "classification"
 
 
@@ -213,21 +220,23 @@ def test_missing_target_is_an_error_naming_the_fix(client):
     y = y.astype(float)
     y[[3, 7]] = np.nan
     with pytest.raises(InputError, match=r"missing in 2 row.*\[3, 7\].*dropna.*y=None"):
-        ProximityImputer(client=client).fit(Xm, y)
+        ProximityImputer().set_execution(client).fit(Xm, y)
 
 
 def test_all_missing_column_is_an_error_naming_it(client):
     df = pd.DataFrame({"a": np.arange(20.0), "empty": np.nan, "b": np.arange(20.0) % 3})
     df.loc[[1, 2], "a"] = np.nan
     with pytest.raises(InputError, match=r"\['empty'\] have no observed value.*drop"):
-        ProximityImputer(client=client).fit(df)
+        ProximityImputer().set_execution(client).fit(df)
 
 
 def test_column_missing_in_a_whole_class_falls_back_cleanly(client):
     _, Xm, y, _ = structured(200, seed=6, missing=0.1)
     Xm[y == 1, 2] = np.nan
     for method in ("original", "rfgap"):
-        imp = ProximityImputer(2, proximity=method, n_estimators=20, random_state=0, client=client)
+        imp = ProximityImputer(2, proximity=method, n_estimators=20, random_state=0).set_execution(
+            client
+        )
         F = imp.fit_transform(Xm, y)
         assert not np.isnan(F).any()
         cells = F[y == 1, 2]
@@ -242,7 +251,7 @@ def test_column_missing_in_a_whole_class_falls_back_cleanly(client):
 
 def test_no_missing_values_returns_the_data_and_still_imputes_new_rows(client):
     X, _, y, _ = structured(120, seed=7)
-    imp = ProximityImputer(n_estimators=15, random_state=0, client=client)
+    imp = ProximityImputer(n_estimators=15, random_state=0).set_execution(client)
     out = imp.fit_transform(X, y)
     np.testing.assert_array_equal(out, X)
     assert imp.n_iter_ == 0 and imp.history_ == []
@@ -262,7 +271,7 @@ def test_parameters_checked_in_fit_and_new_levels_rejected(client):
     with pytest.raises(NotFittedError, match="fit"):
         ProximityImputer().transform(np.ones((5, 2)))
     df = pd.DataFrame({"c": ["x", "y", None, "x", "y", "x"], "v": [1.0, 2, 3, 4, np.nan, 6]})
-    imp = ProximityImputer(1, n_estimators=5, random_state=0, client=client).fit(df)
+    imp = ProximityImputer(1, n_estimators=5, random_state=0).set_execution(client).fit(df)
     with pytest.raises(InputError, match=r"'c' has level\(s\) \['z'\] not seen in fit"):
         imp.transform(pd.DataFrame({"c": ["z", None], "v": [1.0, 2.0]}))
     with pytest.raises(InputError, match="lacks the training feature column"):
@@ -393,6 +402,6 @@ def test_float32_columns_stay_float32(client):
     X = rng.normal(size=(120, 3)).astype(np.float32)
     X[rng.random(X.shape) < 0.15] = np.nan
     frame = pd.DataFrame(X, columns=["a", "b", "c"])
-    imputer = ProximityImputer(n_estimators=10, iterations=1, random_state=0, client=client)
+    imputer = ProximityImputer(n_estimators=10, iterations=1, random_state=0).set_execution(client)
     out = imputer.fit_transform(frame)
     assert (out.dtypes == np.float32).all() and not out.isna().any().any()

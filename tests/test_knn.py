@@ -5,6 +5,7 @@ The small tables below were typed in by hand for these tests.
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from distforest.apps.knn import KNNClassifier, KNNRegressor, load_model, save_mo
 from distforest.errors import InputError, NotFittedError, ParameterError
 from distforest.forests.forest_similarity import ProximitySimilarity
 from distforest.forests.pairwise import pairwise
+from distforest.parallel.execution import execution
 
 # Salary, age and whether the customer bought the pension plan (IDs 1..10).
 SALARY_AGE = np.array(
@@ -212,7 +214,8 @@ def test_rf_similarities_against_dense_oracle(client):
     X, y = load_iris(return_X_y=True)
     Xq = X[::10] + 0.05
     for kind in ("rf-proximity", "rfgap"):
-        sim = ProximitySimilarity(kind, n_estimators=20, random_state=1, client=client).fit(X, y)
+        with execution(client):
+            sim = ProximitySimilarity(kind, n_estimators=20, random_state=1).fit(X, y)
         S = sim.cross_similarity(Xq)
         forest = sim.forest_
         lq, lf, c = forest.apply(Xq), forest.leaves_, forest.inbag_.astype(float)
@@ -417,13 +420,16 @@ def test_knn_pipeline_errors_are_clear(tmp_path, edit, message):
 
 @pytest.mark.parametrize("metric", ["rfgap", "beta"])
 def test_forest_metric_search_on_the_cluster_equals_in_process(client, metric):
-    # the similarity travels to the workers without its (unpicklable) client
+    # the similarity travels to the workers; the client stays with the driver
     X, y = load_iris(return_X_y=True)
     params = {"n_neighbors": 5, "metric": metric, "n_estimators": 12, "random_state": 2}
     here = KNNClassifier(**params).fit(X[::2], y[::2])
-    there = KNNClassifier(**params, client=client, batch_size=20).fit(X[::2], y[::2])
+    there = KNNClassifier(**params, batch_size=20).set_execution(client).fit(X[::2], y[::2])
     d_a, i_a = here.kneighbors(X[1::2])
     d_b, i_b = there.kneighbors(X[1::2])
     np.testing.assert_array_equal(i_a, i_b)
     np.testing.assert_array_equal(d_a, d_b)
-    assert there.similarity_.client is client  # the model itself keeps its client
+    assert there._current_execution().client is client  # the model keeps its execution
+    copy = pickle.loads(pickle.dumps(there))  # ... but it does not travel with it
+    assert "_execution" not in vars(copy)
+    np.testing.assert_array_equal(copy.kneighbors(X[1::2])[1], i_a)

@@ -264,7 +264,7 @@ def test_killed_worker_gives_the_identical_result(phase, tmp_path, client):
     X = rng.normal(size=(600, 6))
     y = (X[:, 0] + X[:, 1] > 0).astype(int)
     params = {"n_estimators": 24, "batch_size": 2, "tile_size": 40, "random_state": 5}
-    ref = ProximityForest(**params, client=client).fit(X, y)
+    ref = ProximityForest(**params).set_execution(client).fit(X, y)
     expected = ref.proximity(store=tmp_path / "ref.zarr")
 
     with (
@@ -285,7 +285,7 @@ def test_killed_worker_gives_the_identical_result(phase, tmp_path, client):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
 
-        pf = ProximityForest(**params, client=own, progress=kill_one).fit(X, y)
+        pf = ProximityForest(**params).set_execution(own, progress=kill_one).fit(X, y)
         got = pf.proximity(store=tmp_path / "got.zarr")
         assert killed, "no worker was killed"
         assert killed[0] not in own.run(os.getpid).values()

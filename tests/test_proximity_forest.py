@@ -22,7 +22,7 @@ from distforest.store.run_store import RunStore
 @pytest.fixture(scope="module")
 def fitted(client, small_classification):
     X, y = small_classification
-    return ProximityForest(n_estimators=30, random_state=0, client=client).fit(X, y)
+    return ProximityForest(n_estimators=30, random_state=0).set_execution(client).fit(X, y)
 
 
 def test_store_proximity_equals_dense_oracle(fitted, tmp_path):
@@ -70,7 +70,7 @@ def test_leaf_class_values_predict_like_sklearn(client):
 
     X, y = make_classification(900, 10, n_informative=6, random_state=3)
     train, test = slice(0, 600), slice(600, None)
-    pf = ProximityForest(50, random_state=0, client=client).fit(X[train], y[train])
+    pf = ProximityForest(50, random_state=0).set_execution(client).fit(X[train], y[train])
     leaves = pf.apply(X[test])
     offsets = np.concatenate([[0], np.cumsum(pf.node_counts_)])
     proba = np.mean([pf.nodes_["value"][offsets[t] + leaves[:, t]] for t in range(50)], axis=0)
@@ -151,16 +151,16 @@ def test_not_fitted():
 def test_bad_parameters_are_named(param, value, small_classification, client):
     X, y = small_classification
     with pytest.raises(ParameterError, match=param):
-        ProximityForest(client=client, **{param: value}).fit(X, y)
+        ProximityForest(**{param: value}).set_execution(client).fit(X, y)
 
 
 def test_regression_and_unsupervised(client, tmp_path):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 4))
     y = X[:, 0] * 2 + rng.normal(scale=0.1, size=120)
-    reg = ProximityForest(10, random_state=0, client=client).fit(X, y)
+    reg = ProximityForest(10, random_state=0).set_execution(client).fit(X, y)
     assert reg.task_ == "regression" and reg.nodes_["value"].shape[1] == 1
-    uns = ProximityForest(10, random_state=0, client=client).fit(X)
+    uns = ProximityForest(10, random_state=0).set_execution(client).fit(X)
     assert uns.task_ == "unsupervised"
     P = uns.proximity(store=tmp_path / "u.zarr").values
     expected = dense_original_proximity(uns.leaves_, uns.leaves_).astype(np.float32)
@@ -172,7 +172,7 @@ def test_regression_and_unsupervised(client, tmp_path):
     assert P[near].mean() > 2 * P[far].mean()
 
 
-def test_existing_output_is_not_overwritten(fitted, tmp_path):
+def test_existing_output_is_not_overwritten(client, fitted, tmp_path):
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("precious")
@@ -180,7 +180,7 @@ def test_existing_output_is_not_overwritten(fitted, tmp_path):
         fitted.proximity(store=other, overwrite=True)
     assert (other / "notes.txt").read_text() == "precious"
     fitted.proximity(store=tmp_path / "p.zarr")
-    other_fit = ProximityForest(5, random_state=1, client=fitted.client)
+    other_fit = ProximityForest(5, random_state=1).set_execution(client)
     other_fit.fit(np.random.default_rng(0).normal(size=(20, 3)))
     with pytest.raises(StoreError, match="already exists"):
         other_fit.proximity(store=tmp_path / "p.zarr")
@@ -198,7 +198,7 @@ def test_incomplete_store_is_detected(fitted, tmp_path):
 
 
 def _fit_and_tiles(client, X, y, tmp, **kw):
-    pf = ProximityForest(n_estimators=24, random_state=42, client=client, **kw).fit(X, y)
+    pf = ProximityForest(n_estimators=24, random_state=42, **kw).set_execution(client).fit(X, y)
     P = pf.proximity(store=tmp).values
     return pf.leaves_, P
 
@@ -225,8 +225,8 @@ def test_determinism_across_workers_threads_tiles_and_batches(client, small_clas
 def test_progress_is_reported_for_fit_and_tiles(client, small_classification, tmp_path):
     X, y = small_classification
     events: list[tuple[str, int, int]] = []
-    pf = ProximityForest(8, batch_size=2, tile_size=100, random_state=0, client=client,
-                         progress=lambda *e: events.append(e))  # fmt: skip
+    pf = ProximityForest(8, batch_size=2, tile_size=100, random_state=0)
+    pf.set_execution(client, progress=lambda *e: events.append(e))
     pf.fit(X, y).proximity(store=tmp_path / "p.zarr")
     fit = [e for e in events if e[0] == "fit"]
     tiles = [e for e in events if e[0] == "tiles"]

@@ -16,7 +16,8 @@ from sklearn.neighbors import NearestNeighbors
 
 from distforest.errors import InputError, ParameterError, StoreError
 from distforest.forests.measures import parse_metric
-from distforest.forests.pairwise import pairwise, top_k_neighbors
+from distforest.forests.neighbors import top_k_neighbors
+from distforest.forests.pairwise import pairwise
 from distforest.kernels.metrics import (
     binary_similarity,
     empty_top_k,
@@ -338,7 +339,7 @@ def _exact_top_k(D: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("metric", ["euclidean", "cosine"])
 def test_matrix_product_path_equals_exact_oracle_with_ties(metric):
-    from distforest.forests.pairwise import GRAM_MIN_FEATURES, uses_gram
+    from distforest.forests.neighbors import GRAM_MIN_FEATURES, uses_gram
 
     rng = np.random.default_rng(9)
     d = GRAM_MIN_FEATURES + 3

@@ -104,10 +104,11 @@ def test_rfgap_product_gives_oob_class_probabilities():
 
 
 def test_products_are_bit_identical_on_any_cluster(client):
-    """The same forest and V give the same bits on 2 workers and on 1 thread."""
+    """The same forest and V give the same bits on 2 workers, on 1 thread and in process."""
     from distributed import Client, LocalCluster
 
-    from distforest.forests.products import ProductSession
+    from distforest.forests.products import ProximityProducts
+    from distforest.parallel.execution import Runner
 
     rng = np.random.default_rng(4)
     leaves = rng.integers(0, 40, size=(500, 30)).astype(np.int32)
@@ -121,7 +122,9 @@ def test_products_are_bit_identical_on_any_cluster(client):
         Client(cluster) as single,
     ):
         for name, c in (("two workers", client), ("one thread", single)):
-            got[name] = ProductSession(c, leaves, inbag).product(V, "rfgap")
+            got[name] = ProximityProducts(Runner(c), leaves, inbag).product(V, "rfgap")
+    got["in process"] = ProximityProducts(Runner(None), leaves, inbag).product(V, "rfgap")
     assert got["two workers"].tobytes() == got["one thread"].tobytes()
+    assert got["in process"].tobytes() == got["one thread"].tobytes()
     dense = dense_rfgap(leaves, inbag) @ V
     np.testing.assert_allclose(got["one thread"], dense, rtol=1e-10, atol=1e-12)

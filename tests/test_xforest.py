@@ -110,9 +110,11 @@ def iris() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def fitted(client, iris) -> XForest:
-    return XForest(
-        60, n_directions=2, leaf_size=5, random_state=0, client=client, tile_size=64
-    ).fit(iris)
+    return (
+        XForest(60, n_directions=2, leaf_size=5, random_state=0, tile_size=64)
+        .set_execution(client)
+        .fit(iris)
+    )
 
 
 def test_fit_attributes_and_in_memory_similarity(fitted, iris):
@@ -145,7 +147,7 @@ def test_routing_training_rows_reproduces_fit(fitted, iris):
 
 
 def test_cross_similarity_of_new_rows_matches_oracle(client, iris):
-    forest = XForest(5, n_directions=2, leaf_size=4, random_state=3, client=client).fit(iris)
+    forest = XForest(5, n_directions=2, leaf_size=4, random_state=3).set_execution(client).fit(iris)
     Xn = (iris - iris.min(0)) / np.ptp(iris, axis=0)
     built = [oracle.build_tree(Xn, int(s), 2, 4, False) for s in forest.seeds_]
     Q = iris[[0, 50, 100]] + np.array([0.3, -0.2, 0.1, 0.05])
@@ -169,7 +171,7 @@ def test_matrix_free_product_equals_dense(fitted):
         np.testing.assert_array_equal(op(v), op(v))  # batch-order sums: bit-identical
 
 
-def test_store_tiles_equal_in_memory_and_reload(fitted, iris, tmp_path):
+def test_store_tiles_equal_in_memory_and_reload(client, fitted, iris, tmp_path):
     path = tmp_path / "sim.zarr"
     S = fitted.similarity(store=path)
     assert S.dims == ("sample_i", "sample_j")
@@ -180,43 +182,41 @@ def test_store_tiles_equal_in_memory_and_reload(fitted, iris, tmp_path):
     assert {"beta_similarity", "basic_similarity", "path", "depth", "leaves"} <= set(ds)
     assert ds.attrs["status"] == "complete" and ds.attrs["method"] == "xforest"
     assert ds["path"].dims == ("sample", "tree", "path_word")
-    back = XForest.load(path, client=fitted.client)
+    back = XForest.load(path).set_execution(client)
     np.testing.assert_array_equal(back.codes_, fitted.codes_)
     np.testing.assert_array_equal(back.cross_similarity(iris[:5]), S.values[:5])
     with pytest.raises(StoreError, match="already exists"):
-        XForest(3, random_state=0, client=fitted.client).fit(iris).similarity(store=path)
+        XForest(3, random_state=0).set_execution(client).fit(iris).similarity(store=path)
 
 
-def test_same_seed_same_forest_whatever_batches_tiles_and_cluster(fitted, iris, tmp_path):
+def test_same_seed_same_forest_whatever_batches_tiles_and_cluster(client, fitted, iris, tmp_path):
     with (
         LocalCluster(
             n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
         ) as cluster,
         Client(cluster) as other,
     ):
-        again = XForest(
-            60,
-            n_directions=2,
-            leaf_size=5,
-            random_state=0,
-            client=other,
-            batch_size=7,
-            tile_size=32,
-        ).fit(iris)
+        again = (
+            XForest(60, n_directions=2, leaf_size=5, random_state=0, batch_size=7, tile_size=32)
+            .set_execution(other)
+            .fit(iris)
+        )
         S = again.similarity(store=tmp_path / "s.zarr").values
     np.testing.assert_array_equal(again.codes_, fitted.codes_)
     np.testing.assert_array_equal(again.depth_, fitted.depth_)
     np.testing.assert_array_equal(again.nodes_, fitted.nodes_)
     np.testing.assert_array_equal(again.thresholds_, fitted.thresholds_)
     np.testing.assert_array_equal(S, fitted.similarity().values)
-    other_seed = XForest(60, n_directions=2, leaf_size=5, random_state=1, client=fitted.client).fit(
-        iris
+    other_seed = (
+        XForest(60, n_directions=2, leaf_size=5, random_state=1).set_execution(client).fit(iris)
     )
     assert not np.array_equal(other_seed.codes_, fitted.codes_)
 
 
 def test_standard_mode_fits(client, iris):
-    forest = XForest(8, mode="standard", leaf_size=5, random_state=0, client=client).fit(iris)
+    forest = (
+        XForest(8, mode="standard", leaf_size=5, random_state=0).set_execution(client).fit(iris)
+    )
     assert forest.directions_.shape[0] == forest.direction_offset_[-1] > 8
     leaves, _, _ = forest.paths(iris)
     np.testing.assert_array_equal(leaves, forest.leaves_)
@@ -237,13 +237,13 @@ def test_bad_parameters(params, match, iris):
         XForest(5, **params).fit(iris)
 
 
-def test_bad_inputs_and_unfitted(fitted, iris):
+def test_bad_inputs_and_unfitted(client, fitted, iris):
     with pytest.raises(NotFittedError):
         XForest().cross_similarity(iris)
     bad = iris.copy()
     bad[3, 1] = np.nan
     with pytest.raises(InputError, match="missing values"):
-        XForest(5, client=fitted.client).fit(bad)
+        XForest(5).set_execution(client).fit(bad)
     with pytest.raises(InputError, match="fitted on 4"):
         fitted.cross_similarity(iris[:, :3])
     with pytest.raises(ParameterError, match="kind must be one of"):

@@ -57,7 +57,7 @@ def test_xforest_then_cluster_with_truth(client, tmp_path):
     assert ds.attrs["params"]["n_directions"] == 2 and (tmp_path / "sim.png").exists()
     # the stored matrix is the one the Python API gives with the same seed
     X = pd.read_csv(DATA).drop(columns="Class").to_numpy(dtype=float)
-    forest = XForest(40, n_directions=2, leaf_size=10, random_state=0, client=client).fit(X)
+    forest = XForest(40, n_directions=2, leaf_size=10, random_state=0).set_execution(client).fit(X)
     np.testing.assert_array_equal(S.values, forest.similarity().values)
 
     labels = tmp_path / "labels.csv"
@@ -113,7 +113,7 @@ def test_cluster_errors(client, tmp_path):
     result = run(tmp_path / "none.zarr")
     assert result.exit_code == 6 and "no such store" in result.output
     store = tmp_path / "s.zarr"
-    XForest(5, random_state=0, client=client).fit(np.eye(6)).similarity(store=store)
+    XForest(5, random_state=0).set_execution(client).fit(np.eye(6)).similarity(store=store)
     result = run(store, "--truth", "nocolon")
     assert result.exit_code == 3 and "FILE:COLUMN" in result.output
     result = run(store, "--kind", "basic")

@@ -12,7 +12,7 @@ on the current filled data and replace every *originally* missing cell:
   number of observed rows at level l (``"mean"``, R's ``rfImpute``).
 
 All columns of one iteration come from ONE matrix-free product
-``P @ V`` (:class:`~distforest.forests.products.ProductSession`) with
+``P @ V`` (:class:`~distforest.forests.products.ProximityProducts`) with
 ``V = [m_c (x_c - median_c), m_c]`` per numeric column and ``m_c [x_c = l]``
 per observed level of a categorical column, restricted to the rows that
 have a missing cell.  P (n x n) is never formed: the cost is O(n T k) per
@@ -21,7 +21,6 @@ iteration for T trees and k columns of V.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import numbers
@@ -33,15 +32,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import TransformerMixin
 
 from distforest.errors import InputError, NotFittedError, ParameterError
 from distforest.forests import _params as P
-from distforest.forests.products import ProductSession
+from distforest.forests._estimator import DaskEstimator
+from distforest.forests.products import ProximityProducts
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.io import Table, load_table
 from distforest.io.tables import read_frame
-from distforest.parallel.cluster import use_client
+from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import release_memory
 
 logger = logging.getLogger("distforest")
@@ -459,7 +459,7 @@ def _change(before: np.ndarray, after: np.ndarray, categorical: np.ndarray) -> d
 # ---------------------------------------------------------------------------
 
 
-class ProximityImputer(TransformerMixin, BaseEstimator):
+class ProximityImputer(TransformerMixin, DaskEstimator):
     """Impute missing values from random-forest proximities (rfImpute), matrix-free.
 
     Start from the column median / most frequent level; then ``iterations``
@@ -518,13 +518,12 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
     random_state : int or None, default None
         Seed; the forest of iteration k gets a seed derived from it, so the
         same value gives the same imputation on any cluster.
-    client, scheduler, cluster
-        Where to run (see ProximityForest).  Without them: the current
-        ``distributed`` client, else a LocalCluster for the duration of a
-        ``fit`` / ``transform`` call (one for all iterations).
-    progress : callable or None
-        ``progress(stage, done, total)``: stage ``"fit"`` per tree batch of
-        the current forest and ``"impute"`` per finished iteration.
+
+    Where it runs is not a parameter: ``with distforest.execution(client=c):``
+    or :meth:`set_execution`; without them the current ``distributed``
+    client, else a LocalCluster for the duration of a ``fit`` / ``transform``
+    call (one for all iterations).  Progress stages: ``"fit"`` per tree batch
+    of the current forest and ``"impute"`` per finished iteration.
 
     Attributes
     ----------
@@ -604,10 +603,6 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
         max_depth: int | None = None,
         batch_size: int | None = None,
         random_state: int | None = None,
-        client: Any = None,
-        scheduler: str | None = None,
-        cluster: str | Path | None = None,
-        progress: Progress | None = None,
     ) -> None:
         self.iterations = iterations
         self.proximity = proximity
@@ -621,10 +616,6 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
         self.max_depth = max_depth
         self.batch_size = batch_size
         self.random_state = random_state
-        self.client = client
-        self.scheduler = scheduler
-        self.cluster = cluster
-        self.progress = progress
 
     # -- parameters and cluster ------------------------------------------------
 
@@ -642,14 +633,6 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
             "batch_size": P.check_int("batch_size", self.batch_size, allow_none=True),
             "random_state": P.check_random_state(self.random_state),
         }
-
-    def _connect(self) -> contextlib.AbstractContextManager[Any]:
-        """One client for a whole fit/transform (not one cluster per forest)."""
-        return use_client(self.client, scheduler=self.scheduler, cluster=self.cluster)
-
-    def _report(self, done: int, total: int) -> None:
-        if self.progress is not None:
-            self.progress("impute", done, total)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
@@ -715,17 +698,16 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
             f"imputing {int(counts.sum())} cells in {len(columns)} columns of {data.source} "
             f"({params['iterations']} iterations, {params['proximity']} proximity)"
         )
-        with self._connect() as client:
+        report = self._report("impute")
+        with self._runner() as runner:  # one cluster for all iterations
             if not columns:  # nothing to impute: one forest, for transform on new rows
-                forest = self._forest(params, seeds[-1], client).fit(data.table(X_cur))
+                forest = self._forest(params, seeds[-1]).fit(data.table(X_cur))
             for k, seed in enumerate(seeds if columns else []):
                 forest = None  # free the last forest's trees before growing the next
                 release_memory()
-                forest = self._iterate(params, seed, client, data, X_cur, start, columns)
-                self._report(k + 1, len(seeds))
-            forest.set_params(
-                client=self.client, scheduler=self.scheduler, cluster=self.cluster, progress=None
-            )
+                forest = self._iterate(params, seed, runner, data, X_cur, start, columns)
+                if report is not None:
+                    report(k + 1, len(seeds))
         self.n_features_in_ = len(data.names)
         self.feature_names_in_ = data.names
         self.categorical_ = data.categorical.copy()
@@ -745,7 +727,7 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
         self,
         params: dict[str, Any],
         seed: int,
-        client: Any,
+        runner: Runner,
         data: _Data,
         X_cur: np.ndarray,
         start: np.ndarray,
@@ -756,8 +738,8 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
         missing = data.missing
         rows = np.flatnonzero(missing.any(axis=1))
         layout = _plan(data.X, data.categorical, columns)
-        forest = self._forest(params, seed, client).fit(data.table(X_cur))
-        session = ProductSession(client, forest.leaves_, forest.inbag_)
+        forest = self._forest(params, seed).fit(data.table(X_cur))
+        session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
         V = _build_v(data.X, layout, start)
         if rows.size > _ALL_ROWS_SHARE * data.X.shape[0]:
             R = session.product(V, params["proximity"])[rows]
@@ -784,7 +766,8 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
         )
         return forest
 
-    def _forest(self, params: dict[str, Any], seed: int, client: Any) -> ProximityForest:
+    def _forest(self, params: dict[str, Any], seed: int) -> ProximityForest:
+        """The forest of one iteration (it runs on the imputer's execution)."""
         return ProximityForest(
             n_estimators=params["n_estimators"],
             task=params["task"],
@@ -794,8 +777,6 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
             max_depth=params["max_depth"],
             batch_size=params["batch_size"],
             random_state=seed,
-            client=client,
-            progress=self.progress,
         )
 
     # -- new rows -----------------------------------------------------------------
@@ -837,13 +818,15 @@ class ProximityImputer(TransformerMixin, BaseEstimator):
         layout = _plan(train.X, train.categorical, range(len(train.names)))
         V = _build_v(train.X, layout, stats)
         local, local_missing = X_cur[rows], missing[rows]
-        with self._connect() as client:
-            session = ProductSession(client, forest.leaves_, forest.inbag_)
+        report = self._report("impute")
+        with self._runner() as runner:
+            session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
             for k in range(params["iterations"]):
                 leaves = forest.apply(Table(local, data.names))
                 R = session.product(V, params["proximity"], new_leaves=leaves)
                 vote = params["categorical_vote"]
                 _update(local, np.arange(rows.size), local_missing, R, layout, stats, stats, vote)
-                self._report(k + 1, params["iterations"])
+                if report is not None:
+                    report(k + 1, params["iterations"])
         X_cur[rows] = local
         return _output(data, X_cur)

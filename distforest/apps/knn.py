@@ -22,14 +22,16 @@ in the forest's own layout.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
+from sklearn.base import ClassifierMixin, RegressorMixin, clone
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import _params as P
+from distforest.forests._estimator import DaskEstimator
 from distforest.forests.forest_similarity import FOREST_METRICS, load_similarity, make_similarity
 from distforest.forests.measures import (
     NORMALIZATIONS,
@@ -38,7 +40,9 @@ from distforest.forests.measures import (
     make_scaler,
     parse_metric,
 )
-from distforest.forests.pairwise import ALGORITHMS, SYNCHRONOUS, Neighbors, as_matrix, search
+from distforest.forests.neighbors import ALGORITHMS, Neighbors, search
+from distforest.forests.pairwise import as_matrix
+from distforest.parallel.execution import SYNCHRONOUS, use_execution
 from distforest.store.run_store import RunStore
 
 WEIGHTS = ("uniform", "distance")
@@ -71,7 +75,7 @@ def vote_weights(distances: np.ndarray, weights: str) -> np.ndarray:
     return w
 
 
-class KNNBase(BaseEstimator):
+class KNNBase(DaskEstimator):
     """Shared parameters, fitting and neighbour search of the k-NN estimators.
 
     Parameters
@@ -109,13 +113,12 @@ class KNNBase(BaseEstimator):
         Seed of a forest metric.
     batch_size, tile_size : int, optional
         Query rows per task; candidates per tile of the brute search.
-    client : distributed.Client or None, default None
-        None: the neighbour search runs in this process (forest metrics still
-        fit their trees on the current Dask client, or a LocalCluster).  A
-        client runs both on the cluster.  scikit-learn's ``clone`` (used by
-        ``cross_val_score`` and the feature selector) cannot copy a client:
-        there, leave it None and create the client first, so that it is the
-        current default client.
+
+    Where it runs is not a parameter.  By default the neighbour search runs
+    in this process and forest metrics fit their trees on the current Dask
+    client (or a LocalCluster).  Inside ``with distforest.execution(client=c):``,
+    or after :meth:`set_execution`, both run on that cluster, including the
+    clones made by the feature selector and by ``cross_val_score``.
 
     Attributes
     ----------
@@ -149,7 +152,6 @@ class KNNBase(BaseEstimator):
         random_state: int | None = None,
         batch_size: int | None = None,
         tile_size: int = 8192,
-        client: Any = None,
     ) -> None:
         self.n_neighbors = n_neighbors
         self.weights = weights
@@ -165,7 +167,6 @@ class KNNBase(BaseEstimator):
         self.random_state = random_state
         self.batch_size = batch_size
         self.tile_size = tile_size
-        self.client = client
 
     # -- fitting ----------------------------------------------------------
 
@@ -182,6 +183,10 @@ class KNNBase(BaseEstimator):
         P.check_random_state(self.random_state)
 
     def _fit(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
+        with use_execution(self._current_execution()):  # clones made here run there too
+            self._fit_here(X, y, y_fit)
+
+    def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
         self._validate()
         X, names = as_matrix(X, "X")
         if X.shape[0] != y_fit.shape[0]:
@@ -200,9 +205,7 @@ class KNNBase(BaseEstimator):
                 f"n_neighbors={self.n_neighbors} but only {X.shape[0]} training rows; "
                 "use a smaller n_neighbors"
             )
-        self.similarity_ = make_similarity(
-            self.metric, self.n_estimators, self.random_state, self.client
-        )
+        self.similarity_ = make_similarity(self.metric, self.n_estimators, self.random_state)
         self.measure_ = None
         if self.similarity_ is not None:
             self.similarity_.fit(X, y)
@@ -263,17 +266,20 @@ class KNNBase(BaseEstimator):
         return found.distances, found.indices
 
     def _neighbors(self, Q: np.ndarray, k: int) -> Neighbors:
-        return search(
-            Q,
-            self.X_fit_,
-            k,
-            measure=self.measure_,
-            similarity=self.similarity_,
-            algorithm="brute" if self.similarity_ is not None else self.algorithm,
-            batch_size=self.batch_size,
-            tile_size=self.tile_size,
-            client=SYNCHRONOUS if self.client is None else self.client,
-        )
+        exe = self._current_execution()
+        if exe.client is None and exe.scheduler is None and exe.cluster is None:
+            exe = replace(exe, client=SYNCHRONOUS)  # no cluster asked for: search here
+        with use_execution(exe):
+            return search(
+                Q,
+                self.X_fit_,
+                k,
+                measure=self.measure_,
+                similarity=self.similarity_,
+                algorithm="brute" if self.similarity_ is not None else self.algorithm,
+                batch_size=self.batch_size,
+                tile_size=self.tile_size,
+            )
 
     def _weighted(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         found = self._neighbors(self.transform_queries(X), self.n_neighbors)
@@ -399,7 +405,7 @@ def save_model(
             f"use a measure such as 'euclidean' or a forest metric {FOREST_METRICS}"
         )
     measure: Measure | None = model.measure_
-    params = {k: v for k, v in model.get_params().items() if k not in ("client", "metric_params")}
+    params = {k: v for k, v in model.get_params().items() if k != "metric_params"}
     params["feature_range"] = list(params["feature_range"])
     attrs = {
         "model": type(model).__name__,
@@ -435,7 +441,7 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
     ----------
     path : str or Path
     client : distributed.Client, optional
-        Set as the model's ``client``: the neighbour search runs there.
+        Run the model's neighbour search there (:meth:`~KNNBase.set_execution`).
     """
     rs = RunStore.open(path, require_complete=True)
     attrs = rs.attrs
@@ -444,7 +450,10 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
         raise StoreError(f"{str(path)!r} is a distforest store but not a k-NN model")
     params = dict(attrs["params"])
     params["feature_range"] = tuple(params["feature_range"])
-    model = kinds[attrs["model"]](**params, client=client)
+    params.pop("client", None)  # stores written before execution left the parameters
+    model = kinds[attrs["model"]](**params)
+    if client is not None:
+        model.set_execution(client)
     g = rs.group
     model.X_fit_ = np.asarray(g["X_fit"][...], dtype=np.float64)
     model.y_fit_ = g["y_fit"][...]

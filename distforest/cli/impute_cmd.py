@@ -230,10 +230,9 @@ def run_imputation(
     plan: ImputationPlan, params: dict[str, Any], client: Any, bars: Any = None
 ) -> tuple[ProximityImputer, tuple[int, int], Path]:
     """Impute on ``client`` and write the whole table (target and dropped columns kept)."""
-    imputer = ProximityImputer(
-        **params,
-        categorical_features=list(plan.categorical) or None,
-        client=client,
+    imputer = ProximityImputer(**params, categorical_features=list(plan.categorical) or None)
+    imputer.set_execution(
+        client,
         progress=None
         if bars is None
         else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,

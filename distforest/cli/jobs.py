@@ -251,14 +251,14 @@ def _check_outputs(job: ProximityJob, stages: _Stages | None, replace: bool) -> 
 def _fit_stage(job, table, client, progress, stages, spec, digest, run_id, lock):
     if stages is not None and stages.done("fit"):
         logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
-        forest = ProximityForest.from_store(job.out, client=client, progress=progress)
+        forest = ProximityForest.from_store(job.out).set_execution(client, progress=progress)
         rs = RunStore.open(job.out, mode="r+")
         rs.mark_running()
         stages = _Stages(rs)
         rs.update_attrs(run_id=run_id, resumed_at=_now())
         return forest, rs, stages
     tick = time.perf_counter()
-    forest = ProximityForest(**job.forest, client=client, progress=progress).fit(table)
+    forest = ProximityForest(**job.forest).set_execution(client, progress=progress).fit(table)
     rs = forest.save(job.out, overwrite=True)
     rs.update_attrs(spec=spec, spec_hash=digest, run_id=run_id, job=job.name,
                     pipeline=job.source, stages={})  # fmt: skip

@@ -121,5 +121,5 @@ def fitted_forest(
     """Load the input, connect, fit; the cluster stays up inside the block."""
     table = load_table(source, target=target, **input_kw)
     with connect(**connect_kwargs(cluster_kw)) as client:
-        forest = ProximityForest(**forest_kw, client=client, progress=progress).fit(table)
+        forest = ProximityForest(**forest_kw).set_execution(client, progress=progress).fit(table)
         yield table, forest

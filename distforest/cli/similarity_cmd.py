@@ -27,7 +27,8 @@ from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import _params as P
 from distforest.forests.forest_similarity import FOREST_METRICS
 from distforest.forests.measures import METRICS, NORMALIZATIONS, parse_metric
-from distforest.forests.pairwise import ALGORITHMS, pairwise, top_k_neighbors
+from distforest.forests.neighbors import ALGORITHMS, top_k_neighbors
+from distforest.forests.pairwise import pairwise
 from distforest.io import load_table, read_frame
 from distforest.parallel.cluster import connect
 from distforest.store.run_store import RunStore, check_can_create

@@ -114,7 +114,7 @@ def run_xforest_job(job: XForestJob, progress: Any = None) -> JobResult:
         check_new_file(path, job.overwrite)
     Path(job.out).parent.mkdir(parents=True, exist_ok=True)
     with connect(**job.connect) as client:
-        forest = XForest(**job.forest, client=client, progress=progress).fit(table)
+        forest = XForest(**job.forest).set_execution(client, progress=progress).fit(table)
         matrix = forest.similarity(job.kind, store=job.out, overwrite=job.overwrite)
         outputs = {"store": RunStore.open(job.out).path}
         if job.plot:
@@ -341,7 +341,7 @@ def cluster_cmd(
         if params["plot"]:
             raise click.UsageError("--plot needs the stored matrix; drop --matrix-free")
         with connect(**connect_kwargs(options)) as client:
-            forest = XForest.load(store, client=client)
+            forest = XForest.load(store).set_execution(client)
             with forest.product_session(kind) as product:
                 written, result = run_clustering(product, params, truth=labels_truth)
     else:

@@ -1,45 +1,73 @@
-"""What every distforest estimator shares: scikit-learn parameters and the client to run on.
+"""The one estimator contract: scikit-learn parameters, execution kept apart.
 
-Subclasses list their parameters in ``_PARAM_NAMES`` and store ``client``,
-``scheduler``, ``cluster`` and ``progress`` in ``__init__``.
+Every public distforest estimator subclasses :class:`DaskEstimator`, a
+:class:`sklearn.base.BaseEstimator` whose ``__init__`` only stores plain
+parameters.  Where it runs (client, scheduler, cluster file, progress
+callback) is an :class:`~distforest.parallel.execution.Execution`, given by a
+``with distforest.execution(...)`` block or by :meth:`DaskEstimator.set_execution`,
+never by ``get_params``: so ``clone`` and pickling work with or without a client.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from pathlib import Path
+from typing import Any, Self
 
-from distforest.errors import ParameterError
+from sklearn.base import BaseEstimator
+
 from distforest.parallel import tasks
-from distforest.parallel.cluster import use_client
+from distforest.parallel.execution import (
+    Execution,
+    Progress,
+    Runner,
+    current_execution,
+)
 
 
-class DaskEstimator:
-    """Mixin: ``get_params``/``set_params`` and the Dask client of a call."""
+class DaskEstimator(BaseEstimator):
+    """Base of every distforest estimator: parameters plus an optional execution."""
 
-    _PARAM_NAMES: tuple[str, ...] = ()
-    client: Any
-    scheduler: Any
-    cluster: Any
-    progress: Any
+    def set_execution(
+        self,
+        client: Any = None,
+        *,
+        scheduler: str | None = None,
+        cluster: str | Path | None = None,
+        progress: Progress | None = None,
+    ) -> Self:
+        """Run this estimator's calls on a given cluster (not a parameter: ``clone`` drops it).
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Parameters of the estimator (scikit-learn convention)."""
-        names = (*self._PARAM_NAMES, "client", "scheduler", "cluster", "progress")
-        return {name: getattr(self, name) for name in names}
+        Parameters
+        ----------
+        client : distributed.Client, "synchronous" or None
+            ``"synchronous"`` runs every task in this process.
+        scheduler : str, optional
+            Address of an existing Dask scheduler.
+        cluster : str or Path, optional
+            A cluster YAML file (see ``cluster_configs/``).
+        progress : callable, optional
+            ``progress(stage, done, total)`` after every finished task.
 
-    def set_params(self, **params: Any) -> DaskEstimator:
-        """Set parameters (scikit-learn convention)."""
-        for name, value in params.items():
-            if name not in self.get_params():
-                raise ParameterError(f"unknown parameter {name!r} for {type(self).__name__}")
-            setattr(self, name, value)
+        Returns
+        -------
+        self
+        """
+        self._execution = Execution(client, scheduler, cluster, progress)
         return self
 
-    def _client(self) -> contextlib.AbstractContextManager[Any]:
-        return use_client(self.client, scheduler=self.scheduler, cluster=self.cluster)
+    def _current_execution(self) -> Execution:
+        own = self.__dict__.get("_execution")
+        return own if own is not None else current_execution()
+
+    def _runner(self) -> contextlib.AbstractContextManager[Runner]:
+        """The executor of one call (connects, or starts a cluster, for the block)."""
+        return self._current_execution().runner()
 
     def _report(self, stage: str) -> tasks.ProgressCallback | None:
-        if self.progress is None:
-            return None
-        return lambda done, total: self.progress(stage, done, total)
+        return self._current_execution().stage(stage)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_execution", None)  # a client cannot travel (and must not)
+        return state

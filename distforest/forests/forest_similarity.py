@@ -17,8 +17,7 @@ votes use ``1 / (1 - s)^2``, and ``s = 1`` is an exact match).
   of x's leaf.  Each row sums to 1 (a point is near its leaf-mates in
   proportion to how often they were drawn), so values are small; their
   order and ratios are what k-NN uses.
-- ``"beta"``: X-Forest beta-similarity (:class:`distforest.forests.xforest.XForest`,
-  imported lazily: it is a separate module).
+- ``"beta"``: X-Forest beta-similarity (:class:`distforest.forests.xforest.XForest`).
 
 The forest similarities can be saved (:meth:`ProximitySimilarity.save`,
 :meth:`BetaSimilarity.save`: the forest's own Zarr layout, no pickle) and read
@@ -28,14 +27,14 @@ way, in a group of the model store.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from distforest.errors import MissingDependencyError, NotFittedError, ParameterError, StoreError
+from distforest.errors import NotFittedError, ParameterError, StoreError
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.xforest import XForest
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
 
 FOREST_METRICS = ("rf-proximity", "rfgap", "beta")
@@ -51,12 +50,13 @@ class CrossSimilarity(Protocol):
 
 
 class _SavedForest:
-    """What the forest similarities share: saving the forest, pickling without a client."""
+    """What the forest similarities share: saving the forest.
+
+    They pickle as they are (to travel in neighbour-search tasks): a fitted
+    forest carries no client, since where it runs is not part of its state.
+    """
 
     forest_: Any
-
-    def __getstate__(self) -> dict[str, Any]:
-        return _without_client(self.__dict__)
 
     def save(self, store: str | Path) -> None:
         """Write the fitted forest (its own layout, no pickle) as a new, complete store."""
@@ -73,8 +73,6 @@ class ProximitySimilarity(_SavedForest):
     kind : {"rf-proximity", "rfgap"}
     n_estimators : int
     random_state : int or None
-    client : distributed.Client or None
-        Where the trees are fitted (see :class:`ProximityForest`).
     **forest_params
         Any other :class:`ProximityForest` parameter.
     """
@@ -84,7 +82,6 @@ class ProximitySimilarity(_SavedForest):
         kind: str = "rf-proximity",
         n_estimators: int = 100,
         random_state: int | None = None,
-        client: Any = None,
         **forest_params: Any,
     ) -> None:
         if kind not in ("rf-proximity", "rfgap"):
@@ -92,7 +89,6 @@ class ProximitySimilarity(_SavedForest):
         self.kind = kind
         self.n_estimators = n_estimators
         self.random_state = random_state
-        self.client = client
         self.forest_params = forest_params
 
     def fit(self, X: Any, y: Any = None) -> ProximitySimilarity:
@@ -100,7 +96,6 @@ class ProximitySimilarity(_SavedForest):
         self.forest_ = ProximityForest(
             n_estimators=self.n_estimators,
             random_state=self.random_state,
-            client=self.client,
             **self.forest_params,
         ).fit(X, y)
         if self.kind == "rfgap":
@@ -129,17 +124,16 @@ class ProximitySimilarity(_SavedForest):
         return leaf_match_sum(lq, lf, weights_q, counts) / lq.shape[0]
 
     @classmethod
-    def load(cls, store: str | Path, kind: str, client: Any = None) -> ProximitySimilarity:
+    def load(cls, store: str | Path, kind: str) -> ProximitySimilarity:
         """The fitted similarity of a forest written by :meth:`save`.
 
         Parameters
         ----------
         store : str or Path
         kind : {"rf-proximity", "rfgap"}
-        client : distributed.Client, optional
         """
-        forest = ProximityForest.from_store(store, client=client)
-        sim = cls(kind, forest.n_estimators, forest.random_state, client)
+        forest = ProximityForest.from_store(store)
+        sim = cls(kind, forest.n_estimators, forest.random_state)
         sim.forest_ = forest
         if kind == "rfgap":
             sim.leaf_mass_table_ = _leaf_mass_table(forest)
@@ -165,23 +159,15 @@ class BetaSimilarity(_SavedForest):
     ----------
     n_estimators : int
     random_state : int or None
-    client : distributed.Client or None
-        Where the trees are fitted (see :class:`~distforest.forests.xforest.XForest`).
     """
 
-    def __init__(
-        self, n_estimators: int = 100, random_state: int | None = None, client: Any = None
-    ) -> None:
+    def __init__(self, n_estimators: int = 100, random_state: int | None = None) -> None:
         self.n_estimators = n_estimators
         self.random_state = random_state
-        self.client = client
 
     def fit(self, X: Any, y: Any = None) -> BetaSimilarity:
         """Fit an :class:`XForest` on ``X`` (``y`` is ignored)."""
-        xforest = _xforest_class()
-        self.forest_ = xforest(
-            n_estimators=self.n_estimators, random_state=self.random_state, client=self.client
-        )
+        self.forest_ = XForest(n_estimators=self.n_estimators, random_state=self.random_state)
         self.forest_.fit(np.asarray(X, dtype=np.float64))
         return self
 
@@ -193,43 +179,15 @@ class BetaSimilarity(_SavedForest):
         return np.asarray(S, dtype=np.float64)
 
     @classmethod
-    def load(cls, store: str | Path, client: Any = None) -> BetaSimilarity:
+    def load(cls, store: str | Path) -> BetaSimilarity:
         """The fitted similarity of an X-Forest written by :meth:`save`."""
-        forest = _xforest_class().load(store, client=client)
-        sim = cls(forest.n_estimators, forest.random_state, client)
+        forest = XForest.load(store)
+        sim = cls(forest.n_estimators, forest.random_state)
         sim.forest_ = forest
         return sim
 
 
-def _without_client(state: dict[str, Any]) -> dict[str, Any]:
-    """A similarity's state to send to workers: no client (it cannot be pickled) or progress.
-
-    ``cross_similarity`` needs only the fitted arrays, so the copy sent in
-    neighbour-search tasks leaves the client and progress callback behind.
-    """
-    state = {**state, "client": None}
-    forest = state.get("forest_")
-    if forest is not None:
-        forest = copy.copy(forest)
-        for attr in ("client", "progress"):
-            if hasattr(forest, attr):
-                setattr(forest, attr, None)
-        state["forest_"] = forest
-    return state
-
-
-def _xforest_class() -> Any:
-    try:
-        from distforest.forests.xforest import XForest
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "metric 'beta' needs distforest.forests.xforest (X-Forest), which this "
-            f"installation does not have ({exc}); use 'rf-proximity' or 'rfgap'"
-        ) from exc
-    return XForest
-
-
-def load_similarity(metric: str, store: str | Path, client: Any = None) -> CrossSimilarity:
+def load_similarity(metric: str, store: str | Path) -> CrossSimilarity:
     """Read back the forest similarity ``metric`` saved at ``store`` (no code is run).
 
     Parameters
@@ -237,7 +195,6 @@ def load_similarity(metric: str, store: str | Path, client: Any = None) -> Cross
     metric : {"rf-proximity", "rfgap", "beta"}
     store : str or Path
         Written by the similarity's ``save``.
-    client : distributed.Client, optional
 
     Returns
     -------
@@ -245,21 +202,21 @@ def load_similarity(metric: str, store: str | Path, client: Any = None) -> Cross
         Fitted: ``cross_similarity`` works at once.
     """
     if metric in ("rf-proximity", "rfgap"):
-        return ProximitySimilarity.load(store, metric, client)
+        return ProximitySimilarity.load(store, metric)
     if metric == "beta":
-        return BetaSimilarity.load(store, client)
+        return BetaSimilarity.load(store)
     raise StoreError(f"no saved forest similarity {metric!r}; expected one of {FOREST_METRICS}")
 
 
 def make_similarity(
-    metric: Any, n_estimators: int, random_state: int | None, client: Any = None
+    metric: Any, n_estimators: int, random_state: int | None
 ) -> CrossSimilarity | None:
     """The similarity object for a forest ``metric`` name or a user's object; None otherwise."""
     if isinstance(metric, str):
         if metric in ("rf-proximity", "rfgap"):
-            return ProximitySimilarity(metric, n_estimators, random_state, client)
+            return ProximitySimilarity(metric, n_estimators, random_state)
         if metric == "beta":
-            return BetaSimilarity(n_estimators, random_state, client)
+            return BetaSimilarity(n_estimators, random_state)
         return None
     if isinstance(metric, CrossSimilarity):
         return metric

@@ -1,29 +1,116 @@
-"""Matrix-free proximity products as Dask tasks over batches of trees.
+"""The product session: matrix-free ``M @ V`` as tasks over batches of trees.
 
-``P @ V`` is a sum over trees (see :mod:`distforest.kernels.leafsums`), so
-each task takes a batch of trees, all rows, and returns an n x k partial sum;
-the driver adds the partial sums as they arrive.  Leaves and in-bag counts
-are scattered to the workers once per session, then every product reuses
-them: an eigensolver can call the session hundreds of times.
+Every forest matrix is a sum over trees (proximities through per-tree leaf
+sums, :mod:`distforest.kernels.leafsums`; X-Forest similarity through its
+factorisation ``S = Phi Phi^T / T``, :mod:`distforest.kernels.betasim`).  A
+forest offers one *part function* ``part(trees, *shared, *args)`` returning
+the sum over a batch of trees; :class:`ProductSession` shares the forest's
+arrays with the workers once, runs one task per batch, and adds the parts
+in batch order as they arrive: the result is bit-identical on any cluster
+(the batches depend on the forest only), and only the few parts that
+arrive early are held.
+
+:class:`ProximityProducts` is the session of a proximity forest
+(``P @ V`` for the original, OOB and RF-GAP proximities, and ``(P * P) @ V``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from distforest.kernels import leafsums
-from distforest.parallel import tasks
+from distforest.parallel.execution import Runner
+from distforest.parallel.tasks import plan_batches
+
+#: Tasks per product: the trees are cut into this many batches.
+PRODUCT_TASKS = 8
 
 
-def _product_task(
+def add_in_order(results: Iterator[tuple[int, Any]]) -> Any:
+    """Add the tasks' parts (arrays or tuples of arrays) in batch order as they arrive.
+
+    Completion order varies from run to run; adding in batch order keeps the
+    result bit-identical, and adding as soon as the next batch is there keeps
+    only the parts that arrived early in memory.
+    """
+    early: dict[int, Any] = {}
+    total: list[np.ndarray] | None = None
+    single = False
+    expected = 0
+    for index, part in results:
+        early[index] = part
+        while expected in early:
+            parts = early.pop(expected)
+            if total is None:
+                single = not isinstance(parts, tuple)
+                # received arrays may be read-only views of a buffer
+                total = [np.require(p, requirements="W") for p in ((parts,) if single else parts)]
+            else:
+                for acc, p in zip(total, (parts,) if single else parts, strict=True):
+                    acc += p
+            expected += 1
+    if total is None or early:
+        raise RuntimeError(f"product parts missing: got {expected}, early {sorted(early)}")
+    return total[0] if single else tuple(total)
+
+
+class ProductSession:
+    """Repeated sums over tree batches of one fitted forest on one runner.
+
+    Parameters
+    ----------
+    runner : Runner
+    part : callable
+        ``part(trees: slice, *shared, *args)``: the sum over a batch of trees.
+    shared : sequence
+        The forest's arrays, sent to the workers once for the whole session.
+    n_trees : int
+    batch_size : int, optional
+        Trees per task (default: the trees in :data:`PRODUCT_TASKS` batches,
+        whatever the cluster, so that results are bit-identical on any cluster).
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        part: Callable[..., Any],
+        shared: Sequence[Any],
+        n_trees: int,
+        batch_size: int | None = None,
+    ) -> None:
+        self.runner = runner
+        self.part = part
+        self.n_trees = n_trees
+        self._shared = tuple(runner.share(a) for a in shared)
+        size = batch_size or max(1, -(-n_trees // PRODUCT_TASKS))
+        self._batches = plan_batches(n_trees, size)
+
+    def share(self, value: Any) -> Any:
+        """Send a per-product value (``V``) to the workers."""
+        return self.runner.share(value)
+
+    def shared(self, index: int) -> Any:
+        """The ``index``-th shared array, back in this process."""
+        return self.runner.gather(self._shared[index])
+
+    def sum(self, *args: Any, name: str = "product") -> Any:
+        """Sum of ``part(batch, *shared, *args)`` over all tree batches, in batch order."""
+        items = [(b, *self._shared, *args) for b in self._batches]
+        return add_in_order(self.runner.run(self.part, items, name=name))
+
+
+# -- proximity forests ------------------------------------------------------------
+
+
+def _proximity_part(
+    trees: slice,
     leaves_t: np.ndarray,
     inbag_t: np.ndarray,
     V: np.ndarray,
-    trees: slice,
     method: str,
     dst_leaves_t: np.ndarray | None,
     rows: np.ndarray | None,
@@ -45,60 +132,25 @@ def _squared_task(
     return leafsums.squared_product(leaves_t, index[0], index[1], V, rows)
 
 
-#: Tasks per product: the trees are cut into this many batches.
-PRODUCT_TASKS = 8
-
-
-def _add_in_order(results: Iterator[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """Add the tasks' ``(sums, norm)`` in batch order as they arrive.
-
-    Completion order varies from run to run; adding in batch order keeps the
-    result bit-identical, and adding as soon as the next batch is there keeps
-    only the few parts that arrived early in memory (not all of them).
-    """
-    early: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    total: list[np.ndarray] | None = None
-    expected = 0
-    for index, part in results:
-        early[index] = part
-        while expected in early:
-            sums, norm = early.pop(expected)
-            if total is None:  # received arrays may be read-only views of a buffer
-                total = [np.require(sums, requirements="W"), np.require(norm, requirements="W")]
-            else:
-                total[0] += sums
-                total[1] += norm
-            expected += 1
-    assert total is not None and not early
-    return total[0], total[1]
-
-
-class ProductSession:
-    """Repeated ``P @ V`` for one fitted forest on one Dask client.
+class ProximityProducts:
+    """Repeated ``P @ V`` for one fitted proximity forest.
 
     Parameters
     ----------
-    client : distributed.Client
+    runner : Runner
     leaves, inbag : ndarray, shape (n, T)
         The forest's training leaves and in-bag counts.
     batch_size : int, optional
-        Trees per task (default: the trees in :data:`PRODUCT_TASKS` batches,
-        whatever the cluster, so that results are bit-identical on any cluster).
+        Trees per task (see :class:`ProductSession`).
     """
 
     def __init__(
-        self, client: Any, leaves: np.ndarray, inbag: np.ndarray, batch_size: int | None = None
+        self, runner: Runner, leaves: np.ndarray, inbag: np.ndarray, batch_size: int | None = None
     ) -> None:
-        self.client = client
         self.n_samples, self.n_trees = leaves.shape
         leafsums.warm_up()
-        leaves_t = np.ascontiguousarray(leaves.T)
-        self._leaves = tasks.scatter(client, leaves_t)
-        self._inbag = tasks.scatter(client, np.ascontiguousarray(inbag.T))
-        # The batches fix the order in which partial sums are added, so they
-        # depend on the forest only: the same bits on any cluster.
-        size = batch_size or max(1, -(-self.n_trees // PRODUCT_TASKS))
-        self._batches = tasks.plan_batches(self.n_trees, size)
+        shared = (np.ascontiguousarray(leaves.T), np.ascontiguousarray(inbag.T))
+        self.session = ProductSession(runner, _proximity_part, shared, self.n_trees, batch_size)
         self._index: Any = None
 
     def product(
@@ -129,14 +181,11 @@ class ProductSession:
         """
         V = np.asarray(V, dtype=np.float64)
         flat = V.ndim == 1
-        V2 = V[:, None] if flat else V
-        V_future = tasks.scatter(self.client, V2)
+        V_handle = self.session.share(V[:, None] if flat else V)
         dst = None
         if new_leaves is not None:
-            dst = tasks.scatter(self.client, np.ascontiguousarray(new_leaves.T))
-        items = [(self._leaves, self._inbag, V_future, b, method, dst, rows) for b in self._batches]
-        sums, norm = _add_in_order(tasks.run_tasks(self.client, _product_task, items,
-                                                   name="product"))  # fmt: skip
+            dst = self.session.share(np.ascontiguousarray(new_leaves.T))
+        sums, norm = self.session.sum(V_handle, method, dst, rows)
         result = leafsums.normalise(sums, norm)
         return result[:, 0] if flat else result
 
@@ -148,22 +197,22 @@ class ProductSession:
         """
         V = np.asarray(V, dtype=np.float64)
         V2 = V[:, None] if V.ndim == 1 else V
+        runner = self.session.runner
+        leaves = self.session._shared[0]
         if self._index is None:
-            leaves_t = self.client.gather(self._leaves)
-            self._index = tasks.scatter(self.client, leafsums.leaf_index(leaves_t))
-            del leaves_t
-        V_future = tasks.scatter(self.client, V2)
-        blocks = tasks.plan_batches(self.n_samples, block)
-        items = [(self._leaves, self._index, V_future, np.arange(b.start, b.stop)) for b in blocks]
+            self._index = runner.share(leafsums.leaf_index(self.session.shared(0)))
+        V_handle = runner.share(V2)
+        blocks = plan_batches(self.n_samples, block)
+        items = [(leaves, self._index, V_handle, np.arange(b.start, b.stop)) for b in blocks]
         out = np.empty((self.n_samples, V2.shape[1]))
-        for i, part in tasks.run_tasks(self.client, _squared_task, items, name="squared-product"):
+        for i, part in runner.run(_squared_task, items, name="squared-product"):
             out[blocks[i]] = part
         return out[:, 0] if V.ndim == 1 else out
 
 
 @contextmanager
-def product_session(forest: Any, batch_size: int | None = None) -> Iterator[ProductSession]:
-    """A :class:`ProductSession` for a fitted ProximityForest, on its client."""
+def product_session(forest: Any, batch_size: int | None = None) -> Iterator[ProximityProducts]:
+    """A :class:`ProximityProducts` for a fitted ProximityForest, on its execution."""
     forest._check_fitted()
-    with forest._client() as client:
-        yield ProductSession(client, forest.leaves_, forest.inbag_, batch_size)
+    with forest._runner() as runner:
+        yield ProximityProducts(runner, forest.leaves_, forest.inbag_, batch_size)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +14,18 @@ import xarray as xr
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import _params as P
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.tiles import ARRAY_NAMES, SYMMETRIC, proximity_in_memory, tile_task
+from distforest.forests.tiled import matrix_in_memory, write_matrix
+from distforest.forests.tiles import ARRAY_NAMES, SYMMETRIC, arrays_tile, store_tile
 from distforest.io import Table, load_table
 from distforest.kernels import leafsums
 from distforest.kernels import proximity as proximity_kernels
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, TreeParams, fit_tree_batch
 from distforest.parallel import tasks
+from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
-
-#: ``progress(stage, done, total)``; stages are "fit" and "tiles".
-Progress = Callable[[str, int, int], None]
 
 
 class ProximityForest(DaskEstimator):
@@ -60,15 +58,10 @@ class ProximityForest(DaskEstimator):
     random_state : int or None, default None
         Seed of the whole forest.  The same value gives the same trees,
         leaves and proximities whatever the cluster, batch and tile sizes.
-    client : distributed.Client or None
-        Cluster to use.  Otherwise ``scheduler`` or ``cluster``, else the
-        current default client, else a LocalCluster for the duration of a call.
-    scheduler : str or None
-        Address of an existing Dask scheduler, e.g. ``"tcp://host:8786"``.
-    cluster : str, Path or None
-        A cluster YAML file (see ``cluster_configs/``).
-    progress : callable or None
-        ``progress(stage, done, total)`` after every finished task.
+
+    Where it runs is not a parameter: use ``with distforest.execution(client=c):``
+    or :meth:`set_execution` (progress stages are ``"fit"`` and ``"tiles"``);
+    by default the current Dask client, else a LocalCluster for each call.
 
     Attributes
     ----------
@@ -101,10 +94,6 @@ class ProximityForest(DaskEstimator):
         batch_size: int | None = None,
         tile_size: int = 2048,
         random_state: int | None = None,
-        client: Any = None,
-        scheduler: str | None = None,
-        cluster: str | Path | None = None,
-        progress: Progress | None = None,
     ) -> None:
         self.n_estimators = n_estimators
         self.task = task
@@ -117,26 +106,8 @@ class ProximityForest(DaskEstimator):
         self.batch_size = batch_size
         self.tile_size = tile_size
         self.random_state = random_state
-        self.client = client
-        self.scheduler = scheduler
-        self.cluster = cluster
-        self.progress = progress
 
     # -- parameters ---------------------------------------------------------
-
-    _PARAM_NAMES = (
-        "n_estimators",
-        "task",
-        "kind",
-        "max_features",
-        "min_samples_leaf",
-        "max_depth",
-        "bootstrap",
-        "max_samples",
-        "batch_size",
-        "tile_size",
-        "random_state",
-    )
 
     def _validated(self) -> dict[str, Any]:
         return {
@@ -192,21 +163,19 @@ class ProximityForest(DaskEstimator):
         n = table.n_samples
         leaves = np.empty((n, n_trees), dtype=np.int32)
         inbag = np.empty((n, n_trees), dtype=np.uint8)
-        with self._client() as client:
-            batch_size = params["batch_size"] or tasks.default_batch_size(
-                n_trees, tasks.total_threads(client)
-            )
+        with self._runner() as runner:
+            batch_size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
             batches = tasks.plan_batches(n_trees, batch_size)
             logger.info(
                 "fitting %d %s trees on %d x %d in %d tasks",
                 n_trees, task, n, table.n_features, len(batches),
             )  # fmt: skip
-            X_future = tasks.scatter(client, table.X)
-            y_future = None if y_fit is None else tasks.scatter(client, y_fit)
+            X_future = runner.share(table.X)
+            y_future = None if y_fit is None else runner.share(y_fit)
             items = [(X_future, y_future, seeds[b], tree_params) for b in batches]
             parts: list[Any] = [None] * len(batches)
-            for i, batch in tasks.run_tasks(
-                client, fit_tree_batch, items, name="fit-trees", progress=self._report("fit")
+            for i, batch in runner.run(
+                fit_tree_batch, items, name="fit-trees", progress=self._report("fit")
             ):
                 leaves[:, batches[i]] = batch.leaves
                 inbag[:, batches[i]] = batch.inbag
@@ -295,19 +264,17 @@ class ProximityForest(DaskEstimator):
         self._check_fitted()
         rs = RunStore.create(store, attrs=self._provenance(), overwrite=overwrite)
         n, n_trees = self.leaves_.shape
-        rows = min(self.params_["tile_size"], n)
+        rows = self.params_["tile_size"]
         rs.write_coordinates(n, n_trees)
         rs.write_forest(self.nodes_, self.node_counts_, self.seeds_)
-        rs.write_array("leaves", self.leaves_, ("sample", "tree"), chunks=(rows, n_trees))
-        rs.write_array("inbag", self.inbag_, ("sample", "tree"), chunks=(rows, n_trees))
+        rs.write_named("leaves", self.leaves_, rows=rows)
+        rs.write_named("inbag", self.inbag_, rows=rows)
         if self.y_ is not None:
-            rs.write_array(
-                "target", self.y_, ("sample",), attrs={"classes": self._provenance()["classes"]}
-            )
+            rs.write_named("target", self.y_, attrs={"classes": self._provenance()["classes"]})
         return rs
 
     @classmethod
-    def from_store(cls, store: str | Path, **params: Any) -> ProximityForest:
+    def from_store(cls, store: str | Path) -> ProximityForest:
         """Load a forest saved by :meth:`save` (no pickle: plain arrays and JSON).
 
         Parameters
@@ -315,9 +282,6 @@ class ProximityForest(DaskEstimator):
         store : str or Path
             A store holding ``forest/``, ``leaves`` and ``inbag`` (complete or
             not: a run resumed after a crash loads its forest this way).
-        **params
-            Non-model settings to set on the loaded forest (``client``,
-            ``progress``, ...).
 
         Returns
         -------
@@ -333,9 +297,8 @@ class ProximityForest(DaskEstimator):
                 "fit it again"
             )
         saved = dict(attrs["params"])
-        forest = cls(**{k: v for k, v in saved.items() if k in cls._PARAM_NAMES}).set_params(
-            **params
-        )
+        names = cls._get_param_names()
+        forest = cls(**{k: v for k, v in saved.items() if k in names})
         nodes = rs.read_forest()
         offsets = nodes.pop("node_offset")
         inp = attrs["input"]
@@ -414,7 +377,8 @@ class ProximityForest(DaskEstimator):
                     f"max_in_memory above {max_in_memory} if you have the memory)"
                 )
             arrays = {"leaves": self.leaves_, "inbag": self.inbag_, "leaf_mass": self.leaf_mass()}
-            values = proximity_in_memory(method, arrays, self.params_["tile_size"])
+            plan = TilePlan(n, n, self.params_["tile_size"], symmetric=SYMMETRIC[method])
+            values = matrix_in_memory(plan, arrays_tile, (arrays, method))
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
@@ -501,42 +465,20 @@ class ProximityForest(DaskEstimator):
                 f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id_!r}); save this forest "
                 "to a new store first"
             )
-        n, n_trees = self.leaves_.shape
+        n = self.n_samples_
         tile = self.params_["tile_size"]
         name = ARRAY_NAMES[method]
         if method == "rfgap" and "leaf_mass" not in rs.group:
-            rs.write_array(
-                "leaf_mass", self.leaf_mass(), ("sample", "tree"), chunks=(min(tile, n), n_trees)
-            )
-        tiles = tasks.plan_tiles(n, tile, symmetric=SYMMETRIC[method])
-        blocks = -(-n // tile)
-        done = rs.done_tiles(name) if name in rs.group else None
-        if done is None or done.shape != (blocks, blocks) or rs.group[name].chunks[0] != tile:
-            rs.create_matrix(
-                name, n, n, tile, attrs={"method": method, "n_trees": n_trees, "complete": False}
-            )
-            rs.create_done_record(name, (blocks, blocks))
-            done = np.zeros((blocks, blocks), dtype=np.uint8)
-        items = []
-        for rows_i, rows_j in tiles:
-            index = (rows_i.start // tile, rows_j.start // tile)
-            if not done[index]:
-                items.append((rs.path, method, rows_i, rows_j, index))
-        if len(items) < len(tiles):
-            logger.info(
-                "resuming %s: %d of %d tiles already written, %d to go",
-                name, len(tiles) - len(items), len(tiles), len(items),
+            rs.write_named("leaf_mass", self.leaf_mass(), rows=tile)
+        plan = TilePlan(n, n, tile, symmetric=SYMMETRIC[method])
+        proximity_kernels.warm_up()  # compile once here, not in every worker at once
+        with self._runner() as runner:
+            return write_matrix(
+                runner, rs, name, plan, store_tile, (rs.path, method),
+                identity={"fit_id": self.fit_id_, "method": method},
+                attrs={"method": method, "n_trees": int(self.leaves_.shape[1])},
+                progress=self._report("tiles"),
             )  # fmt: skip
-        proximity_kernels.warm_up()
-        logger.info("writing %d %s tiles of %d x %d to %s", len(items), name, tile, tile, rs.path)
-        stats = {"tiles": len(tiles), "skipped": len(tiles) - len(items), "bytes": 0}
-        with self._client() as client:
-            for _, written in tasks.run_tasks(
-                client, tile_task, items, name=f"{name}-tiles", progress=self._report("tiles")
-            ):
-                stats["bytes"] += written
-        rs.group[name].attrs.update({"complete": True})
-        return stats
 
 
 def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:

@@ -23,10 +23,14 @@ import xarray as xr
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import _xforest_params as XP
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.products import ProductSession
+from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
-from distforest.store.run_store import RunStore, read_rows, write_block
+from distforest.parallel.execution import Runner
+from distforest.parallel.tiling import TilePlan
+from distforest.store.run_store import RunStore, read_rows
 
 logger = logging.getLogger("distforest")
 
@@ -37,34 +41,39 @@ Progress = Callable[[str, int, int], None]
 NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
 
 
-def tile_task(path: str, name: str, beta: float, rows_i: slice, rows_j: slice) -> int:
-    """Compute one similarity tile (and its mirror) from the stored codes; write it.
+def store_tile(path: str, beta: float, rows: slice, cols: slice) -> np.ndarray:
+    """Tile function of the tile service: one similarity block from the stored codes.
 
     Runs inside a Dask worker: reads ``path`` and ``depth`` rows of the two
-    blocks, loops over all trees, writes whole chunks.  Returns bytes written.
+    blocks and loops over all trees.
     """
-    codes_i, depth_i = read_rows(path, "path", rows_i), read_rows(path, "depth", rows_i)
-    if rows_i == rows_j:
+    codes_i, depth_i = read_rows(path, "path", rows), read_rows(path, "depth", rows)
+    if rows == cols:
         codes_j, depth_j = codes_i, depth_i
     else:
-        codes_j, depth_j = read_rows(path, "path", rows_j), read_rows(path, "depth", rows_j)
-    tile = betasim.similarity_block(codes_i, depth_i, codes_j, depth_j, beta)
-    write_block(path, name, (rows_i, rows_j), tile)
-    if rows_i != rows_j:
-        write_block(path, name, (rows_j, rows_i), np.ascontiguousarray(tile.T))
-        return 2 * tile.nbytes
-    return tile.nbytes
+        codes_j, depth_j = read_rows(path, "path", cols), read_rows(path, "depth", cols)
+    return betasim.similarity_block(codes_i, depth_i, codes_j, depth_j, beta)
 
 
-def _product_task(
-    forest: dict[str, np.ndarray], V: np.ndarray, trees: slice, beta: float
+def arrays_tile(codes: np.ndarray, depth: np.ndarray, beta: float, rows: slice, cols: slice):
+    """Tile function from in-memory codes and depths (small matrices)."""
+    return betasim.similarity_block(codes[rows], depth[rows], codes[cols], depth[cols], beta)
+
+
+def _product_part(
+    trees: slice,
+    leaves_t: np.ndarray,
+    node_depth: np.ndarray,
+    parent: np.ndarray,
+    offsets: np.ndarray,
+    V: np.ndarray,
+    beta: float,
 ) -> np.ndarray:
-    offsets = forest["node_offset"]
     a, b = offsets[trees.start], offsets[trees.stop]
     return betasim.phi_product(
-        forest["leaves_t"][trees],
-        forest["node_depth"][a:b],
-        forest["parent"][a:b],
+        leaves_t[trees],
+        node_depth[a:b],
+        parent[a:b],
         offsets[trees.start : trees.stop + 1] - a,
         V,
         beta,
@@ -72,42 +81,37 @@ def _product_task(
 
 
 class SimilarityProduct:
-    """Repeated ``S @ V`` for one fitted forest on one Dask client (no n x n anywhere).
+    """Repeated ``S @ V`` for one fitted forest (no n x n anywhere).
 
-    The forest's leaves and node parents are sent to the workers once; each
-    product is one task per batch of trees, summed in batch order (so results
-    are bit-identical whatever the completion order).
+    A :class:`~distforest.forests.products.ProductSession` over the forest's
+    leaves and node parents: one task per batch of trees, summed in batch
+    order, so results are bit-identical on any cluster.
 
     Parameters
     ----------
-    client : distributed.Client
+    runner : Runner
     forest : XForest
         A fitted forest.
     beta : float
         0 gives the basic similarity.
     batch_size : int, optional
-        Trees per task (default: about two tasks per worker thread).
+        Trees per task.
     """
 
     def __init__(
-        self, client: Any, forest: XForest, beta: float, batch_size: int | None = None
+        self, runner: Runner, forest: XForest, beta: float, batch_size: int | None = None
     ) -> None:
-        self.client = client
         self.beta = float(beta)
         self.n_trees = forest.leaves_.shape[1]
         self.shape = (forest.n_samples_, forest.n_samples_)
         betasim.warm_up()
-        arrays = {
-            "leaves_t": np.ascontiguousarray(forest.leaves_.T),
-            "node_depth": np.ascontiguousarray(forest.nodes_[:, 1]),
-            "parent": np.ascontiguousarray(forest.nodes_[:, 0]),
-            "node_offset": forest.node_offset_,
-        }
-        self._forest = {k: tasks.scatter(client, v) for k, v in arrays.items()}
-        size = batch_size or tasks.default_batch_size(
-            self.n_trees, tasks.total_threads(client), per_thread=2
+        shared = (
+            np.ascontiguousarray(forest.leaves_.T),
+            np.ascontiguousarray(forest.nodes_[:, 1]),
+            np.ascontiguousarray(forest.nodes_[:, 0]),
+            forest.node_offset_,
         )
-        self._batches = tasks.plan_batches(self.n_trees, size)
+        self.session = ProductSession(runner, _product_part, shared, self.n_trees, batch_size)
 
     def __call__(self, V: Any) -> np.ndarray:
         """``S @ V``; ``V`` of shape (n,) or (n, k)."""
@@ -115,14 +119,7 @@ class SimilarityProduct:
         if V.shape[0] != self.shape[0]:
             raise InputError(f"V has {V.shape[0]} rows but the forest has {self.shape[0]}")
         V2 = np.ascontiguousarray(V[:, None] if V.ndim == 1 else V)
-        V_future = tasks.scatter(self.client, V2)
-        items = [(self._forest, V_future, b, self.beta) for b in self._batches]
-        parts: list[Any] = [None] * len(items)
-        for i, part in tasks.run_tasks(self.client, _product_task, items, name="xforest-product"):
-            parts[i] = part
-        total = parts[0]
-        for part in parts[1:]:
-            total = total + part
+        total = self.session.sum(self.session.share(V2), self.beta, name="xforest-product")
         total /= self.n_trees
         return total[:, 0] if V.ndim == 1 else total
 
@@ -159,10 +156,9 @@ class XForest(DaskEstimator):
     random_state : int or None
         The same value gives the same trees and matrices whatever the cluster,
         batch and tile sizes.
-    client, scheduler, cluster
-        Where to run (see :class:`~distforest.forests.proximity_forest.ProximityForest`).
-    progress : callable or None
-        ``progress(stage, done, total)`` after every finished task.
+
+    Where it runs is not a parameter: use ``with distforest.execution(client=c):``
+    or :meth:`set_execution` (progress stages ``"fit"`` and ``"tiles"``).
 
     Attributes
     ----------
@@ -196,10 +192,6 @@ class XForest(DaskEstimator):
         batch_size: int | None = None,
         tile_size: int = 2048,
         random_state: int | None = None,
-        client: Any = None,
-        scheduler: str | None = None,
-        cluster: str | Path | None = None,
-        progress: Progress | None = None,
     ) -> None:
         self.n_estimators = n_estimators
         self.n_directions = n_directions
@@ -210,22 +202,6 @@ class XForest(DaskEstimator):
         self.batch_size = batch_size
         self.tile_size = tile_size
         self.random_state = random_state
-        self.client = client
-        self.scheduler = scheduler
-        self.cluster = cluster
-        self.progress = progress
-
-    _PARAM_NAMES = (
-        "n_estimators",
-        "n_directions",
-        "leaf_size",
-        "beta",
-        "mode",
-        "normalize",
-        "batch_size",
-        "tile_size",
-        "random_state",
-    )
 
     # -- fitting ------------------------------------------------------------
 
@@ -243,7 +219,7 @@ class XForest(DaskEstimator):
         -------
         self
         """
-        params = XP.check_xforest({k: getattr(self, k) for k in self._PARAM_NAMES})
+        params = XP.check_xforest(self.get_params())
         table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
         if np.isnan(table.X).any():
             raise InputError(
@@ -258,10 +234,8 @@ class XForest(DaskEstimator):
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         standard = params["mode"] == "standard"
         rptrees.warm_up()
-        with self._client() as client:
-            batch_size = params["batch_size"] or tasks.default_batch_size(
-                n_trees, tasks.total_threads(client)
-            )
+        with self._runner() as runner:
+            batch_size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
             batches = tasks.plan_batches(n_trees, batch_size)
             logger.info(
                 "growing %d X-Forest trees on %d x %d in %d tasks",
@@ -270,14 +244,13 @@ class XForest(DaskEstimator):
                 table.n_features,
                 len(batches),
             )
-            X_future = tasks.scatter(client, Xn)
+            X_future = runner.share(Xn)
             items = [
                 (X_future, seeds[b], params["n_directions"], params["leaf_size"], standard)
                 for b in batches
             ]
             parts: list[Any] = [None] * len(batches)
-            for i, part in tasks.run_tasks(
-                client,
+            for i, part in runner.run(
                 rptrees.grow_batch,
                 items,
                 name="xforest-trees",
@@ -414,38 +387,60 @@ class XForest(DaskEstimator):
                     "pass store='similarity.zarr' to write it tile by tile (or raise "
                     f"max_in_memory above {max_in_memory} if you have the memory)"
                 )
-            values = np.empty((n, n), dtype=np.float32)
-            for rows in tasks.plan_batches(n, self.params_["tile_size"]):
-                values[rows] = betasim.similarity_block(
-                    self.codes_[rows], self.depth_[rows], self.codes_, self.depth_, beta
-                )
+            plan = TilePlan(n, n, self.params_["tile_size"], symmetric=True)
+            values = matrix_in_memory(plan, arrays_tile, (self.codes_, self.depth_, beta))
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
             return xr.DataArray(
                 values, dims=("sample_i", "sample_j"), coords=coords, name=name, attrs=attrs
             )
         rs = self._open_or_create(store, overwrite)
-        tile = self.params_["tile_size"]
-        rs.create_matrix(name, n, n, tile, attrs={**attrs, "complete": False})
-        tiles = tasks.plan_tiles(n, tile, symmetric=True)
-        betasim.warm_up()  # compile once here, not in every worker at the same time
-        logger.info("writing %d %s tiles of %d x %d to %s", len(tiles), name, tile, tile, rs.path)
-        items = [(rs.path, name, beta, ri, rj) for ri, rj in tiles]
-        with self._client() as client:
-            for _ in tasks.run_tasks(
-                client, tile_task, items, name=f"{name}-tiles", progress=self._report("tiles")
-            ):
-                pass
-        rs.group[name].attrs.update({"complete": True})
+        self.write_similarity(rs, kind)
         rs.mark_complete()
         return rs.dataset()[name]
+
+    def write_similarity(self, rs: RunStore, kind: str = "beta") -> dict[str, int]:
+        """Write a similarity into an open store tile by tile, resuming if possible.
+
+        Tiles marked in the store's done record by an earlier, interrupted
+        call on the same fit are skipped.  The store is not marked complete.
+
+        Parameters
+        ----------
+        rs : RunStore
+            A store saved from this forest (same ``fit_id``), opened for writing.
+        kind : {"beta", "basic"}
+
+        Returns
+        -------
+        dict
+            ``tiles`` (planned), ``skipped`` (already done) and ``bytes`` written.
+        """
+        beta = self._beta(kind)
+        if rs.attrs.get("fit_id") != self.fit_id_:
+            raise StoreError(
+                f"store {rs.path!r} was written by another fit (fit_id "
+                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id_!r}); save this forest "
+                "to a new store first"
+            )
+        name = XP.SIMILARITY_NAMES[kind]
+        n = self.n_samples_
+        plan = TilePlan(n, n, self.params_["tile_size"], symmetric=True)
+        betasim.warm_up()  # compile once here, not in every worker at the same time
+        with self._runner() as runner:
+            return write_matrix(
+                runner, rs, name, plan, store_tile, (rs.path, beta),
+                identity={"fit_id": self.fit_id_, "kind": kind, "beta": beta},
+                attrs={"kind": kind, "beta": beta, "n_trees": int(self.codes_.shape[1])},
+                progress=self._report("tiles"),
+            )  # fmt: skip
 
     @contextlib.contextmanager
     def product_session(self, kind: str = "beta") -> Iterator[SimilarityProduct]:
         """A reusable matrix-free ``S @ V`` on this forest's client (for eigensolvers)."""
         self._check_fitted()
         beta = self._beta(kind)
-        with self._client() as client:
-            yield SimilarityProduct(client, self, beta)
+        with self._runner() as runner:
+            yield SimilarityProduct(runner, self, beta)
 
     def product(self, V: Any, kind: str = "beta") -> np.ndarray:
         """``S @ V`` without forming S, through ``S = Phi Phi^T / T`` (DESIGN.md section 3).
@@ -491,8 +486,8 @@ class XForest(DaskEstimator):
         """
         self._check_fitted()
         rs = RunStore.create(store, attrs=self._provenance(), overwrite=overwrite)
-        n, n_trees, words = self.codes_.shape
-        rows = min(self.params_["tile_size"], n)
+        n, n_trees, _ = self.codes_.shape
+        rows = self.params_["tile_size"]
         rs.write_coordinates(n, n_trees)
         nodes = {c: np.ascontiguousarray(self.nodes_[:, k]) for k, c in enumerate(NODE_COLUMNS)}
         nodes["threshold"] = self.thresholds_
@@ -503,21 +498,17 @@ class XForest(DaskEstimator):
         forest.write_array("feature_min", self.feature_min_, ("feature",))
         forest.write_array("feature_scale", self.feature_scale_, ("feature",))
         for name, values in (("leaves", self.leaves_), ("depth", self.depth_)):
-            rs.write_array(name, values, ("sample", "tree"), chunks=(rows, n_trees))
-        rs.write_array(
-            "path", self.codes_, ("sample", "tree", "path_word"), chunks=(rows, n_trees, words)
-        )
+            rs.write_named(name, values, rows=rows)
+        rs.write_named("path", self.codes_, rows=rows)
         return rs
 
     @classmethod
-    def load(cls, store: str | Path, **kwargs: Any) -> XForest:
+    def load(cls, store: str | Path) -> XForest:
         """A fitted XForest from a store written by :meth:`save` or :meth:`similarity`.
 
         Parameters
         ----------
         store : str or Path
-        **kwargs
-            ``client``, ``scheduler``, ``cluster``, ``progress``.
         """
         rs = RunStore.open(store)
         attrs = rs.attrs
@@ -527,7 +518,7 @@ class XForest(DaskEstimator):
                 f"{attrs.get('method')!r}); use `distforest xforest` to make one"
             )
         params = dict(attrs["params"])
-        forest = cls(**params, **kwargs)
+        forest = cls(**params)
         f = rs.read_forest()
         forest.params_ = params
         forest.random_state_ = params["random_state"]

@@ -33,13 +33,19 @@ import zarr
 
 from distforest._version import __version__
 from distforest.errors import StoreError
+from distforest.store.schema import (
+    DONE_DIMS,
+    DONE_GROUP,
+    MATRIX_DIMS,
+    ROW_COORDS,
+    array_spec,
+    matrix_spec,
+    row_chunks,
+)
 
 SCHEMA_VERSION = 1
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
-
-#: Dimension names of the pairwise matrices.
-MATRIX_DIMS = ("sample_i", "sample_j")
 
 
 def _now() -> str:
@@ -227,13 +233,41 @@ class RunStore:
             arr.attrs.update(dict(attrs))
         return arr
 
-    def write_coordinates(self, n_samples: int, n_trees: int) -> None:
+    def write_named(
+        self,
+        name: str,
+        data: np.ndarray,
+        *,
+        rows: int = 2048,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> zarr.Array:
+        """Write per-row array ``name`` with the layout :mod:`distforest.store.schema` gives it.
+
+        Parameters
+        ----------
+        name : str
+            A name in :data:`distforest.store.schema.ARRAYS`.
+        data : ndarray
+        rows : int
+            Rows per chunk for arrays chunked by rows (the tile size).
+        attrs : mapping, optional
+        """
+        spec = array_spec(name)
+        data = np.asarray(data)
+        if spec.dtype is not None:
+            data = data.astype(spec.dtype, copy=False)
+        if data.ndim != len(spec.dims):
+            raise StoreError(f"array {name!r} must have dims {spec.dims}, got shape {data.shape}")
+        chunks = row_chunks(spec, data.shape, rows)
+        return self.write_array(name, data, spec.dims, chunks=chunks, attrs=attrs)
+
+    def write_coordinates(self, n_samples: int, n_trees: int | None = None) -> None:
         """Row and tree numbers as coordinates, so xarray names every dim."""
         rows = np.arange(n_samples, dtype=np.int64)
-        self.write_array("sample", rows, ("sample",))
-        for dim in MATRIX_DIMS:
-            self.write_array(dim, rows, (dim,))
-        self.write_array("tree", np.arange(n_trees, dtype=np.int64), ("tree",))
+        for dim in ROW_COORDS:
+            self.write_named(dim, rows)
+        if n_trees is not None:
+            self.write_named("tree", np.arange(n_trees, dtype=np.int64))
 
     def create_matrix(
         self,
@@ -242,14 +276,19 @@ class RunStore:
         n_cols: int,
         tile: int,
         *,
-        dtype: str = "float32",
+        dtype: str | None = None,
         attrs: Mapping[str, Any] | None = None,
     ) -> zarr.Array:
-        """Create an empty ``(sample_i, sample_j)`` matrix chunked in tiles."""
+        """Create an empty ``(sample_i, sample_j)`` matrix chunked in tiles.
+
+        ``dtype`` defaults to the schema's type for ``name``; unwritten
+        cells read as NaN.
+        """
+        dtype = dtype or matrix_spec(name).dtype
         arr = self.group.create_array(
             name,
             shape=(n_rows, n_cols),
-            chunks=(min(tile, n_rows), min(tile, n_cols)),
+            chunks=(max(1, min(tile, n_rows)), max(1, min(tile, n_cols))),
             dtype=dtype,
             fill_value=np.nan,
             dimension_names=MATRIX_DIMS,
@@ -266,22 +305,68 @@ class RunStore:
         not prove its tile was written whole; a task marks its tile done in
         ``done/<name>`` (one uint8 chunk per tile) only after writing it.
         """
-        done = self.group.require_group("done")
+        done = self.group.require_group(DONE_GROUP)
         return done.create_array(
             name,
             shape=shape,
             chunks=(1, 1),
             dtype="uint8",
             fill_value=0,
-            dimension_names=("tile_i", "tile_j"),
+            dimension_names=DONE_DIMS,
             overwrite=True,
         )
 
     def done_tiles(self, name: str) -> np.ndarray | None:
         """The done record of matrix ``name`` (1 = written), or None if it has none."""
-        if "done" not in self.group or name not in self.group["done"]:
+        if DONE_GROUP not in self.group or name not in self.group[DONE_GROUP]:
             return None
-        return self.group["done"][name][...]
+        return self.group[DONE_GROUP][name][...]
+
+    def prepare_matrix(
+        self,
+        name: str,
+        shape: tuple[int, int],
+        tile: int,
+        *,
+        dtype: str | None = None,
+        identity: Mapping[str, Any],
+        attrs: Mapping[str, Any] | None = None,
+    ) -> np.ndarray:
+        """Create matrix ``name`` and its done record, or keep them to resume.
+
+        The existing matrix is kept when it has the same shape, chunks,
+        dtype and ``identity`` (what computed it: forest, method, tile
+        plan, ...) and its done record matches; otherwise both are created
+        anew.
+
+        Returns
+        -------
+        ndarray of uint8, shape (row blocks, column blocks)
+            The done record: 1 for the tiles already written.
+        """
+        dtype = dtype or matrix_spec(name).dtype
+        blocks = (-(-shape[0] // tile), -(-shape[1] // tile))
+        identity = dict(identity)
+        if name in self.group:
+            arr = self.group[name]
+            done = self.done_tiles(name)
+            same = (
+                tuple(arr.shape) == tuple(shape)
+                and tuple(arr.chunks) == (max(1, min(tile, shape[0])), max(1, min(tile, shape[1])))
+                and np.dtype(arr.dtype) == np.dtype(dtype)
+                and arr.attrs.get("identity") == identity
+                and done is not None
+                and done.shape == blocks
+            )
+            if same:
+                assert done is not None
+                return done
+        self.create_matrix(
+            name, shape[0], shape[1], tile, dtype=dtype,
+            attrs={**dict(attrs or {}), "identity": identity, "complete": False},
+        )  # fmt: skip
+        self.create_done_record(name, blocks)
+        return np.zeros(blocks, dtype=np.uint8)
 
     def write_forest(
         self, nodes: Mapping[str, np.ndarray], node_counts: np.ndarray, seeds: np.ndarray
@@ -349,4 +434,34 @@ def write_block(path: str, name: str, region: tuple[slice, ...], values: np.ndar
 
 def mark_done(path: str, name: str, tile: tuple[int, int]) -> None:
     """Record tile ``tile`` (block indices) of matrix ``name`` as written."""
-    zarr.open_array(path, path=f"done/{name}", mode="r+")[tile] = 1
+    zarr.open_array(path, path=f"{DONE_GROUP}/{name}", mode="r+")[tile] = 1
+
+
+def write_tile(
+    path: str,
+    name: str,
+    index: tuple[int, int],
+    region: tuple[slice, slice],
+    values: np.ndarray,
+    *,
+    mirror: bool = False,
+) -> int:
+    """Write one tile (and its transpose when ``mirror``), then mark it done.
+
+    Runs inside a task; the tile's chunks belong to this task alone.  The
+    done mark is written last, so a tile marked done is whole.
+
+    Returns
+    -------
+    int
+        Bytes written.
+    """
+    arr = zarr.open_array(path, path=name, mode="r+")
+    values = np.asarray(values, dtype=arr.dtype)
+    arr[region] = values
+    written = values.nbytes
+    if mirror:
+        arr[region[1], region[0]] = np.ascontiguousarray(values.T)
+        written *= 2
+    mark_done(path, name, index)
+    return written

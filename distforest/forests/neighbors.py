@@ -1,0 +1,383 @@
+"""Top-k neighbours without forming the matrix.
+
+:func:`top_k_neighbors` finds the k nearest rows of every query row.  A k-d /
+ball tree (scikit-learn) built once per worker answers blocks of queries for
+Minkowski distances on low-dimensional data (blocks cut along a Morton
+curve, so each task's queries are near each other); otherwise each task
+streams tiles of candidates through a running merge
+(:func:`distforest.kernels.metrics.merge_top_k`): fused numba kernels for
+Minkowski distances, BLAS products for cosine and for Euclidean on many
+features (exact values re-computed for the pairs that can win), dense tiles
+for the other measures.  Memory is O(n k) in the driver and O(tile) in a
+task.  Results do not depend on the number of workers, the batch or tile sizes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from distforest.errors import ParameterError
+from distforest.forests import _params as P
+from distforest.forests.measures import Measure
+from distforest.forests.pairwise import _describe, prepare
+from distforest.kernels import metrics as metric_kernels
+from distforest.parallel import tasks
+from distforest.parallel.execution import SYNCHRONOUS, Progress, for_call
+from distforest.store.run_store import RunStore, check_can_create
+
+logger = logging.getLogger("distforest")
+
+ALGORITHMS = ("auto", "kd_tree", "ball_tree", "brute")
+#: ``auto`` uses a k-d tree for Minkowski distances up to this many features.
+KD_TREE_MAX_FEATURES = 15
+#: The brute search uses BLAS products for Euclidean distances from this many features.
+GRAM_MIN_FEATURES = 13
+#: Query rows per matrix product of the brute search (a 64 x tile block stays in cache).
+GRAM_ROWS = 64
+#: Safety factor on the rounding bound of the product form (see :func:`_gram_search`).
+GRAM_SLACK = 8.0
+
+
+# -- top-k neighbours -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Neighbors:
+    """The k nearest reference rows of each query row, nearest first.
+
+    Attributes
+    ----------
+    distances : ndarray of float64, shape (n_queries, k)
+        Distances (``1 - s`` for a similarity measure).
+    indices : ndarray of int64, shape (n_queries, k)
+        Reference row numbers; ``-1`` where fewer than k candidates exist.
+    """
+
+    distances: np.ndarray
+    indices: np.ndarray
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """What one neighbour task needs besides the data (small, sent with every task)."""
+
+    k: int
+    algorithm: str
+    measure: Measure | None
+    exclude_self: bool
+    tile_size: int
+    token: str
+    similarity: Any = None
+
+
+#: Trees built in this process, by search token (at most a few kept).
+_TREES: dict[str, Any] = {}
+_MAX_TREES = 2
+
+
+def _tree(spec: SearchSpec, reference: np.ndarray) -> Any:
+    tree = _TREES.get(spec.token)
+    if tree is None:
+        from sklearn.neighbors import BallTree, KDTree
+
+        cls = KDTree if spec.algorithm == "kd_tree" else BallTree
+        p = spec.measure.minkowski_p
+        if p == 2.0:
+            kw: dict[str, Any] = {"metric": "euclidean"}
+        elif p == 1.0:
+            kw = {"metric": "manhattan"}
+        elif math.isinf(p):
+            kw = {"metric": "chebyshev"}
+        else:
+            kw = {"metric": "minkowski", "p": p}
+        tree = cls(reference, leaf_size=40, **kw)
+        while len(_TREES) >= _MAX_TREES:
+            _TREES.pop(next(iter(_TREES)))
+        _TREES[spec.token] = tree
+    return tree
+
+
+def _tree_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, ids: np.ndarray):
+    """k nearest by the worker's tree for query rows ``Q`` (global row numbers ``ids``)."""
+    k = spec.k
+    extra = int(spec.exclude_self)
+    dist, idx = _tree(spec, reference).query(Q, k=min(k + extra, reference.shape[0]))
+    if extra:
+        is_self = idx == ids[:, None]
+        drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), idx.shape[1] - 1)
+        keep = np.ones(idx.shape, dtype=bool)
+        keep[np.arange(idx.shape[0]), drop] = False
+        idx = idx[keep].reshape(idx.shape[0], -1)
+        dist = dist[keep].reshape(idx.shape[0], -1)
+    order = np.lexsort((idx, dist), axis=-1)
+    return np.take_along_axis(dist, order, -1), np.take_along_axis(idx, order, -1).astype(np.int64)
+
+
+def uses_gram(measure: Measure | None, n_features: int) -> bool:
+    """Whether the brute search ranks by matrix products (BLAS) rather than pair by pair.
+
+    Cosine always; Euclidean on more than :data:`GRAM_MIN_FEATURES` - 1
+    features (on fewer, the fused numba kernel is faster than a product
+    whose inner dimension is tiny).
+    """
+    if measure is None:
+        return False
+    if measure.name == "cosine":
+        return True
+    return measure.minkowski_p == 2.0 and n_features >= GRAM_MIN_FEATURES
+
+
+def _gram_sides(X: np.ndarray, cosine: bool, center: np.ndarray | None):
+    """Rows as the product sees them (unit length, or centred) and their squared norms."""
+    if cosine:
+        norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+        A = np.divide(X, norms[:, None], out=np.zeros_like(X), where=norms[:, None] > 0)
+    else:
+        A = X - center
+    return A, np.einsum("ij,ij->i", A, A)
+
+
+def _gram_search(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: int,
+                 best_d: np.ndarray, best_i: np.ndarray) -> None:  # fmt: skip
+    """Top-k by Euclidean or cosine distance from BLAS products, exact values for the winners.
+
+    Inside each tile of ``tile_size`` candidates, blocks of :data:`GRAM_ROWS`
+    query rows are multiplied with the tile (``||a||^2 + ||b||^2 - 2 a.b`` on
+    rows centred on the reference mean, or ``1 - a.b`` on unit rows) and
+    scanned by :func:`distforest.kernels.metrics.gram_top_k`, which re-computes
+    exactly every pair that could enter a row's list.
+    """
+    cosine = spec.measure.name == "cosine"
+    center = None if cosine else reference.mean(axis=0)
+    scale = 0.5 if cosine else 1.0
+    QA, q_sq = _gram_sides(Q, cosine, center)
+    # rounding bound of the product form (with a wide margin): pairs within it get exact values
+    width = GRAM_SLACK * (Q.shape[1] + 4) * np.finfo(np.float64).eps
+    blocks = tasks.plan_batches(Q.shape[0], GRAM_ROWS)
+    for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
+        R = reference[cols]
+        RA, r_sq = _gram_sides(R, cosine, center)
+        slack = width * (q_sq + r_sq.max())
+        for rows in blocks:
+            metric_kernels.gram_top_k(
+                QA[rows] @ RA.T, q_sq[rows], r_sq, slack[rows], scale, Q[rows], R, cosine,
+                cols.start, start + rows.start, spec.exclude_self, best_d[rows], best_i[rows],
+            )  # fmt: skip
+
+
+def _brute_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: int):
+    best_d, best_i = metric_kernels.empty_top_k(Q.shape[0], spec.k)
+    if spec.similarity is not None:
+        sim = spec.similarity
+        if hasattr(sim, "cross_distance"):
+            D = np.asarray(sim.cross_distance(Q), dtype=np.float64)
+        else:
+            D = 1.0 - np.asarray(sim.cross_similarity(Q), dtype=np.float64)
+        metric_kernels.merge_top_k(D, 0, start, spec.exclude_self, best_d, best_i)
+    elif uses_gram(spec.measure, Q.shape[1]):
+        _gram_search(spec, reference, Q, start, best_d, best_i)
+        if spec.measure.name != "cosine":
+            best_d = np.sqrt(best_d)
+    elif spec.measure.minkowski_p is not None:
+        p = float(spec.measure.minkowski_p)
+        for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
+            metric_kernels.minkowski_top_k(Q, reference[cols], p, cols.start, start,
+                                           spec.exclude_self, best_d, best_i)  # fmt: skip
+        best_d = metric_kernels.minkowski_finish(best_d, p)
+    else:
+        for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
+            D = spec.measure.distances(Q, reference[cols])
+            metric_kernels.merge_top_k(D, cols.start, start, spec.exclude_self, best_d, best_i)
+    return metric_kernels.finish_top_k(best_d, best_i)
+
+
+def neighbors_task(
+    spec: SearchSpec, reference: np.ndarray, queries: np.ndarray, rows: slice | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """k nearest reference rows of ``queries[rows]``: (distances, indices), nearest first.
+
+    ``rows`` is a slice (brute tiles) or an array of row numbers (tree
+    searches take their queries in a space-filling-curve order).
+    """
+    Q = np.ascontiguousarray(queries[rows])
+    if spec.algorithm in ("kd_tree", "ball_tree"):
+        ids = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
+        return _tree_block(spec, reference, Q, ids)
+    return _brute_block(spec, reference, Q, rows.start)
+
+
+def resolve_algorithm(algorithm: str, measure: Measure | None, n_features: int) -> str:
+    """``auto``: a k-d tree for Minkowski distances on at most 15 features, else brute tiles."""
+    P.check_choice("algorithm", algorithm, ALGORITHMS)
+    tree_ok = measure is not None and measure.minkowski_p is not None
+    if algorithm == "auto":
+        return "kd_tree" if tree_ok and n_features <= KD_TREE_MAX_FEATURES else "brute"
+    if algorithm != "brute" and not tree_ok:
+        name = "a forest similarity" if measure is None else repr(measure.name)
+        raise ParameterError(
+            f"algorithm={algorithm!r} needs a Minkowski distance (euclidean, manhattan, "
+            f"chebyshev, minkowski:P), not {name}; use algorithm='brute' or 'auto'"
+        )
+    return algorithm
+
+
+def search(
+    queries: np.ndarray,
+    reference: np.ndarray,
+    k: int,
+    *,
+    measure: Measure | None = None,
+    similarity: Any = None,
+    algorithm: str = "auto",
+    exclude_self: bool = False,
+    batch_size: int | None = None,
+    tile_size: int = 8192,
+    client: Any = SYNCHRONOUS,
+    scheduler: str | None = None,
+    cluster: str | Path | None = None,
+    progress: Progress | None = None,
+) -> Neighbors:
+    """Nearest neighbours of prepared (normalised, fitted) data; see :func:`top_k_neighbors`.
+
+    ``similarity`` (an object with ``cross_similarity(Q)``) replaces
+    ``measure``; distances are then ``1 - s``.
+    """
+    k = P.check_int("k", k)
+    n_ref = reference.shape[0]
+    if k > n_ref - int(exclude_self):
+        raise ParameterError(
+            f"k={k} but there are only {n_ref - int(exclude_self)} candidate rows; use a smaller k"
+        )
+    algorithm = resolve_algorithm(algorithm, measure, reference.shape[1])
+    if similarity is not None:
+        algorithm = "brute"
+    spec = SearchSpec(k, algorithm, measure, exclude_self, P.check_int("tile_size", tile_size),
+                      uuid.uuid4().hex, similarity)  # fmt: skip
+    nq = queries.shape[0]
+    if algorithm == "brute":
+        metric_kernels.warm_up()
+    exe = for_call(client, scheduler, cluster, progress)
+    with exe.runner() as s:
+        if batch_size is None:
+            if algorithm != "brute":
+                cap = 16384
+            else:
+                cap = 1024 if similarity is None else max(16, (1 << 23) // n_ref)
+            batch_size = min(cap, tasks.default_batch_size(nq, s.threads()))
+        batches: list[Any] = tasks.plan_batches(nq, P.check_int("batch_size", batch_size))
+        if algorithm != "brute" and nq > 1:
+            # near queries together: each task walks the same branches of the tree
+            order = metric_kernels.morton_order(queries)
+            batches = [order[b] for b in batches]
+        ref = s.share(reference)
+        qs = ref if queries is reference else s.share(queries)
+        # a forest similarity travels once per worker, not with every task
+        shared = spec if similarity is None else s.share(spec)
+        items = [(shared, ref, qs, rows) for rows in batches]
+        logger.info("k=%d neighbours of %d rows among %d by %s in %d tasks",
+                    k, nq, n_ref, algorithm, len(items))  # fmt: skip
+        distances = np.empty((nq, k))
+        indices = np.empty((nq, k), dtype=np.int64)
+        try:
+            for i, (d, idx) in s.run(neighbors_task, items, name="neighbors",
+                                     progress=exe.stage("knn")):  # fmt: skip
+                distances[batches[i]] = d
+                indices[batches[i]] = idx
+        finally:
+            _TREES.pop(spec.token, None)
+    return Neighbors(distances, indices)
+
+
+def top_k_neighbors(
+    X: Any,
+    Y: Any = None,
+    *,
+    k: int = 10,
+    metric: str | Measure = "euclidean",
+    metric_params: dict[str, Any] | None = None,
+    normalize: str | None = None,
+    feature_range: tuple[float, float] = (0.0, 1.0),
+    algorithm: str = "auto",
+    store: str | Path | None = None,
+    overwrite: bool = False,
+    batch_size: int | None = None,
+    tile_size: int = 8192,
+    client: Any = None,
+    scheduler: str | None = None,
+    cluster: str | Path | None = None,
+    progress: Progress | None = None,
+) -> Neighbors | xr.Dataset:
+    """The k nearest rows of ``Y`` (or of ``X`` itself) for every row of ``X``.
+
+    Never forms the n x m matrix.  With ``algorithm="auto"``, Minkowski
+    distances on at most 15 features use a scikit-learn k-d tree, built once
+    per worker from the reference rows, queried in row blocks (one Dask task
+    each); other measures stream tiles of ``tile_size`` candidates through a
+    running merge.  Ties are broken by the smaller row number, so the
+    answer does not depend on workers, batch or tile size (the tree and brute
+    paths agree except possibly on exactly tied distances).
+
+    Parameters
+    ----------
+    X : array-like, DataFrame, path or Table
+        Query rows.
+    Y : same as X, optional
+        Reference rows; ``None``: the rows of ``X``, each row's own pair excluded.
+    k : int
+        Neighbours per row.
+    metric, metric_params, normalize, feature_range :
+        As in :func:`pairwise`; a similarity s is turned into the distance ``1 - s``.
+    algorithm : {"auto", "kd_tree", "ball_tree", "brute"}
+    store : str or Path, optional
+        Write ``neighbor_index`` and ``neighbor_distance`` (dims ``sample``,
+        ``neighbor``) to a new Zarr store and return it as a Dataset.
+    overwrite : bool
+    batch_size : int, optional
+        Query rows per task.
+    tile_size : int
+        Candidate rows per tile of the brute path.
+    client, scheduler, cluster, progress :
+        As in :func:`pairwise` (progress stage ``"knn"``).
+
+    Returns
+    -------
+    Neighbors or xarray.Dataset
+    """
+    measure, A, B, _ = prepare(X, Y, metric, metric_params, normalize, feature_range)
+    if store is not None:
+        check_can_create(store, overwrite)
+    result = search(
+        A, B, k, measure=measure, algorithm=algorithm, exclude_self=Y is None,
+        batch_size=batch_size, tile_size=tile_size, client=client, scheduler=scheduler,
+        cluster=cluster, progress=progress,
+    )  # fmt: skip
+    if store is None:
+        return result
+    attrs = {
+        "metric": measure.spec,
+        "kind": measure.kind,
+        "distance": "1 - similarity" if measure.kind == "similarity" else measure.spec,
+        "k": int(k),
+        "normalize": normalize or "none",
+        "algorithm": resolve_algorithm(algorithm, measure, B.shape[1]),
+        "exclude_self": Y is None,
+    }
+    rs = RunStore.create(store, attrs={"params": attrs, "input": _describe(X, A, B)},
+                         overwrite=overwrite)  # fmt: skip
+    n = A.shape[0]
+    rows = min(n, 65536)
+    rs.write_named("sample", np.arange(n, dtype=np.int64))
+    rs.write_array("neighbor", np.arange(k, dtype=np.int64), ("neighbor",))
+    dims = ("sample", "neighbor")
+    rs.write_array("neighbor_index", result.indices, dims, chunks=(rows, k))
+    rs.write_array("neighbor_distance", result.distances, dims, chunks=(rows, k))
+    rs.mark_complete()
+    return rs.dataset()

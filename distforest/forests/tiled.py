@@ -1,0 +1,117 @@
+"""The tile service: every n x n or n x m matrix is written through here.
+
+A *tile function* ``func(*args, rows, cols) -> ndarray`` computes one block
+of a matrix.  :func:`write_matrix` runs it once per pending tile of a
+:class:`~distforest.parallel.tiling.TilePlan` (one task per tile, on the
+given :class:`~distforest.parallel.execution.Runner`), writes the tile and,
+for symmetric plans, its mirror, and marks the tile done in the store; a
+run killed half-way resumes where it stopped and gives the same bytes.
+:func:`matrix_in_memory` builds a small matrix from the same tile function,
+so both paths give identical values.
+
+Big inputs reach the tasks as ``args``: store paths (tasks read the rows
+they need) or handles from :meth:`Runner.share`, never as copies per task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from distforest.parallel.execution import Runner
+from distforest.parallel.tasks import ProgressCallback
+from distforest.parallel.tiling import Tile, TilePlan
+from distforest.store.run_store import RunStore, write_tile
+
+logger = logging.getLogger("distforest")
+
+#: ``func(*args, rows, cols)``: one block of a matrix.
+TileFunction = Callable[..., np.ndarray]
+
+
+def tile_task(path: str, name: str, tile: Tile, func: TileFunction, *args: Any) -> int:
+    """Compute one tile, write it (and its mirror), mark it done; returns bytes written."""
+    values = func(*args, tile.rows, tile.cols)
+    return write_tile(path, name, tile.index, (tile.rows, tile.cols), values, mirror=tile.mirror)
+
+
+def write_matrix(
+    runner: Runner,
+    store: RunStore,
+    name: str,
+    plan: TilePlan,
+    func: TileFunction,
+    args: Sequence[Any],
+    *,
+    identity: Mapping[str, Any],
+    dtype: str | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
+) -> dict[str, int]:
+    """Write matrix ``name`` of ``store`` tile by tile, resuming a half-written one.
+
+    Parameters
+    ----------
+    runner : Runner
+        Where the tile tasks run.
+    store : RunStore
+        Opened for writing (only this driver writes its attributes).
+    name : str
+        A matrix named in :data:`distforest.store.schema.MATRICES`.
+    plan : TilePlan
+    func : callable
+        ``func(*args, rows, cols) -> ndarray`` (picklable: a module-level function).
+    args : sequence
+        Arguments passed before the tile's rows and columns.
+    identity : mapping
+        What determines the values (forest id, method, parameters): an
+        existing matrix with the same identity and plan is resumed, any
+        other is replaced.
+    dtype : str, optional
+        Stored type (default: the schema's).
+    attrs : mapping, optional
+        Attributes of the matrix.
+    progress : callable, optional
+        ``progress(done, total)`` per finished tile.
+
+    Returns
+    -------
+    dict
+        ``tiles`` (in the plan), ``skipped`` (already done), ``bytes`` (written now).
+    """
+    identity = {**dict(identity), **plan.describe()}
+    done = store.prepare_matrix(
+        name, (plan.n_rows, plan.n_cols), plan.tile_size, dtype=dtype, identity=identity,
+        attrs=attrs,
+    )  # fmt: skip
+    pending = plan.pending(done)
+    skipped = plan.n_tasks - len(pending)
+    if skipped:
+        logger.info(
+            "resuming %s: %d of %d tiles already written, %d to go",
+            name, skipped, plan.n_tasks, len(pending),
+        )  # fmt: skip
+    size = plan.tile_size
+    logger.info("writing %d %s tiles of %d x %d to %s", len(pending), name, size, size, store.path)
+    items = [(store.path, name, tile, func, *args) for tile in pending]
+    stats = {"tiles": plan.n_tasks, "skipped": skipped, "bytes": 0}
+    for _, written in runner.run(tile_task, items, name=f"{name}-tiles", progress=progress):
+        stats["bytes"] += written
+    store.group[name].attrs.update({"complete": True})
+    return stats
+
+
+def matrix_in_memory(
+    plan: TilePlan, func: TileFunction, args: Sequence[Any], dtype: str = "float32"
+) -> np.ndarray:
+    """A whole (small) matrix from the same tile function, tile by tile, in this process."""
+    out = np.empty((plan.n_rows, plan.n_cols), dtype=dtype)
+    for tile in plan.tiles():
+        values = func(*args, tile.rows, tile.cols)
+        out[tile.rows, tile.cols] = values
+        if tile.mirror:
+            out[tile.cols, tile.rows] = values.T
+    return out
