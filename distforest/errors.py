@@ -9,6 +9,8 @@ its lock), 1 anything else.
 
 from __future__ import annotations
 
+from sklearn.exceptions import NotFittedError as _SklearnNotFitted
+
 
 class DistforestError(Exception):
     """Base class of every error raised on purpose by distforest."""
@@ -20,6 +22,10 @@ class InputError(DistforestError, ValueError):
     """The user's data cannot be used: missing file, bad column, bad values."""
 
     exit_code = 3
+
+
+class InputTypeError(InputError, TypeError):
+    """Input of a type that cannot be used (e.g. a dict in an array cell)."""
 
 
 class ParameterError(DistforestError, ValueError):
@@ -58,7 +64,10 @@ class BusyError(StoreError):
     exit_code = 7
 
 
-class NotFittedError(DistforestError, AttributeError):
-    """A method needing a fitted estimator was called before ``fit``."""
+class NotFittedError(DistforestError, _SklearnNotFitted):
+    """A method needing a fitted estimator was called before ``fit``.
+
+    Also scikit-learn's ``NotFittedError`` (so ``check_is_fitted`` callers catch it).
+    """
 
     exit_code = 1

@@ -297,7 +297,7 @@ def test_bad_parameters_and_inputs_are_clear():
         KNNClassifier().fit(bad, y)
     with pytest.raises(NotFittedError):
         KNNClassifier().predict(X)
-    with pytest.raises(InputError, match="fitted on 4"):
+    with pytest.raises(InputError, match="expecting 4 features"):
         KNNClassifier().fit(X, y).predict(X[:, :3])
 
 

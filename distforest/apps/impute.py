@@ -40,7 +40,7 @@ from distforest.forests._estimator import DaskEstimator
 from distforest.forests.products import ProximityProducts
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.io import Table, load_table
-from distforest.io.tables import read_frame
+from distforest.io.tables import read_frame, refuse_sparse
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import release_memory
 
@@ -99,6 +99,7 @@ def _numeric(levels: np.ndarray) -> bool:
 
 def _read_input(X: Any, y: Any) -> tuple[Any, str, Any, Any]:
     """``(features object, form, original, y)`` with a column-name target split off."""
+    refuse_sparse(X)
     if isinstance(X, str | Path):
         X = read_frame(X)
         form = "frame"
@@ -108,6 +109,8 @@ def _read_input(X: Any, y: Any) -> tuple[Any, str, Any, Any]:
         return X, "table", X, y
     else:
         form = "array"
+        if not hasattr(X, "shape") and not isinstance(X, Table):
+            X = np.asarray(X)  # lists and other array-likes
     original = X
     if isinstance(y, str):
         if form != "frame":
@@ -247,11 +250,11 @@ def _encode_like(X: Any, train: _Data) -> _Data:
                     f"(training features: {list(train.names)})"
                 )
             feats = feats[[c for n in train.names for c in feats.columns if str(c) == n]]
-        table = load_table(feats)
+        table = load_table(feats, min_rows=1)  # new rows: one is enough
     if table.n_features != len(train.names):
         raise InputError(
-            f"X has {table.n_features} feature columns but the imputer was fitted on "
-            f"{len(train.names)}; pass the same columns ({list(train.names)})"
+            f"X has {table.n_features} features, but ProximityImputer is expecting "
+            f"{len(train.names)} features as input; pass the same columns ({list(train.names)})"
         )
     Xc = table.X.copy()
     for j, name in enumerate(train.names):
@@ -633,6 +636,11 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             "batch_size": P.check_int("batch_size", self.batch_size, allow_none=True),
             "random_state": P.check_random_state(self.random_state),
         }
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # missing values are what it fills
+        return tags
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin, clone
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import column_or_1d
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import _params as P
@@ -202,8 +204,8 @@ class KNNBase(DaskEstimator):
             X = np.ascontiguousarray(self.scaler_.fit_transform(X), dtype=np.float64)
         if self.n_neighbors > X.shape[0]:
             raise ParameterError(
-                f"n_neighbors={self.n_neighbors} but only {X.shape[0]} training rows; "
-                "use a smaller n_neighbors"
+                f"n_neighbors={self.n_neighbors} but only {X.shape[0]} training rows "
+                f"(n_samples = {X.shape[0]}); use a smaller n_neighbors"
             )
         self.similarity_ = make_similarity(self.metric, self.n_estimators, self.random_state)
         self.measure_ = None
@@ -239,7 +241,8 @@ class KNNBase(DaskEstimator):
         Q, _ = as_matrix(X, "X")
         if Q.shape[1] != self.n_features_in_:
             raise InputError(
-                f"X has {Q.shape[1]} features but the model was fitted on {self.n_features_in_}"
+                f"X has {Q.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input; pass the training columns"
             )
         Q = Q[:, self.support_]
         if self.scaler_ is not None:
@@ -310,9 +313,16 @@ class KNNClassifier(ClassifierMixin, KNNBase):
         -------
         self
         """
-        if y is None:
-            raise InputError("KNNClassifier needs the class labels y")
-        self.classes_, codes = np.unique(np.asarray(y), return_inverse=True)
+        y = _target(y, type(self).__name__, "the class labels")
+        kind = type_of_target(y)
+        if kind in ("continuous", "continuous-multioutput"):
+            raise InputError(
+                f"Unknown label type: {kind} target (e.g. {y.flat[0]!r}); KNNClassifier "
+                "needs class labels: use KNNRegressor for numeric targets"
+            )
+        if y.dtype.kind == "f" and not np.isfinite(y).all():
+            raise InputError("the class labels hold NaN or inf; drop those rows")
+        self.classes_, codes = np.unique(y, return_inverse=True)
         self._fit(X, y, codes.astype(np.int64))
         return self
 
@@ -348,8 +358,7 @@ class KNNRegressor(RegressorMixin, KNNBase):
         -------
         self
         """
-        if y is None:
-            raise InputError("KNNRegressor needs the target values y")
+        y = _target(y, type(self).__name__, "the target values")
         try:
             y_fit = np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError):
@@ -363,6 +372,18 @@ class KNNRegressor(RegressorMixin, KNNBase):
         """(Weighted) mean target of the neighbours of each query row."""
         indices, w = self._weighted(X)
         return (w * self.y_fit_[indices]).sum(axis=1) / w.sum(axis=1)
+
+
+def _target(y: Any, model: str, what: str) -> np.ndarray:
+    """``y`` as a 1-D array (a column vector is flattened with a warning)."""
+    if y is None:
+        raise InputError(f"{model} requires y to be passed, but the target y is None; give {what}")
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        return column_or_1d(y, warn=True)
+    if y.ndim != 1:
+        raise InputError(f"{model} needs a 1-D target, got shape {y.shape}")
+    return y
 
 
 # -- saving without pickle -------------------------------------------------------

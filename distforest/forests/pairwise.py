@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from distforest.errors import ParameterError, StoreError
+from distforest.errors import InputError, ParameterError, StoreError
 from distforest.forests import _params as P
 from distforest.forests.measures import Measure, check_values, make_scaler, parse_metric
 from distforest.forests.tiled import matrix_in_memory, write_matrix
@@ -45,10 +45,18 @@ def as_matrix(X: Any, what: str = "X") -> tuple[np.ndarray, tuple[str, ...]]:
         return X.X, X.feature_names
     if isinstance(X, np.ndarray) and X.dtype.kind in "biuf":
         if X.ndim != 2:
-            raise ParameterError(f"{what} must be 2-D (rows x features), got shape {X.shape}")
+            raise ParameterError(
+                f"{what} must be 2-D (rows x features), got shape {X.shape}; Reshape your "
+                "data, e.g. x.reshape(-1, 1) for a single feature"
+            )
+        if X.shape[0] == 0 or X.shape[1] == 0:
+            raise InputError(
+                f"{what} has {X.shape[0]} sample(s) and {X.shape[1]} feature(s) (shape="
+                f"{X.shape}) while a minimum of 1 is required."
+            )
         names = tuple(str(i) for i in range(X.shape[1]))
         return np.ascontiguousarray(X, dtype=np.float64), names
-    table = load_table(X)
+    table = load_table(X, min_rows=1)
     return table.X, table.feature_names
 
 

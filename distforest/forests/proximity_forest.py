@@ -109,6 +109,12 @@ class ProximityForest(DaskEstimator):
 
     # -- parameters ---------------------------------------------------------
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # the trees route missing values
+        tags.target_tags.required = False  # no target: an unsupervised forest
+        return tags
+
     def _validated(self) -> dict[str, Any]:
         return {
             "n_estimators": P.check_int("n_estimators", self.n_estimators),

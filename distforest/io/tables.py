@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distforest.errors import InputError
+from distforest.errors import InputError, InputTypeError
 
 __all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table", "read_frame"]
 
@@ -117,6 +117,7 @@ def load_table(
     drop: Sequence[str] = (),
     na_values: Sequence[str] = (),
     allow_missing: bool = True,
+    min_rows: int = 2,
 ) -> Table:
     """Read ``source`` into a :class:`Table`.
 
@@ -135,6 +136,8 @@ def load_table(
         Extra strings that mark a missing value (e.g. ``"?"``).
     allow_missing : bool
         If False, missing feature values raise an error.
+    min_rows : int
+        Fewest rows accepted (2 to fit a forest; 1 for new rows to transform).
 
     Returns
     -------
@@ -151,6 +154,7 @@ def load_table(
     na = [str(v) for v in na_values]
     drop = [str(c) for c in drop]
     target = None if target is None else str(target)
+    refuse_sparse(source)
     data, name, y_stored = _read(source, na)
     if isinstance(data, pd.DataFrame):
         names = [str(c) for c in data.columns]
@@ -167,9 +171,12 @@ def load_table(
     if n == 0:
         raise InputError(f"{name}: the table has no data rows")
     if not keep:
-        raise InputError(f"{name}: no feature columns left after removing target/drop")
-    if n == 1:
-        raise InputError(f"{name}: the table has a single row; at least 2 are needed")
+        raise InputError(
+            f"{name}: no feature columns left after removing target/drop: 0 feature(s) "
+            f"(shape=({n}, 0)) while a minimum of 1 is required."
+        )
+    if n < min_rows:
+        raise InputError(f"{name}: the table has a single row (1 sample); at least 2 are needed")
     categories: dict[str, tuple] = {}
     if isinstance(data, pd.DataFrame):
         X = np.empty((n, len(keep)), dtype=np.float64)
@@ -215,6 +222,15 @@ def read_frame(source: Any, *, na_values: Sequence[str] = ()) -> pd.DataFrame:
     return pd.DataFrame(arr, columns=list(names))
 
 
+def refuse_sparse(X: Any) -> None:
+    """Raise a clear :class:`InputError` for a scipy sparse matrix or array."""
+    if type(X).__module__.startswith("scipy.sparse"):
+        raise InputError(
+            f"sparse input is not supported (got {type(X).__name__}); the trees need "
+            "dense rows: convert it with X.toarray() if it fits in memory"
+        )
+
+
 def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
     """Return ``(DataFrame | (ndarray, names), source name, stored y or None)``."""
     if isinstance(source, str | Path):
@@ -235,6 +251,13 @@ def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
             return _dataset(source, "<xarray.Dataset>"), "<xarray.Dataset>", None
     if mod == "zarr":
         return _zarr(source, f"<zarr.{type(source).__name__}>")
+    if isinstance(source, list | tuple) or hasattr(source, "__array__"):
+        name = f"<{type(source).__name__}>"
+        try:
+            arr = np.asarray(source)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{name}: cannot be read as an array ({exc})") from None
+        return _array(arr, name), name, None
     raise InputError(
         f"cannot read a {type(source).__name__}; pass a path ({', '.join(SUPPORTED_EXTENSIONS)})"
         " or a pandas DataFrame, numpy/dask array, xarray DataArray/Dataset, zarr Array/Group"
@@ -305,13 +328,20 @@ def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
 def _need_2d(shape: tuple[int, ...], name: str) -> None:
     raise InputError(
         f"{name}: expected a 2-D array (samples x features), got {len(shape)}-D with "
-        f"shape {shape}; reshape it, e.g. x.reshape(-1, 1) for a single feature"
+        f"shape {shape}; Reshape your data, e.g. x.reshape(-1, 1) for a single feature"
     )
 
 
 def _array(arr: np.ndarray, name: str, names: Sequence[str] | None = None) -> tuple:
     if arr.ndim != 2:
         _need_2d(arr.shape, name)
+    if arr.dtype.kind == "c":
+        raise InputError(
+            f"{name}: Complex data not supported (dtype {arr.dtype}); pass the real "
+            "and imaginary parts as separate columns"
+        )
+    if arr.dtype.kind == "O":
+        arr = _object_numbers(arr, name)
     if arr.dtype.kind not in "biuf":
         raise InputError(
             f"{name}: array dtype {arr.dtype} is not numeric; convert it to numbers "
@@ -324,6 +354,22 @@ def _array(arr: np.ndarray, name: str, names: Sequence[str] | None = None) -> tu
             f"{name}: {len(names)} feature names for {arr.shape[1]} columns; fix feature_names"
         )
     return arr, [str(c) for c in names]
+
+
+def _object_numbers(arr: np.ndarray, name: str) -> np.ndarray:
+    """An object array of numbers as float64; anything else is refused."""
+    try:
+        return arr.astype(np.float64)
+    except TypeError as exc:  # e.g. a dict in a cell
+        raise InputTypeError(
+            f"{name}: an object array must hold only numbers ({exc}); convert it to "
+            "numbers or pass a pandas DataFrame so categorical columns get encoded"
+        ) from None
+    except ValueError as exc:  # e.g. text in a cell
+        raise InputError(
+            f"{name}: an object array must hold only numbers ({exc}); pass a pandas "
+            "DataFrame so categorical columns get encoded"
+        ) from None
 
 
 def _dataarray(da: Any) -> tuple:
@@ -449,7 +495,7 @@ def _check_features(X: np.ndarray, names: tuple[str, ...], name: str, allow_miss
         if counts.any():
             cols = ", ".join(f"{names[j]!r} ({counts[j]})" for j in np.flatnonzero(counts))
             raise InputError(
-                f"{name}: missing values in columns {cols}; impute them first, "
+                f"{name}: missing values (NaN) in columns {cols}; impute them first, "
                 "e.g. `distforest impute`"
             )
 
