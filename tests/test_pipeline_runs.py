@@ -316,3 +316,52 @@ def test_xforest_and_knn_pipelines_are_locked_and_reported(name, overrides, stor
     assert report["seconds"] > 0 and report["bytes_written"]
     assert str(out / store) in json.dumps(report["config"])
     assert (out / "report.md").exists() and lock_path(out / store).read_text() == ""
+
+
+def xforest_pipeline(tmp_path: Path, name: str) -> Path:
+    """An X-Forest pipeline with many tiny tiles (a long tile stage to interrupt)."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\n"
+        f"input: {{path: {ROOT / 'distforest' / 'data' / 'ionosphere.csv'}, target: Class}}\n"
+        "xforest: {n_estimators: 400, random_state: 1, tile_size: 16}\n"
+        "clustering: {method: kernel-kmeans, k: 2, out: clusters.csv}\n"
+        f"output: {{dir: {tmp_path / name}, store: sim.zarr}}\n"
+    )
+    return path
+
+
+def test_xforest_pipeline_resumes_after_sigkill_bit_identical(tmp_path):
+    clean = run_cli("run", xforest_pipeline(tmp_path, "clean"))
+    assert clean.returncode == 0, clean.stderr
+    killed = xforest_pipeline(tmp_path, "killed")
+    store = tmp_path / "killed" / "sim.zarr"
+    done_dir = store / "done" / "beta_similarity" / "c"
+    count = lambda: sum(len(f) for _, _, f in os.walk(done_dir))  # noqa: E731
+    proc = subprocess.Popen(cli_cmd("run", killed), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    total = 22 * 23 // 2  # 351 rows in tiles of 16: 22 blocks, upper triangle
+    deadline = time.time() + 240
+    while count() < 40 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    done_at_kill = count()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 40 <= done_at_kill < total, f"interrupt came too late/early: {done_at_kill}/{total}"
+    assert not RunStore.open(store).is_complete
+
+    resumed = run_cli("run", killed)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed" in resumed.stdout
+    stats = RunStore.open(store).attrs["stages"]["tiles"]
+    assert stats["skipped"] >= done_at_kill and stats["tiles"] == total
+    a, b = arrays(tmp_path / "clean" / "sim.zarr"), arrays(store)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "clean" / "clusters.csv"),
+        pd.read_csv(tmp_path / "killed" / "clusters.csv"),
+    )
+    again = run_cli("run", killed)
+    assert again.returncode == 0 and "already complete" in again.stdout

@@ -16,8 +16,6 @@ It is safe to run again:
 
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import json
 import logging
 import time
@@ -33,7 +31,7 @@ from distforest.cli.impute_cmd import plan_imputation, run_imputation
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, estimate
 from distforest.cli.report import write_report, write_simple_report
-from distforest.errors import StoreError
+from distforest.cli.runs import Stages, decide, now, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
@@ -101,76 +99,6 @@ class JobResult:
     mode: str = "new"
 
 
-def spec_hash(spec: dict[str, Any]) -> str:
-    """A short, stable digest of a job spec."""
-    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    keys = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            keys += _changed_keys(a, b, f"{prefix}{key}.")
-        elif a != b:
-            keys.append(f"{prefix}{key}: {a!r} -> {b!r}")
-    return keys
-
-
-def _decide(job: ProximityJob, spec: dict[str, Any], digest: str, restart: bool) -> str:
-    """``new``, ``resume`` or ``complete`` for the store at ``job.out``."""
-    path = Path(job.out)
-    if not path.exists():
-        return "new"
-    try:
-        rs = RunStore.open(path)
-    except StoreError:
-        check_can_create(path, overwrite=True)  # refuses non-distforest directories
-        raise
-    old = rs.attrs.get("spec_hash")
-    if old == digest and not restart:
-        return "complete" if rs.is_complete else "resume"
-    if restart or job.overwrite:
-        logger.warning("replacing %s (%s)", path, "--restart" if restart else "overwrite")
-        return "new"
-    changes = _changed_keys(rs.attrs.get("spec") or {}, spec) or ["(no spec recorded)"]
-    state = "a complete run" if rs.is_complete else "a half-written run"
-    raise StoreError(
-        f"{path} already exists and holds {state} of a different job (spec {old}, this job "
-        f"{digest}); changed: {'; '.join(changes[:6])}.  Replace it with --overwrite "
-        "(output.overwrite: true in a pipeline) or start over with `run --restart`, or write "
-        "to another output"
-    )
-
-
-class _Stages:
-    """The store's record of finished stages (driver-side attribute writes)."""
-
-    def __init__(self, rs: RunStore) -> None:
-        self.rs = rs
-        self.record: dict[str, Any] = dict(rs.attrs.get("stages") or {})
-        self.timings: dict[str, float] = {}
-
-    def done(self, name: str) -> bool:
-        entry = self.record.get(name)
-        if not entry:
-            return False
-        return all(Path(p).exists() for p in entry.get("outputs", {}).values())
-
-    def finish(self, name: str, seconds: float, outputs: dict[str, str] | None = None,
-               **info: Any) -> None:  # fmt: skip
-        self.timings[name] = seconds
-        self.record[name] = {"seconds": round(seconds, 3), "outputs": outputs or {}, **info}
-        self.rs.update_attrs(stages=self.record)
-
-    def outputs(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for entry in self.record.values():
-            out.update(entry.get("outputs", {}))
-        return out
-
-
 def run_proximity_job(
     job: ProximityJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -186,13 +114,13 @@ def run_proximity_job(
     spec = job.spec(table)
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:
-        mode = _decide(job, spec, digest, restart)
+        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
         if mode == "complete":
             rs = RunStore.open(job.out)
             logger.info("%s is already complete for this job (spec %s)", job.out, digest)
-            return _result(job, rs, _Stages(rs).outputs(), start, "already complete")
+            return _result(job, rs, Stages(rs).outputs(), start, "already complete")
         check_can_create(job.out, overwrite=True)
-        stages = _Stages(RunStore.open(job.out)) if mode == "resume" else None
+        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
         # A resumed or restarted run may replace the files of its own job.
         plan = _check_outputs(job, stages, replace=job.overwrite or restart or stages is not None)
         need = estimate(job, table.n_samples, table.n_features)
@@ -230,7 +158,7 @@ def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
     return result
 
 
-def _check_outputs(job: ProximityJob, stages: _Stages | None, replace: bool) -> Any:
+def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> Any:
     """Refuse to replace files a new run would write (unless ``replace``)."""
     plan = None
     todo = [name for name in APP_STAGES if getattr(job, name)]
@@ -254,20 +182,20 @@ def _fit_stage(job, table, client, progress, stages, spec, digest, run_id, lock)
         forest = ProximityForest.from_store(job.out).set_execution(client, progress=progress)
         rs = RunStore.open(job.out, mode="r+")
         rs.mark_running()
-        stages = _Stages(rs)
-        rs.update_attrs(run_id=run_id, resumed_at=_now())
+        stages = Stages(rs)
+        rs.update_attrs(run_id=run_id, resumed_at=now())
         return forest, rs, stages
     tick = time.perf_counter()
     forest = ProximityForest(**job.forest).set_execution(client, progress=progress).fit(table)
     rs = forest.save(job.out, overwrite=True)
     rs.update_attrs(spec=spec, spec_hash=digest, run_id=run_id, job=job.name,
                     pipeline=job.source, stages={})  # fmt: skip
-    stages = _Stages(rs)
+    stages = Stages(rs)
     stages.finish("fit", time.perf_counter() - tick, trees=int(forest.leaves_.shape[1]))
     return forest, rs, stages
 
 
-def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stages: _Stages) -> None:
+def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stages: Stages) -> None:
     tick = time.perf_counter()
     stats = forest.write_proximity(rs, job.method)
     if stats["skipped"]:
@@ -312,10 +240,6 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
             outputs = write_mds(forest, options["out"], options.get("plot"),
                                 title=f"MDS, {table.source}", **extra)  # fmt: skip
         stages.finish(name, time.perf_counter() - tick, outputs, **info)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: float,

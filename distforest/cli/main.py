@@ -160,7 +160,8 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
         return
     if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
         if not dry_run:
-            click.echo(summary(run_locked(job, run_xforest_job, bars, obj["run_id"])))
+            click.echo(summary(run_xforest_job(job, bars, restart=restart,
+                                               run_id=obj["run_id"])))  # fmt: skip
         return
     if dry_run:
         table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)

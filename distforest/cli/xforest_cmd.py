@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +15,15 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from distforest._version import __version__
 from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
 from distforest.cli.jobs import JobResult, summary
 from distforest.cli.options import cluster_options, connect_kwargs, input_options
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.progress import ProgressBars
+from distforest.cli.report import write_simple_report
+from distforest.cli.runs import Stages, decide, now, spec_hash
 from distforest.errors import ConfigError, InputError, ParameterError, StoreError
 from distforest.forests._xforest_params import (
     MODES,
@@ -27,9 +32,12 @@ from distforest.forests._xforest_params import (
     check_xforest,
 )
 from distforest.forests.xforest import XForest
-from distforest.io import load_table, read_frame
+from distforest.io import Table, load_table, read_frame
 from distforest.parallel.cluster import connect
+from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
+
+logger = logging.getLogger("distforest")
 
 
 @dataclass
@@ -50,6 +58,17 @@ class XForestJob:
     #: ``{"method": ..., "k": ..., "eps": ..., "out": labels.csv, "plot": png}``.
     clustering: dict[str, Any] | None = None
     connect: dict[str, Any] = field(default_factory=dict)
+    name: str = "xforest"
+    #: The pipeline file the job came from, if any.
+    source: str | None = None
+
+    def spec(self, table: Table) -> dict[str, Any]:
+        """What determines the results: hashed to recognise the same job."""
+        keep = ("target", "drop", "na_values", "forest", "kind", "plot", "clustering")
+        spec = {k: v for k, v in asdict(self).items() if k in keep}
+        spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
+        spec["distforest_version"] = __version__
+        return json.loads(json.dumps(spec, default=str))
 
 
 def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -99,41 +118,97 @@ def run_clustering(
     return written, result
 
 
-def run_xforest_job(job: XForestJob, progress: Any = None) -> JobResult:
-    """Load the input, fit X-Forest, write the similarity tiles, optionally cluster.
+def run_xforest_job(
+    job: XForestJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
+) -> JobResult:
+    """Fit X-Forest, write the similarity tiles, optionally plot and cluster; resumable.
 
-    Input and output problems are found before any cluster is started.
+    Follows the run protocol of :mod:`distforest.cli.runs`: under the
+    output's lock, a killed run resumes (the saved forest is loaded, finished
+    tiles and stages are kept, the store ends bit-identical to an
+    uninterrupted run), a complete one is not repeated, a changed spec is
+    refused unless ``restart`` or ``overwrite``.  Input and output problems
+    are found before any cluster is started.
     """
     start = time.perf_counter()
+    run_id = run_id or uuid.uuid4().hex[:8]
     table = load_table(
         job.input, target=job.target, drop=job.drop, na_values=job.na_values, allow_missing=False
     )
-    check_can_create(job.out, job.overwrite)
-    extra = job.clustering or {}
-    for path in (job.plot, extra.get("out"), extra.get("plot")):
-        check_new_file(path, job.overwrite)
-    Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-    with connect(**job.connect) as client:
-        forest = XForest(**job.forest).set_execution(client, progress=progress).fit(table)
-        matrix = forest.similarity(job.kind, store=job.out, overwrite=job.overwrite)
-        outputs = {"store": RunStore.open(job.out).path}
-        if job.plot:
-            picture = plot_matrix(matrix, job.plot, title=f"{matrix.name}, rows in input order")
-            outputs["similarity picture"] = str(picture.resolve())
-        if job.clustering:
-            truth = None if table.y is None else np.asarray(table.y)
-            written, result = run_clustering(matrix, job.clustering, truth=truth)
-            outputs.update(written)
-            if result is not None:
-                outputs["scores"] = json.dumps({k: round(v, 4) for k, v in result.items()})
+    spec = job.spec(table)
+    digest = spec_hash(spec)
+    with StoreLock(job.out, run_id) as lock:
+        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
+        if mode == "complete":
+            logger.info("%s is already complete for this job (spec %s)", job.out, digest)
+            rs = RunStore.open(job.out)
+            return _xforest_result(job, rs, Stages(rs).outputs(), start, "already complete")
+        check_can_create(job.out, overwrite=True)
+        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
+        replace = job.overwrite or restart or stages is not None
+        extra = job.clustering or {}
+        for path in (job.plot, extra.get("out"), extra.get("plot")):
+            check_new_file(path, replace)
+        Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+        with connect(**job.connect) as client:
+            if stages is not None and stages.done("fit"):
+                logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
+                forest = XForest.load(job.out).set_execution(client, progress=progress)
+                rs = RunStore.open(job.out, mode="r+")
+                rs.mark_running()
+                rs.update_attrs(run_id=run_id, resumed_at=now())
+                stages = Stages(rs)
+            else:
+                tick = time.perf_counter()
+                forest = XForest(**job.forest).set_execution(client, progress=progress)
+                forest.fit(table)
+                rs = forest.save(job.out, overwrite=True)
+                rs.update_attrs(spec=spec, spec_hash=digest, run_id=run_id, job=job.name,
+                                pipeline=job.source, stages={})  # fmt: skip
+                stages = Stages(rs)
+                stages.finish("fit", time.perf_counter() - tick, trees=forest.codes_.shape[1])
+            tick = time.perf_counter()
+            stats = forest.write_similarity(rs, job.kind)
+            stages.finish("tiles", time.perf_counter() - tick, **stats)
+            matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
+            if job.plot and not stages.done("plot"):
+                tick = time.perf_counter()
+                picture = plot_matrix(matrix, job.plot, title=f"{matrix.name}, rows in input order")
+                stages.finish("plot", time.perf_counter() - tick,
+                              {"similarity picture": str(picture.resolve())})  # fmt: skip
+            if job.clustering and not stages.done("clustering"):
+                tick = time.perf_counter()
+                truth = None if table.y is None else np.asarray(table.y)
+                written, scores = run_clustering(matrix, job.clustering, truth=truth)
+                info = (
+                    {}
+                    if scores is None
+                    else {"scores": {k: round(v, 4) for k, v in scores.items()}}
+                )
+                stages.finish("clustering", time.perf_counter() - tick, written,
+                              **info)  # fmt: skip
+        result = _xforest_result(job, rs, stages.outputs(), start,
+                                 "resumed" if mode == "resume" else "new")  # fmt: skip
+        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
+        rs.mark_complete()
+    return result
+
+
+def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], start: float,
+                    mode: str) -> JobResult:  # fmt: skip
+    name = SIMILARITY_NAMES[job.kind]
+    scores = (rs.attrs.get("stages") or {}).get("clustering", {}).get("scores")
+    if scores:
+        outputs = {**outputs, "scores": json.dumps(scores)}
     return JobResult(
-        store=outputs["store"],
-        name=str(matrix.name),
-        shape=tuple(matrix.shape),
-        n_trees=forest.codes_.shape[1],
+        store=rs.path,
+        name=name,
+        shape=tuple(rs.group[name].shape) if name in rs.group else (0, 0),
+        n_trees=int(rs.attrs.get("n_trees", 0)),
         task="random-projection",
         seconds=time.perf_counter() - start,
-        outputs=outputs,
+        outputs={"store": rs.path, **outputs},
+        mode=mode,
     )
 
 
@@ -415,4 +490,6 @@ def xforest_job(
         overwrite=bool(out.get("overwrite", False)),
         clustering=cluster,
         connect=connect,
+        name=str(data.get("name") or "xforest"),
+        source=source,
     )

@@ -1,0 +1,106 @@
+"""The run protocol every pipeline job follows: spec hash, stages, resume.
+
+A job's *spec* (input fingerprint, parameters, output names, distforest
+version) is hashed into ``spec_hash`` and recorded in its run store with the
+finished *stages*.  Running the same job again resumes a half-written store
+(finished stages and tiles are kept, the result is bit-identical to an
+uninterrupted run) or does nothing for a complete one; a changed spec is
+refused unless the user asks to restart or overwrite.  Jobs hold the output's
+lock (:mod:`distforest.store.lock`) for the whole run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from distforest.errors import StoreError
+from distforest.store.run_store import RunStore, check_can_create
+
+logger = logging.getLogger("distforest")
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A short, stable digest of a job spec."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += changed_keys(a, b, f"{prefix}{key}.")
+        elif a != b:
+            keys.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return keys
+
+
+def decide(out: str | Path, spec: dict[str, Any], digest: str, *, restart: bool = False,
+           overwrite: bool = False) -> str:  # fmt: skip
+    """``new``, ``resume`` or ``complete`` for the run store at ``out``.
+
+    Same spec hash: ``complete`` when the store is complete, else ``resume``.
+    A different hash is refused (:class:`StoreError`, listing what changed)
+    unless ``restart`` or ``overwrite``; a path that is not a distforest
+    store is never replaced.
+    """
+    path = Path(out)
+    if not path.exists():
+        return "new"
+    try:
+        rs = RunStore.open(path)
+    except StoreError:
+        check_can_create(path, overwrite=True)  # refuses non-distforest directories
+        raise
+    old = rs.attrs.get("spec_hash")
+    if old == digest and not restart:
+        return "complete" if rs.is_complete else "resume"
+    if restart or overwrite:
+        logger.warning("replacing %s (%s)", path, "--restart" if restart else "overwrite")
+        return "new"
+    changes = changed_keys(rs.attrs.get("spec") or {}, spec) or ["(no spec recorded)"]
+    state = "a complete run" if rs.is_complete else "a half-written run"
+    raise StoreError(
+        f"{path} already exists and holds {state} of a different job (spec {old}, this job "
+        f"{digest}); changed: {'; '.join(changes[:6])}.  Replace it with --overwrite "
+        "(output.overwrite: true in a pipeline) or start over with `run --restart`, or write "
+        "to another output"
+    )
+
+
+class Stages:
+    """The store's record of finished stages (driver-side attribute writes)."""
+
+    def __init__(self, rs: RunStore) -> None:
+        self.rs = rs
+        self.record: dict[str, Any] = dict(rs.attrs.get("stages") or {})
+        self.timings: dict[str, float] = {}
+
+    def done(self, name: str) -> bool:
+        entry = self.record.get(name)
+        if not entry:
+            return False
+        return all(Path(p).exists() for p in entry.get("outputs", {}).values())
+
+    def finish(self, name: str, seconds: float, outputs: dict[str, str] | None = None,
+               **info: Any) -> None:  # fmt: skip
+        self.timings[name] = seconds
+        self.record[name] = {"seconds": round(seconds, 3), "outputs": outputs or {}, **info}
+        self.rs.update_attrs(stages=self.record)
+
+    def outputs(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for entry in self.record.values():
+            out.update(entry.get("outputs", {}))
+        return out
+
+
+def now() -> str:
+    """The current UTC time, as recorded in stores."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
