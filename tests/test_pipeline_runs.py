@@ -365,3 +365,58 @@ def test_xforest_pipeline_resumes_after_sigkill_bit_identical(tmp_path):
     )
     again = run_cli("run", killed)
     assert again.returncode == 0 and "already complete" in again.stdout
+
+
+def knn_pipeline(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    data = ROOT / "distforest" / "data" / "ionosphere.csv"
+    path.write_text(
+        f"name: {name}\n"
+        f"input: {{path: {data}, target: Class}}\n"
+        "neighbors: {metric: euclidean, k: 5, normalize: zscore, algorithm: auto, out: nb.zarr}\n"
+        "knn: {task: classification, k: 5, weights: distance, metric: rfgap, normalize: none,\n"
+        "      n_estimators: 300, random_state: 0, model: model.zarr,\n"
+        f"      predict: {{input: {data}, out: predictions.csv}}}}\n"
+        f"output: {{dir: {tmp_path / name}}}\n"
+    )
+    return path
+
+
+def test_knn_pipeline_resumes_by_stage_after_sigkill(tmp_path):
+    clean = run_cli("run", knn_pipeline(tmp_path, "clean"))
+    assert clean.returncode == 0, clean.stderr
+    killed = knn_pipeline(tmp_path, "killed")
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cli_cmd("run", killed), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 240
+
+    def neighbours_done() -> bool:
+        try:
+            return RunStore.open(out / "nb.zarr").is_complete
+        except Exception:
+            return False
+
+    while not neighbours_done() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # while the model's forest is being fitted
+    proc.wait()
+    assert neighbours_done() and not (out / "predictions.csv").exists()
+    kept = {p: p.stat().st_mtime_ns for p in (out / "nb.zarr").rglob("*") if p.is_file()}
+
+    resumed = run_cli("run", killed)
+    assert resumed.returncode == 0, resumed.stderr
+    assert all(p.stat().st_mtime_ns == t for p, t in kept.items())  # stage kept, not redone
+    for store in ("nb.zarr", "model.zarr"):
+        a, b = arrays(tmp_path / "clean" / store), arrays(out / store)
+        assert sorted(a) == sorted(b)
+        for name in a:
+            assert a[name].tobytes() == b[name].tobytes(), (store, name)
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "clean" / "predictions.csv"), pd.read_csv(out / "predictions.csv")
+    )
+    again = run_cli("run", killed)
+    assert again.returncode == 0 and "already complete" in again.stdout
+
+    changed = run_cli("run", killed, "--set", "knn.k=7")
+    assert changed.returncode == 6 and "knn" in changed.stderr

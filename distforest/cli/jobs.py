@@ -146,11 +146,10 @@ def run_proximity_job(
 
 
 def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
-    """Run a job without stages (X-Forest, k-NN) under its output's lock, with a report.
+    """Run a job whose outputs are several stores (k-NN) under its main output's lock.
 
-    These jobs do not resume half-way: a killed run is run again whole
-    (their outputs are only marked complete at the end, so nothing
-    half-written is ever taken for a result).
+    The job resumes by stage (see :func:`distforest.cli.similarity_cmd.run_knn_job`);
+    a report is written next to its main output.
     """
     with StoreLock(job.out, run_id) as lock:
         result = runner(job, progress)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -156,7 +157,8 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
         if dry_run:
             click.echo(knn_plan(job))
             return
-        click.echo(knn_summary(run_locked(job, run_knn_job, bars, obj["run_id"])))
+        runner = functools.partial(run_knn_job, restart=restart, run_id=obj["run_id"])
+        click.echo(knn_summary(run_locked(job, runner, bars, obj["run_id"])))
         return
     if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
         if not dry_run:

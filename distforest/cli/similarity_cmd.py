@@ -9,8 +9,9 @@ commands.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,13 @@ import click
 import numpy as np
 import pandas as pd
 
+from distforest._version import __version__
 from distforest.apps.knn import WEIGHTS, KNNClassifier, KNNRegressor, load_model, save_model
 from distforest.cli.jobs import JobResult, summary
 from distforest.cli.options import cluster_options, connect_kwargs, input_options
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.progress import ProgressBars
+from distforest.cli.runs import decide, spec_hash
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import _params as P
 from distforest.forests.forest_similarity import FOREST_METRICS
@@ -272,7 +275,12 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
 
 
 def fit_and_save_model(
-    table: Any, task: str, params: dict[str, Any], out: str, overwrite: bool
+    table: Any,
+    task: str,
+    params: dict[str, Any],
+    out: str,
+    overwrite: bool,
+    attrs: dict[str, Any] | None = None,
 ) -> tuple[KNNClassifier | KNNRegressor, str]:
     """Fit a k-NN model on a loaded table and save it with what predicting needs.
 
@@ -300,7 +308,8 @@ def fit_and_save_model(
     cls = KNNClassifier if task == "classification" else KNNRegressor
     model = cls(**params).fit(table, table.y)
     categories = {k: [str(v) for v in c] for k, c in table.categories.items()}
-    extra = {"target": table.target_name, "source": str(table.source), "categories": categories}
+    extra = {"target": table.target_name, "source": str(table.source), "categories": categories,
+             **(attrs or {})}  # fmt: skip
     save_model(model, out, overwrite=overwrite, attrs=extra)
     return model, task
 
@@ -433,6 +442,14 @@ class KNNJob:
     overwrite: bool = False
     connect: dict[str, Any] = field(default_factory=dict)
     name: str = "knn"
+
+    def spec(self, table: Any) -> dict[str, Any]:
+        """What determines the results: hashed to recognise the same job."""
+        keep = ("target", "drop", "na_values", "neighbors", "knn")
+        spec = {k: v for k, v in asdict(self).items() if k in keep}
+        spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
+        spec["distforest_version"] = __version__
+        return json.loads(json.dumps(spec, default=str))
 
     @property
     def out(self) -> str:
@@ -570,56 +587,81 @@ def knn_plan(job: KNNJob) -> str:
     return "\n".join(lines)
 
 
-def run_knn_job(job: KNNJob, progress: Any = None) -> JobResult:
-    """Load the input, write the top-k neighbours, fit and save the model, predict.
+def run_knn_job(
+    job: KNNJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
+) -> JobResult:
+    """Write the top-k neighbours, fit and save the model, predict; resumable by stage.
 
-    Output problems are found before any cluster is started; a cluster is
-    started only for the neighbours search or a forest metric.
+    Each output records the job's spec hash.  Run again, a stage whose
+    output is complete and of the same spec is kept; a half-written one (a
+    killed run) is written again from the same seeds, so the outputs end
+    identical to an uninterrupted run; one of a different spec is refused
+    unless ``restart`` or ``overwrite``.  Output problems are found before
+    any cluster is started; a cluster is started only for the neighbours
+    search or a forest metric.
     """
     start = time.perf_counter()
     table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    spec = job.spec(table)
+    digest = spec_hash(spec)
+    record = {"spec": spec, "spec_hash": digest, "job": job.name, "run_id": run_id}
     nb, model = job.neighbors, job.knn
-    for store in (nb or {}).get("out"), (model or {}).get("model"):
-        if store:
-            check_can_create(store, job.overwrite)
-            Path(store).parent.mkdir(parents=True, exist_ok=True)
     predict = (model or {}).get("predict")
-    if predict:
-        check_new_file(predict["out"], job.overwrite)
-    needed = nb is not None or (model or {}).get("metric") in FOREST_METRICS
+    todo = {
+        name: _stage_todo(path, spec, digest, restart=restart, overwrite=job.overwrite)
+        for name, path in (("neighbors", (nb or {}).get("out")),
+                           ("model", (model or {}).get("model"))) if path
+    }  # fmt: skip
+    for name, path in (("neighbors", (nb or {}).get("out")), ("model", (model or {}).get("model"))):
+        if path and todo[name]:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if predict and todo.get("model", True):
+        check_new_file(predict["out"], job.overwrite or restart or "model" in todo)
+    needed = (nb is not None and todo["neighbors"]) or (
+        (model or {}).get("metric") in FOREST_METRICS and todo.get("model", False)
+    )
     outputs: dict[str, str] = {}
     shape: tuple[int, int] = (table.n_samples, 0)
     n_trees, what = 0, []
     with _maybe_connect(needed, job.connect) as client:
         if nb:
-            ds = top_k_neighbors(table, k=nb["k"], metric=nb["metric"],
-                                 normalize=_normalize(nb["normalize"]),
-                                 algorithm=nb["algorithm"], store=nb["out"],
-                                 overwrite=job.overwrite, client=client,
-                                 progress=progress)  # fmt: skip
-            outputs["neighbours store"] = RunStore.open(nb["out"]).path
-            shape = (ds.sizes["sample"], nb["k"])
-            what.append(f"top-{nb['k']} {ds.attrs['params']['metric']} neighbours "
-                        f"({ds.attrs['params']['algorithm']})")  # fmt: skip
+            if todo["neighbors"]:
+                top_k_neighbors(table, k=nb["k"], metric=nb["metric"],
+                                normalize=_normalize(nb["normalize"]),
+                                algorithm=nb["algorithm"], store=nb["out"], overwrite=True,
+                                client=client, progress=progress, attrs=record)  # fmt: skip
+            ds = RunStore.open(nb["out"])
+            outputs["neighbours store"] = ds.path
+            shape = (table.n_samples, nb["k"])
+            params = ds.attrs["params"]
+            what.append(f"top-{nb['k']} {params['metric']} neighbours ({params['algorithm']})")
         if model:
-            params = {"n_neighbors": model["k"], "weights": model["weights"],
-                      "metric": model["metric"], "normalize": _normalize(model["normalize"]),
-                      "n_estimators": model["n_estimators"],
-                      "random_state": model["random_state"]}  # fmt: skip
-            fitted, task = fit_and_save_model(table, model["task"], params, model["model"],
-                                              job.overwrite)  # fmt: skip
-            outputs["model"] = RunStore.open(model["model"]).path
+            if todo["model"] or (predict and not Path(predict["out"]).exists()):
+                params = {"n_neighbors": model["k"], "weights": model["weights"],
+                          "metric": model["metric"], "normalize": _normalize(model["normalize"]),
+                          "n_estimators": model["n_estimators"],
+                          "random_state": model["random_state"]}  # fmt: skip
+                task = fit_and_save_model(table, model["task"], params, model["model"], True,
+                                          attrs={**record, "predictions": None})[1]  # fmt: skip
+                if predict:
+                    _, written = predict_to_csv(model["model"], predict["input"], predict["out"],
+                                                job.drop, job.na_values)  # fmt: skip
+                    # the model store is complete: only the driver adds this record
+                    RunStore.open(model["model"], mode="r+").update_attrs(predictions=written)
+            saved = RunStore.open(model["model"])
+            task = {"KNNClassifier": "classification"}.get(saved.attrs["model"], "regression")
+            outputs["model"] = saved.path
+            if predict:
+                outputs["predictions"] = str(Path(predict["out"]).resolve())
             if model["metric"] in FOREST_METRICS:
                 n_trees = model["n_estimators"]
             what.append(f"k-NN {task} model (k={model['k']}, {model['weights']}, "
                         f"{model['metric']})")  # fmt: skip
             if not nb:
-                shape = fitted.X_fit_.shape
-            if predict:
-                _, written = predict_to_csv(model["model"], predict["input"], predict["out"],
-                                            job.drop, job.na_values)  # fmt: skip
-                outputs["predictions"] = written
+                shape = saved.group["X_fit"].shape
     store = outputs.get("neighbours store") or outputs["model"]
+    mode = "already complete" if not any(todo.values()) and (
+        not predict or Path(predict["out"]).exists()) else "new"  # fmt: skip
     return JobResult(
         store=store,
         name="neighbor_index" if nb else "X_fit",
@@ -628,12 +670,26 @@ def run_knn_job(job: KNNJob, progress: Any = None) -> JobResult:
         task=" and ".join(what),
         seconds=time.perf_counter() - start,
         outputs=outputs,
+        mode=mode,
     )
+
+
+def _stage_todo(path: str, spec: dict[str, Any], digest: str, *, restart: bool,
+                overwrite: bool) -> bool:  # fmt: skip
+    """Whether the stage writing ``path`` must run (False: its output is complete, same spec)."""
+    mode = decide(path, spec, digest, restart=restart, overwrite=overwrite)
+    if mode == "complete":
+        return False
+    if Path(path).exists():
+        check_can_create(path, overwrite=True)  # ours, half-written or replaced on request
+    return True
 
 
 def knn_summary(result: JobResult) -> str:
     """:func:`distforest.cli.jobs.summary` with a k-NN headline (trees only for a forest)."""
     lines = summary(result).splitlines()
     trees = f", {result.n_trees} trees" if result.n_trees else ""
-    lines[0] = f"{result.task} of {result.shape[0]} rows{trees} in {result.seconds:.1f} s"
+    how = {"already complete": ", already complete: nothing to do (use --restart to compute "
+           "it again)"}.get(result.mode, "")  # fmt: skip
+    lines[0] = f"{result.task} of {result.shape[0]} rows{trees} in {result.seconds:.1f} s{how}"
     return "\n".join(lines)

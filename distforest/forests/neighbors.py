@@ -314,6 +314,7 @@ def top_k_neighbors(
     scheduler: str | None = None,
     cluster: str | Path | None = None,
     progress: Progress | None = None,
+    attrs: dict[str, Any] | None = None,
 ) -> Neighbors | xr.Dataset:
     """The k nearest rows of ``Y`` (or of ``X`` itself) for every row of ``X``.
 
@@ -346,6 +347,8 @@ def top_k_neighbors(
         Candidate rows per tile of the brute path.
     client, scheduler, cluster, progress :
         As in :func:`pairwise` (progress stage ``"knn"``).
+    attrs : dict, optional
+        More JSON attributes for the store (recorded before it is marked complete).
 
     Returns
     -------
@@ -361,7 +364,7 @@ def top_k_neighbors(
     )  # fmt: skip
     if store is None:
         return result
-    attrs = {
+    params = {
         "metric": measure.spec,
         "kind": measure.kind,
         "distance": "1 - similarity" if measure.kind == "similarity" else measure.spec,
@@ -370,8 +373,8 @@ def top_k_neighbors(
         "algorithm": resolve_algorithm(algorithm, measure, B.shape[1]),
         "exclude_self": Y is None,
     }
-    rs = RunStore.create(store, attrs={"params": attrs, "input": _describe(X, A, B)},
-                         overwrite=overwrite)  # fmt: skip
+    rs = RunStore.create(store, attrs={"params": params, "input": _describe(X, A, B),
+                                       **(attrs or {})}, overwrite=overwrite)  # fmt: skip
     n = A.shape[0]
     rows = min(n, 65536)
     rs.write_named("sample", np.arange(n, dtype=np.int64))

@@ -1,0 +1,117 @@
+"""The tile service: plans, done records, resume, and the in-memory path agreeing with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distforest.forests import pairwise as pairwise_module
+from distforest.forests.pairwise import pairwise
+from distforest.forests.tiled import matrix_in_memory, write_matrix
+from distforest.parallel.execution import Runner
+from distforest.parallel.tiling import TilePlan
+from distforest.store.run_store import RunStore
+
+
+@pytest.mark.parametrize(("n", "m", "tile", "symmetric"),
+                         [(10, 10, 3, True), (10, 7, 3, False), (5, 5, 8, True), (16, 16, 4, True)])  # fmt: skip
+def test_plan_covers_every_cell_once(n, m, tile, symmetric):
+    plan = TilePlan(n, m, tile, symmetric)
+    hits = np.zeros((n, m), dtype=int)
+    for t in plan.tiles():
+        hits[t.rows, t.cols] += 1
+        if t.mirror:
+            hits[t.cols, t.rows] += 1
+    assert (hits == 1).all()
+    assert plan.n_tasks == len(plan.tiles())
+    assert plan.blocks == (-(-n // tile), -(-m // tile))
+
+
+def test_symmetric_plan_needs_a_square():
+    with pytest.raises(ValueError, match="square"):
+        TilePlan(4, 5, 2, symmetric=True)
+
+
+def _values(X, rows, cols):
+    """A non-symmetric tile function: the mirror must come from the plan, not from luck."""
+    return (X[rows, None] * 10 + X[None, cols]).astype("float32")
+
+
+def _symmetric(X, rows, cols):
+    return (X[rows, None] + X[None, cols]).astype("float32")
+
+
+class Stop(RuntimeError):
+    pass
+
+
+def test_write_matrix_resumes_only_the_missing_tiles(tmp_path):
+    X = np.arange(11, dtype=np.float64)
+    plan = TilePlan(11, 11, 3, symmetric=True)
+    calls = []
+
+    def failing(X, rows, cols):
+        if len(calls) == 4:
+            raise Stop("killed")
+        calls.append((rows.start, cols.start))
+        return _symmetric(X, rows, cols)
+
+    rs = RunStore.create(tmp_path / "m.zarr", attrs={})
+    with pytest.raises(Stop):
+        write_matrix(Runner(None), rs, "similarity", plan, failing, (X,), identity={"a": 1})
+    done = rs.done_tiles("similarity")
+    assert int(done.sum()) == 4
+
+    counted = []
+
+    def counting(X, rows, cols):
+        counted.append((rows.start, cols.start))
+        return _symmetric(X, rows, cols)
+
+    stats = write_matrix(Runner(None), rs, "similarity", plan, counting, (X,), identity={"a": 1})
+    assert stats == {"tiles": plan.n_tasks, "skipped": 4, "bytes": stats["bytes"]}
+    assert len(counted) == plan.n_tasks - 4 and not set(counted) & set(calls)
+    stored = rs.group["similarity"][...]
+    np.testing.assert_array_equal(stored, matrix_in_memory(plan, _symmetric, (X,)))
+    np.testing.assert_array_equal(stored, X[:, None] + X[None, :])
+
+    # another identity (another forest, say) is computed again from scratch
+    counted.clear()
+    write_matrix(Runner(None), rs, "similarity", plan, counting, (X,), identity={"a": 2})
+    assert len(counted) == plan.n_tasks
+
+
+def test_full_grid_is_not_mirrored(tmp_path):
+    X = np.arange(7, dtype=np.float64)
+    plan = TilePlan(7, 7, 2, symmetric=False)
+    rs = RunStore.create(tmp_path / "g.zarr", attrs={})
+    write_matrix(Runner(None), rs, "distance", plan, _values, (X,), identity={})
+    np.testing.assert_array_equal(rs.group["distance"][...], X[:, None] * 10 + X[None, :])
+
+
+def test_pairwise_store_resumes_and_equals_a_clean_run(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 3))
+    clean = pairwise(X, store=tmp_path / "clean.zarr", tile_size=16, client="synchronous")
+    real = pairwise_module.measure_tile
+    seen = []
+
+    def dying(*args):
+        if len(seen) == 6:
+            raise Stop("killed mid-run")
+        seen.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(pairwise_module, "measure_tile", dying)
+    with pytest.raises(Stop):
+        pairwise(X, store=tmp_path / "s.zarr", tile_size=16, client="synchronous")
+    monkeypatch.setattr(pairwise_module, "measure_tile", real)
+    assert not RunStore.open(tmp_path / "s.zarr").is_complete
+    again = pairwise(X, store=tmp_path / "s.zarr", tile_size=16, client="synchronous")
+    assert RunStore.open(tmp_path / "s.zarr").is_complete
+    stats_done = RunStore.open(tmp_path / "s.zarr").done_tiles("distance")
+    assert stats_done[np.triu_indices_from(stats_done)].all()  # the upper triangle is planned
+    assert again.values.tobytes() == clean.values.tobytes()
+    # a complete store is not silently replaced
+    with pytest.raises(Exception, match="already exists"):
+        pairwise(X, store=tmp_path / "s.zarr", tile_size=16, client="synchronous")
