@@ -12,9 +12,10 @@ from distforest.parallel.execution import Runner
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
 
+PLANS = [(10, 10, 3, True), (10, 7, 3, False), (5, 5, 8, True), (16, 16, 4, True)]
 
-@pytest.mark.parametrize(("n", "m", "tile", "symmetric"),
-                         [(10, 10, 3, True), (10, 7, 3, False), (5, 5, 8, True), (16, 16, 4, True)])  # fmt: skip
+
+@pytest.mark.parametrize(("n", "m", "tile", "symmetric"), PLANS)
 def test_plan_covers_every_cell_once(n, m, tile, symmetric):
     plan = TilePlan(n, m, tile, symmetric)
     hits = np.zeros((n, m), dtype=int)
