@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -218,6 +219,22 @@ def test_dry_run_prints_the_plan_and_refuses_a_full_disk(tmp_path, monkeypatch):
         assert full.exit_code == 6 and "not enough disk space" in full.output
         assert "only 1.0 kB are free" in full.output
     assert not (tmp_path / "p" / "run.zarr").exists()
+
+
+def test_dry_run_reads_the_plan_the_run_uses(tmp_path):
+    path = pipeline(tmp_path, "same", trees=5, tile=64)
+    dry = CliRunner().invoke(cli, ["run", str(path), "--dry-run"])
+    planned = re.search(r"([\d,]+) tile tasks of (\d+) x", dry.output)
+    assert planned, dry.output
+    run = CliRunner().invoke(cli, ["-q", "run", str(path)])
+    assert run.exit_code == 0, run.output
+    stats = RunStore.open(tmp_path / "same" / "run.zarr").attrs["stages"]["tiles"]
+    assert int(planned.group(1).replace(",", "")) == stats["tiles"] == 11 * 12 // 2
+    # without tile_size in the file, the plan uses the estimator's default
+    text = path.read_text().replace(", tile_size: 64", "")
+    path.write_text(text.replace("same", "default"))
+    dry = CliRunner().invoke(cli, ["run", str(path), "--dry-run"])
+    assert "1 tile tasks of 699 x 699" in dry.output, dry.output
 
 
 def test_validate(tmp_path):

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from distforest.errors import StoreError
+from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import SYMMETRIC
 from distforest.parallel.tasks import default_batch_size
+from distforest.parallel.tiling import TilePlan
 
 #: Bytes per tree node as stored (children, feature, threshold, flags, counts).
 _NODE_BYTES = 29
@@ -44,15 +46,15 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         ``worker_peak_bytes`` (rough peak of one worker) and ``threads``
         (assumed when not known).
     """
-    forest = job.forest
-    trees = int(forest.get("n_estimators", 100))
-    tile = min(int(forest.get("tile_size", 2048)), max(n, 1))
-    leaf = max(1, int(forest.get("min_samples_leaf", 1)))
+    # the estimator's own defaults, and the same tile plan as the run
+    forest = {**ProximityForest().get_params(), **job.forest}
+    trees = int(forest["n_estimators"])
+    plan = TilePlan(n, n, int(forest["tile_size"]), symmetric=SYMMETRIC[job.method])
+    tile = plan.chunks[0]
+    leaf = max(1, int(forest["min_samples_leaf"]))
     threads = threads or os.cpu_count() or 1
-    batch = int(forest.get("batch_size") or default_batch_size(trees, threads))
-    blocks = math.ceil(n / tile)
-    symmetric = SYMMETRIC[job.method]
-    tiles = blocks * (blocks + 1) // 2 if symmetric else blocks * blocks
+    batch = int(forest["batch_size"] or default_batch_size(trees, threads))
+    tiles = plan.n_tasks
     outputs_per_node = 4 * 8  # class probabilities or values, at most a few columns
     nodes = trees * 2 * _BOOTSTRAP_SHARE * n / leaf
     per_row = {"leaves": 4, "inbag": 1, "leaf_mass": 4 if job.method == "rfgap" else 0}
