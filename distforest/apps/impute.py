@@ -21,26 +21,35 @@ iteration for T trees and k columns of V.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import numbers
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from sklearn.base import TransformerMixin
 
-from distforest.errors import InputError, NotFittedError, ParameterError
+from distforest.errors import InputError, NotFittedError
 from distforest.forests import _params as P
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.products import ProximityProducts
 from distforest.forests.proximity_forest import ProximityForest
-from distforest.io import Table, load_table
-from distforest.io.tables import read_frame, refuse_sparse
+from distforest.io import Table
+from distforest.io.encoding import (
+    EncodedTable,
+    decode_output,
+    encode_like,
+    encode_table,
+    fingerprint,
+)
+from distforest.kernels.imputation import (
+    build_v,
+    change_statistics,
+    plan_columns,
+    start_values,
+    update_cells,
+)
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import release_memory
 
@@ -55,406 +64,6 @@ VOTES = ("sum", "mean")
 #: Use all rows of the product (and slice) when more than this share of the
 #: rows has a missing cell: cheaper than sending a row index to every task.
 _ALL_ROWS_SHARE = 0.5
-
-
-# ---------------------------------------------------------------------------
-# Encoded data: numbers in, numbers out; the input's own form kept for output
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class _Data:
-    """Features as float64 codes (NaN = missing) plus what is needed to give them back."""
-
-    X: np.ndarray
-    names: tuple[str, ...]
-    categorical: np.ndarray  # bool per column
-    levels: dict[int, np.ndarray]  # column -> labels (code k means levels[k])
-    y: np.ndarray | None = None
-    target_name: str | None = None
-    source: str = "<unknown>"
-    form: str = "array"  # "frame" | "array" | "table"
-    original: Any = None  # the input object (DataFrame of all columns, ndarray, Table)
-    feature_columns: tuple[str, ...] = ()  # DataFrame columns holding the features
-    label_values: dict[int, dict[Any, Any]] = field(default_factory=dict)
-
-    @property
-    def missing(self) -> np.ndarray:
-        return np.isnan(self.X)
-
-    def table(self, X: np.ndarray) -> Table:
-        """A :class:`Table` of filled values for the forest (categoricals as codes)."""
-        cats = {self.names[j]: tuple(map(str, lv)) for j, lv in self.levels.items()}
-        return Table(X, self.names, cats, self.y, self.target_name, self.source)
-
-
-def _canonical(value: Any, numeric: bool) -> Any:
-    return float(value) if numeric else str(value)
-
-
-def _numeric(levels: np.ndarray) -> bool:
-    """Levels of a column declared categorical although numeric (kept as numbers)."""
-    return bool(levels.size) and all(isinstance(v, float) for v in levels)
-
-
-def _read_input(X: Any, y: Any) -> tuple[Any, str, Any, Any]:
-    """``(features object, form, original, y)`` with a column-name target split off."""
-    refuse_sparse(X)
-    if isinstance(X, str | Path):
-        X = read_frame(X)
-        form = "frame"
-    elif isinstance(X, pd.DataFrame):
-        form = "frame"
-    elif isinstance(X, Table):
-        return X, "table", X, y
-    else:
-        form = "array"
-        if not hasattr(X, "shape") and not isinstance(X, Table):
-            X = np.asarray(X)  # lists and other array-likes
-    original = X
-    if isinstance(y, str):
-        if form != "frame":
-            raise InputError(
-                f"y={y!r} names a column, but X is a {type(X).__name__} without column names; "
-                "pass the target values as an array, or X as a DataFrame or a path"
-            )
-        if y not in X.columns:
-            shown = ", ".join(repr(str(c)) for c in list(X.columns)[:20])
-            raise InputError(f"no target column {y!r} in X; available columns: {shown}")
-        target = X[y].rename(y)
-        return X.drop(columns=[y]), form, original, target
-    return X, form, original, y
-
-
-def _check_target(y: Any, n: int) -> np.ndarray | None:
-    if y is None:
-        return None
-    name = getattr(y, "name", None) or "y"
-    arr = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
-    if arr.ndim != 1 or arr.shape[0] != n:
-        raise InputError(
-            f"the target must be 1-D with one value per row ({n}), got shape {arr.shape}"
-        )
-    miss = np.asarray(pd.isna(arr), dtype=bool)
-    if miss.any():
-        rows = np.flatnonzero(miss)[:5].tolist()
-        raise InputError(
-            f"target {name!r} is missing in {int(miss.sum())} row(s) (first row positions "
-            f"{rows}, counted from 0); a supervised forest needs a class or value for every "
-            f"row. Drop those rows first (e.g. df.dropna(subset=[{name!r}])), or impute "
-            "without a target (y=None; on the command line, leave out --target)"
-        )
-    return arr
-
-
-def _resolve_categorical(
-    spec: Sequence[str | int] | None, names: tuple[str, ...], frame: pd.DataFrame | None
-) -> set[int]:
-    """Columns the user (or a pandas ``category`` dtype) declares categorical."""
-    chosen: set[int] = set()
-    if frame is not None:
-        for j, col in enumerate(frame.columns):
-            if isinstance(frame[col].dtype, pd.CategoricalDtype):
-                chosen.add(j)
-    for item in spec or ():
-        if isinstance(item, numbers.Integral) and not isinstance(item, bool):
-            if not 0 <= int(item) < len(names):
-                raise ParameterError(
-                    f"categorical_features: column index {item} is out of range for "
-                    f"{len(names)} features; use 0..{len(names) - 1} or a column name"
-                )
-            chosen.add(int(item))
-        elif str(item) in names:
-            chosen.add(names.index(str(item)))
-        else:
-            shown = ", ".join(repr(c) for c in names[:20])
-            raise ParameterError(
-                f"categorical_features: no feature column {item!r}; features are {shown}"
-            )
-    return chosen
-
-
-def _encode(X: Any, y: Any, categorical_features: Sequence[str | int] | None) -> _Data:
-    """Read any supported input into :class:`_Data` (training schema decided here)."""
-    feats, form, original, y = _read_input(X, y)
-    if form == "table":
-        table = feats if y is None else replace(feats, y=_check_target(y, feats.n_samples))
-    else:
-        y_arr = _check_target(y, len(feats))
-        table = load_table(feats, y=y_arr)
-        if isinstance(y, pd.Series):
-            table = replace(table, target_name=str(y.name))
-    frame = feats if form == "frame" else None
-    names = table.feature_names
-    Xc = table.X.copy()
-    categorical = np.zeros(len(names), dtype=bool)
-    levels: dict[int, np.ndarray] = {}
-    for j, name in enumerate(names):
-        if name in table.categories:
-            categorical[j] = True
-            levels[j] = np.asarray(table.categories[name], dtype=object)
-    for j in _resolve_categorical(categorical_features, names, frame):
-        if categorical[j]:
-            continue
-        col = Xc[:, j]
-        observed = np.unique(col[~np.isnan(col)])
-        categorical[j] = True
-        levels[j] = observed.astype(object)
-        codes = np.searchsorted(observed, col[~np.isnan(col)])
-        col[~np.isnan(col)] = codes
-    data = _Data(
-        Xc, names, categorical, levels, table.y, table.target_name, table.source, form, original
-    )
-    if frame is not None:
-        data.feature_columns = tuple(frame.columns)
-        data.label_values = _label_values(frame, data)
-    return data
-
-
-def _label_values(frame: pd.DataFrame, data: _Data) -> dict[int, dict[Any, Any]]:
-    """For each categorical column: canonical label -> an original value of that column."""
-    out: dict[int, dict[Any, Any]] = {}
-    for j in np.flatnonzero(data.categorical):
-        numeric = _numeric(data.levels[j])
-        col = frame.iloc[:, j]
-        values = col[col.notna()]
-        seen: dict[Any, Any] = {}
-        for v in pd.unique(values.astype(object)):
-            seen.setdefault(_canonical(v, numeric), v)
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            for v in col.dtype.categories:
-                seen.setdefault(_canonical(v, numeric), v)
-        out[int(j)] = seen
-    return out
-
-
-def _encode_like(X: Any, train: _Data) -> _Data:
-    """Read new rows with the training columns, codes and label mapping."""
-    feats, form, original, _ = _read_input(X, None)
-    if form == "frame" and train.target_name is not None and train.target_name in feats.columns:
-        feats = feats.drop(columns=[train.target_name])
-    if form == "table":
-        table = feats
-    else:
-        if form == "frame":
-            missing_cols = [c for c in train.names if c not in [str(k) for k in feats.columns]]
-            if missing_cols:
-                raise InputError(
-                    f"X lacks the training feature column(s) {missing_cols}; pass the same "
-                    f"columns as in fit: {list(train.names)}"
-                )
-            extra = [c for c in feats.columns if str(c) not in train.names]
-            if extra:
-                raise InputError(
-                    f"X has column(s) {extra} that were not features in fit; drop them "
-                    f"(training features: {list(train.names)})"
-                )
-            feats = feats[[c for n in train.names for c in feats.columns if str(c) == n]]
-        table = load_table(feats, min_rows=1)  # new rows: one is enough
-    if table.n_features != len(train.names):
-        raise InputError(
-            f"X has {table.n_features} features, but ProximityImputer is expecting "
-            f"{len(train.names)} features as input; pass the same columns ({list(train.names)})"
-        )
-    Xc = table.X.copy()
-    for j, name in enumerate(train.names):
-        col = Xc[:, j]
-        obs = ~np.isnan(col)
-        new_labels = table.categories.get(table.feature_names[j])
-        if not train.categorical[j]:
-            if new_labels is not None:
-                raise InputError(
-                    f"column {name!r} was numeric in fit but holds text now (e.g. "
-                    f"{new_labels[0]!r}); pass numbers, or leave the cell empty if missing"
-                )
-            continue
-        numeric = _numeric(train.levels[j])
-        index = {_canonical(v, numeric): k for k, v in enumerate(train.levels[j])}
-        if new_labels is not None:
-            labels = [_canonical(new_labels[int(c)], numeric) for c in col[obs]]
-        else:
-            labels = [_canonical(v, numeric) for v in col[obs]]
-        unseen = sorted({str(v) for v in labels if v not in index})
-        if unseen:
-            raise InputError(
-                f"column {name!r} has level(s) {unseen[:5]} not seen in fit (known: "
-                f"{[str(v) for v in train.levels[j]][:10]}); map them to known levels or "
-                "blank them so they get imputed"
-            )
-        col[obs] = [index[v] for v in labels]
-    data = _Data(
-        Xc, train.names, train.categorical, train.levels, None, None, table.source, form, original
-    )
-    if form == "frame":
-        data.feature_columns = tuple(feats.columns)
-        data.label_values = train.label_values
-    return data
-
-
-def _fingerprint(X: np.ndarray, names: tuple[str, ...]) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(repr(X.shape).encode())
-    h.update(np.ascontiguousarray(X, dtype="<f8").tobytes())
-    h.update("\x1f".join(names).encode())
-    return h.hexdigest()
-
-
-def _decode_numbers(data: _Data, filled: np.ndarray) -> np.ndarray:
-    """Codes of categorical columns with numeric levels back to those numbers."""
-    out = filled
-    for j, levels in data.levels.items():
-        if _numeric(levels):
-            if out is filled:
-                out = filled.copy()
-            out[:, j] = np.asarray(levels, dtype=np.float64)[filled[:, j].astype(np.int64)]
-    return out
-
-
-def _output(data: _Data, filled: np.ndarray) -> Any:
-    """The filled values in the input's own form."""
-    filled = _decode_numbers(data, filled)
-    if data.form == "table":
-        return replace(data.original, X=filled)
-    missing = data.missing
-    if data.form == "array":
-        orig = data.original
-        if isinstance(orig, np.ndarray) and orig.dtype.kind == "f":
-            out = orig.copy()
-            out[missing] = filled[missing]
-            return out
-        return filled
-    out = data.original.copy()
-    for j, col in enumerate(data.feature_columns):
-        rows = np.flatnonzero(missing[:, j])
-        if rows.size:
-            column = out[col].copy()
-            column.iloc[rows] = _cell_values(column.dtype, filled[rows, j], data, j)
-            out.isetitem(out.columns.get_loc(col), column)
-    return out
-
-
-def _cell_values(dtype: Any, values: np.ndarray, data: _Data, j: int) -> Any:
-    """Imputed numbers as values of a DataFrame column of ``dtype``."""
-    if data.categorical[j]:
-        levels = data.levels[j]
-        numeric = _numeric(levels)
-        labels = values if numeric else levels[values.astype(np.int64)]
-        return [data.label_values[j][_canonical(v, numeric)] for v in labels]
-    if pd.api.types.is_bool_dtype(dtype):
-        return values >= 0.5
-    if pd.api.types.is_integer_dtype(dtype):
-        return np.rint(values).astype(np.int64)
-    if pd.api.types.is_float_dtype(dtype):
-        return values.astype(dtype)
-    return values
-
-
-# ---------------------------------------------------------------------------
-# The imputation step: V, one product, the update
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class _Layout:
-    """Columns of V: which feature, where its block starts, how wide."""
-
-    columns: list[int]
-    starts: list[int]
-    level_codes: list[np.ndarray]  # observed level codes per categorical column (else empty)
-    counts: list[np.ndarray]  # observed count per level (categorical)
-    width: int
-
-
-def _plan(X_obs: np.ndarray, categorical: np.ndarray, columns: Sequence[int]) -> _Layout:
-    starts, level_codes, counts, width = [], [], [], 0
-    for j in columns:
-        starts.append(width)
-        if categorical[j]:
-            col = X_obs[:, j]
-            codes, count = np.unique(col[~np.isnan(col)].astype(np.int64), return_counts=True)
-            level_codes.append(codes)
-            counts.append(count.astype(np.float64))
-            width += codes.size
-        else:
-            level_codes.append(np.empty(0, dtype=np.int64))
-            counts.append(np.empty(0))
-            width += 2
-    return _Layout(list(columns), starts, level_codes, counts, width)
-
-
-def _build_v(X_obs: np.ndarray, layout: _Layout, centers: np.ndarray) -> np.ndarray:
-    n = X_obs.shape[0]
-    V = np.zeros((n, layout.width), dtype=np.float64)
-    for j, start, codes in zip(layout.columns, layout.starts, layout.level_codes, strict=True):
-        col = X_obs[:, j]
-        observed = ~np.isnan(col)
-        if codes.size:
-            for k, code in enumerate(codes):
-                V[:, start + k] = observed & (col == code)
-        else:
-            V[observed, start] = col[observed] - centers[j]
-            V[:, start + 1] = observed
-    return V
-
-
-def _update(
-    X_cur: np.ndarray,
-    rows: np.ndarray,
-    missing_rows: np.ndarray,
-    R: np.ndarray,
-    layout: _Layout,
-    centers: np.ndarray,
-    start_values: np.ndarray,
-    vote: str,
-) -> int:
-    """Write the weighted means / votes into the missing cells; return the fallback count."""
-    fallbacks = 0
-    for j, start, codes, counts in zip(
-        layout.columns, layout.starts, layout.level_codes, layout.counts, strict=True
-    ):
-        cells = missing_rows[:, j]
-        if not cells.any():
-            continue
-        if codes.size:
-            S = R[cells, start : start + codes.size]
-            if vote == "mean":
-                S = S / counts
-            best = S.argmax(axis=1)
-            ok = S[np.arange(S.shape[0]), best] > 0
-            value = np.where(ok, codes[best].astype(np.float64), start_values[j])
-        else:
-            num, den = R[cells, start], R[cells, start + 1]
-            ok = den > 0
-            value = np.where(ok, centers[j] + num / np.where(ok, den, 1.0), start_values[j])
-        fallbacks += int((~ok).sum())
-        X_cur[rows[cells], j] = value
-    return fallbacks
-
-
-def _start_values(X: np.ndarray, categorical: np.ndarray) -> np.ndarray:
-    values = np.empty(X.shape[1])
-    for j in range(X.shape[1]):
-        col = X[:, j]
-        col = col[~np.isnan(col)]
-        if categorical[j]:
-            codes, counts = np.unique(col, return_counts=True)
-            values[j] = codes[np.argmax(counts)]
-        else:
-            values[j] = np.median(col)
-    return values
-
-
-def _change(before: np.ndarray, after: np.ndarray, categorical: np.ndarray) -> dict[str, float]:
-    """missForest's stopping statistics for one iteration (missing cells only)."""
-    out: dict[str, float] = {}
-    num = ~categorical
-    if num.any():
-        a, b = after[:, num], before[:, num]
-        denom = float(np.sum(a * a))
-        out["numeric"] = float(np.sum((a - b) ** 2)) / denom if denom > 0 else 0.0
-    if categorical.any():
-        out["categorical"] = float(np.mean(after[:, categorical] != before[:, categorical]))
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -681,11 +290,11 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         DataFrame, ndarray or Table
         """
         data = self._fit(X, y)
-        return _output(data, self._imputed.copy())
+        return decode_output(data, self._imputed.copy())
 
-    def _fit(self, X: Any, y: Any) -> _Data:
+    def _fit(self, X: Any, y: Any) -> EncodedTable:
         params = self._validate()
-        data = _encode(X, y, self.categorical_features)
+        data = encode_table(X, y, self.categorical_features)
         missing = data.missing
         counts = missing.sum(axis=0)
         empty = [data.names[j] for j in np.flatnonzero(counts == data.X.shape[0])]
@@ -694,7 +303,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
                 f"{data.source}: column(s) {empty} have no observed value; there is nothing "
                 "to impute them from: drop them (e.g. --drop on the command line)"
             )
-        start = _start_values(data.X, data.categorical)
+        start = start_values(data.X, data.categorical)
         X_cur = np.where(missing, start, data.X)
         root = np.random.SeedSequence(params["random_state"])
         seeds = [
@@ -727,7 +336,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         self.n_iter_ = len(self.history_)
         self.random_state_ = int(root.entropy)
         self._train = replace(data, original=None, y=None)
-        self._fingerprint = _fingerprint(data.X, data.names)
+        self._fingerprint = fingerprint(data.X, data.names)
         self._imputed = X_cur
         return data
 
@@ -736,7 +345,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         params: dict[str, Any],
         seed: int,
         runner: Runner,
-        data: _Data,
+        data: EncodedTable,
         X_cur: np.ndarray,
         start: np.ndarray,
         columns: list[int],
@@ -745,10 +354,10 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         tick = time.perf_counter()
         missing = data.missing
         rows = np.flatnonzero(missing.any(axis=1))
-        layout = _plan(data.X, data.categorical, columns)
+        layout = plan_columns(data.X, data.categorical, columns)
         forest = self._forest(params, seed).fit(data.table(X_cur))
         session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
-        V = _build_v(data.X, layout, start)
+        V = build_v(data.X, layout, start)
         if rows.size > _ALL_ROWS_SHARE * data.X.shape[0]:
             R = session.product(V, params["proximity"])[rows]
         else:
@@ -756,9 +365,9 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         cells = missing[rows][:, columns]
         before = np.where(cells, X_cur[rows][:, columns], 0.0)
         vote = params["categorical_vote"]
-        fallbacks = _update(X_cur, rows, missing[rows], R, layout, start, start, vote)
+        fallbacks = update_cells(X_cur, rows, missing[rows], R, layout, start, start, vote)
         after = np.where(cells, X_cur[rows][:, columns], 0.0)
-        change = _change(before, after, data.categorical[columns])
+        change = change_statistics(before, after, data.categorical[columns])
         seconds = time.perf_counter() - tick
         self.history_.append(
             {
@@ -814,17 +423,17 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         """
         self._check_fitted()
         params = self._validate()
-        data = _encode_like(X, self._train)
-        if _fingerprint(data.X, data.names) == self._fingerprint:
-            return _output(data, self._imputed.copy())
+        data = encode_like(X, self._train)
+        if fingerprint(data.X, data.names) == self._fingerprint:
+            return decode_output(data, self._imputed.copy())
         missing = data.missing
         X_cur = np.where(missing, self.statistics_, data.X)
         rows = np.flatnonzero(missing.any(axis=1))
         if rows.size == 0:
-            return _output(data, X_cur)
+            return decode_output(data, X_cur)
         train, forest, stats = self._train, self.forest_, self.statistics_
-        layout = _plan(train.X, train.categorical, range(len(train.names)))
-        V = _build_v(train.X, layout, stats)
+        layout = plan_columns(train.X, train.categorical, range(len(train.names)))
+        V = build_v(train.X, layout, stats)
         local, local_missing = X_cur[rows], missing[rows]
         report = self._report("impute")
         with self._runner() as runner:
@@ -833,8 +442,10 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
                 leaves = forest.apply(Table(local, data.names))
                 R = session.product(V, params["proximity"], new_leaves=leaves)
                 vote = params["categorical_vote"]
-                _update(local, np.arange(rows.size), local_missing, R, layout, stats, stats, vote)
+                update_cells(
+                    local, np.arange(rows.size), local_missing, R, layout, stats, stats, vote
+                )
                 if report is not None:
                     report(k + 1, params["iterations"])
         X_cur[rows] = local
-        return _output(data, X_cur)
+        return decode_output(data, X_cur)
