@@ -5,7 +5,7 @@ A similarity reaches these functions in one of three forms, wrapped by
 
 - a small in-memory matrix (numpy array or in-memory DataArray);
 - a lazy Zarr-backed DataArray, read tile by tile (never all at once);
-- a matrix-free product ``S @ V`` (:class:`~distforest.forests.xforest.SimilarityProduct`
+- a matrix-free product ``S @ V`` (:class:`~distforest.forests.xforest_similarity.SimilarityProduct`
   or any callable with a ``shape``), e.g. X-Forest's ``S = Phi Phi^T / T``.
 
 Kernel k-means and (large) spectral clustering only need products ``S @ V``;

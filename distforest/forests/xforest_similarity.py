@@ -1,0 +1,109 @@
+"""X-Forest similarity matrices: tile functions for the tile service, and ``S @ V``.
+
+The beta-similarity ``S[a, b] = mean_t beta ** (d_a + d_b - 2 d_lca)`` is
+computed per tile from the rows' path codes and depths
+(:func:`store_tile` reads them from a run store inside a task;
+:func:`arrays_tile` takes them in memory), or applied matrix-free through
+its exact factorisation ``S = Phi Phi^T / T`` (:class:`SimilarityProduct`, a
+:class:`~distforest.forests.products.ProductSession` over tree batches).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from distforest.errors import InputError
+from distforest.forests.products import ProductSession
+from distforest.kernels import betasim
+from distforest.parallel.execution import Runner
+from distforest.store.run_store import read_rows
+
+if TYPE_CHECKING:
+    from distforest.forests.xforest import XForest
+
+
+def store_tile(path: str, beta: float, rows: slice, cols: slice) -> np.ndarray:
+    """Tile function of the tile service: one similarity block from the stored codes.
+
+    Runs inside a Dask worker: reads ``path`` and ``depth`` rows of the two
+    blocks and loops over all trees.
+    """
+    codes_i, depth_i = read_rows(path, "path", rows), read_rows(path, "depth", rows)
+    if rows == cols:
+        codes_j, depth_j = codes_i, depth_i
+    else:
+        codes_j, depth_j = read_rows(path, "path", cols), read_rows(path, "depth", cols)
+    return betasim.similarity_block(codes_i, depth_i, codes_j, depth_j, beta)
+
+
+def arrays_tile(codes: np.ndarray, depth: np.ndarray, beta: float, rows: slice, cols: slice):
+    """Tile function from in-memory codes and depths (small matrices)."""
+    return betasim.similarity_block(codes[rows], depth[rows], codes[cols], depth[cols], beta)
+
+
+def _product_part(
+    trees: slice,
+    leaves_t: np.ndarray,
+    node_depth: np.ndarray,
+    parent: np.ndarray,
+    offsets: np.ndarray,
+    V: np.ndarray,
+    beta: float,
+) -> np.ndarray:
+    a, b = offsets[trees.start], offsets[trees.stop]
+    return betasim.phi_product(
+        leaves_t[trees],
+        node_depth[a:b],
+        parent[a:b],
+        offsets[trees.start : trees.stop + 1] - a,
+        V,
+        beta,
+    )
+
+
+class SimilarityProduct:
+    """Repeated ``S @ V`` for one fitted forest (no n x n anywhere).
+
+    A :class:`~distforest.forests.products.ProductSession` over the forest's
+    leaves and node parents: one task per batch of trees, summed in batch
+    order, so results are bit-identical on any cluster.
+
+    Parameters
+    ----------
+    runner : Runner
+    forest : XForest
+        A fitted forest.
+    beta : float
+        0 gives the basic similarity.
+    batch_size : int, optional
+        Trees per task.
+    """
+
+    def __init__(
+        self, runner: Runner, forest: XForest, beta: float, batch_size: int | None = None
+    ) -> None:
+        self.beta = float(beta)
+        self.n_trees = forest.leaves_.shape[1]
+        self.shape = (forest.n_samples_, forest.n_samples_)
+        betasim.warm_up()
+        shared = (
+            np.ascontiguousarray(forest.leaves_.T),
+            np.ascontiguousarray(forest.nodes_[:, 1]),
+            np.ascontiguousarray(forest.nodes_[:, 0]),
+            forest.node_offset_,
+        )
+        self.session = ProductSession(runner, _product_part, shared, self.n_trees, batch_size)
+
+    def __call__(self, V: Any) -> np.ndarray:
+        """``S @ V``; ``V`` of shape (n,) or (n, k)."""
+        V = np.asarray(V, dtype=np.float64)
+        if V.shape[0] != self.shape[0]:
+            raise InputError(f"V has {V.shape[0]} rows but the forest has {self.shape[0]}")
+        V2 = np.ascontiguousarray(V[:, None] if V.ndim == 1 else V)
+        total = self.session.sum(self.session.share(V2), self.beta, name="xforest-product")
+        total /= self.n_trees
+        return total[:, 0] if V.ndim == 1 else total
+
+    matvec = __call__
