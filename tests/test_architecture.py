@@ -62,3 +62,11 @@ def test_the_rule_can_fail(tmp_path):
     bad = tmp_path / "m.py"
     bad.write_text("import zarr\nfrom distforest.cli import main\n")
     assert {"zarr", "distforest.cli"} <= _imports(bad)
+
+
+def test_import_linter_contracts_are_kept(capsys):
+    """The same rules, declared in pyproject.toml for `lint-imports` (make lint)."""
+    from importlinter.cli import lint_imports
+
+    code = lint_imports(config_filename=str(PACKAGE.parent / "pyproject.toml"))
+    assert code == 0, capsys.readouterr().out[-2000:]
