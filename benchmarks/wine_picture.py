@@ -39,7 +39,7 @@ def main() -> None:
     codes = np.unique(labels, return_inverse=True)[1]
     picture = ROOT / "docs" / "xforest_wine_by_cluster.png"
     plot_matrix(S, picture, labels=codes, class_names=[f"cluster {c}" for c in range(3)],
-                title="Wine: X-Forest beta-similarity, rows by kernel k-means cluster")  # fmt: skip
+                title="Wine: X-Forest beta-similarity by cluster")  # fmt: skip
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "distforest"],
