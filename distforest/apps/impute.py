@@ -316,11 +316,12 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             f"({params['iterations']} iterations, {params['proximity']} proximity)"
         )
         report = self._report("impute")
+        forest: ProximityForest | None = None
         with self._runner() as runner:  # one cluster for all iterations
             if not columns:  # nothing to impute: one forest, for transform on new rows
                 forest = self._forest(params, seeds[-1]).fit(data.table(X_cur))
             for k, seed in enumerate(seeds if columns else []):
-                forest = None  # free the last forest's trees before growing the next
+                del forest  # free the last forest's trees before growing the next
                 release_memory()
                 forest = self._iterate(params, seed, runner, data, X_cur, start, columns)
                 if report is not None:
@@ -331,10 +332,11 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         self.categories_ = {data.names[j]: lv for j, lv in data.levels.items()}
         self.statistics_ = start
         self.n_missing_ = {name: int(c) for name, c in zip(data.names, counts, strict=True)}
+        assert forest is not None
         self.forest_ = forest
         self.task_ = forest.task_
         self.n_iter_ = len(self.history_)
-        self.random_state_ = int(root.entropy)
+        self.random_state_ = int(root.entropy)  # type: ignore[arg-type]  # an int
         self._train = replace(data, original=None, y=None)
         self._fingerprint = fingerprint(data.X, data.names)
         self._imputed = X_cur

@@ -446,11 +446,12 @@ def save_model(
     rs.write_array("support", model.support_.astype(np.uint8), ("feature_in",))
     if measure is not None and measure.VI is not None:
         rs.write_array("mahalanobis_VI", measure.VI, ("feature", "feature_j"))
-    if model.scaler_ is not None:
+    if model.scaler_ is not None and model.normalize is not None:
         for name in _SCALER_FIELDS[model.normalize]:
             rs.write_array(f"scaler_{name}", getattr(model.scaler_, name), ("feature",))
     if forest:
-        model.similarity_.save(Path(rs.path) / FOREST_GROUP)
+        saved: Any = model.similarity_  # a forest similarity: it has save()
+        saved.save(Path(rs.path) / FOREST_GROUP)
     rs.mark_complete()
     return rs
 
@@ -476,9 +477,9 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
     if client is not None:
         model.set_execution(client)
     g = rs.group
-    model.X_fit_ = np.asarray(g["X_fit"][...], dtype=np.float64)
-    model.y_fit_ = g["y_fit"][...]
-    model.support_ = g["support"][...].astype(bool)
+    model.X_fit_ = np.asarray(rs.read("X_fit"), dtype=np.float64)
+    model.y_fit_ = rs.read("y_fit")
+    model.support_ = rs.read("support").astype(bool)
     model.n_features_in_ = int(model.support_.size)
     model.feature_names_in_ = tuple(attrs["feature_names"])
     if attrs["model"] == "KNNClassifier":
@@ -489,12 +490,12 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
         model.similarity_ = load_similarity(model.metric, where)  # no client: it travels in tasks
     else:
         m = attrs["measure"]
-        VI = g["mahalanobis_VI"][...] if "mahalanobis_VI" in g else None
+        VI = rs.read("mahalanobis_VI") if "mahalanobis_VI" in g else None
         model.measure_ = Measure(m["name"], p=m["p"], gamma=m["gamma"], VI=VI)
     model.scaler_ = make_scaler(model.normalize, model.feature_range)
-    if model.scaler_ is not None:
+    if model.scaler_ is not None and model.normalize is not None:
         for name in _SCALER_FIELDS[model.normalize]:
-            setattr(model.scaler_, name, g[f"scaler_{name}"][...])
+            setattr(model.scaler_, name, rs.read(f"scaler_{name}"))
         model.scaler_.n_features_in_ = int(model.X_fit_.shape[1])
         model.scaler_.n_samples_seen_ = int(model.X_fit_.shape[0])
     return model

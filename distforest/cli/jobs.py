@@ -162,7 +162,7 @@ def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> A
     plan = None
     todo = [name for name in APP_STAGES if getattr(job, name)]
     pending = [n for n in todo if stages is None or not stages.done(n)]
-    if "impute" in pending:
+    if "impute" in pending and job.impute is not None:
         plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
                                na_values=job.na_values, overwrite=replace)  # fmt: skip
     for name in pending:
@@ -202,7 +202,7 @@ def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stage
                     stats["tiles"])  # fmt: skip
     previous = stages.record.get("tiles", {})
     stats["bytes"] += int(previous.get("bytes", 0)) if stats["skipped"] else 0
-    stages.finish("tiles", time.perf_counter() - tick, **stats)
+    stages.finish("tiles", time.perf_counter() - tick, None, **stats)
     if job.plot and not stages.done("plot"):
         tick = time.perf_counter()
         matrix = rs.dataset()[ARRAY_NAMES[job.method]]
@@ -245,11 +245,11 @@ def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: flo
             mode: str) -> JobResult:  # fmt: skip
     attrs = rs.attrs
     name = ARRAY_NAMES[job.method]
-    shape = tuple(rs.group[name].shape) if name in rs.group else (0, 0)
+    rows, cols = rs.array(name).shape if name in rs.group else (0, 0)
     return JobResult(
         store=rs.path,
         name=name,
-        shape=shape,
+        shape=(rows, cols),
         n_trees=int(attrs.get("n_trees", 0)),
         task=str(attrs.get("task")),
         seconds=time.perf_counter() - start,

@@ -18,6 +18,7 @@ from typing import Any
 import click
 import numpy as np
 import pandas as pd
+import xarray as xr
 
 from distforest._version import __version__
 from distforest.apps.knn import WEIGHTS, KNNClassifier, KNNRegressor, load_model, save_model
@@ -185,6 +186,7 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
                              feature_range=feature_range, algorithm=algorithm, store=out,
                              overwrite=overwrite, batch_size=batch_size, tile_size=tile_size,
                              client=client, progress=_bars(ctx))  # fmt: skip
+    assert isinstance(ds, xr.Dataset)  # a store was given
     params = ds.attrs["params"]
     click.echo(
         f"{k} nearest neighbours of {ds.sizes['sample']} rows by {params['metric']} "
@@ -658,7 +660,8 @@ def run_knn_job(
             what.append(f"k-NN {task} model (k={model['k']}, {model['weights']}, "
                         f"{model['metric']})")  # fmt: skip
             if not nb:
-                shape = saved.group["X_fit"].shape
+                rows, features = saved.array("X_fit").shape
+                shape = (rows, features)
     store = outputs.get("neighbours store") or outputs["model"]
     mode = "already complete" if not any(todo.values()) and (
         not predict or Path(predict["out"]).exists()) else "new"  # fmt: skip

@@ -22,8 +22,8 @@ def run_state(rs: RunStore) -> dict[str, Any]:
     status = "complete" if rs.is_complete else "running" if locked else "interrupted"
     tiles = {}
     if "done" in rs.group:
-        for name, record in rs.group["done"].arrays():
-            done = record[...]
+        for name, record in rs.subgroup("done").arrays():
+            done = np.asarray(record[...])
             total = int(np.triu(np.ones_like(done)).sum()) if _symmetric(rs, name) else done.size
             tiles[name] = {"done": int(done.sum()), "total": total}
     return {
@@ -42,7 +42,11 @@ def run_state(rs: RunStore) -> dict[str, Any]:
 
 
 def _symmetric(rs: RunStore, name: str) -> bool:
-    return rs.group[name].attrs.get("method") in ("original", "oob")
+    attrs = rs.array(name).attrs
+    identity = attrs.get("identity")
+    if isinstance(identity, dict) and "symmetric" in identity:  # the tile plan's own record
+        return bool(identity["symmetric"])
+    return attrs.get("method") in ("original", "oob")
 
 
 def format_state(state: dict[str, Any]) -> str:

@@ -169,7 +169,7 @@ def run_xforest_job(
                 stages.finish("fit", time.perf_counter() - tick, trees=forest.codes_.shape[1])
             tick = time.perf_counter()
             stats = forest.write_similarity(rs, job.kind)
-            stages.finish("tiles", time.perf_counter() - tick, **stats)
+            stages.finish("tiles", time.perf_counter() - tick, None, **stats)
             matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
             if job.plot and not stages.done("plot"):
                 tick = time.perf_counter()
@@ -203,7 +203,7 @@ def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], star
     return JobResult(
         store=rs.path,
         name=name,
-        shape=tuple(rs.group[name].shape) if name in rs.group else (0, 0),
+        shape=(rs.array(name).shape[0], rs.array(name).shape[1]) if name in rs.group else (0, 0),
         n_trees=int(rs.attrs.get("n_trees", 0)),
         task="random-projection",
         seconds=time.perf_counter() - start,

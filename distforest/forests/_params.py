@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -20,6 +20,16 @@ PROXIMITY_METHODS = ("original", "oob", "rfgap")
 
 #: An integer target with at most this many distinct values is taken as classes.
 MAX_AUTO_CLASSES = 50
+
+
+@overload
+def check_int(
+    name: str, value: Any, *, low: int = 1, allow_none: Literal[False] = False
+) -> int: ...
+
+
+@overload
+def check_int(name: str, value: Any, *, low: int = 1, allow_none: Literal[True]) -> int | None: ...
 
 
 def check_int(name: str, value: Any, *, low: int = 1, allow_none: bool = False) -> int | None:
@@ -57,9 +67,9 @@ def check_max_features(value: Any) -> int | float | str | None:
     """Accept scikit-learn's forms: "sqrt", "log2", None, an int >= 1 or a fraction."""
     if value is None or value in ("sqrt", "log2", "auto"):
         return value
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1:
         return int(value)
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value <= 1:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < float(value) <= 1:
         return float(value)
     raise ParameterError(
         "max_features must be 'sqrt', 'log2', 'auto', None, an integer >= 1 or a fraction "

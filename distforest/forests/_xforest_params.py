@@ -17,7 +17,7 @@ SIMILARITY_NAMES = {"beta": "beta_similarity", "basic": "basic_similarity"}
 
 def check_beta(value: Any) -> float:
     """Return ``value`` after checking it is a number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
         raise ParameterError(
             f"beta must be a number in [0, 1] (the similarity decay per tree edge), got "
             f"{value!r}; the paper uses 0.9"

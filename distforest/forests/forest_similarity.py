@@ -210,7 +210,7 @@ def load_similarity(metric: str, store: str | Path) -> CrossSimilarity:
 
 def make_similarity(
     metric: Any, n_estimators: int, random_state: int | None
-) -> CrossSimilarity | None:
+) -> CrossSimilarity | FunctionDistance | None:
     """The similarity object for a forest ``metric`` name or a user's object; None otherwise."""
     if isinstance(metric, str):
         if metric in ("rf-proximity", "rfgap"):

@@ -89,6 +89,7 @@ def _tree(spec: SearchSpec, reference: np.ndarray) -> Any:
         from sklearn.neighbors import BallTree, KDTree
 
         cls = KDTree if spec.algorithm == "kd_tree" else BallTree
+        assert spec.measure is not None and spec.measure.minkowski_p is not None
         p = spec.measure.minkowski_p
         if p == 2.0:
             kw: dict[str, Any] = {"metric": "euclidean"}
@@ -155,6 +156,7 @@ def _gram_search(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: 
     scanned by :func:`distforest.kernels.metrics.gram_top_k`, which re-computes
     exactly every pair that could enter a row's list.
     """
+    assert spec.measure is not None
     cosine = spec.measure.name == "cosine"
     center = None if cosine else reference.mean(axis=0)
     scale = 0.5 if cosine else 1.0
@@ -182,6 +184,8 @@ def _brute_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: 
         else:
             D = 1.0 - np.asarray(sim.cross_similarity(Q), dtype=np.float64)
         metric_kernels.merge_top_k(D, 0, start, spec.exclude_self, best_d, best_i)
+    elif spec.measure is None:
+        raise ValueError("a search needs a measure or a similarity")
     elif uses_gram(spec.measure, Q.shape[1]):
         _gram_search(spec, reference, Q, start, best_d, best_i)
         if spec.measure.name != "cosine":
@@ -211,6 +215,7 @@ def neighbors_task(
     if spec.algorithm in ("kd_tree", "ball_tree"):
         ids = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
         return _tree_block(spec, reference, Q, ids)
+    assert isinstance(rows, slice)  # brute tiles take row ranges
     return _brute_block(spec, reference, Q, rows.start)
 
 

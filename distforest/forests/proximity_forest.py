@@ -6,7 +6,7 @@ import contextlib
 import logging
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import xarray as xr
@@ -20,7 +20,7 @@ from distforest.io import Table, load_table
 from distforest.kernels import leafsums
 from distforest.kernels import proximity as proximity_kernels
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, TreeParams, fit_tree_batch
+from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
@@ -155,7 +155,7 @@ class ProximityForest(DaskEstimator):
         if max_features == "auto":
             max_features = 1.0 if task == "regression" else "sqrt"
         tree_params = TreeParams(
-            task=task,
+            task=cast(Task, task),  # resolve_task returns one of Task's values
             kind=params["kind"],
             max_features=max_features,
             min_samples_leaf=params["min_samples_leaf"],
@@ -311,15 +311,15 @@ class ProximityForest(DaskEstimator):
         forest.n_samples_ = int(inp["n_samples"])
         forest.n_features_in_ = int(inp["n_features"])
         forest.feature_names_in_ = tuple(inp["feature_names"])
-        forest.categories_ = {k: np.asarray(v) for k, v in inp["categories"].items()}
+        forest.categories_ = {k: tuple(v) for k, v in inp["categories"].items()}
         forest.target_name_ = inp["target_name"]
         forest.task_ = attrs["task"]
         forest.classes_ = list(attrs["classes"])
-        forest.y_ = rs.group["target"][...] if "target" in rs.group else None
+        forest.y_ = rs.read("target") if "target" in rs.group else None
         forest.seeds_ = nodes.pop("seed")
         forest.random_state_ = saved["random_state"]
-        forest.leaves_ = rs.group["leaves"][...]
-        forest.inbag_ = rs.group["inbag"][...]
+        forest.leaves_ = rs.read("leaves")
+        forest.inbag_ = rs.read("inbag")
         forest.node_counts_ = np.diff(offsets)
         forest.nodes_ = {f: nodes[f] for f in NODE_FIELDS}
         forest.input_ = {"source": inp["source"], "fingerprint": inp["fingerprint"]}

@@ -100,7 +100,7 @@ def write_matrix(
     stats = {"tiles": plan.n_tasks, "skipped": skipped, "bytes": 0}
     for _, written in runner.run(tile_task, items, name=f"{name}-tiles", progress=progress):
         stats["bytes"] += written
-    store.group[name].attrs.update({"complete": True})
+    store.array(name).attrs.update({"complete": True})
     return stats
 
 

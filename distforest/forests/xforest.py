@@ -406,7 +406,7 @@ class XForest(DaskEstimator):
         nodes = {c: np.ascontiguousarray(self.nodes_[:, k]) for k, c in enumerate(NODE_COLUMNS)}
         nodes["threshold"] = self.thresholds_
         rs.write_forest(nodes, np.diff(self.node_offset_), self.seeds_)
-        forest = RunStore(Path(rs.path) / "forest", rs.group["forest"])
+        forest = RunStore(Path(rs.path) / "forest", rs.subgroup("forest"))
         forest.write_array("direction_offset", self.direction_offset_, ("tree_edge",))
         forest.write_array("directions", self.directions_, ("direction", "feature"))
         forest.write_array("feature_min", self.feature_min_, ("feature",))
@@ -449,7 +449,7 @@ class XForest(DaskEstimator):
         forest.directions_ = f["directions"]
         forest.direction_offset_ = f["direction_offset"]
         for name, attr in (("leaves", "leaves_"), ("depth", "depth_"), ("path", "codes_")):
-            setattr(forest, attr, rs.group[name][...])
+            setattr(forest, attr, rs.read(name))
         return forest
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:

@@ -177,7 +177,7 @@ def _label_values(frame: pd.DataFrame, data: EncodedTable) -> dict[int, dict[Any
     """For each categorical column: canonical label -> an original value of that column."""
     out: dict[int, dict[Any, Any]] = {}
     for j in np.flatnonzero(data.categorical):
-        numeric = numeric_levels(data.levels[j])
+        numeric = numeric_levels(data.levels[int(j)])
         col = frame.iloc[:, j]
         values = col[col.notna()]
         seen: dict[Any, Any] = {}

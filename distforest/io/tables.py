@@ -406,7 +406,8 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
         return _array(np.asarray(node[...]), name), name, None
     if "X" in node and isinstance(node["X"], zarr.Array):
         xa = node["X"]
-        names = xa.attrs.get("feature_names")
+        stored = xa.attrs.get("feature_names")
+        names = [str(c) for c in stored] if isinstance(stored, list) else None
         y = np.asarray(node["y"][...]) if "y" in node else None
         return _array(np.asarray(xa[...]), name, names), name, y
     import xarray as xr

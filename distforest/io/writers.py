@@ -278,15 +278,17 @@ def read_zarr_table(path: str | Path) -> pd.DataFrame:
             f"{str(path)!r} is not a table written by distforest (no 'columns' attribute); "
             "open it with xarray.open_zarr instead"
         )
-    dtypes = group.attrs.get("dtypes", {})
+    dtypes = dict(group.attrs.get("dtypes") or {})  # type: ignore[arg-type]
     data = {}
     for name in columns:
-        values = np.asarray(group[name][...])
+        node = group[name]
+        assert isinstance(node, zarr.Array), name
+        values = np.asarray(node[...])
         if values.dtype.kind == "T":
             values = values.astype(object)
         dtype = dtypes.get(name)
         series = pd.Series(values, name=name)
-        if group[name].attrs.get("empty_is_missing"):
+        if node.attrs.get("empty_is_missing"):
             series = series.where(series != "", None)
         if dtype == "category":
             cats = group[name].attrs.get("categories", [])

@@ -29,7 +29,7 @@ def beta_powers(beta, max_edges):  # pragma: no cover - numba
 @njit(nogil=True, cache=True, inline="always")
 def _edges(x, y, c, e):  # pragma: no cover - numba
     """Edges between two leaves: depths x, y (uint64), one-word path codes c, e."""
-    low = min(x, y, trailing_zeros(c ^ e))  # cttz(0) = 64 > any one-word depth
+    low = min(x, y, trailing_zeros(c ^ e))  # type: ignore[call-arg]  # cttz(0) = 64
     return x + y - low - low
 
 
@@ -151,7 +151,7 @@ def similarity_tile_words(codes_i, depth_i, codes_j, depth_j, powers, block):  #
                     cj = codes_j[t, 0]
                     for b in range(j0, j1):
                         y = np.int64(dj[b])
-                        low = min(x, y, np.int64(trailing_zeros(ca ^ cj[b])))
+                        low = min(x, y, np.int64(trailing_zeros(ca ^ cj[b])))  # type: ignore[call-arg]
                         acc[b - j0] += powers[x + y - 2 * low]
                 else:
                     for b in range(j0, j1):
@@ -160,7 +160,7 @@ def similarity_tile_words(codes_i, depth_i, codes_j, depth_j, powers, block):  #
                         for w in range(n_words):
                             diff = codes_i[t, w, a] ^ codes_j[t, w, b]
                             if diff != 0:
-                                low = min(low, 64 * w + np.int64(trailing_zeros(diff)))
+                                low = min(low, 64 * w + np.int64(trailing_zeros(diff)))  # type: ignore[call-arg]
                                 break
                         acc[b - j0] += powers[x + y - 2 * low]
             for b in range(j0, j1):
@@ -254,9 +254,9 @@ def similarity_block(
         ci, cj = (np.ascontiguousarray(c[:, :, 0]) for c in (codes_i, codes_j))
         di, dj = (np.ascontiguousarray(d, dtype=np.uint8) for d in (depth_i, depth_j))
         return similarity_tile(ci, di, cj, dj, powers)
-    ci, cj = (_trees_first(c, words) for c in (codes_i, codes_j))
-    di, dj = (np.ascontiguousarray(d.T, dtype=np.int32) for d in (depth_i, depth_j))
-    return similarity_tile_words(ci, di, cj, dj, beta_powers(float(beta), 2 * top), block)
+    wi, wj = (_trees_first(c, words) for c in (codes_i, codes_j))
+    ti, tj = (np.ascontiguousarray(d.T, dtype=np.int32) for d in (depth_i, depth_j))
+    return similarity_tile_words(wi, ti, wj, tj, beta_powers(float(beta), 2 * top), block)
 
 
 def _trees_first(codes: np.ndarray, words: int) -> np.ndarray:

@@ -218,6 +218,7 @@ def fit_one_tree(
         y_fit = np.repeat(np.array([0, 1]), [used.size, used_synthetic.size])
         weight = np.concatenate([inbag[used], synthetic_inbag[used_synthetic]]).astype(float)
     else:
+        assert y is not None  # supervised forests always have a target
         X_fit, y_fit, weight = X[used], y[used], inbag[used].astype(float)
     tree = _make_tree(params, tree_seed).fit(X_fit, y_fit, sample_weight=weight)
     leaves = tree.apply(X).astype(np.int32)

@@ -43,7 +43,7 @@ def plan_seeds(random_state: int | None, n: int) -> tuple[int, np.ndarray]:
     seeds : ndarray of uint64, shape (n,)
     """
     root = np.random.SeedSequence(random_state)
-    entropy = int(root.entropy)
+    entropy = int(root.entropy)  # type: ignore[arg-type]  # an int: no pool given
     seeds = np.array(
         [child.generate_state(1, dtype=np.uint64)[0] for child in root.spawn(n)],
         dtype=np.uint64,

@@ -25,7 +25,7 @@ import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -140,7 +140,9 @@ class RunStore:
         return cls(p, group)
 
     @classmethod
-    def open(cls, path: str | Path, *, mode: str = "r", require_complete: bool = False) -> RunStore:
+    def open(
+        cls, path: str | Path, *, mode: Literal["r", "r+"] = "r", require_complete: bool = False
+    ) -> RunStore:
         """Open an existing store.
 
         Parameters
@@ -166,6 +168,27 @@ class RunStore:
                 "wrote it did not finish; run it again"
             )
         return store
+
+    def array(self, name: str) -> zarr.Array:
+        """Array ``name`` of the store (a path such as ``"done/proximity"`` works too)."""
+        try:
+            node = self.group[name]
+        except KeyError:
+            raise StoreError(f"store {self.path!r} has no array {name!r}") from None
+        if not isinstance(node, zarr.Array):
+            raise StoreError(f"{name!r} in store {self.path!r} is a group, not an array")
+        return node
+
+    def subgroup(self, name: str) -> zarr.Group:
+        """Group ``name`` of the store."""
+        node = self.group.get(name)
+        if not isinstance(node, zarr.Group):
+            raise StoreError(f"store {self.path!r} has no group {name!r}")
+        return node
+
+    def read(self, name: str) -> np.ndarray:
+        """The whole of array ``name`` (O(n) sized arrays only)."""
+        return np.asarray(self.array(name)[...])
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -318,9 +341,9 @@ class RunStore:
 
     def done_tiles(self, name: str) -> np.ndarray | None:
         """The done record of matrix ``name`` (1 = written), or None if it has none."""
-        if DONE_GROUP not in self.group or name not in self.group[DONE_GROUP]:
+        if DONE_GROUP not in self.group or name not in self.subgroup(DONE_GROUP):
             return None
-        return self.group[DONE_GROUP][name][...]
+        return self.read(f"{DONE_GROUP}/{name}")
 
     def prepare_matrix(
         self,
@@ -348,7 +371,7 @@ class RunStore:
         blocks = (-(-shape[0] // tile), -(-shape[1] // tile))
         identity = dict(identity)
         if name in self.group:
-            arr = self.group[name]
+            arr = self.array(name)
             done = self.done_tiles(name)
             same = (
                 tuple(arr.shape) == tuple(shape)
@@ -392,28 +415,24 @@ class RunStore:
         """Load the flattened trees (O(nodes) memory)."""
         if "forest" not in self.group:
             raise StoreError(f"store {self.path!r} has no forest/ group")
-        forest = self.group["forest"]
-        return {name: arr[...] for name, arr in forest.arrays()}
+        return {name: np.asarray(arr[...]) for name, arr in self.subgroup("forest").arrays()}
 
     def describe(self) -> dict[str, Any]:
         """A summary of the store for ``distforest info``."""
-        arrays = {}
-        for name, arr in sorted(self.group.arrays()):
-            arrays[name] = {
-                "shape": list(arr.shape),
-                "chunks": list(arr.chunks),
-                "dtype": str(arr.dtype),
-                "dims": list(arr.metadata.dimension_names or ()),
-            }
+        arrays = {name: _summary(arr) for name, arr in sorted(self.group.arrays())}
         if "forest" in self.group:
-            for name, arr in sorted(self.group["forest"].arrays()):
-                arrays[f"forest/{name}"] = {
-                    "shape": list(arr.shape),
-                    "chunks": list(arr.chunks),
-                    "dtype": str(arr.dtype),
-                    "dims": list(arr.metadata.dimension_names or ()),
-                }
+            for name, arr in sorted(self.subgroup("forest").arrays()):
+                arrays[f"forest/{name}"] = _summary(arr)
         return {"path": self.path, "attrs": self.attrs, "arrays": arrays}
+
+
+def _summary(arr: zarr.Array) -> dict[str, Any]:
+    return {
+        "shape": list(arr.shape),
+        "chunks": list(arr.chunks),
+        "dtype": str(arr.dtype),
+        "dims": list(getattr(arr.metadata, "dimension_names", None) or ()),
+    }
 
 
 # -- functions that run inside tasks (plain, picklable) ----------------------
@@ -421,7 +440,7 @@ class RunStore:
 
 def read_rows(path: str, name: str, rows: slice) -> np.ndarray:
     """Read rows ``rows`` of array ``name`` of the store at ``path``."""
-    return zarr.open_array(path, path=name, mode="r")[rows]
+    return np.asarray(zarr.open_array(path, path=name, mode="r")[rows])
 
 
 def write_block(path: str, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
