@@ -335,17 +335,26 @@ def test_xforest_and_knn_pipelines_are_locked_and_reported(name, overrides, stor
     assert (out / "report.md").exists() and lock_path(out / store).read_text() == ""
 
 
-def xforest_pipeline(tmp_path: Path, name: str) -> Path:
-    """An X-Forest pipeline with many tiny tiles (a long tile stage to interrupt)."""
+IONOSPHERE = ROOT / "distforest" / "data" / "ionosphere.csv"
+
+
+def ionosphere_pipeline(tmp_path: Path, name: str, sections: str, output: str = "") -> Path:
+    """A pipeline file on the bundled ionosphere data with the given sections."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(
-        f"name: {name}\n"
-        f"input: {{path: {ROOT / 'distforest' / 'data' / 'ionosphere.csv'}, target: Class}}\n"
-        "xforest: {n_estimators: 400, random_state: 1, tile_size: 16}\n"
-        "clustering: {method: kernel-kmeans, k: 2, out: clusters.csv}\n"
-        f"output: {{dir: {tmp_path / name}, store: sim.zarr}}\n"
+        f"name: {name}\ninput: {{path: {IONOSPHERE}, target: Class}}\n{sections}"
+        f"output: {{dir: {tmp_path / name}{output}}}\n"
     )
     return path
+
+
+def xforest_pipeline(tmp_path: Path, name: str) -> Path:
+    """An X-Forest pipeline with many tiny tiles (a long tile stage to interrupt)."""
+    sections = (
+        "xforest: {n_estimators: 400, random_state: 1, tile_size: 16}\n"
+        "clustering: {method: kernel-kmeans, k: 2, out: clusters.csv}\n"
+    )
+    return ionosphere_pipeline(tmp_path, name, sections, ", store: sim.zarr")
 
 
 def test_xforest_pipeline_resumes_after_sigkill_bit_identical(tmp_path):
@@ -385,18 +394,14 @@ def test_xforest_pipeline_resumes_after_sigkill_bit_identical(tmp_path):
 
 
 def knn_pipeline(tmp_path: Path, name: str) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    data = ROOT / "distforest" / "data" / "ionosphere.csv"
-    path.write_text(
-        f"name: {name}\n"
-        f"input: {{path: {data}, target: Class}}\n"
+    """A k-NN pipeline whose model (a 300-tree forest metric) takes a while to fit."""
+    sections = (
         "neighbors: {metric: euclidean, k: 5, normalize: zscore, algorithm: auto, out: nb.zarr}\n"
         "knn: {task: classification, k: 5, weights: distance, metric: rfgap, normalize: none,\n"
         "      n_estimators: 300, random_state: 0, model: model.zarr,\n"
-        f"      predict: {{input: {data}, out: predictions.csv}}}}\n"
-        f"output: {{dir: {tmp_path / name}}}\n"
+        f"      predict: {{input: {IONOSPHERE}, out: predictions.csv}}}}\n"
     )
-    return path
+    return ionosphere_pipeline(tmp_path, name, sections)
 
 
 def test_knn_pipeline_resumes_by_stage_after_sigkill(tmp_path):
