@@ -148,7 +148,7 @@ def run_proximity_job(
 def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
     """Run a job whose outputs are several stores (k-NN) under its main output's lock.
 
-    The job resumes by stage (see :func:`distforest.cli.similarity_cmd.run_knn_job`);
+    The job resumes by stage (see :func:`distforest.cli.knn_job.run_knn_job`);
     a report is written next to its main output.
     """
     with StoreLock(job.out, run_id) as lock:

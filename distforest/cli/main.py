@@ -14,6 +14,8 @@ from distforest._version import __version__
 from distforest.cli.apps_cmd import mds, mislabels, outliers
 from distforest.cli.impute_cmd import impute
 from distforest.cli.jobs import ProximityJob, run_locked, run_proximity_job, summary
+from distforest.cli.knn_cmd import knn
+from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
 from distforest.cli.options import (
     FOREST_KEYS,
     cluster_options,
@@ -25,15 +27,7 @@ from distforest.cli.options import (
 from distforest.cli.pipeline import load_pipeline
 from distforest.cli.plan import check_disk, describe, estimate, free_space
 from distforest.cli.progress import ProgressBars, setup_logging
-from distforest.cli.similarity_cmd import (
-    KNNJob,
-    knn,
-    knn_plan,
-    knn_summary,
-    neighbors,
-    run_knn_job,
-    similarity,
-)
+from distforest.cli.similarity_cmd import neighbors, similarity
 from distforest.cli.status import format_state, run_state
 from distforest.cli.xforest_cmd import XForestJob, cluster_cmd, run_xforest_job, xforest
 from distforest.errors import ConfigError, DistforestError

@@ -39,7 +39,7 @@ import yaml
 from distforest.apps.impute import VOTES
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
-from distforest.cli.similarity_cmd import KNN_CHOICES, KNNJob, knn_job
+from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
 from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests._params import KINDS, PROXIMITY_METHODS, TASKS
@@ -100,7 +100,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "out": _STR,
         "plot": _STR,
     },
-    # k-NN pipelines (input, neighbors and/or knn, output): cli/similarity_cmd.py
+    # k-NN pipelines (input, neighbors and/or knn, output): cli/knn_job.py
     "neighbors": {"metric": _STR, "k": _INT, "normalize": _STR, "algorithm": _STR, "out": _STR},
     "knn": {
         **dict.fromkeys(("target", "task", "weights", "metric", "normalize", "model"), _STR),

@@ -1,0 +1,313 @@
+"""k-NN pipelines: the ``neighbors`` and ``knn`` sections of a pipeline file, and their run.
+
+A :class:`KNNJob` is built from YAML by :func:`knn_job`, previewed by
+:func:`knn_plan` and run by :func:`run_knn_job` (resumable by stage).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distforest._version import __version__
+from distforest.apps.knn import WEIGHTS
+from distforest.cli.jobs import JobResult, summary
+from distforest.cli.knn_cmd import fit_and_save_model, predict_to_csv
+from distforest.cli.outputs import check_new_file
+from distforest.cli.runs import decide, spec_hash
+from distforest.cli.similarity_cmd import (
+    maybe_connect,
+    normalize_choice,
+)
+from distforest.errors import ConfigError, ParameterError
+from distforest.forests.forest_similarity import FOREST_METRICS
+from distforest.forests.measures import NORMALIZATIONS, parse_metric
+from distforest.forests.neighbors import ALGORITHMS, top_k_neighbors
+from distforest.io import load_table
+from distforest.store.run_store import RunStore, check_can_create
+
+KNN_CHOICES = {
+    "neighbors.normalize": ("none", *NORMALIZATIONS),
+    "neighbors.algorithm": ALGORITHMS,
+    "knn.task": ("auto", "classification", "regression"),
+    "knn.weights": WEIGHTS,
+    "knn.normalize": ("none", *NORMALIZATIONS),
+}
+#: Sections of other pipelines that a k-NN pipeline must not have.
+NOT_WITH_KNN = ("forest", "proximity", "impute", "outliers", "mislabels", "mds", "xforest",
+                "clustering")  # fmt: skip
+PREDICT_KEYS = ("input", "out")
+
+
+@dataclass
+class KNNJob:
+    """One k-NN run: input, optional top-k neighbours store, optional model (+ predictions)."""
+
+    input: str
+    target: str | None = None
+    drop: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    #: ``{"metric", "k", "normalize", "algorithm", "out"}`` (``out`` a store path).
+    neighbors: dict[str, Any] | None = None
+    #: ``{"task", "k", "weights", "metric", "normalize", "n_estimators",
+    #: "random_state", "model", "predict": {"input", "out"}}``.
+    knn: dict[str, Any] | None = None
+    overwrite: bool = False
+    connect: dict[str, Any] = field(default_factory=dict)
+    name: str = "knn"
+
+    def spec(self, table: Any) -> dict[str, Any]:
+        """What determines the results: hashed to recognise the same job."""
+        keep = ("target", "drop", "na_values", "neighbors", "knn")
+        spec = {k: v for k, v in asdict(self).items() if k in keep}
+        spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
+        spec["distforest_version"] = __version__
+        return json.loads(json.dumps(spec, default=str))
+
+    @property
+    def out(self) -> str:
+        """The main output: the neighbours store, else the model store."""
+        return str((self.neighbors or {}).get("out") or (self.knn or {})["model"])
+
+    @property
+    def kind(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        parts = [f"top-{self.neighbors['k']} {self.neighbors['metric']}"] if self.neighbors else []
+        if self.knn:
+            parts.append(f"k-NN model ({self.knn['metric']}, k={self.knn['k']})")
+        return " and ".join(parts)
+
+
+def knn_job(
+    data: dict[str, Any],
+    sections: dict[str, dict[str, Any]],
+    input_path: str,
+    out_dir: Path,
+    connect: dict[str, Any],
+    source: str,
+    today_path: Any = str,
+) -> KNNJob:
+    """A :class:`KNNJob` from a pipeline whose sections were type-checked.
+
+    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    ``neighbors`` or ``knn`` section; checks what is particular to k-NN
+    pipelines (metrics, the target, ``knn.predict``).  Output names are
+    relative to ``out_dir``; ``knn.predict.input`` is relative to the current
+    directory, and ``today_path`` fills in its ``{date}``.
+    """
+    clash = [name for name in NOT_WITH_KNN if name in data]
+    if clash:
+        raise ConfigError(
+            f"{source}: a k-NN pipeline has the sections input, neighbors and/or knn, output "
+            f"and cluster; remove {', '.join(clash)}"
+        )
+    extra = sorted(set(sections["output"]) - {"dir", "overwrite"})
+    if extra:
+        raise ConfigError(
+            f"{source}: output.{extra[0]} does not apply to a k-NN pipeline (outputs are named "
+            "in neighbors.out, knn.model and knn.predict.out); remove it"
+        )
+    inp = sections["input"]
+    neighbors = None
+    if "neighbors" in data:
+        neighbors = {"metric": "euclidean", "k": 10, "normalize": "none", "algorithm": "auto",
+                     "out": "neighbors.zarr", **sections["neighbors"]}  # fmt: skip
+        _check_metric(neighbors["metric"], "neighbors.metric", source, forest=False)
+        _check_k(neighbors["k"], "neighbors.k", source)
+        neighbors["out"] = str(out_dir / neighbors["out"])
+    model = None
+    target = inp.get("target")
+    if "knn" in data:
+        model = {"task": "auto", "k": 5, "weights": "uniform", "metric": "euclidean",
+                 "normalize": "none", "n_estimators": 100, "random_state": 0,
+                 "model": "knn_model.zarr", **sections["knn"]}  # fmt: skip
+        own = model.pop("target", None)
+        if own and target and own != target:
+            raise ConfigError(
+                f"{source}: knn.target {own!r} differs from input.target {target!r}; give one"
+            )
+        target = own or target
+        if not target:
+            raise ConfigError(f"{source}: knn needs the column to predict: set knn.target")
+        _check_metric(model["metric"], "knn.metric", source, forest=True)
+        _check_k(model["k"], "knn.k", source)
+        model["model"] = str(out_dir / model["model"])
+        if model.get("predict") is not None:
+            model["predict"] = _predict_section(model["predict"], out_dir, source, today_path)
+    return KNNJob(
+        input=input_path,
+        target=target,
+        drop=tuple(inp.get("drop") or ()),
+        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        neighbors=neighbors,
+        knn=model,
+        overwrite=bool(sections["output"].get("overwrite", False)),
+        connect=connect,
+        name=str(data.get("name") or "knn"),
+    )
+
+
+def _check_metric(metric: str, where: str, source: str, *, forest: bool) -> None:
+    if forest and metric in FOREST_METRICS:
+        return
+    try:
+        parse_metric(metric)
+    except ParameterError as exc:
+        more = f" or a forest metric ({', '.join(FOREST_METRICS)})" if forest else ""
+        raise ConfigError(f"{source}: {where}: {exc}{more}") from exc
+
+
+def _check_k(k: int, where: str, source: str) -> None:
+    if k < 1:
+        raise ConfigError(f"{source}: {where} must be at least 1, got {k}")
+
+
+def _predict_section(section: Any, out_dir: Path, source: str, today_path: Any) -> dict[str, str]:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{source}: knn.predict must be a mapping {{input: ..., out: ...}}")
+    for key, value in section.items():
+        if key not in PREDICT_KEYS:
+            raise ConfigError(
+                f"{source}: unknown key knn.predict.{key!r} (allowed: {', '.join(PREDICT_KEYS)})"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: knn.predict.{key} must be str, got {value!r}")
+    missing = [key for key in PREDICT_KEYS if not section.get(key)]
+    if missing:
+        raise ConfigError(f"{source}: knn.predict.{missing[0]} is required")
+    path = today_path(section["input"])
+    if not Path(path).exists():
+        raise ConfigError(
+            f"{source}: knn.predict.input {path!r} does not exist (relative paths are relative "
+            f"to the current directory {str(Path.cwd())!r})"
+        )
+    return {"input": path, "out": str(out_dir / section["out"])}
+
+
+def knn_plan(job: KNNJob) -> str:
+    """What ``distforest run --dry-run`` prints for a k-NN pipeline (nothing is run)."""
+    lines = [f"k-NN pipeline {job.name!r} on {job.input} (target {job.target or '-'})"]
+    if job.neighbors:
+        nb = job.neighbors
+        lines.append(f"  neighbours: k={nb['k']}, {nb['metric']}, normalize {nb['normalize']}, "
+                     f"{nb['algorithm']} -> {nb['out']}")  # fmt: skip
+    if job.knn:
+        m = job.knn
+        lines.append(f"  model:      k={m['k']}, {m['weights']}, {m['metric']}, normalize "
+                     f"{m['normalize']} -> {m['model']}")  # fmt: skip
+        if m.get("predict"):
+            lines.append(f"  predict:    {m['predict']['input']} -> {m['predict']['out']}")
+    return "\n".join(lines)
+
+
+def run_knn_job(
+    job: KNNJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
+) -> JobResult:
+    """Write the top-k neighbours, fit and save the model, predict; resumable by stage.
+
+    Each output records the job's spec hash.  Run again, a stage whose
+    output is complete and of the same spec is kept; a half-written one (a
+    killed run) is written again from the same seeds, so the outputs end
+    identical to an uninterrupted run; one of a different spec is refused
+    unless ``restart`` or ``overwrite``.  Output problems are found before
+    any cluster is started; a cluster is started only for the neighbours
+    search or a forest metric.
+    """
+    start = time.perf_counter()
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    spec = job.spec(table)
+    digest = spec_hash(spec)
+    record = {"spec": spec, "spec_hash": digest, "job": job.name, "run_id": run_id}
+    nb, model = job.neighbors, job.knn
+    predict = (model or {}).get("predict")
+    todo = {
+        name: _stage_todo(path, spec, digest, restart=restart, overwrite=job.overwrite)
+        for name, path in (("neighbors", (nb or {}).get("out")),
+                           ("model", (model or {}).get("model"))) if path
+    }  # fmt: skip
+    for name, path in (("neighbors", (nb or {}).get("out")), ("model", (model or {}).get("model"))):
+        if path and todo[name]:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if predict and todo.get("model", True):
+        check_new_file(predict["out"], job.overwrite or restart or "model" in todo)
+    needed = (nb is not None and todo["neighbors"]) or (
+        (model or {}).get("metric") in FOREST_METRICS and todo.get("model", False)
+    )
+    outputs: dict[str, str] = {}
+    shape: tuple[int, int] = (table.n_samples, 0)
+    n_trees, what = 0, []
+    with maybe_connect(needed, job.connect) as client:
+        if nb:
+            if todo["neighbors"]:
+                top_k_neighbors(table, k=nb["k"], metric=nb["metric"],
+                                normalize=normalize_choice(nb["normalize"]),
+                                algorithm=nb["algorithm"], store=nb["out"], overwrite=True,
+                                client=client, progress=progress, attrs=record)  # fmt: skip
+            ds = RunStore.open(nb["out"])
+            outputs["neighbours store"] = ds.path
+            shape = (table.n_samples, nb["k"])
+            params = ds.attrs["params"]
+            what.append(f"top-{nb['k']} {params['metric']} neighbours ({params['algorithm']})")
+        if model:
+            if todo["model"] or (predict and not Path(predict["out"]).exists()):
+                params = {"n_neighbors": model["k"], "weights": model["weights"],
+                          "metric": model["metric"],
+                          "normalize": normalize_choice(model["normalize"]),
+                          "n_estimators": model["n_estimators"],
+                          "random_state": model["random_state"]}  # fmt: skip
+                task = fit_and_save_model(table, model["task"], params, model["model"], True,
+                                          attrs={**record, "predictions": None})[1]  # fmt: skip
+                if predict:
+                    _, written = predict_to_csv(model["model"], predict["input"], predict["out"],
+                                                job.drop, job.na_values)  # fmt: skip
+                    # the model store is complete: only the driver adds this record
+                    RunStore.open(model["model"], mode="r+").update_attrs(predictions=written)
+            saved = RunStore.open(model["model"])
+            task = {"KNNClassifier": "classification"}.get(saved.attrs["model"], "regression")
+            outputs["model"] = saved.path
+            if predict:
+                outputs["predictions"] = str(Path(predict["out"]).resolve())
+            if model["metric"] in FOREST_METRICS:
+                n_trees = model["n_estimators"]
+            what.append(f"k-NN {task} model (k={model['k']}, {model['weights']}, "
+                        f"{model['metric']})")  # fmt: skip
+            if not nb:
+                rows, features = saved.array("X_fit").shape
+                shape = (rows, features)
+    store = outputs.get("neighbours store") or outputs["model"]
+    mode = "already complete" if not any(todo.values()) and (
+        not predict or Path(predict["out"]).exists()) else "new"  # fmt: skip
+    return JobResult(
+        store=store,
+        name="neighbor_index" if nb else "X_fit",
+        shape=(int(shape[0]), int(shape[1])),
+        n_trees=n_trees,
+        task=" and ".join(what),
+        seconds=time.perf_counter() - start,
+        outputs=outputs,
+        mode=mode,
+    )
+
+
+def _stage_todo(path: str, spec: dict[str, Any], digest: str, *, restart: bool,
+                overwrite: bool) -> bool:  # fmt: skip
+    """Whether the stage writing ``path`` must run (False: its output is complete, same spec)."""
+    mode = decide(path, spec, digest, restart=restart, overwrite=overwrite)
+    if mode == "complete":
+        return False
+    if Path(path).exists():
+        check_can_create(path, overwrite=True)  # ours, half-written or replaced on request
+    return True
+
+
+def knn_summary(result: JobResult) -> str:
+    """:func:`distforest.cli.jobs.summary` with a k-NN headline (trees only for a forest)."""
+    lines = summary(result).splitlines()
+    trees = f", {result.n_trees} trees" if result.n_trees else ""
+    how = {"already complete": ", already complete: nothing to do (use --restart to compute "
+           "it again)"}.get(result.mode, "")  # fmt: skip
+    lines[0] = f"{result.task} of {result.shape[0]} rows{trees} in {result.seconds:.1f} s{how}"
+    return "\n".join(lines)
