@@ -186,9 +186,9 @@ def _fit_stage(job, table, client, progress, stages, spec, digest, run_id, lock)
         return forest, rs, stages
     tick = time.perf_counter()
     forest = ProximityForest(**job.forest).set_execution(client, progress=progress).fit(table)
-    rs = forest.save(job.out, overwrite=True)
-    rs.update_attrs(spec=spec, spec_hash=digest, run_id=run_id, job=job.name,
-                    pipeline=job.source, stages={})  # fmt: skip
+    rs = forest.save(job.out, overwrite=True, attrs={  # the spec from the store's first moment
+        "spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
+        "pipeline": job.source, "stages": {}})  # fmt: skip
     stages = Stages(rs)
     stages.finish("fit", time.perf_counter() - tick, trees=int(forest.leaves_.shape[1]))
     return forest, rs, stages

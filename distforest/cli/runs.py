@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from distforest.errors import StoreError
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
 logger = logging.getLogger("distforest")
 
@@ -51,14 +51,17 @@ def decide(out: str | Path, spec: dict[str, Any], digest: str, *, restart: bool 
     store is never replaced.
     """
     path = Path(out)
-    if not path.exists():
-        return "new"
+    if not path.exists() or is_half_created(path):
+        return "new"  # nothing there, or a store a killed run had only begun to create
     try:
         rs = RunStore.open(path)
     except StoreError:
         check_can_create(path, overwrite=True)  # refuses non-distforest directories
         raise
     old = rs.attrs.get("spec_hash")
+    if old is None and not rs.is_complete:
+        logger.warning("replacing %s: a half-written store that records no job", path)
+        return "new"
     if old == digest and not restart:
         return "complete" if rs.is_complete else "resume"
     if restart or overwrite:

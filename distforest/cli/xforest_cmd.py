@@ -162,9 +162,9 @@ def run_xforest_job(
                 tick = time.perf_counter()
                 forest = XForest(**job.forest).set_execution(client, progress=progress)
                 forest.fit(table)
-                rs = forest.save(job.out, overwrite=True)
-                rs.update_attrs(spec=spec, spec_hash=digest, run_id=run_id, job=job.name,
-                                pipeline=job.source, stages={})  # fmt: skip
+                rs = forest.save(job.out, overwrite=True, attrs={
+                    "spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
+                    "pipeline": job.source, "stages": {}})  # fmt: skip
                 stages = Stages(rs)
                 stages.finish("fit", time.perf_counter() - tick, trees=forest.codes_.shape[1])
             tick = time.perf_counter()

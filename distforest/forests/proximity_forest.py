@@ -252,7 +252,9 @@ class ProximityForest(DaskEstimator):
             "fit_id": self.fit_id_,
         }
 
-    def save(self, store: str | Path, *, overwrite: bool = False) -> RunStore:
+    def save(
+        self, store: str | Path, *, overwrite: bool = False, attrs: dict[str, Any] | None = None
+    ) -> RunStore:
         """Write the forest, ``leaves``, ``inbag`` and coordinates to a new store.
 
         Parameters
@@ -261,6 +263,8 @@ class ProximityForest(DaskEstimator):
             Directory of the Zarr store to create.
         overwrite : bool
             Replace an existing distforest store.
+        attrs : dict, optional
+            More JSON attributes, recorded as the store is created (a job's spec).
 
         Returns
         -------
@@ -268,7 +272,8 @@ class ProximityForest(DaskEstimator):
             The store, still marked ``running`` until the caller completes it.
         """
         self._check_fitted()
-        rs = RunStore.create(store, attrs=self._provenance(), overwrite=overwrite)
+        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
+                             overwrite=overwrite)  # fmt: skip
         n, n_trees = self.leaves_.shape
         rows = self.params_["tile_size"]
         rs.write_coordinates(n, n_trees)

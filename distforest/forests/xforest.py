@@ -390,7 +390,9 @@ class XForest(DaskEstimator):
             "fit_id": self.fit_id_,
         }
 
-    def save(self, store: str | Path, *, overwrite: bool = False) -> RunStore:
+    def save(
+        self, store: str | Path, *, overwrite: bool = False, attrs: dict[str, Any] | None = None
+    ) -> RunStore:
         """Write the trees, ``leaves``, ``depth`` and ``path`` to a new store (no matrix).
 
         Returns
@@ -399,7 +401,8 @@ class XForest(DaskEstimator):
             Still marked ``running`` until the caller completes it.
         """
         self._check_fitted()
-        rs = RunStore.create(store, attrs=self._provenance(), overwrite=overwrite)
+        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
+                             overwrite=overwrite)  # fmt: skip
         n, n_trees, _ = self.codes_.shape
         rows = self.params_["tile_size"]
         rs.write_coordinates(n, n_trees)

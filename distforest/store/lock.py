@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from distforest.errors import BusyError
+from distforest.errors import BusyError, StoreError
 
 logger = logging.getLogger("distforest")
 
@@ -91,8 +91,15 @@ class StoreLock:
         self.took_over: dict[str, Any] | None = None
 
     def __enter__(self) -> StoreLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            f = open(self.path, "a+")
+        except OSError as exc:  # a directory in its place, a read-only parent, ...
+            raise StoreError(
+                f"cannot open the lock file {str(self.path)!r} of {str(self.store)!r}: "
+                f"{exc.strerror or exc}; remove what is at that path or write the output "
+                "somewhere you can create files"
+            ) from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -21,6 +21,7 @@ can tell a finished store from a half-written one.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import shutil
 import warnings
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,28 @@ def _is_distforest_store(path: Path) -> bool:
     return "distforest_version" in group.attrs
 
 
+def is_half_created(path: str | Path) -> bool:
+    """An empty directory, or a Zarr group with no attributes yet: nothing a run finished.
+
+    Stores made by :meth:`RunStore.create` never look like this (they are
+    renamed into place whole); older versions and disks that filled up at
+    the wrong moment could leave one, and replacing it loses nothing.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return False
+    entries = [e.name for e in p.iterdir()]
+    if not entries:
+        return True
+    if entries != ["zarr.json"]:
+        return False
+    try:
+        meta = json.loads((p / "zarr.json").read_text() or "{}")
+    except (OSError, ValueError):
+        return True  # a metadata file cut short
+    return not meta.get("attributes")
+
+
 def check_can_create(path: str | Path, overwrite: bool) -> None:
     """Raise :class:`StoreError` unless a new store may be created at ``path``.
 
@@ -68,8 +91,8 @@ def check_can_create(path: str | Path, overwrite: bool) -> None:
     ``overwrite``; anything else at ``path`` is never removed.
     """
     p = Path(path)
-    if not p.exists():
-        return
+    if not p.exists() or is_half_created(p):
+        return  # nothing of value is there (a run killed while creating it)
     if not overwrite:
         raise StoreError(
             f"output {str(p)!r} already exists; choose another path or pass "
@@ -125,19 +148,34 @@ class RunStore:
         """
         p = Path(path)
         check_can_create(p, overwrite)
-        if p.exists():
-            shutil.rmtree(p)
-        group = zarr.open_group(str(p), mode="w", zarr_format=3)
-        group.attrs.update(
-            {
-                "distforest_version": __version__,
-                "schema_version": SCHEMA_VERSION,
-                "created": _now(),
-                "status": STATUS_RUNNING,
-                **dict(attrs),
-            }
-        )
-        return cls(p, group)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        # Built under a temporary name and renamed into place: a run killed
+        # (or a disk filled) half-way through leaves no half-made store at
+        # ``path``, only a ``.partial`` directory that the next create removes.
+        tmp = p.with_name(f".{p.name}.partial")
+        try:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+            group.attrs.update(
+                {
+                    "distforest_version": __version__,
+                    "schema_version": SCHEMA_VERSION,
+                    "created": _now(),
+                    "status": STATUS_RUNNING,
+                    **dict(attrs),
+                }
+            )
+            if p.exists():
+                shutil.rmtree(p)
+            tmp.rename(p)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise StoreError(
+                f"cannot create the store {str(p)!r}: {exc.strerror or exc}; free some space "
+                "or write to another directory"
+            ) from exc
+        return cls(p, zarr.open_group(str(p), mode="r+", use_consolidated=False))
 
     @classmethod
     def open(
