@@ -9,6 +9,10 @@ its lock), 1 anything else.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
 from sklearn.exceptions import NotFittedError as _SklearnNotFitted
 
 
@@ -71,3 +75,16 @@ class NotFittedError(DistforestError, _SklearnNotFitted):
     """
 
     exit_code = 1
+
+
+def did_you_mean(value: Any, choices: Iterable[Any], *, cutoff: float = 0.6) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to ``value``, or ``""``.
+
+    The one "did you mean" of distforest: parameters, columns, YAML keys and
+    cluster-file keys all suggest the same way.
+    """
+    names = [str(c) for c in choices]
+    text = str(value)
+    lower = [c for c in names if c.lower() == text.lower() and c != text]
+    close = lower or difflib.get_close_matches(text, names, n=1, cutoff=cutoff)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -28,7 +28,7 @@ from sklearn.cluster import DBSCAN, KMeans, SpectralClustering
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from distforest.errors import InputError, ParameterError
-from distforest.forests import _params as P
+from distforest.forests import constraints as C
 
 METHODS = ("kernel-kmeans", "spectral", "dbscan")
 
@@ -186,8 +186,8 @@ def kernel_kmeans(
     objective : float
         Sum over rows of the squared feature-space distance to their cluster mean.
     """
-    k = P.check_int("k", k)
-    n_init = P.check_int("n_init", n_init)
+    k = C.check_int("k", k)
+    n_init = C.check_int("n_init", n_init)
     op = as_operator(similarity)
     n = op.shape[0]
     if k > n:
@@ -233,7 +233,7 @@ def spectral(similarity: Any, k: int, *, random_state: int | None = 0) -> np.nda
     -------
     ndarray of int64, shape (n,)
     """
-    k = P.check_int("k", k)
+    k = C.check_int("k", k)
     op = as_operator(similarity)
     if op.dense is not None:
         model = SpectralClustering(n_clusters=k, affinity="precomputed", random_state=random_state)
@@ -277,7 +277,7 @@ def dbscan(similarity: Any, eps: float, *, min_samples: int = 5) -> np.ndarray:
     """
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps <= 2:
         raise ParameterError(f"eps must be a distance in (0, 2] (sqrt(2 - 2 S)), got {eps!r}")
-    min_samples = P.check_int("min_samples", min_samples)
+    min_samples = C.check_int("min_samples", min_samples)
     op = as_operator(similarity)
     model = DBSCAN(eps=eps, min_samples=min_samples, metric="precomputed")
     if op.dense is not None:
@@ -343,7 +343,7 @@ def cluster(
     random_state: int | None = 0,
 ) -> np.ndarray:
     """Run one of :data:`METHODS` on a similarity; returns labels (-1: DBSCAN noise)."""
-    P.check_choice("method", method, METHODS)
+    C.check_choice("method", method, METHODS)
     if method == "dbscan":
         if eps is None:
             raise ParameterError("DBSCAN needs eps (a distance sqrt(2 - 2 S) in (0, 2])")

@@ -25,13 +25,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import TransformerMixin
 
 from distforest.errors import InputError, NotFittedError
-from distforest.forests import _params as P
+from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.products import ProximityProducts
 from distforest.forests.proximity_forest import ProximityForest
@@ -231,20 +231,20 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
 
     # -- parameters and cluster ------------------------------------------------
 
-    def _validate(self) -> dict[str, Any]:
-        return {
-            "iterations": P.check_int("iterations", self.iterations),
-            "proximity": P.check_choice("proximity", self.proximity, P.PROXIMITY_METHODS),
-            "categorical_vote": P.check_choice("categorical_vote", self.categorical_vote, VOTES),
-            "n_estimators": P.check_int("n_estimators", self.n_estimators),
-            "task": P.check_choice("task", self.task, P.TASKS),
-            "kind": P.check_choice("kind", self.kind, P.KINDS),
-            "max_features": P.check_max_features(self.max_features),
-            "min_samples_leaf": P.check_int("min_samples_leaf", self.min_samples_leaf),
-            "max_depth": P.check_int("max_depth", self.max_depth, allow_none=True),
-            "batch_size": P.check_int("batch_size", self.batch_size, allow_none=True),
-            "random_state": P.check_random_state(self.random_state),
-        }
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
+        "iterations": C.Int(1),
+        "proximity": C.Choice(C.PROXIMITY_METHODS),
+        "categorical_vote": C.Choice(VOTES),
+        "categorical_features": C.Checked("column names or positions, checked against X"),
+        "n_estimators": C.Int(1),
+        "task": C.Choice(C.TASKS),
+        "kind": C.Choice(C.KINDS),
+        "max_features": C.MaxFeatures(),
+        "min_samples_leaf": C.Int(1),
+        "max_depth": C.Int(1, none=True),
+        "batch_size": C.Int(1, none=True),
+        "random_state": C.Seed(),
+    }
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -293,7 +293,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         return decode_output(data, self._imputed.copy())
 
     def _fit(self, X: Any, y: Any) -> EncodedTable:
-        params = self._validate()
+        params = self._validated()
         data = encode_table(X, y, self.categorical_features)
         missing = data.missing
         counts = missing.sum(axis=0)
@@ -424,7 +424,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             Same form as ``X``.
         """
         self._check_fitted()
-        params = self._validate()
+        params = self._validated()
         data = encode_like(X, self._train)
         if fingerprint(data.X, data.names) == self._fingerprint:
             return decode_output(data, self._imputed.copy())

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin, clone
@@ -32,7 +32,7 @@ from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import column_or_1d
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
-from distforest.forests import _params as P
+from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.forest_similarity import FOREST_METRICS, load_similarity, make_similarity
 from distforest.forests.measures import (
@@ -172,24 +172,29 @@ class KNNBase(DaskEstimator):
 
     # -- fitting ----------------------------------------------------------
 
-    def _validate(self) -> None:
-        P.check_int("n_neighbors", self.n_neighbors)
-        P.check_choice("weights", self.weights, WEIGHTS)
-        P.check_choice("algorithm", self.algorithm, ALGORITHMS)
-        if self.normalize is not None:
-            P.check_choice("normalize", self.normalize, NORMALIZATIONS)
-        if self.select is not None:
-            P.check_choice("select", self.select, SELECTIONS)
-        P.check_int("select_cv", self.select_cv, low=2)
-        P.check_int("n_estimators", self.n_estimators)
-        P.check_random_state(self.random_state)
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
+        "n_neighbors": C.Int(1),
+        "weights": C.Choice(WEIGHTS),
+        "metric": C.Checked("a measure name, forest metric, similarity object or function"),
+        "metric_params": C.Checked("the measure's own parameters"),
+        "normalize": C.Choice(NORMALIZATIONS, none=True),
+        "feature_range": C.Pair(),
+        "algorithm": C.Choice(ALGORITHMS),
+        "select": C.Choice(SELECTIONS, none=True),
+        "n_features_to_select": C.Checked("scikit-learn's SequentialFeatureSelector"),
+        "select_cv": C.Int(2),
+        "n_estimators": C.Int(1),
+        "random_state": C.Seed(),
+        "batch_size": C.Int(1, none=True),
+        "tile_size": C.TILE_SIZE,
+    }
 
     def _fit(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
         with use_execution(self._current_execution()):  # clones made here run there too
             self._fit_here(X, y, y_fit)
 
     def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
-        self._validate()
+        self._validated()
         X, names = as_matrix(X, "X")
         if X.shape[0] != y_fit.shape[0]:
             raise InputError(f"X has {X.shape[0]} rows but y has {y_fit.shape[0]} values")

@@ -17,7 +17,7 @@ from distforest.apps.impute import VOTES, ProximityImputer
 from distforest.cli.options import cluster_options, connect_kwargs, input_options
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
-from distforest.forests._params import KINDS, PROXIMITY_METHODS, TASKS
+from distforest.forests.constraints import KINDS, PROXIMITY_METHODS, TASKS
 from distforest.io import read_frame
 from distforest.io.writers import check_can_write, write_table
 from distforest.parallel.cluster import connect

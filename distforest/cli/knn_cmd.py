@@ -20,9 +20,9 @@ from distforest.cli.similarity_cmd import (
     normalize_choice,
 )
 from distforest.errors import InputError
-from distforest.forests import _params as P
 from distforest.forests.forest_similarity import FOREST_METRICS
 from distforest.forests.neighbors import ALGORITHMS
+from distforest.forests.targets import resolve_task
 from distforest.io import load_table, read_frame
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -136,7 +136,7 @@ def fit_and_save_model(
     model, task
         The fitted model and the resolved task.
     """
-    task = P.resolve_task(task, table.y, table.target_name)
+    task = resolve_task(task, table.y, table.target_name)
     if task not in ("classification", "regression"):
         raise InputError(f"k-NN needs a target column to predict; got task {task!r}")
     cls = KNNClassifier if task == "classification" else KNNRegressor

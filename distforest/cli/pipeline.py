@@ -42,7 +42,7 @@ from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
 from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, ParameterError
-from distforest.forests._params import KINDS, PROXIMITY_METHODS, TASKS
+from distforest.forests.constraints import KINDS, PROXIMITY_METHODS, TASKS
 from distforest.forests.proximity_forest import ProximityForest
 
 _STR = (str,)

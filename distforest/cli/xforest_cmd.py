@@ -25,13 +25,9 @@ from distforest.cli.progress import ProgressBars
 from distforest.cli.report import write_simple_report
 from distforest.cli.runs import Stages, decide, now, spec_hash
 from distforest.errors import ConfigError, InputError, ParameterError, StoreError
-from distforest.forests._xforest_params import (
-    MODES,
-    SIMILARITY_KINDS,
-    SIMILARITY_NAMES,
-    check_xforest,
-)
+from distforest.forests.constraints import MODES, SIMILARITY_KINDS
 from distforest.forests.xforest import XForest
+from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
 from distforest.parallel.cluster import connect
 from distforest.store.lock import StoreLock
@@ -462,7 +458,7 @@ def xforest_job(
     forest = dict(sections["xforest"])
     kind = forest.pop("kind", "beta")
     try:
-        check_xforest({**XForest().get_params(), **forest})
+        XForest(**forest)._validated()
     except ParameterError as exc:
         raise ConfigError(f"{source}: xforest: {exc}") from exc
     cluster = None

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from sklearn.base import BaseEstimator
 
+from distforest.forests.constraints import Constraint, validate
 from distforest.parallel import tasks
 from distforest.parallel.execution import (
     Execution,
@@ -26,7 +27,23 @@ from distforest.parallel.execution import (
 
 
 class DaskEstimator(BaseEstimator):
-    """Base of every distforest estimator: parameters plus an optional execution."""
+    """Base of every distforest estimator: parameters plus an optional execution.
+
+    Subclasses declare ``_parameter_constraints`` (one entry per parameter,
+    see :mod:`distforest.forests.constraints`) and may add rules between
+    parameters in :meth:`_check_combinations`.
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+
+    def _validated(self) -> dict[str, Any]:
+        """The parameters, checked against the constraints and the combination rules."""
+        params = validate(self.get_params(deep=False), self._parameter_constraints)
+        self._check_combinations(params)
+        return params
+
+    def _check_combinations(self, params: dict[str, Any]) -> None:
+        """Rules between parameters (none by default)."""
 
     def set_execution(
         self,

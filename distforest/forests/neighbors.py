@@ -25,7 +25,7 @@ import numpy as np
 import xarray as xr
 
 from distforest.errors import ParameterError
-from distforest.forests import _params as P
+from distforest.forests import constraints as C
 from distforest.forests.measures import Measure
 from distforest.forests.pairwise import _describe, prepare
 from distforest.kernels import metrics as metric_kernels
@@ -221,7 +221,7 @@ def neighbors_task(
 
 def resolve_algorithm(algorithm: str, measure: Measure | None, n_features: int) -> str:
     """``auto``: a k-d tree for Minkowski distances on at most 15 features, else brute tiles."""
-    P.check_choice("algorithm", algorithm, ALGORITHMS)
+    C.check_choice("algorithm", algorithm, ALGORITHMS)
     tree_ok = measure is not None and measure.minkowski_p is not None
     if algorithm == "auto":
         return "kd_tree" if tree_ok and n_features <= KD_TREE_MAX_FEATURES else "brute"
@@ -255,7 +255,7 @@ def search(
     ``similarity`` (an object with ``cross_similarity(Q)``) replaces
     ``measure``; distances are then ``1 - s``.
     """
-    k = P.check_int("k", k)
+    k = C.check_int("k", k)
     n_ref = reference.shape[0]
     if k > n_ref - int(exclude_self):
         raise ParameterError(
@@ -264,7 +264,7 @@ def search(
     algorithm = resolve_algorithm(algorithm, measure, reference.shape[1])
     if similarity is not None:
         algorithm = "brute"
-    spec = SearchSpec(k, algorithm, measure, exclude_self, P.check_int("tile_size", tile_size),
+    spec = SearchSpec(k, algorithm, measure, exclude_self, C.check_tile_size(tile_size),
                       uuid.uuid4().hex, similarity)  # fmt: skip
     nq = queries.shape[0]
     if algorithm == "brute":
@@ -277,7 +277,7 @@ def search(
             else:
                 cap = 1024 if similarity is None else max(16, (1 << 23) // n_ref)
             batch_size = min(cap, tasks.default_batch_size(nq, s.threads()))
-        batches: list[Any] = tasks.plan_batches(nq, P.check_int("batch_size", batch_size))
+        batches: list[Any] = tasks.plan_batches(nq, C.check_int("batch_size", batch_size))
         if algorithm != "brute" and nq > 1:
             # near queries together: each task walks the same branches of the tree
             order = metric_kernels.morton_order(queries)

@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 
 from distforest.errors import InputError, ParameterError, StoreError
-from distforest.forests import _params as P
+from distforest.forests import constraints as C
 from distforest.forests.measures import Measure, check_values, make_scaler, parse_metric
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
@@ -173,7 +173,7 @@ def pairwise(
         after the measure's kind; ``attrs`` record the metric, kind and
         normalisation.  Lazy and Zarr-backed with a store.
     """
-    tile = P.check_int("tile_size", tile_size, low=16)
+    tile = C.check_tile_size(tile_size)
     measure, A, B, _ = prepare(X, Y, metric, metric_params, normalize, feature_range)
     symmetric = Y is None
     n, m = A.shape[0], B.shape[0]

@@ -6,14 +6,15 @@ import contextlib
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import xarray as xr
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
-from distforest.forests import _params as P
+from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.tiles import ARRAY_NAMES, SYMMETRIC, arrays_tile, store_tile
 from distforest.io import Table, load_table
@@ -115,20 +116,22 @@ class ProximityForest(DaskEstimator):
         tags.target_tags.required = False  # no target: an unsupervised forest
         return tags
 
-    def _validated(self) -> dict[str, Any]:
-        return {
-            "n_estimators": P.check_int("n_estimators", self.n_estimators),
-            "task": P.check_choice("task", self.task, P.TASKS),
-            "kind": P.check_choice("kind", self.kind, P.KINDS),
-            "max_features": P.check_max_features(self.max_features),
-            "min_samples_leaf": P.check_int("min_samples_leaf", self.min_samples_leaf),
-            "max_depth": P.check_int("max_depth", self.max_depth, allow_none=True),
-            "bootstrap": bool(self.bootstrap),
-            "max_samples": P.check_fraction("max_samples", self.max_samples),
-            "batch_size": P.check_int("batch_size", self.batch_size, allow_none=True),
-            "tile_size": P.check_int("tile_size", self.tile_size, low=16),
-            "random_state": P.check_random_state(self.random_state),
-        }
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
+        "n_estimators": C.Int(1),
+        "task": C.Choice(C.TASKS),
+        "kind": C.Choice(C.KINDS),
+        "max_features": C.MaxFeatures(),
+        "min_samples_leaf": C.Int(1),
+        "max_depth": C.Int(1, none=True),
+        "bootstrap": C.Bool(),
+        "max_samples": C.Fraction(),
+        "batch_size": C.Int(1, none=True),
+        "tile_size": C.TILE_SIZE,
+        "random_state": C.Seed(),
+    }
+
+    def _check_combinations(self, params: dict[str, Any]) -> None:
+        C.check_bootstrap(params["bootstrap"], params["max_samples"])
 
     # -- fitting ------------------------------------------------------------
 
@@ -149,8 +152,8 @@ class ProximityForest(DaskEstimator):
         """
         params = self._validated()
         table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
-        task = P.resolve_task(params["task"], table.y, table.target_name)
-        y_fit, classes = P.encode_target(task, table.y)
+        task = resolve_task(params["task"], table.y, table.target_name)
+        y_fit, classes = encode_target(task, table.y)
         max_features = params["max_features"]
         if max_features == "auto":
             max_features = 1.0 if task == "regression" else "sqrt"
@@ -226,6 +229,11 @@ class ProximityForest(DaskEstimator):
             )
         offsets = np.concatenate([[0], np.cumsum(self.node_counts_)])
         return apply_nodes(table.X, {**self.nodes_, "node_offset": offsets})
+
+    def _check_method(self, method: str) -> None:
+        """A proximity method this fitted forest can give (out-of-bag ones need bootstrap)."""
+        C.check_choice("method", method, C.PROXIMITY_METHODS)
+        C.check_out_of_bag(method, bool(self.params_["bootstrap"]))
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "leaves_"):
@@ -378,7 +386,7 @@ class ProximityForest(DaskEstimator):
             ``store`` is given.
         """
         self._check_fitted()
-        P.check_choice("method", method, P.PROXIMITY_METHODS)
+        self._check_method(method)
         n = self.n_samples_
         if store is None:
             if n > max_in_memory:
@@ -435,7 +443,8 @@ class ProximityForest(DaskEstimator):
         """
         from distforest.forests.products import product_session
 
-        P.check_choice("method", method, P.PROXIMITY_METHODS)
+        self._check_fitted()
+        self._check_method(method)
         V = np.asarray(V, dtype=np.float64)
         if V.shape[0] != self.n_samples_:
             raise InputError(
@@ -469,7 +478,7 @@ class ProximityForest(DaskEstimator):
             ``tiles`` (planned), ``skipped`` (already done) and ``bytes`` written.
         """
         self._check_fitted()
-        P.check_choice("method", method, P.PROXIMITY_METHODS)
+        self._check_method(method)
         if rs.attrs.get("fit_id") != self.fit_id_:
             raise StoreError(
                 f"store {rs.path!r} was written by another fit (fit_id "

@@ -15,16 +15,21 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import xarray as xr
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
-from distforest.forests import _xforest_params as XP
+from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.tiled import matrix_in_memory, write_matrix
-from distforest.forests.xforest_similarity import SimilarityProduct, arrays_tile, store_tile
+from distforest.forests.xforest_similarity import (
+    SIMILARITY_NAMES,
+    SimilarityProduct,
+    arrays_tile,
+    store_tile,
+)
 from distforest.io import Table, load_table
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
@@ -117,6 +122,18 @@ class XForest(DaskEstimator):
         self.tile_size = tile_size
         self.random_state = random_state
 
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
+        "n_estimators": C.Int(1),
+        "n_directions": C.Int(1),
+        "leaf_size": C.Int(1),
+        "beta": C.Number(0, 1, " (the similarity decay per tree edge; the paper uses 0.9)"),
+        "mode": C.Choice(C.MODES),
+        "normalize": C.Bool(),
+        "batch_size": C.Int(1, none=True),
+        "tile_size": C.TILE_SIZE,
+        "random_state": C.Seed(),
+    }
+
     # -- fitting ------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None) -> XForest:
@@ -133,7 +150,7 @@ class XForest(DaskEstimator):
         -------
         self
         """
-        params = XP.check_xforest(self.get_params())
+        params = self._validated()
         table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
         if np.isnan(table.X).any():
             raise InputError(
@@ -200,7 +217,11 @@ class XForest(DaskEstimator):
 
     def _beta(self, kind: str) -> float:
         self._check_fitted()
-        return self.params_["beta"] if XP.check_kind(kind) == "beta" else 0.0
+        return (
+            self.params_["beta"]
+            if C.check_choice("kind", kind, C.SIMILARITY_KINDS) == "beta"
+            else 0.0
+        )
 
     # -- new rows -------------------------------------------------------------
 
@@ -291,7 +312,7 @@ class XForest(DaskEstimator):
         """
         self._check_fitted()
         beta = self._beta(kind)
-        name = XP.SIMILARITY_NAMES[kind]
+        name = SIMILARITY_NAMES[kind]
         n = self.n_samples_
         attrs = {"kind": kind, "beta": beta, "n_trees": int(self.codes_.shape[1])}
         if store is None:
@@ -336,7 +357,7 @@ class XForest(DaskEstimator):
                 f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id_!r}); save this forest "
                 "to a new store first"
             )
-        name = XP.SIMILARITY_NAMES[kind]
+        name = SIMILARITY_NAMES[kind]
         n = self.n_samples_
         plan = TilePlan(n, n, self.params_["tile_size"], symmetric=True)
         betasim.warm_up()  # compile once here, not in every worker at the same time

@@ -20,6 +20,9 @@ from distforest.kernels import betasim
 from distforest.parallel.execution import Runner
 from distforest.store.run_store import read_rows
 
+#: Name of each X-Forest similarity in a store.
+SIMILARITY_NAMES = {"beta": "beta_similarity", "basic": "basic_similarity"}
+
 if TYPE_CHECKING:
     from distforest.forests.xforest import XForest
 

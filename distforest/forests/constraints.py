@@ -1,0 +1,256 @@
+"""The one place where parameters are checked: declarative constraints and their rules.
+
+Every estimator declares a table ``_parameter_constraints = {name: constraint}``
+(in the spirit of scikit-learn's); :func:`validate` checks the parameters
+against it once, in ``fit``.  The command line takes its defaults from the
+estimators' signatures and its choices from these tables, and the pipeline
+loader checks YAML sections with the same tables, so Python, the CLI and
+pipelines accept and refuse the same values with the same messages: each
+names the parameter, shows the bad value and says what is accepted.
+Rules that tie parameters together (``bootstrap`` and ``max_samples``, out-of-bag
+methods and ``bootstrap``) are functions here too, called where they apply.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, overload
+
+import numpy as np
+
+from distforest.errors import ParameterError, did_you_mean
+
+TASKS = ("auto", "classification", "regression", "unsupervised")
+KINDS = ("random-forest", "extra-trees")
+PROXIMITY_METHODS = ("original", "oob", "rfgap")
+#: Methods that weigh rows by whether they are out of bag: they need bootstrap.
+OUT_OF_BAG_METHODS = ("oob", "rfgap")
+MODES = ("x", "standard")
+SIMILARITY_KINDS = ("beta", "basic")
+#: Smallest tile: below it a task costs more than its cells.
+MIN_TILE = 16
+
+
+class Constraint(Protocol):
+    """A rule for one parameter: returns the value (normalised) or raises ParameterError."""
+
+    def check(self, name: str, value: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Int:
+    """An integer ``>= low`` (booleans refused), or None when ``none``."""
+
+    low: int = 1
+    none: bool = False
+
+    def check(self, name: str, value: Any) -> int | None:
+        if value is None and self.none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < self.low:
+            more = " or None" if self.none else ""
+            raise ParameterError(f"{name} must be an integer >= {self.low}{more}, got {value!r}")
+        return int(value)
+
+
+@dataclass(frozen=True)
+class Number:
+    """A real number in ``[low, high]`` (booleans refused)."""
+
+    low: float
+    high: float
+    hint: str = ""
+
+    def check(self, name: str, value: Any) -> float:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not ok or not self.low <= float(value) <= self.high:
+            raise ParameterError(
+                f"{name} must be a number in [{self.low:g}, {self.high:g}]{self.hint}, "
+                f"got {value!r}"
+            )
+        return float(value)
+
+
+@dataclass(frozen=True)
+class Fraction:
+    """A number in (0, 1], or None when ``none``."""
+
+    none: bool = True
+
+    def check(self, name: str, value: Any) -> float | None:
+        if value is None and self.none:
+            return None
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not ok or not 0.0 < float(value) <= 1.0:
+            more = " or None" if self.none else ""
+            raise ParameterError(f"{name} must be a number in (0, 1]{more}, got {value!r}")
+        return float(value)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of ``options`` (or None when ``none``); a near miss gets a suggestion."""
+
+    options: tuple[str, ...]
+    none: bool = False
+
+    def check(self, name: str, value: Any) -> str | None:
+        if value is None and self.none:
+            return None
+        if value not in self.options:
+            allowed = ", ".join(repr(c) for c in self.options) + (" or None" if self.none else "")
+            raise ParameterError(
+                f"{name} must be one of {allowed}, got {value!r}{did_you_mean(value, self.options)}"
+            )
+        return str(value)
+
+
+@dataclass(frozen=True)
+class Bool:
+    """``True`` or ``False`` only: ``"no"`` or ``0`` are not quietly taken for booleans."""
+
+    def check(self, name: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            if isinstance(value, np.bool_):
+                return bool(value)
+            raise ParameterError(f"{name} must be True or False, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class MaxFeatures:
+    """scikit-learn's forms: "sqrt", "log2", "auto", None, an int >= 1 or a fraction."""
+
+    def check(self, name: str, value: Any) -> int | float | str | None:
+        if value is None or value in ("sqrt", "log2", "auto"):
+            return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1:
+            return int(value)
+        if (
+            isinstance(value, numbers.Real)
+            and not isinstance(value, bool)
+            and 0 < float(value) <= 1
+        ):
+            return float(value)
+        raise ParameterError(
+            f"{name} must be 'sqrt', 'log2', 'auto', None, an integer >= 1 or a fraction "
+            f"in (0, 1], got {value!r}"
+        )
+
+
+@dataclass(frozen=True)
+class Seed:
+    """None or a non-negative integer (a seed that can be recorded)."""
+
+    def check(self, name: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise ParameterError(
+                f"{name} must be None or a non-negative integer, got {value!r}; "
+                "pass an integer to make runs repeatable"
+            )
+        return int(value)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A pair ``(low, high)`` of numbers with ``low < high``."""
+
+    def check(self, name: str, value: Any) -> tuple[float, float]:
+        try:
+            low, high = (float(v) for v in value)
+        except (TypeError, ValueError):
+            raise ParameterError(f"{name} must be a pair (low, high), got {value!r}") from None
+        if not low < high:
+            raise ParameterError(f"{name} must have low < high, got {value!r}")
+        return low, high
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Checked elsewhere (by the code that uses it, e.g. a metric parser): taken as is."""
+
+    what: str = ""
+
+    def check(self, name: str, value: Any) -> Any:
+        return value
+
+
+#: Rows and columns of one tile (one task, one Zarr chunk), everywhere.
+TILE_SIZE = Int(MIN_TILE)
+
+
+def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> dict[str, Any]:
+    """Check every parameter against its constraint; returns the normalised values.
+
+    Raises
+    ------
+    ParameterError
+        For the first bad value (or a parameter with no constraint, a bug).
+    """
+    unknown = sorted(set(params) - set(constraints))
+    if unknown:
+        raise ParameterError(f"no constraint declared for parameter(s) {unknown}")
+    return {name: constraints[name].check(name, value) for name, value in params.items()}
+
+
+# -- rules between parameters -------------------------------------------------------
+
+
+def check_bootstrap(bootstrap: bool, max_samples: float | None) -> None:
+    """``max_samples`` sizes the bootstrap sample: it needs ``bootstrap=True``."""
+    if not bootstrap and max_samples is not None:
+        raise ParameterError(
+            f"max_samples={max_samples!r} cannot be set when bootstrap=False (it is the size "
+            "of each tree's bootstrap sample); remove max_samples or set bootstrap=True"
+        )
+
+
+def check_out_of_bag(method: str, bootstrap: bool, where: str = "method") -> None:
+    """Out-of-bag and RF-GAP weights need rows left out of each tree: ``bootstrap=True``."""
+    if method in OUT_OF_BAG_METHODS and not bootstrap:
+        raise ParameterError(
+            f"{where}={method!r} needs out-of-bag rows, but the forest was fitted with "
+            "bootstrap=False (every row is in every tree); use method='original' or refit "
+            "with bootstrap=True"
+        )
+
+
+# -- single checks, for functions that are not estimators ---------------------------
+
+
+@overload
+def check_int(
+    name: str, value: Any, *, low: int = 1, allow_none: Literal[False] = False
+) -> int: ...
+
+
+@overload
+def check_int(name: str, value: Any, *, low: int = 1, allow_none: Literal[True]) -> int | None: ...
+
+
+def check_int(name: str, value: Any, *, low: int = 1, allow_none: bool = False) -> int | None:
+    """``value`` as int after checking it is an integer >= ``low`` (see :class:`Int`)."""
+    return Int(low, allow_none).check(name, value)
+
+
+def check_choice(name: str, value: Any, choices: Collection[str]) -> str:
+    """``value`` after checking it is one of ``choices`` (see :class:`Choice`)."""
+    result = Choice(tuple(choices)).check(name, value)
+    assert result is not None
+    return result
+
+
+def check_tile_size(value: Any) -> int:
+    """The tile size, with the one bound every matrix uses."""
+    result = TILE_SIZE.check("tile_size", value)
+    assert result is not None
+    return result
+
+
+def check_random_state(value: Any) -> int | None:
+    """None or a non-negative integer (see :class:`Seed`)."""
+    return Seed().check("random_state", value)

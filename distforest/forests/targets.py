@@ -1,0 +1,60 @@
+"""What a target asks of a forest: the task it implies, and the codes the trees fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distforest.errors import InputError, ParameterError
+from distforest.forests.constraints import TASKS, check_choice
+
+#: An integer target with at most this many distinct values is taken as classes.
+MAX_AUTO_CLASSES = 50
+
+
+def resolve_task(task: str, y: np.ndarray | None, target_name: str | None) -> str:
+    """Decide classification / regression / unsupervised from the target.
+
+    ``auto``: no target -> unsupervised; a non-numeric, boolean or
+    integer-valued target with at most :data:`MAX_AUTO_CLASSES` distinct
+    values -> classification; any other numeric target -> regression.
+    """
+    check_choice("task", task, TASKS)
+    if task == "unsupervised":
+        return task
+    if y is None:
+        if task == "auto":
+            return "unsupervised"
+        raise ParameterError(
+            f"task={task!r} needs a target: pass y (or --target COLUMN), or use task='unsupervised'"
+        )
+    if task != "auto":
+        if task == "regression" and not np.issubdtype(y.dtype, np.number):
+            raise InputError(
+                f"target {target_name!r} is not numeric (dtype {y.dtype}), so it cannot be "
+                "used for regression; use task='classification'"
+            )
+        return task
+    if not np.issubdtype(y.dtype, np.number) or y.dtype == bool:
+        return "classification"
+    values = np.unique(y)
+    integral = bool(np.all(np.mod(values, 1) == 0))
+    return "classification" if integral and values.size <= MAX_AUTO_CLASSES else "regression"
+
+
+def encode_target(task: str, y: np.ndarray | None) -> tuple[np.ndarray | None, list[Any]]:
+    """Target as the trees need it: class codes 0..k-1, or floats.
+
+    Returns
+    -------
+    y_fit : ndarray or None
+    classes : list
+        Class labels in code order (empty for regression / unsupervised).
+    """
+    if task == "unsupervised" or y is None:
+        return None, []
+    if task == "regression":
+        return np.asarray(y, dtype=np.float64), []
+    classes, codes = np.unique(y, return_inverse=True)
+    return codes.astype(np.int64), [c.item() if hasattr(c, "item") else c for c in classes]
