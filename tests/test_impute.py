@@ -126,8 +126,8 @@ def test_imputation_beats_the_median_and_is_repeatable(client):
         .set_execution(client)
         .fit_transform(Xm, y)
     )
-    # equal up to the order in which the product's tree batches are added
-    np.testing.assert_allclose(F, again, rtol=1e-12, atol=1e-14)
+    # the same seed gives the same bits (product batches are summed in a fixed order)
+    assert F.tobytes() == again.tobytes()
 
 
 def test_transform_new_rows(client):
@@ -137,8 +137,19 @@ def test_transform_new_rows(client):
         client
     )
     fitted = imp.fit_transform(Xm[train], y[train])
-    # the training data itself: the fit result
+    # the training data itself: the fit result (recognised by its fingerprint) ...
     np.testing.assert_array_equal(imp.transform(Xm[train]), fitted)
+    # ... while the same rows with one observed cell moved are new rows: imputed by the
+    # forest (out of bag everywhere), so their missing cells differ from the fit's
+    moved = Xm[train].copy()
+    r, c = np.argwhere(~mask[train])[0]
+    moved[r, c] += 1e-6
+    redone = imp.transform(moved)
+    mt = mask[train]
+    np.testing.assert_array_equal(redone[~mt], moved[~mt])
+    assert not np.isnan(redone).any() and not np.array_equal(redone[mt], fitted[mt])
+    close = np.abs(redone[:, :5] - X[train][:, :5])[mt[:, :5]].mean()
+    assert close < 0.7 * np.abs(imp.statistics_[:5] - X[train][:, :5])[mt[:, :5]].mean()
     out = imp.transform(Xm[new])
     m = mask[new]
     np.testing.assert_array_equal(out[~m], X[new][~m])

@@ -241,10 +241,6 @@ def test_callable_metric():
 
 
 def test_beta_similarity_metric(client):
-    pytest.importorskip(
-        "distforest.forests.xforest",
-        reason="X-Forest (issue 4) is not in this tree yet: metric 'beta' cannot run",
-    )
     X, y = load_iris(return_X_y=True)
     model = KNNClassifier(n_neighbors=5, metric="beta", n_estimators=30, random_state=0)
     model.fit(X[::2], y[::2])

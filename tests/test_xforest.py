@@ -11,7 +11,9 @@ from sklearn.datasets import load_iris
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests.xforest import XForest
+from distforest.forests.xforest_similarity import SimilarityProduct
 from distforest.kernels import betasim, rptrees
+from distforest.parallel.execution import Runner
 from distforest.store import open_store
 
 
@@ -41,6 +43,10 @@ def test_trees_and_similarity_match_recursive_oracle(standard):
         assert np.array_equal(same_kernel, ids[:, None] == ids[None, :])
     # duplicates never get separated, and a leaf holds at most leaf_size distinct rows
     assert (batch.leaves[-8:-3] == batch.leaves[0]).all()
+    for t in range(len(seeds)):
+        for leaf in np.unique(batch.leaves[:, t]):
+            members = X[batch.leaves[:, t] == leaf]
+            assert len(np.unique(members, axis=0)) <= 3, (t, leaf)
     for beta in (0.0, 0.5, 0.9, 1.0):
         got = betasim.similarity_block(batch.codes, batch.depth, batch.codes, batch.depth, beta)
         np.testing.assert_allclose(got, oracle.similarity(leaves, leaves, beta), atol=2e-7)
@@ -167,8 +173,11 @@ def test_matrix_free_product_equals_dense(fitted):
         np.testing.assert_allclose(fitted.product(V, kind), dense @ V, atol=1e-5)
     v = V[:, 0]
     with fitted.product_session() as op:
-        assert op(v).shape == v.shape
-        np.testing.assert_array_equal(op(v), op(v))  # batch-order sums: bit-identical
+        on_cluster = op(v)
+    assert on_cluster.shape == v.shape
+    # batches fixed by the forest, sums in batch order: the same bits in this process
+    here = SimilarityProduct(Runner(None), fitted, fitted.beta)(v)
+    assert here.tobytes() == on_cluster.tobytes()
 
 
 def test_store_tiles_equal_in_memory_and_reload(client, fitted, iris, tmp_path):
