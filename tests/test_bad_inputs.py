@@ -76,7 +76,7 @@ CASES = {
         _text("a,b,Class\n" + GOOD_ROWS.replace(",1\n", ",\n", 1)),
         ["--target", "Class"],
         3,
-        ["target 'Class' has 1 missing value"],
+        ["target 'Class' is missing in 1 row"],
     ),
     "empty file": (_text(""), [], 3, ["the file is empty"]),
     "header only": (_text("a,b,Class\n"), [], 3, ["no data rows"]),

@@ -230,7 +230,10 @@ def test_missing_target_is_an_error_naming_the_fix(client):
     _, Xm, y, _ = structured(50)
     y = y.astype(float)
     y[[3, 7]] = np.nan
-    with pytest.raises(InputError, match=r"missing in 2 row.*\[3, 7\].*dropna.*y=None"):
+    with pytest.raises(
+        InputError,
+        match=r"missing in 2 row.*\[4, 8\] counted from 1, positions \[3, 7\].*dropna.*y=None",
+    ):
         ProximityImputer().set_execution(client).fit(Xm, y)
 
 

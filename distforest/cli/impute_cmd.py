@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import json
 import time
@@ -19,6 +18,7 @@ from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
 from distforest.forests.constraints import KINDS, PROXIMITY_METHODS, TASKS
 from distforest.io import read_frame
+from distforest.io.tables import check_column
 from distforest.io.writers import check_can_write, write_table
 from distforest.parallel.cluster import connect
 
@@ -43,12 +43,7 @@ def _max_features(ctx: click.Context, param: click.Parameter, value: str) -> Any
 
 def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     for col in wanted:
-        if col in columns:
-            continue
-        close = difflib.get_close_matches(col, columns, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        shown = ", ".join(repr(c) for c in columns[:20]) + (", ..." if len(columns) > 20 else "")
-        raise InputError(f"{source}: no column {col!r}; available columns: {shown}{hint}")
+        check_column(col, columns, source)
 
 
 @click.command("impute")

@@ -28,7 +28,6 @@ distforest import or run code: values are plain data checked against
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,7 +40,7 @@ from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
 from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
-from distforest.errors import ConfigError, ParameterError
+from distforest.errors import ConfigError, ParameterError, did_you_mean
 from distforest.forests.constraints import KINDS, PROXIMITY_METHODS, TASKS
 from distforest.forests.proximity_forest import ProximityForest
 
@@ -134,8 +133,7 @@ APPS = ("impute", "outliers", "mislabels", "mds")
 
 
 def _unknown(source: str, where: str, key: str, allowed: Sequence[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, list(allowed), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(key, allowed)
     return ConfigError(
         f"{source}: unknown key {where}{key!r}{hint} (allowed: {', '.join(allowed)})"
     )
@@ -160,8 +158,7 @@ def _section(data: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
             )
         choices = CHOICES.get(f"{name}.{key}")
         if choices and value is not None and value not in choices:
-            close = difflib.get_close_matches(str(value), choices, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(value, choices)
             raise ConfigError(
                 f"{source}: {name}.{key} must be one of {', '.join(choices)}, got {value!r}{hint}"
             )

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from distforest.errors import InputError, ParameterError
-from distforest.io.tables import Table, load_table, read_frame, refuse_sparse
+from distforest.io.tables import Table, check_target, load_table, read_frame, refuse_sparse
 
 
 @dataclass
@@ -91,22 +91,9 @@ def _read_input(X: Any, y: Any) -> tuple[Any, str, Any, Any]:
 def _check_target(y: Any, n: int) -> np.ndarray | None:
     if y is None:
         return None
-    name = getattr(y, "name", None) or "y"
-    arr = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
-    if arr.ndim != 1 or arr.shape[0] != n:
-        raise InputError(
-            f"the target must be 1-D with one value per row ({n}), got shape {arr.shape}"
-        )
-    miss = np.asarray(pd.isna(arr), dtype=bool)
-    if miss.any():
-        rows = np.flatnonzero(miss)[:5].tolist()
-        raise InputError(
-            f"target {name!r} is missing in {int(miss.sum())} row(s) (first row positions "
-            f"{rows}, counted from 0); a supervised forest needs a class or value for every "
-            f"row. Drop those rows first (e.g. df.dropna(subset=[{name!r}])), or impute "
-            "without a target (y=None; on the command line, leave out --target)"
-        )
-    return arr
+    name = str(getattr(y, "name", None) or "y")
+    # a constant target is allowed here: imputation only needs the rows' proximities
+    return check_target(y, n, name, "", allow_constant=True)
 
 
 def _resolve_categorical(

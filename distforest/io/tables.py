@@ -28,7 +28,6 @@ have no missing values and at least two distinct values.
 from __future__ import annotations
 
 import csv
-import difflib
 import hashlib
 import warnings
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distforest.errors import InputError, InputTypeError
+from distforest.errors import InputError, InputTypeError, did_you_mean
 
 __all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table", "read_frame"]
 
@@ -164,7 +163,7 @@ def load_table(
     else:
         names = data[1]
     for col in [*drop, *([target] if target is not None else [])]:
-        _check_column(col, names, name)
+        check_column(col, names, name)
     skip = {*drop, target}
     keep = [i for i, c in enumerate(names) if c not in skip]
     n = len(data) if isinstance(data, pd.DataFrame) else data[0].shape[0]
@@ -193,11 +192,11 @@ def load_table(
     feature_names = tuple(names[i] for i in keep)
     _check_features(X, feature_names, name, allow_missing)
     if y is not None:
-        yv = _as_1d(y, name, n)
+        yv = y
     elif target is None:
-        yv = None if y_stored is None else _as_1d(y_stored, name, n)
+        yv = y_stored
     if yv is not None:
-        _check_target(yv, target or "y", name)
+        yv = check_target(yv, n, target or "y", name)
     return Table(X, feature_names, categories, yv, target, name)
 
 
@@ -472,13 +471,12 @@ def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarra
     return out, ordered
 
 
-def _check_column(col: str, names: list[str], name: str) -> None:
+def check_column(col: str, names: list[str], name: str) -> None:
+    """Raise an InputError naming the columns (and the closest one) when ``col`` is not one."""
     if col in names:
         return
     shown = ", ".join(repr(c) for c in names[:20]) + (", ..." if len(names) > 20 else "")
-    lower = [c for c in names if c.lower() == str(col).lower()]
-    close = lower or difflib.get_close_matches(str(col), names, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(col, names)
     raise InputError(f"{name}: no column {col!r}; available columns: {shown}{hint}")
 
 
@@ -508,27 +506,46 @@ def _as_1d(y: Any, name: str, n: int) -> np.ndarray:
         arr = y.to_numpy()
     else:
         arr = np.asarray(getattr(y, "values", y) if type(y).__module__.startswith("xarray") else y)
+    where = f"{name}: " if name else ""
     if arr.ndim != 1:
-        raise InputError(f"{name}: y must be 1-D, got shape {arr.shape}; pass e.g. y.ravel()")
+        raise InputError(f"{where}y must be 1-D, got shape {arr.shape}; pass e.g. y.ravel()")
     if arr.shape[0] != n:
         raise InputError(
-            f"{name}: y has {arr.shape[0]} values but the table has {n} rows; "
+            f"{where}y has {arr.shape[0]} values but the table has {n} rows; "
             "pass one target value per row"
         )
     return arr
 
 
-def _check_target(y: np.ndarray, col: str, name: str) -> None:
+def check_target(
+    y: Any, n: int, col: str, name: str, *, allow_constant: bool = False
+) -> np.ndarray:
+    """The one check of a target: 1-D, one value per row, none missing, not constant.
+
+    Missing rows are named both ways users count them: data rows from 1 (as
+    in a file) and positions from 0 (as in an array).
+
+    Returns
+    -------
+    ndarray
+        The target as a 1-D array.
+    """
+    y = _as_1d(y, name, n)
+    where = f"{name}: " if name else ""
     miss = np.asarray(pd.isna(y), dtype=bool)
     if miss.any():
-        rows = (np.flatnonzero(miss)[:5] + 1).tolist()
+        first = np.flatnonzero(miss)[:5]
         raise InputError(
-            f"{name}: target {col!r} has {int(miss.sum())} missing value(s) (first data rows "
-            f"{rows}, counted from 1); drop those rows first"
+            f"{where}target {col!r} is missing in {int(miss.sum())} row(s) (first data rows "
+            f"{(first + 1).tolist()} counted from 1, positions {first.tolist()} counted from "
+            f"0); a supervised forest needs a class or value for every row: drop those rows "
+            f"first (e.g. df.dropna(subset=[{col!r}])), or do without the target (y=None; on "
+            "the command line, leave out --target)"
         )
     values = pd.unique(pd.Series(y, copy=False))
-    if len(values) == 1:
+    if len(values) == 1 and not allow_constant:
         raise InputError(
-            f"{name}: target {col!r} has the single value {values[0]!r} in all rows; "
+            f"{where}target {col!r} has the single value {values[0]!r} in all rows; "
             "omit the target to grow an unsupervised forest"
         )
+    return y

@@ -21,7 +21,6 @@ the cluster a config describes.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from distforest.errors import ConfigError, DistforestError, ParameterError
+from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 
 __all__ = [
     "KINDS",
@@ -349,11 +348,6 @@ _SCHEMAS: Mapping[str, Mapping[str, _Key]] = {
 # --------------------------------------------------------------------------
 
 
-def _closest(key: str, allowed: list[str]) -> str:
-    match = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    return f" Did you mean {match[0]!r}?" if match else ""
-
-
 def _check_keys(
     data: Mapping[Any, Any],
     schema: Mapping[str, _Key],
@@ -373,11 +367,11 @@ def _check_keys(
         if key in extra_allowed:
             continue
         if key not in schema:
-            hint = _closest(key, allowed)
+            hint = did_you_mean(key, allowed)
             if key == "options" and not prefix:
-                hint += " Put the keys of the kind at the top level, next to 'kind'."
+                hint += "; put the keys of the kind at the top level, next to 'kind'"
             raise error(
-                f"{source}: unknown key {path!r} {where}. Allowed keys: {', '.join(allowed)}.{hint}"
+                f"{source}: unknown key {path!r} {where}{hint}. Allowed keys: {', '.join(allowed)}."
             )
         spec = schema[key]
         try:
@@ -460,10 +454,10 @@ def _parse(
         )
     kind = data["kind"]
     if not isinstance(kind, str) or kind not in KINDS:
-        hint = _closest(kind, list(KINDS)) if isinstance(kind, str) else ""
+        hint = did_you_mean(kind, list(KINDS)) if isinstance(kind, str) else ""
         raise error(
-            f"{source}: unknown cluster kind {kind!r} at key 'kind'. "
-            f"Allowed kinds: {', '.join(KINDS)}.{hint}"
+            f"{source}: unknown cluster kind {kind!r} at key 'kind'{hint}. "
+            f"Allowed kinds: {', '.join(KINDS)}."
         )
     schema = _SCHEMAS[kind]
     options = _check_keys(
