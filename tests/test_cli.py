@@ -137,7 +137,8 @@ def test_run_pipeline_and_its_validation(tmp_path, breast_cancer_csv):
     wrong_type = tmp_path / "type.yaml"
     wrong_type.write_text(good.read_text().replace("n_estimators: 8", "n_estimators: many"))
     result = invoke("-q", "run", wrong_type)
-    assert result.exit_code == 4 and "forest.n_estimators must be int" in result.output
+    assert result.exit_code == 4
+    assert "type.yaml: forest.n_estimators must be an integer >= 1, got 'many'" in result.output
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "pipelines").glob("*.yaml")), ids=lambda p: p.name)

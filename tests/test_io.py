@@ -238,7 +238,9 @@ def test_infinite_and_missing(frame: pd.DataFrame) -> None:
 
 
 def test_bad_targets(frame: pd.DataFrame) -> None:
-    with pytest.raises(InputError, match=r"target 'a' is missing in 1 row.*\[3\] counted from 1.*drop"):
+    with pytest.raises(
+        InputError, match=r"target 'a' is missing in 1 row.*\[3\] counted from 1.*drop"
+    ):
         load_table(frame, target="a")
     with pytest.raises(InputError, match=r"target 'k' has the single value 'x'.*unsupervised"):
         load_table(frame.assign(k="x"), target="k")

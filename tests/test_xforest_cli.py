@@ -146,7 +146,7 @@ def test_pipeline_file_is_valid_and_runs(client, tmp_path, monkeypatch):
     [
         ({"xforest": {"modee": "x"}}, "did you mean 'mode'"),
         ({"xforest": {"beta": 2.0}}, "beta must be a number in"),
-        ({"xforest": {"mode": "fast"}}, "must be one of x, standard"),
+        ({"xforest": {"mode": "fast"}}, "xforest.mode must be one of 'x', 'standard'"),
         ({"forest": {"n_estimators": 3}}, "remove forest"),
         ({"clustering": {"method": "spectral", "out": "l.csv"}}, "clustering.k is required"),
         ({"clustering": {"method": "dbscan", "out": "l.csv"}}, "clustering.eps is required"),

@@ -13,7 +13,13 @@ import click
 
 from distforest._version import __version__
 from distforest.apps.impute import VOTES, ProximityImputer
-from distforest.cli.options import cluster_options, connect_kwargs, input_options
+from distforest.cli.options import (
+    CLI_SEED,
+    cluster_options,
+    connect_kwargs,
+    input_options,
+    parse_max_features,
+)
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
 from distforest.forests.constraints import KINDS, PROXIMITY_METHODS, TASKS
@@ -26,19 +32,6 @@ from distforest.parallel.cluster import connect
 DEFAULTS = {
     name: p.default for name, p in inspect.signature(ProximityImputer.__init__).parameters.items()
 }
-
-
-def _max_features(ctx: click.Context, param: click.Parameter, value: str) -> Any:
-    if value in ("auto", "sqrt", "log2"):
-        return value
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    raise click.BadParameter(
-        f"expected auto, sqrt, log2, an integer >= 1 or a fraction in (0, 1], got {value!r}"
-    )
 
 
 def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
@@ -116,7 +109,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     "--max-features",
     default=str(DEFAULTS["max_features"]),
     show_default=True,
-    callback=_max_features,
+    callback=parse_max_features,
     help="Features tried per split: auto, sqrt, log2, an integer or a fraction.",
 )
 @click.option(
@@ -129,7 +122,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     "--seed",
     "random_state",
     type=click.IntRange(min=0),
-    default=0,
+    default=CLI_SEED,
     show_default=True,
     help="random_state: same seed, same imputation.",
 )

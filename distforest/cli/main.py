@@ -17,12 +17,14 @@ from distforest.cli.jobs import ProximityJob, run_locked, run_proximity_job, sum
 from distforest.cli.knn_cmd import knn
 from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
 from distforest.cli.options import (
+    FOREST_DEFAULTS,
     FOREST_KEYS,
     cluster_options,
     connect_kwargs,
     forest_options,
     input_options,
     pop_keys,
+    tile_size_option,
 )
 from distforest.cli.pipeline import load_pipeline
 from distforest.cli.plan import check_disk, describe, estimate, free_space
@@ -77,13 +79,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     help="original: share of trees with a common leaf; oob: the same over trees where both "
     "rows are out of bag; rfgap: RF-GAP (rows sum to 1, not symmetric).",
 )
-@click.option(
-    "--tile-size",
-    type=click.IntRange(min=16),
-    default=2048,
-    show_default=True,
-    help="Rows/columns of one tile (one task, one Zarr chunk).",
-)
+@tile_size_option(FOREST_DEFAULTS["tile_size"])
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @cluster_options

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from distforest.errors import ParameterError
+from distforest.forests import constraints as C
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
@@ -57,35 +59,57 @@ input_options = _stack([
 ])  # fmt: skip
 
 
-def _max_features(ctx: click.Context, param: click.Parameter, value: str) -> str | int | float:
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
+#: The estimator's own defaults: the command line never restates them.
+FOREST_DEFAULTS = ProximityForest().get_params()
+#: The command line's one difference: a fixed seed, so that a rerun gives the same result
+#: (Python's default, None, draws a fresh one).
+CLI_SEED = 0
 
 
-def forest_options(default_trees: int = 100) -> Decorator:
+def parse_max_features(
+    ctx: click.Context | None, param: click.Parameter | None, value: Any
+) -> str | int | float | None:
+    """``--max-features``: auto, sqrt, log2, an integer >= 1 or a fraction (one parser for all)."""
+    if isinstance(value, str):
+        for kind in (int, float):
+            try:
+                value = kind(value)
+                break
+            except ValueError:
+                pass
+    try:
+        return C.MaxFeatures().check("max_features", value)
+    except ParameterError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def tile_size_option(default: int) -> Decorator:
+    """``--tile-size`` with the one bound every matrix uses."""
+    return click.option("--tile-size", type=click.IntRange(min=C.MIN_TILE), default=default,
+                        show_default=True,
+                        help="Rows/columns of one tile (one task, one Zarr chunk).")  # fmt: skip
+
+
+def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Decorator:
     """--task, --trees, --kind, --max-features, ... for commands that fit a forest."""
+    d = FOREST_DEFAULTS
     return _stack([
-        click.option("--task", type=click.Choice(["auto", "classification", "regression",
-                                                  "unsupervised"]),
-                     default="auto", show_default=True,
+        click.option("--task", type=click.Choice(C.TASKS), default=d["task"], show_default=True,
                      help="auto: unsupervised without --target, classification for labels, "
                           "regression for real values."),
         click.option("--trees", "n_estimators", type=click.IntRange(min=1),
                      default=default_trees, show_default=True, help="Number of trees."),
-        click.option("--kind", type=click.Choice(["random-forest", "extra-trees"]),
-                     default="random-forest", show_default=True, help="Tree learner."),
-        click.option("--max-features", default="auto", show_default=True, callback=_max_features,
+        click.option("--kind", type=click.Choice(C.KINDS), default=d["kind"], show_default=True,
+                     help="Tree learner."),
+        click.option("--max-features", default=str(d["max_features"]), show_default=True,
+                     callback=parse_max_features,
                      help="Features tried per split: auto, sqrt, log2, an integer or a fraction."),
-        click.option("--min-samples-leaf", type=click.IntRange(min=1), default=1,
-                     show_default=True),
-        click.option("--max-depth", type=click.IntRange(min=1), default=None),
-        click.option("--seed", "random_state", type=click.IntRange(min=0), default=0,
+        click.option("--min-samples-leaf", type=click.IntRange(min=1),
+                     default=d["min_samples_leaf"], show_default=True),
+        click.option("--max-depth", type=click.IntRange(min=1), default=d["max_depth"]),
+        click.option("--seed", "random_state", type=click.IntRange(min=0), default=CLI_SEED,
                      show_default=True, help="random_state: same seed, same result."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=None,
+        click.option("--batch-size", type=click.IntRange(min=1), default=d["batch_size"],
                      help="Trees per task [default: about 4 tasks per worker thread]."),
     ])  # fmt: skip
 

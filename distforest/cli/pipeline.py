@@ -41,8 +41,10 @@ from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
 from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, ParameterError, did_you_mean
-from distforest.forests.constraints import KINDS, PROXIMITY_METHODS, TASKS
+from distforest.forests import constraints as C
+from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.xforest import XForest
 
 _STR = (str,)
 _LIST = (list,)
@@ -52,19 +54,8 @@ _BOOL = (bool,)
 #: section -> key -> accepted types (None: also null).
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "input": {"path": _STR, "target": _STR, "drop": _LIST, "na_values": _LIST},
-    "forest": {
-        "n_estimators": _INT,
-        "task": _STR,
-        "kind": _STR,
-        "max_features": (str, int, float),
-        "min_samples_leaf": _INT,
-        "max_depth": _INT,
-        "bootstrap": _BOOL,
-        "max_samples": (float,),
-        "batch_size": _INT,
-        "tile_size": _INT,
-        "random_state": _INT,
-    },
+    # checked against the estimator's own constraint table (see TABLES below)
+    "forest": dict.fromkeys(ProximityForest._parameter_constraints, ()),
     "proximity": {"method": _STR},
     "impute": {
         "out": _STR,
@@ -84,14 +75,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "overwrite": _BOOL,
     },
     # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_cmd.py
-    "xforest": {
-        **dict.fromkeys(("n_estimators", "n_directions", "leaf_size", "batch_size"), _INT),
-        **dict.fromkeys(("tile_size", "random_state"), _INT),
-        "beta": (float, int),
-        "mode": _STR,
-        "normalize": _BOOL,
-        "kind": _STR,
-    },
+    "xforest": dict.fromkeys([*XForest._parameter_constraints, "kind"], ()),
     "clustering": {
         **dict.fromkeys(("k", "min_samples", "n_init", "random_state"), _INT),
         "method": _STR,
@@ -107,6 +91,12 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "predict": (dict,),
     },
 }
+#: Sections whose keys are an estimator's parameters: checked by its constraint table,
+#: so a pipeline accepts and refuses exactly what Python does.
+TABLES: dict[str, Mapping[str, C.Constraint]] = {
+    "forest": ProximityForest._parameter_constraints,
+    "xforest": {**XForest._parameter_constraints, "kind": C.Choice(C.SIMILARITY_KINDS)},
+}
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
 REQUIRED = {
     "input": ("path",),
@@ -119,8 +109,6 @@ REQUIRED = {
 }
 #: key path -> allowed values.
 CHOICES = {
-    "forest.task": TASKS,
-    "forest.kind": KINDS,
     "proximity.method": PROXIMITY_METHODS,
     "impute.proximity": PROXIMITY_METHODS,
     "impute.categorical_vote": VOTES,
@@ -147,6 +135,12 @@ def _section(data: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
     for key, value in section.items():
         if key not in allowed:
             raise _unknown(source, f"{name}.", str(key), list(allowed))
+        if name in TABLES:
+            try:
+                TABLES[name][key].check(key, value)
+            except ParameterError as exc:
+                raise ConfigError(f"{source}: {name}.{exc}") from None
+            continue
         types = allowed[key]
         ok = value is None or (
             isinstance(value, types) and not (isinstance(value, bool) and bool not in types)

@@ -7,20 +7,28 @@ in :mod:`distforest.cli.knn_job`; both reuse the options defined here.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from typing import Any
 
 import click
 import xarray as xr
 
-from distforest.cli.options import cluster_options, connect_kwargs, input_options
+from distforest.cli.options import cluster_options, connect_kwargs, input_options, tile_size_option
 from distforest.cli.progress import ProgressBars
+from distforest.forests.constraints import MIN_TILE
 from distforest.forests.measures import METRICS, NORMALIZATIONS
 from distforest.forests.neighbors import ALGORITHMS, top_k_neighbors
 from distforest.forests.pairwise import pairwise
 from distforest.io import load_table
 from distforest.parallel.cluster import connect
 from distforest.store.run_store import check_can_create
+
+
+def _default(func: Any, name: str) -> Any:
+    """A function's own default, so the command line never restates it."""
+    return inspect.signature(func).parameters[name].default
+
 
 METRIC_HELP = (
     "Measure: " + ", ".join(METRICS) + "; minkowski:P and rbf:GAMMA take a number. "
@@ -82,8 +90,7 @@ def bars(ctx: click.Context) -> ProgressBars:
                    "symmetric, upper triangle computed and mirrored).")  # fmt: skip
 @measure_options
 @input_options
-@click.option("--tile-size", type=click.IntRange(min=16), default=2048, show_default=True,
-              help="Rows/columns of one tile (one task, one Zarr chunk).")  # fmt: skip
+@tile_size_option(_default(pairwise, "tile_size"))
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @cluster_options
 @click.pass_context
@@ -142,8 +149,8 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Query rows per task.")
 @click.option(
     "--tile-size",
-    type=click.IntRange(min=16),
-    default=8192,
+    type=click.IntRange(min=MIN_TILE),
+    default=_default(top_k_neighbors, "tile_size"),
     show_default=True,
     help="Candidate rows per tile of the brute search.",
 )

@@ -19,7 +19,13 @@ from distforest._version import __version__
 from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
 from distforest.cli.jobs import JobResult, summary
-from distforest.cli.options import cluster_options, connect_kwargs, input_options
+from distforest.cli.options import (
+    CLI_SEED,
+    cluster_options,
+    connect_kwargs,
+    input_options,
+    tile_size_option,
+)
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.progress import ProgressBars
 from distforest.cli.report import write_simple_report
@@ -34,6 +40,9 @@ from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
+
+#: The estimator's own defaults: the command line never restates them.
+XFOREST_DEFAULTS = XForest().get_params()
 
 
 @dataclass
@@ -216,7 +225,7 @@ def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], star
     "--trees",
     "n_estimators",
     type=click.IntRange(min=1),
-    default=1000,
+    default=XFOREST_DEFAULTS["n_estimators"],
     show_default=True,
     help="Number of trees.",
 )
@@ -224,35 +233,35 @@ def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], star
     "--x",
     "n_directions",
     type=click.IntRange(min=1),
-    default=2,
+    default=XFOREST_DEFAULTS["n_directions"],
     show_default=True,
     help="X: random directions per tree (depth d splits on direction d mod X).",
 )
 @click.option(
     "--mode",
-    type=click.Choice(["x", "standard"]),
-    default="x",
+    type=click.Choice(MODES),
+    default=XFOREST_DEFAULTS["mode"],
     show_default=True,
     help="standard: a fresh direction at every node (Dasgupta-Freund RP tree).",
 )
 @click.option(
     "--leaf-size",
     type=click.IntRange(min=1),
-    default=10,
+    default=XFOREST_DEFAULTS["leaf_size"],
     show_default=True,
     help="tau: a node with at most this many rows is a leaf.",
 )
 @click.option(
     "--beta",
     type=click.FloatRange(0, 1),
-    default=0.9,
+    default=XFOREST_DEFAULTS["beta"],
     show_default=True,
     help="Similarity decay per edge between two leaves.",
 )
 @click.option(
     "--kind",
-    type=click.Choice(["beta", "basic"]),
-    default="beta",
+    type=click.Choice(SIMILARITY_KINDS),
+    default=SIMILARITY_KINDS[0],
     show_default=True,
     help="beta: mean of beta**edges; basic: share of trees with a common leaf.",
 )
@@ -267,7 +276,7 @@ def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], star
     "--seed",
     "random_state",
     type=click.IntRange(min=0),
-    default=0,
+    default=CLI_SEED,
     show_default=True,
     help="random_state: same seed, same matrix.",
 )
@@ -277,13 +286,7 @@ def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], star
     default=None,
     help="Trees per task [default: about 4 tasks per worker thread].",
 )
-@click.option(
-    "--tile-size",
-    type=click.IntRange(min=16),
-    default=2048,
-    show_default=True,
-    help="Rows/columns of one tile (one task, one Zarr chunk).",
-)
+@tile_size_option(XFOREST_DEFAULTS["tile_size"])
 @click.option(
     "--target",
     metavar="COLUMN",
@@ -425,11 +428,7 @@ def cluster_cmd(
 
 
 #: Allowed values of X-Forest pipeline keys (merged into the pipeline's CHOICES).
-XFOREST_CHOICES = {
-    "xforest.mode": MODES,
-    "xforest.kind": SIMILARITY_KINDS,
-    "clustering.method": clustering.METHODS,
-}
+XFOREST_CHOICES = {"clustering.method": clustering.METHODS}
 #: Sections of a proximity pipeline that an X-Forest pipeline must not have.
 NOT_WITH_XFOREST = ("forest", "proximity", "impute", "outliers", "mislabels", "mds")
 
