@@ -119,7 +119,8 @@ def test_bad_pipeline_yaml_is_refused_before_any_work(tmp_path):
     )
     result = CliRunner().invoke(cli, ["-q", "run", str(path)])
     assert result.exit_code == 4
-    assert "p.yaml: unknown key forest.'random_stat'; did you mean 'random_state'?" in (
-        result.output
+    assert (
+        "p.yaml: unknown key 'forest.random_stat' in section 'forest'; did you mean 'random_state'?"
+        in (result.output)
     )
     assert not (tmp_path / "out").exists()

@@ -131,7 +131,7 @@ def test_run_pipeline_and_its_validation(tmp_path, breast_cancer_csv):
     typo.write_text(good.read_text().replace("n_estimators", "n_estimator"))
     result = invoke("-q", "run", typo)
     assert result.exit_code == 4
-    assert "unknown key forest.'n_estimator'" in result.output
+    assert "unknown key 'forest.n_estimator' in section 'forest'" in result.output
     assert "did you mean 'n_estimators'" in result.output
 
     wrong_type = tmp_path / "type.yaml"

@@ -392,7 +392,7 @@ def test_knn_pipeline_runs_and_matches_oracles(tmp_path, client, monkeypatch):
         ({"neighbors": "{metric: cosin}"}, "unknown metric 'cosin'"),
         ({"knn": "{metric: rf-proximty}"}, "or a forest metric"),
         ({"knn": "{k: 3}", "input": "{path: INPUT}"}, "knn needs the column to predict"),
-        ({"knn": "{weights: inverse}"}, "knn.weights must be one of uniform, distance"),
+        ({"knn": "{weights: inverse}"}, "key 'knn.weights' must be one of uniform, distance"),
         ({"knn": "{predict: {input: INPUT, output: p.csv}}"}, "unknown key knn.predict.'output'"),
         ({"knn": "{predict: {input: /no/such.csv, out: p.csv}}"}, "does not exist"),
         ({"knn": "{k: 0}"}, "knn.k must be at least 1"),

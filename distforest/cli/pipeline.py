@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from distforest._schema import BadValue, Checker, Key, check_mapping
 from distforest.apps.impute import VOTES
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
@@ -127,39 +128,45 @@ def _unknown(source: str, where: str, key: str, allowed: Sequence[str]) -> Confi
     )
 
 
+def _checker(name: str, key: str) -> Checker:
+    """The value check of ``name.key``: its estimator's constraint, else its types and choices."""
+    if name in TABLES:
+        constraint = TABLES[name][key]
+        return lambda value: constraint.check(f"{name}.{key}", value)
+    types = SCHEMA[name][key]
+    choices = CHOICES.get(f"{name}.{key}")
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise BadValue(" or ".join(t.__name__ for t in types))
+        if choices and value not in choices:
+            raise BadValue(f"one of {', '.join(choices)}", did_you_mean(value, choices)[2:])
+        return value
+
+    return check
+
+
+@functools.cache
+def _keys(name: str) -> dict[str, Key]:
+    """The schema of section ``name`` for :func:`distforest._schema.check_mapping`."""
+    required = REQUIRED.get(name, ())
+    return {key: Key(_checker(name, key), required=key in required,
+                     example=f"{name}: {{{key}: ...}}") for key in SCHEMA[name]}  # fmt: skip
+
+
 def _section(data: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
+    """Section ``name`` checked key by key (null values mean "not set")."""
+    if name not in data:
+        return {}
     section = data.get(name) or {}
     if not isinstance(section, Mapping):
         raise ConfigError(f"{source}: {name!r} must be a mapping of keys, got {section!r}")
-    allowed = SCHEMA[name]
-    for key, value in section.items():
-        if key not in allowed:
-            raise _unknown(source, f"{name}.", str(key), list(allowed))
-        if name in TABLES:
-            try:
-                TABLES[name][key].check(key, value)
-            except ParameterError as exc:
-                raise ConfigError(f"{source}: {name}.{exc}") from None
-            continue
-        types = allowed[key]
-        ok = value is None or (
-            isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-        )
-        if not ok:
-            expected = " or ".join(t.__name__ for t in types)
-            raise ConfigError(
-                f"{source}: {name}.{key} must be {expected}, got {value!r} ({type(value).__name__})"
-            )
-        choices = CHOICES.get(f"{name}.{key}")
-        if choices and value is not None and value not in choices:
-            hint = did_you_mean(value, choices)
-            raise ConfigError(
-                f"{source}: {name}.{key} must be one of {', '.join(choices)}, got {value!r}{hint}"
-            )
-    for key in REQUIRED.get(name, ()) if name in data else ():
-        if section.get(key) is None:
-            raise ConfigError(f"{source}: {name}.{key} is required (e.g. {name}: {{{key}: ...}})")
-    return {k: v for k, v in section.items() if v is not None}
+    given = {k: v for k, v in section.items() if v is not None}
+    try:
+        return check_mapping(given, _keys(name), where=f"in section {name!r}",
+                             prefix=f"{name}.", source=source, error=ConfigError)  # fmt: skip
+    except ParameterError as exc:  # an estimator's constraint: its own message
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str) -> None:

@@ -22,7 +22,7 @@ the cluster a config describes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -30,6 +30,20 @@ from typing import Any
 
 import yaml
 
+from distforest._schema import (
+    NO_DEFAULT,
+    BadValue,
+    Key,
+    any_value,
+    boolean,
+    check_mapping,
+    int_at_least,
+    path_string,
+    plain_mapping,
+    string,
+    string_list,
+    string_mapping,
+)
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 
 __all__ = [
@@ -91,59 +105,8 @@ class ClusterConfig:
 
 
 # --------------------------------------------------------------------------
-# Value checkers: return the normalised value or raise _BadValue(expected)
+# Value checkers: return the normalised value or raise BadValue(expected)
 # --------------------------------------------------------------------------
-
-
-class _BadValue(Exception):
-    """Raised by a checker; ``expected`` describes the accepted values."""
-
-    def __init__(self, expected: str, hint: str = "") -> None:
-        super().__init__(expected)
-        self.expected = expected
-        self.hint = hint
-
-
-Checker = Callable[[Any], Any]
-
-
-def _int_at_least(minimum: int) -> Checker:
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise _BadValue(f"an integer >= {minimum}")
-        return value
-
-    return check
-
-
-def _string(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _BadValue("a non-empty string")
-    return value
-
-
-def _path_string(value: Any) -> str:
-    return os.path.expanduser(_string(value))
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _BadValue("true or false")
-    return value
-
-
-def _string_list(min_length: int = 0, hint: str = "") -> Checker:
-    def check(value: Any) -> tuple[str, ...]:
-        expected = "a list of strings" + (
-            f" with at least {min_length} entries" if min_length else ""
-        )
-        if isinstance(value, str) or not isinstance(value, list | tuple):
-            raise _BadValue(expected, hint)
-        if any(not isinstance(item, str) for item in value) or len(value) < min_length:
-            raise _BadValue(expected, hint)
-        return tuple(value)
-
-    return check
 
 
 def _byte_size(value: Any, *, allow_auto: bool) -> str | int | float:
@@ -151,13 +114,13 @@ def _byte_size(value: Any, *, allow_auto: bool) -> str | int | float:
     if allow_auto:
         expected += ', or "auto"'
     if isinstance(value, bool):
-        raise _BadValue(expected)
+        raise BadValue(expected)
     if isinstance(value, int | float):
         if value <= 0:
-            raise _BadValue(expected)
+            raise BadValue(expected)
         return value
     if not isinstance(value, str):
-        raise _BadValue(expected)
+        raise BadValue(expected)
     if allow_auto and value.strip().lower() == "auto":
         return "auto"
     from dask.utils import parse_bytes
@@ -166,7 +129,7 @@ def _byte_size(value: Any, *, allow_auto: bool) -> str | int | float:
         if parse_bytes(value) <= 0:
             raise ValueError(value)
     except (ValueError, TypeError) as exc:
-        raise _BadValue(expected) from exc
+        raise BadValue(expected) from exc
     return value
 
 
@@ -180,7 +143,7 @@ def _job_memory(value: Any) -> str | int | float:
 
 def _walltime(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise _BadValue(
+        raise BadValue(
             'a quoted string such as "01:00:00"',
             "YAML reads an unquoted 1:30:00 as the number 5400: quote it",
         )
@@ -192,7 +155,7 @@ def _log_level(value: Any) -> str | bool:
     if value is False:
         return False
     if not isinstance(value, str) or value.strip().upper() not in _LOG_LEVELS:
-        raise _BadValue(expected)
+        raise BadValue(expected)
     return value.strip().upper()
 
 
@@ -208,40 +171,18 @@ def _split_address(address: str) -> tuple[str, str, str]:
 def _scheduler_address(value: Any) -> str:
     expected = 'a scheduler address such as "tcp://10.0.0.5:8786" or "tls://host:8786"'
     if not isinstance(value, str) or not value.strip():
-        raise _BadValue(expected)
+        raise BadValue(expected)
     address = value.strip()
     if "://" not in address:
         address = "tcp://" + address
     scheme, host, port = _split_address(address)
     if scheme not in _ADDRESS_SCHEMES:
-        raise _BadValue(
+        raise BadValue(
             expected, f"the scheme must be one of {', '.join(s + '://' for s in _ADDRESS_SCHEMES)}"
         )
     if scheme != "ucx" and (not host or not port.isdigit()):
-        raise _BadValue(expected, "give both a host and a port")
+        raise BadValue(expected, "give both a host and a port")
     return address
-
-
-def _any_value(value: Any) -> Any:
-    return value
-
-
-def _plain_mapping(value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _BadValue("a mapping (key: value pairs)")
-    return {str(k): v for k, v in value.items()}
-
-
-def _string_mapping(value: Any) -> Mapping[str, str]:
-    expected = "a mapping of names to strings or numbers"
-    if not isinstance(value, Mapping):
-        raise _BadValue(expected)
-    out = {}
-    for k, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, str | int | float):
-            raise _BadValue(expected)
-        out[str(k)] = str(v)
-    return out
 
 
 # --------------------------------------------------------------------------
@@ -249,73 +190,59 @@ def _string_mapping(value: Any) -> Mapping[str, str]:
 # --------------------------------------------------------------------------
 
 
-_NO_DEFAULT = object()
-
-
-@dataclass(frozen=True)
-class _Key:
-    """One allowed key: its checker, whether it is required, its default."""
-
-    check: Checker
-    required: bool = False
-    default: Any = _NO_DEFAULT
-    example: str = ""
-    schema: Mapping[str, _Key] | None = None  # a nested mapping with fixed keys
-
-
-_TLS_SCHEMA: Mapping[str, _Key] = {
-    "ca_file": _Key(_path_string, example="ca_file: /path/to/ca.pem"),
-    "cert_file": _Key(_path_string, example="cert_file: /path/to/client-cert.pem"),
-    "key_file": _Key(_path_string, example="key_file: /path/to/client-key.pem"),
-    "require_encryption": _Key(_boolean),
+_TLS_SCHEMA: Mapping[str, Key] = {
+    "ca_file": Key(path_string, example="ca_file: /path/to/ca.pem"),
+    "cert_file": Key(path_string, example="cert_file: /path/to/client-cert.pem"),
+    "key_file": Key(path_string, example="key_file: /path/to/client-key.pem"),
+    "require_encryption": Key(boolean),
 }
 
 # Options passed through to the remote Worker/Nanny and Scheduler of an SSH
 # cluster.  A fixed list: options such as ``preload`` or ``plugins`` would
 # import arbitrary modules.
-_SSH_WORKER_OPTIONS: Mapping[str, _Key] = {
-    name: _Key(_any_value)
+_SSH_WORKER_OPTIONS: Mapping[str, Key] = {
+    name: Key(any_value)
     for name in (
         "n_workers nthreads memory_limit local_directory death_timeout interface host protocol "
         "dashboard dashboard_address resources lifetime lifetime_stagger lifetime_restart"
     ).split()
 }
-_SSH_SCHEDULER_OPTIONS: Mapping[str, _Key] = {
-    name: _Key(_any_value)
+_SSH_SCHEDULER_OPTIONS: Mapping[str, Key] = {
+    name: Key(any_value)
     for name in "port host interface protocol dashboard dashboard_address idle_timeout".split()
 }
 
-_JOBQUEUE_SCHEMA: dict[str, _Key] = {
-    "cores": _Key(_int_at_least(1), example="cores: 8"),
-    "memory": _Key(_job_memory, example='memory: "16GiB"'),
-    "processes": _Key(_int_at_least(1)),
-    "walltime": _Key(_walltime),
-    "queue": _Key(_string),
-    "account": _Key(_string),
-    "job_extra_directives": _Key(_string_list()),
-    "job_script_prologue": _Key(_string_list()),
-    "local_directory": _Key(_string),
-    "log_directory": _Key(_string),
-    "interface": _Key(_string),
-    "jobs": _Key(_int_at_least(1), default=1),
+_JOBQUEUE_SCHEMA: dict[str, Key] = {
+    "cores": Key(int_at_least(1), example="cores: 8"),
+    "memory": Key(_job_memory, example='memory: "16GiB"'),
+    "processes": Key(int_at_least(1)),
+    "walltime": Key(_walltime),
+    "queue": Key(string),
+    "account": Key(string),
+    "job_extra_directives": Key(string_list()),
+    "job_script_prologue": Key(string_list()),
+    "local_directory": Key(string),
+    "log_directory": Key(string),
+    "interface": Key(string),
+    "jobs": Key(int_at_least(1), default=1),
 }
 
-_SCHEMAS: Mapping[str, Mapping[str, _Key]] = {
+_SCHEMAS: Mapping[str, Mapping[str, Key]] = {
     "local": {
-        "n_workers": _Key(_int_at_least(1)),  # default: the usable CPUs
-        "threads_per_worker": _Key(_int_at_least(1), default=1),
-        "memory_limit": _Key(_memory_limit, default="auto"),
-        "dashboard": _Key(_boolean, default=False),
-        "local_directory": _Key(_path_string),
-        "silence_logs": _Key(_log_level, default="WARNING"),
+        "n_workers": Key(int_at_least(1)),  # default: the usable CPUs
+        "threads_per_worker": Key(int_at_least(1), default=1),
+        "memory_limit": Key(_memory_limit, default="auto"),
+        "dashboard": Key(boolean, default=False),
+        "local_directory": Key(path_string),
+        "silence_logs": Key(_log_level, default="WARNING"),
     },
     "address": {
-        "address": _Key(_scheduler_address, required=True, example="address: tcp://10.0.0.5:8786"),
-        "tls": _Key(_plain_mapping, schema=_TLS_SCHEMA),
+        "address": Key(_scheduler_address, required=True, example="address: tcp://10.0.0.5:8786"),
+        "tls": Key(plain_mapping, schema=_TLS_SCHEMA),
     },
     "ssh": {
-        "hosts": _Key(
-            _string_list(
+        "hosts": Key(
+            string_list(
                 2,
                 "the first host runs the scheduler and the others run workers; "
                 "repeat a host to run a worker next to the scheduler",
@@ -323,22 +250,22 @@ _SCHEMAS: Mapping[str, Mapping[str, _Key]] = {
             required=True,
             example="hosts: [node0, node1, node2]",
         ),
-        "connect_options": _Key(_plain_mapping),
-        "worker_options": _Key(_plain_mapping, schema=_SSH_WORKER_OPTIONS),
-        "scheduler_options": _Key(_plain_mapping, schema=_SSH_SCHEDULER_OPTIONS),
-        "remote_python": _Key(_string),
+        "connect_options": Key(plain_mapping),
+        "worker_options": Key(plain_mapping, schema=_SSH_WORKER_OPTIONS),
+        "scheduler_options": Key(plain_mapping, schema=_SSH_SCHEDULER_OPTIONS),
+        "remote_python": Key(string),
     },
     "slurm": _JOBQUEUE_SCHEMA,
-    "pbs": {**_JOBQUEUE_SCHEMA, "resource_spec": _Key(_string)},
-    "sge": {**_JOBQUEUE_SCHEMA, "resource_spec": _Key(_string)},
+    "pbs": {**_JOBQUEUE_SCHEMA, "resource_spec": Key(string)},
+    "sge": {**_JOBQUEUE_SCHEMA, "resource_spec": Key(string)},
     "lsf": _JOBQUEUE_SCHEMA,
     "kubernetes": {
-        "name": _Key(_string),
-        "image": _Key(_string),
-        "n_workers": _Key(_int_at_least(0)),
-        "resources": _Key(_plain_mapping),
-        "namespace": _Key(_string),
-        "env": _Key(_string_mapping),
+        "name": Key(string),
+        "image": Key(string),
+        "n_workers": Key(int_at_least(0)),
+        "resources": Key(plain_mapping),
+        "namespace": Key(string),
+        "env": Key(string_mapping),
     },
 }
 
@@ -346,57 +273,6 @@ _SCHEMAS: Mapping[str, Mapping[str, _Key]] = {
 # --------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------
-
-
-def _check_keys(
-    data: Mapping[Any, Any],
-    schema: Mapping[str, _Key],
-    *,
-    where: str,
-    prefix: str,
-    source: str,
-    error: type[DistforestError],
-    extra_allowed: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """Validate ``data`` against ``schema``; return normalised values (no defaults)."""
-    allowed = sorted([*extra_allowed, *schema])
-    out: dict[str, Any] = {}
-    for raw_key, value in data.items():
-        key = str(raw_key)
-        path = prefix + key
-        if key in extra_allowed:
-            continue
-        if key not in schema:
-            hint = did_you_mean(key, allowed)
-            if key == "options" and not prefix:
-                hint += "; put the keys of the kind at the top level, next to 'kind'"
-            raise error(
-                f"{source}: unknown key {path!r} {where}{hint}. Allowed keys: {', '.join(allowed)}."
-            )
-        spec = schema[key]
-        try:
-            checked = spec.check(value)
-        except _BadValue as bad:
-            hint = f" ({bad.hint})" if bad.hint else ""
-            raise error(
-                f"{source}: key {path!r} must be {bad.expected}, "
-                f"got {value!r} ({type(value).__name__}){hint}."
-            ) from None
-        if spec.schema is not None:
-            checked = _check_keys(
-                checked,
-                spec.schema,
-                where=f"in {path!r}",
-                prefix=path + ".",
-                source=source,
-                error=error,
-            )
-        out[key] = checked
-    for key, spec in schema.items():
-        if spec.required and key not in out:
-            example = f" (for example `{spec.example}`)" if spec.example else ""
-            raise error(f"{source}: missing required key {prefix + key!r} {where}{example}.")
-    return out
 
 
 def _available_cpus() -> int:
@@ -460,7 +336,7 @@ def _parse(
             f"Allowed kinds: {', '.join(KINDS)}."
         )
     schema = _SCHEMAS[kind]
-    options = _check_keys(
+    options = check_mapping(
         data,
         schema,
         where=f"for cluster kind {kind!r}",
@@ -470,7 +346,7 @@ def _parse(
         extra_allowed=("kind",),
     )
     for key, spec in schema.items():
-        if key not in options and spec.default is not _NO_DEFAULT:
+        if key not in options and spec.default is not NO_DEFAULT:
             options[key] = spec.default
     if kind == "local" and "n_workers" not in options:
         options["n_workers"] = _available_cpus()
