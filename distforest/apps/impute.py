@@ -236,14 +236,12 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         "proximity": C.Choice(C.PROXIMITY_METHODS),
         "categorical_vote": C.Choice(VOTES),
         "categorical_features": C.Checked("column names or positions, checked against X"),
-        "n_estimators": C.Int(1),
-        "task": C.Choice(C.TASKS),
-        "kind": C.Choice(C.KINDS),
-        "max_features": C.MaxFeatures(),
-        "min_samples_leaf": C.Int(1),
-        "max_depth": C.Int(1, none=True),
-        "batch_size": C.Int(1, none=True),
-        "random_state": C.Seed(),
+        # the parameters passed on to each ProximityForest: its own constraints
+        **{
+            name: ProximityForest._parameter_constraints[name]
+            for name in ("n_estimators", "task", "kind", "max_features", "min_samples_leaf",
+                         "max_depth", "batch_size", "random_state")
+        },  # fmt: skip
     }
 
     def __sklearn_tags__(self) -> Any:
