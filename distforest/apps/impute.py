@@ -60,6 +60,9 @@ logger = logging.getLogger("distforest")
 Progress = Callable[[str, int, int], None]
 
 VOTES = ("sum", "mean")
+#: Parameters handed to each iteration's :class:`ProximityForest` as they are.
+FOREST_PARAMS = ("n_estimators", "task", "kind", "max_features", "min_samples_leaf",
+                 "max_depth", "batch_size", "random_state")  # fmt: skip
 
 #: Use all rows of the product (and slice) when more than this share of the
 #: rows has a missing cell: cheaper than sending a row index to every task.
@@ -237,11 +240,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         "categorical_vote": C.Choice(VOTES),
         "categorical_features": C.Checked("column names or positions, checked against X"),
         # the parameters passed on to each ProximityForest: its own constraints
-        **{
-            name: ProximityForest._parameter_constraints[name]
-            for name in ("n_estimators", "task", "kind", "max_features", "min_samples_leaf",
-                         "max_depth", "batch_size", "random_state")
-        },  # fmt: skip
+        **{name: ProximityForest._parameter_constraints[name] for name in FOREST_PARAMS},
     }
 
     def __sklearn_tags__(self) -> Any:
