@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from distforest.errors import InputError
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
 from distforest.parallel.tiling import Tile, TilePlan
@@ -33,8 +34,20 @@ TileFunction = Callable[..., np.ndarray]
 
 
 def tile_task(path: str, name: str, tile: Tile, func: TileFunction, *args: Any) -> int:
-    """Compute one tile, write it (and its mirror), mark it done; returns bytes written."""
-    values = func(*args, tile.rows, tile.cols)
+    """Compute one tile, write it (and its mirror), mark it done; returns bytes written.
+
+    A tile with an infinite or NaN value is refused, not written: no store is
+    ever marked complete with non-numbers where numbers are due.
+    """
+    values = np.asarray(func(*args, tile.rows, tile.cols))
+    finite = np.isfinite(values)
+    if not finite.all():
+        i, j = (int(k) for k in np.argwhere(~finite)[0])
+        raise InputError(
+            f"{name}[{tile.rows.start + i}, {tile.cols.start + j}] is {float(values[i, j])!r}: the "
+            "inputs overflow the matrix's float32 (values near 1e38 or beyond?); rescale the "
+            "features (e.g. normalize='zscore' or 'range') and run again"
+        )
     return write_tile(path, name, tile.index, (tile.rows, tile.cols), values, mirror=tile.mirror)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -301,11 +302,11 @@ def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
         first, second = fh.readline(), fh.readline()
     if not first.strip():
         raise InputError(f"{name}: the file is empty (no header row)")
-    widths = {d: len(next(csv.reader([first], delimiter=d))) for d in ",\t;"}
+    widths = {d: len(next(csv.reader([first], delimiter=d))) for d in _DELIMITERS}
     sep = max(widths, key=lambda d: widths[d])  # ties keep the comma
     header = next(csv.reader([first], delimiter=sep))
     if second.strip() and len(header) > 1:
-        row = {d: len(next(csv.reader([second], delimiter=d))) for d in ",\t;"}
+        row = {d: len(next(csv.reader([second], delimiter=d))) for d in _DELIMITERS}
         if row[sep] == 1 and any(row[d] == len(header) for d in row if d != sep):
             other = next(d for d in row if d != sep and row[d] == len(header))
             raise InputError(
@@ -316,12 +317,27 @@ def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
     if dup:
         raise InputError(f"{name}: duplicate column names in the header: {dup}; rename them")
     try:
-        return pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig")
+        frame = pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig")
+        if sep != "," and _has_decimal_commas(frame):
+            # e.g. "-0,026" in a ;-separated file (spreadsheets with a European locale)
+            frame = pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig", decimal=",",
+                                thousands=".")  # fmt: skip
+        return frame
     except Exception as exc:
         raise InputError(
             f"{name}: cannot parse as delimited text ({sep!r}-separated): {exc}; check that "
             "every row has as many fields as the header"
         ) from exc
+
+
+def _has_decimal_commas(frame: pd.DataFrame) -> bool:
+    """Whether some text column holds only numbers written with decimal commas."""
+    for col in frame.columns:
+        values = frame[col].dropna()
+        if len(values) and not pd.api.types.is_numeric_dtype(values.dtype):
+            if values.astype(str).str.match(_DECIMAL_COMMA).all():
+                return True
+    return False
 
 
 def _need_2d(shape: tuple[int, ...], name: str) -> None:
@@ -450,6 +466,13 @@ def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarra
     n_obs = int((~missing).sum())
     if not bad.any():
         return num, None
+    observed = raw[~missing].map(str)
+    if n_obs and observed.str.match(_DECIMAL_COMMA).all():
+        raise InputError(
+            f"{name}: column {col!r} holds numbers written with decimal commas (e.g. "
+            f"{observed.iloc[0]!r}); read them as numbers (pandas: decimal=','; a "
+            "';'-separated file is read that way automatically) instead of as text labels"
+        )
     if (n_obs - bad.sum()) >= _GARBAGE_FRACTION * n_obs:
         rows = np.flatnonzero(bad)[:5]
         shown = ", ".join(f"{raw.iloc[r]!r} (row {r + 1})" for r in rows)
@@ -480,6 +503,16 @@ def check_column(col: str, names: list[str], name: str) -> None:
     raise InputError(f"{name}: no column {col!r}; available columns: {shown}{hint}")
 
 
+#: Largest magnitude the trees (which work in float32) can hold.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+#: Delimiters tried on a text file's header and first rows.
+_DELIMITERS = ",\t;|"
+
+#: A number written with a decimal comma, e.g. -0,026 or 1.234,5.
+_DECIMAL_COMMA = re.compile(r"^\s*[-+]?(\d{1,3}(\.\d{3})+|\d+),\d+\s*$")
+
+
 def _check_features(X: np.ndarray, names: tuple[str, ...], name: str, allow_missing: bool) -> None:
     inf = np.isinf(X)
     if inf.any():
@@ -488,6 +521,17 @@ def _check_features(X: np.ndarray, names: tuple[str, ...], name: str, allow_miss
         raise InputError(
             f"{name}: column {names[j]!r} holds infinite values (data rows {rows}, counted "
             "from 1); replace them with finite values or leave them empty (missing)"
+        )
+    with np.errstate(invalid="ignore"):
+        huge = np.abs(X) > _FLOAT32_MAX
+    if huge.any():
+        j = int(np.flatnonzero(huge.any(axis=0))[0])
+        r = int(np.flatnonzero(huge[:, j])[0])
+        raise InputError(
+            f"{name}: column {names[j]!r} holds {float(X[r, j])!r} (data row {r + 1}, counted "
+            "from 1), "
+            f"beyond the float32 range the trees use (|x| <= {_FLOAT32_MAX:.3g}); rescale the "
+            "column (e.g. divide it by a power of ten) or fix the value"
         )
     if not allow_missing:
         counts = np.isnan(X).sum(axis=0)
