@@ -1,0 +1,180 @@
+"""Run the same CLI jobs with an older commit and with this tree; compare outputs byte for byte.
+
+Usage (from the repository root, on a committed tree)::
+
+    .venv/bin/python benchmarks/bit_identity.py 0f849da
+
+Checks out the older commit in a temporary git worktree, runs each job with
+both trees (same venv, ``PYTHONPATH`` selecting the tree), compares every
+stored array (``done/`` records aside) or output file, and writes
+``benchmarks/results/bit_identity.md``.
+"""
+
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+BC = str(ROOT / "distforest" / "data" / "breast_cancer.csv")
+ION = str(ROOT / "distforest" / "data" / "ionosphere.csv")
+OLD_REV = sys.argv[1] if len(sys.argv) > 1 else "0f849da"
+
+
+def run(tree, out, args):
+    env = {**os.environ, "PYTHONPATH": tree}
+    r = subprocess.run(
+        [PY, "-m", "distforest", "-q", *args], env=env, capture_output=True, text=True, cwd=tree
+    )
+    assert r.returncode == 0, (tree, args, r.stderr[-2000:])
+
+
+def arrays(store):
+    g = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    out = {}
+
+    def walk(g, p):
+        for n, a in g.arrays():
+            out[p + n] = np.asarray(a[...])
+        for n, s in g.groups():
+            if n != "done":
+                walk(s, f"{p}{n}/")
+
+    walk(g, "")
+    return out
+
+
+base = Path(tempfile.mkdtemp(prefix="bitid-"))
+OLD = str(base / "old")
+subprocess.run(["git", "worktree", "add", "-q", "--detach", OLD, OLD_REV], cwd=ROOT, check=True)
+jobs = {
+    "proximity": lambda o: [
+        "proximity",
+        BC,
+        "--target",
+        "Class",
+        "--drop",
+        "Id",
+        "--trees",
+        "50",
+        "--tile-size",
+        "128",
+        "--out",
+        f"{o}/p.zarr",
+    ],
+    "proximity_rfgap": lambda o: [
+        "proximity",
+        BC,
+        "--target",
+        "Class",
+        "--drop",
+        "Id",
+        "--trees",
+        "50",
+        "--method",
+        "rfgap",
+        "--tile-size",
+        "128",
+        "--out",
+        f"{o}/p.zarr",
+    ],
+    "xforest": lambda o: [
+        "xforest",
+        ION,
+        "--drop",
+        "Class",
+        "--trees",
+        "100",
+        "--tile-size",
+        "128",
+        "--out",
+        f"{o}/p.zarr",
+    ],
+    "similarity": lambda o: [
+        "similarity",
+        ION,
+        "--drop",
+        "Class",
+        "--metric",
+        "cosine",
+        "--tile-size",
+        "128",
+        "--out",
+        f"{o}/p.zarr",
+    ],
+    "impute": lambda o: [
+        "impute",
+        BC,
+        "--target",
+        "Class",
+        "--drop",
+        "Id",
+        "--trees",
+        "30",
+        "--iterations",
+        "2",
+        "--out",
+        f"{o}/imp.csv",
+    ],
+    "outliers": lambda o: [
+        "outliers",
+        BC,
+        "--target",
+        "Class",
+        "--drop",
+        "Id",
+        "--trees",
+        "30",
+        "--out",
+        f"{o}/out.csv",
+    ],
+}
+result = {}
+for name, args in jobs.items():
+    outs = {}
+    for tree in (OLD, str(ROOT)):
+        o = base / name / ("old" if tree == OLD else "new")
+        o.mkdir(parents=True)
+        run(tree, o, args(o))
+        outs[tree] = o
+    a, b = outs[OLD], outs[str(ROOT)]
+    if (a / "p.zarr").exists():
+        A, B = arrays(a / "p.zarr"), arrays(b / "p.zarr")
+        same = {k: A[k].tobytes() == B[k].tobytes() for k in A if k in B}
+        result[name] = {
+            "identical": all(same.values()),
+            "arrays": len(same),
+            "differ": [k for k, v in same.items() if not v],
+            "only_old": sorted(set(A) - set(B)),
+            "only_new": sorted(set(B) - set(A)),
+        }
+    else:
+        f = next(p.name for p in a.iterdir() if p.suffix == ".csv")
+        result[name] = {"identical": (a / f).read_bytes() == (b / f).read_bytes()}
+subprocess.run(["git", "worktree", "remove", "--force", OLD], cwd=ROOT, check=True)
+head = subprocess.run(
+    ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+).stdout.strip()
+lines = [
+    f"# Bit identity: {OLD_REV} vs {head}",
+    "",
+    f"- Date: {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')}",
+    f"- Command: `.venv/bin/python benchmarks/bit_identity.py {OLD_REV}`",
+    "",
+    "| job | identical | arrays compared | differ | only in old | only in new |",
+    "|---|---|---:|---|---|---|",
+]
+for name, r in result.items():
+    lines.append(
+        f"| {name} | {r['identical']} | {r.get('arrays', 'file')} | "
+        f"{r.get('differ', '')} | {r.get('only_old', '')} | {r.get('only_new', '')} |"
+    )
+(ROOT / "benchmarks" / "results" / "bit_identity.md").write_text("\n".join(lines) + "\n")
+print(json.dumps(result, indent=1))
