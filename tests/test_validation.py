@@ -149,3 +149,26 @@ def test_one_did_you_mean():
         if "get_close_matches" in p.read_text() and p.name != "errors.py"
     ]
     assert not users, f"did-you-mean written again in {users}; use errors.did_you_mean"
+
+
+def test_pipeline_file_problems_exit_4_without_traceback(tmp_path):
+    base = (
+        f"input: {{path: {PACKAGE / 'data' / 'breast_cancer.csv'}, target: Class, drop: [Id]}}\n"
+        f"output: {{dir: {tmp_path}}}\n"
+    )
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(("name: caf\u00e9\n" + base).encode("latin-1"))
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(base + f"cluster: {tmp_path / 'no_such_cluster.yaml'}\n")
+    bad_cluster = tmp_path / "c.yaml"
+    bad_cluster.write_text("kind: local\nn_workerz: 2\n")
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text(base + f"cluster: {bad_cluster}\n")
+    for path, message in (
+        (latin, "not UTF-8 text (byte 0xe9"),
+        (missing, "cluster:"),
+        (invalid, "did you mean 'n_workers'"),
+    ):
+        result = CliRunner().invoke(cli, ["validate", str(path)])
+        assert result.exit_code == 4 and message in result.output, (path.name, result.output)
+        assert "Traceback" not in result.output

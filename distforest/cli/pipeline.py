@@ -41,11 +41,12 @@ from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
 from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
-from distforest.errors import ConfigError, ParameterError, did_you_mean
+from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 from distforest.forests import constraints as C
 from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.xforest import XForest
+from distforest.parallel.cluster_config import load_cluster_config
 
 _STR = (str,)
 _LIST = (list,)
@@ -251,9 +252,14 @@ def load_pipeline(
     """
     source = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read pipeline {source!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{source}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start}); save the pipeline as UTF-8"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -294,6 +300,10 @@ def load_pipeline(
     cfg = data.get("cluster")
     if isinstance(cfg, str):
         cluster = cfg
+        try:  # checked now, as `run` would: a missing or invalid cluster file fails validate
+            load_cluster_config(cfg)
+        except DistforestError as exc:
+            raise ConfigError(f"{source}: cluster: {exc}") from None
     elif isinstance(cfg, Mapping) and set(cfg) == {"scheduler"}:
         scheduler = str(cfg["scheduler"])
     elif cfg is not None:
