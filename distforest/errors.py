@@ -4,7 +4,7 @@ Each error message says what is wrong, shows the offending value and
 suggests a fix.  The CLI exits with the class's ``exit_code``: 2 bad
 parameters (as click's usage errors), 3 bad input data, 4 bad YAML,
 5 cluster problems, 6 store problems, 7 output busy (another run holds
-its lock), 1 anything else.
+its lock), 75 no progress (``EX_TEMPFAIL``: try again later), 1 anything else.
 """
 
 from __future__ import annotations
@@ -54,6 +54,16 @@ class MissingDependencyError(ClusterError, ImportError):
     """An optional package needed for the requested feature is not installed."""
 
     exit_code = 5
+
+
+class StalledError(ClusterError):
+    """A run made no progress for too long (no task finished, or no worker left).
+
+    Exit code 75 (``EX_TEMPFAIL``): try again later; the run's store stays
+    resumable and its lock is released.
+    """
+
+    exit_code = 75
 
 
 class StoreError(DistforestError, RuntimeError):

@@ -127,7 +127,8 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     tiles and stages are kept); a finished run is not repeated; a changed
     config is refused unless --restart.  Exit codes: 0 done, 2 bad option,
     3 bad input data, 4 bad pipeline, 5 cluster unreachable, 6 store or
-    disk problem, 7 another run holds the output's lock.
+    disk problem, 7 another run holds the output's lock, 75 no progress
+    (no worker or no finished task for too long: run it again later).
 
     \b
     Examples:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, as_completed
+from distributed import Client, Future, wait
+
+from distforest.errors import ParameterError, StalledError
 
 logger = logging.getLogger("distforest")
 
@@ -152,16 +156,77 @@ def run_tasks(
     total = len(futures)
     if progress is not None:
         progress(0, total)
+    watch = _Watchdog(client, name)
     try:
-        for done, future in enumerate(as_completed(futures), start=1):
+        done = 0
+        for future in watch.completed(futures):
             result = future.result()
             future.release()
+            done += 1
             if progress is not None:
                 progress(done, total)
             yield index[future.key], result
     finally:
         for f in futures:
             f.cancel()
+
+
+def _seconds(env: str, default: float) -> float:
+    value = os.environ.get(env)
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ParameterError(f"{env} must be a number of seconds, got {value!r}") from None
+
+
+class _Watchdog:
+    """Yields finished futures; gives up when the run stalls instead of waiting forever.
+
+    No task finished for ``DISTFOREST_STALL_TIMEOUT`` seconds (default 3600),
+    or no worker at all for ``DISTFOREST_NO_WORKER_TIMEOUT`` seconds (default
+    120: nannies that stopped replacing killed workers): :class:`StalledError`.
+    """
+
+    POLL = 1.0
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = name
+        self.stall = _seconds("DISTFOREST_STALL_TIMEOUT", 3600.0)
+        self.no_workers = _seconds("DISTFOREST_NO_WORKER_TIMEOUT", 120.0)
+
+    def completed(self, futures: Sequence[Future]) -> Iterator[Future]:
+        pending = set(futures)
+        last_progress = time.monotonic()
+        workerless_since: float | None = None
+        while pending:
+            try:
+                finished, _ = wait(list(pending), timeout=self.POLL, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                finished = set()
+            now = time.monotonic()
+            if finished:
+                last_progress, workerless_since = now, None
+                for future in sorted(finished, key=lambda f: str(f.key)):
+                    pending.discard(future)
+                    yield future
+                continue
+            if not self.client.scheduler_info().get("workers"):
+                workerless_since = workerless_since or now
+                if now - workerless_since > self.no_workers:
+                    raise StalledError(
+                        f"{self.name}: no worker left for {now - workerless_since:.0f} s with "
+                        f"{len(pending)} task(s) waiting (workers keep dying?); the run stops "
+                        "here and can be resumed by running it again (exit 75: try later)"
+                    )
+            else:
+                workerless_since = None
+            if now - last_progress > self.stall:
+                raise StalledError(
+                    f"{self.name}: no task finished for {now - last_progress:.0f} s "
+                    f"(DISTFOREST_STALL_TIMEOUT={self.stall:g}) with {len(pending)} task(s) "
+                    "waiting; the run stops here and can be resumed by running it again"
+                )
 
 
 def plan_tiles(n: int, tile: int, *, symmetric: bool) -> list[tuple[slice, slice]]:
