@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from distributed import Client
 
 from distforest.errors import ClusterError, ConfigError, MissingDependencyError, ParameterError
 from distforest.parallel.cluster import (
@@ -85,11 +86,11 @@ def test_local_yaml_starts_a_loopback_cluster_with_processes():
     with connect(cluster=CONFIG_DIR / "local.yaml", timeout=30) as client:
         assert client.submit(lambda x: x + 1, 1).result() == 2
         info = client.scheduler_info()
-        assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        assert client.scheduler.address.startswith("tls://127.0.0.1:")  # loopback, TLS
         workers = info["workers"]
         assert len(workers) == 2
         for address, worker in workers.items():
-            assert address.startswith("tcp://127.0.0.1:")
+            assert address.startswith("tls://127.0.0.1:")
             assert worker["nthreads"] == 1
         pids = client.run(os.getpid)
         assert os.getpid() not in pids.values()
@@ -285,3 +286,23 @@ def test_relative_tls_paths_resolve_next_to_the_file(tmp_path):
     path = _write(tmp_path, "kind: address\naddress: tls://h:8786\ntls:\n  ca_file: certs/ca.pem\n")
     config = load_cluster_config(path)
     assert config.options["tls"]["ca_file"] == str(tmp_path / "certs" / "ca.pem")
+
+
+def test_default_local_cluster_refuses_clients_without_the_runs_credentials():
+    """Another local user cannot connect (and so cannot run code as us)."""
+    from distforest.parallel.cluster import connect
+
+    with connect(n_workers=1, threads_per_worker=1) as client:
+        address = client.scheduler.address
+        assert address.startswith("tls://127.0.0.1:")
+        assert client.submit(sum, [1, 2]).result() == 3  # our own client works
+        for target in (address, address.replace("tls://", "tcp://")):
+            with pytest.raises(Exception):  # noqa: B017 - any refusal will do
+                Client(target, timeout=3)
+        # dask's scheduler always has an HTTP server: on a random loopback port, no dashboard
+        ports = client.run_on_scheduler(
+            lambda dask_scheduler: [
+                s.getsockname() for s in dask_scheduler.http_server._sockets.values()
+            ]
+        )
+        assert ports and all(host == "127.0.0.1" and port != 8787 for host, port, *_ in ports)

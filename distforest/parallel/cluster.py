@@ -120,7 +120,13 @@ def _local_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
         "threads_per_worker": opts["threads_per_worker"],
         "processes": True,
         "host": "127.0.0.1",
-        "dashboard_address": "127.0.0.1:0" if opts["dashboard"] else None,
+        # TLS with credentials made for this run: another local user cannot connect
+        # to the scheduler or the workers (and so cannot run code as this user).
+        "security": True,
+        # dask always starts an HTTP server on the scheduler; it gets a random
+        # loopback port, and (see _start_local) no routes when the dashboard is off
+        "dashboard_address": "127.0.0.1:0",
+        "scheduler_kwargs": {"dashboard": bool(opts["dashboard"])},
         "silence_logs": (getattr(logging, opts["silence_logs"]) if opts["silence_logs"] else False),
     }
     # "auto" is left to LocalCluster, which then shares memory between workers.
@@ -200,9 +206,15 @@ def _start_local(cls: Any, kwargs: dict[str, Any], attempts: int = 2) -> Any:
     A worker process killed during start-up (the OOM killer, an operator)
     makes the whole start fail; a nightly run should not fail for that.
     """
+    import dask
+
+    routes = {} if kwargs.get("scheduler_kwargs", {}).get("dashboard", True) else {
+        "distributed.scheduler.http.routes": []  # dashboard off: the HTTP server serves nothing
+    }  # fmt: skip
     for attempt in range(1, attempts + 1):
         try:
-            return cls(**kwargs)
+            with dask.config.set(routes):
+                return cls(**kwargs)
         except Exception as exc:
             if attempt == attempts:
                 raise
