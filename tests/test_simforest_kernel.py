@@ -274,3 +274,19 @@ def test_bad_inputs_say_what_is_wrong():
         grow_tree(lambda r, o, c: np.zeros(3), y, 0)
     with pytest.raises(ParameterError, match="at least one tree"):
         predict_forest([], fetch_rows(M), 3)
+
+
+def _grow_in_child(seed: int) -> tuple[np.ndarray, ...]:
+    M, _, y, _ = make_data(missing=0.2, seed=3)
+    tree = grow_tree(fetch_rows(M), y, seed)
+    return tree.left, tree.pair_i, tree.pair_j, tree.threshold, tree.leaves
+
+
+def test_same_seed_same_tree_in_another_process():
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        remote = pool.submit(_grow_in_child, 2**40 + 1).result()
+    for a, b in zip(_grow_in_child(2**40 + 1), remote, strict=True):
+        np.testing.assert_array_equal(a, b)
