@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -253,7 +254,7 @@ def grow_tree(
     larger = params.missing == "larger"
     leaves = np.full(n, -1, dtype=np.int32)
     n_eval = 0
-    levels: list[tuple[np.ndarray, ...]] = []
+    levels: list[tuple[Any, ...]] = []  # per level: node arrays and the depth
     while ids.shape[0]:
         n_nodes = ids.shape[0]
         cw = class_weights(order, w, offsets, y, n_cls)

@@ -208,7 +208,7 @@ def _start_local(cls: Any, kwargs: dict[str, Any], attempts: int = 2) -> Any:
     """
     import dask
 
-    routes = {} if kwargs.get("scheduler_kwargs", {}).get("dashboard", True) else {
+    routes: dict[str, Any] = {} if kwargs.get("scheduler_kwargs", {}).get("dashboard", True) else {
         "distributed.scheduler.http.routes": []  # dashboard off: the HTTP server serves nothing
     }  # fmt: skip
     for attempt in range(1, attempts + 1):
