@@ -54,88 +54,19 @@ def arrays(store):
 base = Path(tempfile.mkdtemp(prefix="bitid-"))
 OLD = str(base / "old")
 subprocess.run(["git", "worktree", "add", "-q", "--detach", OLD, OLD_REV], cwd=ROOT, check=True)
-jobs = {
-    "proximity": lambda o: [
-        "proximity",
-        BC,
-        "--target",
-        "Class",
-        "--drop",
-        "Id",
-        "--trees",
-        "50",
-        "--tile-size",
-        "128",
-        "--out",
-        f"{o}/p.zarr",
-    ],
-    "proximity_rfgap": lambda o: [
-        "proximity",
-        BC,
-        "--target",
-        "Class",
-        "--drop",
-        "Id",
-        "--trees",
-        "50",
-        "--method",
-        "rfgap",
-        "--tile-size",
-        "128",
-        "--out",
-        f"{o}/p.zarr",
-    ],
-    "xforest": lambda o: [
-        "xforest",
-        ION,
-        "--drop",
-        "Class",
-        "--trees",
-        "100",
-        "--tile-size",
-        "128",
-        "--out",
-        f"{o}/p.zarr",
-    ],
-    "similarity": lambda o: [
-        "similarity",
-        ION,
-        "--drop",
-        "Class",
-        "--metric",
-        "cosine",
-        "--tile-size",
-        "128",
-        "--out",
-        f"{o}/p.zarr",
-    ],
-    "impute": lambda o: [
-        "impute",
-        BC,
-        "--target",
-        "Class",
-        "--drop",
-        "Id",
-        "--trees",
-        "30",
-        "--iterations",
-        "2",
-        "--out",
-        f"{o}/imp.csv",
-    ],
-    "outliers": lambda o: [
-        "outliers",
-        BC,
-        "--target",
-        "Class",
-        "--drop",
-        "Id",
-        "--trees",
-        "30",
-        "--out",
-        f"{o}/out.csv",
-    ],
+BC_ARGS = f"{BC} --target Class --drop Id"
+#: Each job's command line; {o} is its output directory.
+JOBS = {
+    "proximity": f"proximity {BC_ARGS} --trees 50 --tile-size 128 --out {{o}}/p.zarr",
+    "proximity_rfgap": f"proximity {BC_ARGS} --trees 50 --method rfgap --tile-size 128 "
+    "--out {o}/p.zarr",
+    "xforest": f"xforest {ION} --drop Class --trees 100 --tile-size 128 --out {{o}}/p.zarr",
+    "similarity": f"similarity {ION} --drop Class --metric cosine --tile-size 128 "
+    "--out {o}/p.zarr",
+    "impute": f"impute {BC_ARGS} --trees 30 --iterations 2 --out {{o}}/imp.csv",
+    "outliers": f"outliers {BC_ARGS} --trees 30 --out {{o}}/out.csv",
 }
+jobs = {name: (lambda o, cmd=cmd: cmd.format(o=o).split()) for name, cmd in JOBS.items()}
 result = {}
 for name, args in jobs.items():
     outs = {}
