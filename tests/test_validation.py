@@ -172,3 +172,18 @@ def test_pipeline_file_problems_exit_4_without_traceback(tmp_path):
         result = CliRunner().invoke(cli, ["validate", str(path)])
         assert result.exit_code == 4 and message in result.output, (path.name, result.output)
         assert "Traceback" not in result.output
+
+
+def test_unwritable_outputs_are_refused_before_any_work(tmp_path):
+    csv = tmp_path / "x.csv"
+    csv.write_text("a,b\n1,2\n3,4\n5,7\n6,1\n")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    store = tmp_path / "s.zarr"
+    for option, path in (("--plot", blocker / "pic.png"), ("--plot", tmp_path)):
+        result = CliRunner().invoke(
+            cli, ["-q", "xforest", str(csv), "--trees", "5", "--out", str(store), option, str(path)]
+        )
+        assert result.exit_code == 6, result.output
+        assert "cannot write" in result.output or "is a directory" in result.output
+        assert not store.exists()  # refused before the forest was grown or the store made

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,25 @@ OUTLIER_THRESHOLD = 10.0
 
 
 def check_new_file(path: str | None, overwrite: bool) -> None:
-    """Refuse to replace an existing file unless ``overwrite``."""
-    if path and Path(path).exists() and not overwrite:
+    """Before any work: refuse to replace an existing file, or to write where nobody can.
+
+    Raises :class:`StoreError` (exit 6) for an existing file without
+    ``overwrite``, a directory in the file's place, or a folder that cannot be
+    created or written.
+    """
+    if not path:
+        return
+    out = Path(path)
+    if out.is_dir():
+        raise StoreError(f"output {path!r} is a directory; give a file name")
+    if out.exists() and not overwrite:
         raise StoreError(f"output {path!r} already exists; pass --overwrite or choose another path")
+    folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(
+            f"cannot write {path!r}: {str(folder)!r} is not a writable directory; choose "
+            "another output path"
+        )
 
 
 def write_csv(frame: pd.DataFrame, path: str) -> str:
