@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean test-cluster
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,9 @@ lint: $(VENV)/.installed-test
 
 clean:
 	rm -rf results/ .pytest_cache
+
+# Real engines on this machine (a standalone dask scheduler, SSH, single-node
+# Slurm), started and stopped by the script; needs root for apt-get and the
+# daemons.  Not part of `make test`.  Writes benchmarks/results/clusters.md.
+test-cluster: $(VENV)/.installed-test
+	$(BIN)/python .ci/test_cluster.py

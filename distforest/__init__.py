@@ -17,18 +17,22 @@ from distforest.apps.impute import ProximityImputer
 from distforest.apps.knn import KNNClassifier, KNNRegressor
 from distforest.errors import DistforestError
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.simforest import SimilarityForestClassifier
+from distforest.forests.smerf import SMERF
 from distforest.forests.xforest import XForest
 from distforest.io import Table, load_table
 from distforest.parallel.execution import Execution, execution
 from distforest.store import open_store
 
 __all__ = [
+    "SMERF",
     "DistforestError",
     "Execution",
     "KNNClassifier",
     "KNNRegressor",
     "ProximityForest",
     "ProximityImputer",
+    "SimilarityForestClassifier",
     "Table",
     "XForest",
     "__version__",

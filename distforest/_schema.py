@@ -157,3 +157,15 @@ def check_mapping(
             example = f" (for example `{spec.example}`)" if spec.example else ""
             raise error(f"{source}: missing required key {prefix + key!r} {where}{example}.")
     return out
+
+
+def yaml_problem(exc: Exception) -> str:
+    """A YAML parse error on one line: what is wrong and where (line and column from 1).
+
+    PyYAML's own text spans several lines (a copy of the line with a caret);
+    every CLI error is one line.
+    """
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"

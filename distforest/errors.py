@@ -10,6 +10,7 @@ its lock), 75 no progress (``EX_TEMPFAIL``: try again later), 1 anything else.
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 from typing import Any
 
@@ -70,6 +71,31 @@ class StoreError(DistforestError, RuntimeError):
     """A Zarr store is missing, incomplete or of an unexpected layout."""
 
     exit_code = 6
+
+
+#: ``errno`` values meaning that the disk (or the user's quota) is full.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class DiskFullError(StoreError):
+    """The disk filled up while writing (exit 6, as every store problem).
+
+    What was finished stays on disk: the store is not marked complete, and the
+    same command run again (after freeing space) resumes it.
+    """
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, what: str | None = None) -> DiskFullError:
+        """The error for ``exc`` (an ``OSError`` with an errno of :data:`DISK_FULL_ERRNOS`).
+
+        ``what`` names what was being written; else the file of ``exc``.
+        """
+        where = what or (repr(str(exc.filename)) if exc.filename else "the output")
+        return cls(
+            f"disk full while writing {where} ({exc.strerror or exc}); nothing is marked "
+            "complete: free some space (or write to another directory) and run the same "
+            "command again (a half-written store resumes where it stopped)"
+        )
 
 
 class BusyError(StoreError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,17 @@ import pytest
 from distributed import Client, LocalCluster
 
 DATA = Path(__file__).resolve().parents[1] / "distforest" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _distforest_logger() -> Iterator[None]:
+    """Undo what an in-process CLI call does to the ``distforest`` logger (its own stderr
+    handler, no propagation), so that later tests' ``caplog`` sees its records."""
+    logger = logging.getLogger("distforest")
+    saved = (logger.handlers[:], logger.propagate, logger.level)
+    yield
+    logger.handlers[:], logger.propagate = saved[0], saved[1]
+    logger.setLevel(saved[2])
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from distforest import (
     KNNRegressor,
     ProximityForest,
     ProximityImputer,
+    SimilarityForestClassifier,
     XForest,
     execution,
 )
@@ -34,6 +35,8 @@ ESTIMATORS = [
     ProximityImputer(iterations=1, n_estimators=5, random_state=0),
     KNNClassifier(),
     KNNRegressor(),
+    SimilarityForestClassifier(n_estimators=5),  # precomputed: the checks pass square kernels
+    SimilarityForestClassifier(n_estimators=5, metric="rbf"),
 ]
 
 

@@ -115,14 +115,14 @@ def test_imputation_beats_the_median_and_is_repeatable(client):
     def nrmse(F):
         return np.sqrt(np.mean((F[:, :5][num] - X[:, :5][num]) ** 2)) / X[:, :5].std()
 
-    imp = ProximityImputer(3, n_estimators=40, random_state=0).set_execution(client)
-    F = imp.fit_transform(Xm, y)
+    imp = ProximityImputer(3, proximity="rfimpute", n_estimators=40, random_state=0)
+    F = imp.set_execution(client).fit_transform(Xm, y)
     median = np.where(np.isnan(Xm), np.nanmedian(Xm, axis=0), Xm)
     assert nrmse(F) < 0.6 * nrmse(median)
     assert imp.n_iter_ == 3 and len(imp.history_) == 3
     np.testing.assert_array_equal(F[~mask], X[~mask])
     again = (
-        ProximityImputer(3, n_estimators=40, random_state=0)
+        ProximityImputer(3, proximity="rfimpute", n_estimators=40, random_state=0)
         .set_execution(client)
         .fit_transform(Xm, y)
     )
@@ -263,9 +263,11 @@ def test_column_missing_in_a_whole_class_falls_back_cleanly(client):
             assert np.isclose(F[y == 1, 2], imp.statistics_[2]).any()
 
 
-def test_no_missing_values_returns_the_data_and_still_imputes_new_rows(client):
+@pytest.mark.parametrize("proximity", ["rfimpute", "column"])
+def test_no_missing_values_returns_the_data_and_still_imputes_new_rows(client, proximity):
     X, _, y, _ = structured(120, seed=7)
-    imp = ProximityImputer(n_estimators=15, random_state=0).set_execution(client)
+    imp = ProximityImputer(proximity=proximity, n_estimators=15, random_state=0)
+    imp.set_execution(client)
     out = imp.fit_transform(X, y)
     np.testing.assert_array_equal(out, X)
     assert imp.n_iter_ == 0 and imp.history_ == []
@@ -280,7 +282,7 @@ def test_parameters_checked_in_fit_and_new_levels_rejected(client):
     assert imp.get_params()["proximity"] == "bad"
     with pytest.raises(ParameterError, match=r"proximity must be one of.*'bad'"):
         imp.fit(np.ones((5, 2)))
-    with pytest.raises(ParameterError, match="iterations must be an integer >= 1, got 0"):
+    with pytest.raises(ParameterError, match="iterations must be an integer >= 1 or None, got 0"):
         ProximityImputer(0).fit(np.ones((5, 2)))
     with pytest.raises(NotFittedError, match="fit"):
         ProximityImputer().transform(np.ones((5, 2)))

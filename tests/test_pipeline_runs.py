@@ -191,7 +191,16 @@ def test_report_and_status_of_a_pipeline_with_every_application(tmp_path):
         v > 10_000_000 for v in report["peak_worker_memory_bytes"].values()
     )
     assert report["versions"]["zarr"].startswith("3")
+    engine = report["engine"]  # which engine and addresses the run used
+    assert engine["engine"] == "local" and engine["class"] == "distributed.LocalCluster"
+    assert engine["scheduler"].startswith("tls://127.0.0.1:") and engine["tls"] is True
+    assert engine["workers"] and all(w.startswith("tls://127.0.0.1:") for w in engine["workers"])
+    assert engine["dashboard"] is None
     md = (out / "report.md").read_text()
+    assert (
+        f"- engine: local (distributed.LocalCluster, <default>), scheduler {engine['scheduler']}"
+        in md
+    )
     assert "![MDS picture](mds.png)" in md and "![outlier picture](outliers.png)" in md
     assert len(pd.read_csv(out / "suspects.csv")) == 699
 

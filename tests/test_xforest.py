@@ -260,3 +260,21 @@ def test_bad_inputs_and_unfitted(client, fitted, iris):
     with pytest.raises(ParameterError, match="store="):
         fitted.similarity(max_in_memory=10)
     assert isinstance(fitted.similarity(), xr.DataArray)
+
+
+def test_thresholds_do_not_depend_on_the_batch_size_bit_for_bit():
+    """Found on Slurm (workers joining one by one change the default batch size).
+
+    With 34 features the projection of a whole batch as one matrix product
+    rounds differently from per-tree products, by an ulp here and there.
+    """
+    X = np.random.default_rng(3).normal(size=(300, 34))
+    fits = [
+        XForest(120, n_directions=2, random_state=0, batch_size=b)
+        .set_execution("synchronous")
+        .fit(X)
+        for b in (1, 13, 120)
+    ]
+    for other in fits[1:]:
+        assert other.thresholds_.tobytes() == fits[0].thresholds_.tobytes()
+        np.testing.assert_array_equal(other.codes_, fits[0].codes_)

@@ -164,3 +164,11 @@ def test_bad_xforest_pipelines(tmp_path, change, match):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=match):
         load_pipeline(path)
+
+
+def test_dry_run_of_an_xforest_pipeline_plans_and_writes_nothing(tmp_path):
+    result = invoke("run", PIPELINE, "--dry-run", "--set", f"output.dir={tmp_path / 'out'}")
+    assert result.exit_code == 0, result.output
+    assert "1,000 trees, beta similarity in 3 tile tasks of 256 x 256" in result.output
+    assert "kernel-kmeans" in result.output and "(ok)" in result.output
+    assert not (tmp_path / "out").exists()

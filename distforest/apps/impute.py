@@ -21,7 +21,9 @@ iteration for T trees and k columns of V.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -30,11 +32,13 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import TransformerMixin
 
+from distforest.apps.column_impute import ColumnSettings, impute_by_column, impute_new_rows
 from distforest.errors import InputError, NotFittedError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.products import ProximityProducts
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.targets import encode_target, resolve_task
 from distforest.io import Table
 from distforest.io.encoding import (
     EncodedTable,
@@ -50,7 +54,7 @@ from distforest.kernels.imputation import (
     start_values,
     update_cells,
 )
-from distforest.parallel.execution import Runner
+from distforest.parallel.execution import Runner, cluster_requested, in_process
 from distforest.parallel.tasks import release_memory
 
 logger = logging.getLogger("distforest")
@@ -60,9 +64,18 @@ logger = logging.getLogger("distforest")
 Progress = Callable[[str, int, int], None]
 
 VOTES = ("sum", "mean")
+#: ``column``: one forest per column (the default); the others are Breiman's rfImpute
+#: with one forest for all columns, weighted by RF-GAP (``rfimpute``, same as ``rfgap``)
+#: or by the ``original`` / ``oob`` proximity.
+IMPUTE_PROXIMITIES = ("column", "rfimpute", *C.PROXIMITY_METHODS)
 #: Parameters handed to each iteration's :class:`ProximityForest` as they are.
-FOREST_PARAMS = ("n_estimators", "task", "kind", "max_features", "min_samples_leaf",
-                 "max_depth", "batch_size", "random_state")  # fmt: skip
+FOREST_PARAMS = ("task", "kind", "min_samples_leaf", "max_depth", "batch_size", "random_state")
+#: Defaults that depend on the proximity: (column, rfimpute).
+MODE_DEFAULTS = {"iterations": (10, 5), "n_estimators": (50, 100), "max_features": (0.33, 1)}
+
+#: Below this many cells (rows x columns) the imputer runs in this process, on
+#: threads, unless a cluster was asked for: starting one costs more than it saves.
+IN_PROCESS_CELLS = 2_000_000
 
 #: Use all rows of the product (and slice) when more than this share of the
 #: rows has a missing cell: cheaper than sending a row index to every task.
@@ -75,70 +88,91 @@ _ALL_ROWS_SHARE = 0.5
 
 
 class ProximityImputer(TransformerMixin, DaskEstimator):
-    """Impute missing values from random-forest proximities (rfImpute), matrix-free.
+    """Impute missing values from random-forest proximities, matrix-free.
 
-    Start from the column median / most frequent level; then ``iterations``
-    times fit a :class:`~distforest.forests.ProximityForest` on the current
-    filled data (supervised when a target is given, else
-    ``task="unsupervised"``: Breiman's synthetic second class) and replace
-    each originally missing cell by the proximity-weighted mean of the
-    column's originally observed values (numeric) or the level with the
-    largest proximity-weighted vote (categorical).  Each iteration is one
-    matrix-free product ``P @ V`` over the rows with a missing cell; the
-    n x n proximity matrix is never formed, so it runs on millions of rows.
+    Two ways to get the weights of the observed rows:
+
+    - ``proximity="column"`` (default): column-aware.  Each iteration fits,
+      for every column c with a missing cell (fewest missing first), a
+      forest predicting c from the other columns (and the target, when
+      given) on the rows where c is observed; each missing cell of c becomes
+      the RF-GAP proximity-weighted mean of c's observed values (numeric)
+      or the level with the largest weighted vote (categorical).  A missing
+      row is out of bag in every tree, so that mean is the forest's
+      prediction: computed from per-tree leaf sums, never an n x n matrix
+      (:mod:`distforest.kernels.column_trees`).  Iterations stop on
+      missForest's rule: when the change between iterations grows, the
+      previous imputation is returned (or after ``iterations``).
+    - ``proximity="rfimpute"`` (or ``"rfgap"``, ``"original"``, ``"oob"``):
+      Breiman's rfImpute.  Start from the column median / most frequent
+      level; then ``iterations`` times fit a
+      :class:`~distforest.forests.ProximityForest` on the current filled
+      data (supervised when a target is given, else ``task="unsupervised"``:
+      Breiman's synthetic second class) and replace each originally missing
+      cell by the proximity-weighted mean of the column's originally
+      observed values (numeric) or the level with the largest
+      proximity-weighted vote (categorical).  Each iteration is one
+      matrix-free product ``P @ V`` over the rows with a missing cell.
 
     Parameters
     ----------
-    iterations : int, default 5
-        Forest refits (R's ``iter``).  ``iterations=1`` gives the first
-        imputation from the median-filled data.
-    proximity : {"original", "oob", "rfgap"}, default "rfgap"
-        Weights of the observed rows.  ``original``: Breiman's share of trees
-        in which two rows share a leaf (R's choice).  ``oob``: the same
-        counted over the trees where both rows are out of bag, divided by the
-        number of trees where the imputed row is (the row-normalised OOB
-        proximity of :mod:`distforest.kernels.leafsums`; the ratio of sums
-        does not depend on that normalisation).  ``rfgap``: RF-GAP (Rhodes
-        et al. 2023), the in-bag rows of the leaves an out-of-bag row falls
-        into, each weighted by its bootstrap count over the leaf's total.
-        The default measured best in ``benchmarks/results/imputation.md``:
-        lowest error of the three on 4 of 5 real sets at 20 % MCAR (e.g.
-        Vehicle NRMSE 0.372 vs 0.392 original, 0.401 oob; Satellite 0.268
-        vs 0.344 original); within 0.001 of ``original`` on the fifth.
+    iterations : int or None, default None
+        ``column``: the most iterations (None: 10; fewer when the rule stops
+        them).  rfImpute: forest refits (R's ``iter``; None: 5).
+        ``iterations=1`` gives the first imputation from the median-filled
+        data.
+    proximity : {"column", "rfimpute", "rfgap", "original", "oob"}, default "column"
+        ``column``: one forest per column (above).  The others are rfImpute
+        with one forest for all columns, weighted by: ``rfgap`` (RF-GAP,
+        Rhodes et al. 2023: the in-bag rows of the leaves an out-of-bag row
+        falls into, each weighted by its bootstrap count over the leaf's
+        total; ``rfimpute`` is the same), ``original`` (Breiman's share of
+        trees in which two rows share a leaf, R's choice) or ``oob`` (the
+        same counted over the trees where both rows are out of bag, divided by
+        the number of trees where the imputed row is).  Which to use:
+        ``benchmarks/results/imputation.md``.
     categorical_vote : {"sum", "mean"}, default "sum"
-        ``sum``: the level with the largest proximity-weighted sum (Breiman).
-        ``mean``: that sum divided by the level's number of observed rows
-        (R ``rfImpute``): favours rare levels.
+        rfImpute only.  ``sum``: the level with the largest proximity-weighted
+        sum (Breiman).  ``mean``: that sum divided by the level's number of
+        observed rows (R ``rfImpute``): favours rare levels.
     categorical_features : sequence of str or int, optional
         Columns to treat as categorical besides text columns and pandas
         ``category`` columns (which always are), e.g. integer-coded
         factors.  Names, or positions among the feature columns.
-    n_estimators : int, default 100
-        Trees per forest.
+    n_estimators : int or None, default None
+        Trees per forest (None: 50 per column for ``column``, 100 for rfImpute).
     task : {"auto", "classification", "regression", "unsupervised"}, default "auto"
-        Forest task; ``auto`` is unsupervised without a target.
+        ``auto`` uses the target when one is given.  ``column``: the target
+        (class codes or values) is one more input of every column's trees,
+        ``unsupervised`` leaves it out.  rfImpute: the forest's task.
     kind : {"random-forest", "extra-trees"}, default "extra-trees"
-    max_features : {"auto", "sqrt", "log2"}, int, float or None, default 1
-        The trees.  The defaults (one random feature and a random threshold
-        per split, grown until the leaves are pure in the class) give
-        proximities that reflect closeness in *all* features rather than in
-        the few that separate the classes, which is what imputation needs:
-        NRMSE 0.372 instead of 0.453 on Vehicle with 20 % MCAR, and better
-        on every real set measured (``benchmarks/results/imputation.md``).
-        ``kind="random-forest", max_features="auto", proximity="original"``
+        ``column``: extra-trees are grown on all observed rows, random
+        forests on bootstrap samples (scikit-learn's defaults for each).
+    max_features : {"auto", "sqrt", "log2"}, int, float or None, default "auto"
+        Inputs tried per split.  ``auto``: a third of them (0.33) for
+        ``column``; 1 for rfImpute (one random feature and a random
+        threshold per split, grown until the leaves are pure in the class:
+        proximities that reflect closeness in *all* features, NRMSE 0.372
+        instead of 0.453 with ``"sqrt"`` on Vehicle at 20 % MCAR).
+        ``kind="random-forest", max_features="sqrt", proximity="original"``
         is R's rfImpute.  With ``max_features=1`` keep ``min_samples_leaf=1``:
         a random split that leaves too few rows on one side ends the node.
-    min_samples_leaf, max_depth, batch_size
-        Passed to each :class:`~distforest.forests.ProximityForest`.
+    min_samples_leaf, max_depth
+        The trees'.
+    batch_size : int or None
+        Trees per task (None: ``column`` cuts each column's trees into 8
+        tasks; rfImpute as :class:`~distforest.forests.ProximityForest`).
     random_state : int or None, default None
-        Seed; the forest of iteration k gets a seed derived from it, so the
-        same value gives the same imputation on any cluster.
+        Seed; every tree's seed is derived from it, so the same value gives
+        the same imputation on any cluster and in process.
 
     Where it runs is not a parameter: ``with distforest.execution(client=c):``
     or :meth:`set_execution`; without them the current ``distributed``
-    client, else a LocalCluster for the duration of a ``fit`` / ``transform``
-    call (one for all iterations).  Progress stages: ``"fit"`` per tree batch
-    of the current forest and ``"impute"`` per finished iteration.
+    client; without one, inputs of at most ``IN_PROCESS_CELLS`` (2 million)
+    cells run in this process (``column``: on one thread per core), larger
+    ones on a LocalCluster started for the duration of a ``fit`` /
+    ``transform`` call.  Progress stages: ``"fit"`` per tree batch of the
+    current rfImpute forest and ``"impute"`` per finished iteration.
 
     Attributes
     ----------
@@ -152,14 +186,23 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         Starting values: median, or the code of the most frequent level.
     n_missing_ : dict of str to int
         Missing (imputed) cells per feature in the training data.
-    forest_ : ProximityForest
-        The last forest, used by :meth:`transform` on new rows.
+    forest_ : ProximityForest or None
+        rfImpute: the last forest, used by :meth:`transform` on new rows.
+    column_forests_ : dict of int to ColumnForest
+        ``column``: the forests of the kept iteration, by column position
+        (columns without a missing value in fit have none).
+    task_ : str
+        How the target was used ("classification", "regression" or
+        "unsupervised").
     n_iter_ : int
-        Iterations run (0 when the data had no missing value).
+        Iterations run (0 when the data had no missing value).  With
+        ``column``, the last one may be discarded by the stopping rule.
     history_ : list of dict
-        Per iteration: seconds, the relative change of the imputed values
+        Per iteration: seconds and the relative change of the imputed values
         (numeric: ``sum (new - old)^2 / sum new^2``; categorical: share of
-        changed cells) and ``fallbacks``, cells whose weights summed to 0.
+        changed cells); rfImpute adds ``fallbacks`` (cells whose weights
+        summed to 0), ``column`` adds ``kept`` (False for an iteration the
+        stopping rule discarded).
     random_state_ : int
         Root entropy used (equals ``random_state`` when given).
 
@@ -168,26 +211,19 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     Edge cases:
 
     - **Missing target values**: an :class:`~distforest.errors.InputError`
-      naming the rows; drop them or impute without a target (a supervised
-      forest needs every row's class or value, and guessing one would bias
-      the proximities).
+      naming the rows; drop them or impute without a target.
     - **A column with no observed value**: an InputError naming it; there
       is nothing to average (drop the column).
-    - **A column missing in every row of one class**: works.  The weights
-      come from the rows of other classes that share leaves with the row;
-      a cell whose weights sum to 0 (possible with ``rfgap``/``oob``: only
-      same-class rows carry weight) keeps its starting value (median or most
-      frequent level); ``history_[k]["fallbacks"]`` counts them.
-    - **No missing value at all**: ``fit`` still grows one forest (so that
-      :meth:`transform` can impute new rows) and ``fit_transform`` returns
-      the data unchanged.
-
-    Accuracy: more accurate than scikit-learn's IterativeImputer with
-    ExtraTrees (missForest-like) where the columns are weakly related (Pima,
-    Wisconsin breast cancer), less accurate where they are strongly related
-    (Satellite, Vehicle: one proximity kernel serves every column, missForest
-    fits a model per column), at 1-17 % of its time
-    (``benchmarks/results/imputation.md``).
+    - **A column missing in every row of one class** (rfImpute): a cell
+      whose weights sum to 0 (possible with ``rfgap``/``oob``) keeps its
+      starting value; ``history_[k]["fallbacks"]`` counts them.
+    - **No missing value at all**: ``fit_transform`` returns the data
+      unchanged.  rfImpute still grows one forest so that :meth:`transform`
+      can impute new rows; ``column`` grows none, and new rows get the
+      training medians / most frequent levels.
+    - **New rows and the target** (``column``): :meth:`transform` does not
+      know the new rows' target; the trees route them as if it were missing
+      (scikit-learn's rule: to the child that had more training rows).
 
     Output follows the input: a DataFrame (or a path, read as one) gives a
     DataFrame with the same columns, order and dtypes, categoricals as their
@@ -198,22 +234,22 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
 
     Examples
     --------
-    >>> imp = ProximityImputer(n_estimators=100, random_state=0)  # doctest: +SKIP
-    >>> filled = imp.fit_transform(df, y="Class")                 # doctest: +SKIP
-    >>> new_filled = imp.transform(new_df)                        # doctest: +SKIP
+    >>> imp = ProximityImputer(random_state=0)              # doctest: +SKIP
+    >>> filled = imp.fit_transform(df, y="Class")            # doctest: +SKIP
+    >>> new_filled = imp.transform(new_df)                   # doctest: +SKIP
     """
 
     def __init__(
         self,
-        iterations: int = 5,
+        iterations: int | None = None,
         *,
-        proximity: str = "rfgap",
+        proximity: str = "column",
         categorical_vote: str = "sum",
         categorical_features: Sequence[str | int] | None = None,
-        n_estimators: int = 100,
+        n_estimators: int | None = None,
         task: str = "auto",
         kind: str = "extra-trees",
-        max_features: int | float | str | None = 1,
+        max_features: int | float | str | None = "auto",
         min_samples_leaf: int = 1,
         max_depth: int | None = None,
         batch_size: int | None = None,
@@ -235,8 +271,10 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     # -- parameters and cluster ------------------------------------------------
 
     _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
-        "iterations": C.Int(1),
-        "proximity": C.Choice(C.PROXIMITY_METHODS),
+        "iterations": C.IMPUTE_ITERATIONS,
+        "n_estimators": C.Int(1, none=True),
+        "max_features": C.MaxFeatures(),
+        "proximity": C.Choice(IMPUTE_PROXIMITIES),
         "categorical_vote": C.Choice(VOTES),
         "categorical_features": C.Checked("column names or positions, checked against X"),
         # the parameters passed on to each ProximityForest: its own constraints
@@ -249,10 +287,27 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         return tags
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "forest_"):
+        if not hasattr(self, "n_iter_"):
             raise NotFittedError(
                 "this ProximityImputer is not fitted yet; call fit(X) or fit_transform(X) first"
             )
+
+    def _settings(self) -> dict[str, Any]:
+        """The validated parameters with the proximity's own defaults filled in."""
+        params = self._validated()
+        mode = 0 if params["proximity"] == "column" else 1
+        for name, defaults in MODE_DEFAULTS.items():
+            if params[name] is None or (name == "max_features" and params[name] == "auto"):
+                params[name] = defaults[mode]
+        params["weights"] = "rfgap" if params["proximity"] == "rfimpute" else params["proximity"]
+        return params
+
+    def _where(self, cells: int) -> contextlib.AbstractContextManager[Runner]:
+        """This process (threads) for small inputs when no cluster was asked for."""
+        exe = self._current_execution()
+        if cells <= IN_PROCESS_CELLS and not cluster_requested(exe):
+            return in_process(exe, os.cpu_count() or 1)
+        return exe.runner()
 
     # -- fitting ----------------------------------------------------------------
 
@@ -290,7 +345,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         return decode_output(data, self._imputed.copy())
 
     def _fit(self, X: Any, y: Any) -> EncodedTable:
-        params = self._validated()
+        params = self._settings()
         data = encode_table(X, y, self.categorical_features)
         missing = data.missing
         counts = missing.sum(axis=0)
@@ -301,43 +356,99 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
                 "to impute them from: drop them (e.g. --drop on the command line)"
             )
         start = start_values(data.X, data.categorical)
-        X_cur = np.where(missing, start, data.X)
         root = np.random.SeedSequence(params["random_state"])
-        seeds = [
-            int(c.generate_state(1, dtype=np.uint64)[0]) for c in root.spawn(params["iterations"])
-        ]
-        columns = [int(j) for j in np.flatnonzero(counts)]
         self.history_: list[dict[str, Any]] = []
         logger.info(
-            f"imputing {int(counts.sum())} cells in {len(columns)} columns of {data.source} "
-            f"({params['iterations']} iterations, {params['proximity']} proximity)"
+            f"imputing {int(counts.sum())} cells in {int((counts > 0).sum())} columns of "
+            f"{data.source} ({params['proximity']} proximity)"
         )
-        report = self._report("impute")
-        forest: ProximityForest | None = None
-        with self._runner() as runner:  # one cluster for all iterations
-            if not columns:  # nothing to impute: one forest, for transform on new rows
-                forest = self._forest(params, seeds[-1]).fit(data.table(X_cur))
-            for k, seed in enumerate(seeds if columns else []):
-                del forest  # free the last forest's trees before growing the next
-                release_memory()
-                forest = self._iterate(params, seed, runner, data, X_cur, start, columns)
-                if report is not None:
-                    report(k + 1, len(seeds))
+        with self._where(data.X.size) as runner:  # one cluster (or none) for all iterations
+            if params["proximity"] == "column":
+                X_cur = self._fit_columns(params, runner, data, start, int(root.entropy))  # type: ignore[arg-type]
+            else:
+                X_cur = self._fit_rfimpute(params, runner, data, start, root)
         self.n_features_in_ = len(data.names)
         self.feature_names_in_ = data.names
         self.categorical_ = data.categorical.copy()
         self.categories_ = {data.names[j]: lv for j, lv in data.levels.items()}
         self.statistics_ = start
         self.n_missing_ = {name: int(c) for name, c in zip(data.names, counts, strict=True)}
-        assert forest is not None
-        self.forest_ = forest
-        self.task_ = forest.task_
         self.n_iter_ = len(self.history_)
         self.random_state_ = int(root.entropy)  # type: ignore[arg-type]  # an int
         self._train = replace(data, original=None, y=None)
         self._fingerprint = fingerprint(data.X, data.names)
         self._imputed = X_cur
         return data
+
+    def _fit_columns(
+        self,
+        params: dict[str, Any],
+        runner: Runner,
+        data: EncodedTable,
+        start: np.ndarray,
+        entropy: int,
+    ) -> np.ndarray:
+        """Column-aware imputation: one forest per column, to missForest's stopping rule."""
+        task = resolve_task(params["task"], data.y, data.target_name)
+        extra, _ = encode_target(task, data.y)
+        settings = ColumnSettings(
+            n_estimators=params["n_estimators"],
+            kind=params["kind"],
+            max_features=params["max_features"],
+            min_samples_leaf=params["min_samples_leaf"],
+            max_depth=params["max_depth"],
+            bootstrap=params["kind"] == "random-forest",
+            batch_size=params["batch_size"],
+        )
+        X_cur, forests, history = impute_by_column(
+            runner,
+            data.X,
+            np.where(data.missing, start, data.X),
+            data.categorical,
+            extra,
+            settings,
+            max_iter=params["iterations"],
+            entropy=entropy,
+            report=self._report("impute"),
+        )
+        self.history_ = history
+        self.forest_: ProximityForest | None = None
+        self.column_forests_ = forests
+        self.task_ = task
+        self._extra_width = 0 if extra is None else 1
+        return X_cur
+
+    def _fit_rfimpute(
+        self,
+        params: dict[str, Any],
+        runner: Runner,
+        data: EncodedTable,
+        start: np.ndarray,
+        root: np.random.SeedSequence,
+    ) -> np.ndarray:
+        """Breiman's rfImpute: one forest for all columns, refitted ``iterations`` times."""
+        missing = data.missing
+        counts = missing.sum(axis=0)
+        X_cur = np.where(missing, start, data.X)
+        seeds = [
+            int(c.generate_state(1, dtype=np.uint64)[0]) for c in root.spawn(params["iterations"])
+        ]
+        columns = [int(j) for j in np.flatnonzero(counts)]
+        report = self._report("impute")
+        forest: ProximityForest | None = None
+        if not columns:  # nothing to impute: one forest, for transform on new rows
+            forest = self._forest(params, seeds[-1]).fit(data.table(X_cur))
+        for k, seed in enumerate(seeds if columns else []):
+            del forest  # free the last forest's trees before growing the next
+            release_memory()
+            forest = self._iterate(params, seed, runner, data, X_cur, start, columns)
+            if report is not None:
+                report(k + 1, len(seeds))
+        assert forest is not None
+        self.forest_ = forest
+        self.column_forests_ = {}
+        self.task_ = forest.task_
+        return X_cur
 
     def _iterate(
         self,
@@ -358,9 +469,9 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
         V = build_v(data.X, layout, start)
         if rows.size > _ALL_ROWS_SHARE * data.X.shape[0]:
-            R = session.product(V, params["proximity"])[rows]
+            R = session.product(V, params["weights"])[rows]
         else:
-            R = session.product(V, params["proximity"], rows=rows)
+            R = session.product(V, params["weights"], rows=rows)
         cells = missing[rows][:, columns]
         before = np.where(cells, X_cur[rows][:, columns], 0.0)
         vote = params["categorical_vote"]
@@ -402,12 +513,18 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
 
         The training data itself (same values and missing cells) gets the
         result of :meth:`fit`.  New rows start from the training medians /
-        most frequent levels and are routed through the last forest
-        (``forest_``); each missing cell becomes the proximity-weighted mean
-        (vote) of the training rows' *observed* values, new rows being out of
-        bag in every tree.  This repeats ``iterations`` times, the new rows'
-        leaves moving as their filled values change.  Training rows are never
-        changed by new ones.
+        most frequent levels.  ``column``: each missing cell of column c
+        becomes the prediction of c's fitted forest (``column_forests_``, no
+        refit), i.e. the RF-GAP weighted mean (vote) of the training rows'
+        observed values, column by column and iterated to the same stopping
+        rule (at most ``iterations``); columns that had no missing value in
+        fit have no forest and keep the median / most frequent level, and the
+        target input is routed as missing.  rfImpute: rows are routed through
+        the last forest (``forest_``); each missing cell becomes the
+        proximity-weighted mean (vote) of the training rows' *observed*
+        values, new rows being out of bag in every tree; this repeats
+        ``iterations`` times, the new rows' leaves moving as their filled
+        values change.  Training rows are never changed by new ones.
 
         Parameters
         ----------
@@ -421,7 +538,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             Same form as ``X``.
         """
         self._check_fitted()
-        params = self._validated()
+        params = self._settings()
         data = encode_like(X, self._train)
         if fingerprint(data.X, data.names) == self._fingerprint:
             return decode_output(data, self._imputed.copy())
@@ -430,16 +547,24 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         rows = np.flatnonzero(missing.any(axis=1))
         if rows.size == 0:
             return decode_output(data, X_cur)
+        if self.forest_ is None:  # column-aware: route through the column forests
+            local = data.X[rows]
+            extra = np.full(rows.size, np.nan) if self._extra_width else None
+            X_cur[rows] = impute_new_rows(
+                self.column_forests_, local, self.statistics_, self.categorical_, extra,
+                params["iterations"],
+            )  # fmt: skip
+            return decode_output(data, X_cur)
         train, forest, stats = self._train, self.forest_, self.statistics_
         layout = plan_columns(train.X, train.categorical, range(len(train.names)))
         V = build_v(train.X, layout, stats)
         local, local_missing = X_cur[rows], missing[rows]
         report = self._report("impute")
-        with self._runner() as runner:
+        with self._where(local.size) as runner:
             session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
             for k in range(params["iterations"]):
                 leaves = forest.apply(Table(local, data.names))
-                R = session.product(V, params["proximity"], new_leaves=leaves)
+                R = session.product(V, params["weights"], new_leaves=leaves)
                 vote = params["categorical_vote"]
                 update_cells(
                     local, np.arange(rows.size), local_missing, R, layout, stats, stats, vote

@@ -206,3 +206,43 @@ def plot_scores(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     return out
+
+
+def plot_importances(
+    importances: np.ndarray,
+    names: Sequence[str],
+    path: str | Path,
+    *,
+    title: str = "",
+    max_features: int = 30,
+) -> Path:
+    """Horizontal bars of feature importances, largest on top (at most ``max_features``).
+
+    Parameters
+    ----------
+    importances : ndarray, shape (n_features,)
+    names : sequence of str
+        One name per feature.
+    path : str or Path
+        PNG file to write.
+    title : str
+    max_features : int
+
+    Returns
+    -------
+    Path
+    """
+    order = np.argsort(-np.asarray(importances), kind="stable")[:max_features][::-1]
+    fig = Figure(figsize=(6.4, 0.9 + 0.28 * len(order)), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.barh(np.arange(len(order)), np.asarray(importances)[order], color="C0")
+    ax.set_yticks(np.arange(len(order)), [str(names[k]) for k in order])
+    ax.set_xlabel("importance (share of the total objective decrease)")
+    shown = f" (top {len(order)} of {len(names)})" if len(order) < len(names) else ""
+    ax.set_title((title or "feature importances") + shown)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out

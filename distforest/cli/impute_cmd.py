@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from distforest._version import __version__
-from distforest.apps.impute import VOTES, ProximityImputer
+from distforest.apps.impute import IMPUTE_PROXIMITIES, IN_PROCESS_CELLS, VOTES, ProximityImputer
 from distforest.cli.options import (
     CLI_SEED,
     cluster_options,
@@ -20,9 +20,10 @@ from distforest.cli.options import (
     input_options,
     parse_max_features,
 )
+from distforest.cli.plan import check_size, estimate_impute
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
-from distforest.forests.constraints import KINDS, PROXIMITY_METHODS, TASKS
+from distforest.forests.constraints import KINDS, TASKS
 from distforest.io import read_frame
 from distforest.io.tables import check_column
 from distforest.io.writers import check_can_write, write_table
@@ -64,24 +65,24 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     "--iterations",
     type=click.IntRange(min=1),
     default=DEFAULTS["iterations"],
-    show_default=True,
-    help="Forest refits.",
+    help="column: the most iterations (default 10; missForest's rule stops earlier). "
+    "rfimpute: forest refits (default 5).",
 )
 @click.option(
     "--trees",
     "n_estimators",
     type=click.IntRange(min=1),
     default=DEFAULTS["n_estimators"],
-    show_default=True,
-    help="Trees per forest.",
+    help="Trees per forest (default 50 per column for column, 100 for rfimpute).",
 )
 @click.option(
     "--proximity",
-    type=click.Choice(PROXIMITY_METHODS),
+    type=click.Choice(IMPUTE_PROXIMITIES),
     default=DEFAULTS["proximity"],
     show_default=True,
-    help="Weights of the observed rows: original (shared leaves), oob (shared leaves "
-    "out of bag), rfgap (RF-GAP).",
+    help="column: one forest per column predicting it from the others (and --target), "
+    "its RF-GAP weights. rfimpute (= rfgap), original, oob: Breiman's rfImpute, one "
+    "forest for all columns, weighted by RF-GAP, shared leaves, or shared leaves out of bag.",
 )
 @click.option(
     "--categorical-vote",
@@ -110,7 +111,8 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     default=str(DEFAULTS["max_features"]),
     show_default=True,
     callback=parse_max_features,
-    help="Features tried per split: auto, sqrt, log2, an integer or a fraction.",
+    help="Features tried per split: auto (0.33 for column, 1 for rfimpute), sqrt, log2, "
+    "an integer or a fraction.",
 )
 @click.option(
     "--min-samples-leaf",
@@ -170,8 +172,17 @@ def impute(
     }
     plan = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
                            categorical=categorical, overwrite=overwrite)  # fmt: skip
-    with connect(**connect_kwargs(cluster_kw)) as client:
-        imputer, shape, written = run_imputation(plan, params, client, bars)
+    checked = ProximityImputer(**params)._settings()  # bad values refused before any cluster
+    n, d = plan.features.shape
+    check_size(f"imputing {input} ({n:,} rows)", estimate_impute(n, d, checked),
+               f"--iterations ({checked['iterations']}) and --trees "
+               f"({checked['n_estimators']:,})")  # fmt: skip
+    asked = any(v is not None for v in cluster_kw.values())
+    if not asked and plan.features.size <= IN_PROCESS_CELLS:  # small: no cluster to start
+        imputer, shape, written = run_imputation(plan, params, None, bars)
+    else:
+        with connect(**connect_kwargs(cluster_kw)) as client:
+            imputer, shape, written = run_imputation(plan, params, client, bars)
     click.echo(_summary(imputer, input, shape, written, time.perf_counter() - start))
 
 
@@ -220,7 +231,7 @@ def run_imputation(
     """Impute on ``client`` and write the whole table (target and dropped columns kept)."""
     imputer = ProximityImputer(**params, categorical_features=list(plan.categorical) or None)
     imputer.set_execution(
-        client,
+        client,  # None: this process for small tables (see ProximityImputer)
         progress=None
         if bars is None
         else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,
@@ -254,7 +265,8 @@ def _summary(
     lines = [
         f"imputed {total} cell(s) in {len(counts)} column(s) of {source} "
         f"({shape[0]} rows x {shape[1]} columns) in {seconds:.1f} s",
-        f"  forest:  {imp.task_}, {imp.n_estimators} trees, {imp.n_iter_} iteration(s), "
+        f"  forest:  {imp.task_}, {imp._settings()['n_estimators']} trees"
+        f"{' per column' if imp.proximity == 'column' else ''}, {imp.n_iter_} iteration(s), "
         f"{imp.proximity} proximity",
     ]
     if counts:
@@ -263,7 +275,7 @@ def _summary(
         lines += [f"    {name:<{width}}  {n}" for name, n in counts.items()]
     else:
         lines.append("  no missing values: the output is a copy of the input")
-    fallbacks = sum(h["fallbacks"] for h in imp.history_[-1:])
+    fallbacks = sum(h.get("fallbacks", 0) for h in imp.history_[-1:])
     if fallbacks:
         lines.append(
             f"  {fallbacks} cell(s) had no weighted neighbour and kept the median / most "

@@ -29,7 +29,7 @@ from distforest.apps.mislabels import mislabel_scores
 from distforest.apps.plots import plot_matrix
 from distforest.cli.impute_cmd import plan_imputation, run_imputation
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
-from distforest.cli.plan import check_disk, estimate
+from distforest.cli.plan import check_disk, check_size, estimate
 from distforest.cli.report import write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, now, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
@@ -124,7 +124,11 @@ def run_proximity_job(
         # A resumed or restarted run may replace the files of its own job.
         plan = _check_outputs(job, stages, replace=job.overwrite or restart or stages is not None)
         need = estimate(job, table.n_samples, table.n_features)
-        check_disk(Path(job.out).parent, need["disk_bytes"] if mode == "new" else 0)
+        check_size(f"the proximity job on {table.source} ({table.n_samples:,} rows)", need,
+                   f"the number of trees ({need['trees']:,})"
+                   + (f" and imputation iterations ({job.impute.get('iterations', 5)})"
+                      if job.impute else ""))  # fmt: skip
+        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
         with connect(**job.connect) as client, RunMonitor(client) as monitor:

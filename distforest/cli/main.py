@@ -27,12 +27,15 @@ from distforest.cli.options import (
     tile_size_option,
 )
 from distforest.cli.pipeline import load_pipeline
-from distforest.cli.plan import check_disk, describe, estimate, free_space
+from distforest.cli.plan import check_disk, describe, describe_xforest, estimate, free_space
 from distforest.cli.progress import ProgressBars, setup_logging
+from distforest.cli.simforest_cmd import simforest
+from distforest.cli.simforest_job import SimForestJob, run_simforest_job
 from distforest.cli.similarity_cmd import neighbors, similarity
+from distforest.cli.smerf_cmd import smerf
 from distforest.cli.status import format_state, run_state
 from distforest.cli.xforest_cmd import XForestJob, cluster_cmd, run_xforest_job, xforest
-from distforest.errors import ConfigError, DistforestError
+from distforest.errors import DISK_FULL_ERRNOS, ConfigError, DiskFullError, DistforestError
 from distforest.io import load_table
 from distforest.store.run_store import RunStore
 
@@ -46,6 +49,11 @@ class _Group(click.Group):
         except DistforestError as exc:
             click.echo(f"distforest: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:  # a disk that fills up under any command: exit 6, one line
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            click.echo(f"distforest: error: {DiskFullError.from_os_error(exc)}", err=True)
+            sys.exit(DiskFullError.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -151,10 +159,20 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
         runner = functools.partial(run_knn_job, restart=restart, run_id=obj["run_id"])
         click.echo(knn_summary(run_locked(job, runner, bars, obj["run_id"])))
         return
-    if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
+    if isinstance(job, SimForestJob):  # a SimForest pipeline (input, simforest, apps)
         if not dry_run:
-            click.echo(summary(run_xforest_job(job, bars, restart=restart,
-                                               run_id=obj["run_id"])))  # fmt: skip
+            click.echo(summary(run_simforest_job(job, bars, restart=restart,
+                                                 run_id=obj["run_id"])))  # fmt: skip
+        return
+    if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
+        if dry_run:
+            table = load_table(job.input, target=job.target, drop=job.drop,
+                               na_values=job.na_values)  # fmt: skip
+            free = free_space(Path(job.out).parent)
+            click.echo(describe_xforest(job, table.n_samples, table.n_features, free))
+            return
+        click.echo(summary(run_xforest_job(job, bars, restart=restart,
+                                           run_id=obj["run_id"])))  # fmt: skip
         return
     if dry_run:
         table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
@@ -191,6 +209,8 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
             what = f"{job.method} proximity"
         elif isinstance(job, XForestJob):
             what = f"{job.kind} similarity (X-Forest)"
+        elif isinstance(job, SimForestJob):
+            what = f"SimForest model and {job.method} proximity"
         else:
             what = job.kind
         click.echo(f"ok      {path}: {what} of {job.input} -> {job.out}"
@@ -253,7 +273,10 @@ def info(store: str, as_json: bool) -> None:
         sys.exit(1)
 
 
-_COMMANDS = (impute, outliers, mislabels, mds, similarity, neighbors, knn, xforest, cluster_cmd)
+_COMMANDS = (
+    impute, outliers, mislabels, mds, similarity, neighbors, knn, xforest, cluster_cmd, simforest,
+    smerf,
+)  # fmt: skip
 for _command in _COMMANDS:
     cli.add_command(_command)
 

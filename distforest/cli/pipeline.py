@@ -7,7 +7,7 @@ applications and where the outputs go::
     input:   {path: data/{date}.csv, target: Class, drop: [Id], na_values: ["?"]}
     forest:  {n_estimators: 300, random_state: 0, tile_size: 2048}
     proximity: {method: original}         # original | oob | rfgap
-    impute:  {out: imputed.csv, iterations: 5}                         # optional
+    impute:  {out: imputed.csv, proximity: column}  # column | rfimpute | rfgap | original | oob
     outliers: {out: outliers.csv, plot: outliers.png}                 # optional
     mislabels: {out: suspects.csv}                                     # optional
     mds:     {out: mds.csv, plot: mds.png, components: 2}              # optional
@@ -35,16 +35,18 @@ from typing import Any
 
 import yaml
 
-from distforest._schema import BadValue, Checker, Key, check_mapping
-from distforest.apps.impute import VOTES
+from distforest._schema import BadValue, Checker, Key, check_mapping, yaml_problem
+from distforest.apps.impute import IMPUTE_PROXIMITIES, VOTES, ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
+from distforest.cli.simforest_job import SCALINGS, SimForestJob, simforest_job
 from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 from distforest.forests import constraints as C
 from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.simforest import SimilarityForestClassifier
 from distforest.forests.xforest import XForest
 from distforest.parallel.cluster_config import load_cluster_config
 
@@ -55,7 +57,7 @@ _BOOL = (bool,)
 
 #: section -> key -> accepted types (None: also null).
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "input": {"path": _STR, "target": _STR, "drop": _LIST, "na_values": _LIST},
+    "input": {"path": _STR, "target": _STR, "labels": _STR, "drop": _LIST, "na_values": _LIST},
     # checked against the estimator's own constraint table (see TABLES below)
     "forest": dict.fromkeys(ProximityForest._parameter_constraints, ()),
     "proximity": {"method": _STR},
@@ -85,6 +87,11 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "out": _STR,
         "plot": _STR,
     },
+    # SimForest pipelines (input, simforest, proximity, outliers, mds, output):
+    # cli/simforest_job.py
+    "simforest": dict.fromkeys(
+        [*SimilarityForestClassifier._parameter_constraints, "normalize"], ()
+    ),
     # k-NN pipelines (input, neighbors and/or knn, output): cli/knn_job.py
     "neighbors": {"metric": _STR, "k": _INT, "normalize": _STR, "algorithm": _STR, "out": _STR},
     "knn": {
@@ -98,6 +105,12 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
 TABLES: dict[str, Mapping[str, C.Constraint]] = {
     "forest": ProximityForest._parameter_constraints,
     "xforest": {**XForest._parameter_constraints, "kind": C.Choice(C.SIMILARITY_KINDS)},
+    "simforest": {
+        **SimilarityForestClassifier._parameter_constraints,
+        # "rbf:GAMMA" is read by simforest_job, which checks the name
+        "metric": C.Checked("by simforest_job"),
+        "normalize": C.Choice(SCALINGS),
+    },
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
 REQUIRED = {
@@ -112,7 +125,7 @@ REQUIRED = {
 #: key path -> allowed values.
 CHOICES = {
     "proximity.method": PROXIMITY_METHODS,
-    "impute.proximity": PROXIMITY_METHODS,
+    "impute.proximity": IMPUTE_PROXIMITIES,
     "impute.categorical_vote": VOTES,
     "mds.dissimilarity": DISSIMILARITIES,
     **XFOREST_CHOICES,
@@ -185,7 +198,9 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str)
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML: {exc}") from exc
+            raise ConfigError(
+                f"--set {item!r}: the value is not valid YAML: {yaml_problem(exc)}"
+            ) from exc
         if not isinstance(data.get(section) or {}, Mapping):
             raise ConfigError(f"{source}: {section!r} must be a mapping of keys")
         data[section] = {**(data.get(section) or {}), key: value}
@@ -202,10 +217,17 @@ def _check_combinations(data: Mapping[str, Any], sections: dict[str, dict], sour
         ProximityForest(**forest)._validated()
     except ParameterError as exc:
         raise ConfigError(f"{source}: forest: {exc}") from exc
+    if "impute" in data:  # the imputer's own bounds (iterations, trees), before any work
+        try:
+            params = {k: v for k, v in sections["impute"].items() if k != "out"}
+            ProximityImputer(**params)._validated()
+        except ParameterError as exc:
+            raise ConfigError(f"{source}: impute: {exc}") from exc
     method = sections["proximity"].get("method", "original")
     needs_oob = [f"proximity.method: {method}"] if method != "original" else []
-    if "impute" in data and sections["impute"].get("proximity", "rfgap") != "original":
-        needs_oob.append(f"impute.proximity: {sections['impute'].get('proximity', 'rfgap')}")
+    impute_proximity = sections["impute"].get("proximity", "column")
+    if "impute" in data and impute_proximity in (*C.OUT_OF_BAG_METHODS, "rfimpute"):
+        needs_oob.append(f"impute.proximity: {impute_proximity}")
     if "mislabels" in data:
         needs_oob.append("mislabels (out-of-bag votes)")
         if not inp.get("target"):
@@ -232,7 +254,7 @@ def load_pipeline(
     today: _dt.date | None = None,
     overrides: Sequence[str] = (),
     check_input: bool = True,
-) -> ProximityJob | XForestJob | KNNJob:
+) -> ProximityJob | XForestJob | KNNJob | SimForestJob:
     """Read and check a pipeline YAML.
 
     Parameters
@@ -247,10 +269,13 @@ def load_pipeline(
 
     Returns
     -------
-    ProximityJob, or XForestJob for a file with an ``xforest`` section, or
-    KNNJob for a file with a ``neighbors`` or ``knn`` section
+    ProximityJob, or XForestJob for a file with an ``xforest`` section,
+    KNNJob for a file with a ``neighbors`` or ``knn`` section, or
+    SimForestJob for a file with a ``simforest`` section
     """
     source = str(path)
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would be waited on for ever
+        raise ConfigError(f"cannot read pipeline {source!r}: not a regular file; give a YAML file")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -263,7 +288,7 @@ def load_pipeline(
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{source}: not valid YAML: {yaml_problem(exc)}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: a pipeline must be a mapping with keys {TOP_LEVEL}")
     data = dict(data)
@@ -314,6 +339,9 @@ def load_pipeline(
         connect = {"scheduler": scheduler, "cluster": cluster}
         templated = functools.partial(_templated, today=day)
         return knn_job(data, sections, input_path, out_dir, connect, source, templated)
+    if "simforest" in data:
+        connect = {"scheduler": scheduler, "cluster": cluster}
+        return simforest_job(data, sections, input_path, out_dir, connect, source, extras)
     if "xforest" in data or "clustering" in data:
         connect = {"scheduler": scheduler, "cluster": cluster}
         return xforest_job(data, sections, input_path, out_dir, connect, source)

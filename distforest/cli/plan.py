@@ -1,10 +1,13 @@
-"""What a job will do before it does it: tasks, tiles, bytes, memory, disk.
+"""What a job will do before it does it: tasks, tiles, bytes, memory, disk, time.
 
 The numbers are estimates from the job's sizes, written to be upper bounds
 where that is cheap (the proximity matrix is counted uncompressed; a forest
 is counted with as many nodes as a fully grown tree on the bootstrap rows
-can have).  ``distforest run --dry-run`` prints them; every run checks the
-disk estimate against the free space before it starts.
+can have).  ``distforest run --dry-run`` prints them; every command that
+writes a matrix checks the disk estimate against the free space, and every
+command that fits or writes refuses absurd sizes (:func:`check_size`: more
+memory than the machine has, or more computing than ``DISTFOREST_MAX_CPU_HOURS``)
+before it starts.
 """
 
 from __future__ import annotations
@@ -15,11 +18,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from distforest.errors import StoreError
+from distforest.errors import ParameterError, StoreError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import SYMMETRIC
 from distforest.parallel.tasks import default_batch_size
 from distforest.parallel.tiling import TilePlan
+
+#: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
+#: (``benchmarks/bench_faults.py --calibrate``; table in ``benchmarks/results/faults.md``).
+#: Rough: enough to tell a typo (1e8 trees) from a big job, not to schedule one.
+SECONDS_PER = {
+    "fit": 1e-7,  # one tree: per row x log2(rows) x features tried per split
+    "rp_fit": 1e-7,  # one X-Forest tree: per row x log2(rows)
+    "tile": 1e-8,  # one pair of rows of a forest matrix, per tree
+    "measure": 1e-8,  # one pair of rows of a similarity matrix, per feature
+}
+#: Computing (CPU-hours) a command may plan before it is refused; override with this variable.
+MAX_CPU_HOURS_ENV = "DISTFOREST_MAX_CPU_HOURS"
+DEFAULT_MAX_CPU_HOURS = 1000.0
 
 #: Bytes per tree node as stored (children, feature, threshold, flags, counts).
 _NODE_BYTES = 29
@@ -75,6 +91,13 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     sections = (job.outliers or {}, job.mds or {})
     pictures = bool(job.plot) + sum(bool(s.get("plot")) for s in sections)
     files["pictures"] = 300_000 * pictures
+    fit_cpu = fit_seconds(trees, n, d, forest["max_features"])
+    cpu = fit_cpu + SECONDS_PER["tile"] * trees * tiles * tile * tile
+    if job.impute:
+        imp = {**job.impute}
+        cpu += int(imp.get("iterations", 5)) * fit_seconds(
+            int(imp.get("n_estimators", 100)), n, d, imp.get("max_features", "auto")
+        )
     x_bytes = 8 * n * d
     fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
     tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile
@@ -93,7 +116,133 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "store_bytes": sum(store.values()),
         "disk_bytes": sum(store.values()) + sum(files.values()),
         "worker_peak_bytes": max(fit_peak, tile_peak, product_peak),
+        # the driver gathers the per-row arrays of every tree (twice while joining batches)
+        "memory_bytes": 2 * n * trees * sum(per_row.values()) + 3 * x_bytes,
+        "cpu_seconds": cpu,
     }
+
+
+def fit_seconds(trees: int, n: int, d: int, max_features: Any = "auto") -> float:
+    """Core-seconds to grow ``trees`` CART trees on ``n`` rows of ``d`` features (estimate)."""
+    if isinstance(max_features, str) and max_features in ("sqrt", "auto"):
+        tried = math.sqrt(d)
+    elif max_features == "log2":
+        tried = math.log2(max(d, 2))
+    elif isinstance(max_features, float):
+        tried = max_features * d
+    elif isinstance(max_features, int):
+        tried = min(max_features, d)
+    else:
+        tried = d
+    return SECONDS_PER["fit"] * trees * n * math.log2(max(n, 2)) * max(1.0, tried)
+
+
+def estimate_xforest(n: int, d: int, forest: dict[str, Any]) -> dict[str, Any]:
+    """Disk, driver memory and computing of an X-Forest job on ``n`` rows, ``d`` features.
+
+    Each row keeps a leaf id, a depth and (at least) one 64-bit path word per tree.
+    """
+    from distforest.forests.xforest import XForest  # the estimator's own defaults
+
+    params = {**XForest().get_params(), **forest}
+    trees, leaf = int(params["n_estimators"]), max(1, int(params["leaf_size"]))
+    plan = TilePlan(n, n, int(params["tile_size"]), symmetric=True)
+    per_tree_row = 4 + 4 + 8
+    nodes = trees * 2 * n / leaf * (5 * 4 + 8) + trees * 64 * d * 8
+    store = 4 * n * n + plan.n_tasks + n * trees * per_tree_row + nodes
+    tile = plan.chunks[0]
+    return {
+        "trees": trees,
+        "disk_bytes": int(store),
+        "memory_bytes": int(2 * n * trees * per_tree_row + 3 * 8 * n * d),
+        "cpu_seconds": SECONDS_PER["rp_fit"] * trees * n * math.log2(max(n, 2))
+        + SECONDS_PER["tile"] * trees * plan.n_tasks * tile * tile,
+    }
+
+
+def estimate_impute(n: int, d: int, params: dict[str, Any]) -> dict[str, Any]:
+    """Disk, memory and computing of ``params["iterations"]`` forest refits on ``n x d``."""
+    trees, iterations = int(params["n_estimators"]), int(params["iterations"])
+    return {
+        "disk_bytes": 12 * n * (d + 2),
+        "memory_bytes": 2 * n * trees * 5 + 6 * 8 * n * d,
+        "cpu_seconds": iterations * fit_seconds(trees, n, d, params.get("max_features", "auto")),
+    }
+
+
+def estimate_matrix(n: int, m: int, d: int, tile_size: int, symmetric: bool) -> dict[str, Any]:
+    """Disk, memory and computing of an ``n x m`` similarity matrix over ``d`` features."""
+    plan = TilePlan(n, m, tile_size, symmetric=symmetric)
+    tile = plan.chunks
+    return {
+        "disk_bytes": plan.nbytes(4) + plan.n_tasks + 8 * (n + m),
+        "memory_bytes": 3 * 8 * (n + m) * d,
+        "cpu_seconds": SECONDS_PER["measure"] * max(d, 1) * plan.n_tasks * tile[0] * tile[1],
+    }
+
+
+def physical_memory() -> int:
+    """Bytes of RAM of this machine (0 if unknown)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # not POSIX: no memory check
+        return 0
+
+
+def max_cpu_hours() -> float:
+    """The computing a command may plan (``DISTFOREST_MAX_CPU_HOURS``, default 1000)."""
+    value = os.environ.get(MAX_CPU_HOURS_ENV)
+    try:
+        hours = float(value) if value else DEFAULT_MAX_CPU_HOURS
+    except ValueError:
+        hours = -1.0
+    if not hours > 0:
+        raise ParameterError(
+            f"{MAX_CPU_HOURS_ENV} must be a positive number of hours, got {value!r}"
+        )
+    return hours
+
+
+def _duration(seconds: float) -> str:
+    hours = seconds / 3600
+    if hours >= 1:
+        return f"{hours:,.0f} CPU-hours"
+    return f"{max(seconds / 60, 1):,.0f} CPU-minutes"
+
+
+def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
+    """Refuse, before any work, a job beyond reason: a typo such as ``--trees 100000000``.
+
+    Refused when the estimated memory of this process exceeds the machine's
+    RAM, or the estimated computing exceeds ``DISTFOREST_MAX_CPU_HOURS``
+    (default 1000; set the variable to run a really big job).  The message
+    gives the estimated time, memory and disk, like ``--dry-run``.
+
+    Parameters
+    ----------
+    what : str
+        The job, e.g. ``"xforest on data.csv (699 rows)"``.
+    plan : dict
+        ``cpu_seconds``, ``memory_bytes`` and ``disk_bytes`` estimates.
+    knobs : str
+        The options that set the size, as the user gave them (for the message).
+    """
+    ram, limit = physical_memory(), max_cpu_hours()
+    too_much = []
+    if ram and plan["memory_bytes"] > ram:
+        too_much.append(f"memory: about {_size(plan['memory_bytes'])} in this process, the "
+                        f"machine has {_size(ram)}")  # fmt: skip
+    if plan["cpu_seconds"] > limit * 3600:
+        too_much.append(f"time: about {_duration(plan['cpu_seconds'])}, more than "
+                        f"{MAX_CPU_HOURS_ENV}={limit:g}")  # fmt: skip
+    if too_much:
+        slow = plan["cpu_seconds"] > limit * 3600
+        longer = f"; to run a job this long on a big cluster, set {MAX_CPU_HOURS_ENV} higher"
+        raise ParameterError(
+            f"{what} is too large to start ({'; '.join(too_much)}; it would write about "
+            f"{_size(plan['disk_bytes'])} and compute about {_duration(plan['cpu_seconds'])}): "
+            f"check {knobs}" + (longer if slow else "")
+        )
 
 
 def free_space(directory: str | Path) -> int:
@@ -104,9 +253,20 @@ def free_space(directory: str | Path) -> int:
     return shutil.disk_usage(p).free
 
 
-def check_disk(directory: str | Path, need: int) -> None:
-    """Refuse to start when the planned output does not fit on the disk."""
-    free = free_space(directory)
+def _bytes_in(path: str | Path | None) -> int:
+    """Bytes of the files under ``path`` (0 if it does not exist)."""
+    if path is None or not Path(path).is_dir():
+        return 0
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def check_disk(directory: str | Path, need: int, *, replaces: str | Path | None = None) -> None:
+    """Refuse to start when the planned output does not fit on the disk.
+
+    ``replaces``: the output store, whose bytes count as free (a resumed run
+    keeps what it wrote, an overwrite removes it first).
+    """
+    free = free_space(directory) + _bytes_in(replaces)
     if need > free:
         raise StoreError(
             f"not enough disk space in {str(directory)!r}: the run plans to write up to "
@@ -135,3 +295,25 @@ def describe(job: Any, plan: dict[str, Any], free: int) -> str:
         f"  memory:       about {_size(plan['worker_peak_bytes'])} at peak per worker (estimate)",
     ]
     return "\n".join(lines)
+
+
+def describe_xforest(job: Any, n: int, d: int, free: int) -> str:
+    """What ``run --dry-run`` prints for an X-Forest pipeline."""
+    from distforest.forests.xforest import XForest  # the estimator's own defaults
+
+    params = {**XForest().get_params(), **job.forest}
+    plan = estimate_xforest(n, d, job.forest)
+    tiles = TilePlan(n, n, int(params["tile_size"]), symmetric=True)
+    ok = plan["disk_bytes"] <= free
+    return "\n".join([
+        f"job {job.name}: {n:,} rows x {d} features",
+        f"  input:        {job.input}",
+        f"  X-Forest:     {plan['trees']:,} trees, {job.kind} similarity in {tiles.n_tasks:,} "
+        f"tile tasks of {tiles.chunks[0]} x {tiles.chunks[0]}",
+        f"  clustering:   {(job.clustering or {}).get('method', 'none')}",
+        f"  store:        {job.out}",
+        f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
+        + ("(ok)" if ok else "(NOT ENOUGH: the run would be refused)"),
+        f"  memory:       about {_size(plan['memory_bytes'])} in this process",
+        f"  computing:    about {plan['cpu_seconds'] / 60:.1f} CPU minutes (rough)",
+    ])  # fmt: skip

@@ -20,6 +20,7 @@ import numpy as np
 
 from distforest._version import __version__
 from distforest.cli.outputs import write_text
+from distforest.parallel.cluster import engine_report
 
 PACKAGES = ("dask", "distributed", "numpy", "zarr", "xarray", "scikit-learn", "numba", "pandas")
 
@@ -91,6 +92,7 @@ def write_report(
         "spec_hash": digest,
         "config": spec,
         "cluster": job.connect,
+        "engine": engine_report(monitor.client),
         "versions": versions(),
         "stages": stages,
         "seconds_per_stage": {k: v.get("seconds") for k, v in stages.items()},
@@ -129,6 +131,13 @@ def _markdown(report: dict[str, Any], files: dict[str, Path], out_dir: Path) -> 
         notes = ", ".join(f"{k} {v}" for k, v in entry.items() if k not in ("seconds", "outputs"))
         lines.append(f"| {name} | {entry.get('seconds', 0):.1f} | {notes} |")
     lines += ["", "## Cluster", ""]
+    engine = report["engine"]
+    lines.append(
+        f"- engine: {engine['engine']} ({engine.get('class', '?')}, "
+        f"{engine.get('cluster_file', '-')}), scheduler {engine['scheduler']}"
+        f"{' (TLS)' if engine['tls'] else ''}, dashboard {engine.get('dashboard') or 'off'}"
+    )
+    lines.append(f"- workers at the end: {', '.join(engine['workers']) or 'none'}")
     if report["tasks"] is None:
         lines.append("- tasks and retries: not available from this scheduler")
     else:

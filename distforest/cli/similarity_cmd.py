@@ -9,20 +9,23 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 import xarray as xr
 
 from distforest.cli.options import cluster_options, connect_kwargs, input_options, tile_size_option
+from distforest.cli.plan import check_disk, check_size, estimate_matrix
 from distforest.cli.progress import ProgressBars
+from distforest.errors import InputError
 from distforest.forests.constraints import MIN_TILE
-from distforest.forests.measures import METRICS, NORMALIZATIONS
+from distforest.forests.measures import METRICS, NORMALIZATIONS, parse_metric
 from distforest.forests.neighbors import ALGORITHMS, top_k_neighbors
 from distforest.forests.pairwise import pairwise
-from distforest.io import load_table
+from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
-from distforest.store.run_store import check_can_create
+from distforest.store.run_store import check_can_create, is_unfinished
 
 
 def _default(func: Any, name: str) -> Any:
@@ -78,6 +81,17 @@ def maybe_connect(needed: bool, connect_kw: dict[str, Any]) -> Any:
     return contextlib.nullcontext()
 
 
+def check_request(X: Table, Y: Table | None, metric: str) -> None:
+    """Refuse a bad measure or mismatched tables before any cluster starts; name the files."""
+    parse_metric(metric)
+    if Y is not None and Y.n_features != X.n_features:
+        raise InputError(
+            f"{Y.source} has {Y.n_features} feature column(s) ({', '.join(Y.feature_names)}) but "
+            f"{X.source} has {X.n_features} ({', '.join(X.feature_names)}); give both the same "
+            "columns (--drop the others)"
+        )
+
+
 def bars(ctx: click.Context) -> ProgressBars:
     return ProgressBars(enabled=not (ctx.obj or {}).get("quiet", False))
 
@@ -111,7 +125,13 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     start = time.perf_counter()
     X = load_table(input, drop=drop, na_values=na_values)
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
-    check_can_create(out, overwrite)
+    check_request(X, Y, metric)
+    if not is_unfinished(out):  # an interrupted run of the same request resumes
+        check_can_create(out, overwrite)
+    m = X.n_samples if Y is None else Y.n_samples
+    need = estimate_matrix(X.n_samples, m, X.n_features, tile_size, symmetric=Y is None)
+    check_size(f"the {X.n_samples:,} x {m:,} matrix of {X.source}", need, "the input sizes")
+    check_disk(Path(out).parent, need["disk_bytes"], replaces=out)
     with connect(**cluster_kw(options)) as client:
         M = pairwise(X, Y, metric=metric, normalize=normalize_choice(normalize),
                      feature_range=feature_range, store=out, tile_size=tile_size,
@@ -172,6 +192,7 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
     start = time.perf_counter()
     X = load_table(input, drop=drop, na_values=na_values)
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
+    check_request(X, Y, metric)
     check_can_create(out, overwrite)
     with connect(**cluster_kw(options)) as client:
         ds = top_k_neighbors(X, Y, k=k, metric=metric, normalize=normalize_choice(normalize),

@@ -27,6 +27,7 @@ from distforest.cli.options import (
     tile_size_option,
 )
 from distforest.cli.outputs import check_new_file, write_csv
+from distforest.cli.plan import check_disk, check_size, estimate_xforest
 from distforest.cli.progress import ProgressBars
 from distforest.cli.report import write_simple_report
 from distforest.cli.runs import Stages, decide, now, spec_hash
@@ -154,6 +155,10 @@ def run_xforest_job(
         extra = job.clustering or {}
         for path in (job.plot, extra.get("out"), extra.get("plot")):
             check_new_file(path, replace)
+        need = estimate_xforest(table.n_samples, table.n_features, job.forest)
+        check_size(f"X-Forest on {table.source} ({table.n_samples:,} rows)", need,
+                   f"the number of trees ({need['trees']:,})")  # fmt: skip
+        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
         Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         with connect(**job.connect) as client:
             if stages is not None and stages.done("fit"):

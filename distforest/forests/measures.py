@@ -14,6 +14,7 @@ minkowski:p         distance    (sum |x - y|^p)^(1/p), p >= 1 (default 2)
 mahalanobis         distance    sqrt((x - y)' VI (x - y)), VI the inverse covariance
 cosine              similarity  x.y / (|x| |y|)  (NaN for an all-zero row)
 rbf:gamma           similarity  exp(-gamma |x - y|^2), gamma default 1 / n_features
+dot                 similarity  x.y  (unbounded; standardise the features first)
 russell-rao         similarity  CP / m                 (binary 0/1 data only)
 sokal-michener      similarity  (CP + CA) / m          (binary 0/1 data only)
 jaccard             similarity  CP / (CP + PA + AP)    (binary 0/1 data only)
@@ -31,6 +32,7 @@ the same pair gets the same value whatever tile it is in) and from
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,12 +43,13 @@ from distforest.errors import InputError, ParameterError
 from distforest.kernels.metrics import BINARY_MEASURES, binary_similarity
 
 DISTANCES = ("euclidean", "manhattan", "chebyshev", "minkowski", "mahalanobis")
-SIMILARITIES = ("cosine", "rbf", *BINARY_MEASURES)
+SIMILARITIES = ("cosine", "rbf", "dot", *BINARY_MEASURES)
 METRICS = (*DISTANCES, *SIMILARITIES)
 ALIASES = {
     "cityblock": "manhattan",
     "l1": "manhattan",
     "l2": "euclidean",
+    "linear": "dot",
     "russellrao": "russell-rao",
     "sokalmichener": "sokal-michener",
     "russell_rao": "russell-rao",
@@ -146,6 +149,8 @@ class Measure:
             return cdist(A, B, "mahalanobis", VI=self.VI)
         if self.name == "cosine":
             return 1.0 - cdist(A, B, "cosine")
+        if self.name == "dot":  # einsum's own loop: the same pair, the same bits, in any tile
+            return np.einsum("ik,jk->ij", A, B, optimize=False)
         if self.gamma is None:
             raise ParameterError("rbf needs gamma: call Measure.fitted(reference) first")
         return np.exp(-self.gamma * cdist(A, B, "sqeuclidean"))
@@ -223,13 +228,19 @@ def parse_metric(metric: str | Measure, params: dict[str, Any] | None = None) ->
                    gamma=None if gamma is None else float(gamma), VI=VI)  # fmt: skip
 
 
-def check_values(measure: Measure, X: np.ndarray, what: str) -> None:
-    """Raise :class:`InputError` for values the measure cannot use (NaN, inf, non-binary)."""
+def check_values(
+    measure: Measure, X: np.ndarray, what: str, names: Sequence[str] | None = None
+) -> None:
+    """Raise :class:`InputError` for values the measure cannot use (NaN, inf, non-binary).
+
+    ``what`` names the input (its file, or ``"X"``); ``names`` its columns.
+    """
     if X.size and not np.isfinite(X).all():
         rows, cols = np.nonzero(~np.isfinite(X))
+        column = repr(names[cols[0]]) if names is not None else str(cols[0])
         raise InputError(
             f"{what} has {rows.size} missing or infinite value(s) (first at row {rows[0]}, "
-            f"column {cols[0]}); {measure.name} needs complete rows: impute them first "
+            f"column {column}); {measure.name} needs complete rows: impute them first "
             "(distforest impute) or drop those rows"
         )
     if measure.binary and X.size:

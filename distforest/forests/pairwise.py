@@ -60,6 +60,11 @@ def as_matrix(X: Any, what: str = "X") -> tuple[np.ndarray, tuple[str, ...]]:
     return table.X, table.feature_names
 
 
+def _what(X: Any, default: str) -> str:
+    """How messages name an input: its file when it came from one."""
+    return X.source if isinstance(X, Table) else default
+
+
 def prepare(
     X: Any,
     Y: Any,
@@ -77,15 +82,16 @@ def prepare(
         ``Y`` is None), the fitted scaler or None.
     """
     measure = parse_metric(metric, metric_params)
-    A, _ = as_matrix(X, "X")
+    A, names = as_matrix(X, "X")
     B = A
+    check_values(measure, A, _what(X, "X"), names)
     if Y is not None:
-        B, _ = as_matrix(Y, "Y")
+        B, names = as_matrix(Y, "Y")
         if B.shape[1] != A.shape[1]:
             raise ParameterError(
                 f"X has {A.shape[1]} features but Y has {B.shape[1]}; give both the same columns"
             )
-    check_values(measure, A, "X")
+        check_values(measure, B, _what(Y, "Y"), names)
     scaler = make_scaler(normalize, feature_range)
     if scaler is not None:
         if measure.binary:

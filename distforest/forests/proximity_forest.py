@@ -13,17 +13,14 @@ import xarray as xr
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
+from distforest.forests import tiles
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.targets import encode_target, resolve_task
-from distforest.forests.tiled import matrix_in_memory, write_matrix
-from distforest.forests.tiles import ARRAY_NAMES, SYMMETRIC, arrays_tile, store_tile
+from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
-from distforest.kernels import leafsums
-from distforest.kernels import proximity as proximity_kernels
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch
 from distforest.parallel import tasks
-from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -395,9 +392,9 @@ class ProximityForest(DaskEstimator):
                     f"pass store='proximity.zarr' to write it tile by tile (or raise "
                     f"max_in_memory above {max_in_memory} if you have the memory)"
                 )
-            arrays = {"leaves": self.leaves_, "inbag": self.inbag_, "leaf_mass": self.leaf_mass()}
-            plan = TilePlan(n, n, self.params_["tile_size"], symmetric=SYMMETRIC[method])
-            values = matrix_in_memory(plan, arrays_tile, (arrays, method))
+            values = proximity_in_memory(
+                self.leaves_, self.inbag_, method, self.params_["tile_size"]
+            )
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
@@ -414,10 +411,7 @@ class ProximityForest(DaskEstimator):
         ndarray of float32, shape (n_samples, n_estimators)
         """
         self._check_fitted()
-        mass = leafsums.leaf_inbag_total(
-            np.ascontiguousarray(self.leaves_.T), np.ascontiguousarray(self.inbag_.T)
-        )
-        return np.ascontiguousarray(mass.T, dtype=np.float32)
+        return tiles.leaf_mass(self.leaves_, self.inbag_)
 
     def product(
         self, V: Any, method: str = "original", *, rows: Any = None, new_rows: Any = None
@@ -485,18 +479,11 @@ class ProximityForest(DaskEstimator):
                 f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id_!r}); save this forest "
                 "to a new store first"
             )
-        n = self.n_samples_
-        tile = self.params_["tile_size"]
-        name = ARRAY_NAMES[method]
-        if method == "rfgap" and "leaf_mass" not in rs.group:
-            rs.write_named("leaf_mass", self.leaf_mass(), rows=tile)
-        plan = TilePlan(n, n, tile, symmetric=SYMMETRIC[method])
-        proximity_kernels.warm_up()  # compile once here, not in every worker at once
         with self._runner() as runner:
-            return write_matrix(
-                runner, rs, name, plan, store_tile, (rs.path, method),
-                identity={"fit_id": self.fit_id_, "method": method},
-                attrs={"method": method, "n_trees": int(self.leaves_.shape[1])},
+            return tiles.write_proximity(
+                runner, rs, method, self.params_["tile_size"],
+                identity={"fit_id": self.fit_id_},
+                attrs={"n_trees": int(self.leaves_.shape[1])},
                 progress=self._report("tiles"),
             )  # fmt: skip
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from distforest.errors import InputError
+from distforest.errors import DISK_FULL_ERRNOS, DiskFullError, InputError
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
 from distforest.parallel.tiling import Tile, TilePlan
@@ -33,11 +33,17 @@ logger = logging.getLogger("distforest")
 TileFunction = Callable[..., np.ndarray]
 
 
-def tile_task(path: str, name: str, tile: Tile, func: TileFunction, *args: Any) -> int:
+def tile_task(
+    path: str, name: str, tile: Tile, func: TileFunction, *args: Any
+) -> int | DiskFullError:
     """Compute one tile, write it (and its mirror), mark it done; returns bytes written.
 
     A tile with an infinite or NaN value is refused, not written: no store is
-    ever marked complete with non-numbers where numbers are due.
+    ever marked complete with non-numbers where numbers are due.  A full disk
+    is *returned* as a :class:`~distforest.errors.DiskFullError` naming the
+    tile and store, which :func:`write_matrix` raises: a raised one would be
+    retried in vain and logged with a traceback by every worker.  The tile is
+    then not marked done, so a rerun writes it again.
     """
     values = np.asarray(func(*args, tile.rows, tile.cols))
     finite = np.isfinite(values)
@@ -48,7 +54,13 @@ def tile_task(path: str, name: str, tile: Tile, func: TileFunction, *args: Any) 
             "inputs overflow the matrix's float32 (values near 1e38 or beyond?); rescale the "
             "features (e.g. normalize='zscore' or 'range') and run again"
         )
-    return write_tile(path, name, tile.index, (tile.rows, tile.cols), values, mirror=tile.mirror)
+    try:
+        return write_tile(path, name, tile.index, (tile.rows, tile.cols), values,
+                          mirror=tile.mirror)  # fmt: skip
+    except OSError as exc:
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        return DiskFullError.from_os_error(exc, f"tile {tile.index} of {name!r} to {path!r}")
 
 
 def write_matrix(
@@ -112,6 +124,8 @@ def write_matrix(
     items = [(store.path, name, tile, func, *args) for tile in pending]
     stats = {"tiles": plan.n_tasks, "skipped": skipped, "bytes": 0}
     for _, written in runner.run(tile_task, items, name=f"{name}-tiles", progress=progress):
+        if isinstance(written, DiskFullError):
+            raise written
         stats["bytes"] += written
     store.array(name).attrs.update({"complete": True})
     return stats

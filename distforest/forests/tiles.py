@@ -6,14 +6,23 @@ run inside Dask workers, so they take paths and slices, never big arrays.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
+from distforest.forests.tiled import matrix_in_memory, write_matrix
+from distforest.kernels import leafsums
+from distforest.kernels import proximity as proximity_kernels
 from distforest.kernels.proximity import (
     oob_proximity_tile,
     original_proximity_tile,
     rfgap_proximity_tile,
 )
-from distforest.store.run_store import read_rows
+from distforest.parallel.execution import Runner
+from distforest.parallel.tasks import ProgressCallback
+from distforest.parallel.tiling import TilePlan
+from distforest.store.run_store import RunStore, read_rows
 from distforest.store.schema import matrix_spec
 
 #: Name of each method's matrix in the store (layouts in :mod:`distforest.store.schema`).
@@ -66,3 +75,56 @@ def arrays_tile(arrays: dict, method: str, rows: slice, cols: slice) -> np.ndarr
     block_i = {name: a[rows] for name, a in arrays.items()}
     block_j = {name: a[cols] for name, a in arrays.items()}
     return compute_tile(method, block_i, block_j)
+
+
+def leaf_mass(leaves: np.ndarray, inbag: np.ndarray) -> np.ndarray:
+    """Total in-bag count of each row's leaf in each tree (RF-GAP's M_i(t)).
+
+    Parameters
+    ----------
+    leaves, inbag : ndarray, shape (n_samples, n_trees)
+
+    Returns
+    -------
+    ndarray of float32, shape (n_samples, n_trees)
+    """
+    mass = leafsums.leaf_inbag_total(np.ascontiguousarray(leaves.T), np.ascontiguousarray(inbag.T))
+    return np.ascontiguousarray(mass.T, dtype=np.float32)
+
+
+def proximity_in_memory(
+    leaves: np.ndarray, inbag: np.ndarray, method: str, tile_size: int
+) -> np.ndarray:
+    """A small proximity matrix from any forest's leaves, through the same tile function."""
+    n = leaves.shape[0]
+    arrays = {"leaves": leaves, "inbag": inbag, "leaf_mass": leaf_mass(leaves, inbag)}
+    plan = TilePlan(n, n, tile_size, symmetric=SYMMETRIC[method])
+    return matrix_in_memory(plan, arrays_tile, (arrays, method))
+
+
+def write_proximity(
+    runner: Runner,
+    rs: RunStore,
+    method: str,
+    tile_size: int,
+    *,
+    identity: Mapping[str, Any],
+    attrs: Mapping[str, Any],
+    progress: ProgressCallback | None = None,
+) -> dict[str, int]:
+    """Write the proximity of a store holding ``leaves`` and ``inbag``, tile by tile.
+
+    Any forest that records each training row's final node per tree
+    (proximity forests, SimForests) gets its proximities here; RF-GAP's
+    ``leaf_mass`` is added to the store first when missing.
+    """
+    n = rs.array("leaves").shape[0]
+    if method == "rfgap" and "leaf_mass" not in rs.group:
+        rs.write_named("leaf_mass", leaf_mass(rs.read("leaves"), rs.read("inbag")), rows=tile_size)
+    plan = TilePlan(n, n, tile_size, symmetric=SYMMETRIC[method])
+    proximity_kernels.warm_up()  # compile once here, not in every worker at once
+    return write_matrix(
+        runner, rs, ARRAY_NAMES[method], plan, store_tile, (rs.path, method),
+        identity={**dict(identity), "method": method}, attrs={"method": method, **dict(attrs)},
+        progress=progress,
+    )  # fmt: skip

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -201,6 +202,11 @@ def load_table(
     return Table(X, feature_names, categories, yv, target, name)
 
 
+#: ``DataFrame.attrs`` key holding the file a frame was read from (kept by pandas through
+#: column selections), so that errors found later name the user's file, not ``<pandas.DataFrame>``.
+SOURCE_ATTR = "distforest_source"
+
+
 def read_frame(source: Any, *, na_values: Sequence[str] = ()) -> pd.DataFrame:
     """Read ``source`` as a pandas DataFrame, columns and dtypes as stored (nothing encoded).
 
@@ -215,11 +221,11 @@ def read_frame(source: Any, *, na_values: Sequence[str] = ()) -> pd.DataFrame:
     -------
     pandas.DataFrame
     """
-    data, _, _ = _read(source, [str(v) for v in na_values])
-    if isinstance(data, pd.DataFrame):
-        return data
-    arr, names = data
-    return pd.DataFrame(arr, columns=list(names))
+    data, name, _ = _read(source, [str(v) for v in na_values])
+    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data[0], columns=list(data[1]))
+    if isinstance(source, str | Path):
+        frame.attrs[SOURCE_ATTR] = name  # errors about its columns then name the file
+    return frame
 
 
 def refuse_sparse(X: Any) -> None:
@@ -237,7 +243,7 @@ def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
         return _read_path(Path(source), str(source), na)
     mod = type(source).__module__.split(".")[0]
     if isinstance(source, pd.DataFrame):
-        return source, "<pandas.DataFrame>", None
+        return source, str(source.attrs.get(SOURCE_ATTR) or "<pandas.DataFrame>"), None
     if isinstance(source, np.ndarray):
         return _array(source, "<numpy.ndarray>"), "<numpy.ndarray>", None
     if mod == "dask" and hasattr(source, "compute"):
@@ -266,7 +272,13 @@ def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
 
 def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
     if not path.exists():
-        raise InputError(f"no such file: {name} (resolved to {path.resolve()}); check the path")
+        if path.is_symlink():  # a loop of links, or a link to nothing
+            raise InputError(
+                f"no such file: {name} is a symbolic link that leads to no file (a loop of "
+                "links, or a missing target); check the link"
+            )
+        where = os.path.realpath(path)
+        raise InputError(f"no such file: {name} (resolved to {where}); check the path")
     suffix = path.suffix.lower()
     if path.is_dir() and (
         suffix == ".zarr" or any((path / f).exists() for f in ("zarr.json", ".zgroup", ".zarray"))
@@ -278,6 +290,11 @@ def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
         except Exception as exc:
             raise InputError(f"{name}: cannot open as a Zarr store: {exc}") from exc
         return _zarr(node, name, path)
+    if not path.is_dir() and not path.is_file():  # reading a FIFO would wait for ever
+        raise InputError(
+            f"{name}: not a regular file (a pipe, socket or device); write the data to a file "
+            "and give its path"
+        )
     if suffix not in SUPPORTED_EXTENSIONS or suffix == ".zarr":
         raise InputError(
             f"{name}: unsupported file type {suffix or '(none)'!r}; supported: "

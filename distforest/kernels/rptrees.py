@@ -358,7 +358,10 @@ def grow_batch(
         per_tree = [np.zeros((0, p))] * n_trees
     else:
         per_tree = [tree_directions(s, n_directions, p) for s in seeds]
-        proj = np.concatenate(per_tree) @ X.T  # all directions of the batch at once: (B X, n)
+        # One product per tree, (X, p) @ (p, n): its bits must not depend on how many
+        # trees share the batch (a (B X, p) product's blocking, hence its rounding,
+        # changes with B, and B follows the number of worker threads).
+        proj = np.concatenate([d @ X.T for d in per_tree])  # (B X, n)
     results = []
     for t, seed in enumerate(seeds):
         res = grow_tree(

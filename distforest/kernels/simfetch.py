@@ -39,22 +39,28 @@ def fetch_columns(matrix: np.ndarray) -> Fetch:
 
 
 def fetch_function(
-    similarity: Callable[[object, object], np.ndarray], row_objects, col_objects=None
+    similarity: Callable[[object, object], np.ndarray],
+    row_objects,
+    col_objects=None,
+    row_ids: np.ndarray | None = None,
 ) -> Fetch:
     """One call ``similarity(col_objects[cols_q], row_objects[[rows[q]]])`` per group.
 
     ``similarity(a, b)`` returns a ``(len(a), len(b))`` array; objects are
     anything indexable by an integer array (numpy arrays, or object arrays of
-    strings).  ``col_objects`` defaults to ``row_objects`` (training).
+    strings).  ``col_objects`` defaults to ``row_objects`` (training).  With
+    ``row_ids`` (sorted training ids), ``row_objects`` holds only those
+    objects, in that order: a fitted forest keeps just its pair objects.
     """
     col_objects = row_objects if col_objects is None else col_objects
 
     def fetch(rows: np.ndarray, row_offsets: np.ndarray, cols: np.ndarray) -> np.ndarray:
         out = np.empty(cols.shape[0])
+        at = rows if row_ids is None else np.searchsorted(row_ids, rows)
         for q in range(rows.shape[0]):
             s, e = row_offsets[q], row_offsets[q + 1]
             if e > s:
-                block = similarity(col_objects[cols[s:e]], row_objects[rows[q : q + 1]])
+                block = similarity(col_objects[cols[s:e]], row_objects[at[q : q + 1]])
                 out[s:e] = np.asarray(block, dtype=np.float64).reshape(e - s)
         return out
 

@@ -3,23 +3,51 @@
 A node with members M (``m`` rows, a row drawn twice by the bootstrap counts
 twice) is split into children c minimising (DESIGN.md section 4)::
 
-    sum_c (1 / (m n_c)) sum_{a, b in c} D_ab          (self-pairs included)
+    sum_c (n_c / m) * mean_{a, b in c, D_ab observed} D_ab      (self-pairs included)
 
-With ``D = 1[y_a != y_b]`` this is the weighted Gini impurity, with
+With a complete D the child's mean is ``sum_{a,b in c} D_ab / n_c^2`` and the
+objective is ``sum_c (1 / (m n_c)) sum_{a, b in c} D_ab``.  With
+``D = 1[y_a != y_b]`` this is the weighted Gini impurity, with
 ``D = (y_a - y_b)^2 / 2`` the weighted variance: SMERF generalises CART.
 
-:func:`best_split` sweeps every cut of a candidate feature in O(m) per cut
-from running sums over the sorted block of D (O(m^2) per candidate, never
-O(m^3)); :func:`grow_tree` grows one tree depth first.  This first version
-takes a complete in-memory D (no missing pairs yet) and axis-aligned
-candidates; the estimator, missing pairs, oblique candidates and tiled
-prediction are not built yet (issue 12).
+Missing pairs (NaN in D) are left out of every sum and every count: each
+child's mean is over its observed pairs, and a cut leaving a child with no
+observed pair is not allowed.
+
+:func:`sweep_feature` sweeps every cut of one candidate in O(k) for the k-th
+cut from running sums over the sorted node (O(m^2) per candidate, never
+O(m^3)), reading D in place through the node's row ids (no copy of the
+node's block).  :func:`grow_tree` grows one tree depth first.
+
+Candidates: axis-aligned (``max_features`` features per node) or, with
+``oblique=True``, as many sparse random projections in the manner of SPORF
+(Tomita et al. 2020): each has ``1 + Poisson(0.5)`` distinct features (at
+most d; on average about 1.5 as SPORF's default density) with random +-1
+weights.  A split is stored as a projection (features and weights);
+an axis-aligned split is the projection with one feature and weight 1.
 
 Randomness: one ``numpy.random.Generator`` per tree from its seed; the
-bootstrap is drawn first (``rng.integers(0, n, n)``), then each node, in
-depth-first order (left child before right), draws its candidate features
-with ``rng.choice(d, k, replace=False)`` (all features, in order, when
-``k == d``).
+bootstrap is drawn first (``sort(rng.integers(0, n, n))``), then each node
+that may be split, in depth-first order (left child before right), draws its
+candidates: axis-aligned, ``rng.choice(d, k, replace=False)`` (all features in
+order when ``k == d``); oblique, for each of the k candidates
+``c = min(d, 1 + rng.poisson(0.5))``, ``rng.choice(d, c, replace=False)``
+and ``rng.random(c) < 0.5`` for the negative signs.
+
+Ties: the first best cut wins, in this order: candidates in the order drawn,
+cuts from the smallest threshold up; a later cut replaces the best only when
+smaller by more than a relative 1e-12 (:data:`TIE`), so that equal objectives
+summed in different orders stay ties.  Thresholds are midpoints of consecutive distinct values,
+``<=`` goes left.  A node is a leaf when its observed distances are all
+equal (e.g. a pure node for the Gini distance), it has fewer than
+``2 * min_samples_leaf`` in-bag rows, it is at ``max_depth``, or no
+candidate has an allowed cut.
+
+Prediction (:func:`tile_distance`): a tree predicts pair (a, b) as the mean
+of the observed D over the in-bag members (with multiplicity) of a's leaf and
+b's leaf; the forest averages the trees where that mean exists (a tree whose
+two leaves share no observed pair abstains), and a pair on which every tree
+abstains gets ``fallback`` (the mean of all observed D).
 """
 
 from __future__ import annotations
@@ -29,96 +57,230 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+#: Mean number of extra features in an oblique candidate (SPORF density ~1.5).
+OBLIQUE_EXTRA = 0.5
+#: A cut or candidate replaces the best one only when smaller by more than this
+#: fraction of it: equal objectives computed in different orders are ties.
+TIE = 1e-12
+
 
 @njit(nogil=True, cache=True)
-def sweep_feature(x: np.ndarray, D: np.ndarray, min_leaf: int) -> tuple[float, float]:
-    """Best cut of one feature: (objective, threshold), or (inf, nan) if none is allowed.
+def better(value, best):  # pragma: no cover - numba
+    """Whether ``value`` beats ``best`` by more than rounding (see :data:`TIE`)."""
+    return value < best - TIE * abs(best) if best != np.inf else value < best
 
-    ``x`` are the node's values of the feature, ``D`` the node's distance
-    block (rows and columns in the same order as ``x``).  Cuts fall between
-    distinct consecutive sorted values, at their midpoint; ``<=`` goes left.
+
+@njit(nogil=True, cache=True)
+def node_sums(D, rows):  # pragma: no cover - numba
+    """Per member: sum and count of its observed distances to the node; the range of D.
+
+    Returns
+    -------
+    rowsum, rowcnt : ndarray, shape (m,)
+    lo, hi : float
+        Smallest and largest observed distance in the node (inf, -inf if none).
+    """
+    m = rows.shape[0]
+    rowsum = np.zeros(m)
+    rowcnt = np.zeros(m)
+    lo, hi = np.inf, -np.inf
+    for a in range(m):
+        ra = rows[a]
+        s, c = 0.0, 0.0
+        for b in range(m):
+            v = D[ra, rows[b]]
+            if v == v:
+                s += v
+                c += 1.0
+                if v < lo:
+                    lo = v
+                if v > hi:
+                    hi = v
+        rowsum[a] = s
+        rowcnt[a] = c
+    return rowsum, rowcnt, lo, hi
+
+
+@njit(nogil=True, cache=True)
+def sweep_feature(x, D, rows, rowsum, rowcnt, min_leaf):  # pragma: no cover - numba
+    """Best cut of one candidate: (objective, threshold), or (inf, nan) if none is allowed.
+
+    Parameters
+    ----------
+    x : ndarray, shape (m,)
+        The node's values of the candidate (a feature or a projection).
+    D : ndarray, shape (n, n)
+        The whole distance matrix (NaN = not observed), read through ``rows``.
+    rows : ndarray of int64, shape (m,)
+        The node's row ids, in the order of ``x``.
+    rowsum, rowcnt : ndarray, shape (m,)
+        From :func:`node_sums`.
+    min_leaf : int
     """
     m = x.shape[0]
     order = np.argsort(x, kind="mergesort")
-    total = 0.0
+    total, ntotal = 0.0, 0.0
     for a in range(m):
-        for b in range(m):
-            total += D[a, b]
-    left = 0.0  # sum over pairs within the first k sorted rows
-    cross = 0.0  # sum over pairs (one in the first k, one after)
+        total += rowsum[a]
+        ntotal += rowcnt[a]
+    left, lcnt = 0.0, 0.0  # pairs within the first k sorted rows
+    cross, xcnt = 0.0, 0.0  # pairs with one row in the first k, one after
     best, threshold = np.inf, np.nan
     for k in range(1, m):
         p = order[k - 1]  # row p moves from the right to the left
-        to_left, to_right, own = 0.0, 0.0, D[p, p]
-        for t in range(m):
-            q = order[t]
-            if t < k - 1:
-                to_left += D[p, q]
-            elif t > k - 1:
-                to_right += D[p, q]
+        rp = rows[p]
+        to_left, cnt_left = 0.0, 0.0
+        for t in range(k - 1):
+            v = D[rp, rows[order[t]]]
+            if v == v:
+                to_left += v
+                cnt_left += 1.0
+        own = D[rp, rp]
+        own_cnt = 1.0
+        if own != own:
+            own, own_cnt = 0.0, 0.0
+        to_right = rowsum[p] - own - to_left
+        cnt_right = rowcnt[p] - own_cnt - cnt_left
         left += 2.0 * to_left + own
+        lcnt += 2.0 * cnt_left + own_cnt
         cross += to_right - to_left
+        xcnt += cnt_right - cnt_left
         if k < min_leaf or m - k < min_leaf:
             continue
         lo, hi = x[order[k - 1]], x[order[k]]
         if lo == hi:
             continue
         right = total - left - 2.0 * cross
-        value = left / (m * k) + right / (m * (m - k))
-        if value < best:
+        rcnt = ntotal - lcnt - 2.0 * xcnt
+        if lcnt <= 0.0 or rcnt <= 0.0:
+            continue
+        value = (k / m) * (left / lcnt) + ((m - k) / m) * (right / rcnt)
+        if better(value, best):
             best, threshold = value, 0.5 * (lo + hi)
     return best, threshold
 
 
+@njit(nogil=True, cache=True)
+def project(X, rows, features, weights):  # pragma: no cover - numba
+    """``sum_k X[r, features[k]] * weights[k]`` for every r in ``rows`` (summed in order)."""
+    out = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        v = 0.0
+        for k in range(features.shape[0]):
+            v += X[rows[i], features[k]] * weights[k]
+        out[i] = v
+    return out
+
+
+@njit(nogil=True, cache=True)
+def apply_tree(
+    X, left, right, threshold, proj_start, proj_feature, proj_weight
+):  # pragma: no cover
+    """Leaf (node id local to the tree) of every row of ``X``."""
+    n = X.shape[0]
+    out = np.empty(n, dtype=np.int32)
+    for i in range(n):
+        v = 0
+        while left[v] >= 0:
+            s = 0.0
+            for k in range(proj_start[v], proj_start[v + 1]):
+                s += X[i, proj_feature[k]] * proj_weight[k]
+            v = left[v] if s <= threshold[v] else right[v]
+        out[i] = v
+    return out
+
+
 @dataclass
 class SmerfTree:
-    """A flat tree: node arrays (-1 children for leaves) and the in-bag rows of each leaf.
+    """A flat tree: node arrays (-1 children for leaves), split projections, leaf members.
 
     Attributes
     ----------
-    feature, threshold, left, right : ndarray, shape (n_nodes,)
-    objective : ndarray, shape (n_nodes,)
-        The node's mean pairwise distance ``sum_{a,b in node} D_ab / m^2`` (its
-        SMERF objective before it is split).
+    left, right : ndarray of int64, shape (n_nodes,)
+        Children (-1 for a leaf).
+    threshold : ndarray of float64, shape (n_nodes,)
+        ``projection <= threshold`` goes left (NaN for a leaf).
+    objective : ndarray of float64, shape (n_nodes,)
+        The node's mean observed pairwise distance (its SMERF objective before
+        it is split; NaN if it has no observed pair).
     n_node_samples : ndarray of int64, shape (n_nodes,)
         In-bag rows reaching the node (with multiplicity).
-    leaf_members : ndarray of int64
-        In-bag row ids of every leaf, leaf after leaf (with multiplicity).
+    proj_start : ndarray of int64, shape (n_nodes + 1,)
+        ``proj_feature[proj_start[v]:proj_start[v + 1]]`` (and the weights) are
+        node v's projection; empty for a leaf.
+    proj_feature : ndarray of int64
+    proj_weight : ndarray of float64
     leaf_offset : ndarray of int64, shape (n_nodes + 1,)
-        ``leaf_members[leaf_offset[v]:leaf_offset[v + 1]]`` are leaf v's rows.
+        ``leaf_members[leaf_offset[v]:leaf_offset[v + 1]]`` are leaf v's in-bag
+        rows (with multiplicity); empty for an internal node.
+    leaf_members : ndarray of int64
+    importances : ndarray of float64, shape (n_features,)
+        Total decrease of the objective per feature, each split weighted by
+        its share of the root's rows; an oblique split's decrease is shared
+        equally among its features.
     """
 
-    feature: np.ndarray
-    threshold: np.ndarray
     left: np.ndarray
     right: np.ndarray
+    threshold: np.ndarray
     objective: np.ndarray
     n_node_samples: np.ndarray
-    leaf_members: np.ndarray
+    proj_start: np.ndarray
+    proj_feature: np.ndarray
+    proj_weight: np.ndarray
     leaf_offset: np.ndarray
+    leaf_members: np.ndarray
+    importances: np.ndarray
+
+    @property
+    def feature(self) -> np.ndarray:
+        """First feature of each node's projection (-1 for a leaf): the axis-aligned split's."""
+        out = np.full(self.left.shape[0], -1, dtype=np.int64)
+        inner = np.flatnonzero(self.left >= 0)
+        out[inner] = self.proj_feature[self.proj_start[inner]]
+        return out
 
     def apply(self, X: np.ndarray) -> np.ndarray:
-        """Leaf of every row of ``X``."""
-        node = np.zeros(X.shape[0], dtype=np.int64)
-        active = self.left[node] >= 0
-        while active.any():
-            idx = np.flatnonzero(active)
-            go_left = X[idx, self.feature[node[idx]]] <= self.threshold[node[idx]]
-            node[idx] = np.where(go_left, self.left[node[idx]], self.right[node[idx]])
-            active = self.left[node] >= 0
-        return node
+        """Leaf of every row of ``X`` (int32 node ids)."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        return apply_tree(
+            X, self.left, self.right, self.threshold,
+            self.proj_start, self.proj_feature, self.proj_weight,
+        )  # fmt: skip
 
 
-def _n_candidates(max_features: int | float | str | None, d: int) -> int:
+def n_candidates(max_features: int | float | str | None, d: int) -> int:
+    """Candidates per node for scikit-learn's ``max_features`` forms ("auto" = "sqrt")."""
     if max_features is None:
         return d
-    if max_features == "sqrt":
+    if max_features in ("sqrt", "auto"):
         return max(1, int(np.sqrt(d)))
     if max_features == "log2":
         return max(1, int(np.log2(d)))
     if isinstance(max_features, float):
         return max(1, int(max_features * d))
     return min(d, int(max_features))
+
+
+def draw_candidates(
+    rng: np.random.Generator, d: int, k: int, oblique: bool
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The node's candidate projections (features, weights), drawn as the module says."""
+    if not oblique:
+        feats = np.arange(d) if k == d else rng.choice(d, k, replace=False)
+        return [(np.array([f], dtype=np.int64), np.ones(1)) for f in feats]
+    out = []
+    for _ in range(k):
+        c = min(d, 1 + int(rng.poisson(OBLIQUE_EXTRA)))
+        feats = rng.choice(d, c, replace=False).astype(np.int64)
+        weights = np.where(rng.random(c) < 0.5, -1.0, 1.0)
+        out.append((feats, weights))
+    return out
+
+
+def bootstrap_rows(rng: np.random.Generator, n: int, bootstrap: bool) -> np.ndarray:
+    """The tree's in-bag rows (sorted, with multiplicity), the first draw of its generator."""
+    return np.sort(rng.integers(0, n, n)) if bootstrap else np.arange(n, dtype=np.int64)
 
 
 def grow_tree(
@@ -130,85 +292,286 @@ def grow_tree(
     min_samples_leaf: int = 1,
     max_depth: int | None = None,
     bootstrap: bool = True,
+    oblique: bool = False,
 ) -> SmerfTree:
-    """Grow one SMERF tree on rows ``X`` (n, d) with distances ``D`` (n, n).
+    """Grow one SMERF tree on rows ``X`` (n, d) with distances ``D`` (n, n; NaN = missing).
 
-    A node is split when its within-node distance sum is not zero (not
-    "pure"), it has at least ``2 * min_samples_leaf`` in-bag rows, it is
-    shallower than ``max_depth`` and some candidate has an allowed cut.
+    ``D`` is read in place (float32 or float64, C-contiguous); no block of it
+    is copied.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
-    D = np.ascontiguousarray(D, dtype=np.float64)
+    if D.dtype not in (np.float32, np.float64) or not D.flags.c_contiguous:
+        D = np.ascontiguousarray(D, dtype=np.float64)
     n, d = X.shape
     rng = np.random.default_rng(seed)
-    rows = np.sort(rng.integers(0, n, n)) if bootstrap else np.arange(n)
-    k = _n_candidates(max_features, d)
-    feature: list[int] = []
+    rows0 = bootstrap_rows(rng, n, bootstrap)
+    k = n_candidates(max_features, d)
     left: list[int] = []
     right: list[int] = []
     threshold: list[float] = []
     objective: list[float] = []
     size: list[int] = []
+    proj: list[tuple[np.ndarray, np.ndarray]] = []
     members: dict[int, np.ndarray] = {}
-    stack = [(rows, 0, -1, False)]  # (rows, depth, parent, is_right)
+    importances = np.zeros(d)
+    n_root = rows0.shape[0]
+    stack = [(rows0, 0, -1, False)]  # (rows, depth, parent, is_right)
+    empty = (np.empty(0, np.int64), np.empty(0))
     while stack:
-        node_rows, depth, parent, is_right = stack.pop()
-        v = len(feature)
+        rows, depth, parent, is_right = stack.pop()
+        v = len(left)
         if parent >= 0:
             (right if is_right else left)[parent] = v
-        block = D[np.ix_(node_rows, node_rows)]
-        m = node_rows.shape[0]
-        feature.append(-1)
-        threshold.append(np.nan)
+        m = rows.shape[0]
+        rowsum, rowcnt, lo, hi = node_sums(D, rows)
+        count = rowcnt.sum()
+        node_mean = rowsum.sum() / count if count > 0 else np.nan
         left.append(-1)
         right.append(-1)
-        objective.append(float(block.sum()) / (m * m))
+        threshold.append(np.nan)
+        objective.append(float(node_mean))
         size.append(m)
-        can_split = block.sum() != 0 and m >= 2 * min_samples_leaf
+        proj.append(empty)
+        can_split = count > 0 and hi > lo and m >= 2 * min_samples_leaf
         if max_depth is not None and depth >= max_depth:
             can_split = False
-        best = (np.inf, np.nan, -1)
-        if can_split:
-            candidates = np.arange(d) if k == d else rng.choice(d, k, replace=False)
-            for f in candidates:
-                value, thr = sweep_feature(X[node_rows, f], block, min_samples_leaf)
-                if value < best[0]:
-                    best = (value, thr, int(f))
+        best: tuple[float, float, int] = (np.inf, np.nan, -1)
+        candidates = draw_candidates(rng, d, k, oblique) if can_split else []
+        values = np.empty(0)
+        for c, (feats, weights) in enumerate(candidates):
+            x = project(X, rows, feats, weights)
+            value, thr = sweep_feature(x, D, rows, rowsum, rowcnt, min_samples_leaf)
+            if better(value, best[0]):
+                best, values = (value, thr, c), x
         if best[2] < 0:
-            members[v] = node_rows
+            members[v] = rows
             continue
-        feature[v], threshold[v] = best[2], best[1]
-        go_left = X[node_rows, best[2]] <= best[1]
+        feats, weights = candidates[best[2]]
+        threshold[v], proj[v] = best[1], (feats, weights)
+        importances[feats] += (m / n_root) * (node_mean - best[0]) / feats.shape[0]
+        go_left = values <= best[1]
         # depth first, left child first: push right, then left
-        stack.append((node_rows[~go_left], depth + 1, v, True))
-        stack.append((node_rows[go_left], depth + 1, v, False))
-    n_nodes = len(feature)
-    offset = np.zeros(n_nodes + 1, dtype=np.int64)
-    for v in range(n_nodes):
-        offset[v + 1] = offset[v] + (members[v].shape[0] if v in members else 0)
+        stack.append((rows[~go_left], depth + 1, v, True))
+        stack.append((rows[go_left], depth + 1, v, False))
+    n_nodes = len(left)
+    leaf_sizes = [members[v].shape[0] if v in members else 0 for v in range(n_nodes)]
     flat = [members[v] for v in range(n_nodes) if v in members]
     return SmerfTree(
-        feature=np.asarray(feature, dtype=np.int64),
-        threshold=np.asarray(threshold, dtype=np.float64),
         left=np.asarray(left, dtype=np.int64),
         right=np.asarray(right, dtype=np.int64),
+        threshold=np.asarray(threshold, dtype=np.float64),
         objective=np.asarray(objective, dtype=np.float64),
         n_node_samples=np.asarray(size, dtype=np.int64),
-        leaf_members=np.concatenate(flat).astype(np.int64) if flat else np.empty(0, np.int64),
-        leaf_offset=offset,
+        proj_start=_offsets([p[0].shape[0] for p in proj]),
+        proj_feature=np.concatenate([p[0] for p in proj]).astype(np.int64),
+        proj_weight=np.concatenate([p[1] for p in proj]).astype(np.float64),
+        leaf_offset=_offsets(leaf_sizes),
+        leaf_members=np.concatenate(flat).astype(np.int64),
+        importances=importances,
     )
 
 
-def predict_pairs(tree: SmerfTree, D: np.ndarray, leaves_a: np.ndarray, leaves_b: np.ndarray):
-    """Predicted distance of pairs (a, b): mean of D over the in-bag members of their leaves."""
-    out = np.empty((leaves_a.shape[0], leaves_b.shape[0]))
-    off, mem = tree.leaf_offset, tree.leaf_members
-    cache: dict[tuple[int, int], float] = {}
-    for i, la in enumerate(leaves_a):
-        for j, lb in enumerate(leaves_b):
-            key = (int(la), int(lb))
-            if key not in cache:
-                ma, mb = mem[off[la] : off[la + 1]], mem[off[lb] : off[lb + 1]]
-                cache[key] = float(D[np.ix_(ma, mb)].mean())
-            out[i, j] = cache[key]
+def _offsets(counts: list[int] | np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))]).astype(np.int64)
+
+
+# -- a forest as flat arrays -----------------------------------------------------------
+
+#: Per-node columns of a flat forest (node ids local to their tree).
+NODE_COLUMNS = ("left", "right", "threshold", "objective", "n_node_samples", "proj_count",
+                "leaf_size")  # fmt: skip
+
+
+@dataclass
+class FlatForest:
+    """Trees concatenated: per-node columns, projections and leaf members, with offsets.
+
+    Attributes
+    ----------
+    nodes : dict of str to ndarray
+        :data:`NODE_COLUMNS`, each of shape (total_nodes,).
+    node_offset : ndarray of int64, shape (n_trees + 1,)
+    proj_feature, proj_weight : ndarray
+        Split projections, node after node (leaves have none).
+    leaf_members : ndarray of int64
+        In-bag rows of every leaf, leaf after leaf, tree after tree.
+    importances : ndarray of float64, shape (n_trees, n_features)
+    """
+
+    nodes: dict[str, np.ndarray]
+    node_offset: np.ndarray
+    proj_feature: np.ndarray
+    proj_weight: np.ndarray
+    leaf_members: np.ndarray
+    importances: np.ndarray
+
+    @property
+    def proj_start(self) -> np.ndarray:
+        """Global offsets of the nodes' projections, shape (total_nodes + 1,)."""
+        return _offsets(self.nodes["proj_count"])
+
+    @property
+    def leaf_start(self) -> np.ndarray:
+        """Global offsets of the nodes' leaf members, shape (total_nodes + 1,)."""
+        return _offsets(self.nodes["leaf_size"])
+
+
+def flatten(trees: list[SmerfTree]) -> FlatForest:
+    """Concatenate trees into a :class:`FlatForest` (node ids stay local to their tree)."""
+    nodes = {
+        "left": np.concatenate([t.left for t in trees]),
+        "right": np.concatenate([t.right for t in trees]),
+        "threshold": np.concatenate([t.threshold for t in trees]),
+        "objective": np.concatenate([t.objective for t in trees]),
+        "n_node_samples": np.concatenate([t.n_node_samples for t in trees]),
+        "proj_count": np.concatenate([np.diff(t.proj_start) for t in trees]),
+        "leaf_size": np.concatenate([np.diff(t.leaf_offset) for t in trees]),
+    }
+    return FlatForest(
+        nodes=nodes,
+        node_offset=_offsets([t.left.shape[0] for t in trees]),
+        proj_feature=np.concatenate([t.proj_feature for t in trees]),
+        proj_weight=np.concatenate([t.proj_weight for t in trees]),
+        leaf_members=np.concatenate([t.leaf_members for t in trees]),
+        importances=np.stack([t.importances for t in trees]),
+    )
+
+
+def concatenate(parts: list[FlatForest]) -> FlatForest:
+    """Join flat forests (batches of trees) in order."""
+    counts = np.concatenate([np.diff(p.node_offset) for p in parts])
+    return FlatForest(
+        nodes={c: np.concatenate([p.nodes[c] for p in parts]) for c in NODE_COLUMNS},
+        node_offset=_offsets(counts),
+        proj_feature=np.concatenate([p.proj_feature for p in parts]),
+        proj_weight=np.concatenate([p.proj_weight for p in parts]),
+        leaf_members=np.concatenate([p.leaf_members for p in parts]),
+        importances=np.concatenate([p.importances for p in parts]),
+    )
+
+
+def grow_batch(X: np.ndarray, D: np.ndarray, seeds: np.ndarray, params: dict) -> FlatForest:
+    """Grow one tree per seed (``params``: keyword arguments of :func:`grow_tree`)."""
+    return flatten([grow_tree(X, D, int(s), **params) for s in seeds])
+
+
+@njit(nogil=True, cache=True)
+def apply_forest(X, left, right, threshold, proj_start, proj_feature, proj_weight,
+                 node_offset):  # pragma: no cover - numba  # fmt: skip
+    """Leaf (local node id) of every row of ``X`` in every tree: int32 (n, n_trees)."""
+    n = X.shape[0]
+    n_trees = node_offset.shape[0] - 1
+    out = np.empty((n, n_trees), dtype=np.int32)
+    for t in range(n_trees):
+        base = node_offset[t]
+        for i in range(n):
+            v = 0
+            while left[base + v] >= 0:
+                g = base + v
+                s = 0.0
+                for k in range(proj_start[g], proj_start[g + 1]):
+                    s += X[i, proj_feature[k]] * proj_weight[k]
+                v = left[g] if s <= threshold[g] else right[g]
+            out[i, t] = v
     return out
+
+
+def apply(forest: FlatForest, X: np.ndarray) -> np.ndarray:
+    """Leaf of every row of ``X`` in every tree of ``forest``."""
+    n = forest.nodes
+    return apply_forest(
+        np.ascontiguousarray(X, dtype=np.float64), n["left"], n["right"], n["threshold"],
+        forest.proj_start, forest.proj_feature, forest.proj_weight, forest.node_offset,
+    )  # fmt: skip
+
+
+def inbag_counts(forest: FlatForest, n: int) -> np.ndarray:
+    """Bootstrap count of every training row in every tree: uint16 (n, n_trees)."""
+    n_trees = forest.node_offset.shape[0] - 1
+    out = np.zeros((n, n_trees), dtype=np.uint16)
+    member_offset = forest.leaf_start[forest.node_offset]
+    for t in range(n_trees):
+        rows = forest.leaf_members[member_offset[t] : member_offset[t + 1]]
+        out[:, t] = np.bincount(rows, minlength=n)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _distinct(leaves, t, n_nodes):  # pragma: no cover - numba
+    """Distinct leaves of column t: slot of each node (-1 if absent), the leaves, their number."""
+    slot = np.full(n_nodes, -1, dtype=np.int64)
+    uniq = np.empty(leaves.shape[0], dtype=np.int64)
+    count = 0
+    for i in range(leaves.shape[0]):
+        v = leaves[i, t]
+        if slot[v] < 0:
+            slot[v] = count
+            uniq[count] = v
+            count += 1
+    return slot, uniq, count
+
+
+@njit(nogil=True, cache=True)
+def tile_distance(D, leaves_a, leaves_b, node_offset, leaf_start, leaf_members,
+                  oob, inbag_a, inbag_b, fallback):  # pragma: no cover - numba  # fmt: skip
+    """Forest-predicted distances of a tile: rows with leaves ``leaves_a`` x ``leaves_b``.
+
+    Per tree, the mean of the observed D over the in-bag members of the two
+    leaves, computed once per distinct leaf pair of the tile (memory
+    O(tile^2 + nodes of one tree)); the forest averages the trees where the
+    mean exists.  With ``oob``, tree t counts for (i, j) only when both have
+    ``inbag == 0`` in t.  Cells on which no tree counts get ``fallback``.
+    """
+    n_a, n_trees = leaves_a.shape
+    n_b = leaves_b.shape[0]
+    acc = np.zeros((n_a, n_b))
+    cnt = np.zeros((n_a, n_b))
+    for t in range(n_trees):
+        base = node_offset[t]
+        n_nodes = node_offset[t + 1] - base
+        slot_a, ua, na = _distinct(leaves_a, t, n_nodes)
+        slot_b, ub, nb = _distinct(leaves_b, t, n_nodes)
+        means = np.full((na, nb), np.nan)
+        for p in range(na):
+            ga = base + ua[p]
+            for q in range(nb):
+                gb = base + ub[q]
+                s, c = 0.0, 0.0
+                for x in range(leaf_start[ga], leaf_start[ga + 1]):
+                    ra = leaf_members[x]
+                    for y in range(leaf_start[gb], leaf_start[gb + 1]):
+                        val = D[ra, leaf_members[y]]
+                        if val == val:
+                            s += val
+                            c += 1.0
+                if c > 0:
+                    means[p, q] = s / c
+        for i in range(n_a):
+            if oob and inbag_a[i, t] != 0:
+                continue
+            p = slot_a[leaves_a[i, t]]
+            for j in range(n_b):
+                if oob and inbag_b[j, t] != 0:
+                    continue
+                val = means[p, slot_b[leaves_b[j, t]]]
+                if val == val:
+                    acc[i, j] += val
+                    cnt[i, j] += 1.0
+    out = np.empty((n_a, n_b))
+    for i in range(n_a):
+        for j in range(n_b):
+            out[i, j] = acc[i, j] / cnt[i, j] if cnt[i, j] > 0 else fallback
+    return out
+
+
+def warm_up() -> None:
+    """Compile (or load from cache) every kernel once, before fanning out tasks."""
+    X = np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
+    D = np.array([[0.0, 1.0, np.nan], [1.0, 0.0, 2.0], [np.nan, 2.0, 0.0]])
+    for dtype in (np.float64, np.float32):
+        f = grow_batch(X, D.astype(dtype), np.array([1], dtype=np.uint64),
+                       {"max_features": None, "oblique": True})  # fmt: skip
+        leaves = apply(f, X)
+        inbag = inbag_counts(f, 3)
+        tile_distance(D.astype(dtype), leaves, leaves, f.node_offset, f.leaf_start,
+                      f.leaf_members, True, inbag, inbag, 0.0)  # fmt: skip

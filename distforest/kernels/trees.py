@@ -148,7 +148,8 @@ def synthetic_contrast(rng: np.random.Generator, X: np.ndarray) -> np.ndarray:
     return np.take_along_axis(X, rows, axis=0)
 
 
-def _make_tree(params: TreeParams, seed: int):
+def make_tree(params: TreeParams, seed: int):
+    """The scikit-learn tree of ``params`` (not fitted), with ``random_state=seed``."""
     random_forest = params.kind == "random-forest"
     if params.task == "regression":
         cls = DecisionTreeRegressor if random_forest else ExtraTreeRegressor
@@ -220,7 +221,7 @@ def fit_one_tree(
     else:
         assert y is not None  # supervised forests always have a target
         X_fit, y_fit, weight = X[used], y[used], inbag[used].astype(float)
-    tree = _make_tree(params, tree_seed).fit(X_fit, y_fit, sample_weight=weight)
+    tree = make_tree(params, tree_seed).fit(X_fit, y_fit, sample_weight=weight)
     leaves = tree.apply(X).astype(np.int32)
     return leaves, inbag, _flatten(tree, params)
 

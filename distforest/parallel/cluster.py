@@ -7,31 +7,32 @@ cluster a config describes.  The config names (:data:`KINDS`,
 :func:`parse_cluster_config`, :func:`default_cluster_config`) are re-exported
 here, so ``from distforest.parallel.cluster import ...`` reaches all of them.
 
-Every kind maps to one fixed class below; a config can never name a class or
-module to import.  Optional backends are imported lazily, only when a cluster
-of that kind is started, so that every config file can be parsed on any
-machine.
+Every kind maps to one fixed class (:data:`~distforest.parallel.cluster_keys.BACKENDS`);
+a config can never name a class or module to import.  Optional backends are
+imported lazily, only when a file of that kind is checked or started.
+
+Failures are quick and say what to do: a refused connection is reported at
+once (the timeout is for a scheduler that stays silent), plain ``tcp://``
+off this machine needs ``insecure: true``, a script without its
+``if __name__ == "__main__":`` guard is told so in one line, and inside a
+joblib worker or other child process no cluster is started (see
+:func:`distforest.parallel.local_cluster.in_child_process`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import socket
+import threading
+import weakref
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distforest.errors import (
-    ClusterError,
-    ConfigError,
-    DistforestError,
-    MissingDependencyError,
-    ParameterError,
-)
+from distforest.errors import ClusterError, ConfigError, DistforestError, ParameterError
 from distforest.parallel.cluster_config import (
     KINDS,
     ClusterConfig,
@@ -40,9 +41,12 @@ from distforest.parallel.cluster_config import (
     _split_address,
     _thaw,
     default_cluster_config,
+    is_loopback,
     load_cluster_config,
     parse_cluster_config,
 )
+from distforest.parallel.cluster_keys import JOBQUEUE_KINDS, backend_class
+from distforest.parallel.local_cluster import in_child_process, start_local
 
 if TYPE_CHECKING:
     import distributed
@@ -52,6 +56,7 @@ __all__ = [
     "ClusterConfig",
     "connect",
     "default_cluster_config",
+    "engine_report",
     "load_cluster_config",
     "parse_cluster_config",
     "use_client",
@@ -59,54 +64,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_JOBQUEUE_KINDS = ("slurm", "pbs", "sge", "lsf")
-
-
-# --------------------------------------------------------------------------
-# The fixed table of backends: the only modules this file ever imports lazily
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Backend:
-    module: str  # module holding the cluster class
-    attr: str  # cluster class (or factory) name in that module
-    needs: str | None = None  # optional module that must import, or None
-    package: str | None = None  # pip package providing it
-    extra: str | None = None  # distforest extra installing it
-
-
-_BACKENDS: Mapping[str, _Backend] = {
-    "local": _Backend("distributed", "LocalCluster"),
-    "ssh": _Backend("distributed.deploy.ssh", "SSHCluster", "asyncssh", "asyncssh", "ssh"),
-    "slurm": _Backend(
-        "dask_jobqueue", "SLURMCluster", "dask_jobqueue", "dask-jobqueue", "jobqueue"
-    ),
-    "pbs": _Backend("dask_jobqueue", "PBSCluster", "dask_jobqueue", "dask-jobqueue", "jobqueue"),
-    "sge": _Backend("dask_jobqueue", "SGECluster", "dask_jobqueue", "dask-jobqueue", "jobqueue"),
-    "lsf": _Backend("dask_jobqueue", "LSFCluster", "dask_jobqueue", "dask-jobqueue", "jobqueue"),
-    "kubernetes": _Backend(
-        "dask_kubernetes.operator",
-        "KubeCluster",
-        "dask_kubernetes.operator",
-        "dask-kubernetes",
-        "kubernetes",
-    ),
-}
-
-
-def _cluster_class(kind: str) -> Any:
-    """Import and return the cluster class of ``kind`` from the fixed table."""
-    backend = _BACKENDS[kind]
-    if backend.needs is not None:
-        try:
-            importlib.import_module(backend.needs)
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"cluster kind {kind!r} needs {backend.package}, which cannot be imported "
-                f"({exc}): pip install 'distforest[{backend.extra}]'"
-            ) from exc
-    return getattr(importlib.import_module(backend.module), backend.attr)
+#: What :func:`connect` started or reached, per client (read by :func:`engine_report`).
+_ENGINES: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 # --------------------------------------------------------------------------
@@ -114,35 +73,10 @@ def _cluster_class(kind: str) -> Any:
 # --------------------------------------------------------------------------
 
 
-def _local_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "n_workers": opts["n_workers"],
-        "threads_per_worker": opts["threads_per_worker"],
-        "processes": True,
-        "host": "127.0.0.1",
-        # TLS with credentials made for this run: another local user cannot connect
-        # to the scheduler or the workers (and so cannot run code as this user).
-        "security": True,
-        # dask always starts an HTTP server on the scheduler; it gets a random
-        # loopback port, and (see _start_local) no routes when the dashboard is off
-        "dashboard_address": "127.0.0.1:0",
-        "scheduler_kwargs": {"dashboard": bool(opts["dashboard"])},
-        "silence_logs": (getattr(logging, opts["silence_logs"]) if opts["silence_logs"] else False),
-    }
-    # "auto" is left to LocalCluster, which then shares memory between workers.
-    if opts["memory_limit"] != "auto":
-        kwargs["memory_limit"] = opts["memory_limit"]
-    if "local_directory" in opts:
-        kwargs["local_directory"] = opts["local_directory"]
-    return kwargs
-
-
-def _jobqueue_kwargs(kind: str, opts: Mapping[str, Any]) -> dict[str, Any]:
-    kwargs = {k: v for k, v in opts.items() if k != "jobs"}
-    # SGE and LSF call the accounting string "project" (passed as -P).
-    if kind in ("sge", "lsf") and "account" in kwargs:
-        kwargs["project"] = kwargs.pop("account")
-    return kwargs
+def _library_kwargs(config: ClusterConfig) -> dict[str, Any]:
+    """The file's keys that go to the cluster class (distforest's own keys removed)."""
+    own = {"jobs", "insecure"}
+    return {k: v for k, v in _thaw(config.options).items() if k not in own}
 
 
 # Each key of the ``tls`` block and the ``Security`` argument it sets.
@@ -173,23 +107,51 @@ def _security(config: ClusterConfig) -> Any:
         raise ConfigError(f"{config.source}: invalid 'tls' settings: {exc}") from exc
 
 
-def _start_cluster(config: ClusterConfig) -> Any:
-    """Create the cluster object for every kind except ``address``."""
-    kind, opts = config.kind, _thaw(config.options)
-    cls = _cluster_class(kind)
+def _jobqueue_settings(config: ClusterConfig) -> Any:
+    """``dask.config`` set to a dask-jobqueue file's section, for the cluster's lifetime."""
+    import dask
+
+    return dask.config.set(
+        {f"jobqueue.{config.kind}.{k}": _thaw(v) for k, v in config.jobqueue.items()}
+    )
+
+
+def _start_cluster(config: ClusterConfig, stack: contextlib.ExitStack) -> Any:
+    """Create the cluster object for every kind except ``address``.
+
+    Settings the cluster reads while it runs (a dask-jobqueue file's section)
+    stay in force until ``stack`` closes.
+    """
+    kind = config.kind
+    if kind == "local":
+        try:
+            return start_local(_thaw(config.options))
+        except DistforestError:
+            raise
+        except Exception as exc:
+            raise ClusterError(
+                f"could not start the local cluster described by {config.source}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+    cls = backend_class(kind)
+    kwargs = _library_kwargs(config)
+    if kind in ("ssh", *JOBQUEUE_KINDS):
+        # refused before anything starts (a cluster closed right after its start
+        # can leave remote workers behind); checked again on the real address
+        host = (kwargs.get("scheduler_options") or {}).get("host")
+        _check_started_transport(config, f"tcp://{host or '0.0.0.0'}:0")
     try:
-        if kind == "local":
-            return _start_local(cls, _local_kwargs(opts))
-        if kind in ("ssh", "kubernetes"):
-            return cls(**opts)
-        if kind in _JOBQUEUE_KINDS:
-            cluster = cls(**_jobqueue_kwargs(kind, opts))
+        if kind in JOBQUEUE_KINDS:
+            if config.jobqueue:
+                stack.enter_context(_jobqueue_settings(config))
+            cluster = cls(**kwargs)
             try:
-                cluster.scale(jobs=opts["jobs"])
+                cluster.scale(jobs=config.options["jobs"])
             except BaseException:
                 cluster.close()
                 raise
             return cluster
+        return cls(**kwargs)
     except DistforestError:
         raise
     except Exception as exc:
@@ -197,34 +159,40 @@ def _start_cluster(config: ClusterConfig) -> Any:
             f"could not start the {kind!r} cluster described by {config.source}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    raise AssertionError(f"no starter for cluster kind {kind!r}")  # pragma: no cover
 
 
-def _start_local(cls: Any, kwargs: dict[str, Any], attempts: int = 2) -> Any:
-    """Start a LocalCluster, once more if a worker died while it started.
-
-    A worker process killed during start-up (the OOM killer, an operator)
-    makes the whole start fail; a nightly run should not fail for that.
-    """
-    import dask
-
-    routes: dict[str, Any] = {} if kwargs.get("scheduler_kwargs", {}).get("dashboard", True) else {
-        "distributed.scheduler.http.routes": []  # dashboard off: the HTTP server serves nothing
-    }  # fmt: skip
-    for attempt in range(1, attempts + 1):
-        try:
-            with dask.config.set(routes):
-                return cls(**kwargs)
-        except Exception as exc:
-            if attempt == attempts:
-                raise
-            logger.warning("the local cluster failed to start (%s); trying again", exc)
-    raise AssertionError("unreachable")  # pragma: no cover
+def _check_started_transport(config: ClusterConfig, address: str) -> None:
+    """A started cluster whose scheduler is plain tcp:// off loopback needs ``insecure``."""
+    scheme, host, _ = _split_address(address)
+    if scheme == "tcp" and not is_loopback(host) and not config.options.get("insecure"):
+        where = address if not address.endswith(":0") else f"{host} (scheduler_options: host)"
+        raise ConfigError(
+            f"{config.source}: the {config.kind!r} cluster's scheduler would listen on {where}, "
+            "plain tcp:// reachable from the network: anyone there could connect and run code "
+            "in the workers. Add `insecure: true` to the file if the network is trusted, or "
+            "bind the scheduler to loopback (scheduler_options: {host: 127.0.0.1}) when every "
+            "worker runs on this machine."
+        )
 
 
 def _connect_client(target: Any, address: str, timeout: float, security: Any) -> Any:
     from distributed import Client
 
+    if isinstance(target, str):
+        refused = _probe_tcp(address, min(timeout, 2.0), silence_ok=True)
+        if refused:  # refused or unknown host: say so now, not after the whole timeout
+            raise ClusterError(
+                f"could not reach the Dask scheduler at {address}: {refused}; "
+                "check the address and that the scheduler is running"
+            )
+        # dask's own client waits forever for a peer that accepts but never
+        # answers: ask the scheduler who it is first, with a deadline.
+        silent = _handshake(address, security, timeout)
+        if silent:
+            raise ClusterError(
+                f"could not reach the Dask scheduler at {address}: {silent}; check that the "
+                "address is a Dask scheduler's, and the TLS settings of the cluster file"
+            )
     try:
         return Client(target, timeout=timeout, security=security)
     except Exception as exc:
@@ -238,14 +206,57 @@ def _connect_client(target: Any, address: str, timeout: float, security: Any) ->
         ) from exc
 
 
-def _probe_tcp(address: str, timeout: float) -> str:
-    """Say why a plain TCP connection to ``address`` fails, or "" if it works."""
+def _handshake(address: str, security: Any, timeout: float) -> str:
+    """Say why the scheduler at ``address`` does not answer an identity request, or ""."""
+    from distributed.comm import connect as comm_connect
+    from distributed.security import Security
+
+    args = (security or Security()).get_connection_args("client")
+
+    async def ask() -> None:
+        comm = await asyncio.wait_for(comm_connect(address, timeout=timeout, **args), timeout)
+        try:
+            await asyncio.wait_for(comm.write({"op": "identity", "reply": True}), timeout)
+            await asyncio.wait_for(comm.read(), timeout)
+        finally:
+            comm.abort()
+
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(ask())
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="distforest-handshake", daemon=True)
+    thread.start()
+    thread.join(timeout + 2.0)
+    if thread.is_alive():
+        return f"no answer within {timeout:g} s"
+    if not failure:
+        return ""
+    exc = failure[0]
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return f"connected, but no answer within {timeout:g} s"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _probe_tcp(address: str, timeout: float, *, silence_ok: bool = False) -> str:
+    """Say why a plain TCP connection to ``address`` fails, or "" if it works.
+
+    With ``silence_ok`` a connection that merely times out counts as working
+    (the client then waits its own timeout): only refusals and unknown hosts
+    are reported.
+    """
     scheme, host, port = _split_address(address)
     if scheme not in ("tcp", "tls") or not port.isdigit():
         return ""
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             return ""
+    except TimeoutError:
+        return "" if silence_ok else f"TCP connection to {host}:{port}: timed out"
     except OSError as exc:
         return f"TCP connection to {host}:{port}: {exc.strerror or exc}"
 
@@ -263,6 +274,7 @@ def _resolve(
     n_workers: int | None,
     threads_per_worker: int | None,
     memory_limit: str | None,
+    insecure: bool = False,
 ) -> ClusterConfig:
     if scheduler is not None and cluster is not None:
         raise ParameterError(
@@ -271,7 +283,9 @@ def _resolve(
         )
     if scheduler is not None:
         config = _parse(
-            {"kind": "address", "address": scheduler}, "scheduler", error=ParameterError
+            {"kind": "address", "address": scheduler, "insecure": insecure},
+            "scheduler",
+            error=ParameterError,
         )
     elif cluster is None:
         return default_cluster_config(n_workers, threads_per_worker, memory_limit)
@@ -307,6 +321,7 @@ def connect(
     threads_per_worker: int | None = None,
     memory_limit: str | None = None,
     timeout: float = 10.0,
+    insecure: bool = False,
 ) -> Iterator[distributed.Client]:
     """Connect to (and, if needed, start) a Dask cluster for the ``with`` block.
 
@@ -323,7 +338,12 @@ def connect(
         Override the size of a ``local`` cluster (``n_workers`` also of a
         ``kubernetes`` one).  Other kinds take their size from the file.
     timeout : float, default 10.0
-        Seconds to wait for the scheduler to answer.
+        Seconds to wait for a silent scheduler to answer (a refused
+        connection is reported at once).
+    insecure : bool, default False
+        Allow ``scheduler`` to be a plain ``tcp://`` address of another
+        machine (the cluster file's ``insecure: true``).  Without it, only
+        loopback may be reached without TLS.
 
     Yields
     ------
@@ -358,25 +378,71 @@ def connect(
     ...     client.submit(sum, [1, 2]).result()
     3
     """
-    config = _resolve(scheduler, cluster, n_workers, threads_per_worker, memory_limit)
-    cluster_obj = None
-    if config.kind == "address":
-        address = config.options["address"]
-        client = _connect_client(address, address, timeout, _security(config))
-    else:
-        cluster_obj = _start_cluster(config)
-        address = getattr(cluster_obj, "scheduler_address", config.kind)
-        try:
+    config = _resolve(scheduler, cluster, n_workers, threads_per_worker, memory_limit, insecure)
+    with contextlib.ExitStack() as stack:
+        cluster_obj = None
+        if config.kind == "address":
+            address = config.options["address"]
+            client = _connect_client(address, address, timeout, _security(config))
+        else:
+            cluster_obj = _start_cluster(config, stack)
+            stack.callback(_close_quietly, cluster_obj, "cluster")
+            address = getattr(cluster_obj, "scheduler_address", config.kind)
+            _check_started_transport(config, address)
             client = _connect_client(cluster_obj, address, timeout, None)
-        except BaseException:
-            _close_quietly(cluster_obj, "cluster")
-            raise
-    try:
+        stack.callback(_close_quietly, client, "client")
+        _ENGINES[client] = {
+            "engine": config.kind,
+            "class": "distributed.Client" if cluster_obj is None else _class_name(cluster_obj),
+            "cluster_file": config.source,
+            "scheduler": client.scheduler.address,
+            "dashboard": _dashboard_link(client),
+        }
+        logger.info("cluster: %s at %s (%s)", config.kind, client.scheduler.address, config.source)
         yield client
-    finally:
-        _close_quietly(client, "client")
-        if cluster_obj is not None:
-            _close_quietly(cluster_obj, "cluster")
+
+
+def _class_name(obj: Any) -> str:
+    cls = type(obj)
+    if cls.__module__.startswith("distforest."):  # our LocalCluster subclass
+        cls = cls.__mro__[1]
+    return f"{cls.__module__.split('.')[0]}.{cls.__name__}"
+
+
+def _dashboard_link(client: Any) -> str | None:
+    try:
+        services = client.scheduler_info().get("services", {})
+    except Exception:
+        return None
+    return client.dashboard_link if "dashboard" in services else None
+
+
+def engine_report(client: Any) -> dict[str, Any]:
+    """Which engine and addresses a run used, for its report.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        A client from :func:`connect` (or any client; None: in-process).
+
+    Returns
+    -------
+    dict
+        ``engine`` (the cluster kind, ``"client"`` for a client made
+        elsewhere, ``"in-process"``), ``class``, ``cluster_file``,
+        ``scheduler`` address, ``dashboard`` link (None when off), ``tls``
+        (whether the scheduler address is ``tls://``) and the ``workers``'
+        addresses at the time of the call.
+    """
+    if client is None:
+        return {"engine": "in-process", "scheduler": None, "workers": [], "tls": False}
+    info = dict(_ENGINES.get(client) or {"engine": "client", "scheduler": client.scheduler.address})
+    try:
+        info["workers"] = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    except Exception:  # a scheduler that went away: report what is known
+        info["workers"] = []
+    info["tls"] = str(info.get("scheduler", "")).startswith("tls://")
+    return info
 
 
 @contextlib.contextmanager
@@ -387,7 +453,10 @@ def use_client(
 
     In order: the ``client`` given; a cluster from ``scheduler`` or
     ``cluster``; the current default ``distributed`` client (one made in a
-    notebook); else a LocalCluster for the duration of the block.
+    notebook); None (run in this process) inside a child process such as a
+    joblib worker of ``GridSearchCV(n_jobs=2)``, where starting a cluster per
+    process would oversubscribe the machine (and its workers could not
+    start); else a LocalCluster for the duration of the block.
 
     Parameters
     ----------
@@ -397,7 +466,8 @@ def use_client(
 
     Yields
     ------
-    distributed.Client
+    distributed.Client or None
+        None: run the tasks in this process.
     """
     if client is not None:
         yield client
@@ -411,6 +481,10 @@ def use_client(
             current = None
         if current is not None:
             yield current
+            return
+        if in_child_process():
+            logger.debug("in a child process: running in-process, no cluster started")
+            yield None
             return
     with connect(scheduler=scheduler, cluster=cluster) as started:
         yield started

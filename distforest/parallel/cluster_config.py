@@ -1,26 +1,32 @@
-"""Cluster configs: the YAML schema of every cluster kind and its validation.
+"""Cluster files: each kind in its library's own terms, checked by introspection.
 
-A cluster YAML file is flat: a top-level ``kind:`` and, next to it, the keys
-of that kind (see ``cluster_configs/`` for one commented example per kind)::
+A cluster YAML file is flat: a top-level ``kind:`` and, next to it, the
+keywords of that kind's class (see ``cluster_configs/`` for one commented
+example per kind)::
 
-    kind: local
+    kind: local                 # distributed.LocalCluster
     n_workers: 2
     threads_per_worker: 1
 
-Only the kinds of :data:`KINDS` exist and each maps to one fixed class in
-:mod:`distforest.parallel.cluster`; a file can never name a class or module
-to import (and it is read with ``yaml.safe_load``, so no Python tags either).
-Every key is checked: an unknown key, a wrong type or a missing required key
-raises :class:`~distforest.errors.ConfigError` naming the file, the key, the
-bad value and the fix.
+Every keyword the class accepts works: the allowed keys are read from the
+real signatures (:mod:`distforest.parallel.cluster_keys`), so a typo gets a
+"did you mean" and a new library option needs no change here.  Next to them
+sit distforest's own keys, kept explicit below (``kind``, ``address``,
+``tls``, ``insecure``, ``jobs``, ``dashboard``, ``silence_logs``).  A
+dask-jobqueue configuration file (``jobqueue: slurm: {...}``, the format of
+``~/.config/dask/jobqueue.yaml``) is accepted as it is and handed to
+dask-jobqueue through ``dask.config``.
 
-Nothing here imports a cluster backend, so that every config file can be
-parsed on any machine; :mod:`distforest.parallel.cluster` starts and reaches
-the cluster a config describes.
+Only the kinds of :data:`KINDS` exist and each maps to one fixed class; a file
+can never name a class or module to import (it is read with
+``yaml.safe_load``, and the keys that would load code are refused with their
+reason).  Checking a file of a kind imports its library (not the cluster):
+when the library is missing the error gives the ``pip install`` command.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +39,7 @@ import yaml
 from distforest._schema import (
     NO_DEFAULT,
     BadValue,
+    Checker,
     Key,
     any_value,
     boolean,
@@ -40,21 +47,27 @@ from distforest._schema import (
     int_at_least,
     path_string,
     plain_mapping,
-    string,
     string_list,
-    string_mapping,
 )
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
+from distforest.parallel.cluster_keys import (
+    BACKENDS,
+    JOBQUEUE_KINDS,
+    REFUSED,
+    accepted_keys,
+    jobqueue_config_keys,
+)
 
 __all__ = [
     "KINDS",
     "ClusterConfig",
     "default_cluster_config",
+    "is_loopback",
     "load_cluster_config",
     "parse_cluster_config",
 ]
 
-KINDS: tuple[str, ...] = ("local", "address", "ssh", "slurm", "pbs", "sge", "lsf", "kubernetes")
+KINDS: tuple[str, ...] = ("local", "address", "ssh", *JOBQUEUE_KINDS, "kubernetes")
 """Every cluster kind a config may name."""
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -79,29 +92,39 @@ class ClusterConfig:
     kind : str
         One of :data:`KINDS`.
     options : Mapping[str, Any]
-        The validated, read-only options of that kind (nested mappings are
-        read-only too and lists are tuples).  For kind ``local`` every option
-        is present with its default filled in; for the other kinds only the
-        keys given, plus ``jobs`` for the batch-queue kinds.
+        The validated, read-only keys of the file (nested mappings are
+        read-only too and lists are tuples): keywords of the kind's class and
+        distforest's own keys.  For kind ``local`` the defaults are filled in;
+        the batch-queue kinds always have ``jobs``; every kind but ``local``
+        has ``insecure``.
     source : str
         The file the config was read from, ``"<default>"`` or ``"<dict>"``.
+    jobqueue : Mapping[str, Any]
+        For a dask-jobqueue configuration file: its ``jobqueue.<kind>``
+        section as written (dask-jobqueue reads it through ``dask.config``);
+        empty otherwise.
     """
 
     kind: str
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<dict>"
+    jobqueue: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the config as plain YAML-ready data (``kind`` plus options).
+        """Return the config as plain YAML-ready data.
 
         Returns
         -------
         dict
-            ``{"kind": kind, **options}`` with plain dicts and lists, suitable
-            for ``yaml.safe_dump`` or JSON, and accepted back by
+            ``{"kind": kind, **options}`` (plus ``{"jobqueue": {kind: ...}}``
+            for a dask-jobqueue file) with plain dicts and lists, suitable for
+            ``yaml.safe_dump`` or JSON, and accepted back by
             :func:`parse_cluster_config`.
         """
-        return {"kind": self.kind, **_thaw(self.options)}
+        out = {"kind": self.kind, **_thaw(self.options)}
+        if self.jobqueue:
+            out["jobqueue"] = {self.kind: _thaw(self.jobqueue)}
+        return out
 
 
 # --------------------------------------------------------------------------
@@ -168,6 +191,26 @@ def _split_address(address: str) -> tuple[str, str, str]:
     return scheme, host, port
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an IP address or ``localhost``) is this machine only."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _dashboard(value: Any) -> bool | str:
+    expected = 'true, false, or the address to serve it on such as "127.0.0.1:8787"'
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.rpartition(":")[2].isdigit():
+        return value.strip()
+    raise BadValue(expected, "the dashboard listens on 127.0.0.1 only unless you name an address")
+
+
 def _scheduler_address(value: Any) -> str:
     expected = 'a scheduler address such as "tcp://10.0.0.5:8786" or "tls://host:8786"'
     if not isinstance(value, str) or not value.strip():
@@ -186,7 +229,7 @@ def _scheduler_address(value: Any) -> str:
 
 
 # --------------------------------------------------------------------------
-# Schemas
+# distforest's own keys, and value checks of well-known library keys
 # --------------------------------------------------------------------------
 
 
@@ -197,77 +240,93 @@ _TLS_SCHEMA: Mapping[str, Key] = {
     "require_encryption": Key(boolean),
 }
 
-# Options passed through to the remote Worker/Nanny and Scheduler of an SSH
-# cluster.  A fixed list: options such as ``preload`` or ``plugins`` would
-# import arbitrary modules.
-_SSH_WORKER_OPTIONS: Mapping[str, Key] = {
-    name: Key(any_value)
-    for name in (
-        "n_workers nthreads memory_limit local_directory death_timeout interface host protocol "
-        "dashboard dashboard_address resources lifetime lifetime_stagger lifetime_restart"
-    ).split()
-}
-_SSH_SCHEDULER_OPTIONS: Mapping[str, Key] = {
-    name: Key(any_value)
-    for name in "port host interface protocol dashboard dashboard_address idle_timeout".split()
-}
+_INSECURE = Key(boolean, default=False)
+_JOBS = Key(int_at_least(1), default=1)
 
-_JOBQUEUE_SCHEMA: dict[str, Key] = {
-    "cores": Key(int_at_least(1), example="cores: 8"),
-    "memory": Key(_job_memory, example='memory: "16GiB"'),
-    "processes": Key(int_at_least(1)),
-    "walltime": Key(_walltime),
-    "queue": Key(string),
-    "account": Key(string),
-    "job_extra_directives": Key(string_list()),
-    "job_script_prologue": Key(string_list()),
-    "local_directory": Key(string),
-    "log_directory": Key(string),
-    "interface": Key(string),
-    "jobs": Key(int_at_least(1), default=1),
-}
-
-_SCHEMAS: Mapping[str, Mapping[str, Key]] = {
+#: Keys that are distforest's, not the library's, per kind.
+_OWN: Mapping[str, Mapping[str, Key]] = {
     "local": {
-        "n_workers": Key(int_at_least(1)),  # default: the usable CPUs
-        "threads_per_worker": Key(int_at_least(1), default=1),
-        "memory_limit": Key(_memory_limit, default="auto"),
-        "dashboard": Key(boolean, default=False),
-        "local_directory": Key(path_string),
-        "silence_logs": Key(_log_level, default="WARNING"),
+        "dashboard": Key(_dashboard, default=False),
+        "silence_logs": Key(_log_level, default="CRITICAL"),
     },
     "address": {
         "address": Key(_scheduler_address, required=True, example="address: tcp://10.0.0.5:8786"),
         "tls": Key(plain_mapping, schema=_TLS_SCHEMA),
+        "insecure": _INSECURE,
     },
-    "ssh": {
-        "hosts": Key(
-            string_list(
-                2,
-                "the first host runs the scheduler and the others run workers; "
-                "repeat a host to run a worker next to the scheduler",
-            ),
-            required=True,
-            example="hosts: [node0, node1, node2]",
-        ),
-        "connect_options": Key(plain_mapping),
-        "worker_options": Key(plain_mapping, schema=_SSH_WORKER_OPTIONS),
-        "scheduler_options": Key(plain_mapping, schema=_SSH_SCHEDULER_OPTIONS),
-        "remote_python": Key(string),
-    },
-    "slurm": _JOBQUEUE_SCHEMA,
-    "pbs": {**_JOBQUEUE_SCHEMA, "resource_spec": Key(string)},
-    "sge": {**_JOBQUEUE_SCHEMA, "resource_spec": Key(string)},
-    "lsf": _JOBQUEUE_SCHEMA,
-    "kubernetes": {
-        "name": Key(string),
-        "image": Key(string),
-        "n_workers": Key(int_at_least(0)),
-        "resources": Key(plain_mapping),
-        "namespace": Key(string),
-        "env": Key(string_mapping),
-    },
+    "ssh": {"insecure": _INSECURE},
+    **{kind: {"jobs": _JOBS, "insecure": _INSECURE} for kind in JOBQUEUE_KINDS},
+    "kubernetes": {"insecure": _INSECURE},
 }
+
+_HOSTS_HINT = (
+    "the first host runs the scheduler and the others run workers; "
+    "repeat a host to run a worker next to the scheduler"
+)
+
+#: Checks of library keys whose bad values would otherwise fail late or obscurely.
+_VALUES: Mapping[str, Mapping[str, Checker]] = {
+    "local": {
+        "n_workers": int_at_least(1),
+        "threads_per_worker": int_at_least(1),
+        "memory_limit": _memory_limit,
+        "local_directory": path_string,
+    },
+    "ssh": {"hosts": string_list(2, _HOSTS_HINT)},
+    **{
+        kind: {
+            "cores": int_at_least(1),
+            "processes": int_at_least(1),
+            "memory": _job_memory,
+            "walltime": _walltime,
+            "job_extra_directives": string_list(),
+            "job_script_prologue": string_list(),
+        }
+        for kind in JOBQUEUE_KINDS
+    },
+    "kubernetes": {"n_workers": int_at_least(0)},
+}
+
+_REQUIRED: Mapping[str, Mapping[str, str]] = {"ssh": {"hosts": "hosts: [node0, node1, node2]"}}
+
+#: Defaults distforest gives a LocalCluster (n_workers: the usable CPUs).
+_LOCAL_DEFAULTS: Mapping[str, Any] = {"threads_per_worker": 1, "memory_limit": "auto"}
+
+
+def _schema(kind: str) -> dict[str, Key]:
+    """Own keys, plus every key the library of ``kind`` accepts (introspected)."""
+    schema: dict[str, Key] = dict(_OWN[kind])
+    if kind == "address":
+        return schema
+    keys, nested = accepted_keys(kind)
+    values, required = _VALUES.get(kind, {}), _REQUIRED.get(kind, {})
+    for key in sorted(keys):
+        if key in schema:
+            continue
+        sub = nested.get(key)
+        schema[key] = Key(
+            values.get(key, plain_mapping if sub is not None else any_value),
+            required=key in required,
+            example=required.get(key, ""),
+            default=_LOCAL_DEFAULTS.get(key, NO_DEFAULT) if kind == "local" else NO_DEFAULT,
+            schema=None if sub is None else {k: Key(any_value) for k in sorted(sub)},
+        )
+    return schema
+
+
+def _refuse(data: Mapping[Any, Any], kind: str, source: str, error: type[DistforestError]) -> None:
+    """Refuse the library keys a file may not give (:data:`REFUSED`), nested ones too."""
+    _, nested = accepted_keys(kind) if kind != "address" else (None, {})
+    where = [("", data)] + [
+        (f"{name}.", data[name]) for name in nested if isinstance(data.get(name), Mapping)
+    ]
+    for prefix, mapping in where:
+        for key in mapping:
+            if str(key) in REFUSED and not (kind == "kubernetes" and key == "env"):
+                raise error(
+                    f"{source}: key {prefix + str(key)!r} is accepted by the {kind!r} cluster "
+                    f"class but not from a cluster file: {REFUSED[str(key)]}. Remove it."
+                )
 
 
 # --------------------------------------------------------------------------
@@ -311,6 +370,40 @@ def _size_options(
     return {k: v for k, v in sizes.items() if v is not None}
 
 
+def _parse_jobqueue(
+    data: Mapping[Any, Any], source: str, error: type[DistforestError]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A dask-jobqueue configuration file: the chosen section, checked by its own keys."""
+    sections = data["jobqueue"]
+    kinds = [k for k in sections if k in JOBQUEUE_KINDS] if isinstance(sections, Mapping) else []
+    kind = data.get("kind")
+    if kind is None and len(kinds) == 1:
+        kind = kinds[0]
+    if not isinstance(kind, str) or kind not in kinds:
+        found = list(sections) if isinstance(sections, Mapping) else sections
+        raise error(
+            f"{source}: 'jobqueue' must hold the section of one scheduler distforest can use "
+            f"({', '.join(JOBQUEUE_KINDS)}), found {found!r}; "
+            "with several sections, add `kind: slurm` (for example) next to 'jobqueue'."
+        )
+    section = sections[kind]
+    if not isinstance(section, Mapping):
+        raise error(f"{source}: 'jobqueue.{kind}' must be a mapping, got {section!r}.")
+    allowed = jobqueue_config_keys(kind)
+    for raw in section:
+        key = str(raw).replace("_", "-")
+        if key not in allowed:
+            raise error(
+                f"{source}: unknown key 'jobqueue.{kind}.{raw}' of dask-jobqueue's configuration"
+                f"{did_you_mean(key, allowed)}. Allowed keys: {', '.join(sorted(allowed))}."
+            )
+    own = {k: v for k, v in data.items() if k not in ("jobqueue", "kind")}
+    options = check_mapping(
+        own, _OWN[kind], where="next to 'jobqueue'", prefix="", source=source, error=error
+    )
+    return {"kind": kind, **options}, {str(k): v for k, v in section.items()}
+
+
 def _parse(
     data: Any,
     source: str,
@@ -323,10 +416,13 @@ def _parse(
             f"{source}: a cluster config must be a mapping with a 'kind' key, "
             f"got {type(data).__name__} ({data!r:.80}). Start from a file in cluster_configs/."
         )
+    jobqueue: dict[str, Any] = {}
+    if "jobqueue" in data:
+        data, jobqueue = _parse_jobqueue(data, source, error)
     if "kind" not in data:
         raise error(
             f"{source}: missing required key 'kind'. Allowed kinds: {', '.join(KINDS)} "
-            "(for example `kind: local`)."
+            "(for example `kind: local`), or a dask-jobqueue file (`jobqueue: slurm: ...`)."
         )
     kind = data["kind"]
     if not isinstance(kind, str) or kind not in KINDS:
@@ -335,11 +431,13 @@ def _parse(
             f"{source}: unknown cluster kind {kind!r} at key 'kind'{hint}. "
             f"Allowed kinds: {', '.join(KINDS)}."
         )
-    schema = _SCHEMAS[kind]
+    _refuse(data, kind, source, error)
+    schema = _schema(kind)
+    owner = "distforest" if kind == "address" else BACKENDS[kind].attr
     options = check_mapping(
         data,
         schema,
-        where=f"for cluster kind {kind!r}",
+        where=f"for cluster kind {kind!r} ({owner} and distforest's own keys)",
         prefix="",
         source=source,
         error=error,
@@ -348,14 +446,37 @@ def _parse(
     for key, spec in schema.items():
         if key not in options and spec.default is not NO_DEFAULT:
             options[key] = spec.default
-    if kind == "local" and "n_workers" not in options:
-        options["n_workers"] = _available_cpus()
-    if kind == "address" and "tls" in options and base_dir is not None:
-        options["tls"] = {
-            k: (str(base_dir / v) if k.endswith("_file") and not os.path.isabs(v) else v)
-            for k, v in options["tls"].items()
-        }
-    return ClusterConfig(kind=kind, options=_freeze(options), source=source)
+    if kind == "local":
+        options.setdefault("n_workers", _available_cpus())
+        if "dashboard_address" in options and options["dashboard"] is False:
+            if "dashboard" in data:
+                raise error(
+                    f"{source}: 'dashboard: false' and 'dashboard_address' contradict each other; "
+                    "give `dashboard: <address>` alone to serve it there."
+                )
+            options["dashboard"] = options.pop("dashboard_address")
+    if kind == "address":
+        _check_transport(options, source, error)
+        if "tls" in options and base_dir is not None:
+            options["tls"] = {
+                k: (str(base_dir / v) if k.endswith("_file") and not os.path.isabs(v) else v)
+                for k, v in options["tls"].items()
+            }
+    return ClusterConfig(
+        kind=kind, options=_freeze(options), source=source, jobqueue=_freeze(jobqueue)
+    )
+
+
+def _check_transport(options: Mapping[str, Any], source: str, error: type[DistforestError]) -> None:
+    """Plain tcp:// off this machine only with ``insecure: true``."""
+    scheme, host, _ = _split_address(options["address"])
+    if scheme == "tcp" and not is_loopback(host) and not options["insecure"]:
+        raise error(
+            f"{source}: the scheduler address {options['address']!r} is plain tcp:// to another "
+            "machine: anyone on the network could read the data or send results distforest "
+            "would unpickle. Use tls:// with a 'tls' block (ca_file, cert_file, key_file), or "
+            "add `insecure: true` if the network is trusted."
+        )
 
 
 def parse_cluster_config(data: Mapping[str, Any], source: str = "<dict>") -> ClusterConfig:

@@ -9,8 +9,10 @@ reports progress, come from an :class:`Execution`:
   model selection, runs on ``c``);
 - ``forest.set_execution(client=c)`` sets it for one estimator object (not
   copied by ``clone``: clones use the surrounding execution);
-- otherwise the current default ``distributed`` client is used, else a
-  LocalCluster is started for the duration of a call.
+- otherwise the current default ``distributed`` client is used, else (in
+  the main process) a LocalCluster is started for the duration of a call;
+  in a child process (a joblib worker of ``GridSearchCV(n_jobs=2)``) the
+  tasks run in that process.
 
 ``client="synchronous"`` runs the same tasks one after another in this
 process (no cluster at all), which is what small inputs and tests want.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,7 +93,10 @@ class Execution:
                 yield Runner(None)
             return
         with use_client(self.client, scheduler=self.scheduler, cluster=self.cluster) as client:
-            with use_execution(replace(self, client=client, scheduler=None, cluster=None)):
+            bound = replace(
+                self, client=SYNCHRONOUS if client is None else client, scheduler=None, cluster=None
+            )
+            with use_execution(bound):
                 yield Runner(client)
 
 
@@ -147,10 +153,18 @@ class Runner:
     ----------
     client : distributed.Client or None
         None: every task runs here, in order (``client="synchronous"``).
+    threads : int, default 1
+        Without a client: run up to this many tasks at once on threads of this
+        process (for task functions that release the GIL, e.g. tree fitting).
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, threads: int = 1) -> None:
         self.client = client
+        #: What :meth:`share` sent, by future key: sent again if its holders all die.
+        self._shared: dict[str, Any] = {}
+        #: Lost future key -> the future of the copy sent again.
+        self._resent: dict[str, Any] = {}
+        self._threads = max(1, threads)
 
     @property
     def in_process(self) -> bool:
@@ -158,8 +172,29 @@ class Runner:
         return self.client is None
 
     def share(self, value: Any) -> Any:
-        """Send a large value to the workers once; tasks then take the handle."""
-        return value if self.client is None else tasks.scatter(self.client, value)
+        """Send a large value to the workers once; tasks then take the handle.
+
+        The runner keeps a reference to ``value``: if every worker holding it
+        dies, :meth:`run` sends it again and resubmits the tasks that need it.
+        """
+        if self.client is None:
+            return value
+        future = tasks.scatter(self.client, value)
+        if hasattr(future, "key"):  # one future (a list or dict scatters item by item)
+            self._shared[str(future.key)] = value
+        return future
+
+    def _resend(self, future: Any) -> Any:
+        """A live copy of a shared value whose holders died (other futures unchanged)."""
+        key = str(future.key)
+        if key in self._resent:
+            return self._resent[key]
+        if key not in self._shared or future.status == "finished":
+            return future
+        again = tasks.scatter(self.client, self._shared[key])
+        self._shared[str(again.key)] = self._shared[key]
+        self._resent[key] = again
+        return again
 
     def gather(self, value: Any) -> Any:
         """The value behind a handle from :meth:`share`."""
@@ -167,7 +202,7 @@ class Runner:
 
     def threads(self) -> int:
         """Worker threads available (1 in process)."""
-        return 1 if self.client is None else tasks.total_threads(self.client)
+        return self._threads if self.client is None else tasks.total_threads(self.client)
 
     def run(
         self,
@@ -179,16 +214,60 @@ class Runner:
     ) -> Iterator[tuple[int, Any]]:
         """``func(*item)`` for every item; yields ``(index, result)`` as they finish."""
         if self.client is not None:
-            yield from tasks.run_tasks(self.client, func, items, name=name, progress=progress)
+            yield from tasks.run_tasks(
+                self.client, func, items, name=name, progress=progress, resend=self._resend
+            )
             return
         total = len(items)
         if progress is not None:
             progress(0, total)
+        if self._threads > 1 and total > 1:
+            yield from _run_threads(func, items, self._threads, progress)
+            return
         for i, args in enumerate(items):
             result = func(*args)
             if progress is not None:
                 progress(i + 1, total)
             yield i, result
+
+
+def cluster_requested(exe: Execution) -> bool:
+    """Whether the user said where to run: a client, scheduler or cluster file, or a
+    default ``distributed`` client exists (one made in a notebook)."""
+    if exe.client is not None or exe.scheduler is not None or exe.cluster is not None:
+        return True
+    from distributed import get_client
+
+    try:
+        get_client()
+    except ValueError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def in_process(exe: Execution, threads: int) -> Iterator[Runner]:
+    """A :class:`Runner` on ``threads`` threads of this process (no cluster) for a block.
+
+    Nested estimator calls inside the block run synchronously in this process.
+    """
+    with use_execution(replace(exe, client=SYNCHRONOUS, scheduler=None, cluster=None)):
+        yield Runner(None, threads)
+
+
+def _run_threads(
+    func: Callable[..., Any],
+    items: Sequence[Sequence[Any]],
+    threads: int,
+    progress: tasks.ProgressCallback | None,
+) -> Iterator[tuple[int, Any]]:
+    """``func(*item)`` on a pool of this process's threads; yields as they finish."""
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        futures = {pool.submit(func, *args): i for i, args in enumerate(items)}
+        for done, future in enumerate(as_completed(futures), start=1):
+            if progress is not None:
+                progress(done, len(items))
+            yield futures[future], future.result()
 
 
 def for_call(

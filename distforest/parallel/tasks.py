@@ -13,10 +13,11 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, wait
+from distributed import Client, Future, KilledWorker, wait
 
 from distforest.errors import ParameterError, StalledError
 
@@ -24,6 +25,10 @@ logger = logging.getLogger("distforest")
 
 #: How often :func:`scatter` sends data again when a worker dies during it.
 SCATTER_ATTEMPTS = 3
+
+#: How often tasks cancelled with their lost data are sent again (with the data) by
+#: :func:`run_tasks` before the run stops.
+RESEND_ATTEMPTS = 3
 
 #: ``progress(done, total)`` is called after each finished task.
 ProgressCallback = Callable[[int, int], None]
@@ -75,20 +80,38 @@ def scatter(client: Client, value: Any) -> Future:
 
     Big arrays never become part of a task graph this way.  If a worker
     dies during the transfer, the scatter is tried again (up to
-    :data:`SCATTER_ATTEMPTS` times).
+    :data:`SCATTER_ATTEMPTS` times).  With no worker at all for
+    ``DISTFOREST_NO_WORKER_TIMEOUT`` seconds: :class:`StalledError` (exit 75).
     """
     from distributed.comm.core import CommClosedError
 
+    patience = _seconds("DISTFOREST_NO_WORKER_TIMEOUT", 120.0)
+    stalled = StalledError(
+        f"no worker left to send the data to for {patience:g} s (workers keep dying?); the "
+        "run stops here and can be resumed by running it again (exit 75: try later)"
+    )
+    nbytes = int(getattr(value, "nbytes", 0) or 0)
+    deadline = patience + nbytes / 10e6  # 10 MB/s per copy: far slower than any real link
     for attempt in range(1, SCATTER_ATTEMPTS + 1):
         try:
-            return client.scatter(value, broadcast=True, hash=False, direct=_direct(client))
+            # An overall deadline too: a worker killed during the broadcast was seen to
+            # make the scheduler's replication retry the dead worker for ever.
+            return client.sync(
+                client._scatter, value, broadcast=True, hash=False, direct=_direct(client),
+                timeout=patience, callback_timeout=deadline,
+            )  # fmt: skip
+        except TimeoutError:  # "No valid workers found" (a TimeoutError is an OSError too)
+            raise stalled from None
         except (CommClosedError, OSError) as exc:
             # A worker died while receiving its copy; the others may have it,
             # but the call failed as a whole: send it again to who is alive.
             if attempt == SCATTER_ATTEMPTS:
                 raise
             logger.warning("a worker was lost while data was sent to it (%s); sending again", exc)
-            client.wait_for_workers(1, timeout=60)
+            try:
+                client.wait_for_workers(1, timeout=patience)
+            except TimeoutError:
+                raise stalled from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -124,6 +147,7 @@ def run_tasks(
     name: str,
     progress: ProgressCallback | None = None,
     retries: int = 2,
+    resend: Callable[[Future], Future] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Submit ``func(*item)`` for every item and yield results as they finish.
 
@@ -140,6 +164,12 @@ def run_tasks(
         ``progress(done, total)`` after every finished task.
     retries : int
         How often a task whose worker died is run again.
+    resend : callable, optional
+        ``resend(future) -> future``: sends again data shared with the workers
+        (an argument future) whose every holder died.  dask then cancels the
+        tasks that need it; with ``resend`` they are submitted again with the
+        new copy (up to :data:`RESEND_ATTEMPTS` times), without it the run
+        stops with :class:`StalledError`.
 
     Yields
     ------
@@ -148,27 +178,68 @@ def run_tasks(
         completion order.
     """
     token = uuid.uuid4().hex[:8]
-    futures = [
-        client.submit(func, *args, key=f"{name}-{token}-{i}", retries=retries, pure=False)
-        for i, args in enumerate(items)
-    ]
-    index = {f.key: i for i, f in enumerate(futures)}
-    total = len(futures)
+    todo = {i: tuple(args) for i, args in enumerate(items)}
+    total, done, round_ = len(todo), 0, 0
     if progress is not None:
         progress(0, total)
     watch = _Watchdog(client, name)
+    futures: dict[str, Future] = {}
     try:
-        done = 0
-        for future in watch.completed(futures):
-            result = future.result()
-            future.release()
-            done += 1
-            if progress is not None:
-                progress(done, total)
-            yield index[future.key], result
+        while todo:
+            futures = {
+                f"{name}-{token}-{round_}-{i}": client.submit(
+                    func, *args, key=f"{name}-{token}-{round_}-{i}", retries=retries, pure=False
+                )
+                for i, args in todo.items()
+            }
+            index = {key: int(key.rsplit("-", 1)[1]) for key in futures}
+            try:
+                for future in watch.completed(list(futures.values())):
+                    result = _result(future, name)
+                    future.release()
+                    i = index[str(future.key)]
+                    del todo[i]
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
+                    yield i, result
+            except CancelledError:  # data they needed died with all its workers
+                if resend is None or round_ == RESEND_ATTEMPTS:
+                    raise watch.lost(len(todo)) from None
+                round_ += 1
+                logger.warning(
+                    "%s: the workers holding data sent to %d task(s) died; sending it again "
+                    "(%d of %d)", name, len(todo), round_, RESEND_ATTEMPTS,
+                )  # fmt: skip
+                for f in futures.values():
+                    f.cancel()
+                todo = {
+                    i: tuple(resend(a) if isinstance(a, Future) else a for a in args)
+                    for i, args in todo.items()
+                }
     finally:
-        for f in futures:
+        for f in futures.values():
             f.cancel()
+
+
+def _result(future: Future, name: str) -> Any:
+    """The result of a finished task; workers that kept dying under it: StalledError."""
+    try:
+        return future.result()
+    except KilledWorker as exc:  # the task's workers died again and again
+        raise StalledError(
+            f"{name}: the workers running one task died more than "
+            f"{_allowed_failures()} times ({exc}); the machine may be short of memory, "
+            "or workers are being killed. The run stops here and can be resumed by running it "
+            "again (exit 75: try later, perhaps with fewer threads or more memory per worker)"
+        ) from None
+
+
+def _allowed_failures() -> int:
+    """How many worker deaths a task survives before dask gives up on it."""
+    import dask
+
+    return int(dask.config.get("distributed.scheduler.allowed-failures", 3))
 
 
 def _seconds(env: str, default: float) -> float:
@@ -195,6 +266,15 @@ class _Watchdog:
         self.stall = _seconds("DISTFOREST_STALL_TIMEOUT", 3600.0)
         self.no_workers = _seconds("DISTFOREST_NO_WORKER_TIMEOUT", 120.0)
 
+    def lost(self, waiting: int) -> StalledError:
+        """The error when tasks were cancelled because the data sent to them was lost."""
+        return StalledError(
+            f"{self.name}: the workers holding the data sent to the tasks all died (killed, or "
+            f"out of memory?), so dask cancelled {waiting} task(s); the run stops here and can "
+            "be resumed by running it again (exit 75: try later, perhaps with more memory per "
+            "worker)"
+        )
+
     def completed(self, futures: Sequence[Future]) -> Iterator[Future]:
         pending = set(futures)
         last_progress = time.monotonic()
@@ -204,6 +284,8 @@ class _Watchdog:
                 finished, _ = wait(list(pending), timeout=self.POLL, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 finished = set()
+            # CancelledError (dask dropped them: data they needed died with its workers)
+            # goes to run_tasks, which may send the data again
             now = time.monotonic()
             if finished:
                 last_progress, workerless_since = now, None

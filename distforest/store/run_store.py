@@ -83,6 +83,14 @@ def is_half_created(path: str | Path) -> bool:
     return not meta.get("attributes")
 
 
+def is_unfinished(path: str | Path) -> bool:
+    """A distforest store whose run did not finish: the same request run again resumes it."""
+    p = Path(path)
+    if not p.is_dir() or not _is_distforest_store(p):
+        return False
+    return zarr.open_group(str(p), mode="r").attrs.get("status") != STATUS_COMPLETE
+
+
 def check_can_create(path: str | Path, overwrite: bool) -> None:
     """Raise :class:`StoreError` unless a new store may be created at ``path``.
 

@@ -70,8 +70,15 @@ ARRAYS: dict[str, ArraySpec] = {
         ("sample", "tree"), "float32", True, "total in-bag count of row i's leaf (RF-GAP)"
     ),
     "depth": ArraySpec(("sample", "tree"), "int32", True, "depth of row i's leaf in tree t"),
+    "pair_ids": ArraySpec(("pair",), "int64", False, "training ids of a SimForest's pair objects"),
+    "pair_objects": ArraySpec(
+        ("pair", "feature"), "float64", False, "features of a SimForest's pair objects"
+    ),
     "path": ArraySpec(
         ("sample", "tree", "path_word"), "uint64", True, "root-to-leaf path bits of row i"
+    ),
+    "feature_importances": ArraySpec(
+        ("feature",), "float64", False, "total decrease of the split objective per feature"
     ),
 }
 
@@ -83,6 +90,12 @@ MATRICES: dict[str, MatrixSpec] = {
     "basic_similarity": MatrixSpec(True, "float32", "fraction of trees sharing a leaf"),
     "similarity": MatrixSpec(None, "float32", "a similarity measure between rows"),
     "distance": MatrixSpec(None, "float32", "a distance measure between rows"),
+    "train_distance": MatrixSpec(
+        True,
+        "float64",
+        "SMERF's observed training distances (NaN = not observed), kept in "
+        "the model so that it predicts without its input file",
+    ),
 }
 
 #: Group of the flattened trees and the per-tree arrays stored with them.

@@ -1,0 +1,267 @@
+"""Commands ``distforest simforest fit | predict | proximity``.
+
+A SimForest model is a Zarr store (:meth:`SimilarityForestClassifier.save`):
+fitted from a stored similarity matrix plus labels, or from a feature table
+with a named measure computed on the fly.  Predictions are a CSV with one row
+per test object: ``prediction`` (the label as given in training) and one
+``proba_<label>`` column per class.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import pandas as pd
+
+from distforest.cli.options import CLI_SEED, cluster_options, input_options
+from distforest.cli.outputs import check_new_file, write_csv
+from distforest.cli.plan import check_disk, estimate_matrix
+from distforest.cli.simforest_job import SCALINGS, metric_params, read_fit_input, scale, where
+from distforest.cli.similarity_cmd import bars, cluster_kw
+from distforest.errors import InputError, ParameterError
+from distforest.forests import constraints as C
+from distforest.forests.simforest import SimilarityForestClassifier
+from distforest.io import load_table, read_frame
+from distforest.io.matrices import load_matrix
+from distforest.kernels.simtrees import KINDS, MISSING
+from distforest.store.run_store import RunStore, check_can_create
+
+#: The estimator's own defaults: the command line never restates them.
+DEFAULTS = SimilarityForestClassifier().get_params()
+
+
+@click.group("simforest")
+def simforest() -> None:
+    """SimForest: classify objects known only through pairwise similarities (or distances).
+
+    \b
+    Examples:
+      distforest simforest fit --similarity S.npy --labels labels.csv --out model.zarr
+      distforest simforest predict model.zarr --similarity Q.npy --out predictions.csv
+      distforest simforest fit data.csv --target Class --metric rbf --out model.zarr
+      distforest simforest predict model.zarr new.csv --out predictions.csv
+      distforest simforest proximity model.zarr --out prox.zarr
+    """
+
+
+@simforest.command("fit")
+@click.argument("data", required=False, metavar="[DATA]")
+@click.option("--similarity", "matrix", metavar="S.npy|S.zarr",
+              help="n x n similarity (or distance) matrix: .npy, a Zarr array or group; "
+                   "NaN = not observed.")  # fmt: skip
+@click.option(
+    "--labels",
+    metavar="LABELS.csv",
+    help="With --similarity: CSV with a header and one column, a label per object.",
+)
+@click.option("--target", metavar="COLUMN", help="With DATA: the label column.")
+@click.option(
+    "--metric",
+    default=None,
+    metavar="NAME",
+    help="With DATA: rbf (rbf:GAMMA), cosine, dot or euclidean [default: rbf].",
+)
+@click.option(
+    "--normalize",
+    type=click.Choice(SCALINGS),
+    default="zscore",
+    show_default=True,
+    help="With DATA: scale features before the measure (stored with the model).",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(KINDS),
+    default=DEFAULTS["kind"],
+    show_default=True,
+    help="What --similarity holds (a distance orders by D_ki^2 - D_kj^2).",
+)
+@click.option(
+    "--trees",
+    "n_estimators",
+    type=click.IntRange(min=1),
+    default=DEFAULTS["n_estimators"],
+    show_default=True,
+    help="Number of trees.",
+)
+@click.option(
+    "--pairs",
+    "n_pairs",
+    type=click.IntRange(min=1),
+    default=DEFAULTS["n_pairs"],
+    show_default=True,
+    help="Pairs of objects tried per node (the paper's r).",
+)
+@click.option("--missing", type=click.Choice(MISSING), default=DEFAULTS["missing"],
+              show_default=True,
+              help="An object whose similarity is missing: stay at the node (the paper), "
+                   "both children weighted by size, or the larger child.")  # fmt: skip
+@click.option("--max-depth", type=click.IntRange(min=1), default=DEFAULTS["max_depth"])
+@click.option(
+    "--min-samples-leaf",
+    type=click.IntRange(min=1),
+    default=DEFAULTS["min_samples_leaf"],
+    show_default=True,
+)
+@click.option(
+    "--bootstrap/--no-bootstrap",
+    default=DEFAULTS["bootstrap"],
+    show_default=True,
+    help="Grow each tree on a bootstrap sample.",
+)
+@click.option(
+    "--seed",
+    "random_state",
+    type=click.IntRange(min=0),
+    default=CLI_SEED,
+    show_default=True,
+    help="random_state: same seed, same forest.",
+)
+@click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
+@input_options
+@cluster_options
+@click.pass_context
+def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labels: str | None,
+                  target: str | None, metric: str | None, normalize: str, out: str,
+                  overwrite: bool, drop: tuple[str, ...], na_values: tuple[str, ...],
+                  **options: Any) -> None:  # fmt: skip
+    """Grow a SimForest from a similarity matrix and labels, or from a table (DATA).
+
+    With --similarity the forest sees only the matrix (rows read as the trees
+    need them). With DATA, similarities between rows are computed on the fly
+    by --metric, and the model keeps the features of the objects its splits
+    use, all that prediction needs.
+    """
+    start = time.perf_counter()
+    params = {k: options.pop(k) for k in ("kind", "n_estimators", "n_pairs", "missing",
+                                          "max_depth", "min_samples_leaf", "bootstrap",
+                                          "random_state")}  # fmt: skip
+    fit_input = read_fit_input(data=data, matrix=matrix, labels=labels, target=target,
+                               normalize=normalize, drop=drop, na_values=na_values)  # fmt: skip
+    if matrix is not None and metric is not None:
+        raise ParameterError("--metric goes with a table DATA, not with --similarity")
+    if data is not None:
+        params["metric"], params["metric_params"] = metric_params(metric or "rbf")
+    check_can_create(out, overwrite)
+    forest = SimilarityForestClassifier(**params)
+    n = fit_input.n
+    with where(n, cluster_kw(options), bars(ctx)):
+        forest.fit(fit_input.source, fit_input.y)
+    forest.save(out, overwrite=overwrite, attrs=fit_input.attrs)
+    click.echo(
+        f"SimForest of {forest.n_estimators} trees on {n} objects "
+        f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
+        f"{forest.n_similarity_evaluations_} similarities evaluated "
+        f"({forest.n_similarity_evaluations_ / forest.n_estimators / n:.1f} per object per tree)"
+        f"\n  model:  {out}"
+    )
+
+
+@simforest.command("predict")
+@click.argument("model", metavar="MODEL.zarr")
+@click.argument("data", required=False, metavar="[DATA]")
+@click.option(
+    "--similarity",
+    "matrix",
+    metavar="Q.npy|Q.zarr",
+    help="n_test x n_train similarities (NaN allowed), for a model fitted on a matrix.",
+)
+@click.option(
+    "--out",
+    required=True,
+    metavar="PREDICTIONS.csv",
+    help="CSV: prediction, then proba_<label> per class.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+@input_options
+@cluster_options
+@click.pass_context
+def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: str | None,
+                      out: str, overwrite: bool, drop: tuple[str, ...],
+                      na_values: tuple[str, ...], **options: Any) -> None:  # fmt: skip
+    """Predict the class of new objects with a SimForest model.
+
+    A model fitted on a matrix takes --similarity Q (test objects in rows,
+    training objects in columns, in training order; only the columns of the
+    model's pair objects are read). A model fitted on a table takes DATA with
+    the training features (the target column, if present, is ignored).
+    """
+    start = time.perf_counter()
+    check_new_file(out, overwrite)
+    forest = SimilarityForestClassifier.load(model)
+    attrs = RunStore.open(model).attrs
+    fitted_on_table = attrs.get("measure") not in ("precomputed", "function")
+    if fitted_on_table:
+        if data is None or matrix is not None:
+            raise ParameterError(
+                f"model {model!r} was fitted on a table: give the new rows as DATA "
+                "(not --similarity)"
+            )
+        names = attrs.get("feature_names") or []
+        frame = read_frame(data, na_values=na_values)
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise InputError(
+                f"{data!r} lacks the model's feature column(s) {missing}; it needs "
+                f"{', '.join(names)}"
+            )
+        table = load_table(frame[names], min_rows=1)
+        source: Any = scale(table.X.astype(np.float64), attrs.get("scaling"))
+        n = source.shape[0]
+    else:
+        if matrix is None or data is not None:
+            raise ParameterError(
+                f"model {model!r} was fitted on a similarity matrix: give --similarity Q.npy "
+                "(test objects x training objects)"
+            )
+        source = load_matrix(matrix, f"--similarity {matrix!r}")
+        n = source.shape[0]
+    with where(n, cluster_kw(options), bars(ctx)):
+        proba = forest.predict_proba(source)
+    frame = pd.DataFrame({"prediction": forest.classes_[np.argmax(proba, axis=1)]})
+    for k, label in enumerate(forest.classes_):
+        frame[f"proba_{label}"] = proba[:, k]
+    path = write_csv(frame, out)
+    click.echo(f"{n} predictions in {time.perf_counter() - start:.1f} s\n  predictions:  {path}")
+
+
+@simforest.command("proximity")
+@click.argument("model", metavar="MODEL.zarr")
+@click.option("--out", required=True, metavar="PROX.zarr", help="Zarr store to write.")
+@click.option("--method", type=click.Choice(C.PROXIMITY_METHODS), default="original",
+              show_default=True,
+              help="original: fraction of trees where two objects end together; oob: the same "
+                   "over trees where both are out of bag; rfgap: RF-GAP.")  # fmt: skip
+@click.option(
+    "--tile-size",
+    type=click.IntRange(min=C.MIN_TILE),
+    default=None,
+    help="Rows/columns of one tile [default: the model's].",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@cluster_options
+@click.pass_context
+def simforest_proximity(
+    ctx: click.Context, model: str, out: str, method: str, tile_size: int | None,
+    overwrite: bool, **options: Any,
+) -> None:  # fmt: skip
+    """Write the forest's proximity of its training objects as Zarr tiles.
+
+    No features anywhere: the objects' final nodes in the model's trees.
+    """
+    start = time.perf_counter()
+    check_can_create(out, overwrite)
+    forest = SimilarityForestClassifier.load(model)
+    n, tile = forest.n_samples_, tile_size or forest.params_["tile_size"]
+    check_disk(Path(out).resolve().parent, estimate_matrix(n, n, 1, tile, True)["disk_bytes"],
+               replaces=out)  # fmt: skip
+    with where(n, cluster_kw(options), bars(ctx)):
+        P = forest.proximity(method, store=out, overwrite=overwrite, tile_size=tile_size)
+    click.echo(
+        f"{P.name} of {P.shape[0]} x {P.shape[1]} objects in {time.perf_counter() - start:.1f} s"
+        f"\n  store:  {out} (array {P.name!r}, dims sample_i, sample_j)"
+    )

@@ -1,0 +1,347 @@
+"""SimForest runs: the fitting input of ``distforest simforest fit`` and SimForest pipelines.
+
+A pipeline with a ``simforest`` section fits a :class:`SimilarityForestClassifier`
+(from a table with a target and a named measure, or from a stored similarity
+matrix plus ``input.labels``), saves the model, writes the forest's proximity
+of the training objects as Zarr tiles, and optionally outlier scores and an
+MDS picture from it.  It follows the run protocol of :mod:`distforest.cli.runs`:
+locked, resumable by stage, not repeated once complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distforest._version import __version__
+from distforest.cli.jobs import JobResult
+from distforest.cli.outputs import check_new_file, write_mds, write_outliers
+from distforest.cli.plan import check_disk, estimate_matrix
+from distforest.cli.report import write_simple_report
+from distforest.cli.runs import Stages, decide, now, spec_hash
+from distforest.errors import ConfigError, InputError, ParameterError
+from distforest.forests import constraints as C
+from distforest.forests.measures import parse_metric
+from distforest.forests.simforest import METRICS, SimilarityForestClassifier
+from distforest.forests.tiles import ARRAY_NAMES
+from distforest.io import load_table, read_frame
+from distforest.io.matrices import StoredMatrix, load_matrix
+from distforest.parallel.cluster import connect
+from distforest.parallel.execution import execution
+from distforest.store.lock import StoreLock
+from distforest.store.run_store import RunStore, check_can_create
+
+logger = logging.getLogger("distforest")
+
+#: Up to this many objects a run stays in this process unless a cluster is named:
+#: starting a LocalCluster would cost more than the work.
+IN_PROCESS_MAX = 3000
+#: Feature scaling stored with a model fitted on a table, applied again at prediction.
+SCALINGS = ("zscore", "none")
+
+
+@contextlib.contextmanager
+def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator[None]:
+    """In process for small inputs, else on the named (or a local) cluster."""
+    if n_objects <= IN_PROCESS_MAX and all(v is None for v in connect_kw.values()):
+        with execution("synchronous", progress=progress):
+            yield
+        return
+    with connect(**connect_kw) as client, execution(client, progress=progress):
+        yield
+
+
+def read_labels(path: str, n: int) -> np.ndarray:
+    """One label per object from a CSV with a header and one column."""
+    frame = read_frame(path)
+    if frame.shape[1] != 1:
+        raise InputError(
+            f"--labels {path!r} has {frame.shape[1]} columns "
+            f"({', '.join(map(str, frame.columns))}); give a CSV with a header and exactly "
+            "one column, one label per object"
+        )
+    labels = frame.iloc[:, 0]
+    if labels.isna().any():
+        row = int(np.flatnonzero(labels.isna().to_numpy())[0])
+        raise InputError(f"--labels {path!r}: row {row} has no label; label every object")
+    if len(labels) != n:
+        raise InputError(
+            f"--labels {path!r} has {len(labels)} labels but the matrix has {n} objects; "
+            "give one label per matrix row, in order"
+        )
+    return labels.to_numpy()
+
+
+def scale(X: np.ndarray, scaling: dict[str, list[float]] | None) -> np.ndarray:
+    """Features scaled as the model's training rows were (``scaling`` stored with it)."""
+    if scaling is None:
+        return X
+    return (X - np.asarray(scaling["mean"])) / np.asarray(scaling["scale"])
+
+
+def metric_params(metric: str) -> tuple[str, dict[str, Any] | None]:
+    """``rbf:0.5`` -> ("rbf", {"gamma": 0.5}); the name checked against SimForest's measures."""
+    measure = parse_metric(metric)
+    C.check_choice("metric", measure.name, METRICS[1:])
+    return measure.name, None if measure.gamma is None else {"gamma": measure.gamma}
+
+
+@dataclass
+class FitInput:
+    """What a SimForest is fitted on, read from the user's files."""
+
+    source: Any
+    y: np.ndarray
+    n: int
+    fingerprint: str
+    #: Stored with the model: source, feature names, target name, scaling.
+    attrs: dict[str, Any]
+
+
+def _file_fingerprint(matrix: StoredMatrix, labels: np.ndarray) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in Path(matrix.path).rglob("*") if Path(matrix.path).is_dir() else [Path(matrix.path)]:
+        if part.is_file():
+            st = part.stat()
+            h.update(f"{part.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h.update(repr(labels.tolist()).encode())
+    return h.hexdigest()
+
+
+def read_fit_input(
+    *,
+    data: str | None,
+    matrix: str | None,
+    labels: str | None,
+    target: str | None,
+    normalize: str,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+) -> FitInput:
+    """A similarity matrix plus labels, or a table with a target (scaled as asked)."""
+    if (matrix is None) == (data is None):
+        raise ParameterError(
+            "give either --similarity S.npy with --labels, or a table DATA with --target "
+            "(not both, not neither)"
+        )
+    if matrix is not None:
+        if labels is None or target is not None:
+            raise ParameterError("--similarity needs --labels LABELS.csv (and takes no --target)")
+        source = load_matrix(matrix, f"--similarity {matrix!r}")
+        y = read_labels(labels, source.shape[0])
+        if isinstance(source, StoredMatrix):
+            fingerprint = _file_fingerprint(source, y)
+        else:  # pragma: no cover - paths always give stored matrices
+            fingerprint = hashlib.blake2b(source.tobytes(), digest_size=16).hexdigest()
+        return FitInput(source, y, source.shape[0], fingerprint, {"source": matrix})
+    if target is None or labels is not None:
+        raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
+    assert data is not None
+    table = load_table(data, target=target, drop=drop, na_values=na_values)
+    if table.categories:
+        raise InputError(
+            f"{data!r}: column(s) {sorted(table.categories)} hold text; a SimForest measure "
+            "needs numeric features (drop them with --drop, or encode them as numbers)"
+        )
+    X = table.X.astype(np.float64)
+    scaling = None
+    if normalize == "zscore":
+        mean, std = X.mean(axis=0), X.std(axis=0)
+        scaling = {"mean": mean.tolist(), "scale": np.where(std > 0, std, 1.0).tolist()}
+        X = scale(X, scaling)
+    attrs = {"source": data, "feature_names": list(table.feature_names), "target_name": target,
+             "scaling": scaling}  # fmt: skip
+    return FitInput(X, np.asarray(table.y), X.shape[0], table.fingerprint(), attrs)
+
+
+@dataclass
+class SimForestJob:
+    """One SimForest run: the model, its proximity (in the model's store), outliers, MDS."""
+
+    input: str
+    out: str
+    labels: str | None = None
+    target: str | None = None
+    drop: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    #: Keyword arguments of :class:`SimilarityForestClassifier`.
+    forest: dict[str, Any] = field(default_factory=dict)
+    normalize: str = "zscore"
+    method: str = "original"
+    #: ``{"out": csv, "plot": png}`` sections, paths already under the output dir.
+    outliers: dict[str, Any] | None = None
+    mds: dict[str, Any] | None = None
+    overwrite: bool = False
+    connect: dict[str, Any] = field(default_factory=dict)
+    name: str = "simforest"
+    source: str | None = None
+
+    @property
+    def matrix_input(self) -> bool:
+        """Whether the input is a similarity matrix (with labels), not a table."""
+        return self.labels is not None
+
+    def spec(self, fingerprint: str) -> dict[str, Any]:
+        """What determines the results: hashed to recognise the same job."""
+        keep = ("labels", "target", "drop", "na_values", "forest", "normalize", "method",
+                "outliers", "mds")  # fmt: skip
+        spec = {k: v for k, v in asdict(self).items() if k in keep}
+        spec["input"] = {"source": self.input, "fingerprint": fingerprint}
+        spec["distforest_version"] = __version__
+        return json.loads(json.dumps(spec, default=str))
+
+
+def run_simforest_job(
+    job: SimForestJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
+) -> JobResult:
+    """Fit, save, write the proximity and the applications; resumable by stage."""
+    start = time.perf_counter()
+    run_id = run_id or uuid.uuid4().hex[:8]
+    fit_input = read_fit_input(
+        data=None if job.matrix_input else job.input,
+        matrix=job.input if job.matrix_input else None,
+        labels=job.labels, target=job.target, normalize=job.normalize, drop=job.drop,
+        na_values=job.na_values,
+    )  # fmt: skip
+    spec = job.spec(fit_input.fingerprint)
+    digest = spec_hash(spec)
+    with StoreLock(job.out, run_id) as lock:
+        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
+        if mode == "complete":
+            rs = RunStore.open(job.out)
+            return _result(job, rs, Stages(rs).outputs(), start, "already complete")
+        check_can_create(job.out, overwrite=True)
+        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
+        replace = job.overwrite or restart or stages is not None
+        for section in (job.outliers, job.mds):
+            for key in ("out", "plot"):
+                check_new_file((section or {}).get(key), replace)
+        tile = job.forest.get("tile_size", SimilarityForestClassifier().tile_size)
+        need = estimate_matrix(fit_input.n, fit_input.n, 1, tile, True)["disk_bytes"]
+        check_disk(Path(job.out).resolve().parent, need, replaces=job.out)
+        with where(fit_input.n, job.connect, progress):
+            if stages is not None and stages.done("fit"):
+                logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
+                forest = SimilarityForestClassifier.load(job.out)
+                rs = RunStore.open(job.out, mode="r+")
+                rs.mark_running()
+                rs.update_attrs(run_id=run_id, resumed_at=now())
+                stages = Stages(rs)
+            else:
+                tick = time.perf_counter()
+                forest = SimilarityForestClassifier(**job.forest)
+                forest.fit(fit_input.source, fit_input.y)
+                rs = forest.save(job.out, overwrite=True, complete=False, attrs={
+                    **fit_input.attrs, "spec": spec, "spec_hash": digest, "run_id": run_id,
+                    "job": job.name, "pipeline": job.source, "stages": {}})  # fmt: skip
+                stages = Stages(rs)
+                stages.finish("fit", time.perf_counter() - tick, {"model": rs.path},
+                              evaluations=forest.n_similarity_evaluations_)  # fmt: skip
+            if not stages.done("proximity"):
+                tick = time.perf_counter()
+                forest.proximity(job.method, store=job.out, complete=False)
+                stages.finish("proximity", time.perf_counter() - tick)
+            title = f"{job.name}: SimForest proximity"
+            if job.outliers and not stages.done("outliers"):
+                tick = time.perf_counter()
+                written = write_outliers(forest, job.outliers["out"], job.outliers.get("plot"),
+                                         title)  # fmt: skip
+                stages.finish("outliers", time.perf_counter() - tick, written)
+            if job.mds and not stages.done("mds"):
+                tick = time.perf_counter()
+                written = write_mds(forest, job.mds["out"], job.mds.get("plot"),
+                                    components=job.mds.get("components", 2),
+                                    dissimilarity=job.mds.get("dissimilarity", "sqrt"),
+                                    title=title)  # fmt: skip
+                stages.finish("mds", time.perf_counter() - tick, written)
+        result = _result(job, rs, stages.outputs(), start,
+                         "resumed" if mode == "resume" else "new")  # fmt: skip
+        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
+        rs.mark_complete()
+    return result
+
+
+def _result(job: SimForestJob, rs: RunStore, outputs: dict[str, str], start: float,
+            mode: str) -> JobResult:  # fmt: skip
+    n = int(rs.attrs.get("n_samples", 0))
+    return JobResult(
+        store=rs.path,
+        name=ARRAY_NAMES[job.method],
+        shape=(n, n),
+        n_trees=len(rs.attrs.get("n_evaluations", [])),
+        task="SimForest classification",
+        seconds=time.perf_counter() - start,
+        outputs={"model": rs.path, **outputs},
+        mode=mode,
+    )
+
+
+def simforest_job(
+    data: dict[str, Any],
+    sections: dict[str, dict[str, Any]],
+    input_path: str,
+    out_dir: Path,
+    connect_kw: dict[str, Any],
+    source: str,
+    apps: dict[str, dict[str, Any]],
+) -> SimForestJob:
+    """A :class:`SimForestJob` from a pipeline whose sections were type-checked.
+
+    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    ``simforest`` section; ``apps`` holds the outliers and mds sections with
+    their paths under ``out_dir``.
+    """
+    clash = [name for name in ("forest", "impute", "mislabels", "xforest", "clustering",
+                               "neighbors", "knn") if name in data]  # fmt: skip
+    if clash:
+        raise ConfigError(
+            f"{source}: a SimForest pipeline has the sections input, simforest, proximity, "
+            f"outliers, mds, output and cluster; remove {', '.join(clash)}"
+        )
+    forest = dict(sections["simforest"])
+    normalize = forest.pop("normalize", "zscore")
+    inp, out = sections["input"], sections["output"]
+    labels = inp.get("labels")
+    if (labels is None) == (inp.get("target") is None):
+        raise ConfigError(
+            f"{source}: a SimForest pipeline needs input.target (a table, with "
+            "simforest.metric) or input.labels (input.path is then a similarity matrix)"
+        )
+    if labels is None and forest.get("metric", "precomputed") == "precomputed":
+        forest["metric"] = "rbf"
+    if isinstance(forest.get("metric"), str) and ":" in forest["metric"]:
+        try:
+            forest["metric"], forest["metric_params"] = metric_params(forest["metric"])
+        except ParameterError as exc:
+            raise ConfigError(f"{source}: simforest.metric: {exc}") from exc
+    try:
+        SimilarityForestClassifier(**forest)._validated()
+    except ParameterError as exc:
+        raise ConfigError(f"{source}: simforest: {exc}") from exc
+    return SimForestJob(
+        input=input_path,
+        out=str(out_dir / out.get("store", "simforest.zarr")),
+        labels=labels,
+        target=inp.get("target"),
+        drop=tuple(inp.get("drop") or ()),
+        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        forest=forest,
+        normalize=normalize,
+        method=sections["proximity"].get("method", "original"),
+        outliers=apps.get("outliers"),
+        mds=apps.get("mds"),
+        overwrite=bool(out.get("overwrite", False)),
+        connect=connect_kw,
+        name=str(data.get("name") or "simforest"),
+        source=source,
+    )

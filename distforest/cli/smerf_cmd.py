@@ -1,0 +1,229 @@
+"""Commands ``distforest smerf fit / predict / importances``.
+
+::
+
+    distforest smerf fit X.csv --distances D.npy [--trees 100] [--max-features sqrt] [--seed 0] --out model.zarr
+    distforest smerf predict model.zarr A.csv [--against B.csv] --out predicted.zarr
+    distforest smerf importances model.zarr [--plot importances.png]
+
+Every input is read and checked before anything is written: a bad D (not
+square, not as long as X, all NaN, infinite, not symmetric) or bad rows stop
+the command with exit code 3 and no output.  The model is built under a
+temporary name and renamed into place only when complete, so a failed or
+killed ``fit`` leaves no half-written model.
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from distforest.apps.plots import plot_importances
+from distforest.cli.options import (
+    CLI_SEED,
+    cluster_options,
+    connect_kwargs,
+    input_options,
+    parse_max_features,
+    tile_size_option,
+)
+from distforest.cli.outputs import check_new_file
+from distforest.cli.progress import ProgressBars
+from distforest.errors import StoreError
+from distforest.forests.smerf import SMERF, TILE_SIZE
+from distforest.io import load_table
+from distforest.io.distances import load_distances
+from distforest.parallel.cluster import connect
+from distforest.store.run_store import RunStore, check_can_create
+
+#: The estimator's own defaults: the command line never restates them.
+SMERF_DEFAULTS = SMERF().get_params()
+SMERF_KEYS = ("n_estimators", "max_features", "oblique", "max_depth", "min_samples_leaf",
+              "bootstrap")  # fmt: skip
+
+
+@click.group()
+def smerf() -> None:
+    """SMERF: learn a distance from features plus an observed distance matrix."""
+
+
+@smerf.command("fit")
+@click.argument("input", metavar="X")
+@click.option(
+    "--distances",
+    required=True,
+    metavar="D.npy|D.zarr",
+    help="Observed n x n distances of the rows of X (NaN = pair not observed).",
+)
+@click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
+@input_options
+@click.option(
+    "--trees",
+    "n_estimators",
+    type=click.IntRange(min=1),
+    default=SMERF_DEFAULTS["n_estimators"],
+    show_default=True,
+    help="Number of trees.",
+)
+@click.option(
+    "--max-features",
+    default=str(SMERF_DEFAULTS["max_features"]),
+    show_default=True,
+    callback=parse_max_features,
+    help="Candidates per split: sqrt, log2, an integer or a fraction.",
+)
+@click.option(
+    "--oblique", is_flag=True, help="Sparse random +-1 projections as candidates (as SPORF)."
+)
+@click.option("--max-depth", type=click.IntRange(min=1), default=None)
+@click.option(
+    "--min-samples-leaf",
+    type=click.IntRange(min=1),
+    default=SMERF_DEFAULTS["min_samples_leaf"],
+    show_default=True,
+)
+@click.option(
+    "--no-bootstrap",
+    "bootstrap",
+    flag_value=False,
+    default=True,
+    help="Every tree sees every row once.",
+)
+@click.option(
+    "--seed",
+    "random_state",
+    type=click.IntRange(min=0),
+    default=CLI_SEED,
+    show_default=True,
+    help="random_state: same seed, same model.",
+)
+@tile_size_option(TILE_SIZE)
+@click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@cluster_options
+@click.pass_obj
+def fit_cmd(
+    obj: dict[str, Any],
+    input: str,
+    distances: str,
+    out: str,
+    drop: tuple[str, ...],
+    na_values: tuple[str, ...],
+    random_state: int,
+    tile_size: int,
+    overwrite: bool,
+    **options: Any,
+) -> None:  # fmt: skip
+    """Fit SMERF on the features X (CSV with a header, no target) and distances D."""
+    check_can_create(out, overwrite)
+    params = {k: options.pop(k) for k in SMERF_KEYS}
+    model = SMERF(**params, random_state=random_state)
+    model._validated()
+    table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
+    dist = load_distances(distances, n=table.n_samples)  # checked before any cluster starts
+    start = time.perf_counter()
+    with connect(**connect_kwargs(options)) as client:
+        model.set_execution(client, progress=ProgressBars(enabled=not obj["quiet"]))
+        model.fit(table, dist)
+    seconds = time.perf_counter() - start
+    target = Path(out)
+    tmp = target.with_name(f".{target.name}.fitting")
+    try:
+        model.save(tmp, overwrite=True, tile_size=tile_size,
+                   attrs={"distances": str(distances)})  # fmt: skip
+        check_can_create(target, overwrite)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    observed = float(np.mean(~np.isnan(model.distances_)))
+    click.echo(
+        f"SMERF: {params['n_estimators']} trees on {model.n_samples_} rows x "
+        f"{model.n_features_in_} features ({observed:.0%} of pairs observed) in {seconds:.1f} s"
+    )
+    _echo_importances(model.feature_importances_, model.feature_names_in_, top=5)
+    click.echo(f"  model: {target.resolve()}")
+
+
+@smerf.command("predict")
+@click.argument("model_path", metavar="MODEL.zarr")
+@click.argument("input", metavar="A")
+@click.option(
+    "--against", metavar="B", help="Columns of the matrix [default: the model's training rows]."
+)
+@click.option(
+    "--out", required=True, metavar="STORE.zarr", help="Zarr store to write (2-D array 'distance')."
+)
+@input_options
+@tile_size_option(TILE_SIZE)
+@click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@cluster_options
+@click.pass_obj
+def predict_cmd(
+    obj: dict[str, Any],
+    model_path: str,
+    input: str,
+    against: str | None,
+    out: str,
+    drop: tuple[str, ...],
+    na_values: tuple[str, ...],
+    tile_size: int,
+    overwrite: bool,
+    **options: Any,
+) -> None:  # fmt: skip
+    """Learned distances between the rows of A and those of B (or the training rows)."""
+    if Path(out).resolve() == Path(model_path).resolve():
+        raise StoreError(f"--out {out!r} is the model itself; choose another path")
+    check_can_create(out, overwrite)
+    model = SMERF.load(model_path)
+    a = load_table(input, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
+    b = None
+    if against is not None:
+        b = load_table(against, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
+    start = time.perf_counter()
+    with connect(**connect_kwargs(options)) as client:
+        model.set_execution(client, progress=ProgressBars(enabled=not obj["quiet"]))
+        matrix = model.predict_distance(a, b, store=out, tile_size=tile_size,
+                                        overwrite=overwrite)  # fmt: skip
+    n, m = matrix.shape
+    columns = "training rows" if b is None else f"rows of {against}"
+    click.echo(
+        f"SMERF distance: {n} rows of {input} x {m} {columns} in "
+        f"{time.perf_counter() - start:.1f} s"
+    )
+    click.echo(f"  store: {Path(out).resolve()} (array 'distance', tiles of {tile_size})")
+
+
+@smerf.command("importances")
+@click.argument("model_path", metavar="MODEL.zarr")
+@click.option("--plot", metavar="FILE.png", help="Also save a bar chart.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
+def importances_cmd(model_path: str, plot: str | None, overwrite: bool) -> None:
+    """Print the feature importances stored in a SMERF model (and plot them)."""
+    check_new_file(plot, overwrite)
+    rs = RunStore.open(model_path, require_complete=True)
+    if rs.attrs.get("method") != "smerf" or "feature_importances" not in rs.group:
+        raise StoreError(
+            f"{rs.path!r} is not a SMERF model (method {rs.attrs.get('method')!r}); make one "
+            "with `distforest smerf fit`"
+        )
+    values = rs.read("feature_importances")
+    names = tuple(rs.attrs["input"]["feature_names"])
+    _echo_importances(values, names, top=len(names))
+    if plot:
+        written = plot_importances(values, names, plot, title="SMERF feature importances")
+        click.echo(f"  plot: {written.resolve()}")
+
+
+def _echo_importances(values: np.ndarray, names: tuple[str, ...], top: int) -> None:
+    order = np.argsort(-values, kind="stable")[:top]
+    width = max(len(str(names[k])) for k in order)
+    click.echo("  feature importances (share of the objective decrease):")
+    for k in order:
+        click.echo(f"    {names[k]!s:<{width}}  {values[k]:.4f}")

@@ -1,0 +1,625 @@
+"""`SimilarityForestClassifier`: SimForest trees as Dask tasks, models as plain Zarr arrays.
+
+A SimForest (Sathe & Aggarwal, KDD 2017) never sees features: only
+similarities (or distances) between objects, from one of three sources:
+
+- a **stored matrix** ``S`` (n x n; NumPy, ``.npy``, Zarr, xarray, Dask; NaN
+  = not observed).  Tasks read the entries they need (rows of the pair
+  objects, by symmetry), never the whole matrix; prediction reads only the
+  pair objects' columns of a test x train matrix ``Q``;
+- a **named measure** on feature rows (``metric="rbf"``, ``"cosine"``,
+  ``"dot"``, ``"euclidean"``), computed on the fly as the trees ask;
+- a **function** ``similarity(objects_a, objects_b) -> (len(a), len(b))``
+  on arbitrary objects (strings, series), given to ``fit``.
+
+The trees (:mod:`distforest.kernels.simtrees`) are grown in batches, one Dask
+task per batch, each from its own seed: the forest is the same on any number
+of workers.  The training objects' final nodes (``leaves_``) and bootstrap
+counts (``inbag_``) feed the same proximity tiles, products and applications
+as a proximity forest's (outliers, MDS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import xarray as xr
+from sklearn.base import ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d, validate_data
+
+from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.forests import constraints as C
+from distforest.forests._estimator import DaskEstimator
+from distforest.forests.measures import Measure, parse_metric
+from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
+from distforest.io.matrices import StoredMatrix, check_entries, load_matrix, open_matrix
+from distforest.kernels.simfetch import fetch_columns, fetch_function, fetch_rows
+from distforest.kernels.simtrees import (
+    KINDS,
+    MISSING,
+    SimTree,
+    SimTreeParams,
+    grow_tree,
+    predict_forest,
+)
+from distforest.parallel import tasks
+from distforest.store.run_store import RunStore
+
+logger = logging.getLogger("distforest")
+
+#: Named measures SimForest computes on feature rows.
+METRICS = ("precomputed", "rbf", "cosine", "dot", "euclidean")
+#: Node arrays of a saved SimForest (``forest/`` group), in :class:`SimTree` field order.
+NODE_FIELDS = (
+    "left", "right", "pair_i", "pair_j", "threshold", "missing_go", "value",
+    "n_node_samples", "depth",
+)  # fmt: skip
+#: Memory for one prediction task's block of a test x train matrix.
+BLOCK_BYTES = 64 * 1024**2
+
+Similarity = Callable[[Any, Any], Any]
+
+
+def _grow_batch(
+    source: Any,
+    function: Similarity | None,
+    y: np.ndarray,
+    seeds: np.ndarray,
+    params: SimTreeParams,
+    n_classes: int,
+) -> list[SimTree]:
+    """One task: grow the trees of ``seeds`` (``source`` is S, or the objects for ``function``)."""
+    if function is None:
+        fetch = fetch_rows(open_matrix(source))
+    else:
+        fetch = fetch_function(function, source)
+    return [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
+
+
+def _predict_block(
+    source: Any,
+    function: Similarity | None,
+    rows: slice,
+    trees: list[SimTree],
+    pair_ids: np.ndarray,
+    pair_objects: Any,
+    missing: str,
+) -> np.ndarray:
+    """One task: class probabilities of test objects ``rows`` (Q's rows, or objects)."""
+    n = rows.stop - rows.start
+    if function is None:
+        fetch = fetch_columns(open_matrix(source)[rows])
+    else:
+        fetch = fetch_function(function, pair_objects, source[rows], row_ids=pair_ids)
+    return predict_forest(trees, fetch, n, missing)
+
+
+def _checked_array(estimator: Any, X: Any, *, precomputed: bool, reset: bool) -> Any:
+    """In-memory arrays through scikit-learn's checks (paths and Zarr go as they are)."""
+    lazy = type(X).__module__.split(".")[0] in ("zarr", "xarray", "dask")
+    if lazy or isinstance(X, str | Path | StoredMatrix):
+        return X
+    try:
+        return validate_data(
+            estimator, X, reset=reset, dtype=(np.float64, np.float32),
+            ensure_all_finite="allow-nan" if precomputed else True,
+        )  # fmt: skip
+    except ValueError as exc:
+        if not precomputed or "features" not in str(exc):
+            raise
+        raise InputError(
+            f"{exc} A test x train matrix needs one column per training object, in training order."
+        ) from None
+
+
+def _as_objects(X: Any) -> Any:
+    """Objects for a similarity function: numeric arrays as they are, anything else as objects."""
+    if isinstance(X, np.ndarray):
+        return X
+    try:
+        arr = np.asarray(X)
+    except ValueError:
+        arr = None
+    if arr is None or arr.dtype == object or arr.ndim == 0:
+        arr = np.empty(len(X), dtype=object)
+        arr[:] = list(X)
+    return arr
+
+
+class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
+    """A classification forest grown from pairwise similarities (or distances) only.
+
+    Parameters
+    ----------
+    n_estimators : int, default 100
+        Number of trees.
+    n_pairs : int, default 1
+        Pairs ``(O_i, O_j)`` of different classes tried at each node (the paper's r).
+    kind : {"similarity", "distance"}, default "similarity"
+        What a precomputed matrix or a function gives: objects are ordered by
+        ``S_kj - S_ki`` or by ``D_ki**2 - D_kj**2``.  A named ``metric`` sets
+        its own kind (``euclidean`` is a distance, the others similarities).
+    max_depth : int or None, default None
+        None grows every tree to purity.
+    min_samples_leaf : int, default 1
+        Smallest in-bag weight of a child.
+    missing : {"stay", "both", "larger"}, default "stay"
+        An object whose needed similarity is missing: ``stay`` stops at the
+        node and is answered by its class distribution (the paper);
+        ``both`` trains like ``stay`` but predicts down both children,
+        weighted by their training sizes; ``larger`` goes to the larger child.
+    bootstrap : bool, default True
+        Grow each tree on a bootstrap sample (the paper does not say; with
+        ``False`` every tree sees every object once).
+    metric : {"precomputed", "rbf", "cosine", "dot", "euclidean"}, default "precomputed"
+        ``precomputed``: ``fit(S, y)`` takes the n x n matrix and
+        ``predict(Q)`` the n_test x n_train one.  Otherwise ``X`` are feature
+        rows and the measure is computed on the fly (``fit`` may also take a
+        ``similarity=`` function or name, which takes precedence).
+    metric_params : dict or None, default None
+        ``{"gamma": g}`` for ``rbf`` (default ``1 / n_features``).
+    batch_size : int or None, default None
+        Trees per Dask task; None gives about four tasks per worker thread.
+    tile_size : int, default 2048
+        Rows and columns of one proximity tile.
+    random_state : int or None, default 0
+        Seed of the forest: the same value gives the same trees on any cluster.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        Labels as given to ``fit``.
+    trees_ : list of SimTree
+    leaves_, inbag_ : ndarray, shape (n_samples, n_estimators)
+        Final node and bootstrap count of every training object in every tree.
+    n_similarity_evaluations_ : int
+        Similarities requested while growing all trees.
+    n_samples_ : int
+    """
+
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
+        "n_estimators": C.Int(1),
+        "n_pairs": C.Int(1),
+        "kind": C.Choice(KINDS),
+        "max_depth": C.Int(0, none=True),
+        "min_samples_leaf": C.Int(1),
+        "missing": C.Choice(MISSING),
+        "bootstrap": C.Bool(),
+        "metric": C.Choice(METRICS),
+        "metric_params": C.Checked("by parse_metric"),
+        "batch_size": C.Int(1, none=True),
+        "tile_size": C.TILE_SIZE,
+        "random_state": C.Seed(),
+    }
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        n_pairs: int = 1,
+        kind: str = "similarity",
+        max_depth: int | None = None,
+        min_samples_leaf: int = 1,
+        missing: str = "stay",
+        bootstrap: bool = True,
+        metric: str = "precomputed",
+        metric_params: dict[str, Any] | None = None,
+        batch_size: int | None = None,
+        tile_size: int = 2048,
+        random_state: int | None = 0,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.n_pairs = n_pairs
+        self.kind = kind
+        self.max_depth = max_depth
+        self.min_samples_leaf = min_samples_leaf
+        self.missing = missing
+        self.bootstrap = bootstrap
+        self.metric = metric
+        self.metric_params = metric_params
+        self.batch_size = batch_size
+        self.tile_size = tile_size
+        self.random_state = random_state
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.pairwise = self.metric == "precomputed"
+        tags.input_tags.allow_nan = self.metric == "precomputed"
+        return tags
+
+    # -- fitting ------------------------------------------------------------
+
+    def _measure(self, similarity: Any, params: dict[str, Any]) -> Measure | Similarity | None:
+        """The fitted measure, the user's function, or None for a precomputed matrix."""
+        if similarity is not None and not isinstance(similarity, str):
+            if not callable(similarity):
+                raise ParameterError(
+                    f"similarity must be a function f(objects_a, objects_b) -> array or a "
+                    f"measure name ({', '.join(METRICS[1:])}), got {similarity!r}"
+                )
+            return similarity
+        name = similarity if similarity is not None else params["metric"]
+        if name == "precomputed":
+            return None
+        C.check_choice("metric", name, METRICS[1:])
+        return parse_metric(name, params["metric_params"])
+
+    def fit(self, X: Any, y: Any, similarity: Any = None) -> SimilarityForestClassifier:
+        """Grow the trees, one Dask task per batch.
+
+        Parameters
+        ----------
+        X : array-like, path, Zarr, xarray or Dask array
+            With ``metric="precomputed"`` and no ``similarity``: the n x n
+            similarity (or distance) matrix, NaN where not observed.
+            Otherwise the n objects (feature rows for a named measure, any
+            sequence for a function).
+        y : array-like of shape (n,)
+            Class labels, at least two classes.
+        similarity : callable or str, optional
+            ``f(objects_a, objects_b) -> (len(a), len(b))`` array, or a name
+            among ``rbf``, ``cosine``, ``dot``, ``euclidean``.
+
+        Returns
+        -------
+        self
+        """
+        params = self._validated()
+        measure = self._measure(similarity, params)
+        kind = params["kind"]
+        objects: Any = None
+        if measure is None:
+            X = _checked_array(self, X, precomputed=True, reset=True)
+            source: Any = load_matrix(X, "the similarity matrix")
+            check_entries(source, "the similarity matrix", square=True)
+            n = source.shape[0]
+        elif isinstance(measure, Measure):
+            objects = _checked_array(self, X, precomputed=False, reset=True)
+            measure = measure.fitted(objects)
+            kind = measure.kind
+            source, n = objects, objects.shape[0]
+        else:
+            objects = source = _as_objects(X)
+            n = len(source)
+        check_classification_targets(y)
+        labels = column_or_1d(y, warn=True)
+        if labels.shape[0] != n:
+            raise InputError(
+                f"y has {labels.shape[0]} labels but there are {n} objects; give one label per "
+                "object, in the order of the matrix rows"
+            )
+        classes, codes = np.unique(labels, return_inverse=True)
+        if classes.shape[0] < 2:
+            raise InputError(
+                f"y has one class only ({classes[0]!r}); a classifier needs at least two"
+            )
+        tree_params = SimTreeParams(
+            n_pairs=params["n_pairs"], kind=kind, max_depth=params["max_depth"],
+            min_samples_leaf=params["min_samples_leaf"], missing=params["missing"],
+            bootstrap=params["bootstrap"],
+        )  # fmt: skip
+        n_trees = params["n_estimators"]
+        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
+        function = None if measure is None else getattr(measure, "values", measure)
+        trees: list[SimTree] = [None] * n_trees  # type: ignore[list-item]
+        with self._runner() as runner:
+            size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
+            batches = tasks.plan_batches(n_trees, size)
+            logger.info("growing %d SimForest trees on %d objects in %d tasks",
+                        n_trees, n, len(batches))  # fmt: skip
+            shared = source if isinstance(source, StoredMatrix) else runner.share(source)
+            y_shared = runner.share(codes.astype(np.int64))
+            items = [(shared, function, y_shared, seeds[b], tree_params, len(classes))
+                     for b in batches]  # fmt: skip
+            for i, part in runner.run(_grow_batch, items, name="simforest-fit",
+                                      progress=self._report("fit")):  # fmt: skip
+                trees[batches[i]] = part
+        self._set_fitted(trees, classes, codes, measure, objects, kind, params)
+        self.random_state_ = entropy
+        self.seeds_ = seeds
+        self.fit_id_ = uuid.uuid4().hex
+        return self
+
+    def _set_fitted(
+        self,
+        trees: list[SimTree],
+        classes: np.ndarray,
+        codes: np.ndarray,
+        measure: Any,
+        objects: Any,
+        kind: str,
+        params: dict[str, Any],
+    ) -> None:
+        self.trees_ = trees
+        self.classes_ = classes
+        self.y_ = codes.astype(np.int64)
+        self.task_ = "classification"
+        self.n_samples_ = int(codes.shape[0])
+        self.kind_ = kind
+        self.measure_ = measure
+        self.leaves_ = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
+        self.inbag_ = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
+        self.n_similarity_evaluations_ = int(sum(t.n_evaluations for t in trees))
+        ids = np.concatenate([np.concatenate([t.pair_i, t.pair_j]) for t in trees])
+        self.pair_ids_ = np.unique(ids[ids >= 0])
+        self.pair_objects_ = None if objects is None else objects[self.pair_ids_]
+        self.params_ = params
+
+    # -- prediction ---------------------------------------------------------
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "trees_"):
+            raise NotFittedError(
+                "this SimilarityForestClassifier is not fitted yet; call fit(S, y) first"
+            )
+
+    def predict_proba(self, X: Any, similarity: Any = None) -> np.ndarray:
+        """Class probabilities: the trees' node distributions, averaged.
+
+        Parameters
+        ----------
+        X : array-like, path, Zarr, xarray or Dask array
+            For a precomputed forest: the n_test x n_train similarities
+            (NaN allowed; only the pair objects' columns are read).
+            Otherwise the test objects.
+        similarity : callable, optional
+            The training function again, for a forest fitted with one and
+            loaded from a store (functions are not saved).
+
+        Returns
+        -------
+        ndarray of shape (n_test, n_classes)
+        """
+        self._check_fitted()
+        function: Similarity | None
+        if self.measure_ is None and similarity is None:
+            X = _checked_array(self, X, precomputed=True, reset=False)
+            source: Any = load_matrix(X, "the test x train matrix")
+            check_entries(source, "the test x train matrix", square=False,
+                          n_columns=self.n_samples_)  # fmt: skip
+            function, n = None, source.shape[0]
+            per_row = len(self.pair_ids_)
+        else:
+            function = similarity if similarity is not None else self.measure_
+            if function is None or isinstance(function, str):
+                raise ParameterError(
+                    "this forest was fitted with a similarity function, which is not saved; "
+                    "pass it again: predict(objects, similarity=f)"
+                )
+            function = getattr(function, "values", function)
+            if isinstance(self.measure_, Measure):
+                source = _checked_array(self, X, precomputed=False, reset=False)
+            else:
+                source = _as_objects(X)
+            n, per_row = len(source), 1
+            if self.pair_objects_ is None:
+                raise ParameterError(
+                    "this forest holds no pair objects (they were not numeric and could not "
+                    "be saved): fit it again in this session to predict with a function"
+                )
+        rows = max(1, min(n, BLOCK_BYTES // (8 * max(1, per_row))))
+        blocks = [slice(s, min(s + rows, n)) for s in range(0, n, rows)]
+        proba = np.empty((n, len(self.classes_)))
+        with self._runner() as runner:
+            shared = source if isinstance(source, StoredMatrix) else runner.share(source)
+            trees = runner.share(self.trees_)
+            items = [(shared, function, b, trees, self.pair_ids_, self.pair_objects_,
+                      self.params_["missing"]) for b in blocks]  # fmt: skip
+            for i, part in runner.run(_predict_block, items, name="simforest-predict",
+                                      progress=self._report("predict")):  # fmt: skip
+                proba[blocks[i]] = part
+        return proba
+
+    def predict(self, X: Any, similarity: Any = None) -> np.ndarray:
+        """The most probable class of each test object (labels as given to ``fit``)."""
+        self._check_fitted()
+        return self.classes_[np.argmax(self.predict_proba(X, similarity), axis=1)]
+
+    # -- proximities ---------------------------------------------------------
+
+    def proximity(
+        self,
+        method: str = "original",
+        store: str | Path | None = None,
+        *,
+        overwrite: bool = False,
+        max_in_memory: int = 10_000,
+        tile_size: int | None = None,
+        complete: bool = True,
+    ) -> xr.DataArray:
+        """Proximity of the training objects: the fraction of trees where they end together.
+
+        An object held at an inner node by a missing similarity (``missing="stay"``)
+        ends there; out-of-bag objects are routed too, so every object has a
+        final node in every tree.
+
+        Parameters
+        ----------
+        method : {"original", "oob", "rfgap"}
+            As for :meth:`distforest.ProximityForest.proximity`.
+        store : str, Path or None
+            Zarr store to write tile by tile (one Dask task per tile); None
+            returns a small in-memory matrix.
+        overwrite : bool
+            Replace an existing distforest store.
+        max_in_memory : int
+            Largest n for ``store=None``.
+        tile_size : int, optional
+            Rows and columns of one tile (default: the forest's ``tile_size``).
+        complete : bool
+            Mark the store complete afterwards (a pipeline marks it when all
+            its stages are done).  A model store of this fit takes the matrix
+            next to the model.
+
+        Returns
+        -------
+        xarray.DataArray
+            Dims ``(sample_i, sample_j)``, float32; lazy when ``store`` is given.
+        """
+        self._check_fitted()
+        C.check_choice("method", method, C.PROXIMITY_METHODS)
+        if method in C.OUT_OF_BAG_METHODS and not self.params_["bootstrap"]:
+            raise ParameterError(
+                f"method={method!r} needs out-of-bag objects; refit with bootstrap=True"
+            )
+        n = self.n_samples_
+        tile = self.params_["tile_size"] if tile_size is None else C.check_tile_size(tile_size)
+        if store is None:
+            if n > max_in_memory:
+                raise ParameterError(
+                    f"an in-memory proximity of n={n} objects needs {n * n * 4 / 1e9:.1f} GB; "
+                    "pass store='proximity.zarr' to write it tile by tile"
+                )
+            values = proximity_in_memory(self.leaves_, self.inbag_, method, tile)
+            coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
+            return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
+                                name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
+        rs = self._proximity_store(store, overwrite)
+        with self._runner() as runner:
+            write_proximity(
+                runner, rs, method, tile, identity={"fit_id": self.fit_id_},
+                attrs={"n_trees": len(self.trees_)}, progress=self._report("tiles"),
+            )  # fmt: skip
+        if complete:
+            rs.mark_complete()
+        return rs.dataset()[ARRAY_NAMES[method]]
+
+    def _proximity_store(self, store: str | Path, overwrite: bool) -> RunStore:
+        path = Path(store)
+        if path.exists():
+            with contextlib.suppress(StoreError):
+                rs = RunStore.open(path, mode="r+")
+                if rs.attrs.get("fit_id") == self.fit_id_ and "leaves" in rs.group:
+                    rs.mark_running()
+                    return rs
+        rs = RunStore.create(path, attrs=self._provenance(), overwrite=overwrite)
+        self._write_rows(rs)
+        return rs
+
+    # -- storing ------------------------------------------------------------
+
+    def _provenance(self) -> dict[str, Any]:
+        params = {k: v for k, v in self.params_.items() if k != "metric_params"}
+        params["random_state"] = self.random_state_
+        spec = self.measure_.spec if isinstance(self.measure_, Measure) else None
+        return {
+            "model": "simforest",
+            "params": params,
+            "fit_id": self.fit_id_,
+            "kind": self.kind_,
+            "measure": spec
+            if spec is not None
+            else ("precomputed" if self.measure_ is None else "function"),
+            "classes": [c.item() if hasattr(c, "item") else c for c in self.classes_],
+            "n_samples": self.n_samples_,
+            "n_features": getattr(self, "n_features_in_", None),
+            "n_evaluations": [int(t.n_evaluations) for t in self.trees_],
+        }
+
+    def _write_rows(self, rs: RunStore) -> None:
+        tile = self.params_["tile_size"]
+        rs.write_coordinates(self.n_samples_, len(self.trees_))
+        rs.write_named("leaves", self.leaves_, rows=tile)
+        rs.write_named("inbag", self.inbag_, rows=tile)
+        rs.write_named("target", self.y_)
+
+    def save(
+        self,
+        store: str | Path,
+        *,
+        overwrite: bool = False,
+        attrs: dict[str, Any] | None = None,
+        complete: bool = True,
+    ) -> RunStore:
+        """Write the model as plain Zarr arrays (no pickle).
+
+        The store holds the flat node arrays of every tree (``forest/``), the
+        pair objects' training ids (``pair_ids``) and, for a named measure,
+        their features (``pair_objects``): all that prediction needs.  A
+        function is not saved; pass it again to ``predict``.
+
+        Parameters
+        ----------
+        store : str or Path
+        overwrite : bool
+            Replace an existing distforest store.
+        attrs : dict, optional
+            More JSON attributes, recorded as the store is created (a job's spec).
+        complete : bool
+            Mark the store complete (a pipeline marks it when all its stages are done).
+
+        Returns
+        -------
+        RunStore
+        """
+        self._check_fitted()
+        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
+                             overwrite=overwrite)  # fmt: skip
+        nodes = {f: np.concatenate([getattr(t, f) for t in self.trees_]) for f in NODE_FIELDS}
+        rs.write_forest(nodes, np.array([t.n_nodes for t in self.trees_]), self.seeds_)
+        self._write_rows(rs)
+        rs.write_named("pair_ids", self.pair_ids_)
+        if self.pair_objects_ is not None and self.pair_objects_.dtype.kind in "fiub":
+            rs.write_named("pair_objects", self.pair_objects_)
+        if complete:
+            rs.mark_complete()
+        return rs
+
+    @classmethod
+    def load(cls, store: str | Path) -> SimilarityForestClassifier:
+        """Read a model written by :meth:`save`; it predicts exactly as the saved one.
+
+        Parameters
+        ----------
+        store : str or Path
+
+        Returns
+        -------
+        SimilarityForestClassifier
+        """
+        rs = RunStore.open(store)
+        attrs = rs.attrs
+        if attrs.get("model") != "simforest" or "forest" not in rs.group:
+            raise StoreError(
+                f"{str(store)!r} is not a SimForest model (model {attrs.get('model')!r}); "
+                "write one with `distforest simforest fit ... --out model.zarr`"
+            )
+        saved = dict(attrs["params"])
+        names = cls._get_param_names()
+        forest = cls(**{k: v for k, v in saved.items() if k in names})
+        nodes = rs.read_forest()
+        offsets = nodes.pop("node_offset")
+        seeds = nodes.pop("seed")
+        leaves, inbag = rs.read("leaves"), rs.read("inbag")
+        trees = []
+        for t in range(len(offsets) - 1):
+            part = slice(int(offsets[t]), int(offsets[t + 1]))
+            trees.append(SimTree(
+                **{f: nodes[f][part] for f in NODE_FIELDS},
+                inbag=inbag[:, t].astype(np.int32), leaves=leaves[:, t],
+                n_evaluations=int(attrs["n_evaluations"][t]), missing=saved["missing"],
+                kind=attrs["kind"],
+            ))  # fmt: skip
+        spec = attrs["measure"]
+        measure: Measure | str | None = None
+        if spec not in ("precomputed", "function"):
+            measure = parse_metric(spec)
+        elif spec == "function":
+            measure = "function"
+        objects = rs.read("pair_objects") if "pair_objects" in rs.group else None
+        if attrs.get("n_features") is not None:
+            forest.n_features_in_ = int(attrs["n_features"])
+        forest._set_fitted(trees, np.asarray(attrs["classes"]), rs.read("target"), measure,
+                           None, attrs["kind"], saved)  # fmt: skip
+        forest.pair_objects_ = objects
+        forest.pair_ids_ = rs.read("pair_ids")
+        forest.random_state_ = saved["random_state"]
+        forest.seeds_ = seeds
+        forest.fit_id_ = attrs["fit_id"]
+        return forest

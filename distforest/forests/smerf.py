@@ -1,0 +1,469 @@
+"""`SMERF`: a forest that learns a distance from features plus observed pairwise distances.
+
+Tomita & Vogelstein's Similarity and Metric Random Forests (DESIGN.md
+section 4): trees split to minimise the children's average within-node
+distance of an observed n x n matrix D (NaN = pair not observed; the kernel
+leaves it out of every sum), and predict the distance of a new pair as the mean
+of D over the in-bag members of the two rows' leaves, averaged over the trees
+(:mod:`distforest.kernels.smerf`).
+
+Trees are grown as Dask tasks (one per batch of trees, seeds planned in the
+driver, so the same ``random_state`` gives the same forest on any cluster).
+Predicted matrices go through the tile service: per tile and tree, only the
+distinct leaf pairs the tile needs are averaged, from the leaves' in-bag
+members and D; no tree's leaf-by-leaf table is ever built (memory O(n T) for
+the leaves plus one tile, beside D itself).  A saved model keeps D (as
+``train_distance``, compressed, NaN = not observed) so that it predicts
+without the original file.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import xarray as xr
+
+from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.forests import constraints as C
+from distforest.forests._estimator import DaskEstimator
+from distforest.forests.tiled import matrix_in_memory, write_matrix
+from distforest.io import Table, load_table
+from distforest.io.distances import load_distances
+from distforest.kernels import smerf as K
+from distforest.parallel import tasks
+from distforest.parallel.tiling import TilePlan
+from distforest.store.run_store import RunStore
+
+logger = logging.getLogger("distforest")
+
+#: Default rows/columns of one predicted tile (one task, one Zarr chunk).
+TILE_SIZE = 1024
+#: Without a store, matrices of more cells than this are refused (400 MB of float32).
+MAX_IN_MEMORY = 100_000_000
+#: The stored name of a predicted matrix.
+DISTANCE = "distance"
+#: The stored name of the training distances inside a model.
+TRAIN_DISTANCE = "train_distance"
+
+
+@dataclass
+class TileInputs:
+    """What every tile task of one predicted matrix needs (shared with the workers once)."""
+
+    D: np.ndarray
+    leaves_a: np.ndarray
+    leaves_b: np.ndarray
+    inbag_a: np.ndarray
+    inbag_b: np.ndarray
+    node_offset: np.ndarray
+    leaf_start: np.ndarray
+    leaf_members: np.ndarray
+    oob: bool
+    fallback: float
+
+
+def distance_tile(inputs: TileInputs, rows: slice, cols: slice) -> np.ndarray:
+    """Tile function of the tile service: predicted distances of ``rows`` x ``cols``."""
+    oob = inputs.oob
+    return K.tile_distance(
+        inputs.D, inputs.leaves_a[rows], inputs.leaves_b[cols], inputs.node_offset,
+        inputs.leaf_start, inputs.leaf_members, oob,
+        inputs.inbag_a[rows] if oob else inputs.inbag_a,
+        inputs.inbag_b[cols] if oob else inputs.inbag_b,
+        inputs.fallback,
+    )  # fmt: skip
+
+
+class SMERF(DaskEstimator):
+    """Similarity and Metric Random Forest: learn a distance from X and an observed D.
+
+    Parameters
+    ----------
+    n_estimators : int, default 100
+        Number of trees.
+    max_features : "sqrt", "log2", "auto", None, int or float, default "sqrt"
+        Candidates per node (features, or projections when ``oblique``), as
+        in scikit-learn.
+    oblique : bool, default False
+        Sparse random projections as candidates (each 1 + Poisson(0.5) features
+        with +-1 weights, as SPORF) instead of single features.
+    max_depth : int or None, default None
+    min_samples_leaf : int, default 1
+        In-bag rows (with multiplicity) each child must keep.
+    bootstrap : bool, default True
+        Each tree sees n rows drawn with replacement.
+    random_state : int or None, default 0
+        The same value gives the same trees and matrices on any cluster and
+        with any tile size.
+
+    Where it runs is not a parameter: ``with distforest.execution(client=c):``
+    or :meth:`set_execution` (progress stages ``"fit"`` and ``"tiles"``).
+
+    Attributes
+    ----------
+    n_samples_, n_features_in_ : int
+    feature_names_in_ : tuple of str
+    feature_importances_ : ndarray, shape (n_features,)
+        Decrease of the SMERF objective per feature, each split weighted by
+        its share of the tree's rows, summed per tree, averaged over the trees
+        and normalised to sum to 1 (as scikit-learn's; raw values in
+        ``tree_importances_``).
+    tree_importances_ : ndarray, shape (n_estimators, n_features)
+    seeds_ : ndarray of uint64, shape (n_estimators,)
+    random_state_ : int
+    leaves_ : ndarray of int32, shape (n_samples, n_estimators)
+        Leaf (node id local to its tree) of every training row.
+    inbag_ : ndarray of uint16, shape (n_samples, n_estimators)
+        Bootstrap count of every training row in every tree.
+    forest_ : distforest.kernels.smerf.FlatForest
+    distances_ : ndarray, shape (n_samples, n_samples)
+        The observed training distances (NaN = not observed).
+    mean_distance_ : float
+        Mean observed distance: the prediction of a pair no tree can estimate.
+    """
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        max_features: int | float | str | None = "sqrt",
+        oblique: bool = False,
+        max_depth: int | None = None,
+        min_samples_leaf: int = 1,
+        bootstrap: bool = True,
+        random_state: int | None = 0,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.max_features = max_features
+        self.oblique = oblique
+        self.max_depth = max_depth
+        self.min_samples_leaf = min_samples_leaf
+        self.bootstrap = bootstrap
+        self.random_state = random_state
+
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
+        "n_estimators": C.Int(1),
+        "max_features": C.MaxFeatures(),
+        "oblique": C.Bool(),
+        "max_depth": C.Int(1, none=True),
+        "min_samples_leaf": C.Int(1),
+        "bootstrap": C.Bool(),
+        "random_state": C.Seed(),
+    }
+
+    # -- fitting ------------------------------------------------------------
+
+    def fit(self, X: Any, D: Any) -> SMERF:
+        """Grow the trees, one Dask task per batch of trees.
+
+        Parameters
+        ----------
+        X : path, array-like, DataFrame, dask/xarray/zarr object or Table
+            n rows of numeric features without missing values.
+        D : path (.npy or Zarr), numpy, dask, xarray or zarr array, shape (n, n)
+            Observed symmetric dissimilarities of the rows of X (may be
+            negative, e.g. minus a similarity); NaN marks a pair not observed.
+
+        Returns
+        -------
+        self
+        """
+        params = self._validated()
+        table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
+        if np.isnan(table.X).any():
+            raise InputError(
+                f"{table.source}: SMERF needs complete features; impute the missing values "
+                "first, e.g. `distforest impute`"
+            )
+        dist = load_distances(D, n=table.n_samples)
+        n_trees = params["n_estimators"]
+        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
+        tree_params = {
+            k: params[k]
+            for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap", "oblique")
+        }
+        K.warm_up()  # compile once here, not in every worker at the same time
+        with self._runner() as runner:
+            batches = tasks.plan_batches(
+                n_trees, tasks.default_batch_size(n_trees, runner.threads())
+            )
+            logger.info(
+                "growing %d SMERF trees on %d x %d in %d tasks",
+                n_trees, table.n_samples, table.n_features, len(batches),
+            )  # fmt: skip
+            x_h, d_h = runner.share(table.X), runner.share(dist)
+            items = [(x_h, d_h, seeds[b], tree_params) for b in batches]
+            parts: list[Any] = [None] * len(batches)
+            for i, part in runner.run(
+                K.grow_batch, items, name="smerf-trees", progress=self._report("fit")
+            ):
+                parts[i] = part
+        forest = K.concatenate(parts)
+        self.n_samples_ = table.n_samples
+        self.n_features_in_ = table.n_features
+        self.feature_names_in_ = table.feature_names
+        self.seeds_ = seeds
+        self.random_state_ = entropy
+        self.distances_ = dist
+        self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
+        self.params_ = params
+        self.fit_id_ = uuid.uuid4().hex
+        self._set_forest(forest, K.apply(forest, table.X), K.inbag_counts(forest, table.n_samples))
+        return self
+
+    def _set_forest(self, forest: K.FlatForest, leaves: np.ndarray, inbag: np.ndarray) -> None:
+        self.forest_ = forest
+        self.leaves_ = leaves
+        self.inbag_ = inbag
+        self.tree_importances_ = forest.importances
+        total = forest.importances.mean(axis=0)
+        norm = total.sum()
+        self.feature_importances_ = total / norm if norm > 0 else total
+        self.mean_distance_ = float(np.nanmean(self.distances_))
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "forest_"):
+            raise NotFittedError("this SMERF is not fitted yet; call fit(X, D) first")
+
+    # -- new rows -------------------------------------------------------------
+
+    def _rows(self, X: Any, what: str) -> np.ndarray:
+        table = X if isinstance(X, Table) else load_table(X, allow_missing=False, min_rows=1)
+        if table.n_features != self.n_features_in_:
+            raise InputError(
+                f"{what} ({table.source}) has {table.n_features} features but the forest was "
+                f"fitted on {self.n_features_in_}; pass the same columns in the same order"
+            )
+        if np.isnan(table.X).any():
+            raise InputError(f"{what} ({table.source}): rows with missing values cannot be routed")
+        return table.X
+
+    def apply(self, X: Any) -> np.ndarray:
+        """Leaf of every row of ``X`` in every tree.
+
+        Returns
+        -------
+        ndarray of int32, shape (n_rows, n_estimators)
+            Node ids local to their tree.
+        """
+        self._check_fitted()
+        return K.apply(self.forest_, self._rows(X, "X"))
+
+    # -- matrices -------------------------------------------------------------
+
+    def predict_distance(
+        self,
+        X_a: Any,
+        X_b: Any = None,
+        store: str | Path | None = None,
+        *,
+        tile_size: int = TILE_SIZE,
+        overwrite: bool = False,
+    ) -> xr.DataArray:
+        """Learned distance between the rows of ``X_a`` and those of ``X_b``.
+
+        Parameters
+        ----------
+        X_a : array-like, path or Table
+            Rows of the matrix (``sample_i``).
+        X_b : array-like, path or Table, optional
+            Columns (``sample_j``); None: the training rows.
+        store : str or Path, optional
+            Zarr store to create: the matrix ``distance`` is written tile by
+            tile as Dask tasks and returned lazily.  None: in memory (at most
+            1e8 cells).
+        tile_size : int
+            Rows/columns of one tile (one task, one Zarr chunk); does not
+            change the values.
+        overwrite : bool
+            Replace an existing distforest store.
+
+        Returns
+        -------
+        xarray.DataArray
+            Dims ``(sample_i, sample_j)``, float32, named ``distance``.
+        """
+        self._check_fitted()
+        leaves_a = K.apply(self.forest_, self._rows(X_a, "X_a"))
+        leaves_b = self.leaves_ if X_b is None else K.apply(self.forest_, self._rows(X_b, "X_b"))
+        none = np.zeros((1, 1), dtype=np.uint16)
+        inputs = self._inputs(leaves_a, leaves_b, none, none, oob=False)
+        what = "training rows" if X_b is None else "X_b"
+        return self._matrix(inputs, False, store, tile_size, overwrite, {"columns": what})
+
+    def oob_distance(
+        self, store: str | Path | None = None, *, tile_size: int = TILE_SIZE,
+        overwrite: bool = False,
+    ) -> xr.DataArray:  # fmt: skip
+        """Out-of-bag learned distance between the training rows.
+
+        Pair (i, j) is averaged over the trees in which neither row is in the
+        bootstrap sample (the mean observed distance where there is none), so
+        the matrix can be scored against the observed D without the optimism
+        of the in-bag one.
+
+        Parameters
+        ----------
+        store, tile_size, overwrite
+            As :meth:`predict_distance`.
+
+        Returns
+        -------
+        xarray.DataArray
+            Symmetric, dims ``(sample_i, sample_j)``.
+        """
+        self._check_fitted()
+        if not self.params_["bootstrap"]:
+            raise ParameterError(
+                "oob_distance needs out-of-bag rows, but the forest was fitted with "
+                "bootstrap=False (every row is in every tree); refit with bootstrap=True"
+            )
+        inputs = self._inputs(self.leaves_, self.leaves_, self.inbag_, self.inbag_, oob=True)
+        return self._matrix(inputs, True, store, tile_size, overwrite, {"columns": "oob"})
+
+    def _inputs(self, leaves_a, leaves_b, inbag_a, inbag_b, *, oob: bool) -> TileInputs:
+        f = self.forest_
+        return TileInputs(
+            D=self.distances_, leaves_a=leaves_a, leaves_b=leaves_b, inbag_a=inbag_a,
+            inbag_b=inbag_b, node_offset=f.node_offset, leaf_start=f.leaf_start,
+            leaf_members=f.leaf_members, oob=oob, fallback=self.mean_distance_,
+        )  # fmt: skip
+
+    def _matrix(
+        self,
+        inputs: TileInputs,
+        symmetric: bool,
+        store: str | Path | None,
+        tile_size: int,
+        overwrite: bool,
+        attrs: dict[str, Any],
+    ) -> xr.DataArray:
+        n, m = inputs.leaves_a.shape[0], inputs.leaves_b.shape[0]
+        plan = TilePlan(n, m, C.check_tile_size(tile_size), symmetric=symmetric)
+        attrs = {**attrs, "method": "smerf", "n_trees": int(self.seeds_.shape[0])}
+        if store is None:
+            if n * m > MAX_IN_MEMORY:
+                raise ParameterError(
+                    f"an in-memory {n} x {m} distance matrix needs {n * m * 4 / 1e9:.1f} GB; "
+                    "pass store='distance.zarr' to write it tile by tile"
+                )
+            values = matrix_in_memory(plan, distance_tile, (inputs,))
+            coords = {"sample_i": np.arange(n), "sample_j": np.arange(m)}
+            return xr.DataArray(
+                values, dims=("sample_i", "sample_j"), coords=coords, name=DISTANCE, attrs=attrs
+            )
+        rs = RunStore.create(store, attrs={**self._provenance(), "matrix": attrs},
+                             overwrite=overwrite)  # fmt: skip
+        rs.write_named("sample_i", np.arange(n, dtype=np.int64))
+        rs.write_named("sample_j", np.arange(m, dtype=np.int64))
+        with self._runner() as runner:
+            shared = runner.share(inputs)
+            write_matrix(
+                runner, rs, DISTANCE, plan, distance_tile, (shared,),
+                identity={"fit_id": self.fit_id_, **attrs}, attrs=attrs,
+                progress=self._report("tiles"),
+            )  # fmt: skip
+        rs.mark_complete()
+        return rs.dataset()[DISTANCE]
+
+    # -- storing --------------------------------------------------------------
+
+    def _provenance(self) -> dict[str, Any]:
+        params = dict(self.params_)
+        params["random_state"] = self.random_state_
+        return {
+            "method": "smerf",
+            "params": params,
+            "input": {
+                **self.input_,
+                "n_samples": self.n_samples_,
+                "n_features": self.n_features_in_,
+                "feature_names": list(self.feature_names_in_),
+            },
+            "task": "distance learning",
+            "n_trees": int(self.seeds_.shape[0]),
+            "fit_id": self.fit_id_,
+        }
+
+    def save(
+        self,
+        store: str | Path,
+        *,
+        overwrite: bool = False,
+        attrs: dict[str, Any] | None = None,
+        tile_size: int = TILE_SIZE,
+    ) -> RunStore:
+        """Write the model as plain Zarr arrays (no pickle), self-contained.
+
+        The store holds the flat trees under ``forest/`` (node columns,
+        projections, leaf members, per-tree importances), ``leaves`` and
+        ``inbag`` of the training rows, ``feature_importances`` and the
+        observed training distances ``train_distance`` (compressed), so that
+        :meth:`load` predicts without the original D.
+
+        Returns
+        -------
+        RunStore
+            Marked complete.
+        """
+        self._check_fitted()
+        if self.inbag_.max(initial=0) > np.iinfo(np.uint8).max:
+            raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
+        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
+                             overwrite=overwrite)  # fmt: skip
+        f = self.forest_
+        n, n_trees = self.leaves_.shape
+        rs.write_coordinates(n, n_trees)
+        rs.write_forest(f.nodes, np.diff(f.node_offset), self.seeds_)
+        forest = RunStore(Path(rs.path) / "forest", rs.subgroup("forest"))
+        forest.write_array("proj_feature", f.proj_feature, ("projection",))
+        forest.write_array("proj_weight", f.proj_weight, ("projection",))
+        forest.write_array("leaf_members", f.leaf_members, ("member",),
+                           chunks=(1 << 20,))  # fmt: skip
+        forest.write_array("tree_importances", f.importances, ("tree", "feature"))
+        rs.write_named("feature_importances", self.feature_importances_)
+        rs.write_named("leaves", self.leaves_, rows=tile_size)
+        rs.write_named("inbag", self.inbag_, rows=tile_size)
+        dist = self.distances_
+        arr = rs.create_matrix(TRAIN_DISTANCE, n, n, tile_size, dtype=str(dist.dtype))
+        for start in range(0, n, tile_size):
+            arr[start : start + tile_size] = dist[start : start + tile_size]
+        rs.mark_complete()
+        return rs
+
+    @classmethod
+    def load(cls, store: str | Path) -> SMERF:
+        """A fitted SMERF from a store written by :meth:`save`."""
+        rs = RunStore.open(store, require_complete=True)
+        attrs = rs.attrs
+        if attrs.get("method") != "smerf" or TRAIN_DISTANCE not in rs.group:
+            raise StoreError(
+                f"{rs.path!r} is not a SMERF model (method {attrs.get('method')!r}); make one "
+                "with `distforest smerf fit` or SMERF.save"
+            )
+        params = dict(attrs["params"])
+        model = cls(**params)
+        f = rs.read_forest()
+        model.params_ = params
+        model.random_state_ = params["random_state"]
+        inp = attrs["input"]
+        model.n_samples_, model.n_features_in_ = inp["n_samples"], inp["n_features"]
+        model.feature_names_in_ = tuple(inp["feature_names"])
+        model.input_ = {k: inp[k] for k in ("source", "fingerprint")}
+        model.fit_id_ = attrs["fit_id"]
+        model.seeds_ = f["seed"]
+        model.distances_ = rs.read(TRAIN_DISTANCE)
+        forest = K.FlatForest(
+            nodes={c: f[c] for c in K.NODE_COLUMNS},
+            node_offset=f["node_offset"],
+            proj_feature=f["proj_feature"],
+            proj_weight=f["proj_weight"],
+            leaf_members=f["leaf_members"],
+            importances=f["tree_importances"],
+        )
+        model._set_forest(forest, rs.read("leaves"), rs.read("inbag").astype(np.uint16))
+        return model

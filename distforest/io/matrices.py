@@ -1,0 +1,236 @@
+"""Precomputed pairwise matrices as inputs: NumPy, ``.npy`` files, Zarr, xarray, Dask.
+
+A matrix given in memory stays a NumPy array (the caller shares it with the
+workers once).  A matrix on disk becomes a :class:`StoredMatrix`, a small
+picklable reference that each task opens itself, reading only the entries it
+asks for (a ``.npy`` file through a memory map, a Zarr array through
+coordinate selection, which touches only the chunks holding those entries).
+So a 10 GB similarity matrix is never loaded whole, nor sent to a worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from distforest.errors import InputError
+
+#: Largest Dask or xarray matrix (bytes) turned into a NumPy array; bigger ones must be on disk.
+MAX_IN_MEMORY_BYTES = 2 * 1024**3
+
+#: Array names tried, in order, in a Zarr group holding several arrays.
+PREFERRED_NAMES = ("similarity", "distance", "S", "D", "Q", "matrix")
+
+
+@dataclass(frozen=True)
+class StoredMatrix:
+    """A 2-D matrix on disk, opened lazily where it is read.
+
+    Attributes
+    ----------
+    path : str
+        A ``.npy`` file or a Zarr store directory.
+    name : str or None
+        The array's path inside a Zarr group (None: the store is the array, or ``.npy``).
+    shape : tuple of int
+    """
+
+    path: str
+    name: str | None
+    shape: tuple[int, int]
+
+    def open(self) -> Any:
+        """An object answering ``m[rows, cols]`` (integer arrays, element-wise) and ``m[a:b]``."""
+        if self.path.endswith(".npy"):
+            return np.load(self.path, mmap_mode="r")
+        node: Any = zarr.open(self.path, mode="r")
+        arr = node if self.name is None else node[self.name]
+        return CoordinateReader(arr)
+
+
+class CoordinateReader:
+    """Element-wise reads of a Zarr array, optionally shifted by a row offset.
+
+    ``reader[rows, cols]`` with two integer arrays returns
+    ``array[rows[t] + offset, cols[t]]`` for every t: only the chunks holding
+    those entries are read.  ``reader[a:b]`` is a reader of rows ``a .. b - 1``.
+    """
+
+    def __init__(self, array: zarr.Array, offset: int = 0) -> None:
+        self.array = array
+        self.offset = offset
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            start = 0 if key.start is None else int(key.start)
+            return CoordinateReader(self.array, self.offset + start)
+        rows, cols = key
+        rows = np.asarray(rows, dtype=np.int64) + self.offset
+        cols = np.asarray(cols, dtype=np.int64)
+        if rows.size == 0:
+            return np.empty(0, dtype=self.array.dtype)
+        return self.array.get_coordinate_selection((rows, cols))
+
+
+def _zarr_matrix(node: Any, path: str, name: str | None, what: str) -> StoredMatrix:
+    if isinstance(node, zarr.Array):
+        return StoredMatrix(path, name, tuple(node.shape))  # type: ignore[arg-type]
+    arrays = {k: a for k, a in node.arrays() if a.ndim == 2}
+    pick = next((k for k in PREFERRED_NAMES if k in arrays), None)
+    if pick is None and len(arrays) == 1:
+        pick = next(iter(arrays))
+    if pick is None:
+        found = ", ".join(sorted(arrays)) or "none"
+        raise InputError(
+            f"{what}: the Zarr group {path!r} holds {len(arrays)} 2-D arrays ({found}); "
+            f"name one as {path}/<array> or keep a single 2-D array in the group"
+        )
+    arr = arrays[pick]
+    inner = pick if name is None else f"{name}/{pick}"
+    return StoredMatrix(path, inner, tuple(arr.shape))
+
+
+def _open_path(path: Path, what: str) -> np.ndarray | StoredMatrix:
+    if not path.exists():
+        # "store.zarr/similarity": an array inside a group
+        parent, name = path.parent, path.name
+        if parent.exists() and parent.is_dir():
+            try:
+                node = zarr.open_group(str(parent), mode="r")[name]
+            except (KeyError, FileNotFoundError, ValueError, TypeError):
+                node = None
+            if node is not None:
+                return _zarr_matrix(node, str(parent), name, what)
+        raise InputError(f"{what}: {str(path)!r} does not exist")
+    if path.suffix == ".npy":
+        try:
+            arr = np.load(path, mmap_mode="r")
+        except (ValueError, OSError) as exc:
+            raise InputError(f"{what}: cannot read {str(path)!r} as a .npy file: {exc}") from None
+        if arr.ndim != 2:
+            raise InputError(f"{what}: {str(path)!r} has shape {arr.shape}; a 2-D matrix is needed")
+        return StoredMatrix(str(path), None, tuple(arr.shape))
+    try:
+        node = zarr.open(str(path), mode="r")
+    except (FileNotFoundError, ValueError, TypeError, KeyError) as exc:
+        raise InputError(
+            f"{what}: {str(path)!r} is neither a .npy file nor a Zarr array or group ({exc}); "
+            "save the matrix with numpy.save('S.npy', S) or as a Zarr array"
+        ) from None
+    return _zarr_matrix(node, str(path), None, what)
+
+
+def _local_root(arr: zarr.Array) -> str | None:
+    root = getattr(arr.store, "root", None)
+    return None if root is None else str(root)
+
+
+def load_matrix(source: Any, what: str = "the matrix") -> np.ndarray | StoredMatrix:
+    """Read a user's pairwise matrix without loading a big one.
+
+    Parameters
+    ----------
+    source : ndarray, str, Path, zarr.Array, xarray.DataArray or dask array
+        A path names a ``.npy`` file, a Zarr array, a Zarr group with one 2-D
+        array (or one named ``similarity``/``distance``), or ``group/array``.
+    what : str
+        How error messages name the input (e.g. ``"--similarity S.npy"``).
+
+    Returns
+    -------
+    ndarray or StoredMatrix
+        In-memory inputs as float arrays; inputs on disk as references.
+    """
+    if isinstance(source, StoredMatrix):
+        return source
+    if isinstance(source, str | Path):
+        out = _open_path(Path(source), what)
+    elif isinstance(source, zarr.Array):
+        root = _local_root(source)
+        if root is not None:
+            out = StoredMatrix(root, source.path or None, tuple(source.shape))  # type: ignore[arg-type]
+        else:
+            out = np.asarray(source[...])
+    else:
+        data: Any = getattr(source, "data", None) if hasattr(source, "dims") else source
+        if hasattr(data, "compute") and hasattr(data, "chunks"):  # dask
+            nbytes = int(np.prod(data.shape)) * data.dtype.itemsize
+            if nbytes > MAX_IN_MEMORY_BYTES:
+                raise InputError(
+                    f"{what} is a Dask array of {nbytes / 1e9:.1f} GB; write it to Zarr first "
+                    "(array.to_zarr('S.zarr')) and pass the path, so tasks read only what they need"
+                )
+            data = data.compute()
+        out = np.asarray(data if data is not None else source)
+    if isinstance(out, np.ndarray):
+        if out.ndim != 2:
+            raise InputError(f"{what} must be a 2-D matrix, got shape {out.shape}")
+        if not np.issubdtype(out.dtype, np.floating):
+            try:
+                out = out.astype(np.float64)
+            except (TypeError, ValueError):
+                raise InputError(f"{what} must hold numbers, got dtype {out.dtype}") from None
+    return out
+
+
+def open_matrix(matrix: np.ndarray | StoredMatrix) -> Any:
+    """What a task reads entries from: the array itself, or the opened stored matrix."""
+    return matrix.open() if isinstance(matrix, StoredMatrix) else matrix
+
+
+def row_blocks(matrix: np.ndarray | StoredMatrix, rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, block)`` for consecutive blocks of ``rows`` rows, read one at a time."""
+    n = matrix.shape[0]
+    if isinstance(matrix, StoredMatrix):
+        if matrix.path.endswith(".npy"):
+            data: Any = np.load(matrix.path, mmap_mode="r")
+        else:
+            node: Any = zarr.open(matrix.path, mode="r")
+            data = node if matrix.name is None else node[matrix.name]
+    else:
+        data = matrix
+    for start in range(0, n, rows):
+        yield start, np.asarray(data[start : start + rows], dtype=np.float64)
+
+
+def check_entries(
+    matrix: np.ndarray | StoredMatrix, what: str, *, square: bool, n_columns: int | None = None
+) -> None:
+    """Refuse a matrix with a wrong shape, an infinite entry, or a row with nothing observed.
+
+    The check reads the matrix once, block by block (never whole).
+    """
+    n, m = matrix.shape
+    if square and n != m:
+        raise InputError(
+            f"{what} has shape {n} x {m}; a square matrix of every object against every "
+            "object is needed (rows and columns in the order of the labels)"
+        )
+    if n_columns is not None and m != n_columns:
+        raise InputError(
+            f"{what} has {m} columns but the model was trained on {n_columns} objects; "
+            "give one column per training object, in training order"
+        )
+    if n == 0:
+        raise InputError(f"{what} is empty")
+    block = max(1, (64 * 1024**2) // (8 * max(1, m)))
+    for start, values in row_blocks(matrix, block):
+        bad = np.isinf(values)
+        if bad.any():
+            i, j = (int(k) for k in np.argwhere(bad)[0])
+            raise InputError(
+                f"{what}[{start + i}, {j}] is {values[i, j]!r}; entries must be finite numbers "
+                "(NaN marks a pair that was not observed)"
+            )
+        empty = np.isnan(values).all(axis=1)
+        if empty.any():
+            i = int(np.flatnonzero(empty)[0])
+            raise InputError(
+                f"{what}: row {start + i} has no observed entry (all NaN); drop that object "
+                f"({int(empty.sum())} such rows in this block) or give it some similarities"
+            )

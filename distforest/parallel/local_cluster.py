@@ -1,0 +1,172 @@
+"""The LocalCluster distforest starts: loopback, TLS made for the run, no HTTP when off.
+
+Also the two checks that keep a local cluster from being started where it
+cannot work:
+
+- :func:`check_main_guard`: a script run without an
+  ``if __name__ == "__main__":`` guard would have every spawned worker
+  re-run the script (and start a cluster of its own); this is found before
+  any process starts, from the calling line, and reported in one line;
+- :func:`in_child_process`: inside a joblib worker or any other child
+  process distforest does not start clusters (the caller runs in-process).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import logging
+import multiprocessing
+import sys
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+from distforest.errors import ClusterError
+
+__all__ = ["GUARD_FIX", "check_main_guard", "in_child_process", "local_kwargs", "start_local"]
+
+logger = logging.getLogger(__name__)
+
+#: distforest's own keys of kind ``local`` (the others are LocalCluster's).
+OWN_KEYS = ("dashboard", "silence_logs")
+
+GUARD_FIX = (
+    'put the code that starts distforest under `if __name__ == "__main__":` '
+    "(local workers are started with spawn and re-import the script)"
+)
+
+
+def in_child_process() -> bool:
+    """Whether this is a child process (a joblib/loky or multiprocessing worker)."""
+    return multiprocessing.parent_process() is not None
+
+
+@functools.cache
+def _guarded_lines(path: str) -> tuple[tuple[int, int], ...]:
+    """Line ranges of the ``if __name__ == "__main__":`` blocks of a script."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    ranges = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            ranges.append((node.lineno, node.end_lineno or node.lineno))
+    return tuple(ranges)
+
+
+def _main_module_frame() -> FrameType | None:
+    frame = sys._getframe(1)
+    found = None
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") in (
+            "__main__",
+            "__mp_main__",
+        ):
+            found = frame
+        frame = frame.f_back  # type: ignore[assignment]
+    return found
+
+
+def check_main_guard() -> None:
+    """Refuse to start local workers from unguarded top-level code of a script.
+
+    Raises
+    ------
+    ClusterError
+        In one line with the fix, when the call comes from top-level code of
+        the ``__main__`` script outside an ``if __name__ == "__main__":``
+        block, or from a spawned process re-importing that script.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise ClusterError(
+            f"a spawned process re-ran the script that starts distforest: {GUARD_FIX}"
+        )
+    frame = _main_module_frame()
+    path = frame.f_code.co_filename if frame is not None else ""
+    if frame is None or not path.endswith(".py"):
+        return  # notebooks, the interactive prompt, python -c
+    line = frame.f_lineno
+    if not any(start <= line <= end for start, end in _guarded_lines(path)):
+        raise ClusterError(
+            f"{path}, line {line} starts a local Dask cluster from top-level code: {GUARD_FIX}."
+        )
+
+
+def local_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """LocalCluster keywords: the file's, over distforest's safe defaults."""
+    import logging as _logging
+
+    dashboard = opts["dashboard"]
+    kwargs: dict[str, Any] = {
+        "processes": True,
+        "host": "127.0.0.1",
+        # TLS with credentials made for this run: another local user cannot connect
+        # to the scheduler or the workers (and so cannot run code as this user).
+        "security": True,
+        "dashboard_address": dashboard if isinstance(dashboard, str) else "127.0.0.1:0",
+        "silence_logs": (
+            getattr(_logging, opts["silence_logs"]) if opts["silence_logs"] else False
+        ),
+    }
+    kwargs.update({k: v for k, v in opts.items() if k not in OWN_KEYS})
+    kwargs["scheduler_kwargs"] = {
+        **kwargs.get("scheduler_kwargs", {}),
+        "dashboard": bool(dashboard),
+    }
+    if kwargs.get("memory_limit") == "auto":
+        del kwargs["memory_limit"]  # LocalCluster then shares memory between the workers
+    return kwargs
+
+
+@functools.cache
+def _classes() -> tuple[Any, Any]:
+    """A LocalCluster whose scheduler starts no HTTP server when the dashboard is off."""
+    from distributed import LocalCluster, Scheduler
+
+    class SchedulerWithoutHTTP(Scheduler):
+        """dask's Scheduler, minus its HTTP server (dashboard and /info pages)."""
+
+        def start_http_server(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    class DistforestLocalCluster(LocalCluster):
+        """LocalCluster that binds no HTTP port for a scheduler without dashboard."""
+
+        async def _start(self) -> None:
+            if not self.scheduler_spec["options"].get("dashboard", True):
+                self.scheduler_spec = {**self.scheduler_spec, "cls": SchedulerWithoutHTTP}
+            await super()._start()
+
+    return DistforestLocalCluster, SchedulerWithoutHTTP
+
+
+def start_local(opts: Mapping[str, Any], attempts: int = 2) -> Any:
+    """Start the LocalCluster of a ``local`` config, once more if a worker died starting.
+
+    A worker process killed during start-up (the OOM killer, an operator)
+    makes the whole start fail; a nightly run should not fail for that.
+    """
+    check_main_guard()
+    cls, _ = _classes()
+    kwargs = local_kwargs(opts)
+    for attempt in range(1, attempts + 1):
+        try:
+            return cls(**kwargs)
+        except Exception as exc:
+            if "bootstrapping phase" in _chain_text(exc):
+                raise ClusterError(f"local workers failed to start: {GUARD_FIX}.") from None
+            if attempt == attempts:
+                raise
+            logger.warning("the local cluster failed to start (%s); trying again", exc)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _chain_text(exc: BaseException | None) -> str:
+    parts = []
+    while exc is not None:
+        parts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    return " ".join(parts)

@@ -1,0 +1,66 @@
+"""A real kill loop: the worker processes of a ``distforest run`` are SIGKILLed again and
+again until the nannies stop replacing them.  The run must stop with exit 75 (not wait
+forever), release its lock, and leave a store that the next run resumes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from kill_loop import kill_loop, stages, start, wait_until, write_pipeline
+
+from distforest.cli.main import cli
+from distforest.store.lock import StoreLock, lock_path
+from distforest.store.run_store import RunStore
+
+#: Seconds without any worker before the run gives up (the default is 120).
+PATIENCE = {"DISTFOREST_NO_WORKER_TIMEOUT": "3"}
+
+
+def _killed_during_tiles(tmp_path, tile: int):
+    path = write_pipeline(tmp_path, trees=100, tile=tile)
+    store = tmp_path / "out" / "run.zarr"
+    proc = start(["-q", "run", str(path), "--workers", "1"], tmp_path / "first", PATIENCE)
+    assert wait_until(lambda: "fit" in stages(store), proc, timeout=180), "the fit never ended"
+    loop = kill_loop(proc, tmp_path / "first", every=0.3, timeout=180)
+    return path, store, loop
+
+
+def test_workers_killed_until_none_remain_exit_75_and_the_rerun_resumes(tmp_path):
+    path, store, loop = _killed_during_tiles(tmp_path, tile=32)
+    assert loop.returncode == 75, loop.stderr[-3000:]
+    assert loop.kills >= 1
+    assert loop.last_line.startswith("distforest: error: proximity-tiles: "), loop.last_line
+    assert "can be resumed by running it again" in loop.last_line
+    # the lock is released: empty, and another run can take it at once
+    assert lock_path(store).read_text() == ""
+    with StoreLock(store, "next"):
+        pass
+    # a resumable store: not complete, the fit kept, some tiles perhaps done
+    rs = RunStore.open(store)
+    assert not rs.is_complete and "fit" in rs.attrs["stages"] and "tiles" not in rs.attrs["stages"]
+    assert CliRunner().invoke(cli, ["status", str(store)]).exit_code == 1
+
+    again = CliRunner().invoke(cli, ["-q", "run", str(path), "--workers", "1"])
+    assert again.exit_code == 0, again.output
+    assert "resumed" in again.output
+    done = RunStore.open(store)
+    assert done.is_complete
+    matrix = done.read("proximity")
+    assert np.isfinite(matrix).all() and np.allclose(np.diag(matrix), 1.0)
+    np.testing.assert_array_equal(matrix, matrix.T)
+
+
+@pytest.mark.slow
+def test_resumed_after_the_kill_loop_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+    path, store, loop = _killed_during_tiles(tmp_path / "killed", tile=16)
+    assert loop.returncode == 75, loop.stderr[-3000:]
+    again = CliRunner().invoke(cli, ["-q", "run", str(path), "--workers", "1"])
+    assert again.exit_code == 0, again.output
+    clean_path = write_pipeline(tmp_path / "clean", trees=100, tile=16)
+    clean = CliRunner().invoke(cli, ["-q", "run", str(clean_path), "--workers", "1"])
+    assert clean.exit_code == 0, clean.output
+    ours, theirs = RunStore.open(store), RunStore.open(tmp_path / "clean" / "out" / "run.zarr")
+    for name in ("proximity", "leaves", "inbag"):
+        np.testing.assert_array_equal(ours.read(name), theirs.read(name))
