@@ -143,9 +143,9 @@ def test_saved_knn_model_with_simforest_metric_predicts_identically(tmp_path):
 
 def test_simforest_metric_needs_class_labels():
     X, y = load_iris(return_X_y=True)
-    with pytest.raises(ParameterError, match="needs class labels.*use KNNClassifier"):
+    with pytest.raises(ParameterError, match=r"needs class labels.*use KNNClassifier"):
         KNNRegressor(metric="simforest", n_estimators=5).fit(X, X[:, 0])
-    with pytest.raises(ParameterError, match="needs class labels.*use KNNClassifier"):
+    with pytest.raises(ParameterError, match=r"needs class labels.*use KNNClassifier"):
         KNNRegressor(metric=SimForestSimilarity(5)).fit(X, y.astype(float))
     with pytest.raises(ParameterError, match=r"call fit\(X, y\)"):
         SimForestSimilarity(5).fit(X)
@@ -183,8 +183,9 @@ def test_simforest_metric_on_the_cluster_and_from_the_command_line(tmp_path, cli
            "--scheduler", client.scheduler.address]  # fmt: skip
     result = runner.invoke(cli, [str(a) for a in [*fit, "--out", model_path]])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(cli, ["-q", "knn", "predict", str(model_path),
-                                 str(tmp_path / "test.csv"), "--out", str(tmp_path / "p.csv")])  # fmt: skip
+    test_csv, out_csv = tmp_path / "test.csv", tmp_path / "p.csv"
+    predict = ["-q", "knn", "predict", model_path, test_csv, "--out", out_csv]
+    result = runner.invoke(cli, [str(a) for a in predict])
     assert result.exit_code == 0, result.output
     got = pd.read_csv(tmp_path / "p.csv")["kind"].to_numpy()
     oracle = KNNClassifier(**params).fit(X[::2], frame["kind"].to_numpy()[::2])

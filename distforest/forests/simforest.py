@@ -456,7 +456,7 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         return out
 
     def _test_source(self, X: Any, similarity: Any) -> tuple[Any, Similarity | None, int, int]:
-        """What test blocks read: (Q or the objects, the function or None, n_test, values per row)."""
+        """What test blocks read: (Q or objects, function or None, n_test, values per row)."""
         function: Similarity | None
         if self.measure_ is None and similarity is None:
             X = _checked_array(self, X, precomputed=True, reset=False)
