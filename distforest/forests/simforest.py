@@ -44,10 +44,9 @@ from distforest.kernels.simfetch import fetch_columns, fetch_function, fetch_row
 from distforest.kernels.simtrees import (
     KINDS,
     MISSING,
-    Fetch,
     SimTree,
     SimTreeParams,
-    apply_tree,
+    apply_forest,
     grow_tree,
     predict_forest,
 )
@@ -85,41 +84,27 @@ def _grow_batch(
     return [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
 
 
-def _block_fetch(
-    source: Any, function: Similarity | None, rows: slice, pair_ids: np.ndarray, pair_objects: Any
-) -> Fetch:
-    """The fetch of test objects ``rows``: Q's rows, or the objects against the pair objects."""
+def _test_block(
+    per_block: Callable[..., np.ndarray],
+    source: Any,
+    function: Similarity | None,
+    rows: slice,
+    trees: list[SimTree],
+    pair_ids: np.ndarray,
+    pair_objects: Any,
+    *extra: Any,
+) -> np.ndarray:
+    """One task: ``per_block(trees, fetch, n, *extra)`` for test objects ``rows``.
+
+    ``fetch`` reads Q's rows ``rows``, or compares those test objects with
+    the pair objects; ``per_block`` is :func:`predict_forest` (class
+    probabilities) or :func:`apply_forest` (nodes).
+    """
     if function is None:
-        return fetch_columns(open_matrix(source)[rows])
-    return fetch_function(function, pair_objects, source[rows], row_ids=pair_ids)
-
-
-def _predict_block(
-    source: Any,
-    function: Similarity | None,
-    rows: slice,
-    trees: list[SimTree],
-    pair_ids: np.ndarray,
-    pair_objects: Any,
-    missing: str,
-) -> np.ndarray:
-    """One task: class probabilities of test objects ``rows`` (Q's rows, or objects)."""
-    fetch = _block_fetch(source, function, rows, pair_ids, pair_objects)
-    return predict_forest(trees, fetch, rows.stop - rows.start, missing)
-
-
-def _apply_block(
-    source: Any,
-    function: Similarity | None,
-    rows: slice,
-    trees: list[SimTree],
-    pair_ids: np.ndarray,
-    pair_objects: Any,
-) -> np.ndarray:
-    """One task: the node where each test object of ``rows`` stops in each tree, (n, T) int32."""
-    fetch = _block_fetch(source, function, rows, pair_ids, pair_objects)
-    n = rows.stop - rows.start
-    return np.stack([apply_tree(tree, fetch, n) for tree in trees], axis=1)
+        fetch = fetch_columns(open_matrix(source)[rows])
+    else:
+        fetch = fetch_function(function, pair_objects, source[rows], row_ids=pair_ids)
+    return per_block(trees, fetch, rows.stop - rows.start, *extra)
 
 
 def _checked_array(estimator: Any, X: Any, *, precomputed: bool, reset: bool) -> Any:
@@ -399,7 +384,7 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         """
         self._check_fitted()
         return self._over_test_blocks(
-            _predict_block, X, similarity, (self.params_["missing"],),
+            predict_forest, X, similarity, (self.params_["missing"],),
             np.empty((0, len(self.classes_))), "predict",
         )  # fmt: skip
 
@@ -426,18 +411,18 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         """
         self._check_fitted()
         empty = np.empty((0, len(self.trees_)), dtype=np.int32)
-        return self._over_test_blocks(_apply_block, X, similarity, (), empty, "apply")
+        return self._over_test_blocks(apply_forest, X, similarity, (), empty, "apply")
 
     def _over_test_blocks(
         self,
-        task: Callable[..., np.ndarray],
+        per_block: Callable[..., np.ndarray],
         X: Any,
         similarity: Any,
         extra: tuple[Any, ...],
         like: np.ndarray,
         stage: str,
     ) -> np.ndarray:
-        """``task(source, function, rows, trees, pair_ids, pair_objects, *extra)`` per row block.
+        """``per_block(trees, fetch, n, *extra)`` over test-row blocks, one task each.
 
         The result has one row per test object and the columns and dtype of ``like``.
         """
@@ -448,9 +433,9 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         with self._runner() as runner:
             shared = source if isinstance(source, StoredMatrix) else runner.share(source)
             trees = runner.share(self.trees_)
-            items = [(shared, function, b, trees, self.pair_ids_, self.pair_objects_, *extra)
-                     for b in blocks]  # fmt: skip
-            for i, part in runner.run(task, items, name=f"simforest-{stage}",
+            items = [(per_block, shared, function, b, trees, self.pair_ids_, self.pair_objects_,
+                      *extra) for b in blocks]  # fmt: skip
+            for i, part in runner.run(_test_block, items, name=f"simforest-{stage}",
                                       progress=self._report(stage)):  # fmt: skip
                 out[blocks[i]] = part
         return out
