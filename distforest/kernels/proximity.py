@@ -92,11 +92,47 @@ def leaf_match_sum(leaves_i, leaves_j, weights_i, weights_j):  # pragma: no cove
 
 
 @njit(nogil=True, cache=True)
-def shared_leaf_fraction(leaves_i, leaves_j):  # pragma: no cover - numba
-    """Fraction of trees in which each pair of rows shares a leaf, as float32.
+def add_shared_leaf_counts(leaves_i, leaves_j, counts):  # pragma: no cover - numba
+    """Add, for every pair of rows, the number of trees in which they share a leaf.
 
-    Integer counts (4 bytes a pair, not 8) and one final pass to float32:
-    the tile kernel of Breiman's proximity.
+    Parameters
+    ----------
+    leaves_i, leaves_j : ndarray of int32, shape (T, ni) and (T, nj)
+    counts : ndarray of integers, shape (ni, nj)
+        Added to in place; its type must hold ``T`` plus what it holds.
+
+    Returns
+    -------
+    ndarray
+        ``counts``.
+    """
+    n_trees, ni = leaves_i.shape
+    nj = leaves_j.shape[1]
+    runs = np.empty((min(ni, nj), 4), dtype=np.int64)
+    for t in range(n_trees):
+        oi = np.argsort(leaves_i[t])
+        oj = np.argsort(leaves_j[t])
+        for k in range(_shared_runs(leaves_i[t], leaves_j[t], oi, oj, runs)):
+            for p in range(runs[k, 0], runs[k, 1]):
+                r = oi[p]
+                for q in range(runs[k, 2], runs[k, 3]):
+                    counts[r, oj[q]] += 1
+    return counts
+
+
+@njit(nogil=True, cache=True)
+def counts_to_fraction(counts, n_trees):  # pragma: no cover - numba
+    """``counts / n_trees`` as float32, each rounded once from float64."""
+    ni, nj = counts.shape
+    out = np.empty((ni, nj), dtype=np.float32)
+    for r in range(ni):
+        for c in range(nj):
+            out[r, c] = np.float32(counts[r, c] / n_trees) if counts[r, c] else 0.0
+    return out
+
+
+def shared_leaf_fraction(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.ndarray:
+    """Fraction of trees in which each pair of rows shares a leaf, as float32.
 
     Parameters
     ----------
@@ -107,23 +143,9 @@ def shared_leaf_fraction(leaves_i, leaves_j):  # pragma: no cover - numba
     ndarray of float32, shape (ni, nj)
         ``count / T`` rounded once from float64.
     """
-    n_trees, ni = leaves_i.shape
-    nj = leaves_j.shape[1]
-    counts = np.zeros((ni, nj), dtype=np.int32)
-    runs = np.empty((min(ni, nj), 4), dtype=np.int64)
-    for t in range(n_trees):
-        oi = np.argsort(leaves_i[t])
-        oj = np.argsort(leaves_j[t])
-        for k in range(_shared_runs(leaves_i[t], leaves_j[t], oi, oj, runs)):
-            for p in range(runs[k, 0], runs[k, 1]):
-                r = oi[p]
-                for q in range(runs[k, 2], runs[k, 3]):
-                    counts[r, oj[q]] += 1
-    out = np.empty((ni, nj), dtype=np.float32)
-    for r in range(ni):
-        for c in range(nj):
-            out[r, c] = np.float32(counts[r, c] / n_trees) if counts[r, c] else 0.0
-    return out
+    n_trees = leaves_i.shape[0]
+    counts = np.zeros((leaves_i.shape[1], leaves_j.shape[1]), dtype=np.int32)
+    return counts_to_fraction(add_shared_leaf_counts(leaves_i, leaves_j, counts), n_trees)
 
 
 def original_proximity_tile(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.ndarray:
@@ -139,13 +161,47 @@ def original_proximity_tile(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.nd
     ndarray of float32, shape (ni, nj)
         Fraction of the T trees in which the two rows share a leaf.
     """
+    li, lj = _leaves_first(leaves_i, leaves_j)
+    return shared_leaf_fraction(li, lj)
+
+
+def shared_leaf_counts(
+    leaves_i: np.ndarray, leaves_j: np.ndarray, dtype: str | np.dtype = "int32"
+) -> np.ndarray:
+    """Number of trees in which each pair of rows of two blocks shares a leaf.
+
+    Breiman's proximity is these counts over T (see
+    :func:`original_proximity_tile`); stored as integers they are exact and
+    small (one byte a pair for T < 256).
+
+    Parameters
+    ----------
+    leaves_i, leaves_j : ndarray of int, shape (ni, T) and (nj, T)
+        Leaf ids, rows by trees (the on-disk layout).
+    dtype : str or dtype, default "int32"
+        Integer type of the counts; it must hold T.
+
+    Returns
+    -------
+    ndarray of ``dtype``, shape (ni, nj)
+    """
+    n_trees = leaves_i.shape[1]
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iu" or np.iinfo(dtype).max < n_trees:
+        raise ValueError(f"counts of {n_trees} trees do not fit in {dtype}; use a wider integer")
+    li, lj = _leaves_first(leaves_i, leaves_j)
+    counts = np.zeros((li.shape[1], lj.shape[1]), dtype=dtype)
+    return add_shared_leaf_counts(li, lj, counts)
+
+
+def _leaves_first(leaves_i: np.ndarray, leaves_j: np.ndarray) -> list[np.ndarray]:
+    """Both blocks of leaves as (tree, row) int32, after checking they agree on T."""
     n_trees = leaves_i.shape[1]
     if leaves_j.shape[1] != n_trees:
         raise ValueError(
             f"leaf blocks disagree on the number of trees: {n_trees} vs {leaves_j.shape[1]}"
         )
-    li, lj = _trees_first(leaves_i, leaves_j, dtype=np.int32)
-    return shared_leaf_fraction(li, lj)
+    return _trees_first(leaves_i, leaves_j, dtype=np.int32)
 
 
 def _trees_first(*blocks: np.ndarray, dtype: type) -> list[np.ndarray]:
@@ -226,3 +282,5 @@ def warm_up() -> None:
     weights = np.ones((1, 2), dtype=np.float64)
     leaf_match_sum(leaves, leaves, weights, weights)
     shared_leaf_fraction(leaves, leaves)
+    for dtype in (np.uint8, np.uint16):
+        add_shared_leaf_counts(leaves, leaves, np.zeros((2, 2), dtype=dtype))
