@@ -116,7 +116,7 @@ def one_tile(run: Path, n: int, tile: int) -> dict[str, float]:
     import zarr
 
     from distforest.forests import tiles
-    from distforest.store.run_store import read_rows
+    from distforest.store.run_store import read_rows, transposed
 
     path = str(run)
     rows_i, rows_j = slice(0, tile), slice(tile, min(2 * tile, n))
@@ -137,7 +137,7 @@ def one_tile(run: Path, n: int, tile: int) -> dict[str, float]:
         arr[rows_i, rows_j] = values
         parts["write_s"].append(clock() - t)
         t = clock()
-        arr[rows_j, rows_i] = np.ascontiguousarray(values.T)
+        arr[rows_j, rows_i] = transposed(values)
         parts["mirror_s"].append(clock() - t)
     return {k: statistics.median(v) for k, v in parts.items()}
 

@@ -226,3 +226,13 @@ def test_sorted_blocks_kept_between_tiles_are_known_by_their_contents(forest, mo
         ),
         original_proximity_tile(a, b),
     )
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 130), (64, 64), (200, 65), (129, 257)])
+def test_transposed_copy_equals_the_transpose(shape):
+    from distforest.store.run_store import transposed
+
+    values = np.random.default_rng(0).integers(0, 255, size=shape).astype(np.uint8)
+    got = transposed(values)
+    assert got.flags.c_contiguous and got.dtype == values.dtype
+    np.testing.assert_array_equal(got, values.T)
