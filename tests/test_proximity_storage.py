@@ -60,6 +60,7 @@ def test_project_readers_see_the_float32_values(forest, stored):
     expected = _oracle(forest)
     for da in (RunStore.open(stored).dataset()["proximity"], open_store(stored)["proximity"]):
         assert da.dtype == np.float32
+        assert da.encoding["chunks"] == (300, 300) and "scale_factor" not in da.encoding
         np.testing.assert_array_equal(da.values, expected)
     in_memory = forest.proximity().values
     np.testing.assert_array_equal(in_memory, expected)

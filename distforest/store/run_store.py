@@ -480,7 +480,11 @@ class RunStore:
         for name, var in ds.data_vars.items():
             stored = var.encoding.get("dtype")
             if "scale_factor" in var.encoding and stored is not None and stored.kind in "iu":
-                ds[name] = var.astype(DECODED_DTYPE)
+                decoded = var.astype(DECODED_DTYPE)
+                # the chunking stays known; the integer packing does not apply to floats
+                packing = ("dtype", "scale_factor", "add_offset", "_FillValue")
+                decoded.encoding = {k: v for k, v in var.encoding.items() if k not in packing}
+                ds[name] = decoded
         return ds
 
     def read_forest(self) -> dict[str, np.ndarray]:
