@@ -342,5 +342,7 @@ def warm_up() -> None:
     weights = np.ones((1, 2), dtype=np.float64)
     leaf_match_sum(leaves, leaves, weights, weights)
     shared_leaf_fraction(leaves, leaves)
+    block = sort_block(leaves.T)
     for dtype in (np.uint8, np.uint16):
         add_shared_leaf_counts(leaves, leaves, np.zeros((2, 2), dtype=dtype))
+        sorted_block_counts(block, block, dtype)
