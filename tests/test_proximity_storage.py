@@ -58,6 +58,9 @@ def test_stored_as_counts_with_cf_attributes(forest, stored):
 
 def test_project_readers_see_the_float32_values(forest, stored):
     expected = _oracle(forest)
+    read = RunStore.open(stored).read("proximity")
+    assert read.dtype == np.float32
+    np.testing.assert_array_equal(read, expected)
     for da in (RunStore.open(stored).dataset()["proximity"], open_store(stored)["proximity"]):
         assert da.dtype == np.float32
         assert da.encoding["chunks"] == (300, 300) and "scale_factor" not in da.encoding

@@ -345,4 +345,4 @@ def warm_up() -> None:
     block = sort_block(leaves.T)
     for dtype in (np.uint8, np.uint16):
         add_shared_leaf_counts(leaves, leaves, np.zeros((2, 2), dtype=dtype))
-        sorted_block_counts(block, block, dtype)
+        sorted_block_counts(block, block, np.dtype(dtype))

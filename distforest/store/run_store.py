@@ -35,7 +35,7 @@ import zarr
 
 from distforest._version import __version__
 from distforest.errors import StoreError
-from distforest.io.matrices import DECODED_DTYPE, decoded_dtype
+from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
 from distforest.store.schema import (
     DONE_DIMS,
     DONE_GROUP,
@@ -246,8 +246,9 @@ class RunStore:
         return node
 
     def read(self, name: str) -> np.ndarray:
-        """The whole of array ``name`` (O(n) sized arrays only)."""
-        return np.asarray(self.array(name)[...])
+        """The whole of array ``name`` (O(n) sized arrays only), decoded like :meth:`dataset`."""
+        arr = self.array(name)
+        return decode(arr[...], dict(arr.attrs))
 
     @property
     def attrs(self) -> dict[str, Any]:
