@@ -19,8 +19,11 @@ each in its own subprocess:
    LocalCluster start, ``ProximityForest.fit``, ``save`` and the tile phase,
    with the Dask task stream (worker utilisation, tile tasks per second) and
    a driver-side timing of one tile task's parts (read leaves, kernel, write).
-3. The I/O floor: writing a float32 n x n Zarr v3 array with default codecs
-   (bytes + zstd level 0), chunks (tile, tile), tile by tile, with synthetic
+3. The I/O floor: writing an n x n Zarr v3 array stored exactly as
+   distforest stores the proximity (same dtype, fill value and codecs, from
+   :func:`distforest.store.schema.matrix_encoding`: uint8 counts of trees
+   with LZ4 + bit-shuffle for T < 255; it was float32 + zstd before
+   schema_version 2), chunks (tile, tile), tile by tile, with synthetic
    tiles that have the measured density and value distribution (see
    :func:`synthetic_tiles`), by as many processes as the cluster has workers.
 4. The usual scikit-learn recipe: ``RandomForestClassifier(n_jobs=2)``,
@@ -253,21 +256,14 @@ def _time_one_tile(store: str, scratch: str, n: int, tile: int) -> dict[str, Any
     """Time the parts of one off-diagonal tile task on the driver (median of 3)."""
     import statistics
 
-    import numpy as np
     import zarr
 
-    from distforest.kernels.proximity import original_proximity_tile
-    from distforest.store.run_store import read_rows
+    from distforest.forests.tiles import compute_tile
+    from distforest.store.run_store import read_rows, transposed
 
-    arr = zarr.create_array(
-        store=scratch,
-        shape=(n, n),
-        chunks=(tile, tile),
-        dtype="float32",
-        fill_value=np.nan,
-        overwrite=True,
-    )
-    del arr
+    trees = zarr.open_array(store, path="leaves", mode="r").shape[1]
+    enc = _create_like_proximity(scratch, n, tile, trees)
+    counts = enc.dtype if enc.is_counts else None
     j0 = tile if n > tile else 0
     rows_i, rows_j = slice(0, min(tile, n)), slice(j0, min(j0 + tile, n))
     parts: dict[str, list[float]] = {
@@ -282,13 +278,13 @@ def _time_one_tile(store: str, scratch: str, n: int, tile: int) -> dict[str, Any
         lj = read_rows(store, "leaves", rows_j)
         parts["read_s"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        block = original_proximity_tile(li, lj)
+        block = compute_tile("original", {"leaves": li}, {"leaves": lj}, counts)
         parts["kernel_s"].append(time.perf_counter() - t)
         t = time.perf_counter()
         zarr.open_array(scratch, mode="r+")[rows_i, rows_j] = block
         parts["write_s"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        zarr.open_array(scratch, mode="r+")[rows_j, rows_i] = np.ascontiguousarray(block.T)
+        zarr.open_array(scratch, mode="r+")[rows_j, rows_i] = transposed(block)
         parts["write_mirror_s"].append(time.perf_counter() - t)
     return {k: statistics.median(v) for k, v in parts.items()}
 
@@ -350,16 +346,44 @@ def child_profile(data: str, trees: int, seed: int, store: str, tiles: bool) -> 
 # ---------------------------------------------------------------------------
 
 
+def _create_like_proximity(path: str, n: int, tile: int, trees: int) -> Any:
+    """A new n x n array stored as distforest stores the proximity; returns its encoding."""
+    import zarr
+
+    from distforest.store.schema import matrix_encoding
+
+    enc = matrix_encoding("proximity", n_trees=trees)
+    arr = zarr.create_array(
+        store=path,
+        shape=(n, n),
+        chunks=(tile, tile),
+        dtype=enc.dtype,
+        fill_value=enc.fill_value,
+        compressors=enc.compressors or "auto",
+        zarr_format=3,
+        overwrite=True,
+    )
+    arr.attrs.update(enc.attrs())
+    return enc
+
+
 def synthetic_tiles(
-    tile: int, density: float, k_probs: list[float], trees: int, count: int, seed: int
+    tile: int,
+    density: float,
+    k_probs: list[float],
+    trees: int,
+    count: int,
+    seed: int,
+    dtype: str = "float32",
 ) -> list[Any]:
-    """``count`` float32 tiles like off-diagonal proximity tiles, plus one diagonal tile.
+    """``count`` tiles like off-diagonal proximity tiles, plus one diagonal tile.
 
     Every cell is non-zero with probability ``density`` (independently, so the
     non-zeros sit at uniformly random positions, as they do in a proximity
-    matrix of shuffled rows); a non-zero cell holds ``k / trees`` with ``k``
+    matrix of shuffled rows); a non-zero cell holds ``k / trees`` (float
+    ``dtype``) or ``k`` itself (integer ``dtype``: stored counts) with ``k``
     drawn from ``k_probs`` (the measured distribution of shared-leaf counts
-    ``k = 1..trees``).  The last tile has 1.0 on its diagonal.
+    ``k = 1..trees``).  The last tile has 1.0 (``trees``) on its diagonal.
     """
     import numpy as np
 
@@ -367,13 +391,15 @@ def synthetic_tiles(
     ks = np.arange(1, trees + 1, dtype=np.float64)
     probs = np.asarray(k_probs, dtype=np.float64)
     probs /= probs.sum()
+    counts = np.dtype(dtype).kind in "iu"
+    scale = 1.0 if counts else float(trees)
     tiles = []
     for i in range(count + 1):
         mask = rng.random((tile, tile)) < density
-        values = np.zeros((tile, tile), dtype=np.float32)
-        values[mask] = (rng.choice(ks, size=int(mask.sum()), p=probs) / trees).astype(np.float32)
+        values = np.zeros((tile, tile), dtype=dtype)
+        values[mask] = (rng.choice(ks, size=int(mask.sum()), p=probs) / scale).astype(dtype)
         if i == count:
-            np.fill_diagonal(values, 1.0)
+            np.fill_diagonal(values, trees if counts else 1.0)
         tiles.append(values)
     return tiles
 
@@ -390,12 +416,13 @@ def _floor_worker(
 ) -> None:
     import zarr
 
-    pool = synthetic_tiles(
-        tile, spec["density"], spec["k_probs"], spec["trees"], spec["pool"], seed
-    )
     arr = zarr.open_array(path, mode="r+")
+    pool = synthetic_tiles(
+        tile, spec["density"], spec["k_probs"], spec["trees"], spec["pool"], seed, str(arr.dtype)
+    )
     barrier.wait()
     start = time.time()
+    cpu = time.process_time()
     raw = 0
     for a, b in blocks:
         ri = slice(a * tile, min((a + 1) * tile, n))
@@ -404,24 +431,16 @@ def _floor_worker(
         block = src[: ri.stop - ri.start, : rj.stop - rj.start]
         arr[ri, rj] = block
         raw += block.nbytes
-    queue.put((start, time.time(), raw))
+    queue.put((start, time.time(), raw, time.process_time() - cpu))
 
 
 def child_iofloor(store: str, n: int, tile: int, procs: int, spec: dict[str, Any]) -> None:
     import multiprocessing as mp
 
-    import numpy as np
     import zarr
 
-    arr = zarr.create_array(
-        store=store,
-        shape=(n, n),
-        chunks=(tile, tile),
-        dtype="float32",
-        fill_value=np.nan,
-        zarr_format=3,
-        overwrite=True,
-    )
+    _create_like_proximity(store, n, tile, spec["trees"])
+    arr = zarr.open_array(store, mode="r")
     codecs = {"serializer": str(arr.serializer), "compressors": [str(c) for c in arr.compressors]}
     nb = math.ceil(n / tile)
     blocks = [(a, b) for a in range(nb) for b in range(nb)]
@@ -445,6 +464,9 @@ def child_iofloor(store: str, n: int, tile: int, procs: int, spec: dict[str, Any
             "per_process_s": [t[1] - t[0] for t in times],
             "tiles": len(blocks),
             "raw_bytes": sum(t[2] for t in times),
+            "cpu_s": sum(t[3] for t in times),
+            "dtype": str(arr.dtype),
+            "fill_value": str(arr.fill_value),
             "codecs": codecs,
             "procs": procs,
         }
@@ -482,7 +504,10 @@ def measure_tiles(store: Path, n: int, tile: int, trees: int, max_tiles: int = 8
     import numpy as np
     import zarr
 
+    from distforest.io.matrices import decode
+
     arr = zarr.open_array(str(store), path="proximity", mode="r")
+    attrs = dict(arr.attrs)
     nb = math.ceil(n / tile)
     pairs = [(a, b) for a in range(nb) for b in range(a + 1, nb)]
     step = max(1, len(pairs) // max_tiles)
@@ -491,13 +516,14 @@ def measure_tiles(store: Path, n: int, tile: int, trees: int, max_tiles: int = 8
     cells = 0
     for a, b in pairs:
         block = arr[a * tile : min((a + 1) * tile, n), b * tile : min((b + 1) * tile, n)]
+        block = decode(block, attrs)
         if a == b:
             block = block[~np.eye(block.shape[0], dtype=bool)]
         k = np.rint(np.asarray(block, dtype=np.float64) * trees).astype(np.int64).ravel()
         counts += np.bincount(k, minlength=trees + 1)[: trees + 1]
         cells += k.size
     nonzero = int(counts[1:].sum())
-    diag = arr[0 : min(tile, n), 0 : min(tile, n)]
+    diag = decode(arr[0 : min(tile, n), 0 : min(tile, n)], attrs)
     return {
         "tiles_sampled": len(pairs),
         "density": nonzero / cells,
@@ -911,16 +937,18 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             continue
         c = r.get("content", {})
         lines.append(
-            f"- n = {r['n']:,}: a new float32 {r['n']:,} x {r['n']:,} Zarr v3 array, chunks "
-            f"{meta['tile']} x {meta['tile']}, fill value NaN (so every chunk is written, as "
-            f"in distforest), codecs {fl['codecs']['serializer']} + "
-            f"{', '.join(fl['codecs']['compressors'])} (zarr defaults); {fl['tiles']} chunks "
+            f"- n = {r['n']:,}: a new {fl.get('dtype', 'float32')} {r['n']:,} x {r['n']:,} "
+            f"Zarr v3 array stored as distforest stores the proximity, chunks "
+            f"{meta['tile']} x {meta['tile']}, fill value {fl.get('fill_value', 'NaN')} (so "
+            f"every chunk is written, as in distforest), codecs {fl['codecs']['serializer']} + "
+            f"{', '.join(fl['codecs']['compressors'])}; {fl['tiles']} chunks "
             f"({fl['raw_bytes'] / GB:.1f} GB raw) written once each, one `arr[rows, cols] = "
             f"tile` per chunk, split round-robin over {fl['procs']} spawned processes that "
             "open the array once and start together (barrier); time = first start to last "
             "end (tile generation excluded).  Content: each process cycles through 4 "
             "synthetic off-diagonal tiles in which each cell is non-zero with probability "
-            f"{c.get('density', float('nan')):.4f} and a non-zero holds k/T, k drawn from "
+            f"{c.get('density', float('nan')):.4f} and a non-zero holds k/T (stored as k for "
+            "integer types), k drawn from "
             "the distribution of shared-leaf counts, both measured on "
             f"{c.get('tiles_sampled', 0)} off-diagonal tiles of the distforest store "
             f"(mean non-zero value {c.get('mean_nonzero_value', float('nan')):.3f}); "
@@ -991,7 +1019,7 @@ def limits(results: list[dict[str, Any]]) -> list[str]:
                 io = one["read_s"] + one["write_s"] + one["write_mirror_s"]
                 line += (
                     f"; per tile task {one['kernel_s']:.3f} s kernel vs {io:.3f} s "
-                    "store I/O (read + 2 writes incl. zstd)"
+                    "store I/O (read + 2 writes incl. compression)"
                 )
         line += "."
         cli, floor = r.get("distforest", {}), r.get("floor", {})
@@ -1006,7 +1034,7 @@ def limits(results: list[dict[str, Any]]) -> list[str]:
                 f"({tt['mean_compute_s'] * 1000:.0f} ms a task, two chunks each), while the "
                 f"I/O floor run used {floor_cpu:.0f} s CPU ({floor['sys_s']:.0f} s sys; "
                 "whole run, process start-up and tile generation included) for the same "
-                "chunks: the floor is mostly zstd compression."
+                "chunks: the floor is mostly compression."
             )
         out.append(line)
     return out or ["- (no profile data)"]
