@@ -315,7 +315,7 @@ def child_profile(data: str, trees: int, seed: int, store: str, tiles: bool) -> 
             out["cluster_start_s"] = time.perf_counter() - t
             threads = sum(client.nthreads().values())
             out["threads"] = threads
-            forest = ProximityForest(n_estimators=trees, random_state=seed, client=client)
+            forest = ProximityForest(n_estimators=trees, random_state=seed).set_execution(client)
             with get_task_stream(client=client) as ts:
                 t = time.perf_counter()
                 forest.fit(table)
