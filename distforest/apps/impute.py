@@ -54,7 +54,7 @@ from distforest.kernels.imputation import (
     start_values,
     update_cells,
 )
-from distforest.parallel.execution import Runner, cluster_requested, in_process
+from distforest.parallel.execution import Runner, in_process, runs_here
 from distforest.parallel.tasks import release_memory
 
 logger = logging.getLogger("distforest")
@@ -72,10 +72,6 @@ IMPUTE_PROXIMITIES = ("column", "rfimpute", *C.PROXIMITY_METHODS)
 FOREST_PARAMS = ("task", "kind", "min_samples_leaf", "max_depth", "batch_size", "random_state")
 #: Defaults that depend on the proximity: (column, rfimpute).
 MODE_DEFAULTS = {"iterations": (10, 5), "n_estimators": (50, 100), "max_features": (0.33, 1)}
-
-#: Below this many cells (rows x columns) the imputer runs in this process, on
-#: threads, unless a cluster was asked for: starting one costs more than it saves.
-IN_PROCESS_CELLS = 2_000_000
 
 #: Use all rows of the product (and slice) when more than this share of the
 #: rows has a missing cell: cheaper than sending a row index to every task.
@@ -305,7 +301,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     def _where(self, cells: int) -> contextlib.AbstractContextManager[Runner]:
         """This process (threads) for small inputs when no cluster was asked for."""
         exe = self._current_execution()
-        if cells <= IN_PROCESS_CELLS and not cluster_requested(exe):
+        if runs_here(exe, cells):
             return in_process(exe, os.cpu_count() or 1)
         return exe.runner()
 

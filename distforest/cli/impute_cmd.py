@@ -12,13 +12,14 @@ from typing import Any
 import click
 
 from distforest._version import __version__
-from distforest.apps.impute import IMPUTE_PROXIMITIES, IN_PROCESS_CELLS, VOTES, ProximityImputer
+from distforest.apps.impute import IMPUTE_PROXIMITIES, VOTES, ProximityImputer
 from distforest.cli.options import (
     CLI_SEED,
     cluster_options,
     connect_kwargs,
     input_options,
     parse_max_features,
+    runs_in_process,
 )
 from distforest.cli.plan import check_size, estimate_impute
 from distforest.cli.progress import ProgressBars
@@ -177,8 +178,7 @@ def impute(
     check_size(f"imputing {input} ({n:,} rows)", estimate_impute(n, d, checked),
                f"--iterations ({checked['iterations']}) and --trees "
                f"({checked['n_estimators']:,})")  # fmt: skip
-    asked = any(v is not None for v in cluster_kw.values())
-    if not asked and plan.features.size <= IN_PROCESS_CELLS:  # small: no cluster to start
+    if runs_in_process(cluster_kw, plan.features.size):  # small: no cluster to start
         imputer, shape, written = run_imputation(plan, params, None, bars)
     else:
         with connect(**connect_kwargs(cluster_kw)) as client:

@@ -151,6 +151,20 @@ def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def runs_in_process(cluster_kw: dict[str, Any], cells: int) -> bool:
+    """Whether a command runs in this process rather than on a cluster.
+
+    Yes when no cluster option was given (``cluster_kw`` all None: no
+    --scheduler, --cluster or LocalCluster size) and the input has at most
+    :data:`~distforest.parallel.execution.IN_PROCESS_CELLS` cells: starting
+    a cluster would take longer than the work.  The tasks are the same, and so
+    are the results.
+    """
+    from distforest.parallel.execution import IN_PROCESS_CELLS
+
+    return cells <= IN_PROCESS_CELLS and all(v is None for v in cluster_kw.values())
+
+
 @contextmanager
 def fitted_forest(
     source: str,
