@@ -99,7 +99,8 @@ class _Group(click.Group):
         rows = []
         for name in names:
             if name in self.lazy and name not in self.commands:
-                rows.append((name, click.utils.make_default_short_help(self.lazy[name][1], limit)))
+                stand_in = click.Command(name, help=self.lazy[name][1])  # shortened as click does
+                rows.append((name, stand_in.get_short_help_str(limit)))
                 continue
             command = self.get_command(ctx, name)
             if command is not None and not command.hidden:
