@@ -63,11 +63,6 @@ logger = logging.getLogger("distforest")
 #: from ProximityForest) and "impute" (finished iterations).
 Progress = Callable[[str, int, int], None]
 
-VOTES = ("sum", "mean")
-#: ``column``: one forest per column (the default); the others are Breiman's rfImpute
-#: with one forest for all columns, weighted by RF-GAP (``rfimpute``, same as ``rfgap``)
-#: or by the ``original`` / ``oob`` proximity.
-IMPUTE_PROXIMITIES = ("column", "rfimpute", *C.PROXIMITY_METHODS)
 #: Parameters handed to each iteration's :class:`ProximityForest` as they are.
 FOREST_PARAMS = ("task", "kind", "min_samples_leaf", "max_depth", "batch_size", "random_state")
 #: Defaults that depend on the proximity: (column, rfimpute).
@@ -270,8 +265,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         "iterations": C.IMPUTE_ITERATIONS,
         "n_estimators": C.Int(1, none=True),
         "max_features": C.MaxFeatures(),
-        "proximity": C.Choice(IMPUTE_PROXIMITIES),
-        "categorical_vote": C.Choice(VOTES),
+        "proximity": C.Choice(C.IMPUTE_PROXIMITIES),
+        "categorical_vote": C.Choice(C.VOTES),
         "categorical_features": C.Checked("column names or positions, checked against X"),
         # the parameters passed on to each ProximityForest: its own constraints
         **{name: ProximityForest._parameter_constraints[name] for name in FOREST_PARAMS},

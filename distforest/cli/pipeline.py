@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from distforest._schema import BadValue, Checker, Key, check_mapping, yaml_problem
-from distforest.apps.impute import IMPUTE_PROXIMITIES, VOTES, ProximityImputer
+from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
@@ -125,8 +125,8 @@ REQUIRED = {
 #: key path -> allowed values.
 CHOICES = {
     "proximity.method": PROXIMITY_METHODS,
-    "impute.proximity": IMPUTE_PROXIMITIES,
-    "impute.categorical_vote": VOTES,
+    "impute.proximity": C.IMPUTE_PROXIMITIES,
+    "impute.categorical_vote": C.VOTES,
     "mds.dissimilarity": DISSIMILARITIES,
     **XFOREST_CHOICES,
     **KNN_CHOICES,

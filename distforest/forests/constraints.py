@@ -197,6 +197,12 @@ MAX_IMPUTE_ITERATIONS = 100
 IMPUTE_ITERATIONS = Int(
     1, none=True, high=MAX_IMPUTE_ITERATIONS, why="the imputation settles within 4 to 6 iterations"
 )
+#: How a missing category is chosen: the level with the largest summed weight, or mean weight.
+VOTES = ("sum", "mean")
+#: ``column``: one forest per column (the default); the others are Breiman's rfImpute
+#: with one forest for all columns, weighted by RF-GAP (``rfimpute``, same as ``rfgap``)
+#: or by the ``original`` / ``oob`` proximity.
+IMPUTE_PROXIMITIES = ("column", "rfimpute", *PROXIMITY_METHODS)
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> dict[str, Any]:

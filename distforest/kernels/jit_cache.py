@@ -66,5 +66,5 @@ def configure_cache() -> str:
     if "numba" in sys.modules:  # numba read its config already: tell it too
         from numba.core import config
 
-        config.CACHE_DIR = str(path)
+        config.CACHE_DIR = str(path)  # type: ignore[attr-defined]
     return str(path)
