@@ -177,6 +177,24 @@ def test_cluster_options_keep_the_cluster(monkeypatch, breast_cancer_csv, tmp_pa
     assert calls and calls[0]["n_workers"] == 1
 
 
+def test_small_pipeline_runs_in_process_and_its_report_says_so(breast_cancer_csv, tmp_path,
+                                                              monkeypatch):  # fmt: skip
+    monkeypatch.setattr(distforest.cli.jobs, "connect", None)  # calling it would fail
+    path = tmp_path / "small.yaml"
+    path.write_text(
+        f"input: {{path: {breast_cancer_csv}, target: Class, drop: [Id]}}\n"
+        "forest: {n_estimators: 5, random_state: 0}\n"
+        f"output: {{dir: {tmp_path / 'out'}, store: run.zarr}}\n"
+    )
+    result = invoke("-q", "run", path)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["engine"]["engine"] == "in-process" and report["tasks"] is None
+    assert report["peak_worker_memory_bytes"] == {} and report["retries"] is None
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "- tasks: run in this process (small input, no cluster asked for)" in md
+
+
 # -- numba's cache directory ----------------------------------------------------------
 
 

@@ -31,6 +31,23 @@ MODES = ("x", "standard")
 SIMILARITY_KINDS = ("beta", "basic")
 #: Smallest tile: below it a task costs more than its cells.
 MIN_TILE = 16
+#: Default tile of plain similarity/distance matrices (``pairwise``).
+PAIRWISE_TILE = 2048
+#: Default candidate rows per tile of the brute k-nearest-neighbour search.
+NEIGHBOR_TILE = 8192
+
+#: Measures of plain matrices, neighbours and k-NN (named here, computed in
+#: ``forests.measures``, so the command line can list them without loading them).
+DISTANCES = ("euclidean", "manhattan", "chebyshev", "minkowski", "mahalanobis")
+#: Measures of 0/1 features (``kernels.metrics`` has the same tuple; a test checks it).
+BINARY_MEASURES = ("russell-rao", "sokal-michener", "jaccard")
+SIMILARITIES = ("cosine", "rbf", "dot", *BINARY_MEASURES)
+METRICS = (*DISTANCES, *SIMILARITIES)
+NORMALIZATIONS = ("range", "zscore")
+#: Nearest-neighbour searches.
+ALGORITHMS = ("auto", "kd_tree", "ball_tree", "brute")
+#: Similarities learned by a forest (k-NN's forest metrics).
+FOREST_METRICS = ("rf-proximity", "rfgap", "beta")
 
 
 class Constraint(Protocol):

@@ -33,11 +33,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from distforest.errors import NotFittedError, ParameterError, StoreError
+from distforest.forests import constraints as C
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.xforest import XForest
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
-
-FOREST_METRICS = ("rf-proximity", "rfgap", "beta")
 
 
 @runtime_checkable
@@ -205,7 +204,7 @@ def load_similarity(metric: str, store: str | Path) -> CrossSimilarity:
         return ProximitySimilarity.load(store, metric)
     if metric == "beta":
         return BetaSimilarity.load(store)
-    raise StoreError(f"no saved forest similarity {metric!r}; expected one of {FOREST_METRICS}")
+    raise StoreError(f"no saved forest similarity {metric!r}; expected one of {C.FOREST_METRICS}")
 
 
 def make_similarity(
