@@ -41,7 +41,7 @@ from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
 from distforest.cli.simforest_job import SCALINGS, SimForestJob, simforest_job
-from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
+from distforest.cli.xforest_job import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 from distforest.forests import constraints as C
 from distforest.forests.constraints import PROXIMITY_METHODS
@@ -78,7 +78,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "report": _BOOL,
         "overwrite": _BOOL,
     },
-    # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_cmd.py
+    # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_job.py
     "xforest": dict.fromkeys([*XForest._parameter_constraints, "kind"], ()),
     "clustering": {
         **dict.fromkeys(("k", "min_samples", "n_init", "random_state"), _INT),

@@ -55,7 +55,7 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     from distforest.cli.pipeline import load_pipeline
     from distforest.cli.plan import check_disk, describe, describe_xforest, estimate, free_space
     from distforest.cli.simforest_job import SimForestJob, run_simforest_job
-    from distforest.cli.xforest_cmd import XForestJob, run_xforest_job
+    from distforest.cli.xforest_job import XForestJob, run_xforest_job
     from distforest.io import load_table
 
     job = load_pipeline(pipeline, overrides=overrides)
@@ -112,7 +112,7 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
     from distforest.cli.jobs import ProximityJob
     from distforest.cli.pipeline import load_pipeline
     from distforest.cli.simforest_job import SimForestJob
-    from distforest.cli.xforest_cmd import XForestJob
+    from distforest.cli.xforest_job import XForestJob
 
     bad = 0
     for path in pipelines:

@@ -28,6 +28,8 @@ PROXIMITY_METHODS = ("original", "oob", "rfgap")
 #: Methods that weigh rows by whether they are out of bag: they need bootstrap.
 OUT_OF_BAG_METHODS = ("oob", "rfgap")
 MODES = ("x", "standard")
+#: Clustering methods of a similarity (``apps.clustering``).
+CLUSTER_METHODS = ("kernel-kmeans", "spectral", "dbscan")
 SIMILARITY_KINDS = ("beta", "basic")
 #: Smallest tile: below it a task costs more than its cells.
 MIN_TILE = 16
