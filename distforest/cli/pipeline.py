@@ -40,7 +40,7 @@ from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
-from distforest.cli.simforest_job import SCALINGS, SimForestJob, simforest_job
+from distforest.cli.simforest_job import SimForestJob, simforest_job
 from distforest.cli.xforest_job import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 from distforest.forests import constraints as C
@@ -109,7 +109,7 @@ TABLES: dict[str, Mapping[str, C.Constraint]] = {
         **SimilarityForestClassifier._parameter_constraints,
         # "rbf:GAMMA" is read by simforest_job, which checks the name
         "metric": C.Checked("by simforest_job"),
-        "normalize": C.Choice(SCALINGS),
+        "normalize": C.Choice(C.SIMFOREST_SCALINGS),
     },
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)

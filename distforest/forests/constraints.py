@@ -28,6 +28,12 @@ PROXIMITY_METHODS = ("original", "oob", "rfgap")
 #: Methods that weigh rows by whether they are out of bag: they need bootstrap.
 OUT_OF_BAG_METHODS = ("oob", "rfgap")
 MODES = ("x", "standard")
+#: What a SimForest's matrix holds, and where an object whose similarity is missing goes
+#: (``kernels.simtrees`` has the same tuples; a test checks them).
+SIMFOREST_KINDS = ("similarity", "distance")
+SIMFOREST_MISSING = ("stay", "both", "larger")
+#: Feature scaling before a SimForest's measure on a table.
+SIMFOREST_SCALINGS = ("zscore", "none")
 #: Clustering methods of a similarity (``apps.clustering``).
 CLUSTER_METHODS = ("kernel-kmeans", "spectral", "dbscan")
 SIMILARITY_KINDS = ("beta", "basic")
