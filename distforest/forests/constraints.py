@@ -41,6 +41,8 @@ SIMILARITY_KINDS = ("beta", "basic")
 MIN_TILE = 16
 #: Default tile of plain similarity/distance matrices (``pairwise``).
 PAIRWISE_TILE = 2048
+#: Default rows/columns of one tile of SMERF's predicted distances.
+SMERF_TILE = 1024
 #: Default candidate rows per tile of the brute k-nearest-neighbour search.
 NEIGHBOR_TILE = 8192
 
