@@ -28,8 +28,14 @@ from distforest.kernels import jit_cache
 #: What ``--help`` must not load (each takes a noticeable share of a second or more).
 HEAVY = ("dask", "distributed", "sklearn", "zarr", "xarray", "numba", "pandas", "matplotlib")
 
-#: Commands whose ``--help`` imports none of :data:`HEAVY` (None: the group's help).
-LIGHT_HELP = (None, "proximity", "run", "validate", "status", "info")
+#: Every command and subcommand: ``--help`` of each imports none of :data:`HEAVY`.
+SUBCOMMANDS = {"knn": ("fit", "predict"), "simforest": ("fit", "predict", "proximity"),
+               "smerf": ("fit", "predict", "importances")}  # fmt: skip
+HELP_ARGS = [
+    ["--help"],
+    *([name, "--help"] for name in sorted(COMMANDS)),
+    *([name, sub, "--help"] for name, subs in SUBCOMMANDS.items() for sub in subs),
+]
 
 
 def invoke(*args: object) -> click.testing.Result:
@@ -73,16 +79,27 @@ def test_unknown_command_is_still_refused():
     assert result.exit_code == 2 and "No such command 'proximty'" in result.output
 
 
-@pytest.mark.parametrize("name", LIGHT_HELP)
-def test_help_loads_no_heavy_module(name):
-    args = ["--help"] if name is None else [name, "--help"]
+def test_help_loads_no_heavy_module():
+    """``--help`` of the group and of every (sub)command, in one fresh interpreter each
+    group of calls: none imports Dask, scikit-learn, Zarr, xarray, numba, pandas."""
     code = (
         "from click.testing import CliRunner\n"
         "from distforest.cli.main import cli\n"
-        f"result = CliRunner().invoke(cli, {args!r})\n"
-        "assert result.exit_code == 0, result.output\n"
+        f"for args in {HELP_ARGS!r}:\n"
+        "    result = CliRunner().invoke(cli, args)\n"
+        "    assert result.exit_code == 0 and 'Usage:' in result.output, (args, result.output)\n"
     )
     assert loaded_after(code) == []
+
+
+def test_subcommands_are_all_probed():
+    for name, subs in SUBCOMMANDS.items():
+        group = cli.get_command(click.Context(cli), name)
+        assert isinstance(group, click.Group)
+        assert sorted(group.commands) == sorted(subs)
+    groups = [n for n in COMMANDS if isinstance(cli.get_command(click.Context(cli), n),
+                                                click.Group)]  # fmt: skip
+    assert sorted(groups) == sorted(SUBCOMMANDS)
 
 
 def test_import_of_the_package_and_the_cli_is_light():
@@ -116,8 +133,31 @@ def test_not_fitted_error_is_one_class_and_sklearns():
         errors.NotAnError  # noqa: B018
 
 
-def test_cli_forest_defaults_are_the_estimators():
+def test_cli_defaults_are_the_estimators():
+    """The defaults the command line writes out (for a light ``--help``) are the estimators'."""
+    import inspect
+
+    from distforest.apps.impute import ProximityImputer
+    from distforest.cli import impute_cmd, simforest_cmd, smerf_cmd, xforest_cmd
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.forests.smerf import SMERF
+    from distforest.forests.xforest import XForest
+
     assert FOREST_DEFAULTS == ProximityForest().get_params()
+    assert xforest_cmd.XFOREST_DEFAULTS == XForest().get_params()
+    assert simforest_cmd.DEFAULTS == SimilarityForestClassifier().get_params()
+    assert smerf_cmd.SMERF_DEFAULTS == SMERF().get_params()
+    signature = inspect.signature(ProximityImputer.__init__).parameters.items()
+    assert impute_cmd.DEFAULTS == {k: p.default for k, p in signature if k != "self"}
+
+
+def test_names_kept_by_the_kernels_are_the_constraints():
+    """Kernels cannot import forests/constraints: their copies of the names must agree."""
+    from distforest.forests import constraints as C
+    from distforest.kernels import metrics, simtrees
+
+    assert metrics.BINARY_MEASURES == C.BINARY_MEASURES
+    assert simtrees.KINDS == C.SIMFOREST_KINDS and simtrees.MISSING == C.SIMFOREST_MISSING
 
 
 # -- small runs in this process -------------------------------------------------------
