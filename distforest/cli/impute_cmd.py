@@ -162,14 +162,17 @@ def impute(
     memory_limit: str | None,
     **params: Any,
 ) -> None:
-    """Fill the missing values of INPUT from random-forest proximities (rfImpute).
+    """Fill the missing values of INPUT from random-forest proximities.
 
     INPUT is a CSV/TSV, Parquet or .npy file or a Zarr store.  Each missing
     numeric value becomes the proximity-weighted mean of the column's
     observed values, each missing category the level with the largest
-    proximity-weighted vote; the forest is refitted --iterations times.
-    Column names, order and types are kept; the target and --drop columns
-    are copied unchanged.  Nothing is written if anything fails.
+    proximity-weighted vote.  The weights come, by default, from one forest
+    per column that predicts it from the others (--proximity column,
+    iterated until missForest's stopping rule); --proximity rfimpute is
+    Breiman's rfImpute (one forest for all columns, refitted --iterations
+    times).  Column names, order and types are kept; the target and --drop
+    columns are copied unchanged.  Nothing is written if anything fails.
 
     \b
     Example:
