@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("distforest.cli.xforest_cmd:cluster_cmd",
                 "Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."),
     "impute": ("distforest.cli.impute_cmd:impute",
-               "Fill the missing values of INPUT from random-forest proximities (rfImpute)."),
+               "Fill the missing values of INPUT from random-forest proximities."),
     "info": ("distforest.cli.store_cmd:info",
              "Describe a STORE: status, provenance, arrays with shapes and chunks."),
     "knn": ("distforest.cli.knn_cmd:knn",
