@@ -26,10 +26,9 @@ import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import xarray as xr
 import zarr
 
 from distforest._version import __version__
@@ -43,6 +42,9 @@ from distforest.store.schema import (
     matrix_spec,
     row_chunks,
 )
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 SCHEMA_VERSION = 1
 STATUS_RUNNING = "running"
@@ -455,6 +457,8 @@ class RunStore:
 
     def dataset(self) -> xr.Dataset:
         """The store's root arrays as a lazy :class:`xarray.Dataset`."""
+        import xarray as xr  # on use: a run that only writes does without it
+
         return xr.open_zarr(self.path, consolidated=False, zarr_format=3)
 
     def read_forest(self) -> dict[str, np.ndarray]:
