@@ -35,15 +35,14 @@ from sklearn.utils.validation import column_or_1d
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.forest_similarity import FOREST_METRICS, load_similarity, make_similarity
+from distforest.forests.forest_similarity import load_similarity, make_similarity
 from distforest.forests.measures import (
-    NORMALIZATIONS,
     Measure,
     check_values,
     make_scaler,
     parse_metric,
 )
-from distforest.forests.neighbors import ALGORITHMS, Neighbors, search
+from distforest.forests.neighbors import Neighbors, search
 from distforest.forests.pairwise import as_matrix
 from distforest.parallel.execution import SYNCHRONOUS, use_execution
 from distforest.store.run_store import RunStore
@@ -178,9 +177,9 @@ class KNNBase(DaskEstimator):
         "weights": C.Choice(WEIGHTS),
         "metric": C.Checked("a measure name, forest metric, similarity object or function"),
         "metric_params": C.Checked("the measure's own parameters"),
-        "normalize": C.Choice(NORMALIZATIONS, none=True),
+        "normalize": C.Choice(C.NORMALIZATIONS, none=True),
         "feature_range": C.Pair(),
-        "algorithm": C.Choice(ALGORITHMS),
+        "algorithm": C.Choice(C.ALGORITHMS),
         "select": C.Choice(SELECTIONS, none=True),
         "n_features_to_select": C.Checked("scikit-learn's SequentialFeatureSelector"),
         "select_cv": C.Int(2),
@@ -439,10 +438,10 @@ def save_model(
     """
     model._check_fitted()
     forest = model.similarity_ is not None
-    if forest and model.metric not in FOREST_METRICS:
+    if forest and model.metric not in C.FOREST_METRICS:
         raise ParameterError(
             f"a k-NN model with metric {model.metric!r} cannot be saved (it would be code); "
-            f"use a measure such as 'euclidean' or a forest metric {FOREST_METRICS}"
+            f"use a measure such as 'euclidean' or a forest metric {C.FOREST_METRICS}"
         )
     measure: Measure | None = model.measure_
     params = {k: v for k, v in model.get_params().items() if k != "metric_params"}

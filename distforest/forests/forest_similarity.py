@@ -40,13 +40,14 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from distforest.errors import NotFittedError, ParameterError, StoreError
+from distforest.forests import constraints as C
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.simforest import SimilarityForestClassifier
 from distforest.forests.xforest import XForest
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
 from distforest.parallel.execution import SYNCHRONOUS, execution
 
-FOREST_METRICS = ("rf-proximity", "rfgap", "beta", "simforest")
+FOREST_METRICS = C.FOREST_METRICS
 
 
 @runtime_checkable
@@ -291,7 +292,7 @@ def load_similarity(metric: str, store: str | Path) -> CrossSimilarity:
         return BetaSimilarity.load(store)
     if metric == "simforest":
         return SimForestSimilarity.load(store)
-    raise StoreError(f"no saved forest similarity {metric!r}; expected one of {FOREST_METRICS}")
+    raise StoreError(f"no saved forest similarity {metric!r}; expected one of {C.FOREST_METRICS}")
 
 
 def make_similarity(

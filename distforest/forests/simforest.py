@@ -42,8 +42,6 @@ from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_pro
 from distforest.io.matrices import StoredMatrix, check_entries, load_matrix, open_matrix
 from distforest.kernels.simfetch import fetch_columns, fetch_function, fetch_rows
 from distforest.kernels.simtrees import (
-    KINDS,
-    MISSING,
     SimTree,
     SimTreeParams,
     apply_forest,
@@ -193,10 +191,10 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
     _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
         "n_estimators": C.Int(1),
         "n_pairs": C.Int(1),
-        "kind": C.Choice(KINDS),
+        "kind": C.Choice(C.SIMFOREST_KINDS),
         "max_depth": C.Int(0, none=True),
         "min_samples_leaf": C.Int(1),
-        "missing": C.Choice(MISSING),
+        "missing": C.Choice(C.SIMFOREST_MISSING),
         "bootstrap": C.Bool(),
         "metric": C.Choice(METRICS),
         "metric_params": C.Checked("by parse_metric"),

@@ -27,10 +27,9 @@ import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import xarray as xr
 import zarr
 
 from distforest._version import __version__
@@ -46,6 +45,9 @@ from distforest.store.schema import (
     matrix_encoding,
     row_chunks,
 )
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 #: Layout version.  2: count matrices (Breiman's proximity) are stored as
 #: integer counts with a CF ``scale_factor``; version 1 stored float32.  Both
@@ -477,6 +479,8 @@ class RunStore:
         alone decodes them to float64; rounded to float32 they are the
         values a float32 matrix held, bit for bit).
         """
+        import xarray as xr  # on use: a run that only writes does without it
+
         ds = xr.open_zarr(self.path, consolidated=False, zarr_format=3)
         for name, var in ds.data_vars.items():
             stored = var.encoding.get("dtype")
