@@ -184,13 +184,13 @@ def test_categorical_columns_come_back_as_labels():
 
 
 def test_cli_small_table_runs_in_process(breast_cancer_csv, tmp_path, monkeypatch):
-    import distforest.cli.impute_cmd as impute_cmd
+    import distforest.parallel.cluster as cluster_module  # impute imports connect on use
     from distforest.cli.main import cli
 
     def no_cluster(**kwargs):
         raise AssertionError(f"a cluster was started for a small table: {kwargs}")
 
-    monkeypatch.setattr(impute_cmd, "connect", no_cluster)
+    monkeypatch.setattr(cluster_module, "connect", no_cluster)
     out = tmp_path / "imputed.csv"
     args = ["-q", "impute", str(breast_cancer_csv), "--target", "Class", "--drop", "Id",
             "--proximity", "column", "--trees", "10", "--seed", "2", "--out", str(out)]  # fmt: skip
@@ -202,7 +202,7 @@ def test_cli_small_table_runs_in_process(breast_cancer_csv, tmp_path, monkeypatc
     filled = written.loc[original["Bare.nuclei"].isna(), "Bare.nuclei"]
     assert len(filled) == 16 and filled.between(1, 10).all()
     # a cluster asked for is used
-    monkeypatch.setattr(impute_cmd, "connect", no_cluster)
+    monkeypatch.setattr(cluster_module, "connect", no_cluster)
     result = CliRunner().invoke(cli, [*args[:-1], str(tmp_path / "b.csv"), "--workers", "1"])
     assert result.exit_code != 0 and "a cluster was started" in str(result.exception)
 
