@@ -1,0 +1,231 @@
+"""ProximityForest.fit against scikit-learn's RandomForestClassifier.fit (issue 14 item 1).
+
+Run by hand, never in CI::
+
+    python benchmarks/bench_fit.py --sizes 20000,100000 --repeats 3
+
+Data: ``make_classification(n, 20, n_informative=10, random_state=0)`` in
+memory (float64 X, as a user would pass it).  One process holds both sides:
+
+- scikit-learn: ``RandomForestClassifier(n_estimators=T, n_jobs=2,
+  random_state=0).fit(X, y)`` (threads in this process);
+- distforest: ``ProximityForest(n_estimators=T, random_state=0)
+  .set_execution(client).fit(X, y)`` on a ``LocalCluster(n_workers=2,
+  threads_per_worker=1)`` started once before any timing.  The first fit
+  on the fresh workers is reported on its own (*cold*: the workers import
+  scikit-learn then); the repeats are *warm*.
+
+The two are run alternately, ``--repeats`` times each, and the median is
+reported with the load average seen before each run (the machine is shared).
+For each distforest fit the Dask task stream gives the time split: from the
+call to the first task start (validation, seeds, scatter of X, submission),
+the tasks' compute, the idle worker time between and after them, and from
+the last task end to the return (result transfer and driver-side assembly).
+
+Writes ``benchmarks/results/fit_speed.md`` (and ``.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from _measure import machine_info, package_versions
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def load() -> float:
+    """The 1-minute load average."""
+    return os.getloadavg()[0]
+
+
+def stream_split(records: list[dict[str, Any]], t_call: float, t_return: float) -> dict[str, Any]:
+    """Where one fit's wall time went, from the Dask task stream (times in epoch seconds)."""
+    spans = []
+    transfer = 0.0
+    for rec in records:
+        if not str(rec["key"]).startswith("fit-trees"):
+            continue
+        for ss in rec["startstops"]:
+            if ss["action"] == "compute":
+                spans.append((ss["start"], ss["stop"], rec["worker"]))
+            elif ss["action"] == "transfer":
+                transfer += ss["stop"] - ss["start"]
+    if not spans:
+        return {}
+    first = min(s for s, _, _ in spans)
+    last = max(e for _, e, _ in spans)
+    compute = sum(e - s for s, e, _ in spans)
+    workers = len({w for _, _, w in spans})
+    wall = t_return - t_call
+    return {
+        "tasks": len(spans),
+        "to_first_task_s": first - t_call,
+        "compute_s": compute,
+        "mean_task_s": compute / len(spans),
+        "tasks_span_s": last - first,
+        "idle_in_span_s": (last - first) * workers - compute,
+        "after_last_task_s": t_return - last,
+        "utilisation": compute / (wall * workers),
+    }
+
+
+def fit_sklearn(X: Any, y: Any, trees: int) -> float:
+    from sklearn.ensemble import RandomForestClassifier
+
+    t = time.perf_counter()
+    RandomForestClassifier(n_estimators=trees, n_jobs=2, random_state=0).fit(X, y)
+    return time.perf_counter() - t
+
+
+def fit_distforest(client: Any, X: Any, y: Any, trees: int) -> tuple[float, dict[str, Any]]:
+    from distributed import get_task_stream
+
+    from distforest import ProximityForest
+
+    forest = ProximityForest(n_estimators=trees, random_state=0).set_execution(client)
+    with get_task_stream(client=client) as ts:
+        t_call = time.time()
+        t = time.perf_counter()
+        forest.fit(X, y)
+        wall = time.perf_counter() - t
+        t_return = time.time()
+    return wall, stream_split(ts.data, t_call, t_return)
+
+
+def bench_size(n: int, trees: int, repeats: int) -> dict[str, Any]:
+    from distributed import Client, LocalCluster
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n, 20, n_informative=10, random_state=0)
+    out: dict[str, Any] = {"n": n, "trees": trees, "sklearn": [], "distforest": []}
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        la = load()
+        wall, split = fit_distforest(client, X, y, trees)
+        out["cold"] = {"wall_s": wall, "load": la, **split}
+        print(f"n={n} distforest cold {wall:.2f} s (load {la:.2f}) {split}", flush=True)
+        for r in range(repeats):
+            la = load()
+            wall = fit_sklearn(X, y, trees)
+            out["sklearn"].append({"wall_s": wall, "load": la})
+            print(f"n={n} [{r}] sklearn {wall:.2f} s (load {la:.2f})", flush=True)
+            la = load()
+            wall, split = fit_distforest(client, X, y, trees)
+            out["distforest"].append({"wall_s": wall, "load": la, **split})
+            print(f"n={n} [{r}] distforest {wall:.2f} s (load {la:.2f}) {split}", flush=True)
+    for side in ("sklearn", "distforest"):
+        out[f"{side}_median_s"] = statistics.median(r["wall_s"] for r in out[side])
+    out["ratio"] = out["distforest_median_s"] / out["sklearn_median_s"]
+    out["ratio_cold"] = out["cold"]["wall_s"] / out["sklearn_median_s"]
+    return out
+
+
+def _f(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    m = meta["machine"]
+    lines = [
+        "# Fit speed: ProximityForest.fit vs RandomForestClassifier.fit",
+        "",
+        f"- Date: {meta['date']}",
+        f"- Machine: {m['cpu_model']}, {m['cores']} cores ({m['usable_cores']} usable), "
+        f"{m['mem_total_bytes'] / 2**30:.1f} GiB RAM, Linux {m['kernel']}, "
+        f"Python {m['python']} (shared with other sessions: see the load column)",
+        f"- Command: `{meta['command']}`",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "",
+        "Data: `make_classification(n, 20, n_informative=10, random_state=0)` in memory "
+        f"(float64); T = {results[0]['trees']} trees, seed 0.  scikit-learn: "
+        "`RandomForestClassifier(n_estimators=T, n_jobs=2, random_state=0).fit(X, y)`; "
+        "distforest: `ProximityForest(n_estimators=T, random_state=0).set_execution(client)"
+        ".fit(X, y)` on a running `LocalCluster(n_workers=2, threads_per_worker=1)`.  Run "
+        "alternately in one process; medians of the repeats.  *cold* is the first "
+        "distforest fit on fresh workers (they import scikit-learn during it).",
+        "",
+        "| n | sklearn (median) | distforest warm (median) | ratio | distforest cold | "
+        "ratio cold | load avg (min-max) |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        loads = [x["load"] for x in r["sklearn"] + r["distforest"]] + [r["cold"]["load"]]
+        lines.append(
+            f"| {r['n']:,} | {_f(r['sklearn_median_s'])} s | {_f(r['distforest_median_s'])} s "
+            f"| {r['ratio']:.2f}x | {_f(r['cold']['wall_s'])} s | {r['ratio_cold']:.2f}x "
+            f"| {min(loads):.1f}-{max(loads):.1f} |"
+        )
+    lines += [
+        "",
+        "## Where a distforest fit's time goes (Dask task stream, median run)",
+        "",
+        "| n | run | wall | to first task | tasks | mean task | task compute | idle workers "
+        "in span | after last task | utilisation |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        runs = sorted(r["distforest"], key=lambda x: x["wall_s"])
+        for label, x in (("cold", r["cold"]), ("warm", runs[len(runs) // 2])):
+            if "tasks" not in x:
+                continue
+            lines.append(
+                f"| {r['n']:,} | {label} | {_f(x['wall_s'])} s | {_f(x['to_first_task_s'])} s "
+                f"| {x['tasks']} | {_f(x['mean_task_s'])} s | {_f(x['compute_s'])} s "
+                f"| {_f(x['idle_in_span_s'])} s | {_f(x['after_last_task_s'])} s "
+                f"| {x['utilisation']:.0%} |"
+            )
+    lines += [
+        "",
+        "*to first task*: from the call to the first task's start (validation, seeds, "
+        "scatter of X, submission); *idle workers in span*: worker-seconds without a fit "
+        "task between the first start and the last end; *after last task*: result "
+        "transfer and assembly on the driver; *utilisation* = task compute / (wall x 2 "
+        "workers).",
+        "",
+        "## All runs",
+        "",
+    ]
+    for r in results:
+        sk = ", ".join(f"{x['wall_s']:.2f} (load {x['load']:.1f})" for x in r["sklearn"])
+        df = ", ".join(f"{x['wall_s']:.2f} (load {x['load']:.1f})" for x in r["distforest"])
+        lines.append(f"- n = {r['n']:,}: sklearn {sk}; distforest {df}")
+    for note in meta.get("notes", []):
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="20000", help="comma-separated row counts")
+    parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(RESULTS / "fit_speed"), help="path without suffix")
+    parser.add_argument("--note", action="append", default=[], help="a paragraph to add")
+    args = parser.parse_args(argv)
+    results = [bench_size(int(s), args.trees, args.repeats) for s in args.sizes.split(",")]
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": package_versions(),
+        "command": "python benchmarks/bench_fit.py " + " ".join(argv or sys.argv[1:]),
+        "notes": args.note,
+    }
+    Path(args.out + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    Path(args.out + ".md").write_text(render(results, meta))
+    print(render(results, meta))
+
+
+if __name__ == "__main__":
+    main()
