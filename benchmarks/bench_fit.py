@@ -79,27 +79,38 @@ def stream_split(records: list[dict[str, Any]], t_call: float, t_return: float) 
     }
 
 
-def fit_sklearn(X: Any, y: Any, trees: int) -> float:
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process so far."""
+    return time.process_time()
+
+
+def fit_sklearn(X: Any, y: Any, trees: int) -> dict[str, float]:
     from sklearn.ensemble import RandomForestClassifier
 
+    cpu = _cpu()
     t = time.perf_counter()
     RandomForestClassifier(n_estimators=trees, n_jobs=2, random_state=0).fit(X, y)
-    return time.perf_counter() - t
+    return {"wall_s": time.perf_counter() - t, "cpu_s": _cpu() - cpu}
 
 
-def fit_distforest(client: Any, X: Any, y: Any, trees: int) -> tuple[float, dict[str, Any]]:
+def fit_distforest(client: Any, X: Any, y: Any, trees: int) -> dict[str, Any]:
+    """One fit; ``cpu_s`` sums the driver (client and scheduler) and the worker processes."""
     from distributed import get_task_stream
 
     from distforest import ProximityForest
 
     forest = ProximityForest(n_estimators=trees, random_state=0).set_execution(client)
+    workers = sum(client.run(_cpu).values())
     with get_task_stream(client=client) as ts:
+        cpu = _cpu()
         t_call = time.time()
         t = time.perf_counter()
         forest.fit(X, y)
         wall = time.perf_counter() - t
         t_return = time.time()
-    return wall, stream_split(ts.data, t_call, t_return)
+        cpu = _cpu() - cpu
+    cpu += sum(client.run(_cpu).values()) - workers
+    return {"wall_s": wall, "cpu_s": cpu, **stream_split(ts.data, t_call, t_return)}
 
 
 def bench_size(n: int, trees: int, repeats: int) -> dict[str, Any]:
@@ -112,24 +123,28 @@ def bench_size(n: int, trees: int, repeats: int) -> dict[str, Any]:
         LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        la = load()
-        wall, split = fit_distforest(client, X, y, trees)
-        out["cold"] = {"wall_s": wall, "load": la, **split}
-        print(f"n={n} distforest cold {wall:.2f} s (load {la:.2f}) {split}", flush=True)
+        out["cold"] = {"load": load(), **fit_distforest(client, X, y, trees)}
+        _show(n, "distforest cold", out["cold"])
         for r in range(repeats):
-            la = load()
-            wall = fit_sklearn(X, y, trees)
-            out["sklearn"].append({"wall_s": wall, "load": la})
-            print(f"n={n} [{r}] sklearn {wall:.2f} s (load {la:.2f})", flush=True)
-            la = load()
-            wall, split = fit_distforest(client, X, y, trees)
-            out["distforest"].append({"wall_s": wall, "load": la, **split})
-            print(f"n={n} [{r}] distforest {wall:.2f} s (load {la:.2f}) {split}", flush=True)
+            out["sklearn"].append({"load": load(), **fit_sklearn(X, y, trees)})
+            _show(n, f"[{r}] sklearn", out["sklearn"][-1])
+            out["distforest"].append({"load": load(), **fit_distforest(client, X, y, trees)})
+            _show(n, f"[{r}] distforest", out["distforest"][-1])
     for side in ("sklearn", "distforest"):
         out[f"{side}_median_s"] = statistics.median(r["wall_s"] for r in out[side])
+        out[f"{side}_median_cpu_s"] = statistics.median(r["cpu_s"] for r in out[side])
     out["ratio"] = out["distforest_median_s"] / out["sklearn_median_s"]
     out["ratio_cold"] = out["cold"]["wall_s"] / out["sklearn_median_s"]
     return out
+
+
+def _show(n: int, label: str, run: dict[str, Any]) -> None:
+    extra = {k: round(v, 3) for k, v in run.items() if k not in ("wall_s", "cpu_s", "load")}
+    print(
+        f"n={n} {label}: {run['wall_s']:.2f} s wall, {run['cpu_s']:.2f} s CPU "
+        f"(load {run['load']:.2f}) {extra or ''}",
+        flush=True,
+    )
 
 
 def _f(x: float) -> str:
@@ -145,7 +160,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"- Machine: {m['cpu_model']}, {m['cores']} cores ({m['usable_cores']} usable), "
         f"{m['mem_total_bytes'] / 2**30:.1f} GiB RAM, Linux {m['kernel']}, "
         f"Python {m['python']} (shared with other sessions: see the load column)",
-        f"- Command: `{meta['command']}`",
+        f"- Command: `{meta['command']}` (distforest from `{meta['distforest_source']}`)",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
         "",
         "Data: `make_classification(n, 20, n_informative=10, random_state=0)` in memory "
@@ -157,14 +172,15 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "distforest fit on fresh workers (they import scikit-learn during it).",
         "",
         "| n | sklearn (median) | distforest warm (median) | ratio | distforest cold | "
-        "ratio cold | load avg (min-max) |",
-        "|---:|---:|---:|---:|---:|---:|---|",
+        "ratio cold | CPU sklearn | CPU distforest | load avg (min-max) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         loads = [x["load"] for x in r["sklearn"] + r["distforest"]] + [r["cold"]["load"]]
         lines.append(
             f"| {r['n']:,} | {_f(r['sklearn_median_s'])} s | {_f(r['distforest_median_s'])} s "
             f"| {r['ratio']:.2f}x | {_f(r['cold']['wall_s'])} s | {r['ratio_cold']:.2f}x "
+            f"| {_f(r['sklearn_median_cpu_s'])} s | {_f(r['distforest_median_cpu_s'])} s "
             f"| {min(loads):.1f}-{max(loads):.1f} |"
         )
     lines += [
@@ -192,7 +208,8 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "scatter of X, submission); *idle workers in span*: worker-seconds without a fit "
         "task between the first start and the last end; *after last task*: result "
         "transfer and assembly on the driver; *utilisation* = task compute / (wall x 2 "
-        "workers).",
+        "workers).  *CPU*: user + system seconds of the whole fit (sklearn: its process; "
+        "distforest: the driver, which hosts the scheduler, plus both worker processes).",
         "",
         "## All runs",
         "",
@@ -200,7 +217,8 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for r in results:
         sk = ", ".join(f"{x['wall_s']:.2f} (load {x['load']:.1f})" for x in r["sklearn"])
         df = ", ".join(f"{x['wall_s']:.2f} (load {x['load']:.1f})" for x in r["distforest"])
-        lines.append(f"- n = {r['n']:,}: sklearn {sk}; distforest {df}")
+        lines.append(f"- n = {r['n']:,}: wall seconds (load average before the run):")
+        lines.append(f"  sklearn {sk}; distforest {df}")
     for note in meta.get("notes", []):
         lines += ["", note]
     return "\n".join(lines) + "\n"
@@ -215,8 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--note", action="append", default=[], help="a paragraph to add")
     args = parser.parse_args(argv)
     results = [bench_size(int(s), args.trees, args.repeats) for s in args.sizes.split(",")]
+    import distforest
+
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "distforest_source": str(Path(distforest.__file__).parent),
         "machine": machine_info(),
         "versions": package_versions(),
         "command": "python benchmarks/bench_fit.py " + " ".join(argv or sys.argv[1:]),
