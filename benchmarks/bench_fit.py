@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _measure import machine_info, package_versions
+from _measure import machine_info, machine_line, package_versions
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -152,14 +152,11 @@ def _f(x: float) -> str:
 
 
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    m = meta["machine"]
     lines = [
         "# Fit speed: ProximityForest.fit vs RandomForestClassifier.fit",
         "",
         f"- Date: {meta['date']}",
-        f"- Machine: {m['cpu_model']}, {m['cores']} cores ({m['usable_cores']} usable), "
-        f"{m['mem_total_bytes'] / 2**30:.1f} GiB RAM, Linux {m['kernel']}, "
-        f"Python {m['python']} (shared with other sessions: see the load column)",
+        machine_line(meta["machine"]) + " (shared with other sessions: see the load column)",
         f"- Command: `{meta['command']}` (distforest from `{meta['distforest_source']}`)",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
         "",

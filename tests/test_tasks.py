@@ -8,7 +8,12 @@ import math
 
 import pytest
 
-from distforest.parallel.tasks import default_batch_size, plan_batches, plan_shrinking_batches
+from distforest.parallel.tasks import (
+    default_batch_size,
+    plan_batches,
+    plan_shrinking_batches,
+    plan_tree_batches,
+)
 
 
 def _finish_time(batches: list[slice], threads: int) -> int:
@@ -48,3 +53,8 @@ def test_fixed_batches_leave_a_thread_idle_where_shrinking_ones_do_not():
     fixed = plan_batches(100, default_batch_size(100, 2))
     assert _finish_time(fixed, 2) == 52
     assert _finish_time(plan_shrinking_batches(100, 2, default_batch_size(100, 2)), 2) == 50
+
+
+def test_tree_batches_are_fixed_when_a_size_is_given():
+    assert plan_tree_batches(10, 2, 4) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert plan_tree_batches(10, 2, None) == plan_shrinking_batches(10, 2, 2)

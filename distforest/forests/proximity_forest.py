@@ -172,12 +172,7 @@ class ProximityForest(DaskEstimator):
         leaves = np.empty((n, n_trees), dtype=np.int32)
         inbag = np.empty((n, n_trees), dtype=np.uint8)
         with self._runner() as runner:
-            threads = runner.threads()
-            if params["batch_size"] is None:
-                largest = tasks.default_batch_size(n_trees, threads)
-                batches = tasks.plan_shrinking_batches(n_trees, threads, largest)
-            else:
-                batches = tasks.plan_batches(n_trees, params["batch_size"])
+            batches = tasks.plan_tree_batches(n_trees, runner.threads(), params["batch_size"])
             logger.info(
                 "fitting %d %s trees on %d x %d in %d tasks",
                 n_trees, task, n, table.n_features, len(batches),

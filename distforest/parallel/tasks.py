@@ -100,6 +100,18 @@ def plan_shrinking_batches(n_items: int, n_threads: int, largest: int) -> list[s
     return batches
 
 
+def plan_tree_batches(n_trees: int, n_threads: int, batch_size: int | None) -> list[slice]:
+    """The batches of a forest's fit: ``batch_size`` trees each, or shrinking ones if None.
+
+    Which trees share a task never changes a tree (each grows from its own
+    seed), only how evenly the workers are kept busy.
+    """
+    if batch_size is not None:
+        return plan_batches(n_trees, batch_size)
+    largest = default_batch_size(n_trees, n_threads)
+    return plan_shrinking_batches(n_trees, n_threads, largest)
+
+
 def total_threads(client: Client) -> int:
     """Number of worker threads in the cluster (at least 1)."""
     return max(1, sum(client.nthreads().values()))
