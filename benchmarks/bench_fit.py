@@ -130,12 +130,32 @@ def bench_size(n: int, trees: int, repeats: int) -> dict[str, Any]:
             _show(n, f"[{r}] sklearn", out["sklearn"][-1])
             out["distforest"].append({"load": load(), **fit_distforest(client, X, y, trees)})
             _show(n, f"[{r}] distforest", out["distforest"][-1])
+    return summarise(out)
+
+
+def summarise(out: dict[str, Any]) -> dict[str, Any]:
+    """Medians and ratios of one size's runs."""
     for side in ("sklearn", "distforest"):
         out[f"{side}_median_s"] = statistics.median(r["wall_s"] for r in out[side])
         out[f"{side}_median_cpu_s"] = statistics.median(r["cpu_s"] for r in out[side])
     out["ratio"] = out["distforest_median_s"] / out["sklearn_median_s"]
+    out["pair_ratio"] = statistics.median(
+        d["wall_s"] / k["wall_s"] for k, d in zip(out["sklearn"], out["distforest"], strict=True)
+    )
     out["ratio_cold"] = out["cold"]["wall_s"] / out["sklearn_median_s"]
     return out
+
+
+def merge(paths: list[str]) -> list[dict[str, Any]]:
+    """The runs of several saved JSON files, joined by size (the first file's cold fit)."""
+    by_n: dict[int, dict[str, Any]] = {}
+    for path in paths:
+        for r in json.loads(Path(path).read_text())["results"]:
+            if r["n"] not in by_n:
+                by_n[r["n"]] = {**r, "sklearn": [], "distforest": []}
+            by_n[r["n"]]["sklearn"] += r["sklearn"]
+            by_n[r["n"]]["distforest"] += r["distforest"]
+    return [summarise(by_n[n]) for n in sorted(by_n)]
 
 
 def _show(n: int, label: str, run: dict[str, Any]) -> None:
@@ -149,6 +169,25 @@ def _show(n: int, label: str, run: dict[str, Any]) -> None:
 
 def _f(x: float) -> str:
     return f"{x:.2f}"
+
+
+#: Header of the summary table (this code's runs, and each baseline's).
+_SUMMARY_HEADER = [
+    "| n | sklearn (median) | distforest warm (median) | ratio | pair ratio | distforest cold "
+    "| ratio cold | CPU sklearn | CPU distforest | load avg (min-max) |",
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+]
+
+
+def _summary_row(r: dict[str, Any]) -> str:
+    loads = [x["load"] for x in r["sklearn"] + r["distforest"]] + [r["cold"]["load"]]
+    return (
+        f"| {r['n']:,} | {_f(r['sklearn_median_s'])} s | {_f(r['distforest_median_s'])} s "
+        f"| {r['ratio']:.2f}x | {r['pair_ratio']:.2f}x | {_f(r['cold']['wall_s'])} s "
+        f"| {r['ratio_cold']:.2f}x "
+        f"| {_f(r['sklearn_median_cpu_s'])} s | {_f(r['distforest_median_cpu_s'])} s "
+        f"| {min(loads):.1f}-{max(loads):.1f} |"
+    )
 
 
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -168,18 +207,12 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "alternately in one process; medians of the repeats.  *cold* is the first "
         "distforest fit on fresh workers (they import scikit-learn during it).",
         "",
-        "| n | sklearn (median) | distforest warm (median) | ratio | distforest cold | "
-        "ratio cold | CPU sklearn | CPU distforest | load avg (min-max) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        *_SUMMARY_HEADER,
+        *[_summary_row(r) for r in results],
     ]
-    for r in results:
-        loads = [x["load"] for x in r["sklearn"] + r["distforest"]] + [r["cold"]["load"]]
-        lines.append(
-            f"| {r['n']:,} | {_f(r['sklearn_median_s'])} s | {_f(r['distforest_median_s'])} s "
-            f"| {r['ratio']:.2f}x | {_f(r['cold']['wall_s'])} s | {r['ratio_cold']:.2f}x "
-            f"| {_f(r['sklearn_median_cpu_s'])} s | {_f(r['distforest_median_cpu_s'])} s "
-            f"| {min(loads):.1f}-{max(loads):.1f} |"
-        )
+    for title, base in meta.get("baselines", {}).items():
+        lines += ["", f"### {title}", "", *_SUMMARY_HEADER]
+        lines += [_summary_row(r) for r in base]
     lines += [
         "",
         "## Where a distforest fit's time goes (Dask task stream, median run)",
@@ -205,8 +238,10 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "scatter of X, submission); *idle workers in span*: worker-seconds without a fit "
         "task between the first start and the last end; *after last task*: result "
         "transfer and assembly on the driver; *utilisation* = task compute / (wall x 2 "
-        "workers).  *CPU*: user + system seconds of the whole fit (sklearn: its process; "
-        "distforest: the driver, which hosts the scheduler, plus both worker processes).",
+        "workers).  *pair ratio*: median over the repeats of distforest / the sklearn fit run "
+        "just before it (less sensitive to the load drifting).  *CPU*: user + system "
+        "seconds of the whole fit (sklearn: its process; distforest: the driver, which hosts "
+        "the scheduler, plus both worker processes).",
         "",
         "## All runs",
         "",
@@ -228,18 +263,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(RESULTS / "fit_speed"), help="path without suffix")
     parser.add_argument("--note", action="append", default=[], help="a paragraph to add")
+    parser.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="render saved runs (joined by size) instead"
+    )
+    parser.add_argument(
+        "--baseline",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TITLE", "JSONS"),
+        help="a table of saved runs of other code (comma-separated JSON files) under TITLE",
+    )
     args = parser.parse_args(argv)
-    results = [bench_size(int(s), args.trees, args.repeats) for s in args.sizes.split(",")]
-    import distforest
+    if args.merge:
+        results = merge(args.merge)
+        meta = json.loads(Path(args.merge[0]).read_text())["meta"]
+        meta["command"] += f" (runs of {len(args.merge)} such commands joined)"
+    else:
+        results = [bench_size(int(s), args.trees, args.repeats) for s in args.sizes.split(",")]
+        import distforest
 
-    meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "distforest_source": str(Path(distforest.__file__).parent),
-        "machine": machine_info(),
-        "versions": package_versions(),
-        "command": "python benchmarks/bench_fit.py " + " ".join(argv or sys.argv[1:]),
-        "notes": args.note,
-    }
+        meta = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "distforest_source": str(Path(distforest.__file__).parent),
+            "machine": machine_info(),
+            "versions": package_versions(),
+            "command": "python benchmarks/bench_fit.py " + " ".join(argv or sys.argv[1:]),
+        }
+    meta["notes"] = args.note
+    meta["baselines"] = {title: merge(files.split(",")) for title, files in args.baseline}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     Path(args.out + ".md").write_text(render(results, meta))
     print(render(results, meta))
