@@ -147,14 +147,18 @@ def summarise(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge(paths: list[str]) -> list[dict[str, Any]]:
-    """The runs of several saved JSON files, joined by size (the first file's cold fit)."""
+    """The runs of several saved JSON files, joined by size (the median cold fit)."""
     by_n: dict[int, dict[str, Any]] = {}
+    colds: dict[int, list[dict[str, Any]]] = {}
     for path in paths:
         for r in json.loads(Path(path).read_text())["results"]:
             if r["n"] not in by_n:
                 by_n[r["n"]] = {**r, "sklearn": [], "distforest": []}
             by_n[r["n"]]["sklearn"] += r["sklearn"]
             by_n[r["n"]]["distforest"] += r["distforest"]
+            colds.setdefault(r["n"], []).append(r["cold"])
+    for n, runs in colds.items():
+        by_n[n]["cold"] = sorted(runs, key=lambda c: c["wall_s"])[(len(runs) - 1) // 2]
     return [summarise(by_n[n]) for n in sorted(by_n)]
 
 
