@@ -20,7 +20,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $(VENV)/.installed $@
 
 run: $(VENV)/.installed
-	$(BIN)/distforest run pipelines/main.yaml
+	$(BIN)/distforest run pipelines/main.yaml --cluster cluster_configs/local.yaml
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q

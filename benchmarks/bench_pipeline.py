@@ -130,10 +130,12 @@ def digest(path: Path) -> str:
 
     h = hashlib.sha256()
     if path.suffix == ".zarr":  # row block by row block: never the n x n matrix
+        from distforest.io.matrices import decode
+
         arr = zarr.open_array(str(path), path="proximity", mode="r")
-        step = arr.chunks[0]
-        for start in range(0, arr.shape[0], step):
-            h.update(arr[start : start + step].tobytes())
+        attrs, step = dict(arr.attrs), arr.chunks[0]
+        for start in range(0, arr.shape[0], step):  # decoded: the same digest for either layout
+            h.update(decode(arr[start : start + step], attrs).tobytes())
     else:
         import pandas as pd
 

@@ -19,8 +19,11 @@ each in its own subprocess:
    LocalCluster start, ``ProximityForest.fit``, ``save`` and the tile phase,
    with the Dask task stream (worker utilisation, tile tasks per second) and
    a driver-side timing of one tile task's parts (read leaves, kernel, write).
-3. The I/O floor: writing a float32 n x n Zarr v3 array with default codecs
-   (bytes + zstd level 0), chunks (tile, tile), tile by tile, with synthetic
+3. The I/O floor: writing an n x n Zarr v3 array stored exactly as
+   distforest stores the proximity (same dtype, fill value and codecs, from
+   :func:`distforest.store.schema.matrix_encoding`: uint8 counts of trees
+   with LZ4 + bit-shuffle for T < 255; it was float32 + zstd before
+   schema_version 2), chunks (tile, tile), tile by tile, with synthetic
    tiles that have the measured density and value distribution (see
    :func:`synthetic_tiles`), by as many processes as the cluster has workers.
 4. The usual scikit-learn recipe: ``RandomForestClassifier(n_jobs=2)``,
@@ -42,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +64,13 @@ RESULTS_MD = HERE / "results" / "proximity.md"
 RESULTS_JSON = HERE / "results" / "proximity.json"
 N_FEATURES = 20
 GB = 1e9
-TARGET_SPEEDUP_N, TARGET_SPEEDUP = 20_000, 3.0
-TARGET_BIG_N, TARGET_RSS_GB, TARGET_FLOOR_RATIO = 100_000, 4.0, 2.0
+#: Goals (issue 14): n = 20k no slower than forestgeom end to end; n = 100k within
+#: 1.5x of (fit + I/O floor) with a peak RSS under 2 GB; n = 200k completes.
+TARGET_PEER_N = 20_000
+TARGET_BIG_N, TARGET_RSS_GB, TARGET_FLOOR_RATIO = 100_000, 2.0, 1.5
+TARGET_HUGE_N = 200_000
+#: The forestgeom release measured side by side (PyPI, in the peers' own venv).
+FORESTGEOM_VERSION = "0.4.0"
 
 
 # ---------------------------------------------------------------------------
@@ -88,9 +97,9 @@ def measured(cmd: list[str], cwd: Path, label: str, args: argparse.Namespace) ->
     return best
 
 
-def _self_cmd(child: str, **kwargs: Any) -> list[str]:
+def _self_cmd(child: str, python: str | None = None, **kwargs: Any) -> list[str]:
     return [
-        sys.executable,
+        python or sys.executable,
         str(Path(__file__).resolve()),
         "--child",
         child,
@@ -108,9 +117,13 @@ def _emit(result: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------
 
 
-def child_sklearn(data: str, trees: int, seed: int) -> None:
+def _fit_random_forest(data: str, trees: int, seed: int) -> tuple[dict[str, float], Any, Any, Any]:
+    """Import, read the Parquet data and fit the peers' scikit-learn forest, timed.
+
+    Returns the times so far (``t0``, ``imports_s``, ``load_s``, ``fit_s``), the fitted
+    forest, the features and the target.
+    """
     t0 = time.perf_counter()
-    import numpy as np
     import pandas as pd
     from sklearn.ensemble import RandomForestClassifier
 
@@ -118,9 +131,18 @@ def child_sklearn(data: str, trees: int, seed: int) -> None:
     df = pd.read_parquet(data)
     y = df.pop("y").to_numpy()
     X = df.to_numpy()
-    n = X.shape[0]
     t_load = time.perf_counter()
     rf = RandomForestClassifier(n_estimators=trees, n_jobs=2, random_state=seed).fit(X, y)
+    t_fit = time.perf_counter()
+    times = {"imports_s": t_import - t0, "load_s": t_load - t_import, "fit_s": t_fit - t_load}
+    return times, rf, X, y
+
+
+def child_sklearn(data: str, trees: int, seed: int) -> None:
+    import numpy as np
+
+    times, rf, X, _ = _fit_random_forest(data, trees, seed)
+    n = X.shape[0]
     t_fit = time.perf_counter()
     leaves = rf.apply(X)
     t_apply = time.perf_counter()
@@ -131,15 +153,71 @@ def child_sklearn(data: str, trees: int, seed: int) -> None:
     t_prox = time.perf_counter()
     _emit(
         {
-            "imports_s": t_import - t0,
-            "load_s": t_load - t_import,
-            "fit_s": t_fit - t_load,
+            **times,
             "apply_s": t_apply - t_fit,
             "proximity_s": t_prox - t_apply,
             "density": float(np.count_nonzero(prox) - n) / (n * n - n),
             "dtype": str(prox.dtype),
         }
     )
+
+
+# ---------------------------------------------------------------------------
+# Child: forestgeom (sparse proximity in RAM), run in the peer's own environment
+# ---------------------------------------------------------------------------
+
+
+def child_forestgeom(data: str, trees: int, seed: int) -> None:
+    """forestgeom's recipe: fit the scikit-learn forest, then ``Proximity(rf)``.
+
+    Runs under the peer environment's Python (``--peer-python``), which has
+    forestgeom and its dependencies but not distforest.
+    """
+    t0 = time.perf_counter()
+    import numpy as np
+    from forestgeom import Proximity
+    from forestgeom import __version__ as fg_version
+
+    t_import = time.perf_counter() - t0
+    times, rf, X, y = _fit_random_forest(data, trees, seed)
+    n = X.shape[0]
+    t_fit = time.perf_counter()
+    prox = Proximity(rf).fit(X, y).transform(X)  # rf is fitted: not refitted
+    t_prox = time.perf_counter()
+    diag = prox.diagonal()
+    _emit(
+        {
+            **times,
+            "imports_s": times["imports_s"] + t_import,
+            "proximity_s": t_prox - t_fit,
+            "density": float(prox.nnz - np.count_nonzero(diag)) / (n * n - n),
+            "format": type(prox).__name__,
+            "dtype": str(prox.dtype),
+            "matrix_bytes": int(prox.data.nbytes + prox.indices.nbytes + prox.indptr.nbytes),
+            "forestgeom_version": fg_version,
+        }
+    )
+
+
+def peer_python(args: argparse.Namespace) -> str:
+    """The Python of the peers' own environment, created on first use.
+
+    forestgeom is a peer, not a distforest dependency: it goes in
+    ``<workdir>/peer-env`` (or the environment given with ``--peer-python``).
+    """
+    if args.peer_python:
+        return str(args.peer_python)
+    env = Path(args.workdir) / "peer-env"
+    python = env / "bin" / "python"
+    if not python.exists():
+        print(f"creating the peers' environment in {env}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", f"forestgeom=={FORESTGEOM_VERSION}",
+             "pandas", "pyarrow", "psutil"],
+            check=True,
+        )  # fmt: skip
+    return str(python)
 
 
 # ---------------------------------------------------------------------------
@@ -178,21 +256,14 @@ def _time_one_tile(store: str, scratch: str, n: int, tile: int) -> dict[str, Any
     """Time the parts of one off-diagonal tile task on the driver (median of 3)."""
     import statistics
 
-    import numpy as np
     import zarr
 
-    from distforest.kernels.proximity import original_proximity_tile
-    from distforest.store.run_store import read_rows
+    from distforest.forests.tiles import compute_tile
+    from distforest.store.run_store import read_rows, transposed
 
-    arr = zarr.create_array(
-        store=scratch,
-        shape=(n, n),
-        chunks=(tile, tile),
-        dtype="float32",
-        fill_value=np.nan,
-        overwrite=True,
-    )
-    del arr
+    trees = zarr.open_array(store, path="leaves", mode="r").shape[1]
+    enc = _create_like_proximity(scratch, n, tile, trees)
+    counts = enc.dtype if enc.is_counts else None
     j0 = tile if n > tile else 0
     rows_i, rows_j = slice(0, min(tile, n)), slice(j0, min(j0 + tile, n))
     parts: dict[str, list[float]] = {
@@ -207,13 +278,13 @@ def _time_one_tile(store: str, scratch: str, n: int, tile: int) -> dict[str, Any
         lj = read_rows(store, "leaves", rows_j)
         parts["read_s"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        block = original_proximity_tile(li, lj)
+        block = compute_tile("original", {"leaves": li}, {"leaves": lj}, counts)
         parts["kernel_s"].append(time.perf_counter() - t)
         t = time.perf_counter()
         zarr.open_array(scratch, mode="r+")[rows_i, rows_j] = block
         parts["write_s"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        zarr.open_array(scratch, mode="r+")[rows_j, rows_i] = np.ascontiguousarray(block.T)
+        zarr.open_array(scratch, mode="r+")[rows_j, rows_i] = transposed(block)
         parts["write_mirror_s"].append(time.perf_counter() - t)
     return {k: statistics.median(v) for k, v in parts.items()}
 
@@ -244,7 +315,7 @@ def child_profile(data: str, trees: int, seed: int, store: str, tiles: bool) -> 
             out["cluster_start_s"] = time.perf_counter() - t
             threads = sum(client.nthreads().values())
             out["threads"] = threads
-            forest = ProximityForest(n_estimators=trees, random_state=seed, client=client)
+            forest = ProximityForest(n_estimators=trees, random_state=seed).set_execution(client)
             with get_task_stream(client=client) as ts:
                 t = time.perf_counter()
                 forest.fit(table)
@@ -275,16 +346,44 @@ def child_profile(data: str, trees: int, seed: int, store: str, tiles: bool) -> 
 # ---------------------------------------------------------------------------
 
 
+def _create_like_proximity(path: str, n: int, tile: int, trees: int) -> Any:
+    """A new n x n array stored as distforest stores the proximity; returns its encoding."""
+    import zarr
+
+    from distforest.store.schema import matrix_encoding
+
+    enc = matrix_encoding("proximity", n_trees=trees)
+    arr = zarr.create_array(
+        store=path,
+        shape=(n, n),
+        chunks=(tile, tile),
+        dtype=enc.dtype,
+        fill_value=enc.fill_value,
+        compressors=enc.compressors or "auto",
+        zarr_format=3,
+        overwrite=True,
+    )
+    arr.attrs.update(enc.attrs())
+    return enc
+
+
 def synthetic_tiles(
-    tile: int, density: float, k_probs: list[float], trees: int, count: int, seed: int
+    tile: int,
+    density: float,
+    k_probs: list[float],
+    trees: int,
+    count: int,
+    seed: int,
+    dtype: str = "float32",
 ) -> list[Any]:
-    """``count`` float32 tiles like off-diagonal proximity tiles, plus one diagonal tile.
+    """``count`` tiles like off-diagonal proximity tiles, plus one diagonal tile.
 
     Every cell is non-zero with probability ``density`` (independently, so the
     non-zeros sit at uniformly random positions, as they do in a proximity
-    matrix of shuffled rows); a non-zero cell holds ``k / trees`` with ``k``
+    matrix of shuffled rows); a non-zero cell holds ``k / trees`` (float
+    ``dtype``) or ``k`` itself (integer ``dtype``: stored counts) with ``k``
     drawn from ``k_probs`` (the measured distribution of shared-leaf counts
-    ``k = 1..trees``).  The last tile has 1.0 on its diagonal.
+    ``k = 1..trees``).  The last tile has 1.0 (``trees``) on its diagonal.
     """
     import numpy as np
 
@@ -292,13 +391,15 @@ def synthetic_tiles(
     ks = np.arange(1, trees + 1, dtype=np.float64)
     probs = np.asarray(k_probs, dtype=np.float64)
     probs /= probs.sum()
+    counts = np.dtype(dtype).kind in "iu"
+    scale = 1.0 if counts else float(trees)
     tiles = []
     for i in range(count + 1):
         mask = rng.random((tile, tile)) < density
-        values = np.zeros((tile, tile), dtype=np.float32)
-        values[mask] = (rng.choice(ks, size=int(mask.sum()), p=probs) / trees).astype(np.float32)
+        values = np.zeros((tile, tile), dtype=dtype)
+        values[mask] = (rng.choice(ks, size=int(mask.sum()), p=probs) / scale).astype(dtype)
         if i == count:
-            np.fill_diagonal(values, 1.0)
+            np.fill_diagonal(values, trees if counts else 1.0)
         tiles.append(values)
     return tiles
 
@@ -315,12 +416,13 @@ def _floor_worker(
 ) -> None:
     import zarr
 
-    pool = synthetic_tiles(
-        tile, spec["density"], spec["k_probs"], spec["trees"], spec["pool"], seed
-    )
     arr = zarr.open_array(path, mode="r+")
+    pool = synthetic_tiles(
+        tile, spec["density"], spec["k_probs"], spec["trees"], spec["pool"], seed, str(arr.dtype)
+    )
     barrier.wait()
     start = time.time()
+    cpu = time.process_time()
     raw = 0
     for a, b in blocks:
         ri = slice(a * tile, min((a + 1) * tile, n))
@@ -329,24 +431,16 @@ def _floor_worker(
         block = src[: ri.stop - ri.start, : rj.stop - rj.start]
         arr[ri, rj] = block
         raw += block.nbytes
-    queue.put((start, time.time(), raw))
+    queue.put((start, time.time(), raw, time.process_time() - cpu))
 
 
 def child_iofloor(store: str, n: int, tile: int, procs: int, spec: dict[str, Any]) -> None:
     import multiprocessing as mp
 
-    import numpy as np
     import zarr
 
-    arr = zarr.create_array(
-        store=store,
-        shape=(n, n),
-        chunks=(tile, tile),
-        dtype="float32",
-        fill_value=np.nan,
-        zarr_format=3,
-        overwrite=True,
-    )
+    _create_like_proximity(store, n, tile, spec["trees"])
+    arr = zarr.open_array(store, mode="r")
     codecs = {"serializer": str(arr.serializer), "compressors": [str(c) for c in arr.compressors]}
     nb = math.ceil(n / tile)
     blocks = [(a, b) for a in range(nb) for b in range(nb)]
@@ -370,6 +464,9 @@ def child_iofloor(store: str, n: int, tile: int, procs: int, spec: dict[str, Any
             "per_process_s": [t[1] - t[0] for t in times],
             "tiles": len(blocks),
             "raw_bytes": sum(t[2] for t in times),
+            "cpu_s": sum(t[3] for t in times),
+            "dtype": str(arr.dtype),
+            "fill_value": str(arr.fill_value),
             "codecs": codecs,
             "procs": procs,
         }
@@ -407,7 +504,10 @@ def measure_tiles(store: Path, n: int, tile: int, trees: int, max_tiles: int = 8
     import numpy as np
     import zarr
 
+    from distforest.io.matrices import decode
+
     arr = zarr.open_array(str(store), path="proximity", mode="r")
+    attrs = dict(arr.attrs)
     nb = math.ceil(n / tile)
     pairs = [(a, b) for a in range(nb) for b in range(a + 1, nb)]
     step = max(1, len(pairs) // max_tiles)
@@ -416,13 +516,14 @@ def measure_tiles(store: Path, n: int, tile: int, trees: int, max_tiles: int = 8
     cells = 0
     for a, b in pairs:
         block = arr[a * tile : min((a + 1) * tile, n), b * tile : min((b + 1) * tile, n)]
+        block = decode(block, attrs)
         if a == b:
             block = block[~np.eye(block.shape[0], dtype=bool)]
         k = np.rint(np.asarray(block, dtype=np.float64) * trees).astype(np.int64).ravel()
         counts += np.bincount(k, minlength=trees + 1)[: trees + 1]
         cells += k.size
     nonzero = int(counts[1:].sum())
-    diag = arr[0 : min(tile, n), 0 : min(tile, n)]
+    diag = decode(arr[0 : min(tile, n), 0 : min(tile, n)], attrs)
     return {
         "tiles_sampled": len(pairs),
         "density": nonzero / cells,
@@ -555,6 +656,20 @@ def bench_size(n: int, args: argparse.Namespace, machine: dict[str, Any]) -> dic
         )
     if "sklearn_skipped" in res:
         print("  sklearn " + res["sklearn_skipped"], flush=True)
+
+    # 5. forestgeom (sparse matrix in RAM), in its own environment.
+    if n > args.skip_forestgeom_above:
+        res["forestgeom_skipped"] = (
+            f"skipped (n > --skip-forestgeom-above {args.skip_forestgeom_above})"
+        )
+    elif not args.no_forestgeom:
+        res["forestgeom"] = measured(
+            _self_cmd("forestgeom", python=args.peer_python, data=str(data), trees=args.trees,
+                      seed=0),
+            wd,
+            "forestgeom",
+            args,
+        )  # fmt: skip
     shutil.rmtree(wd, ignore_errors=True)
     return res
 
@@ -590,6 +705,11 @@ def derived(r: dict[str, Any]) -> dict[str, Any]:
     d["sk_wall"] = sk.get("wall_s") if sk_ok else None
     d["sk_rss"] = sk.get("peak_rss_tree_bytes") if sk_ok else None
     d["speedup"] = d["sk_wall"] / d["df_wall"] if d["sk_wall"] and d["df_wall"] else None
+    fg = r.get("forestgeom", {})
+    fg_ok = fg.get("returncode") == 0
+    d["fg_wall"] = fg.get("wall_s") if fg_ok else None
+    d["fg_rss"] = fg.get("peak_rss_tree_bytes") if fg_ok else None
+    d["vs_fg"] = d["fg_wall"] / d["df_wall"] if d["fg_wall"] and d["df_wall"] else None
     if d["df_wall"] and d["fit"] is not None and d["floor"] is not None:
         d["floor_ratio"] = d["df_wall"] / (d["fit"] + d["floor"])
     else:
@@ -598,7 +718,7 @@ def derived(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def foreign_load(r: dict[str, Any]) -> float:
-    runs = (r.get(k, {}) for k in ("distforest", "profile", "floor", "sklearn"))
+    runs = (r.get(k, {}) for k in ("distforest", "profile", "floor", "sklearn", "forestgeom"))
     return max((run.get("foreign_load", 0.0) for run in runs), default=0.0)
 
 
@@ -622,10 +742,24 @@ def _runs_lines(results: list[dict[str, Any]], meta: dict[str, Any]) -> list[str
     ]
 
 
+def _peer_rows(
+    results: list[dict[str, Any]], peer: str, more: Callable[[dict[str, Any]], list[str]]
+) -> list[str]:
+    """Table rows of one peer's timed steps: imports, load, fit, then ``more(child)``."""
+    rows = []
+    for r in results:
+        c = r.get(peer, {}).get("child")
+        if c:
+            cells = [_s(c["imports_s"]), _s(c["load_s"]), _s(c["fit_s"]), *more(c)]
+            rows.append(f"| {r['n']:,} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     m = meta["machine"]
     lines = [
-        "# Proximity benchmark: distforest vs scikit-learn + numpy vs the Zarr I/O floor",
+        "# Proximity benchmark: distforest vs forestgeom vs scikit-learn + numpy vs the Zarr "
+        "I/O floor",
         "",
         f"- Date: {meta['date']}",
         f"- Machine: {m['cpu_model']}, {m['cores']} cores ({m['usable_cores']} usable), "
@@ -647,21 +781,24 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         "## Results",
         "",
-        "| n | distforest wall | peak RSS (tree) | max single | sklearn recipe wall | "
-        "sklearn peak RSS | speedup | fit | I/O floor | wall / (fit + floor) | store on disk "
-        "| floor store | other load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| n | distforest wall | peak RSS (tree) | max single | forestgeom wall | forestgeom "
+        "peak RSS | forestgeom / distforest | sklearn recipe wall | sklearn peak RSS | speedup "
+        "| fit | I/O floor | wall / (fit + floor) | store on disk | floor store | other load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         if "skipped" in r:
-            lines.append(f"| {r['n']:,} | {r['skipped']} |" + " |" * 12)
+            lines.append(f"| {r['n']:,} | {r['skipped']} |" + " |" * 15)
             continue
         d = derived(r)
         sk = r.get("sklearn_skipped") or _s(d["sk_wall"])
         sk_rss = "-" if "sklearn_skipped" in r else _gb(d["sk_rss"])
+        fg = "skipped" if "forestgeom_skipped" in r else _s(d["fg_wall"])
         lines.append(
             f"| {r['n']:,} | {_s(d['df_wall'])} | {_gb(d['df_rss'])} | {_gb(d['df_rss_single'])} "
-            f"| {sk} | {sk_rss} | "
+            f"| {fg} | {_gb(d['fg_rss'])} | "
+            + ("-" if d["vs_fg"] is None else f"{d['vs_fg']:.2f}")
+            + f" | {sk} | {sk_rss} | "
             + ("-" if d["speedup"] is None else f"{d['speedup']:.1f}x")
             + f" | {_s(d['fit'])} | {_s(d['floor'])} | "
             + ("-" if d["floor_ratio"] is None else f"{d['floor_ratio']:.2f}")
@@ -670,8 +807,10 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "*speedup* = sklearn recipe wall / distforest wall.  *fit* = `ProximityForest.fit` "
-        "alone on an already running LocalCluster (from the phase profile, a separate run).  "
+        "*forestgeom / distforest* = forestgeom wall / distforest wall (above 1: distforest "
+        "is faster).  *speedup* = sklearn recipe wall / distforest wall.  "
+        "*fit* = `ProximityForest.fit` alone on an already running LocalCluster (from the "
+        "phase profile, a separate run).  "
         "*store on disk* = `du` of the whole distforest store (proximity + leaves + inbag + "
         "forest); *floor store* = `du` of the I/O-floor array.  *other load* = the largest "
         "share of the CPUs used by processes outside the measured process tree during any "
@@ -685,16 +824,31 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
     ]
     by_n = {r["n"]: r for r in results if "skipped" not in r}
-    r20 = by_n.get(TARGET_SPEEDUP_N)
+    r20 = by_n.get(TARGET_PEER_N)
     d20 = derived(r20) if r20 else None
-    sp = d20["speedup"] if d20 else None
+    vs = d20["vs_fg"] if d20 else None
     lines.append(
-        f"- n = {TARGET_SPEEDUP_N:,}: at least {TARGET_SPEEDUP:.0f}x faster than the sklearn "
-        f"recipe end to end: "
-        + ("not measured" if sp is None else f"{sp:.1f}x, {_verdict(sp >= TARGET_SPEEDUP)}")
+        f"- n = {TARGET_PEER_N:,}: end to end no slower than forestgeom's sparse in-RAM "
+        "result: "
+        + (
+            "not measured"
+            if vs is None
+            else f"{d20['df_wall']:.1f} s vs {d20['fg_wall']:.1f} s, {_verdict(vs >= 1.0)}"
+        )
     )
     rb = by_n.get(TARGET_BIG_N)
     db = derived(rb) if rb else None
+    fr = db["floor_ratio"] if db else None
+    lines.append(
+        f"- n = {TARGET_BIG_N:,}: total time within {TARGET_FLOOR_RATIO}x of (fit + I/O "
+        "floor): "
+        + (
+            "not measured"
+            if fr is None
+            else f"{db['df_wall']:.1f} s / ({db['fit']:.1f} + {db['floor']:.1f}) s = {fr:.2f}, "
+            f"{_verdict(fr <= TARGET_FLOOR_RATIO)}"
+        )
+    )
     rss = db["df_rss"] if db else None
     lines.append(
         f"- n = {TARGET_BIG_N:,}: peak RSS under {TARGET_RSS_GB:.0f} GB: "
@@ -703,17 +857,18 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             if rss is None
             else f"{rss / GB:.2f} GB summed over the process tree, "
             f"{_verdict(rss < TARGET_RSS_GB * GB)}"
+            + ("" if db["fg_rss"] is None else f" (forestgeom: {db['fg_rss'] / GB:.2f} GB)")
         )
     )
-    fr = db["floor_ratio"] if db else None
+    rh = by_n.get(TARGET_HUGE_N)
+    dh = derived(rh) if rh else None
     lines.append(
-        f"- n = {TARGET_BIG_N:,}: total time within {TARGET_FLOOR_RATIO:.0f}x of (fit + I/O "
-        "floor): "
+        f"- n = {TARGET_HUGE_N:,}: completes: "
         + (
             "not measured"
-            if fr is None
-            else f"{db['df_wall']:.1f} s / ({db['fit']:.1f} + {db['floor']:.1f}) s = {fr:.2f}, "
-            f"{_verdict(fr <= TARGET_FLOOR_RATIO)}"
+            if not dh or dh["df_wall"] is None
+            else f"{dh['df_wall']:.1f} s, {_gb(rh.get('store_bytes'))} on disk, peak RSS "
+            f"{_gb(dh['df_rss'])}, **met**"
         )
     )
     lines += ["", "## Where the time goes (phase profile, separate run of the same code path)", ""]
@@ -760,14 +915,21 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         "| n | sklearn: imports | load | fit (n_jobs=2) | apply | dense proximity loop |",
         "|---:|---:|---:|---:|---:|---:|",
+        *_peer_rows(results, "sklearn", lambda c: [_s(c["apply_s"]), _s(c["proximity_s"])]),
+        "",
+        "| n | forestgeom: imports | load | fit (n_jobs=2) | Proximity(rf).fit(X, y).transform(X) "
+        "| sparse matrix in RAM | density |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+        *_peer_rows(
+            results,
+            "forestgeom",
+            lambda c: [
+                _s(c["proximity_s"]),
+                f"{_gb(c['matrix_bytes'])} ({c['format']}, {c['dtype']})",
+                f"{c['density']:.4f}",
+            ],
+        ),
     ]
-    for r in results:
-        c = r.get("sklearn", {}).get("child")
-        if c:
-            lines.append(
-                f"| {r['n']:,} | {_s(c['imports_s'])} | {_s(c['load_s'])} "
-                f"| {_s(c['fit_s'])} | {_s(c['apply_s'])} | {_s(c['proximity_s'])} |"
-            )
     lines += ["", "## What the I/O floor wrote", ""]
     for r in results:
         fl = r.get("floor", {}).get("child")
@@ -775,16 +937,18 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             continue
         c = r.get("content", {})
         lines.append(
-            f"- n = {r['n']:,}: a new float32 {r['n']:,} x {r['n']:,} Zarr v3 array, chunks "
-            f"{meta['tile']} x {meta['tile']}, fill value NaN (so every chunk is written, as "
-            f"in distforest), codecs {fl['codecs']['serializer']} + "
-            f"{', '.join(fl['codecs']['compressors'])} (zarr defaults); {fl['tiles']} chunks "
+            f"- n = {r['n']:,}: a new {fl.get('dtype', 'float32')} {r['n']:,} x {r['n']:,} "
+            f"Zarr v3 array stored as distforest stores the proximity, chunks "
+            f"{meta['tile']} x {meta['tile']}, fill value {fl.get('fill_value', 'NaN')} (so "
+            f"every chunk is written, as in distforest), codecs {fl['codecs']['serializer']} + "
+            f"{', '.join(fl['codecs']['compressors'])}; {fl['tiles']} chunks "
             f"({fl['raw_bytes'] / GB:.1f} GB raw) written once each, one `arr[rows, cols] = "
             f"tile` per chunk, split round-robin over {fl['procs']} spawned processes that "
             "open the array once and start together (barrier); time = first start to last "
             "end (tile generation excluded).  Content: each process cycles through 4 "
             "synthetic off-diagonal tiles in which each cell is non-zero with probability "
-            f"{c.get('density', float('nan')):.4f} and a non-zero holds k/T, k drawn from "
+            f"{c.get('density', float('nan')):.4f} and a non-zero holds k/T (stored as k for "
+            "integer types), k drawn from "
             "the distribution of shared-leaf counts, both measured on "
             f"{c.get('tiles_sampled', 0)} off-diagonal tiles of the distforest store "
             f"(mean non-zero value {c.get('mean_nonzero_value', float('nan')):.3f}); "
@@ -799,6 +963,11 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "tree, `prox /= T`.  It keeps the matrix in RAM and writes nothing, so it is "
         "favoured against distforest, which writes a Zarr store.  Its memory need is "
         "9 n^2 bytes (float64 accumulator + bool temporary).",
+        "- forestgeom (PyPI, in the benchmark's own virtual environment, never a distforest "
+        "dependency): the same `RandomForestClassifier(n_estimators=T, n_jobs=2, "
+        "random_state=0).fit(X, y)`, then `Proximity(rf).fit(X, y).transform(X)` (its "
+        "default `weight_scheme='uniform'`: Breiman's proximity), a scipy sparse matrix in "
+        "RAM; nothing is written to disk.",
         "- distforest runs with its defaults: LocalCluster with one single-threaded "
         "worker process per core, 2048 x 2048 tiles, one task per upper-triangle tile "
         "(writing the tile and its mirror).",
@@ -850,7 +1019,7 @@ def limits(results: list[dict[str, Any]]) -> list[str]:
                 io = one["read_s"] + one["write_s"] + one["write_mirror_s"]
                 line += (
                     f"; per tile task {one['kernel_s']:.3f} s kernel vs {io:.3f} s "
-                    "store I/O (read + 2 writes incl. zstd)"
+                    "store I/O (read + 2 writes incl. compression)"
                 )
         line += "."
         cli, floor = r.get("distforest", {}), r.get("floor", {})
@@ -865,7 +1034,7 @@ def limits(results: list[dict[str, Any]]) -> list[str]:
                 f"({tt['mean_compute_s'] * 1000:.0f} ms a task, two chunks each), while the "
                 f"I/O floor run used {floor_cpu:.0f} s CPU ({floor['sys_s']:.0f} s sys; "
                 "whole run, process start-up and tile generation included) for the same "
-                "chunks: the floor is mostly zstd compression."
+                "chunks: the floor is mostly compression."
             )
         out.append(line)
     return out or ["- (no profile data)"]
@@ -934,6 +1103,20 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help=f"only rewrite {RESULTS_MD.name} from {RESULTS_JSON.name} (no runs)",
     )
+    parser.add_argument(
+        "--no-forestgeom", action="store_true", help="do not run forestgeom side by side"
+    )
+    parser.add_argument(
+        "--skip-forestgeom-above",
+        type=int,
+        default=100_000,
+        help="run forestgeom only up to this n (it keeps the sparse matrix in RAM) "
+        "[default: %(default)s]",
+    )
+    parser.add_argument(
+        "--peer-python",
+        help="Python of an environment with forestgeom [default: one made in <workdir>/peer-env]",
+    )
     parser.add_argument("--tile", type=int, default=2048, help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-args", help=argparse.SUPPRESS)
@@ -941,9 +1124,13 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.child:
         kwargs = json.loads(args.child_args)
-        {"sklearn": child_sklearn, "profile": child_profile, "iofloor": child_iofloor}[args.child](
-            **kwargs
-        )
+        children = {
+            "sklearn": child_sklearn,
+            "forestgeom": child_forestgeom,
+            "profile": child_profile,
+            "iofloor": child_iofloor,
+        }
+        children[args.child](**kwargs)
         return
 
     if args.render_only:
@@ -963,6 +1150,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.distforest:
         sys.exit("the distforest command is not on PATH; install the package first")
     machine = machine_info()
+    if not args.no_forestgeom:
+        args.peer_python = peer_python(args)
     args.io_procs = args.io_procs or machine["usable_cores"]
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     Path(args.workdir).mkdir(parents=True, exist_ok=True)

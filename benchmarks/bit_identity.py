@@ -7,7 +7,10 @@ Usage (from the repository root, on a committed tree)::
 Checks out the older commit in a temporary git worktree, runs each job with
 both trees (same venv, ``PYTHONPATH`` selecting the tree), compares every
 stored array (``done/`` records aside) or output file, and writes
-``benchmarks/results/bit_identity.md``.
+``benchmarks/results/bit_identity.md``.  Arrays are compared as readers see
+them: integer counts with a CF ``scale_factor`` (the proximity since
+schema_version 2) are decoded first, so a store of either layout compares by
+its values.
 """
 
 import datetime as _dt
@@ -20,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import zarr
+
+from distforest.io.matrices import decode
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -42,7 +47,7 @@ def arrays(store):
 
     def walk(g, p):
         for n, a in g.arrays():
-            out[p + n] = np.asarray(a[...])
+            out[p + n] = decode(np.asarray(a[...]), dict(a.attrs))
         for n, s in g.groups():
             if n != "done":
                 walk(s, f"{p}{n}/")

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import difflib
 import errno
+import threading
 from collections.abc import Iterable
-from typing import Any
-
-from sklearn.exceptions import NotFittedError as _SklearnNotFitted
+from typing import TYPE_CHECKING, Any
 
 
 class DistforestError(Exception):
@@ -104,13 +103,41 @@ class BusyError(StoreError):
     exit_code = 7
 
 
-class NotFittedError(DistforestError, _SklearnNotFitted):
-    """A method needing a fitted estimator was called before ``fit``.
+_DEFINING = threading.Lock()
 
-    Also scikit-learn's ``NotFittedError`` (so ``check_is_fitted`` callers catch it).
-    """
+if TYPE_CHECKING:
+    from sklearn.exceptions import NotFittedError as _SklearnNotFitted
 
-    exit_code = 1
+    class NotFittedError(DistforestError, _SklearnNotFitted):
+        """A method needing a fitted estimator was called before ``fit``."""
+
+
+def _not_fitted_error() -> type[DistforestError]:
+    """Define :class:`NotFittedError` (a subclass of scikit-learn's, so imported late)."""
+    from sklearn.exceptions import NotFittedError as _SklearnNotFitted
+
+    class NotFittedError(DistforestError, _SklearnNotFitted):
+        """A method needing a fitted estimator was called before ``fit``.
+
+        Also scikit-learn's ``NotFittedError`` (so ``check_is_fitted`` callers catch it).
+        """
+
+        exit_code = 1
+
+    NotFittedError.__module__ = __name__
+    NotFittedError.__qualname__ = "NotFittedError"
+    return NotFittedError
+
+
+def __getattr__(name: str) -> Any:
+    """``NotFittedError`` on first use: importing this module must not load scikit-learn
+    (the command line's ``--help`` imports it)."""
+    if name != "NotFittedError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _DEFINING:  # one class, even when two threads ask at once
+        if "NotFittedError" not in globals():
+            globals()["NotFittedError"] = _not_fitted_error()
+    return globals()["NotFittedError"]
 
 
 def did_you_mean(value: Any, choices: Iterable[Any], *, cutoff: float = 0.6) -> str:

@@ -15,13 +15,17 @@ DATA = Path(__file__).resolve().parents[1] / "distforest" / "data"
 
 @pytest.fixture(autouse=True)
 def _distforest_logger() -> Iterator[None]:
-    """Undo what an in-process CLI call does to the ``distforest`` logger (its own stderr
-    handler, no propagation), so that later tests' ``caplog`` sees its records."""
+    """Give every test the ``distforest`` logger as Python starts it.
+
+    An in-process CLI call (in a test or a module-scoped fixture) gives it its own
+    stderr handler and no propagation, after which ``caplog`` sees nothing.
+    """
     logger = logging.getLogger("distforest")
-    saved = (logger.handlers[:], logger.propagate, logger.level)
+    logger.handlers[:], logger.propagate, logger.disabled = [], True, False
+    logger.setLevel(logging.NOTSET)
     yield
-    logger.handlers[:], logger.propagate = saved[0], saved[1]
-    logger.setLevel(saved[2])
+    logger.handlers[:], logger.propagate, logger.disabled = [], True, False
+    logger.setLevel(logging.NOTSET)
 
 
 @pytest.fixture(scope="session")

@@ -36,9 +36,11 @@ def test_proximity_end_to_end_on_bundled_data(breast_cancer_csv, tmp_path):
     ds = xr.open_zarr(out)
     assert ds.attrs["status"] == "complete"
     assert ds.attrs["classes"] == ["benign", "malignant"]
-    P = ds["proximity"].values
+    P = ds["proximity"].values  # counts of trees decoded by xarray (CF scale_factor 1/T)
+    assert np.issubdtype(P.dtype, np.floating)
     leaves = ds["leaves"].values
-    np.testing.assert_array_equal(P, dense_original_proximity(leaves, leaves).astype(np.float32))
+    expected = dense_original_proximity(leaves, leaves).astype(np.float32)
+    np.testing.assert_array_equal(P.astype(np.float32), expected)
 
     info = invoke("info", out)
     assert info.exit_code == 0

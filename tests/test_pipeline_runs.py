@@ -174,7 +174,9 @@ def test_report_and_status_of_a_pipeline_with_every_application(tmp_path):
         "mds: {out: mds.csv, plot: mds.png}\n"
         f"output: {{dir: {tmp_path / 'out'}, store: run.zarr, plot: prox.png}}\n"
     )
-    result = CliRunner().invoke(cli, ["-q", "run", str(path)], catch_exceptions=False)
+    # --workers asks for a LocalCluster (a small input without it runs in this process)
+    result = CliRunner().invoke(cli, ["-q", "run", str(path), "--workers", "2"],
+                                catch_exceptions=False)  # fmt: skip
     assert result.exit_code == 0, result.output
     out = tmp_path / "out"
     report = json.loads((out / "report.json").read_text())

@@ -30,7 +30,7 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from distforest.errors import InputError, ParameterError
 from distforest.forests import constraints as C
 
-METHODS = ("kernel-kmeans", "spectral", "dbscan")
+METHODS = C.CLUSTER_METHODS
 
 #: Largest n for which a stored matrix is read whole into memory.
 MAX_DENSE = 5_000

@@ -54,7 +54,7 @@ from distforest.kernels.imputation import (
     start_values,
     update_cells,
 )
-from distforest.parallel.execution import Runner, cluster_requested, in_process
+from distforest.parallel.execution import Runner, in_process, runs_here
 from distforest.parallel.tasks import release_memory
 
 logger = logging.getLogger("distforest")
@@ -63,19 +63,10 @@ logger = logging.getLogger("distforest")
 #: from ProximityForest) and "impute" (finished iterations).
 Progress = Callable[[str, int, int], None]
 
-VOTES = ("sum", "mean")
-#: ``column``: one forest per column (the default); the others are Breiman's rfImpute
-#: with one forest for all columns, weighted by RF-GAP (``rfimpute``, same as ``rfgap``)
-#: or by the ``original`` / ``oob`` proximity.
-IMPUTE_PROXIMITIES = ("column", "rfimpute", *C.PROXIMITY_METHODS)
 #: Parameters handed to each iteration's :class:`ProximityForest` as they are.
 FOREST_PARAMS = ("task", "kind", "min_samples_leaf", "max_depth", "batch_size", "random_state")
 #: Defaults that depend on the proximity: (column, rfimpute).
 MODE_DEFAULTS = {"iterations": (10, 5), "n_estimators": (50, 100), "max_features": (0.33, 1)}
-
-#: Below this many cells (rows x columns) the imputer runs in this process, on
-#: threads, unless a cluster was asked for: starting one costs more than it saves.
-IN_PROCESS_CELLS = 2_000_000
 
 #: Use all rows of the product (and slice) when more than this share of the
 #: rows has a missing cell: cheaper than sending a row index to every task.
@@ -274,8 +265,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         "iterations": C.IMPUTE_ITERATIONS,
         "n_estimators": C.Int(1, none=True),
         "max_features": C.MaxFeatures(),
-        "proximity": C.Choice(IMPUTE_PROXIMITIES),
-        "categorical_vote": C.Choice(VOTES),
+        "proximity": C.Choice(C.IMPUTE_PROXIMITIES),
+        "categorical_vote": C.Choice(C.VOTES),
         "categorical_features": C.Checked("column names or positions, checked against X"),
         # the parameters passed on to each ProximityForest: its own constraints
         **{name: ProximityForest._parameter_constraints[name] for name in FOREST_PARAMS},
@@ -305,7 +296,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     def _where(self, cells: int) -> contextlib.AbstractContextManager[Runner]:
         """This process (threads) for small inputs when no cluster was asked for."""
         exe = self._current_execution()
-        if cells <= IN_PROCESS_CELLS and not cluster_requested(exe):
+        if runs_here(exe, cells):
             return in_process(exe, os.cpu_count() or 1)
         return exe.runner()
 

@@ -5,7 +5,8 @@
 scikit-learn estimator API, so they work with ``cross_val_score``,
 ``GridSearchCV`` and ``SequentialFeatureSelector``.  The metric is any
 measure of :mod:`distforest.forests.measures`, a forest similarity
-(``"rf-proximity"``, ``"rfgap"``, ``"beta"``), an object with
+(``"rf-proximity"``, ``"rfgap"``, ``"beta"``, ``"simforest"``: the last, a
+SimForest, for classification only), an object with
 ``fit``/``cross_similarity``, or a function ``distance(A, B)``.
 
 Distance weighting uses ``w = 1 / d^2``.  When a query has neighbours at
@@ -27,22 +28,21 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import ClassifierMixin, RegressorMixin, clone
+from sklearn.base import ClassifierMixin, RegressorMixin, clone, is_classifier
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import column_or_1d
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.forest_similarity import FOREST_METRICS, load_similarity, make_similarity
+from distforest.forests.forest_similarity import load_similarity, make_similarity
 from distforest.forests.measures import (
-    NORMALIZATIONS,
     Measure,
     check_values,
     make_scaler,
     parse_metric,
 )
-from distforest.forests.neighbors import ALGORITHMS, Neighbors, search
+from distforest.forests.neighbors import Neighbors, search
 from distforest.forests.pairwise import as_matrix
 from distforest.parallel.execution import SYNCHRONOUS, use_execution
 from distforest.store.run_store import RunStore
@@ -90,9 +90,9 @@ class KNNBase(DaskEstimator):
         A measure name (``"euclidean"``, ``"manhattan"``, ``"minkowski:3"``,
         ``"chebyshev"``, ``"mahalanobis"``, ``"cosine"``, ``"rbf"``,
         ``"jaccard"``, ``"russell-rao"``, ``"sokal-michener"``), a forest
-        similarity (``"rf-proximity"``, ``"rfgap"``, ``"beta"``), an object
-        with ``fit(X, y)`` and ``cross_similarity(X_query)``, or a function
-        ``distance(A, B)``.
+        similarity (``"rf-proximity"``, ``"rfgap"``, ``"beta"``, and for
+        :class:`KNNClassifier` ``"simforest"``), an object with ``fit(X, y)``
+        and ``cross_similarity(X_query)``, or a function ``distance(A, B)``.
     metric_params : dict, optional
         ``p``, ``gamma`` or ``VI`` for the measure.
     normalize : {None, "range", "zscore"}, default None
@@ -177,9 +177,9 @@ class KNNBase(DaskEstimator):
         "weights": C.Choice(WEIGHTS),
         "metric": C.Checked("a measure name, forest metric, similarity object or function"),
         "metric_params": C.Checked("the measure's own parameters"),
-        "normalize": C.Choice(NORMALIZATIONS, none=True),
+        "normalize": C.Choice(C.NORMALIZATIONS, none=True),
         "feature_range": C.Pair(),
-        "algorithm": C.Choice(ALGORITHMS),
+        "algorithm": C.Choice(C.ALGORITHMS),
         "select": C.Choice(SELECTIONS, none=True),
         "n_features_to_select": C.Checked("scikit-learn's SequentialFeatureSelector"),
         "select_cv": C.Int(2),
@@ -195,6 +195,14 @@ class KNNBase(DaskEstimator):
 
     def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
         self._validated()
+        similarity = make_similarity(self.metric, self.n_estimators, self.random_state)
+        if getattr(similarity, "needs_classes", False) and not is_classifier(self):
+            raise ParameterError(
+                f"metric={_metric_name(self.metric)!r} grows a classification forest and needs "
+                f"class labels, but {type(self).__name__} has a numeric target; use "
+                "KNNClassifier for labels, or for regression a forest metric without classes "
+                "('rf-proximity', 'rfgap', 'beta') or a measure such as 'rbf'"
+            )
         X, names = as_matrix(X, "X")
         if X.shape[0] != y_fit.shape[0]:
             raise InputError(f"X has {X.shape[0]} rows but y has {y_fit.shape[0]} values")
@@ -212,7 +220,7 @@ class KNNBase(DaskEstimator):
                 f"n_neighbors={self.n_neighbors} but only {X.shape[0]} training rows "
                 f"(n_samples = {X.shape[0]}); use a smaller n_neighbors"
             )
-        self.similarity_ = make_similarity(self.metric, self.n_estimators, self.random_state)
+        self.similarity_ = similarity
         self.measure_ = None
         if self.similarity_ is not None:
             self.similarity_.fit(X, y)
@@ -379,6 +387,11 @@ class KNNRegressor(RegressorMixin, KNNBase):
         return (w * self.y_fit_[indices]).sum(axis=1) / w.sum(axis=1)
 
 
+def _metric_name(metric: Any) -> str:
+    """A metric as a user named it: the name, or the class of an object."""
+    return metric if isinstance(metric, str) else type(metric).__name__
+
+
 def _target(y: Any, model: str, what: str) -> np.ndarray:
     """``y`` as a 1-D array (a column vector is flattened with a warning)."""
     if y is None:
@@ -408,7 +421,7 @@ def save_model(
 ) -> RunStore:
     """Write a fitted k-NN model as a Zarr store: arrays and JSON attributes only.
 
-    A forest metric (``"rf-proximity"``, ``"rfgap"``, ``"beta"``) saves its
+    A forest metric (``"rf-proximity"``, ``"rfgap"``, ``"beta"``, ``"simforest"``) saves its
     forest in the group :data:`FOREST_GROUP`; a callable or a user's
     similarity object cannot be saved (it would be code).
 
@@ -425,10 +438,10 @@ def save_model(
     """
     model._check_fitted()
     forest = model.similarity_ is not None
-    if forest and model.metric not in FOREST_METRICS:
+    if forest and model.metric not in C.FOREST_METRICS:
         raise ParameterError(
             f"a k-NN model with metric {model.metric!r} cannot be saved (it would be code); "
-            f"use a measure such as 'euclidean' or a forest metric {FOREST_METRICS}"
+            f"use a measure such as 'euclidean' or a forest metric {C.FOREST_METRICS}"
         )
     measure: Measure | None = model.measure_
     params = {k: v for k, v in model.get_params().items() if k != "metric_params"}

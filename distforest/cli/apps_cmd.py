@@ -1,4 +1,7 @@
-"""Commands that turn a forest into answers: outliers, mislabels, MDS."""
+"""Commands that turn a forest into answers: outliers, mislabels, MDS.
+
+The applications are imported when a command runs (``--help`` stays quick).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from typing import Any
 
 import click
 
-from distforest.apps.mislabels import mislabel_scores
 from distforest.cli.options import (
     CLUSTER_KEYS,
     FOREST_KEYS,
@@ -91,6 +93,8 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
     """
     if target is None:
         raise click.UsageError("mislabels needs --target COLUMN (the labels to check)")
+    from distforest.apps.mislabels import mislabel_scores
+
     check_new_file(out, overwrite)
     options["task"] = "classification"
     start = time.perf_counter()

@@ -1,41 +1,56 @@
-"""``distforest impute``: fill the missing values of a table with proximity imputation."""
+"""``distforest impute``: fill the missing values of a table with proximity imputation.
+
+Only click and light modules are imported here; the imputer, the table
+readers and writers are imported when the command runs (``--help`` stays quick).
+"""
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from distforest._version import __version__
-from distforest.apps.impute import IMPUTE_PROXIMITIES, IN_PROCESS_CELLS, VOTES, ProximityImputer
 from distforest.cli.options import (
     CLI_SEED,
     cluster_options,
     connect_kwargs,
     input_options,
     parse_max_features,
+    runs_in_process,
 )
-from distforest.cli.plan import check_size, estimate_impute
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
-from distforest.forests.constraints import KINDS, TASKS
-from distforest.io import read_frame
-from distforest.io.tables import check_column
-from distforest.io.writers import check_can_write, write_table
-from distforest.parallel.cluster import connect
+from distforest.forests.constraints import IMPUTE_PROXIMITIES, KINDS, TASKS, VOTES
 
-#: The imputer's own defaults: the command line never disagrees with Python.
-DEFAULTS = {
-    name: p.default for name, p in inspect.signature(ProximityImputer.__init__).parameters.items()
+if TYPE_CHECKING:
+    from distforest.apps.impute import ProximityImputer
+
+#: ``ProximityImputer``'s own defaults, written out so that ``--help`` needs no estimator
+#: (tests/test_startup.py checks them against its signature).
+DEFAULTS: dict[str, Any] = {
+    "iterations": None,
+    "proximity": "column",
+    "categorical_vote": "sum",
+    "categorical_features": None,
+    "n_estimators": None,
+    "task": "auto",
+    "kind": "extra-trees",
+    "max_features": "auto",
+    "min_samples_leaf": 1,
+    "max_depth": None,
+    "batch_size": None,
+    "random_state": None,
 }
 
 
 def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
+    from distforest.io.tables import check_column
+
     for col in wanted:
         check_column(col, columns, source)
 
@@ -147,19 +162,26 @@ def impute(
     memory_limit: str | None,
     **params: Any,
 ) -> None:
-    """Fill the missing values of INPUT from random-forest proximities (rfImpute).
+    """Fill the missing values of INPUT from random-forest proximities.
 
     INPUT is a CSV/TSV, Parquet or .npy file or a Zarr store.  Each missing
     numeric value becomes the proximity-weighted mean of the column's
     observed values, each missing category the level with the largest
-    proximity-weighted vote; the forest is refitted --iterations times.
-    Column names, order and types are kept; the target and --drop columns
-    are copied unchanged.  Nothing is written if anything fails.
+    proximity-weighted vote.  The weights come, by default, from one forest
+    per column that predicts it from the others (--proximity column,
+    iterated until missForest's stopping rule); --proximity rfimpute is
+    Breiman's rfImpute (one forest for all columns, refitted --iterations
+    times).  Column names, order and types are kept; the target and --drop
+    columns are copied unchanged.  Nothing is written if anything fails.
 
     \b
     Example:
       distforest impute data.csv --target Class --drop Id --out imputed.csv
     """
+    from distforest.apps.impute import ProximityImputer
+    from distforest.cli.plan import check_size, estimate_impute
+    from distforest.parallel.cluster import connect
+
     quiet = bool((ctx.obj or {}).get("quiet", False))
     start = time.perf_counter()
     bars = ProgressBars(enabled=not quiet)
@@ -177,8 +199,7 @@ def impute(
     check_size(f"imputing {input} ({n:,} rows)", estimate_impute(n, d, checked),
                f"--iterations ({checked['iterations']}) and --trees "
                f"({checked['n_estimators']:,})")  # fmt: skip
-    asked = any(v is not None for v in cluster_kw.values())
-    if not asked and plan.features.size <= IN_PROCESS_CELLS:  # small: no cluster to start
+    if runs_in_process(cluster_kw, plan.features.size):  # small: no cluster to start
         imputer, shape, written = run_imputation(plan, params, None, bars)
     else:
         with connect(**connect_kwargs(cluster_kw)) as client:
@@ -211,6 +232,9 @@ def plan_imputation(
     overwrite: bool = False,
 ) -> ImputationPlan:
     """Read INPUT and check columns and the output path, before any cluster starts."""
+    from distforest.io import read_frame
+    from distforest.io.writers import check_can_write
+
     frame = read_frame(input, na_values=na_values)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
@@ -229,6 +253,9 @@ def run_imputation(
     plan: ImputationPlan, params: dict[str, Any], client: Any, bars: Any = None
 ) -> tuple[ProximityImputer, tuple[int, int], Path]:
     """Impute on ``client`` and write the whole table (target and dropped columns kept)."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.io.writers import write_table
+
     imputer = ProximityImputer(**params, categorical_features=list(plan.categorical) or None)
     imputer.set_execution(
         client,  # None: this process for small tables (see ProximityImputer)

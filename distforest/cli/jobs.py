@@ -16,18 +16,19 @@ It is safe to run again:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distforest._version import __version__
-from distforest.apps.mislabels import mislabel_scores
-from distforest.apps.plots import plot_matrix
-from distforest.cli.impute_cmd import plan_imputation, run_imputation
+from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, check_size, estimate
 from distforest.cli.report import write_report, write_simple_report
@@ -36,9 +37,12 @@ from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
-from distforest.parallel.monitor import RunMonitor
+from distforest.parallel.execution import Execution, in_process, use_execution
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
+
+if TYPE_CHECKING:
+    from distforest.parallel.monitor import RunMonitor
 
 logger = logging.getLogger("distforest")
 
@@ -131,12 +135,8 @@ def run_proximity_job(
         check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
-        with connect(**job.connect) as client, RunMonitor(client) as monitor:
-            client.forward_logging("distforest")
-            threads = sum(client.nthreads().values())
-            logger.info("cluster: %d workers, %d threads", len(client.nthreads()), threads)
-            forest, rs, stages = _fit_stage(job, table, client, progress, stages, spec, digest,
-                                            run_id, lock)  # fmt: skip
+        with _where(job, table.X.size, progress) as (client, monitor):
+            forest, rs, stages = _fit_stage(job, table, stages, spec, digest, run_id)
             _tiles_stage(job, forest, rs, stages)
             _app_stages(job, table, forest, rs, stages, plan, client)
             report = None
@@ -147,6 +147,31 @@ def run_proximity_job(
                 stages.finish("report", time.perf_counter() - tick, report)
         rs.mark_complete()
     return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
+
+
+@contextlib.contextmanager
+def _where(job: ProximityJob, cells: int, progress: Any) -> Iterator[tuple[Any, RunMonitor | None]]:
+    """Where the job's tasks run, for a block: ``(client, monitor)``.
+
+    A small input with no cluster asked for runs in this process on one
+    thread per core (``(None, None)``); else the job's cluster is reached or
+    started and watched.  The tasks, and so the results, are the same.
+    """
+    if runs_in_process(job.connect, cells):
+        threads = os.cpu_count() or 1
+        logger.info("small input (%d cells): running in this process on %d threads", cells,
+                    threads)  # fmt: skip
+        with in_process(Execution(progress=progress), threads):
+            yield None, None
+        return
+    from distforest.parallel.monitor import RunMonitor  # distributed: only for a cluster
+
+    with connect(**job.connect) as client, RunMonitor(client) as monitor:
+        client.forward_logging("distforest")
+        threads = sum(client.nthreads().values())
+        logger.info("cluster: %d workers, %d threads", len(client.nthreads()), threads)
+        with use_execution(Execution(client, progress=progress)):
+            yield client, monitor
 
 
 def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
@@ -167,6 +192,8 @@ def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> A
     todo = [name for name in APP_STAGES if getattr(job, name)]
     pending = [n for n in todo if stages is None or not stages.done(n)]
     if "impute" in pending and job.impute is not None:
+        from distforest.cli.impute_cmd import plan_imputation
+
         plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
                                na_values=job.na_values, overwrite=replace)  # fmt: skip
     for name in pending:
@@ -179,17 +206,18 @@ def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> A
     return plan
 
 
-def _fit_stage(job, table, client, progress, stages, spec, digest, run_id, lock):
+def _fit_stage(job, table, stages, spec, digest, run_id):
+    """Fit (or, resuming, load) the forest; it runs where :func:`_where` says."""
     if stages is not None and stages.done("fit"):
         logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
-        forest = ProximityForest.from_store(job.out).set_execution(client, progress=progress)
+        forest = ProximityForest.from_store(job.out)
         rs = RunStore.open(job.out, mode="r+")
         rs.mark_running()
         stages = Stages(rs)
         rs.update_attrs(run_id=run_id, resumed_at=now())
         return forest, rs, stages
     tick = time.perf_counter()
-    forest = ProximityForest(**job.forest).set_execution(client, progress=progress).fit(table)
+    forest = ProximityForest(**job.forest).fit(table)
     rs = forest.save(job.out, overwrite=True, attrs={  # the spec from the store's first moment
         "spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
         "pipeline": job.source, "stages": {}})  # fmt: skip
@@ -208,6 +236,8 @@ def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stage
     stats["bytes"] += int(previous.get("bytes", 0)) if stats["skipped"] else 0
     stages.finish("tiles", time.perf_counter() - tick, None, **stats)
     if job.plot and not stages.done("plot"):
+        from distforest.apps.plots import plot_matrix
+
         tick = time.perf_counter()
         matrix = rs.dataset()[ARRAY_NAMES[job.method]]
         codes = forest.y_ if forest.task_ == "classification" else None
@@ -226,6 +256,8 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
         tick = time.perf_counter()
         info: dict[str, Any] = {}
         if name == "impute":
+            from distforest.cli.impute_cmd import run_imputation
+
             params = {k: v for k, v in options.items() if k != "out"}
             params.setdefault("random_state", job.forest.get("random_state"))
             imputer, _, written = run_imputation(plan, params, client)
@@ -235,6 +267,8 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
             outputs = write_outliers(forest, options["out"], options.get("plot"),
                                      title=f"outlier scores, {table.source}")  # fmt: skip
         elif name == "mislabels":
+            from distforest.apps.mislabels import mislabel_scores
+
             ranking = mislabel_scores(forest)
             outputs = {"suspects": write_csv(ranking, options["out"])}
             info["disagreeing_labels"] = int(ranking["disagrees"].sum())

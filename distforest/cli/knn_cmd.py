@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
-import pandas as pd
 
-from distforest.apps.knn import KNNClassifier, KNNRegressor, load_model, save_model
 from distforest.cli.options import cluster_options, input_options
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.similarity_cmd import (
@@ -20,11 +18,10 @@ from distforest.cli.similarity_cmd import (
     normalize_choice,
 )
 from distforest.errors import InputError
-from distforest.forests.forest_similarity import FOREST_METRICS
-from distforest.forests.neighbors import ALGORITHMS
-from distforest.forests.targets import resolve_task
-from distforest.io import load_table, read_frame
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS
+
+if TYPE_CHECKING:
+    from distforest.apps.knn import KNNClassifier, KNNRegressor
 
 
 @click.group("knn")
@@ -90,6 +87,9 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
       distforest knn fit train.csv --target price --k 3 --weights distance \\
           --normalize range --out model.zarr
     """
+    from distforest.io import load_table
+    from distforest.store.run_store import check_can_create
+
     start = time.perf_counter()
     table = load_table(train, target=target, drop=drop, na_values=na_values)
     check_can_create(out, overwrite)
@@ -136,6 +136,9 @@ def fit_and_save_model(
     model, task
         The fitted model and the resolved task.
     """
+    from distforest.apps.knn import KNNClassifier, KNNRegressor, save_model
+    from distforest.forests.targets import resolve_task
+
     task = resolve_task(task, table.y, table.target_name)
     if task not in ("classification", "regression"):
         raise InputError(f"k-NN needs a target column to predict; got task {task!r}")
@@ -196,6 +199,11 @@ def predict_to_csv(
     -------
     n_rows, path
     """
+    import pandas as pd
+
+    from distforest.apps.knn import load_model
+    from distforest.store.run_store import RunStore
+
     attrs = RunStore.open(model_path).attrs
     model = load_model(model_path, client=client)
     X = _features(data, attrs, model.feature_names_in_, drop, na_values)
@@ -213,6 +221,10 @@ def _features(
     na_values: tuple[str, ...],
 ) -> np.ndarray:
     """The model's feature columns of DATA as numbers; text labels coded as when fitted."""
+    import pandas as pd
+
+    from distforest.io import read_frame
+
     frame = read_frame(data, na_values=na_values)
     frame.columns = [str(c) for c in frame.columns]
     frame = frame.drop(columns=[c for c in drop if c in frame.columns])

@@ -23,9 +23,9 @@ from distforest.cli.similarity_cmd import (
     normalize_choice,
 )
 from distforest.errors import ConfigError, ParameterError
-from distforest.forests.forest_similarity import FOREST_METRICS
-from distforest.forests.measures import NORMALIZATIONS, parse_metric
-from distforest.forests.neighbors import ALGORITHMS, top_k_neighbors
+from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
+from distforest.forests.measures import parse_metric
+from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
 from distforest.store.run_store import RunStore, check_can_create
 

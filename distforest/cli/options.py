@@ -1,18 +1,23 @@
-"""Options shared by several commands, and fitting a forest from them."""
+"""Options shared by several commands, and fitting a forest from them.
+
+Light on purpose: every command module imports it, and ``distforest CMD --help``
+must not load Dask, scikit-learn or Zarr (they are imported when a forest is fitted).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from distforest.errors import ParameterError
 from distforest.forests import constraints as C
-from distforest.forests.proximity_forest import ProximityForest
-from distforest.io import Table, load_table
-from distforest.parallel.cluster import connect
+
+if TYPE_CHECKING:
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import Table
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -59,8 +64,21 @@ input_options = _stack([
 ])  # fmt: skip
 
 
-#: The estimator's own defaults: the command line never restates them.
-FOREST_DEFAULTS = ProximityForest().get_params()
+#: ``ProximityForest().get_params()``, written out so that ``--help`` needs no estimator
+#: (tests/test_startup.py checks that they are the estimator's own defaults).
+FOREST_DEFAULTS: dict[str, Any] = {
+    "batch_size": None,
+    "bootstrap": True,
+    "kind": "random-forest",
+    "max_depth": None,
+    "max_features": "auto",
+    "max_samples": None,
+    "min_samples_leaf": 1,
+    "n_estimators": 100,
+    "random_state": None,
+    "task": "auto",
+    "tile_size": 2048,
+}
 #: The command line's one difference: a fixed seed, so that a rerun gives the same result
 #: (Python's default, None, draws a fresh one).
 CLI_SEED = 0
@@ -133,6 +151,20 @@ def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def runs_in_process(cluster_kw: dict[str, Any], cells: int) -> bool:
+    """Whether a command runs in this process rather than on a cluster.
+
+    Yes when no cluster option was given (``cluster_kw`` all None: no
+    --scheduler, --cluster or LocalCluster size) and the input has at most
+    :data:`~distforest.parallel.execution.IN_PROCESS_CELLS` cells: starting
+    a cluster would take longer than the work.  The tasks are the same, and so
+    are the results.
+    """
+    from distforest.parallel.execution import IN_PROCESS_CELLS
+
+    return cells <= IN_PROCESS_CELLS and all(v is None for v in cluster_kw.values())
+
+
 @contextmanager
 def fitted_forest(
     source: str,
@@ -143,6 +175,10 @@ def fitted_forest(
     progress: Any = None,
 ) -> Iterator[tuple[Table, ProximityForest]]:
     """Load the input, connect, fit; the cluster stays up inside the block."""
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import load_table
+    from distforest.parallel.cluster import connect
+
     table = load_table(source, target=target, **input_kw)
     with connect(**connect_kwargs(cluster_kw)) as client:
         forest = ProximityForest(**forest_kw).set_execution(client, progress=progress).fit(table)

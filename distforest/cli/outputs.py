@@ -1,18 +1,21 @@
-"""Result files of the commands: checked before work, written atomically."""
+"""Result files of the commands: checked before work, written atomically.
+
+The applications and pictures (pandas, matplotlib) are imported by the
+functions that write them: checking an output path must not load them.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from distforest.apps.mds import mds
-from distforest.apps.outliers import outlier_scores
-from distforest.apps.plots import plot_embedding, plot_scores
 from distforest.errors import StoreError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Outlier scores above this are flagged (Breiman & Cutler's rule of thumb).
 OUTLIER_THRESHOLD = 10.0
@@ -69,6 +72,8 @@ def class_labels(forest: Any) -> tuple[np.ndarray | None, list[str]]:
 
 def _frame(forest: Any) -> pd.DataFrame:
     labels, names = class_labels(forest)
+    import pandas as pd
+
     frame = pd.DataFrame({"row": np.arange(forest.n_samples_)})
     if labels is not None:
         frame["label"] = np.asarray(names, dtype=object)[labels]
@@ -77,6 +82,9 @@ def _frame(forest: Any) -> pd.DataFrame:
 
 def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[str, str]:
     """Outlier scores to CSV (and a picture); returns what was written."""
+    from distforest.apps.outliers import outlier_scores
+    from distforest.apps.plots import plot_scores
+
     scores = outlier_scores(forest)
     frame = _frame(forest)
     frame["outlier"] = scores
@@ -99,6 +107,10 @@ def write_mds(
     title: str = "",
 ) -> dict[str, str]:
     """MDS coordinates to CSV (and a scatter with outliers circled)."""
+    from distforest.apps.mds import mds
+    from distforest.apps.outliers import outlier_scores
+    from distforest.apps.plots import plot_embedding
+
     coordinates, _ = mds(forest, components, dissimilarity=dissimilarity)
     frame = _frame(forest)
     for k in range(components):

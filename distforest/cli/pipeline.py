@@ -36,12 +36,12 @@ from typing import Any
 import yaml
 
 from distforest._schema import BadValue, Checker, Key, check_mapping, yaml_problem
-from distforest.apps.impute import IMPUTE_PROXIMITIES, VOTES, ProximityImputer
+from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
-from distforest.cli.simforest_job import SCALINGS, SimForestJob, simforest_job
-from distforest.cli.xforest_cmd import XFOREST_CHOICES, XForestJob, xforest_job
+from distforest.cli.simforest_job import SimForestJob, simforest_job
+from distforest.cli.xforest_job import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 from distforest.forests import constraints as C
 from distforest.forests.constraints import PROXIMITY_METHODS
@@ -78,7 +78,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "report": _BOOL,
         "overwrite": _BOOL,
     },
-    # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_cmd.py
+    # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_job.py
     "xforest": dict.fromkeys([*XForest._parameter_constraints, "kind"], ()),
     "clustering": {
         **dict.fromkeys(("k", "min_samples", "n_init", "random_state"), _INT),
@@ -109,7 +109,7 @@ TABLES: dict[str, Mapping[str, C.Constraint]] = {
         **SimilarityForestClassifier._parameter_constraints,
         # "rbf:GAMMA" is read by simforest_job, which checks the name
         "metric": C.Checked("by simforest_job"),
-        "normalize": C.Choice(SCALINGS),
+        "normalize": C.Choice(C.SIMFOREST_SCALINGS),
     },
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
@@ -125,8 +125,8 @@ REQUIRED = {
 #: key path -> allowed values.
 CHOICES = {
     "proximity.method": PROXIMITY_METHODS,
-    "impute.proximity": IMPUTE_PROXIMITIES,
-    "impute.categorical_vote": VOTES,
+    "impute.proximity": C.IMPUTE_PROXIMITIES,
+    "impute.categorical_vote": C.VOTES,
     "mds.dissimilarity": DISSIMILARITIES,
     **XFOREST_CHOICES,
     **KNN_CHOICES,

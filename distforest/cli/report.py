@@ -61,7 +61,7 @@ def write_report(
     table: Any,
     rs: Any,
     stages: dict[str, Any],
-    monitor: Any,
+    monitor: Any,  # a RunMonitor, or None for a run in this process
     spec: dict[str, Any],
     digest: str,
     run_id: str,
@@ -79,7 +79,7 @@ def write_report(
     files = {label: Path(p) for s in stages.values() for label, p in s.get("outputs", {}).items()}
     written = {"store": _disk_usage(Path(rs.path))}
     written.update({label: _disk_usage(p) for label, p in files.items() if p.exists()})
-    tasks = monitor.tasks()
+    tasks = None if monitor is None else monitor.tasks()  # None: the run was in-process
     report = {
         "run_id": run_id,
         "job": job.name,
@@ -92,14 +92,14 @@ def write_report(
         "spec_hash": digest,
         "config": spec,
         "cluster": job.connect,
-        "engine": engine_report(monitor.client),
+        "engine": engine_report(None if monitor is None else monitor.client),
         "versions": versions(),
         "stages": stages,
         "seconds_per_stage": {k: v.get("seconds") for k, v in stages.items()},
         "tasks": tasks,
         "retries": None if tasks is None else sum(t["retries"] for t in tasks.values()),
         "bytes_written": written,
-        "peak_worker_memory_bytes": monitor.peak_memory,
+        "peak_worker_memory_bytes": {} if monitor is None else monitor.peak_memory,
         "data_quality": _quality(table, stages),
         "store": rs.path,
     }
@@ -138,7 +138,9 @@ def _markdown(report: dict[str, Any], files: dict[str, Path], out_dir: Path) -> 
         f"{' (TLS)' if engine['tls'] else ''}, dashboard {engine.get('dashboard') or 'off'}"
     )
     lines.append(f"- workers at the end: {', '.join(engine['workers']) or 'none'}")
-    if report["tasks"] is None:
+    if report["tasks"] is None and engine["engine"] == "in-process":
+        lines.append("- tasks: run in this process (small input, no cluster asked for)")
+    elif report["tasks"] is None:
         lines.append("- tasks and retries: not available from this scheduler")
     else:
         for kind, t in sorted(report["tasks"].items()):

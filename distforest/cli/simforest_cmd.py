@@ -14,24 +14,29 @@ from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
-import pandas as pd
 
 from distforest.cli.options import CLI_SEED, cluster_options, input_options
 from distforest.cli.outputs import check_new_file, write_csv
-from distforest.cli.plan import check_disk, estimate_matrix
-from distforest.cli.simforest_job import SCALINGS, metric_params, read_fit_input, scale, where
 from distforest.cli.similarity_cmd import bars, cluster_kw
 from distforest.errors import InputError, ParameterError
 from distforest.forests import constraints as C
-from distforest.forests.simforest import SimilarityForestClassifier
-from distforest.io import load_table, read_frame
-from distforest.io.matrices import load_matrix
-from distforest.kernels.simtrees import KINDS, MISSING
-from distforest.store.run_store import RunStore, check_can_create
 
-#: The estimator's own defaults: the command line never restates them.
-DEFAULTS = SimilarityForestClassifier().get_params()
+#: ``SimilarityForestClassifier().get_params()``, written out so that ``--help`` needs no
+#: estimator (tests/test_startup.py checks that they are the estimator's own defaults).
+DEFAULTS: dict[str, Any] = {
+    "batch_size": None,
+    "bootstrap": True,
+    "kind": "similarity",
+    "max_depth": None,
+    "metric": "precomputed",
+    "metric_params": None,
+    "min_samples_leaf": 1,
+    "missing": "stay",
+    "n_estimators": 100,
+    "n_pairs": 1,
+    "random_state": 0,
+    "tile_size": 2048,
+}
 
 
 @click.group("simforest")
@@ -67,14 +72,14 @@ def simforest() -> None:
 )
 @click.option(
     "--normalize",
-    type=click.Choice(SCALINGS),
+    type=click.Choice(C.SIMFOREST_SCALINGS),
     default="zscore",
     show_default=True,
     help="With DATA: scale features before the measure (stored with the model).",
 )
 @click.option(
     "--kind",
-    type=click.Choice(KINDS),
+    type=click.Choice(C.SIMFOREST_KINDS),
     default=DEFAULTS["kind"],
     show_default=True,
     help="What --similarity holds (a distance orders by D_ki^2 - D_kj^2).",
@@ -95,7 +100,7 @@ def simforest() -> None:
     show_default=True,
     help="Pairs of objects tried per node (the paper's r).",
 )
-@click.option("--missing", type=click.Choice(MISSING), default=DEFAULTS["missing"],
+@click.option("--missing", type=click.Choice(C.SIMFOREST_MISSING), default=DEFAULTS["missing"],
               show_default=True,
               help="An object whose similarity is missing: stay at the node (the paper), "
                    "both children weighted by size, or the larger child.")  # fmt: skip
@@ -136,6 +141,10 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     by --metric, and the model keeps the features of the objects its splits
     use, all that prediction needs.
     """
+    from distforest.cli.simforest_job import metric_params, read_fit_input, where
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.store.run_store import check_can_create
+
     start = time.perf_counter()
     params = {k: options.pop(k) for k in ("kind", "n_estimators", "n_pairs", "missing",
                                           "max_depth", "min_samples_leaf", "bootstrap",
@@ -190,6 +199,15 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     model's pair objects are read). A model fitted on a table takes DATA with
     the training features (the target column, if present, is ignored).
     """
+    import numpy as np
+    import pandas as pd
+
+    from distforest.cli.simforest_job import scale, where
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.io import load_table, read_frame
+    from distforest.io.matrices import load_matrix
+    from distforest.store.run_store import RunStore
+
     start = time.perf_counter()
     check_new_file(out, overwrite)
     forest = SimilarityForestClassifier.load(model)
@@ -253,6 +271,11 @@ def simforest_proximity(
 
     No features anywhere: the objects' final nodes in the model's trees.
     """
+    from distforest.cli.plan import check_disk, estimate_matrix
+    from distforest.cli.simforest_job import where
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.store.run_store import check_can_create
+
     start = time.perf_counter()
     check_can_create(out, overwrite)
     forest = SimilarityForestClassifier.load(model)

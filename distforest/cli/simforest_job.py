@@ -47,7 +47,6 @@ logger = logging.getLogger("distforest")
 #: starting a LocalCluster would cost more than the work.
 IN_PROCESS_MAX = 3000
 #: Feature scaling stored with a model fitted on a table, applied again at prediction.
-SCALINGS = ("zscore", "none")
 
 
 @contextlib.contextmanager

@@ -1,36 +1,35 @@
 """Commands ``distforest similarity`` and ``distforest neighbors``, and the measure options.
 
 The k-NN model commands are in :mod:`distforest.cli.knn_cmd`, k-NN pipelines
-in :mod:`distforest.cli.knn_job`; both reuse the options defined here.
+in :mod:`distforest.cli.knn_job`; both reuse the options defined here.  The
+measures, searches and stores are imported when a command runs (``--help``
+stays quick); the option choices and defaults come from
+:mod:`distforest.forests.constraints`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import xarray as xr
 
 from distforest.cli.options import cluster_options, connect_kwargs, input_options, tile_size_option
-from distforest.cli.plan import check_disk, check_size, estimate_matrix
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
-from distforest.forests.constraints import MIN_TILE
-from distforest.forests.measures import METRICS, NORMALIZATIONS, parse_metric
-from distforest.forests.neighbors import ALGORITHMS, top_k_neighbors
-from distforest.forests.pairwise import pairwise
-from distforest.io import Table, load_table
-from distforest.parallel.cluster import connect
-from distforest.store.run_store import check_can_create, is_unfinished
+from distforest.forests.constraints import (
+    ALGORITHMS,
+    METRICS,
+    MIN_TILE,
+    NEIGHBOR_TILE,
+    NORMALIZATIONS,
+    PAIRWISE_TILE,
+)
 
-
-def _default(func: Any, name: str) -> Any:
-    """A function's own default, so the command line never restates it."""
-    return inspect.signature(func).parameters[name].default
+if TYPE_CHECKING:
+    from distforest.io import Table
 
 
 METRIC_HELP = (
@@ -77,12 +76,16 @@ def maybe_connect(needed: bool, connect_kw: dict[str, Any]) -> Any:
     metrics fit their trees.
     """
     if needed or any(v is not None for v in connect_kw.values()):
+        from distforest.parallel.cluster import connect
+
         return connect(**connect_kw)
     return contextlib.nullcontext()
 
 
 def check_request(X: Table, Y: Table | None, metric: str) -> None:
     """Refuse a bad measure or mismatched tables before any cluster starts; name the files."""
+    from distforest.forests.measures import parse_metric
+
     parse_metric(metric)
     if Y is not None and Y.n_features != X.n_features:
         raise InputError(
@@ -104,7 +107,7 @@ def bars(ctx: click.Context) -> ProgressBars:
                    "symmetric, upper triangle computed and mirrored).")  # fmt: skip
 @measure_options
 @input_options
-@tile_size_option(_default(pairwise, "tile_size"))
+@tile_size_option(PAIRWISE_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @cluster_options
 @click.pass_context
@@ -122,6 +125,12 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     Example:
       distforest similarity data.csv --metric cosine --normalize range --out S.zarr --drop Class
     """
+    from distforest.cli.plan import check_disk, check_size, estimate_matrix
+    from distforest.forests.pairwise import pairwise
+    from distforest.io import load_table
+    from distforest.parallel.cluster import connect
+    from distforest.store.run_store import check_can_create, is_unfinished
+
     start = time.perf_counter()
     X = load_table(input, drop=drop, na_values=na_values)
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
@@ -170,7 +179,7 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
 @click.option(
     "--tile-size",
     type=click.IntRange(min=MIN_TILE),
-    default=_default(top_k_neighbors, "tile_size"),
+    default=NEIGHBOR_TILE,
     show_default=True,
     help="Candidate rows per tile of the brute search.",
 )
@@ -189,6 +198,13 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
     Example:
       distforest neighbors data.csv --metric euclidean --k 10 --out knn.zarr
     """
+    import xarray as xr
+
+    from distforest.forests.neighbors import top_k_neighbors
+    from distforest.io import load_table
+    from distforest.parallel.cluster import connect
+    from distforest.store.run_store import check_can_create
+
     start = time.perf_counter()
     X = load_table(input, drop=drop, na_values=na_values)
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)

@@ -23,7 +23,6 @@ from typing import Any
 import click
 import numpy as np
 
-from distforest.apps.plots import plot_importances
 from distforest.cli.options import (
     CLI_SEED,
     cluster_options,
@@ -35,14 +34,19 @@ from distforest.cli.options import (
 from distforest.cli.outputs import check_new_file
 from distforest.cli.progress import ProgressBars
 from distforest.errors import StoreError
-from distforest.forests.smerf import SMERF, TILE_SIZE
-from distforest.io import load_table
-from distforest.io.distances import load_distances
-from distforest.parallel.cluster import connect
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.forests.constraints import SMERF_TILE
 
-#: The estimator's own defaults: the command line never restates them.
-SMERF_DEFAULTS = SMERF().get_params()
+#: ``SMERF().get_params()``, written out so that ``--help`` needs no estimator
+#: (tests/test_startup.py checks that they are the estimator's own defaults).
+SMERF_DEFAULTS: dict[str, Any] = {
+    "bootstrap": True,
+    "max_depth": None,
+    "max_features": "sqrt",
+    "min_samples_leaf": 1,
+    "n_estimators": 100,
+    "oblique": False,
+    "random_state": 0,
+}
 SMERF_KEYS = ("n_estimators", "max_features", "oblique", "max_depth", "min_samples_leaf",
               "bootstrap")  # fmt: skip
 
@@ -102,7 +106,7 @@ def smerf() -> None:
     show_default=True,
     help="random_state: same seed, same model.",
 )
-@tile_size_option(TILE_SIZE)
+@tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @cluster_options
 @click.pass_obj
@@ -119,6 +123,12 @@ def fit_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Fit SMERF on the features X (CSV with a header, no target) and distances D."""
+    from distforest.forests.smerf import SMERF
+    from distforest.io import load_table
+    from distforest.io.distances import load_distances
+    from distforest.parallel.cluster import connect
+    from distforest.store.run_store import check_can_create
+
     check_can_create(out, overwrite)
     params = {k: options.pop(k) for k in SMERF_KEYS}
     model = SMERF(**params, random_state=random_state)
@@ -161,7 +171,7 @@ def fit_cmd(
     "--out", required=True, metavar="STORE.zarr", help="Zarr store to write (2-D array 'distance')."
 )
 @input_options
-@tile_size_option(TILE_SIZE)
+@tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @cluster_options
 @click.pass_obj
@@ -178,6 +188,11 @@ def predict_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Learned distances between the rows of A and those of B (or the training rows)."""
+    from distforest.forests.smerf import SMERF
+    from distforest.io import load_table
+    from distforest.parallel.cluster import connect
+    from distforest.store.run_store import check_can_create
+
     if Path(out).resolve() == Path(model_path).resolve():
         raise StoreError(f"--out {out!r} is the model itself; choose another path")
     check_can_create(out, overwrite)
@@ -206,6 +221,9 @@ def predict_cmd(
 @click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
 def importances_cmd(model_path: str, plot: str | None, overwrite: bool) -> None:
     """Print the feature importances stored in a SMERF model (and plot them)."""
+    from distforest.apps.plots import plot_importances
+    from distforest.store.run_store import RunStore
+
     check_new_file(plot, overwrite)
     rs = RunStore.open(model_path, require_complete=True)
     if rs.attrs.get("method") != "smerf" or "feature_importances" not in rs.group:

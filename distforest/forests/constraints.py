@@ -28,9 +28,36 @@ PROXIMITY_METHODS = ("original", "oob", "rfgap")
 #: Methods that weigh rows by whether they are out of bag: they need bootstrap.
 OUT_OF_BAG_METHODS = ("oob", "rfgap")
 MODES = ("x", "standard")
+#: What a SimForest's matrix holds, and where an object whose similarity is missing goes
+#: (``kernels.simtrees`` has the same tuples; a test checks them).
+SIMFOREST_KINDS = ("similarity", "distance")
+SIMFOREST_MISSING = ("stay", "both", "larger")
+#: Feature scaling before a SimForest's measure on a table.
+SIMFOREST_SCALINGS = ("zscore", "none")
+#: Clustering methods of a similarity (``apps.clustering``).
+CLUSTER_METHODS = ("kernel-kmeans", "spectral", "dbscan")
 SIMILARITY_KINDS = ("beta", "basic")
 #: Smallest tile: below it a task costs more than its cells.
 MIN_TILE = 16
+#: Default tile of plain similarity/distance matrices (``pairwise``).
+PAIRWISE_TILE = 2048
+#: Default rows/columns of one tile of SMERF's predicted distances.
+SMERF_TILE = 1024
+#: Default candidate rows per tile of the brute k-nearest-neighbour search.
+NEIGHBOR_TILE = 8192
+
+#: Measures of plain matrices, neighbours and k-NN (named here, computed in
+#: ``forests.measures``, so the command line can list them without loading them).
+DISTANCES = ("euclidean", "manhattan", "chebyshev", "minkowski", "mahalanobis")
+#: Measures of 0/1 features (``kernels.metrics`` has the same tuple; a test checks it).
+BINARY_MEASURES = ("russell-rao", "sokal-michener", "jaccard")
+SIMILARITIES = ("cosine", "rbf", "dot", *BINARY_MEASURES)
+METRICS = (*DISTANCES, *SIMILARITIES)
+NORMALIZATIONS = ("range", "zscore")
+#: Nearest-neighbour searches.
+ALGORITHMS = ("auto", "kd_tree", "ball_tree", "brute")
+#: Similarities learned by a forest (k-NN's forest metrics).
+FOREST_METRICS = ("rf-proximity", "rfgap", "beta", "simforest")
 
 
 class Constraint(Protocol):
@@ -197,6 +224,12 @@ MAX_IMPUTE_ITERATIONS = 100
 IMPUTE_ITERATIONS = Int(
     1, none=True, high=MAX_IMPUTE_ITERATIONS, why="the imputation settles within 4 to 6 iterations"
 )
+#: How a missing category is chosen: the level with the largest summed weight, or mean weight.
+VOTES = ("sum", "mean")
+#: ``column``: one forest per column (the default); the others are Breiman's rfImpute
+#: with one forest for all columns, weighted by RF-GAP (``rfimpute``, same as ``rfgap``)
+#: or by the ``original`` / ``oob`` proximity.
+IMPUTE_PROXIMITIES = ("column", "rfimpute", *PROXIMITY_METHODS)
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> dict[str, Any]:

@@ -18,9 +18,16 @@ votes use ``1 / (1 - s)^2``, and ``s = 1`` is an exact match).
   proportion to how often they were drawn), so values are small; their
   order and ratios are what k-NN uses.
 - ``"beta"``: X-Forest beta-similarity (:class:`distforest.forests.xforest.XForest`).
+- ``"simforest"``: share of the trees of a SimForest
+  (:class:`~distforest.forests.simforest.SimilarityForestClassifier`, on the
+  fly on the features, RBF by default) in which the query ends in the same
+  node as the training row (Breiman's proximity; a node where a missing
+  similarity held an object counts as its leaf).  A classification forest:
+  it needs class labels.
 
 The forest similarities can be saved (:meth:`ProximitySimilarity.save`,
-:meth:`BetaSimilarity.save`: the forest's own Zarr layout, no pickle) and read
+:meth:`BetaSimilarity.save`, :meth:`SimForestSimilarity.save`: the forest's
+own Zarr layout, no pickle) and read
 back with :func:`load_similarity`; a k-NN model keeps its metric's forest that
 way, in a group of the model store.
 """
@@ -33,11 +40,14 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from distforest.errors import NotFittedError, ParameterError, StoreError
+from distforest.forests import constraints as C
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.simforest import SimilarityForestClassifier
 from distforest.forests.xforest import XForest
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
+from distforest.parallel.execution import SYNCHRONOUS, execution
 
-FOREST_METRICS = ("rf-proximity", "rfgap", "beta")
+FOREST_METRICS = C.FOREST_METRICS
 
 
 @runtime_checkable
@@ -187,25 +197,102 @@ class BetaSimilarity(_SavedForest):
         return sim
 
 
+class SimForestSimilarity(_SavedForest):
+    """SimForest proximity of new rows to the training rows (supervised: needs class labels).
+
+    The forest computes its measure on the features on the fly; the
+    similarity of a query to a training row is the share of the trees in
+    which both end in the same node (:meth:`SimilarityForestClassifier.apply`
+    for the query, :attr:`~SimilarityForestClassifier.leaves_` for the
+    training rows).
+
+    Parameters
+    ----------
+    n_estimators : int
+    random_state : int or None
+    metric : {"rbf", "cosine", "dot", "euclidean"}, default "rbf"
+        The SimForest's measure on the feature rows.
+    **forest_params
+        Any other :class:`SimilarityForestClassifier` parameter.
+    """
+
+    #: k-NN regression cannot use it: the forest needs class labels.
+    needs_classes = True
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        random_state: int | None = None,
+        metric: str = "rbf",
+        **forest_params: Any,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.random_state = random_state
+        self.metric = metric
+        self.forest_params = forest_params
+
+    def fit(self, X: Any, y: Any = None) -> SimForestSimilarity:
+        """Grow a :class:`SimilarityForestClassifier` on the feature rows ``X`` and labels ``y``."""
+        if y is None:
+            raise ParameterError(
+                "the 'simforest' similarity grows a classification forest and needs class "
+                "labels: call fit(X, y), or use an unsupervised metric such as 'beta'"
+            )
+        if self.metric == "precomputed":
+            raise ParameterError(
+                "the 'simforest' similarity works on feature rows; metric='precomputed' has no "
+                "query features to compare: use 'rbf', 'cosine', 'dot' or 'euclidean'"
+            )
+        self.forest_ = SimilarityForestClassifier(
+            n_estimators=self.n_estimators,
+            random_state=self.random_state,
+            metric=self.metric,
+            **self.forest_params,
+        ).fit(np.asarray(X, dtype=np.float64), y)
+        return self
+
+    def cross_similarity(self, X_query: Any) -> np.ndarray:
+        """Share of the trees where each query row ends with each training row, (n_query, n_fit).
+
+        The query rows are routed in this process: this runs inside the
+        neighbour-search tasks, which are already spread over the cluster.
+        """
+        if not hasattr(self, "forest_"):
+            raise NotFittedError("call fit(X, y) before cross_similarity")
+        with execution(client=SYNCHRONOUS):
+            leaves_q = self.forest_.apply(np.asarray(X_query, dtype=np.float64))
+        return original_proximity_tile(leaves_q, self.forest_.leaves_).astype(np.float64)
+
+    @classmethod
+    def load(cls, store: str | Path) -> SimForestSimilarity:
+        """The fitted similarity of a SimForest written by :meth:`save`."""
+        forest = SimilarityForestClassifier.load(store)
+        sim = cls(forest.n_estimators, forest.random_state, forest.metric)
+        sim.forest_ = forest
+        return sim
+
+
 def load_similarity(metric: str, store: str | Path) -> CrossSimilarity:
     """Read back the forest similarity ``metric`` saved at ``store`` (no code is run).
 
     Parameters
     ----------
-    metric : {"rf-proximity", "rfgap", "beta"}
+    metric : {"rf-proximity", "rfgap", "beta", "simforest"}
     store : str or Path
         Written by the similarity's ``save``.
 
     Returns
     -------
-    ProximitySimilarity or BetaSimilarity
+    ProximitySimilarity, BetaSimilarity or SimForestSimilarity
         Fitted: ``cross_similarity`` works at once.
     """
     if metric in ("rf-proximity", "rfgap"):
         return ProximitySimilarity.load(store, metric)
     if metric == "beta":
         return BetaSimilarity.load(store)
-    raise StoreError(f"no saved forest similarity {metric!r}; expected one of {FOREST_METRICS}")
+    if metric == "simforest":
+        return SimForestSimilarity.load(store)
+    raise StoreError(f"no saved forest similarity {metric!r}; expected one of {C.FOREST_METRICS}")
 
 
 def make_similarity(
@@ -217,6 +304,8 @@ def make_similarity(
             return ProximitySimilarity(metric, n_estimators, random_state)
         if metric == "beta":
             return BetaSimilarity(n_estimators, random_state)
+        if metric == "simforest":
+            return SimForestSimilarity(n_estimators, random_state)
         return None
     if isinstance(metric, CrossSimilarity):
         return metric

@@ -40,11 +40,9 @@ import numpy as np
 from scipy.spatial.distance import cdist
 
 from distforest.errors import InputError, ParameterError
-from distforest.kernels.metrics import BINARY_MEASURES, binary_similarity
+from distforest.forests.constraints import BINARY_MEASURES, DISTANCES, METRICS
+from distforest.kernels.metrics import binary_similarity
 
-DISTANCES = ("euclidean", "manhattan", "chebyshev", "minkowski", "mahalanobis")
-SIMILARITIES = ("cosine", "rbf", "dot", *BINARY_MEASURES)
-METRICS = (*DISTANCES, *SIMILARITIES)
 ALIASES = {
     "cityblock": "manhattan",
     "l1": "manhattan",
@@ -256,9 +254,6 @@ def check_values(
             f"VI has shape {measure.VI.shape} but the data have {X.shape[1]} features; "
             f"give a {X.shape[1]} x {X.shape[1]} inverse covariance"
         )
-
-
-NORMALIZATIONS = ("range", "zscore")
 
 
 def make_scaler(normalize: str | None, feature_range: tuple[float, float] = (0.0, 1.0)) -> Any:

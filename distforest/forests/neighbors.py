@@ -35,7 +35,6 @@ from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
 
-ALGORITHMS = ("auto", "kd_tree", "ball_tree", "brute")
 #: ``auto`` uses a k-d tree for Minkowski distances up to this many features.
 KD_TREE_MAX_FEATURES = 15
 #: The brute search uses BLAS products for Euclidean distances from this many features.
@@ -221,7 +220,7 @@ def neighbors_task(
 
 def resolve_algorithm(algorithm: str, measure: Measure | None, n_features: int) -> str:
     """``auto``: a k-d tree for Minkowski distances on at most 15 features, else brute tiles."""
-    C.check_choice("algorithm", algorithm, ALGORITHMS)
+    C.check_choice("algorithm", algorithm, C.ALGORITHMS)
     tree_ok = measure is not None and measure.minkowski_p is not None
     if algorithm == "auto":
         return "kd_tree" if tree_ok and n_features <= KD_TREE_MAX_FEATURES else "brute"
@@ -244,7 +243,7 @@ def search(
     algorithm: str = "auto",
     exclude_self: bool = False,
     batch_size: int | None = None,
-    tile_size: int = 8192,
+    tile_size: int = C.NEIGHBOR_TILE,
     client: Any = SYNCHRONOUS,
     scheduler: str | None = None,
     cluster: str | Path | None = None,
@@ -314,7 +313,7 @@ def top_k_neighbors(
     store: str | Path | None = None,
     overwrite: bool = False,
     batch_size: int | None = None,
-    tile_size: int = 8192,
+    tile_size: int = C.NEIGHBOR_TILE,
     client: Any = None,
     scheduler: str | None = None,
     cluster: str | Path | None = None,

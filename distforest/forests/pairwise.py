@@ -121,7 +121,7 @@ def pairwise(
     normalize: str | None = None,
     feature_range: tuple[float, float] = (0.0, 1.0),
     store: str | Path | None = None,
-    tile_size: int = 2048,
+    tile_size: int = C.PAIRWISE_TILE,
     dtype: str | None = None,
     overwrite: bool = False,
     max_in_memory: int = 10_000,

@@ -6,10 +6,9 @@ import contextlib
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
-import xarray as xr
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
@@ -22,6 +21,9 @@ from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks
 from distforest.store.run_store import RunStore
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 logger = logging.getLogger("distforest")
 
@@ -396,6 +398,8 @@ class ProximityForest(DaskEstimator):
             values = proximity_in_memory(
                 self.leaves_, self.inbag_, method, self.params_["tile_size"]
             )
+            import xarray as xr  # on use: fitting and writing tiles do without it
+
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip

@@ -42,10 +42,9 @@ from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_pro
 from distforest.io.matrices import StoredMatrix, check_entries, load_matrix, open_matrix
 from distforest.kernels.simfetch import fetch_columns, fetch_function, fetch_rows
 from distforest.kernels.simtrees import (
-    KINDS,
-    MISSING,
     SimTree,
     SimTreeParams,
+    apply_forest,
     grow_tree,
     predict_forest,
 )
@@ -83,22 +82,27 @@ def _grow_batch(
     return [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
 
 
-def _predict_block(
+def _test_block(
+    per_block: Callable[..., np.ndarray],
     source: Any,
     function: Similarity | None,
     rows: slice,
     trees: list[SimTree],
     pair_ids: np.ndarray,
     pair_objects: Any,
-    missing: str,
+    *extra: Any,
 ) -> np.ndarray:
-    """One task: class probabilities of test objects ``rows`` (Q's rows, or objects)."""
-    n = rows.stop - rows.start
+    """One task: ``per_block(trees, fetch, n, *extra)`` for test objects ``rows``.
+
+    ``fetch`` reads Q's rows ``rows``, or compares those test objects with
+    the pair objects; ``per_block`` is :func:`predict_forest` (class
+    probabilities) or :func:`apply_forest` (nodes).
+    """
     if function is None:
         fetch = fetch_columns(open_matrix(source)[rows])
     else:
         fetch = fetch_function(function, pair_objects, source[rows], row_ids=pair_ids)
-    return predict_forest(trees, fetch, n, missing)
+    return per_block(trees, fetch, rows.stop - rows.start, *extra)
 
 
 def _checked_array(estimator: Any, X: Any, *, precomputed: bool, reset: bool) -> Any:
@@ -187,10 +191,10 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
     _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
         "n_estimators": C.Int(1),
         "n_pairs": C.Int(1),
-        "kind": C.Choice(KINDS),
+        "kind": C.Choice(C.SIMFOREST_KINDS),
         "max_depth": C.Int(0, none=True),
         "min_samples_leaf": C.Int(1),
-        "missing": C.Choice(MISSING),
+        "missing": C.Choice(C.SIMFOREST_MISSING),
         "bootstrap": C.Bool(),
         "metric": C.Choice(METRICS),
         "metric_params": C.Checked("by parse_metric"),
@@ -377,44 +381,89 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         ndarray of shape (n_test, n_classes)
         """
         self._check_fitted()
+        return self._over_test_blocks(
+            predict_forest, X, similarity, (self.params_["missing"],),
+            np.empty((0, len(self.classes_))), "predict",
+        )  # fmt: skip
+
+    def apply(self, X: Any, similarity: Any = None) -> np.ndarray:
+        """Node where each test object ends in each tree (the traversal of prediction).
+
+        Node ids are those of :attr:`leaves_`: a training object given again
+        ends where training sent it (in bag or out of bag).  An object held
+        by a missing similarity at a node that keeps it (``missing="stay"``,
+        and ``"both"``, which trains like ``"stay"``) ends at that inner
+        node; with ``"both"``, :meth:`predict_proba` spreads such an object
+        over both children, but ``apply`` gives the one node where it
+        stopped, as :attr:`leaves_` does.  ``"larger"`` follows the larger
+        child.  Runs as Dask tasks over test-row blocks, like prediction.
+
+        Parameters
+        ----------
+        X, similarity :
+            As for :meth:`predict_proba`.
+
+        Returns
+        -------
+        ndarray of int32, shape (n_test, n_estimators)
+        """
+        self._check_fitted()
+        empty = np.empty((0, len(self.trees_)), dtype=np.int32)
+        return self._over_test_blocks(apply_forest, X, similarity, (), empty, "apply")
+
+    def _over_test_blocks(
+        self,
+        per_block: Callable[..., np.ndarray],
+        X: Any,
+        similarity: Any,
+        extra: tuple[Any, ...],
+        like: np.ndarray,
+        stage: str,
+    ) -> np.ndarray:
+        """``per_block(trees, fetch, n, *extra)`` over test-row blocks, one task each.
+
+        The result has one row per test object and the columns and dtype of ``like``.
+        """
+        source, function, n, per_row = self._test_source(X, similarity)
+        rows = max(1, min(n, BLOCK_BYTES // (8 * max(1, per_row))))
+        blocks = [slice(s, min(s + rows, n)) for s in range(0, n, rows)]
+        out = np.empty((n, like.shape[1]), dtype=like.dtype)
+        with self._runner() as runner:
+            shared = source if isinstance(source, StoredMatrix) else runner.share(source)
+            trees = runner.share(self.trees_)
+            items = [(per_block, shared, function, b, trees, self.pair_ids_, self.pair_objects_,
+                      *extra) for b in blocks]  # fmt: skip
+            for i, part in runner.run(_test_block, items, name=f"simforest-{stage}",
+                                      progress=self._report(stage)):  # fmt: skip
+                out[blocks[i]] = part
+        return out
+
+    def _test_source(self, X: Any, similarity: Any) -> tuple[Any, Similarity | None, int, int]:
+        """What test blocks read: (Q or objects, function or None, n_test, values per row)."""
         function: Similarity | None
         if self.measure_ is None and similarity is None:
             X = _checked_array(self, X, precomputed=True, reset=False)
             source: Any = load_matrix(X, "the test x train matrix")
             check_entries(source, "the test x train matrix", square=False,
                           n_columns=self.n_samples_)  # fmt: skip
-            function, n = None, source.shape[0]
-            per_row = len(self.pair_ids_)
+            return source, None, source.shape[0], len(self.pair_ids_)
+        function = similarity if similarity is not None else self.measure_
+        if function is None or isinstance(function, str):
+            raise ParameterError(
+                "this forest was fitted with a similarity function, which is not saved; "
+                "pass it again: predict(objects, similarity=f)"
+            )
+        function = getattr(function, "values", function)
+        if isinstance(self.measure_, Measure):
+            source = _checked_array(self, X, precomputed=False, reset=False)
         else:
-            function = similarity if similarity is not None else self.measure_
-            if function is None or isinstance(function, str):
-                raise ParameterError(
-                    "this forest was fitted with a similarity function, which is not saved; "
-                    "pass it again: predict(objects, similarity=f)"
-                )
-            function = getattr(function, "values", function)
-            if isinstance(self.measure_, Measure):
-                source = _checked_array(self, X, precomputed=False, reset=False)
-            else:
-                source = _as_objects(X)
-            n, per_row = len(source), 1
-            if self.pair_objects_ is None:
-                raise ParameterError(
-                    "this forest holds no pair objects (they were not numeric and could not "
-                    "be saved): fit it again in this session to predict with a function"
-                )
-        rows = max(1, min(n, BLOCK_BYTES // (8 * max(1, per_row))))
-        blocks = [slice(s, min(s + rows, n)) for s in range(0, n, rows)]
-        proba = np.empty((n, len(self.classes_)))
-        with self._runner() as runner:
-            shared = source if isinstance(source, StoredMatrix) else runner.share(source)
-            trees = runner.share(self.trees_)
-            items = [(shared, function, b, trees, self.pair_ids_, self.pair_objects_,
-                      self.params_["missing"]) for b in blocks]  # fmt: skip
-            for i, part in runner.run(_predict_block, items, name="simforest-predict",
-                                      progress=self._report("predict")):  # fmt: skip
-                proba[blocks[i]] = part
-        return proba
+            source = _as_objects(X)
+        if self.pair_objects_ is None:
+            raise ParameterError(
+                "this forest holds no pair objects (they were not numeric and could not "
+                "be saved): fit it again in this session to predict with a function"
+            )
+        return source, function, len(source), 1
 
     def predict(self, X: Any, similarity: Any = None) -> np.ndarray:
         """The most probable class of each test object (labels as given to ``fit``)."""

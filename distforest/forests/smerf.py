@@ -42,7 +42,7 @@ from distforest.store.run_store import RunStore
 logger = logging.getLogger("distforest")
 
 #: Default rows/columns of one predicted tile (one task, one Zarr chunk).
-TILE_SIZE = 1024
+TILE_SIZE = C.SMERF_TILE
 #: Without a store, matrices of more cells than this are refused (400 MB of float32).
 MAX_IN_MEMORY = 100_000_000
 #: The stored name of a predicted matrix.

@@ -26,6 +26,7 @@ from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
 from distforest.parallel.tiling import Tile, TilePlan
 from distforest.store.run_store import RunStore, write_tile
+from distforest.store.schema import MatrixEncoding
 
 logger = logging.getLogger("distforest")
 
@@ -46,7 +47,7 @@ def tile_task(
     then not marked done, so a rerun writes it again.
     """
     values = np.asarray(func(*args, tile.rows, tile.cols))
-    finite = np.isfinite(values)
+    finite = np.isfinite(values) if values.dtype.kind == "f" else np.ones(1, dtype=bool)
     if not finite.all():
         i, j = (int(k) for k in np.argwhere(~finite)[0])
         raise InputError(
@@ -73,6 +74,7 @@ def write_matrix(
     *,
     identity: Mapping[str, Any],
     dtype: str | None = None,
+    encoding: MatrixEncoding | None = None,
     attrs: Mapping[str, Any] | None = None,
     progress: ProgressCallback | None = None,
 ) -> dict[str, int]:
@@ -97,6 +99,9 @@ def write_matrix(
         other is replaced.
     dtype : str, optional
         Stored type (default: the schema's).
+    encoding : MatrixEncoding, optional
+        How the values are stored, when not as ``dtype`` floats: with
+        integer counts (``encoding.is_counts``) ``func`` returns the counts.
     attrs : mapping, optional
         Attributes of the matrix.
     progress : callable, optional
@@ -109,8 +114,8 @@ def write_matrix(
     """
     identity = {**dict(identity), **plan.describe()}
     done = store.prepare_matrix(
-        name, (plan.n_rows, plan.n_cols), plan.tile_size, dtype=dtype, identity=identity,
-        attrs=attrs,
+        name, (plan.n_rows, plan.n_cols), plan.tile_size, dtype=dtype, encoding=encoding,
+        identity=identity, attrs=attrs,
     )  # fmt: skip
     pending = plan.pending(done)
     skipped = plan.n_tasks - len(pending)

@@ -6,6 +6,9 @@ run inside Dask workers, so they take paths and slices, never big arrays.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,12 +21,14 @@ from distforest.kernels.proximity import (
     oob_proximity_tile,
     original_proximity_tile,
     rfgap_proximity_tile,
+    sort_block,
+    sorted_block_counts,
 )
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore, read_rows
-from distforest.store.schema import matrix_spec
+from distforest.store.schema import matrix_encoding, matrix_spec
 
 #: Name of each method's matrix in the store (layouts in :mod:`distforest.store.schema`).
 ARRAY_NAMES = {"original": "proximity", "oob": "proximity_oob", "rfgap": "proximity_rfgap"}
@@ -34,14 +39,50 @@ SYMMETRIC = {method: bool(matrix_spec(name).symmetric) for method, name in ARRAY
 #: Arrays a method's tiles need, besides ``leaves``.
 NEEDS = {"original": (), "oob": ("inbag",), "rfgap": ("inbag", "leaf_mass")}
 
+#: Bytes of sorted leaf blocks a worker process keeps between tiles.  Each row
+#: block meets every other one, and sorting a block is about half of a count
+#: tile's kernel time; a block is known by its contents, so a kept block can
+#: never stand for other leaves.
+SORTED_CACHE_BYTES = 64 * 1024**2
+_sorted_cache: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_sorted_lock = threading.Lock()
 
-def compute_tile(method: str, block_i: dict, block_j: dict) -> np.ndarray:
+
+def sorted_leaves(leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~distforest.kernels.proximity.sort_block` of ``leaves``, kept for later tiles."""
+    leaves = np.ascontiguousarray(leaves)
+    digest = hashlib.blake2b(leaves.data, digest_size=16).digest()
+    key = (leaves.shape, str(leaves.dtype), digest)
+    with _sorted_lock:
+        kept = _sorted_cache.get(key)
+        if kept is not None:
+            _sorted_cache.move_to_end(key)
+            return kept
+    block = sort_block(leaves)
+    with _sorted_lock:
+        _sorted_cache[key] = block
+        size = sum(a.nbytes + b.nbytes for a, b in _sorted_cache.values())
+        while size > SORTED_CACHE_BYTES and len(_sorted_cache) > 1:
+            _, (a, b) = _sorted_cache.popitem(last=False)
+            size -= a.nbytes + b.nbytes
+    return block
+
+
+def compute_tile(
+    method: str, block_i: dict, block_j: dict, counts: str | None = None
+) -> np.ndarray:
     """One tile of a proximity from the per-row arrays of two row blocks.
 
     ``block_*`` map ``"leaves"``, ``"inbag"`` and ``"leaf_mass"`` to (rows, T)
-    arrays (only those the method needs).
+    arrays (only those the method needs).  ``counts`` (an integer type, for
+    ``"original"`` only) asks for the numbers of trees sharing a leaf
+    instead of their fraction: what the store keeps.
     """
     if method == "original":
+        if counts is not None:
+            sorted_i = sorted_leaves(block_i["leaves"])
+            sorted_j = sorted_i if block_j is block_i else sorted_leaves(block_j["leaves"])
+            return sorted_block_counts(sorted_i, sorted_j, counts)
         return original_proximity_tile(block_i["leaves"], block_j["leaves"])
     if method == "oob":
         return oob_proximity_tile(
@@ -60,14 +101,15 @@ def _read_block(path: str, method: str, rows: slice) -> dict:
     return {name: read_rows(path, name, rows) for name in ("leaves", *NEEDS[method])}
 
 
-def store_tile(path: str, method: str, rows: slice, cols: slice) -> np.ndarray:
+def store_tile(path: str, method: str, counts: str | None, rows: slice, cols: slice) -> np.ndarray:
     """A tile function of the tile service: reads the two row blocks from the store.
 
     Runs inside a Dask worker, so it takes the store's path, not big arrays.
+    ``counts``: see :func:`compute_tile`.
     """
     block_i = _read_block(path, method, rows)
     block_j = block_i if rows == cols else _read_block(path, method, cols)
-    return compute_tile(method, block_i, block_j)
+    return compute_tile(method, block_i, block_j, counts)
 
 
 def arrays_tile(arrays: dict, method: str, rows: slice, cols: slice) -> np.ndarray:
@@ -116,15 +158,19 @@ def write_proximity(
 
     Any forest that records each training row's final node per tree
     (proximity forests, SimForests) gets its proximities here; RF-GAP's
-    ``leaf_mass`` is added to the store first when missing.
+    ``leaf_mass`` is added to the store first when missing.  Breiman's
+    proximity is stored as integer counts of trees (see
+    :func:`distforest.store.schema.matrix_encoding`).
     """
-    n = rs.array("leaves").shape[0]
+    n, n_trees = rs.array("leaves").shape
     if method == "rfgap" and "leaf_mass" not in rs.group:
         rs.write_named("leaf_mass", leaf_mass(rs.read("leaves"), rs.read("inbag")), rows=tile_size)
     plan = TilePlan(n, n, tile_size, symmetric=SYMMETRIC[method])
+    encoding = matrix_encoding(ARRAY_NAMES[method], n_trees=n_trees)
+    counts = encoding.dtype if encoding.is_counts else None
     proximity_kernels.warm_up()  # compile once here, not in every worker at once
     return write_matrix(
-        runner, rs, ARRAY_NAMES[method], plan, store_tile, (rs.path, method),
-        identity={**dict(identity), "method": method}, attrs={"method": method, **dict(attrs)},
-        progress=progress,
+        runner, rs, ARRAY_NAMES[method], plan, store_tile, (rs.path, method, counts),
+        identity={**dict(identity), "method": method}, encoding=encoding,
+        attrs={"method": method, **dict(attrs)}, progress=progress,
     )  # fmt: skip

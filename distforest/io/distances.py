@@ -21,7 +21,7 @@ import numpy as np
 import zarr
 
 from distforest.errors import InputError
-from distforest.io.matrices import StoredMatrix, check_entries, load_matrix
+from distforest.io.matrices import StoredMatrix, check_entries, decode, load_matrix
 
 #: Rows compared at a time in the symmetry check (bounds its temporary memory).
 BLOCK = 1024
@@ -37,7 +37,8 @@ def _in_memory(matrix: np.ndarray | StoredMatrix) -> np.ndarray:
         data = np.load(matrix.path, mmap_mode="r")
     else:
         node: Any = zarr.open(matrix.path, mode="r")
-        data = np.asarray((node if matrix.name is None else node[matrix.name])[...])
+        arr = node if matrix.name is None else node[matrix.name]
+        data = decode(arr[...], dict(arr.attrs))
     dtype = np.float32 if data.dtype == np.float32 else np.float64
     return np.ascontiguousarray(data, dtype=dtype)
 

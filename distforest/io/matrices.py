@@ -6,11 +6,16 @@ picklable reference that each task opens itself, reading only the entries it
 asks for (a ``.npy`` file through a memory map, a Zarr array through
 coordinate selection, which touches only the chunks holding those entries).
 So a 10 GB similarity matrix is never loaded whole, nor sent to a worker.
+
+Zarr matrices stored as integers with a CF ``scale_factor`` attribute (how
+distforest stores Breiman's proximity: counts of trees, scale ``1/T``) are
+decoded on reading, as xarray does: ``count * scale_factor``, and cells
+equal to ``_FillValue`` (never written) as NaN.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,41 @@ MAX_IN_MEMORY_BYTES = 2 * 1024**3
 
 #: Array names tried, in order, in a Zarr group holding several arrays.
 PREFERRED_NAMES = ("similarity", "distance", "S", "D", "Q", "matrix")
+
+#: Type of the values decoded from integer counts (holds every count exactly).
+DECODED_DTYPE = np.dtype(np.float32)
+
+
+def _scale(attrs: Mapping[str, Any], dtype: np.dtype) -> float | None:
+    """The CF ``scale_factor`` of an integer array, or None if it is stored as it is."""
+    scale = attrs.get("scale_factor")
+    return None if scale is None or dtype.kind not in "iu" else float(scale)
+
+
+def decoded_dtype(array: zarr.Array) -> np.dtype:
+    """The type a reader sees: float32 for CF-scaled integers, else the stored type."""
+    dtype = np.dtype(array.dtype)
+    return DECODED_DTYPE if _scale(array.attrs, dtype) is not None else dtype
+
+
+def decode(values: Any, attrs: Mapping[str, Any]) -> np.ndarray:
+    """Values read from a Zarr array with attributes ``attrs``, decoded like xarray does.
+
+    Integers with a ``scale_factor`` become ``values * scale_factor`` as
+    float32 (computed in float64, as xarray does, then rounded once), with
+    NaN where they equal ``_FillValue``; anything else is returned unchanged.
+    For counts of T trees stored with ``scale_factor = 1/T`` the result is
+    bit for bit ``float32(count / T)``.
+    """
+    values = np.asarray(values)
+    scale = _scale(attrs, values.dtype)
+    if scale is None:
+        return values
+    out = (values * scale).astype(DECODED_DTYPE)
+    fill = attrs.get("_FillValue")
+    if fill is not None:
+        out[values == fill] = np.nan
+    return out
 
 
 @dataclass(frozen=True)
@@ -64,6 +104,7 @@ class CoordinateReader:
     def __init__(self, array: zarr.Array, offset: int = 0) -> None:
         self.array = array
         self.offset = offset
+        self.attrs = dict(array.attrs)
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, slice):
@@ -73,8 +114,8 @@ class CoordinateReader:
         rows = np.asarray(rows, dtype=np.int64) + self.offset
         cols = np.asarray(cols, dtype=np.int64)
         if rows.size == 0:
-            return np.empty(0, dtype=self.array.dtype)
-        return self.array.get_coordinate_selection((rows, cols))
+            return np.empty(0, dtype=decoded_dtype(self.array))
+        return decode(self.array.get_coordinate_selection((rows, cols)), self.attrs)
 
 
 def _zarr_matrix(node: Any, path: str, name: str | None, what: str) -> StoredMatrix:
@@ -155,7 +196,7 @@ def load_matrix(source: Any, what: str = "the matrix") -> np.ndarray | StoredMat
         if root is not None:
             out = StoredMatrix(root, source.path or None, tuple(source.shape))  # type: ignore[arg-type]
         else:
-            out = np.asarray(source[...])
+            out = decode(source[...], dict(source.attrs))
     else:
         data: Any = getattr(source, "data", None) if hasattr(source, "dims") else source
         if hasattr(data, "compute") and hasattr(data, "chunks"):  # dask
@@ -186,16 +227,18 @@ def open_matrix(matrix: np.ndarray | StoredMatrix) -> Any:
 def row_blocks(matrix: np.ndarray | StoredMatrix, rows: int) -> Iterator[tuple[int, np.ndarray]]:
     """``(start, block)`` for consecutive blocks of ``rows`` rows, read one at a time."""
     n = matrix.shape[0]
+    attrs: Mapping[str, Any] = {}
     if isinstance(matrix, StoredMatrix):
         if matrix.path.endswith(".npy"):
             data: Any = np.load(matrix.path, mmap_mode="r")
         else:
             node: Any = zarr.open(matrix.path, mode="r")
             data = node if matrix.name is None else node[matrix.name]
+            attrs = dict(data.attrs)
     else:
         data = matrix
     for start in range(0, n, rows):
-        yield start, np.asarray(data[start : start + rows], dtype=np.float64)
+        yield start, np.asarray(decode(data[start : start + rows], attrs), dtype=np.float64)
 
 
 def check_entries(

@@ -4,7 +4,8 @@ A proximity tile ``P[I, J]`` compares, tree by tree, the leaf of every row of
 block ``I`` with the leaf of every row of block ``J``.  Comparing all pairs
 costs ``|I| |J| T``; instead, per tree both blocks are sorted by leaf id and
 merged, so the cost is ``T (|I| + |J|) log`` plus one update per pair that
-really shares a leaf.  With fully grown trees most leaves hold a handful of
+really shares a leaf.  A block's sort (:func:`leaf_order`) can be kept and
+reused by every tile of its row or column.  With fully grown trees most leaves hold a handful of
 rows, so the tile is dominated by writing it, not by the comparisons.
 
 All kernels take leaves laid out as ``(tree, row)`` (C-contiguous int32), so
@@ -18,31 +19,54 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def _shared_runs(li, lj, oi, oj, runs):  # pragma: no cover - numba
-    """Merge two leaf lists sorted by ``oi``/``oj``; record runs of equal leaves.
+def leaf_order(leaves):  # pragma: no cover - numba
+    """Per tree, a block's rows ordered by leaf id, and their leaf ids in that order.
 
-    ``runs[k] = (a, a_end, b, b_end)``: positions ``oi[a:a_end]`` and
-    ``oj[b:b_end]`` are the rows of both blocks in one common leaf.  Returns
-    the number of runs.
+    Parameters
+    ----------
+    leaves : ndarray of int32, shape (T, n)
+
+    Returns
+    -------
+    order, sorted_leaves : ndarray of int32, shape (T, n)
+        ``sorted_leaves[t] = leaves[t, order[t]]`` is non-decreasing.
     """
-    ni = li.shape[0]
-    nj = lj.shape[0]
+    n_trees, n = leaves.shape
+    order = np.empty((n_trees, n), dtype=np.int32)
+    sorted_leaves = np.empty((n_trees, n), dtype=np.int32)
+    for t in range(n_trees):
+        o = np.argsort(leaves[t], kind="mergesort")
+        for a in range(n):
+            order[t, a] = o[a]
+            sorted_leaves[t, a] = leaves[t, o[a]]
+    return order, sorted_leaves
+
+
+@njit(nogil=True, cache=True)
+def _shared_runs(si, sj, runs):  # pragma: no cover - numba
+    """Merge two sorted leaf lists; record the runs of leaves both hold.
+
+    ``runs[k] = (a, a_end, b, b_end)``: ``si[a:a_end]`` and ``sj[b:b_end]``
+    are one leaf common to both blocks.  Returns the number of runs.
+    """
+    ni = si.shape[0]
+    nj = sj.shape[0]
     a = 0
     b = 0
     k = 0
     while a < ni and b < nj:
-        va = li[oi[a]]
-        vb = lj[oj[b]]
+        va = si[a]
+        vb = sj[b]
         if va < vb:
             a += 1
         elif va > vb:
             b += 1
         else:
-            a_end = a
-            while a_end < ni and li[oi[a_end]] == va:
+            a_end = a + 1
+            while a_end < ni and si[a_end] == va:
                 a_end += 1
-            b_end = b
-            while b_end < nj and lj[oj[b_end]] == va:
+            b_end = b + 1
+            while b_end < nj and sj[b_end] == va:
                 b_end += 1
             runs[k, 0] = a
             runs[k, 1] = a_end
@@ -75,28 +99,71 @@ def leaf_match_sum(leaves_i, leaves_j, weights_i, weights_j):  # pragma: no cove
     nj = leaves_j.shape[1]
     out = np.zeros((ni, nj), dtype=np.float64)
     runs = np.empty((min(ni, nj), 4), dtype=np.int64)
+    oi, si = leaf_order(leaves_i)
+    oj, sj = leaf_order(leaves_j)
     for t in range(n_trees):
-        oi = np.argsort(leaves_i[t])
-        oj = np.argsort(leaves_j[t])
         wi = weights_i[t]
         wj = weights_j[t]
-        for k in range(_shared_runs(leaves_i[t], leaves_j[t], oi, oj, runs)):
+        for k in range(_shared_runs(si[t], sj[t], runs)):
             for p in range(runs[k, 0], runs[k, 1]):
-                r = oi[p]
+                r = oi[t, p]
                 w = wi[r]
                 if w != 0.0:
                     for q in range(runs[k, 2], runs[k, 3]):
-                        c = oj[q]
+                        c = oj[t, q]
                         out[r, c] += w * wj[c]
     return out
 
 
 @njit(nogil=True, cache=True)
-def shared_leaf_fraction(leaves_i, leaves_j):  # pragma: no cover - numba
-    """Fraction of trees in which each pair of rows shares a leaf, as float32.
+def add_sorted_leaf_counts(order_i, sorted_i, order_j, sorted_j, counts):  # pragma: no cover
+    """Add, for every pair of rows, the number of trees in which they share a leaf.
 
-    Integer counts (4 bytes a pair, not 8) and one final pass to float32:
-    the tile kernel of Breiman's proximity.
+    Parameters
+    ----------
+    order_i, sorted_i, order_j, sorted_j : ndarray of int32, shape (T, ni) or (T, nj)
+        Both blocks as :func:`leaf_order` gives them (so a block used by
+        many tiles is sorted once).
+    counts : ndarray of integers, shape (ni, nj)
+        Added to in place; its type must hold ``T`` plus what it holds.
+
+    Returns
+    -------
+    ndarray
+        ``counts``.
+    """
+    n_trees = order_i.shape[0]
+    runs = np.empty((min(order_i.shape[1], order_j.shape[1]), 4), dtype=np.int64)
+    for t in range(n_trees):
+        for k in range(_shared_runs(sorted_i[t], sorted_j[t], runs)):
+            for p in range(runs[k, 0], runs[k, 1]):
+                r = order_i[t, p]
+                for q in range(runs[k, 2], runs[k, 3]):
+                    counts[r, order_j[t, q]] += 1
+    return counts
+
+
+@njit(nogil=True, cache=True)
+def add_shared_leaf_counts(leaves_i, leaves_j, counts):  # pragma: no cover - numba
+    """:func:`add_sorted_leaf_counts` from unsorted leaves, shape (T, ni) and (T, nj)."""
+    order_i, sorted_i = leaf_order(leaves_i)
+    order_j, sorted_j = leaf_order(leaves_j)
+    return add_sorted_leaf_counts(order_i, sorted_i, order_j, sorted_j, counts)
+
+
+@njit(nogil=True, cache=True)
+def counts_to_fraction(counts, n_trees):  # pragma: no cover - numba
+    """``counts / n_trees`` as float32, each rounded once from float64."""
+    ni, nj = counts.shape
+    out = np.empty((ni, nj), dtype=np.float32)
+    for r in range(ni):
+        for c in range(nj):
+            out[r, c] = np.float32(counts[r, c] / n_trees) if counts[r, c] else 0.0
+    return out
+
+
+def shared_leaf_fraction(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.ndarray:
+    """Fraction of trees in which each pair of rows shares a leaf, as float32.
 
     Parameters
     ----------
@@ -107,23 +174,9 @@ def shared_leaf_fraction(leaves_i, leaves_j):  # pragma: no cover - numba
     ndarray of float32, shape (ni, nj)
         ``count / T`` rounded once from float64.
     """
-    n_trees, ni = leaves_i.shape
-    nj = leaves_j.shape[1]
-    counts = np.zeros((ni, nj), dtype=np.int32)
-    runs = np.empty((min(ni, nj), 4), dtype=np.int64)
-    for t in range(n_trees):
-        oi = np.argsort(leaves_i[t])
-        oj = np.argsort(leaves_j[t])
-        for k in range(_shared_runs(leaves_i[t], leaves_j[t], oi, oj, runs)):
-            for p in range(runs[k, 0], runs[k, 1]):
-                r = oi[p]
-                for q in range(runs[k, 2], runs[k, 3]):
-                    counts[r, oj[q]] += 1
-    out = np.empty((ni, nj), dtype=np.float32)
-    for r in range(ni):
-        for c in range(nj):
-            out[r, c] = np.float32(counts[r, c] / n_trees) if counts[r, c] else 0.0
-    return out
+    n_trees = leaves_i.shape[0]
+    counts = np.zeros((leaves_i.shape[1], leaves_j.shape[1]), dtype=np.int32)
+    return counts_to_fraction(add_shared_leaf_counts(leaves_i, leaves_j, counts), n_trees)
 
 
 def original_proximity_tile(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.ndarray:
@@ -139,13 +192,76 @@ def original_proximity_tile(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.nd
     ndarray of float32, shape (ni, nj)
         Fraction of the T trees in which the two rows share a leaf.
     """
+    li, lj = _leaves_first(leaves_i, leaves_j)
+    return shared_leaf_fraction(li, lj)
+
+
+def sort_block(leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A block of leaves sorted per tree, as :func:`sorted_block_counts` takes it.
+
+    Parameters
+    ----------
+    leaves : ndarray of int, shape (n, T)
+        Leaf ids, rows by trees (the on-disk layout).
+
+    Returns
+    -------
+    order, sorted_leaves : ndarray of int32, shape (T, n)
+        See :func:`leaf_order`.
+    """
+    (li,) = _trees_first(leaves, dtype=np.int32)
+    return leaf_order(li)
+
+
+def sorted_block_counts(
+    block_i: tuple[np.ndarray, np.ndarray],
+    block_j: tuple[np.ndarray, np.ndarray],
+    dtype: str | np.dtype = "int32",
+) -> np.ndarray:
+    """Number of trees in which each pair of rows of two sorted blocks shares a leaf.
+
+    Breiman's proximity is these counts over T (see
+    :func:`original_proximity_tile`); stored as integers they are exact and
+    small (one byte a pair for T < 255).
+
+    Parameters
+    ----------
+    block_i, block_j : tuple of ndarray
+        Both blocks from :func:`sort_block`.
+    dtype : str or dtype, default "int32"
+        Integer type of the counts; it must hold T.
+
+    Returns
+    -------
+    ndarray of ``dtype``, shape (ni, nj)
+    """
+    n_trees = block_i[0].shape[0]
+    if block_j[0].shape[0] != n_trees:
+        raise ValueError(
+            f"leaf blocks disagree on the number of trees: {n_trees} vs {block_j[0].shape[0]}"
+        )
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iu" or np.iinfo(dtype).max < n_trees:
+        raise ValueError(f"counts of {n_trees} trees do not fit in {dtype}; use a wider integer")
+    counts = np.zeros((block_i[0].shape[1], block_j[0].shape[1]), dtype=dtype)
+    return add_sorted_leaf_counts(*block_i, *block_j, counts)
+
+
+def shared_leaf_counts(
+    leaves_i: np.ndarray, leaves_j: np.ndarray, dtype: str | np.dtype = "int32"
+) -> np.ndarray:
+    """:func:`sorted_block_counts` of two blocks of leaves, shape (ni, T) and (nj, T)."""
+    return sorted_block_counts(sort_block(leaves_i), sort_block(leaves_j), dtype)
+
+
+def _leaves_first(leaves_i: np.ndarray, leaves_j: np.ndarray) -> list[np.ndarray]:
+    """Both blocks of leaves as (tree, row) int32, after checking they agree on T."""
     n_trees = leaves_i.shape[1]
     if leaves_j.shape[1] != n_trees:
         raise ValueError(
             f"leaf blocks disagree on the number of trees: {n_trees} vs {leaves_j.shape[1]}"
         )
-    li, lj = _trees_first(leaves_i, leaves_j, dtype=np.int32)
-    return shared_leaf_fraction(li, lj)
+    return _trees_first(leaves_i, leaves_j, dtype=np.int32)
 
 
 def _trees_first(*blocks: np.ndarray, dtype: type) -> list[np.ndarray]:
@@ -226,3 +342,7 @@ def warm_up() -> None:
     weights = np.ones((1, 2), dtype=np.float64)
     leaf_match_sum(leaves, leaves, weights, weights)
     shared_leaf_fraction(leaves, leaves)
+    block = sort_block(leaves.T)
+    for dtype in (np.uint8, np.uint16):
+        add_shared_leaf_counts(leaves, leaves, np.zeros((2, 2), dtype=dtype))
+        sorted_block_counts(block, block, np.dtype(dtype))

@@ -469,6 +469,11 @@ def predict_forest(
     return total / len(trees)
 
 
+def apply_forest(trees: Sequence[SimTree], fetch: Fetch, n_objects: int) -> np.ndarray:
+    """Node where each object stops in each tree, shape (n_objects, n_trees) int32."""
+    return np.stack([apply_tree(tree, fetch, n_objects) for tree in trees], axis=1)
+
+
 def forest_leaves(trees: Sequence[SimTree]) -> np.ndarray:
     """Training objects' final nodes, shape (n, n_trees) int32 (``leaves[i, t]``)."""
     return np.stack([t.leaves for t in trees], axis=1)

@@ -39,8 +39,12 @@ from distforest.parallel.cluster import use_client
 #: ``progress(stage, done, total)`` after every finished task of a stage.
 Progress = Callable[[str, int, int], None]
 
-#: ``client=SYNCHRONOUS`` runs every task in this process, one after another.
+#: ``client=SYNCHRONOUS`` runs every task in this process (on ``Execution.threads`` threads).
 SYNCHRONOUS = "synchronous"
+
+#: Inputs of at most this many cells (rows x features) run in this process when no
+#: cluster was asked for: starting one would take longer than the work.
+IN_PROCESS_CELLS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class Execution:
         A cluster YAML file (see ``cluster_configs/``).
     progress : callable or None
         ``progress(stage, done, total)`` after every finished task.
+    threads : int, default 1
+        With ``client="synchronous"``: run up to this many tasks at once on
+        threads of this process (1: one after another).  Results do not depend
+        on it.
 
     With none of ``client``, ``scheduler``, ``cluster``: the current default
     ``distributed`` client, else a LocalCluster for the duration of a call.
@@ -66,6 +74,7 @@ class Execution:
     scheduler: str | None = None
     cluster: str | Path | None = None
     progress: Progress | None = None
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.client, str) and self.client != SYNCHRONOUS:
@@ -90,7 +99,7 @@ class Execution:
         """
         if self.client == SYNCHRONOUS:
             with use_execution(self):
-                yield Runner(None)
+                yield Runner(None, self.threads)
             return
         with use_client(self.client, scheduler=self.scheduler, cluster=self.cluster) as client:
             bound = replace(
@@ -249,10 +258,17 @@ def cluster_requested(exe: Execution) -> bool:
 def in_process(exe: Execution, threads: int) -> Iterator[Runner]:
     """A :class:`Runner` on ``threads`` threads of this process (no cluster) for a block.
 
-    Nested estimator calls inside the block run synchronously in this process.
+    Nested estimator calls inside the block run in this process too, on as many threads.
     """
-    with use_execution(replace(exe, client=SYNCHRONOUS, scheduler=None, cluster=None)):
+    here = replace(exe, client=SYNCHRONOUS, scheduler=None, cluster=None, threads=threads)
+    with use_execution(here):
         yield Runner(None, threads)
+
+
+def runs_here(exe: Execution, cells: int) -> bool:
+    """Whether a call on ``cells`` input cells runs in this process: the input is small
+    (at most :data:`IN_PROCESS_CELLS`) and ``exe`` asks for no cluster."""
+    return cells <= IN_PROCESS_CELLS and not cluster_requested(exe)
 
 
 def _run_threads(

@@ -14,12 +14,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from distributed import Client, Future, KilledWorker, wait
 
 from distforest.errors import ParameterError, StalledError
+
+if TYPE_CHECKING:  # imported where a client is used: in-process runs do without it
+    from distributed import Client, Future
 
 logger = logging.getLogger("distforest")
 
@@ -224,6 +226,8 @@ def run_tasks(
     total, done, round_ = len(todo), 0, 0
     if progress is not None:
         progress(0, total)
+    from distributed import Future
+
     watch = _Watchdog(client, name)
     futures: dict[str, Future] = {}
     try:
@@ -266,6 +270,8 @@ def run_tasks(
 
 def _result(future: Future, name: str) -> Any:
     """The result of a finished task; workers that kept dying under it: StalledError."""
+    from distributed import KilledWorker
+
     try:
         return future.result()
     except KilledWorker as exc:  # the task's workers died again and again
@@ -318,6 +324,8 @@ class _Watchdog:
         )
 
     def completed(self, futures: Sequence[Future]) -> Iterator[Future]:
+        from distributed import wait
+
         pending = set(futures)
         last_progress = time.monotonic()
         workerless_since: float | None = None

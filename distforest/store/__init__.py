@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-
-import xarray as xr
+from typing import TYPE_CHECKING
 
 from distforest.store.run_store import RunStore
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def open_store(path: str | Path, *, allow_incomplete: bool = False) -> xr.Dataset:

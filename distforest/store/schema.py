@@ -7,7 +7,10 @@ kind reads the same way with xarray (DESIGN.md section 5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from distforest.errors import StoreError
 
@@ -51,11 +54,51 @@ class MatrixSpec:
     dtype : str
         Default stored type.
     doc : str
+    counts : bool
+        Every value is a whole number of trees divided by the number of trees
+        T, so the matrix is stored as integer counts (see
+        :func:`matrix_encoding`).
     """
 
     symmetric: bool | None
     dtype: str
     doc: str
+    counts: bool = False
+
+
+@dataclass(frozen=True)
+class MatrixEncoding:
+    """How a matrix's values are stored on disk.
+
+    Attributes
+    ----------
+    dtype : str
+        The stored type.
+    fill_value : int or float
+        What an unwritten cell holds (readers see NaN).
+    scale_factor : float or None
+        For integer counts: ``1 / T``.  The CF convention: a reader
+        multiplies by it (xarray does so on opening), and cells equal to
+        ``_FillValue`` read as NaN.  None: values are stored as they are.
+    compressors : tuple
+        Zarr v3 compressors; empty tuple: Zarr's default (zstd).
+    """
+
+    dtype: str
+    fill_value: int | float = float("nan")
+    scale_factor: float | None = None
+    compressors: tuple[Any, ...] = field(default=())
+
+    @property
+    def is_counts(self) -> bool:
+        """Whether values are stored as integer counts (decoded by ``scale_factor``)."""
+        return self.scale_factor is not None
+
+    def attrs(self) -> dict[str, Any]:
+        """The CF attributes readers decode with (empty for plain floats)."""
+        if self.scale_factor is None:
+            return {}
+        return {"scale_factor": self.scale_factor, "_FillValue": self.fill_value}
 
 
 ARRAYS: dict[str, ArraySpec] = {
@@ -83,7 +126,7 @@ ARRAYS: dict[str, ArraySpec] = {
 }
 
 MATRICES: dict[str, MatrixSpec] = {
-    "proximity": MatrixSpec(True, "float32", "Breiman's proximity"),
+    "proximity": MatrixSpec(True, "float32", "Breiman's proximity", counts=True),
     "proximity_oob": MatrixSpec(True, "float32", "out-of-bag proximity (R's oob.prox)"),
     "proximity_rfgap": MatrixSpec(False, "float32", "RF-GAP proximity (rows sum to 1)"),
     "beta_similarity": MatrixSpec(True, "float32", "X-Forest beta-similarity"),
@@ -125,6 +168,65 @@ def matrix_spec(name: str) -> MatrixSpec:
             f"no layout for matrix {name!r}; known: {', '.join(sorted(MATRICES))} "
             "(add it to distforest/store/schema.py)"
         ) from None
+
+
+#: Integer types for counts of trees, smallest first; the largest value of
+#: each is kept free as the fill value of unwritten cells.
+COUNT_DTYPES = ("uint8", "uint16")
+
+
+def _count_compressors() -> tuple[Any, ...]:
+    from zarr.codecs import BloscCodec
+
+    # Measured on real 2048 x 2048 tiles of uint8 counts (n = 20,000, T = 100,
+    # 16% non-zero): LZ4 after bit-shuffling writes a chunk ~3x faster than
+    # zstd (Zarr's default) at ~1.5x its size, about the size float32 + zstd
+    # had; see benchmarks/bench_tiles.py.
+    return (BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle"),)
+
+
+def count_dtype(n_trees: int) -> str | None:
+    """The smallest integer type holding counts ``0..n_trees`` and a fill value.
+
+    None when ``n_trees`` is too large for every type in :data:`COUNT_DTYPES`.
+    """
+    for dtype in COUNT_DTYPES:
+        if n_trees < np.iinfo(dtype).max:
+            return dtype
+    return None
+
+
+def matrix_encoding(
+    name: str, *, n_trees: int | None = None, dtype: str | None = None
+) -> MatrixEncoding:
+    """How matrix ``name`` is stored.
+
+    A matrix whose values are counts of trees over T (its spec says
+    ``counts``) is stored as ``uint8`` counts when T < 255, ``uint16`` when
+    T < 65535 (with ``scale_factor = 1/T``; the type's largest value marks
+    unwritten cells), else as float32.  Every other matrix is stored as
+    ``dtype`` (default: the schema's) with NaN as fill value.
+
+    Parameters
+    ----------
+    name : str
+        A name in :data:`MATRICES`.
+    n_trees : int, optional
+        T, for count matrices; without it they are stored as floats.
+    dtype : str, optional
+        Stored type of a float matrix.
+    """
+    spec = matrix_spec(name)
+    counts = count_dtype(n_trees) if spec.counts and n_trees and dtype is None else None
+    if counts is None:
+        return MatrixEncoding(dtype or spec.dtype)
+    assert n_trees is not None
+    return MatrixEncoding(
+        counts,
+        fill_value=int(np.iinfo(counts).max),
+        scale_factor=1.0 / n_trees,
+        compressors=_count_compressors(),
+    )
 
 
 def row_chunks(spec: ArraySpec, shape: tuple[int, ...], rows: int) -> tuple[int, ...]:

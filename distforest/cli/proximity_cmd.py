@@ -1,0 +1,67 @@
+"""``distforest proximity``: fit a forest and write its proximity matrix.
+
+Only click and the light option modules are imported here; the job (Dask,
+scikit-learn, Zarr) is imported when the command runs, so that
+``distforest proximity --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from distforest.cli.options import (
+    FOREST_DEFAULTS,
+    FOREST_KEYS,
+    cluster_options,
+    connect_kwargs,
+    forest_options,
+    input_options,
+    pop_keys,
+    tile_size_option,
+)
+from distforest.cli.progress import ProgressBars
+
+
+@click.command()
+@click.argument("input", metavar="INPUT")
+@click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
+@click.option("--target", metavar="COLUMN", help="Target column; omit for an unsupervised forest.")
+@input_options
+@forest_options()
+@click.option(
+    "--method",
+    type=click.Choice(["original", "oob", "rfgap"]),
+    default="original",
+    show_default=True,
+    help="original: share of trees with a common leaf; oob: the same over trees where both "
+    "rows are out of bag; rfgap: RF-GAP (rows sum to 1, not symmetric).",
+)
+@tile_size_option(FOREST_DEFAULTS["tile_size"])
+@click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@cluster_options
+@click.pass_obj
+def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, method: str,
+              plot: str | None, overwrite: bool, **options: Any) -> None:  # fmt: skip
+    """Fit a forest on INPUT and write its proximity matrix to a Zarr store.
+
+    INPUT is a CSV/TSV, Parquet, .npy file or Zarr store.  Text columns
+    become ordinal category codes; missing values are allowed (the trees
+    route them).  Small inputs with no --scheduler, --cluster or cluster size
+    given run in this process (no cluster to start; the same tasks, the same
+    results).
+    """
+    from distforest.cli.jobs import ProximityJob, run_proximity_job, summary
+
+    input_kw = pop_keys(options, ("drop", "na_values"))
+    forest = pop_keys(options, FOREST_KEYS)
+    forest["tile_size"] = options.pop("tile_size")
+    job = ProximityJob(
+        input=input, out=out, target=target, forest=forest, method=method, plot=plot,
+        overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
+    )  # fmt: skip
+    result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
+                               run_id=obj["run_id"])  # fmt: skip
+    click.echo(summary(result))

@@ -1,0 +1,139 @@
+"""``distforest run`` and ``distforest validate``: pipelines described in YAML.
+
+The pipeline loader and the jobs (Dask, scikit-learn, Zarr) are imported
+when a command runs, so that ``--help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from distforest.cli.options import cluster_options, connect_kwargs
+from distforest.cli.progress import ProgressBars
+from distforest.errors import ConfigError, DistforestError
+
+
+@click.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True,
+              help="Check the pipeline and print the plan (tasks, tiles, bytes, memory, disk); "
+              "run nothing.")  # fmt: skip
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a pipeline value, e.g. --set forest.n_estimators=300 "
+              "(repeatable).")  # fmt: skip
+@click.option("--restart", is_flag=True,
+              help="Start over when the output holds a half-written or different run "
+              "(default: resume the same job, refuse a different one).")  # fmt: skip
+@cluster_options
+@click.pass_obj
+def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str, ...],
+        restart: bool, scheduler: str | None, cluster: str | None, workers: int | None,
+        threads: int | None, memory_limit: str | None) -> None:  # fmt: skip
+    """Run the job described in a PIPELINE YAML file (see pipelines/).
+
+    Safe to run again: the output store is locked while a run writes it; a
+    run that was killed resumes where it stopped (same config: finished
+    tiles and stages are kept); a finished run is not repeated; a changed
+    config is refused unless --restart.  Exit codes: 0 done, 2 bad option,
+    3 bad input data, 4 bad pipeline, 5 cluster unreachable, 6 store or
+    disk problem, 7 another run holds the output's lock, 75 no progress
+    (no worker or no finished task for too long: run it again later).
+
+    \b
+    Examples:
+      distforest run pipelines/main.yaml
+      distforest run pipelines/nightly_impute.yaml --cluster cluster_configs/slurm.yaml
+      distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
+    """
+    from distforest.cli.jobs import run_locked, run_proximity_job, summary
+    from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
+    from distforest.cli.pipeline import load_pipeline
+    from distforest.cli.plan import check_disk, describe, describe_xforest, estimate, free_space
+    from distforest.cli.simforest_job import SimForestJob, run_simforest_job
+    from distforest.cli.xforest_job import XForestJob, run_xforest_job
+    from distforest.io import load_table
+
+    job = load_pipeline(pipeline, overrides=overrides)
+    given = {"workers": workers, "threads": threads, "memory_limit": memory_limit}
+    if scheduler or cluster:
+        given.update(scheduler=scheduler, cluster=cluster)
+    else:
+        given.update(job.connect)
+    job.connect = connect_kwargs(given)
+    bars = ProgressBars(enabled=not obj["quiet"])
+    if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
+        if dry_run:
+            click.echo(knn_plan(job))
+            return
+        runner = functools.partial(run_knn_job, restart=restart, run_id=obj["run_id"])
+        click.echo(knn_summary(run_locked(job, runner, bars, obj["run_id"])))
+        return
+    if isinstance(job, SimForestJob):  # a SimForest pipeline (input, simforest, apps)
+        if not dry_run:
+            click.echo(summary(run_simforest_job(job, bars, restart=restart,
+                                                 run_id=obj["run_id"])))  # fmt: skip
+        return
+    if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
+        if dry_run:
+            table = load_table(job.input, target=job.target, drop=job.drop,
+                               na_values=job.na_values)  # fmt: skip
+            free = free_space(Path(job.out).parent)
+            click.echo(describe_xforest(job, table.n_samples, table.n_features, free))
+            return
+        click.echo(summary(run_xforest_job(job, bars, restart=restart,
+                                           run_id=obj["run_id"])))  # fmt: skip
+        return
+    if dry_run:
+        table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+        plan = estimate(job, table.n_samples, table.n_features, threads=None)
+        free = free_space(Path(job.out).parent)
+        click.echo(describe(job, plan, free))
+        check_disk(Path(job.out).parent, plan["disk_bytes"])
+        return
+    result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
+                               restart=restart, run_id=obj["run_id"])  # fmt: skip
+    click.echo(summary(result))
+
+
+@click.command()
+@click.argument("pipelines", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Check with these overrides applied (as `run --set`).")  # fmt: skip
+def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+    """Check PIPELINES (YAML files) without running anything.
+
+    Prints one line per file; exits 4 if any is invalid.
+    """
+    from distforest.cli.jobs import ProximityJob
+    from distforest.cli.pipeline import load_pipeline
+    from distforest.cli.simforest_job import SimForestJob
+    from distforest.cli.xforest_job import XForestJob
+
+    bad = 0
+    for path in pipelines:
+        try:
+            job = load_pipeline(path, overrides=overrides)
+        except DistforestError as exc:
+            bad += 1
+            click.echo(f"INVALID {exc}")
+            continue
+        apps = [a for a in ("impute", "outliers", "mislabels", "mds", "clustering")
+                if getattr(job, a, None)]  # fmt: skip
+        if isinstance(job, ProximityJob):
+            what = f"{job.method} proximity"
+        elif isinstance(job, XForestJob):
+            what = f"{job.kind} similarity (X-Forest)"
+        elif isinstance(job, SimForestJob):
+            what = f"SimForest model and {job.method} proximity"
+        else:
+            what = job.kind
+        click.echo(f"ok      {path}: {what} of {job.input} -> {job.out}"
+                   + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
+    if bad:
+        click.echo(f"{bad} of {len(pipelines)} pipeline(s) invalid", err=True)
+        sys.exit(ConfigError.exit_code)

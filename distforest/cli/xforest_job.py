@@ -1,0 +1,288 @@
+"""X-Forest jobs: the run behind ``distforest xforest`` and X-Forest pipelines, and clustering.
+
+The commands themselves are in :mod:`distforest.cli.xforest_cmd` (light, for ``--help``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from distforest._version import __version__
+from distforest.apps import clustering
+from distforest.apps.plots import plot_matrix
+from distforest.cli.jobs import JobResult
+from distforest.cli.outputs import check_new_file, write_csv
+from distforest.cli.plan import check_disk, check_size, estimate_xforest
+from distforest.cli.report import write_simple_report
+from distforest.cli.runs import Stages, decide, now, spec_hash
+from distforest.errors import ConfigError, InputError, ParameterError
+from distforest.forests.xforest import XForest
+from distforest.forests.xforest_similarity import SIMILARITY_NAMES
+from distforest.io import Table, load_table, read_frame
+from distforest.parallel.cluster import connect
+from distforest.store.lock import StoreLock
+from distforest.store.run_store import RunStore, check_can_create
+
+logger = logging.getLogger("distforest")
+
+
+@dataclass
+class XForestJob:
+    """One X-Forest run: input, forest, similarity store, optional clustering."""
+
+    input: str
+    out: str
+    drop: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    #: A class column: left out of the features, used only to score clusters.
+    target: str | None = None
+    #: Keyword arguments of :class:`XForest`.
+    forest: dict[str, Any] = field(default_factory=dict)
+    kind: str = "beta"
+    plot: str | None = None
+    overwrite: bool = False
+    #: ``{"method": ..., "k": ..., "eps": ..., "out": labels.csv, "plot": png}``.
+    clustering: dict[str, Any] | None = None
+    connect: dict[str, Any] = field(default_factory=dict)
+    name: str = "xforest"
+    #: The pipeline file the job came from, if any.
+    source: str | None = None
+
+    def spec(self, table: Table) -> dict[str, Any]:
+        """What determines the results: hashed to recognise the same job."""
+        keep = ("target", "drop", "na_values", "forest", "kind", "plot", "clustering")
+        spec = {k: v for k, v in asdict(self).items() if k in keep}
+        spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
+        spec["distforest_version"] = __version__
+        return json.loads(json.dumps(spec, default=str))
+
+
+def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Cluster ids as codes 0..m-1 (noise last) and their names, for :func:`plot_matrix`."""
+    ids = sorted(set(labels.tolist()), key=lambda c: (c < 0, c))
+    order = {c: k for k, c in enumerate(ids)}
+    codes = np.array([order[c] for c in labels.tolist()], dtype=np.int64)
+    return codes, [("noise" if c < 0 else f"cluster {c}") for c in ids]
+
+
+def run_clustering(
+    similarity: Any,
+    options: dict[str, Any],
+    *,
+    truth: np.ndarray | None = None,
+    title: str = "",
+) -> tuple[dict[str, str], dict[str, float] | None]:
+    """Cluster, write the labels CSV (and an ordered picture); score against ``truth``.
+
+    Returns
+    -------
+    written : dict of label to path
+    scores : dict or None
+    """
+    params = {
+        k: options[k]
+        for k in ("k", "eps", "min_samples", "n_init", "random_state")
+        if options.get(k) is not None
+    }
+    labels = clustering.cluster(similarity, options["method"], **params)
+    frame = pd.DataFrame({"row": np.arange(labels.size), "cluster": labels})
+    result = None
+    if truth is not None:
+        frame["truth"] = truth
+        result = clustering.scores(truth, labels)
+    written = {"cluster labels": write_csv(frame, options["out"])}
+    if options.get("plot") and isinstance(similarity, xr.DataArray):
+        codes, names = _cluster_labels_for_plot(labels)
+        picture = plot_matrix(
+            similarity,
+            options["plot"],
+            labels=codes,
+            class_names=names,
+            title=title or f"{similarity.name}, rows by cluster",
+        )
+        written["clustered picture"] = str(picture.resolve())
+    return written, result
+
+
+def run_xforest_job(
+    job: XForestJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
+) -> JobResult:
+    """Fit X-Forest, write the similarity tiles, optionally plot and cluster; resumable.
+
+    Follows the run protocol of :mod:`distforest.cli.runs`: under the
+    output's lock, a killed run resumes (the saved forest is loaded, finished
+    tiles and stages are kept, the store ends bit-identical to an
+    uninterrupted run), a complete one is not repeated, a changed spec is
+    refused unless ``restart`` or ``overwrite``.  Input and output problems
+    are found before any cluster is started.
+    """
+    start = time.perf_counter()
+    run_id = run_id or uuid.uuid4().hex[:8]
+    table = load_table(
+        job.input, target=job.target, drop=job.drop, na_values=job.na_values, allow_missing=False
+    )
+    spec = job.spec(table)
+    digest = spec_hash(spec)
+    with StoreLock(job.out, run_id) as lock:
+        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
+        if mode == "complete":
+            logger.info("%s is already complete for this job (spec %s)", job.out, digest)
+            rs = RunStore.open(job.out)
+            return _xforest_result(job, rs, Stages(rs).outputs(), start, "already complete")
+        check_can_create(job.out, overwrite=True)
+        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
+        replace = job.overwrite or restart or stages is not None
+        extra = job.clustering or {}
+        for path in (job.plot, extra.get("out"), extra.get("plot")):
+            check_new_file(path, replace)
+        need = estimate_xforest(table.n_samples, table.n_features, job.forest)
+        check_size(f"X-Forest on {table.source} ({table.n_samples:,} rows)", need,
+                   f"the number of trees ({need['trees']:,})")  # fmt: skip
+        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
+        Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+        with connect(**job.connect) as client:
+            if stages is not None and stages.done("fit"):
+                logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
+                forest = XForest.load(job.out).set_execution(client, progress=progress)
+                rs = RunStore.open(job.out, mode="r+")
+                rs.mark_running()
+                rs.update_attrs(run_id=run_id, resumed_at=now())
+                stages = Stages(rs)
+            else:
+                tick = time.perf_counter()
+                forest = XForest(**job.forest).set_execution(client, progress=progress)
+                forest.fit(table)
+                rs = forest.save(job.out, overwrite=True, attrs={
+                    "spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
+                    "pipeline": job.source, "stages": {}})  # fmt: skip
+                stages = Stages(rs)
+                stages.finish("fit", time.perf_counter() - tick, trees=forest.codes_.shape[1])
+            tick = time.perf_counter()
+            stats = forest.write_similarity(rs, job.kind)
+            stages.finish("tiles", time.perf_counter() - tick, None, **stats)
+            matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
+            if job.plot and not stages.done("plot"):
+                tick = time.perf_counter()
+                picture = plot_matrix(matrix, job.plot, title=f"{matrix.name}, rows in input order")
+                stages.finish("plot", time.perf_counter() - tick,
+                              {"similarity picture": str(picture.resolve())})  # fmt: skip
+            if job.clustering and not stages.done("clustering"):
+                tick = time.perf_counter()
+                truth = None if table.y is None else np.asarray(table.y)
+                written, scores = run_clustering(matrix, job.clustering, truth=truth)
+                info = (
+                    {}
+                    if scores is None
+                    else {"scores": {k: round(v, 4) for k, v in scores.items()}}
+                )
+                stages.finish("clustering", time.perf_counter() - tick, written,
+                              **info)  # fmt: skip
+        result = _xforest_result(job, rs, stages.outputs(), start,
+                                 "resumed" if mode == "resume" else "new")  # fmt: skip
+        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
+        rs.mark_complete()
+    return result
+
+
+def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], start: float,
+                    mode: str) -> JobResult:  # fmt: skip
+    name = SIMILARITY_NAMES[job.kind]
+    scores = (rs.attrs.get("stages") or {}).get("clustering", {}).get("scores")
+    if scores:
+        outputs = {**outputs, "scores": json.dumps(scores)}
+    return JobResult(
+        store=rs.path,
+        name=name,
+        shape=(rs.array(name).shape[0], rs.array(name).shape[1]) if name in rs.group else (0, 0),
+        n_trees=int(rs.attrs.get("n_trees", 0)),
+        task="random-projection",
+        seconds=time.perf_counter() - start,
+        outputs={"store": rs.path, **outputs},
+        mode=mode,
+    )
+
+
+def read_truth(spec: str, n: int) -> np.ndarray:
+    """The true classes ``FILE:COLUMN`` (``distforest cluster --truth``), checked to have n rows."""
+    path, sep, column = spec.rpartition(":")
+    if not sep or not path:
+        raise InputError(f"--truth must be FILE:COLUMN, e.g. data.csv:Class, got {spec!r}")
+    frame = read_frame(path)
+    if column not in frame.columns:
+        raise InputError(f"{path}: no column {column!r} (columns: {', '.join(frame.columns)})")
+    if len(frame) != n:
+        raise InputError(f"{path} has {len(frame)} rows but the similarity has {n}")
+    return frame[column].to_numpy()
+
+
+#: Allowed values of X-Forest pipeline keys (merged into the pipeline's CHOICES).
+XFOREST_CHOICES = {"clustering.method": clustering.METHODS}
+#: Sections of a proximity pipeline that an X-Forest pipeline must not have.
+NOT_WITH_XFOREST = ("forest", "proximity", "impute", "outliers", "mislabels", "mds")
+
+
+def xforest_job(
+    data: dict[str, Any],
+    sections: dict[str, dict[str, Any]],
+    input_path: str,
+    out_dir: Path,
+    connect: dict[str, Any],
+    source: str,
+) -> XForestJob:
+    """An :class:`XForestJob` from a pipeline whose sections were type-checked.
+
+    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with an
+    ``xforest`` section; checks what is particular to X-Forest pipelines.
+    Output names are relative to ``out_dir``.
+    """
+    clash = [name for name in NOT_WITH_XFOREST if name in data]
+    if clash or "xforest" not in data:
+        raise ConfigError(
+            f"{source}: an X-Forest pipeline has the sections input, xforest, clustering "
+            f"(optional), output and cluster; "
+            + (f"remove {', '.join(clash)}" if clash else "add an 'xforest' section")
+        )
+    forest = dict(sections["xforest"])
+    kind = forest.pop("kind", "beta")
+    try:
+        XForest(**forest)._validated()
+    except ParameterError as exc:
+        raise ConfigError(f"{source}: xforest: {exc}") from exc
+    cluster = None
+    if "clustering" in data:
+        cluster = dict(sections["clustering"])
+        method = cluster["method"]
+        if method != "dbscan" and "k" not in cluster:
+            raise ConfigError(f"{source}: clustering.k is required for method {method!r}")
+        if method == "dbscan" and "eps" not in cluster:
+            raise ConfigError(f"{source}: clustering.eps is required for method 'dbscan'")
+        for key in ("out", "plot"):
+            if cluster.get(key):
+                cluster[key] = str(out_dir / cluster[key])
+    inp, out = sections["input"], sections["output"]
+    plot = out.get("plot")
+    return XForestJob(
+        input=input_path,
+        out=str(out_dir / out.get("store", "similarity.zarr")),
+        drop=tuple(inp.get("drop") or ()),
+        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        target=inp.get("target"),
+        forest=forest,
+        kind=kind,
+        plot=str(out_dir / plot) if plot else None,
+        overwrite=bool(out.get("overwrite", False)),
+        clustering=cluster,
+        connect=connect,
+        name=str(data.get("name") or "xforest"),
+        source=source,
+    )

@@ -1,0 +1,242 @@
+"""Breiman's proximity stored as integer counts of trees: every reader sees today's floats.
+
+The store keeps ``uint8`` (T < 255) or ``uint16`` counts with a CF
+``scale_factor`` of 1/T; xarray decodes them to float64, the project's own
+readers to float32.  Both must give the values of the float oracle (the dense
+count over the forest's leaves), and old float32 stores must read as before.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from click.testing import CliRunner
+from oracles import dense_original_proximity
+
+from distforest import ProximityForest, open_store
+from distforest.cli.main import cli
+from distforest.errors import StoreError
+from distforest.io.matrices import StoredMatrix, decode, load_matrix, open_matrix, row_blocks
+from distforest.kernels.proximity import original_proximity_tile, shared_leaf_counts
+from distforest.store.run_store import SCHEMA_VERSION, RunStore, write_tile
+from distforest.store.schema import count_dtype, matrix_encoding
+
+
+@pytest.fixture(scope="module")
+def forest(client, small_classification):
+    X, y = small_classification
+    return ProximityForest(n_estimators=30, random_state=0).set_execution(client).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def stored(forest, tmp_path_factory):
+    path = tmp_path_factory.mktemp("prox") / "p.zarr"
+    forest.proximity(store=path)
+    return path
+
+
+def _oracle(forest) -> np.ndarray:
+    """float32(count / T), the float32 matrix distforest stored before schema_version 2."""
+    return dense_original_proximity(forest.leaves_, forest.leaves_).astype(np.float32)
+
+
+def test_stored_as_counts_with_cf_attributes(forest, stored):
+    arr = zarr.open_array(str(stored), path="proximity", mode="r")
+    assert arr.dtype == np.uint8
+    assert arr.attrs["scale_factor"] == 1 / 30
+    assert arr.attrs["_FillValue"] == 255
+    counts = np.asarray(arr[...])
+    leaves = forest.leaves_
+    expected = (leaves[:, None, :] == leaves[None, :, :]).sum(axis=2)
+    np.testing.assert_array_equal(counts, expected)
+    assert RunStore.open(stored).attrs["schema_version"] == SCHEMA_VERSION == 2
+
+
+def test_project_readers_see_the_float32_values(forest, stored):
+    expected = _oracle(forest)
+    read = RunStore.open(stored).read("proximity")
+    assert read.dtype == np.float32
+    np.testing.assert_array_equal(read, expected)
+    for da in (RunStore.open(stored).dataset()["proximity"], open_store(stored)["proximity"]):
+        assert da.dtype == np.float32
+        assert da.encoding["chunks"] == (300, 300) and "scale_factor" not in da.encoding
+        np.testing.assert_array_equal(da.values, expected)
+    in_memory = forest.proximity().values
+    np.testing.assert_array_equal(in_memory, expected)
+
+
+def test_xarray_decodes_floats_equal_to_the_oracle(forest, stored):
+    da = xr.open_zarr(stored)["proximity"]
+    assert np.issubdtype(da.dtype, np.floating)
+    values = da.values
+    # the scikit-learn recipe: a float64 mean of leaf matches over trees
+    leaves = forest.leaves_
+    recipe = (leaves[:, None, :] == leaves[None, :, :]).mean(axis=2)
+    np.testing.assert_allclose(values, recipe, rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(values.astype(np.float32), _oracle(forest))
+
+
+def test_stored_matrix_readers_decode(forest, stored):
+    expected = _oracle(forest)
+    matrix = load_matrix(f"{stored}/proximity")
+    assert isinstance(matrix, StoredMatrix)
+    reader = open_matrix(matrix)
+    rows = np.array([0, 5, 299, 17])
+    cols = np.array([3, 5, 0, 250])
+    got = reader[rows, cols]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, expected[rows, cols])
+    np.testing.assert_array_equal(
+        reader[10:][rows[:2], cols[:2]], expected[rows[:2] + 10, cols[:2]]
+    )
+    blocks = np.concatenate([b for _, b in row_blocks(matrix, 128)])
+    np.testing.assert_array_equal(blocks, expected.astype(np.float64))
+    arr = zarr.open_array(str(stored), path="proximity", mode="r")
+    np.testing.assert_array_equal(load_matrix(arr[...]), np.asarray(arr[...], dtype=np.float64))
+
+
+def test_info_reports_the_decoded_type(stored):
+    result = CliRunner().invoke(cli, ["info", str(stored), "--json"])
+    assert result.exit_code == 0, result.output
+    prox = json.loads(result.output)["arrays"]["proximity"]
+    assert prox["dtype"] == "float32"
+    assert prox["stored"].startswith("uint8")
+    text = CliRunner().invoke(cli, ["info", str(stored)]).output
+    assert "proximity" in text and "float32" in text
+
+
+def test_many_trees_are_stored_as_uint16(client, small_classification, tmp_path):
+    X, y = small_classification
+    pf = ProximityForest(n_estimators=260, max_depth=3, random_state=1, tile_size=128)
+    pf.set_execution(client).fit(X[:150], y[:150])
+    P = pf.proximity(store=tmp_path / "p.zarr")
+    assert zarr.open_array(str(tmp_path / "p.zarr"), path="proximity").dtype == np.uint16
+    assert P.dtype == np.float32
+    np.testing.assert_array_equal(P.values, _oracle(pf))
+
+
+def test_count_types_keep_a_free_fill_value():
+    assert count_dtype(1) == count_dtype(254) == "uint8"
+    assert count_dtype(255) == count_dtype(65534) == "uint16"
+    assert count_dtype(65535) is None
+    assert matrix_encoding("proximity", n_trees=65535).dtype == "float32"
+    assert matrix_encoding("proximity").dtype == "float32"
+    for name in ("proximity_oob", "proximity_rfgap", "beta_similarity"):  # not counts over T
+        enc = matrix_encoding(name, n_trees=100)
+        assert enc.dtype == "float32" and not enc.is_counts
+
+
+@pytest.mark.parametrize("n_trees", [1, 3, 7, 10, 30, 100, 254, 255, 1000, 65534])
+def test_decoding_a_count_gives_float32_of_the_fraction(n_trees):
+    counts = np.arange(n_trees + 1)
+    if n_trees > 300:
+        counts = np.unique(np.r_[np.random.default_rng(n_trees).integers(0, n_trees, 500), n_trees])
+    dtype = count_dtype(n_trees)
+    assert dtype is not None
+    stored = counts.astype(dtype)
+    attrs = matrix_encoding("proximity", n_trees=n_trees).attrs()
+    got = decode(stored, attrs)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, (counts / n_trees).astype(np.float32))
+    # the fill value (never written) reads as NaN; plain floats are left alone
+    assert np.isnan(decode(np.array([np.iinfo(dtype).max], dtype=dtype), attrs)).all()
+    floats = np.array([0.5, np.nan], dtype=np.float32)
+    assert decode(floats, attrs) is floats or np.shares_memory(decode(floats, attrs), floats)
+
+
+def test_count_kernel_matches_the_float_kernel(forest):
+    leaves = forest.leaves_
+    li, lj = leaves[:200], leaves[100:]
+    for dtype in ("uint8", "uint16", "int32"):
+        counts = shared_leaf_counts(li, lj, dtype)
+        assert counts.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(
+            (counts / leaves.shape[1]).astype(np.float32), original_proximity_tile(li, lj)
+        )
+    with pytest.raises(ValueError, match="do not fit in uint8"):
+        shared_leaf_counts(np.zeros((2, 300), np.int32), np.zeros((2, 300), np.int32), "uint8")
+
+
+def test_unwritten_tiles_read_as_nan_and_fractions_are_refused(tmp_path):
+    rs = RunStore.create(tmp_path / "s.zarr", attrs={})
+    enc = matrix_encoding("proximity", n_trees=10)
+    rs.create_matrix("proximity", 4, 4, 2, encoding=enc)
+    rs.create_done_record("proximity", (2, 2))
+    write_tile(rs.path, "proximity", (0, 1), (slice(0, 2), slice(2, 4)),
+               np.array([[1, 2], [3, 10]], dtype=np.uint8), mirror=True)  # fmt: skip
+    P = rs.dataset()["proximity"].values
+    assert P.dtype == np.float32
+    np.testing.assert_array_equal(P[0:2, 2:4], np.float32([[0.1, 0.2], [0.3, 1.0]]))
+    np.testing.assert_array_equal(P[2:4, 0:2], P[0:2, 2:4].T)
+    assert np.isnan(P[0:2, 0:2]).all() and np.isnan(P[2:4, 2:4]).all()
+    assert np.isnan(xr.open_zarr(rs.path, consolidated=False)["proximity"].values[0, 0])
+    with pytest.raises(StoreError, match="return the counts, not fractions"):
+        write_tile(rs.path, "proximity", (0, 0), (slice(0, 2), slice(0, 2)),
+                   np.ones((2, 2), dtype=np.float32))  # fmt: skip
+
+
+def test_old_float32_stores_still_read(tmp_path):
+    """A schema_version 1 store (float32 proximity, no CF attributes) reads as before."""
+    rs = RunStore.create(tmp_path / "old.zarr", attrs={"schema_version": 1})
+    values = np.float32([[1.0, 0.25], [0.25, 1.0]])
+    rs.create_matrix("proximity", 2, 2, 2, dtype="float32")
+    rs.array("proximity")[...] = values
+    rs.mark_complete()
+    old = RunStore.open(rs.path)
+    assert old.attrs["schema_version"] == 1
+    assert old.dataset()["proximity"].dtype == np.float32
+    np.testing.assert_array_equal(old.dataset()["proximity"].values, values)
+    np.testing.assert_array_equal(xr.open_zarr(rs.path)["proximity"].values, values)
+    reader = open_matrix(load_matrix(f"{rs.path}/proximity"))
+    np.testing.assert_array_equal(
+        reader[np.array([0, 1]), np.array([1, 1])], values[[0, 1], [1, 1]]
+    )
+
+
+def test_a_newer_schema_is_refused_clearly(tmp_path):
+    rs = RunStore.create(tmp_path / "new.zarr", attrs={})
+    rs.update_attrs(schema_version=SCHEMA_VERSION + 1)
+    with pytest.raises(StoreError, match=r"newer than this distforest.*upgrade distforest"):
+        RunStore.open(rs.path)
+
+
+def test_sorted_blocks_kept_between_tiles_are_known_by_their_contents(forest, monkeypatch):
+    from distforest.forests import tiles
+    from distforest.kernels.proximity import leaf_order, sort_block
+
+    leaves = forest.leaves_
+    a, b = leaves[:100], leaves[100:200]
+    monkeypatch.setattr(tiles, "_sorted_cache", type(tiles._sorted_cache)())
+    first = tiles.sorted_leaves(a)
+    assert tiles.sorted_leaves(a.copy()) is first  # same contents: kept
+    other = tiles.sorted_leaves(b)
+    assert other is not first
+    for got, want in zip(other, sort_block(b), strict=True):
+        np.testing.assert_array_equal(got, want)
+    order, sorted_leaves = leaf_order(np.ascontiguousarray(b.T, dtype=np.int32))
+    assert (np.diff(sorted_leaves, axis=1) >= 0).all()
+    np.testing.assert_array_equal(np.take_along_axis(b.T, order, axis=1), sorted_leaves)
+    # a budget of one block keeps only the latest
+    monkeypatch.setattr(tiles, "SORTED_CACHE_BYTES", 1)
+    tiles.sorted_leaves(leaves[200:])
+    assert len(tiles._sorted_cache) == 1
+    np.testing.assert_array_equal(
+        (tiles.compute_tile("original", {"leaves": a}, {"leaves": b}, "uint8") / 30).astype(
+            np.float32
+        ),
+        original_proximity_tile(a, b),
+    )
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 130), (64, 64), (200, 65), (129, 257)])
+def test_transposed_copy_equals_the_transpose(shape):
+    from distforest.store.run_store import transposed
+
+    values = np.random.default_rng(0).integers(0, 255, size=shape).astype(np.uint8)
+    got = transposed(values)
+    assert got.flags.c_contiguous and got.dtype == values.dtype
+    np.testing.assert_array_equal(got, values.T)

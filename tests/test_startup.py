@@ -1,0 +1,297 @@
+"""Start-up: a light ``--help``, small runs without a cluster, numba's cache directory.
+
+No wall-clock times are asserted here (machines differ); the measured times
+are in benchmarks/results/startup.md (``benchmarks/bench_startup.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+import pytest
+import zarr
+from click.testing import CliRunner
+
+import distforest.cli.jobs
+from distforest.cli.main import COMMANDS, cli
+from distforest.cli.options import FOREST_DEFAULTS
+from distforest.forests.proximity_forest import ProximityForest
+from distforest.kernels import jit_cache
+
+#: What ``--help`` must not load (each takes a noticeable share of a second or more).
+HEAVY = ("dask", "distributed", "sklearn", "zarr", "xarray", "numba", "pandas", "matplotlib")
+
+#: Every command and subcommand: ``--help`` of each imports none of :data:`HEAVY`.
+SUBCOMMANDS = {"knn": ("fit", "predict"), "simforest": ("fit", "predict", "proximity"),
+               "smerf": ("fit", "predict", "importances")}  # fmt: skip
+HELP_ARGS = [
+    ["--help"],
+    *([name, "--help"] for name in sorted(COMMANDS)),
+    *([name, sub, "--help"] for name, subs in SUBCOMMANDS.items() for sub in subs),
+]
+
+
+def invoke(*args: object) -> click.testing.Result:
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def loaded_after(code: str) -> list[str]:
+    """The :data:`HEAVY` modules loaded by ``code`` in a fresh interpreter."""
+    probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted(set(sys.modules))))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})  # fmt: skip
+    modules = json.loads(out.stdout.strip().splitlines()[-1])
+    return [m for m in HEAVY if m in modules]
+
+
+# -- --help ---------------------------------------------------------------------------
+
+
+def test_group_help_lists_every_command_with_its_short_help():
+    result = invoke("--help")
+    assert result.exit_code == 0, result.output
+    listed = result.output.split("Commands:")[1]
+    for name in COMMANDS:
+        assert f"\n  {name} " in listed
+    assert re.search(r"\n  proximity +Fit a forest on INPUT and write its proximity", listed)
+    assert set(cli.list_commands(click.Context(cli))) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_lazy_table_agrees_with_the_command(name):
+    """The table's one-line help is the command's own (so the list cannot drift)."""
+    command = cli.get_command(click.Context(cli), name)
+    assert isinstance(command, click.Command) and command.name in (name, f"{name}_cmd")
+    stand_in = click.Command(name, help=COMMANDS[name][1])
+    for limit in (30, 45, 80, 200):
+        assert stand_in.get_short_help_str(limit) == command.get_short_help_str(limit)
+
+
+def test_unknown_command_is_still_refused():
+    result = CliRunner().invoke(cli, ["proximty"])
+    assert result.exit_code == 2 and "No such command 'proximty'" in result.output
+
+
+def test_help_loads_no_heavy_module():
+    """``--help`` of the group and of every (sub)command, in one fresh interpreter each
+    group of calls: none imports Dask, scikit-learn, Zarr, xarray, numba, pandas."""
+    code = (
+        "from click.testing import CliRunner\n"
+        "from distforest.cli.main import cli\n"
+        f"for args in {HELP_ARGS!r}:\n"
+        "    result = CliRunner().invoke(cli, args)\n"
+        "    assert result.exit_code == 0 and 'Usage:' in result.output, (args, result.output)\n"
+    )
+    assert loaded_after(code) == []
+
+
+def test_subcommands_are_all_probed():
+    for name, subs in SUBCOMMANDS.items():
+        group = cli.get_command(click.Context(cli), name)
+        assert isinstance(group, click.Group)
+        assert sorted(group.commands) == sorted(subs)
+    groups = [n for n in COMMANDS if isinstance(cli.get_command(click.Context(cli), n),
+                                                click.Group)]  # fmt: skip
+    assert sorted(groups) == sorted(SUBCOMMANDS)
+
+
+def test_import_of_the_package_and_the_cli_is_light():
+    assert loaded_after("import distforest, distforest.cli.main, distforest.errors") == []
+
+
+def test_the_probe_can_fail():
+    """The subprocess probe sees heavy modules when they are imported."""
+    assert loaded_after("import distforest\ndistforest.ProximityForest") != []
+
+
+def test_package_names_load_on_first_use():
+    import distforest
+
+    assert distforest.ProximityForest is ProximityForest
+    assert set(distforest.__all__) <= set(dir(distforest))
+    with pytest.raises(AttributeError, match="no attribute 'ProximityForrest'"):
+        distforest.ProximityForrest  # noqa: B018
+
+
+def test_not_fitted_error_is_one_class_and_sklearns():
+    from sklearn.exceptions import NotFittedError as SklearnNotFitted
+
+    from distforest import errors
+    from distforest.errors import NotFittedError
+
+    assert errors.NotFittedError is NotFittedError
+    assert issubclass(NotFittedError, SklearnNotFitted)
+    assert issubclass(NotFittedError, errors.DistforestError)
+    with pytest.raises(AttributeError):
+        errors.NotAnError  # noqa: B018
+
+
+def test_cli_defaults_are_the_estimators():
+    """The defaults the command line writes out (for a light ``--help``) are the estimators'."""
+    import inspect
+
+    from distforest.apps.impute import ProximityImputer
+    from distforest.cli import impute_cmd, simforest_cmd, smerf_cmd, xforest_cmd
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.forests.smerf import SMERF
+    from distforest.forests.xforest import XForest
+
+    assert FOREST_DEFAULTS == ProximityForest().get_params()
+    assert xforest_cmd.XFOREST_DEFAULTS == XForest().get_params()
+    assert simforest_cmd.DEFAULTS == SimilarityForestClassifier().get_params()
+    assert smerf_cmd.SMERF_DEFAULTS == SMERF().get_params()
+    signature = inspect.signature(ProximityImputer.__init__).parameters.items()
+    assert impute_cmd.DEFAULTS == {k: p.default for k, p in signature if k != "self"}
+
+
+def test_names_kept_by_the_kernels_are_the_constraints():
+    """Kernels cannot import forests/constraints: their copies of the names must agree."""
+    from distforest.forests import constraints as C
+    from distforest.kernels import metrics, simtrees
+
+    assert metrics.BINARY_MEASURES == C.BINARY_MEASURES
+    assert simtrees.KINDS == C.SIMFOREST_KINDS and simtrees.MISSING == C.SIMFOREST_MISSING
+
+
+# -- small runs in this process -------------------------------------------------------
+
+
+def arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of a Zarr store, by path."""
+    out: dict[str, np.ndarray] = {}
+
+    def walk(group: zarr.Group, prefix: str) -> None:
+        for name, member in group.members():
+            if isinstance(member, zarr.Group):
+                walk(member, f"{prefix}{name}/")
+            else:
+                out[f"{prefix}{name}"] = member[...]
+
+    walk(zarr.open_group(str(path), mode="r"), "")
+    return out
+
+
+@pytest.mark.parametrize("method", ["original", "rfgap"])
+def test_small_run_in_process_equals_the_cluster_run(client, breast_cancer_csv, tmp_path,
+                                                     monkeypatch, method):  # fmt: skip
+    common = ["-q", "proximity", breast_cancer_csv, "--target", "Class", "--drop", "Id",
+              "--trees", "12", "--tile-size", "256", "--seed", "3", "--method", method]  # fmt: skip
+    on_cluster = invoke(*common, "--scheduler", client.scheduler.address,
+                        "--out", tmp_path / "cluster.zarr")  # fmt: skip
+    assert on_cluster.exit_code == 0, on_cluster.output
+
+    def no_cluster(**kwargs: object) -> None:
+        raise AssertionError(f"a small run without cluster options connected: {kwargs}")
+
+    monkeypatch.setattr(distforest.cli.jobs, "connect", no_cluster)
+    here = invoke(*common, "--out", tmp_path / "here.zarr")
+    assert here.exit_code == 0, here.output
+
+    a, b = arrays(tmp_path / "cluster.zarr"), arrays(tmp_path / "here.zarr")
+    assert sorted(a) == sorted(b) and len(a) > 5
+    for name in a:
+        assert a[name].dtype == b[name].dtype, name
+        assert a[name].tobytes() == b[name].tobytes(), name
+    assert zarr.open_group(str(tmp_path / "here.zarr"), mode="r").attrs["status"] == "complete"
+
+
+def test_cluster_options_keep_the_cluster(monkeypatch, breast_cancer_csv, tmp_path):
+    """--workers asks for a LocalCluster: the job connects even on a small input."""
+    calls = []
+
+    def refuse(**kwargs: object) -> None:
+        calls.append(kwargs)
+        raise RuntimeError("connect called")
+
+    monkeypatch.setattr(distforest.cli.jobs, "connect", refuse)
+    with pytest.raises(RuntimeError, match="connect called"):
+        invoke("-q", "proximity", breast_cancer_csv, "--target", "Class", "--trees", "2",
+               "--workers", "1", "--out", tmp_path / "p.zarr")  # fmt: skip
+    assert calls and calls[0]["n_workers"] == 1
+
+
+def test_small_pipeline_runs_in_process_and_its_report_says_so(breast_cancer_csv, tmp_path,
+                                                              monkeypatch):  # fmt: skip
+    monkeypatch.setattr(distforest.cli.jobs, "connect", None)  # calling it would fail
+    path = tmp_path / "small.yaml"
+    path.write_text(
+        f"input: {{path: {breast_cancer_csv}, target: Class, drop: [Id]}}\n"
+        "forest: {n_estimators: 5, random_state: 0}\n"
+        f"output: {{dir: {tmp_path / 'out'}, store: run.zarr}}\n"
+    )
+    result = invoke("-q", "run", path)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["engine"]["engine"] == "in-process" and report["tasks"] is None
+    assert report["peak_worker_memory_bytes"] == {} and report["retries"] is None
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "- tasks: run in this process (small input, no cluster asked for)" in md
+
+
+# -- numba's cache directory ----------------------------------------------------------
+
+
+@pytest.fixture
+def numba_env(monkeypatch):
+    """Restore NUMBA_CACHE_DIR and numba's own setting after the test."""
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CACHE_DIR", config.CACHE_DIR)
+    monkeypatch.delenv(jit_cache.ENV, raising=False)
+    return monkeypatch
+
+
+def test_cache_goes_under_xdg_cache_home(numba_env, tmp_path):
+    from numba.core import config
+
+    numba_env.setenv("XDG_CACHE_HOME", str(tmp_path))
+    chosen = jit_cache.configure_cache()
+    assert chosen == str(tmp_path / "distforest" / "numba") == os.environ[jit_cache.ENV]
+    assert config.CACHE_DIR == chosen and Path(chosen).is_dir()
+
+
+def test_users_own_numba_cache_dir_is_kept(numba_env, tmp_path):
+    numba_env.setenv(jit_cache.ENV, str(tmp_path / "mine"))
+    numba_env.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert jit_cache.configure_cache() == str(tmp_path / "mine")
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_unwritable_cache_home_falls_back_to_a_private_temporary_dir(numba_env, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    numba_env.setenv("XDG_CACHE_HOME", str(blocker))
+    chosen = Path(jit_cache.configure_cache())
+    assert blocker not in chosen.parents and chosen.is_dir()
+    assert chosen.name.startswith("distforest-numba-") and (chosen.stat().st_mode & 0o077) == 0
+
+
+def test_kernels_compile_into_the_cache_dir(tmp_path):
+    """A fresh process caches a compiled kernel under XDG_CACHE_HOME; one with nowhere
+    to write there still imports and runs the kernels (from a temporary cache)."""
+    code = (
+        "import numpy as np\n"
+        "from distforest.kernels.proximity import add_shared_leaf_counts as f\n"
+        "leaves = np.array([[0, 0, 1]], dtype=np.int32)\n"
+        "counts = np.zeros((3, 3), dtype=np.uint8)\n"
+        "f(leaves, leaves, counts)\n"
+        "assert counts.tolist() == [[1, 1, 0], [1, 1, 0], [0, 0, 1]]\n"
+        "print(f._cache._cache_path)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != jit_cache.ENV}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**env, "XDG_CACHE_HOME": str(tmp_path)})  # fmt: skip
+    where = Path(out.stdout.strip())
+    assert tmp_path / "distforest" / "numba" in where.parents
+    assert any(p.name.startswith("proximity.add_shared_leaf_counts") for p in where.iterdir())
+    (tmp_path / "file").write_text("")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**env, "XDG_CACHE_HOME": str(tmp_path / "file")})  # fmt: skip
+    assert "distforest-numba-" in out.stdout
