@@ -112,8 +112,6 @@ def local_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
         ),
     }
     kwargs.update({k: v for k, v in opts.items() if k not in OWN_KEYS})
-    # workers import the task modules in the background as they start (see warmup)
-    kwargs["preload"] = ["distforest.parallel.warmup"]
     kwargs["scheduler_kwargs"] = {
         **kwargs.get("scheduler_kwargs", {}),
         "dashboard": bool(dashboard),
