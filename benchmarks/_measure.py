@@ -216,6 +216,15 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def machine_line(m: dict[str, Any]) -> str:
+    """One Markdown line naming the machine of :func:`machine_info`."""
+    return (
+        f"- Machine: {m['cpu_model']}, {m['cores']} cores ({m['usable_cores']} usable), "
+        f"{m['mem_total_bytes'] / 2**30:.1f} GiB RAM (MemTotal), Linux {m['kernel']}, "
+        f"Python {m['python']}"
+    )
+
+
 def package_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -9,7 +9,13 @@ from hypothesis.extra import numpy as hnp
 from oracles import dense_original_proximity, dense_weighted_matches
 
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
-from distforest.kernels.trees import TreeParams, bootstrap_counts, fit_tree_batch
+from distforest.kernels.trees import (
+    TreeParams,
+    bootstrap_counts,
+    fit_tree_batch,
+    make_tree,
+    tree_input,
+)
 
 
 def _leaves(draw, rows: int, trees: int, n_leaves: int) -> np.ndarray:
@@ -105,3 +111,33 @@ def test_leaves_are_leaves_and_inbag_rows_were_used(small_classification):
     assert np.all(left[batch.leaves[:, 0]] == -1)
     # weighted sample count of the root equals the bootstrap size
     assert batch.nodes["weighted_n_node_samples"][0] == batch.inbag[:, 0].sum()
+
+
+def test_float32_input_gives_the_trees_sklearn_grows_on_float64(small_classification):
+    # oracle: the tree scikit-learn fits on the float64 bootstrap rows, as before
+    # the driver converted X to float32 once
+    X, y = small_classification
+    X = X * 1e3 + 1e-7  # values that float32 rounds
+    seeds = np.array([5, 77, 901], dtype=np.uint64)
+    X32 = tree_input(X)
+    assert X32.dtype == np.float32 and X32.flags.c_contiguous
+    batch = fit_tree_batch(X32, y, seeds, PARAMS)
+    start = 0
+    for k, seed in enumerate(seeds):
+        rng = np.random.default_rng(int(seed))
+        inbag = bootstrap_counts(rng, X.shape[0], PARAMS)
+        used = np.flatnonzero(inbag)
+        tree = make_tree(PARAMS, int(rng.integers(0, 2**31 - 1)))
+        tree.fit(X[used], y[used], sample_weight=inbag[used].astype(float))
+        np.testing.assert_array_equal(batch.inbag[:, k], inbag)
+        np.testing.assert_array_equal(batch.leaves[:, k], tree.apply(X))
+        stop = start + tree.tree_.node_count
+        np.testing.assert_array_equal(batch.nodes["threshold"][start:stop], tree.tree_.threshold)
+        np.testing.assert_array_equal(batch.nodes["feature"][start:stop], tree.tree_.feature)
+        start = stop
+    assert start == len(batch.nodes["feature"])
+    # float64 input is converted in the task: the same batch
+    again = fit_tree_batch(X, y, seeds, PARAMS)
+    np.testing.assert_array_equal(again.leaves, batch.leaves)
+    for field, values in batch.nodes.items():
+        np.testing.assert_array_equal(again.nodes[field], values)

@@ -18,7 +18,7 @@ from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch
+from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks
 from distforest.store.run_store import RunStore
 
@@ -52,7 +52,9 @@ class ProximityForest(DaskEstimator):
     max_samples : float or None, default None
         Bootstrap size as a fraction of the rows.
     batch_size : int or None, default None
-        Trees per Dask task; ``None`` gives about four tasks per worker thread.
+        Trees per Dask task; ``None`` plans batches that shrink towards the
+        end (at most a quarter of a worker thread's share each), so that the
+        workers finish together.
     tile_size : int, default 2048
         Rows and columns of one proximity tile (one task, one Zarr chunk).
     random_state : int or None, default None
@@ -172,13 +174,12 @@ class ProximityForest(DaskEstimator):
         leaves = np.empty((n, n_trees), dtype=np.int32)
         inbag = np.empty((n, n_trees), dtype=np.uint8)
         with self._runner() as runner:
-            batch_size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
-            batches = tasks.plan_batches(n_trees, batch_size)
+            batches = tasks.plan_tree_batches(n_trees, runner.threads(), params["batch_size"])
             logger.info(
                 "fitting %d %s trees on %d x %d in %d tasks",
                 n_trees, task, n, table.n_features, len(batches),
             )  # fmt: skip
-            X_future = runner.share(table.X)
+            X_future = runner.share(tree_input(table.X))  # float32 once, not in every tree
             y_future = None if y_fit is None else runner.share(y_fit)
             items = [(X_future, y_future, seeds[b], tree_params) for b in batches]
             parts: list[Any] = [None] * len(batches)

@@ -72,6 +72,48 @@ def default_batch_size(n_items: int, n_threads: int, per_thread: int = 4) -> int
     return max(1, math.ceil(n_items / max(1, n_threads * per_thread)))
 
 
+def plan_shrinking_batches(n_items: int, n_threads: int, largest: int) -> list[slice]:
+    """Consecutive slices of ``range(n_items)`` that shrink towards the end.
+
+    Each batch takes the remaining items divided by twice the number of
+    threads (at most ``largest``, at least one), so the first tasks are big
+    (little per-task overhead) and the last ones small: the workers run out
+    of work at nearly the same moment instead of one thread finishing a whole
+    batch while the others wait.  Dask hands out tasks in the order they were
+    submitted, so the big ones run first.
+
+    Parameters
+    ----------
+    n_items : int
+    n_threads : int
+        Worker threads that will run the batches.
+    largest : int
+        Upper bound of a batch (e.g. :func:`default_batch_size`).
+
+    Returns
+    -------
+    list of slice
+    """
+    batches, start = [], 0
+    while start < n_items:
+        size = min(largest, max(1, math.ceil((n_items - start) / (2 * max(1, n_threads)))))
+        batches.append(slice(start, start + size))
+        start += size
+    return batches
+
+
+def plan_tree_batches(n_trees: int, n_threads: int, batch_size: int | None) -> list[slice]:
+    """The batches of a forest's fit: ``batch_size`` trees each, or shrinking ones if None.
+
+    Which trees share a task never changes a tree (each grows from its own
+    seed), only how evenly the workers are kept busy.
+    """
+    if batch_size is not None:
+        return plan_batches(n_trees, batch_size)
+    largest = default_batch_size(n_trees, n_threads)
+    return plan_shrinking_batches(n_trees, n_threads, largest)
+
+
 def total_threads(client: Client) -> int:
     """Number of worker threads in the cluster (at least 1)."""
     return max(1, sum(client.nthreads().values()))
