@@ -21,7 +21,7 @@ from typing import Any
 from distforest.errors import ParameterError, StoreError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import SYMMETRIC
-from distforest.parallel.tasks import default_batch_size
+from distforest.parallel.tasks import default_batch_size, plan_tree_batches
 from distforest.parallel.tiling import TilePlan
 
 #: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
@@ -107,7 +107,7 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "features": d,
         "trees": trees,
         "threads": threads,
-        "fit_tasks": math.ceil(trees / batch),
+        "fit_tasks": len(plan_tree_batches(trees, threads, forest["batch_size"] or None)),
         "trees_per_task": batch,
         "tiles": tiles,
         "tile_size": tile,
