@@ -461,3 +461,20 @@ def test_knn_pipeline_resumes_by_stage_after_sigkill(tmp_path):
 
     changed = run_cli("run", killed, "--set", "knn.k=7")
     assert changed.returncode == 6 and "knn" in changed.stderr
+
+
+@pytest.mark.parametrize(
+    ("method", "trees", "itemsize"),
+    [("original", 100, 1), ("original", 300, 2), ("rfgap", 100, 4), ("oob", 100, 4)],
+)
+def test_the_disk_plan_counts_the_proximity_as_stored(method, trees, itemsize):
+    """Breiman's proximity is stored as counts of trees (uint8 below 255 trees, then
+    uint16); oob and rfgap as float32: the disk pre-check plans that many bytes."""
+    from distforest.cli.jobs import ProximityJob
+    from distforest.cli.plan import estimate
+
+    forest = {"n_estimators": trees, "tile_size": 1000, "min_samples_leaf": 1,
+              "batch_size": None, "max_features": "sqrt"}  # fmt: skip
+    job = ProximityJob(input="x.csv", out="o.zarr", forest=forest, method=method)
+    plan = estimate(job, 10_000, 5, threads=2)
+    assert plan["store"]["proximity matrix (uncompressed)"] == itemsize * 10_000**2

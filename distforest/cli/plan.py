@@ -18,11 +18,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from distforest.errors import ParameterError, StoreError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import SYMMETRIC
 from distforest.parallel.tasks import default_batch_size, plan_tree_batches
 from distforest.parallel.tiling import TilePlan
+from distforest.store.schema import count_dtype
 
 #: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
 #: (``benchmarks/bench_faults.py --calibrate``; table in ``benchmarks/results/faults.md``).
@@ -74,8 +77,10 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     outputs_per_node = 4 * 8  # class probabilities or values, at most a few columns
     nodes = trees * 2 * _BOOTSTRAP_SHARE * n / leaf
     per_row = {"leaves": 4, "inbag": 1, "leaf_mass": 4 if job.method == "rfgap" else 0}
+    # Breiman's proximity is stored as counts of trees (uint8 / uint16), the others as float32
+    stored = count_dtype(trees) if job.method == "original" else None
     store = {
-        "proximity matrix (uncompressed)": 4 * n * n,
+        "proximity matrix (uncompressed)": np.dtype(stored or "float32").itemsize * n * n,
         "leaves, inbag (and leaf mass)": n * trees * sum(per_row.values()),
         "forest nodes": int(nodes * (_NODE_BYTES + outputs_per_node)),
     }
