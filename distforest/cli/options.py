@@ -108,6 +108,12 @@ def tile_size_option(default: int) -> Decorator:
                         help="Rows/columns of one tile (one task, one Zarr chunk).")  # fmt: skip
 
 
+def trees_option(default: int, help: str = "Number of trees.") -> Decorator:
+    """``--trees`` (the estimator's ``n_estimators``): a positive count of trees."""
+    return click.option("--trees", "n_estimators", type=click.IntRange(min=1), default=default,
+                        show_default=True, help=help)  # fmt: skip
+
+
 def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Decorator:
     """--task, --trees, --kind, --max-features, ... for commands that fit a forest."""
     d = FOREST_DEFAULTS
@@ -115,8 +121,7 @@ def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Deco
         click.option("--task", type=click.Choice(C.TASKS), default=d["task"], show_default=True,
                      help="auto: unsupervised without --target, classification for labels, "
                           "regression for real values."),
-        click.option("--trees", "n_estimators", type=click.IntRange(min=1),
-                     default=default_trees, show_default=True, help="Number of trees."),
+        trees_option(default_trees),
         click.option("--kind", type=click.Choice(C.KINDS), default=d["kind"], show_default=True,
                      help="Tree learner."),
         click.option("--max-features", default=str(d["max_features"]), show_default=True,

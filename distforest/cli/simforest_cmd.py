@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from distforest.cli.options import CLI_SEED, cluster_options, input_options
+from distforest.cli.options import CLI_SEED, cluster_options, input_options, trees_option
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.similarity_cmd import bars, cluster_kw
 from distforest.errors import InputError, ParameterError
@@ -84,14 +84,7 @@ def simforest() -> None:
     show_default=True,
     help="What --similarity holds (a distance orders by D_ki^2 - D_kj^2).",
 )
-@click.option(
-    "--trees",
-    "n_estimators",
-    type=click.IntRange(min=1),
-    default=DEFAULTS["n_estimators"],
-    show_default=True,
-    help="Number of trees.",
-)
+@trees_option(DEFAULTS["n_estimators"])
 @click.option(
     "--pairs",
     "n_pairs",

@@ -30,6 +30,7 @@ from distforest.cli.options import (
     input_options,
     parse_max_features,
     tile_size_option,
+    trees_option,
 )
 from distforest.cli.outputs import check_new_file
 from distforest.cli.progress import ProgressBars
@@ -66,14 +67,7 @@ def smerf() -> None:
 )
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
 @input_options
-@click.option(
-    "--trees",
-    "n_estimators",
-    type=click.IntRange(min=1),
-    default=SMERF_DEFAULTS["n_estimators"],
-    show_default=True,
-    help="Number of trees.",
-)
+@trees_option(SMERF_DEFAULTS["n_estimators"])
 @click.option(
     "--max-features",
     default=str(SMERF_DEFAULTS["max_features"]),

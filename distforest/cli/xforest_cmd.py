@@ -18,6 +18,7 @@ from distforest.cli.options import (
     connect_kwargs,
     input_options,
     tile_size_option,
+    trees_option,
 )
 from distforest.cli.progress import ProgressBars
 from distforest.errors import StoreError
@@ -42,14 +43,7 @@ XFOREST_DEFAULTS: dict[str, Any] = {
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
 @input_options
-@click.option(
-    "--trees",
-    "n_estimators",
-    type=click.IntRange(min=1),
-    default=XFOREST_DEFAULTS["n_estimators"],
-    show_default=True,
-    help="Number of trees.",
-)
+@trees_option(XFOREST_DEFAULTS["n_estimators"])
 @click.option(
     "--x",
     "n_directions",
