@@ -1,11 +1,13 @@
-"""Planning work into tasks (pure functions of sizes)."""
+"""Planning work into tasks (pure functions of sizes), and following them on a cluster."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
 import math
+import time
 
+import psutil
 import pytest
 
 from distforest.parallel.tasks import (
@@ -13,6 +15,7 @@ from distforest.parallel.tasks import (
     plan_batches,
     plan_shrinking_batches,
     plan_tree_batches,
+    run_tasks,
 )
 
 
@@ -58,3 +61,30 @@ def test_fixed_batches_leave_a_thread_idle_where_shrinking_ones_do_not():
 def test_tree_batches_are_fixed_when_a_size_is_given():
     assert plan_tree_batches(10, 2, 4) == [slice(0, 4), slice(4, 8), slice(8, 10)]
     assert plan_tree_batches(10, 2, None) == plan_shrinking_batches(10, 2, 2)
+
+
+def _pause(i: int) -> int:
+    time.sleep(0.003)  # tasks finish one by one, so the driver follows many small batches
+    return i
+
+
+def test_following_a_thousand_tasks_costs_the_driver_no_memory_per_pair_of_tasks():
+    """The driver's loop over finished tasks stays linear in the number of tasks.
+
+    Waiting with ``distributed.wait(pending, FIRST_COMPLETED)`` once per finished
+    task kept a waiter per pending future per call: 886 MB of driver memory for
+    2,000 such tasks, gigabytes for a 200,000-row proximity's tiles.
+    """
+    from distributed import Client, LocalCluster
+
+    n = 1000
+    cluster = LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+    with cluster, Client(cluster) as client:
+        me = psutil.Process()
+        before = me.memory_info().rss
+        results = dict(run_tasks(client, _pause, [(i,) for i in range(n)], name="pause"))
+        grown = me.memory_info().rss - before
+    assert results == {i: i for i in range(n)}
+    assert grown < 80e6, f"the driver grew by {grown / 1e6:.0f} MB following {n} tasks"

@@ -306,7 +306,8 @@ class _Watchdog:
     120: nannies that stopped replacing killed workers): :class:`StalledError`.
     """
 
-    POLL = 1.0
+    POLL = 1.0  # seconds without a finished task between checks of the workers
+    TICK = 0.02  # seconds between looks for finished tasks
 
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
@@ -324,31 +325,38 @@ class _Watchdog:
         )
 
     def completed(self, futures: Sequence[Future]) -> Iterator[Future]:
-        from distributed import wait
+        """Yield ``futures`` as they finish (a batch at a time, in key order).
 
-        pending = set(futures)
-        last_progress = time.monotonic()
+        One :class:`distributed.as_completed` follows every future; this loop
+        only polls it.  (Calling ``distributed.wait(pending,
+        return_when="FIRST_COMPLETED")`` once per finished task instead costs
+        a waiter per pending future per call: quadratic in the number of
+        tasks, gigabytes of driver memory for thousands of tiles.)
+        """
+        from distributed import as_completed
+
+        watched = as_completed(futures)
+        last_progress = last_check = time.monotonic()
         workerless_since: float | None = None
-        while pending:
-            try:
-                finished, _ = wait(list(pending), timeout=self.POLL, return_when="FIRST_COMPLETED")
-            except TimeoutError:
-                finished = set()
-            # CancelledError (dask dropped them: data they needed died with its workers)
-            # goes to run_tasks, which may send the data again
-            now = time.monotonic()
-            if finished:
-                last_progress, workerless_since = now, None
-                for future in sorted(finished, key=lambda f: str(f.key)):
-                    pending.discard(future)
-                    yield future
+        while not watched.is_empty():
+            if watched.has_ready():
+                # cancelled futures come out too: their result() raises
+                # CancelledError (data they needed died with its workers),
+                # which run_tasks handles by sending the data again
+                last_progress, workerless_since = time.monotonic(), None
+                yield from sorted(watched.next_batch(block=False), key=lambda f: str(f.key))
                 continue
+            time.sleep(self.TICK)
+            now = time.monotonic()
+            if now - max(last_progress, last_check) < self.POLL:
+                continue
+            last_check = now
             if not self.client.scheduler_info().get("workers"):
                 workerless_since = workerless_since or now
                 if now - workerless_since > self.no_workers:
                     raise StalledError(
                         f"{self.name}: no worker left for {now - workerless_since:.0f} s with "
-                        f"{len(pending)} task(s) waiting (workers keep dying?); the run stops "
+                        f"{watched.count()} task(s) waiting (workers keep dying?); the run stops "
                         "here and can be resumed by running it again (exit 75: try later)"
                     )
             else:
@@ -356,7 +364,7 @@ class _Watchdog:
             if now - last_progress > self.stall:
                 raise StalledError(
                     f"{self.name}: no task finished for {now - last_progress:.0f} s "
-                    f"(DISTFOREST_STALL_TIMEOUT={self.stall:g}) with {len(pending)} task(s) "
+                    f"(DISTFOREST_STALL_TIMEOUT={self.stall:g}) with {watched.count()} task(s) "
                     "waiting; the run stops here and can be resumed by running it again"
                 )
 
