@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from sklearn.base import TransformerMixin
@@ -36,8 +36,6 @@ from distforest.apps.column_impute import ColumnSettings, impute_by_column, impu
 from distforest.errors import InputError, NotFittedError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.products import ProximityProducts
-from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.io import Table
 from distforest.io.encoding import (
@@ -56,6 +54,9 @@ from distforest.kernels.imputation import (
 )
 from distforest.parallel.execution import Runner, in_process, runs_here
 from distforest.parallel.tasks import release_memory
+
+if TYPE_CHECKING:  # imported on use: the column-aware default needs neither (quick start)
+    from distforest.forests.proximity_forest import ProximityForest
 
 logger = logging.getLogger("distforest")
 
@@ -269,7 +270,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         "categorical_vote": C.Choice(C.VOTES),
         "categorical_features": C.Checked("column names or positions, checked against X"),
         # the parameters passed on to each ProximityForest: its own constraints
-        **{name: ProximityForest._parameter_constraints[name] for name in FOREST_PARAMS},
+        **{name: C.FOREST_CONSTRAINTS[name] for name in FOREST_PARAMS},
     }
 
     def __sklearn_tags__(self) -> Any:
@@ -452,6 +453,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         columns: list[int],
     ) -> ProximityForest:
         """One rfImpute iteration in place on ``X_cur``: refit, one product, update."""
+        from distforest.forests.products import ProximityProducts
+
         tick = time.perf_counter()
         missing = data.missing
         rows = np.flatnonzero(missing.any(axis=1))
@@ -486,6 +489,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
 
     def _forest(self, params: dict[str, Any], seed: int) -> ProximityForest:
         """The forest of one iteration (it runs on the imputer's execution)."""
+        from distforest.forests.proximity_forest import ProximityForest
+
         return ProximityForest(
             n_estimators=params["n_estimators"],
             task=params["task"],
@@ -546,6 +551,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
                 params["iterations"],
             )  # fmt: skip
             return decode_output(data, X_cur)
+        from distforest.forests.products import ProximityProducts
+
         train, forest, stats = self._train, self.forest_, self.statistics_
         layout = plan_columns(train.X, train.categorical, range(len(train.names)))
         V = build_v(train.X, layout, stats)

@@ -117,19 +117,7 @@ class ProximityForest(DaskEstimator):
         tags.target_tags.required = False  # no target: an unsupervised forest
         return tags
 
-    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
-        "n_estimators": C.Int(1),
-        "task": C.Choice(C.TASKS),
-        "kind": C.Choice(C.KINDS),
-        "max_features": C.MaxFeatures(),
-        "min_samples_leaf": C.Int(1),
-        "max_depth": C.Int(1, none=True),
-        "bootstrap": C.Bool(),
-        "max_samples": C.Fraction(),
-        "batch_size": C.Int(1, none=True),
-        "tile_size": C.TILE_SIZE,
-        "random_state": C.Seed(),
-    }
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {**C.FOREST_CONSTRAINTS}
 
     def _check_combinations(self, params: dict[str, Any]) -> None:
         C.check_bootstrap(params["bootstrap"], params["max_samples"])

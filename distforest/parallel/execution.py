@@ -25,6 +25,7 @@ yielding results as they finish.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextvars import ContextVar
@@ -245,6 +246,8 @@ def cluster_requested(exe: Execution) -> bool:
     default ``distributed`` client exists (one made in a notebook)."""
     if exe.client is not None or exe.scheduler is not None or exe.cluster is not None:
         return True
+    if "distributed" not in sys.modules:  # no client can exist: skip importing it (0.5 s)
+        return False
     from distributed import get_client
 
     try:
