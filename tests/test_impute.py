@@ -173,6 +173,34 @@ def test_transform_new_rows(client):
     np.testing.assert_allclose(got, expected, rtol=1e-9)
 
 
+def test_rfimpute_keeps_nodes_of_the_last_forest_only_with_the_same_results(client, monkeypatch):
+    """Intermediate forests are fitted without nodes (fit_leaves): the imputation and
+    transform on new rows are the same bits as with every forest fully kept."""
+    from distforest.forests.proximity_forest import ProximityForest
+
+    _, Xm, y, mask = structured(220, seed=6)
+    train, new = slice(0, 180), slice(180, 220)
+
+    def run() -> tuple[np.ndarray, np.ndarray]:
+        imp = ProximityImputer(3, proximity="rfimpute", n_estimators=20, random_state=2)
+        imp.set_execution(client)
+        return imp.fit_transform(Xm[train], y[train]), imp.transform(Xm[new])
+
+    calls: list[str] = []
+    fit, leaves = ProximityForest.fit, ProximityForest.fit_leaves
+    monkeypatch.setattr(ProximityForest, "fit",
+                        lambda self, *a: calls.append("fit") or fit(self, *a))  # fmt: skip
+    monkeypatch.setattr(ProximityForest, "fit_leaves",
+                        lambda self, *a: calls.append("leaves") or leaves(self, *a))  # fmt: skip
+    light = run()
+    assert calls == ["leaves", "leaves", "fit"]
+    monkeypatch.setattr(ProximityForest, "fit_leaves", fit)  # every forest with its nodes
+    full = run()
+    for a, b in zip(light, full, strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert not np.isnan(light[1]).any() and mask[new].any()
+
+
 def test_dataframe_round_trip_keeps_names_order_dtypes_and_labels(client):
     X, Xm, y, mask = structured(160, seed=5, missing=0.15)
     colour = np.array(["red", "green", "blue"], dtype=object)[(X[:, 5] // 10).astype(int)]

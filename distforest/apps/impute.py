@@ -433,7 +433,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         for k, seed in enumerate(seeds if columns else []):
             del forest  # free the last forest's trees before growing the next
             release_memory()
-            forest = self._iterate(params, seed, runner, data, X_cur, start, columns)
+            last = k == len(seeds) - 1  # only the last forest routes new rows (transform)
+            forest = self._iterate(params, seed, runner, data, X_cur, start, columns, last)
             if report is not None:
                 report(k + 1, len(seeds))
         assert forest is not None
@@ -451,15 +452,24 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         X_cur: np.ndarray,
         start: np.ndarray,
         columns: list[int],
+        keep_nodes: bool,
     ) -> ProximityForest:
-        """One rfImpute iteration in place on ``X_cur``: refit, one product, update."""
+        """One rfImpute iteration in place on ``X_cur``: refit, one product, update.
+
+        Without ``keep_nodes`` the forest keeps only its leaves and in-bag counts
+        (what the product needs): its nodes never reach this process.
+        """
         from distforest.forests.products import ProximityProducts
 
         tick = time.perf_counter()
         missing = data.missing
         rows = np.flatnonzero(missing.any(axis=1))
         layout = plan_columns(data.X, data.categorical, columns)
-        forest = self._forest(params, seed).fit(data.table(X_cur))
+        forest = self._forest(params, seed)
+        if keep_nodes:
+            forest.fit(data.table(X_cur))
+        else:
+            forest.fit_leaves(data.table(X_cur))
         session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
         V = build_v(data.X, layout, start)
         if rows.size > _ALL_ROWS_SHARE * data.X.shape[0]:
