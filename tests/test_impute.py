@@ -173,29 +173,41 @@ def test_transform_new_rows(client):
     np.testing.assert_allclose(got, expected, rtol=1e-9)
 
 
-def test_rfimpute_keeps_nodes_of_the_last_forest_only_with_the_same_results(client, monkeypatch):
-    """Intermediate forests are fitted without nodes (fit_leaves): the imputation and
-    transform on new rows are the same bits as with every forest fully kept."""
+@pytest.mark.parametrize("large", [False, True])
+def test_rfimpute_keeps_only_the_nodes_transform_needs_with_the_same_results(client, monkeypatch,
+                                                                             large):  # fmt: skip
+    """Intermediate forests are fitted without nodes (fit_leaves); the last keeps them, or
+    on a large input is grown again by the first transform of new rows: the imputation
+    and transform are the same bits as with every forest fully kept."""
+    import distforest.apps.impute as impute_module
     from distforest.forests.proximity_forest import ProximityForest
 
     _, Xm, y, mask = structured(220, seed=6)
     train, new = slice(0, 180), slice(180, 220)
+    calls: list[str] = []
 
-    def run() -> tuple[np.ndarray, np.ndarray]:
+    def run(regrown: bool) -> tuple[np.ndarray, np.ndarray]:
         imp = ProximityImputer(3, proximity="rfimpute", n_estimators=20, random_state=2)
         imp.set_execution(client)
-        return imp.fit_transform(Xm[train], y[train]), imp.transform(Xm[new])
+        filled = imp.fit_transform(Xm[train], y[train])
+        calls.append("transform")
+        assert (imp.forest_.nodes_ is None) == regrown
+        return filled, imp.transform(Xm[new])
 
-    calls: list[str] = []
+    if large:
+        monkeypatch.setattr(impute_module, "KEEP_NODES_CELLS", 0)
     fit, leaves = ProximityForest.fit, ProximityForest.fit_leaves
     monkeypatch.setattr(ProximityForest, "fit",
                         lambda self, *a: calls.append("fit") or fit(self, *a))  # fmt: skip
     monkeypatch.setattr(ProximityForest, "fit_leaves",
                         lambda self, *a: calls.append("leaves") or leaves(self, *a))  # fmt: skip
-    light = run()
-    assert calls == ["leaves", "leaves", "fit"]
+    light = run(large)
+    expected = ["leaves", "leaves", "leaves", "transform", "fit"] if large else [
+        "leaves", "leaves", "fit", "transform"]  # fmt: skip
+    assert calls == expected
+    monkeypatch.setattr(impute_module, "KEEP_NODES_CELLS", 10**12)
     monkeypatch.setattr(ProximityForest, "fit_leaves", fit)  # every forest with its nodes
-    full = run()
+    full = run(False)
     for a, b in zip(light, full, strict=True):
         assert a.tobytes() == b.tobytes()
     assert not np.isnan(light[1]).any() and mask[new].any()

@@ -52,6 +52,7 @@ from distforest.kernels.imputation import (
     start_values,
     update_cells,
 )
+from distforest.kernels.trees import tree_input
 from distforest.parallel.execution import Runner, in_process, runs_here
 from distforest.parallel.tasks import release_memory
 
@@ -68,6 +69,12 @@ Progress = Callable[[str, int, int], None]
 FOREST_PARAMS = ("task", "kind", "min_samples_leaf", "max_depth", "batch_size", "random_state")
 #: Defaults that depend on the proximity: (column, rfimpute).
 MODE_DEFAULTS = {"iterations": (10, 5), "n_estimators": (50, 100), "max_features": (0.33, 1)}
+
+#: rfImpute keeps the last forest's nodes (for transform) when rows x trees is at most
+#: this; above it (hundreds of MB of nodes) the forest keeps only leaves and in-bag
+#: counts, and the first transform of new rows grows it again from its seed and input
+#: (the same trees: the seed fixes them).
+KEEP_NODES_CELLS = 10_000_000
 
 #: Use all rows of the product (and slice) when more than this share of the
 #: rows has a missing cell: cheaper than sending a row index to every task.
@@ -179,7 +186,11 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     n_missing_ : dict of str to int
         Missing (imputed) cells per feature in the training data.
     forest_ : ProximityForest or None
-        rfImpute: the last forest, used by :meth:`transform` on new rows.
+        rfImpute: the last forest, used by :meth:`transform` on new rows.  On
+        more than ``KEEP_NODES_CELLS`` rows x trees it holds only leaves and
+        in-bag counts after fit (``nodes_`` None: the driver keeps no tree
+        nodes); the first :meth:`transform` of new rows grows it again, the
+        same trees, from its seed and input.
     column_forests_ : dict of int to ColumnForest
         ``column``: the forests of the kept iteration, by column position
         (columns without a missing value in fit have none).
@@ -430,11 +441,18 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         forest: ProximityForest | None = None
         if not columns:  # nothing to impute: one forest, for transform on new rows
             forest = self._forest(params, seeds[-1]).fit(data.table(X_cur))
+        # only the last forest routes new rows (transform), and a large one is grown again
+        # from its input when new rows come, rather than held here
+        small = data.X.shape[0] * params["n_estimators"] <= KEEP_NODES_CELLS
+        self._regrow: tuple[int, Table] | None = None
         for k, seed in enumerate(seeds if columns else []):
             del forest  # free the last forest's trees before growing the next
             release_memory()
-            last = k == len(seeds) - 1  # only the last forest routes new rows (transform)
-            forest = self._iterate(params, seed, runner, data, X_cur, start, columns, last)
+            last = k == len(seeds) - 1
+            if last and not small:
+                self._regrow = (seed, data.table(tree_input(X_cur)))  # float32: what trees see
+            forest = self._iterate(params, seed, runner, data, X_cur, start, columns,
+                                   keep_nodes=last and small)  # fmt: skip
             if report is not None:
                 report(k + 1, len(seeds))
         assert forest is not None
@@ -452,6 +470,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         X_cur: np.ndarray,
         start: np.ndarray,
         columns: list[int],
+        *,
         keep_nodes: bool,
     ) -> ProximityForest:
         """One rfImpute iteration in place on ``X_cur``: refit, one product, update.
@@ -496,6 +515,16 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             f"change {change}, {fallbacks} cell(s) without weights"
         )
         return forest
+
+    def _routing_forest(self, params: dict[str, Any]) -> ProximityForest:
+        """The last rfImpute forest with its nodes, grown again if fit kept only leaves."""
+        assert self.forest_ is not None
+        if self.forest_.nodes_ is None and getattr(self, "_regrow", None) is not None:
+            seed, table = self._regrow  # type: ignore[misc]
+            with self._where(table.X.size):
+                self.forest_ = self._forest(params, seed).fit(table)
+            self._regrow = None
+        return self.forest_
 
     def _forest(self, params: dict[str, Any], seed: int) -> ProximityForest:
         """The forest of one iteration (it runs on the imputer's execution)."""
@@ -563,7 +592,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             return decode_output(data, X_cur)
         from distforest.forests.products import ProximityProducts
 
-        train, forest, stats = self._train, self.forest_, self.statistics_
+        train, forest, stats = self._train, self._routing_forest(params), self.statistics_
         layout = plan_columns(train.X, train.categorical, range(len(train.names)))
         V = build_v(train.X, layout, stats)
         local, local_missing = X_cur[rows], missing[rows]
