@@ -155,11 +155,12 @@ class ProximityForest(DaskEstimator):
         Parameters
         ----------
         X, y
-            As in :meth:`fit`.
+            The training data, as in :meth:`fit`.
 
         Returns
         -------
-        self
+        ProximityForest
+            This forest, with leaves and in-bag counts only.
         """
         return self._fit(X, y, keep_nodes=False)
 
