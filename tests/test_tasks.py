@@ -58,3 +58,28 @@ def test_fixed_batches_leave_a_thread_idle_where_shrinking_ones_do_not():
 def test_tree_batches_are_fixed_when_a_size_is_given():
     assert plan_tree_batches(10, 2, 4) == [slice(0, 4), slice(4, 8), slice(8, 10)]
     assert plan_tree_batches(10, 2, None) == plan_shrinking_batches(10, 2, 2)
+
+
+def test_in_process_runs_share_one_pool_of_threads_closed_with_the_block():
+    """Threads start once per block, not once per run (a small imputation makes 72 runs);
+    results come back in any order with their index; leaving the block stops the pool."""
+    import threading
+
+    from distforest.parallel.execution import Execution, in_process
+
+    def which(k: int) -> tuple[int, int]:
+        return k * k, threading.get_ident()
+
+    seen: set[int] = set()
+    with in_process(Execution(), 2) as runner:
+        for _ in range(5):
+            got = dict(runner.run(which, [(k,) for k in range(6)], name="which"))
+            assert sorted(got) == list(range(6))
+            assert [got[k][0] for k in range(6)] == [k * k for k in range(6)]
+            seen |= {ident for _, ident in got.values()}
+        pool = runner._pool
+        assert pool is not None
+    assert len(seen) <= 2 and threading.get_ident() not in seen
+    assert runner._pool is None
+    with pytest.raises(RuntimeError, match="shutdown"):
+        pool.submit(which, 0)
