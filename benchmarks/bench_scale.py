@@ -3,7 +3,7 @@
 Run by hand (it takes a while and needs a quiet machine)::
 
     python benchmarks/bench_scale.py [--n 1000000] [--trees 100] [--kind extra-trees]
-        [--iterations 5] [--compare-n 100000] [--workdir /tmp/dfscale]
+        [--iterations 5] [--proximity rfimpute] [--compare-n 100000] [--workdir /tmp/dfscale]
         [--skip impute,outliers,mds,knn,missforest] [--fresh]
 
 Synthetic data: ``make_classification(n, 20, n_informative=8, n_redundant=4,
@@ -136,6 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--kind", default="extra-trees", choices=["random-forest", "extra-trees"])
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument(
+        "--proximity",
+        default="rfimpute",
+        choices=["rfimpute", "column"],
+        help="the imputation's proximity (column: one forest per column, 20x the trees)",
+    )
     parser.add_argument("--compare-n", type=int, default=100_000)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dfscale"))
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
             out = wd / f"imputed_{n}.parquet"
             cmd = [distforest, "-q", "impute", str(paths["missing"]), "--target", "y",
                    "--out", str(out), "--iterations", str(args.iterations), "--overwrite",
-                   *forest]  # fmt: skip
+                   "--proximity", args.proximity, *forest]  # fmt: skip
             run = stage(f"distforest impute n={n}", cmd, wd)
             if run["returncode"] == 0:
                 run["nrmse"] = score_output(wd, n, out)

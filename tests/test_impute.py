@@ -173,6 +173,46 @@ def test_transform_new_rows(client):
     np.testing.assert_allclose(got, expected, rtol=1e-9)
 
 
+@pytest.mark.parametrize("large", [False, True])
+def test_rfimpute_keeps_only_the_nodes_transform_needs_with_the_same_results(client, monkeypatch,
+                                                                             large):  # fmt: skip
+    """Intermediate forests are fitted without nodes (fit_leaves); the last keeps them, or
+    on a large input is grown again by the first transform of new rows: the imputation
+    and transform are the same bits as with every forest fully kept."""
+    import distforest.apps.impute as impute_module
+    from distforest.forests.proximity_forest import ProximityForest
+
+    _, Xm, y, mask = structured(220, seed=6)
+    train, new = slice(0, 180), slice(180, 220)
+    calls: list[str] = []
+
+    def run(regrown: bool) -> tuple[np.ndarray, np.ndarray]:
+        imp = ProximityImputer(3, proximity="rfimpute", n_estimators=20, random_state=2)
+        imp.set_execution(client)
+        filled = imp.fit_transform(Xm[train], y[train])
+        calls.append("transform")
+        assert (imp.forest_.nodes_ is None) == regrown
+        return filled, imp.transform(Xm[new])
+
+    if large:
+        monkeypatch.setattr(impute_module, "KEEP_NODES_CELLS", 0)
+    fit, leaves = ProximityForest.fit, ProximityForest.fit_leaves
+    monkeypatch.setattr(ProximityForest, "fit",
+                        lambda self, *a: calls.append("fit") or fit(self, *a))  # fmt: skip
+    monkeypatch.setattr(ProximityForest, "fit_leaves",
+                        lambda self, *a: calls.append("leaves") or leaves(self, *a))  # fmt: skip
+    light = run(large)
+    expected = ["leaves", "leaves", "leaves", "transform", "fit"] if large else [
+        "leaves", "leaves", "fit", "transform"]  # fmt: skip
+    assert calls == expected
+    monkeypatch.setattr(impute_module, "KEEP_NODES_CELLS", 10**12)
+    monkeypatch.setattr(ProximityForest, "fit_leaves", fit)  # every forest with its nodes
+    full = run(False)
+    for a, b in zip(light, full, strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert not np.isnan(light[1]).any() and mask[new].any()
+
+
 def test_dataframe_round_trip_keeps_names_order_dtypes_and_labels(client):
     X, Xm, y, mask = structured(160, seed=5, missing=0.15)
     colour = np.array(["red", "green", "blue"], dtype=object)[(X[:, 5] // 10).astype(int)]

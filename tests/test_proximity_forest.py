@@ -140,6 +140,22 @@ def test_product_for_new_rows_is_proximity_to_training_rows(fitted, small_classi
     np.testing.assert_allclose(got, expected, rtol=1e-9)
 
 
+def test_fit_leaves_keeps_the_leaves_and_drops_the_nodes(fitted, small_classification, client,
+                                                         tmp_path):  # fmt: skip
+    X, y = small_classification
+    light = ProximityForest(n_estimators=30, random_state=0).set_execution(client)
+    light.fit_leaves(X, y)
+    assert light.nodes_ is None and fitted.nodes_ is not None
+    np.testing.assert_array_equal(light.leaves_, fitted.leaves_)
+    np.testing.assert_array_equal(light.inbag_, fitted.inbag_)
+    np.testing.assert_array_equal(light.node_counts_, fitted.node_counts_)
+    with pytest.raises(NotFittedError, match=r"fit_leaves\(\).*apply\(\) to new rows.*fit\(X, y\)"):
+        light.apply(X)
+    with pytest.raises(NotFittedError, match=r"save\(\) needs them"):
+        light.save(tmp_path / "f.zarr")
+    assert not (tmp_path / "f.zarr").exists()
+
+
 def test_not_fitted():
     with pytest.raises(NotFittedError):
         ProximityForest().proximity()

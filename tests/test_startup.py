@@ -120,6 +120,17 @@ def test_package_names_load_on_first_use():
         distforest.ProximityForrest  # noqa: B018
 
 
+def test_small_imputation_loads_no_cluster_store_or_jit_module(breast_cancer_csv, tmp_path):
+    """A small ``impute`` run (in this process) needs scikit-learn and pandas, nothing else
+    heavy: Dask, distributed, Zarr, xarray and numba cost a second of start-up."""
+    out = tmp_path / "imputed.csv"
+    args = ["-q", "impute", str(breast_cancer_csv), "--target", "Class", "--drop", "Id",
+            "--trees", "4", "--iterations", "2", "--out", str(out)]  # fmt: skip
+    code = f"from distforest.cli.main import cli\ncli({args!r}, standalone_mode=False)"
+    assert loaded_after(code) == ["sklearn", "pandas"]
+    assert out.exists()
+
+
 def test_not_fitted_error_is_one_class_and_sklearns():
     from sklearn.exceptions import NotFittedError as SklearnNotFitted
 

@@ -88,3 +88,28 @@ def test_following_a_thousand_tasks_costs_the_driver_no_memory_per_pair_of_tasks
         grown = me.memory_info().rss - before
     assert results == {i: i for i in range(n)}
     assert grown < 80e6, f"the driver grew by {grown / 1e6:.0f} MB following {n} tasks"
+
+
+def test_in_process_runs_share_one_pool_of_threads_closed_with_the_block():
+    """Threads start once per block, not once per run (a small imputation makes 72 runs);
+    results come back in any order with their index; leaving the block stops the pool."""
+    import threading
+
+    from distforest.parallel.execution import Execution, in_process
+
+    def which(k: int) -> tuple[int, int]:
+        return k * k, threading.get_ident()
+
+    seen: set[int] = set()
+    with in_process(Execution(), 2) as runner:
+        for _ in range(5):
+            got = dict(runner.run(which, [(k,) for k in range(6)], name="which"))
+            assert sorted(got) == list(range(6))
+            assert [got[k][0] for k in range(6)] == [k * k for k in range(6)]
+            seen |= {ident for _, ident in got.values()}
+        pool = runner._pool
+        assert pool is not None
+    assert len(seen) <= 2 and threading.get_ident() not in seen
+    assert runner._pool is None
+    with pytest.raises(RuntimeError, match="shutdown"):
+        pool.submit(which, 0)

@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from sklearn.base import TransformerMixin
@@ -36,8 +36,6 @@ from distforest.apps.column_impute import ColumnSettings, impute_by_column, impu
 from distforest.errors import InputError, NotFittedError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.products import ProximityProducts
-from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.io import Table
 from distforest.io.encoding import (
@@ -54,8 +52,12 @@ from distforest.kernels.imputation import (
     start_values,
     update_cells,
 )
+from distforest.kernels.trees import tree_input
 from distforest.parallel.execution import Runner, in_process, runs_here
 from distforest.parallel.tasks import release_memory
+
+if TYPE_CHECKING:  # imported on use: the column-aware default needs neither (quick start)
+    from distforest.forests.proximity_forest import ProximityForest
 
 logger = logging.getLogger("distforest")
 
@@ -67,6 +69,12 @@ Progress = Callable[[str, int, int], None]
 FOREST_PARAMS = ("task", "kind", "min_samples_leaf", "max_depth", "batch_size", "random_state")
 #: Defaults that depend on the proximity: (column, rfimpute).
 MODE_DEFAULTS = {"iterations": (10, 5), "n_estimators": (50, 100), "max_features": (0.33, 1)}
+
+#: rfImpute keeps the last forest's nodes (for transform) when rows x trees is at most
+#: this; above it (hundreds of MB of nodes) the forest keeps only leaves and in-bag
+#: counts, and the first transform of new rows grows it again from its seed and input
+#: (the same trees: the seed fixes them).
+KEEP_NODES_CELLS = 10_000_000
 
 #: Use all rows of the product (and slice) when more than this share of the
 #: rows has a missing cell: cheaper than sending a row index to every task.
@@ -178,7 +186,11 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     n_missing_ : dict of str to int
         Missing (imputed) cells per feature in the training data.
     forest_ : ProximityForest or None
-        rfImpute: the last forest, used by :meth:`transform` on new rows.
+        rfImpute: the last forest, used by :meth:`transform` on new rows.  On
+        more than ``KEEP_NODES_CELLS`` rows x trees it holds only leaves and
+        in-bag counts after fit (``nodes_`` None: the driver keeps no tree
+        nodes); the first :meth:`transform` of new rows grows it again, the
+        same trees, from its seed and input.
     column_forests_ : dict of int to ColumnForest
         ``column``: the forests of the kept iteration, by column position
         (columns without a missing value in fit have none).
@@ -269,7 +281,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         "categorical_vote": C.Choice(C.VOTES),
         "categorical_features": C.Checked("column names or positions, checked against X"),
         # the parameters passed on to each ProximityForest: its own constraints
-        **{name: ProximityForest._parameter_constraints[name] for name in FOREST_PARAMS},
+        **{name: C.FOREST_CONSTRAINTS[name] for name in FOREST_PARAMS},
     }
 
     def __sklearn_tags__(self) -> Any:
@@ -429,10 +441,18 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         forest: ProximityForest | None = None
         if not columns:  # nothing to impute: one forest, for transform on new rows
             forest = self._forest(params, seeds[-1]).fit(data.table(X_cur))
+        # only the last forest routes new rows (transform), and a large one is grown again
+        # from its input when new rows come, rather than held here
+        small = data.X.shape[0] * params["n_estimators"] <= KEEP_NODES_CELLS
+        self._regrow: tuple[int, Table] | None = None
         for k, seed in enumerate(seeds if columns else []):
             del forest  # free the last forest's trees before growing the next
             release_memory()
-            forest = self._iterate(params, seed, runner, data, X_cur, start, columns)
+            last = k == len(seeds) - 1
+            if last and not small:
+                self._regrow = (seed, data.table(tree_input(X_cur)))  # float32: what trees see
+            forest = self._iterate(params, seed, runner, data, X_cur, start, columns,
+                                   keep_nodes=last and small)  # fmt: skip
             if report is not None:
                 report(k + 1, len(seeds))
         assert forest is not None
@@ -450,13 +470,25 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         X_cur: np.ndarray,
         start: np.ndarray,
         columns: list[int],
+        *,
+        keep_nodes: bool,
     ) -> ProximityForest:
-        """One rfImpute iteration in place on ``X_cur``: refit, one product, update."""
+        """One rfImpute iteration in place on ``X_cur``: refit, one product, update.
+
+        Without ``keep_nodes`` the forest keeps only its leaves and in-bag counts
+        (what the product needs): its nodes never reach this process.
+        """
+        from distforest.forests.products import ProximityProducts
+
         tick = time.perf_counter()
         missing = data.missing
         rows = np.flatnonzero(missing.any(axis=1))
         layout = plan_columns(data.X, data.categorical, columns)
-        forest = self._forest(params, seed).fit(data.table(X_cur))
+        forest = self._forest(params, seed)
+        if keep_nodes:
+            forest.fit(data.table(X_cur))
+        else:
+            forest.fit_leaves(data.table(X_cur))
         session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
         V = build_v(data.X, layout, start)
         if rows.size > _ALL_ROWS_SHARE * data.X.shape[0]:
@@ -484,8 +516,20 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         )
         return forest
 
+    def _routing_forest(self, params: dict[str, Any]) -> ProximityForest:
+        """The last rfImpute forest with its nodes, grown again if fit kept only leaves."""
+        assert self.forest_ is not None
+        if self.forest_.nodes_ is None and getattr(self, "_regrow", None) is not None:
+            seed, table = self._regrow  # type: ignore[misc]
+            with self._where(table.X.size):
+                self.forest_ = self._forest(params, seed).fit(table)
+            self._regrow = None
+        return self.forest_
+
     def _forest(self, params: dict[str, Any], seed: int) -> ProximityForest:
         """The forest of one iteration (it runs on the imputer's execution)."""
+        from distforest.forests.proximity_forest import ProximityForest
+
         return ProximityForest(
             n_estimators=params["n_estimators"],
             task=params["task"],
@@ -546,7 +590,9 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
                 params["iterations"],
             )  # fmt: skip
             return decode_output(data, X_cur)
-        train, forest, stats = self._train, self.forest_, self.statistics_
+        from distforest.forests.products import ProximityProducts
+
+        train, forest, stats = self._train, self._routing_forest(params), self.statistics_
         layout = plan_columns(train.X, train.categorical, range(len(train.names)))
         V = build_v(train.X, layout, stats)
         local, local_missing = X_cur[rows], missing[rows]

@@ -21,11 +21,8 @@ from typing import Any
 import numpy as np
 
 from distforest.errors import ParameterError, StoreError
-from distforest.forests.proximity_forest import ProximityForest
-from distforest.forests.tiles import SYMMETRIC
 from distforest.parallel.tasks import default_batch_size, plan_tree_batches
 from distforest.parallel.tiling import TilePlan
-from distforest.store.schema import count_dtype
 
 #: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
 #: (``benchmarks/bench_faults.py --calibrate``; table in ``benchmarks/results/faults.md``).
@@ -65,7 +62,12 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         ``worker_peak_bytes`` (rough peak of one worker) and ``threads``
         (assumed when not known).
     """
-    # the estimator's own defaults, and the same tile plan as the run
+    # the estimator's own defaults, and the same tile plan as the run (imported here:
+    # the imputation's size check needs neither Zarr nor numba: 0.6 s at start)
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.forests.tiles import SYMMETRIC
+    from distforest.store.schema import count_dtype
+
     forest = {**ProximityForest().get_params(), **job.forest}
     trees = int(forest["n_estimators"])
     plan = TilePlan(n, n, int(forest["tile_size"]), symmetric=SYMMETRIC[job.method])

@@ -218,6 +218,21 @@ class Checked:
 
 #: Rows and columns of one tile (one task, one Zarr chunk), everywhere.
 TILE_SIZE = Int(MIN_TILE)
+#: The tree parameters of :class:`~distforest.forests.ProximityForest`, which the
+#: imputer passes on to its forests as they are (one table for both).
+FOREST_CONSTRAINTS: dict[str, Constraint] = {
+    "n_estimators": Int(1),
+    "task": Choice(TASKS),
+    "kind": Choice(KINDS),
+    "max_features": MaxFeatures(),
+    "min_samples_leaf": Int(1),
+    "max_depth": Int(1, none=True),
+    "bootstrap": Bool(),
+    "max_samples": Fraction(),
+    "batch_size": Int(1, none=True),
+    "tile_size": TILE_SIZE,
+    "random_state": Seed(),
+}
 #: Most imputation refits accepted: proximity imputation settles in 4 to 6 (Breiman &
 #: Cutler's rfImpute); a million is a typo that would run for days.
 MAX_IMPUTE_ITERATIONS = 100

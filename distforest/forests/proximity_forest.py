@@ -78,8 +78,9 @@ class ProximityForest(DaskEstimator):
         The root entropy used (equals ``random_state`` when it was given).
     leaves_ : ndarray of int32, shape (n_samples, n_estimators)
     inbag_ : ndarray of uint8, shape (n_samples, n_estimators)
-    nodes_ : dict of str to ndarray
-        Flattened trees, concatenated; ``node_counts_`` nodes per tree.
+    nodes_ : dict of str to ndarray, or None
+        Flattened trees, concatenated; ``node_counts_`` nodes per tree.  None
+        after :meth:`fit_leaves`.
     """
 
     def __init__(
@@ -117,19 +118,7 @@ class ProximityForest(DaskEstimator):
         tags.target_tags.required = False  # no target: an unsupervised forest
         return tags
 
-    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
-        "n_estimators": C.Int(1),
-        "task": C.Choice(C.TASKS),
-        "kind": C.Choice(C.KINDS),
-        "max_features": C.MaxFeatures(),
-        "min_samples_leaf": C.Int(1),
-        "max_depth": C.Int(1, none=True),
-        "bootstrap": C.Bool(),
-        "max_samples": C.Fraction(),
-        "batch_size": C.Int(1, none=True),
-        "tile_size": C.TILE_SIZE,
-        "random_state": C.Seed(),
-    }
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {**C.FOREST_CONSTRAINTS}
 
     def _check_combinations(self, params: dict[str, Any]) -> None:
         C.check_bootstrap(params["bootstrap"], params["max_samples"])
@@ -151,6 +140,31 @@ class ProximityForest(DaskEstimator):
         -------
         self
         """
+        return self._fit(X, y, keep_nodes=True)
+
+    def fit_leaves(self, X: Any, y: Any = None) -> ProximityForest:
+        """Fit as :meth:`fit` but keep only the training rows' ``leaves_`` and ``inbag_``.
+
+        The trees' nodes are dropped on the workers as soon as each tree's
+        leaves are known (``nodes_`` is None): the same leaves, in-bag counts
+        and proximities of the training rows, without the forest's largest
+        arrays, but no :meth:`apply` to new rows and no :meth:`save`.  For
+        callers that need only the training rows, such as imputation's
+        intermediate forests.
+
+        Parameters
+        ----------
+        X, y
+            The training data, as in :meth:`fit`.
+
+        Returns
+        -------
+        ProximityForest
+            This forest, with leaves and in-bag counts only.
+        """
+        return self._fit(X, y, keep_nodes=False)
+
+    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
         params = self._validated()
         table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
         task = resolve_task(params["task"], table.y, table.target_name)
@@ -181,7 +195,7 @@ class ProximityForest(DaskEstimator):
             )  # fmt: skip
             X_future = runner.share(tree_input(table.X))  # float32 once, not in every tree
             y_future = None if y_fit is None else runner.share(y_fit)
-            items = [(X_future, y_future, seeds[b], tree_params) for b in batches]
+            items = [(X_future, y_future, seeds[b], tree_params, keep_nodes) for b in batches]
             parts: list[Any] = [None] * len(batches)
             for i, batch in runner.run(
                 fit_tree_batch, items, name="fit-trees", progress=self._report("fit")
@@ -202,7 +216,7 @@ class ProximityForest(DaskEstimator):
         self.leaves_ = leaves
         self.inbag_ = inbag
         self.node_counts_ = np.concatenate([b.node_counts for b in parts])
-        self.nodes_ = _concatenate_nodes(parts)
+        self.nodes_ = _concatenate_nodes(parts) if keep_nodes else None
         self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
         self.fit_id_ = uuid.uuid4().hex
         self.params_ = params
@@ -220,7 +234,7 @@ class ProximityForest(DaskEstimator):
         -------
         ndarray of int32, shape (n, n_estimators)
         """
-        self._check_fitted()
+        self._check_nodes("apply() to new rows")
         table = X if isinstance(X, Table) else load_table(X)
         if table.n_features != self.n_features_in_:
             raise InputError(
@@ -228,6 +242,7 @@ class ProximityForest(DaskEstimator):
                 f"on {self.n_features_in_}; pass the same columns (without the target)"
             )
         offsets = np.concatenate([[0], np.cumsum(self.node_counts_)])
+        assert self.nodes_ is not None  # checked
         return apply_nodes(table.X, {**self.nodes_, "node_offset": offsets})
 
     def _check_method(self, method: str) -> None:
@@ -238,6 +253,14 @@ class ProximityForest(DaskEstimator):
     def _check_fitted(self) -> None:
         if not hasattr(self, "leaves_"):
             raise NotFittedError("this ProximityForest is not fitted yet; call fit(X, y) first")
+
+    def _check_nodes(self, what: str) -> None:
+        self._check_fitted()
+        if self.nodes_ is None:
+            raise NotFittedError(
+                f"this ProximityForest was fitted with fit_leaves(), which keeps no tree "
+                f"nodes; {what} needs them: fit it with fit(X, y)"
+            )
 
     # -- storing ------------------------------------------------------------
 
@@ -279,7 +302,8 @@ class ProximityForest(DaskEstimator):
         RunStore
             The store, still marked ``running`` until the caller completes it.
         """
-        self._check_fitted()
+        self._check_nodes("save()")
+        assert self.nodes_ is not None  # checked
         rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
                              overwrite=overwrite)  # fmt: skip
         n, n_trees = self.leaves_.shape

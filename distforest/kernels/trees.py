@@ -250,7 +250,11 @@ def fit_one_tree(
 
 
 def fit_tree_batch(
-    X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, params: TreeParams
+    X: np.ndarray,
+    y: np.ndarray | None,
+    seeds: np.ndarray,
+    params: TreeParams,
+    keep_nodes: bool = True,
 ) -> TreeBatch:
     """Fit one tree per seed and flatten the batch.
 
@@ -261,6 +265,10 @@ def fit_tree_batch(
     y : ndarray, shape (n,) or None
     seeds : ndarray of uint64, shape (n_trees,)
     params : TreeParams
+    keep_nodes : bool, default True
+        False: drop each tree's nodes once its leaves are known (``nodes`` is
+        then empty; ``node_counts`` is kept), for callers that only need the
+        training rows' leaves and in-bag counts.
 
     Returns
     -------
@@ -271,9 +279,13 @@ def fit_tree_batch(
     leaves = np.empty((n, len(seeds)), dtype=np.int32)
     inbag = np.empty((n, len(seeds)), dtype=np.uint8)
     per_tree = []
+    node_counts = np.empty(len(seeds), dtype=np.int64)
     for k, seed in enumerate(seeds):
         leaves[:, k], inbag[:, k], nodes = fit_one_tree(X, y, int(seed), params)
-        per_tree.append(nodes)
-    node_counts = np.array([len(t["feature"]) for t in per_tree], dtype=np.int64)
-    merged = {f: np.concatenate([t[f] for t in per_tree]) for f in NODE_FIELDS}
+        node_counts[k] = len(nodes["feature"])
+        if keep_nodes:
+            per_tree.append(nodes)
+    merged = (
+        {f: np.concatenate([t[f] for t in per_tree]) for f in NODE_FIELDS} if keep_nodes else {}
+    )
     return TreeBatch(leaves=leaves, inbag=inbag, node_counts=node_counts, nodes=merged)

@@ -25,8 +25,9 @@ yielding results as they finish.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -98,8 +99,12 @@ class Execution:
         current one: nested estimator calls reuse the same cluster.
         """
         if self.client == SYNCHRONOUS:
-            with use_execution(self):
-                yield Runner(None, self.threads)
+            runner = Runner(None, self.threads)
+            try:
+                with use_execution(self):
+                    yield runner
+            finally:
+                runner.close()
             return
         with use_client(self.client, scheduler=self.scheduler, cluster=self.cluster) as client:
             bound = replace(
@@ -174,6 +179,15 @@ class Runner:
         #: Lost future key -> the future of the copy sent again.
         self._resent: dict[str, Any] = {}
         self._threads = max(1, threads)
+        #: Without a client: one pool of threads for every run (started on first use; a
+        #: pool per run started two threads per column of a small imputation).
+        self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        """Stop the threads of this process's pool, if one was started."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     @property
     def in_process(self) -> bool:
@@ -231,7 +245,9 @@ class Runner:
         if progress is not None:
             progress(0, total)
         if self._threads > 1 and total > 1:
-            yield from _run_threads(func, items, self._threads, progress)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._threads)
+            yield from _run_threads(func, items, self._pool, progress)
             return
         for i, args in enumerate(items):
             result = func(*args)
@@ -245,6 +261,8 @@ def cluster_requested(exe: Execution) -> bool:
     default ``distributed`` client exists (one made in a notebook)."""
     if exe.client is not None or exe.scheduler is not None or exe.cluster is not None:
         return True
+    if "distributed" not in sys.modules:  # no client can exist: skip importing it (0.5 s)
+        return False
     from distributed import get_client
 
     try:
@@ -261,8 +279,12 @@ def in_process(exe: Execution, threads: int) -> Iterator[Runner]:
     Nested estimator calls inside the block run in this process too, on as many threads.
     """
     here = replace(exe, client=SYNCHRONOUS, scheduler=None, cluster=None, threads=threads)
-    with use_execution(here):
-        yield Runner(None, threads)
+    runner = Runner(None, threads)
+    try:
+        with use_execution(here):
+            yield runner
+    finally:
+        runner.close()
 
 
 def runs_here(exe: Execution, cells: int) -> bool:
@@ -274,16 +296,20 @@ def runs_here(exe: Execution, cells: int) -> bool:
 def _run_threads(
     func: Callable[..., Any],
     items: Sequence[Sequence[Any]],
-    threads: int,
+    pool: ThreadPoolExecutor,
     progress: tasks.ProgressCallback | None,
 ) -> Iterator[tuple[int, Any]]:
     """``func(*item)`` on a pool of this process's threads; yields as they finish."""
-    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
-        futures = {pool.submit(func, *args): i for i, args in enumerate(items)}
+    futures = {pool.submit(func, *args): i for i, args in enumerate(items)}
+    try:
         for done, future in enumerate(as_completed(futures), start=1):
             if progress is not None:
                 progress(done, len(items))
             yield futures[future], future.result()
+    finally:  # an error or an abandoned run: no task of it keeps running behind the caller
+        for future in futures:
+            future.cancel()
+        wait(futures)
 
 
 def for_call(
