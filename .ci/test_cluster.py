@@ -14,10 +14,14 @@ apt-get: openssh-server, slurm-wlm, munge), starts every daemon itself on
 
 On each engine the main pipeline (``pipelines/main.yaml``) and the X-Forest
 pipeline (``pipelines/xforest_cluster.yaml``) run twice: once plainly, once
-with a worker killed (SIGKILL; ``scancel`` of one job for Slurm) while the
-job runs.  Every stored array and every CSV output is compared byte for
-byte with a LocalCluster run of the same pipeline (same seed).  The table
-goes to ``benchmarks/results/clusters.md``.
+with a worker killed while the job runs (SIGKILL of a worker process; for
+Slurm ``scancel`` of its job): the worker chosen is one the run's scheduler
+shows running a task, and the kill counts only if the scheduler then lost
+that worker while the run was still going (else the script fails).  Every
+stored array and every CSV output is compared byte for byte with a
+LocalCluster run of the same pipeline (same seed).  The table goes to
+``benchmarks/results/clusters.md``; its hand-written section from
+``## What I saw`` on is kept.
 
 Usage::
 
@@ -614,7 +618,7 @@ def write_results(rows, setups, engines, load_before) -> None:
         *(f"- **{e}**: {s}" for e, s in setups.items()),
         "- **kubernetes**: cannot run here (no Kubernetes cluster on this machine);",
         "  `cluster_configs/kubernetes.yaml` is checked against `KubeCluster`'s signature",
-        "  by `tests/test_cluster.py` when dask-kubernetes is installed.",
+        "  by `tests/test_cluster.py` (dask-kubernetes is in the `test` extra).",
         "",
         "## Runs",
         "",
