@@ -7,7 +7,12 @@ import os
 import pytest
 from distributed import Client, LocalCluster
 
-from distforest.parallel.monitor import AttemptCounter, RunMonitor, _attempts_on_scheduler
+from distforest.parallel.monitor import (
+    PLUGIN_NAME,
+    AttemptCounter,
+    RunMonitor,
+    _attempts_on_scheduler,
+)
 
 
 class _Scheduler:
@@ -59,3 +64,17 @@ def test_computing_the_same_key_twice_on_a_cluster_reports_no_retry():
             client.run_on_scheduler(lambda dask_scheduler: None)  # let the release land
         tasks = monitor.tasks()
     assert tasks == {"same-key": {"tasks": 1, "retries": 0}}, tasks
+
+
+def test_the_count_ends_with_the_run():
+    """A scheduler shared by several runs keeps no plugin of a finished run."""
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                     dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        for _ in range(2):
+            with RunMonitor(client) as monitor:
+                assert client.submit(_pid, pure=False).result() == os.getpid()
+                assert monitor.tasks() == {"pid": {"tasks": 1, "retries": 0}}
+            assert PLUGIN_NAME not in cluster.scheduler.plugins

@@ -101,6 +101,11 @@ class RunMonitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._plugin_ok:  # the next run on this scheduler starts its own count
+            try:
+                self.client.unregister_scheduler_plugin(PLUGIN_NAME)
+            except Exception as exc:  # the scheduler or the client is gone
+                logger.debug("could not remove the %s plugin: %s", PLUGIN_NAME, exc)
 
     def _sample(self) -> None:
         while not self._stop.is_set():
