@@ -484,6 +484,25 @@ def test_every_named_localcluster_keyword_is_accepted_or_refused_with_a_reason()
                     assert "unknown key" not in str(exc), name
 
 
+def test_the_kubernetes_file_speaks_kubeclusters_own_keywords():
+    """No Kubernetes here: the shipped file is held to KubeCluster's real signature.
+
+    dask-kubernetes is in the ``test`` extra, so this runs in ``make test``.
+    """
+    from dask_kubernetes.operator import KubeCluster
+
+    data = yaml.safe_load((CONFIG_DIR / "kubernetes.yaml").read_text(encoding="utf-8"))
+    keywords = set(inspect.signature(KubeCluster).parameters)
+    assert set(data) - {"kind"} <= keywords, set(data) - {"kind"} - keywords
+    config = load_cluster_config(CONFIG_DIR / "kubernetes.yaml")
+    assert {k: v for k, v in config.as_dict().items() if k in keywords} == {
+        k: v for k, v in data.items() if k != "kind"
+    }
+    # and a key KubeCluster does not take is refused with the closest one
+    with pytest.raises(ConfigError, match="did you mean 'n_workers'"):
+        parse_cluster_config({**data, "n_worker": 2})
+
+
 @NEEDS_JOBQUEUE
 def test_jobqueue_typo_gets_did_you_mean(tmp_path):
     path = _write(tmp_path, "kind: slurm\ncores: 1\nmemory: 1GB\nworker_extra_arg: []\n")

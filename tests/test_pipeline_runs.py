@@ -350,6 +350,12 @@ def test_xforest_and_knn_pipelines_are_locked_and_reported(name, overrides, stor
     assert report["seconds"] > 0 and report["bytes_written"]
     assert str(out / store) in json.dumps(report["config"])
     assert (out / "report.md").exists() and lock_path(out / store).read_text() == ""
+    if name == "xforest_cluster":  # which engine and addresses, tasks and retries
+        engine = report["engine"]
+        assert engine["engine"] == "local" and engine["scheduler"].startswith("tls://127.0.0.1:")
+        assert len(engine["workers"]) >= 1
+        assert report["tasks"] and report["retries"] == 0, report["tasks"]
+        assert "## Cluster" in (out / "report.md").read_text()
 
 
 IONOSPHERE = ROOT / "distforest" / "data" / "ionosphere.csv"

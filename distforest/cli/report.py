@@ -56,6 +56,30 @@ def _quality(table: Any, stages: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def cluster_facts(monitor: Any) -> dict[str, Any]:
+    """What a run's cluster did, read while its client is open.
+
+    Parameters
+    ----------
+    monitor : RunMonitor or None
+        The run's monitor; None for a run in this process.
+
+    Returns
+    -------
+    dict
+        ``engine`` (:func:`~distforest.parallel.cluster.engine_report`),
+        ``tasks`` (per task kind, None when in-process or not countable),
+        ``retries`` (their sum, or None) and ``peak_worker_memory_bytes``.
+    """
+    tasks = None if monitor is None else monitor.tasks()  # None: the run was in-process
+    return {
+        "engine": engine_report(None if monitor is None else monitor.client),
+        "tasks": tasks,
+        "retries": None if tasks is None else sum(t["retries"] for t in tasks.values()),
+        "peak_worker_memory_bytes": {} if monitor is None else dict(monitor.peak_memory),
+    }
+
+
 def write_report(
     job: Any,
     table: Any,
@@ -79,7 +103,7 @@ def write_report(
     files = {label: Path(p) for s in stages.values() for label, p in s.get("outputs", {}).items()}
     written = {"store": _disk_usage(Path(rs.path))}
     written.update({label: _disk_usage(p) for label, p in files.items() if p.exists()})
-    tasks = None if monitor is None else monitor.tasks()  # None: the run was in-process
+    facts = cluster_facts(monitor)
     report = {
         "run_id": run_id,
         "job": job.name,
@@ -92,14 +116,14 @@ def write_report(
         "spec_hash": digest,
         "config": spec,
         "cluster": job.connect,
-        "engine": engine_report(None if monitor is None else monitor.client),
+        "engine": facts["engine"],
         "versions": versions(),
         "stages": stages,
         "seconds_per_stage": {k: v.get("seconds") for k, v in stages.items()},
-        "tasks": tasks,
-        "retries": None if tasks is None else sum(t["retries"] for t in tasks.values()),
+        "tasks": facts["tasks"],
+        "retries": facts["retries"],
         "bytes_written": written,
-        "peak_worker_memory_bytes": {} if monitor is None else monitor.peak_memory,
+        "peak_worker_memory_bytes": facts["peak_worker_memory_bytes"],
         "data_quality": _quality(table, stages),
         "store": rs.path,
     }
@@ -130,23 +154,7 @@ def _markdown(report: dict[str, Any], files: dict[str, Path], out_dir: Path) -> 
     for name, entry in report["stages"].items():
         notes = ", ".join(f"{k} {v}" for k, v in entry.items() if k not in ("seconds", "outputs"))
         lines.append(f"| {name} | {entry.get('seconds', 0):.1f} | {notes} |")
-    lines += ["", "## Cluster", ""]
-    engine = report["engine"]
-    lines.append(
-        f"- engine: {engine['engine']} ({engine.get('class', '?')}, "
-        f"{engine.get('cluster_file', '-')}), scheduler {engine['scheduler']}"
-        f"{' (TLS)' if engine['tls'] else ''}, dashboard {engine.get('dashboard') or 'off'}"
-    )
-    lines.append(f"- workers at the end: {', '.join(engine['workers']) or 'none'}")
-    if report["tasks"] is None and engine["engine"] == "in-process":
-        lines.append("- tasks: run in this process (small input, no cluster asked for)")
-    elif report["tasks"] is None:
-        lines.append("- tasks and retries: not available from this scheduler")
-    else:
-        for kind, t in sorted(report["tasks"].items()):
-            lines.append(f"- {kind}: {t['tasks']} tasks, {t['retries']} retried")
-    for worker, peak in sorted(report["peak_worker_memory_bytes"].items()):
-        lines.append(f"- worker {worker}: peak memory {_mb(peak)}")
+    lines += _cluster_lines(report)
     lines += ["", "## Data", ""]
     lines += [f"- {k.replace('_', ' ')}: {v:,}" for k, v in report["data_quality"].items()]
     lines += ["", "## Outputs", ""]
@@ -159,12 +167,40 @@ def _markdown(report: dict[str, Any], files: dict[str, Path], out_dir: Path) -> 
     return "\n".join(lines) + "\n"
 
 
+def _cluster_lines(facts: dict[str, Any]) -> list[str]:
+    """The Markdown "Cluster" section from a report's :func:`cluster_facts` keys."""
+    lines = ["", "## Cluster", ""]
+    engine = facts["engine"]
+    lines.append(
+        f"- engine: {engine['engine']} ({engine.get('class', '?')}, "
+        f"{engine.get('cluster_file', '-')}), scheduler {engine['scheduler']}"
+        f"{' (TLS)' if engine['tls'] else ''}, dashboard {engine.get('dashboard') or 'off'}"
+    )
+    lines.append(f"- workers at the end: {', '.join(engine['workers']) or 'none'}")
+    if facts["tasks"] is None and engine["engine"] == "in-process":
+        lines.append("- tasks: run in this process (small input, no cluster asked for)")
+    elif facts["tasks"] is None:
+        lines.append("- tasks and retries: not available from this scheduler")
+    else:
+        for kind, t in sorted(facts["tasks"].items()):
+            lines.append(f"- {kind}: {t['tasks']} tasks, {t['retries']} retried")
+    for worker, peak in sorted(facts["peak_worker_memory_bytes"].items()):
+        lines.append(f"- worker {worker}: peak memory {_mb(peak)}")
+    return lines
+
+
 def write_simple_report(
-    job: Any, result: Any, run_id: str, took_over: dict[str, Any] | None
+    job: Any,
+    result: Any,
+    run_id: str,
+    took_over: dict[str, Any] | None,
+    cluster: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """``report.json`` and ``report.md`` for a job without stages (X-Forest, k-NN).
 
-    Written next to the job's main output; returns their paths.
+    Written next to the job's main output; returns their paths.  ``cluster``
+    (from :func:`cluster_facts`, read while the client was open) adds the
+    engine, its addresses, tasks and retries.
     """
     out_dir = Path(job.out).parent
     files = {label: Path(p) for label, p in result.outputs.items()}
@@ -179,6 +215,7 @@ def write_simple_report(
         "versions": versions(),
         "seconds": round(result.seconds, 3),
         "bytes_written": {k: _disk_usage(p) for k, p in files.items() if p.exists()},
+        **(cluster or {}),
     }
     lines = [
         f"# distforest run {run_id}: {report['job']} ({report['kind']})",
@@ -190,6 +227,8 @@ def write_simple_report(
         "",
         *(f"- {k}: `{files[k]}` ({_mb(v)})" for k, v in report["bytes_written"].items()),
     ]
+    if cluster is not None:
+        lines += _cluster_lines(report)
     for label, p in files.items():
         if p.suffix == ".png":
             lines += ["", f"### {label}", "", f"![{label}]({os.path.relpath(p, out_dir)})"]

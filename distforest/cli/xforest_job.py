@@ -23,7 +23,7 @@ from distforest.apps.plots import plot_matrix
 from distforest.cli.jobs import JobResult
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.plan import check_disk, check_size, estimate_xforest
-from distforest.cli.report import write_simple_report
+from distforest.cli.report import cluster_facts, write_simple_report
 from distforest.cli.runs import Stages, decide, now, spec_hash
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests.xforest import XForest
@@ -150,7 +150,9 @@ def run_xforest_job(
                    f"the number of trees ({need['trees']:,})")  # fmt: skip
         check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
         Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-        with connect(**job.connect) as client:
+        from distforest.parallel.monitor import RunMonitor  # distributed: only here
+
+        with connect(**job.connect) as client, RunMonitor(client) as monitor:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
                 forest = XForest.load(job.out).set_execution(client, progress=progress)
@@ -187,9 +189,10 @@ def run_xforest_job(
                 )
                 stages.finish("clustering", time.perf_counter() - tick, written,
                               **info)  # fmt: skip
+            facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
         result = _xforest_result(job, rs, stages.outputs(), start,
                                  "resumed" if mode == "resume" else "new")  # fmt: skip
-        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
+        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over, facts))
         rs.mark_complete()
     return result
 

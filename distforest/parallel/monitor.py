@@ -1,9 +1,10 @@
 """What a run reports about its cluster: task attempts, retries, worker memory.
 
 :class:`RunMonitor` watches a client for the length of a run: a scheduler
-plugin counts how often each task was sent to a worker (a task whose worker
-died is sent again: that is a retry), and a background thread samples the
-memory of every worker from the scheduler's heartbeats.  Both are
+plugin counts how often each task was sent to a worker again before it
+finished (a task whose worker died is sent again: that is a retry), and a
+background thread samples the memory of every worker from the scheduler's
+heartbeats.  Both are
 best-effort: if the scheduler cannot load the plugin (distforest not
 installed there), retries are reported as unknown rather than failing the
 run.
@@ -27,27 +28,40 @@ PLUGIN_NAME = "distforest-attempts"
 
 
 class AttemptCounter(SchedulerPlugin):
-    """Counts the transitions of each task into ``processing`` (one per attempt)."""
+    """Counts, per task, the attempts that were sent to a worker again.
+
+    A task is retried when it goes to ``processing`` again before it reached
+    ``memory`` or ``erred``: its worker died, or it raised and has dask
+    retries left.  A task computed again after it finished (its result was
+    released, then asked for by a later computation) or after the client gave
+    it up (``forgotten``) is a new run, not a retry.
+    """
 
     name = PLUGIN_NAME
 
     def __init__(self) -> None:
-        self.attempts: Counter[str] = Counter()
+        self.pending: Counter[str] = Counter()  # attempts of the current, unfinished run
+        self.retries: Counter[str] = Counter()
         self.kinds: dict[str, str] = {}
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        name = str(key)
         if finish == "processing":
-            name = str(key)
-            self.attempts[name] += 1
+            if self.pending[name]:
+                self.retries[name] += 1
+            self.pending[name] += 1
             if name not in self.kinds:  # fit-trees-1a2b3c4d-7 -> fit-trees
                 self.kinds[name] = key_split(key)
+        elif finish in ("memory", "erred", "forgotten"):
+            self.pending.pop(name, None)
 
 
 def _attempts_on_scheduler(dask_scheduler: Any = None) -> list[tuple[str, int]]:
+    """(kind, retries) of every task the plugin saw."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     if plugin is None:
         return []
-    return [(plugin.kinds[key], count) for key, count in plugin.attempts.items()]
+    return [(kind, plugin.retries[key]) for key, kind in plugin.kinds.items()]
 
 
 class RunMonitor:
@@ -87,6 +101,11 @@ class RunMonitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._plugin_ok:  # the next run on this scheduler starts its own count
+            try:
+                self.client.unregister_scheduler_plugin(PLUGIN_NAME)
+            except Exception as exc:  # the scheduler or the client is gone
+                logger.debug("could not remove the %s plugin: %s", PLUGIN_NAME, exc)
 
     def _sample(self) -> None:
         while not self._stop.is_set():
@@ -117,8 +136,8 @@ class RunMonitor:
             logger.warning("cannot read task attempts from the scheduler: %s", exc)
             return None
         out: dict[str, dict[str, int]] = {}
-        for kind, count in attempts:
+        for kind, retries in attempts:
             entry = out.setdefault(kind, {"tasks": 0, "retries": 0})
             entry["tasks"] += 1
-            entry["retries"] += max(0, count - 1)
+            entry["retries"] += retries
         return out
