@@ -101,7 +101,7 @@ def class_distances(table: Table) -> np.ndarray:
 
 
 def _fingerprint(values: np.ndarray) -> str:
-    return hashlib.blake2b(np.ascontiguousarray(values).view(np.uint8), digest_size=16).hexdigest()
+    return hashlib.blake2b(np.ascontiguousarray(values).data, digest_size=16).hexdigest()
 
 
 def run_smerf_job(
