@@ -316,21 +316,33 @@ def _speed_child(n: int, trees: int, workers: int, tile: int, out: str, pred_row
             sample([me, *me.children(recursive=True)])
             time.sleep(0.2)
 
+    def cpu() -> float:
+        """CPU seconds (user + system) of this process and the workers so far."""
+        total = 0.0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as lc:
         with Client(lc) as client:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu()
             model = SMERF(n_estimators=trees, random_state=0).set_execution(client).fit(X, d_path)
-            fit_s = time.perf_counter() - t0
+            fit_s, fit_cpu = time.perf_counter() - t0, cpu() - c0
             Q = rng.uniform(-1, 1, size=(min(n, pred_rows), 20))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu()
             model.predict_distance(Q, store=out, tile_size=tile, overwrite=True)
-            pred_s = time.perf_counter() - t0
+            pred_s, pred_cpu = time.perf_counter() - t0, cpu() - c0
     stop.set()
     thread.join()
     print(json.dumps({"n": n, "trees": trees, "workers": workers, "fit_seconds": fit_s,
                       "predict_seconds": pred_s, "pred_rows": Q.shape[0],
+                      "fit_cpu_seconds": fit_cpu, "predict_cpu_seconds": pred_cpu,
                       "cells_per_second": Q.shape[0] * n / pred_s, "d_source": "zarr",
                       "peak_rss_bytes": peak[0], "tile_size": tile,
                       "max_rss_driver_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
