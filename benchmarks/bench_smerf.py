@@ -4,7 +4,8 @@ Run by hand, never in CI, from the repository root on a committed tree::
 
     python benchmarks/bench_smerf.py simulations [--reps 10] [--trees 100]
     python benchmarks/bench_smerf.py links [--reps 5] [--trees 100]
-    python benchmarks/bench_smerf.py speed [--sizes 2000,5000] [--trees 100]
+    python benchmarks/bench_smerf.py speed [--sizes 2000,5000,20000] [--trees 100]
+                                           [--predict-rows 5000]
     python benchmarks/bench_smerf.py render      # tables + plots from the JSON
 
 Writes ``benchmarks/results/smerf.json`` (every part keeps its own key) and
@@ -272,15 +273,28 @@ def run_links(reps: int, trees: int, n: int = 400) -> dict[str, Any]:
     return {"rows": rows, "reps": reps, "trees": trees, "n_nodes": n}
 
 
-def _speed_child(n: int, trees: int, workers: int, tile: int, out: str) -> None:
-    """One speed measurement in its own process (peak RSS of this process + workers)."""
+def _speed_child(n: int, trees: int, workers: int, tile: int, out: str, pred_rows: int) -> None:
+    """One speed measurement in its own process (peak RSS of this process + workers).
+
+    D (the radial distance, float32) is written block by block to a Zarr array
+    and handed to ``fit`` as that path: the benchmark never builds it whole;
+    ``fit`` reads it (SMERF grows trees on D in memory, in each worker).
+    Prediction: ``pred_rows`` new rows against the n training rows.
+    """
     import psutil
+    import zarr
     from distributed import Client, LocalCluster
 
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, size=(n, 20))
     r = np.sqrt(X[:, 0] ** 2 + X[:, 1] ** 2)
-    D = ((r[:, None] - r[None, :]) ** 2).astype(np.float32)
+    d_path = "/tmp/smerf_speed_D.zarr"
+    arr = zarr.create_array(d_path, shape=(n, n), chunks=(tile, tile), dtype="float32",
+                            overwrite=True)  # fmt: skip
+    for start in range(0, n, tile):
+        block = r[start : start + tile, None] - r[None, :]
+        arr[start : start + tile] = (block**2).astype(np.float32)
+    del block
     peak = [0]
 
     def sample(procs: list[Any]) -> None:
@@ -302,38 +316,54 @@ def _speed_child(n: int, trees: int, workers: int, tile: int, out: str) -> None:
             sample([me, *me.children(recursive=True)])
             time.sleep(0.2)
 
+    def cpu() -> float:
+        """CPU seconds (user + system) of this process and the workers so far."""
+        total = 0.0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as lc:
         with Client(lc) as client:
-            t0 = time.perf_counter()
-            model = SMERF(n_estimators=trees, random_state=0).set_execution(client).fit(X, D)
-            fit_s = time.perf_counter() - t0
-            Q = rng.uniform(-1, 1, size=(n, 20))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu()
+            model = SMERF(n_estimators=trees, random_state=0).set_execution(client).fit(X, d_path)
+            fit_s, fit_cpu = time.perf_counter() - t0, cpu() - c0
+            Q = rng.uniform(-1, 1, size=(min(n, pred_rows), 20))
+            t0, c0 = time.perf_counter(), cpu()
             model.predict_distance(Q, store=out, tile_size=tile, overwrite=True)
-            pred_s = time.perf_counter() - t0
+            pred_s, pred_cpu = time.perf_counter() - t0, cpu() - c0
     stop.set()
     thread.join()
     print(json.dumps({"n": n, "trees": trees, "workers": workers, "fit_seconds": fit_s,
-                      "predict_seconds": pred_s, "cells_per_second": n * n / pred_s,
+                      "predict_seconds": pred_s, "pred_rows": Q.shape[0],
+                      "fit_cpu_seconds": fit_cpu, "predict_cpu_seconds": pred_cpu,
+                      "cells_per_second": Q.shape[0] * n / pred_s, "d_source": "zarr",
                       "peak_rss_bytes": peak[0], "tile_size": tile,
                       "max_rss_driver_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                       }))  # fmt: skip
 
 
-def run_speed(sizes: tuple[int, ...], trees: int, workers: int) -> dict[str, Any]:
-    rows = []
+def run_speed(sizes: tuple[int, ...], trees: int, workers: int, pred_rows: int,
+              save: Any) -> dict[str, Any]:  # fmt: skip
+    """Each size in its own process; ``save(part)`` after each (a long run keeps what it did)."""
+    rows: list[dict[str, Any]] = []
     for n in sizes:
         load_before = os.getloadavg()
         cmd = [sys.executable, __file__, "_speed", "--n", str(n), "--trees", str(trees),
-               "--workers", str(workers)]  # fmt: skip
+               "--workers", str(workers), "--predict-rows", str(pred_rows)]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
         row = json.loads(done.stdout.strip().splitlines()[-1])
         row["load_before"] = load_before
         row["load_after"] = os.getloadavg()
         rows.append(row)
         print(f"speed n={n}: {row}", file=sys.stderr, flush=True)
+        save({"rows": rows})
     return {"rows": rows}
 
 
@@ -347,7 +377,9 @@ def _about() -> dict[str, Any]:
             mem = int(line.split()[1]) * 1024
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip()  # fmt: skip
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+    # the results this script writes itself do not make the code "uncommitted"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":!benchmarks/results"],
                            capture_output=True, text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -454,16 +486,25 @@ def render(data: dict[str, Any]) -> str:
         about = speed["about"]
         out += ["## Speed and scale (issue 12, item 7)", "",
                 f"Run {about['date']} on commit {about['commit']}, {about['cores']} cores, "
-                f"{about['memory_gb']} GB; command `{about['command']}`. **Timings were taken "
-                "while other engineers' jobs shared the 2 cores (load averages below): they are "
-                "drafts, not clean measurements.**", "",
-                "| n | trees | workers | fit (s) | predict n x n to Zarr (s) | cells/s | "
+                f"{about['memory_gb']} GB; command `{about['command']}`"
+                + "".join(f"; {c}" for c in speed.get("more_commands", [])) + ". **Wall times "
+                "were taken while other engineers' jobs shared the 2 cores (load averages "
+                "below): they are drafts, not clean measurements.** CPU seconds (user + system "
+                "of the driver and its workers) depend little on the load: CPU / 2 is about "
+                "what the step would take on the 2 cores alone.", "",
+                "| n | trees | workers | fit (s) | fit CPU (s) | predicted rows x n | "
+                "predict to Zarr (s) | predict CPU (s) | cells per CPU-second | "
                 "peak RSS, all processes (GB) | load before / after |",
-                "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in speed["rows"]:
+            cells = r.get("pred_rows", r["n"]) * r["n"]
+            fit_cpu, pred_cpu = r.get("fit_cpu_seconds"), r.get("predict_cpu_seconds")
             out.append(
                 f"| {r['n']} | {r['trees']} | {r['workers']} | {r['fit_seconds']:.1f} | "
-                f"{r['predict_seconds']:.1f} | {r['cells_per_second']:.3g} | "
+                f"{'-' if fit_cpu is None else f'{fit_cpu:.1f}'} | "
+                f"{r.get('pred_rows', r['n'])} x {r['n']} | {r['predict_seconds']:.1f} | "
+                f"{'-' if pred_cpu is None else f'{pred_cpu:.1f}'} | "
+                f"{'-' if pred_cpu is None else f'{cells / pred_cpu:.3g}'} | "
                 f"{r['peak_rss_bytes'] / 1e9:.2f} | {r['load_before'][0]:.1f} / "
                 f"{r['load_after'][0]:.1f} |"
             )
@@ -479,9 +520,12 @@ def main() -> None:
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--predict-rows", type=int, default=5000,
+                        help="speed: new rows predicted against the n training rows")  # fmt: skip
     args = parser.parse_args()
     if args.part == "_speed":
-        _speed_child(args.n, args.trees, args.workers, 1024, "/tmp/smerf_speed_prediction.zarr")
+        _speed_child(args.n, args.trees, args.workers, 1024, "/tmp/smerf_speed_prediction.zarr",
+                     args.predict_rows)  # fmt: skip
         return
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if args.part == "simulations":
@@ -491,13 +535,23 @@ def main() -> None:
         data["links"] = run_links(args.reps or 5, args.trees)
     elif args.part == "speed":
         sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else (2000, 5000)
-        data["speed"] = run_speed(sizes, args.trees, args.workers)
-    if args.part != "render":
-        data[args.part]["about"] = _about()
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(data, indent=1) + "\n")
-    generated = render(data)
-    REPORT.write_text(generated + _notes())
+
+        def save(part: dict[str, Any]) -> None:
+            data["speed"] = part
+            _write(data, "speed")
+
+        run_speed(sizes, args.trees, args.workers, args.predict_rows, save)
+    if args.part not in ("render", "speed"):
+        _write(data, args.part)
+    REPORT.write_text(render(data) + _notes())
+
+
+def _write(data: dict[str, Any], part: str) -> None:
+    """Record ``data[part]`` with the machine and commit, JSON and Markdown."""
+    data[part]["about"] = _about()
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+    REPORT.write_text(render(data) + _notes())
 
 
 def _notes() -> str:

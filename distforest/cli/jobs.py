@@ -32,7 +32,7 @@ from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, check_size, estimate
 from distforest.cli.report import write_report, write_simple_report
-from distforest.cli.runs import Stages, decide, now, spec_hash
+from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
@@ -211,11 +211,7 @@ def _fit_stage(job, table, stages, spec, digest, run_id):
     if stages is not None and stages.done("fit"):
         logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
         forest = ProximityForest.from_store(job.out)
-        rs = RunStore.open(job.out, mode="r+")
-        rs.mark_running()
-        stages = Stages(rs)
-        rs.update_attrs(run_id=run_id, resumed_at=now())
-        return forest, rs, stages
+        return (forest, *resume_store(job.out, run_id))
     tick = time.perf_counter()
     forest = ProximityForest(**job.forest).fit(table)
     rs = forest.save(job.out, overwrite=True, attrs={  # the spec from the store's first moment

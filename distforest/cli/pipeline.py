@@ -41,12 +41,14 @@ from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
 from distforest.cli.simforest_job import SimForestJob, simforest_job
+from distforest.cli.smerf_job import SMERF_EXTRA, SmerfJob, smerf_job
 from distforest.cli.xforest_job import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 from distforest.forests import constraints as C
 from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.simforest import SimilarityForestClassifier
+from distforest.forests.smerf import SMERF
 from distforest.forests.xforest import XForest
 from distforest.parallel.cluster_config import load_cluster_config
 
@@ -99,6 +101,9 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         **dict.fromkeys(("k", "n_estimators", "random_state"), _INT),
         "predict": (dict,),
     },
+    # SMERF pipelines (input, smerf, distance, output): cli/smerf_job.py
+    "smerf": dict.fromkeys([*SMERF._parameter_constraints, *SMERF_EXTRA], ()),
+    "distance": {"rows": _STR, "against": _STR, "oob": _BOOL, "out": _STR},
 }
 #: Sections whose keys are an estimator's parameters: checked by its constraint table,
 #: so a pipeline accepts and refuses exactly what Python does.
@@ -110,6 +115,11 @@ TABLES: dict[str, Mapping[str, C.Constraint]] = {
         # "rbf:GAMMA" is read by simforest_job, which checks the name
         "metric": C.Checked("by simforest_job"),
         "normalize": C.Choice(C.SIMFOREST_SCALINGS),
+    },
+    "smerf": {
+        **SMERF._parameter_constraints,
+        "distances": C.Checked("by smerf_job"),
+        "tile_size": C.TILE_SIZE,
     },
 }
 TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
@@ -254,7 +264,7 @@ def load_pipeline(
     today: _dt.date | None = None,
     overrides: Sequence[str] = (),
     check_input: bool = True,
-) -> ProximityJob | XForestJob | KNNJob | SimForestJob:
+) -> ProximityJob | XForestJob | KNNJob | SimForestJob | SmerfJob:
     """Read and check a pipeline YAML.
 
     Parameters
@@ -270,8 +280,9 @@ def load_pipeline(
     Returns
     -------
     ProximityJob, or XForestJob for a file with an ``xforest`` section,
-    KNNJob for a file with a ``neighbors`` or ``knn`` section, or
-    SimForestJob for a file with a ``simforest`` section
+    KNNJob for a file with a ``neighbors`` or ``knn`` section,
+    SimForestJob for a file with a ``simforest`` section, or SmerfJob for a
+    file with a ``smerf`` or ``distance`` section
     """
     source = str(path)
     if Path(path).exists() and not Path(path).is_file():  # a FIFO would be waited on for ever
@@ -339,6 +350,9 @@ def load_pipeline(
         connect = {"scheduler": scheduler, "cluster": cluster}
         templated = functools.partial(_templated, today=day)
         return knn_job(data, sections, input_path, out_dir, connect, source, templated)
+    if "smerf" in data or "distance" in data:
+        connect = {"scheduler": scheduler, "cluster": cluster}
+        return smerf_job(data, sections, input_path, out_dir, connect, source)
     if "simforest" in data:
         connect = {"scheduler": scheduler, "cluster": cluster}
         return simforest_job(data, sections, input_path, out_dir, connect, source, extras)

@@ -188,6 +188,20 @@ def estimate_matrix(n: int, m: int, d: int, tile_size: int, symmetric: bool) -> 
     }
 
 
+#: Bytes a SMERF tree keeps per training row at most: up to 2 nodes per bootstrap row
+#: (7 int64/float64 columns), a projection per internal node, one leaf member per row.
+_SMERF_TREE_BYTES_PER_ROW = 2 * 56 + 16 + 8
+
+
+def estimate_smerf_model(n: int, n_trees: int, itemsize: int) -> int:
+    """Bytes of a saved SMERF model (upper bound, uncompressed).
+
+    The training distances (``n x n`` of ``itemsize`` bytes), ``leaves``
+    (int32) and ``inbag`` (uint8) of the training rows, and the flat trees.
+    """
+    return n * n * itemsize + n * n_trees * (4 + 1 + _SMERF_TREE_BYTES_PER_ROW)
+
+
 def physical_memory() -> int:
     """Bytes of RAM of this machine (0 if unknown)."""
     try:

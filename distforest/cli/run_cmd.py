@@ -55,6 +55,7 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     from distforest.cli.pipeline import load_pipeline
     from distforest.cli.plan import check_disk, describe, describe_xforest, estimate, free_space
     from distforest.cli.simforest_job import SimForestJob, run_simforest_job
+    from distforest.cli.smerf_job import SmerfJob, run_smerf_job
     from distforest.cli.xforest_job import XForestJob, run_xforest_job
     from distforest.io import load_table
 
@@ -77,6 +78,12 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
         if not dry_run:
             click.echo(summary(run_simforest_job(job, bars, restart=restart,
                                                  run_id=obj["run_id"])))  # fmt: skip
+        return
+    if isinstance(job, SmerfJob):  # a SMERF pipeline (input, smerf, distance)
+        if dry_run:
+            click.echo(f"SMERF pipeline {job.name!r}: {job.kind} of {job.input} -> {job.out}")
+            return
+        click.echo(summary(run_smerf_job(job, bars, restart=restart, run_id=obj["run_id"])))
         return
     if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
         if dry_run:

@@ -11,14 +11,20 @@ lock (:mod:`distforest.store.lock`) for the whole run.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from distforest.cli.report import write_simple_report
 from distforest.errors import StoreError
+from distforest.parallel.cluster import connect
+from distforest.parallel.execution import execution
+from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
 logger = logging.getLogger("distforest")
@@ -107,3 +113,81 @@ class Stages:
 def now() -> str:
     """The current UTC time, as recorded in stores."""
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def resume_store(path: str | Path, run_id: str) -> tuple[RunStore, Stages]:
+    """Reopen the half-written store of a resumed run for writing, recording the new run."""
+    rs = RunStore.open(path, mode="r+")
+    rs.mark_running()
+    rs.update_attrs(run_id=run_id, resumed_at=now())
+    return rs, Stages(rs)
+
+
+@contextlib.contextmanager
+def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator[Any]:
+    """Run a block in process for up to :data:`IN_PROCESS_MAX` objects, else on a cluster.
+
+    In process only when no cluster is named (``connect_kw`` all None);
+    otherwise on the named (or a local) cluster.  The tasks, and so the
+    results, are the same.  Yields the cluster's
+    :class:`~distforest.parallel.monitor.RunMonitor` (None in process), for
+    :func:`~distforest.cli.report.cluster_facts`.
+    """
+    if n_objects <= IN_PROCESS_MAX and all(v is None for v in connect_kw.values()):
+        with execution("synchronous", progress=progress):
+            yield None
+        return
+    from distforest.parallel.monitor import RunMonitor  # distributed: only for a cluster
+
+    with (
+        connect(**connect_kw) as client,
+        RunMonitor(client) as monitor,
+        execution(client, progress=progress),
+    ):
+        yield monitor
+
+
+#: Up to this many objects a model job stays in this process unless a cluster is named:
+#: starting a LocalCluster would cost more than the work.
+IN_PROCESS_MAX = 3000
+
+
+def run_staged(
+    job: Any,
+    spec: dict[str, Any],
+    body: Callable[
+        [Stages | None, bool, dict[str, Any]], tuple[RunStore, Stages, dict[str, Any] | None]
+    ],
+    result: Callable[[RunStore, dict[str, str], str], Any],
+    *,
+    restart: bool,
+    run_id: str,
+) -> Any:
+    """The run protocol of a job whose stages all record into one store ``job.out``.
+
+    Under the output's lock: :func:`decide`; a complete store returns
+    ``result(rs, outputs, "already complete")`` at once; otherwise
+    ``body(stages, replace, record)`` runs the stages (``stages`` is None for
+    a new run, the finished ones when resuming; ``replace``: files of this
+    job may be replaced; ``record``: attributes a new store starts with) and
+    returns the store, its stages and what the cluster did
+    (:func:`~distforest.cli.report.cluster_facts`, or None).  Then the result
+    gets a simple report and the store is marked complete, last.
+    """
+    digest = spec_hash(spec)
+    with StoreLock(job.out, run_id) as lock:
+        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
+        if mode == "complete":
+            logger.info("%s is already complete for this job (spec %s)", job.out, digest)
+            rs = RunStore.open(job.out)
+            return result(rs, Stages(rs).outputs(), "already complete")
+        check_can_create(job.out, overwrite=True)
+        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
+        record = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
+                  "pipeline": job.source, "stages": {}}  # fmt: skip
+        replace = job.overwrite or restart or stages is not None
+        rs, stages, facts = body(stages, replace, record)
+        done = result(rs, stages.outputs(), "resumed" if mode == "resume" else "new")
+        done.outputs.update(write_simple_report(job, done, run_id, lock.took_over, facts))
+        rs.mark_complete()
+    return done

@@ -134,7 +134,8 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     by --metric, and the model keeps the features of the objects its splits
     use, all that prediction needs.
     """
-    from distforest.cli.simforest_job import metric_params, read_fit_input, where
+    from distforest.cli.runs import where
+    from distforest.cli.simforest_job import metric_params, read_fit_input
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.store.run_store import check_can_create
 
@@ -195,7 +196,8 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     import numpy as np
     import pandas as pd
 
-    from distforest.cli.simforest_job import scale, where
+    from distforest.cli.runs import where
+    from distforest.cli.simforest_job import scale
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.io import load_table, read_frame
     from distforest.io.matrices import load_matrix
@@ -265,7 +267,7 @@ def simforest_proximity(
     No features anywhere: the objects' final nodes in the model's trees.
     """
     from distforest.cli.plan import check_disk, estimate_matrix
-    from distforest.cli.simforest_job import where
+    from distforest.cli.runs import where
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.store.run_store import check_can_create
 

@@ -10,13 +10,11 @@ locked, resumable by stage, not repeated once complete.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +25,8 @@ from distforest._version import __version__
 from distforest.cli.jobs import JobResult
 from distforest.cli.outputs import check_new_file, write_mds, write_outliers
 from distforest.cli.plan import check_disk, estimate_matrix
-from distforest.cli.report import write_simple_report
-from distforest.cli.runs import Stages, decide, now, spec_hash
+from distforest.cli.report import cluster_facts
+from distforest.cli.runs import Stages, resume_store, run_staged, where
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import parse_metric
@@ -36,28 +34,9 @@ from distforest.forests.simforest import METRICS, SimilarityForestClassifier
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
-from distforest.parallel.cluster import connect
-from distforest.parallel.execution import execution
-from distforest.store.lock import StoreLock
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
-
-#: Up to this many objects a run stays in this process unless a cluster is named:
-#: starting a LocalCluster would cost more than the work.
-IN_PROCESS_MAX = 3000
-#: Feature scaling stored with a model fitted on a table, applied again at prediction.
-
-
-@contextlib.contextmanager
-def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator[None]:
-    """In process for small inputs, else on the named (or a local) cluster."""
-    if n_objects <= IN_PROCESS_MAX and all(v is None for v in connect_kw.values()):
-        with execution("synchronous", progress=progress):
-            yield
-        return
-    with connect(**connect_kw) as client, execution(client, progress=progress):
-        yield
 
 
 def read_labels(path: str, n: int) -> np.ndarray:
@@ -212,37 +191,27 @@ def run_simforest_job(
         labels=job.labels, target=job.target, normalize=job.normalize, drop=job.drop,
         na_values=job.na_values,
     )  # fmt: skip
-    spec = job.spec(fit_input.fingerprint)
-    digest = spec_hash(spec)
-    with StoreLock(job.out, run_id) as lock:
-        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
-        if mode == "complete":
-            rs = RunStore.open(job.out)
-            return _result(job, rs, Stages(rs).outputs(), start, "already complete")
-        check_can_create(job.out, overwrite=True)
-        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
-        replace = job.overwrite or restart or stages is not None
+
+    def stages_of_run(
+        stages: Stages | None, replace: bool, record: dict[str, Any]
+    ) -> tuple[RunStore, Stages, dict[str, Any]]:
         for section in (job.outliers, job.mds):
             for key in ("out", "plot"):
                 check_new_file((section or {}).get(key), replace)
         tile = job.forest.get("tile_size", SimilarityForestClassifier().tile_size)
         need = estimate_matrix(fit_input.n, fit_input.n, 1, tile, True)["disk_bytes"]
         check_disk(Path(job.out).resolve().parent, need, replaces=job.out)
-        with where(fit_input.n, job.connect, progress):
+        with where(fit_input.n, job.connect, progress) as monitor:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
                 forest = SimilarityForestClassifier.load(job.out)
-                rs = RunStore.open(job.out, mode="r+")
-                rs.mark_running()
-                rs.update_attrs(run_id=run_id, resumed_at=now())
-                stages = Stages(rs)
+                rs, stages = resume_store(job.out, run_id)
             else:
                 tick = time.perf_counter()
                 forest = SimilarityForestClassifier(**job.forest)
                 forest.fit(fit_input.source, fit_input.y)
-                rs = forest.save(job.out, overwrite=True, complete=False, attrs={
-                    **fit_input.attrs, "spec": spec, "spec_hash": digest, "run_id": run_id,
-                    "job": job.name, "pipeline": job.source, "stages": {}})  # fmt: skip
+                rs = forest.save(job.out, overwrite=True, complete=False,
+                                 attrs={**fit_input.attrs, **record})  # fmt: skip
                 stages = Stages(rs)
                 stages.finish("fit", time.perf_counter() - tick, {"model": rs.path},
                               evaluations=forest.n_similarity_evaluations_)  # fmt: skip
@@ -263,11 +232,14 @@ def run_simforest_job(
                                     dissimilarity=job.mds.get("dissimilarity", "sqrt"),
                                     title=title)  # fmt: skip
                 stages.finish("mds", time.perf_counter() - tick, written)
-        result = _result(job, rs, stages.outputs(), start,
-                         "resumed" if mode == "resume" else "new")  # fmt: skip
-        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
-        rs.mark_complete()
-    return result
+            facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
+        return rs, stages, facts
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        return _result(job, rs, outputs, start, mode)
+
+    spec = job.spec(fit_input.fingerprint)
+    return run_staged(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
 
 
 def _result(job: SimForestJob, rs: RunStore, outputs: dict[str, str], start: float,

@@ -8,7 +8,9 @@
 
 Every input is read and checked before anything is written: a bad D (not
 square, not as long as X, all NaN, infinite, not symmetric) or bad rows stop
-the command with exit code 3 and no output.  The model is built under a
+the command with exit code 3 and no output; an output that would not fit on
+the disk (the model holds D; the predicted matrix is counted uncompressed)
+stops it with exit code 6.  The model is built under a
 temporary name and renamed into place only when complete, so a failed or
 killed ``fit`` leaves no half-written model.
 """  # noqa: E501
@@ -117,6 +119,7 @@ def fit_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Fit SMERF on the features X (CSV with a header, no target) and distances D."""
+    from distforest.cli.plan import check_disk, estimate_smerf_model
     from distforest.forests.smerf import SMERF
     from distforest.io import load_table
     from distforest.io.distances import load_distances
@@ -129,6 +132,8 @@ def fit_cmd(
     model._validated()
     table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
     dist = load_distances(distances, n=table.n_samples)  # checked before any cluster starts
+    need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
+    check_disk(Path(out).resolve().parent, need, replaces=out)
     start = time.perf_counter()
     with connect(**connect_kwargs(options)) as client:
         model.set_execution(client, progress=ProgressBars(enabled=not obj["quiet"]))
@@ -182,6 +187,7 @@ def predict_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Learned distances between the rows of A and those of B (or the training rows)."""
+    from distforest.cli.plan import check_disk, estimate_matrix
     from distforest.forests.smerf import SMERF
     from distforest.io import load_table
     from distforest.parallel.cluster import connect
@@ -195,6 +201,9 @@ def predict_cmd(
     b = None
     if against is not None:
         b = load_table(against, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
+    m = model.n_samples_ if b is None else b.n_samples
+    need = estimate_matrix(a.n_samples, m, 1, tile_size, False)["disk_bytes"]
+    check_disk(Path(out).resolve().parent, need, replaces=out)
     start = time.perf_counter()
     with connect(**connect_kwargs(options)) as client:
         model.set_execution(client, progress=ProgressBars(enabled=not obj["quiet"]))

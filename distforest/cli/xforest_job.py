@@ -23,15 +23,14 @@ from distforest.apps.plots import plot_matrix
 from distforest.cli.jobs import JobResult
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.plan import check_disk, check_size, estimate_xforest
-from distforest.cli.report import cluster_facts, write_simple_report
-from distforest.cli.runs import Stages, decide, now, spec_hash
+from distforest.cli.report import cluster_facts
+from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
 from distforest.parallel.cluster import connect
-from distforest.store.lock import StoreLock
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
 
@@ -127,21 +126,14 @@ def run_xforest_job(
     are found before any cluster is started.
     """
     start = time.perf_counter()
-    run_id = run_id or uuid.uuid4().hex[:8]
     table = load_table(
         job.input, target=job.target, drop=job.drop, na_values=job.na_values, allow_missing=False
     )
-    spec = job.spec(table)
-    digest = spec_hash(spec)
-    with StoreLock(job.out, run_id) as lock:
-        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
-        if mode == "complete":
-            logger.info("%s is already complete for this job (spec %s)", job.out, digest)
-            rs = RunStore.open(job.out)
-            return _xforest_result(job, rs, Stages(rs).outputs(), start, "already complete")
-        check_can_create(job.out, overwrite=True)
-        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
-        replace = job.overwrite or restart or stages is not None
+    run_id = run_id or uuid.uuid4().hex[:8]
+
+    def stages_of_run(
+        stages: Stages | None, replace: bool, record: dict[str, Any]
+    ) -> tuple[RunStore, Stages, dict[str, Any]]:
         extra = job.clustering or {}
         for path in (job.plot, extra.get("out"), extra.get("plot")):
             check_new_file(path, replace)
@@ -156,17 +148,12 @@ def run_xforest_job(
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
                 forest = XForest.load(job.out).set_execution(client, progress=progress)
-                rs = RunStore.open(job.out, mode="r+")
-                rs.mark_running()
-                rs.update_attrs(run_id=run_id, resumed_at=now())
-                stages = Stages(rs)
+                rs, stages = resume_store(job.out, run_id)
             else:
                 tick = time.perf_counter()
                 forest = XForest(**job.forest).set_execution(client, progress=progress)
                 forest.fit(table)
-                rs = forest.save(job.out, overwrite=True, attrs={
-                    "spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
-                    "pipeline": job.source, "stages": {}})  # fmt: skip
+                rs = forest.save(job.out, overwrite=True, attrs=record)
                 stages = Stages(rs)
                 stages.finish("fit", time.perf_counter() - tick, trees=forest.codes_.shape[1])
             tick = time.perf_counter()
@@ -190,11 +177,12 @@ def run_xforest_job(
                 stages.finish("clustering", time.perf_counter() - tick, written,
                               **info)  # fmt: skip
             facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
-        result = _xforest_result(job, rs, stages.outputs(), start,
-                                 "resumed" if mode == "resume" else "new")  # fmt: skip
-        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over, facts))
-        rs.mark_complete()
-    return result
+        return rs, stages, facts
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        return _xforest_result(job, rs, outputs, start, mode)
+
+    return run_staged(job, job.spec(table), stages_of_run, result, restart=restart, run_id=run_id)
 
 
 def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], start: float,

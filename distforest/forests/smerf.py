@@ -396,6 +396,7 @@ class SMERF(DaskEstimator):
         overwrite: bool = False,
         attrs: dict[str, Any] | None = None,
         tile_size: int = TILE_SIZE,
+        complete: bool = True,
     ) -> RunStore:
         """Write the model as plain Zarr arrays (no pickle), self-contained.
 
@@ -405,10 +406,21 @@ class SMERF(DaskEstimator):
         observed training distances ``train_distance`` (compressed), so that
         :meth:`load` predicts without the original D.
 
+        Parameters
+        ----------
+        store : str or Path
+        overwrite : bool
+            Replace an existing distforest store.
+        attrs : dict, optional
+            More JSON attributes, recorded as the store is created (a job's spec).
+        tile_size : int
+            Rows of one chunk of the row arrays and of ``train_distance``.
+        complete : bool
+            Mark the store complete (a pipeline marks it when all its stages are done).
+
         Returns
         -------
         RunStore
-            Marked complete.
         """
         self._check_fitted()
         if self.inbag_.max(initial=0) > np.iinfo(np.uint8).max:
@@ -432,13 +444,18 @@ class SMERF(DaskEstimator):
         arr = rs.create_matrix(TRAIN_DISTANCE, n, n, tile_size, dtype=str(dist.dtype))
         for start in range(0, n, tile_size):
             arr[start : start + tile_size] = dist[start : start + tile_size]
-        rs.mark_complete()
+        if complete:
+            rs.mark_complete()
         return rs
 
     @classmethod
-    def load(cls, store: str | Path) -> SMERF:
-        """A fitted SMERF from a store written by :meth:`save`."""
-        rs = RunStore.open(store, require_complete=True)
+    def load(cls, store: str | Path, *, require_complete: bool = True) -> SMERF:
+        """A fitted SMERF from a store written by :meth:`save`.
+
+        ``require_complete=False`` also reads a store whose later stages a
+        pipeline has not finished (the model itself was written whole).
+        """
+        rs = RunStore.open(store, require_complete=require_complete)
         attrs = rs.attrs
         if attrs.get("method") != "smerf" or TRAIN_DISTANCE not in rs.group:
             raise StoreError(

@@ -116,26 +116,34 @@ def sweep_feature(x, D, rows, rowsum, rowcnt, min_leaf):  # pragma: no cover - n
     rowsum, rowcnt : ndarray, shape (m,)
         From :func:`node_sums`.
     min_leaf : int
+
+    Notes
+    -----
+    When every pair of the node is observed (``rowcnt == m``), the NaN test
+    and the pair counts are skipped: same sums in the same order, same result.
     """
     m = x.shape[0]
     order = np.argsort(x, kind="mergesort")
+    sorted_rows = rows[order]  # read in sweep order, no double indirection
     total, ntotal = 0.0, 0.0
+    complete = True
     for a in range(m):
         total += rowsum[a]
         ntotal += rowcnt[a]
+        complete = complete and rowcnt[a] == m
     left, lcnt = 0.0, 0.0  # pairs within the first k sorted rows
     cross, xcnt = 0.0, 0.0  # pairs with one row in the first k, one after
     best, threshold = np.inf, np.nan
     for k in range(1, m):
         p = order[k - 1]  # row p moves from the right to the left
-        rp = rows[p]
-        to_left, cnt_left = 0.0, 0.0
-        for t in range(k - 1):
-            v = D[rp, rows[order[t]]]
-            if v == v:
-                to_left += v
-                cnt_left += 1.0
-        own = D[rp, rp]
+        rp = sorted_rows[k - 1]
+        Drow = D[rp]
+        if complete:
+            to_left = _row_sum(Drow, sorted_rows, k - 1)
+            cnt_left = float(k - 1)
+        else:
+            to_left, cnt_left = _row_sum_observed(Drow, sorted_rows, k - 1)
+        own = Drow[rp]
         own_cnt = 1.0
         if own != own:
             own, own_cnt = 0.0, 0.0
@@ -147,7 +155,7 @@ def sweep_feature(x, D, rows, rowsum, rowcnt, min_leaf):  # pragma: no cover - n
         xcnt += cnt_right - cnt_left
         if k < min_leaf or m - k < min_leaf:
             continue
-        lo, hi = x[order[k - 1]], x[order[k]]
+        lo, hi = x[p], x[order[k]]
         if lo == hi:
             continue
         right = total - left - 2.0 * cross
@@ -158,6 +166,27 @@ def sweep_feature(x, D, rows, rowsum, rowcnt, min_leaf):  # pragma: no cover - n
         if better(value, best):
             best, threshold = value, 0.5 * (lo + hi)
     return best, threshold
+
+
+@njit(nogil=True, cache=True)
+def _row_sum(Drow, cols, k):  # pragma: no cover - numba
+    """``sum(Drow[cols[:k]])`` added in order (every entry observed)."""
+    s = 0.0
+    for t in range(k):
+        s += Drow[cols[t]]
+    return s
+
+
+@njit(nogil=True, cache=True)
+def _row_sum_observed(Drow, cols, k):  # pragma: no cover - numba
+    """Sum and count of the observed (non-NaN) ``Drow[cols[:k]]``, added in order."""
+    s, c = 0.0, 0.0
+    for t in range(k):
+        v = Drow[cols[t]]
+        if v == v:
+            s += v
+            c += 1.0
+    return s, c
 
 
 @njit(nogil=True, cache=True)
@@ -512,6 +541,49 @@ def _distinct(leaves, t, n_nodes):  # pragma: no cover - numba
 
 
 @njit(nogil=True, cache=True)
+def _leaf_means(D, ua, na, ub, nb, base, leaf_start, leaf_members):  # pragma: no cover - numba
+    """Mean observed D over the members of leaf ``ua[p]`` x leaf ``ub[q]``: (na, nb), NaN if none.
+
+    The b leaves' members are first laid out in slot order, then each a
+    member's row of D is read once per tree against all of them; each cell's
+    terms are added in the same order as a plain loop over the two member lists.
+    """
+    b_start = np.empty(nb + 1, dtype=np.int64)
+    b_start[0] = 0
+    for q in range(nb):
+        g = base + ub[q]
+        b_start[q + 1] = b_start[q] + leaf_start[g + 1] - leaf_start[g]
+    b_members = np.empty(b_start[nb], dtype=np.int64)
+    for q in range(nb):
+        g = base + ub[q]
+        size = leaf_start[g + 1] - leaf_start[g]
+        b_members[b_start[q] : b_start[q] + size] = leaf_members[leaf_start[g] : leaf_start[g + 1]]
+    means = np.empty((na, nb))
+    sums = np.empty(nb)
+    counts = np.empty(nb)
+    values = np.empty(b_start[nb])
+    for p in range(na):
+        ga = base + ua[p]
+        sums[:] = 0.0
+        counts[:] = 0.0
+        for x in range(leaf_start[ga], leaf_start[ga + 1]):
+            row = D[leaf_members[x]]
+            for y in range(values.shape[0]):
+                values[y] = row[b_members[y]]
+            for q in range(nb):
+                s, c = sums[q], counts[q]
+                for y in range(b_start[q], b_start[q + 1]):
+                    v = values[y]
+                    if v == v:
+                        s += v
+                        c += 1.0
+                sums[q], counts[q] = s, c
+        for q in range(nb):
+            means[p, q] = sums[q] / counts[q] if counts[q] > 0 else np.nan
+    return means
+
+
+@njit(nogil=True, cache=True)
 def tile_distance(D, leaves_a, leaves_b, node_offset, leaf_start, leaf_members,
                   oob, inbag_a, inbag_b, fallback):  # pragma: no cover - numba  # fmt: skip
     """Forest-predicted distances of a tile: rows with leaves ``leaves_a`` x ``leaves_b``.
@@ -526,37 +598,30 @@ def tile_distance(D, leaves_a, leaves_b, node_offset, leaf_start, leaf_members,
     n_b = leaves_b.shape[0]
     acc = np.zeros((n_a, n_b))
     cnt = np.zeros((n_a, n_b))
+    col_slot = np.empty(n_b, dtype=np.int64)
     for t in range(n_trees):
         base = node_offset[t]
         n_nodes = node_offset[t + 1] - base
         slot_a, ua, na = _distinct(leaves_a, t, n_nodes)
         slot_b, ub, nb = _distinct(leaves_b, t, n_nodes)
-        means = np.full((na, nb), np.nan)
-        for p in range(na):
-            ga = base + ua[p]
-            for q in range(nb):
-                gb = base + ub[q]
-                s, c = 0.0, 0.0
-                for x in range(leaf_start[ga], leaf_start[ga + 1]):
-                    ra = leaf_members[x]
-                    for y in range(leaf_start[gb], leaf_start[gb + 1]):
-                        val = D[ra, leaf_members[y]]
-                        if val == val:
-                            s += val
-                            c += 1.0
-                if c > 0:
-                    means[p, q] = s / c
+        means = _leaf_means(D, ua, na, ub, nb, base, leaf_start, leaf_members)
+        for j in range(n_b):
+            col_slot[j] = slot_b[leaves_b[j, t]]
+            if oob and inbag_b[j, t] != 0:
+                col_slot[j] = -1
         for i in range(n_a):
             if oob and inbag_a[i, t] != 0:
                 continue
-            p = slot_a[leaves_a[i, t]]
+            mrow = means[slot_a[leaves_a[i, t]]]
+            acc_i, cnt_i = acc[i], cnt[i]
             for j in range(n_b):
-                if oob and inbag_b[j, t] != 0:
+                q = col_slot[j]
+                if q < 0:
                     continue
-                val = means[p, slot_b[leaves_b[j, t]]]
+                val = mrow[q]
                 if val == val:
-                    acc[i, j] += val
-                    cnt[i, j] += 1.0
+                    acc_i[j] += val
+                    cnt_i[j] += 1.0
     out = np.empty((n_a, n_b))
     for i in range(n_a):
         for j in range(n_b):

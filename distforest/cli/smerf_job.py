@@ -1,0 +1,287 @@
+"""SMERF pipelines: the ``smerf`` and ``distance`` sections of a pipeline file, and their run.
+
+A pipeline with a ``smerf`` section fits :class:`~distforest.forests.smerf.SMERF`
+on the features of ``input.path`` and an observed distance matrix, saves the
+model in ``output.store`` and, with a ``distance`` section, writes learned
+distances tile by tile to the Zarr store ``distance.out`` (2-D array
+``distance``)::
+
+    input:    {path: X.csv}                   # or {path: X.csv, target: Class}
+    smerf:    {distances: D.npy, n_estimators: 100, random_state: 0, tile_size: 1024}
+    distance: {out: distance.zarr}            # training rows x training rows
+              # {rows: A.csv, against: B.csv, out: ...}: new rows (x other rows)
+              # {oob: true, out: ...}: training rows, out-of-bag
+    output:   {dir: results/smerf, store: model.zarr}
+
+The observed D is ``smerf.distances`` (.npy or Zarr, NaN = pair not
+observed) or, without it, ``D = 1[y_a != y_b]`` of the class column
+``input.target`` (the Gini distance: SMERF then grows classification trees).
+A run follows the protocol of :mod:`distforest.cli.runs`: locked, resumable
+by stage (``fit``, ``distance``), not repeated once complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distforest._version import __version__
+from distforest.cli.jobs import JobResult
+from distforest.cli.plan import check_disk, estimate_matrix, estimate_smerf_model
+from distforest.cli.report import cluster_facts
+from distforest.cli.runs import Stages, resume_store, run_staged, where
+from distforest.errors import ConfigError, ParameterError
+from distforest.forests import constraints as C
+from distforest.forests.smerf import DISTANCE, SMERF
+from distforest.io import Table, load_table
+from distforest.io.distances import load_distances
+from distforest.store.run_store import RunStore, check_can_create
+
+logger = logging.getLogger("distforest")
+
+#: Keys of the ``smerf`` section besides the estimator's parameters.
+SMERF_EXTRA = ("distances", "tile_size")
+#: Keys of the ``distance`` section.
+DISTANCE_KEYS = ("rows", "against", "oob", "out")
+#: Sections of other pipelines that a SMERF pipeline must not have.
+NOT_WITH_SMERF = ("forest", "proximity", "impute", "outliers", "mislabels", "mds", "xforest",
+                  "clustering", "simforest", "neighbors", "knn")  # fmt: skip
+
+
+@dataclass
+class SmerfJob:
+    """One SMERF run: the model (``out``) and optionally a learned-distance store."""
+
+    input: str
+    out: str
+    #: The observed distances (.npy or Zarr); None: 1[y_a != y_b] of ``target``.
+    distances: str | None = None
+    target: str | None = None
+    drop: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    #: Keyword arguments of :class:`SMERF`.
+    forest: dict[str, Any] = field(default_factory=dict)
+    tile_size: int = C.SMERF_TILE
+    #: ``{"out": store, "rows": path or None, "against": path or None, "oob": bool}``.
+    distance: dict[str, Any] | None = None
+    overwrite: bool = False
+    connect: dict[str, Any] = field(default_factory=dict)
+    name: str = "smerf"
+    source: str | None = None
+
+    def spec(self, fingerprints: dict[str, str]) -> dict[str, Any]:
+        """What determines the results: hashed to recognise the same job."""
+        keep = ("distances", "target", "drop", "na_values", "forest", "tile_size", "distance")
+        spec = {k: v for k, v in asdict(self).items() if k in keep}
+        spec["input"] = {"source": self.input, "fingerprints": fingerprints}
+        spec["distforest_version"] = __version__
+        return json.loads(json.dumps(spec, default=str))
+
+    @property
+    def kind(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        d = self.distance
+        if d is None:
+            return "SMERF model"
+        rows = "out-of-bag training" if d["oob"] else d["rows"] or "training"
+        return f"SMERF model and distances ({rows} rows x {d['against'] or 'training rows'})"
+
+
+def class_distances(table: Table) -> np.ndarray:
+    """``D = 1[y_a != y_b]`` (float32) of the table's target: the Gini distance."""
+    y = np.asarray(table.y)
+    return (y[:, None] != y[None, :]).astype(np.float32)
+
+
+def _fingerprint(values: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(values).data, digest_size=16).hexdigest()
+
+
+def run_smerf_job(
+    job: SmerfJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
+) -> JobResult:
+    """Fit and save SMERF, then write the learned distances; resumable by stage.
+
+    Every input (features, D, the ``distance`` rows) is read and checked, and
+    the disk space planned, before a cluster is started or a file written.
+    """
+    start = time.perf_counter()
+    run_id = run_id or uuid.uuid4().hex[:8]
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
+                       allow_missing=False)  # fmt: skip
+    if job.distances is not None:
+        what = f"smerf.distances {job.distances!r}"
+        D = load_distances(job.distances, n=table.n_samples, what=what)
+    else:
+        D = class_distances(table)
+    dist = job.distance or {}
+    other = {
+        key: load_table(
+            dist[key], drop=job.drop, na_values=job.na_values, allow_missing=False, min_rows=1
+        )
+        for key in ("rows", "against")
+        if dist.get(key)
+    }
+    fingerprints = {"X": table.fingerprint(), "D": _fingerprint(D),
+                    **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
+
+    def stages_of_run(
+        stages: Stages | None, replace: bool, record: dict[str, Any]
+    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+        n_trees = job.forest.get("n_estimators", SMERF().n_estimators)
+        need = 0 if stages is not None and stages.done("fit") else estimate_smerf_model(
+            table.n_samples, n_trees, D.itemsize)  # fmt: skip
+        distance_todo = bool(dist) and (stages is None or not stages.done("distance"))
+        if distance_todo:
+            check_can_create(dist["out"], overwrite=replace)
+            n_a = other["rows"].n_samples if "rows" in other else table.n_samples
+            n_b = other["against"].n_samples if "against" in other else table.n_samples
+            need += estimate_matrix(n_a, n_b, 1, job.tile_size, dist["oob"])["disk_bytes"]
+        Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+        check_disk(Path(job.out).resolve().parent, need, replaces=job.out)
+        with where(table.n_samples, job.connect, progress) as monitor:
+            if stages is not None and stages.done("fit"):
+                logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
+                model = SMERF.load(job.out, require_complete=False)
+                rs, stages = resume_store(job.out, run_id)
+            else:
+                tick = time.perf_counter()
+                model = SMERF(**job.forest).fit(table, D)
+                rs = model.save(job.out, overwrite=True, attrs=record, tile_size=job.tile_size,
+                                complete=False)  # fmt: skip
+                stages = Stages(rs)
+                stages.finish("fit", time.perf_counter() - tick, {"model": rs.path},
+                              trees=int(model.seeds_.shape[0]))  # fmt: skip
+            if distance_todo:
+                tick = time.perf_counter()
+                if dist["oob"]:
+                    matrix = model.oob_distance(dist["out"], tile_size=job.tile_size,
+                                                overwrite=True)  # fmt: skip
+                else:
+                    matrix = model.predict_distance(
+                        other.get("rows", table), other.get("against"), dist["out"],
+                        tile_size=job.tile_size, overwrite=True,
+                    )  # fmt: skip
+                stages.finish("distance", time.perf_counter() - tick,
+                              {"distance store": str(Path(dist["out"]).resolve())},
+                              shape=[int(s) for s in matrix.shape])  # fmt: skip
+            facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
+        return rs, stages, facts
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        n_trees = int(rs.attrs.get("n_trees", 0))
+        shape = (rs.attrs.get("stages") or {}).get("distance", {}).get("shape")
+        if shape:
+            store, name = str(Path(dist["out"]).resolve()), DISTANCE
+        else:
+            store, name, shape = rs.path, "leaves", rs.array("leaves").shape
+        return JobResult(store=store, name=name, shape=(int(shape[0]), int(shape[1])),
+                         n_trees=n_trees, task="SMERF distance-learning",
+                         seconds=time.perf_counter() - start,
+                         outputs={**outputs, "model": rs.path}, mode=mode)  # fmt: skip
+
+    return run_staged(job, job.spec(fingerprints), stages_of_run, result, restart=restart,
+                      run_id=run_id)  # fmt: skip
+
+
+def smerf_job(
+    data: dict[str, Any],
+    sections: dict[str, dict[str, Any]],
+    input_path: str,
+    out_dir: Path,
+    connect_kw: dict[str, Any],
+    source: str,
+) -> SmerfJob:
+    """A :class:`SmerfJob` from a pipeline whose sections were type-checked.
+
+    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    ``smerf`` section; checks what is particular to SMERF pipelines.  Output
+    names are relative to ``out_dir``; ``smerf.distances``, ``distance.rows``
+    and ``distance.against`` are relative to the current directory.
+    """
+    clash = [name for name in NOT_WITH_SMERF if name in data]
+    if clash or "smerf" not in data:
+        raise ConfigError(
+            f"{source}: a SMERF pipeline has the sections input, smerf, distance (optional), "
+            "output and cluster; "
+            + (f"remove {', '.join(clash)}" if clash else "add a 'smerf' section")
+        )
+    extra = sorted(set(sections["output"]) - {"dir", "store", "overwrite"})
+    if extra:
+        raise ConfigError(
+            f"{source}: output.{extra[0]} does not apply to a SMERF pipeline (outputs are "
+            "output.store, the model, and distance.out); remove it"
+        )
+    forest = dict(sections["smerf"])
+    distances = forest.pop("distances", None)
+    tile_size = forest.pop("tile_size", C.SMERF_TILE)
+    target = sections["input"].get("target")
+    if (distances is None) == (target is None):
+        raise ConfigError(
+            f"{source}: SMERF needs the observed distances: set smerf.distances to a .npy or "
+            "Zarr matrix, or input.target to a class column (D = 1 where the classes differ), "
+            + ("not both" if target else "not neither")
+        )
+    if distances is not None:
+        if not isinstance(distances, str):
+            raise ConfigError(f"{source}: smerf.distances must be a path, got {distances!r}")
+        _check_exists(distances, "smerf.distances", source)
+    try:
+        SMERF(**forest)._validated()
+    except ParameterError as exc:
+        raise ConfigError(f"{source}: smerf: {exc}") from exc
+    distance = None
+    if "distance" in data:
+        distance = {"rows": None, "against": None, "oob": False, "out": "distance.zarr",
+                    **sections["distance"]}  # fmt: skip
+        if distance["oob"] and (distance["rows"] or distance["against"]):
+            raise ConfigError(
+                f"{source}: distance.oob is for the training rows against themselves; remove "
+                "distance.rows and distance.against, or set distance.oob: false"
+            )
+        if distance["oob"] and forest.get("bootstrap") is False:
+            raise ConfigError(
+                f"{source}: distance.oob needs out-of-bag rows, but smerf.bootstrap is false; "
+                "set smerf.bootstrap: true or distance.oob: false"
+            )
+        for key in ("rows", "against"):
+            if distance[key]:
+                _check_exists(distance[key], f"distance.{key}", source)
+        distance["out"] = str(out_dir / distance["out"])
+    inp, out = sections["input"], sections["output"]
+    store = str(out_dir / out.get("store", "model.zarr"))
+    if distance and Path(distance["out"]).resolve() == Path(store).resolve():
+        raise ConfigError(
+            f"{source}: distance.out and output.store are both {store!r}; name two stores"
+        )
+    return SmerfJob(
+        input=input_path,
+        out=store,
+        distances=distances,
+        target=target,
+        drop=tuple(inp.get("drop") or ()),
+        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        forest=forest,
+        tile_size=tile_size,
+        distance=distance,
+        overwrite=bool(out.get("overwrite", False)),
+        connect=connect_kw,
+        name=str(data.get("name") or "smerf"),
+        source=source,
+    )
+
+
+def _check_exists(path: str, key: str, source: str) -> None:
+    if not Path(path).exists():
+        raise ConfigError(
+            f"{source}: {key} {path!r} does not exist (relative paths are relative to the "
+            f"current directory {str(Path.cwd())!r})"
+        )
