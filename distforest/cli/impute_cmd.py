@@ -16,12 +16,12 @@ import click
 
 from distforest._version import __version__
 from distforest.cli.options import (
-    CLI_SEED,
     cluster_options,
     connect_kwargs,
     input_options,
     parse_max_features,
     runs_in_process,
+    seed_option,
 )
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
@@ -135,14 +135,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     default=DEFAULTS["min_samples_leaf"],
     show_default=True,
 )
-@click.option(
-    "--seed",
-    "random_state",
-    type=click.IntRange(min=0),
-    default=CLI_SEED,
-    show_default=True,
-    help="random_state: same seed, same imputation.",
-)
+@seed_option("random_state: same seed, same imputation.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @cluster_options
 @click.pass_context

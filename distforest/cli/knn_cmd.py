@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import numpy as np
 
-from distforest.cli.options import cluster_options, input_options
+from distforest.cli.options import cluster_options, input_options, seed_option
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.similarity_cmd import (
     cluster_kw,
@@ -66,8 +66,7 @@ def knn() -> None:
 @click.option("--trees", "n_estimators", type=click.IntRange(min=1), default=100,
               show_default=True, help="Trees of a forest metric (" + ", ".join(FOREST_METRICS)
               + ").")  # fmt: skip
-@click.option("--seed", "random_state", type=click.IntRange(min=0), default=0,
-              show_default=True, help="random_state of a forest metric.")  # fmt: skip
+@seed_option("random_state of a forest metric.")
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
 @cluster_options

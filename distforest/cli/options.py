@@ -114,6 +114,12 @@ def trees_option(default: int, help: str = "Number of trees.") -> Decorator:
                         show_default=True, help=help)  # fmt: skip
 
 
+def seed_option(help: str = "random_state: same seed, same result.") -> Decorator:
+    """``--seed`` (the estimator's ``random_state``): a non-negative integer."""
+    return click.option("--seed", "random_state", type=click.IntRange(min=0), default=CLI_SEED,
+                        show_default=True, help=help)  # fmt: skip
+
+
 def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Decorator:
     """--task, --trees, --kind, --max-features, ... for commands that fit a forest."""
     d = FOREST_DEFAULTS
@@ -130,8 +136,7 @@ def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Deco
         click.option("--min-samples-leaf", type=click.IntRange(min=1),
                      default=d["min_samples_leaf"], show_default=True),
         click.option("--max-depth", type=click.IntRange(min=1), default=d["max_depth"]),
-        click.option("--seed", "random_state", type=click.IntRange(min=0), default=CLI_SEED,
-                     show_default=True, help="random_state: same seed, same result."),
+        seed_option(),
         click.option("--batch-size", type=click.IntRange(min=1), default=d["batch_size"],
                      help="Trees per task [default: about 4 tasks per worker thread]."),
     ])  # fmt: skip

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from distforest.cli.options import CLI_SEED, cluster_options, input_options, trees_option
+from distforest.cli.options import cluster_options, input_options, seed_option, trees_option
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.similarity_cmd import bars, cluster_kw
 from distforest.errors import InputError, ParameterError
@@ -110,14 +110,7 @@ def simforest() -> None:
     show_default=True,
     help="Grow each tree on a bootstrap sample.",
 )
-@click.option(
-    "--seed",
-    "random_state",
-    type=click.IntRange(min=0),
-    default=CLI_SEED,
-    show_default=True,
-    help="random_state: same seed, same forest.",
-)
+@seed_option("random_state: same seed, same forest.")
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
 @input_options

@@ -26,11 +26,11 @@ import click
 import numpy as np
 
 from distforest.cli.options import (
-    CLI_SEED,
     cluster_options,
     connect_kwargs,
     input_options,
     parse_max_features,
+    seed_option,
     tile_size_option,
     trees_option,
 )
@@ -94,14 +94,7 @@ def smerf() -> None:
     default=True,
     help="Every tree sees every row once.",
 )
-@click.option(
-    "--seed",
-    "random_state",
-    type=click.IntRange(min=0),
-    default=CLI_SEED,
-    show_default=True,
-    help="random_state: same seed, same model.",
-)
+@seed_option("random_state: same seed, same model.")
 @tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @cluster_options

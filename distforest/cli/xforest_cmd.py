@@ -13,10 +13,10 @@ from typing import Any
 import click
 
 from distforest.cli.options import (
-    CLI_SEED,
     cluster_options,
     connect_kwargs,
     input_options,
+    seed_option,
     tile_size_option,
     trees_option,
 )
@@ -87,14 +87,7 @@ XFOREST_DEFAULTS: dict[str, Any] = {
     default=True,
     help="Skip the per-feature min-max normalisation.",
 )
-@click.option(
-    "--seed",
-    "random_state",
-    type=click.IntRange(min=0),
-    default=CLI_SEED,
-    show_default=True,
-    help="random_state: same seed, same matrix.",
-)
+@seed_option("random_state: same seed, same matrix.")
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
@@ -191,7 +184,7 @@ def xforest(
     is_flag=True,
     help="Use S @ V from the stored trees instead of the stored matrix.",
 )
-@click.option("--seed", "random_state", type=click.IntRange(min=0), default=0, show_default=True)
+@seed_option("random_state of the clustering: same seed, same labels.")
 @click.option("--out", required=True, metavar="FILE.csv", help="Labels, one row per row.")
 @click.option("--truth", metavar="FILE:COLUMN", help="True classes to score against.")
 @click.option("--plot", metavar="FILE.png", help="Picture of the matrix ordered by cluster.")
