@@ -1,4 +1,4 @@
-"""SimForest at scale (issue 11, item 8): a cheap callable at 10k / 100k objects, a stored 50k matrix.
+"""SimForest at scale (issue 11, item 8): a cheap callable at 10k / 100k, a stored 50k matrix.
 
 Run by hand from the repository root, on a committed tree (it takes a while)::
 
@@ -330,8 +330,7 @@ def main(argv: list[str] | None = None) -> None:
                                             str(path)], wd))  # fmt: skip
     meta = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": "python "
-        + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),  # fmt: skip
+        "command": " ".join(["python", Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),
         "machine": machine_info(),
         "versions": package_versions(),
         "args": {k: str(v) for k, v in vars(args).items()},
