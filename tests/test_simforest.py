@@ -24,7 +24,7 @@ from distforest import SimilarityForestClassifier, execution
 from distforest.apps.mds import mds
 from distforest.apps.outliers import outlier_scores, scores_from_square_sums
 from distforest.errors import InputError, NotFittedError, ParameterError
-from distforest.io.matrices import load_matrix, open_matrix
+from distforest.io.matrices import layout_advice, load_matrix, open_matrix
 from distforest.kernels.simfetch import fetch_columns, fetch_rows
 from distforest.kernels.simtrees import SimTreeParams, grow_tree, predict_forest
 from distforest.parallel.tasks import plan_seeds
@@ -128,6 +128,23 @@ def test_a_row_chunked_matrix_is_read_by_whole_rows_about_twice_per_split(
     rows, cols = np.array([4, 9, 4, 150]), np.array([8, 1, 8, 3])
     np.testing.assert_array_equal(reader[rows, cols], S[rows, cols])
     np.testing.assert_array_equal(reader[100:][rows[:3], cols[:3]], S[rows[:3] + 100, cols[:3]])
+
+
+def test_a_matrix_chunked_across_its_rows_gets_advice_that_works(tmp_path, data, caplog):
+    zarr.create_array(str(tmp_path / "T.zarr"), data=data["S"], chunks=(32, 32))
+    tiles = load_matrix(tmp_path / "T.zarr")
+    advice = layout_advice(tiles, "S")
+    assert advice is not None and "(32, 32)" in advice and "(1, 200)" in advice
+    recipe = advice[advice.index("dask.array.") :].replace("S_rows.zarr", str(tmp_path / "R.zarr"))
+    eval(recipe, {"dask": __import__("dask.array")})  # the advice, run as given
+    rows = zarr.open_array(str(tmp_path / "R.zarr"), mode="r")
+    assert tuple(rows.chunks) == (1, 200)
+    np.testing.assert_array_equal(rows[...], data["S"])
+    assert layout_advice(load_matrix(tmp_path / "R.zarr"), "S") is None
+    assert layout_advice(data["S"], "S") is None
+    with execution("synchronous"), caplog.at_level("WARNING", logger="distforest"):
+        SimilarityForestClassifier(n_estimators=1).fit(tmp_path / "T.zarr", data["y"])
+    assert "cut its rows" in caplog.text
 
 
 def test_named_measure_and_function_match_the_precomputed_matrix(data, fitted):

@@ -265,8 +265,9 @@ def load_matrix(source: Any, what: str = "the matrix") -> np.ndarray | StoredMat
             nbytes = int(np.prod(data.shape)) * data.dtype.itemsize
             if nbytes > MAX_IN_MEMORY_BYTES:
                 raise InputError(
-                    f"{what} is a Dask array of {nbytes / 1e9:.1f} GB; write it to Zarr first "
-                    "(array.to_zarr('S.zarr')) and pass the path, so tasks read only what they need"
+                    f"{what} is a Dask array of {nbytes / 1e9:.1f} GB; write it to Zarr by rows "
+                    "first (array.rechunk((1, -1)).to_zarr('S.zarr')) and pass the path, so "
+                    "tasks read only the rows they need"
                 )
             data = data.compute()
         out = np.asarray(data if data is not None else source)
@@ -279,6 +280,31 @@ def load_matrix(source: Any, what: str = "the matrix") -> np.ndarray | StoredMat
             except (TypeError, ValueError):
                 raise InputError(f"{what} must hold numbers, got dtype {out.dtype}") from None
     return out
+
+
+def layout_advice(matrix: np.ndarray | StoredMatrix, what: str) -> str | None:
+    """Advice for a Zarr matrix whose chunks cut its rows (None when rows are whole chunks).
+
+    SimForest reads a pair object's row against a node's members, scattered
+    over the columns; every read touches whole chunks (inner chunks when
+    sharded), so chunks ``(1, n)`` read a needed row once and tiles read
+    many rows for one.  ``benchmarks/results/simforest_scale.md`` measures it.
+    """
+    if not isinstance(matrix, StoredMatrix) or matrix.path.endswith(".npy"):
+        return None
+    node: Any = zarr.open(matrix.path, mode="r")
+    arr = node if matrix.name is None else node[matrix.name]
+    chunks = tuple(int(c) for c in arr.chunks)
+    n = int(arr.shape[1])
+    if chunks[1] >= n:
+        return None
+    return (
+        f"{what} is stored in chunks of {chunks}, which cut its rows: each row a tree reads "
+        f"pulls whole chunks of other rows too.  Store it by rows, chunks (1, {n}), for far "
+        f"fewer bytes read, e.g. dask.array.from_zarr({matrix.path!r}"
+        + (f", component={matrix.name!r}" if matrix.name else "")
+        + ").rechunk((1, -1)).to_zarr('S_rows.zarr')"
+    )
 
 
 def open_matrix(matrix: np.ndarray | StoredMatrix) -> Any:
