@@ -296,8 +296,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stored-trees", type=int, default=100)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/dfsimscale"))
     ap.add_argument("--skip", default="", help="comma-separated stages to skip")
+    ap.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.render:
+        saved = json.loads((RESULTS / "simforest_scale.json").read_text())
+        write_markdown(saved["meta"], saved["runs"])
+        return
     if args.child:
         kind, *rest = args.child
         if kind == "callable":
@@ -340,13 +345,18 @@ def main(argv: list[str] | None = None) -> None:
     done = {r["stage"] for r in runs}
     runs = [r for r in previous if r["stage"] not in done] + runs
     out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=2, default=str))
+    write_markdown(meta, runs)
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+def write_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    """The tables, followed by the hand-written reading of the previous file (kept)."""
     md = RESULTS / "simforest_scale.md"
     reading = ""
     if md.exists() and READING in md.read_text():
         reading = md.read_text()[md.read_text().index(READING) :]
     md.write_text(render(meta, runs) + ("\n" + reading if reading else ""))
     print(md.read_text())
-    shutil.rmtree(wd, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- report
@@ -354,12 +364,18 @@ def _gb(b: float) -> str:
     return f"{b / GB:.2f}"
 
 
+def _cpu(r: dict[str, Any]) -> float:
+    """CPU seconds of the whole process tree (``/usr/bin/time``: user + sys)."""
+    return float(r.get("user_s", 0.0) + r.get("sys_s", 0.0))
+
+
 def _run_line(r: dict[str, Any]) -> str:
     la, lb = r["load_before"], r["load_after"]
     return (
         f"- `{r['stage']}`: {r['date']}, commit {r['commit']}, load average before "
         f"{la[0]:.2f}/{la[1]:.2f}, after {lb[0]:.2f}/{lb[1]:.2f}, foreign CPU "
-        f"{r.get('foreign_load', 0):.0%}, exit {r['returncode']}"
+        f"{r.get('foreign_load', 0):.0%}, wall {r['wall_s']:.0f} s, CPU (user+sys) "
+        f"{_cpu(r):.0f} s, exit {r['returncode']}"
     )
 
 
@@ -380,9 +396,10 @@ def render(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         "## 1. Cheap callable, LocalCluster (processes x 1 thread)",
         "",
         "| n | trees | workers | fit s | s per tree (x workers) | one tree in process s | "
+        "CPU s of the stage / trees (with start-up, warm-up, the tree in process) | "
         "evaluations per tree | / n log2 n | nodes | leaves | depth mean / max | "
         "peak RSS GB (tree) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         c = r.get("child")
@@ -391,7 +408,8 @@ def render(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {c['n']:,} | {c['trees']} | {c['workers']} | {c['fit_s']:.1f} | "
             f"{c['seconds_per_tree_on_cluster']:.2f} | {c['one_tree_in_process_s']:.2f} | "
-            f"{c['evaluations_per_tree']:,.0f} | {c['evaluations_over_n_log2_n']:.2f} | "
+            f"{_cpu(r) / c['trees']:.2f} | {c['evaluations_per_tree']:,.0f} | "
+            f"{c['evaluations_over_n_log2_n']:.2f} | "
             f"{c['nodes_per_tree']:,.0f} | {c['leaves_per_tree']:,.0f} | "
             f"{c['depth_mean']:.1f} / {c['depth_max']} | {_gb(r['peak_rss_tree_bytes'])} |"
         )
