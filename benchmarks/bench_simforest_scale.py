@@ -451,6 +451,8 @@ def render(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"{c['check_s']:.0f} s, {_gb(c['check_io']['rchar'])} GB read",
             f"- RSS of the driver + cluster (nannies, scheduler, workers) warmed up, before the "
             f"fit: {_gb(c['idle_rss'])} GB",
+            f"- CPU of the whole stage (check, cluster, fit; user + sys of driver and workers): "
+            f"{_cpu(st):.0f} s",
             "",
             "| trees | workers | fit s (with the check) | trees s | s per tree (x workers) | "
             "workers read GB (rchar) | / matrix | from disk GB (read_bytes) | "
