@@ -295,7 +295,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stored-n", type=int, default=50_000)
     ap.add_argument("--stored-trees", type=int, default=100)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/dfsimscale"))
-    ap.add_argument("--skip", default="", help="comma-separated stages to skip")
+    ap.add_argument(
+        "--matrix", type=Path, help="an existing matrix from the write stage (kept; skips it)"
+    )
+    ap.add_argument("--skip", default="", help="comma-separated: callable, layouts, stored")
     ap.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -328,9 +331,10 @@ def main(argv: list[str] | None = None) -> None:
             "--child", "layouts", str(args.layout_n), str(args.layout_trees), str(wd),
             str(args.stored_n)], wd))  # fmt: skip
     if "stored" not in skip:
-        path = wd / f"S_{args.stored_n}.zarr"
+        path = args.matrix or wd / f"S_{args.stored_n}.zarr"
         n = str(args.stored_n)
-        runs.append(stage(f"write n={n}", ["--child", "write", n, str(path)], wd))
+        if args.matrix is None:
+            runs.append(stage(f"write n={n}", ["--child", "write", n, str(path)], wd))
         runs.append(stage(f"stored n={n}", ["--child", "stored", n, str(args.stored_trees), w,
                                             str(path)], wd))  # fmt: skip
     meta = {
