@@ -460,12 +460,13 @@ def render(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             "",
             "| trees | workers | fit s (with the check) | trees s | s per tree (x workers) | "
             "workers read GB (rchar) | / matrix | from disk GB (read_bytes) | "
-            "rows read per tree | evaluations per tree | / n log2 n | nodes | depth max | "
-            "peak RSS GB (tree) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "rows read per tree | rows the splits need per tree (2 per split) | "
+            "evaluations per tree | / n log2 n | nodes | depth max | peak RSS GB (tree) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             f"| {c['trees']} | {c['workers']} | {c['fit_s']:.0f} | {c['trees_s']:.0f} | "
             f"{c['trees_s'] * c['workers'] / c['trees']:.2f} | {_gb(rc)} | "
             f"{rc / c['matrix_bytes']:.2f} | {_gb(rb)} | {c['rows_read_per_tree']:,.0f} | "
+            f"{2 * (c['nodes_per_tree'] - c['leaves_per_tree']):,.0f} | "
             f"{c['evaluations_per_tree']:,.0f} | {c['evaluations_over_n_log2_n']:.2f} | "
             f"{c['nodes_per_tree']:,.0f} | {c['depth_max']} | "
             f"{_gb(st['peak_rss_tree_bytes'])} |",
