@@ -368,6 +368,10 @@ def _gb(b: float) -> str:
     return f"{b / GB:.2f}"
 
 
+def _count(x: float) -> str:
+    return f"{x:,.0f}" if x else "-"
+
+
 def _cpu(r: dict[str, Any]) -> float:
     """CPU seconds of the whole process tree (``/usr/bin/time``: user + sys)."""
     return float(r.get("user_s", 0.0) + r.get("sys_s", 0.0))
@@ -424,7 +428,8 @@ def render(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             "",
             f"## 2. Chunk layouts, n = {lay['n']:,}, {lay['trees']} trees in one process",
             "",
-            "Bytes read = the process's `rchar` while growing (page-cache hits included).",
+            "Bytes read = the process's `rchar` while growing (page-cache hits included); "
+            "rows read are counted by the row cache (- where it does not apply).",
             "",
             "| layout | row cache | on disk GB | write s | s per tree | MB read per tree | "
             "read / matrix per tree | rows read per tree | values per tree |",
@@ -436,7 +441,7 @@ def render(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 f"{x['write_s']:.1f} | {x['seconds_per_tree']:.2f} | "
                 f"{x['rchar_per_tree'] / 1e6:,.1f} | "
                 f"{x['rchar_per_tree'] / x['matrix_bytes']:.3f} | "
-                f"{x['rows_read_per_tree']:,.0f} | {x['values_per_tree']:,.0f} |"
+                f"{_count(x['rows_read_per_tree'])} | {x['values_per_tree']:,.0f} |"
             )
     write = next((r for r in ok if r.startswith("write")), None)
     stored = next((r for r in ok if r.startswith("stored")), None)
