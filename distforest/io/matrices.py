@@ -116,6 +116,15 @@ class CoordinateReader:
     ``S(O_i, O_j)``, then ``O_i``'s row against the node's members) is read
     from disk once.  Values are the same either way.
 
+    Parameters
+    ----------
+    array : zarr.Array
+    offset : int
+        Added to every requested row.
+    cache_bytes : int
+        Most bytes of whole rows kept (at least one row); 0 turns whole-row
+        reading off (plain coordinate selection).
+
     Attributes
     ----------
     rows_read : int
