@@ -24,6 +24,7 @@ from distforest import SimilarityForestClassifier, execution
 from distforest.apps.mds import mds
 from distforest.apps.outliers import outlier_scores, scores_from_square_sums
 from distforest.errors import InputError, NotFittedError, ParameterError
+from distforest.io.matrices import layout_advice, load_matrix, open_matrix
 from distforest.kernels.simfetch import fetch_columns, fetch_rows
 from distforest.kernels.simtrees import SimTreeParams, grow_tree, predict_forest
 from distforest.parallel.tasks import plan_seeds
@@ -94,6 +95,56 @@ def test_every_input_path_gives_the_same_forest(tmp_path, data, fitted):
             np.testing.assert_array_equal(forest.leaves_, fitted.leaves_, err_msg=str(source))
             got = forest.predict_proba(tmp_path / "Q.npy")
             np.testing.assert_array_equal(got, expected, err_msg=str(source))
+
+
+@pytest.mark.parametrize("cache_bytes", [None, 1])
+def test_a_row_chunked_matrix_is_read_by_whole_rows_about_twice_per_split(
+    tmp_path, data, cache_bytes
+):
+    """Same tree as in memory; each node that draws a pair reads at most its two rows.
+
+    Without the row cache (``cache_bytes=1`` keeps one row) the draw of
+    ``S(O_i, O_j)`` and the level's request read ``O_i``'s row twice.
+    """
+    S = data["S"].astype(np.float32)
+    S[3, 7] = S[7, 3] = np.nan
+    n = S.shape[0]
+    zarr.create_array(str(tmp_path / "S.zarr"), data=S, chunks=(1, n))
+    codes = np.unique(data["y"], return_inverse=True)[1]
+    expected = grow_tree(fetch_rows(S.astype(np.float64)), codes, 5, SimTreeParams(), 2)
+    reader = open_matrix(load_matrix(tmp_path / "S.zarr"))
+    if cache_bytes is not None:
+        reader = type(reader)(reader.array, cache_bytes=cache_bytes)
+    tree = grow_tree(fetch_rows(reader), codes, 5, SimTreeParams(), 2)
+    for field in ("left", "pair_i", "pair_j", "threshold", "value", "leaves"):
+        np.testing.assert_array_equal(getattr(tree, field), getattr(expected, field))
+    drawn = int(((tree.value > 0).sum(axis=1) >= 2).sum())  # nodes that drew a pair
+    pairs = np.unique(np.concatenate([tree.pair_i, tree.pair_j]))
+    assert reader.rows_read >= pairs[pairs >= 0].shape[0]  # every pair row, once at least
+    if cache_bytes is None:
+        assert reader.rows_read <= 2 * drawn
+    else:
+        assert reader.rows_read > 2 * drawn
+    rows, cols = np.array([4, 9, 4, 150]), np.array([8, 1, 8, 3])
+    np.testing.assert_array_equal(reader[rows, cols], S[rows, cols])
+    np.testing.assert_array_equal(reader[100:][rows[:3], cols[:3]], S[rows[:3] + 100, cols[:3]])
+
+
+def test_a_matrix_chunked_across_its_rows_gets_advice_that_works(tmp_path, data, caplog):
+    zarr.create_array(str(tmp_path / "T.zarr"), data=data["S"], chunks=(32, 32))
+    tiles = load_matrix(tmp_path / "T.zarr")
+    advice = layout_advice(tiles, "S")
+    assert advice is not None and "(32, 32)" in advice and "(1, 200)" in advice
+    recipe = advice[advice.index("dask.array.") :].replace("S_rows.zarr", str(tmp_path / "R.zarr"))
+    eval(recipe, {"dask": __import__("dask.array")})  # the advice, run as given
+    rows = zarr.open_array(str(tmp_path / "R.zarr"), mode="r")
+    assert tuple(rows.chunks) == (1, 200)
+    np.testing.assert_array_equal(rows[...], data["S"])
+    assert layout_advice(load_matrix(tmp_path / "R.zarr"), "S") is None
+    assert layout_advice(data["S"], "S") is None
+    with execution("synchronous"), caplog.at_level("WARNING", logger="distforest"):
+        SimilarityForestClassifier(n_estimators=1).fit(tmp_path / "T.zarr", data["y"])
+    assert "cut its rows" in caplog.text
 
 
 def test_named_measure_and_function_match_the_precomputed_matrix(data, fitted):

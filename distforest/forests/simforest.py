@@ -39,7 +39,13 @@ from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
-from distforest.io.matrices import StoredMatrix, check_entries, load_matrix, open_matrix
+from distforest.io.matrices import (
+    StoredMatrix,
+    check_entries,
+    layout_advice,
+    load_matrix,
+    open_matrix,
+)
 from distforest.kernels.simfetch import fetch_columns, fetch_function, fetch_rows
 from distforest.kernels.simtrees import (
     SimTree,
@@ -282,6 +288,9 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
             X = _checked_array(self, X, precomputed=True, reset=True)
             source: Any = load_matrix(X, "the similarity matrix")
             check_entries(source, "the similarity matrix", square=True)
+            advice = layout_advice(source, "the similarity matrix")
+            if advice is not None:
+                logger.warning(advice)
             n = source.shape[0]
         elif isinstance(measure, Measure):
             objects = _checked_array(self, X, precomputed=False, reset=True)

@@ -15,6 +15,8 @@ equal to ``_FillValue`` (never written) as NaN.
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,12 @@ PREFERRED_NAMES = ("similarity", "distance", "S", "D", "Q", "matrix")
 
 #: Type of the values decoded from integer counts (holds every count exactly).
 DECODED_DTYPE = np.dtype(np.float32)
+
+#: Whole rows a :class:`CoordinateReader` keeps (bytes) when the chunks span whole rows.
+ROW_CACHE_BYTES = 256 * 1024**2
+
+#: Rows read in one call at most (bytes), so a level asking thousands of rows stays small.
+ROW_BATCH_BYTES = 32 * 1024**2
 
 
 def _scale(attrs: Mapping[str, Any], dtype: np.dtype) -> float | None:
@@ -98,24 +106,87 @@ class CoordinateReader:
 
     ``reader[rows, cols]`` with two integer arrays returns
     ``array[rows[t] + offset, cols[t]]`` for every t: only the chunks holding
-    those entries are read.  ``reader[a:b]`` is a reader of rows ``a .. b - 1``.
+    those entries are read.  ``reader[a:b]`` is a reader of rows ``a .. b - 1``
+    (sharing the row cache).
+
+    When the array's chunks span whole rows (chunks ``(h, n)``, e.g. ``(1, n)``),
+    any entry of a row costs reading the row's chunk anyway: the reader then
+    reads whole rows and keeps the most recently used ones (up to
+    ``cache_bytes``), so a row asked again (a SimForest level asks
+    ``S(O_i, O_j)``, then ``O_i``'s row against the node's members) is read
+    from disk once.  Values are the same either way.
+
+    Parameters
+    ----------
+    array : zarr.Array
+    offset : int
+        Added to every requested row.
+    cache_bytes : int
+        Most bytes of whole rows kept (at least one row); 0 turns whole-row
+        reading off (plain coordinate selection).
+
+    Attributes
+    ----------
+    rows_read : int
+        Rows read from the store through the row cache (0 for other layouts).
     """
 
-    def __init__(self, array: zarr.Array, offset: int = 0) -> None:
+    def __init__(
+        self, array: zarr.Array, offset: int = 0, cache_bytes: int = ROW_CACHE_BYTES
+    ) -> None:
         self.array = array
         self.offset = offset
         self.attrs = dict(array.attrs)
+        chunks = tuple(array.chunks)
+        self.whole_rows = len(chunks) == 2 and chunks[1] >= array.shape[1] and cache_bytes > 0
+        self.row_bytes = int(array.shape[1]) * np.dtype(array.dtype).itemsize
+        self.cache_rows = max(1, cache_bytes // max(1, self.row_bytes))
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.rows_read = 0
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, slice):
             start = 0 if key.start is None else int(key.start)
-            return CoordinateReader(self.array, self.offset + start)
+            view = copy.copy(self)
+            view.offset = self.offset + start
+            return view
         rows, cols = key
         rows = np.asarray(rows, dtype=np.int64) + self.offset
         cols = np.asarray(cols, dtype=np.int64)
         if rows.size == 0:
             return np.empty(0, dtype=decoded_dtype(self.array))
+        if self.whole_rows:
+            return decode(self._from_rows(rows, cols), self.attrs)
         return decode(self.array.get_coordinate_selection((rows, cols)), self.attrs)
+
+    def _from_rows(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``array[rows[t], cols[t]]`` from whole rows, cached or read in batches."""
+        order = np.argsort(rows, kind="stable")
+        uniq, starts = np.unique(rows[order], return_index=True)
+        ends = np.append(starts[1:], order.shape[0])
+        out = np.empty(rows.shape[0], dtype=np.dtype(self.array.dtype))
+        cache = self._cache
+        missing = []
+        for k, row in enumerate(uniq.tolist()):
+            values = cache.get(row)
+            if values is None:
+                missing.append(k)
+                continue
+            cache.move_to_end(row)
+            at = order[starts[k] : ends[k]]
+            out[at] = values[cols[at]]
+        batch = max(1, ROW_BATCH_BYTES // max(1, self.row_bytes))
+        for b in range(0, len(missing), batch):
+            ks = missing[b : b + batch]
+            block = np.asarray(self.array.get_orthogonal_selection((uniq[ks], slice(None))))
+            self.rows_read += len(ks)
+            for q, k in enumerate(ks):
+                at = order[starts[k] : ends[k]]
+                out[at] = block[q, cols[at]]
+                cache[int(uniq[k])] = block[q].copy()
+                if len(cache) > self.cache_rows:
+                    cache.popitem(last=False)
+        return out
 
 
 def _zarr_matrix(node: Any, path: str, name: str | None, what: str) -> StoredMatrix:
@@ -203,8 +274,9 @@ def load_matrix(source: Any, what: str = "the matrix") -> np.ndarray | StoredMat
             nbytes = int(np.prod(data.shape)) * data.dtype.itemsize
             if nbytes > MAX_IN_MEMORY_BYTES:
                 raise InputError(
-                    f"{what} is a Dask array of {nbytes / 1e9:.1f} GB; write it to Zarr first "
-                    "(array.to_zarr('S.zarr')) and pass the path, so tasks read only what they need"
+                    f"{what} is a Dask array of {nbytes / 1e9:.1f} GB; write it to Zarr by rows "
+                    "first (array.rechunk((1, -1)).to_zarr('S.zarr')) and pass the path, so "
+                    "tasks read only the rows they need"
                 )
             data = data.compute()
         out = np.asarray(data if data is not None else source)
@@ -217,6 +289,31 @@ def load_matrix(source: Any, what: str = "the matrix") -> np.ndarray | StoredMat
             except (TypeError, ValueError):
                 raise InputError(f"{what} must hold numbers, got dtype {out.dtype}") from None
     return out
+
+
+def layout_advice(matrix: np.ndarray | StoredMatrix, what: str) -> str | None:
+    """Advice for a Zarr matrix whose chunks cut its rows (None when rows are whole chunks).
+
+    SimForest reads a pair object's row against a node's members, scattered
+    over the columns; every read touches whole chunks (inner chunks when
+    sharded), so chunks ``(1, n)`` read a needed row once and tiles read
+    many rows for one.  ``benchmarks/results/simforest_scale.md`` measures it.
+    """
+    if not isinstance(matrix, StoredMatrix) or matrix.path.endswith(".npy"):
+        return None
+    node: Any = zarr.open(matrix.path, mode="r")
+    arr = node if matrix.name is None else node[matrix.name]
+    chunks = tuple(int(c) for c in arr.chunks)
+    n = int(arr.shape[1])
+    if chunks[1] >= n:
+        return None
+    return (
+        f"{what} is stored in chunks of {chunks}, which cut its rows: each row a tree reads "
+        f"pulls whole chunks of other rows too.  Store it by rows, chunks (1, {n}), for far "
+        f"fewer bytes read, e.g. dask.array.from_zarr({matrix.path!r}"
+        + (f", component={matrix.name!r}" if matrix.name else "")
+        + ").rechunk((1, -1)).to_zarr('S_rows.zarr')"
+    )
 
 
 def open_matrix(matrix: np.ndarray | StoredMatrix) -> Any:
