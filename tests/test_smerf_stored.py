@@ -128,7 +128,7 @@ def test_a_d_file_changed_after_the_fit_is_refused(tmp_path):
 
 
 def test_npy_path_is_memory_mapped_and_checked_like_memory(tmp_path):
-    X, D = _data(50)
+    _, D = _data(50)
     np.save(tmp_path / "D.npy", D)
     ref = load_distances(str(tmp_path / "D.npy"), fingerprint=True)
     here = load_distances(D, fingerprint=True)
