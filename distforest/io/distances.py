@@ -241,16 +241,27 @@ class Distances:
         return np.dtype(self.values.dtype).itemsize
 
 
-def _check_symmetric(block: np.ndarray, mirror: np.ndarray, start: int, what: str) -> None:
-    """Refuse ``block[i, j] != mirror[i, j]`` beyond float32 rounding, or a one-sided NaN."""
-    seen, seen_t = ~np.isnan(block), ~np.isnan(mirror)
-    tol = SYMMETRY_RTOL * np.maximum(np.abs(np.nan_to_num(block)), 1.0)
-    differ = (seen != seen_t) | (seen & seen_t & (np.abs(block - mirror) > tol))
+def _check_symmetric(block: np.ndarray, strip: np.ndarray, start: int, what: str) -> None:
+    """Refuse ``block[i, j] != strip[j, i]`` beyond float32 rounding, or a one-sided NaN.
+
+    ``block`` holds rows ``start ...`` from column ``start`` on, ``strip`` the
+    same columns from row ``start`` on (the mirrored cells).  Only the cells
+    that differ exactly (NaN among them) are looked at closely.
+    """
+    # compared along the strip's memory order; nonzero lists the block's cells row by row
+    rows, cols = np.nonzero((strip != block.T).T)
+    if rows.size == 0:
+        return
+    a, b = block[rows, cols], strip[cols, rows]
+    seen, seen_t = ~np.isnan(a), ~np.isnan(b)
+    tol = SYMMETRY_RTOL * np.maximum(np.abs(np.nan_to_num(a)), 1.0)
+    differ = (seen != seen_t) | (seen & seen_t & (np.abs(a - b) > tol))
     if differ.any():
-        i, j = (int(k) for k in np.argwhere(differ)[0])
+        k = int(np.argmax(differ))
+        i, j = int(rows[k]), int(cols[k])
         raise InputError(
-            f"{what} is not symmetric: [{start + i}, {start + j}] is {float(block[i, j])!r} but "
-            f"[{start + j}, {start + i}] is {float(mirror[i, j])!r}; SMERF needs D[i, j] == "
+            f"{what} is not symmetric: [{start + i}, {start + j}] is {float(a[k])!r} but "
+            f"[{start + j}, {start + i}] is {float(b[k])!r}; SMERF needs D[i, j] == "
             "D[j, i] (NaN on both sides for a pair not observed); symmetrise it first, e.g. "
             "D = (D + D.T) / 2, or fill the missing side"
         )
@@ -300,8 +311,8 @@ def load_distances(
     for start, block in src.blocks():
         check_rows(block, start, what)
         stop = start + block.shape[0]
-        _check_symmetric(block[:, start:], src.read(slice(start, None), slice(start, stop)).T,
-                         start, what)  # fmt: skip
+        strip = src.read(slice(start, None), slice(start, stop))
+        _check_symmetric(block[:, start:], strip, start, what)
         seen = ~np.isnan(block)
         # per-row float64 sums, added exactly: the mean does not depend on the blocks
         sums.extend(np.where(seen, block, 0).astype(np.float64).sum(axis=1).tolist())
