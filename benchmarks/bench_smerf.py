@@ -278,8 +278,10 @@ def _speed_child(n: int, trees: int, workers: int, tile: int, out: str, pred_row
 
     D (the radial distance, float32) is written block by block to a Zarr array
     and handed to ``fit`` as that path: the benchmark never builds it whole;
-    ``fit`` reads it (SMERF grows trees on D in memory, in each worker).
+    ``fit`` checks it block by block and each worker reads it once (SMERF grows
+    trees on D in memory, in each worker).
     Prediction: ``pred_rows`` new rows against the n training rows.
+    Peak RSS: of all processes together, and of each process on its own.
     """
     import psutil
     import zarr
@@ -296,14 +298,17 @@ def _speed_child(n: int, trees: int, workers: int, tile: int, out: str, pred_row
         arr[start : start + tile] = (block**2).astype(np.float32)
     del block
     peak = [0]
+    per_process: dict[int, int] = {}
 
     def sample(procs: list[Any]) -> None:
         total = 0
         for p in procs:
             try:
-                total += p.memory_info().rss
+                rss = p.memory_info().rss
             except psutil.Error:
-                pass
+                continue
+            total += rss
+            per_process[p.pid] = max(per_process.get(p.pid, 0), rss)
         peak[0] = max(peak[0], total)
 
     import threading
@@ -346,6 +351,9 @@ def _speed_child(n: int, trees: int, workers: int, tile: int, out: str, pred_row
                       "cells_per_second": Q.shape[0] * n / pred_s, "d_source": "zarr",
                       "peak_rss_bytes": peak[0], "tile_size": tile,
                       "max_rss_driver_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                      "peak_rss_driver_bytes": per_process.get(me.pid, 0),
+                      "peak_rss_other_bytes": sorted(
+                          (v for k, v in per_process.items() if k != me.pid), reverse=True),
                       }))  # fmt: skip
 
 
@@ -361,6 +369,7 @@ def run_speed(sizes: tuple[int, ...], trees: int, workers: int, pred_rows: int,
         row = json.loads(done.stdout.strip().splitlines()[-1])
         row["load_before"] = load_before
         row["load_after"] = os.getloadavg()
+        row["commit"] = _about()["commit"]
         rows.append(row)
         print(f"speed n={n}: {row}", file=sys.stderr, flush=True)
         save({"rows": rows})
@@ -488,15 +497,19 @@ def render(data: dict[str, Any]) -> str:
                 f"Run {about['date']} on commit {about['commit']}, {about['cores']} cores, "
                 f"{about['memory_gb']} GB; command `{about['command']}`"
                 + "".join(f"; {c}" for c in speed.get("more_commands", [])) + ". **Wall times "
-                "were taken while other engineers' jobs shared the 2 cores (load averages "
-                "below): they are drafts, not clean measurements.** CPU seconds (user + system "
-                "of the driver and its workers) depend little on the load: CPU / 2 is about "
+                "taken while other engineers' jobs shared the 2 cores (load averages well "
+                "above 2 in the table) are drafts, not clean measurements.** CPU seconds "
+                "(user + system of the driver and its workers) depend little on the load: "
+                "CPU / 2 is about "
                 "what the step would take on the 2 cores alone.", "",
                 "| n | trees | workers | fit (s) | fit CPU (s) | predicted rows x n | "
                 "predict to Zarr (s) | predict CPU (s) | cells per CPU-second | "
-                "peak RSS, all processes (GB) | load before / after |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                "peak RSS, all processes (GB) | peak RSS driver / largest workers (GB) | "
+                "load before / after | commit |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in speed["rows"]:
+            driver = r.get("peak_rss_driver_bytes", r["max_rss_driver_kb"] * 1024)
+            others = " / ".join(f"{b / 1e9:.2f}" for b in r.get("peak_rss_other_bytes", [])[:2])
             cells = r.get("pred_rows", r["n"]) * r["n"]
             fit_cpu, pred_cpu = r.get("fit_cpu_seconds"), r.get("predict_cpu_seconds")
             out.append(
@@ -505,8 +518,8 @@ def render(data: dict[str, Any]) -> str:
                 f"{r.get('pred_rows', r['n'])} x {r['n']} | {r['predict_seconds']:.1f} | "
                 f"{'-' if pred_cpu is None else f'{pred_cpu:.1f}'} | "
                 f"{'-' if pred_cpu is None else f'{cells / pred_cpu:.3g}'} | "
-                f"{r['peak_rss_bytes'] / 1e9:.2f} | {r['load_before'][0]:.1f} / "
-                f"{r['load_after'][0]:.1f} |"
+                f"{r['peak_rss_bytes'] / 1e9:.2f} | {driver / 1e9:.2f} / {others or '-'} | "
+                f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} | {r.get('commit', '-')} |"
             )
         out.append("")
     return "\n".join(out) + "\n"
@@ -536,8 +549,17 @@ def main() -> None:
     elif args.part == "speed":
         sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else (2000, 5000)
 
+        # earlier rows are kept (each names its commit); the earlier run's command moves
+        # to "more_commands"
+        old = data.get("speed") or {}
+        before = old.get("rows", [])
+        more = list(old.get("more_commands", []))
+        if "about" in old:
+            a = old["about"]
+            more.insert(0, f"`{a['command']}` (commit {a['commit']}, {a['date']})")
+
         def save(part: dict[str, Any]) -> None:
-            data["speed"] = part
+            data["speed"] = {"rows": before + part["rows"], "more_commands": more}
             _write(data, "speed")
 
         run_speed(sizes, args.trees, args.workers, args.predict_rows, save)

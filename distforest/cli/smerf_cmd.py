@@ -144,7 +144,7 @@ def fit_cmd(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    observed = float(np.mean(~np.isnan(model.distances_)))
+    observed = dist.observed
     click.echo(
         f"SMERF: {params['n_estimators']} trees on {model.n_samples_} rows x "
         f"{model.n_features_in_} features ({observed:.0%} of pairs observed) in {seconds:.1f} s"

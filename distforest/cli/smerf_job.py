@@ -22,7 +22,6 @@ by stage (``fit``, ``distance``), not repeated once complete.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -101,10 +100,6 @@ def class_distances(table: Table) -> np.ndarray:
     return (y[:, None] != y[None, :]).astype(np.float32)
 
 
-def _fingerprint(values: np.ndarray) -> str:
-    return hashlib.blake2b(np.ascontiguousarray(values).data, digest_size=16).hexdigest()
-
-
 def run_smerf_job(
     job: SmerfJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -119,9 +114,9 @@ def run_smerf_job(
                        allow_missing=False)  # fmt: skip
     if job.distances is not None:
         what = f"smerf.distances {job.distances!r}"
-        D = load_distances(job.distances, n=table.n_samples, what=what)
+        D = load_distances(job.distances, n=table.n_samples, what=what, fingerprint=True)
     else:
-        D = class_distances(table)
+        D = load_distances(class_distances(table), fingerprint=True)
     dist = job.distance or {}
     other = {
         key: load_table(
@@ -130,7 +125,7 @@ def run_smerf_job(
         for key in ("rows", "against")
         if dist.get(key)
     }
-    fingerprints = {"X": table.fingerprint(), "D": _fingerprint(D),
+    fingerprints = {"X": table.fingerprint(), "D": str(D.fingerprint),
                     **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
 
     def stages_of_run(

@@ -15,6 +15,12 @@ members and D; no tree's leaf-by-leaf table is ever built (memory O(n T) for
 the leaves plus one tile, beside D itself).  A saved model keeps D (as
 ``train_distance``, compressed, NaN = not observed) so that it predicts
 without the original file.
+
+D given as a file (``.npy`` or Zarr) is checked block by block in the driver
+and then only referred to: each worker reads it once for all its tasks
+(:class:`distforest.io.distances.StoredDistances`), and :meth:`SMERF.save`
+copies it into the model block by block, so the driver never holds it whole.
+A loaded model refers to its own ``train_distance`` the same way.
 """
 
 from __future__ import annotations
@@ -33,7 +39,14 @@ from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
-from distforest.io.distances import load_distances
+from distforest.io.distances import (
+    Distances,
+    StoredDistances,
+    distance_blocks,
+    distance_values,
+    load_distances,
+)
+from distforest.io.matrices import StoredMatrix
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
@@ -55,7 +68,7 @@ TRAIN_DISTANCE = "train_distance"
 class TileInputs:
     """What every tile task of one predicted matrix needs (shared with the workers once)."""
 
-    D: np.ndarray
+    D: np.ndarray | StoredDistances
     leaves_a: np.ndarray
     leaves_b: np.ndarray
     inbag_a: np.ndarray
@@ -71,12 +84,19 @@ def distance_tile(inputs: TileInputs, rows: slice, cols: slice) -> np.ndarray:
     """Tile function of the tile service: predicted distances of ``rows`` x ``cols``."""
     oob = inputs.oob
     return K.tile_distance(
-        inputs.D, inputs.leaves_a[rows], inputs.leaves_b[cols], inputs.node_offset,
+        distance_values(inputs.D), inputs.leaves_a[rows], inputs.leaves_b[cols], inputs.node_offset,
         inputs.leaf_start, inputs.leaf_members, oob,
         inputs.inbag_a[rows] if oob else inputs.inbag_a,
         inputs.inbag_b[cols] if oob else inputs.inbag_b,
         inputs.fallback,
     )  # fmt: skip
+
+
+def grow_trees(
+    X: np.ndarray, D: np.ndarray | StoredDistances, seeds: np.ndarray, params: dict[str, Any]
+) -> K.FlatForest:
+    """Task function: the trees of ``seeds`` (D in memory, or read once per worker)."""
+    return K.grow_batch(X, distance_values(D), seeds, params)
 
 
 class SMERF(DaskEstimator):
@@ -121,8 +141,10 @@ class SMERF(DaskEstimator):
     inbag_ : ndarray of uint16, shape (n_samples, n_estimators)
         Bootstrap count of every training row in every tree.
     forest_ : distforest.kernels.smerf.FlatForest
-    distances_ : ndarray, shape (n_samples, n_samples)
-        The observed training distances (NaN = not observed).
+    distances_ : ndarray or StoredDistances, shape (n_samples, n_samples)
+        The observed training distances (NaN = not observed): the array given
+        to ``fit``, or, for D given as a file (and for a loaded model), a
+        reference to it whose ``load()`` (or ``numpy.asarray``) reads it.
     mean_distance_ : float
         Mean observed distance: the prediction of a pair no tree can estimate.
     """
@@ -164,9 +186,12 @@ class SMERF(DaskEstimator):
         ----------
         X : path, array-like, DataFrame, dask/xarray/zarr object or Table
             n rows of numeric features without missing values.
-        D : path (.npy or Zarr), numpy, dask, xarray or zarr array, shape (n, n)
-            Observed symmetric dissimilarities of the rows of X (may be
-            negative, e.g. minus a similarity); NaN marks a pair not observed.
+        D : path (.npy or Zarr), numpy, dask, xarray or zarr array, or Distances
+            Observed symmetric dissimilarities of the rows of X, shape (n, n)
+            (may be negative, e.g. minus a similarity); NaN marks a pair not
+            observed.  A file is never read whole here: each worker reads it
+            once.  A :class:`~distforest.io.distances.Distances` from
+            ``load_distances`` is used as checked.
 
         Returns
         -------
@@ -179,7 +204,12 @@ class SMERF(DaskEstimator):
                 f"{table.source}: SMERF needs complete features; impute the missing values "
                 "first, e.g. `distforest impute`"
             )
-        dist = load_distances(D, n=table.n_samples)
+        dist = D if isinstance(D, Distances) else load_distances(D, n=table.n_samples)
+        if dist.shape[0] != table.n_samples:
+            raise InputError(
+                f"D has {dist.shape[0]} rows but X has {table.n_samples}; D must have one row "
+                "and one column per row of X, in the same order"
+            )
         n_trees = params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         tree_params = {
@@ -195,11 +225,14 @@ class SMERF(DaskEstimator):
                 "growing %d SMERF trees on %d x %d in %d tasks",
                 n_trees, table.n_samples, table.n_features, len(batches),
             )  # fmt: skip
-            x_h, d_h = runner.share(table.X), runner.share(dist)
+            values = dist.values
+            # a file is passed as a reference: each worker reads it once (never the driver)
+            d_h = values if isinstance(values, StoredDistances) else runner.share(values)
+            x_h = runner.share(table.X)
             items = [(x_h, d_h, seeds[b], tree_params) for b in batches]
             parts: list[Any] = [None] * len(batches)
             for i, part in runner.run(
-                K.grow_batch, items, name="smerf-trees", progress=self._report("fit")
+                grow_trees, items, name="smerf-trees", progress=self._report("fit")
             ):
                 parts[i] = part
         forest = K.concatenate(parts)
@@ -208,7 +241,8 @@ class SMERF(DaskEstimator):
         self.feature_names_in_ = table.feature_names
         self.seeds_ = seeds
         self.random_state_ = entropy
-        self.distances_ = dist
+        self.distances_ = dist.values
+        self.mean_distance_ = dist.mean
         self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
         self.params_ = params
         self.fit_id_ = uuid.uuid4().hex
@@ -223,7 +257,6 @@ class SMERF(DaskEstimator):
         total = forest.importances.mean(axis=0)
         norm = total.sum()
         self.feature_importances_ = total / norm if norm > 0 else total
-        self.mean_distance_ = float(np.nanmean(self.distances_))
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
@@ -425,8 +458,9 @@ class SMERF(DaskEstimator):
         self._check_fitted()
         if self.inbag_.max(initial=0) > np.iinfo(np.uint8).max:
             raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
-        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
-                             overwrite=overwrite)  # fmt: skip
+        rs = RunStore.create(store, overwrite=overwrite, attrs={
+            **self._provenance(), "mean_distance": self.mean_distance_, **(attrs or {})
+        })  # fmt: skip
         f = self.forest_
         n, n_trees = self.leaves_.shape
         rs.write_coordinates(n, n_trees)
@@ -442,8 +476,8 @@ class SMERF(DaskEstimator):
         rs.write_named("inbag", self.inbag_, rows=tile_size)
         dist = self.distances_
         arr = rs.create_matrix(TRAIN_DISTANCE, n, n, tile_size, dtype=str(dist.dtype))
-        for start in range(0, n, tile_size):
-            arr[start : start + tile_size] = dist[start : start + tile_size]
+        for start, block in distance_blocks(dist, tile_size):  # a file: never read whole
+            arr[start : start + block.shape[0]] = block
         if complete:
             rs.mark_complete()
         return rs
@@ -473,7 +507,14 @@ class SMERF(DaskEstimator):
         model.input_ = {k: inp[k] for k in ("source", "fingerprint")}
         model.fit_id_ = attrs["fit_id"]
         model.seeds_ = f["seed"]
-        model.distances_ = rs.read(TRAIN_DISTANCE)
+        # the model's own copy of D, read once by each process that predicts
+        stored = StoredMatrix(rs.path, TRAIN_DISTANCE, (model.n_samples_, model.n_samples_))
+        if "mean_distance" in attrs:
+            model.distances_ = StoredDistances.of(stored)
+            model.mean_distance_ = float(attrs["mean_distance"])
+        else:  # a model saved before the mean was recorded: measure it once
+            checked = load_distances(stored, what=f"{rs.path}/{TRAIN_DISTANCE}")
+            model.distances_, model.mean_distance_ = checked.values, checked.mean
         forest = K.FlatForest(
             nodes={c: f[c] for c in K.NODE_COLUMNS},
             node_offset=f["node_offset"],

@@ -338,13 +338,10 @@ def row_blocks(matrix: np.ndarray | StoredMatrix, rows: int) -> Iterator[tuple[i
         yield start, np.asarray(decode(data[start : start + rows], attrs), dtype=np.float64)
 
 
-def check_entries(
+def check_shape(
     matrix: np.ndarray | StoredMatrix, what: str, *, square: bool, n_columns: int | None = None
 ) -> None:
-    """Refuse a matrix with a wrong shape, an infinite entry, or a row with nothing observed.
-
-    The check reads the matrix once, block by block (never whole).
-    """
+    """Refuse a matrix that is empty, not square when it must be, or of the wrong width."""
     n, m = matrix.shape
     if square and n != m:
         raise InputError(
@@ -358,19 +355,34 @@ def check_entries(
         )
     if n == 0:
         raise InputError(f"{what} is empty")
-    block = max(1, (64 * 1024**2) // (8 * max(1, m)))
+
+
+def check_rows(values: np.ndarray, start: int, what: str) -> None:
+    """Refuse an infinite entry or a row with nothing observed in rows ``start ...``."""
+    bad = np.isinf(values)
+    if bad.any():
+        i, j = (int(k) for k in np.argwhere(bad)[0])
+        raise InputError(
+            f"{what}[{start + i}, {j}] is {values[i, j]!r}; entries must be finite numbers "
+            "(NaN marks a pair that was not observed)"
+        )
+    empty = np.isnan(values).all(axis=1)
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise InputError(
+            f"{what}: row {start + i} has no observed entry (all NaN); drop that object "
+            f"({int(empty.sum())} such rows in this block) or give it some similarities"
+        )
+
+
+def check_entries(
+    matrix: np.ndarray | StoredMatrix, what: str, *, square: bool, n_columns: int | None = None
+) -> None:
+    """Refuse a matrix with a wrong shape, an infinite entry, or a row with nothing observed.
+
+    The check reads the matrix once, block by block (never whole).
+    """
+    check_shape(matrix, what, square=square, n_columns=n_columns)
+    block = max(1, (64 * 1024**2) // (8 * max(1, matrix.shape[1])))
     for start, values in row_blocks(matrix, block):
-        bad = np.isinf(values)
-        if bad.any():
-            i, j = (int(k) for k in np.argwhere(bad)[0])
-            raise InputError(
-                f"{what}[{start + i}, {j}] is {values[i, j]!r}; entries must be finite numbers "
-                "(NaN marks a pair that was not observed)"
-            )
-        empty = np.isnan(values).all(axis=1)
-        if empty.any():
-            i = int(np.flatnonzero(empty)[0])
-            raise InputError(
-                f"{what}: row {start + i} has no observed entry (all NaN); drop that object "
-                f"({int(empty.sum())} such rows in this block) or give it some similarities"
-            )
+        check_rows(values, start, what)
