@@ -259,7 +259,8 @@ def _time_one_tile(store: str, scratch: str, n: int, tile: int) -> dict[str, Any
     import zarr
 
     from distforest.forests.tiles import compute_tile
-    from distforest.store.run_store import read_rows, transposed
+    from distforest.kernels.transpose import transposed
+    from distforest.store.run_store import read_rows
 
     trees = zarr.open_array(store, path="leaves", mode="r").shape[1]
     enc = _create_like_proximity(scratch, n, tile, trees)

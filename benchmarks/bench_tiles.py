@@ -116,7 +116,8 @@ def one_tile(run: Path, n: int, tile: int) -> dict[str, float]:
     import zarr
 
     from distforest.forests import tiles
-    from distforest.store.run_store import read_rows, transposed
+    from distforest.kernels.transpose import transposed
+    from distforest.store.run_store import read_rows
 
     path = str(run)
     rows_i, rows_j = slice(0, tile), slice(tile, min(2 * tile, n))

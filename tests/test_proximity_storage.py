@@ -204,26 +204,27 @@ def test_a_newer_schema_is_refused_clearly(tmp_path):
         RunStore.open(rs.path)
 
 
-def test_sorted_blocks_kept_between_tiles_are_known_by_their_contents(forest, monkeypatch):
-    from distforest.forests import tiles
-    from distforest.kernels.proximity import leaf_order, sort_block
+@pytest.mark.parametrize(
+    ("shape", "largest"),
+    [((1, 1), 1), ((3, 0), 5), ((7, 2048), 30_000), ((4, 700), 2**31 - 1), ((5, 900), 3)],
+)
+def test_leaf_order_equals_a_stable_argsort(shape, largest):
+    # the radix sort must order ties (rows of one leaf) exactly as a stable sort
+    from distforest.kernels.proximity import leaf_order
 
-    leaves = forest.leaves_
-    a, b = leaves[:100], leaves[100:200]
-    monkeypatch.setattr(tiles, "_sorted_cache", type(tiles._sorted_cache)())
-    first = tiles.sorted_leaves(a)
-    assert tiles.sorted_leaves(a.copy()) is first  # same contents: kept
-    other = tiles.sorted_leaves(b)
-    assert other is not first
-    for got, want in zip(other, sort_block(b), strict=True):
-        np.testing.assert_array_equal(got, want)
-    order, sorted_leaves = leaf_order(np.ascontiguousarray(b.T, dtype=np.int32))
-    assert (np.diff(sorted_leaves, axis=1) >= 0).all()
-    np.testing.assert_array_equal(np.take_along_axis(b.T, order, axis=1), sorted_leaves)
-    # a budget of one block keeps only the latest
-    monkeypatch.setattr(tiles, "SORTED_CACHE_BYTES", 1)
-    tiles.sorted_leaves(leaves[200:])
-    assert len(tiles._sorted_cache) == 1
+    leaves = np.random.default_rng(1).integers(0, largest, size=shape).astype(np.int32)
+    order, sorted_leaves = leaf_order(leaves)
+    want = np.argsort(leaves, axis=1, kind="stable")
+    np.testing.assert_array_equal(order, want)
+    np.testing.assert_array_equal(sorted_leaves, np.take_along_axis(leaves, want, axis=1))
+    with pytest.raises(ValueError, match="negative"):
+        leaf_order(np.array([[3, -1]], dtype=np.int32))
+
+
+def test_count_tiles_equal_the_float_tiles(forest):
+    from distforest.forests import tiles
+
+    a, b = forest.leaves_[:100], forest.leaves_[100:200]
     np.testing.assert_array_equal(
         (tiles.compute_tile("original", {"leaves": a}, {"leaves": b}, "uint8") / 30).astype(
             np.float32
@@ -232,11 +233,15 @@ def test_sorted_blocks_kept_between_tiles_are_known_by_their_contents(forest, mo
     )
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (3, 130), (64, 64), (200, 65), (129, 257)])
-def test_transposed_copy_equals_the_transpose(shape):
-    from distforest.store.run_store import transposed
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (3, 130), (8, 8), (64, 64), (200, 65), (129, 257), (1344, 2048), (13, 9)]
+)
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "float32"])
+def test_transposed_copy_equals_the_transpose(shape, dtype):
+    from distforest.kernels.transpose import transposed
 
-    values = np.random.default_rng(0).integers(0, 255, size=shape).astype(np.uint8)
-    got = transposed(values)
-    assert got.flags.c_contiguous and got.dtype == values.dtype
-    np.testing.assert_array_equal(got, values.T)
+    values = np.random.default_rng(0).integers(0, 255, size=shape).astype(dtype)
+    for v in (values, values[:, ::-1]):  # contiguous or not
+        got = transposed(v)
+        assert got.flags.c_contiguous and got.dtype == v.dtype
+        np.testing.assert_array_equal(got, v.T)

@@ -116,3 +116,23 @@ def test_pairwise_store_resumes_and_equals_a_clean_run(tmp_path, monkeypatch):
     # a complete store is not silently replaced
     with pytest.raises(Exception, match="already exists"):
         pairwise(X, store=tmp_path / "s.zarr", tile_size=16, client="synchronous")
+
+
+def test_task_arrays_are_reused_until_the_array_changes(tmp_path):
+    from distforest.store import run_store
+
+    rs = RunStore.create(tmp_path / "s.zarr", attrs={})
+    path = str(rs.path)
+    rs.group.create_array("m", shape=(4, 4), chunks=(2, 2), dtype="uint8", fill_value=7)
+    first = run_store.task_array(path, "m", "r+")
+    assert run_store.task_array(path, "m", "r+") is first  # kept
+    # a chunk equal to the fill value is written, not left out, and reads the same
+    run_store.write_block(path, "m", (slice(0, 2), slice(0, 2)), np.full((2, 2), 7, "uint8"))
+    assert (tmp_path / "s.zarr" / "m" / "c" / "0" / "0").exists()
+    np.testing.assert_array_equal(run_store.read_rows(path, "m", slice(0, 2))[:, :2], 7)
+    # replaced by a different array under the same name: opened anew, never the stale handle
+    rs.group.create_array("m", shape=(6, 3), chunks=(3, 3), dtype="uint8", overwrite=True)
+    again = run_store.task_array(path, "m", "r+")
+    assert again is not first and again.shape == (6, 3)
+    run_store.write_block(path, "m", (slice(3, 6), slice(0, 3)), np.ones((3, 3), "uint8"))
+    np.testing.assert_array_equal(run_store.read_rows(path, "m", slice(3, 6)), 1)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from distforest.errors import DISK_FULL_ERRNOS, DiskFullError, InputError
+from distforest.kernels import transpose
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
 from distforest.parallel.tiling import Tile, TilePlan
@@ -126,6 +127,8 @@ def write_matrix(
         )  # fmt: skip
     size = plan.tile_size
     logger.info("writing %d %s tiles of %d x %d to %s", len(pending), name, size, size, store.path)
+    if plan.symmetric:
+        transpose.warm_up()  # compile the mirror's copy once here, not in every worker
     items = [(store.path, name, tile, func, *args) for tile in pending]
     stats = {"tiles": plan.n_tasks, "skipped": skipped, "bytes": 0}
     for _, written in runner.run(tile_task, items, name=f"{name}-tiles", progress=progress):

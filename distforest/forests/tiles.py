@@ -6,9 +6,6 @@ run inside Dask workers, so they take paths and slices, never big arrays.
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,34 +36,6 @@ SYMMETRIC = {method: bool(matrix_spec(name).symmetric) for method, name in ARRAY
 #: Arrays a method's tiles need, besides ``leaves``.
 NEEDS = {"original": (), "oob": ("inbag",), "rfgap": ("inbag", "leaf_mass")}
 
-#: Bytes of sorted leaf blocks a worker process keeps between tiles.  Each row
-#: block meets every other one, and sorting a block is about half of a count
-#: tile's kernel time; a block is known by its contents, so a kept block can
-#: never stand for other leaves.
-SORTED_CACHE_BYTES = 64 * 1024**2
-_sorted_cache: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-_sorted_lock = threading.Lock()
-
-
-def sorted_leaves(leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`~distforest.kernels.proximity.sort_block` of ``leaves``, kept for later tiles."""
-    leaves = np.ascontiguousarray(leaves)
-    digest = hashlib.blake2b(leaves.data, digest_size=16).digest()
-    key = (leaves.shape, str(leaves.dtype), digest)
-    with _sorted_lock:
-        kept = _sorted_cache.get(key)
-        if kept is not None:
-            _sorted_cache.move_to_end(key)
-            return kept
-    block = sort_block(leaves)
-    with _sorted_lock:
-        _sorted_cache[key] = block
-        size = sum(a.nbytes + b.nbytes for a, b in _sorted_cache.values())
-        while size > SORTED_CACHE_BYTES and len(_sorted_cache) > 1:
-            _, (a, b) = _sorted_cache.popitem(last=False)
-            size -= a.nbytes + b.nbytes
-    return block
-
 
 def compute_tile(
     method: str, block_i: dict, block_j: dict, counts: str | None = None
@@ -80,8 +49,8 @@ def compute_tile(
     """
     if method == "original":
         if counts is not None:
-            sorted_i = sorted_leaves(block_i["leaves"])
-            sorted_j = sorted_i if block_j is block_i else sorted_leaves(block_j["leaves"])
+            sorted_i = sort_block(block_i["leaves"])
+            sorted_j = sorted_i if block_j is block_i else sort_block(block_j["leaves"])
             return sorted_block_counts(sorted_i, sorted_j, counts)
         return original_proximity_tile(block_i["leaves"], block_j["leaves"])
     if method == "oob":

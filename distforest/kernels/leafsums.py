@@ -34,6 +34,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from distforest.kernels.proximity import leaf_order
+
 METHOD_CODES = {"original": 0, "oob": 1, "rfgap": 2}
 
 
@@ -216,8 +218,8 @@ def leaf_index(leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     ``order[t, lo:hi]`` are the rows in the leaf ``sorted_leaves[t, lo]``.
     """
-    order = np.argsort(leaves, axis=1, kind="stable").astype(np.int32)
-    return np.take_along_axis(leaves, order, axis=1), order
+    order, sorted_leaves = leaf_order(np.ascontiguousarray(leaves, dtype=np.int32))
+    return sorted_leaves, order
 
 
 def squared_product(

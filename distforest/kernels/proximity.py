@@ -2,11 +2,11 @@
 
 A proximity tile ``P[I, J]`` compares, tree by tree, the leaf of every row of
 block ``I`` with the leaf of every row of block ``J``.  Comparing all pairs
-costs ``|I| |J| T``; instead, per tree both blocks are sorted by leaf id and
-merged, so the cost is ``T (|I| + |J|) log`` plus one update per pair that
-really shares a leaf.  A block's sort (:func:`leaf_order`) can be kept and
-reused by every tile of its row or column.  With fully grown trees most leaves hold a handful of
-rows, so the tile is dominated by writing it, not by the comparisons.
+costs ``|I| |J| T``; instead, per tree both blocks are sorted by leaf id (a
+radix sort: :func:`leaf_order`) and merged, so the cost is ``T (|I| + |J|)``
+plus one update per pair that really shares a leaf.  With fully grown trees
+most leaves hold a handful of rows, so the tile is dominated by writing it,
+not by the comparisons.
 
 All kernels take leaves laid out as ``(tree, row)`` (C-contiguous int32), so
 that one tree's leaves of a block are contiguous.
@@ -17,14 +17,23 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+#: Bits of a leaf id sorted per pass of :func:`leaf_order`'s radix sort.
+RADIX_BITS = 11
+
 
 @njit(nogil=True, cache=True)
 def leaf_order(leaves):  # pragma: no cover - numba
     """Per tree, a block's rows ordered by leaf id, and their leaf ids in that order.
 
+    A stable least-significant-digit radix sort (``RADIX_BITS`` bits a pass,
+    as many passes as the largest leaf id needs): rows of one leaf keep their
+    block order, exactly as a stable ``argsort`` orders them, at about an
+    eighth of its cost for 2,048-row blocks.
+
     Parameters
     ----------
     leaves : ndarray of int32, shape (T, n)
+        Leaf ids, none negative.
 
     Returns
     -------
@@ -32,13 +41,45 @@ def leaf_order(leaves):  # pragma: no cover - numba
         ``sorted_leaves[t] = leaves[t, order[t]]`` is non-decreasing.
     """
     n_trees, n = leaves.shape
+    buckets = 1 << RADIX_BITS
+    mask = buckets - 1
     order = np.empty((n_trees, n), dtype=np.int32)
     sorted_leaves = np.empty((n_trees, n), dtype=np.int32)
+    rows_a = np.empty(n, dtype=np.int32)
+    keys_a = np.empty(n, dtype=np.int32)
+    rows_b = np.empty(n, dtype=np.int32)
+    keys_b = np.empty(n, dtype=np.int32)
+    starts = np.empty(buckets, dtype=np.int64)
     for t in range(n_trees):
-        o = np.argsort(leaves[t], kind="mergesort")
+        largest = 0
         for a in range(n):
-            order[t, a] = o[a]
-            sorted_leaves[t, a] = leaves[t, o[a]]
+            rows_a[a] = a
+            keys_a[a] = leaves[t, a]
+            if leaves[t, a] < 0:
+                raise ValueError("leaf ids must not be negative")
+            largest = max(largest, leaves[t, a])
+        shift = 0
+        while True:  # one counting-sort pass per digit, low digit first
+            starts[:] = 0
+            for a in range(n):
+                starts[(keys_a[a] >> shift) & mask] += 1
+            total = 0
+            for d in range(buckets):
+                size = starts[d]
+                starts[d] = total
+                total += size
+            for a in range(n):
+                d = (keys_a[a] >> shift) & mask
+                rows_b[starts[d]] = rows_a[a]
+                keys_b[starts[d]] = keys_a[a]
+                starts[d] += 1
+            rows_a, rows_b = rows_b, rows_a
+            keys_a, keys_b = keys_b, keys_a
+            shift += RADIX_BITS
+            if (largest >> shift) == 0:
+                break
+        order[t] = rows_a
+        sorted_leaves[t] = keys_a
     return order, sorted_leaves
 
 

@@ -24,7 +24,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import shutil
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,6 +37,7 @@ import zarr
 from distforest._version import __version__
 from distforest.errors import StoreError
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
+from distforest.kernels.transpose import transposed
 from distforest.store.schema import (
     DONE_DIMS,
     DONE_GROUP,
@@ -522,9 +525,52 @@ def _summary(arr: zarr.Array) -> dict[str, Any]:
 # -- functions that run inside tasks (plain, picklable) ----------------------
 
 
+#: Arrays one process keeps open for its tasks (see :func:`task_array`).
+OPEN_ARRAYS = 32
+_open_arrays: OrderedDict[tuple[str, str, str], tuple[tuple[int, int, int], zarr.Array]] = (
+    OrderedDict()
+)
+_open_lock = threading.Lock()
+
+
+def task_array(path: str, name: str, mode: Literal["r", "r+"]) -> zarr.Array:
+    """Array ``name`` of the store at ``path``, opened once per process and reused.
+
+    Tile tasks read and write thousands of chunks of the same few arrays, and
+    opening one (reading and parsing its metadata) costs about a millisecond.
+    A kept handle is reused only while the array's ``zarr.json`` is the same
+    file, unchanged (inode, size, modification time), so an array that was
+    replaced, resized or given new attributes is opened anew.
+
+    Handles opened for writing skip zarr's check of whether a chunk equals the
+    fill value (on a 2048 x 2048 uint8 tile it costs twice the compression):
+    such a chunk is then written instead of left out, and reads the same.
+    """
+    try:
+        st = (Path(path) / name / "zarr.json").stat()
+        signature: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        signature = None
+    key = (str(path), name, mode)
+    with _open_lock:
+        kept = _open_arrays.get(key)
+        if kept is not None and kept[0] == signature:
+            _open_arrays.move_to_end(key)
+            return kept[1]
+    arr = zarr.open_array(path, path=name, mode=mode)
+    if mode != "r":
+        arr = arr.with_config({"write_empty_chunks": True})
+    if signature is not None:
+        with _open_lock:
+            _open_arrays[key] = (signature, arr)
+            while len(_open_arrays) > OPEN_ARRAYS:
+                _open_arrays.popitem(last=False)
+    return arr
+
+
 def read_rows(path: str, name: str, rows: slice) -> np.ndarray:
     """Read rows ``rows`` of array ``name`` of the store at ``path``."""
-    return np.asarray(zarr.open_array(path, path=name, mode="r")[rows])
+    return np.asarray(task_array(path, name, "r")[rows])
 
 
 def write_block(path: str, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
@@ -532,32 +578,12 @@ def write_block(path: str, name: str, region: tuple[slice, ...], values: np.ndar
 
     The region must cover whole chunks, and no other task may write them.
     """
-    zarr.open_array(path, path=name, mode="r+")[region] = values
+    task_array(path, name, "r+")[region] = values
 
 
 def mark_done(path: str, name: str, tile: tuple[int, int]) -> None:
     """Record tile ``tile`` (block indices) of matrix ``name`` as written."""
-    zarr.open_array(path, path=f"{DONE_GROUP}/{name}", mode="r+")[tile] = 1
-
-
-#: Side of the square blocks :func:`transposed` copies at a time.
-TRANSPOSE_BLOCK = 64
-
-
-def transposed(values: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of ``values.T``, copied block by block.
-
-    One strided copy of a whole 2048 x 2048 tile misses the cache on every
-    element (~30 ms for uint8); in 64 x 64 blocks both sides stay in cache
-    (~5 ms).
-    """
-    n, m = values.shape
-    out = np.empty((m, n), dtype=values.dtype)
-    b = TRANSPOSE_BLOCK
-    for i in range(0, n, b):
-        for j in range(0, m, b):
-            out[j : j + b, i : i + b] = values[i : i + b, j : j + b].T
-    return out
+    task_array(path, f"{DONE_GROUP}/{name}", "r+")[tile] = 1
 
 
 def write_tile(
@@ -581,7 +607,7 @@ def write_tile(
     int
         Bytes written.
     """
-    arr = zarr.open_array(path, path=name, mode="r+")
+    arr = task_array(path, name, "r+")
     values = np.asarray(values)
     if arr.dtype.kind in "iu" and values.dtype.kind not in "iu":
         raise StoreError(
