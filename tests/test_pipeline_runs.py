@@ -224,7 +224,7 @@ def test_dry_run_prints_the_plan_and_refuses_a_full_disk(tmp_path, monkeypatch):
     path = pipeline(tmp_path, "p", trees=50, tile=100)
     result = CliRunner().invoke(cli, ["run", str(path), "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert "28 tile tasks of 100 x 100" in result.output  # 7 blocks: 7 * 8 / 2
+    assert "28 tiles of 100 x 100" in result.output  # 7 blocks: 7 * 8 / 2
     assert "699 rows x 9 features" in result.output and "disk:" in result.output
     assert not (tmp_path / "p").exists()
 
@@ -241,7 +241,7 @@ def test_dry_run_prints_the_plan_and_refuses_a_full_disk(tmp_path, monkeypatch):
 def test_dry_run_reads_the_plan_the_run_uses(tmp_path):
     path = pipeline(tmp_path, "same", trees=5, tile=64)
     dry = CliRunner().invoke(cli, ["run", str(path), "--dry-run"])
-    planned = re.search(r"([\d,]+) tile tasks of (\d+) x", dry.output)
+    planned = re.search(r"([\d,]+) tiles of (\d+) x", dry.output)
     assert planned, dry.output
     run = CliRunner().invoke(cli, ["-q", "run", str(path)])
     assert run.exit_code == 0, run.output
@@ -251,7 +251,7 @@ def test_dry_run_reads_the_plan_the_run_uses(tmp_path):
     text = path.read_text().replace(", tile_size: 64", "")
     path.write_text(text.replace("same", "default"))
     dry = CliRunner().invoke(cli, ["run", str(path), "--dry-run"])
-    assert "1 tile tasks of 699 x 699" in dry.output, dry.output
+    assert "1 tiles of 699 x 699" in dry.output, dry.output
 
 
 def test_validate(tmp_path):

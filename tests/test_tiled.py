@@ -82,6 +82,37 @@ def test_write_matrix_resumes_only_the_missing_tiles(tmp_path):
     assert len(counted) == plan.n_tasks
 
 
+def test_grouped_tile_tasks_write_every_tile_once_and_resume(tmp_path, monkeypatch):
+    from distforest.forests import tiled
+
+    monkeypatch.setattr(tiled, "MIN_TASKS", 2)  # 21 tiles -> groups of 8, 8 and 5
+    X = np.arange(17, dtype=np.float64)
+    plan = TilePlan(17, 17, 3, symmetric=True)
+    groups = tiled.tile_groups(plan.tiles())
+    assert [len(g) for g in groups] == [8, 8, 5]
+    assert [t for g in groups for t in g] == plan.tiles()
+    calls = []
+
+    def failing(X, rows, cols):
+        if len(calls) == 11:  # inside the second group: its first 3 tiles are done
+            raise Stop("killed")
+        calls.append((rows.start, cols.start))
+        return _symmetric(X, rows, cols)
+
+    rs = RunStore.create(tmp_path / "g.zarr", attrs={})
+    with pytest.raises(Stop):
+        write_matrix(Runner(None), rs, "similarity", plan, failing, (X,), identity={})
+    assert int(rs.done_tiles("similarity").sum()) == 11
+    seen = []
+    stats = write_matrix(
+        Runner(None), rs, "similarity", plan, _symmetric, (X,), identity={},
+        progress=lambda done, total: seen.append((done, total)),
+    )  # fmt: skip
+    assert stats["skipped"] == 11
+    assert seen == [(0, 10), (5, 10), (10, 10)]  # 10 left in 2 tasks: progress counts tiles
+    np.testing.assert_array_equal(rs.group["similarity"][...], X[:, None] + X[None, :])
+
+
 def test_full_grid_is_not_mirrored(tmp_path):
     X = np.arange(7, dtype=np.float64)
     plan = TilePlan(7, 7, 2, symmetric=False)

@@ -169,6 +169,6 @@ def test_bad_xforest_pipelines(tmp_path, change, match):
 def test_dry_run_of_an_xforest_pipeline_plans_and_writes_nothing(tmp_path):
     result = invoke("run", PIPELINE, "--dry-run", "--set", f"output.dir={tmp_path / 'out'}")
     assert result.exit_code == 0, result.output
-    assert "1,000 trees, beta similarity in 3 tile tasks of 256 x 256" in result.output
+    assert "1,000 trees, beta similarity in 3 tiles of 256 x 256" in result.output
     assert "kernel-kmeans" in result.output and "(ok)" in result.output
     assert not (tmp_path / "out").exists()

@@ -303,7 +303,7 @@ def describe(job: Any, plan: dict[str, Any], free: int) -> str:
         f"  input:        {job.input}" + (f" (target {job.target})" if job.target else ""),
         f"  forest:       {plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
         f"{plan['trees_per_task']} (assuming {plan['threads']} worker threads)",
-        f"  proximity:    {job.method}, {plan['tiles']:,} tile tasks of "
+        f"  proximity:    {job.method}, {plan['tiles']:,} tiles of "
         f"{plan['tile_size']} x {plan['tile_size']}",
         f"  applications: {', '.join(a for a in ('impute', 'outliers', 'mislabels', 'mds') if getattr(job, a)) or 'none'}",  # noqa: E501
         f"  store:        {job.out}",
@@ -330,7 +330,7 @@ def describe_xforest(job: Any, n: int, d: int, free: int) -> str:
         f"job {job.name}: {n:,} rows x {d} features",
         f"  input:        {job.input}",
         f"  X-Forest:     {plan['trees']:,} trees, {job.kind} similarity in {tiles.n_tasks:,} "
-        f"tile tasks of {tiles.chunks[0]} x {tiles.chunks[0]}",
+        f"tiles of {tiles.chunks[0]} x {tiles.chunks[0]}",
         f"  clustering:   {(job.clustering or {}).get('method', 'none')}",
         f"  store:        {job.out}",
         f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
