@@ -131,6 +131,25 @@ def test_local_yaml_starts_a_loopback_cluster_with_processes():
     assert client.status == "closed"
 
 
+def _modules_loaded(names):
+    import sys
+
+    return all(name in sys.modules for name in names)
+
+
+def test_local_workers_begin_the_task_imports_as_they_start():
+    from distforest.parallel.local_cluster import PRELOAD, local_kwargs
+    from distforest.parallel.preload import MODULES
+
+    opts = {"dashboard": False, "silence_logs": None, "preload": "mine"}
+    assert local_kwargs(opts)["preload"] == ["mine", PRELOAD]
+    with connect(n_workers=1, timeout=30) as client:
+        deadline = time.monotonic() + 60
+        while not all(client.run(_modules_loaded, MODULES).values()):
+            assert time.monotonic() < deadline, "the workers never imported the task modules"
+            time.sleep(0.2)
+
+
 # --------------------------------------------------------------------------
 # Bad configs
 # --------------------------------------------------------------------------

@@ -28,6 +28,9 @@ __all__ = ["GUARD_FIX", "check_main_guard", "in_child_process", "local_kwargs", 
 
 logger = logging.getLogger(__name__)
 
+#: Worker preload of every local cluster: imports begun as a worker starts.
+PRELOAD = "distforest.parallel.preload"
+
 #: distforest's own keys of kind ``local`` (the others are LocalCluster's).
 OWN_KEYS = ("dashboard", "silence_logs")
 
@@ -112,6 +115,12 @@ def local_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
         ),
     }
     kwargs.update({k: v for k, v in opts.items() if k not in OWN_KEYS})
+    # workers begin the imports every task needs as they start (see parallel/preload.py)
+    user_preload = kwargs.get("preload") or []
+    kwargs["preload"] = [
+        *([user_preload] if isinstance(user_preload, str) else user_preload),
+        PRELOAD,
+    ]
     kwargs["scheduler_kwargs"] = {
         **kwargs.get("scheduler_kwargs", {}),
         "dashboard": bool(dashboard),
