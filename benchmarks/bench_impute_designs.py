@@ -3,7 +3,8 @@
 Run by hand (never in CI), from the repository root, under the shared lock::
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/bench_impute_designs.py \\
-        [--sets Vehicle,Ionosphere] [--rates 10,20,30] [--seeds 1] [--no-control]
+        [--sets Vehicle,Ionosphere] [--rates 10,20,30] [--seeds 1] [--first-seed 0] \\
+        [--no-control]
 
 - design (a): ``ProximityImputer()`` (the default: one forest of 50 trees per
   column with a missing cell, column after column), and the same with 17
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> list[dict[str, 
         X, y, _ = load(ds, args.data)
         score = pfc if ds.categorical else nrmse
         for rate in (int(r) / 100 for r in args.rates.split(",")):
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 mask = masked(X, "MCAR", rate, seed)
                 Xm = np.where(mask, np.nan, X)
                 for name, (func, supervised) in methods(seed, ds.categorical,
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets", default=",".join(s.name for s in SETS))
     parser.add_argument("--rates", default="20", help="MCAR rates in percent, e.g. 10,20,30")
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     parser.add_argument("--no-control", action="store_true", help="skip (b) with k=1")
     args = parser.parse_args(argv)
     store = args.out.with_suffix(".json")
