@@ -10,7 +10,7 @@ Run by hand (never in CI), from the repository root, under the shared lock::
   column with a missing cell, column after column), and the same with 17
   trees per column (about the tree count of (b) with groups of 3: a control
   at equal budget);
-- design (b): :func:`distforest.apps.multi_impute.multi_output_impute` (one
+- design (b): ``multi_output_impute`` of ``benchmarks/multi_impute.py`` (one
   forest per iteration whose multi-output trees each predict a random group
   of ``k`` columns; ``r`` trees per column), at a few settings, and with
   ``k = 1`` as a control (one output per tree: what changes from (a) is only
@@ -63,8 +63,7 @@ from bench_impute import (  # noqa: E402  (benchmarks/ is not a package)
     timed,
     versions,
 )
-
-from distforest.apps.multi_impute import multi_output_impute  # noqa: E402
+from multi_impute import multi_output_impute  # noqa: E402
 
 A = "(a) 50 trees/col"
 A_SMALL = "(a) 17 trees/col"
@@ -191,8 +190,8 @@ def write(out: Path, runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> 
         "Issue 13, item 1.  Design (a): one forest per column with a missing cell "
         "(`distforest/apps/column_impute.py`, the default of `ProximityImputer()`).  Design (b): "
         "one forest per iteration whose multi-output trees each predict a random group of `k` "
-        "columns, `r` trees per column (`distforest/apps/multi_impute.py`).  Same masks (MCAR, "
-        "`bench_impute.py`'s seeds), scores (NRMSE; PFC on Soybean) and references as "
+        "columns, `r` trees per column (`benchmarks/multi_impute.py`, a prototype).  Same masks "
+        "(MCAR, `bench_impute.py`'s seeds), scores (NRMSE; PFC on Soybean) and references as "
         "`imputation.md`.  Each cell: mean score over seeds (time of `fit_transform`).  "
         "**Bold**: best in the row.",
         "",

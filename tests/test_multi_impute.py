@@ -1,4 +1,4 @@
-"""Design (b) of column-aware imputation: multi-output trees over random column groups.
+"""Design (b) of column-aware imputation (``benchmarks/multi_impute.py``, a prototype).
 
 Oracle: the same trees refitted with scikit-learn's public API (``fit`` on the
 rows where the tree's whole group is observed, ``predict`` on the others) and,
@@ -9,6 +9,8 @@ values over the leaves the missing rows fall into.
 from __future__ import annotations
 
 import itertools
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,15 +18,20 @@ from sklearn.tree import DecisionTreeRegressor, ExtraTreeRegressor
 from test_impute import structured
 
 from distforest.apps.column_impute import column_order
-from distforest.apps.multi_impute import (
-    MultiSettings,
-    forest_plan,
-    impute_multi,
-    multi_output_impute,
-)
-from distforest.kernels.multi_trees import draw_groups, make_outputs
 from distforest.kernels.trees import TreeParams, bootstrap_counts
 from distforest.parallel.execution import Runner
+
+PROTOTYPE = Path(__file__).resolve().parent.parent / "benchmarks" / "multi_impute.py"
+sys.path.insert(0, str(PROTOTYPE.parent))
+
+from multi_impute import (  # noqa: E402  (benchmarks/ is not a package)
+    MultiSettings,
+    draw_groups,
+    forest_plan,
+    impute_multi,
+    make_outputs,
+    multi_output_impute,
+)
 
 
 def start_fill(Xm, categorical):
@@ -166,6 +173,7 @@ def test_same_seed_same_bits_on_any_threads_and_on_a_cluster(client):
     one, two = Runner(None, threads=1), Runner(None, threads=2)
     here, threads = run(one), run(two)
     two.close()
+    client.upload_file(str(PROTOTYPE))  # the workers import the tasks' module from it
     there = run(Runner(client))
     assert here.tobytes() == threads.tobytes() == there.tobytes()
     assert run(one, entropy=6).tobytes() != here.tobytes()
