@@ -88,7 +88,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     "n_estimators",
     type=click.IntRange(min=1),
     default=DEFAULTS["n_estimators"],
-    help="Trees per forest (default 50 per column for column, 100 for rfimpute).",
+    help="Trees per forest (default 35 per column and pass for column, 100 for rfimpute).",
 )
 @click.option(
     "--proximity",
@@ -126,7 +126,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     default=str(DEFAULTS["max_features"]),
     show_default=True,
     callback=parse_max_features,
-    help="Features tried per split: auto (0.33 for column, 1 for rfimpute), sqrt, log2, "
+    help="Features tried per split: auto (0.5 for column, 1 for rfimpute), sqrt, log2, "
     "an integer or a fraction.",
 )
 @click.option(
