@@ -162,7 +162,8 @@ def impute(
     observed values, each missing category the level with the largest
     proximity-weighted vote.  The weights come, by default, from one forest
     per column that predicts it from the others (--proximity column,
-    iterated until missForest's stopping rule); --proximity rfimpute is
+    iterated until missForest's stopping rule, the result the mean of the
+    kept passes after the first); --proximity rfimpute is
     Breiman's rfImpute (one forest for all columns, refitted --iterations
     times).  Column names, order and types are kept; the target and --drop
     columns are copied unchanged.  Nothing is written if anything fails.
