@@ -4,7 +4,7 @@ Run by hand (never in CI), from the repository root::
 
     .venv/bin/python benchmarks/bench_impute.py [--seeds 2] [--satellite-seeds 1] \\
         [--data ../shared/data] [--out benchmarks/results/imputation.md] [--quick] \\
-        [--missforest-python /tmp/missforest-venv/bin/python]
+        [--missforest-python /tmp/mfvenv/bin/python] [--lock /tmp/bench.lock]
 
 For every data set (Vehicle, Satellite, Ionosphere, PimaIndiansDiabetes,
 BreastCancer and Soybean from ``../shared/data``), every scenario (10 %, 20 %,
@@ -43,7 +43,9 @@ Results go to ``benchmarks/results/imputation.md``, rewritten at the end
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import fcntl
 import os
 import platform
 import resource
@@ -51,7 +53,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,26 @@ RFIMPUTE = "distforest rfimpute"
 MISSFOREST = "missForest-like"
 #: A section of the results file written by hand; reruns keep it.
 DISCUSSION = "## Discussion"
+#: The machine's shared benchmark lock (``flock``): taken per set and scenario.
+LOCK: Path | None = None
+
+
+@contextlib.contextmanager
+def bench_lock() -> Iterator[None]:
+    """Hold the shared benchmark lock (if ``--lock`` was given) for one unit of work.
+
+    Released between units (a small set, one Satellite scenario: at most about
+    15 minutes each) so that other benchmarks can run in between.
+    """
+    if LOCK is None:
+        yield
+        return
+    with open(LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -238,30 +260,49 @@ def run_main(
     satellite_seeds: int,
     log: Callable[[str], None],
 ) -> pd.DataFrame:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for ds in sets:
         X, y, _ = load(ds, folder)
         score = pfc if ds.categorical else nrmse
         n_seeds = satellite_seeds if ds.name == "Satellite" else seeds
-        for mechanism, rate in SCENARIOS:
-            for seed in range(n_seeds):
-                mask = masked(X, mechanism, rate, seed)
-                Xm = np.where(mask, np.nan, X)
-                methods: dict[str, Callable] = dict(sklearn_imputers(ds.categorical))
-                methods[OURS] = distforest_imputer(seed, ds.categorical)
-                methods[RFIMPUTE] = distforest_imputer(seed, ds.categorical, proximity="rfimpute")
-                for name, func in methods.items():
-                    ours = name.startswith("distforest")
-                    F, seconds = timed(func, Xm, y) if ours else timed(func, Xm)
-                    if ds.categorical and not ours:
-                        F = snap_to_levels(F, Xm)
-                    value = score(X, F, mask)
-                    rows.append({"set": ds.name, "scenario": f"{mechanism} {rate:.0%}",
-                                 "seed": seed, "method": name, "score": value,
-                                 "seconds": seconds})  # fmt: skip
-                    log(f"{ds.name:<20} {mechanism} {rate:.0%} seed {seed} {name:<32} "
-                        f"{value:.4f} {seconds:7.1f} s")  # fmt: skip
+        # the lock for a whole small set (minutes), for each Satellite scenario (~15 min)
+        per_set = ds.name != "Satellite"
+        with bench_lock() if per_set else contextlib.nullcontext():
+            for mechanism, rate in SCENARIOS:
+                with contextlib.nullcontext() if per_set else bench_lock():
+                    rows += _run_scenario(ds, X, y, score, mechanism, rate, n_seeds, log)
     return pd.DataFrame(rows)
+
+
+def _run_scenario(
+    ds: DataSet,
+    X: np.ndarray,
+    y: np.ndarray,
+    score: Callable[..., float],
+    mechanism: str,
+    rate: float,
+    n_seeds: int,
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    rows = []
+    for seed in range(n_seeds):
+        mask = masked(X, mechanism, rate, seed)
+        Xm = np.where(mask, np.nan, X)
+        methods: dict[str, Callable] = dict(sklearn_imputers(ds.categorical))
+        methods[OURS] = distforest_imputer(seed, ds.categorical)
+        methods[RFIMPUTE] = distforest_imputer(seed, ds.categorical, proximity="rfimpute")
+        for name, func in methods.items():
+            ours = name.startswith("distforest")
+            F, seconds = timed(func, Xm, y) if ours else timed(func, Xm)
+            if ds.categorical and not ours:
+                F = snap_to_levels(F, Xm)
+            value = score(X, F, mask)
+            rows.append({"set": ds.name, "scenario": f"{mechanism} {rate:.0%}",
+                         "seed": seed, "method": name, "score": value,
+                         "seconds": seconds})  # fmt: skip
+            log(f"{ds.name:<20} {mechanism} {rate:.0%} seed {seed} {name:<32} "
+                f"{value:.4f} {seconds:7.1f} s")  # fmt: skip
+    return rows
 
 
 def run_missforest(
@@ -275,7 +316,8 @@ def run_missforest(
         for ds in sets:
             X, _, _ = load(ds, folder)
             mask = mcar(X, 0.2, 0)
-            F, seconds = run(np.where(mask, np.nan, X), ds.categorical)
+            with bench_lock():
+                F, seconds = run(np.where(mask, np.nan, X), ds.categorical)
             value = (pfc if ds.categorical else nrmse)(X, F, mask)
             rows.append({"set": ds.name, "score": value, "seconds": seconds})
             log(f"{ds.name:<20} MCAR 20% seed 0 missforest (PyPI) {value:.4f} {seconds:7.1f} s")
@@ -485,7 +527,8 @@ def report(
         "(Soybean, categorical), and mean wall time of `fit_transform`.  **Bold**: best in the "
         f"row.  *{OURS}*: `ProximityImputer()` defaults (column-aware: one forest of 50 "
         "extra-trees per column with a third of the inputs per split, the class as one more "
-        "input, at most 10 iterations stopped by missForest's rule).  "
+        "input, at most 10 passes stopped by missForest's rule, the result the mean of the kept "
+        "passes after the first).  "
         f"*{RFIMPUTE}*: `ProximityImputer(proximity='rfimpute')` (Breiman's rfImpute with "
         "RF-GAP weights, 5 iterations of 100 trees).  Both get the class column and run in "
         "this process (no cluster given).  MCAR: missing completely at random; MAR 20 %: "
@@ -542,7 +585,9 @@ def report(
             )
         out += [
             "`missforest` 4.2.3 with its defaults (LightGBM with linear trees, at most 5 "
-            "iterations, early stopping), installed in a separate virtual environment; "
+            "iterations, early stopping), installed in a separate virtual environment "
+            "(`pip install missforest` does not pull in its imports: `lightgbm`, `tqdm`, "
+            "`pandas` and `scikit-learn` were added by hand); "
             "20 % MCAR, seed 0, every set but Satellite and Soybean (too slow for this run).",
             "",
             *lines,
@@ -604,8 +649,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets", default=",".join(s.name for s in SETS))
     parser.add_argument("--no-variants", action="store_true")
     parser.add_argument("--missforest-python", type=Path,
-                        default=Path("/tmp/missforest-venv/bin/python"))  # fmt: skip
+                        default=Path("/tmp/mfvenv/bin/python"))  # fmt: skip
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        help="hold this flock file per set and scenario (e.g. /tmp/bench.lock)",
+    )
     parser.add_argument("--quick", action="store_true", help="one seed, small sets only")
+    parser.add_argument(
+        "--no-cli", action="store_true", help="skip the 200-row command line (see --cli-only)"
+    )
+    parser.add_argument(
+        "--satellite-first",
+        action="store_true",
+        help="Satellite (the slowest set) before the small sets",
+    )
     parser.add_argument(
         "--cli-only",
         type=Path,
@@ -614,6 +673,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--missforest-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global LOCK
+    LOCK = args.lock
     if args.missforest_worker:
         _missforest_worker(*args.missforest_worker)
         return
@@ -638,9 +699,11 @@ def main(argv: list[str] | None = None) -> None:
         distforest_imputer(0, False, n_estimators=4, iterations=1, proximity=proximity)(warm, None)
     import tempfile
 
-    with tempfile.TemporaryDirectory() as tmp:
-        cli = run_cli(args.data, Path(tmp))
-    log(f"command line, 200 rows: {cli['seconds']} s")
+    cli = None
+    if not args.no_cli:
+        with tempfile.TemporaryDirectory() as tmp, bench_lock():
+            cli = run_cli(args.data, Path(tmp))
+        log(f"command line, 200 rows: {cli['seconds']} s")
     previous = args.out.read_text() if args.out.exists() else ""
     done: list[pd.DataFrame] = []
     missforest: pd.DataFrame | str = "Not run yet (the benchmark was still running)."
@@ -663,7 +726,9 @@ def main(argv: list[str] | None = None) -> None:
     # the small sets first, Satellite (by far the slowest) last: a run cut short by the
     # clock still leaves every finished set in the file
     small = tuple(s for s in sets if s.name != "Satellite")
-    for ds in small:
+    satellite = tuple(s for s in sets if s.name == "Satellite")
+    # Satellite before the side tables: the goals are counted on the main table
+    for ds in (*satellite, *small) if args.satellite_first else (*small, *satellite):
         done.append(run_main(args.data, (ds,), args.seeds, args.satellite_seeds, log))
         write()
     if args.missforest_python.exists():
@@ -675,9 +740,6 @@ def main(argv: list[str] | None = None) -> None:
     write()
     if not args.no_variants:
         variants = run_variants(args.data, small, args.variant_seeds, log)
-        write()
-    for ds in (s for s in sets if s.name == "Satellite"):
-        done.append(run_main(args.data, (ds,), args.seeds, args.satellite_seeds, log))
         write()
 
 

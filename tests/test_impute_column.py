@@ -24,6 +24,7 @@ from test_impute import structured
 
 from distforest.apps.column_impute import column_order, tree_seeds
 from distforest.apps.impute import ProximityImputer
+from distforest.kernels.imputation import change_statistics
 from distforest.kernels.trees import TreeParams, bootstrap_counts
 
 
@@ -126,6 +127,42 @@ def test_iterations_stop_on_the_rule_and_return_the_previous_imputation():
     # a cap below the rule's stop: exactly that many iterations, all kept
     two = ProximityImputer(2, n_estimators=10, random_state=3).fit(Xm, y)
     assert two.n_iter_ == 2 and all(h["kept"] for h in two.history_)
+
+
+def test_result_is_the_mean_of_the_kept_passes_after_the_first(monkeypatch):
+    import distforest.apps.column_impute as column_impute
+
+    _, Xm, y, mask = structured(200, seed=6)
+    passes = []  # each pass's imputed cells, recorded where the stopping rule reads them
+
+    def record(before, after, kinds):
+        passes.append(after[0].copy())
+        return change_statistics(before, after, kinds)
+
+    monkeypatch.setattr(column_impute, "change_statistics", record)
+    imp = ProximityImputer(n_estimators=10, max_features=0.33, categorical_features=[5],
+                           random_state=4)  # fmt: skip
+    out = imp.fit_transform(Xm, y)
+    kept = [p for p, h in zip(passes, imp.history_, strict=True) if h["kept"]]
+    assert len(kept) >= 3  # the mean has at least two passes
+    order = column_order(np.isnan(Xm))
+    cells = mask[:, order]
+    got = out[:, order][cells]
+    kinds = np.broadcast_to(np.arange(6)[order] == 5, cells.shape)[cells]
+    stacked = np.array(kept[1:])  # the first pass starts from the medians: left out
+    np.testing.assert_allclose(got[~kinds], stacked[:, ~kinds].mean(axis=0), rtol=1e-12)
+    # categorical cells: a level most passes gave; where all of them agree, that level
+    (labels,) = imp.categories_.values()  # the passes hold level codes, the output labels
+    cat = np.asarray(labels, dtype=float)[stacked[:, kinds].astype(int)]
+    for value, column in zip(got[kinds], cat.T, strict=True):
+        levels, counts = np.unique(column, return_counts=True)
+        assert value in levels[counts == counts.max()]
+    assert (cat.min(axis=0) != cat.max(axis=0)).any()  # the passes did disagree somewhere
+    # its squared error is at most the passes' mean squared error (convexity), and not equal
+    X, _, _, _ = structured(200, seed=6)
+    truth = X[:, order][cells][~kinds]
+    per_pass = np.mean((stacked[:, ~kinds] - truth) ** 2, axis=1)
+    assert np.mean((got[~kinds] - truth) ** 2) < per_pass.mean()
 
 
 def test_same_seed_same_bits_in_process_and_on_a_cluster(client):

@@ -12,8 +12,12 @@ next column already sees the new values.
 Iterations stop on missForest's rule (Stekhoven & Buehlmann 2012): as soon
 as the change between two iterations grows (numeric: ``sum (new - old)^2 /
 sum new^2`` over the imputed cells; categorical: the share of imputed cells
-that changed; with both kinds, when neither shrinks), the previous
-iteration's imputation is returned; or after ``max_iter`` iterations.
+that changed; with both kinds, when neither shrinks), that iteration is
+discarded; or after ``max_iter`` iterations.  The result is the mean
+(numeric) or majority level (categorical) of the kept iterations after the
+first (:class:`~distforest.kernels.pass_mean.PassMean`): each refits every
+forest from new seeds, so their mean has less of the forests' Monte Carlo
+noise than any one of them; the first starts from the medians and is left out.
 
 The trees of one column are Dask tasks (fixed batches of trees: the result
 does not depend on the cluster); a column's batches are added in batch order.
@@ -36,6 +40,7 @@ from distforest.kernels.column_trees import (
     predict_sum,
 )
 from distforest.kernels.imputation import change_statistics
+from distforest.kernels.pass_mean import PassMean
 from distforest.kernels.trees import TreeParams
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
@@ -169,8 +174,10 @@ def impute_by_column(
     Returns
     -------
     imputed : ndarray, shape (n, d)
+        The mean of the kept iterations after the first (the first alone if
+        no other was kept).
     forests : dict of int to ColumnForest
-        The forests that gave ``imputed`` (those of the iteration kept).
+        The forests of the last kept iteration (what new rows are routed through).
     history : list of dict
         Per iteration: ``iteration``, ``seconds``, ``change``, ``kept``.
     """
@@ -187,6 +194,7 @@ def impute_by_column(
     history: list[dict[str, Any]] = []
     previous: dict[str, float] | None = None
     cells = missing[:, order]
+    mean = PassMean(missing, categorical)
     for it in range(max_iter):
         tick = time.perf_counter()
         before = X[:, order][cells]
@@ -207,7 +215,9 @@ def impute_by_column(
         if grew:
             break
         kept_X, kept_forests, previous = X.copy(), forests, change
-    return kept_X, kept_forests, history
+        if it > 0:  # the first pass starts from the medians: left out of the mean
+            mean.add(X)
+    return mean.result(kept_X), kept_forests, history
 
 
 def _cell_kinds(categorical: np.ndarray, order: Sequence[int], cells: np.ndarray) -> np.ndarray:
@@ -269,6 +279,8 @@ def impute_new_rows(
 ) -> np.ndarray:
     """Impute new rows with the fitted column forests (no refit), to the same rule.
 
+    As in fit, the result is the mean of the kept passes after the first.
+
     Cells of a column without a forest (it had no missing value in fit) keep
     ``start`` (the training median / most frequent level).
     """
@@ -280,7 +292,10 @@ def impute_new_rows(
     cells = missing[:, order]
     kinds = _cell_kinds(categorical, order, cells)
     previous, kept = None, X.copy()
-    for _ in range(max_iter):
+    in_order = np.zeros(X.shape[1], dtype=bool)
+    in_order[order] = True
+    mean = PassMean(missing & in_order, categorical)
+    for it in range(max_iter):
         before = X[:, order][cells]
         for j in order:
             rows = missing[:, j]
@@ -290,4 +305,6 @@ def impute_new_rows(
         if previous is not None and _grew(change, previous):
             break
         kept, previous = X.copy(), change
-    return kept
+        if it > 0:
+            mean.add(X)
+    return mean.result(kept)

@@ -68,7 +68,7 @@ Progress = Callable[[str, int, int], None]
 #: Parameters handed to each iteration's :class:`ProximityForest` as they are.
 FOREST_PARAMS = ("task", "kind", "min_samples_leaf", "max_depth", "batch_size", "random_state")
 #: Defaults that depend on the proximity: (column, rfimpute).
-MODE_DEFAULTS = {"iterations": (10, 5), "n_estimators": (50, 100), "max_features": (0.33, 1)}
+MODE_DEFAULTS = {"iterations": (10, 5), "n_estimators": (35, 100), "max_features": (0.5, 1)}
 
 #: rfImpute keeps the last forest's nodes (for transform) when rows x trees is at most
 #: this; above it (hundreds of MB of nodes) the forest keeps only leaves and in-bag
@@ -99,9 +99,14 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
       or the level with the largest weighted vote (categorical).  A missing
       row is out of bag in every tree, so that mean is the forest's
       prediction: computed from per-tree leaf sums, never an n x n matrix
-      (:mod:`distforest.kernels.column_trees`).  Iterations stop on
-      missForest's rule: when the change between iterations grows, the
-      previous imputation is returned (or after ``iterations``).
+      (:mod:`distforest.kernels.column_trees`).  Iterations (passes) stop
+      on missForest's rule: when the change between passes grows, that pass
+      is discarded (or after ``iterations``).  The result is the mean
+      (numeric) or majority level (categorical) of the kept passes after
+      the first, which starts from the medians: each pass refits every
+      forest from new seeds, so the mean is a forest of passes x
+      ``n_estimators`` trees for the time of the passes
+      (:mod:`distforest.kernels.pass_mean`).
     - ``proximity="rfimpute"`` (or ``"rfgap"``, ``"original"``, ``"oob"``):
       Breiman's rfImpute.  Start from the column median / most frequent
       level; then ``iterations`` times fit a
@@ -139,7 +144,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         ``category`` columns (which always are), e.g. integer-coded
         factors.  Names, or positions among the feature columns.
     n_estimators : int or None, default None
-        Trees per forest (None: 50 per column for ``column``, 100 for rfImpute).
+        Trees per forest (None: 35 per column and pass for ``column``, whose
+        result averages the passes; 100 for rfImpute).
     task : {"auto", "classification", "regression", "unsupervised"}, default "auto"
         ``auto`` uses the target when one is given.  ``column``: the target
         (class codes or values) is one more input of every column's trees,
@@ -148,8 +154,10 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         ``column``: extra-trees are grown on all observed rows, random
         forests on bootstrap samples (scikit-learn's defaults for each).
     max_features : {"auto", "sqrt", "log2"}, int, float or None, default "auto"
-        Inputs tried per split.  ``auto``: a third of them (0.33) for
-        ``column``; 1 for rfImpute (one random feature and a random
+        Inputs tried per split.  ``auto``: half of them (0.5) for ``column``
+        (with 35 trees: the time of a third with 50 trees, and closer to the
+        extra-trees default for regression, all inputs; see
+        ``benchmarks/results/imputation.md``); 1 for rfImpute (one random feature and a random
         threshold per split, grown until the leaves are pure in the class:
         proximities that reflect closeness in *all* features, NRMSE 0.372
         instead of 0.453 with ``"sqrt"`` on Vehicle at 20 % MCAR).
@@ -192,7 +200,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         nodes); the first :meth:`transform` of new rows grows it again, the
         same trees, from its seed and input.
     column_forests_ : dict of int to ColumnForest
-        ``column``: the forests of the kept iteration, by column position
+        ``column``: the forests of the last kept iteration, by column position
         (columns without a missing value in fit have none).
     task_ : str
         How the target was used ("classification", "regression" or

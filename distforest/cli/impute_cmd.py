@@ -88,7 +88,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     "n_estimators",
     type=click.IntRange(min=1),
     default=DEFAULTS["n_estimators"],
-    help="Trees per forest (default 50 per column for column, 100 for rfimpute).",
+    help="Trees per forest (default 35 per column and pass for column, 100 for rfimpute).",
 )
 @click.option(
     "--proximity",
@@ -126,7 +126,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     default=str(DEFAULTS["max_features"]),
     show_default=True,
     callback=parse_max_features,
-    help="Features tried per split: auto (0.33 for column, 1 for rfimpute), sqrt, log2, "
+    help="Features tried per split: auto (0.5 for column, 1 for rfimpute), sqrt, log2, "
     "an integer or a fraction.",
 )
 @click.option(
@@ -162,7 +162,8 @@ def impute(
     observed values, each missing category the level with the largest
     proximity-weighted vote.  The weights come, by default, from one forest
     per column that predicts it from the others (--proximity column,
-    iterated until missForest's stopping rule); --proximity rfimpute is
+    iterated until missForest's stopping rule, the result the mean of the
+    kept passes after the first); --proximity rfimpute is
     Breiman's rfImpute (one forest for all columns, refitted --iterations
     times).  Column names, order and types are kept; the target and --drop
     columns are copied unchanged.  Nothing is written if anything fails.
