@@ -24,14 +24,18 @@ from test_impute import structured
 
 from distforest.apps.column_impute import column_order, tree_seeds
 from distforest.apps.impute import ProximityImputer
-from distforest.kernels.trees import TreeParams, bootstrap_counts
+from distforest.kernels.column_trees import inbag_counts
+from distforest.kernels.trees import TreeParams
 
 
-def oracle_first_iteration(Xm, y, categorical, entropy, n_trees, kind, max_features):
+def oracle_first_iteration(Xm, y, categorical, entropy, n_trees, kind, max_features,
+                           max_rows=None):  # fmt: skip
     """One Gauss-Seidel pass of per-column forests, with scikit-learn's public API.
 
     Returns the imputed data and, per column, the dense RF-GAP estimate of
     its missing cells (``P @ x_observed``) from the same trees' leaves.
+    ``max_rows``: each tree's in-bag rows are drawn by ``inbag_counts`` (the
+    rows it leaves out get weight 0 in ``P``).
     """
     missing = np.isnan(Xm)
     start = np.nanmedian(Xm, axis=0)
@@ -52,7 +56,7 @@ def oracle_first_iteration(Xm, y, categorical, entropy, n_trees, kind, max_featu
         P = np.zeros(((~obs).sum(), obs.sum()))  # dense RF-GAP: missing rows x observed rows
         for seed in tree_seeds(entropy, 0, j, n_trees):
             rng = np.random.default_rng(int(seed))
-            inbag = bootstrap_counts(rng, int(obs.sum()), params)
+            inbag = inbag_counts(rng, int(obs.sum()), params, max_rows)
             cls = {
                 (True, True): DecisionTreeClassifier,
                 (True, False): ExtraTreeClassifier,
