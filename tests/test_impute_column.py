@@ -88,6 +88,18 @@ def oracle_first_iteration(Xm, y, categorical, entropy, n_trees, kind, max_featu
     return X, dense
 
 
+def assert_matches_dense(got, mask, dense):
+    """Imputed cells equal the dense RF-GAP estimates ``P @ V`` (votes: untied argmax)."""
+    for j, (PV, levels) in dense.items():
+        cells = mask[:, j]
+        if levels is None:
+            np.testing.assert_allclose(got[cells, j], PV, rtol=1e-6, atol=1e-9)
+        else:
+            top = PV.max(axis=1, keepdims=True)
+            tied = np.isclose(PV, top, rtol=1e-12, atol=0).sum(axis=1) > 1
+            np.testing.assert_array_equal(got[cells, j][~tied], levels[PV.argmax(axis=1)][~tied])
+
+
 @pytest.mark.parametrize(("kind", "max_features"), [("extra-trees", 0.33), ("random-forest", 2)])
 def test_missing_cell_equals_the_column_forest_prediction(kind, max_features):
     _, Xm, y, mask = structured(120, seed=1, missing=0.15)
@@ -100,14 +112,7 @@ def test_missing_cell_equals_the_column_forest_prediction(kind, max_features):
     assert mask.sum() > 60 and not np.isnan(got).any()
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-9)
     # the same cells from the dense RF-GAP proximities of the missing rows to the observed
-    for j, (PV, levels) in dense.items():
-        cells = mask[:, j]
-        if levels is None:
-            np.testing.assert_allclose(got[cells, j], PV, rtol=1e-6, atol=1e-9)
-        else:
-            top = PV.max(axis=1, keepdims=True)
-            tied = np.isclose(PV, top, rtol=1e-12, atol=0).sum(axis=1) > 1
-            np.testing.assert_array_equal(got[cells, j][~tied], levels[PV.argmax(axis=1)][~tied])
+    assert_matches_dense(got, mask, dense)
     assert set(np.unique(got[:, 5])) <= {5.0, 15.0, 25.0}
     assert imp.task_ == "classification" and set(imp.column_forests_) == set(range(6))
 

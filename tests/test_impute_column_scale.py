@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from test_impute import structured
-from test_impute_column import oracle_first_iteration
+from test_impute_column import assert_matches_dense, oracle_first_iteration
 
 import distforest.apps.impute as impute_module
 from distforest.apps.column_impute import (
@@ -83,14 +83,7 @@ def test_subsampled_trees_equal_the_dense_oracle(kind, max_features):
     expected, dense = oracle_first_iteration(Xm, y, categorical, imp.random_state_, 9, kind,
                                              max_features, max_rows=40)  # fmt: skip
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-9)
-    for j, (PV, levels) in dense.items():
-        cells = mask[:, j]
-        if levels is None:
-            np.testing.assert_allclose(got[cells, j], PV, rtol=1e-6, atol=1e-9)
-        else:
-            top = PV.max(axis=1, keepdims=True)
-            tied = np.isclose(PV, top, rtol=1e-12, atol=0).sum(axis=1) > 1
-            np.testing.assert_array_equal(got[cells, j][~tied], levels[PV.argmax(axis=1)][~tied])
+    assert_matches_dense(got, mask, dense)
     # the cap did subsample (another imputation), and a share is the same as its count
     full = ProximityImputer(1, max_samples=None, **kw).fit_transform(Xm, y)
     assert not np.array_equal(full, got)
