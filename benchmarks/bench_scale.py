@@ -181,13 +181,14 @@ def main(argv: list[str] | None = None) -> None:
              "--proximity": args.proximity, "--max-samples": args.max_samples}  # fmt: skip
     imputer = [w for k, v in given.items() if v is not None for w in (k, str(v))]
     runs: list[dict[str, Any]] = []
-    for n in (args.n, args.compare_n):
+    for n in dict.fromkeys(filter(None, (args.n, args.compare_n))):  # --compare-n 0: none
         paths = make_data(n, wd)
         if "impute" not in skip:
             out = wd / f"imputed_{n}.parquet"
             cmd = [distforest, "-q", "impute", str(paths["missing"]), "--target", "y",
                    "--out", str(out), "--overwrite", "--seed", "0", *imputer]  # fmt: skip
-            run = stage(f"distforest impute n={n}", cmd, wd)
+            label = " ".join(imputer) or "(defaults)"
+            run = stage(f"distforest impute {label} n={n}", cmd, wd)
             if run["returncode"] == 0:
                 run["nrmse"] = score_output(wd, n, out)
             runs.append(run)
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
                 cmd = [distforest, "-q", name, str(paths["full"]), "--target", "y", "--out",
                        str(wd / f"{name}.csv"), "--overwrite", *forest, *extra]  # fmt: skip
                 runs.append(stage(f"distforest {name} n={n}", cmd, wd))
-        else:
+        if n == args.compare_n:
             for kind in ("knn", "missforest"):
                 if kind in skip:
                     continue
