@@ -9,6 +9,8 @@ grown again from their seeds must route new rows to the same bits.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -18,14 +20,18 @@ from test_impute_column import assert_matches_dense, oracle_first_iteration
 import distforest.apps.impute as impute_module
 from distforest.apps.column_impute import (
     AUTO_ROWS_PER_TREE,
-    SUBSAMPLE_ABOVE_ROWS,
+    LARGE_TABLE_ROWS,
+    LARGE_TABLE_TOLERANCE,
     ColumnSettings,
+    impute_by_column,
     resolve_max_samples,
+    stopping_tolerance,
 )
 from distforest.apps.impute import ProximityImputer
 from distforest.errors import ParameterError
 from distforest.kernels.column_trees import inbag_counts
 from distforest.kernels.trees import TreeParams
+from distforest.parallel.execution import current_execution, in_process
 
 
 def _params(kind: str) -> TreeParams:
@@ -57,8 +63,8 @@ def test_inbag_counts_draw_max_rows(kind):
 
 
 def test_auto_subsamples_only_large_tables():
-    assert resolve_max_samples("auto", SUBSAMPLE_ABOVE_ROWS) is None
-    assert resolve_max_samples("auto", SUBSAMPLE_ABOVE_ROWS + 1) == AUTO_ROWS_PER_TREE
+    assert resolve_max_samples("auto", LARGE_TABLE_ROWS) is None
+    assert resolve_max_samples("auto", LARGE_TABLE_ROWS + 1) == AUTO_ROWS_PER_TREE
     assert resolve_max_samples(0.5, 10) == 0.5 and resolve_max_samples(None, 10**7) is None
     s = ColumnSettings(50, "extra-trees", 0.33, 1, None, False, None, max_samples=0.25)
     assert s.rows_per_tree(400) == 100 and s.rows_per_tree(2) == 1
@@ -67,6 +73,31 @@ def test_auto_subsamples_only_large_tables():
     missing = np.zeros((1000, 3), dtype=bool)
     missing[:100, 0] = missing[:400, 2] = True
     assert s.forest_cells(missing) == (300 + 300) * 50  # column 1 has no forest
+
+
+def test_large_tables_also_stop_when_the_change_levels_off():
+    assert stopping_tolerance(LARGE_TABLE_ROWS) == 0.0
+    assert stopping_tolerance(LARGE_TABLE_ROWS + 1) == LARGE_TABLE_TOLERANCE
+    _, Xm, _, _ = structured(300, seed=3)
+    start = np.where(np.isnan(Xm), np.nanmedian(Xm, axis=0), Xm)
+    categorical = np.zeros(Xm.shape[1], dtype=bool)
+    runs = {}
+    for tol in (0.0, 0.2):
+        settings = ColumnSettings(10, "extra-trees", 0.33, 1, None, False, None, tolerance=tol)
+        with in_process(current_execution(), 1) as runner:
+            runs[tol] = impute_by_column(runner, Xm, start, categorical, None, settings,
+                                         max_iter=10, entropy=1)  # fmt: skip
+    plain, early = runs[0.0], runs[0.2]
+    changes = [h["change"]["numeric"] for h in early.history]
+    # it ran while the change shrank by 20 % or more, stopped at the first that shrank
+    # less (but did shrink: the plain rule would have gone on), and kept it
+    assert len(changes) >= 3
+    assert all(b < 0.8 * a for a, b in itertools.pairwise(changes[:-1]))
+    assert 0.8 * changes[-2] <= changes[-1] < changes[-2]
+    assert all(h["kept"] for h in early.history) and len(early.history) < len(plain.history)
+    # the same iterations as the plain rule up to there
+    k = len(early.history)
+    assert [h["change"] for h in plain.history[:k]] == [h["change"] for h in early.history]
 
 
 # -- the oracle ----------------------------------------------------------------------------

@@ -28,7 +28,12 @@ forests would hold more than ``keep_nodes`` allows (rows x trees), the tasks
 return only the sums the next column needs, never the trees: the kept
 iteration's forests are grown again from their seeds and the float32 data at
 the start of that iteration when new rows come (:func:`regrow_forests`, the
-same trees).
+same trees).  On tables of more than 50,000 rows the iterations also stop,
+keeping the last one, when the change shrank by less than 5 %
+(:func:`stopping_tolerance`): at that size the change levels off at the
+noise of the trees' random draws instead of growing again, and missForest's
+rule alone would run all ``max_iter`` iterations for a change of 1 % or less
+per iteration.
 """
 
 from __future__ import annotations
@@ -58,17 +63,26 @@ logger = logging.getLogger("distforest")
 #: the cluster, so that the same seed gives the same bits anywhere.
 COLUMN_TASKS = 8
 #: ``max_samples="auto"``: tables of at most this many rows grow every tree on all
-#: the column's observed rows ...
-SUBSAMPLE_ABOVE_ROWS = 50_000
+#: the column's observed rows, and stop on missForest's rule alone ...
+LARGE_TABLE_ROWS = 50_000
 #: ... larger ones on this many of them (drawn per tree): the time and memory of a
 #: tree stop growing with n (a missing row is still routed through every tree).
 AUTO_ROWS_PER_TREE = 20_000
+#: ... and stop as well once the change shrank by less than this share: it has
+#: reached the floor set by the trees' own random draws (each iteration grows new
+#: trees), where more iterations only resample that noise.
+LARGE_TABLE_TOLERANCE = 0.05
+
+
+def stopping_tolerance(n_rows: int) -> float:
+    """The least relative shrink of the change that continues the iterations (0: none)."""
+    return 0.0 if n_rows <= LARGE_TABLE_ROWS else LARGE_TABLE_TOLERANCE
 
 
 def resolve_max_samples(max_samples: int | float | str | None, n_rows: int) -> int | float | None:
     """``max_samples`` with ``"auto"`` replaced for a table of ``n_rows`` rows."""
     if max_samples == "auto":
-        return None if n_rows <= SUBSAMPLE_ABOVE_ROWS else AUTO_ROWS_PER_TREE
+        return None if n_rows <= LARGE_TABLE_ROWS else AUTO_ROWS_PER_TREE
     return max_samples  # type: ignore[return-value]  # validated: int, float or None
 
 
@@ -88,6 +102,9 @@ class ColumnSettings:
     max_samples: int | float | None = None
     #: Return each tree's nodes to the caller (False: prediction sums only).
     keep_nodes: bool = True
+    #: Stop (keeping this iteration) when no kind of change shrank by more than this
+    #: share (:func:`stopping_tolerance`); 0: missForest's rule alone.
+    tolerance: float = 0.0
 
     def rows_per_tree(self, n_observed: int) -> int | None:
         """In-bag rows of a tree of a column with ``n_observed`` rows; None: all of them."""
@@ -286,8 +303,13 @@ def impute_by_column(
             report(it + 1, max_iter)
         if grew:
             break
+        settled = previous is not None and _grew(change, previous, settings.tolerance)
         kept_X, kept_forests, previous = X.copy(), forests, change
         kept_start = None if start is None else Regrowth(it, start, extra)
+        if settled:
+            logger.info(f"column iteration {it + 1}: the change shrank by less than "
+                        f"{settings.tolerance:.0%}: kept, and the last")  # fmt: skip
+            break
     return ColumnFit(kept_X, {} if kept_start else kept_forests, history, kept_start)
 
 
@@ -367,9 +389,12 @@ def _cell_kinds(categorical: np.ndarray, order: Sequence[int], cells: np.ndarray
     return kinds[cells]
 
 
-def _grew(change: dict[str, float], previous: dict[str, float]) -> bool:
-    """missForest's rule: stop when no kind of column changed less than the time before."""
-    return not any(change[k] < previous[k] for k in change)
+def _grew(change: dict[str, float], previous: dict[str, float], tolerance: float = 0.0) -> bool:
+    """missForest's rule: stop when no kind of column changed less than the time before.
+
+    With ``tolerance``: when none changed less than ``1 - tolerance`` times as much.
+    """
+    return not any(change[k] < (1.0 - tolerance) * previous[k] for k in change)
 
 
 def _fit_column(
@@ -383,7 +408,7 @@ def _fit_column(
 ) -> ColumnForest:
     """One column's forest as tasks over tree batches; its missing cells updated in ``X``."""
     params = settings.tree_params(bool(col.levels.size), col.levels.size)
-    X_handle = runner.share(X)
+    X_handle = runner.share(tree_input(X))  # what the trees read: half the bytes to send
     batches = settings.batches()
     observed, target = shared
     n_levels = col.levels.size
