@@ -218,3 +218,21 @@ def test_cli_and_pipeline_take_max_samples(breast_cancer_csv, tmp_path):
     path.write_text(head + "impute: {out: i.csv, max_samples: 0}\n")
     with pytest.raises(ConfigError, match="max_samples must be"):
         load_pipeline(path)
+
+
+def test_the_runner_drops_what_it_shared_once_the_handle_is_gone(client):
+    """A column sweep shares the table once per column: the driver must not keep them all."""
+    import gc
+
+    from distforest.parallel.execution import Runner
+
+    runner = Runner(client)
+    kept = runner.share(np.arange(1000.0))
+    for k in range(5):
+        handle = runner.share(np.full(1000, float(k)))
+        assert len(runner._shared) == 2
+        np.testing.assert_array_equal(runner.gather(handle), np.full(1000, float(k)))
+        del handle
+        gc.collect()
+        assert len(runner._shared) == 1  # only the live handle's value
+    assert runner.gather(kept)[-1] == 999.0
