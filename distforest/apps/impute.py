@@ -178,8 +178,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         rows per tree on larger ones (so the time and memory of a tree stop
         growing with n).  The rows a tree did not draw are out of bag for it
         (RF-GAP weight 0); every missing cell is still the RF-GAP weighted
-        mean over all the column's trees.  Measured cost at 100,000 rows:
-        ``benchmarks/results/scale.md``.
+        mean over all the column's trees.  Measured at 100,000 rows
+        (``benchmarks/results/scale.md``): about +3 % NRMSE for 4x less time.
     batch_size : int or None
         Trees per task (None: ``column`` cuts each column's trees into 8
         tasks; rfImpute as :class:`~distforest.forests.ProximityForest`).
