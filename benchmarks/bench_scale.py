@@ -3,14 +3,18 @@
 Run by hand (it takes a while and needs a quiet machine)::
 
     python benchmarks/bench_scale.py [--n 1000000] [--trees 100] [--kind extra-trees]
-        [--iterations 5] [--proximity rfimpute] [--compare-n 100000] [--workdir /tmp/dfscale]
-        [--skip impute,outliers,mds,knn,missforest] [--fresh]
+        [--iterations 5] [--proximity rfimpute] [--max-samples auto] [--compare-n 100000]
+        [--workdir /tmp/dfscale] [--skip impute,outliers,mds,knn,missforest] [--fresh]
 
 Synthetic data: ``make_classification(n, 20, n_informative=8, n_redundant=4,
 random_state=0)`` (8 informative, 4 linear combinations, 8 noise features),
 20 % of the feature cells removed completely at random (seed 1).  Every
 stage is a ``distforest`` CLI run in its own process, measured for wall time
 and the peak summed RSS of the whole process tree (driver + Dask workers).
+The imputation runs with ``distforest impute``'s defaults (column-aware
+proximity) unless ``--trees``, ``--kind``, ``--iterations``, ``--proximity``
+or ``--max-samples`` are given; the outlier and MDS stages use
+``--trees`` (default 100) extra-trees.
 At ``--compare-n`` rows the same imputation runs side by side with
 scikit-learn's ``KNNImputer`` and a missForest-like
 ``IterativeImputer(ExtraTreesRegressor(n_estimators=50))`` (each stopped
@@ -78,8 +82,17 @@ def score_output(workdir: Path, n: int, path: Path) -> float:
     return nrmse(truth, imputed, np.load(workdir / f"mask_{n}.npy"))
 
 
+#: Address-space cap of the scikit-learn stages (bytes): the missForest-like imputer keeps
+#: every fitted forest and reached 24.6 GB at n = 100,000 (killed by the kernel, on a
+#: machine shared with other jobs); it now stops with a MemoryError at this cap instead.
+SKLEARN_MEMORY_CAP = 12 * 2**30
+
+
 def child_sklearn(kind: str, n: int, workdir: str) -> None:
     """Run one scikit-learn imputer on the MCAR table and save its output."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (SKLEARN_MEMORY_CAP, SKLEARN_MEMORY_CAP))
     import pandas as pd
     from sklearn.ensemble import ExtraTreesRegressor
     from sklearn.experimental import enable_iterative_imputer  # noqa: F401
@@ -133,15 +146,15 @@ def merge_previous(runs: list[dict], previous: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
-    parser.add_argument("--trees", type=int, default=100)
-    parser.add_argument("--kind", default="extra-trees", choices=["random-forest", "extra-trees"])
-    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--trees", type=int, help="default: the imputer's; 100 elsewhere")
+    parser.add_argument("--kind", choices=["random-forest", "extra-trees"])
+    parser.add_argument("--iterations", type=int)
     parser.add_argument(
         "--proximity",
-        default="rfimpute",
         choices=["rfimpute", "column"],
-        help="the imputation's proximity (column: one forest per column, 20x the trees)",
+        help="the imputation's proximity (default: the imputer's, column)",
     )
+    parser.add_argument("--max-samples", help="the column imputer's rows per tree")
     parser.add_argument("--compare-n", type=int, default=100_000)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dfscale"))
@@ -162,16 +175,20 @@ def main(argv: list[str] | None = None) -> None:
     wd.mkdir(parents=True, exist_ok=True)
     distforest = str(Path(sys.executable).with_name("distforest"))
     skip = set(filter(None, args.skip.split(",")))
-    forest = ["--trees", str(args.trees), "--kind", args.kind, "--seed", "0"]
+    forest = ["--trees", str(args.trees or 100), "--kind", args.kind or "extra-trees",
+              "--seed", "0"]  # fmt: skip
+    given = {"--trees": args.trees, "--kind": args.kind, "--iterations": args.iterations,
+             "--proximity": args.proximity, "--max-samples": args.max_samples}  # fmt: skip
+    imputer = [w for k, v in given.items() if v is not None for w in (k, str(v))]
     runs: list[dict[str, Any]] = []
-    for n in (args.n, args.compare_n):
+    for n in dict.fromkeys(filter(None, (args.n, args.compare_n))):  # --compare-n 0: none
         paths = make_data(n, wd)
         if "impute" not in skip:
             out = wd / f"imputed_{n}.parquet"
             cmd = [distforest, "-q", "impute", str(paths["missing"]), "--target", "y",
-                   "--out", str(out), "--iterations", str(args.iterations), "--overwrite",
-                   "--proximity", args.proximity, *forest]  # fmt: skip
-            run = stage(f"distforest impute n={n}", cmd, wd)
+                   "--out", str(out), "--overwrite", "--seed", "0", *imputer]  # fmt: skip
+            label = " ".join(imputer) or "(defaults)"
+            run = stage(f"distforest impute {label} n={n}", cmd, wd)
             if run["returncode"] == 0:
                 run["nrmse"] = score_output(wd, n, out)
             runs.append(run)
@@ -182,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
                 cmd = [distforest, "-q", name, str(paths["full"]), "--target", "y", "--out",
                        str(wd / f"{name}.csv"), "--overwrite", *forest, *extra]  # fmt: skip
                 runs.append(stage(f"distforest {name} n={n}", cmd, wd))
-        else:
+        if n == args.compare_n:
             for kind in ("knn", "missforest"):
                 if kind in skip:
                     continue

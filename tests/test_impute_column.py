@@ -24,15 +24,19 @@ from test_impute import structured
 
 from distforest.apps.column_impute import column_order, tree_seeds
 from distforest.apps.impute import ProximityImputer
+from distforest.kernels.column_trees import inbag_counts
 from distforest.kernels.imputation import change_statistics
-from distforest.kernels.trees import TreeParams, bootstrap_counts
+from distforest.kernels.trees import TreeParams
 
 
-def oracle_first_iteration(Xm, y, categorical, entropy, n_trees, kind, max_features):
+def oracle_first_iteration(Xm, y, categorical, entropy, n_trees, kind, max_features,
+                           max_rows=None):  # fmt: skip
     """One Gauss-Seidel pass of per-column forests, with scikit-learn's public API.
 
     Returns the imputed data and, per column, the dense RF-GAP estimate of
     its missing cells (``P @ x_observed``) from the same trees' leaves.
+    ``max_rows``: each tree's in-bag rows are drawn by ``inbag_counts`` (the
+    rows it leaves out get weight 0 in ``P``).
     """
     missing = np.isnan(Xm)
     start = np.nanmedian(Xm, axis=0)
@@ -53,7 +57,7 @@ def oracle_first_iteration(Xm, y, categorical, entropy, n_trees, kind, max_featu
         P = np.zeros(((~obs).sum(), obs.sum()))  # dense RF-GAP: missing rows x observed rows
         for seed in tree_seeds(entropy, 0, j, n_trees):
             rng = np.random.default_rng(int(seed))
-            inbag = bootstrap_counts(rng, int(obs.sum()), params)
+            inbag = inbag_counts(rng, int(obs.sum()), params, max_rows)
             cls = {
                 (True, True): DecisionTreeClassifier,
                 (True, False): ExtraTreeClassifier,
@@ -85,6 +89,18 @@ def oracle_first_iteration(Xm, y, categorical, entropy, n_trees, kind, max_featu
     return X, dense
 
 
+def assert_matches_dense(got, mask, dense):
+    """Imputed cells equal the dense RF-GAP estimates ``P @ V`` (votes: untied argmax)."""
+    for j, (PV, levels) in dense.items():
+        cells = mask[:, j]
+        if levels is None:
+            np.testing.assert_allclose(got[cells, j], PV, rtol=1e-6, atol=1e-9)
+        else:
+            top = PV.max(axis=1, keepdims=True)
+            tied = np.isclose(PV, top, rtol=1e-12, atol=0).sum(axis=1) > 1
+            np.testing.assert_array_equal(got[cells, j][~tied], levels[PV.argmax(axis=1)][~tied])
+
+
 @pytest.mark.parametrize(("kind", "max_features"), [("extra-trees", 0.33), ("random-forest", 2)])
 def test_missing_cell_equals_the_column_forest_prediction(kind, max_features):
     _, Xm, y, mask = structured(120, seed=1, missing=0.15)
@@ -97,14 +113,7 @@ def test_missing_cell_equals_the_column_forest_prediction(kind, max_features):
     assert mask.sum() > 60 and not np.isnan(got).any()
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-9)
     # the same cells from the dense RF-GAP proximities of the missing rows to the observed
-    for j, (PV, levels) in dense.items():
-        cells = mask[:, j]
-        if levels is None:
-            np.testing.assert_allclose(got[cells, j], PV, rtol=1e-6, atol=1e-9)
-        else:
-            top = PV.max(axis=1, keepdims=True)
-            tied = np.isclose(PV, top, rtol=1e-12, atol=0).sum(axis=1) > 1
-            np.testing.assert_array_equal(got[cells, j][~tied], levels[PV.argmax(axis=1)][~tied])
+    assert_matches_dense(got, mask, dense)
     assert set(np.unique(got[:, 5])) <= {5.0, 15.0, 25.0}
     assert imp.task_ == "classification" and set(imp.column_forests_) == set(range(6))
 

@@ -20,6 +20,7 @@ from distforest.cli.options import (
     connect_kwargs,
     input_options,
     parse_max_features,
+    parse_max_samples,
     runs_in_process,
     seed_option,
 )
@@ -43,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "max_features": "auto",
     "min_samples_leaf": 1,
     "max_depth": None,
+    "max_samples": "auto",
     "batch_size": None,
     "random_state": None,
 }
@@ -134,6 +136,14 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     type=click.IntRange(min=1),
     default=DEFAULTS["min_samples_leaf"],
     show_default=True,
+)
+@click.option(
+    "--max-samples",
+    default=str(DEFAULTS["max_samples"]),
+    show_default=True,
+    callback=parse_max_samples,
+    help="column: rows each tree grows on, drawn from the column's observed rows: an "
+    "integer, a fraction of them, or all; auto: all up to 50,000 rows, 20,000 above.",
 )
 @seed_option("random_state: same seed, same imputation.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")

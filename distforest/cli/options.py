@@ -88,6 +88,20 @@ def parse_max_features(
     ctx: click.Context | None, param: click.Parameter | None, value: Any
 ) -> str | int | float | None:
     """``--max-features``: auto, sqrt, log2, an integer >= 1 or a fraction (one parser for all)."""
+    return _parse_number(value, "max_features", C.MaxFeatures())
+
+
+def parse_max_samples(
+    ctx: click.Context | None, param: click.Parameter | None, value: Any
+) -> str | int | float | None:
+    """``--max-samples``: auto, all (None), an integer >= 1 or a fraction."""
+    if isinstance(value, str) and value.lower() in ("all", "none"):
+        return None
+    return _parse_number(value, "max_samples", C.RowsPerTree())
+
+
+def _parse_number(value: Any, name: str, constraint: C.Constraint) -> Any:
+    """A command-line word read as an int, else a float, else kept; then checked."""
     if isinstance(value, str):
         for kind in (int, float):
             try:
@@ -96,7 +110,7 @@ def parse_max_features(
             except ValueError:
                 pass
     try:
-        return C.MaxFeatures().check("max_features", value)
+        return constraint.check(name, value)
     except ParameterError as exc:
         raise click.BadParameter(str(exc)) from None
 

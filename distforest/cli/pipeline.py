@@ -69,6 +69,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "n_estimators": _INT,
         "proximity": _STR,
         "categorical_vote": _STR,
+        "max_samples": (str, int, float),
     },
     "outliers": {"out": _STR, "plot": _STR},
     "mislabels": {"out": _STR},

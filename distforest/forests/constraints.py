@@ -178,6 +178,24 @@ class MaxFeatures:
 
 
 @dataclass(frozen=True)
+class RowsPerTree:
+    """The column imputer's ``max_samples``: "auto", None, a count >= 1 or a share in (0, 1]."""
+
+    def check(self, name: str, value: Any) -> int | float | str | None:
+        if value is None or (isinstance(value, str) and value == "auto"):
+            return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1:
+            return int(value)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            if 0 < float(value) <= 1:
+                return float(value)
+        raise ParameterError(
+            f"{name} must be 'auto', None (every observed row), an integer >= 1 (rows per "
+            f"tree) or a fraction in (0, 1] (share of the column's observed rows), got {value!r}"
+        )
+
+
+@dataclass(frozen=True)
 class Seed:
     """None or a non-negative integer (a seed that can be recorded)."""
 

@@ -25,7 +25,8 @@ and scikit-learn: arrays and seeds in, arrays out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -80,25 +81,71 @@ def column_inputs(X: np.ndarray, column: int, extra: np.ndarray | None) -> np.nd
     return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float64)
 
 
+def inbag_counts(
+    rng: np.random.Generator, n: int, params: TreeParams, max_rows: int | None
+) -> np.ndarray:
+    """In-bag counts of one tree over the column's ``n`` observed rows.
+
+    ``max_rows`` None (or at least ``n``): every row once (extra-trees) or a
+    bootstrap sample of ``n`` (random forest), as
+    :func:`~distforest.kernels.trees.bootstrap_counts` draws them.  Fewer:
+    ``max_rows`` distinct rows drawn at random (extra-trees), or a bootstrap
+    sample of size ``max_rows`` (random forest, scikit-learn's
+    ``max_samples``).  Rows with a count of 0 are out of bag for the tree:
+    their RF-GAP weight in it is 0, so the weights stay well defined.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The tree's generator (consumed first).
+    n : int
+    params : TreeParams
+    max_rows : int or None
+
+    Returns
+    -------
+    ndarray of uint8, shape (n,)
+    """
+    if max_rows is None or max_rows >= n:
+        return bootstrap_counts(rng, n, params)  # draws nothing for extra-trees
+    if params.bootstrap:
+        return bootstrap_counts(rng, n, replace(params, max_samples=max_rows / n))
+    counts = np.zeros(n, dtype=np.uint8)
+    counts[rng.choice(n, size=max_rows, replace=False)] = 1
+    return counts
+
+
+def _inputs(
+    X: np.ndarray, positions: np.ndarray, column: int, extra: np.ndarray | None
+) -> np.ndarray:
+    """The trees' float32 inputs of rows ``positions`` (:func:`column_inputs` of those rows)."""
+    part = None if extra is None else extra[positions]
+    return np.ascontiguousarray(column_inputs(X[positions], column, part), dtype=np.float32)
+
+
 def fit_column_tree(
-    F: np.ndarray,
+    F: np.ndarray | None,
     target: np.ndarray,
     n_levels: int,
     seed: int,
     params: TreeParams,
     rows: np.ndarray | None = None,
+    *,
+    max_rows: int | None = None,
+    inputs: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
     """Fit one tree from its seed, as :func:`distforest.kernels.trees.fit_one_tree` does.
 
-    The seed gives the in-bag counts, then the tree's own ``random_state``
-    (the same order of draws as ``fit_one_tree``).  The trees' leaf values
-    are scikit-learn's node values: the in-bag weighted mean of the column
-    (regression) or the weighted class fractions (classification), i.e. the
-    leaf sums of ``V`` over the leaf's total in-bag count.
+    The seed gives the in-bag counts (:func:`inbag_counts`), then the tree's
+    own ``random_state`` (the same order of draws as ``fit_one_tree``).  The
+    trees' leaf values are scikit-learn's node values: the in-bag weighted
+    mean of the column (regression) or the weighted class fractions
+    (classification), i.e. the leaf sums of ``V`` over the leaf's total
+    in-bag count.
 
     Parameters
     ----------
-    F : ndarray of float32, shape (n, d_in)
+    F : ndarray of float32, shape (n, d_in), or None with ``inputs``
         Inputs of the training rows (C-contiguous: validation is skipped).
     target : ndarray, shape (n,)
         Values, or level index 0..n_levels-1.
@@ -108,6 +155,11 @@ def fit_column_tree(
     params : TreeParams
     rows : ndarray of float32, shape (m, d_in), optional
         Rows to route through the new tree (C-contiguous).
+    max_rows : int, optional
+        In-bag rows drawn for the tree (see :func:`inbag_counts`).
+    inputs : callable, optional
+        ``inputs(positions)``: the float32 inputs of those training rows,
+        when ``F`` is not given (a subsampled tree builds only its own rows).
 
     Returns
     -------
@@ -118,15 +170,18 @@ def fit_column_tree(
         The leaf values of ``rows``.
     """
     rng = np.random.default_rng(seed)
-    inbag = bootstrap_counts(rng, F.shape[0], params)
+    n = target.shape[0]
+    inbag = inbag_counts(rng, n, params, max_rows)
     tree = make_tree(params, int(rng.integers(0, 2**31 - 1)))
     # the checks of tree.fit (dtype, finiteness) hold by construction: skip them, as
     # scikit-learn's own forests do
-    if params.bootstrap:
+    if params.bootstrap or (max_rows is not None and max_rows < n):
         used = np.flatnonzero(inbag)
-        tree._fit(F[used], target[used], sample_weight=inbag[used].astype(np.float64),
-                  check_input=False)  # fmt: skip
+        train = F[used] if F is not None else inputs(used)  # type: ignore[misc]
+        weight = inbag[used].astype(np.float64) if params.bootstrap else None
+        tree._fit(train, target[used], sample_weight=weight, check_input=False)
     else:  # every row once: no weights is the same tree (weights of 1), a third faster
+        assert F is not None  # given when every row is used
         tree._fit(F, target, check_input=False)
     t = tree.tree_
     value = t.value[:, 0, :]
@@ -155,6 +210,8 @@ def fit_column_trees(
     n_levels: int,
     seeds: np.ndarray,
     params: TreeParams,
+    max_rows: int | None = None,
+    keep_nodes: bool = True,
 ) -> ColumnTrees:
     """Fit one batch of trees predicting ``column`` and impute its missing rows.
 
@@ -176,25 +233,42 @@ def fit_column_trees(
         One seed per tree.
     params : TreeParams
         ``task`` is "regression" or "classification".
+    max_rows : int, optional
+        In-bag rows per tree (:func:`inbag_counts`); None: every observed row.
+        Fewer than the observed rows: each tree builds only its own rows'
+        inputs, never the whole table's.
+    keep_nodes : bool, default True
+        False: return no trees (empty node arrays), only ``prediction_sum``:
+        what the next step of the imputation needs.
 
     Returns
     -------
     ColumnTrees
         With ``prediction_sum`` for the rows where the column is missing.
     """
-    F = column_inputs(X, column, extra)
-    train = np.ascontiguousarray(F[observed], dtype=np.float32)
-    rows = np.ascontiguousarray(F[~observed], dtype=np.float32)
+    n_observed = target.shape[0]
+    if max_rows is None or max_rows >= n_observed:
+        max_rows, F = None, column_inputs(X, column, extra)
+        train: np.ndarray | None = np.ascontiguousarray(F[observed], dtype=np.float32)
+        rows = np.ascontiguousarray(F[~observed], dtype=np.float32)
+        del F
+    else:  # each tree gathers the inputs of its own rows
+        train, rows = None, _inputs(X, np.flatnonzero(~observed), column, extra)
+    positions = np.flatnonzero(observed)
     k = max(1, n_levels)
     total = np.zeros((rows.shape[0], k))
     parts = []
     for seed in seeds:
         nodes, values, row_values = fit_column_tree(
-            train, target, n_levels, int(seed), params, rows
-        )
+            train, target, n_levels, int(seed), params, rows, max_rows=max_rows,
+            inputs=lambda used: _inputs(X, positions[used], column, extra),
+        )  # fmt: skip
         assert row_values is not None  # rows were given
         total += row_values  # in tree order: the same bits for any batching
-        parts.append((nodes, values))
+        if keep_nodes:
+            parts.append((nodes, values))
+        else:
+            parts.append(({f: v[:0] for f, v in nodes.items()}, values[:0]))
     return ColumnTrees(
         node_counts=np.array([len(n["feature"]) for n, _ in parts], dtype=np.int64),
         nodes={f: np.concatenate([n[f] for n, _ in parts]) for f in ROUTING_FIELDS},

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextvars import ContextVar
@@ -197,14 +198,18 @@ class Runner:
     def share(self, value: Any) -> Any:
         """Send a large value to the workers once; tasks then take the handle.
 
-        The runner keeps a reference to ``value``: if every worker holding it
-        dies, :meth:`run` sends it again and resubmits the tasks that need it.
+        The runner keeps a reference to ``value`` while the returned handle
+        lives: if every worker holding it dies, :meth:`run` sends it again and
+        resubmits the tasks that need it.  Once the handle is dropped, so is the
+        reference (a long run shares many values: the driver must not keep them all).
         """
         if self.client is None:
             return value
         future = tasks.scatter(self.client, value)
         if hasattr(future, "key"):  # one future (a list or dict scatters item by item)
-            self._shared[str(future.key)] = value
+            key = str(future.key)
+            self._shared[key] = value
+            weakref.finalize(future, self._shared.pop, key, None)
         return future
 
     def _resend(self, future: Any) -> Any:
