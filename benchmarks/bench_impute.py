@@ -419,7 +419,9 @@ def versions() -> str:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain"],
+            # the library and this script only: the results file it rewrites as it goes
+            # must not make its own run look like one of uncommitted code
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "distforest", __file__],
             capture_output=True,
             text=True,
             check=True,
@@ -517,16 +519,16 @@ def report(
         f"- Command: `{command}`",
         f"- Versions: {versions()}",
         f"- Load average (`uptime`) at the start: {load[0]}; at the end: {load[1]}.  The "
-        "machine is shared with other engineers' work: timings were taken under that load "
-        "and are drafts (ratios within one run are fairer than absolute seconds); accuracy "
-        "figures are not affected.",
+        "benchmark itself keeps about two cores busy: a load well above 2 means other work "
+        "ran beside it and its times are drafts (ratios within one run are fairer than "
+        "absolute seconds); accuracy figures do not depend on the load.",
         f"- Total wall time of the benchmark: {wall / 60:.1f} min; peak RSS of the process "
         f"(every imputer but PyPI missforest runs in it): {peak:.2f} GB",
         "",
         "Each cell: mean over seeds (± standard deviation) of NRMSE (numeric sets) or PFC "
         "(Soybean, categorical), and mean wall time of `fit_transform`.  **Bold**: best in the "
-        f"row.  *{OURS}*: `ProximityImputer()` defaults (column-aware: one forest of 50 "
-        "extra-trees per column with a third of the inputs per split, the class as one more "
+        f"row.  *{OURS}*: `ProximityImputer()` defaults (column-aware: one forest of 35 "
+        "extra-trees per column and pass with half of the inputs per split, the class as one more "
         "input, at most 10 passes stopped by missForest's rule, the result the mean of the kept "
         "passes after the first).  "
         f"*{RFIMPUTE}*: `ProximityImputer(proximity='rfimpute')` (Breiman's rfImpute with "
