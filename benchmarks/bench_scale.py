@@ -4,7 +4,8 @@ Run by hand (it takes a while and needs a quiet machine)::
 
     python benchmarks/bench_scale.py [--n 1000000] [--trees 100] [--kind extra-trees]
         [--iterations 5] [--proximity rfimpute] [--max-samples auto] [--compare-n 100000]
-        [--workdir /tmp/dfscale] [--skip impute,outliers,mds,knn,missforest] [--fresh]
+        [--workdir /tmp/dfscale] [--skip impute,outliers,mds,knn,missforest,missforest-sub]
+        [--fresh]
 
 Synthetic data: ``make_classification(n, 20, n_informative=8, n_redundant=4,
 random_state=0)`` (8 informative, 4 linear combinations, 8 noise features),
@@ -16,9 +17,12 @@ proximity) unless ``--trees``, ``--kind``, ``--iterations``, ``--proximity``
 or ``--max-samples`` are given; the outlier and MDS stages use
 ``--trees`` (default 100) extra-trees.
 At ``--compare-n`` rows the same imputation runs side by side with
-scikit-learn's ``KNNImputer`` and a missForest-like
-``IterativeImputer(ExtraTreesRegressor(n_estimators=50))`` (each stopped
-after ``--timeout`` seconds), reporting NRMSE over the removed cells.
+scikit-learn's ``KNNImputer``, a missForest-like
+``IterativeImputer(ExtraTreesRegressor(n_estimators=50), max_iter=5)`` and
+the same sized to fit in memory (``missforest-sub``: each tree on 20,000
+rows drawn at random, leaves of at least 5 rows), each stopped after
+``--timeout`` seconds and capped at 12 GiB of address space, reporting NRMSE
+over the removed cells.
 
 Writes ``benchmarks/results/scale.md`` and ``scale.json``.
 """
@@ -103,6 +107,22 @@ def child_sklearn(kind: str, n: int, workdir: str) -> None:
     X = frame.iloc[:, :20].to_numpy(np.float64)
     if kind == "knn":
         imputer = KNNImputer(n_neighbors=5)
+    elif kind == "missforest-sub":
+        # sized to fit: each tree on 20,000 rows drawn at random (what distforest's column
+        # mode does above 50,000 rows) and leaves of at least 5 rows, so that the 5 x 20
+        # forests IterativeImputer keeps stay within the memory cap
+        imputer = IterativeImputer(
+            ExtraTreesRegressor(
+                n_estimators=50,
+                bootstrap=True,
+                max_samples=20_000,
+                min_samples_leaf=5,
+                n_jobs=2,
+                random_state=0,
+            ),
+            max_iter=5,
+            random_state=0,
+        )
     else:
         imputer = IterativeImputer(
             ExtraTreesRegressor(n_estimators=50, n_jobs=2, random_state=0),
@@ -200,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
                        str(wd / f"{name}.csv"), "--overwrite", *forest, *extra]  # fmt: skip
                 runs.append(stage(f"distforest {name} n={n}", cmd, wd))
         if n == args.compare_n:
-            for kind in ("knn", "missforest"):
+            for kind in ("knn", "missforest", "missforest-sub"):
                 if kind in skip:
                     continue
                 cmd = [sys.executable, __file__, "--child", kind, str(n), str(wd)]
