@@ -245,3 +245,37 @@ def test_transposed_copy_equals_the_transpose(shape, dtype):
         got = transposed(v)
         assert got.flags.c_contiguous and got.dtype == v.dtype
         np.testing.assert_array_equal(got, v.T)
+
+
+def _counts(leaves: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
+    return (leaves[rows, None, :] == leaves[None, cols, :]).sum(axis=2)
+
+
+def test_the_tiles_of_a_row_block_read_and_sort_it_once(forest, tmp_path, monkeypatch):
+    from distforest.forests import tiles
+
+    path = str(tmp_path / "f.zarr")
+    forest.save(path)
+    reads, sorts = [], []
+    real_read, real_sort = tiles.read_rows, tiles.sort_block
+    monkeypatch.setattr(tiles, "read_rows", lambda p, n, r: reads.append(r) or real_read(p, n, r))
+    monkeypatch.setattr(tiles, "sort_block", lambda b: sorts.append(b.shape) or real_sort(b))
+    rows = slice(0, 64)
+    for cols in (slice(64, 128), slice(128, 192), slice(192, 256)):  # one task's tiles of a row
+        got = tiles.store_tile(path, "original", "uint8", "write-1", rows, cols)
+        np.testing.assert_array_equal(got, _counts(forest.leaves_, rows, cols))
+    assert reads.count(rows) == 1 and len(reads) == 4  # the row block once, each column block
+    assert len(sorts) == 4
+
+
+def test_a_new_write_at_the_same_path_is_not_served_old_rows(small_classification, tmp_path):
+    from distforest.forests import tiles
+
+    X, y = small_classification
+    path = str(tmp_path / "f.zarr")
+    rows, cols = slice(0, 64), slice(64, 128)
+    for seed, write in ((0, "write-a"), (1, "write-b")):  # the same thread, path and rows
+        fitted = ProximityForest(n_estimators=20, random_state=seed).fit(X, y)
+        fitted.save(path, overwrite=True)
+        got = tiles.store_tile(path, "original", "uint8", write, rows, cols)
+        np.testing.assert_array_equal(got, _counts(fitted.leaves_, rows, cols))

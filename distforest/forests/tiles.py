@@ -6,6 +6,8 @@ run inside Dask workers, so they take paths and slices, never big arrays.
 
 from __future__ import annotations
 
+import threading
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,14 +45,14 @@ def compute_tile(
     """One tile of a proximity from the per-row arrays of two row blocks.
 
     ``block_*`` map ``"leaves"``, ``"inbag"`` and ``"leaf_mass"`` to (rows, T)
-    arrays (only those the method needs).  ``counts`` (an integer type, for
-    ``"original"`` only) asks for the numbers of trees sharing a leaf
+    arrays (only those the method needs), and optionally ``"sorted"`` to the
+    leaves already sorted by :func:`sort_block`.  ``counts`` (an integer type,
+    for ``"original"`` only) asks for the numbers of trees sharing a leaf
     instead of their fraction: what the store keeps.
     """
     if method == "original":
         if counts is not None:
-            sorted_i = sort_block(block_i["leaves"])
-            sorted_j = sorted_i if block_j is block_i else sort_block(block_j["leaves"])
+            sorted_i, sorted_j = _sorted(block_i), _sorted(block_j)
             return sorted_block_counts(sorted_i, sorted_j, counts)
         return original_proximity_tile(block_i["leaves"], block_j["leaves"])
     if method == "oob":
@@ -66,17 +68,44 @@ def compute_tile(
     )
 
 
+def _sorted(block: dict) -> tuple[np.ndarray, np.ndarray]:
+    if "sorted" not in block:
+        block["sorted"] = sort_block(block["leaves"])
+    return block["sorted"]
+
+
 def _read_block(path: str, method: str, rows: slice) -> dict:
     return {name: read_rows(path, name, rows) for name in ("leaves", *NEEDS[method])}
 
 
-def store_tile(path: str, method: str, counts: str | None, rows: slice, cols: slice) -> np.ndarray:
+#: The last row block each thread read (and sorted): a tile task computes up
+#: to eight tiles of one row block (:func:`distforest.forests.tiled.tile_groups`),
+#: which then share one read and one sort of it.  Keyed by the matrix write it
+#: belongs to, so a store rewritten at the same path is never served stale rows.
+_last_rows = threading.local()
+
+
+def _row_block(path: str, method: str, write: str, rows: slice) -> dict:
+    key = (write, path, method, rows.start, rows.stop)
+    kept = getattr(_last_rows, "block", None)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    block = _read_block(path, method, rows)
+    _last_rows.block = (key, block)
+    return block
+
+
+def store_tile(
+    path: str, method: str, counts: str | None, write: str, rows: slice, cols: slice
+) -> np.ndarray:
     """A tile function of the tile service: reads the two row blocks from the store.
 
     Runs inside a Dask worker, so it takes the store's path, not big arrays.
-    ``counts``: see :func:`compute_tile`.
+    ``counts``: see :func:`compute_tile`.  ``write`` names this write of the
+    matrix (any string unique to it): the tiles of one row block that a
+    thread computes in a row reuse its first read of the block.
     """
-    block_i = _read_block(path, method, rows)
+    block_i = _row_block(path, method, write, rows)
     block_j = block_i if rows == cols else _read_block(path, method, cols)
     return compute_tile(method, block_i, block_j, counts)
 
@@ -139,7 +168,8 @@ def write_proximity(
     counts = encoding.dtype if encoding.is_counts else None
     proximity_kernels.warm_up()  # compile once here, not in every worker at once
     return write_matrix(
-        runner, rs, ARRAY_NAMES[method], plan, store_tile, (rs.path, method, counts),
+        runner, rs, ARRAY_NAMES[method], plan, store_tile,
+        (rs.path, method, counts, uuid.uuid4().hex),
         identity={**dict(identity), "method": method}, encoding=encoding,
         attrs={"method": method, **dict(attrs)}, progress=progress,
     )  # fmt: skip
