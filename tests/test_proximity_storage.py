@@ -251,21 +251,30 @@ def _counts(leaves: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
     return (leaves[rows, None, :] == leaves[None, cols, :]).sum(axis=2)
 
 
-def test_the_tiles_of_a_row_block_read_and_sort_it_once(forest, tmp_path, monkeypatch):
+@pytest.mark.parametrize("budget", [None, 0], ids=["kept", "over-budget"])
+def test_a_process_reads_and_sorts_each_row_block_once(forest, tmp_path, monkeypatch, budget):
     from distforest.forests import tiles
 
     path = str(tmp_path / "f.zarr")
     forest.save(path)
+    if budget is not None:  # nothing fits: only the row block of a task's tiles is shared
+        monkeypatch.setattr(tiles, "BLOCK_CACHE_BYTES", budget)
     reads, sorts = [], []
     real_read, real_sort = tiles.read_rows, tiles.sort_block
     monkeypatch.setattr(tiles, "read_rows", lambda p, n, r: reads.append(r) or real_read(p, n, r))
     monkeypatch.setattr(tiles, "sort_block", lambda b: sorts.append(b.shape) or real_sort(b))
     rows = slice(0, 64)
-    for cols in (slice(64, 128), slice(128, 192), slice(192, 256)):  # one task's tiles of a row
-        got = tiles.store_tile(path, "original", "uint8", "write-1", rows, cols)
-        np.testing.assert_array_equal(got, _counts(forest.leaves_, rows, cols))
-    assert reads.count(rows) == 1 and len(reads) == 4  # the row block once, each column block
-    assert len(sorts) == 4
+    blocks = (slice(64, 128), slice(128, 192), slice(192, 256))
+    for _ in range(2):  # the same tiles twice: e.g. two tasks' rows meeting the same columns
+        for cols in blocks:  # one task's tiles of a row
+            got = tiles.store_tile(path, "original", "uint8", "write-1", rows, cols)
+            np.testing.assert_array_equal(got, _counts(forest.leaves_, rows, cols))
+    assert reads.count(rows) == 1
+    assert len(reads) == len(sorts) == (4 if budget is None else 7)
+    tiles.forget_blocks("write-1")  # the write is over: its blocks are freed
+    assert tiles._blocks.nbytes == 0 and not tiles._blocks.blocks
+    tiles.store_tile(path, "original", "uint8", "write-1", rows, blocks[0])
+    assert len(reads) == (6 if budget is None else 9)
 
 
 def test_a_new_write_at_the_same_path_is_not_served_old_rows(small_classification, tmp_path):

@@ -6,6 +6,7 @@ run inside Dask workers, so they take paths and slices, never big arrays.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Mapping
@@ -78,21 +79,76 @@ def _read_block(path: str, method: str, rows: slice) -> dict:
     return {name: read_rows(path, name, rows) for name in ("leaves", *NEEDS[method])}
 
 
-#: The last row block each thread read (and sorted): a tile task computes up
-#: to eight tiles of one row block (:func:`distforest.forests.tiled.tile_groups`),
-#: which then share one read and one sort of it.  Keyed by the matrix write it
-#: belongs to, so a store rewritten at the same path is never served stale rows.
-_last_rows = threading.local()
+#: Bytes of row blocks one process keeps for the matrix it is writing: a
+#: block is then read (and sorted) once per worker, not once per tile.  The
+#: 2,048-row blocks of 100 trees take 1.6 MB each, so matrices up to about
+#: 300,000 rows keep all of theirs.
+BLOCK_CACHE_BYTES = 256 * 2**20
 
 
-def _row_block(path: str, method: str, write: str, rows: slice) -> dict:
-    key = (write, path, method, rows.start, rows.stop)
-    kept = getattr(_last_rows, "block", None)
-    if kept is not None and kept[0] == key:
-        return kept[1]
-    block = _read_block(path, method, rows)
-    _last_rows.block = (key, block)
-    return block
+class _BlockCache:
+    """The row blocks of one matrix write, shared by a process's task threads.
+
+    Keyed by the write (a token unique to it), so a store rewritten at the same
+    path is never served stale rows; a new write drops the old one's blocks.
+    When the budget is spent, blocks are no longer added (tiles visit blocks in
+    cycles, which an evicting cache would miss every time), and each thread
+    keeps the last block it read: a task's tiles share their row block.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.write: str | None = None
+        self.blocks: dict[tuple[str, str, int, int], dict] = {}
+        self.nbytes = 0
+        self.last = threading.local()
+
+    def get(
+        self, path: str, method: str, write: str, rows: slice, counts: str | None, *, row: bool
+    ) -> dict:
+        """Row block ``rows`` of the store at ``path``, read (and sorted) once.
+
+        ``row``: the block is the tile's row block (the one a task's tiles share).
+        """
+        key = (path, method, rows.start, rows.stop)
+        with self.lock:
+            if self.write != write:
+                self.forget()
+                self.write = write
+            block = self.blocks.get(key)
+        if block is not None:
+            return block
+        kept = getattr(self.last, "block", None) if row else None
+        if kept is not None and kept[0] == (write, key):
+            return kept[1]
+        block = _read_block(path, method, rows)
+        if method == "original" and counts is not None:
+            block = {"sorted": sort_block(block["leaves"])}  # all the count kernel needs
+        size = sum(a.nbytes for v in block.values() for a in (v if isinstance(v, tuple) else (v,)))
+        with self.lock:
+            if self.write == write and self.nbytes + size <= BLOCK_CACHE_BYTES:
+                self.blocks[key] = block
+                self.nbytes += size
+        if row:
+            self.last.block = ((write, key), block)
+        return block
+
+    def forget(self, write: str | None = None) -> None:
+        """Drop the blocks kept (only if they belong to ``write``, when given)."""
+        if write is None or self.write == write:
+            self.blocks = {}
+            self.nbytes = 0
+            self.write = None
+
+
+_blocks = _BlockCache()
+
+
+def forget_blocks(write: str) -> None:
+    """Free this process's row blocks of a finished matrix write (run on every worker)."""
+    with _blocks.lock:
+        _blocks.forget(write)
+    _blocks.last = threading.local()
 
 
 def store_tile(
@@ -102,11 +158,11 @@ def store_tile(
 
     Runs inside a Dask worker, so it takes the store's path, not big arrays.
     ``counts``: see :func:`compute_tile`.  ``write`` names this write of the
-    matrix (any string unique to it): the tiles of one row block that a
-    thread computes in a row reuse its first read of the block.
+    matrix (any string unique to it): the tiles a process computes share one
+    read (and sort) of each row block, see :class:`_BlockCache`.
     """
-    block_i = _row_block(path, method, write, rows)
-    block_j = block_i if rows == cols else _read_block(path, method, cols)
+    block_i = _blocks.get(path, method, write, rows, counts, row=True)
+    block_j = block_i if rows == cols else _blocks.get(path, method, write, cols, counts, row=False)
     return compute_tile(method, block_i, block_j, counts)
 
 
@@ -167,9 +223,13 @@ def write_proximity(
     encoding = matrix_encoding(ARRAY_NAMES[method], n_trees=n_trees)
     counts = encoding.dtype if encoding.is_counts else None
     proximity_kernels.warm_up()  # compile once here, not in every worker at once
-    return write_matrix(
-        runner, rs, ARRAY_NAMES[method], plan, store_tile,
-        (rs.path, method, counts, uuid.uuid4().hex),
-        identity={**dict(identity), "method": method}, encoding=encoding,
-        attrs={"method": method, **dict(attrs)}, progress=progress,
-    )  # fmt: skip
+    write = uuid.uuid4().hex
+    try:
+        return write_matrix(
+            runner, rs, ARRAY_NAMES[method], plan, store_tile, (rs.path, method, counts, write),
+            identity={**dict(identity), "method": method}, encoding=encoding,
+            attrs={"method": method, **dict(attrs)}, progress=progress,
+        )  # fmt: skip
+    finally:
+        with contextlib.suppress(Exception):  # only memory is at stake: never mask an error
+            runner.everywhere(forget_blocks, write)

@@ -228,6 +228,17 @@ class Runner:
         """The value behind a handle from :meth:`share`."""
         return value if self.client is None else self.client.gather(value)
 
+    def everywhere(self, func: Callable[..., Any], *args: Any) -> None:
+        """Call ``func(*args)`` once in every worker process (in this one without a client).
+
+        For tidying up what tasks kept in their process; a worker that fails
+        or is gone is skipped.
+        """
+        if self.client is None:
+            func(*args)
+        else:
+            self.client.run(func, *args, on_error="ignore")
+
     def threads(self) -> int:
         """Worker threads available (1 in process)."""
         return self._threads if self.client is None else tasks.total_threads(self.client)
