@@ -221,6 +221,22 @@ def test_leaf_order_equals_a_stable_argsort(shape, largest):
         leaf_order(np.array([[3, -1]], dtype=np.int32))
 
 
+@pytest.mark.parametrize(("shape", "largest"), [((1, 1), 1), ((3, 0), 5), ((6, 500), 40)])
+def test_leaf_runs_are_each_trees_distinct_leaves_and_their_rows(shape, largest):
+    from distforest.kernels.proximity import leaf_order, leaf_runs
+
+    leaves = np.random.default_rng(2).integers(0, largest, size=shape).astype(np.int32)
+    _, sorted_leaves = leaf_order(leaves)
+    leaf, start, n_runs = leaf_runs(sorted_leaves)
+    for t in range(shape[0]):
+        values, first, sizes = np.unique(sorted_leaves[t], return_index=True, return_counts=True)
+        k = n_runs[t]
+        assert k == len(values)
+        np.testing.assert_array_equal(leaf[t, :k], values)
+        np.testing.assert_array_equal(start[t, :k], first)
+        np.testing.assert_array_equal(np.diff(start[t, : k + 1]), sizes)
+
+
 def test_count_tiles_equal_the_float_tiles(forest):
     from distforest.forests import tiles
 

@@ -3,8 +3,8 @@
 A proximity tile ``P[I, J]`` compares, tree by tree, the leaf of every row of
 block ``I`` with the leaf of every row of block ``J``.  Comparing all pairs
 costs ``|I| |J| T``; instead, per tree both blocks are sorted by leaf id (a
-radix sort: :func:`leaf_order`) and merged, so the cost is ``T (|I| + |J|)``
-plus one update per pair that really shares a leaf.  With fully grown trees
+radix sort: :func:`leaf_order`) and their distinct leaves merged, so the cost
+is ``T (|I| + |J|)`` plus one update per pair that really shares a leaf.  With fully grown trees
 most leaves hold a handful of rows, so the tile is dominated by writing it,
 not by the comparisons.
 
@@ -157,14 +157,58 @@ def leaf_match_sum(leaves_i, leaves_j, weights_i, weights_j):  # pragma: no cove
 
 
 @njit(nogil=True, cache=True)
-def add_sorted_leaf_counts(order_i, sorted_i, order_j, sorted_j, counts):  # pragma: no cover
-    """Add, for every pair of rows, the number of trees in which they share a leaf.
+def leaf_runs(sorted_leaves):  # pragma: no cover - numba
+    """Per tree, the distinct leaves of a sorted block and where each one's rows start.
 
     Parameters
     ----------
-    order_i, sorted_i, order_j, sorted_j : ndarray of int32, shape (T, ni) or (T, nj)
-        Both blocks as :func:`leaf_order` gives them (so a block used by
-        many tiles is sorted once).
+    sorted_leaves : ndarray of int32, shape (T, n)
+        From :func:`leaf_order`.
+
+    Returns
+    -------
+    leaf : ndarray of int32, shape (T, m)
+        ``leaf[t, :n_runs[t]]``: tree t's distinct leaves, ascending (``m``
+        is the most any tree has).
+    start : ndarray of int32, shape (T, m + 1)
+        Leaf ``leaf[t, k]`` holds the rows ``order[t, start[t, k]:start[t, k + 1]]``.
+    n_runs : ndarray of int32, shape (T,)
+    """
+    n_trees, n = sorted_leaves.shape
+    n_runs = np.zeros(n_trees, dtype=np.int32)
+    for t in range(n_trees):
+        for p in range(n):
+            if p == 0 or sorted_leaves[t, p] != sorted_leaves[t, p - 1]:
+                n_runs[t] += 1
+    width = n_runs.max() if n_trees else 0
+    leaf = np.zeros((n_trees, width), dtype=np.int32)
+    start = np.zeros((n_trees, width + 1), dtype=np.int32)
+    for t in range(n_trees):
+        k = 0
+        for p in range(n):
+            if p == 0 or sorted_leaves[t, p] != sorted_leaves[t, p - 1]:
+                leaf[t, k] = sorted_leaves[t, p]
+                start[t, k] = p
+                k += 1
+        start[t, k] = n
+    return leaf, start, n_runs
+
+
+@njit(nogil=True, cache=True)
+def add_sorted_leaf_counts(  # pragma: no cover - numba
+    order_i, leaf_i, start_i, runs_i, order_j, leaf_j, start_j, runs_j, counts
+):
+    """Add, for every pair of rows, the number of trees in which they share a leaf.
+
+    Per tree, the two blocks' distinct leaves are merged (without branching
+    on which is smaller) and every pair of rows of a common leaf counted.
+
+    Parameters
+    ----------
+    order_i, leaf_i, start_i, runs_i, order_j, leaf_j, start_j, runs_j : ndarray
+        Both blocks as :func:`sort_block` gives them (so a block used by
+        many tiles is sorted once): the rows by leaf from :func:`leaf_order`,
+        then :func:`leaf_runs` of the sorted leaves.
     counts : ndarray of integers, shape (ni, nj)
         Added to in place; its type must hold ``T`` plus what it holds.
 
@@ -174,13 +218,26 @@ def add_sorted_leaf_counts(order_i, sorted_i, order_j, sorted_j, counts):  # pra
         ``counts``.
     """
     n_trees = order_i.shape[0]
-    runs = np.empty((min(order_i.shape[1], order_j.shape[1]), 4), dtype=np.int64)
+    common = np.empty((leaf_i.shape[1], 2), dtype=np.int32)
     for t in range(n_trees):
-        for k in range(_shared_runs(sorted_i[t], sorted_j[t], runs)):
-            for p in range(runs[k, 0], runs[k, 1]):
-                r = order_i[t, p]
-                for q in range(runs[k, 2], runs[k, 3]):
-                    counts[r, order_j[t, q]] += 1
+        a = 0
+        b = 0
+        k = 0
+        while a < runs_i[t] and b < runs_j[t]:
+            va = leaf_i[t, a]
+            vb = leaf_j[t, b]
+            common[k, 0] = a
+            common[k, 1] = b
+            k += va == vb
+            a += va <= vb
+            b += vb <= va
+        for m in range(k):
+            a = common[m, 0]
+            b = common[m, 1]
+            for p in range(start_i[t, a], start_i[t, a + 1]):
+                row = counts[order_i[t, p]]
+                for q in range(start_j[t, b], start_j[t, b + 1]):
+                    row[order_j[t, q]] += 1
     return counts
 
 
@@ -189,7 +246,9 @@ def add_shared_leaf_counts(leaves_i, leaves_j, counts):  # pragma: no cover - nu
     """:func:`add_sorted_leaf_counts` from unsorted leaves, shape (T, ni) and (T, nj)."""
     order_i, sorted_i = leaf_order(leaves_i)
     order_j, sorted_j = leaf_order(leaves_j)
-    return add_sorted_leaf_counts(order_i, sorted_i, order_j, sorted_j, counts)
+    return add_sorted_leaf_counts(
+        order_i, *leaf_runs(sorted_i), order_j, *leaf_runs(sorted_j), counts
+    )
 
 
 @njit(nogil=True, cache=True)
@@ -237,7 +296,7 @@ def original_proximity_tile(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.nd
     return shared_leaf_fraction(li, lj)
 
 
-def sort_block(leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sort_block(leaves: np.ndarray) -> tuple[np.ndarray, ...]:
     """A block of leaves sorted per tree, as :func:`sorted_block_counts` takes it.
 
     Parameters
@@ -247,16 +306,18 @@ def sort_block(leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Returns
     -------
-    order, sorted_leaves : ndarray of int32, shape (T, n)
-        See :func:`leaf_order`.
+    order, leaf, start, n_runs : ndarray of int32
+        The rows of each tree by leaf (:func:`leaf_order`) and the runs of
+        each leaf in that order (:func:`leaf_runs`).
     """
     (li,) = _trees_first(leaves, dtype=np.int32)
-    return leaf_order(li)
+    order, sorted_leaves = leaf_order(li)
+    return (order, *leaf_runs(sorted_leaves))
 
 
 def sorted_block_counts(
-    block_i: tuple[np.ndarray, np.ndarray],
-    block_j: tuple[np.ndarray, np.ndarray],
+    block_i: tuple[np.ndarray, ...],
+    block_j: tuple[np.ndarray, ...],
     dtype: str | np.dtype = "int32",
 ) -> np.ndarray:
     """Number of trees in which each pair of rows of two sorted blocks shares a leaf.
