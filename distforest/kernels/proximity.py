@@ -246,8 +246,10 @@ def add_shared_leaf_counts(leaves_i, leaves_j, counts):  # pragma: no cover - nu
     """:func:`add_sorted_leaf_counts` from unsorted leaves, shape (T, ni) and (T, nj)."""
     order_i, sorted_i = leaf_order(leaves_i)
     order_j, sorted_j = leaf_order(leaves_j)
+    leaf_i, start_i, runs_i = leaf_runs(sorted_i)
+    leaf_j, start_j, runs_j = leaf_runs(sorted_j)
     return add_sorted_leaf_counts(
-        order_i, *leaf_runs(sorted_i), order_j, *leaf_runs(sorted_j), counts
+        order_i, leaf_i, start_i, runs_i, order_j, leaf_j, start_j, runs_j, counts
     )
 
 
@@ -346,7 +348,11 @@ def sorted_block_counts(
     if dtype.kind not in "iu" or np.iinfo(dtype).max < n_trees:
         raise ValueError(f"counts of {n_trees} trees do not fit in {dtype}; use a wider integer")
     counts = np.zeros((block_i[0].shape[1], block_j[0].shape[1]), dtype=dtype)
-    return add_sorted_leaf_counts(*block_i, *block_j, counts)
+    order_i, leaf_i, start_i, runs_i = block_i
+    order_j, leaf_j, start_j, runs_j = block_j
+    return add_sorted_leaf_counts(
+        order_i, leaf_i, start_i, runs_i, order_j, leaf_j, start_j, runs_j, counts
+    )
 
 
 def shared_leaf_counts(
