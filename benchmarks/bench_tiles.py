@@ -13,7 +13,9 @@ n and T.  Then, on a LocalCluster with the project's defaults, it times:
 - the tile phase: :func:`distforest.forests.tiles.write_proximity` for the
   original proximity, into a fresh copy of the fitted store (``--repeat``
   times, the fastest reported);
-- one off-diagonal tile's parts on the driver (median of 3): reading both
+- the same tile phase in the driver process on one thread, without Dask
+  (its CPU time: the tiles' cost without scheduler or worker overhead);
+- one off-diagonal tile's parts on the driver (median of 5): reading both
   leaf blocks, the kernel, writing the tile, writing its mirror;
 - the write floor: the benchmark's I/O floor
   (``bench_proximity.child_iofloor``) for an array with the same dtype,
@@ -105,23 +107,43 @@ def tile_phase(fitted: Path, run: Path, tile: int, trees: int) -> dict[str, Any]
     return {"tiles_s": wall, "workers_cpu_s": workers_cpu, "tasks": summary, "threads": threads}
 
 
+def in_process_phase(fitted: Path, run: Path, tile: int, trees: int) -> dict[str, float]:
+    """The same tile phase in this process on one thread (no Dask): its CPU and wall time.
+
+    What the tiles cost without any scheduler, task or worker overhead.
+    """
+    from distforest.forests import tiles
+    from distforest.parallel.execution import Runner
+    from distforest.store.run_store import RunStore
+
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(fitted, run)
+    rs = RunStore.open(run, mode="r+")
+    cpu, wall = time.process_time(), time.perf_counter()
+    tiles.write_proximity(
+        Runner(None), rs, "original", tile, identity={"bench": 1}, attrs={"n_trees": trees}
+    )
+    return {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
+
+
 def one_tile(run: Path, n: int, tile: int) -> dict[str, float]:
     """Parts of one off-diagonal tile task, timed on the driver (median of 5).
 
+    The kernel includes sorting both blocks (a tile task sorts each block once
+    per process, so amortised over many tiles it costs less than this).
     Times are this process's CPU time (``time.process_time``: zarr compresses on
     its own threads), which other processes on a busy machine inflate far less than
     wall-clock time.
     """
     import numpy as np
-    import zarr
 
     from distforest.forests import tiles
     from distforest.kernels.transpose import transposed
-    from distforest.store.run_store import read_rows
+    from distforest.store.run_store import read_rows, task_array
 
     path = str(run)
     rows_i, rows_j = slice(0, tile), slice(tile, min(2 * tile, n))
-    arr = zarr.open_array(path, path="proximity", mode="r+")
+    arr = task_array(path, "proximity", "r+")  # opened as tile tasks open it
     counts = str(arr.dtype) if arr.dtype.kind in "iu" else None
     parts: dict[str, list[float]] = {k: [] for k in ("read_s", "kernel_s", "write_s", "mirror_s")}
     clock = time.process_time
@@ -160,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     phases = [tile_phase(fitted, run, args.tile, args.trees) for _ in range(args.repeat)]
     out["tile_phase"] = min(phases, key=lambda p: p["tiles_s"])
     out["tile_phase_all_s"] = [p["tiles_s"] for p in phases]
+    out["in_process"] = in_process_phase(fitted, run, args.tile, args.trees)
     out["one_tile"] = one_tile(run, args.n, args.tile)
     out["proximity_bytes"] = bp.du_bytes(run / "proximity")
     content = bp.measure_tiles(run, args.n, args.tile, args.trees)
