@@ -126,7 +126,9 @@ class _BlockCache:
             block = {"sorted": sort_block(block["leaves"])}  # all the count kernel needs
         size = sum(a.nbytes for v in block.values() for a in (v if isinstance(v, tuple) else (v,)))
         with self.lock:
-            if self.write == write and self.nbytes + size <= BLOCK_CACHE_BYTES:
+            fits = self.nbytes + size <= BLOCK_CACHE_BYTES
+            # (another thread may have added the same block meanwhile)
+            if self.write == write and key not in self.blocks and fits:
                 self.blocks[key] = block
                 self.nbytes += size
         if row:
