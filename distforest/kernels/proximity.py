@@ -209,7 +209,7 @@ def add_sorted_leaf_counts(  # pragma: no cover - numba
         Both blocks as :func:`sort_block` gives them (so a block used by
         many tiles is sorted once): the rows by leaf from :func:`leaf_order`,
         then :func:`leaf_runs` of the sorted leaves.
-    counts : ndarray of integers, shape (ni, nj)
+    counts : ndarray of integers, shape (ni, nj), C-contiguous
         Added to in place; its type must hold ``T`` plus what it holds.
 
     Returns
@@ -218,6 +218,8 @@ def add_sorted_leaf_counts(  # pragma: no cover - numba
         ``counts``.
     """
     n_trees = order_i.shape[0]
+    n_cols = counts.shape[1]
+    flat = counts.reshape(-1)
     common = np.empty((leaf_i.shape[1], 2), dtype=np.int32)
     for t in range(n_trees):
         a = 0
@@ -232,12 +234,22 @@ def add_sorted_leaf_counts(  # pragma: no cover - numba
             a += va <= vb
             b += vb <= va
         for m in range(k):
-            a = common[m, 0]
-            b = common[m, 1]
-            for p in range(start_i[t, a], start_i[t, a + 1]):
-                row = counts[order_i[t, p]]
-                for q in range(start_j[t, b], start_j[t, b + 1]):
-                    row[order_j[t, q]] += 1
+            # every pair of the leaf's rows in one loop (a loop per row of I would
+            # mispredict its exit once per row: the runs are short)
+            p = start_i[t, common[m, 0]]
+            p_end = start_i[t, common[m, 0] + 1]
+            q_first = start_j[t, common[m, 1]]
+            q_end = start_j[t, common[m, 1] + 1]
+            q = q_first
+            base = order_i[t, p] * n_cols
+            for _ in range(np.int64(p_end - p) * (q_end - q_first)):
+                flat[base + order_j[t, q]] += 1
+                q += 1
+                if q == q_end:
+                    q = q_first
+                    p += 1
+                    if p < p_end:
+                        base = order_i[t, p] * n_cols
     return counts
 
 
