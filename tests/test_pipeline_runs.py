@@ -484,3 +484,19 @@ def test_the_disk_plan_counts_the_proximity_as_stored(method, trees, itemsize):
     job = ProximityJob(input="x.csv", out="o.zarr", forest=forest, method=method)
     plan = estimate(job, 10_000, 5, threads=2)
     assert plan["store"]["proximity matrix (uncompressed)"] == itemsize * 10_000**2
+
+
+@pytest.mark.parametrize(("n", "kept"), [(20_000, 10 * 2048 * 100 * 12), (1_000_000, 256 * 2**20)])
+def test_the_memory_plan_counts_the_row_blocks_a_worker_keeps(n, kept):
+    """A worker writing tiles keeps the matrix's row blocks (up to a budget): the
+    plan's worker peak includes them, on top of a tile task's own arrays."""
+    from distforest.cli.jobs import ProximityJob
+    from distforest.cli.plan import estimate
+
+    forest = {"n_estimators": 100, "tile_size": 2048, "min_samples_leaf": 1,
+              "batch_size": None, "max_features": "sqrt"}  # fmt: skip
+    job = ProximityJob(input="x.csv", out="o.zarr", forest=forest, method="original")
+    plan = estimate(job, n, 2, threads=2)
+    task_arrays = 2 * 2048 * 100 * 9 + 3 * 4 * 2048 * 2048
+    assert plan["tile_worker_bytes"] == task_arrays + kept  # 20k: all 10 blocks; 1M: the budget
+    assert plan["worker_peak_bytes"] >= plan["tile_worker_bytes"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from distforest.errors import ParameterError, StoreError
 from distforest.parallel.tasks import default_batch_size, plan_tree_batches
-from distforest.parallel.tiling import TilePlan
+from distforest.parallel.tiling import BLOCK_CACHE_BYTES, TilePlan
 
 #: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
 #: (``benchmarks/bench_faults.py --calibrate``; table in ``benchmarks/results/faults.md``).
@@ -59,7 +59,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     dict
         ``fit_tasks``, ``trees_per_task``, ``tiles``, ``tile_size``,
         ``disk_bytes`` (store and files, upper bound), ``store_bytes``,
-        ``worker_peak_bytes`` (rough peak of one worker) and ``threads``
+        ``worker_peak_bytes`` (rough peak of one worker; ``tile_worker_bytes``
+        while writing tiles, the row blocks it keeps included) and ``threads``
         (assumed when not known).
     """
     # the estimator's own defaults, and the same tile plan as the run (imported here:
@@ -107,7 +108,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         )
     x_bytes = 8 * n * d
     fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
-    tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile
+    blocks_kept = min(BLOCK_CACHE_BYTES, math.ceil(n / tile) * tile * trees * 12)  # sorted
+    tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile + blocks_kept
     product_peak = n * trees * 9 + 8 * n * (d + 4) * 2
     return {
         "rows": n,
@@ -123,6 +125,7 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "store_bytes": sum(store.values()),
         "disk_bytes": sum(store.values()) + sum(files.values()),
         "worker_peak_bytes": max(fit_peak, tile_peak, product_peak),
+        "tile_worker_bytes": tile_peak,
         # the driver gathers the per-row arrays of every tree (twice while joining batches)
         "memory_bytes": 2 * n * trees * sum(per_row.values()) + 3 * x_bytes,
         "cpu_seconds": cpu,

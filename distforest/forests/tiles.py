@@ -26,7 +26,7 @@ from distforest.kernels.proximity import (
 )
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
-from distforest.parallel.tiling import TilePlan
+from distforest.parallel.tiling import BLOCK_CACHE_BYTES, TilePlan
 from distforest.store.run_store import RunStore, read_rows
 from distforest.store.schema import matrix_encoding, matrix_spec
 
@@ -79,15 +79,12 @@ def _read_block(path: str, method: str, rows: slice) -> dict:
     return {name: read_rows(path, name, rows) for name in ("leaves", *NEEDS[method])}
 
 
-#: Bytes of row blocks one process keeps for the matrix it is writing: a
-#: block is then read (and sorted) once per worker, not once per tile.  The
-#: 2,048-row blocks of 100 trees take 1.6 MB each, so matrices up to about
-#: 300,000 rows keep all of theirs.
-BLOCK_CACHE_BYTES = 256 * 2**20
-
-
 class _BlockCache:
     """The row blocks of one matrix write, shared by a process's task threads.
+
+    Up to :data:`~distforest.parallel.tiling.BLOCK_CACHE_BYTES`: the 2,048-row
+    blocks of 100 trees take 1.6 MB each, so a matrix of up to about 300,000
+    rows keeps all of its blocks.
 
     Keyed by the write (a token unique to it), so a store rewritten at the same
     path is never served stale rows; a new write drops the old one's blocks.
