@@ -73,6 +73,15 @@ def _worker_cpu() -> float:
     return t.user + t.system
 
 
+def _fresh_copy(fitted: Path, run: Path) -> Any:
+    """A fresh copy of the fitted store at ``run``, opened for writing."""
+    from distforest.store.run_store import RunStore
+
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(fitted, run)
+    return RunStore.open(run, mode="r+")
+
+
 def tile_phase(fitted: Path, run: Path, tile: int, trees: int) -> dict[str, Any]:
     """One timed tile phase (original proximity) on a fresh LocalCluster."""
     import dask
@@ -81,11 +90,8 @@ def tile_phase(fitted: Path, run: Path, tile: int, trees: int) -> dict[str, Any]
     from distforest.forests import tiles
     from distforest.parallel.cluster import connect
     from distforest.parallel.execution import Runner
-    from distforest.store.run_store import RunStore
 
-    shutil.rmtree(run, ignore_errors=True)
-    shutil.copytree(fitted, run)
-    rs = RunStore.open(run, mode="r+")
+    rs = _fresh_copy(fitted, run)
     length = 1_000_000
     with (
         dask.config.set({"distributed.scheduler.dashboard.tasks.task-stream-length": length}),
@@ -114,11 +120,8 @@ def in_process_phase(fitted: Path, run: Path, tile: int, trees: int) -> dict[str
     """
     from distforest.forests import tiles
     from distforest.parallel.execution import Runner
-    from distforest.store.run_store import RunStore
 
-    shutil.rmtree(run, ignore_errors=True)
-    shutil.copytree(fitted, run)
-    rs = RunStore.open(run, mode="r+")
+    rs = _fresh_copy(fitted, run)
     cpu, wall = time.process_time(), time.perf_counter()
     tiles.write_proximity(
         Runner(None), rs, "original", tile, identity={"bench": 1}, attrs={"n_trees": trees}

@@ -108,7 +108,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         )
     x_bytes = 8 * n * d
     fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
-    blocks_kept = min(BLOCK_CACHE_BYTES, math.ceil(n / tile) * tile * trees * 12)  # sorted
+    # the row blocks a worker keeps while writing tiles: rows by leaf, leaf runs (12 B a cell)
+    blocks_kept = min(BLOCK_CACHE_BYTES, math.ceil(n / tile) * tile * trees * 12)
     tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile + blocks_kept
     product_peak = n * trees * 9 + 8 * n * (d + 4) * 2
     return {

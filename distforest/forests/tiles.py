@@ -69,7 +69,7 @@ def compute_tile(
     )
 
 
-def _sorted(block: dict) -> tuple[np.ndarray, np.ndarray]:
+def _sorted(block: dict) -> tuple[np.ndarray, ...]:
     if "sorted" not in block:
         block["sorted"] = sort_block(block["leaves"])
     return block["sorted"]
@@ -121,7 +121,8 @@ class _BlockCache:
         block = _read_block(path, method, rows)
         if method == "original" and counts is not None:
             block = {"sorted": sort_block(block["leaves"])}  # all the count kernel needs
-        size = sum(a.nbytes for v in block.values() for a in (v if isinstance(v, tuple) else (v,)))
+        size = sum(sum(a.nbytes for a in v) if isinstance(v, tuple) else v.nbytes
+                   for v in block.values())  # fmt: skip
         with self.lock:
             fits = self.nbytes + size <= BLOCK_CACHE_BYTES
             # (another thread may have added the same block meanwhile)

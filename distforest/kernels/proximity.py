@@ -4,9 +4,9 @@ A proximity tile ``P[I, J]`` compares, tree by tree, the leaf of every row of
 block ``I`` with the leaf of every row of block ``J``.  Comparing all pairs
 costs ``|I| |J| T``; instead, per tree both blocks are sorted by leaf id (a
 radix sort: :func:`leaf_order`) and their distinct leaves merged, so the cost
-is ``T (|I| + |J|)`` plus one update per pair that really shares a leaf.  With fully grown trees
-most leaves hold a handful of rows, so the tile is dominated by writing it,
-not by the comparisons.
+is ``T (|I| + |J|)`` plus one update per pair that really shares a leaf.  With
+fully grown trees most leaves hold a handful of rows, so the tile is dominated
+by writing it, not by the comparisons.
 
 All kernels take leaves laid out as ``(tree, row)`` (C-contiguous int32), so
 that one tree's leaves of a block are contiguous.
