@@ -27,14 +27,19 @@ def resolve_task(task: str, y: np.ndarray | None, target_name: str | None) -> st
         if task == "auto":
             return "unsupervised"
         raise ParameterError(
-            f"task={task!r} needs a target: pass y (or --target COLUMN), or use task='unsupervised'"
+            f"task={task!r} requires y to be passed, but the target y is None: pass y (or "
+            "--target COLUMN), or use task='unsupervised'"
         )
     if task != "auto":
         if task == "regression" and not np.issubdtype(y.dtype, np.number):
-            raise InputError(
-                f"target {target_name!r} is not numeric (dtype {y.dtype}), so it cannot be "
-                "used for regression; use task='classification'"
-            )
+            try:  # numbers held as objects (a DataFrame column of mixed type) are fine
+                y.astype(np.float64)
+            except (TypeError, ValueError):
+                raise InputError(
+                    f"Unknown label type: target {target_name or 'y'!r} is not numeric (dtype "
+                    f"{y.dtype}, e.g. {y[0]!r}), so it cannot be used for regression; use "
+                    "task='classification'"
+                ) from None
         return task
     if not np.issubdtype(y.dtype, np.number) or y.dtype == bool:
         return "classification"

@@ -606,7 +606,8 @@ def check_target(
     values = pd.unique(pd.Series(y, copy=False))
     if len(values) == 1 and not allow_constant:
         raise InputError(
-            f"{where}target {col!r} has the single value {values[0]!r} in all rows; "
-            "omit the target to grow an unsupervised forest"
+            f"{where}target {col!r} has the single value {values[0]!r} in all rows (one "
+            "class only, where a classifier needs two); omit the target to grow an "
+            "unsupervised forest"
         )
     return y

@@ -120,6 +120,9 @@ ARRAYS: dict[str, ArraySpec] = {
     "path": ArraySpec(
         ("sample", "tree", "path_word"), "uint64", True, "root-to-leaf path bits of row i"
     ),
+    "tree_importances": ArraySpec(
+        ("tree", "feature"), "float64", False, "each tree's normalised impurity importances"
+    ),
     "feature_importances": ArraySpec(
         ("feature",), "float64", False, "total decrease of the split objective per feature"
     ),
