@@ -5,6 +5,7 @@ The applications are imported when a command runs (``--help`` stays quick).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -137,3 +138,93 @@ def mds(obj: dict, input: str, target: str | None, out: str, components: int,
                             dissimilarity=dissimilarity, title=title)  # fmt: skip
     _report(f"{components}-D MDS of {forest.n_samples_} rows", time.perf_counter() - start,
             written)  # fmt: skip
+
+
+@click.command()
+@_common
+@click.option("--out", required=True, metavar="FILE.csv",
+              help="CSV of importances, one row per feature.")  # fmt: skip
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Shuffles of each feature for the permutation importance.")  # fmt: skip
+@click.option("--test-size", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.25, show_default=True,
+              help="Fraction of the rows held out to measure permutations on.")  # fmt: skip
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Print this many features.")  # fmt: skip
+@click.pass_obj
+def importances(obj: dict, input: str, target: str | None, out: str, repeats: int,
+                test_size: float, top: int, overwrite: bool, **options: Any) -> None:  # fmt: skip
+    """Feature importances of a forest on INPUT: impurity-based and by permutation.
+
+    The forest is fitted on the rows not held out (--test-size); impurity
+    importances come from its trees, permutation importances are the drop of
+    accuracy (R² for regression) on the held-out rows when a column is shuffled.
+    """
+    if target is None:
+        raise click.UsageError("importances needs --target COLUMN (what the features predict)")
+    from distforest.cli.options import connect_kwargs, runs_in_process
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import load_table
+    from distforest.parallel.cluster import connect
+    from distforest.parallel.execution import Execution, execution, in_process
+
+    check_new_file(out, overwrite)
+    start = time.perf_counter()
+    table = load_table(input, target=target, **pop_keys(options, ("drop", "na_values")))
+    forest = ProximityForest(**pop_keys(options, FOREST_KEYS))
+    train, test = _held_out(table, forest, test_size)
+    cluster_kw = pop_keys(options, CLUSTER_KEYS)
+    progress = ProgressBars(enabled=not obj["quiet"])
+    # progress bars for the fit only: permutations call predict once per column and shuffle
+    if runs_in_process(cluster_kw, table.X.size):  # small: no cluster to start
+        threads = os.cpu_count() or 1
+        with in_process(Execution(progress=progress), threads):
+            forest.fit(train)
+        with in_process(Execution(), threads):
+            ranking, score = _measure(forest, test, repeats)
+    else:
+        with connect(**connect_kwargs(cluster_kw)) as client:
+            with execution(client, progress=progress):
+                forest.fit(train)
+            with execution(client):
+                ranking, score = _measure(forest, test, repeats)
+    written = {"importances": write_csv(ranking, out)}
+    if top:
+        click.echo(ranking.head(top).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    metric = "accuracy" if forest.task_ == "classification" else "R²"
+    _report(f"importances of {table.n_features} features (held-out {metric} {score:.3f} on "
+            f"{test.n_samples} rows)", time.perf_counter() - start, written)  # fmt: skip
+
+
+def _held_out(table: Any, forest: Any, test_size: float) -> tuple[Any, Any]:
+    """The table split into rows to fit and rows to measure on (stratified for classes)."""
+    import numpy as np
+    from sklearn.model_selection import train_test_split
+
+    from distforest.forests.targets import resolve_task
+    from distforest.io import Table
+
+    task = resolve_task(forest.task, table.y, table.target_name)
+    if task not in ("classification", "regression"):
+        raise click.UsageError(
+            f"importances needs a classification or regression task, not {task!r}"
+        )
+    rows = np.arange(table.n_samples)
+    strata = table.y if task == "classification" else None
+    fit, held = train_test_split(
+        rows, test_size=test_size, random_state=forest.random_state, stratify=strata
+    )
+
+    def part(index: Any) -> Table:
+        return Table(table.X[index], table.feature_names, table.categories, table.y[index],
+                     table.target_name, table.source)  # fmt: skip
+
+    return part(np.sort(fit)), part(np.sort(held))
+
+
+def _measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
+    """The importance table and the held-out score of a fitted forest."""
+    from distforest.apps.importances import importance_table, labelled_frame
+
+    ranking = importance_table(forest, test, n_repeats=repeats, random_state=forest.random_state)
+    return ranking, float(forest.score(labelled_frame(test), test.y))

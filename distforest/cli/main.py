@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."),
     "impute": ("distforest.cli.impute_cmd:impute",
                "Fill the missing values of INPUT from random-forest proximities."),
+    "importances": ("distforest.cli.apps_cmd:importances",
+                    "Feature importances of a forest on INPUT: impurity-based and by permutation."),
     "info": ("distforest.cli.store_cmd:info",
              "Describe a STORE: status, provenance, arrays with shapes and chunks."),
     "knn": ("distforest.cli.knn_cmd:knn",

@@ -146,6 +146,7 @@ def new_rows(forest: ProximityForest, X: Any) -> np.ndarray:
         if known is None and labels is None:
             continue
         if known is None:
+            assert labels is not None  # both None: skipped above
             raise InputError(
                 f"column {feature!r} was numeric in fit but holds text now (e.g. "
                 f"{labels[0]!r}); pass numbers, or leave the cell empty if missing"

@@ -265,7 +265,7 @@ class ProximityForest(DaskEstimator):
         self.leaves_ = leaves
         self.inbag_ = inbag
         self.node_counts_ = np.concatenate([b.node_counts for b in parts])
-        self.tree_importances_ = importances
+        self.tree_importances_: np.ndarray | None = importances
         self.nodes_ = _concatenate_nodes(parts) if keep_nodes else None
         self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
         self.fit_id_ = uuid.uuid4().hex
@@ -363,8 +363,8 @@ class ProximityForest(DaskEstimator):
 
     def _check_task(self, task: str, what: str) -> None:
         forest_predict.check_supervised(self, what)
-        if self.task_ != task:
-            raise ParameterError(
+        if self.task_ != task:  # an AttributeError too: hasattr() is False
+            raise NotFittedError(
                 f"{what} needs a {task} forest, but this one was fitted for {self.task_}; "
                 f"fit it with task={task!r}"
             )
@@ -413,12 +413,13 @@ class ProximityForest(DaskEstimator):
         data from its synthetic copy.
         """
         self._check_fitted()
-        if getattr(self, "tree_importances_", None) is None:
+        per_tree = self.tree_importances_
+        if per_tree is None:
             raise NotFittedError(
                 "this forest was loaded from a store written before importances were saved; "
                 "fit it again to get feature_importances_"
             )
-        return forest_predict.feature_importances(self.tree_importances_, self.node_counts_)
+        return forest_predict.feature_importances(per_tree, self.node_counts_)
 
     def _check_method(self, method: str) -> None:
         """A proximity method this fitted forest can give (out-of-bag ones need bootstrap)."""
@@ -487,7 +488,8 @@ class ProximityForest(DaskEstimator):
         rs.write_forest(self.nodes_, self.node_counts_, self.seeds_)
         rs.write_named("leaves", self.leaves_, rows=rows)
         rs.write_named("inbag", self.inbag_, rows=rows)
-        rs.write_named("tree_importances", self.tree_importances_)
+        if self.tree_importances_ is not None:  # None: loaded from an older store
+            rs.write_named("tree_importances", self.tree_importances_)
         if self.y_ is not None:
             rs.write_named("target", self.y_, attrs={"classes": self._provenance()["classes"]})
         return rs

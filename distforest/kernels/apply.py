@@ -138,7 +138,9 @@ def mean_leaf_value(
         Class probabilities (classification) or the predicted value (k = 1).
     """
     offsets = node_offset.astype(np.int64, copy=False)
-    leaves = apply_nodes(X[rows], {"node_offset": offsets, **dict(zip(ROUTING_FIELDS, routing, strict=True))})
+    leaves = apply_nodes(
+        X[rows], {"node_offset": offsets, **dict(zip(ROUTING_FIELDS, routing, strict=True))}
+    )
     no_inbag = np.empty((0, 0), dtype=np.uint8)
     sums, counts = leaf_value_sums(leaves, offsets, value, no_inbag, False)
     return sums / np.maximum(counts, 1)[:, None]
