@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from distforest.errors import InputError, InputTypeError, did_you_mean
+from distforest.io.attrs import decode_value
 
 __all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table", "read_frame"]
 
@@ -438,7 +439,7 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
         return _array(np.asarray(node[...]), name), name, None
     if "X" in node and isinstance(node["X"], zarr.Array):
         xa = node["X"]
-        stored = xa.attrs.get("feature_names")
+        stored = decode_value(xa.attrs.get("feature_names"))
         names = [str(c) for c in stored] if isinstance(stored, list) else None
         y = np.asarray(node["y"][...]) if "y" in node else None
         return _array(np.asarray(xa[...]), name, names), name, y
@@ -458,7 +459,7 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
         ) from exc
     # a Zarr group does not record the order of its arrays: use the "columns" attribute
     # that distforest's writer stores, else sort for a stable column order
-    stored = node.attrs.get("columns") if hasattr(node, "attrs") else None
+    stored = decode_value(node.attrs.get("columns")) if hasattr(node, "attrs") else None
     if isinstance(stored, list) and sorted(map(str, stored)) == sorted(map(str, ds.data_vars)):
         order = [str(c) for c in stored]
     else:

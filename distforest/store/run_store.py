@@ -36,6 +36,7 @@ import zarr
 
 from distforest._version import __version__
 from distforest.errors import StoreError
+from distforest.io.attrs import decode_attrs, decode_value, encode_attrs
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
 from distforest.kernels.transpose import transposed
 from distforest.store.schema import (
@@ -177,14 +178,14 @@ class RunStore:
                 shutil.rmtree(tmp)
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
             group.attrs.update(
-                {
+                encode_attrs({
                     "distforest_version": __version__,
                     "schema_version": SCHEMA_VERSION,
                     "created": _now(),
                     "status": STATUS_RUNNING,
                     **dict(attrs),
-                }
-            )
+                })
+            )  # fmt: skip
             if p.exists():
                 shutil.rmtree(p)
             tmp.rename(p)
@@ -257,8 +258,16 @@ class RunStore:
 
     @property
     def attrs(self) -> dict[str, Any]:
-        """The group attributes as a plain dict."""
-        return dict(self.group.attrs)
+        """The group attributes as a plain dict (decoded: see :mod:`distforest.io.attrs`)."""
+        return decode_attrs(self.group.attrs)
+
+    def array_attrs(self, name: str) -> dict[str, Any]:
+        """The attributes of array ``name``, decoded."""
+        return decode_attrs(self.array(name).attrs)
+
+    def update_array_attrs(self, name: str, **attrs: Any) -> None:
+        """Merge attributes into array ``name`` (driver only)."""
+        self.array(name).attrs.update(encode_attrs(attrs))
 
     @property
     def status(self) -> str:
@@ -272,7 +281,7 @@ class RunStore:
 
     def update_attrs(self, **attrs: Any) -> None:
         """Merge attributes into the group (driver only)."""
-        self.group.attrs.update(attrs)
+        self.group.attrs.update(encode_attrs(attrs))
 
     def mark_running(self) -> None:
         """Flag the store as being written (before adding arrays)."""
@@ -318,7 +327,7 @@ class RunStore:
         if data.size:
             arr[...] = data
         if attrs:
-            arr.attrs.update(dict(attrs))
+            arr.attrs.update(encode_attrs(attrs))
         return arr
 
     def write_named(
@@ -384,7 +393,7 @@ class RunStore:
             dimension_names=MATRIX_DIMS,
             overwrite=True,
         )
-        arr.attrs.update({**dict(attrs or {}), **enc.attrs()})
+        arr.attrs.update(encode_attrs({**dict(attrs or {}), **enc.attrs()}))
         return arr
 
     def create_done_record(self, name: str, shape: tuple[int, int]) -> zarr.Array:
@@ -445,7 +454,7 @@ class RunStore:
                 and tuple(arr.chunks) == (max(1, min(tile, shape[0])), max(1, min(tile, shape[1])))
                 and np.dtype(arr.dtype) == np.dtype(enc.dtype)
                 and arr.attrs.get("scale_factor") == enc.scale_factor
-                and arr.attrs.get("identity") == identity
+                and decode_value(arr.attrs.get("identity")) == identity
                 and done is not None
                 and done.shape == blocks
             )
@@ -485,6 +494,9 @@ class RunStore:
         import xarray as xr  # on use: a run that only writes does without it
 
         ds = xr.open_zarr(self.path, consolidated=False, zarr_format=3)
+        ds.attrs = decode_attrs(ds.attrs)
+        for var in ds.variables.values():
+            var.attrs = decode_attrs(var.attrs)
         for name, var in ds.data_vars.items():
             stored = var.encoding.get("dtype")
             if "scale_factor" in var.encoding and stored is not None and stored.kind in "iu":
