@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from oracles import dense_oob_rownorm, dense_original_proximity, dense_rfgap
 
 from distforest.apps.impute import ProximityImputer
-from distforest.io.attrs import decode_attrs
 from distforest.cli.impute_cmd import impute
 from distforest.cli.main import _Group
 from distforest.errors import InputError, NotFittedError, ParameterError
 from distforest.io import Table, load_table
+from distforest.io.attrs import decode_attrs
 from distforest.io.writers import check_can_write, read_zarr_table, write_table
 
 DENSE = {
