@@ -24,7 +24,14 @@ from typing import Any
 
 from distforest.errors import ClusterError
 
-__all__ = ["GUARD_FIX", "check_main_guard", "in_child_process", "local_kwargs", "start_local"]
+__all__ = [
+    "GUARD_FIX",
+    "check_main_guard",
+    "in_child_process",
+    "in_dask_task",
+    "local_kwargs",
+    "start_local",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +50,23 @@ GUARD_FIX = (
 def in_child_process() -> bool:
     """Whether this is a child process (a joblib/loky or multiprocessing worker)."""
     return multiprocessing.parent_process() is not None
+
+
+def in_dask_task() -> bool:
+    """Whether this code runs inside a task of a Dask worker.
+
+    Such as a fit sent by ``joblib.parallel_backend("dask")`` (``GridSearchCV``
+    under Dask), or any ``client.submit`` of user code that calls distforest.
+    """
+    if "distributed" not in sys.modules:  # no worker can run here: skip the import
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
 
 
 @functools.cache
