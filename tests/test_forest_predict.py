@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from oracles import sklearn_forest_trees
 from sklearn.datasets import load_wine, make_regression
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import GridSearchCV, cross_val_score, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from distforest import ProximityForest, execution
 from distforest.errors import InputError, NotFittedError
@@ -28,23 +28,6 @@ from distforest.forests import forest_predict
 from distforest.io import load_table
 
 DATA = Path(__file__).resolve().parents[1] / "distforest" / "data"
-
-
-def _sklearn_trees(pf: ProximityForest, X: np.ndarray, y: np.ndarray) -> list:
-    """The scikit-learn trees a random forest grows for ``pf``'s bootstraps and seeds."""
-    trees = []
-    for t, seed in enumerate(pf.seeds_):
-        rng = np.random.default_rng(int(seed))
-        rng.integers(0, len(X), size=len(X))  # the bootstrap draw comes first
-        tree_seed = int(rng.integers(0, 2**31 - 1))
-        if pf.task_ == "classification":
-            tree = DecisionTreeClassifier(max_features="sqrt", random_state=tree_seed)
-        else:
-            tree = DecisionTreeRegressor(max_features=1.0, random_state=tree_seed)
-        tree.fit(X, y, sample_weight=pf.inbag_[:, t].astype(np.float64))
-        np.testing.assert_array_equal(tree.apply(X.astype(np.float32)), pf.leaves_[:, t])
-        trees.append(tree)
-    return trees
 
 
 def _oob_oracle(pf: ProximityForest, trees: list, X: np.ndarray) -> np.ndarray:
@@ -73,7 +56,7 @@ def test_classifier_is_a_random_forest_of_the_same_bootstraps(cancer):
         pf = ProximityForest(15, task="classification", random_state=4).fit(X, y)
         proba = pf.predict_proba(new)
         predicted = pf.predict(new)
-    trees = _sklearn_trees(pf, X, y)
+    trees = sklearn_forest_trees(pf, X, y)
     expected = np.mean([tree.predict_proba(new) for tree in trees], axis=0)
     np.testing.assert_allclose(proba, expected, atol=1e-6)
     assert list(pf.classes_) == ["benign", "malignant"]
@@ -94,7 +77,7 @@ def test_regressor_is_a_random_forest_of_the_same_bootstraps():
         pf = ProximityForest(12, task="regression", random_state=1).fit(X, y)
         predicted = pf.predict(X[:40] * 0.9)
         score = pf.score(X, y)
-    trees = _sklearn_trees(pf, X, y)
+    trees = sklearn_forest_trees(pf, X, y)
     expected = np.mean([tree.predict(X[:40] * 0.9) for tree in trees], axis=0)
     np.testing.assert_allclose(predicted, expected, rtol=1e-5)
     oob = _oob_oracle(pf, trees, X)[:, 0]

@@ -18,6 +18,7 @@ objects:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from distforest.io import Table, load_table
 from distforest.kernels.apply import ROUTING_FIELDS, leaf_value_sums, mean_leaf_value
 from distforest.kernels.trees import tree_input
 from distforest.parallel import tasks
-from distforest.parallel.execution import in_process, runs_here
+from distforest.parallel.execution import Runner, in_process, runs_here
 
 if TYPE_CHECKING:
     from distforest.forests.proximity_forest import ProximityForest
@@ -184,6 +185,15 @@ def _forest_arrays(forest: ProximityForest) -> tuple[np.ndarray, ...]:
     return (offsets, forest.nodes_["value"], *(forest.nodes_[f] for f in ROUTING_FIELDS))
 
 
+def runner_for(forest: ProximityForest, cells: int) -> contextlib.AbstractContextManager[Runner]:
+    """Where work on ``cells`` input cells of new rows runs: this process (threads) when
+    small and no cluster was asked for, else the forest's execution."""
+    exe = forest._current_execution()
+    if runs_here(exe, cells):
+        return in_process(exe, os.cpu_count() or 1)
+    return forest._runner()
+
+
 def predict_values(forest: ProximityForest, X: Any) -> np.ndarray:
     """Mean leaf value of every new row: class probabilities, or the prediction (k = 1).
 
@@ -199,10 +209,7 @@ def predict_values(forest: ProximityForest, X: Any) -> np.ndarray:
     check_supervised(forest, "predict()")
     X32 = new_rows(forest, X)
     n = X32.shape[0]
-    exe = forest._current_execution()
-    here = runs_here(exe, X32.size)
-    context = in_process(exe, os.cpu_count() or 1) if here else forest._runner()
-    with context as runner:
+    with runner_for(forest, X32.size) as runner:
         size = min(ROWS_PER_TASK, tasks.default_batch_size(n, runner.threads()))
         blocks = tasks.plan_batches(n, size)
         X_shared = runner.share(X32)

@@ -361,6 +361,32 @@ class ProximityForest(DaskEstimator):
             return float(accuracy_score(y, predicted, sample_weight=sample_weight))
         return float(r2_score(y, predicted, sample_weight=sample_weight))
 
+    def predict_proximity(self, X: Any, method: str = "rfgap") -> np.ndarray:
+        """Predict new rows from the training targets, weighted by proximity.
+
+        ``sum_j P_ij y_j / sum_j P_ij`` (regression) or the class with the
+        largest summed proximity (classification), ``P`` the proximity of
+        the new rows to the training rows (RF-GAP by default, whose weighted
+        mean reproduces the forest's out-of-bag-style prediction); computed
+        from per-tree leaf sums, never forming ``P``.
+
+        Parameters
+        ----------
+        X : array-like, DataFrame, path or Table
+        method : {"rfgap", "original", "oob"}
+            ``oob`` weighs by the row-normalised out-of-bag proximity.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        from distforest.forests.new_rows import proximity_weights
+
+        weights = proximity_weights(self, X, method)
+        if self.task_ == "classification":
+            return forest_predict.decode_classes(self, weights)
+        return weights[:, 0]
+
     def _check_task(self, task: str, what: str) -> None:
         forest_predict.check_supervised(self, what)
         if self.task_ != task:  # an AttributeError too: hasattr() is False
@@ -560,13 +586,22 @@ class ProximityForest(DaskEstimator):
 
     def proximity(
         self,
-        method: str = "original",
+        method: Any = "original",
         store: str | Path | None = None,
         *,
+        X: Any = None,
         overwrite: bool = False,
         max_in_memory: int = 10_000,
     ) -> xr.DataArray:
-        """Pairwise proximity of the training rows.
+        """Pairwise proximity of the training rows, or of new rows ``X`` to them.
+
+        ``pf.proximity(X_new)`` (an array or DataFrame first) or
+        ``pf.proximity("rfgap", X=X_new)``: the ``(n_new, n_train)`` proximity
+        of new rows, out of bag in every tree (see
+        :mod:`distforest.forests.new_rows`); stored as ``cross_proximity``
+        (``_oob``, ``_rfgap``) in a store of its own, which holds the new
+        rows' ``leaves`` too.  In memory when ``n_new * n_train`` is at most
+        ``max_in_memory ** 2``.
 
         Parameters
         ----------
@@ -580,6 +615,9 @@ class ProximityForest(DaskEstimator):
             Zarr store to write (tile by tile, one Dask task per tile).  The
             forest, ``leaves`` and ``inbag`` are saved with it.  ``None``
             computes a small in-memory matrix (at most ``max_in_memory`` rows).
+        X : array-like, DataFrame, path or Table, optional
+            New rows (the training features): their proximity to the
+            training rows instead.
         overwrite : bool
             Replace an existing store written by another fit.
         max_in_memory : int
@@ -591,6 +629,13 @@ class ProximityForest(DaskEstimator):
             Dims ``(sample_i, sample_j)``, float32; lazy and Zarr-backed when
             ``store`` is given.
         """
+        if not isinstance(method, str):  # pf.proximity(X_new)
+            method, X = "original", method
+        if X is not None:
+            from distforest.forests.new_rows import cross_proximity
+
+            return cross_proximity(self, X, method, store, overwrite=overwrite,
+                                   max_in_memory=max_in_memory)  # fmt: skip
         self._check_fitted()
         self._check_method(method)
         n = self.n_samples_
