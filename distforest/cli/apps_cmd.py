@@ -34,6 +34,9 @@ def _common(func: Any) -> Any:
     func = cluster_options(func)
     func = forest_options()(func)
     func = input_options(func)
+    func = click.option("--id", "id_column", metavar="COLUMN",
+                        help="Column of row IDs: not a feature; the first column of the "
+                             "output, named as it.")(func)  # fmt: skip
     func = click.option("--overwrite", is_flag=True, help="Replace existing output files.")(func)
     func = click.option("--target", metavar="COLUMN",
                         help="Class column; omit for an unsupervised forest.")(func)  # fmt: skip
@@ -44,7 +47,7 @@ def _fit(obj: dict, input: str, target: str | None, options: dict):
     return fitted_forest(
         input,
         target,
-        pop_keys(options, ("drop", "na_values")),
+        {**pop_keys(options, ("drop", "na_values")), "id": options.pop("id_column", None)},
         pop_keys(options, FOREST_KEYS),
         pop_keys(options, CLUSTER_KEYS),
         progress=ProgressBars(enabled=not obj["quiet"]),
@@ -170,7 +173,8 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
-    table = load_table(input, target=target, **pop_keys(options, ("drop", "na_values")))
+    table = load_table(input, target=target, id=options.pop("id_column", None),
+                       **pop_keys(options, ("drop", "na_values")))  # fmt: skip
     forest = ProximityForest(**pop_keys(options, FOREST_KEYS))
     train, test = _held_out(table, forest, test_size)
     cluster_kw = pop_keys(options, CLUSTER_KEYS)

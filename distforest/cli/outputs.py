@@ -74,7 +74,11 @@ def _frame(forest: Any) -> pd.DataFrame:
     labels, names = class_labels(forest)
     import pandas as pd
 
-    frame = pd.DataFrame({"row": np.arange(forest.n_samples_)})
+    ids = getattr(forest, "sample_ids_", None)
+    if ids is None:
+        frame = pd.DataFrame({"row": np.arange(forest.n_samples_)})
+    else:  # the rows' IDs first, under the ID column's name
+        frame = pd.DataFrame({forest.id_name_: ids})
     if labels is not None:
         frame["label"] = np.asarray(names, dtype=object)[labels]
     return frame

@@ -118,7 +118,8 @@ def cross_proximity(
                 f"{max_in_memory} if you have the memory)"
             )
         values = matrix_in_memory(plan, cross_tile, (new, train, method, None))
-        coords = {"sample_i": np.arange(n_new), "sample_j": np.arange(n)}
+        train_rows = np.arange(n) if forest.sample_ids_ is None else forest.sample_ids_
+        coords = {"sample_i": np.arange(n_new), "sample_j": train_rows}
         return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords, name=name,
                             attrs={"method": method, "new_rows": True})  # fmt: skip
     n_trees = int(forest.leaves_.shape[1])

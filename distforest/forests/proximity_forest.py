@@ -94,6 +94,11 @@ class ProximityForest(DaskEstimator):
         Per-tree seeds planned from ``random_state``.
     random_state_ : int
         The root entropy used (equals ``random_state`` when it was given).
+    sample_ids_ : ndarray or None
+        Row IDs of the training rows (``id=`` column or DataFrame index; see
+        :func:`distforest.io.load_table`), the ``sample`` coordinate of its
+        stores; None: row numbers.
+    id_name_ : str or None
     leaves_ : ndarray of int32, shape (n_samples, n_estimators)
     inbag_ : ndarray of uint8, shape (n_samples, n_estimators)
     nodes_ : dict of str to ndarray, or None
@@ -256,6 +261,8 @@ class ProximityForest(DaskEstimator):
         self.n_features_in_ = table.n_features
         self.feature_names_in_ = table.feature_names
         self.categories_ = table.categories
+        self.sample_ids_ = table.ids
+        self.id_name_ = table.id_name
         self.target_name_ = table.target_name
         self.task_ = task
         self.classes_ = classes
@@ -478,6 +485,7 @@ class ProximityForest(DaskEstimator):
                 "feature_names": list(self.feature_names_in_),
                 "categories": {k: [str(v) for v in c] for k, c in self.categories_.items()},
                 "target_name": self.target_name_,
+                "id_name": self.id_name_,
             },
             "task": self.task_,
             "classes": [c if isinstance(c, str | int | float) else str(c) for c in self.classes_],
@@ -510,7 +518,7 @@ class ProximityForest(DaskEstimator):
                              overwrite=overwrite)  # fmt: skip
         n, n_trees = self.leaves_.shape
         rows = self.params_["tile_size"]
-        rs.write_coordinates(n, n_trees)
+        rs.write_coordinates(n, n_trees, ids=self.sample_ids_, id_name=self.id_name_)
         rs.write_forest(self.nodes_, self.node_counts_, self.seeds_)
         rs.write_named("leaves", self.leaves_, rows=rows)
         rs.write_named("inbag", self.inbag_, rows=rows)
@@ -553,6 +561,8 @@ class ProximityForest(DaskEstimator):
         forest.n_features_in_ = int(inp["n_features"])
         forest.feature_names_in_ = tuple(inp["feature_names"])
         forest.categories_ = {k: tuple(v) for k, v in inp["categories"].items()}
+        forest.id_name_ = inp.get("id_name")
+        forest.sample_ids_ = rs.read("sample") if forest.id_name_ is not None else None
         forest.target_name_ = inp["target_name"]
         forest.task_ = attrs["task"]
         forest.classes_ = list(attrs["classes"])
@@ -651,7 +661,8 @@ class ProximityForest(DaskEstimator):
             )
             import xarray as xr  # on use: fitting and writing tiles do without it
 
-            coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
+            rows = np.arange(n) if self.sample_ids_ is None else self.sample_ids_
+            coords = {"sample_i": rows, "sample_j": rows}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
         rs = self._open_or_create(store, overwrite)

@@ -69,6 +69,10 @@ class Table:
         Name of the target column, if it came from one.
     source : str
         Where the data came from, e.g. ``"data.csv"`` or ``"<pandas.DataFrame>"``.
+    ids : numpy.ndarray or None
+        Row IDs (``id=COLUMN``, or a DataFrame's own index); None: row numbers.
+    id_name : str or None
+        Name of the ID column (the index's name, ``"index"`` when it has none).
     """
 
     X: np.ndarray
@@ -77,6 +81,8 @@ class Table:
     y: np.ndarray | None = None
     target_name: str | None = None
     source: str = "<unknown>"
+    ids: np.ndarray | None = None
+    id_name: str | None = None
 
     @property
     def n_samples(self) -> int:
@@ -120,6 +126,7 @@ def load_table(
     na_values: Sequence[str] = (),
     allow_missing: bool = True,
     min_rows: int = 2,
+    id: str | None = None,
 ) -> Table:
     """Read ``source`` into a :class:`Table`.
 
@@ -140,6 +147,13 @@ def load_table(
         If False, missing feature values raise an error.
     min_rows : int
         Fewest rows accepted (2 to fit a forest; 1 for new rows to transform).
+    id : str, optional
+        Column of row IDs (repeated values are kept, with a warning):
+        removed from the features, kept as :attr:`Table.ids`.  Without it,
+        a DataFrame whose index is not the default ``0..n-1`` gives its
+        index as the IDs.  A feature column
+        that looks like an ID (unique values named like ``id`` or ``key``, or
+        consecutive integers) is used as a feature, with a warning.
 
     Returns
     -------
@@ -165,9 +179,10 @@ def load_table(
             raise InputError(f"{name}: duplicate column names {dup}; rename them")
     else:
         names = data[1]
-    for col in [*drop, *([target] if target is not None else [])]:
+    id_col = None if id is None else str(id)
+    for col in [*drop, *([target] if target is not None else []), *([id_col] if id_col else [])]:
         check_column(col, names, name)
-    skip = {*drop, target}
+    skip = {*drop, target, id_col}
     keep = [i for i, c in enumerate(names) if c not in skip]
     n = len(data) if isinstance(data, pd.DataFrame) else data[0].shape[0]
     if n == 0:
@@ -194,13 +209,87 @@ def load_table(
         yv = None if target is None else arr[:, names.index(target)]
     feature_names = tuple(names[i] for i in keep)
     _check_features(X, feature_names, name, allow_missing)
+    ids, id_name = _row_ids(data, names, id_col, name)
+    if ids is None:
+        _warn_id_like(X, feature_names, name)
     if y is not None:
         yv = y
     elif target is None:
         yv = y_stored
     if yv is not None:
         yv = check_target(yv, n, target or "y", name)
-    return Table(X, feature_names, categories, yv, target, name)
+    return Table(X, feature_names, categories, yv, target, name, ids, id_name)
+
+
+def _row_ids(data: Any, names: list[str], id_col: str | None, name: str) -> tuple[Any, Any]:
+    """The row IDs: column ``id_col``, else a DataFrame's own (non-default) index."""
+    frame = data if isinstance(data, pd.DataFrame) else None
+    if id_col is not None:
+        if frame is not None:
+            ids = frame.iloc[:, names.index(id_col)].to_numpy()
+        else:
+            ids = data[0][:, names.index(id_col)]
+        label = id_col
+    elif frame is not None and not (
+        isinstance(frame.index, pd.RangeIndex)
+        and frame.index.start == 0
+        and frame.index.step == 1
+        and frame.index.name is None
+    ):
+        ids, label = frame.index.to_numpy(), str(frame.index.name or "index")
+    else:
+        return None, None
+    missing = pd.isna(ids)
+    if missing.any():
+        raise InputError(
+            f"{name}: ID column {label!r} is empty in {int(missing.sum())} row(s) (first data "
+            f"row {int(np.flatnonzero(missing)[0]) + 1}); every row needs an ID"
+        )
+    values = pd.Series(ids)
+    repeated = values[values.duplicated()].unique()
+    if repeated.size:  # kept (a patient measured twice); selecting by ID then finds both
+        warnings.warn(
+            f"{name}: ID column {label!r} repeats {repeated.size} value(s), e.g. "
+            f"{repeated[0]}; rows keep their IDs, but an ID may then name several rows",
+            UserWarning,
+            stacklevel=3,
+        )
+    if values.dtype.kind not in "iu":
+        ids = values.astype(str).to_numpy(dtype=object)
+    return np.asarray(ids), label
+
+
+#: Column names that say "identifier" (compared in lower case, without separators).
+_ID_NAMES = ("id", "key", "index", "rowid", "rownumber", "uuid")
+
+
+def _warn_id_like(X: np.ndarray, names: tuple[str, ...], name: str) -> None:
+    """Warn about a feature column that looks like a row ID (it would be learnt from)."""
+    n = X.shape[0]
+    if n < 3:
+        return
+    for j, col in enumerate(names):
+        values = X[:, j]
+        if np.isnan(values).any():
+            continue
+        plain = "".join(c for c in col.lower() if c.isalnum())
+        # "id", "Id", "row_id", "patient.ID", "customerId"; not "fluid" or "acid"
+        named = (
+            plain in _ID_NAMES
+            or re.search(r"[_\W]id$", col, flags=re.IGNORECASE) is not None
+            or re.search(r"[a-z0-9](Id|ID)$", col) is not None
+        )
+        distinct = np.unique(values).size
+        unique = distinct == n or (named and distinct >= 0.9 * n)
+        consecutive = bool(np.all(np.diff(values) == 1)) and float(values[0]).is_integer()
+        if unique and (named or consecutive):
+            why = f"named so, {distinct} distinct values in {n} rows" if named else "consecutive"
+            warnings.warn(
+                f"{name}: column {col!r} looks like a row ID ({why}) and is used as a feature; "
+                f"pass --id {col} (id={col!r}) to keep it as the row IDs, or --drop {col}",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 #: ``DataFrame.attrs`` key holding the file a frame was read from (kept by pandas through

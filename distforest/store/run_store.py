@@ -358,11 +358,37 @@ class RunStore:
         chunks = row_chunks(spec, data.shape, rows)
         return self.write_array(name, data, spec.dims, chunks=chunks, attrs=attrs)
 
-    def write_coordinates(self, n_samples: int, n_trees: int | None = None) -> None:
-        """Row and tree numbers as coordinates, so xarray names every dim."""
-        rows = np.arange(n_samples, dtype=np.int64)
-        for dim in ROW_COORDS:
-            self.write_named(dim, rows)
+    def write_coordinates(
+        self,
+        n_samples: int,
+        n_trees: int | None = None,
+        *,
+        ids: np.ndarray | None = None,
+        id_name: str | None = None,
+    ) -> None:
+        """Row and tree numbers as coordinates, so xarray names every dim.
+
+        With ``ids`` (the rows' IDs), those are the row coordinates instead
+        (integers or text), and the attribute ``id_name`` of each says what
+        they are.
+        """
+        if ids is None:
+            rows = np.arange(n_samples, dtype=np.int64)
+            for dim in ROW_COORDS:
+                self.write_named(dim, rows)
+        else:
+            values = np.asarray(ids)
+            text = values.dtype.kind not in "iu"
+            if text:
+                values = np.asarray([str(v) for v in values], dtype=object)
+            for dim in ROW_COORDS:
+                arr = self.group.create_array(
+                    dim, shape=values.shape, chunks=(max(1, n_samples),),
+                    dtype=str if text else values.dtype, dimension_names=(dim,), overwrite=True,
+                )  # fmt: skip
+                if n_samples:
+                    arr[...] = values
+                arr.attrs.update(encode_attrs({"id_name": id_name or "id"}))
         if n_trees is not None:
             self.write_named("tree", np.arange(n_trees, dtype=np.int64))
 
