@@ -112,3 +112,17 @@ def test_outlier_scores_of_new_rows_on_the_training_scale(wine):
     # training rows given as new rows land in their own leaves (P_ii = 1 among the
     # training rows): the same scores as R's outlier() gives them (float32 matrix tiles)
     np.testing.assert_allclose(again, train_scores[:20], atol=1e-5)
+
+
+def test_cross_proximity_tiles_on_a_cluster(client, wine, tmp_path):
+    """Several tiles as tasks on worker processes (two row arrays named alike are sent)."""
+    _, X, y, X_new, _ = wine
+    with execution("synchronous"):
+        pf = ProximityForest(15, task="classification", random_state=5, tile_size=64).fit(X, y)
+        here = pf.proximity("rfgap", X=X_new).values
+    with execution(client):
+        there = pf.proximity("rfgap", X=X_new, store=tmp_path / "c.zarr").values
+        scores = outlier_scores_new_rows(pf, X_new)
+    np.testing.assert_array_equal(there, here)
+    with execution("synchronous"):
+        np.testing.assert_allclose(scores, outlier_scores_new_rows(pf, X_new), rtol=1e-12)

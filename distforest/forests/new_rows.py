@@ -77,6 +77,12 @@ def new_row_arrays(forest: ProximityForest, leaves: np.ndarray) -> dict[str, np.
     return {"leaves": leaves, "inbag": inbag, "leaf_mass": mass}
 
 
+def _share_each(runner: Any, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Each array sent to the workers on its own (a scattered dict would be keyed by its
+    names: two dicts with the same names would overwrite each other's data)."""
+    return {name: runner.share(a) for name, a in arrays.items()}
+
+
 def cross_tile(
     new: dict, train: dict, method: str, counts: str | None, rows: slice, cols: slice
 ) -> np.ndarray:
@@ -134,7 +140,7 @@ def cross_proximity(
     counts = encoding.dtype if encoding.is_counts else None
     warm_up()  # compile once here, not in every worker at once
     with forest._runner() as runner:
-        handles = (runner.share(new), runner.share(train))
+        handles = (_share_each(runner, new), _share_each(runner, train))
         write_matrix(
             runner, rs, name, plan, cross_tile, (*handles, method, counts),
             identity={"fit_id": forest.fit_id_, "method": method},
@@ -185,7 +191,8 @@ def squared_sums(forest: ProximityForest, X: Any, classes: np.ndarray, method: s
     onehot[np.arange(classes.size), classes] = 1.0
     out = np.empty((n_new, onehot.shape[1]))
     with forest_predict.runner_for(forest, new["leaves"].size) as runner:
-        handles = (runner.share(new), runner.share(train), method, runner.share(onehot))
+        handles = (_share_each(runner, new), _share_each(runner, train), method,
+                   runner.share(onehot))  # fmt: skip
         items = [(*handles, rows, tile) for rows in blocks]
         for i, part in runner.run(_square_sums_task, items, name="new-row-squares"):
             out[blocks[i]] = part
