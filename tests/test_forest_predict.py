@@ -170,6 +170,8 @@ def test_dataframes_keep_their_columns_and_categories():
         # rows in another order: the labels, not their order of appearance, decide the codes
         subset = frame.iloc[::-1].iloc[:30]
         np.testing.assert_array_equal(pf.predict(subset), y[::-1][:30])
+        np.testing.assert_array_equal(pf.apply(subset), pf.leaves_[::-1][:30])
+        np.testing.assert_array_equal(pf.apply(frame.iloc[[7]]), pf.leaves_[[7]])  # one row
         with pytest.raises(InputError, match="must be in the same order"):
             pf.predict(frame[["colour", "size"]])
         with pytest.raises(InputError, match="Feature names unseen at fit time:\n- shade"):

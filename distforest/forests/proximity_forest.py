@@ -285,22 +285,27 @@ class ProximityForest(DaskEstimator):
         Parameters
         ----------
         X : array-like or any input :func:`distforest.io.load_table` reads
-            Rows with the training features, in the training order.
+            Rows with the training features, in the training order; text
+            columns are coded with the training labels.  A :class:`Table` is
+            taken as already coded.
 
         Returns
         -------
         ndarray of int32, shape (n, n_estimators)
         """
         self._check_nodes("apply() to new rows")
-        table = X if isinstance(X, Table) else load_table(X)
-        if table.n_features != self.n_features_in_:
-            raise InputError(
-                f"{table.source} has {table.n_features} features but the forest was fitted "
-                f"on {self.n_features_in_}; pass the same columns (without the target)"
-            )
+        if isinstance(X, Table):  # already coded as the forest's input (the imputer's rows)
+            if X.n_features != self.n_features_in_:
+                raise InputError(
+                    f"{X.source} has {X.n_features} features but the forest was fitted "
+                    f"on {self.n_features_in_}; pass the same columns (without the target)"
+                )
+            values = X.X
+        else:  # read like predict(): one row is enough, text coded with the training labels
+            values = forest_predict.new_rows(self, X)
         offsets = np.concatenate([[0], np.cumsum(self.node_counts_)])
         assert self.nodes_ is not None  # checked
-        return apply_nodes(table.X, {**self.nodes_, "node_offset": offsets})
+        return apply_nodes(values, {**self.nodes_, "node_offset": offsets})
 
     # -- predictions (see distforest.forests.forest_predict) ----------------
 
