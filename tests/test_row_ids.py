@@ -82,3 +82,15 @@ def test_outputs_start_with_the_id_column(tmp_path):
         assert sorted(written["Id"]) == sorted(raw["Id"])
     scores = pd.read_csv(tmp_path / "outliers.csv")
     np.testing.assert_array_equal(scores["Id"], raw["Id"])  # in the input's order
+
+
+def test_proximity_command_stores_the_ids(tmp_path):
+    out = tmp_path / "bc.zarr"
+    result = CliRunner().invoke(cli, ["-q", "proximity", str(DATA / "breast_cancer.csv"),
+                                      "--target", "Class", "--id", "Id", "--trees", "5",
+                                      "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    ds = open_store(out)
+    raw = pd.read_csv(DATA / "breast_cancer.csv")
+    np.testing.assert_array_equal(ds["sample_i"].values, raw["Id"].to_numpy())
+    assert ds.attrs["input"]["id_name"] == "Id" and "Id" not in ds.attrs["input"]["feature_names"]

@@ -59,6 +59,8 @@ class ProximityJob:
     target: str | None = None
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Column of row IDs (the stores' ``sample`` coordinates, the CSVs' first column).
+    id: str | None = None
     forest: dict[str, Any] = field(default_factory=dict)
     method: str = "original"
     plot: str | None = None
@@ -83,6 +85,8 @@ class ProximityJob:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
         spec = {k: v for k, v in asdict(self).items() if k in keep}
+        if self.id is not None:  # (absent otherwise: earlier runs keep their spec)
+            spec["id"] = self.id
         spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
@@ -114,7 +118,8 @@ def run_proximity_job(
     """
     start = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex[:8]
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
+                       id=job.id)  # fmt: skip
     spec = job.spec(table)
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:

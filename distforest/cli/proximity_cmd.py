@@ -29,6 +29,8 @@ from distforest.cli.progress import ProgressBars
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
 @click.option("--target", metavar="COLUMN", help="Target column; omit for an unsupervised forest.")
 @input_options
+@click.option("--id", "id_column", metavar="COLUMN",
+              help="Column of row IDs: not a feature; the store's sample coordinates.")  # fmt: skip
 @forest_options()
 @click.option(
     "--method",
@@ -56,6 +58,7 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     from distforest.cli.jobs import ProximityJob, run_proximity_job, summary
 
     input_kw = pop_keys(options, ("drop", "na_values"))
+    input_kw["id"] = options.pop("id_column", None)
     forest = pop_keys(options, FOREST_KEYS)
     forest["tile_size"] = options.pop("tile_size")
     job = ProximityJob(
