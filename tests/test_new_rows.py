@@ -126,3 +126,35 @@ def test_cross_proximity_tiles_on_a_cluster(client, wine, tmp_path):
     np.testing.assert_array_equal(there, here)
     with execution("synchronous"):
         np.testing.assert_allclose(scores, outlier_scores_new_rows(pf, X_new), rtol=1e-12)
+
+
+def test_score_command_applies_a_saved_model(tmp_path):
+    """Tonight's rows against a stored forest: predictions and outlier scores per ID."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+
+    X, y = load_wine(return_X_y=True)
+    names = [f"f{j}" for j in range(X.shape[1])]
+    train = pd.DataFrame(X[::2], columns=names).assign(kind=y[::2])
+    new = pd.DataFrame(X[1::2], columns=names).assign(visit=[f"v{i}" for i in range(89)])
+    train.to_csv(tmp_path / "train.csv", index=False)
+    new[["visit", *reversed(names)]].to_csv(tmp_path / "new.csv", index=False)  # any order
+    model = tmp_path / "model.zarr"
+    runner = CliRunner()
+    fitted = runner.invoke(cli, ["-q", "proximity", str(tmp_path / "train.csv"), "--target",
+                                 "kind", "--trees", "12", "--out", str(model)])  # fmt: skip
+    assert fitted.exit_code == 0, fitted.output
+    scored = runner.invoke(cli, ["-q", "score", str(model), str(tmp_path / "new.csv"), "--id",
+                                 "visit", "--out", str(tmp_path / "s.csv")])  # fmt: skip
+    assert scored.exit_code == 0, scored.output
+    got = pd.read_csv(tmp_path / "s.csv")
+    assert list(got.columns) == ["visit", "predicted", "proximity_predicted", "outlier"]
+    forest = ProximityForest.from_store(model)
+    rows = new[names]
+    with execution("synchronous"):
+        np.testing.assert_array_equal(got["predicted"], forest.predict(rows))
+        np.testing.assert_array_equal(got["proximity_predicted"], forest.predict_proximity(rows))
+        np.testing.assert_allclose(got["outlier"], outlier_scores_new_rows(forest, rows))
+    assert (got["predicted"] == y[1::2]).mean() > 0.85

@@ -94,3 +94,19 @@ def test_proximity_command_stores_the_ids(tmp_path):
     raw = pd.read_csv(DATA / "breast_cancer.csv")
     np.testing.assert_array_equal(ds["sample_i"].values, raw["Id"].to_numpy())
     assert ds.attrs["input"]["id_name"] == "Id" and "Id" not in ds.attrs["input"]["feature_names"]
+
+
+def test_pipeline_input_id(tmp_path):
+    from distforest.cli.pipeline import load_pipeline
+    from distforest.errors import ConfigError
+
+    data = tmp_path / "t.csv"
+    data.write_text("key,a,b\nk1,1,2\nk2,3,4\n")
+    good = tmp_path / "p.yaml"
+    good.write_text(f"input: {{path: {data}, id: key}}\noutput: {{dir: {tmp_path}}}\n")
+    assert load_pipeline(good).id == "key"
+    bad = tmp_path / "q.yaml"
+    bad.write_text(f"input: {{path: {data}, id: key}}\noutput: {{dir: {tmp_path}}}\n"
+                   "xforest: {n_estimators: 3}\n")  # fmt: skip
+    with pytest.raises(ConfigError, match="input.id is read by proximity jobs only"):
+        load_pipeline(bad)

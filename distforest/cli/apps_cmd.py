@@ -5,6 +5,7 @@ The applications are imported when a command runs (``--help`` stays quick).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -232,3 +233,77 @@ def _measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
 
     ranking = importance_table(forest, test, n_repeats=repeats, random_state=forest.random_state)
     return ranking, float(forest.score(labelled_frame(test), test.y))
+
+
+@click.command()
+@click.argument("model", metavar="MODEL.zarr")
+@click.argument("input", metavar="INPUT")
+@click.option("--out", required=True, metavar="FILE.csv", help="CSV of scores, one row per row.")
+@click.option(
+    "--id",
+    "id_column",
+    metavar="COLUMN",
+    help="Column of row IDs: not a feature; the first column of the output.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["rfgap", "original", "oob"]),
+    default="rfgap",
+    show_default=True,
+    help="Proximity weighing the training targets.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@input_options
+@cluster_options
+@click.pass_obj
+def score(obj: dict, model: str, input: str, out: str, id_column: str | None, method: str,
+          overwrite: bool, **options: Any) -> None:  # fmt: skip
+    """Score INPUT's rows against a saved forest (MODEL.zarr) without refitting it.
+
+    Per row: the forest's prediction, the proximity-weighted prediction from
+    the training targets, and the outlier score on the training rows' scale.
+    The model's proximities are not recomputed: only the new rows' leaves.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from distforest.apps.outliers import outlier_scores_new_rows
+    from distforest.cli.options import connect_kwargs, runs_in_process
+    from distforest.errors import InputError
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import load_table, read_frame
+    from distforest.parallel.cluster import connect
+    from distforest.parallel.execution import Execution, execution, in_process
+
+    check_new_file(out, overwrite)
+    start = time.perf_counter()
+    forest = ProximityForest.from_store(model)
+    frame = read_frame(input, na_values=options.pop("na_values", ()))
+    frame.columns = [str(c) for c in frame.columns]
+    names = list(forest.feature_names_in_)
+    missing = [c for c in names if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"{input}: the model needs column(s) {missing} that are not there; "
+            f"available: {', '.join(list(frame.columns)[:20])}"
+        )
+    keep = names if id_column is None else [id_column, *names]
+    table = load_table(frame[keep], id=id_column, min_rows=1)
+    cluster_kw = pop_keys(options, CLUSTER_KEYS)
+    here = runs_in_process(cluster_kw, table.X.size)
+    with contextlib.ExitStack() as stack:
+        if here:
+            stack.enter_context(in_process(Execution(), os.cpu_count() or 1))
+        else:
+            stack.enter_context(
+                execution(stack.enter_context(connect(**connect_kwargs(cluster_kw))))
+            )
+        ids = np.arange(table.n_samples) if table.ids is None else table.ids
+        result = pd.DataFrame({table.id_name or "row": ids})
+        if forest.task_ != "unsupervised":
+            result["predicted"] = forest.predict(table)
+            result["proximity_predicted"] = forest.predict_proximity(table, method)
+        result["outlier"] = outlier_scores_new_rows(forest, table)
+    written = {"scores": write_csv(result, out)}
+    _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
+            time.perf_counter() - start, written)  # fmt: skip

@@ -47,6 +47,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "Fit a forest on INPUT and write its proximity matrix to a Zarr store."),
     "run": ("distforest.cli.run_cmd:run",
             "Run the job described in a PIPELINE YAML file (see pipelines/)."),
+    "score": ("distforest.cli.apps_cmd:score",
+              "Score INPUT's rows against a saved forest (MODEL.zarr) without refitting it."),
     "simforest": ("distforest.cli.simforest_cmd:simforest",
                   "SimForest: classify objects known only through pairwise similarities "
                   "(or distances)."),

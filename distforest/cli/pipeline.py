@@ -59,7 +59,14 @@ _BOOL = (bool,)
 
 #: section -> key -> accepted types (None: also null).
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "input": {"path": _STR, "target": _STR, "labels": _STR, "drop": _LIST, "na_values": _LIST},
+    "input": {
+        "path": _STR,
+        "target": _STR,
+        "labels": _STR,
+        "drop": _LIST,
+        "na_values": _LIST,
+        "id": _STR,  # proximity jobs only (checked below)
+    },
     # checked against the estimator's own constraint table (see TABLES below)
     "forest": dict.fromkeys(ProximityForest._parameter_constraints, ()),
     "proximity": {"method": _STR},
@@ -347,6 +354,13 @@ def load_pipeline(
         raise ConfigError(
             f"{source}: cluster must be a cluster YAML path or {{scheduler: ADDRESS}}, got {cfg!r}"
         )
+    kinds = ("neighbors", "knn", "smerf", "distance", "simforest", "xforest", "clustering")
+    other = [kind for kind in kinds if kind in data]
+    if inp.get("id") is not None and other:
+        raise ConfigError(
+            f"{source}: input.id is read by proximity jobs only, not by {other[0]!r}; remove "
+            "it (or use input.drop to leave the column out)"
+        )
     if "neighbors" in data or "knn" in data:
         connect = {"scheduler": scheduler, "cluster": cluster}
         templated = functools.partial(_templated, today=day)
@@ -366,6 +380,7 @@ def load_pipeline(
         target=inp.get("target"),
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        id=inp.get("id"),
         forest=dict(sections["forest"]),
         method=sections["proximity"].get("method", "original"),
         out=str(out_dir / out.get("store", "proximity.zarr")),
