@@ -108,5 +108,5 @@ def test_pipeline_input_id(tmp_path):
     bad = tmp_path / "q.yaml"
     bad.write_text(f"input: {{path: {data}, id: key}}\noutput: {{dir: {tmp_path}}}\n"
                    "xforest: {n_estimators: 3}\n")  # fmt: skip
-    with pytest.raises(ConfigError, match="input.id is read by proximity jobs only"):
+    with pytest.raises(ConfigError, match=r"input\.id is read by proximity jobs only"):
         load_pipeline(bad)

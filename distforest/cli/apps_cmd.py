@@ -18,6 +18,7 @@ from distforest.cli.options import (
     cluster_options,
     fitted_forest,
     forest_options,
+    id_option,
     input_options,
     pop_keys,
 )
@@ -35,9 +36,7 @@ def _common(func: Any) -> Any:
     func = cluster_options(func)
     func = forest_options()(func)
     func = input_options(func)
-    func = click.option("--id", "id_column", metavar="COLUMN",
-                        help="Column of row IDs: not a feature; the first column of the "
-                             "output, named as it.")(func)  # fmt: skip
+    func = id_option("the first column of the output, named as it")(func)  # fmt: skip
     func = click.option("--overwrite", is_flag=True, help="Replace existing output files.")(func)
     func = click.option("--target", metavar="COLUMN",
                         help="Class column; omit for an unsupervised forest.")(func)  # fmt: skip
@@ -239,19 +238,9 @@ def _measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
 @click.argument("model", metavar="MODEL.zarr")
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of scores, one row per row.")
-@click.option(
-    "--id",
-    "id_column",
-    metavar="COLUMN",
-    help="Column of row IDs: not a feature; the first column of the output.",
-)
-@click.option(
-    "--method",
-    type=click.Choice(["rfgap", "original", "oob"]),
-    default="rfgap",
-    show_default=True,
-    help="Proximity weighing the training targets.",
-)
+@id_option("the first column of the output")
+@click.option("--method", type=click.Choice(["rfgap", "original", "oob"]), default="rfgap",
+              show_default=True, help="Proximity weighing the training targets.")  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @input_options
 @cluster_options

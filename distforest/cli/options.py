@@ -64,6 +64,12 @@ input_options = _stack([
 ])  # fmt: skip
 
 
+def id_option(what: str) -> Decorator:
+    """``--id COLUMN``: the rows' IDs, kept out of the features (see :func:`load_table`)."""
+    return click.option("--id", "id_column", metavar="COLUMN",
+                        help=f"Column of row IDs: not a feature; {what}.")  # fmt: skip
+
+
 #: ``ProximityForest().get_params()``, written out so that ``--help`` needs no estimator
 #: (tests/test_startup.py checks that they are the estimator's own defaults).
 FOREST_DEFAULTS: dict[str, Any] = {

@@ -17,6 +17,7 @@ from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     forest_options,
+    id_option,
     input_options,
     pop_keys,
     tile_size_option,
@@ -29,8 +30,7 @@ from distforest.cli.progress import ProgressBars
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
 @click.option("--target", metavar="COLUMN", help="Target column; omit for an unsupervised forest.")
 @input_options
-@click.option("--id", "id_column", metavar="COLUMN",
-              help="Column of row IDs: not a feature; the store's sample coordinates.")  # fmt: skip
+@id_option("the store's sample coordinates")
 @forest_options()
 @click.option(
     "--method",
