@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask
 import numpy as np
 import pandas as pd
 import pytest
@@ -73,7 +74,10 @@ def test_every_store_round_trips_through_netcdf(stores, kind, engine, tmp_path):
     encoding = None
     if engine == "scipy":
         ds, encoding = _netcdf3(ds)
-    ds.to_netcdf(out, engine=_engine(engine), encoding=encoding)
+    # xarray's scipy writer refuses dask's distributed scheduler (a session client may be
+    # the default one): write with the local scheduler, as a user without a client would
+    with dask.config.set(scheduler="synchronous"):
+        ds.to_netcdf(out, engine=_engine(engine), encoding=encoding)
     back = xr.open_dataset(out, engine=engine)
     for name, var in ds.data_vars.items():
         np.testing.assert_array_equal(back[name].values, var.values, err_msg=name)
