@@ -147,6 +147,8 @@ class ProximityProducts:
     def __init__(
         self, runner: Runner, leaves: np.ndarray, inbag: np.ndarray, batch_size: int | None = None
     ) -> None:
+        # a forest fitted from a store holds Zarr arrays: read here (not yet by chunks)
+        leaves, inbag = np.asarray(leaves), np.asarray(inbag)
         self.n_samples, self.n_trees = leaves.shape
         leafsums.warm_up()
         shared = (np.ascontiguousarray(leaves.T), np.ascontiguousarray(inbag.T))

@@ -20,6 +20,7 @@ from distforest.io import Table, load_table
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks
+from distforest.store.inputs import StoredTable
 from distforest.store.run_store import RunStore
 
 if TYPE_CHECKING:
@@ -164,15 +165,13 @@ class ProximityForest(DaskEstimator):
         """
         return self._fit(X, y, keep_nodes=False)
 
-    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
-        params = self._validated()
-        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
-        task = resolve_task(params["task"], table.y, table.target_name)
-        y_fit, classes = encode_target(task, table.y)
+    @staticmethod
+    def _tree_params(params: dict[str, Any], task: str, n_classes: int) -> TreeParams:
+        """The trees' settings for ``task`` (the same whatever the input's home)."""
         max_features = params["max_features"]
         if max_features == "auto":
             max_features = 1.0 if task == "regression" else "sqrt"
-        tree_params = TreeParams(
+        return TreeParams(
             task=cast(Task, task),  # resolve_task returns one of Task's values
             kind=params["kind"],
             max_features=max_features,
@@ -180,8 +179,24 @@ class ProximityForest(DaskEstimator):
             max_depth=params["max_depth"],
             bootstrap=params["bootstrap"],
             max_samples=params["max_samples"],
-            n_classes=len(classes) if task == "classification" else 2,
+            n_classes=n_classes if task == "classification" else 2,
         )
+
+    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
+        params = self._validated()
+        if isinstance(X, StoredTable):
+            if y is not None:
+                raise InputError(
+                    f"{X.source} is a stored table: its target was read with it "
+                    f"({X.target_name!r}); do not pass y as well"
+                )
+            from distforest.forests.stored import fit_stored
+
+            return fit_stored(self, X, params, lambda t, k: self._tree_params(params, t, k))
+        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
+        task = resolve_task(params["task"], table.y, table.target_name)
+        y_fit, classes = encode_target(task, table.y)
+        tree_params = self._tree_params(params, task, len(classes))
         n_trees = params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         n = table.n_samples
