@@ -299,11 +299,13 @@ class _Where:
         where = self.names[k]
         file = self.parts[k].file
         if file is not None:
-            before = sum(p.rows for p in self.parts[:k] if p.file == file)
-            return f"row {global_row} of the table (row {before + row + 1} of {file})"
+            local = sum(p.rows for p in self.parts[:k] if p.file == file) + row + 1
+            if local == global_row:
+                return f"row {global_row} of {file}"
+            return f"row {global_row} of the table, row {local} of {file}"
         if where == self.source:
             return f"row {global_row}"
-        return f"row {global_row} of the table (in {where})"
+        return f"row {global_row} of the table, in {where}"
 
 
 def decide(

@@ -1,0 +1,75 @@
+"""A forest grown from the run store is the in-memory forest, bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from distforest import ProximityForest, execution
+from distforest.apps.mislabels import mislabel_scores
+from distforest.apps.outliers import outlier_scores
+from distforest.store.inputs import ingest
+from distforest.store.run_store import RunStore
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path]:
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=600, n_features=6, n_informative=4, n_classes=3,
+                               random_state=0)  # fmt: skip
+    df = pd.DataFrame(X, columns=[f"f{j}" for j in range(6)])
+    df.loc[::9, "f2"] = np.nan
+    df["kind"] = np.where(X[:, 0] > 0, "up", "down")
+    df["cls"] = np.array(["a", "b", "c"])[y]
+    folder = tmp_path_factory.mktemp("parts") / "export"
+    folder.mkdir()
+    edges = np.linspace(0, len(df), 5).astype(int)
+    for k in range(4):
+        df.iloc[edges[k] : edges[k + 1]].to_parquet(folder / f"p{k}.parquet", index=False)
+    return df, folder
+
+
+@pytest.mark.parametrize("params", [
+    {"n_estimators": 7},
+    {"n_estimators": 5, "task": "unsupervised", "kind": "extra-trees"},
+    {"n_estimators": 6, "max_samples": 0.3},
+])  # fmt: skip
+def test_same_trees_from_memory_and_store(table, tmp_path: Path, params: dict) -> None:
+    df, folder = table
+    unsupervised = params.get("task") == "unsupervised"
+    stored = ingest(folder, tmp_path / "run.zarr", target=None if unsupervised else "cls",
+                    drop=["cls"] if unsupervised else (), rows=128)  # fmt: skip
+    X, y = df.drop(columns="cls"), (None if unsupervised else df["cls"])
+    with execution(client="synchronous"):
+        mem = ProximityForest(**params, random_state=5, tile_size=100).fit(X, y)
+        sto = ProximityForest(**params, random_state=5, tile_size=100).fit(stored)
+    np.testing.assert_array_equal(np.asarray(sto.leaves_), mem.leaves_)
+    np.testing.assert_array_equal(np.asarray(sto.inbag_), mem.inbag_)
+    for name, values in mem.nodes_.items():
+        np.testing.assert_array_equal(sto.nodes_[name], values, err_msg=name)
+    assert sto.classes_ == mem.classes_
+    # the store holds what save() writes, chunked the same way
+    rs = RunStore.open(stored.path)
+    assert rs.array("leaves").chunks == (100, params["n_estimators"])
+    assert "fit" not in rs.group  # the per-batch in-bag arrays are gone
+
+
+def test_proximity_outliers_mislabels_identical(table, client, tmp_path: Path) -> None:
+    df, folder = table
+    with execution(client=client):
+        stored = ingest(folder, tmp_path / "run.zarr", target="cls", rows=100)
+        mem = ProximityForest(n_estimators=8, random_state=1, tile_size=128).fit(
+            df.drop(columns="cls"), df["cls"]
+        )
+        sto = ProximityForest(n_estimators=8, random_state=1, tile_size=128).fit(stored)
+        np.testing.assert_array_equal(np.asarray(sto.leaves_), mem.leaves_)
+        np.testing.assert_array_equal(outlier_scores(sto), outlier_scores(mem))
+        pd.testing.assert_frame_equal(mislabel_scores(sto), mislabel_scores(mem))
+        p_mem = mem.proximity(store=tmp_path / "mem.zarr").values
+        p_sto = sto.proximity(store=stored.path).values  # written into the input's store
+    np.testing.assert_array_equal(p_sto, p_mem)
+    assert RunStore.open(stored.path).is_complete
