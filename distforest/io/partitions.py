@@ -320,7 +320,7 @@ def _parquet(p: Path, source: str) -> Partitions:
     if not files:
         raise InputError(f"{source}: the folder holds no Parquet file")
     try:
-        frame = dd.read_parquet(str(p), split_row_groups=False)
+        frame = dd.read_parquet(str(p), split_row_groups=False, parquet_file_extension=None)
     except Exception as exc:
         raise InputError(f"{source}: cannot read the Parquet data: {exc}") from exc
     names = files if frame.npartitions == len(files) else None

@@ -1,0 +1,59 @@
+"""The CLI reads a folder of part files by partitions: same answers, clear refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dask
+import numpy as np
+import pandas as pd
+from click.testing import CliRunner
+
+from distforest.cli.main import cli
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def _export(tmp_path: Path, bad: bool = False) -> tuple[Path, Path]:
+    rng = np.random.default_rng(0)
+    n = 400
+    df = pd.DataFrame(rng.standard_normal((n, 4)), columns=["a", "b", "c", "d"])
+    df["label"] = np.where(df["a"] + rng.standard_normal(n) > 0, "pos", "neg")
+    df.loc[::11, "c"] = np.nan
+    if bad:
+        df["b"] = df["b"].map(repr)
+        df.loc[250, "b"] = "#REF!"
+    folder = tmp_path / "export"
+    folder.mkdir()
+    for k in range(5):
+        df.iloc[k * 80 : (k + 1) * 80].to_parquet(folder / f"chunk-{k}.snappy", index=False)
+    whole = tmp_path / "whole.parquet"
+    df.to_parquet(whole, index=False)
+    return folder, whole
+
+
+def test_outliers_of_a_folder_equal_the_in_memory_ones(tmp_path: Path) -> None:
+    folder, whole = _export(tmp_path)
+    common = ("--target", "label", "--trees", "12", "--seed", "3", "--workers", "1",
+              "--threads", "2")  # fmt: skip
+    with dask.config.set({"temporary-directory": str(tmp_path)}):
+        by_parts = invoke("-q", "outliers", folder, *common, "--out", tmp_path / "p.csv")
+    assert by_parts.exit_code == 0, by_parts.output
+    in_memory = invoke("-q", "outliers", whole, *common, "--out", tmp_path / "m.csv")
+    assert in_memory.exit_code == 0, in_memory.output
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "p.csv"), pd.read_csv(tmp_path / "m.csv"))
+    assert not list(tmp_path.glob("distforest-input-*"))  # the temporary store is gone
+
+
+def test_bad_value_in_partition_3_of_5_exits_3(tmp_path: Path) -> None:
+    folder, _ = _export(tmp_path, bad=True)
+    with dask.config.set({"temporary-directory": str(tmp_path)}):
+        result = invoke("-q", "outliers", folder, "--target", "label", "--trees", "5",
+                        "--workers", "1", "--out", tmp_path / "o.csv")  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "chunk-3.snappy" in result.output and "'b'" in result.output, result.output
+    assert "row 251 of the table" in result.output and "'#REF!'" in result.output
+    assert not (tmp_path / "o.csv").exists()
+    assert not list(tmp_path.glob("distforest-input-*"))  # no store left, complete or not
