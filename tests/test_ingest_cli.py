@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from click.testing import CliRunner
 
+from distforest import ProximityForest, execution
+from distforest.apps.outliers import outlier_scores
 from distforest.cli.main import cli
 
 
@@ -41,9 +43,15 @@ def test_outliers_of_a_folder_equal_the_in_memory_ones(tmp_path: Path) -> None:
     with dask.config.set({"temporary-directory": str(tmp_path)}):
         by_parts = invoke("-q", "outliers", folder, *common, "--out", tmp_path / "p.csv")
     assert by_parts.exit_code == 0, by_parts.output
-    in_memory = invoke("-q", "outliers", whole, *common, "--out", tmp_path / "m.csv")
-    assert in_memory.exit_code == 0, in_memory.output
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "p.csv"), pd.read_csv(tmp_path / "m.csv"))
+    df = pd.read_parquet(whole)
+    with execution(client="synchronous"):  # what the command does with a table in memory
+        forest = ProximityForest(n_estimators=12, random_state=3).fit(
+            df.drop(columns="label"), df["label"]
+        )
+        expected = outlier_scores(forest)
+    scores = pd.read_csv(tmp_path / "p.csv")
+    assert list(scores["label"]) == list(df["label"])
+    np.testing.assert_array_equal(scores["outlier"].to_numpy(), expected)
     assert not list(tmp_path.glob("distforest-input-*"))  # the temporary store is gone
 
 
