@@ -201,33 +201,48 @@ def ingest(
 
 # -- inside tasks ----------------------------------------------------------------------
 
-_cache: dict[tuple[str, str], tuple[Any, np.ndarray]] = {}
+#: Whole arrays a worker process keeps for its tasks (rows of X; leaves and in-bag
+#: counts transposed for the products).
+KEPT_ARRAYS = 3
+_cache: dict[tuple[str, str, bool], tuple[Any, np.ndarray]] = {}
 _cache_lock = threading.Lock()
 
 
-def input_rows(path: str, name: str = f"{INPUT_GROUP}/X") -> np.ndarray:
-    """All rows of ``name`` in the store at ``path``, read once per process and shared.
+def input_rows(path: str, name: str = f"{INPUT_GROUP}/X", *, transpose: bool = False) -> np.ndarray:
+    """All of array ``name`` in the store at ``path``, read once per process and shared.
 
     A worker that needs every row (to grow trees) reads them once; its other
-    tasks get the same array.  Only the last array read is kept.
+    tasks get the same (read-only) array.  At most :data:`KEPT_ARRAYS` arrays
+    are kept, the oldest dropped first; an array replaced in the store is read
+    again.
+
+    Parameters
+    ----------
+    path, name : str
+    transpose : bool
+        Keep the transpose, C-ordered (``(T, n)`` leaves for the products).
     """
     arr = task_array(path, name, "r")
-    key = (str(path), name)
+    key = (str(path), name, transpose)
     with _cache_lock:
-        kept = _cache.get(key)
+        kept = _cache.pop(key, None)
         if kept is not None and kept[0] is arr:
+            _cache[key] = kept  # most recent last
             return kept[1]
         values = np.asarray(arr[...])
+        if transpose:
+            values = np.ascontiguousarray(values.T)
         values.setflags(write=False)
-        _cache.clear()
         _cache[key] = (arr, values)
+        while len(_cache) > KEPT_ARRAYS:
+            _cache.pop(next(iter(_cache)))
         return values
 
 
 def input_chunk(path: str, rows: slice, name: str = f"{INPUT_GROUP}/X") -> np.ndarray:
     """Rows ``rows`` of ``name`` in the store at ``path`` (from the shared copy if read)."""
     with _cache_lock:
-        kept = _cache.get((str(path), name))
+        kept = _cache.get((str(path), name, False))
     if kept is not None and kept[0] is task_array(path, name, "r"):
         return kept[1][rows]
     return np.asarray(task_array(path, name, "r")[rows])
