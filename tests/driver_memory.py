@@ -26,8 +26,13 @@ def main(folder: str, store: str, how: str) -> None:
 
     params = {"n_estimators": 4, "max_depth": 4, "max_samples": 0.02, "random_state": 0}
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                     dashboard_address=None) as cluster,  # fmt: skip
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,  # fmt: skip
         Client(cluster),
         execution(client=None),
     ):
@@ -42,7 +47,11 @@ def main(folder: str, store: str, how: str) -> None:
         onehot[np.arange(codes.size), codes] = 1.0
         proba = forest.product(onehot, "rfgap")
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_mb": peak_kb / 1024, "checksum": float(proba[:, 0] @ np.arange(codes.size))}))
+    print(
+        json.dumps(
+            {"peak_mb": peak_kb / 1024, "checksum": float(proba[:, 0] @ np.arange(codes.size))}
+        )
+    )
 
 
 if __name__ == "__main__":

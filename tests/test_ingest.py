@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from pathlib import Path
@@ -29,7 +30,7 @@ def _frame(n: int = 500, seed: int = 0) -> pd.DataFrame:
 
 def _parts(df: pd.DataFrame, k: int) -> list[pd.DataFrame]:
     edges = np.linspace(0, len(df), k + 1).astype(int)
-    return [df.iloc[a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    return [df.iloc[a:b] for a, b in itertools.pairwise(edges)]
 
 
 def _stored_X(table: StoredTable) -> np.ndarray:

@@ -200,11 +200,10 @@ def fitted_forest(
     progress: Any = None,
 ) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
     """Load the input, connect, fit; the cluster stays up inside the block."""
+    from distforest.cli.big_input import partitioned_input, stored_input
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
     from distforest.parallel.cluster import connect
-
-    from distforest.cli.big_input import partitioned_input, stored_input
 
     if partitioned_input(source):  # read by partitions on the workers, never whole here
         from distforest.parallel.execution import execution

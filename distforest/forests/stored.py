@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -157,10 +157,10 @@ def fit_stored(
     forest.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
     forest.fit_id_ = uuid.uuid4().hex
     forest.params_ = params
-    forest.leaves_ = rs.array("leaves")
-    forest.inbag_ = rs.array("inbag")
+    # the store's arrays, read on use (np.asarray) or by the workers (the products)
+    forest.leaves_ = cast(np.ndarray, rs.array("leaves"))
+    forest.inbag_ = cast(np.ndarray, rs.array("inbag"))
     if y_fit is not None:
         rs.write_named("target", y_fit, attrs={"classes": forest._provenance()["classes"]})
     rs.update_attrs(**forest._provenance(), store_input=True)
     return forest
-

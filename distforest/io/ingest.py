@@ -192,8 +192,8 @@ def _read_array(
             "int" if values.dtype.kind in "biu" else "float")  # fmt: skip
         labels_t: tuple[Any, ...] = ()
         if kind == "labels":
-            labels_t, codes = np.unique(values.astype(str), return_inverse=True)
-            values = codes.astype(np.int32)
+            uniq, codes = np.unique(values.astype(str), return_inverse=True)
+            labels_t, values = tuple(uniq.tolist()), codes.astype(np.int32)
         import dask.array as da
 
         y = da.from_array(values, chunks=(X.chunks[0],))

@@ -39,8 +39,8 @@ from distforest.errors import InputError
 __all__ = [
     "MAX_LEVELS",
     "ColumnSummary",
-    "NeedLevels",
     "Encoding",
+    "NeedLevels",
     "PartSummary",
     "decide",
     "encode_partition",
@@ -194,7 +194,9 @@ def summarise_partition(
         dtype = s.dtype
         col = str(name)
         is_text = col in text_columns
-        if not is_text and (pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype)):
+        if not is_text and (
+            pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype)
+        ):
             kind = "bool" if pd.api.types.is_bool_dtype(dtype) else "number"
             values = s.to_numpy(dtype=np.float64, na_value=np.nan)
             miss = np.isnan(values)
@@ -207,7 +209,9 @@ def summarise_partition(
             summary.integral = bool(np.all(np.mod(finite, 1) == 0))
             if col == target:
                 _count_levels(pd.Series(values[~miss]), summary)
-        elif pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
+        elif pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(
+            dtype
+        ):
             summary = ColumnSummary("datetime", str(dtype))
         else:
             raw = s.to_numpy(dtype=object, na_value=None)
@@ -528,9 +532,13 @@ def _decide_target(
 # -- pass 2: encoding a partition ------------------------------------------------------
 
 
-def _column_numbers(s: pd.Series, enc: ColumnEncoding, na: tuple[str, ...], text: bool) -> np.ndarray:
-    if enc.how in ("number", "bool") and not text and (
-        pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_numeric_dtype(s.dtype)
+def _column_numbers(
+    s: pd.Series, enc: ColumnEncoding, na: tuple[str, ...], text: bool
+) -> np.ndarray:
+    if (
+        enc.how in ("number", "bool")
+        and not text
+        and (pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_numeric_dtype(s.dtype))
     ):
         return s.to_numpy(dtype=np.float64, na_value=np.nan)
     raw = s.to_numpy(dtype=object, na_value=None)

@@ -85,7 +85,7 @@ class StoredTable:
         return self.target_kind is not None
 
     def fingerprint(self) -> str:
-        """Hash of the partitions' summaries (not of every byte; see :mod:`distforest.io.summaries`)."""
+        """Hash of the partitions' summaries (counts, ranges, levels), not of every byte."""
         return self.fingerprint_
 
     def read_y(self) -> np.ndarray | None:
@@ -110,7 +110,7 @@ class StoredTable:
             raise StoreError(f"store {rs.path!r} holds no {INPUT_GROUP}/ group; ingest a table "
                              "into it first (distforest.store.inputs.ingest)")  # fmt: skip
         group = rs.subgroup(INPUT_GROUP)
-        a = dict(group.attrs)
+        a: dict[str, Any] = dict(group.attrs)
         X = group["X"]
         assert isinstance(X, zarr.Array)
         return cls(rs.path, int(X.shape[0]), int(X.shape[1]), tuple(a["feature_names"]),
@@ -176,8 +176,9 @@ def ingest(
             "categories": {k: list(v) for k, v in enc.categories.items()},
             "target_name": enc.target,
             "target_kind": enc.target_kind,
-            "target_labels": [v if isinstance(v, str | int | float) else str(v)
-                              for v in enc.target_labels],  # fmt: skip
+            "target_labels": [
+                v if isinstance(v, str | int | float) else str(v) for v in enc.target_labels
+            ],
             "fingerprint": enc.fingerprint,
             "lengths": list(enc.lengths),
         }
@@ -192,10 +193,12 @@ def ingest(
         targets.append((data.y.rechunk((rows,)), y))
     # Rechunked to the Zarr chunks: each task writes whole chunks that no other task
     # touches (two tasks writing one chunk would lose data without an error).
-    for src, dst in targets:
+    for src, _dst in targets:
         if any(c % rows for c in src.chunks[0][:-1]):  # pragma: no cover - rechunk's promise
             raise StoreError(f"input chunks {src.chunks[0][:4]} are not whole {rows}-row chunks")
-    da.store([src for src, _ in targets], [dst for _, dst in targets], lock=False)
+    sources: list[Any] = [src for src, _ in targets]
+    destinations: list[Any] = [dst for _, dst in targets]
+    da.store(sources, destinations, lock=False)
     return StoredTable.open(rs.path)
 
 
