@@ -73,3 +73,19 @@ def test_proximity_outliers_mislabels_identical(table, client, tmp_path: Path) -
         p_sto = sto.proximity(store=stored.path).values  # written into the input's store
     np.testing.assert_array_equal(p_sto, p_mem)
     assert RunStore.open(stored.path).is_complete
+
+
+def test_rows_per_tree_default_on_large_tables() -> None:
+    from distforest.forests.proximity_forest import AUTO_ROWS_PER_TREE, LARGE_FOREST_ROWS
+    from distforest.kernels.trees import bootstrap_counts
+
+    params = ProximityForest()._validated()
+    small = ProximityForest._tree_params(params, "classification", 2, LARGE_FOREST_ROWS)
+    assert small.max_samples is None  # today's bootstrap of n rows, unchanged
+    n = 3 * LARGE_FOREST_ROWS
+    large = ProximityForest._tree_params(params, "classification", 2, n)
+    assert bootstrap_counts(np.random.default_rng(0), n, large).sum() == AUTO_ROWS_PER_TREE
+    chosen = ProximityForest._tree_params({**params, "max_samples": 0.5}, "regression", 0, n)
+    assert chosen.max_samples == 0.5  # the user's choice wins
+    whole = ProximityForest._tree_params({**params, "bootstrap": False}, "regression", 0, n)
+    assert whole.max_samples is None  # no bootstrap: every row once

@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("distforest")
 
+#: ``max_samples=None`` grows every tree on n bootstrap rows up to this many rows ...
+LARGE_FOREST_ROWS = 500_000
+#: ... and on this many (drawn with replacement) above it: a fully grown tree on
+#: 10 million rows has millions of nodes, 100 of them do not fit a worker.
+AUTO_ROWS_PER_TREE = 200_000
+
 
 class ProximityForest(DaskEstimator):
     """A random forest whose trees are Dask tasks and whose proximities are Zarr tiles.
@@ -51,7 +57,13 @@ class ProximityForest(DaskEstimator):
     bootstrap : bool, default True
         Bootstrap rows for each tree.  In-bag counts are always recorded.
     max_samples : float or None, default None
-        Bootstrap size as a fraction of the rows.
+        Bootstrap size as a fraction of the rows.  ``None``: n rows per tree
+        (Breiman's bootstrap) on up to ``LARGE_FOREST_ROWS`` rows; on more,
+        ``AUTO_ROWS_PER_TREE`` rows per tree (as Spark's ``subsamplingRate``
+        and H2O's ``sample_rate``), so that a tree's size and time stop
+        growing with n (every row is still routed through every tree; the
+        rows a tree did not draw are out of bag for it).  Measured cost:
+        ``benchmarks/results/max_samples.md``.
     batch_size : int or None, default None
         Trees per Dask task; ``None`` plans batches that shrink towards the
         end (at most a quarter of a worker thread's share each), so that the
@@ -166,8 +178,11 @@ class ProximityForest(DaskEstimator):
         return self._fit(X, y, keep_nodes=False)
 
     @staticmethod
-    def _tree_params(params: dict[str, Any], task: str, n_classes: int) -> TreeParams:
-        """The trees' settings for ``task`` (the same whatever the input's home)."""
+    def _tree_params(params: dict[str, Any], task: str, n_classes: int, n: int) -> TreeParams:
+        """The trees' settings for ``task`` on ``n`` rows (the same whatever the input's home)."""
+        max_samples = params["max_samples"]
+        if max_samples is None and params["bootstrap"] and n > LARGE_FOREST_ROWS:
+            max_samples = AUTO_ROWS_PER_TREE / n
         max_features = params["max_features"]
         if max_features == "auto":
             max_features = 1.0 if task == "regression" else "sqrt"
@@ -178,7 +193,7 @@ class ProximityForest(DaskEstimator):
             min_samples_leaf=params["min_samples_leaf"],
             max_depth=params["max_depth"],
             bootstrap=params["bootstrap"],
-            max_samples=params["max_samples"],
+            max_samples=max_samples,
             n_classes=n_classes if task == "classification" else 2,
         )
 
@@ -192,11 +207,11 @@ class ProximityForest(DaskEstimator):
                 )
             from distforest.forests.stored import fit_stored
 
-            return fit_stored(self, X, params, lambda t, k: self._tree_params(params, t, k))
+            return fit_stored(self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples))
         table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
         task = resolve_task(params["task"], table.y, table.target_name)
         y_fit, classes = encode_target(task, table.y)
-        tree_params = self._tree_params(params, task, len(classes))
+        tree_params = self._tree_params(params, task, len(classes), table.n_samples)
         n_trees = params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         n = table.n_samples
