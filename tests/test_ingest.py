@@ -231,3 +231,19 @@ def test_overwrite_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="already exists"):
         ingest(df, tmp_path / "run.zarr")
     shutil.rmtree(tmp_path / "run.zarr")
+
+
+def test_categories_and_booleans_as_the_in_memory_reader(tmp_path: Path) -> None:
+    df = pd.DataFrame(
+        {
+            "c": pd.Categorical(["x", "y", "x", "y"], categories=["x", "y", "z"]),  # z unused
+            "v": [1.0, 2.0, 3.0, 4.0],
+            "b": ["True", "False", "True", "True"],
+        }
+    )
+    _same_as_memory(ingest(df, tmp_path / "frame.zarr"), df, None)
+    df.to_csv(tmp_path / "t.csv", index=False)  # in a text file True/False are booleans
+    table = ingest(tmp_path / "t.csv", tmp_path / "csv.zarr")
+    mem = load_table(tmp_path / "t.csv")
+    assert table.categories == mem.categories == {"c": ("x", "y")}
+    np.testing.assert_array_equal(_stored_X(table), mem.X.astype(np.float32))

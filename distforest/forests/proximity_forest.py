@@ -207,7 +207,9 @@ class ProximityForest(DaskEstimator):
                 )
             from distforest.forests.stored import fit_stored
 
-            return fit_stored(self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples))
+            return fit_stored(
+                self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples)
+            )
         table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
         task = resolve_task(params["task"], table.y, table.target_name)
         y_fit, classes = encode_target(task, table.y)

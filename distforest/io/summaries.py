@@ -215,8 +215,14 @@ def summarise_partition(
             summary = ColumnSummary("datetime", str(dtype))
         else:
             raw = s.to_numpy(dtype=object, na_value=None)
-            summary = _text_column(raw, na, levels=col == target)
+            categorical = isinstance(dtype, pd.CategoricalDtype)
+            summary = _text_column(raw, na, levels=col == target or categorical)
             summary.dtype = str(dtype)
+            if categorical and summary.levels is not None:
+                # unused categories are levels too (as the in-memory reader has them)
+                for value in dtype.categories:
+                    summary.levels.setdefault(str(value), 0)
+                summary.overflow = len(summary.levels) > MAX_LEVELS
         columns[col] = summary
     return PartSummary(len(part), file, columns)
 
@@ -457,8 +463,8 @@ def _decide_column(
             "or drop the column"
         )
     labels = _merged_levels(col, summaries, source)
-    if set(labels) <= set(_BOOL_TEXT) and all(s.levels is not None for s in summaries):
-        return ColumnEncoding("bool")
+    if sep is not None and set(labels) <= set(_BOOL_TEXT):
+        return ColumnEncoding("bool")  # pandas reads True/False in a text file as booleans
     return ColumnEncoding("labels", tuple(sorted(labels)))
 
 
