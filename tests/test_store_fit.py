@@ -89,3 +89,32 @@ def test_rows_per_tree_default_on_large_tables() -> None:
     assert chosen.max_samples == 0.5  # the user's choice wins
     whole = ProximityForest._tree_params({**params, "bootstrap": False}, "regression", 0, n)
     assert whole.max_samples is None  # no bootstrap: every row once
+
+
+def test_fit_on_a_dask_frame_never_computes_it_here(table, client) -> None:
+    import dask
+    import dask.dataframe as dd
+    from dask.sizeof import sizeof
+
+    df, _ = table
+    frame = dd.from_pandas(df, npartitions=3)
+    sizes: list[int] = []
+
+    def guard(dsk, keys, **kwargs):  # every compute of the fit goes through here
+        result = client.get(dsk, keys, **kwargs)
+        sizes.append(sizeof(result))
+        assert sizes[-1] < sizeof(df) / 4, f"a compute brought {sizes[-1]} bytes back"
+        return result
+
+    with dask.config.set(scheduler=guard), execution(client=client):
+        sto = ProximityForest(n_estimators=4, random_state=2).fit(frame, "cls")
+    assert sizes
+    with execution(client="synchronous"):
+        mem = ProximityForest(n_estimators=4, random_state=2).fit(df.drop(columns="cls"), df["cls"])
+    np.testing.assert_array_equal(np.asarray(sto.leaves_), mem.leaves_)
+    where = Path(RunStore.open(Path(sto.leaves_.store.root)).path)
+    del sto
+    import gc
+
+    gc.collect()
+    assert not where.exists()  # the temporary store went with the forest

@@ -143,8 +143,12 @@ class ProximityForest(DaskEstimator):
 
         Parameters
         ----------
-        X : path, array-like, DataFrame, dask/xarray/zarr object or Table
-            Features (any input :func:`distforest.io.load_table` reads).
+        X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
+            Features (any input :func:`distforest.io.load_table` reads).  A
+            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
+            from its store; a ``dask.dataframe.DataFrame`` is read by partitions
+            into a temporary store (``y`` then names its target column), never
+            computed in this process.
         y : array-like or None
             Target; None for an unsupervised forest (or when ``X`` is a
             :class:`~distforest.io.Table` carrying it).
@@ -209,6 +213,12 @@ class ProximityForest(DaskEstimator):
 
             return fit_stored(
                 self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples)
+            )
+        if _is_dask_frame(X):  # read by partitions on the workers, never computed here
+            from distforest.forests.stored import fit_dask_frame
+
+            return fit_dask_frame(
+                self, X, y, params, lambda t, k, n: self._tree_params(params, t, k, n)
             )
         table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
         task = resolve_task(params["task"], table.y, table.target_name)
@@ -547,6 +557,11 @@ class ProximityForest(DaskEstimator):
                 attrs={"n_trees": int(self.leaves_.shape[1])},
                 progress=self._report("tiles"),
             )  # fmt: skip
+
+
+def _is_dask_frame(X: Any) -> bool:
+    """Whether ``X`` is a ``dask.dataframe.DataFrame`` (without importing dask)."""
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "columns")
 
 
 def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:

@@ -23,8 +23,12 @@ applications read it from there.  The fitted estimator's ``leaves_`` and
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import uuid
+import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -163,4 +167,43 @@ def fit_stored(
     if y_fit is not None:
         rs.write_named("target", y_fit, attrs={"classes": forest._provenance()["classes"]})
     rs.update_attrs(**forest._provenance(), store_input=True)
+    return forest
+
+
+#: Temporary stores of forests fitted on a dask DataFrame, removed with their forest.
+_TEMPORARY: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
+
+
+def fit_dask_frame(
+    forest: ProximityForest, frame: Any, y: Any, params: dict[str, Any], tree_params_of: Any
+) -> ProximityForest:
+    """Fit on a ``dask.dataframe.DataFrame`` without computing it in this process.
+
+    The frame is read by partitions on the workers into a temporary run store
+    (under dask's ``temporary-directory``, else the system's), removed when the
+    forest is garbage-collected or fitted again.  The target must be a column
+    of the frame, named by ``y``.
+    """
+    import dask
+
+    from distforest.errors import InputError
+    from distforest.store.inputs import ingest
+
+    if y is not None and not isinstance(y, str):
+        raise InputError(
+            f"the target of a dask DataFrame must be one of its columns: pass y='<column>' "
+            f"(got a {type(y).__name__}); or X.assign(target=...) first"
+        )
+    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
+    try:
+        table = ingest(frame, work / "run.zarr", target=y)
+        fit_stored(forest, table, params, lambda t, k: tree_params_of(t, k, table.n_samples))
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    old = _TEMPORARY.pop(forest, None)
+    if old is not None:
+        old()
+    _TEMPORARY[forest] = weakref.finalize(forest, shutil.rmtree, str(work), True)
     return forest
