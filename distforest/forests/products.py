@@ -276,5 +276,17 @@ class ProximityProducts:
 def product_session(forest: Any, batch_size: int | None = None) -> Iterator[ProximityProducts]:
     """A :class:`ProximityProducts` for a fitted ProximityForest, on its execution."""
     forest._check_fitted()
+    where = stored_location(forest.leaves_)
+    if where is not None:
+        from distforest.errors import StoreError
+        from distforest.store.run_store import RunStore
+
+        fit_id = RunStore.open(where[0]).attrs.get("fit_id")
+        if fit_id != forest.fit_id_:
+            raise StoreError(
+                f"the leaves in {where[0]!r} belong to another fit (fit_id {fit_id!r}, this "
+                f"forest {forest.fit_id_!r}): a store holds one forest, and a later fit on the "
+                "same stored table replaced this one's; fit this forest again"
+            )
     with forest._runner() as runner:
         yield ProximityProducts(runner, forest.leaves_, forest.inbag_, batch_size)
