@@ -123,7 +123,7 @@ def test_fit_on_a_dask_frame_never_computes_it_here(table, client) -> None:
 def test_a_later_fit_on_the_same_store_is_not_read_silently(table, tmp_path: Path) -> None:
     from distforest.errors import StoreError
 
-    df, folder = table
+    _, folder = table
     stored = ingest(folder, tmp_path / "run.zarr", target="cls")
     with execution(client="synchronous"):
         first = ProximityForest(n_estimators=3, random_state=0).fit(stored)
