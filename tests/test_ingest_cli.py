@@ -7,6 +7,7 @@ from pathlib import Path
 import dask
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from distforest import ProximityForest, execution
@@ -65,3 +66,37 @@ def test_bad_value_in_partition_3_of_5_exits_3(tmp_path: Path) -> None:
     assert "row 251 of the table" in result.output and "'#REF!'" in result.output
     assert not (tmp_path / "o.csv").exists()
     assert not list(tmp_path.glob("distforest-input-*"))  # no store left, complete or not
+
+
+def test_proximity_job_on_a_folder(tmp_path: Path) -> None:
+    from distforest.store.run_store import RunStore
+
+    folder, whole = _export(tmp_path)
+    out = tmp_path / "p.zarr"
+    args = ("-q", "proximity", folder, "--target", "label", "--trees", "6", "--seed", "1",
+            "--out", out)  # fmt: skip
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    df = pd.read_parquet(whole)
+    with execution(client="synchronous"):
+        forest = ProximityForest(n_estimators=6, random_state=1).fit(
+            df.drop(columns="label"), df["label"]
+        )
+        expected = forest.proximity().values
+    stored = RunStore.open(out, require_complete=True).dataset()["proximity"].values
+    np.testing.assert_array_equal(stored, expected)
+    assert "input" in RunStore.open(out).group  # the rows the trees read, in the job's store
+    again = invoke(*args)
+    assert again.exit_code == 0 and "already complete" in again.output
+
+
+def test_job_impute_stage_refuses_parts(tmp_path: Path) -> None:
+    from distforest.cli.jobs import ProximityJob, run_proximity_job
+    from distforest.errors import InputError
+
+    folder, _ = _export(tmp_path)
+    job = ProximityJob(input=str(folder), out=str(tmp_path / "p.zarr"), target="label",
+                       impute={"out": str(tmp_path / "i.parquet")})  # fmt: skip
+    with pytest.raises(InputError, match="impute stage reads its input whole"):
+        run_proximity_job(job)
+    assert not (tmp_path / "p.zarr").exists()

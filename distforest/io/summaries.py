@@ -276,6 +276,8 @@ class Encoding:
     text_columns : tuple of str
         Columns read as text.
     na : tuple of str
+    missing : dict of str to int
+        Missing cells per feature column.
     """
 
     features: tuple[str, ...]
@@ -288,6 +290,7 @@ class Encoding:
     fingerprint: str
     text_columns: tuple[str, ...]
     na: tuple[str, ...]
+    missing: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_samples(self) -> int:
@@ -388,8 +391,9 @@ def decide(
     h.update(repr((source, columns, target, drop, na)).encode())
     for p in parts:
         h.update(repr((p.rows, sorted((c, _digest(s)) for c, s in p.columns.items()))).encode())
+    missing = {c: sum(p.columns[c].missing for p in parts) for c in features}
     return Encoding(features, encodings, categories, tuple(p.rows for p in parts), target, kind,
-                    labels, h.hexdigest(), text_columns, na)  # fmt: skip
+                    labels, h.hexdigest(), text_columns, na, missing)  # fmt: skip
 
 
 def _digest(s: ColumnSummary) -> tuple:

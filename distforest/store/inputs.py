@@ -30,10 +30,19 @@ import numpy as np
 import zarr
 
 from distforest.errors import StoreError
-from distforest.io.ingest import read_partitioned
+from distforest.io.ingest import Ingested, read_partitioned
 from distforest.store.run_store import RunStore, task_array
 
-__all__ = ["INPUT_GROUP", "INPUT_ROWS", "StoredTable", "ingest", "input_chunk", "input_rows"]
+__all__ = [
+    "INPUT_GROUP",
+    "INPUT_ROWS",
+    "PendingInput",
+    "StoredTable",
+    "ingest",
+    "input_chunk",
+    "input_rows",
+    "write_ingested",
+]
 
 #: Group of the encoded input in a run store.
 INPUT_GROUP = "input"
@@ -160,10 +169,33 @@ def ingest(
     -------
     StoredTable
     """
+    data = read_partitioned(
+        source,
+        target=target,
+        drop=tuple(drop),
+        na_values=tuple(na_values),
+        allow_missing=allow_missing,
+        blocksize=blocksize,
+    )
+    return write_ingested(data, store, rows=rows, overwrite=overwrite, attrs=attrs)
+
+
+def write_ingested(
+    data: Ingested,
+    store: str | Path,
+    *,
+    rows: int = INPUT_ROWS,
+    overwrite: bool = False,
+    attrs: dict[str, Any] | None = None,
+) -> StoredTable:
+    """Create run store ``store`` and write pass 2 of ``data`` into its ``input/`` group.
+
+    Returns
+    -------
+    StoredTable
+    """
     import dask.array as da
 
-    data = read_partitioned(source, target=target, drop=tuple(drop), na_values=tuple(na_values),
-                            allow_missing=allow_missing, blocksize=blocksize)  # fmt: skip
     enc = data.encoding
     n, d = enc.n_samples, len(enc.features)
     rows = max(1, min(rows, n))
@@ -181,6 +213,7 @@ def ingest(
             ],
             "fingerprint": enc.fingerprint,
             "lengths": list(enc.lengths),
+            "missing": dict(enc.missing),
         }
     )
     X = group.create_array("X", shape=(n, d), chunks=(rows, d), dtype="float32",
@@ -200,6 +233,49 @@ def ingest(
     destinations: list[Any] = [dst for _, dst in targets]
     da.store(sources, destinations, lock=False)
     return StoredTable.open(rs.path)
+
+
+@dataclass(frozen=True)
+class PendingInput:
+    """A table whose summaries are read (pass 1) and whose store is not written yet.
+
+    What a job needs before it creates its store: the size, the source and
+    the fingerprint (for the job's spec); :meth:`write` then runs pass 2.
+    """
+
+    data: Ingested
+
+    @property
+    def source(self) -> str:
+        """The input, as the user gave it."""
+        return self.data.source
+
+    @property
+    def n_samples(self) -> int:
+        """Rows of the table."""
+        return self.data.encoding.n_samples
+
+    @property
+    def n_features(self) -> int:
+        """Feature columns."""
+        return len(self.data.encoding.features)
+
+    def fingerprint(self) -> str:
+        """Hash of the partitions' summaries."""
+        return self.data.encoding.fingerprint
+
+    def quality(self) -> dict[str, Any]:
+        """Rows, features and missing cells (from the summaries; rows with one: unknown)."""
+        return {
+            "rows": self.n_samples,
+            "features": self.n_features,
+            "missing_cells": int(sum(self.data.encoding.missing.values())),
+            "rows_with_missing": None,
+        }
+
+    def write(self, store: str | Path, attrs: dict[str, Any]) -> StoredTable:
+        """Create the run store (replacing one) and write ``input/`` into it."""
+        return write_ingested(self.data, store, overwrite=True, attrs=attrs)
 
 
 # -- inside tasks ----------------------------------------------------------------------
