@@ -82,7 +82,7 @@ class ProximityJob:
     #: The pipeline file the job came from, if any.
     source: str | None = None
 
-    def spec(self, table: Table) -> dict[str, Any]:
+    def spec(self, table: Table | PendingInput) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
         spec = {k: v for k, v in asdict(self).items() if k in keep}
