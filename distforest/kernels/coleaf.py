@@ -213,9 +213,11 @@ def block_neighbors(  # pragma: no cover - numba
     b, n_trees = q_leaves.shape
     index = np.empty((b, k), dtype=np.int64)
     proximity = np.empty((b, k), dtype=np.float32)
-    counts = np.zeros(n if method != RFGAP else 1, dtype=np.int32)
+    counts = np.zeros(n if method != RFGAP else 1, dtype=np.uint16)
+    hist = np.zeros(n_trees + 1, dtype=np.int64)
+    keys = np.empty(n, dtype=np.uint64)
     sums = np.zeros(n if method == RFGAP else 1, dtype=np.float64)
-    touched = np.empty(n, dtype=np.int32)
+    touched = np.empty(n + 1, dtype=np.int32)  # one spare: written before it counts
     heap = np.empty(k, dtype=np.uint64)
     bits = np.empty(1, dtype=np.float32)
     bits_u = bits.view(np.uint32)
@@ -240,39 +242,67 @@ def block_neighbors(  # pragma: no cover - numba
                 w = 1.0 / np.float64(mass)
                 for p in range(s, e):
                     j = members[p]
-                    if sums[j] == 0.0:
-                        touched[n_touched] = j
-                        n_touched += 1
+                    touched[n_touched] = j  # kept only if j is new (no branch)
+                    n_touched += sums[j] == 0.0
                     sums[j] += w * np.float64(weights[p])
             else:
                 for p in range(s, e):
                     j = members[p]
-                    if counts[j] == 0:
-                        touched[n_touched] = j
-                        n_touched += 1
+                    touched[n_touched] = j
+                    n_touched += counts[j] == 0
                     counts[j] += 1
-        size = 0
+        # one pass over the candidates in touch order reads (and, when no row of
+        # proximity 0 will be needed, clears) the counters, writing keys in order:
+        # key = value bits (count, or float32 bits) << 32 | ~row, larger is better
+        reset = n_touched > k
+        if method == ORIGINAL:
+            hist[:] = 0
         for m in range(n_touched):
             j = touched[m]
-            if j == i and not include_self:
-                continue
-            if method == ORIGINAL:
-                bits[0] = np.float32(counts[j] / n_trees)
-            elif method == OOB:
-                both = 0
-                for w_ in range(words):
-                    both += _popcount(masks[i, w_] & masks[j, w_])
-                bits[0] = np.float32(np.float64(counts[j]) / np.float64(both))
+            key = np.uint64(0)  # 0: not a candidate (self)
+            if method == RFGAP:
+                total = sums[j]
+                if reset:
+                    sums[j] = 0.0
+                if j != i or include_self:
+                    bits[0] = np.float32(total / np.float64(n_used))
+                    key = (np.uint64(bits_u[0]) << np.uint64(32)) | (_LOW32 - np.uint64(j))
             else:
-                bits[0] = np.float32(sums[j] / np.float64(n_used))
-            key = (np.uint64(bits_u[0]) << np.uint64(32)) | (_LOW32 - np.uint64(j))
-            size = _offer(heap, size, k, key)
+                count = counts[j]
+                if reset:
+                    counts[j] = 0
+                if j != i or include_self:
+                    if method == ORIGINAL:  # counts order as their fractions do
+                        key = (np.uint64(count) << np.uint64(32)) | (_LOW32 - np.uint64(j))
+                        hist[count] += 1
+                    else:
+                        both = 0
+                        for word in range(words):
+                            both += _popcount(masks[i, word] & masks[j, word])
+                        bits[0] = np.float32(np.float64(count) / np.float64(both))
+                        key = (np.uint64(bits_u[0]) << np.uint64(32)) | (_LOW32 - np.uint64(j))
+            keys[m] = key
+        lowest = np.uint64(1)
+        if method == ORIGINAL:  # only counts that can make the top k go to the heap
+            above = 0
+            c = n_trees
+            while c > 1 and above + hist[c] < k:
+                above += hist[c]
+                c -= 1
+            lowest = np.uint64(c) << np.uint64(32)
+        size = 0
+        for m in range(n_touched):
+            if keys[m] >= lowest:
+                size = _offer(heap, size, k, keys[m])
         ranked = np.sort(heap[:size])[::-1]
         for m in range(size):
             key = ranked[m]
             index[a, m] = np.int64(_LOW32 - (key & _LOW32))
-            bits_u[0] = np.uint32(key >> np.uint64(32))
-            proximity[a, m] = bits[0]
+            if method == ORIGINAL:
+                proximity[a, m] = np.float32(np.int64(key >> np.uint64(32)) / n_trees)
+            else:
+                bits_u[0] = np.uint32(key >> np.uint64(32))
+                proximity[a, m] = bits[0]
         r = 0
         m = size
         while m < k:  # rows of proximity 0, by row number
@@ -282,12 +312,13 @@ def block_neighbors(  # pragma: no cover - numba
                 proximity[a, m] = 0.0
                 m += 1
             r += 1
-        for m in range(n_touched):
-            j = touched[m]
-            if method == RFGAP:
-                sums[j] = 0.0
-            else:
-                counts[j] = 0
+        if not reset:
+            for m in range(n_touched):
+                j = touched[m]
+                if method == RFGAP:
+                    sums[j] = 0.0
+                else:
+                    counts[j] = 0
     return index, proximity
 
 
