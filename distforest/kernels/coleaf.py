@@ -235,7 +235,7 @@ def block_neighbors(  # pragma: no cover - numba
             if method == RFGAP:
                 mass = 0
                 for p in range(s, e):
-                    mass += np.int64(weights[p])
+                    mass += int(weights[p])
                 if mass == 0:
                     continue
                 n_used += 1
@@ -328,5 +328,8 @@ def warm_up() -> None:
     inbag = np.ones((3, 1), dtype=np.uint8)
     masks = oob_masks(inbag)
     for method in (ORIGINAL, OOB, RFGAP):
-        index = leaf_index(leaves, inbag, method == RFGAP)
-        block_neighbors(method, 0, leaves, inbag, *index, masks, 3, 2, False)
+        members, weights, member_offset, leaf_offset, leaf_start = leaf_index(
+            leaves, inbag, method == RFGAP
+        )
+        block_neighbors(method, 0, leaves, inbag, members, weights, member_offset, leaf_offset,
+                        leaf_start, masks, 3, 2, False)  # fmt: skip

@@ -1,0 +1,146 @@
+"""Top-k proximity neighbours: the top k of the dense matrix, without the matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+from sklearn.datasets import make_classification
+
+import distforest
+from distforest.errors import ParameterError
+from distforest.forests import proximity_neighbors as pn
+from distforest.forests.proximity_forest import ProximityForest
+from distforest.parallel.execution import Runner
+from distforest.store.run_store import RunStore
+
+N = 400
+
+
+@pytest.fixture(scope="module")
+def forest() -> ProximityForest:
+    X, y = make_classification(N, 8, n_informative=5, n_classes=3, random_state=1)
+    with distforest.execution(client="synchronous"):
+        return ProximityForest(40, random_state=3).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def dense(forest: ProximityForest) -> dict[str, np.ndarray]:
+    with distforest.execution(client="synchronous"):
+        return {m: forest.proximity(m).values for m in ("original", "oob", "rfgap")}
+
+
+def dense_top_k(P: np.ndarray, k: int, include_self: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The oracle: each row of the dense matrix sorted by (-value, column), first k."""
+    n = P.shape[0]
+    found = np.empty((n, k), dtype=np.int64)
+    values = np.empty((n, k), dtype=np.float32)
+    for i in range(n):
+        cols = np.arange(n) if include_self else np.delete(np.arange(n), i)
+        order = np.lexsort((cols, -P[i, cols]))[:k]
+        found[i], values[i] = cols[order], P[i, cols[order]]
+    return found, values
+
+
+def assert_same(ds, oracle) -> None:
+    found, values = oracle
+    np.testing.assert_array_equal(ds["index"].values, found)
+    # bit for bit: the same float32 as the dense matrix
+    np.testing.assert_array_equal(ds["proximity"].values.view(np.uint32), values.view(np.uint32))
+
+
+@pytest.mark.parametrize("method", ["original", "oob", "rfgap"])
+@pytest.mark.parametrize("k", [10, 50])
+def test_top_k_equals_dense(forest, dense, method, k) -> None:
+    with distforest.execution(client="synchronous"):
+        ds = forest.proximity_neighbors(k, method, block_rows=97)
+    assert ds["index"].dims == ("sample", "neighbor") and ds["index"].dtype == np.int64
+    assert ds["proximity"].dtype == np.float32
+    assert_same(ds, dense_top_k(dense[method], k, include_self=False))
+    assert (ds["index"].values != np.arange(N)[:, None]).all()  # self excluded
+
+
+def test_ties_and_zero_fill(forest, dense) -> None:
+    """k beyond the non-zero proximities: the zero rows follow by row number."""
+    k = N - 1
+    with distforest.execution(client="synchronous"):
+        ds = forest.proximity_neighbors(k, "oob")
+    oracle = dense_top_k(dense["oob"], k, include_self=False)
+    assert (oracle[1] == 0).sum() > 0 and len(np.unique(oracle[1][0])) < 50  # ties exist
+    assert_same(ds, oracle)
+
+
+@pytest.mark.parametrize("method", ["original", "oob", "rfgap"])
+def test_include_self(forest, dense, method) -> None:
+    with distforest.execution(client="synchronous"):
+        ds = forest.proximity_neighbors(10, method, include_self=True)
+    assert_same(ds, dense_top_k(dense[method], 10, include_self=True))
+
+
+def test_bad_k(forest) -> None:
+    with pytest.raises(ParameterError, match="k must be an integer from 1 to 399"):
+        forest.proximity_neighbors(N, "original")
+    with pytest.raises(ParameterError, match="from 1 to 400"):
+        forest.proximity_neighbors(0, include_self=True)
+
+
+def test_threads_and_blocks_bit_identical(forest) -> None:
+    results = []
+    for threads, block in ((1, 4096), (2, 33), (2, 128)):
+        runner = Runner(None, threads)
+        try:
+            results.append(pn.compute_neighbors(runner, forest.leaves_, forest.inbag_, "rfgap",
+                                                25, block_rows=block))  # fmt: skip
+        finally:
+            runner.close()
+    for found, values in results[1:]:
+        np.testing.assert_array_equal(found, results[0][0])
+        np.testing.assert_array_equal(values.view(np.uint32), results[0][1].view(np.uint32))
+
+
+def test_store_round_trip_and_cluster(forest, dense, tmp_path, client) -> None:
+    """Stored names, dtypes and dims; two worker processes give the in-process bits."""
+    path = tmp_path / "run.zarr"
+    with distforest.execution(client=client):
+        ds = forest.proximity_neighbors(10, "oob", store=path, block_rows=64)
+    assert_same(ds, dense_top_k(dense["oob"], 10, include_self=False))
+    group = zarr.open_group(path, mode="r")
+    for name, dtype in (("neighbors_index", "int64"), ("neighbors_proximity", "float32")):
+        arr = group[name]
+        assert arr.dtype == np.dtype(dtype)
+        assert tuple(arr.metadata.dimension_names) == ("sample", "neighbor")
+        assert arr.shape == (N, 10) and arr.chunks == (64, 10)
+    stored = RunStore.open(path).dataset()
+    assert stored["neighbors_index"].dims == ("sample", "neighbor")
+    np.testing.assert_array_equal(stored["neighbors_index"].values, ds["index"].values)
+
+
+def test_resume_after_partial_blocks(forest, tmp_path) -> None:
+    path = tmp_path / "run.zarr"
+    with distforest.execution(client="synchronous"):
+        first = forest.proximity_neighbors(12, "original", store=path, block_rows=50)
+        expected = first["index"].values.copy(), first["proximity"].values.copy()
+        rs = RunStore.open(path, mode="r+")
+        # a run killed after some blocks: three blocks lost, garbage in one of them
+        done = rs.array("done/neighbors_index")
+        done[[1, 4, 7], 0] = 0
+        rs.array("neighbors_index")[50:100] = -7
+        runner = Runner(None)
+        stats = pn.write_neighbors(runner, rs, "original", 12, block_rows=50,
+                                   identity={"fit_id": forest.fit_id_})  # fmt: skip
+    assert stats == {"blocks": 8, "skipped": 5, "bytes": 3 * 50 * 12 * 12}
+    again = pn.stored_neighbors(RunStore.open(path))
+    np.testing.assert_array_equal(again["index"].values, expected[0])
+    np.testing.assert_array_equal(again["proximity"].values, expected[1])
+
+
+def test_to_csr(forest, dense) -> None:
+    with distforest.execution(client="synchronous"):
+        ds = forest.proximity_neighbors(N - 1, "oob")
+    csr = pn.neighbors_to_csr(ds)
+    P = dense["oob"].copy()
+    np.fill_diagonal(P, 0)
+    np.testing.assert_array_equal(csr.toarray(), P)  # every non-zero of the row, no zeros
+    full = pn.neighbors_to_csr(ds.isel(neighbor=slice(0, 5)), keep_zeros=True)
+    assert isinstance(full, sp.csr_matrix) and (np.diff(full.indptr) == 5).all()
