@@ -345,6 +345,8 @@ def forest_neighbors(
     """:meth:`ProximityForest.proximity_neighbors` (see there)."""
     forest._check_fitted()
     forest._check_method(method)
+    k = check_k(k, forest.n_samples_, include_self)  # before any cluster starts
+    check_trees(forest.leaves_.shape[1], method)
     attrs = {"method": method, "k": k, "include_self": bool(include_self)}
     with forest._runner() as runner:
         if store is None:
