@@ -144,3 +144,66 @@ def test_to_csr(forest, dense) -> None:
     np.testing.assert_array_equal(csr.toarray(), P)  # every non-zero of the row, no zeros
     full = pn.neighbors_to_csr(ds.isel(neighbor=slice(0, 5)), keep_zeros=True)
     assert isinstance(full, sp.csr_matrix) and (np.diff(full.indptr) == 5).all()
+
+
+# -- command line -------------------------------------------------------------
+
+
+def cli(*args: object):
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli as main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cli_top_k_end_to_end(breast_cancer_csv, tmp_path) -> None:
+    """--top-k writes the neighbours of the same forest as the dense run; --dense both."""
+    common = ("--target", "Class", "--drop", "Id", "--trees", 30, "--seed", 5)
+    top = tmp_path / "top.zarr"
+    result = cli("-q", "proximity", breast_cancer_csv, *common, "--method", "oob",
+                 "--top-k", 20, "--out", top)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "neighbors_index 699 x 20" in result.output
+    group = zarr.open_group(top, mode="r")
+    assert "proximity_oob" not in group  # no n x n matrix
+    both = tmp_path / "both.zarr"
+    result = cli("-q", "proximity", breast_cancer_csv, *common, "--method", "oob",
+                 "--top-k", 20, "--dense", "--out", both)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    stored = RunStore.open(both).dataset()
+    oracle = dense_top_k(stored["proximity_oob"].values, 20, include_self=False)
+    for path in (top, both):
+        ds = pn.stored_neighbors(RunStore.open(path))
+        assert ds.attrs == {"method": "oob", "k": 20, "include_self": False}
+        assert_same(ds, oracle)
+    info = cli("info", top)
+    assert info.exit_code == 0, info.output
+    assert "neighbors_index" in info.output and "neighbors_proximity" in info.output
+    assert "dims (sample, neighbor)" in info.output
+    status = cli("status", top)
+    assert "neighbors_index: 1 of 1 written" in status.output
+    bad = cli("-q", "proximity", breast_cancer_csv, *common, "--dense", "--out", tmp_path / "x")
+    assert bad.exit_code == 2 and "--dense goes with --top-k" in bad.output
+
+
+def test_pipeline_top_k_and_dry_run(breast_cancer_csv, tmp_path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        f"input: {{path: {breast_cancer_csv}, target: Class, drop: [Id]}}\n"
+        "forest: {n_estimators: 10, random_state: 0}\n"
+        "proximity: {method: original, top_k: 7}\n"
+        f"output: {{dir: {tmp_path / 'out'}, store: run.zarr}}\n"
+    )
+    dry = cli("run", path, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "no n x n matrix; the top 7 neighbours of every row" in dry.output
+    assert "top-k neighbours (index, proximity)" in dry.output and "CPU minutes" in dry.output
+    assert "proximity matrix" not in dry.output
+    run = cli("-q", "run", path)
+    assert run.exit_code == 0, run.output
+    ds = pn.stored_neighbors(RunStore.open(tmp_path / "out" / "run.zarr"))
+    assert ds["index"].shape == (699, 7)
+    path.write_text(path.read_text().replace("top_k: 7", "top_k: 0"))
+    bad = cli("run", path, "--dry-run")
+    assert bad.exit_code == 4 and "proximity.top_k must be at least 1" in bad.output

@@ -282,8 +282,9 @@ def write_neighbors(
     check_trees(n_trees, method)
     if block_rows < 1:
         raise ParameterError(f"block_rows must be a positive number of rows, got {block_rows!r}")
+    # (symmetric: False tells `distforest status` the done record is one flag a block)
     full = {**dict(identity), "method": method, "k": k, "include_self": bool(include_self),
-            "block_rows": int(block_rows)}  # fmt: skip
+            "block_rows": int(block_rows), "symmetric": False}  # fmt: skip
     done = _prepare(rs, n, k, block_rows, full)
     blocks = _blocks(n, block_rows)
     pending = [b for b in range(len(blocks)) if not done[b, 0]]
@@ -348,20 +349,44 @@ def forest_neighbors(
     k = check_k(k, forest.n_samples_, include_self)  # before any cluster starts
     check_trees(forest.leaves_.shape[1], method)
     attrs = {"method": method, "k": k, "include_self": bool(include_self)}
-    with forest._runner() as runner:
-        if store is None:
+    if store is None:
+        with forest._runner() as runner:
             found, values = compute_neighbors(
                 runner, forest.leaves_, forest.inbag_, method, k, include_self=include_self,
                 block_rows=block_rows, progress=forest._report("neighbors"),
             )  # fmt: skip
-            return neighbors_dataset(found, values, attrs)
-        rs = forest._open_or_create(store, overwrite)
-        write_neighbors(
+        return neighbors_dataset(found, values, attrs)
+    rs = forest._open_or_create(store, overwrite)
+    write_forest_neighbors(forest, rs, method, k, include_self=include_self,
+                           block_rows=block_rows)  # fmt: skip
+    rs.mark_complete()
+    return stored_neighbors(rs)
+
+
+def write_forest_neighbors(
+    forest: Any,
+    rs: RunStore,
+    method: str,
+    k: int,
+    *,
+    include_self: bool = False,
+    block_rows: int = BLOCK_ROWS,
+) -> dict[str, int]:
+    """A fitted forest's neighbours into its open store (not marked complete), resuming.
+
+    Like :meth:`ProximityForest.write_proximity`: for callers, such as the CLI
+    job, that write more into the store before completing it.
+    """
+    if rs.attrs.get("fit_id") != forest.fit_id_:
+        raise StoreError(
+            f"store {rs.path!r} was written by another fit (fit_id {rs.attrs.get('fit_id')!r}, "
+            f"this forest {forest.fit_id_!r}); save this forest to a new store first"
+        )
+    with forest._runner() as runner:
+        return write_neighbors(
             runner, rs, method, k, include_self=include_self, block_rows=block_rows,
             identity={"fit_id": forest.fit_id_}, progress=forest._report("neighbors"),
         )  # fmt: skip
-    rs.mark_complete()
-    return stored_neighbors(rs)
 
 
 def neighbors_to_csr(ds: xr.Dataset, *, keep_zeros: bool = False) -> scipy.sparse.csr_matrix:
