@@ -110,7 +110,7 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     cpu = fit_cpu + SECONDS_PER["tile"] * trees * tiles * tile * tile
     # the rows' co-leaf index (members, leaf table: up to 2 nodes a bootstrap row; the
     # leaves and in-bag counts read to build it) and one task's counters and keys
-    neighbor_peak = 0
+    neighbor_peak = 0.0
     if top_k is not None:
         cpu += SECONDS_PER["neighbors"] * n * trees
         neighbor_peak = n * trees * (5 + 5 + 4 * 2 * _BOOTSTRAP_SHARE / leaf) + n * 30
@@ -138,8 +138,9 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "files": files,
         "store_bytes": sum(store.values()),
         "disk_bytes": sum(store.values()) + sum(files.values()),
-        "worker_peak_bytes": max(fit_peak, tile_peak if dense else 0, product_peak,
-                                 int(neighbor_peak)),  # fmt: skip
+        "worker_peak_bytes": max(
+            fit_peak, tile_peak if dense else 0, product_peak, int(neighbor_peak)
+        ),
         "tile_worker_bytes": tile_peak if dense else 0,
         "top_k": top_k,
         "dense": dense,
@@ -324,8 +325,11 @@ def describe(job: Any, plan: dict[str, Any], free: int) -> str:
         f"  forest:       {plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
         f"{plan['trees_per_task']} (assuming {plan['threads']} worker threads)",
         f"  proximity:    {job.method}, "
-        + (f"{plan['tiles']:,} tiles of {plan['tile_size']} x {plan['tile_size']}"
-           if plan["dense"] else "no n x n matrix")
+        + (
+            f"{plan['tiles']:,} tiles of {plan['tile_size']} x {plan['tile_size']}"
+            if plan["dense"]
+            else "no n x n matrix"
+        )
         + (f"; the top {plan['top_k']} neighbours of every row" if plan["top_k"] else ""),
         f"  applications: {', '.join(a for a in ('impute', 'outliers', 'mislabels', 'mds') if getattr(job, a)) or 'none'}",  # noqa: E501
         f"  store:        {job.out}",

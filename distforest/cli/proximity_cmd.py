@@ -38,9 +38,14 @@ from distforest.cli.progress import ProgressBars
     help="original: share of trees with a common leaf; oob: the same over trees where both "
     "rows are out of bag; rfgap: RF-GAP (rows sum to 1, not symmetric).",
 )
-@click.option("--top-k", "top_k", type=click.IntRange(min=1), metavar="K",
-              help="Write each row's K nearest rows by proximity (itself excluded; "
-              "neighbors_index and neighbors_proximity, exact) instead of the n x n matrix.")
+@click.option(
+    "--top-k",
+    "top_k",
+    type=click.IntRange(min=1),
+    metavar="K",
+    help="Write each row's K nearest rows by proximity (itself excluded; "
+    "neighbors_index and neighbors_proximity, exact) instead of the n x n matrix.",
+)
 @click.option("--dense", is_flag=True,
               help="With --top-k: write the n x n matrix as well.")  # fmt: skip
 @tile_size_option(FOREST_DEFAULTS["tile_size"])
