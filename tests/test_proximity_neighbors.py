@@ -142,6 +142,7 @@ def test_to_csr(forest, dense) -> None:
     P = dense["oob"].copy()
     np.fill_diagonal(P, 0)
     np.testing.assert_array_equal(csr.toarray(), P)  # every non-zero of the row, no zeros
+    np.testing.assert_array_equal(ds.neighbors.to_scipy_sparse().toarray(), P)  # the method
     full = pn.neighbors_to_csr(ds.isel(neighbor=slice(0, 5)), keep_zeros=True)
     assert isinstance(full, sp.csr_matrix) and (np.diff(full.indptr) == 5).all()
 
@@ -207,3 +208,18 @@ def test_pipeline_top_k_and_dry_run(breast_cancer_csv, tmp_path) -> None:
     path.write_text(path.read_text().replace("top_k: 7", "top_k: 0"))
     bad = cli("run", path, "--dry-run")
     assert bad.exit_code == 4 and "proximity.top_k must be at least 1" in bad.output
+
+
+def test_readme_spectral_embedding(forest) -> None:
+    """The README's embedding from the proximity graph runs and separates nothing silly."""
+    from sklearn.manifold import SpectralEmbedding
+
+    with distforest.execution(client="synchronous"):
+        nb = forest.proximity_neighbors(15)
+    graph = nb.neighbors.to_scipy_sparse()
+    affinity = graph.maximum(graph.T)
+    assert (affinity != affinity.T).nnz == 0
+    xy = SpectralEmbedding(n_components=2, affinity="precomputed", random_state=0).fit_transform(
+        affinity
+    )
+    assert xy.shape == (N, 2) and np.isfinite(xy).all() and xy.std(axis=0).min() > 0

@@ -307,10 +307,37 @@ def write_neighbors(
 # -- results ------------------------------------------------------------------
 
 
-def neighbors_dataset(found: Any, values: Any, attrs: Mapping[str, Any]) -> xr.Dataset:
-    """The result as an :class:`xarray.Dataset` with ``index`` and ``proximity``."""
+class NeighborsAccessor:
+    """``ds.neighbors``: what a neighbours Dataset offers besides its arrays."""
+
+    def __init__(self, ds: xr.Dataset) -> None:
+        self._ds = ds
+
+    def to_scipy_sparse(self, *, keep_zeros: bool = False) -> scipy.sparse.csr_matrix:
+        """:func:`neighbors_to_csr` of this Dataset."""
+        return neighbors_to_csr(self._ds, keep_zeros=keep_zeros)
+
+
+_accessor_lock = threading.Lock()
+
+
+def _register_accessor() -> None:
+    """Register ``ds.neighbors`` with xarray once (on first use: xarray is imported late)."""
     import xarray as xr
 
+    with _accessor_lock:
+        if not hasattr(xr.Dataset, "neighbors"):
+            xr.register_dataset_accessor("neighbors")(NeighborsAccessor)
+
+
+def neighbors_dataset(found: Any, values: Any, attrs: Mapping[str, Any]) -> xr.Dataset:
+    """The result as an :class:`xarray.Dataset` with ``index`` and ``proximity``.
+
+    ``ds.neighbors.to_scipy_sparse()`` gives it as a CSR matrix (:func:`neighbors_to_csr`).
+    """
+    import xarray as xr
+
+    _register_accessor()
     dims = ("sample", "neighbor")
     n, k = found.shape
     return xr.Dataset(
@@ -327,6 +354,7 @@ def stored_neighbors(rs: RunStore) -> xr.Dataset:
             f"store {rs.path!r} holds no complete {INDEX!r}; compute it with "
             "ProximityForest.proximity_neighbors(k, store=...) or distforest proximity --top-k"
         )
+    _register_accessor()
     ds = rs.dataset()[[INDEX, PROXIMITY]].rename({INDEX: "index", PROXIMITY: "proximity"})
     attrs = rs.array(INDEX).attrs
     ds.attrs = {key: attrs[key] for key in ("method", "k", "include_self")}
