@@ -223,3 +223,19 @@ def test_readme_spectral_embedding(forest) -> None:
         affinity
     )
     assert xy.shape == (N, 2) and np.isfinite(xy).all() and xy.std(axis=0).min() > 0
+
+
+@pytest.mark.parametrize("method", ["original", "oob", "rfgap"])
+def test_index_read_block_by_block_is_the_same(tmp_path, monkeypatch, method) -> None:
+    """A worker's index built from the store in blocks equals the one built in memory."""
+    rng = np.random.default_rng(0)
+    leaves = rng.integers(0, 300, (1000, 7)).astype(np.int32)
+    inbag = rng.integers(0, 3, (1000, 7)).astype(np.uint8)
+    rs = RunStore.create(tmp_path / "s.zarr", attrs={})
+    rs.write_named("leaves", leaves, rows=100)
+    rs.write_named("inbag", inbag, rows=100)
+    monkeypatch.setattr(pn, "READ_ROWS", 128)  # eight blocks, the last one short
+    whole, blocks = pn.build_index(leaves, inbag, method), pn.build_stored_index(rs.path, method)
+    for a, b in zip(whole.parts, blocks.parts, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(whole.masks, blocks.masks)

@@ -38,7 +38,7 @@ from distforest.errors import ParameterError, StoreError
 from distforest.kernels import coleaf
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
-from distforest.store.run_store import RunStore, mark_done, read_rows, write_block
+from distforest.store.run_store import RunStore, mark_done, read_rows, task_array, write_block
 from distforest.store.schema import array_spec, row_chunks
 
 if TYPE_CHECKING:
@@ -94,18 +94,51 @@ def build_index(
     code = METHOD_CODES[method]
     leaves = np.ascontiguousarray(leaves, dtype=np.int32)
     inbag = np.ascontiguousarray(inbag, dtype=np.uint8)
-    if code == coleaf.ORIGINAL:
-        keep = np.ones_like(inbag)
-    elif code == coleaf.OOB:
-        keep = (inbag == 0).view(np.uint8)
-    else:
-        keep = inbag
-    parts = coleaf.leaf_index(leaves, keep, code == coleaf.RFGAP)
-    del keep
+    parts = coleaf.leaf_index(leaves, inbag, code)
     masks = coleaf.oob_masks(inbag) if code == coleaf.OOB else np.zeros((1, 1), np.uint64)
     n, n_trees = leaves.shape
     return CoLeafIndex(method, n, n_trees, parts, masks,
                        leaves if keep_rows else None, inbag if keep_rows else None)  # fmt: skip
+
+
+#: Rows read at once while a worker builds its index from the store.
+READ_ROWS = 65_536
+
+
+def build_stored_index(path: str, method: str) -> CoLeafIndex:
+    """:func:`build_index` from a store's ``leaves`` and ``inbag``, read block by block.
+
+    Three passes over the blocks (largest leaf id per tree, members per leaf,
+    members placed), so that only the index itself is ever held whole.
+    """
+    code = METHOD_CODES[method]
+    n, n_trees = task_array(path, "leaves", "r").shape
+    blocks = _blocks(n, READ_ROWS)
+
+    def read(rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        return (np.ascontiguousarray(read_rows(path, "leaves", rows), dtype=np.int32),
+                np.ascontiguousarray(read_rows(path, "inbag", rows), dtype=np.uint8))  # fmt: skip
+
+    largest = np.zeros(n_trees, dtype=np.int64)
+    for rows in blocks:
+        largest = np.maximum(largest, read_rows(path, "leaves", rows).max(axis=0))
+    leaf_offset, leaf_start = coleaf.leaf_tables(largest)
+    for rows in blocks:
+        coleaf.count_members(code, *read(rows), leaf_offset, leaf_start)
+    member_offset = coleaf.start_positions(leaf_offset, leaf_start)
+    members = np.empty(member_offset[-1], dtype=np.int32)
+    weights = np.empty(member_offset[-1] if code == coleaf.RFGAP else 0, dtype=np.uint8)
+    words = (n_trees + 63) // 64
+    masks = np.zeros((n, words) if code == coleaf.OOB else (1, 1), dtype=np.uint64)
+    for rows in blocks:
+        leaves, inbag = read(rows)
+        coleaf.place_members(code, rows.start, leaves, inbag, leaf_offset, leaf_start,
+                             member_offset, members, weights)  # fmt: skip
+        if code == coleaf.OOB:
+            masks[rows] = coleaf.oob_masks(inbag)
+    coleaf.shift_starts(leaf_offset, leaf_start)
+    parts = (members, weights, member_offset, leaf_offset, leaf_start)
+    return CoLeafIndex(method, n, n_trees, parts, masks)
 
 
 def check_k(k: Any, n: int, include_self: bool) -> int:
@@ -155,9 +188,7 @@ class _IndexCache:
         with self.lock:  # one build per process, the other threads wait for it
             if self.key != key or self.index is None:
                 self.index = None  # free the old one before building
-                leaves = read_rows(path, "leaves", slice(None))
-                inbag = read_rows(path, "inbag", slice(None))
-                self.index = build_index(leaves, inbag, method)
+                self.index = build_stored_index(path, method)
                 self.key = key
             return self.index
 

@@ -33,27 +33,109 @@ ORIGINAL, OOB, RFGAP = 0, 1, 2
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _kept(method, count):  # pragma: no cover - numba
+    """A row's weight in a tree's index: 1 (original), 1 if out of bag (oob), in-bag count."""
+    if method == ORIGINAL:
+        return 1
+    if method == OOB:
+        return 1 if count == 0 else 0
+    return int(count)
+
+
 @njit(nogil=True, cache=True)
-def leaf_index(leaves, keep, with_weights):  # pragma: no cover - numba
-    """Per tree, the kept rows grouped by leaf, rows ascending within a leaf.
+def count_members(method, leaves, inbag, leaf_offset, leaf_start):  # pragma: no cover - numba
+    """First pass of :func:`leaf_index` over a block of rows: members per leaf.
+
+    Adds to ``leaf_start[leaf_offset[t] + l + 1]`` the block's rows kept in leaf l of tree t.
+    """
+    b, n_trees = leaves.shape
+    for r in range(b):
+        for t in range(n_trees):
+            leaf = leaves[r, t]
+            if leaf < 0 or leaf_offset[t] + leaf + 1 >= leaf_offset[t + 1]:
+                raise ValueError("a leaf id is negative or beyond its tree's largest")
+            if _kept(method, inbag[r, t]) != 0:
+                leaf_start[leaf_offset[t] + leaf + 1] += 1
+
+
+@njit(nogil=True, cache=True)
+def start_positions(leaf_offset, leaf_start):  # pragma: no cover - numba
+    """Second step: counts to start positions within each tree; returns ``member_offset``."""
+    n_trees = leaf_offset.shape[0] - 1
+    member_offset = np.zeros(n_trees + 1, dtype=np.int64)
+    for t in range(n_trees):
+        for m in range(leaf_offset[t] + 1, leaf_offset[t + 1]):
+            leaf_start[m] += leaf_start[m - 1]
+        member_offset[t + 1] = member_offset[t] + leaf_start[leaf_offset[t + 1] - 1]
+    return member_offset
+
+
+@njit(nogil=True, cache=True)
+def place_members(  # pragma: no cover - numba
+    method, first_row, leaves, inbag, leaf_offset, leaf_start, member_offset, members, weights
+):
+    """Third pass over the blocks, in row order: each kept row into its leaf's next slot.
+
+    Uses ``leaf_start`` as the slots' cursors: afterwards each entry holds the
+    next leaf's start, which :func:`shift_starts` puts back.
+    """
+    b, n_trees = leaves.shape
+    with_weights = weights.shape[0] > 0
+    for r in range(b):
+        for t in range(n_trees):
+            keep = _kept(method, inbag[r, t])
+            if keep != 0:
+                slot = leaf_offset[t] + leaves[r, t]
+                p = member_offset[t] + leaf_start[slot]
+                members[p] = first_row + r
+                if with_weights:
+                    weights[p] = keep
+                leaf_start[slot] += 1
+
+
+@njit(nogil=True, cache=True)
+def shift_starts(leaf_offset, leaf_start):  # pragma: no cover - numba
+    """Last step: the cursors of :func:`place_members` back to leaf starts."""
+    n_trees = leaf_offset.shape[0] - 1
+    for t in range(n_trees):
+        for m in range(leaf_offset[t + 1] - 1, leaf_offset[t], -1):
+            leaf_start[m] = leaf_start[m - 1]
+        leaf_start[leaf_offset[t]] = 0
+
+
+def leaf_tables(largest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``leaf_offset`` and a zeroed ``leaf_start`` for trees whose largest leaf ids are given."""
+    leaf_offset = np.zeros(len(largest) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(largest, dtype=np.int64) + 2, out=leaf_offset[1:])
+    return leaf_offset, np.zeros(leaf_offset[-1], dtype=np.int32)
+
+
+def leaf_index(
+    leaves: np.ndarray, inbag: np.ndarray, method: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per tree, the rows a method keeps grouped by leaf, rows ascending within a leaf.
+
+    For rows that come in blocks (read from a store) call the four steps
+    :func:`count_members`, :func:`start_positions`, :func:`place_members` and
+    :func:`shift_starts` block by block instead; this is all of them on one block.
 
     Parameters
     ----------
     leaves : ndarray of int32, shape (n, T)
-        Leaf (node) id of every row in every tree (rows by trees, as stored),
-        none negative.
-    keep : ndarray of uint8, shape (n, T)
-        Rows with 0 are left out of that tree's index; the others are kept
-        with their value as weight (e.g. an in-bag count).
-    with_weights : bool
-        Whether to return the members' weights (else an empty array).
+        Leaf (node) id of every row in every tree (rows by trees, as stored).
+    inbag : ndarray of uint8, shape (n, T)
+        In-bag counts.
+    method : int
+        :data:`ORIGINAL` keeps every row, :data:`OOB` the out-of-bag rows of each
+        tree, :data:`RFGAP` the in-bag rows, weighted by their in-bag counts.
 
     Returns
     -------
     members : ndarray of int32, shape (kept,)
         Row numbers, tree after tree, leaf after leaf.
-    weights : ndarray of uint8, shape (kept,) or (0,)
-        ``keep`` of each member.
+    weights : ndarray of uint8, shape (kept,) for rfgap, else (0,)
+        In-bag count of each member.
     member_offset : ndarray of int64, shape (T + 1,)
         Tree t's members are ``members[member_offset[t]:member_offset[t + 1]]``.
     leaf_offset : ndarray of int64, shape (T + 1,)
@@ -63,41 +145,15 @@ def leaf_index(leaves, keep, with_weights):  # pragma: no cover - numba
         ``member_offset[t]``) with ``s, e = leaf_start[leaf_offset[t] + l]``
         and ``leaf_start[leaf_offset[t] + l + 1]``.
     """
-    n, n_trees = leaves.shape
-    largest = np.full(n_trees, -1, dtype=np.int64)
-    member_offset = np.zeros(n_trees + 1, dtype=np.int64)
-    for r in range(n):
-        for t in range(n_trees):
-            leaf = leaves[r, t]
-            if leaf < 0:
-                raise ValueError("leaf ids must not be negative")
-            if leaf > largest[t]:
-                largest[t] = leaf
-            member_offset[t + 1] += keep[r, t] != 0
-    leaf_offset = np.zeros(n_trees + 1, dtype=np.int64)
-    for t in range(n_trees):
-        member_offset[t + 1] += member_offset[t]
-        leaf_offset[t + 1] = leaf_offset[t] + largest[t] + 2
-    leaf_start = np.zeros(leaf_offset[n_trees], dtype=np.int32)
-    for r in range(n):  # members per leaf ...
-        for t in range(n_trees):
-            if keep[r, t] != 0:
-                leaf_start[leaf_offset[t] + leaves[r, t] + 1] += 1
-    for t in range(n_trees):  # ... then where each leaf starts
-        for m in range(leaf_offset[t] + 1, leaf_offset[t + 1]):
-            leaf_start[m] += leaf_start[m - 1]
-    members = np.empty(member_offset[n_trees], dtype=np.int32)
-    weights = np.empty(member_offset[n_trees] if with_weights else 0, dtype=np.uint8)
-    fill = leaf_start.copy()
-    for r in range(n):  # rows in order: ascending within each leaf
-        for t in range(n_trees):
-            if keep[r, t] != 0:
-                slot = leaf_offset[t] + leaves[r, t]
-                p = member_offset[t] + fill[slot]
-                members[p] = r
-                if with_weights:
-                    weights[p] = keep[r, t]
-                fill[slot] += 1
+    largest = leaves.max(axis=0) if leaves.shape[0] else np.zeros(leaves.shape[1], np.int64)
+    leaf_offset, leaf_start = leaf_tables(largest)
+    count_members(method, leaves, inbag, leaf_offset, leaf_start)
+    member_offset = start_positions(leaf_offset, leaf_start)
+    members = np.empty(member_offset[-1], dtype=np.int32)
+    weights = np.empty(member_offset[-1] if method == RFGAP else 0, dtype=np.uint8)
+    place_members(method, 0, leaves, inbag, leaf_offset, leaf_start, member_offset, members,
+                  weights)  # fmt: skip
+    shift_starts(leaf_offset, leaf_start)
     return members, weights, member_offset, leaf_offset, leaf_start
 
 
@@ -328,8 +384,6 @@ def warm_up() -> None:
     inbag = np.ones((3, 1), dtype=np.uint8)
     masks = oob_masks(inbag)
     for method in (ORIGINAL, OOB, RFGAP):
-        members, weights, member_offset, leaf_offset, leaf_start = leaf_index(
-            leaves, inbag, method == RFGAP
-        )
+        members, weights, member_offset, leaf_offset, leaf_start = leaf_index(leaves, inbag, method)
         block_neighbors(method, 0, leaves, inbag, members, weights, member_offset, leaf_offset,
                         leaf_start, masks, 3, 2, False)  # fmt: skip
