@@ -239,3 +239,21 @@ def test_index_read_block_by_block_is_the_same(tmp_path, monkeypatch, method) ->
     for a, b in zip(whole.parts, blocks.parts, strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(whole.masks, blocks.masks)
+
+
+@pytest.mark.parametrize("metric", ["rf-proximity", "rfgap"])
+def test_knn_training_rows_use_the_exact_neighbours(metric) -> None:
+    from distforest.apps.knn import KNNClassifier
+
+    X, y = make_classification(150, 5, random_state=2)
+    model = KNNClassifier(n_neighbors=6, metric=metric, n_estimators=20, random_state=0)
+    with distforest.execution(client="synchronous"):
+        model.fit(X, y)
+        distances, found = model.kneighbors()
+        forest = model.similarity_.forest_
+        P = forest.proximity("original" if metric == "rf-proximity" else "rfgap").values
+    oracle_found, oracle_values = dense_top_k(P, 6, include_self=False)
+    np.testing.assert_array_equal(found, oracle_found)
+    np.testing.assert_array_equal(distances, 1.0 - oracle_values.astype(np.float64))
+    with pytest.raises(ParameterError, match="needs metric='rf-proximity' or 'rfgap'"):
+        KNNClassifier(n_neighbors=3).fit(X, y).kneighbors()
