@@ -338,19 +338,27 @@ def block_neighbors(  # pragma: no cover - numba
                         bits[0] = np.float32(np.float64(count) / np.float64(both))
                         key = (np.uint64(bits_u[0]) << np.uint64(32)) | (_LOW32 - np.uint64(j))
             keys[m] = key
-        lowest = np.uint64(1)
-        if method == ORIGINAL:  # only counts that can make the top k go to the heap
+        if method == ORIGINAL:  # only counts that can make the top k go to a heap
             above = 0
             c = n_trees
             while c > 1 and above + hist[c] < k:
                 above += hist[c]
                 c -= 1
             lowest = np.uint64(c) << np.uint64(32)
-        size = 0
-        for m in range(n_touched):
-            if keys[m] >= lowest:
-                size = _offer(heap, size, k, keys[m])
-        ranked = np.sort(heap[:size])[::-1]
+            size = 0
+            for m in range(n_touched):
+                if keys[m] >= lowest:
+                    size = _offer(heap, size, k, keys[m])
+            ranked = np.sort(heap[:size])[::-1]
+        elif n_touched > k:  # ratios tie often (heap churn): select, then sort k
+            # (at most one key is 0, the row itself: the k largest are all candidates)
+            ranked = np.sort(np.partition(keys[:n_touched], n_touched - k)[n_touched - k :])[::-1]
+            size = k
+        else:
+            ranked = np.sort(keys[:n_touched])[::-1]
+            size = 0
+            while size < n_touched and ranked[size] != 0:
+                size += 1
         for m in range(size):
             key = ranked[m]
             index[a, m] = np.int64(_LOW32 - (key & _LOW32))
