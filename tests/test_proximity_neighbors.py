@@ -111,6 +111,9 @@ def test_store_round_trip_and_cluster(forest, dense, tmp_path, client) -> None:
         assert arr.dtype == np.dtype(dtype)
         assert tuple(arr.metadata.dimension_names) == ("sample", "neighbor")
         assert arr.shape == (N, 10) and arr.chunks == (64, 10)
+    with distforest.execution(client=client):  # in memory: the index shared with the workers
+        assert_same(forest.proximity_neighbors(10, "oob", block_rows=64),
+                    dense_top_k(dense["oob"], 10, include_self=False))  # fmt: skip
     stored = RunStore.open(path).dataset()
     assert stored["neighbors_index"].dims == ("sample", "neighbor")
     np.testing.assert_array_equal(stored["neighbors_index"].values, ds["index"].values)
@@ -183,7 +186,7 @@ def test_cli_top_k_end_to_end(breast_cancer_csv, tmp_path) -> None:
     assert "neighbors_index" in info.output and "neighbors_proximity" in info.output
     assert "dims (sample, neighbor)" in info.output
     status = cli("status", top)
-    assert "neighbors_index: 1 of 1 written" in status.output
+    assert "neighbors_index: 3 of 3 written" in status.output
     bad = cli("-q", "proximity", breast_cancer_csv, *common, "--dense", "--out", tmp_path / "x")
     assert bad.exit_code == 2 and "--dense goes with --top-k" in bad.output
 

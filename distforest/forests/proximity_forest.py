@@ -440,7 +440,7 @@ class ProximityForest(DaskEstimator):
         *,
         include_self: bool = False,
         overwrite: bool = False,
-        block_rows: int = 4096,
+        block_rows: int | None = None,
     ) -> xr.Dataset:
         """Every training row's ``k`` nearest rows by proximity, exact, without the n x n matrix.
 
@@ -464,8 +464,9 @@ class ProximityForest(DaskEstimator):
             Let a row be its own neighbour (with its diagonal value).
         overwrite : bool
             Replace an existing store written by another fit.
-        block_rows : int
-            Rows per task (and per stored chunk); the result does not depend on it.
+        block_rows : int or None
+            Rows per task (and per stored chunk); None: from n (256 to 4,096,
+            at least 64 tasks).  The result does not depend on it.
 
         Returns
         -------

@@ -51,8 +51,21 @@ INDEX, PROXIMITY = "neighbors_index", "neighbors_proximity"
 #: Kernel code of each method.
 METHOD_CODES = {"original": coleaf.ORIGINAL, "oob": coleaf.OOB, "rfgap": coleaf.RFGAP}
 
-#: Rows of one task (and one chunk of the stored arrays), unless given.
-BLOCK_ROWS = 4096
+#: Rows of one task (and one chunk of the stored arrays) at most and at least, unless given.
+BLOCK_ROWS, MIN_BLOCK_ROWS = 4096, 256
+#: Row blocks are sized so that there are at least this many tasks to share out.
+MIN_TASKS = 64
+
+
+def block_rows_for(n: int, block_rows: int | None = None) -> int:
+    """Rows of a task: ``block_rows``, else from n alone (never from the cluster, so the
+    stored chunks, and what a resumed run finds, are the same on any cluster)."""
+    if block_rows is None:
+        return max(MIN_BLOCK_ROWS, min(BLOCK_ROWS, -(-n // MIN_TASKS)))
+    if isinstance(block_rows, bool) or not isinstance(block_rows, int | np.integer) or \
+            block_rows < 1:  # fmt: skip
+        raise ParameterError(f"block_rows must be a positive number of rows, got {block_rows!r}")
+    return int(block_rows)
 
 
 @dataclass
@@ -241,17 +254,17 @@ def compute_neighbors(
     k: int,
     *,
     include_self: bool = False,
-    block_rows: int = BLOCK_ROWS,
+    block_rows: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every row's top-k neighbours in memory: ``index`` (n, k) int64, ``proximity`` float32."""
     n, n_trees = leaves.shape
     k = check_k(k, n, include_self)
     check_trees(n_trees, method)
+    blocks = _blocks(n, block_rows_for(n, block_rows))
     coleaf.warm_up()
     index = build_index(leaves, inbag, method, keep_rows=True)
     shared = runner.share(index)
-    blocks = _blocks(n, block_rows)
     found = np.empty((n, k), dtype=np.int64)
     values = np.empty((n, k), dtype=np.float32)
     items = [(shared, rows, k, include_self) for rows in blocks]
@@ -293,7 +306,7 @@ def write_neighbors(
     k: int,
     *,
     include_self: bool = False,
-    block_rows: int = BLOCK_ROWS,
+    block_rows: int | None = None,
     identity: Mapping[str, Any],
     progress: ProgressCallback | None = None,
 ) -> dict[str, int]:
@@ -311,8 +324,7 @@ def write_neighbors(
     n, n_trees = rs.array("leaves").shape
     k = check_k(k, n, include_self)
     check_trees(n_trees, method)
-    if block_rows < 1:
-        raise ParameterError(f"block_rows must be a positive number of rows, got {block_rows!r}")
+    block_rows = block_rows_for(n, block_rows)
     # (symmetric: False tells `distforest status` the done record is one flag a block)
     full = {**dict(identity), "method": method, "k": k, "include_self": bool(include_self),
             "block_rows": int(block_rows), "symmetric": False}  # fmt: skip
@@ -400,12 +412,13 @@ def forest_neighbors(
     *,
     include_self: bool,
     overwrite: bool,
-    block_rows: int,
+    block_rows: int | None,
 ) -> xr.Dataset:
     """:meth:`ProximityForest.proximity_neighbors` (see there)."""
     forest._check_fitted()
     forest._check_method(method)
     k = check_k(k, forest.n_samples_, include_self)  # before any cluster starts
+    block_rows_for(forest.n_samples_, block_rows)
     check_trees(forest.leaves_.shape[1], method)
     attrs = {"method": method, "k": k, "include_self": bool(include_self)}
     if store is None:
@@ -429,7 +442,7 @@ def write_forest_neighbors(
     k: int,
     *,
     include_self: bool = False,
-    block_rows: int = BLOCK_ROWS,
+    block_rows: int | None = None,
 ) -> dict[str, int]:
     """A fitted forest's neighbours into its open store (not marked complete), resuming.
 
