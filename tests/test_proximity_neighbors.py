@@ -260,3 +260,14 @@ def test_knn_training_rows_use_the_exact_neighbours(metric) -> None:
     np.testing.assert_array_equal(distances, 1.0 - oracle_values.astype(np.float64))
     with pytest.raises(ParameterError, match="needs metric='rf-proximity' or 'rfgap'"):
         KNNClassifier(n_neighbors=3).fit(X, y).kneighbors()
+
+
+def test_out_of_bag_methods_need_a_bootstrap_forest(tmp_path) -> None:
+    X, y = make_classification(60, 4, random_state=0)
+    with distforest.execution(client="synchronous"):
+        forest = ProximityForest(5, bootstrap=False, random_state=0).fit(X, y)
+        rs = forest.save(tmp_path / "s.zarr")
+        for call in (lambda: forest.proximity_neighbors(3, "oob"),
+                     lambda: pn.write_forest_neighbors(forest, rs, "rfgap", 3)):  # fmt: skip
+            with pytest.raises(ParameterError, match="bootstrap"):
+                call()

@@ -449,6 +449,8 @@ def write_forest_neighbors(
     Like :meth:`ProximityForest.write_proximity`: for callers, such as the CLI
     job, that write more into the store before completing it.
     """
+    forest._check_fitted()
+    forest._check_method(method)  # (out-of-bag methods need a bootstrap forest)
     if rs.attrs.get("fit_id") != forest.fit_id_:
         raise StoreError(
             f"store {rs.path!r} was written by another fit (fit_id {rs.attrs.get('fit_id')!r}, "
