@@ -130,3 +130,15 @@ def test_a_later_fit_on_the_same_store_is_not_read_silently(table, tmp_path: Pat
         ProximityForest(n_estimators=3, random_state=1).fit(stored)  # replaces the leaves
         with pytest.raises(StoreError, match="belong to another fit"):
             outlier_scores(first)
+
+
+def test_proximity_neighbors_from_the_store(table, tmp_path: Path) -> None:
+    df, folder = table
+    stored = ingest(folder, tmp_path / "run.zarr", target="cls")
+    with execution(client="synchronous"):
+        sto = ProximityForest(n_estimators=6, random_state=3).fit(stored)
+        mem = ProximityForest(n_estimators=6, random_state=3).fit(df.drop(columns="cls"), df["cls"])
+        found = sto.proximity_neighbors(5, store=stored.path)  # the workers read the store
+        expected = mem.proximity_neighbors(5)
+    np.testing.assert_array_equal(found["index"].values, expected["index"].values)
+    np.testing.assert_array_equal(found["proximity"].values, expected["proximity"].values)
