@@ -247,7 +247,9 @@ def oob_values(forest: ProximityForest) -> np.ndarray:
             "tree); fit with bootstrap=True"
         )
     offsets, value = _forest_arrays(forest)[:2]
-    sums, counts = leaf_value_sums(forest.leaves_, offsets, value, forest.inbag_, True)
+    # (a forest fitted from a stored table holds its leaves in the store: read here)
+    leaves, inbag = np.asarray(forest.leaves_), np.asarray(forest.inbag_)
+    sums, counts = leaf_value_sums(leaves, offsets, value, inbag, True)
     if (counts == 0).any():
         warnings.warn(NO_OOB_WARNING, UserWarning, stacklevel=3)
     return sums / np.maximum(counts, 1)[:, None]

@@ -111,7 +111,7 @@ def cross_proximity(
     forest._check_method(method)
     leaves = new_leaves(forest, X)
     new = new_row_arrays(forest, leaves)
-    train = {"leaves": forest.leaves_, "inbag": forest.inbag_}
+    train = {"leaves": np.asarray(forest.leaves_), "inbag": np.asarray(forest.inbag_)}
     n_new, n = leaves.shape[0], forest.n_samples_
     tile = forest.params_["tile_size"]
     plan = TilePlan(n_new, n, tile)
@@ -183,7 +183,7 @@ def squared_sums(forest: ProximityForest, X: Any, classes: np.ndarray, method: s
     """
     forest._check_method(method)
     new = new_row_arrays(forest, new_leaves(forest, X))
-    train = {"leaves": forest.leaves_, "inbag": forest.inbag_}
+    train = {"leaves": np.asarray(forest.leaves_), "inbag": np.asarray(forest.inbag_)}
     n_new = new["leaves"].shape[0]
     tile = forest.params_["tile_size"]
     blocks = plan_batches(n_new, tile)

@@ -123,6 +123,12 @@ ARRAYS: dict[str, ArraySpec] = {
     "tree_importances": ArraySpec(
         ("tree", "feature"), "float64", False, "each tree's normalised impurity importances"
     ),
+    "neighbors_index": ArraySpec(
+        ("sample", "neighbor"), "int64", True, "row numbers of row i's top-k proximity neighbours"
+    ),
+    "neighbors_proximity": ArraySpec(
+        ("sample", "neighbor"), "float32", True, "proximities of row i's top-k neighbours"
+    ),
     "feature_importances": ArraySpec(
         ("feature",), "float64", False, "total decrease of the split objective per feature"
     ),
