@@ -180,13 +180,15 @@ def runs_in_process(cluster_kw: dict[str, Any], cells: int) -> bool:
 
     Yes when no cluster option was given (``cluster_kw`` all None: no
     --scheduler, --cluster or LocalCluster size) and the input has at most
-    :data:`~distforest.parallel.execution.IN_PROCESS_CELLS` cells: starting
+    ``distforest.in-process-cells`` cells (:mod:`distforest.settings`): starting
     a cluster would take longer than the work.  The tasks are the same, and so
     are the results.
     """
-    from distforest.parallel.execution import IN_PROCESS_CELLS
+    from distforest import settings
 
-    return cells <= IN_PROCESS_CELLS and all(v is None for v in cluster_kw.values())
+    return cells <= settings.get("in-process-cells") and all(
+        v is None for v in cluster_kw.values()
+    )
 
 
 @contextmanager

@@ -6,7 +6,7 @@ is counted with as many nodes as a fully grown tree on the bootstrap rows
 can have).  ``distforest run --dry-run`` prints them; every command that
 writes a matrix checks the disk estimate against the free space, and every
 command that fits or writes refuses absurd sizes (:func:`check_size`: more
-memory than the machine has, or more computing than ``DISTFOREST_MAX_CPU_HOURS``)
+memory than the machine has, or more computing than ``distforest.max-cpu-hours`` (:mod:`distforest.settings`))
 before it starts.
 """
 
@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from distforest import settings
 from distforest.errors import ParameterError, StoreError
 from distforest.parallel.tasks import default_batch_size, plan_tree_batches
-from distforest.parallel.tiling import BLOCK_CACHE_BYTES, TilePlan
+from distforest.parallel.tiling import TilePlan
 
 #: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
 #: (``benchmarks/bench_faults.py --calibrate``; table in ``benchmarks/results/faults.md``).
@@ -33,9 +34,6 @@ SECONDS_PER = {
     "tile": 1e-8,  # one pair of rows of a forest matrix, per tree
     "measure": 1e-8,  # one pair of rows of a similarity matrix, per feature
 }
-#: Computing (CPU-hours) a command may plan before it is refused; override with this variable.
-MAX_CPU_HOURS_ENV = "DISTFOREST_MAX_CPU_HOURS"
-DEFAULT_MAX_CPU_HOURS = 1000.0
 
 #: Bytes per tree node as stored (children, feature, threshold, flags, counts).
 _NODE_BYTES = 29
@@ -109,7 +107,7 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     x_bytes = 8 * n * d
     fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
     # the row blocks a worker keeps while writing tiles: rows by leaf, leaf runs (12 B a cell)
-    blocks_kept = min(BLOCK_CACHE_BYTES, math.ceil(n / tile) * tile * trees * 12)
+    blocks_kept = min(int(settings.get("block-cache-bytes")), math.ceil(n / tile) * tile * trees * 12)
     tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile + blocks_kept
     product_peak = n * trees * 9 + 8 * n * (d + 4) * 2
     return {
@@ -215,17 +213,8 @@ def physical_memory() -> int:
 
 
 def max_cpu_hours() -> float:
-    """The computing a command may plan (``DISTFOREST_MAX_CPU_HOURS``, default 1000)."""
-    value = os.environ.get(MAX_CPU_HOURS_ENV)
-    try:
-        hours = float(value) if value else DEFAULT_MAX_CPU_HOURS
-    except ValueError:
-        hours = -1.0
-    if not hours > 0:
-        raise ParameterError(
-            f"{MAX_CPU_HOURS_ENV} must be a positive number of hours, got {value!r}"
-        )
-    return hours
+    """The computing a command may plan (``distforest.max-cpu-hours``, default 1000)."""
+    return float(settings.get("max-cpu-hours"))
 
 
 def _duration(seconds: float) -> str:
@@ -239,7 +228,7 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
     """Refuse, before any work, a job beyond reason: a typo such as ``--trees 100000000``.
 
     Refused when the estimated memory of this process exceeds the machine's
-    RAM, or the estimated computing exceeds ``DISTFOREST_MAX_CPU_HOURS``
+    RAM, or the estimated computing exceeds ``distforest.max-cpu-hours`` (:mod:`distforest.settings`)
     (default 1000; set the variable to run a really big job).  The message
     gives the estimated time, memory and disk, like ``--dry-run``.
 
@@ -259,10 +248,10 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
                         f"machine has {_size(ram)}")  # fmt: skip
     if plan["cpu_seconds"] > limit * 3600:
         too_much.append(f"time: about {_duration(plan['cpu_seconds'])}, more than "
-                        f"{MAX_CPU_HOURS_ENV}={limit:g}")  # fmt: skip
+                        f"{settings.source('max-cpu-hours')}={limit:g}")  # fmt: skip
     if too_much:
         slow = plan["cpu_seconds"] > limit * 3600
-        longer = f"; to run a job this long on a big cluster, set {MAX_CPU_HOURS_ENV} higher"
+        longer = f"; to run a job this long on a big cluster, set {settings.how_to_set('max-cpu-hours')} higher"
         raise ParameterError(
             f"{what} is too large to start ({'; '.join(too_much)}; it would write about "
             f"{_size(plan['disk_bytes'])} and compute about {_duration(plan['cpu_seconds'])}): "

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from distforest import settings
 from distforest.cli.report import write_simple_report
 from distforest.errors import StoreError
 from distforest.parallel.cluster import connect
@@ -125,7 +126,7 @@ def resume_store(path: str | Path, run_id: str) -> tuple[RunStore, Stages]:
 
 @contextlib.contextmanager
 def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator[Any]:
-    """Run a block in process for up to :data:`IN_PROCESS_MAX` objects, else on a cluster.
+    """Run a block in process for up to ``distforest.in-process-objects``, else on a cluster.
 
     In process only when no cluster is named (``connect_kw`` all None);
     otherwise on the named (or a local) cluster.  The tasks, and so the
@@ -133,7 +134,7 @@ def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator
     :class:`~distforest.parallel.monitor.RunMonitor` (None in process), for
     :func:`~distforest.cli.report.cluster_facts`.
     """
-    if n_objects <= IN_PROCESS_MAX and all(v is None for v in connect_kw.values()):
+    if n_objects <= settings.get("in-process-objects") and all(v is None for v in connect_kw.values()):
         with execution("synchronous", progress=progress):
             yield None
         return
@@ -145,11 +146,6 @@ def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator
         execution(client, progress=progress),
     ):
         yield monitor
-
-
-#: Up to this many objects a model job stays in this process unless a cluster is named:
-#: starting a LocalCluster would cost more than the work.
-IN_PROCESS_MAX = 3000
 
 
 def run_staged(
