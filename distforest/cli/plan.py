@@ -6,8 +6,8 @@ is counted with as many nodes as a fully grown tree on the bootstrap rows
 can have).  ``distforest run --dry-run`` prints them; every command that
 writes a matrix checks the disk estimate against the free space, and every
 command that fits or writes refuses absurd sizes (:func:`check_size`: more
-memory than the machine has, or more computing than ``distforest.max-cpu-hours`` (:mod:`distforest.settings`))
-before it starts.
+memory than the machine has, or more computing than the ``distforest.max-cpu-hours``
+setting of :mod:`distforest.settings`) before it starts.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     x_bytes = 8 * n * d
     fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
     # the row blocks a worker keeps while writing tiles: rows by leaf, leaf runs (12 B a cell)
-    blocks_kept = min(int(settings.get("block-cache-bytes")), math.ceil(n / tile) * tile * trees * 12)
+    kept_max = int(settings.get("block-cache-bytes"))
+    blocks_kept = min(kept_max, math.ceil(n / tile) * tile * trees * 12)
     tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile + blocks_kept
     product_peak = n * trees * 9 + 8 * n * (d + 4) * 2
     return {
@@ -228,8 +229,8 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
     """Refuse, before any work, a job beyond reason: a typo such as ``--trees 100000000``.
 
     Refused when the estimated memory of this process exceeds the machine's
-    RAM, or the estimated computing exceeds ``distforest.max-cpu-hours`` (:mod:`distforest.settings`)
-    (default 1000; set the variable to run a really big job).  The message
+    RAM, or the estimated computing exceeds ``distforest.max-cpu-hours``
+    (:mod:`distforest.settings`, default 1000; raise it to run a really big job).  The message
     gives the estimated time, memory and disk, like ``--dry-run``.
 
     Parameters
@@ -251,7 +252,8 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
                         f"{settings.source('max-cpu-hours')}={limit:g}")  # fmt: skip
     if too_much:
         slow = plan["cpu_seconds"] > limit * 3600
-        longer = f"; to run a job this long on a big cluster, set {settings.how_to_set('max-cpu-hours')} higher"
+        knob = settings.how_to_set("max-cpu-hours")
+        longer = f"; to run a job this long on a big cluster, set {knob} higher"
         raise ParameterError(
             f"{what} is too large to start ({'; '.join(too_much)}; it would write about "
             f"{_size(plan['disk_bytes'])} and compute about {_duration(plan['cpu_seconds'])}): "

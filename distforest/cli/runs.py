@@ -134,7 +134,8 @@ def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator
     :class:`~distforest.parallel.monitor.RunMonitor` (None in process), for
     :func:`~distforest.cli.report.cluster_facts`.
     """
-    if n_objects <= settings.get("in-process-objects") and all(v is None for v in connect_kw.values()):
+    no_cluster = all(v is None for v in connect_kw.values())
+    if n_objects <= settings.get("in-process-objects") and no_cluster:
         with execution("synchronous", progress=progress):
             yield None
         return

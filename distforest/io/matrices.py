@@ -130,9 +130,7 @@ class CoordinateReader:
         Rows read from the store through the row cache (0 for other layouts).
     """
 
-    def __init__(
-        self, array: zarr.Array, offset: int = 0, cache_bytes: int | None = None
-    ) -> None:
+    def __init__(self, array: zarr.Array, offset: int = 0, cache_bytes: int | None = None) -> None:
         if cache_bytes is None:
             cache_bytes = int(settings.get("row-cache-bytes"))
         self.array = array

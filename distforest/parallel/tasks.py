@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from distforest import settings
-from distforest.errors import ParameterError, StalledError
+from distforest.errors import StalledError
 
 if TYPE_CHECKING:  # imported where a client is used: in-process runs do without it
     from distributed import Client, Future
@@ -357,7 +357,8 @@ class _Watchdog:
             if now - last_progress > self.stall:
                 raise StalledError(
                     f"{self.name}: no task finished for {now - last_progress:.0f} s "
-                    f"({settings.source('stall-timeout')}={self.stall:g}) with {watched.count()} task(s) "
+                    f"({settings.source('stall-timeout')}={self.stall:g}) with "
+                    f"{watched.count()} task(s) "
                     "waiting; the run stops here and can be resumed by running it again"
                 )
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from distforest.errors import ParameterError
 
+
 @dataclass(frozen=True)
 class Tile:
     """One task of a plan: a block of rows by a block of columns.
