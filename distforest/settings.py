@@ -108,7 +108,7 @@ def source(name: str) -> str:
     E.g. ``"DISTFOREST_MAX_CPU_HOURS"`` or ``"distforest.max-cpu-hours"``.
     """
     setting = _lookup(name)
-    return setting.env if _legacy(setting) else f"distforest.{name}"
+    return str(setting.env) if _legacy(setting) else f"distforest.{name}"
 
 
 def how_to_set(name: str) -> str:
