@@ -34,6 +34,8 @@ GROUP_FLAGS = {"quiet": ("-q", "--quiet"), "verbose": ("-v", "--verbose")}
 COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("distforest.cli.xforest_cmd:cluster_cmd",
                 "Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."),
+    "examples": ("distforest.cli.examples_cmd:examples_cmd",
+                 "Copy the example pipelines, cluster files and bundled data into DIR."),
     "impute": ("distforest.cli.impute_cmd:impute",
                "Fill the missing values of INPUT from random-forest proximities."),
     "info": ("distforest.cli.store_cmd:info",
