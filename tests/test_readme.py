@@ -11,13 +11,21 @@ names, made from the bundled data:
 - for the Python blocks, the names they use (``X``, ``y``, ``df``, ``V``, ...)
   are set by :data:`PYTHON_SETUP` before the block that first uses them.
 
+The Python blocks run inside ``distforest.execution("synchronous")`` (in this
+process; the README's own ``distforest.execution(client=...)`` block still
+reaches the test session's cluster, its ``scheduler_address``), where a
+notebook would start a LocalCluster per call.
+
 What the test changes, and only this (so that the whole README runs in seconds):
 
 - sizes: :data:`SMALLER` rewrites tree counts (``--trees 500`` -> ``--trees 12``,
-  ``n_estimators=1000`` -> ``n_estimators=12``, ...) and pipelines run with
-  ``--set`` overrides of their tree counts (:data:`PIPELINE_SIZES`);
+  ``n_estimators=1000`` -> ``n_estimators=12``, ...), :data:`EXTRA_OPTIONS` adds
+  ``--iterations 2`` to ``impute``, and pipelines run with ``--set`` overrides of
+  their tree counts (:data:`PIPELINE_SIZES`);
 - ``[...]`` marks an optional part of a command line: the line runs without it;
 - ``2026-11-21`` (the date in an example path) becomes today's date;
+- a line that would start the default LocalCluster uses the test session's
+  cluster (``session_cluster``);
 - lines listed in :data:`SKIP` are not run, each for the reason given there (a
   remote scheduler, a make target); the test checks that every listed line is
   still in the README, so a skip cannot outlive its line.
@@ -39,6 +47,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+import distforest
 from distforest.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +59,11 @@ SMALLER = [
     (r"--trees \d+", "--trees 12"),
     (r"n_estimators=\d+", "n_estimators=12"),
     (r"n_init=10\b", "n_init=2"),
+    (r"ProximityForest\(random_state=0\)", "ProximityForest(n_estimators=12, random_state=0)"),
+    (r"SimilarityForestClassifier\(\)", "SimilarityForestClassifier(n_estimators=12)"),
 ]
+#: Options added to a command (command name -> options), for the same reason.
+EXTRA_OPTIONS = {"impute": ["--iterations", "2"]}
 #: ``--set`` overrides given to ``distforest run`` per pipeline (their tree counts).
 PIPELINE_SIZES = {
     "main.yaml": ["forest.n_estimators=12"],
@@ -117,18 +130,35 @@ def test_every_skip_names_a_line_still_in_the_readme():
         assert marker in text, f"SKIP/EXPECTED_EXIT lists {marker!r}, no longer in README.md"
 
 
-def test_the_readme_command_lines(tmp_path, monkeypatch):
+@pytest.fixture
+def session_cluster(client, monkeypatch):
+    """Lines that would start a LocalCluster use the test session's cluster instead.
+
+    (Starting one takes seconds, per line.)  A line naming its own cluster
+    (``--cluster local``) still starts it.
+    """
+    from distforest.parallel import cluster, cluster_config
+
+    address = client.scheduler.address
+    monkeypatch.setattr(cluster, "default_cluster_config", lambda *a, **k: cluster_config._parse(
+        {"kind": "address", "address": address}, "<the test session's cluster>"))  # fmt: skip
+
+
+def test_the_readme_command_lines(tmp_path, monkeypatch, session_cluster):
     _write_inputs(tmp_path)
     monkeypatch.chdir(tmp_path)
     assert not (tmp_path / "pipelines").exists()  # not the repository root
     runner = CliRunner()
+    lines = _command_lines()
+    skipped = [line for _, line in lines if any(marker in line for marker in SKIP)]
+    assert len(skipped) == len(SKIP)
     ran = 0
-    for number, line in _command_lines():
-        if any(marker in line for marker in SKIP):
+    for number, line in lines:
+        if line in skipped:
             continue
         args = _runnable(line).split()
         assert args[0] == "distforest", f"README.md:{number}: not a distforest command: {line}"
-        args = args[1:]
+        args = args[1:] + EXTRA_OPTIONS.get(args[1], [])
         if args[0] == "run" and args[1].endswith(".yaml"):
             for item in PIPELINE_SIZES.get(Path(args[1]).name, []):
                 args += ["--set", item]
@@ -141,12 +171,75 @@ def test_the_readme_command_lines(tmp_path, monkeypatch):
             f"{result.output[-2000:]}"
         )
         ran += 1
-    assert ran >= 30
+    assert ran == len(lines) - len(skipped) >= 25
 
 
 #: First line of a Python block -> the code that makes the names it uses, run before it.
-PYTHON_SETUP: dict[str, str] = {}
+#: The blocks run in order in one namespace (a notebook session), so later blocks also
+#: see what earlier ones made (``pf``).
+PYTHON_SETUP = {
+    "from distforest import ProximityForest, open_store": """
+table = pd.read_csv("data.csv")
+X, y = table.drop(columns=["Id", "Class"]), table["Class"]
+V = np.random.default_rng(0).normal(size=(len(X), 2))
+X_new = X.iloc[:5]
+""",
+    "from distforest import ProximityImputer": """
+df = table.drop(columns=["Id"])
+new_rows = df.iloc[20:30]
+""",
+    "import distforest": """
+scheduler_address = SCHEDULER
+X_small, y_small = X.iloc[:100], y.iloc[:100]
+""",
+    "from distforest.forests.pairwise import pairwise": """
+complete = pd.read_csv(DATA / "ionosphere.csv")
+X, y = complete.drop(columns=["Class"]).to_numpy(), complete["Class"].to_numpy()
+""",
+    "from distforest import XForest": """
+X_new = X[:5]
+V = np.random.default_rng(0).normal(size=(len(X), 2))
+""",
+    "from distforest import SimilarityForestClassifier": """
+from sklearn.metrics.pairwise import rbf_kernel
+objects = (X - X.mean(axis=0)) / (X.std(axis=0) + 1e-12)
+S = rbf_kernel(objects[:200], gamma=0.05)
+Q = rbf_kernel(objects[200:], objects[:200], gamma=0.05)
+y_all, y = y, y[:200]
+objects = objects[:200]
+my_function = lambda a, b: rbf_kernel(a, b, gamma=0.05)
+""",
+    "from distforest import SMERF": """
+X = objects[:120]
+D = (y[:120, None] != y[None, :120]).astype(float)
+A, B = objects[120:130], objects[130:140]
+""",
+}
 
 
-def test_the_readme_python_blocks(tmp_path, monkeypatch):
-    pytest.skip("next")
+def test_every_python_setup_names_a_block():
+    firsts = [text.splitlines()[0] for _, text in _blocks("python")]
+    for first in PYTHON_SETUP:
+        assert first in firsts, f"PYTHON_SETUP names {first!r}, no longer a README block"
+
+
+def test_the_readme_python_blocks(tmp_path, monkeypatch, client):
+    shutil.copy(DATA / "breast_cancer.csv", tmp_path / "data.csv")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {
+        "np": np, "pd": pd, "DATA": DATA, "SCHEDULER": client.scheduler.address,
+    }  # fmt: skip
+    blocks = _blocks("python")
+    assert len(blocks) >= 8
+    for start, text in blocks:
+        setup = PYTHON_SETUP.get(text.splitlines()[0])
+        if setup:
+            exec(compile(setup, f"<setup of README.md:{start}>", "exec"), namespace)
+        code = text
+        for pattern, new in SMALLER:
+            code = re.sub(pattern, new, code)
+        try:
+            with distforest.execution("synchronous"):  # no cluster per call: see the docstring
+                exec(compile(code, f"README.md:{start}", "exec"), namespace)
+        except Exception as exc:
+            raise AssertionError(f"the Python block at README.md:{start} fails: {exc!r}") from exc
