@@ -47,8 +47,8 @@ cluster_options = _stack([
     click.option("--scheduler", metavar="ADDRESS",
                  help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
     click.option("--cluster", "cluster", metavar="FILE.yaml", type=click.Path(dir_okay=False),
-                 help="Start or reach a cluster described in a YAML file, or a shipped one by name: "
-                      "local, address, ssh, slurm, pbs, kubernetes (see cluster_configs/)."),
+                 help="Start or reach a cluster described in a YAML file, or a shipped one "
+                      "by name: local, address, ssh, slurm, pbs, kubernetes (cluster_configs/)."),
     click.option("--workers", type=click.IntRange(min=1),
                  help="Workers of the default LocalCluster [default: CPU count]."),
     click.option("--threads", type=click.IntRange(min=1),
