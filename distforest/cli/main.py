@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
+from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +26,10 @@ from distforest.errors import DISK_FULL_ERRNOS, DiskFullError, DistforestError, 
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
+
+#: Parameters naming files or stores a command writes: checked writable while the command
+#: line is read, before any work.
+OUTPUT_PARAMS = frozenset({"out", "plot", "directory"})
 
 #: The group's options a user may also give after the subcommand (``distforest CMD ... -q``).
 GROUP_FLAGS = {"quiet": ("-q", "--quiet"), "verbose": ("-v", "--verbose")}
@@ -97,6 +103,7 @@ class _Group(click.Group):
         if not isinstance(command, click.Command):
             raise TypeError(f"{module}:{attr} is {command!r}, not a click command")
         _accept_group_flags(command)
+        _check_outputs_early(command)
         self.add_command(command, cmd_name)
         return command
 
@@ -196,6 +203,43 @@ def _accept_group_flags(command: click.Command) -> None:
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             _accept_group_flags(sub)
+
+
+def check_writable(path: str) -> None:
+    """Refuse an output whose folder this process cannot write (exit 6, one line).
+
+    The folder is the nearest existing one on the way to ``path`` (missing
+    folders are created by the commands): a read-only mount or a folder
+    without write permission fails here, before any work, instead of at the
+    end of the run.
+    """
+    out = Path(path)
+    folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
+    if out.is_dir() and not out.is_symlink():
+        folder = out  # a store or folder being replaced: written inside
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        from distforest.errors import StoreError
+
+        why = "is not a folder" if not folder.is_dir() else "is not writable (read-only, or "
+        why += "" if not folder.is_dir() else "no permission)"
+        raise StoreError(f"cannot write {path!r}: {str(folder)!r} {why}; choose another path")
+
+
+def _writable_output(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value and not ctx.resilient_parsing:
+        for path in value if isinstance(value, list | tuple) else [value]:
+            check_writable(str(path))
+    return value
+
+
+def _check_outputs_early(command: click.Command) -> None:
+    """Check ``command``'s output parameters (:data:`OUTPUT_PARAMS`) as they are read."""
+    for param in command.params:
+        if param.name in OUTPUT_PARAMS and param.callback is None:
+            param.callback = _writable_output
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _check_outputs_early(sub)
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distforest.errors import InputError, ParameterError
+from distforest.errors import InputError, ParameterError, StoreError
 
 __all__ = ["OUTPUT_FORMATS", "check_can_write", "output_format", "write_table"]
 
@@ -81,29 +81,38 @@ def check_can_write(path: str | Path, overwrite: bool = False) -> Path:
     Raises
     ------
     ParameterError
-        Unsupported suffix, an existing destination without ``overwrite``,
-        a directory that is not a Zarr store, or a missing parent folder.
+        Unsupported suffix.
+    StoreError
+        An existing destination without ``overwrite``, a directory that is
+        not a Zarr store, a missing parent folder, or a folder this process
+        cannot write (read-only mount, permissions): exit 6, as every output
+        problem of the command line.
     """
     fmt = output_format(path)
     dest = Path(path).resolve()
+    if dest.parent.is_dir() and not os.access(dest.parent, os.W_OK | os.X_OK):
+        raise StoreError(
+            f"cannot write {str(path)!r}: the folder {str(dest.parent)!r} is not writable "
+            "(read-only, or no permission); choose another output path"
+        )
     if not dest.parent.is_dir():
-        raise ParameterError(
+        raise StoreError(
             f"cannot write {str(path)!r}: the folder {str(dest.parent)!r} does not exist; "
             "create it first"
         )
     if dest.exists() or dest.is_symlink():
         if not overwrite:
-            raise ParameterError(
+            raise StoreError(
                 f"{str(path)!r} already exists; pass overwrite=True (--overwrite) to replace it "
                 "or choose another name"
             )
         if dest.is_dir() and not (fmt == "zarr" and (dest / "zarr.json").exists()):
-            raise ParameterError(
+            raise StoreError(
                 f"{str(path)!r} is a directory that is not a Zarr store; refusing to replace "
                 "it: choose another name"
             )
         if not dest.is_dir() and fmt == "zarr":
-            raise ParameterError(
+            raise StoreError(
                 f"{str(path)!r} exists and is a file, not a Zarr store; refusing to replace "
                 "it: choose another name"
             )

@@ -35,7 +35,7 @@ import numpy as np
 import zarr
 
 from distforest._version import __version__
-from distforest.errors import StoreError
+from distforest.errors import DISK_FULL_ERRNOS, StoreError
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
 from distforest.kernels.transpose import transposed
 from distforest.store.schema import (
@@ -190,9 +190,10 @@ class RunStore:
             tmp.rename(p)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            fix = "free some space or " if exc.errno in DISK_FULL_ERRNOS else ""
             raise StoreError(
-                f"cannot create the store {str(p)!r}: {exc.strerror or exc}; free some space "
-                "or write to another directory"
+                f"cannot create the store {str(p)!r}: {exc.strerror or exc}; {fix}write to "
+                "another directory"
             ) from exc
         return cls(p, zarr.open_group(str(p), mode="r+", use_consolidated=False))
 
