@@ -14,8 +14,8 @@ import importlib
 import logging
 import os
 import sys
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click

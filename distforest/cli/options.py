@@ -187,9 +187,7 @@ def runs_in_process(cluster_kw: dict[str, Any], cells: int) -> bool:
     """
     from distforest import settings
 
-    return cells <= settings.get("in-process-cells") and all(
-        v is None for v in cluster_kw.values()
-    )
+    return cells <= settings.get("in-process-cells") and all(v is None for v in cluster_kw.values())
 
 
 @contextmanager

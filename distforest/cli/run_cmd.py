@@ -133,14 +133,16 @@ def shipped_pipeline(pipeline: str, overrides: tuple[str, ...]) -> tuple[str, tu
     for section, key in (("input", "path"), ("input", "labels")):
         value = (data.get(section) or {}).get(key)
         found = examples.bundled_path(value) if isinstance(value, str) else None
-        if found is not None and not Path(value).exists():
+        if found is not None and not Path(str(value)).exists():
             moved.append(f"{section}.{key}={found}")
     predict = (data.get("knn") or {}).get("predict")
     if isinstance(predict, dict) and isinstance(predict.get("input"), str):
         found = examples.bundled_path(predict["input"])
         if found is not None and not Path(predict["input"]).exists():
-            moved.append("knn.predict=" + yaml.safe_dump({**predict, "input": str(found)},
-                                                         default_flow_style=True).strip())
+            moved.append(
+                "knn.predict="
+                + yaml.safe_dump({**predict, "input": str(found)}, default_flow_style=True).strip()
+            )
     return str(path), (*moved, *overrides)
 
 
