@@ -272,7 +272,8 @@ BAD = {
     "zero trees": (["proximity", "ok.csv", "--out", "o.zarr", "--trees", "0"], 2, ["--trees"],
                    "o.zarr"),
     "output inside a file": (["proximity", "ok.csv", "--out", "afile/o.zarr", "--trees", "3"], 6,
-                             ["cannot open the lock file"], "afile/o.zarr"),
+                             ["cannot write 'afile/o.zarr'", "'afile' is not a folder"],
+                             "afile/o.zarr"),
     "overwrite a folder that is not a store": (
         ["proximity", "ok.csv", "--out", "foreign", "--trees", "3", "--overwrite"], 6,
         ["refusing to overwrite", "not a distforest store"], None),

@@ -129,7 +129,8 @@ def test_small_imputation_loads_no_cluster_store_or_jit_module(breast_cancer_csv
     args = ["-q", "impute", str(breast_cancer_csv), "--target", "Class", "--drop", "Id",
             "--trees", "4", "--iterations", "2", "--out", str(out)]  # fmt: skip
     code = (f"from distforest.cli.main import cli\ncli({args!r}, standalone_mode=False)\n"
-            "import sys\nassert not {'dask.array', 'dask.dataframe'} & set(sys.modules)")  # fmt: skip
+            "import sys\nassert not {'dask.array', 'dask.dataframe'} & set(sys.modules)"
+            )  # fmt: skip
     assert loaded_after(code) == ["dask", "sklearn", "pandas"]  # (the probe fails otherwise)
     assert out.exists()
 
