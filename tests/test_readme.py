@@ -8,6 +8,11 @@ names, made from the bundled data:
 
 - ``data.csv``: the bundled breast-cancer table (699 rows, ``Id``, ``Class``);
 - ``train.csv`` / ``test.csv``: a small regression table (column ``price``);
+- ``S.npy``, ``labels.csv``, ``Q.npy`` (SimForest: an RBF similarity of 200
+  ionosphere rows, their labels, and 50 other rows against them), ``new.csv``
+  (20 complete breast-cancer rows without ``Class``), ``X.csv``, ``D.npy``,
+  ``A.csv``, ``B.csv`` (SMERF: 120 ionosphere rows, the distance 1 where their
+  classes differ, and 20 + 10 other rows);
 - for the Python blocks, the names they use (``X``, ``y``, ``df``, ``V``, ...)
   are set by :data:`PYTHON_SETUP` before the block that first uses them.
 
@@ -20,9 +25,11 @@ What the test changes, and only this (so that the whole README runs in seconds):
 
 - sizes: :data:`SMALLER` rewrites tree counts (``--trees 500`` -> ``--trees 12``,
   ``n_estimators=1000`` -> ``n_estimators=12``, ...), :data:`EXTRA_OPTIONS` adds
-  ``--iterations 2`` to ``impute``, and pipelines run with ``--set`` overrides of
+  ``--iterations 2`` to ``impute`` and ``--trees 12`` where the README leaves the
+  default (``simforest fit``, ``smerf fit``), and pipelines run with ``--set`` overrides of
   their tree counts (:data:`PIPELINE_SIZES`);
 - ``[...]`` marks an optional part of a command line: the line runs without it;
+  ``a|b|c`` lists choices: the line runs with the first;
 - ``2026-11-21`` (the date in an example path) becomes today's date;
 - a line that would start the default LocalCluster uses the test session's
   cluster (``session_cluster``);
@@ -46,6 +53,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from sklearn.metrics.pairwise import rbf_kernel
 
 import distforest
 from distforest.cli.main import cli
@@ -63,12 +71,14 @@ SMALLER = [
     (r"SimilarityForestClassifier\(\)", "SimilarityForestClassifier(n_estimators=12)"),
 ]
 #: Options added to a command (command name -> options), for the same reason.
-EXTRA_OPTIONS = {"impute": ["--iterations", "2"]}
+EXTRA_OPTIONS = {"impute": ["--iterations", "2"], "simforest fit": ["--trees", "12"],
+                 "smerf fit": ["--trees", "12"]}  # fmt: skip
 #: ``--set`` overrides given to ``distforest run`` per pipeline (their tree counts).
 PIPELINE_SIZES = {
-    "main.yaml": ["forest.n_estimators=12"],
-    "nightly_impute.yaml": ["forest.n_estimators=12", "impute.iterations=2"],
-    "xforest_cluster.yaml": ["xforest.n_estimators=12"],
+    "main": ["forest.n_estimators=12"],
+    "nightly_impute": ["forest.n_estimators=12", "impute.iterations=2"],
+    "xforest_cluster": ["xforest.n_estimators=12"],
+    "simforest": ["simforest.n_estimators=12"],
 }
 #: A substring of a README line -> why the test does not run that line.
 SKIP = {
@@ -109,6 +119,7 @@ def _command_lines() -> list[tuple[int, str]]:
 def _runnable(line: str) -> str:
     """The command as the test runs it: smaller sizes, no optional parts, today's date."""
     line = re.sub(r"\s*\[[^\]]*\]", "", line)
+    line = re.sub(r"(?<=\s)([\w.-]+)(?:\|[\w.-]+)+", r"\1", line)
     for pattern, new in SMALLER:
         line = re.sub(pattern, new, line)
     return line.replace("2026-11-21", _dt.date.today().isoformat())
@@ -122,6 +133,19 @@ def _write_inputs(folder: Path) -> None:
     table = pd.DataFrame(X, columns=["rooms", "area", "age", "distance"]).assign(price=price)
     table.iloc[:120].to_csv(folder / "train.csv", index=False)
     table.iloc[120:].drop(columns="price").to_csv(folder / "test.csv", index=False)
+    cancer = pd.read_csv(DATA / "breast_cancer.csv").dropna()
+    cancer.iloc[600:620].drop(columns="Class").to_csv(folder / "new.csv", index=False)
+    iono = pd.read_csv(DATA / "ionosphere.csv")
+    X = iono.drop(columns=["Class", "V2"])  # V2 is constant
+    Z = ((X - X.mean()) / X.std()).to_numpy()
+    labels = iono["Class"].to_numpy()
+    np.save(folder / "S.npy", rbf_kernel(Z[:200], gamma=0.05))
+    np.save(folder / "Q.npy", rbf_kernel(Z[200:250], Z[:200], gamma=0.05))
+    pd.DataFrame({"label": labels[:200]}).to_csv(folder / "labels.csv", index=False)
+    X.iloc[:120].to_csv(folder / "X.csv", index=False)
+    np.save(folder / "D.npy", (labels[:120, None] != labels[None, :120]).astype(float))
+    X.iloc[120:140].to_csv(folder / "A.csv", index=False)
+    X.iloc[140:150].to_csv(folder / "B.csv", index=False)
 
 
 def test_every_skip_names_a_line_still_in_the_readme():
@@ -158,9 +182,10 @@ def test_the_readme_command_lines(tmp_path, monkeypatch, session_cluster):
             continue
         args = _runnable(line).split()
         assert args[0] == "distforest", f"README.md:{number}: not a distforest command: {line}"
-        args = args[1:] + EXTRA_OPTIONS.get(args[1], [])
-        if args[0] == "run" and args[1].endswith(".yaml"):
-            for item in PIPELINE_SIZES.get(Path(args[1]).name, []):
+        args = args[1:]
+        args += EXTRA_OPTIONS.get(args[0], EXTRA_OPTIONS.get(" ".join(args[:2]), []))
+        if args[0] == "run":
+            for item in PIPELINE_SIZES.get(Path(args[1]).stem, []):
                 args += ["--set", item]
         if "*" in " ".join(args):  # a shell glob, as the shell would expand it
             args = [a for arg in args for a in (sorted(map(str, Path().glob(arg))) or [arg])]

@@ -125,7 +125,7 @@ def read_fit_input(
     if target is None or labels is not None:
         raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
     assert data is not None
-    table = load_table(data, target=target, drop=drop, na_values=na_values)
+    table = load_table(data, target=target, drop=drop, na_values=na_values, allow_missing=False)
     if table.categories:
         raise InputError(
             f"{data!r}: column(s) {sorted(table.categories)} hold text; a SimForest measure "

@@ -90,6 +90,11 @@ class StoredMatrix:
     name: str | None
     shape: tuple[int, int]
 
+    def __post_init__(self) -> None:
+        # Absolute from the start: tasks open it on workers, whose folder may differ.
+        if "://" not in self.path:
+            object.__setattr__(self, "path", str(Path(self.path).absolute()))
+
     def open(self) -> Any:
         """An object answering ``m[rows, cols]`` (integer arrays, element-wise) and ``m[a:b]``."""
         if self.path.endswith(".npy"):
