@@ -65,6 +65,7 @@ def test_a_mistyped_command_gets_a_suggestion():
 # -- Ctrl-C ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_in_one_line_and_the_run_resumes(tmp_path):
     """SIGINT to the whole process group, as a terminal's Ctrl-C, while tiles are written."""
     from distforest.store.lock import StoreLock
