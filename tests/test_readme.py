@@ -7,6 +7,8 @@ temporary folder (not the repository root), which holds the files the README
 names, made from the bundled data:
 
 - ``data.csv``: the bundled breast-cancer table (699 rows, ``Id``, ``Class``);
+- ``data.parquet``: the same table as Parquet, ``Id`` dropped and ``Class``
+  renamed ``y``;
 - ``train.csv`` / ``test.csv``: a small regression table (column ``price``);
 - ``S.npy``, ``labels.csv``, ``Q.npy`` (SimForest: an RBF similarity of 200
   ionosphere rows, their labels, and 50 other rows against them), ``new.csv``
@@ -127,13 +129,15 @@ def _runnable(line: str) -> str:
 
 def _write_inputs(folder: Path) -> None:
     shutil.copy(DATA / "breast_cancer.csv", folder / "data.csv")
+    cancer = pd.read_csv(DATA / "breast_cancer.csv")
+    cancer.drop(columns="Id").rename(columns={"Class": "y"}).to_parquet(folder / "data.parquet")
     rng = np.random.default_rng(0)
     X = rng.normal(size=(160, 4))
     price = 3 * X[:, 0] - 2 * X[:, 1] + X[:, 2] * X[:, 3] + rng.normal(scale=0.1, size=160)
     table = pd.DataFrame(X, columns=["rooms", "area", "age", "distance"]).assign(price=price)
     table.iloc[:120].to_csv(folder / "train.csv", index=False)
     table.iloc[120:].drop(columns="price").to_csv(folder / "test.csv", index=False)
-    cancer = pd.read_csv(DATA / "breast_cancer.csv").dropna()
+    cancer = cancer.dropna()
     cancer.iloc[600:620].drop(columns="Class").to_csv(folder / "new.csv", index=False)
     iono = pd.read_csv(DATA / "ionosphere.csv")
     X = iono.drop(columns=["Class", "V2"])  # V2 is constant

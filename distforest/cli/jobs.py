@@ -194,10 +194,12 @@ def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> RunSto
     That is: a complete distforest store of a job whose spec equals this one
     but for :data:`MATRIX_KEYS` (same input and fingerprint, same forest
     parameters and seed, no applications), while this job asks for no
-    applications either.  None otherwise (then :func:`decide` rules).
+    applications (nor top-k neighbours) either.  None otherwise (then :func:`decide` rules).
     """
     path = Path(job.out)
-    if any(getattr(job, name) for name in APP_STAGES) or not path.is_dir():
+    if any(getattr(job, name) for name in APP_STAGES) or job.top_k is not None:
+        return None  # (a top-k job's neighbours are not a dense matrix to add)
+    if not path.is_dir():
         return None
     try:
         rs = RunStore.open(path)
