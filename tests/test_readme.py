@@ -71,6 +71,7 @@ SMALLER = [
     (r"n_init=10\b", "n_init=2"),
     (r"ProximityForest\(random_state=0\)", "ProximityForest(n_estimators=12, random_state=0)"),
     (r"SimilarityForestClassifier\(\)", "SimilarityForestClassifier(n_estimators=12)"),
+    (r"ProximityForest\(\)", "ProximityForest(n_estimators=12)"),
 ]
 #: Options added to a command (command name -> options), for the same reason.
 EXTRA_OPTIONS = {"impute": ["--iterations", "2"], "simforest fit": ["--trees", "12"],
@@ -206,7 +207,7 @@ def test_the_readme_command_lines(tmp_path, monkeypatch, session_cluster):
 #: First line of a Python block -> the code that makes the names it uses, run before it.
 #: The blocks run in order in one namespace (a notebook session), so later blocks also
 #: see what earlier ones made (``pf``).
-PYTHON_SETUP = {
+PYTHON_SETUP: dict[str, str | None] = {
     "from distforest import ProximityForest, open_store": """
 table = pd.read_csv("data.csv")
 X, y = table.drop(columns=["Id", "Class"]), table["Class"]
@@ -238,6 +239,7 @@ y_all, y = y, y[:200]
 objects = objects[:200]
 my_function = lambda a, b: rbf_kernel(a, b, gamma=0.05)
 """,
+    "from distforest.store.inputs import ingest": None,
     "from distforest import SMERF": """
 X = objects[:120]
 D = (y[:120, None] != y[None, :120]).astype(float)
@@ -246,8 +248,30 @@ A, B = objects[120:130], objects[130:140]
 }
 
 
+#: The exports/ folder of the partitioned-input block: two Parquet parts, and the same
+#: table as a dask DataFrame.
+EXPORTS = """
+import dask.dataframe as dd
+Path("exports").mkdir()
+parts = pd.read_csv(DATA / "ionosphere.csv").rename(columns={"Class": "label"}).drop(columns="V2")
+parts.iloc[:180].to_parquet("exports/part-0.parquet")
+parts.iloc[180:].to_parquet("exports/part-1.parquet")
+dask_frame = dd.from_pandas(parts, npartitions=2)
+"""
+
+
+def _setup(text: str) -> str | None:
+    """The setup of a block: by its first line, or by a line it contains (``None`` keys)."""
+    lines = text.splitlines()
+    if lines[0] in PYTHON_SETUP and PYTHON_SETUP[lines[0]] is not None:
+        return PYTHON_SETUP[lines[0]]
+    if "from distforest.store.inputs import ingest" in lines:
+        return EXPORTS
+    return None
+
+
 def test_every_python_setup_names_a_block():
-    firsts = [text.splitlines()[0] for _, text in _blocks("python")]
+    firsts = [line for _, text in _blocks("python") for line in text.splitlines()]
     for first in PYTHON_SETUP:
         assert first in firsts, f"PYTHON_SETUP names {first!r}, no longer a README block"
 
@@ -256,12 +280,12 @@ def test_the_readme_python_blocks(tmp_path, monkeypatch, client):
     shutil.copy(DATA / "breast_cancer.csv", tmp_path / "data.csv")
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {
-        "np": np, "pd": pd, "DATA": DATA, "SCHEDULER": client.scheduler.address,
+        "np": np, "pd": pd, "Path": Path, "DATA": DATA, "SCHEDULER": client.scheduler.address,
     }  # fmt: skip
     blocks = _blocks("python")
     assert len(blocks) >= 8
     for start, text in blocks:
-        setup = PYTHON_SETUP.get(text.splitlines()[0])
+        setup = _setup(text)
         if setup:
             exec(compile(setup, f"<setup of README.md:{start}>", "exec"), namespace)
         code = text

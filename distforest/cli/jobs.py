@@ -28,16 +28,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distforest._version import __version__
+from distforest.cli.big_input import partitioned_input
 from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, check_size, estimate
 from distforest.cli.report import write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
+from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
 from distforest.parallel.execution import Execution, in_process, use_execution
+from distforest.store.inputs import PendingInput
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -83,7 +86,7 @@ class ProximityJob:
     #: The pipeline file the job came from, if any.
     source: str | None = None
 
-    def spec(self, table: Table) -> dict[str, Any]:
+    def spec(self, table: Table | PendingInput) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
         spec = {k: v for k, v in asdict(self).items() if k in keep}
@@ -120,7 +123,7 @@ def run_proximity_job(
     """
     start = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex[:8]
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    table = _read_input(job)
     spec = job.spec(table)
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:
@@ -144,7 +147,7 @@ def run_proximity_job(
         check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
-        with _where(job, table.X.size, progress) as (client, monitor):
+        with _where(job, table.n_samples * table.n_features, progress) as (client, monitor):
             forest, rs, stages = _fit_stage(job, table, stages, spec, digest, run_id)
             _tiles_stage(job, forest, rs, stages)
             _app_stages(job, table, forest, rs, stages, plan, client)
@@ -156,6 +159,24 @@ def run_proximity_job(
                 stages.finish("report", time.perf_counter() - tick, report)
         rs.mark_complete()
     return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
+
+
+def _read_input(job: ProximityJob) -> Table | PendingInput:
+    """The job's table: loaded whole, or (a glob, a folder of parts, a large file) its
+    partitions' summaries only, the encoded rows written into the job's store later."""
+    if not partitioned_input(job.input):
+        return load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    if job.impute:
+        raise InputError(
+            f"{job.input}: the impute stage reads its input whole and does not take a glob, "
+            "a folder of parts or a file over 32 MB yet; run `distforest impute` on one file, "
+            "or leave impute out of this job"
+        )
+    from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
+
+    data = read_partitioned(job.input, target=job.target, drop=job.drop,
+                            na_values=job.na_values)  # fmt: skip
+    return PendingInput(data)
 
 
 @contextlib.contextmanager
@@ -214,11 +235,13 @@ def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> RunSto
     return rs if strip(old) == strip(spec) else None
 
 
-def _add_matrix(job: ProximityJob, rs: RunStore, table: Table, progress: Any,
+def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
                 start: float) -> JobResult:  # fmt: skip
     """Write ``job.method``'s matrix (and picture) into a complete store of the same forest.
 
-    The forest is loaded from the store, not fitted again; a matrix already
+    ``table`` is the job's input (a :class:`Table` or a pending partitioned
+    input: only its size is used).  The forest is loaded from the store, not
+    fitted again; a matrix already
     complete there is not written again (exit 0, "already complete").
     """
     name = ARRAY_NAMES[job.method]
@@ -237,7 +260,7 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Table, progress: Any,
     rs = RunStore.open(job.out, mode="r+")
     rs.mark_running()
     outputs: dict[str, str] = {}
-    with _where(job, table.X.size, progress):
+    with _where(job, table.n_samples * table.n_features, progress):
         forest.write_proximity(rs, job.method)
         if job.plot:
             from distforest.apps.plots import plot_matrix
@@ -290,10 +313,15 @@ def _fit_stage(job, table, stages, spec, digest, run_id):
         forest = ProximityForest.from_store(job.out)
         return (forest, *resume_store(job.out, run_id))
     tick = time.perf_counter()
-    forest = ProximityForest(**job.forest).fit(table)
-    rs = forest.save(job.out, overwrite=True, attrs={  # the spec from the store's first moment
-        "spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
-        "pipeline": job.source, "stages": {}})  # fmt: skip
+    attrs = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
+             "pipeline": job.source, "stages": {}}  # fmt: skip
+    if isinstance(table, PendingInput):  # rows into the store, trees read them there
+        forest = ProximityForest(**job.forest).fit(table.write(job.out, attrs))
+        rs = RunStore.open(job.out, mode="r+")
+    else:
+        forest = ProximityForest(**job.forest).fit(table)
+        # the spec from the store's first moment
+        rs = forest.save(job.out, overwrite=True, attrs=attrs)
     stages = Stages(rs)
     stages.finish("fit", time.perf_counter() - tick, trees=int(forest.leaves_.shape[1]))
     return forest, rs, stages
