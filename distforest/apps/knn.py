@@ -44,6 +44,7 @@ from distforest.forests.measures import (
 )
 from distforest.forests.neighbors import Neighbors, search
 from distforest.forests.pairwise import as_matrix
+from distforest.io import location
 from distforest.parallel.execution import SYNCHRONOUS, use_execution
 from distforest.store.run_store import RunStore
 
@@ -469,7 +470,7 @@ def save_model(
             rs.write_array(f"scaler_{name}", getattr(model.scaler_, name), ("feature",))
     if forest:
         saved: Any = model.similarity_  # a forest similarity: it has save()
-        saved.save(Path(rs.path) / FOREST_GROUP)
+        saved.save(location.join(rs.path, FOREST_GROUP))
     rs.mark_complete()
     return rs
 
@@ -504,7 +505,7 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
         model.classes_ = np.asarray(attrs["classes"])
     model.measure_ = model.similarity_ = None
     if attrs.get("metric_forest"):
-        where = Path(rs.path) / attrs["metric_forest"]
+        where = location.join(rs.path, attrs["metric_forest"])
         model.similarity_ = load_similarity(model.metric, where)  # no client: it travels in tasks
     else:
         m = attrs["measure"]

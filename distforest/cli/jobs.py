@@ -35,7 +35,7 @@ from distforest.cli.report import write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
-from distforest.io import Table, load_table
+from distforest.io import Table, load_table, location
 from distforest.parallel.cluster import connect
 from distforest.parallel.execution import Execution, in_process, use_execution
 from distforest.store.lock import StoreLock
@@ -132,7 +132,7 @@ def run_proximity_job(
                    f"the number of trees ({need['trees']:,})"
                    + (f" and imputation iterations ({job.impute.get('iterations', 5)})"
                       if job.impute else ""))  # fmt: skip
-        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
+        check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
         with _where(job, table.X.size, progress) as (client, monitor):
@@ -257,7 +257,8 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
             params = {k: v for k, v in options.items() if k != "out"}
             params.setdefault("random_state", job.forest.get("random_state"))
             imputer, _, written = run_imputation(plan, params, client)
-            outputs = {"imputed table": str(Path(written).resolve())}
+            outputs = {"imputed table": str(written) if location.is_remote(written)
+                       else str(Path(written).resolve())}  # fmt: skip
             info["cells_imputed"] = int(sum(imputer.n_missing_.values()))
         elif name == "outliers":
             outputs = write_outliers(forest, options["out"], options.get("plot"),

@@ -26,7 +26,7 @@ from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
-from distforest.io import load_table
+from distforest.io import load_table, location
 from distforest.store.run_store import RunStore, check_can_create
 
 KNN_CHOICES = {
@@ -229,7 +229,7 @@ def run_knn_job(
                            ("model", (model or {}).get("model"))) if path
     }  # fmt: skip
     for name, path in (("neighbors", (nb or {}).get("out")), ("model", (model or {}).get("model"))):
-        if path and todo[name]:
+        if path and todo[name] and not location.is_remote(path):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     if predict and todo.get("model", True):
         check_new_file(predict["out"], job.overwrite or restart or "model" in todo)
@@ -252,7 +252,7 @@ def run_knn_job(
             params = ds.attrs["params"]
             what.append(f"top-{nb['k']} {params['metric']} neighbours ({params['algorithm']})")
         if model:
-            if todo["model"] or (predict and not Path(predict["out"]).exists()):
+            if todo["model"] or (predict and not location.exists(predict["out"])):
                 params = {"n_neighbors": model["k"], "weights": model["weights"],
                           "metric": model["metric"],
                           "normalize": normalize_choice(model["normalize"]),
@@ -269,7 +269,7 @@ def run_knn_job(
             task = {"KNNClassifier": "classification"}.get(saved.attrs["model"], "regression")
             outputs["model"] = saved.path
             if predict:
-                outputs["predictions"] = str(Path(predict["out"]).resolve())
+                outputs["predictions"] = _shown(predict["out"])
             if model["metric"] in FOREST_METRICS:
                 n_trees = model["n_estimators"]
             what.append(f"k-NN {task} model (k={model['k']}, {model['weights']}, "
@@ -279,7 +279,7 @@ def run_knn_job(
                 shape = (rows, features)
     store = outputs.get("neighbours store") or outputs["model"]
     mode = "already complete" if not any(todo.values()) and (
-        not predict or Path(predict["out"]).exists()) else "new"  # fmt: skip
+        not predict or location.exists(predict["out"])) else "new"  # fmt: skip
     return JobResult(
         store=store,
         name="neighbor_index" if nb else "X_fit",
@@ -298,9 +298,14 @@ def _stage_todo(path: str, spec: dict[str, Any], digest: str, *, restart: bool,
     mode = decide(path, spec, digest, restart=restart, overwrite=overwrite)
     if mode == "complete":
         return False
-    if Path(path).exists():
+    if location.exists(path):
         check_can_create(path, overwrite=True)  # ours, half-written or replaced on request
     return True
+
+
+def _shown(path: str) -> str:
+    """An output as the summary shows it: a URL as given, a local path resolved."""
+    return str(path) if location.is_remote(path) else str(Path(path).resolve())
 
 
 def knn_summary(result: JobResult) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from distforest.errors import ParameterError, StoreError
+from distforest.io import location
 from distforest.parallel.tasks import default_batch_size, plan_tree_batches
 from distforest.parallel.tiling import BLOCK_CACHE_BYTES, TilePlan
 
@@ -270,8 +271,17 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
         )
 
 
+#: The free space of object storage (see :func:`free_space`).
+UNBOUNDED = 2**62
+
+
 def free_space(directory: str | Path) -> int:
-    """Free bytes on the file system that holds ``directory`` (or its nearest parent)."""
+    """Free bytes on the file system that holds ``directory`` (or its nearest parent).
+
+    Object storage has no such limit to check: its free space counts as unbounded.
+    """
+    if location.is_remote(directory):
+        return UNBOUNDED
     p = Path(directory).resolve()
     while not p.exists():
         p = p.parent
@@ -280,7 +290,7 @@ def free_space(directory: str | Path) -> int:
 
 def _bytes_in(path: str | Path | None) -> int:
     """Bytes of the files under ``path`` (0 if it does not exist)."""
-    if path is None or not Path(path).is_dir():
+    if path is None or location.is_remote(path) or not Path(path).is_dir():
         return 0
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 

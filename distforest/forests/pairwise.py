@@ -24,7 +24,7 @@ from distforest.errors import InputError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.measures import Measure, check_values, make_scaler, parse_metric
 from distforest.forests.tiled import matrix_in_memory, write_matrix
-from distforest.io import Table, load_table
+from distforest.io import Table, load_table, location
 from distforest.parallel.execution import Progress, for_call
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
@@ -220,7 +220,7 @@ def pairwise(
 
 def _open_for(store: str | Path, identity: dict[str, Any], overwrite: bool) -> RunStore | None:
     """A half-written store of the same request, to resume (None: create a new one)."""
-    if overwrite or not Path(store).exists():
+    if overwrite or not location.exists(store):
         return None
     try:
         rs = RunStore.open(store, mode="r+")

@@ -16,7 +16,7 @@ from distforest.forests import tiles
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
-from distforest.io import Table, load_table
+from distforest.io import Table, load_table, location
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks
@@ -365,8 +365,8 @@ class ProximityForest(DaskEstimator):
         return forest
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = Path(store)
-        if path.exists():
+        path = store
+        if location.exists(path):
             with contextlib.suppress(StoreError):
                 rs = RunStore.open(path, mode="r+")
                 if rs.attrs.get("fit_id") == self.fit_id_:
