@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distforest._version import __version__
@@ -241,7 +240,7 @@ def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stage
         picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
                               class_names=[str(c) for c in forest.classes_])  # fmt: skip
         stages.finish("plot", time.perf_counter() - tick,
-                      {"proximity picture": str(picture.resolve())})  # fmt: skip
+                      {"proximity picture": location.resolved(picture)})  # fmt: skip
 
 
 def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
@@ -257,8 +256,7 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
             params = {k: v for k, v in options.items() if k != "out"}
             params.setdefault("random_state", job.forest.get("random_state"))
             imputer, _, written = run_imputation(plan, params, client)
-            outputs = {"imputed table": str(written) if location.is_remote(written)
-                       else str(Path(written).resolve())}  # fmt: skip
+            outputs = {"imputed table": location.resolved(written)}
             info["cells_imputed"] = int(sum(imputer.n_missing_.values()))
         elif name == "outliers":
             outputs = write_outliers(forest, options["out"], options.get("plot"),

@@ -62,7 +62,7 @@ def write_csv(frame: pd.DataFrame, path: str) -> str:
     tmp = out.with_name(f".{out.name}.partial")
     frame.to_csv(tmp, index=False)
     tmp.replace(out)
-    return str(out.resolve())
+    return location.resolved(out)
 
 
 def write_text(path: str | Path, text: str) -> str:
@@ -108,7 +108,7 @@ def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[
         labels, names = class_labels(forest)
         picture = plot_scores(scores, plot, labels=labels, class_names=names,
                               threshold=OUTLIER_THRESHOLD, title=title)  # fmt: skip
-        written["outlier picture"] = str(picture.resolve())
+        written["outlier picture"] = location.resolved(picture)
     return written
 
 
@@ -136,5 +136,5 @@ def write_mds(
         marked = outlier_scores(forest) > OUTLIER_THRESHOLD
         picture = plot_embedding(coordinates, plot, labels=labels, class_names=names,
                                  marked=marked, title=title)  # fmt: skip
-        written["MDS picture"] = str(picture.resolve())
+        written["MDS picture"] = location.resolved(picture)
     return written

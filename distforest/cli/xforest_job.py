@@ -28,7 +28,7 @@ from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
-from distforest.io import Table, load_table, read_frame
+from distforest.io import Table, load_table, location, read_frame
 from distforest.parallel.cluster import connect
 from distforest.store.run_store import RunStore
 
@@ -109,7 +109,7 @@ def run_clustering(
             class_names=names,
             title=title or f"{similarity.name}, rows by cluster",
         )
-        written["clustered picture"] = str(picture.resolve())
+        written["clustered picture"] = location.resolved(picture)
     return written, result
 
 
@@ -164,7 +164,7 @@ def run_xforest_job(
                 tick = time.perf_counter()
                 picture = plot_matrix(matrix, job.plot, title=f"{matrix.name}, rows in input order")
                 stages.finish("plot", time.perf_counter() - tick,
-                              {"similarity picture": str(picture.resolve())})  # fmt: skip
+                              {"similarity picture": location.resolved(picture)})  # fmt: skip
             if job.clustering and not stages.done("clustering"):
                 tick = time.perf_counter()
                 truth = None if table.y is None else np.asarray(table.y)

@@ -23,6 +23,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from distforest.errors import DistforestError, MissingDependencyError, StoreError
+
+#: The package that gives fsspec each common protocol, for messages.
+PACKAGES = {
+    "s3": "s3fs (pip install 'distforest[s3]')",
+    "s3a": "s3fs (pip install 'distforest[s3]')",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "abfs": "adlfs",
+    "az": "adlfs",
+}
 #: Protocols that are the local file system.
 LOCAL_PROTOCOLS = frozenset({"file", "local"})
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -95,6 +106,13 @@ def options(path: Any) -> dict[str, Any]:
 def display(path: Any) -> str:
     """``path`` as text for messages: a URL loses any ``user:password@`` part."""
     return _USERINFO.sub(r"\1", str(path))
+
+
+def resolved(path: Any) -> str:
+    """``path`` as outputs are reported: a local path made absolute, a URL as it is."""
+    if is_remote(path):
+        return str(path)
+    return str(Path(local(path)).resolve())
 
 
 def filesystem(path: str) -> tuple[Any, str]:
@@ -204,6 +222,27 @@ def remove_tree(path: Any) -> None:
     fs, where = filesystem(path)
     fs.rm(where, recursive=True)
     fs.invalidate_cache(where)
+
+
+def access_error(exc: BaseException, path: Any) -> DistforestError | None:
+    """The one-line error for a URL that cannot be reached, or None if ``exc`` is another
+    problem: a missing fsspec package (exit 5), a refused access or a missing bucket (exit 6).
+    """
+    shown = display(path)
+    why = " ".join(display(str(exc) or type(exc).__name__).split())
+    proto = protocol(path) or "file"
+    if isinstance(exc, ImportError):
+        need = PACKAGES.get(proto, f"the fsspec package for {proto}://")
+        return MissingDependencyError(f"{shown}: {proto}:// needs {need}; install it ({why})")
+    if isinstance(exc, PermissionError):
+        return StoreError(
+            f"access to {shown} refused: {why}; check the credentials (for S3 "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, AWS_ENDPOINT_URL for "
+            "another server; or input/output.storage_options in the pipeline)"
+        )
+    if isinstance(exc, FileNotFoundError) and "bucket" in why.lower():
+        return StoreError(f"{shown}: no such bucket ({why}); create it or correct the URL")
+    return None
 
 
 def zarr_store(path: Any, *, read_only: bool = False) -> Any:

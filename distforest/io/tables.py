@@ -337,9 +337,12 @@ def _read_url(url: str, na: list[str]) -> tuple[Any, str, Any]:
             return _read_path(copy, name, na)
     except InputError:
         raise
-    except FileNotFoundError:
-        raise InputError(f"no such file: {name}; check the URL") from None
     except Exception as exc:
+        reached = location.access_error(exc, url)
+        if reached is not None:
+            raise reached from None
+        if isinstance(exc, FileNotFoundError):
+            raise InputError(f"no such file: {name}; check the URL") from None
         raise InputError(f"{name}: cannot read it: {location.display(exc)}") from exc
 
 

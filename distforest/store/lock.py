@@ -282,8 +282,14 @@ class _Lease:
         self.marker: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.fs, self.key = location.filesystem(path)
         self.shown = location.display(path)
+        try:
+            self.fs, self.key = location.filesystem(path)
+        except Exception as exc:
+            reached = location.access_error(exc, store)
+            if reached is not None:
+                raise reached from None
+            raise
 
     def _record(self) -> bytes:
         now = time.time()
@@ -334,7 +340,11 @@ class _Lease:
         except (BusyError, StoreError):
             raise
         except Exception as exc:
-            raise StoreError(f"cannot create the lock {self.shown}: {exc}") from exc
+            reached = location.access_error(exc, self.store)
+            if reached is not None:
+                raise reached from None
+            why = " ".join(str(exc).split()) or type(exc).__name__
+            raise StoreError(f"cannot create the lock {self.shown}: {why}") from exc
         self._thread = threading.Thread(target=self._renew, name="distforest-lease", daemon=True)
         self._thread.start()
         return took_over
