@@ -238,7 +238,7 @@ def test_second_run_refused_while_the_lease_is_held_and_a_dead_lease_taken_over(
 def test_resume_after_the_driver_is_killed(s3, tmp_path):
     url = "s3://bkt/kill/p.zarr"
     args = ["proximity", "s3://bkt/in/bc.csv", "--target", "Class", "--drop", "Id",
-            "--trees", "30", "--tile-size", "32", "--out"]  # fmt: skip
+            "--trees", "10", "--tile-size", "128", "--out"]  # fmt: skip
     env = {**os.environ, "DASK_DISTFOREST__LOCK__LEASE": "2", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-c", "from distforest.cli.main import main; main()", "-q", *args]
     proc = subprocess.Popen([*cmd, url], env=env, stdout=subprocess.DEVNULL,
