@@ -26,10 +26,10 @@ from click.testing import CliRunner
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from distforest.cli.main import cli  # noqa: E402
-from distforest.io import location  # noqa: E402
-from distforest.store.lock import StoreLock, lock_path, read_lock  # noqa: E402
-from distforest.store.run_store import RunStore  # noqa: E402
+from distforest.cli.main import cli
+from distforest.io import location
+from distforest.store.lock import StoreLock, lock_path, read_lock
+from distforest.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 BC = ROOT / "distforest" / "data" / "breast_cancer.csv"
@@ -142,7 +142,7 @@ def _pipeline(path: Path, body: str) -> Path:
 
 
 def _options(endpoint: str) -> str:
-    return (f"{{key: testing, secret: {SECRET}, client_kwargs: {{endpoint_url: '{endpoint}'}}}}")
+    return f"{{key: testing, secret: {SECRET}, client_kwargs: {{endpoint_url: '{endpoint}'}}}}"
 
 
 def _every_object(prefix: str) -> dict[str, bytes]:
@@ -153,10 +153,27 @@ def _every_object(prefix: str) -> dict[str, bytes]:
     return {p: fs.cat_file(p) for p in fs.find(prefix)}
 
 
+def _forget_s3_settings() -> None:
+    import s3fs
+
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.pop(key, None)
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def _opened_s3() -> bool:
+    import s3fs
+
+    return bool(s3fs.S3FileSystem._cache)
+
+
 def test_impute_pipeline_on_s3_with_explicit_options_matches_local_and_keeps_no_secret(
-    s3, tmp_path, capfd
+    s3, tmp_path, capfd, client
 ):
+    """On a cluster whose workers have no S3 variables: the pipeline's storage options
+    travel with the tasks, which write the proximity tiles to the store themselves."""
     common = (
+        f"cluster: {{scheduler: '{client.scheduler.address}'}}\n"
         "forest: {n_estimators: 8, random_state: 0, tile_size: 256}\n"
         "impute: {out: imputed.csv, iterations: 2, n_estimators: 8}\n"
         "outliers: {out: outliers.csv}\n"
@@ -168,8 +185,10 @@ def test_impute_pipeline_on_s3_with_explicit_options_matches_local_and_keeps_no_
     local = _pipeline(tmp_path / "local.yaml", common + (
         f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
         f"output: {{dir: {tmp_path / 'imp'}, store: run.zarr}}\n"))  # fmt: skip
+    client.run(_forget_s3_settings)  # the workers know only what the tasks carry
     first = invoke("run", remote)
     assert first.exit_code == 0, first.output
+    assert any(client.run(_opened_s3).values())  # the tile tasks wrote to S3 themselves
     assert invoke("run", local).exit_code == 0
     assert_same_arrays("s3://bkt/imp/run.zarr", tmp_path / "imp" / "run.zarr")
     objects = _every_object("bkt/imp")
@@ -184,25 +203,33 @@ def test_impute_pipeline_on_s3_with_explicit_options_matches_local_and_keeps_no_
     assert SECRET not in first.output + captured.out + captured.err
 
 
-def test_knn_pipeline_on_s3_matches_local_disk(s3, tmp_path):
+def test_knn_pipeline_on_s3_matches_local_disk(s3, tmp_path, client):
     body = (
         "neighbors: {metric: euclidean, k: 5, normalize: zscore, out: neighbors.zarr}\n"
         "knn: {task: classification, k: 5, weights: distance, metric: euclidean,\n"
         "      normalize: range, model: model.zarr,\n"
         "      predict: {input: %s, out: predictions.csv}}\n"
+        f"cluster: {{scheduler: '{client.scheduler.address}'}}\n"
     )
+    opts = _options(s3["AWS_ENDPOINT_URL"])
     remote = _pipeline(tmp_path / "r.yaml", body % IONO + (
-        "input: {path: s3://bkt/in/iono.csv, target: Class}\noutput: {dir: s3://bkt/knn}\n"))
-    local = _pipeline(tmp_path / "l.yaml", body % IONO + (
-        f"input: {{path: {IONO}, target: Class}}\noutput: {{dir: {tmp_path / 'knn'}}}\n"))
+        f"input: {{path: s3://bkt/in/iono.csv, target: Class, storage_options: {opts}}}\n"
+        f"output: {{dir: s3://bkt/knn, storage_options: {opts}}}\n"))  # fmt: skip
+    local = _pipeline(
+        tmp_path / "l.yaml",
+        body % IONO
+        + (f"input: {{path: {IONO}, target: Class}}\noutput: {{dir: {tmp_path / 'knn'}}}\n"),
+    )
     result = invoke("run", remote)
     assert result.exit_code == 0, result.output
     assert invoke("run", local).exit_code == 0
     for store in ("neighbors.zarr", "model.zarr"):
         assert_same_arrays(f"s3://bkt/knn/{store}", tmp_path / "knn" / store)
+    assert arrays("s3://bkt/knn/neighbors.zarr")["neighbor_index"].shape == (351, 5)
     objects = _every_object("bkt/knn")
     assert objects["bkt/knn/predictions.csv"] == (tmp_path / "knn" / "predictions.csv").read_bytes()
     assert "bkt/knn/report.json" in objects
+    assert not [k for k, v in objects.items() if SECRET.encode() in v]
 
 
 def test_second_run_refused_while_the_lease_is_held_and_a_dead_lease_taken_over(s3, tmp_path):
@@ -277,10 +304,14 @@ def test_missing_bucket_missing_package_and_refused_credentials_are_one_line(s3,
     proc, endpoint = _start_server(INITIAL_NO_AUTH_ACTION_COUNT="0")  # checks every key
     try:
         opts = {"key": "wrong", "secret": SECRET, "client_kwargs": {"endpoint_url": endpoint}}
-        path = _pipeline(tmp_path / "creds.yaml", (
-            f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
-            "forest: {n_estimators: 2}\n"
-            f"output: {{dir: s3://bkt/creds, storage_options: {json.dumps(opts)}}}\n"))
+        path = _pipeline(
+            tmp_path / "creds.yaml",
+            (
+                f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+                "forest: {n_estimators: 2}\n"
+                f"output: {{dir: s3://bkt/creds, storage_options: {json.dumps(opts)}}}\n"
+            ),
+        )
         refused = invoke("run", path)
     finally:
         proc.terminate()

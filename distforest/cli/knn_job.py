@@ -104,7 +104,7 @@ def knn_job(
             f"{source}: a k-NN pipeline has the sections input, neighbors and/or knn, output "
             f"and cluster; remove {', '.join(clash)}"
         )
-    extra = sorted(set(sections["output"]) - {"dir", "overwrite"})
+    extra = sorted(set(sections["output"]) - {"dir", "overwrite", "storage_options"})
     if extra:
         raise ConfigError(
             f"{source}: output.{extra[0]} does not apply to a k-NN pipeline (outputs are named "

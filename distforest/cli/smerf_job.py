@@ -209,7 +209,7 @@ def smerf_job(
             "output and cluster; "
             + (f"remove {', '.join(clash)}" if clash else "add a 'smerf' section")
         )
-    extra = sorted(set(sections["output"]) - {"dir", "store", "overwrite"})
+    extra = sorted(set(sections["output"]) - {"dir", "store", "overwrite", "storage_options"})
     if extra:
         raise ConfigError(
             f"{source}: output.{extra[0]} does not apply to a SMERF pipeline (outputs are "
