@@ -163,7 +163,7 @@ def main() -> None:
 
         import zarr
 
-        from distforest.io import location
+        from distforest import location
 
         a = zarr.open_array(str(work / "p.zarr"), path="proximity", mode="r")[...]
         b = zarr.open_array(location.zarr_store("s3://bench/out/p.zarr", read_only=True),
@@ -196,16 +196,21 @@ def main() -> None:
 
 def markdown(r: dict) -> str:
     mb = 1e6
+    s3_row = " | ".join([
+        "| S3 (moto, loopback)", f"{r['s3_wall_s']:.1f} s", f"{r['s3_store_bytes'] / mb:.1f} MB",
+        str(r["s3_objects"]), f"{r['bytes_sent'] / mb:.1f} MB",
+        f"{r['bytes_received'] / mb:.1f} MB", f"{r['connections']} |",
+    ])  # fmt: skip
     return f"""# Object storage: proximity on a local S3 server vs local disk
 
 **DRAFT (shared machine)**: measured once while other jobs ran on the same 2 cores
-(load average {r['load_average_before_after'][0]} before, {r['load_average_before_after'][1]}
+(load average {r["load_average_before_after"][0]} before, {r["load_average_before_after"][1]}
 after); the times are inflated and only their ratio says something.
 
-- Date: {r['date']}, commit {r['commit']}
-- Command: `{r['command']}`
-- Data: `make_classification({r['n']}, {r['features']}, n_informative=10, random_state=0)`
-  as Parquet ({r['input_bytes'] / mb:.1f} MB), target `y`, {r['trees']} trees, seed 0.
+- Date: {r["date"]}, commit {r["commit"]}
+- Command: `{r["command"]}`
+- Data: `make_classification({r["n"]}, {r["features"]}, n_informative=10, random_state=0)`
+  as Parquet ({r["input_bytes"] / mb:.1f} MB), target `y`, {r["trees"]} trees, seed 0.
 - S3: moto's standalone server on 127.0.0.1 (a Python process on the same machine)
   behind a counting TCP relay; credentials and endpoint from the `AWS_*` variables only.
 - Times: wall-clock seconds of the whole `distforest proximity` process (start-up
@@ -213,11 +218,11 @@ after); the times are inflated and only their ratio says something.
 
 | where | wall | store | objects | bytes sent to S3 | bytes received from S3 | connections |
 |---|---:|---:|---:|---:|---:|---:|
-| local disk | {r['local_wall_s']:.1f} s | {r['local_store_bytes'] / mb:.1f} MB | - | - | - | - |
-| S3 (moto, loopback) | {r['s3_wall_s']:.1f} s | {r['s3_store_bytes'] / mb:.1f} MB | {r['s3_objects']} | {r['bytes_sent'] / mb:.1f} MB | {r['bytes_received'] / mb:.1f} MB | {r['connections']} |
+| local disk | {r["local_wall_s"]:.1f} s | {r["local_store_bytes"] / mb:.1f} MB | - | - | - | - |
+{s3_row}
 
-Proximity matrices identical (every cell): **{r['identical_proximity']}**.
-S3 / local wall time: {r['s3_wall_s'] / r['local_wall_s']:.2f}.  Bytes sent include the
+Proximity matrices identical (every cell): **{r["identical_proximity"]}**.
+S3 / local wall time: {r["s3_wall_s"] / r["local_wall_s"]:.2f}.  Bytes sent include the
 input read (received), the store written, lock renewals and metadata requests.
 """
 

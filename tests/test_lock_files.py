@@ -10,8 +10,8 @@ import time
 import dask.config
 import pytest
 
+from distforest import location
 from distforest.errors import BusyError, StoreError
-from distforest.io import location
 from distforest.store.lock import StoreLock, is_locked, lock_path, read_lock
 
 

@@ -26,8 +26,8 @@ from click.testing import CliRunner
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
+from distforest import location
 from distforest.cli.main import cli
-from distforest.io import location
 from distforest.store.lock import StoreLock, lock_path, read_lock
 from distforest.store.run_store import RunStore
 

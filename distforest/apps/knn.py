@@ -32,6 +32,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin, clone, is_classifier
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import column_or_1d
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
@@ -44,7 +45,6 @@ from distforest.forests.measures import (
 )
 from distforest.forests.neighbors import Neighbors, search
 from distforest.forests.pairwise import as_matrix
-from distforest.io import location
 from distforest.parallel.execution import SYNCHRONOUS, use_execution
 from distforest.store.run_store import RunStore
 

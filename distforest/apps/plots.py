@@ -11,7 +11,7 @@ import xarray as xr
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from distforest.io import location
+from distforest import location
 
 
 def ordered_sample(

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from distforest import location
 from distforest._version import __version__
 from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
@@ -34,7 +35,7 @@ from distforest.cli.report import write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
-from distforest.io import Table, load_table, location
+from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
 from distforest.parallel.execution import Execution, in_process, use_execution
 from distforest.store.lock import StoreLock

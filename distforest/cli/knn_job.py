@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distforest import location
 from distforest._version import __version__
 from distforest.apps.knn import WEIGHTS
 from distforest.cli.jobs import JobResult, summary
@@ -26,7 +27,7 @@ from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
-from distforest.io import load_table, location
+from distforest.io import load_table
 from distforest.store.run_store import RunStore, check_can_create
 
 KNN_CHOICES = {

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import StoreError
-from distforest.io import location
 
 if TYPE_CHECKING:
     import pandas as pd

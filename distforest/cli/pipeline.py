@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from distforest import location
 from distforest._schema import BadValue, Checker, Key, check_mapping, yaml_problem
 from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
@@ -50,7 +51,6 @@ from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.simforest import SimilarityForestClassifier
 from distforest.forests.smerf import SMERF
 from distforest.forests.xforest import XForest
-from distforest.io import location
 from distforest.parallel.cluster_config import load_cluster_config
 
 _STR = (str,)

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import ParameterError, StoreError
-from distforest.io import location
 from distforest.parallel.tasks import default_batch_size, plan_tree_batches
 from distforest.parallel.tiling import BLOCK_CACHE_BYTES, TilePlan
 

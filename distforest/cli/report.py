@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from distforest import location
 from distforest._version import __version__
 from distforest.cli.outputs import write_text
-from distforest.io import location
 from distforest.parallel.cluster import engine_report
 
 PACKAGES = ("dask", "distributed", "numpy", "zarr", "xarray", "scikit-learn", "numba", "pandas")

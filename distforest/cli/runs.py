@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from distforest import location
 from distforest.cli.report import write_simple_report
 from distforest.errors import StoreError
-from distforest.io import location
 from distforest.parallel.cluster import connect
 from distforest.parallel.execution import execution
 from distforest.store.lock import StoreLock

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from distforest import location
 from distforest._version import __version__
 from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
@@ -28,7 +29,7 @@ from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
-from distforest.io import Table, load_table, location, read_frame
+from distforest.io import Table, load_table, read_frame
 from distforest.parallel.cluster import connect
 from distforest.store.run_store import RunStore
 
@@ -140,8 +141,9 @@ def run_xforest_job(
         need = estimate_xforest(table.n_samples, table.n_features, job.forest)
         check_size(f"X-Forest on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,})")  # fmt: skip
-        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
-        Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+        check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
+        if not location.is_remote(job.out):
+            Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         from distforest.parallel.monitor import RunMonitor  # distributed: only here
 
         with connect(**job.connect) as client, RunMonitor(client) as monitor:

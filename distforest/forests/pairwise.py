@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from distforest import location
 from distforest.errors import InputError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.measures import Measure, check_values, make_scaler, parse_metric
 from distforest.forests.tiled import matrix_in_memory, write_matrix
-from distforest.io import Table, load_table, location
+from distforest.io import Table, load_table
 from distforest.parallel.execution import Progress, for_call
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore

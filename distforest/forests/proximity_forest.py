@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import tiles
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
-from distforest.io import Table, load_table, location
+from distforest.io import Table, load_table
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks

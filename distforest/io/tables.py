@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distforest import location
 from distforest.errors import InputError, InputTypeError, did_you_mean
-from distforest.io import location
 
 __all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table", "read_frame"]
 

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distforest import location
 from distforest.errors import InputError, ParameterError
-from distforest.io import location
 
 __all__ = ["OUTPUT_FORMATS", "check_can_write", "output_format", "write_table"]
 

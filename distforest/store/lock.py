@@ -42,8 +42,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from distforest import location
 from distforest.errors import BusyError, StoreError
-from distforest.io import location
 
 logger = logging.getLogger("distforest")
 

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import zarr
 
+from distforest import location
 from distforest._version import __version__
 from distforest.errors import StoreError
-from distforest.io import location
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
 from distforest.kernels.transpose import transposed
 from distforest.store.schema import (
@@ -145,7 +145,7 @@ class RunStore:
     """
 
     def __init__(self, path: str | Path, group: zarr.Group) -> None:
-        #: The store's absolute path, or its URL (a :class:`~distforest.io.location.Location`
+        #: The store's absolute path, or its URL (a :class:`~distforest.location.Location`
         #: keeps the storage options for the tasks that write it).
         self.path: str = (
             str(path) if location.is_remote(path) else str(Path(location.local(path)).resolve())
