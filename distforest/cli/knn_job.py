@@ -180,7 +180,7 @@ def _predict_section(section: Any, out_dir: Path, source: str, today_path: Any) 
     if missing:
         raise ConfigError(f"{source}: knn.predict.{missing[0]} is required")
     path = today_path(section["input"])
-    if not Path(path).exists():
+    if not location.is_remote(path) and not Path(path).exists():
         raise ConfigError(
             f"{source}: knn.predict.input {path!r} does not exist (relative paths are relative "
             f"to the current directory {str(Path.cwd())!r})"
