@@ -1,0 +1,50 @@
+"""distforest.location: local paths keep their fast paths, URLs carry their options."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+
+from distforest import execution, location
+from distforest.forests.proximity_forest import ProximityForest
+from distforest.location import Location
+from distforest.store.run_store import RunStore
+
+
+def test_a_location_is_its_url_and_keeps_its_options_through_str_join_and_pickle():
+    loc = Location("s3://bucket/out", {"key": "k", "secret": "hidden"})
+    assert loc == "s3://bucket/out" and repr(loc) == "'s3://bucket/out'"
+    assert json.dumps({"p": loc}) == '{"p": "s3://bucket/out"}'
+    assert "hidden" not in f"{loc} {loc!r} {loc!s}"
+    for derived in (str(loc), loc / "p.zarr", location.join(loc, "p.zarr", "forest"),
+                    location.parent(loc / "p.zarr"), pickle.loads(pickle.dumps(loc))):  # fmt: skip
+        assert location.options(derived) == {"key": "k", "secret": "hidden"}, derived
+    assert location.join(loc, "p.zarr", "forest") == "s3://bucket/out/p.zarr/forest"
+    assert location.parent(loc / "p.zarr") == "s3://bucket/out"
+
+
+def test_what_counts_as_remote_and_how_it_is_shown(tmp_path):
+    assert location.is_remote("s3://b/x") and location.is_remote("memory://x")
+    assert location.is_remote("simplecache::s3://b/x")
+    assert not location.is_remote(str(tmp_path)) and not location.is_remote(tmp_path)
+    assert not location.is_remote(f"file://{tmp_path}")
+    assert location.local(f"file://{tmp_path}") == str(tmp_path)
+    assert location.display("ftp://user:pw@host/x.csv") == "ftp://host/x.csv"
+    assert location.with_options(str(tmp_path), {"a": 1}) == str(tmp_path)
+    assert location.options(location.with_options("s3://b", {"a": 1})) == {"a": 1}
+
+
+def test_a_store_at_a_url_holds_what_the_local_one_holds(small_classification, tmp_path):
+    X, y = small_classification
+    url = Location("memory://api/p.zarr", {})
+    with execution("synchronous"):  # memory:// is this process's own
+        forest = ProximityForest(n_estimators=6, random_state=0, tile_size=64).fit(X, y)
+        remote = forest.proximity("oob", store=url).values
+        local = forest.proximity("oob", store=tmp_path / "p.zarr").values
+    np.testing.assert_array_equal(remote, local)
+    rs = RunStore.open(url, require_complete=True)
+    assert rs.path == "memory://api/p.zarr" and location.size(url) > 0
+    done = rs.done_tiles("proximity_oob")  # the upper triangle: tiles are mirrored
+    assert done[np.triu_indices(len(done))].all()
