@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -189,11 +190,14 @@ def write_bytes(path: Any, data: bytes) -> None:
     if not is_remote(path):
         out = Path(local(path))
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.partial")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        tmp.replace(out)
+        tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)
         return
     fs, where = filesystem(path)
     fs.pipe_file(where, data)
