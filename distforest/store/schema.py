@@ -2,7 +2,7 @@
 
 Estimators and applications ask this module how an array is laid out
 instead of deciding it in their ``save``: so every store of every forest
-kind reads the same way with xarray (DESIGN.md section 5).
+kind reads the same way with xarray (docs/design.md section 5).
 """
 
 from __future__ import annotations
