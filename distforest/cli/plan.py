@@ -310,6 +310,11 @@ def check_disk(directory: str | Path, need: int, *, replaces: str | Path | None 
         )
 
 
+def _free(free: int) -> str:
+    """Free space as ``--dry-run`` prints it (object storage: no limit to check)."""
+    return "object storage: no free-space limit" if free >= UNBOUNDED else f"{_size(free)} free"
+
+
 def describe(job: Any, plan: dict[str, Any], free: int) -> str:
     """The plan as the lines ``--dry-run`` prints."""
     lines = [
@@ -325,7 +330,7 @@ def describe(job: Any, plan: dict[str, Any], free: int) -> str:
     for label, size in {**plan["store"], **plan["files"]}.items():
         lines.append(f"    {label:<34} {_size(size):>10}")
     lines += [
-        f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
+        f"  disk:         up to {_size(plan['disk_bytes'])}; {_free(free)} "
         + ("(ok)" if plan["disk_bytes"] <= free else "(NOT ENOUGH: the run would be refused)"),
         f"  memory:       about {_size(plan['worker_peak_bytes'])} at peak per worker (estimate)",
     ]
@@ -347,7 +352,7 @@ def describe_xforest(job: Any, n: int, d: int, free: int) -> str:
         f"tiles of {tiles.chunks[0]} x {tiles.chunks[0]}",
         f"  clustering:   {(job.clustering or {}).get('method', 'none')}",
         f"  store:        {job.out}",
-        f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
+        f"  disk:         up to {_size(plan['disk_bytes'])}; {_free(free)} "
         + ("(ok)" if ok else "(NOT ENOUGH: the run would be refused)"),
         f"  memory:       about {_size(plan['memory_bytes'])} in this process",
         f"  computing:    about {plan['cpu_seconds'] / 60:.1f} CPU minutes (rough)",
