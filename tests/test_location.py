@@ -5,12 +5,8 @@ from __future__ import annotations
 import json
 import pickle
 
-import numpy as np
-
-from distforest import execution, location
-from distforest.forests.proximity_forest import ProximityForest
+from distforest import location
 from distforest.location import Location
-from distforest.store.run_store import RunStore
 
 
 def test_a_location_is_its_url_and_keeps_its_options_through_str_join_and_pickle():
@@ -34,17 +30,3 @@ def test_what_counts_as_remote_and_how_it_is_shown(tmp_path):
     assert location.display("ftp://user:pw@host/x.csv") == "ftp://host/x.csv"
     assert location.with_options(str(tmp_path), {"a": 1}) == str(tmp_path)
     assert location.options(location.with_options("s3://b", {"a": 1})) == {"a": 1}
-
-
-def test_a_store_at_a_url_holds_what_the_local_one_holds(small_classification, tmp_path):
-    X, y = small_classification
-    url = Location("memory://api/p.zarr", {})
-    with execution("synchronous"):  # memory:// is this process's own
-        forest = ProximityForest(n_estimators=6, random_state=0, tile_size=64).fit(X, y)
-        remote = forest.proximity("oob", store=url).values
-        local = forest.proximity("oob", store=tmp_path / "p.zarr").values
-    np.testing.assert_array_equal(remote, local)
-    rs = RunStore.open(url, require_complete=True)
-    assert rs.path == "memory://api/p.zarr" and location.size(url) > 0
-    done = rs.done_tiles("proximity_oob")  # the upper triangle: tiles are mirrored
-    assert done[np.triu_indices(len(done))].all()

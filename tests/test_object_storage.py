@@ -232,6 +232,27 @@ def test_knn_pipeline_on_s3_matches_local_disk(s3, tmp_path, client):
     assert not [k for k, v in objects.items() if SECRET.encode() in v]
 
 
+def test_python_api_store_at_a_location_with_options_equals_the_local_one(
+    s3, tmp_path, small_classification
+):
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.location import Location
+
+    X, y = small_classification
+    options = {"key": "testing", "secret": SECRET,
+               "client_kwargs": {"endpoint_url": s3["AWS_ENDPOINT_URL"]}}  # fmt: skip
+    url = Location("s3://bkt/api/p.zarr", options)
+    forest = ProximityForest(n_estimators=6, random_state=0, tile_size=64).fit(X, y)
+    remote = forest.proximity("oob", store=url).values
+    local = forest.proximity("oob", store=tmp_path / "p.zarr").values
+    np.testing.assert_array_equal(remote, local)
+    rs = RunStore.open(url, require_complete=True)
+    assert rs.path == "s3://bkt/api/p.zarr" and location.size(url) > 0
+    done = rs.done_tiles("proximity_oob")  # the upper triangle: tiles are mirrored
+    assert done[np.triu_indices(len(done))].all()
+    assert not [k for k, v in _every_object("bkt/api").items() if SECRET.encode() in v]
+
+
 def test_second_run_refused_while_the_lease_is_held_and_a_dead_lease_taken_over(s3, tmp_path):
     import dask.config
 
