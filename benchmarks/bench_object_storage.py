@@ -222,7 +222,8 @@ after); the times are inflated and only their ratio says something.
 {s3_row}
 
 Proximity matrices identical (every cell): **{r["identical_proximity"]}**.
-S3 / local wall time: {r["s3_wall_s"] / r["local_wall_s"]:.2f}.  Bytes sent: the store's objects plus request headers,
+S3 / local wall time: {r["s3_wall_s"] / r["local_wall_s"]:.2f}.
+Bytes sent: the store's objects plus request headers,
 metadata writes and lock renewals; bytes received: the input file, metadata reads and
 responses.  The server shares the loaded CPUs with distforest.  Connections: TCP connections
 opened to the server (zarr opens its own S3 client per store handle).
