@@ -18,6 +18,7 @@ from distforest.forests import constraints as C
 if TYPE_CHECKING:
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import Table
+    from distforest.store.inputs import StoredTable
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -197,12 +198,25 @@ def fitted_forest(
     forest_kw: dict[str, Any],
     cluster_kw: dict[str, Any],
     progress: Any = None,
-) -> Iterator[tuple[Table, ProximityForest]]:
+) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
     """Load the input, connect, fit; the cluster stays up inside the block."""
+    from distforest.cli.big_input import partitioned_input, stored_input
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
     from distforest.parallel.cluster import connect
 
+    if partitioned_input(source):  # read by partitions on the workers, never whole here
+        from distforest.parallel.execution import execution
+
+        with (
+            connect(**connect_kwargs(cluster_kw)) as client,
+            execution(client),  # the forest's tasks and ...
+            client.as_current(),  # ... the partitions' run on this cluster
+            stored_input(source, target, input_kw) as stored,
+        ):
+            forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
+            yield stored, forest.fit(stored)
+        return
     table = load_table(source, target=target, **input_kw)
     with connect(**connect_kwargs(cluster_kw)) as client:
         forest = ProximityForest(**forest_kw).set_execution(client, progress=progress).fit(table)

@@ -120,6 +120,12 @@ ARRAYS: dict[str, ArraySpec] = {
     "path": ArraySpec(
         ("sample", "tree", "path_word"), "uint64", True, "root-to-leaf path bits of row i"
     ),
+    "neighbors_index": ArraySpec(
+        ("sample", "neighbor"), "int64", True, "row numbers of row i's top-k proximity neighbours"
+    ),
+    "neighbors_proximity": ArraySpec(
+        ("sample", "neighbor"), "float32", True, "proximities of row i's top-k neighbours"
+    ),
     "feature_importances": ArraySpec(
         ("feature",), "float64", False, "total decrease of the split objective per feature"
     ),
