@@ -24,9 +24,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distforest import location
 from distforest._version import __version__
 from distforest.cli.big_input import partitioned_input
 from distforest.cli.options import runs_in_process
@@ -144,7 +144,7 @@ def run_proximity_job(
                    f"the number of trees ({need['trees']:,})"
                    + (f" and imputation iterations ({job.impute.get('iterations', 5)})"
                       if job.impute else ""))  # fmt: skip
-        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
+        check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
         with _where(job, table.n_samples * table.n_features, progress) as (client, monitor):
@@ -369,7 +369,7 @@ def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stage
         picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
                               class_names=[str(c) for c in forest.classes_])  # fmt: skip
         stages.finish("plot", time.perf_counter() - tick,
-                      {"proximity picture": str(picture.resolve())})  # fmt: skip
+                      {"proximity picture": location.resolved(picture)})  # fmt: skip
 
 
 def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
@@ -385,7 +385,7 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
             params = {k: v for k, v in options.items() if k != "out"}
             params.setdefault("random_state", job.forest.get("random_state"))
             imputer, _, written = run_imputation(plan, params, client)
-            outputs = {"imputed table": str(Path(written).resolve())}
+            outputs = {"imputed table": location.resolved(written)}
             info["cells_imputed"] = int(sum(imputer.n_missing_.values()))
         elif name == "outliers":
             outputs = write_outliers(forest, options["out"], options.get("plot"),

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from distforest import settings
+from distforest import location, settings
 from distforest.errors import ParameterError, StoreError
 from distforest.parallel.tasks import default_batch_size, plan_tree_batches
 from distforest.parallel.tiling import TilePlan
@@ -281,8 +281,17 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
         )
 
 
+#: The free space of object storage (see :func:`free_space`).
+UNBOUNDED = 2**62
+
+
 def free_space(directory: str | Path) -> int:
-    """Free bytes on the file system that holds ``directory`` (or its nearest parent)."""
+    """Free bytes on the file system that holds ``directory`` (or its nearest parent).
+
+    Object storage has no such limit to check: its free space counts as unbounded.
+    """
+    if location.is_remote(directory):
+        return UNBOUNDED
     p = Path(directory).resolve()
     while not p.exists():
         p = p.parent
@@ -291,7 +300,7 @@ def free_space(directory: str | Path) -> int:
 
 def _bytes_in(path: str | Path | None) -> int:
     """Bytes of the files under ``path`` (0 if it does not exist)."""
-    if path is None or not Path(path).is_dir():
+    if path is None or location.is_remote(path) or not Path(path).is_dir():
         return 0
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
@@ -309,6 +318,11 @@ def check_disk(directory: str | Path, need: int, *, replaces: str | Path | None 
             f"{_size(need)} (upper bound, uncompressed) but only {_size(free)} are free; free "
             "some space, write to another output.dir, or use a larger tile size / fewer rows"
         )
+
+
+def _free(free: int) -> str:
+    """Free space as ``--dry-run`` prints it (object storage: no limit to check)."""
+    return "object storage: no free-space limit" if free >= UNBOUNDED else f"{_size(free)} free"
 
 
 def describe(job: Any, plan: dict[str, Any], free: int) -> str:
@@ -331,7 +345,7 @@ def describe(job: Any, plan: dict[str, Any], free: int) -> str:
     for label, size in {**plan["store"], **plan["files"]}.items():
         lines.append(f"    {label:<34} {_size(size):>10}")
     lines += [
-        f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
+        f"  disk:         up to {_size(plan['disk_bytes'])}; {_free(free)} "
         + ("(ok)" if plan["disk_bytes"] <= free else "(NOT ENOUGH: the run would be refused)"),
         f"  memory:       about {_size(plan['worker_peak_bytes'])} at peak per worker (estimate)",
         f"  computing:    about {plan['cpu_seconds'] / 60:.1f} CPU minutes (rough)",
@@ -354,7 +368,7 @@ def describe_xforest(job: Any, n: int, d: int, free: int) -> str:
         f"tiles of {tiles.chunks[0]} x {tiles.chunks[0]}",
         f"  clustering:   {(job.clustering or {}).get('method', 'none')}",
         f"  store:        {job.out}",
-        f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
+        f"  disk:         up to {_size(plan['disk_bytes'])}; {_free(free)} "
         + ("(ok)" if ok else "(NOT ENOUGH: the run would be refused)"),
         f"  memory:       about {_size(plan['memory_bytes'])} in this process",
         f"  computing:    about {plan['cpu_seconds'] / 60:.1f} CPU minutes (rough)",

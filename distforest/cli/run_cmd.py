@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
+from distforest import location
 from distforest.cli.options import cluster_options, connect_kwargs
 from distforest.cli.progress import ProgressBars
 from distforest.errors import ConfigError, DistforestError
@@ -94,7 +94,7 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
         if dry_run:
             table = load_table(job.input, target=job.target, drop=job.drop,
                                na_values=job.na_values)  # fmt: skip
-            free = free_space(Path(job.out).parent)
+            free = free_space(location.parent(job.out))
             click.echo(describe_xforest(job, table.n_samples, table.n_features, free))
             return
         click.echo(summary(run_xforest_job(job, bars, restart=restart,
@@ -103,9 +103,9 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     if dry_run:
         table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
         plan = estimate(job, table.n_samples, table.n_features, threads=None)
-        free = free_space(Path(job.out).parent)
+        free = free_space(location.parent(job.out))
         click.echo(describe(job, plan, free))
-        check_disk(Path(job.out).parent, plan["disk_bytes"])
+        check_disk(location.parent(job.out), plan["disk_bytes"])
         return
     result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
                                restart=restart, run_id=obj["run_id"])  # fmt: skip

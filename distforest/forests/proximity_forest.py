@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import tiles
@@ -408,8 +409,8 @@ class ProximityForest(DaskEstimator):
         return forest
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = Path(store)
-        if path.exists():
+        path = store
+        if location.exists(path):
             with contextlib.suppress(StoreError):
                 rs = RunStore.open(path, mode="r+")
                 if rs.attrs.get("fit_id") == self.fit_id_ or self._same_as_stored(rs):
