@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distforest import location

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
