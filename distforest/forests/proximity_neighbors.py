@@ -399,7 +399,7 @@ def stored_neighbors(rs: RunStore) -> xr.Dataset:
         )
     _register_accessor()
     ds = rs.dataset()[[INDEX, PROXIMITY]].rename({INDEX: "index", PROXIMITY: "proximity"})
-    attrs = rs.array(INDEX).attrs
+    attrs = rs.array_attrs(INDEX)
     ds.attrs = {key: attrs[key] for key in ("method", "k", "include_self")}
     return ds
 
