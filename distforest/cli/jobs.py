@@ -59,6 +59,8 @@ class ProximityJob:
     target: str | None = None
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
+    decimal: str | None = None
     forest: dict[str, Any] = field(default_factory=dict)
     method: str = "original"
     plot: str | None = None

@@ -4,7 +4,8 @@ A pipeline names its input, the forest, the matrix to build, the
 applications and where the outputs go::
 
     name: nightly
-    input:   {path: data/{date}.csv, target: Class, drop: [Id], na_values: ["?"]}
+    input:   {path: data/{date}.csv, target: Class, drop: [Id], na_values: ["?"],
+              decimal: ","}   # decimal: optional, else decided per column
     forest:  {n_estimators: 300, random_state: 0, tile_size: 2048}
     proximity: {method: original}         # original | oob | rfgap
     impute:  {out: imputed.csv, proximity: column}  # column | rfimpute | rfgap | original | oob
@@ -59,7 +60,14 @@ _BOOL = (bool,)
 
 #: section -> key -> accepted types (None: also null).
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "input": {"path": _STR, "target": _STR, "labels": _STR, "drop": _LIST, "na_values": _LIST},
+    "input": {
+        "path": _STR,
+        "target": _STR,
+        "labels": _STR,
+        "drop": _LIST,
+        "na_values": _LIST,
+        "decimal": _STR,
+    },
     # checked against the estimator's own constraint table (see TABLES below)
     "forest": dict.fromkeys(ProximityForest._parameter_constraints, ()),
     "proximity": {"method": _STR},
@@ -135,6 +143,7 @@ REQUIRED = {
 }
 #: key path -> allowed values.
 CHOICES = {
+    "input.decimal": (".", ","),
     "proximity.method": PROXIMITY_METHODS,
     "impute.proximity": C.IMPUTE_PROXIMITIES,
     "impute.categorical_vote": C.VOTES,
@@ -366,6 +375,7 @@ def load_pipeline(
         target=inp.get("target"),
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        decimal=inp.get("decimal"),
         forest=dict(sections["forest"]),
         method=sections["proximity"].get("method", "original"),
         out=str(out_dir / out.get("store", "proximity.zarr")),

@@ -43,6 +43,8 @@ class XForestJob:
     out: str
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
+    decimal: str | None = None
     #: A class column: left out of the features, used only to score clusters.
     target: str | None = None
     #: Keyword arguments of :class:`XForest`.
@@ -267,6 +269,7 @@ def xforest_job(
         out=str(out_dir / out.get("store", "similarity.zarr")),
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        decimal=inp.get("decimal"),
         target=inp.get("target"),
         forest=forest,
         kind=kind,
