@@ -34,6 +34,7 @@ from distforest.cli.plan import check_disk, check_size, estimate
 from distforest.cli.report import write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
@@ -117,6 +118,8 @@ def run_proximity_job(
     start = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex[:8]
     table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    if job.mislabels:
+        require_classes(job.forest.get("task", "auto"), table.y, table.target_name, "mislabels")
     spec = job.spec(table)
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:

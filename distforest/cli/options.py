@@ -216,13 +216,19 @@ def fitted_forest(
     forest_kw: dict[str, Any],
     cluster_kw: dict[str, Any],
     progress: Any = None,
+    check: Callable[[Table], None] | None = None,
 ) -> Iterator[tuple[Table, ProximityForest]]:
-    """Load the input, connect, fit; the cluster stays up inside the block."""
+    """Load the input, ``check`` it (before any cluster starts), connect, fit.
+
+    The cluster stays up inside the block.
+    """
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
     from distforest.parallel.cluster import connect
 
     table = load_table(source, target=target, **input_kw)
+    if check is not None:
+        check(table)
     with connect(**connect_kwargs(cluster_kw)) as client:
         forest = ProximityForest(**forest_kw).set_execution(client, progress=progress).fit(table)
         yield table, forest
