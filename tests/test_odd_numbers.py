@@ -19,8 +19,7 @@ from click.testing import CliRunner
 from distforest.cli.main import cli
 from distforest.errors import InputError
 from distforest.io import load_table
-from distforest.io.encoding import NumberCounts, count_numbers, decide_decimal
-from distforest.io.tables import decimal_mark, read_frame
+from distforest.io.tables import read_frame
 
 
 def refused(args: list[str], code: int, *words: str) -> str:
@@ -69,6 +68,8 @@ def test_a_column_mixing_decimal_marks_is_refused_naming_column_rows_and_option(
 
 
 def test_decimal_option_reads_the_file_its_way_and_refuses_the_other_mark(tmp_path):
+    from distforest.io.tables import decimal_mark
+
     path = _write(tmp_path, "comma.csv", "a;b\n1;0,5\n2;1,5\n3;2\n")
     np.testing.assert_array_equal(load_table(path, decimal=",").X[:, 1], [0.5, 1.5, 2.0])
     with pytest.raises(InputError, match=r"column 'b' holds numbers written with ','"):
@@ -115,6 +116,8 @@ def test_cli_decimal_option_and_pipeline_key(tmp_path, monkeypatch):
 
 
 def test_counts_of_parts_merge_to_the_counts_of_the_whole():
+    from distforest.io.encoding import NumberCounts, count_numbers, decide_decimal
+
     values = pd.Series(["1,5", "2", None, "x", "3,25", "y", "4"] * 3, dtype=object)
     whole = count_numbers(values)
     parts = count_numbers(values[:8].reset_index(drop=True)).merge(

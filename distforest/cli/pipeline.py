@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import yaml
@@ -226,6 +226,51 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str)
         data[section] = {**(data.get(section) or {}), key: value}
 
 
+#: Keys whose values name an output file or store, relative to ``output.dir``.
+OUTPUT_KEYS = ("out", "plot", "store", "model")
+
+
+def check_output_name(name: str, key: str, out_dir: Path, source: str) -> None:
+    """Refuse an output name that would write outside ``out_dir``.
+
+    A name is a plain relative path inside ``output.dir``: not absolute, no
+    ``..``, and no component that is a symbolic link (a link planted inside the
+    folder could point anywhere).  Checked by ``validate`` and again when
+    ``run`` loads the pipeline, right before any work.
+    """
+    path = PurePath(name)
+    if not path.parts or path.is_absolute() or ".." in path.parts or "\x00" in name:
+        hint = path.name if path.name not in ("", "..", ".") else "result.csv"
+        raise ConfigError(
+            f"{source}: {key} is {name!r}, which is not a plain name inside output.dir "
+            f"{str(out_dir)!r} (no absolute path, no '..'); output names are relative to "
+            f"output.dir: write e.g. {key.rpartition('.')[2]}: {hint}, or move output.dir"
+        )
+    here = out_dir
+    for part in path.parts:
+        here = here / part
+        if here.is_symlink():
+            raise ConfigError(
+                f"{source}: {key} {name!r}: {str(here)!r} is a symbolic link; distforest does "
+                "not write through links inside output.dir (they can point anywhere): remove "
+                "the link or choose another name"
+            )
+
+
+def _check_output_names(data: Mapping[str, Any], sections: dict[str, dict], out_dir: Path,
+                        source: str) -> None:  # fmt: skip
+    """Every output name of the pipeline (:func:`check_output_name`)."""
+    for name, section in sections.items():
+        for key in OUTPUT_KEYS:
+            if isinstance(section.get(key), str):
+                check_output_name(section[key], f"{name}.{key}", out_dir, source)
+    predict = (
+        (data.get("knn") or {}).get("predict") if isinstance(data.get("knn"), Mapping) else None
+    )
+    if isinstance(predict, Mapping) and isinstance(predict.get("out"), str):
+        check_output_name(predict["out"], "knn.predict.out", out_dir, source)
+
+
 def _templated(text: str, today: _dt.date) -> str:
     yesterday = today - _dt.timedelta(days=1)
     return text.replace("{date}", today.isoformat()).replace("{yesterday}", yesterday.isoformat())
@@ -334,6 +379,7 @@ def load_pipeline(
             f"to the current directory {str(Path.cwd())!r})"
         )
     out_dir = Path(_templated(out["dir"], day))
+    _check_output_names(data, sections, out_dir, source)
     extras: dict[str, dict[str, Any]] = {}
     for name in APPS:
         if name in data:
