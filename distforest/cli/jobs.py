@@ -31,7 +31,7 @@ from distforest._version import __version__
 from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, check_size, estimate
-from distforest.cli.report import write_report, write_simple_report
+from distforest.cli.report import check_reports, write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
@@ -132,6 +132,8 @@ def run_proximity_job(
         stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
         # A resumed or restarted run may replace the files of its own job.
         plan = _check_outputs(job, stages, replace=job.overwrite or restart or stages is not None)
+        if job.report_dir:
+            check_reports(job.report_dir, job.out, job.overwrite or restart or stages is not None)
         need = estimate(job, table.n_samples, table.n_features)
         check_size(f"the proximity job on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,})"
@@ -186,6 +188,7 @@ def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
     a report is written next to its main output.
     """
     with StoreLock(job.out, run_id) as lock:
+        check_reports(Path(job.out).parent, job.out, bool(getattr(job, "overwrite", False)))
         result = runner(job, progress)
         result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
     return result

@@ -6,9 +6,12 @@ functions that write them: checking an output path must not load them.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,24 +46,42 @@ def check_new_file(path: str | None, overwrite: bool) -> None:
         )
 
 
-def write_csv(frame: pd.DataFrame, path: str) -> str:
-    """Write via a temporary file and rename, so no half-written CSV is left."""
+@contextlib.contextmanager
+def _replaced(path: str | Path) -> Iterator[IO[str]]:
+    """A new temporary file beside ``path``, renamed onto it when the block succeeds.
+
+    The temporary gets a fresh random name and is opened ``O_CREAT | O_EXCL |
+    O_NOFOLLOW`` (mode 0666 less the umask, as any new file): a file or symbolic
+    link planted beside the output is never opened, truncated or followed.
+    The rename replaces ``path`` itself (a link there is replaced, not followed).
+    """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial")
-    frame.to_csv(tmp, index=False)
-    tmp.replace(out)
-    return str(out.resolve())
+    name = out.with_name(f".{out.name}.{secrets.token_hex(6)}.partial")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(name, flags, 0o666)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            yield fh
+        os.replace(name, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+
+
+def write_csv(frame: pd.DataFrame, path: str) -> str:
+    """Write via a new temporary file and rename, so no half-written CSV is left."""
+    with _replaced(path) as fh:
+        frame.to_csv(fh, index=False)
+    return str(Path(path).resolve())
 
 
 def write_text(path: str | Path, text: str) -> str:
-    """Write a text file via a temporary file and rename."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial")
-    tmp.write_text(text)
-    tmp.replace(out)
-    return str(out.resolve())
+    """Write a text file via a new temporary file and rename."""
+    with _replaced(path) as fh:
+        fh.write(text)
+    return str(Path(path).resolve())
 
 
 def class_labels(forest: Any) -> tuple[np.ndarray | None, list[str]]:

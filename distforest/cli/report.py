@@ -20,6 +20,7 @@ import numpy as np
 
 from distforest._version import __version__
 from distforest.cli.outputs import write_text
+from distforest.errors import StoreError
 from distforest.parallel.cluster import engine_report
 
 PACKAGES = ("dask", "distributed", "numpy", "zarr", "xarray", "scikit-learn", "numba", "pandas")
@@ -78,6 +79,48 @@ def cluster_facts(monitor: Any) -> dict[str, Any]:
         "retries": None if tasks is None else sum(t["retries"] for t in tasks.values()),
         "peak_worker_memory_bytes": {} if monitor is None else dict(monitor.peak_memory),
     }
+
+
+#: The report files a run writes beside its outputs.
+REPORT_FILES = ("report.json", "report.md")
+
+
+def _report_of(folder: Path, out: str | Path) -> bool:
+    """Whether ``folder/report.json`` is distforest's report of the output ``out``."""
+    try:
+        data = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    config = data.get("config")
+    config = config if isinstance(config, dict) else {}
+    recorded = data.get("store") or config.get("out")
+    return isinstance(recorded, str) and Path(recorded).resolve() == Path(out).resolve()
+
+
+def check_reports(folder: str | Path, out: str | Path, replace: bool) -> None:
+    """Before any work: refuse to replace report files that are not this output's.
+
+    ``report.json`` / ``report.md`` in ``folder`` may be replaced when they are
+    distforest's report of the same output ``out`` (a rerun), or when
+    ``replace`` (overwrite, restart, resume); anything else there (a user's
+    file, another run's report) is refused as any other existing output is
+    (:class:`~distforest.errors.StoreError`, exit 6).
+    """
+    folder = Path(folder)
+    for name in REPORT_FILES:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            raise StoreError(f"cannot write the report {str(path)!r}: it is a directory")
+    existing = [str(folder / n) for n in REPORT_FILES if (folder / n).is_symlink()
+                or (folder / n).exists()]  # fmt: skip
+    if existing and not replace and not _report_of(folder, out):
+        raise StoreError(
+            f"{existing[0]} already exists and is not the report of {str(out)!r} (a file of "
+            "yours, or the report of another run); move it away, write the output to another "
+            "folder, or pass --overwrite (overwrite: true in a pipeline) to replace it"
+        )
 
 
 def write_report(
@@ -208,6 +251,7 @@ def write_simple_report(
         "run_id": run_id,
         "job": getattr(job, "name", type(job).__name__),
         "kind": type(job).__name__,
+        "store": str(job.out),
         "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "took_over_stale_lock_of": took_over,
