@@ -81,16 +81,16 @@ def data(tmp_path_factory, client) -> dict[str, Any]:
 def test_cluster_on_a_damaged_matrix(data, how):
     root = data["root"]
     store = damage(root / "x.zarr", "beta_similarity", how)
-    refused(data["address"], "cluster", store, "--method", "spectral", "--k", 2, "--out", root / f"c_{how}.csv",
-            array="beta_similarity")  # fmt: skip
+    refused(data["address"], "cluster", store, "--method", "spectral", "--k", 2,
+            "--out", root / f"c_{how}.csv", array="beta_similarity")  # fmt: skip
     assert not (root / f"c_{how}.csv").exists()
 
 
 def test_matrix_free_cluster_on_damaged_leaves(data):
     root = data["root"]
     store = damage(root / "x.zarr", "leaves", "garbled")
-    refused(data["address"], "cluster", store, "--method", "kernel-kmeans", "--k", 2, "--matrix-free",
-            "--out", root / "cmf.csv", array="leaves")  # fmt: skip
+    refused(data["address"], "cluster", store, "--method", "kernel-kmeans", "--k", 2,
+            "--matrix-free", "--out", root / "cmf.csv", array="leaves")  # fmt: skip
 
 
 def _first_array(store: Path) -> str:
