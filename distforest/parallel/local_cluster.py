@@ -125,6 +125,11 @@ def local_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
         **kwargs.get("scheduler_kwargs", {}),
         "dashboard": bool(dashboard),
     }
+    if not dashboard and "worker_class" not in kwargs and kwargs.get("processes", True):
+        from distforest.parallel.preload import NannyWithoutHTTP
+
+        # workers would otherwise serve HTTP (health, metrics) to any local user
+        kwargs["worker_class"] = NannyWithoutHTTP
     if kwargs.get("memory_limit") == "auto":
         del kwargs["memory_limit"]  # LocalCluster then shares memory between the workers
     return kwargs
