@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from distforest._schema import BadValue, Checker, Key, check_mapping, yaml_problem
+from distforest._schema import BadValue, Checker, Key, check_mapping, load_yaml, yaml_problem
 from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
@@ -216,7 +216,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str)
         if section not in SCHEMA:
             raise _unknown(f"{source} (--set {item})", "", section, list(SCHEMA))
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text)
         except yaml.YAMLError as exc:
             raise ConfigError(
                 f"--set {item!r}: the value is not valid YAML: {yaml_problem(exc)}"
@@ -352,7 +352,7 @@ def load_pipeline(
             f"{exc.start}); save the pipeline as UTF-8"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {yaml_problem(exc)}") from exc
     if not isinstance(data, Mapping):
