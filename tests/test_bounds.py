@@ -75,7 +75,7 @@ def test_simforest_trees(data):
 def test_xforest_directions(data):
     refused(["xforest", data["train"], "--target", "Class", "--x", 1_000_000_000, "--trees", 2,
              "--out", data["root"] / "sub" / "x2.zarr"], "too large to start",
-            "x = 1,000,000,000")  # fmt: skip
+            "--x 1,000,000,000")  # fmt: skip
     assert not (data["root"] / "sub" / "x2.zarr").exists()
 
 

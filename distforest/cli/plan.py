@@ -161,11 +161,12 @@ def estimate_xforest(n: int, d: int, forest: dict[str, Any]) -> dict[str, Any]:
     per_tree_row = 4 + 4 + 8
     nodes = trees * 2 * n / leaf * (5 * 4 + 8) + trees * 64 * d * 8
     # each tree draws its X random directions (d float64 each) at once
-    directions = 8 * d * int(params.get("x", 2) or 1)
+    directions = 8 * d * int(params["n_directions"])
     store = 4 * n * n + plan.n_tasks + n * trees * per_tree_row + nodes
     tile = plan.chunks[0]
     return {
         "trees": trees,
+        "directions": int(params["n_directions"]),
         "disk_bytes": int(store),
         "memory_bytes": int(2 * n * trees * per_tree_row + 3 * 8 * n * d + 2 * directions),
         "cpu_seconds": SECONDS_PER["rp_fit"] * trees * n * math.log2(max(n, 2))

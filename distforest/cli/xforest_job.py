@@ -156,7 +156,7 @@ def run_xforest_job(
         need = estimate_xforest(table.n_samples, table.n_features, job.forest)
         check_size(f"X-Forest on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,}) and of directions per tree "
-                   f"(x = {job.forest.get('x', 2):,})")  # fmt: skip
+                   f"(--x {need['directions']:,})")  # fmt: skip
         check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
         Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         from distforest.parallel.monitor import RunMonitor  # distributed: only here
