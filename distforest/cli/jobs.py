@@ -133,7 +133,7 @@ def run_proximity_job(
         # A resumed or restarted run may replace the files of its own job.
         plan = _check_outputs(job, stages, replace=job.overwrite or restart or stages is not None)
         if job.report_dir:
-            check_reports(job.report_dir, job.out, job.overwrite or restart or stages is not None)
+            check_reports(job.report_dir, job.overwrite or restart or stages is not None)
         need = estimate(job, table.n_samples, table.n_features)
         check_size(f"the proximity job on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,})"
@@ -188,7 +188,7 @@ def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
     a report is written next to its main output.
     """
     with StoreLock(job.out, run_id) as lock:
-        check_reports(Path(job.out).parent, job.out, bool(getattr(job, "overwrite", False)))
+        check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
         result = runner(job, progress)
         result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
     return result

@@ -8,6 +8,7 @@ says the same for people and shows the pictures the run produced.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -85,42 +86,57 @@ def cluster_facts(monitor: Any) -> dict[str, Any]:
 REPORT_FILES = ("report.json", "report.md")
 
 
-def _report_of(folder: Path, out: str | Path) -> bool:
-    """Whether ``folder/report.json`` is distforest's report of the output ``out``."""
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _write_reports(out_dir: Path, report: dict[str, Any], markdown: str) -> dict[str, str]:
+    """``report.json`` (with the digest of the markdown, to know it later) and ``report.md``."""
+    report = {**report, "markdown_digest": _digest(markdown)}
+    return {
+        "report": write_text(out_dir / "report.json", json.dumps(report, indent=2, default=str)),
+        "report (markdown)": write_text(out_dir / "report.md", markdown),
+    }
+
+
+def _ours(folder: Path) -> set[str]:
+    """The report files in ``folder`` that distforest wrote (of any run)."""
     try:
         data = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    if not isinstance(data, dict):
-        return False
-    config = data.get("config")
-    config = config if isinstance(config, dict) else {}
-    recorded = data.get("store") or config.get("out")
-    return isinstance(recorded, str) and Path(recorded).resolve() == Path(out).resolve()
+        return set()
+    if not isinstance(data, dict) or not {"run_id", "versions", "markdown_digest"} <= set(data):
+        return set()
+    try:
+        same = (
+            _digest((folder / "report.md").read_text(encoding="utf-8")) == data["markdown_digest"]
+        )
+    except (OSError, ValueError):
+        same = False
+    return {"report.json", "report.md"} if same else {"report.json"}
 
 
-def check_reports(folder: str | Path, out: str | Path, replace: bool) -> None:
-    """Before any work: refuse to replace report files that are not this output's.
+def check_reports(folder: str | Path, replace: bool) -> None:
+    """Before any work: refuse to replace report files that distforest did not write.
 
-    ``report.json`` / ``report.md`` in ``folder`` may be replaced when they are
-    distforest's report of the same output ``out`` (a rerun), or when
-    ``replace`` (overwrite, restart, resume); anything else there (a user's
-    file, another run's report) is refused as any other existing output is
+    ``report.json`` / ``report.md`` in ``folder`` are replaced when they are
+    distforest's reports (the JSON of a run, the markdown written with it: its
+    digest is in the JSON), or when ``replace`` (overwrite, restart, resume);
+    anything else there is refused as any other existing output is
     (:class:`~distforest.errors.StoreError`, exit 6).
     """
     folder = Path(folder)
+    ours = _ours(folder)
     for name in REPORT_FILES:
         path = folder / name
         if path.is_dir() and not path.is_symlink():
             raise StoreError(f"cannot write the report {str(path)!r}: it is a directory")
-    existing = [str(folder / n) for n in REPORT_FILES if (folder / n).is_symlink()
-                or (folder / n).exists()]  # fmt: skip
-    if existing and not replace and not _report_of(folder, out):
-        raise StoreError(
-            f"{existing[0]} already exists and is not the report of {str(out)!r} (a file of "
-            "yours, or the report of another run); move it away, write the output to another "
-            "folder, or pass --overwrite (overwrite: true in a pipeline) to replace it"
-        )
+        if (path.exists() or path.is_symlink()) and name not in ours and not replace:
+            raise StoreError(
+                f"{path} already exists and is not a report distforest wrote; move it away, "
+                "write the output to another folder, or pass --overwrite (overwrite: true in "
+                "a pipeline) to replace it"
+            )
 
 
 def write_report(
@@ -170,11 +186,7 @@ def write_report(
         "data_quality": _quality(table, stages),
         "store": rs.path,
     }
-    paths = {
-        "report": write_text(out_dir / "report.json", json.dumps(report, indent=2, default=str)),
-        "report (markdown)": write_text(out_dir / "report.md", _markdown(report, files, out_dir)),
-    }
-    return paths
+    return _write_reports(out_dir, report, _markdown(report, files, out_dir))
 
 
 def _mb(n: float) -> str:
@@ -276,7 +288,4 @@ def write_simple_report(
     for label, p in files.items():
         if p.suffix == ".png":
             lines += ["", f"### {label}", "", f"![{label}]({os.path.relpath(p, out_dir)})"]
-    return {
-        "report": write_text(out_dir / "report.json", json.dumps(report, indent=2, default=str)),
-        "report (markdown)": write_text(out_dir / "report.md", "\n".join(lines) + "\n"),
-    }
+    return _write_reports(out_dir, report, "\n".join(lines) + "\n")

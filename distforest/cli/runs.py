@@ -186,7 +186,7 @@ def run_staged(
         record = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
                   "pipeline": job.source, "stages": {}}  # fmt: skip
         replace = job.overwrite or restart or stages is not None
-        check_reports(Path(job.out).parent, job.out, replace)
+        check_reports(Path(job.out).parent, replace)
         rs, stages, facts = body(stages, replace, record)
         done = result(rs, stages.outputs(), "resumed" if mode == "resume" else "new")
         done.outputs.update(write_simple_report(job, done, run_id, lock.took_over, facts))
