@@ -28,17 +28,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distforest._version import __version__
+from distforest.cli.big_input import partitioned_input
 from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, check_size, estimate
 from distforest.cli.report import check_reports, write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
+from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
 from distforest.parallel.execution import Execution, in_process, use_execution
+from distforest.store.inputs import PendingInput
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -64,6 +67,10 @@ class ProximityJob:
     decimal: str | None = None
     forest: dict[str, Any] = field(default_factory=dict)
     method: str = "original"
+    #: Write each row's ``top_k`` proximity neighbours instead of the n x n matrix.
+    top_k: int | None = None
+    #: With ``top_k``: write the n x n matrix as well.
+    dense: bool = False
     plot: str | None = None
     overwrite: bool = False
     #: ``{"out": csv, "plot": png}`` to also write outlier scores.
@@ -82,10 +89,12 @@ class ProximityJob:
     #: The pipeline file the job came from, if any.
     source: str | None = None
 
-    def spec(self, table: Table) -> dict[str, Any]:
+    def spec(self, table: Table | PendingInput) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
         spec = {k: v for k, v in asdict(self).items() if k in keep}
+        if self.top_k is not None:  # (only then: the spec of a dense-only job is unchanged)
+            spec["top_k"], spec["dense"] = self.top_k, self.dense
         spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
@@ -117,8 +126,8 @@ def run_proximity_job(
     """
     start = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex[:8]
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
-    if job.mislabels:
+    table = _read_input(job)
+    if job.mislabels and isinstance(table, Table):
         require_classes(job.forest.get("task", "auto"), table.y, table.target_name, "mislabels")
     spec = job.spec(table)
     digest = spec_hash(spec)
@@ -142,7 +151,7 @@ def run_proximity_job(
         check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
-        with _where(job, table.X.size, progress) as (client, monitor):
+        with _where(job, table.n_samples * table.n_features, progress) as (client, monitor):
             forest, rs, stages = _fit_stage(job, table, stages, spec, digest, run_id)
             _tiles_stage(job, forest, rs, stages)
             _app_stages(job, table, forest, rs, stages, plan, client)
@@ -154,6 +163,24 @@ def run_proximity_job(
                 stages.finish("report", time.perf_counter() - tick, report)
         rs.mark_complete()
     return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
+
+
+def _read_input(job: ProximityJob) -> Table | PendingInput:
+    """The job's table: loaded whole, or (a glob, a folder of parts, a large file) its
+    partitions' summaries only, the encoded rows written into the job's store later."""
+    if not partitioned_input(job.input):
+        return load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    if job.impute:
+        raise InputError(
+            f"{job.input}: the impute stage reads its input whole and does not take a glob, "
+            "a folder of parts or a file over 32 MB yet; run `distforest impute` on one file, "
+            "or leave impute out of this job"
+        )
+    from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
+
+    data = read_partitioned(job.input, target=job.target, drop=job.drop,
+                            na_values=job.na_values)  # fmt: skip
+    return PendingInput(data)
 
 
 @contextlib.contextmanager
@@ -221,16 +248,44 @@ def _fit_stage(job, table, stages, spec, digest, run_id):
         forest = ProximityForest.from_store(job.out)
         return (forest, *resume_store(job.out, run_id))
     tick = time.perf_counter()
-    forest = ProximityForest(**job.forest).fit(table)
-    rs = forest.save(job.out, overwrite=True, attrs={  # the spec from the store's first moment
-        "spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
-        "pipeline": job.source, "stages": {}})  # fmt: skip
+    attrs = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
+             "pipeline": job.source, "stages": {}}  # fmt: skip
+    if isinstance(table, PendingInput):  # rows into the store, trees read them there
+        forest = ProximityForest(**job.forest).fit(table.write(job.out, attrs))
+        rs = RunStore.open(job.out, mode="r+")
+    else:
+        forest = ProximityForest(**job.forest).fit(table)
+        # the spec from the store's first moment
+        rs = forest.save(job.out, overwrite=True, attrs=attrs)
     stages = Stages(rs)
     stages.finish("fit", time.perf_counter() - tick, trees=int(forest.leaves_.shape[1]))
     return forest, rs, stages
 
 
+def writes_dense(job: ProximityJob) -> bool:
+    """Whether the job writes the n x n matrix (not only the top-k neighbours)."""
+    return job.top_k is None or job.dense
+
+
+def _neighbors_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore,
+                     stages: Stages) -> None:  # fmt: skip
+    """Each row's top-k neighbours (self excluded), resumable by row block."""
+    if job.top_k is None or stages.done("neighbors"):
+        return
+    from distforest.forests.proximity_neighbors import write_forest_neighbors
+
+    tick = time.perf_counter()
+    stats = write_forest_neighbors(forest, rs, job.method, job.top_k)
+    if stats["skipped"]:
+        logger.info("resumed: %d of %d neighbour blocks were already written", stats["skipped"],
+                    stats["blocks"])  # fmt: skip
+    stages.finish("neighbors", time.perf_counter() - tick, None, **stats)
+
+
 def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stages: Stages) -> None:
+    _neighbors_stage(job, forest, rs, stages)
+    if not writes_dense(job):
+        return
     tick = time.perf_counter()
     stats = forest.write_proximity(rs, job.method)
     if stats["skipped"]:
@@ -286,7 +341,7 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
 def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: float,
             mode: str) -> JobResult:  # fmt: skip
     attrs = rs.attrs
-    name = ARRAY_NAMES[job.method]
+    name = ARRAY_NAMES[job.method] if writes_dense(job) else "neighbors_index"
     rows, cols = rs.array(name).shape if name in rs.group else (0, 0)
     return JobResult(
         store=rs.path,

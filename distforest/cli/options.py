@@ -19,6 +19,7 @@ from distforest.forests import constraints as C
 if TYPE_CHECKING:
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import Table
+    from distforest.store.inputs import StoredTable
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -217,15 +218,29 @@ def fitted_forest(
     cluster_kw: dict[str, Any],
     progress: Any = None,
     check: Callable[[Table], None] | None = None,
-) -> Iterator[tuple[Table, ProximityForest]]:
+) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
     """Load the input, ``check`` it (before any cluster starts), connect, fit.
 
-    The cluster stays up inside the block.
+    The cluster stays up inside the block.  A partitioned input is read on the
+    workers (``check`` is not applied to it).
     """
+    from distforest.cli.big_input import partitioned_input, stored_input
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
     from distforest.parallel.cluster import connect
 
+    if partitioned_input(source):  # read by partitions on the workers, never whole here
+        from distforest.parallel.execution import execution
+
+        with (
+            connect(**connect_kwargs(cluster_kw)) as client,
+            execution(client),  # the forest's tasks and ...
+            client.as_current(),  # ... the partitions' run on this cluster
+            stored_input(source, target, input_kw) as stored,
+        ):
+            forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
+            yield stored, forest.fit(stored)
+        return
     table = load_table(source, target=target, **input_kw)
     if check is not None:
         check(table)

@@ -32,6 +32,10 @@ SECONDS_PER = {
     "rp_fit": 1e-7,  # one X-Forest tree: per row x log2(rows)
     "tile": 1e-8,  # one pair of rows of a forest matrix, per tree
     "measure": 1e-8,  # one pair of rows of a similarity matrix, per feature
+    # one row's top-k proximity neighbours, per tree: 0.55 us measured at n = 20,000 and
+    # 1.2 us at n = 100,000 (100 trees, k = 50, a busy machine), rounded up; it grows with
+    # the rows a leaf holds
+    "neighbors": 2e-6,
 }
 #: Computing (CPU-hours) a command may plan before it is refused; override with this variable.
 MAX_CPU_HOURS_ENV = "DISTFOREST_MAX_CPU_HOURS"
@@ -76,7 +80,9 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     leaf = max(1, int(forest["min_samples_leaf"]))
     threads = threads or os.cpu_count() or 1
     batch = int(forest["batch_size"] or default_batch_size(trees, threads))
-    tiles = plan.n_tasks
+    top_k = getattr(job, "top_k", None)
+    dense = top_k is None or bool(getattr(job, "dense", False))
+    tiles = plan.n_tasks if dense else 0
     outputs_per_node = 4 * 8  # class probabilities or values, at most a few columns
     nodes = trees * 2 * _BOOTSTRAP_SHARE * n / leaf
     per_row = {"leaves": 4, "inbag": 1, "leaf_mass": 4 if job.method == "rfgap" else 0}
@@ -87,6 +93,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "leaves, inbag (and leaf mass)": n * trees * sum(per_row.values()),
         "forest nodes": int(nodes * (_NODE_BYTES + outputs_per_node)),
     }
+    if not dense:
+        del store["proximity matrix (uncompressed)"]
     files = {}
     if job.impute:
         files["imputed table"] = n * (d + 2) * 12
@@ -99,8 +107,16 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     sections = (job.outliers or {}, job.mds or {})
     pictures = bool(job.plot) + sum(bool(s.get("plot")) for s in sections)
     files["pictures"] = 300_000 * pictures
+    if top_k is not None:
+        store["top-k neighbours (index, proximity)"] = n * top_k * 12
     fit_cpu = fit_seconds(trees, n, d, forest["max_features"])
     cpu = fit_cpu + SECONDS_PER["tile"] * trees * tiles * tile * tile
+    # the rows' co-leaf index (members, leaf table: up to 2 nodes a bootstrap row; the
+    # leaves and in-bag counts read to build it) and one task's counters and keys
+    neighbor_peak = 0.0
+    if top_k is not None:
+        cpu += SECONDS_PER["neighbors"] * n * trees
+        neighbor_peak = n * trees * (5 + 5 + 4 * 2 * _BOOTSTRAP_SHARE / leaf) + n * 30
     if job.impute:
         imp = {**job.impute}
         cpu += int(imp.get("iterations", 5)) * fit_seconds(
@@ -125,8 +141,12 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "files": files,
         "store_bytes": sum(store.values()),
         "disk_bytes": sum(store.values()) + sum(files.values()),
-        "worker_peak_bytes": max(fit_peak, tile_peak, product_peak),
-        "tile_worker_bytes": tile_peak,
+        "worker_peak_bytes": max(
+            fit_peak, tile_peak if dense else 0, product_peak, int(neighbor_peak)
+        ),
+        "tile_worker_bytes": tile_peak if dense else 0,
+        "top_k": top_k,
+        "dense": dense,
         # the driver gathers the per-row arrays of every tree (twice while joining batches)
         "memory_bytes": 2 * n * trees * sum(per_row.values()) + 3 * x_bytes,
         "cpu_seconds": cpu,
@@ -329,8 +349,13 @@ def describe(job: Any, plan: dict[str, Any], free: int) -> str:
         f"  input:        {job.input}" + (f" (target {job.target})" if job.target else ""),
         f"  forest:       {plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
         f"{plan['trees_per_task']} (assuming {plan['threads']} worker threads)",
-        f"  proximity:    {job.method}, {plan['tiles']:,} tiles of "
-        f"{plan['tile_size']} x {plan['tile_size']}",
+        f"  proximity:    {job.method}, "
+        + (
+            f"{plan['tiles']:,} tiles of {plan['tile_size']} x {plan['tile_size']}"
+            if plan["dense"]
+            else "no n x n matrix"
+        )
+        + (f"; the top {plan['top_k']} neighbours of every row" if plan["top_k"] else ""),
         f"  applications: {', '.join(a for a in ('impute', 'outliers', 'mislabels', 'mds') if getattr(job, a)) or 'none'}",  # noqa: E501
         f"  store:        {job.out}",
     ]
@@ -340,6 +365,7 @@ def describe(job: Any, plan: dict[str, Any], free: int) -> str:
         f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
         + ("(ok)" if plan["disk_bytes"] <= free else "(NOT ENOUGH: the run would be refused)"),
         f"  memory:       about {_size(plan['worker_peak_bytes'])} at peak per worker (estimate)",
+        f"  computing:    about {plan['cpu_seconds'] / 60:.1f} CPU minutes (rough)",
     ]
     return "\n".join(lines)
 

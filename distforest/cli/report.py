@@ -45,13 +45,16 @@ def _disk_usage(path: Path) -> int:
 
 
 def _quality(table: Any, stages: dict[str, Any]) -> dict[str, Any]:
-    X = table.X
-    out = {
-        "rows": int(X.shape[0]),
-        "features": int(X.shape[1]),
-        "missing_cells": int(np.isnan(X).sum()),
-        "rows_with_missing": int(np.isnan(X).any(axis=1).sum()),
-    }
+    if hasattr(table, "quality"):  # read by partitions: from the summaries
+        out = table.quality()
+    else:
+        X = table.X
+        out = {
+            "rows": int(X.shape[0]),
+            "features": int(X.shape[1]),
+            "missing_cells": int(np.isnan(X).sum()),
+            "rows_with_missing": int(np.isnan(X).any(axis=1).sum()),
+        }
     for stage, key in (("impute", "cells_imputed"), ("mislabels", "disagreeing_labels")):
         if key in stages.get(stage, {}):
             out[key] = stages[stage][key]

@@ -20,12 +20,19 @@ from distforest.io import Table, load_table
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks
+from distforest.store.inputs import StoredTable
 from distforest.store.run_store import RunStore
 
 if TYPE_CHECKING:
     import xarray as xr
 
 logger = logging.getLogger("distforest")
+
+#: ``max_samples=None`` grows every tree on n bootstrap rows up to this many rows ...
+LARGE_FOREST_ROWS = 500_000
+#: ... and on this many (drawn with replacement) above it: a fully grown tree on
+#: 10 million rows has millions of nodes, 100 of them do not fit a worker.
+AUTO_ROWS_PER_TREE = 200_000
 
 
 class ProximityForest(DaskEstimator):
@@ -50,7 +57,13 @@ class ProximityForest(DaskEstimator):
     bootstrap : bool, default True
         Bootstrap rows for each tree.  In-bag counts are always recorded.
     max_samples : float or None, default None
-        Bootstrap size as a fraction of the rows.
+        Bootstrap size as a fraction of the rows.  ``None``: n rows per tree
+        (Breiman's bootstrap) on up to ``LARGE_FOREST_ROWS`` rows; on more,
+        ``AUTO_ROWS_PER_TREE`` rows per tree (as Spark's ``subsamplingRate``
+        and H2O's ``sample_rate``), so that a tree's size and time stop
+        growing with n (every row is still routed through every tree; the
+        rows a tree did not draw are out of bag for it).  Measured cost:
+        ``benchmarks/results/max_samples.md``.
     batch_size : int or None, default None
         Trees per Dask task; ``None`` plans batches that shrink towards the
         end (at most a quarter of a worker thread's share each), so that the
@@ -130,8 +143,12 @@ class ProximityForest(DaskEstimator):
 
         Parameters
         ----------
-        X : path, array-like, DataFrame, dask/xarray/zarr object or Table
-            Features (any input :func:`distforest.io.load_table` reads).
+        X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
+            Features (any input :func:`distforest.io.load_table` reads).  A
+            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
+            from its store; a ``dask.dataframe.DataFrame`` is read by partitions
+            into a temporary store (``y`` then names its target column), never
+            computed in this process.
         y : array-like or None
             Target; None for an unsupervised forest (or when ``X`` is a
             :class:`~distforest.io.Table` carrying it).
@@ -164,24 +181,49 @@ class ProximityForest(DaskEstimator):
         """
         return self._fit(X, y, keep_nodes=False)
 
-    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
-        params = self._validated()
-        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
-        task = resolve_task(params["task"], table.y, table.target_name)
-        y_fit, classes = encode_target(task, table.y)
+    @staticmethod
+    def _tree_params(params: dict[str, Any], task: str, n_classes: int, n: int) -> TreeParams:
+        """The trees' settings for ``task`` on ``n`` rows (the same whatever the input's home)."""
+        max_samples = params["max_samples"]
+        if max_samples is None and params["bootstrap"] and n > LARGE_FOREST_ROWS:
+            max_samples = AUTO_ROWS_PER_TREE / n
         max_features = params["max_features"]
         if max_features == "auto":
             max_features = 1.0 if task == "regression" else "sqrt"
-        tree_params = TreeParams(
+        return TreeParams(
             task=cast(Task, task),  # resolve_task returns one of Task's values
             kind=params["kind"],
             max_features=max_features,
             min_samples_leaf=params["min_samples_leaf"],
             max_depth=params["max_depth"],
             bootstrap=params["bootstrap"],
-            max_samples=params["max_samples"],
-            n_classes=len(classes) if task == "classification" else 2,
+            max_samples=max_samples,
+            n_classes=n_classes if task == "classification" else 2,
         )
+
+    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
+        params = self._validated()
+        if isinstance(X, StoredTable):
+            if y is not None:
+                raise InputError(
+                    f"{X.source} is a stored table: its target was read with it "
+                    f"({X.target_name!r}); do not pass y as well"
+                )
+            from distforest.forests.stored import fit_stored
+
+            return fit_stored(
+                self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples)
+            )
+        if _is_dask_frame(X):  # read by partitions on the workers, never computed here
+            from distforest.forests.stored import fit_dask_frame
+
+            return fit_dask_frame(
+                self, X, y, params, lambda t, k, n: self._tree_params(params, t, k, n)
+            )
+        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
+        task = resolve_task(params["task"], table.y, table.target_name)
+        y_fit, classes = encode_target(task, table.y)
+        tree_params = self._tree_params(params, task, len(classes), table.n_samples)
         n_trees = params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         n = table.n_samples
@@ -432,6 +474,53 @@ class ProximityForest(DaskEstimator):
         rs.mark_complete()
         return rs.dataset()[ARRAY_NAMES[method]]
 
+    def proximity_neighbors(
+        self,
+        k: int,
+        method: str = "original",
+        store: str | Path | None = None,
+        *,
+        include_self: bool = False,
+        overwrite: bool = False,
+        block_rows: int | None = None,
+    ) -> xr.Dataset:
+        """Every training row's ``k`` nearest rows by proximity, exact, without the n x n matrix.
+
+        Sorted by proximity descending, ties to the smaller row number; a row
+        with fewer than ``k`` non-zero proximities is completed with the rows of
+        proximity 0 of smallest row number (the top k of the dense row).  The
+        values are the dense matrix's, bit for bit.  See
+        :mod:`distforest.forests.proximity_neighbors`.
+
+        Parameters
+        ----------
+        k : int
+            Neighbours a row (at most n - 1, or n with ``include_self``).
+        method : {"original", "oob", "rfgap"}, default "original"
+            As in :meth:`proximity`.
+        store : str, Path or None
+            Zarr store to write ``neighbors_index`` and ``neighbors_proximity``
+            into (with the forest, as :meth:`proximity` does), resumable by row
+            block; ``None`` computes them in memory.
+        include_self : bool
+            Let a row be its own neighbour (with its diagonal value).
+        overwrite : bool
+            Replace an existing store written by another fit.
+        block_rows : int or None
+            Rows per task (and per stored chunk); None: from n (256 to 4,096,
+            at least 64 tasks).  The result does not depend on it.
+
+        Returns
+        -------
+        xarray.Dataset
+            ``index`` (sample, neighbor) int64 and ``proximity`` (sample,
+            neighbor) float32; lazy and Zarr-backed when ``store`` is given.
+        """
+        from distforest.forests.proximity_neighbors import forest_neighbors
+
+        return forest_neighbors(self, k, method, store, include_self=include_self,
+                                overwrite=overwrite, block_rows=block_rows)  # fmt: skip
+
     def leaf_mass(self) -> np.ndarray:
         """Total in-bag count of each row's leaf in each tree (RF-GAP's M_i(t)).
 
@@ -515,6 +604,11 @@ class ProximityForest(DaskEstimator):
                 attrs={"n_trees": int(self.leaves_.shape[1])},
                 progress=self._report("tiles"),
             )  # fmt: skip
+
+
+def _is_dask_frame(X: Any) -> bool:
+    """Whether ``X`` is a ``dask.dataframe.DataFrame`` (without importing dask)."""
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "columns")
 
 
 def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:
