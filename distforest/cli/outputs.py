@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import StoreError
 
 if TYPE_CHECKING:
@@ -33,7 +34,14 @@ def check_new_file(path: str | None, overwrite: bool) -> None:
     """
     if not path:
         return
-    out = Path(path)
+    if location.is_remote(path):
+        if location.exists(path) and not overwrite:
+            raise StoreError(
+                f"output {location.display(path)!r} already exists; pass --overwrite or choose "
+                "another path"
+            )
+        return
+    out = Path(location.local(path))
     if out.is_dir():
         raise StoreError(f"output {path!r} is a directory; give a file name")
     if out.exists() and not overwrite:
@@ -71,17 +79,26 @@ def _replaced(path: str | Path) -> Iterator[IO[str]]:
 
 
 def write_csv(frame: pd.DataFrame, path: str) -> str:
-    """Write via a new temporary file and rename, so no half-written CSV is left."""
-    with _replaced(path) as fh:
+    """Write via a new temporary file and rename, so no half-written CSV is left
+    (on object storage: one upload, as every object is written whole)."""
+    if location.is_remote(path):
+        location.write_bytes(path, frame.to_csv(index=False).encode())
+        return path
+    out = Path(location.local(path))
+    with _replaced(out) as fh:
         frame.to_csv(fh, index=False)
-    return str(Path(path).resolve())
+    return location.resolved(out)
 
 
 def write_text(path: str | Path, text: str) -> str:
-    """Write a text file via a new temporary file and rename."""
-    with _replaced(path) as fh:
+    """Write a text file via a new temporary file and rename (an object in one upload)."""
+    if location.is_remote(path):
+        location.write_bytes(path, text.encode())
+        return str(path)
+    out = Path(location.local(path))
+    with _replaced(out) as fh:
         fh.write(text)
-    return str(Path(path).resolve())
+    return str(out.resolve())
 
 
 def class_labels(forest: Any) -> tuple[np.ndarray | None, list[str]]:
@@ -114,7 +131,7 @@ def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[
         labels, names = class_labels(forest)
         picture = plot_scores(scores, plot, labels=labels, class_names=names,
                               threshold=OUTLIER_THRESHOLD, title=title)  # fmt: skip
-        written["outlier picture"] = str(picture.resolve())
+        written["outlier picture"] = location.resolved(picture)
     return written
 
 
@@ -142,5 +159,5 @@ def write_mds(
         marked = outlier_scores(forest) > OUTLIER_THRESHOLD
         picture = plot_embedding(coordinates, plot, labels=labels, class_names=names,
                                  marked=marked, title=title)  # fmt: skip
-        written["MDS picture"] = str(picture.resolve())
+        written["MDS picture"] = location.resolved(picture)
     return written

@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from distforest import location
 from distforest._schema import BadValue, Checker, Key, check_mapping, load_yaml, yaml_problem
 from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
@@ -59,6 +60,7 @@ _STR = (str,)
 _LIST = (list,)
 _INT = (int,)
 _BOOL = (bool,)
+_MAP = (dict,)
 
 #: section -> key -> accepted types (None: also null).
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
@@ -69,6 +71,8 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "drop": _LIST,
         "na_values": _LIST,
         "decimal": _STR,
+        # fsspec options of an input URL (endpoint, profile, ...): never recorded anywhere
+        "storage_options": _MAP,
     },
     # checked against the estimator's own constraint table (see TABLES below)
     "forest": dict.fromkeys(ProximityForest._parameter_constraints, ()),
@@ -90,6 +94,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "plot": _STR,
         "report": _BOOL,
         "overwrite": _BOOL,
+        "storage_options": _MAP,
     },
     # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_job.py
     "xforest": dict.fromkeys([*XForest._parameter_constraints, "kind"], ()),
@@ -248,6 +253,8 @@ def check_output_name(name: str, key: str, out_dir: Path, source: str) -> None:
             f"{str(out_dir)!r} (no absolute path, no '..'); output names are relative to "
             f"output.dir: write e.g. {key.rpartition('.')[2]}: {hint}, or move output.dir"
         )
+    if not isinstance(out_dir, Path):  # object storage: no links to follow
+        return
     here = out_dir
     for part in path.parts:
         here = here / part
@@ -271,6 +278,14 @@ def _check_output_names(data: Mapping[str, Any], sections: dict[str, dict], out_
     )
     if isinstance(predict, Mapping) and isinstance(predict.get("out"), str):
         check_output_name(predict["out"], "knn.predict.out", out_dir, source)
+
+
+def _out_dir(text: str, storage_options: dict[str, Any] | None) -> Any:
+    """``output.dir`` as a Path, or as a URL carrying ``output.storage_options``
+    (``out_dir / name`` works on both)."""
+    if location.is_remote(text):
+        return location.with_options(text, storage_options)
+    return Path(location.local(text))
 
 
 def _templated(text: str, today: _dt.date) -> str:
@@ -385,13 +400,13 @@ def load_pipeline(
     _check_combinations(data, sections, source)
     day = today or _dt.date.today()
     inp, out = sections["input"], sections["output"]
-    input_path = _templated(inp["path"], day)
-    if check_input and not Path(input_path).exists():
+    input_path = location.with_options(_templated(inp["path"], day), inp.get("storage_options"))
+    if check_input and not location.is_remote(input_path) and not Path(input_path).exists():
         raise ConfigError(
             f"{source}: input.path {input_path!r} does not exist (relative paths are relative "
             f"to the current directory {str(Path.cwd())!r})"
         )
-    out_dir = Path(_templated(out["dir"], day))
+    out_dir = _out_dir(_templated(out["dir"], day), out.get("storage_options"))
     _check_output_names(data, sections, out_dir, source)
     extras: dict[str, dict[str, Any]] = {}
     for name in APPS:
