@@ -16,19 +16,15 @@ It is safe to run again:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distforest._version import __version__
-from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, check_size, estimate
 from distforest.cli.report import write_report, write_simple_report
@@ -36,13 +32,9 @@ from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
-from distforest.parallel.cluster import connect
-from distforest.parallel.execution import Execution, in_process, use_execution
+from distforest.parallel.placement import place
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
-
-if TYPE_CHECKING:
-    from distforest.parallel.monitor import RunMonitor
 
 logger = logging.getLogger("distforest")
 
@@ -135,43 +127,18 @@ def run_proximity_job(
         check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
-        with _where(job, table.X.size, progress) as (client, monitor):
+        with place(table.X.size, job.connect, progress=progress, watch=True) as where:
             forest, rs, stages = _fit_stage(job, table, stages, spec, digest, run_id)
             _tiles_stage(job, forest, rs, stages)
-            _app_stages(job, table, forest, rs, stages, plan, client)
+            _app_stages(job, table, forest, rs, stages, plan, where.client)
             report = None
             if job.report_dir:
                 tick = time.perf_counter()
-                report = write_report(job, table, rs, stages.record, monitor, spec, digest,
+                report = write_report(job, table, rs, stages.record, where.monitor, spec, digest,
                                       run_id, mode, lock.took_over)  # fmt: skip
                 stages.finish("report", time.perf_counter() - tick, report)
         rs.mark_complete()
     return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
-
-
-@contextlib.contextmanager
-def _where(job: ProximityJob, cells: int, progress: Any) -> Iterator[tuple[Any, RunMonitor | None]]:
-    """Where the job's tasks run, for a block: ``(client, monitor)``.
-
-    A small input with no cluster asked for runs in this process on one
-    thread per core (``(None, None)``); else the job's cluster is reached or
-    started and watched.  The tasks, and so the results, are the same.
-    """
-    if runs_in_process(job.connect, cells):
-        threads = os.cpu_count() or 1
-        logger.info("small input (%d cells): running in this process on %d threads", cells,
-                    threads)  # fmt: skip
-        with in_process(Execution(progress=progress), threads):
-            yield None, None
-        return
-    from distforest.parallel.monitor import RunMonitor  # distributed: only for a cluster
-
-    with connect(**job.connect) as client, RunMonitor(client) as monitor:
-        client.forward_logging("distforest")
-        threads = sum(client.nthreads().values())
-        logger.info("cluster: %d workers, %d threads", len(client.nthreads()), threads)
-        with use_execution(Execution(client, progress=progress)):
-            yield client, monitor
 
 
 def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
@@ -207,7 +174,7 @@ def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> A
 
 
 def _fit_stage(job, table, stages, spec, digest, run_id):
-    """Fit (or, resuming, load) the forest; it runs where :func:`_where` says."""
+    """Fit (or, resuming, load) the forest; it runs where :func:`place` says."""
     if stages is not None and stages.done("fit"):
         logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
         forest = ProximityForest.from_store(job.out)

@@ -18,15 +18,13 @@ from distforest.cli.jobs import JobResult, summary
 from distforest.cli.knn_cmd import fit_and_save_model, predict_to_csv
 from distforest.cli.outputs import check_new_file
 from distforest.cli.runs import decide, spec_hash
-from distforest.cli.similarity_cmd import (
-    maybe_connect,
-    normalize_choice,
-)
+from distforest.cli.similarity_cmd import normalize_choice
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
+from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
 KNN_CHOICES = {
@@ -239,7 +237,8 @@ def run_knn_job(
     outputs: dict[str, str] = {}
     shape: tuple[int, int] = (table.n_samples, 0)
     n_trees, what = 0, []
-    with maybe_connect(needed, job.connect) as client:
+    with place(table.X.size if needed else 0, job.connect, progress=progress) as where:
+        client = where.client
         if nb:
             if todo["neighbors"]:
                 top_k_neighbors(table, k=nb["k"], metric=nb["metric"],

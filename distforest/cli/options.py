@@ -175,20 +175,6 @@ def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def runs_in_process(cluster_kw: dict[str, Any], cells: int) -> bool:
-    """Whether a command runs in this process rather than on a cluster.
-
-    Yes when no cluster option was given (``cluster_kw`` all None: no
-    --scheduler, --cluster or LocalCluster size) and the input has at most
-    :data:`~distforest.parallel.execution.IN_PROCESS_CELLS` cells: starting
-    a cluster would take longer than the work.  The tasks are the same, and so
-    are the results.
-    """
-    from distforest.parallel.execution import IN_PROCESS_CELLS
-
-    return cells <= IN_PROCESS_CELLS and all(v is None for v in cluster_kw.values())
-
-
 @contextmanager
 def fitted_forest(
     source: str,
@@ -198,12 +184,12 @@ def fitted_forest(
     cluster_kw: dict[str, Any],
     progress: Any = None,
 ) -> Iterator[tuple[Table, ProximityForest]]:
-    """Load the input, connect, fit; the cluster stays up inside the block."""
+    """Load the input, fit where it runs (:func:`~distforest.parallel.placement.place`);
+    the cluster, if any, stays up inside the block."""
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
-    from distforest.parallel.cluster import connect
+    from distforest.parallel.placement import place
 
     table = load_table(source, target=target, **input_kw)
-    with connect(**connect_kwargs(cluster_kw)) as client:
-        forest = ProximityForest(**forest_kw).set_execution(client, progress=progress).fit(table)
-        yield table, forest
+    with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
+        yield table, ProximityForest(**forest_kw).fit(table)

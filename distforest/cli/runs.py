@@ -11,19 +11,16 @@ lock (:mod:`distforest.store.lock`) for the whole run.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from distforest.cli.report import write_simple_report
 from distforest.errors import StoreError
-from distforest.parallel.cluster import connect
-from distforest.parallel.execution import execution
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
@@ -121,35 +118,6 @@ def resume_store(path: str | Path, run_id: str) -> tuple[RunStore, Stages]:
     rs.mark_running()
     rs.update_attrs(run_id=run_id, resumed_at=now())
     return rs, Stages(rs)
-
-
-@contextlib.contextmanager
-def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator[Any]:
-    """Run a block in process for up to :data:`IN_PROCESS_MAX` objects, else on a cluster.
-
-    In process only when no cluster is named (``connect_kw`` all None);
-    otherwise on the named (or a local) cluster.  The tasks, and so the
-    results, are the same.  Yields the cluster's
-    :class:`~distforest.parallel.monitor.RunMonitor` (None in process), for
-    :func:`~distforest.cli.report.cluster_facts`.
-    """
-    if n_objects <= IN_PROCESS_MAX and all(v is None for v in connect_kw.values()):
-        with execution("synchronous", progress=progress):
-            yield None
-        return
-    from distforest.parallel.monitor import RunMonitor  # distributed: only for a cluster
-
-    with (
-        connect(**connect_kw) as client,
-        RunMonitor(client) as monitor,
-        execution(client, progress=progress),
-    ):
-        yield monitor
-
-
-#: Up to this many objects a model job stays in this process unless a cluster is named:
-#: starting a LocalCluster would cost more than the work.
-IN_PROCESS_MAX = 3000
 
 
 def run_staged(

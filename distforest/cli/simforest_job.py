@@ -26,7 +26,7 @@ from distforest.cli.jobs import JobResult
 from distforest.cli.outputs import check_new_file, write_mds, write_outliers
 from distforest.cli.plan import check_disk, estimate_matrix
 from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged, where
+from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import parse_metric
@@ -34,6 +34,7 @@ from distforest.forests.simforest import METRICS, SimilarityForestClassifier
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
+from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -201,7 +202,8 @@ def run_simforest_job(
         tile = job.forest.get("tile_size", SimilarityForestClassifier().tile_size)
         need = estimate_matrix(fit_input.n, fit_input.n, 1, tile, True)["disk_bytes"]
         check_disk(Path(job.out).resolve().parent, need, replaces=job.out)
-        with where(fit_input.n, job.connect, progress) as monitor:
+        cells = cells_of(fit_input.source)
+        with place(cells, job.connect, progress=progress, watch=True) as where:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
                 forest = SimilarityForestClassifier.load(job.out)
@@ -232,7 +234,7 @@ def run_simforest_job(
                                     dissimilarity=job.mds.get("dissimilarity", "sqrt"),
                                     title=title)  # fmt: skip
                 stages.finish("mds", time.perf_counter() - tick, written)
-            facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
+            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:

@@ -36,12 +36,13 @@ from distforest._version import __version__
 from distforest.cli.jobs import JobResult
 from distforest.cli.plan import check_disk, estimate_matrix, estimate_smerf_model
 from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged, where
+from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests import constraints as C
-from distforest.forests.smerf import DISTANCE, SMERF
+from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
 from distforest.io.distances import load_distances
+from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
@@ -142,7 +143,8 @@ def run_smerf_job(
             need += estimate_matrix(n_a, n_b, 1, job.tile_size, dist["oob"])["disk_bytes"]
         Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         check_disk(Path(job.out).resolve().parent, need, replaces=job.out)
-        with where(table.n_samples, job.connect, progress) as monitor:
+        cells = input_cells(table.n_samples, table.n_features)
+        with place(cells, job.connect, progress=progress, watch=True) as where:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
                 model = SMERF.load(job.out, require_complete=False)
@@ -168,7 +170,7 @@ def run_smerf_job(
                 stages.finish("distance", time.perf_counter() - tick,
                               {"distance store": str(Path(dist["out"]).resolve())},
                               shape=[int(s) for s in matrix.shape])  # fmt: skip
-            facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
+            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:

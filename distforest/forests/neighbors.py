@@ -29,8 +29,9 @@ from distforest.forests import constraints as C
 from distforest.forests.measures import Measure
 from distforest.forests.pairwise import _describe, prepare
 from distforest.kernels import metrics as metric_kernels
-from distforest.parallel import tasks
-from distforest.parallel.execution import SYNCHRONOUS, Progress, for_call
+from distforest.parallel import placement, tasks
+from distforest.parallel.execution import Progress, for_call
+from distforest.parallel.placement import cells_of
 from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
@@ -244,7 +245,7 @@ def search(
     exclude_self: bool = False,
     batch_size: int | None = None,
     tile_size: int = C.NEIGHBOR_TILE,
-    client: Any = SYNCHRONOUS,
+    client: Any = None,
     scheduler: str | None = None,
     cluster: str | Path | None = None,
     progress: Progress | None = None,
@@ -269,7 +270,8 @@ def search(
     if algorithm == "brute":
         metric_kernels.warm_up()
     exe = for_call(client, scheduler, cluster, progress)
-    with exe.runner() as s:
+    cells = cells_of(reference) + (0 if queries is reference else cells_of(queries))
+    with placement.runner(cells, exe) as s:
         if batch_size is None:
             if algorithm != "brute":
                 cap = 16384

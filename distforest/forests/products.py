@@ -214,5 +214,5 @@ class ProximityProducts:
 def product_session(forest: Any, batch_size: int | None = None) -> Iterator[ProximityProducts]:
     """A :class:`ProximityProducts` for a fitted ProximityForest, on its execution."""
     forest._check_fitted()
-    with forest._runner() as runner:
+    with forest._runner(forest._fitted_cells()) as runner:
         yield ProximityProducts(runner, forest.leaves_, forest.inbag_, batch_size)
