@@ -26,7 +26,7 @@ from typing import Any
 
 from distforest._version import __version__
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
-from distforest.cli.plan import check_disk, check_size, estimate
+from distforest.cli.plan import Plan, check_disk, check_size, estimate, proximity_plan
 from distforest.cli.report import write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.forests.proximity_forest import ProximityForest
@@ -139,6 +139,12 @@ def run_proximity_job(
                 stages.finish("report", time.perf_counter() - tick, report)
         rs.mark_complete()
     return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
+
+
+def plan_proximity_job(job: ProximityJob) -> Plan:
+    """What the job would do (``--dry-run``): reads the input, runs nothing."""
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    return proximity_plan(job, table.n_samples, table.n_features)
 
 
 def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:

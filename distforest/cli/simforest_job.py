@@ -24,7 +24,7 @@ import numpy as np
 from distforest._version import __version__
 from distforest.cli.jobs import JobResult
 from distforest.cli.outputs import check_new_file, write_mds, write_outliers
-from distforest.cli.plan import check_disk, estimate_matrix
+from distforest.cli.plan import Plan, check_disk, estimate_matrix, simforest_plan
 from distforest.cli.report import cluster_facts
 from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
@@ -178,6 +178,17 @@ class SimForestJob:
         spec["input"] = {"source": self.input, "fingerprint": fingerprint}
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
+
+
+def plan_simforest_job(job: SimForestJob) -> Plan:
+    """What the job would do (``--dry-run``): reads the input, runs nothing."""
+    fit_input = read_fit_input(
+        data=None if job.matrix_input else job.input,
+        matrix=job.input if job.matrix_input else None,
+        labels=job.labels, target=job.target, normalize=job.normalize, drop=job.drop,
+        na_values=job.na_values,
+    )  # fmt: skip
+    return simforest_plan(job, fit_input.n, cells_of(fit_input.source))
 
 
 def run_simforest_job(

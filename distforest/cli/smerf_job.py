@@ -34,7 +34,13 @@ import numpy as np
 
 from distforest._version import __version__
 from distforest.cli.jobs import JobResult
-from distforest.cli.plan import check_disk, estimate_matrix, estimate_smerf_model
+from distforest.cli.plan import (
+    Plan,
+    check_disk,
+    estimate_matrix,
+    estimate_smerf_model,
+    smerf_plan,
+)
 from distforest.cli.report import cluster_facts
 from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, ParameterError
@@ -99,6 +105,25 @@ def class_distances(table: Table) -> np.ndarray:
     """``D = 1[y_a != y_b]`` (float32) of the table's target: the Gini distance."""
     y = np.asarray(table.y)
     return (y[:, None] != y[None, :]).astype(np.float32)
+
+
+def plan_smerf_job(job: SmerfJob) -> Plan:
+    """What the job would do (``--dry-run``): reads the inputs' sizes, runs nothing."""
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
+                       allow_missing=False)  # fmt: skip
+    n = table.n_samples
+    itemsize = 4  # the class distances are float32
+    if job.distances is not None:
+        itemsize = load_distances(job.distances, n=n, what=f"smerf.distances {job.distances!r}",
+                                  fingerprint=False).itemsize  # fmt: skip
+    dist, matrix = job.distance, None
+    if dist is not None:
+        rows = {key: load_table(dist[key], drop=job.drop, na_values=job.na_values,
+                                allow_missing=False, min_rows=1).n_samples
+                for key in ("rows", "against") if dist.get(key)}  # fmt: skip
+        n_a, n_b = rows.get("rows", n), rows.get("against", n)
+        matrix = (n_a, n_b, bool(dist["oob"]))
+    return smerf_plan(job, n, table.n_features, itemsize, matrix)
 
 
 def run_smerf_job(
