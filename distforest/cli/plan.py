@@ -457,11 +457,12 @@ def xforest_plan(job: Any, n: int, d: int) -> Plan:
 def simforest_plan(job: Any, n: int, cells: int) -> Plan:
     """The plan of a SimForest job on ``n`` objects (``cells``: its input's cells)."""
     from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.forests.tiles import SYMMETRIC
 
     params = {**SimilarityForestClassifier().get_params(), **job.forest}
     where, threads = placement_of(cells, job.connect)
     trees, pairs = int(params["n_estimators"]), int(params["n_pairs"])
-    tiles = TilePlan(n, n, int(params["tile_size"]), symmetric=True)
+    tiles = TilePlan(n, n, int(params["tile_size"]), symmetric=SYMMETRIC[job.method])
     tile = tiles.chunks[0]
     batch = params["batch_size"] or default_batch_size(trees, threads)
     per_tree = n * math.log2(max(n, 2))
