@@ -271,7 +271,12 @@ def test_validate(tmp_path):
         "no bootstrap": (
             base.replace("random_state: 3", "random_state: 3, bootstrap: false")
             + "proximity: {method: oob}\n",
-            "need out-of-bag rows",
+            "proximity.method='oob' needs out-of-bag rows, but forest.bootstrap=False",
+        ),
+        "no bootstrap, two uses": (
+            base.replace("random_state: 3", "random_state: 3, bootstrap: false")
+            + "impute: {out: i.csv, proximity: rfimpute}\nmislabels: {out: s.csv}\n",
+            "impute.proximity='rfimpute', mislabels='rfgap' need out-of-bag rows",
         ),
         "missing input": (base.replace(str(BC), "/no/such/file.csv"), "does not exist"),
         "code": ("input: !!python/object/apply:os.system ['touch pwned']\n", "not valid YAML"),
