@@ -107,11 +107,66 @@ def run_all(tree: Path, scratch: Path) -> dict[str, tuple[float, float, bool]]:
     return out
 
 
+#: Estimators timed under scikit-learn's ``check_estimator``, default construction.
+ESTIMATORS = ("ProximityForest", "XForest", "ProximityImputer", "KNNClassifier", "KNNRegressor",
+              "SimilarityForestClassifier", "SMERF")  # fmt: skip
+CHECK = """
+import time, warnings
+warnings.simplefilter("ignore")
+import distforest.parallel.cluster as cluster
+started = []
+connect = cluster.connect
+def counting(**kw):
+    started.append(kw)
+    return connect(**kw)
+cluster.connect = counting
+from sklearn.utils.estimator_checks import check_estimator
+import distforest
+start = time.perf_counter()
+try:
+    check_estimator(getattr(distforest, {name!r})())
+    outcome = "passed"
+except Exception as exc:  # SMERF's fit takes (X, D): the checks do not apply to it
+    outcome = type(exc).__name__ + ": " + str(exc).splitlines()[0][:120]
+print("RESULT", time.perf_counter() - start, len(started), outcome)
+"""
+
+
+def check_estimators(tree: Path, timeout: float) -> dict[str, tuple[float, int, str]]:
+    """``check_estimator(Cls())`` in a fresh process each: (seconds, clusters started, outcome).
+
+    A check still running after ``timeout`` seconds is stopped (clusters: -1, unknown).
+    """
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONWARNINGS": "ignore"}
+    out = {}
+    for name in ESTIMATORS:
+        try:
+            r = subprocess.run([sys.executable, "-c", CHECK.format(name=name)], env=env,
+                               capture_output=True, text=True, timeout=timeout)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            out[name] = (timeout, -1, f"stopped after {timeout:.0f} s")
+            print(f"check_estimator({name}()) [{tree.name}]: {out[name]}", flush=True)
+            continue
+        line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT")), None)
+        if line is None:
+            raise SystemExit(f"check_estimator({name}()) crashed: {r.stderr[-1500:]}")
+        _, seconds, clusters, outcome = line.split(" ", 3)
+        out[name] = (float(seconds), int(clusters), outcome)
+        print(f"check_estimator({name}()) [{tree.name}]: {out[name]}", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", help="commit to compare with (e.g. the branch point)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tree", type=Path, default=ROOT, help="tree measured as 'after'")
+    parser.add_argument(
+        "--checks",
+        action="store_true",
+        help="also time check_estimator on every estimator (once per variant)",
+    )
+    parser.add_argument("--checks-timeout", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "small_commands.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-small-") as tmp:
@@ -125,6 +180,11 @@ def main() -> None:
         for rep in range(args.repeat):
             for variant, tree in variants.items():
                 runs[variant].append(run_all(tree, scratch / f"{variant}-{rep}"))
+        checks = (
+            {v: check_estimators(t, args.checks_timeout) for v, t in variants.items()}
+            if args.checks
+            else {}
+        )
         load_end = os.getloadavg()
 
     machine = machine_info()
@@ -142,7 +202,8 @@ def main() -> None:
                 "runs_s": [round(w, 2) for w in walls],
                 "cluster": any(rep[label][2] for rep in reps),
             }
-    (args.out.with_suffix(".json")).write_text(json.dumps(table, indent=1) + "\n")
+    record = {"commands": table, "check_estimator": checks}
+    (args.out.with_suffix(".json")).write_text(json.dumps(record, indent=1) + "\n")
     before = "before" in variants
     lines = [
         "# Small inputs: every command on the breast-cancer table (issue 25)",
@@ -175,6 +236,24 @@ def main() -> None:
             cells += [f"{row['median_s']:.2f}", f"{row['median_cpu_s']:.2f}",
                       "yes" if row["cluster"] else "no"]  # fmt: skip
         lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
+    if checks:
+        lines += [
+            "",
+            "`check_estimator(Cls())` (scikit-learn's checks, default construction, no execution "
+            "given), one fresh process each, once per variant; 'clusters': LocalClusters or "
+            "connections made.",
+            "",
+            "| estimator | "
+            + " | ".join(f"{v} (s) | {v} clusters | {v} outcome" for v in checks)
+            + " |",
+            "|---|" + "---:|---:|---|" * len(checks),
+        ]
+        for name in ESTIMATORS:
+            cells = []
+            for variant in checks:
+                seconds, clusters, outcome = checks[variant][name]
+                cells += [f"{seconds:.1f}", str(clusters), outcome]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 
