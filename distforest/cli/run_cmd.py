@@ -69,7 +69,7 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     bars = ProgressBars(enabled=not obj["quiet"])
     if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
         if dry_run:
-            click.echo(knn_plan(job))
+            click.echo(show_plan(knn_plan(job)))
             return
         runner = functools.partial(run_knn_job, restart=restart, run_id=obj["run_id"])
         click.echo(knn_summary(run_locked(job, runner, bars, obj["run_id"])))

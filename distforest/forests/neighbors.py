@@ -234,6 +234,16 @@ def resolve_algorithm(algorithm: str, measure: Measure | None, n_features: int) 
     return algorithm
 
 
+def query_batch_size(nq: int, n_ref: int, algorithm: str, forest: bool, threads: int) -> int:
+    """Query rows per task of a search: about 4 tasks per thread, capped so that a task's
+    tiles (brute; a forest similarity's rows) stay small."""
+    if algorithm != "brute":
+        cap = 16384
+    else:
+        cap = 1024 if not forest else max(16, (1 << 23) // n_ref)
+    return min(cap, tasks.default_batch_size(nq, threads))
+
+
 def search(
     queries: np.ndarray,
     reference: np.ndarray,
@@ -273,11 +283,8 @@ def search(
     cells = cells_of(reference) + (0 if queries is reference else cells_of(queries))
     with placement.runner(cells, exe) as s:
         if batch_size is None:
-            if algorithm != "brute":
-                cap = 16384
-            else:
-                cap = 1024 if similarity is None else max(16, (1 << 23) // n_ref)
-            batch_size = min(cap, tasks.default_batch_size(nq, s.threads()))
+            batch_size = query_batch_size(nq, n_ref, algorithm, similarity is not None,
+                                          s.threads())  # fmt: skip
         batches: list[Any] = tasks.plan_batches(nq, C.check_int("batch_size", batch_size))
         if algorithm != "brute" and nq > 1:
             # near queries together: each task walks the same branches of the tree
