@@ -235,7 +235,7 @@ class ProximityForest(DaskEstimator):
         ndarray of int32, shape (n, n_estimators)
         """
         self._check_nodes("apply() to new rows")
-        table = X if isinstance(X, Table) else load_table(X)
+        table = X if isinstance(X, Table) else load_table(X, min_rows=1)  # one new row is fine
         if table.n_features != self.n_features_in_:
             raise InputError(
                 f"{table.source} has {table.n_features} features but the forest was fitted "
