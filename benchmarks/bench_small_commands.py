@@ -122,36 +122,42 @@ def counting(**kw):
 cluster.connect = counting
 from sklearn.utils.estimator_checks import check_estimator
 import distforest
-start = time.perf_counter()
+import resource
+start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
 try:
     check_estimator(getattr(distforest, {name!r})())
     outcome = "passed"
 except Exception as exc:  # SMERF's fit takes (X, D): the checks do not apply to it
     outcome = type(exc).__name__ + ": " + str(exc).splitlines()[0][:120]
-print("RESULT", time.perf_counter() - start, len(started), outcome)
+now = resource.getrusage(resource.RUSAGE_SELF)
+used = now.ru_utime - cpu.ru_utime + now.ru_stime - cpu.ru_stime
+print("RESULT", time.perf_counter() - start, used, len(started), outcome)
 """
 
 
-def check_estimators(tree: Path, timeout: float) -> dict[str, tuple[float, int, str]]:
-    """``check_estimator(Cls())`` in a fresh process each: (seconds, clusters started, outcome).
+def check_estimators(tree: Path, timeout: float) -> dict[str, tuple[float, float, int, str]]:
+    """``check_estimator(Cls())`` in a fresh process each: (wall s, CPU s of this process,
+    clusters started, outcome).
 
-    A check still running after ``timeout`` seconds is stopped (clusters: -1, unknown).
+    A check still running after ``timeout`` seconds is stopped (CPU and clusters: -1, unknown).
     """
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONWARNINGS": "ignore"}
     out = {}
     for name in ESTIMATORS:
         try:
+            # cwd: not the repository, whose distforest/ would come before PYTHONPATH's
             r = subprocess.run([sys.executable, "-c", CHECK.format(name=name)], env=env,
-                               capture_output=True, text=True, timeout=timeout)  # fmt: skip
+                               capture_output=True, text=True, timeout=timeout,
+                               cwd=tempfile.gettempdir())  # fmt: skip
         except subprocess.TimeoutExpired:
-            out[name] = (timeout, -1, f"stopped after {timeout:.0f} s")
+            out[name] = (timeout, -1.0, -1, f"stopped after {timeout:.0f} s")
             print(f"check_estimator({name}()) [{tree.name}]: {out[name]}", flush=True)
             continue
         line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT")), None)
         if line is None:
             raise SystemExit(f"check_estimator({name}()) crashed: {r.stderr[-1500:]}")
-        _, seconds, clusters, outcome = line.split(" ", 3)
-        out[name] = (float(seconds), int(clusters), outcome)
+        _, seconds, cpu, clusters, outcome = line.split(" ", 4)
+        out[name] = (float(seconds), float(cpu), int(clusters), outcome)
         print(f"check_estimator({name}()) [{tree.name}]: {out[name]}", flush=True)
     return out
 
@@ -193,7 +199,7 @@ def main() -> None:
     )
     table: dict[str, dict[str, dict[str, object]]] = {}
     for variant, reps in runs.items():
-        for label in COMMANDS:
+        for label in COMMANDS if reps else ():
             walls = [rep[label][0] for rep in reps]
             cpus = [rep[label][1] for rep in reps]
             table.setdefault(label, {})[variant] = {
@@ -222,14 +228,17 @@ def main() -> None:
         "options, no cluster option. Wall time of the whole process (start included) and "
         "CPU time (user + system, the process and its children), medians of "
         f"{args.repeat} runs; 'cluster': whether a run started or reached a Dask cluster.",
-        "",
-        "| command | before wall (s) | before CPU (s) | before cluster | after wall (s) "
-        "| after CPU (s) | after cluster |"
-        if before
-        else "| command | wall (s) | CPU (s) | cluster |",
-        "|---|---:|---:|---|---:|---:|---|" if before else "|---|---:|---:|---|",
     ]
-    for label in COMMANDS:
+    if args.repeat:
+        lines += [
+            "",
+            "| command | before wall (s) | before CPU (s) | before cluster | after wall (s) "
+            "| after CPU (s) | after cluster |"
+            if before
+            else "| command | wall (s) | CPU (s) | cluster |",
+            "|---|---:|---:|---|---:|---:|---|" if before else "|---|---:|---:|---|",
+        ]
+    for label in COMMANDS if args.repeat else ():
         cells = []
         for variant in variants:
             row = table[label][variant]
@@ -244,15 +253,16 @@ def main() -> None:
             "connections made.",
             "",
             "| estimator | "
-            + " | ".join(f"{v} (s) | {v} clusters | {v} outcome" for v in checks)
+            + " | ".join(f"{v} wall (s) | {v} CPU (s) | {v} clusters | {v} outcome" for v in checks)
             + " |",
-            "|---|" + "---:|---:|---|" * len(checks),
+            "|---|" + "---:|---:|---:|---|" * len(checks),
         ]
         for name in ESTIMATORS:
             cells = []
             for variant in checks:
-                seconds, clusters, outcome = checks[variant][name]
-                cells += [f"{seconds:.1f}", str(clusters), outcome]
+                seconds, cpu, clusters, outcome = checks[variant][name]
+                cells += [f"{seconds:.1f}", f"{cpu:.1f}" if cpu >= 0 else "-",
+                          str(clusters) if clusters >= 0 else "-", outcome]  # fmt: skip
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
