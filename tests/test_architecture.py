@@ -1,4 +1,4 @@
-"""The rooms of DESIGN.md section 2: data flows one way.
+"""The rooms of docs/design.md section 2: data flows one way.
 
 ``io -> kernels -> parallel -> store -> forests -> apps -> cli``: a room may
 import the rooms to its left (and ``errors``/``_version``), never those to its
@@ -44,7 +44,7 @@ def test_rooms_import_only_to_their_left(room):
             if parts[0] == "distforest" and len(parts) > 1 and parts[1] in ROOMS:
                 if parts[1] != room and parts[1] not in allowed:
                     bad.append(f"{path.relative_to(PACKAGE)} imports {name}")
-    assert not bad, "imports against the flow of DESIGN.md: " + "; ".join(bad)
+    assert not bad, "imports against the flow of docs/design.md: " + "; ".join(bad)
 
 
 def test_kernels_use_arrays_only():

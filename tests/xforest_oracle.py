@@ -121,7 +121,7 @@ def similarity(leaves_a: list[list[Node]], leaves_b: list[list[Node]], beta: flo
 
 
 def dense_phi(leaves: list[Node], beta: float) -> np.ndarray:
-    """Phi of DESIGN.md section 3 for one tree, one column per node."""
+    """Phi of docs/design.md section 3 for one tree, one column per node."""
     nodes: dict[int, int] = {}
     rows = []
     for leaf in leaves:

@@ -166,7 +166,7 @@ def kernel_kmeans(
 ) -> tuple[np.ndarray, float]:
     """Kernel k-means with ``n_init`` restarts; the run with the lowest objective wins.
 
-    The kernel is the similarity itself (PSD for beta-similarity, DESIGN.md
+    The kernel is the similarity itself (PSD for beta-similarity, docs/design.md
     section 3).  Each iteration takes one product ``S @ H`` with the k
     normalised cluster indicators, so it runs matrix-free.  The diagonal is
     taken as 1 (true for beta and basic similarity and Gaussian kernels).

@@ -263,12 +263,22 @@ class KNNBase(DaskEstimator):
             check_values(self.measure_, Q, "X")
         return Q
 
-    def kneighbors(self, X: Any, n_neighbors: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def kneighbors(
+        self, X: Any = None, n_neighbors: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Distances and indices of the nearest training rows, nearest first.
 
         Parameters
         ----------
-        X : array-like, shape (n_queries, n_features)
+        X : array-like, shape (n_queries, n_features), or None
+            None (forest metrics ``"rf-proximity"`` and ``"rfgap"`` only): the
+            neighbours of every training row among the others (a row is not its
+            own neighbour, as in scikit-learn), exact, from the forest's leaves
+            without any n x n matrix
+            (:meth:`~distforest.forests.proximity_forest.ProximityForest.proximity_neighbors`):
+            distance ``1 - p`` with p Breiman's proximity, or the training rows'
+            RF-GAP (over the trees where the row is out of bag; a new row is out
+            of bag in every tree).  Ties go to the smaller row number.
         n_neighbors : int, optional
             Defaults to ``n_neighbors``.
 
@@ -277,8 +287,24 @@ class KNNBase(DaskEstimator):
         distances : ndarray of float64, shape (n_queries, k)
         indices : ndarray of int64, shape (n_queries, k)
         """
+        if X is None:
+            return self._training_neighbors(n_neighbors or self.n_neighbors)
         found = self._neighbors(self.transform_queries(X), n_neighbors or self.n_neighbors)
         return found.distances, found.indices
+
+    def _training_neighbors(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        self._check_fitted()
+        kind = getattr(self.similarity_, "kind", None)
+        forest = getattr(self.similarity_, "forest_", None)
+        if kind not in ("rf-proximity", "rfgap") or forest is None:
+            raise ParameterError(
+                "kneighbors() without X (each training row's neighbours among the others) needs "
+                f"metric='rf-proximity' or 'rfgap', not {_metric_name(self.metric)!r}; pass X"
+            )
+        with use_execution(self._current_execution()):  # placed by the input's size
+            found = forest.proximity_neighbors(k, "original" if kind == "rf-proximity" else "rfgap")
+        distances = 1.0 - found["proximity"].values.astype(np.float64)
+        return distances, found["index"].values
 
     def _neighbors(self, Q: np.ndarray, k: int) -> Neighbors:
         with use_execution(self._current_execution()):  # placed by the input's size

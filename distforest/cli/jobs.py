@@ -53,6 +53,10 @@ class ProximityJob:
     na_values: tuple[str, ...] = ()
     forest: dict[str, Any] = field(default_factory=dict)
     method: str = "original"
+    #: Write each row's ``top_k`` proximity neighbours instead of the n x n matrix.
+    top_k: int | None = None
+    #: With ``top_k``: write the n x n matrix as well.
+    dense: bool = False
     plot: str | None = None
     overwrite: bool = False
     #: ``{"out": csv, "plot": png}`` to also write outlier scores.
@@ -75,6 +79,8 @@ class ProximityJob:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
         spec = {k: v for k, v in asdict(self).items() if k in keep}
+        if self.top_k is not None:  # (only then: the spec of a dense-only job is unchanged)
+            spec["top_k"], spec["dense"] = self.top_k, self.dense
         spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
@@ -195,7 +201,30 @@ def _fit_stage(job, table, stages, spec, digest, run_id):
     return forest, rs, stages
 
 
+def writes_dense(job: ProximityJob) -> bool:
+    """Whether the job writes the n x n matrix (not only the top-k neighbours)."""
+    return job.top_k is None or job.dense
+
+
+def _neighbors_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore,
+                     stages: Stages) -> None:  # fmt: skip
+    """Each row's top-k neighbours (self excluded), resumable by row block."""
+    if job.top_k is None or stages.done("neighbors"):
+        return
+    from distforest.forests.proximity_neighbors import write_forest_neighbors
+
+    tick = time.perf_counter()
+    stats = write_forest_neighbors(forest, rs, job.method, job.top_k)
+    if stats["skipped"]:
+        logger.info("resumed: %d of %d neighbour blocks were already written", stats["skipped"],
+                    stats["blocks"])  # fmt: skip
+    stages.finish("neighbors", time.perf_counter() - tick, None, **stats)
+
+
 def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stages: Stages) -> None:
+    _neighbors_stage(job, forest, rs, stages)
+    if not writes_dense(job):
+        return
     tick = time.perf_counter()
     stats = forest.write_proximity(rs, job.method)
     if stats["skipped"]:
@@ -251,7 +280,7 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
 def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: float,
             mode: str) -> JobResult:  # fmt: skip
     attrs = rs.attrs
-    name = ARRAY_NAMES[job.method]
+    name = ARRAY_NAMES[job.method] if writes_dense(job) else "neighbors_index"
     rows, cols = rs.array(name).shape if name in rs.group else (0, 0)
     return JobResult(
         store=rs.path,

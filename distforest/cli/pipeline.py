@@ -6,7 +6,9 @@ applications and where the outputs go::
     name: nightly
     input:   {path: data/{date}.csv, target: Class, drop: [Id], na_values: ["?"]}
     forest:  {n_estimators: 300, random_state: 0, tile_size: 2048}
-    proximity: {method: original}         # original | oob | rfgap
+    proximity: {method: original}         # original | oob | rfgap; top_k: 50 (each row's
+                                          # 50 nearest rows instead of the n x n matrix;
+                                          # dense: true writes both)
     impute:  {out: imputed.csv, proximity: column}  # column | rfimpute | rfgap | original | oob
     outliers: {out: outliers.csv, plot: outliers.png}                 # optional
     mislabels: {out: suspects.csv}                                     # optional
@@ -62,7 +64,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "input": {"path": _STR, "target": _STR, "labels": _STR, "drop": _LIST, "na_values": _LIST},
     # checked against the estimator's own constraint table (see TABLES below)
     "forest": dict.fromkeys(ProximityForest._parameter_constraints, ()),
-    "proximity": {"method": _STR},
+    "proximity": {"method": _STR, "top_k": _INT, "dense": _BOOL},
     "impute": {
         "out": _STR,
         "iterations": _INT,
@@ -254,6 +256,17 @@ def _check_combinations(data: Mapping[str, Any], sections: dict[str, dict], sour
         C.check_out_of_bag_uses(uses, forest.get("bootstrap") is not False, "forest.bootstrap")
     except ParameterError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
+    top_k = sections["proximity"].get("top_k")
+    if top_k is not None and top_k < 1:
+        raise ConfigError(f"{source}: proximity.top_k must be at least 1, got {top_k}")
+    if sections["proximity"].get("dense") and top_k is None:
+        raise ConfigError(f"{source}: proximity.dense goes with proximity.top_k")
+    if top_k is not None and not sections["proximity"].get("dense") and \
+            sections["output"].get("plot"):  # fmt: skip
+        raise ConfigError(
+            f"{source}: output.plot draws the n x n matrix, which proximity.top_k alone does "
+            "not write: set proximity.dense: true as well"
+        )
     if sections["mds"].get("components", 2) < 1:
         raise ConfigError(f"{source}: mds.components must be at least 1")
 
@@ -352,6 +365,13 @@ def load_pipeline(
     if "smerf" in data or "distance" in data:
         connect = {"scheduler": scheduler, "cluster": cluster}
         return smerf_job(data, sections, input_path, out_dir, connect, source)
+    if sections["proximity"].get("top_k") is not None and any(
+        k in data for k in ("simforest", "xforest", "clustering")
+    ):
+        raise ConfigError(
+            f"{source}: proximity.top_k is for random-forest proximity pipelines only; "
+            "remove it or the simforest/xforest section"
+        )
     if "simforest" in data:
         connect = {"scheduler": scheduler, "cluster": cluster}
         return simforest_job(data, sections, input_path, out_dir, connect, source, extras)
@@ -366,6 +386,8 @@ def load_pipeline(
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
         forest=dict(sections["forest"]),
         method=sections["proximity"].get("method", "original"),
+        top_k=sections["proximity"].get("top_k"),
+        dense=bool(sections["proximity"].get("dense", False)),
         out=str(out_dir / out.get("store", "proximity.zarr")),
         plot=str(out_dir / plot) if plot else None,
         overwrite=bool(out.get("overwrite", False)),

@@ -37,6 +37,10 @@ SECONDS_PER = {
     # (benchmarks/results/small_commands.md): a rough guide, not a calibration
     "sim_fit": 1.2e-5,  # one SimForest tree: per object x log2(objects) x pairs tried
     "smerf_fit": 3e-8,  # one SMERF tree: per row pair x log2(rows)
+    # one row's top-k proximity neighbours, per tree: 0.55 us measured at n = 20,000 and
+    # 1.2 us at n = 100,000 (100 trees, k = 50, a busy machine), rounded up; it grows with
+    # the rows a leaf holds
+    "neighbors": 2e-6,
 }
 #: Computing (CPU-hours) a command may plan before it is refused; override with this variable.
 MAX_CPU_HOURS_ENV = "DISTFOREST_MAX_CPU_HOURS"
@@ -81,7 +85,9 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     leaf = max(1, int(forest["min_samples_leaf"]))
     threads = threads or os.cpu_count() or 1
     batch = int(forest["batch_size"] or default_batch_size(trees, threads))
-    tiles = plan.n_tasks
+    top_k = getattr(job, "top_k", None)
+    dense = top_k is None or bool(getattr(job, "dense", False))
+    tiles = plan.n_tasks if dense else 0
     outputs_per_node = 4 * 8  # class probabilities or values, at most a few columns
     nodes = trees * 2 * _BOOTSTRAP_SHARE * n / leaf
     per_row = {"leaves": 4, "inbag": 1, "leaf_mass": 4 if job.method == "rfgap" else 0}
@@ -92,6 +98,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "leaves, inbag (and leaf mass)": n * trees * sum(per_row.values()),
         "forest nodes": int(nodes * (_NODE_BYTES + outputs_per_node)),
     }
+    if not dense:
+        del store["proximity matrix (uncompressed)"]
     files = {}
     if job.impute:
         files["imputed table"] = n * (d + 2) * 12
@@ -104,8 +112,16 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     sections = (job.outliers or {}, job.mds or {})
     pictures = bool(job.plot) + sum(bool(s.get("plot")) for s in sections)
     files["pictures"] = 300_000 * pictures
+    if top_k is not None:
+        store["top-k neighbours (index, proximity)"] = n * top_k * 12
     fit_cpu = fit_seconds(trees, n, d, forest["max_features"])
     cpu = fit_cpu + SECONDS_PER["tile"] * trees * tiles * tile * tile
+    # the rows' co-leaf index (members, leaf table: up to 2 nodes a bootstrap row; the
+    # leaves and in-bag counts read to build it) and one task's counters and keys
+    neighbor_peak = 0.0
+    if top_k is not None:
+        cpu += SECONDS_PER["neighbors"] * n * trees
+        neighbor_peak = n * trees * (5 + 5 + 4 * 2 * _BOOTSTRAP_SHARE / leaf) + n * 30
     if job.impute:
         imp = {**job.impute}
         cpu += int(imp.get("iterations", 5)) * fit_seconds(
@@ -130,8 +146,12 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "files": files,
         "store_bytes": sum(store.values()),
         "disk_bytes": sum(store.values()) + sum(files.values()),
-        "worker_peak_bytes": max(fit_peak, tile_peak, product_peak),
-        "tile_worker_bytes": tile_peak,
+        "worker_peak_bytes": max(
+            fit_peak, tile_peak if dense else 0, product_peak, int(neighbor_peak)
+        ),
+        "tile_worker_bytes": tile_peak if dense else 0,
+        "top_k": top_k,
+        "dense": dense,
         # the driver gathers the per-row arrays of every tree (twice while joining batches)
         "memory_bytes": 2 * n * trees * sum(per_row.values()) + 3 * x_bytes,
         "cpu_seconds": cpu,
@@ -406,8 +426,11 @@ def proximity_plan(job: Any, n: int, d: int) -> Plan:
             ("input", str(job.input) + (f" (target {job.target})" if job.target else "")),
             ("forest", f"{plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
                        f"{plan['trees_per_task']}"),
-            ("proximity", f"{job.method}, {plan['tiles']:,} tiles of {plan['tile_size']} x "
-                          f"{plan['tile_size']}"),
+            ("proximity", f"{job.method}, "
+                          + (f"{plan['tiles']:,} tiles of {plan['tile_size']} x "
+                             f"{plan['tile_size']}" if plan["dense"] else "no n x n matrix")
+                          + (f"; the top {plan['top_k']} neighbours of every row"
+                             if plan["top_k"] else "")),
             ("applications", ", ".join(apps) or "none"),
             ("store", str(job.out)),
         ],

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-LABELS = {"fit": "fitting trees  ", "tiles": "proximity tiles"}
+LABELS = {"fit": "fitting trees  ", "tiles": "proximity tiles", "neighbors": "neighbours     "}
 
 
 class ProgressBars:

@@ -38,6 +38,16 @@ from distforest.cli.progress import ProgressBars
     help="original: share of trees with a common leaf; oob: the same over trees where both "
     "rows are out of bag; rfgap: RF-GAP (rows sum to 1, not symmetric).",
 )
+@click.option(
+    "--top-k",
+    "top_k",
+    type=click.IntRange(min=1),
+    metavar="K",
+    help="Write each row's K nearest rows by proximity (itself excluded; "
+    "neighbors_index and neighbors_proximity, exact) instead of the n x n matrix.",
+)
+@click.option("--dense", is_flag=True,
+              help="With --top-k: write the n x n matrix as well.")  # fmt: skip
 @tile_size_option(FOREST_DEFAULTS["tile_size"])
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
@@ -47,7 +57,8 @@ from distforest.cli.progress import ProgressBars
                    "run nothing.")  # fmt: skip
 @click.pass_obj
 def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, method: str,
-              plot: str | None, overwrite: bool, dry_run: bool,
+              top_k: int | None, dense: bool, plot: str | None, overwrite: bool,
+              dry_run: bool,
               **options: Any) -> None:  # fmt: skip
     """Fit a forest on INPUT and write its proximity matrix to a Zarr store.
 
@@ -59,11 +70,17 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     """
     from distforest.cli.jobs import ProximityJob, plan_proximity_job, run_proximity_job, summary
 
+    if dense and top_k is None:
+        raise click.UsageError("--dense goes with --top-k K (without it the matrix is dense)")
+    if plot and top_k is not None and not dense:
+        raise click.UsageError("--plot draws the n x n matrix: add --dense to write it too")
+
     input_kw = pop_keys(options, ("drop", "na_values"))
     forest = pop_keys(options, FOREST_KEYS)
     forest["tile_size"] = options.pop("tile_size")
     job = ProximityJob(
-        input=input, out=out, target=target, forest=forest, method=method, plot=plot,
+        input=input, out=out, target=target, forest=forest, method=method, top_k=top_k,
+        dense=dense, plot=plot,
         overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
     )  # fmt: skip
     if dry_run:

@@ -432,6 +432,53 @@ class ProximityForest(DaskEstimator):
         rs.mark_complete()
         return rs.dataset()[ARRAY_NAMES[method]]
 
+    def proximity_neighbors(
+        self,
+        k: int,
+        method: str = "original",
+        store: str | Path | None = None,
+        *,
+        include_self: bool = False,
+        overwrite: bool = False,
+        block_rows: int | None = None,
+    ) -> xr.Dataset:
+        """Every training row's ``k`` nearest rows by proximity, exact, without the n x n matrix.
+
+        Sorted by proximity descending, ties to the smaller row number; a row
+        with fewer than ``k`` non-zero proximities is completed with the rows of
+        proximity 0 of smallest row number (the top k of the dense row).  The
+        values are the dense matrix's, bit for bit.  See
+        :mod:`distforest.forests.proximity_neighbors`.
+
+        Parameters
+        ----------
+        k : int
+            Neighbours a row (at most n - 1, or n with ``include_self``).
+        method : {"original", "oob", "rfgap"}, default "original"
+            As in :meth:`proximity`.
+        store : str, Path or None
+            Zarr store to write ``neighbors_index`` and ``neighbors_proximity``
+            into (with the forest, as :meth:`proximity` does), resumable by row
+            block; ``None`` computes them in memory.
+        include_self : bool
+            Let a row be its own neighbour (with its diagonal value).
+        overwrite : bool
+            Replace an existing store written by another fit.
+        block_rows : int or None
+            Rows per task (and per stored chunk); None: from n (256 to 4,096,
+            at least 64 tasks).  The result does not depend on it.
+
+        Returns
+        -------
+        xarray.Dataset
+            ``index`` (sample, neighbor) int64 and ``proximity`` (sample,
+            neighbor) float32; lazy and Zarr-backed when ``store`` is given.
+        """
+        from distforest.forests.proximity_neighbors import forest_neighbors
+
+        return forest_neighbors(self, k, method, store, include_self=include_self,
+                                overwrite=overwrite, block_rows=block_rows)  # fmt: skip
+
     def leaf_mass(self) -> np.ndarray:
         """Total in-bag count of each row's leaf in each tree (RF-GAP's M_i(t)).
 

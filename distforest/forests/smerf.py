@@ -1,6 +1,6 @@
 """`SMERF`: a forest that learns a distance from features plus observed pairwise distances.
 
-Tomita & Vogelstein's Similarity and Metric Random Forests (DESIGN.md
+Tomita & Vogelstein's Similarity and Metric Random Forests (docs/design.md
 section 4): trees split to minimise the children's average within-node
 distance of an observed n x n matrix D (NaN = pair not observed; the kernel
 leaves it out of every sum), and predict the distance of a new pair as the mean

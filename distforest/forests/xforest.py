@@ -1,7 +1,7 @@
 """`XForest`: approximate random-projection trees as Dask tasks, beta-similarity as Zarr tiles.
 
 A fitted forest is summarised by three O(n T) arrays: ``depth_[i, t]``,
-``codes_[i, t, :]`` (the path code of row i in tree t, DESIGN.md section 3)
+``codes_[i, t, :]`` (the path code of row i in tree t, docs/design.md section 3)
 and ``leaves_[i, t]``, plus the flat node arrays for routing new rows.  The
 beta-similarity ``S[a, b] = mean_t beta ** (d_a + d_b - 2 d_lca)`` is written
 tile by tile from the codes, or applied matrix-free through its exact
@@ -378,7 +378,7 @@ class XForest(DaskEstimator):
             yield SimilarityProduct(runner, self, beta)
 
     def product(self, V: Any, kind: str = "beta") -> np.ndarray:
-        """``S @ V`` without forming S, through ``S = Phi Phi^T / T`` (DESIGN.md section 3).
+        """``S @ V`` without forming S, through ``S = Phi Phi^T / T`` (docs/design.md section 3).
 
         Parameters
         ----------

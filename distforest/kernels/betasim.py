@@ -6,7 +6,7 @@ Row a's leaf in tree t is described by its depth ``d_a`` and path code (see
 beta-similarity averages ``beta ** edges`` over trees (``beta = 0``: the basic
 similarity, the share of trees with a common leaf).  :func:`phi_product`
 applies the same matrix without forming it, through the exact factorisation
-``S = Phi Phi^T / T`` of DESIGN.md section 3.
+``S = Phi Phi^T / T`` of docs/design.md section 3.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def similarity_tile_words(codes_i, depth_i, codes_j, depth_j, powers, block):  #
 def phi_product(leaves, depth_nodes, parents, offsets, V, beta):  # pragma: no cover - numba
     """``sum_t Phi_t Phi_t^T V`` for a batch of trees, without forming Phi.
 
-    Uses DESIGN.md section 3: per tree, ``g_v`` = sum over the points below
+    Uses docs/design.md section 3: per tree, ``g_v`` = sum over the points below
     node v of ``beta ** (d_a - depth(v)) V[a]`` (bottom-up), then
     ``h_v = beta h_parent + (1 - beta^2) g_v`` with ``h_root = g_root``
     (top-down), and row a receives ``h`` of its leaf.  O(n + nodes) per tree.

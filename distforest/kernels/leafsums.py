@@ -1,6 +1,6 @@
 """Matrix-free proximity products from per-tree leaf sums.
 
-For every proximity of DESIGN.md section 4 the product ``P @ V`` has the form
+For every proximity of docs/design.md section 4 the product ``P @ V`` has the form
 
     (P V)_i = (1 / norm_i) sum_t  w_dst(i, t) * sum_{j : leaf_t(j) = leaf_t(i)} w_src(j, t) V_j
 

@@ -7,7 +7,7 @@ Each point carries its depth and its *path code*: bit ``k`` (word ``k // 64``,
 bit ``k % 64``) is 1 when the point went right at depth ``k``.  The lowest
 common ancestor of two points is then the common prefix of their codes, so
 the number of edges between their leaves is ``d_a + d_b - 2 d_lca``
-(DESIGN.md section 4) and the beta-similarity in one tree is
+(docs/design.md section 4) and the beta-similarity in one tree is
 ``beta ** (d_a + d_b - 2 d_lca)`` (:mod:`distforest.kernels.betasim`).
 
 Randomness is counter based: every node has a 64-bit key (the root's from

@@ -1,7 +1,7 @@
 """SMERF trees: splits that minimise the children's average within-node distance.
 
 A node with members M (``m`` rows, a row drawn twice by the bootstrap counts
-twice) is split into children c minimising (DESIGN.md section 4)::
+twice) is split into children c minimising (docs/design.md section 4)::
 
     sum_c (n_c / m) * mean_{a, b in c, D_ab observed} D_ab      (self-pairs included)
 

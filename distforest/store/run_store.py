@@ -1,6 +1,6 @@
 """One Zarr v3 group per run: layout, provenance and completion status.
 
-Layout (see DESIGN.md section 5)::
+Layout (see docs/design.md section 5)::
 
     run.zarr/
       attrs: distforest_version, schema_version, created, params, input, status, ...

@@ -2,7 +2,7 @@
 
 Estimators and applications ask this module how an array is laid out
 instead of deciding it in their ``save``: so every store of every forest
-kind reads the same way with xarray (DESIGN.md section 5).
+kind reads the same way with xarray (docs/design.md section 5).
 """
 
 from __future__ import annotations
@@ -119,6 +119,12 @@ ARRAYS: dict[str, ArraySpec] = {
     ),
     "path": ArraySpec(
         ("sample", "tree", "path_word"), "uint64", True, "root-to-leaf path bits of row i"
+    ),
+    "neighbors_index": ArraySpec(
+        ("sample", "neighbor"), "int64", True, "row numbers of row i's top-k proximity neighbours"
+    ),
+    "neighbors_proximity": ArraySpec(
+        ("sample", "neighbor"), "float32", True, "proximities of row i's top-k neighbours"
     ),
     "feature_importances": ArraySpec(
         ("feature",), "float64", False, "total decrease of the split objective per feature"
