@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import dask.config
 import numpy as np
 import pandas as pd
 import pytest
@@ -68,7 +69,7 @@ def invoke(*args: object):
 
 def test_the_rule(no_cluster, monkeypatch):
     limit = placement.in_process_cells()
-    assert limit == placement.IN_PROCESS_CELLS == 2_000_000
+    assert limit == 2_000_000  # distforest.yaml's default
     assert placement.runs_in_process(limit, Execution())
     assert not placement.runs_in_process(limit + 1, Execution())
     # anything named is used, however small the input
@@ -80,9 +81,10 @@ def test_the_rule(no_cluster, monkeypatch):
     assert placement.runs_in_process(10, options=options)
     assert not placement.runs_in_process(10, options={**options, "n_workers": 1})
     assert not placement.runs_in_process(limit + 1, options=options)
-    # the one accessor reads the one constant
-    monkeypatch.setattr(placement, "IN_PROCESS_CELLS", 5)
-    assert not placement.runs_in_process(6, Execution())
+    # the one setting
+    with dask.config.set({"distforest.in-process-cells": 5}):
+        assert not placement.runs_in_process(6, Execution())
+        assert placement.runs_in_process(5, Execution())
 
 
 def test_cells_of():
@@ -95,8 +97,10 @@ def test_cells_of():
 def test_a_large_input_starts_a_cluster_and_the_test_sees_it(no_cluster, monkeypatch):
     """The stand-in fails when the threshold says "cluster": the other tests can fail."""
     X, y = make_classification(n_samples=60, n_features=4, random_state=0)
-    monkeypatch.setattr(placement, "IN_PROCESS_CELLS", X.size - 1)
-    with pytest.raises(ClusterStarted):
+    with (
+        dask.config.set({"distforest.in-process-cells": X.size - 1}),
+        pytest.raises(ClusterStarted),
+    ):
         ProximityForest(n_estimators=3).fit(X, y)
     with pytest.raises(ClusterStarted, match="n_workers"):
         with placement.place(X.size, {"scheduler": None, "cluster": None, "n_workers": 1}):

@@ -24,15 +24,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distforest import location
 from distforest._version import __version__
+from distforest.cli.big_input import partitioned_input
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import Plan, check_disk, check_size, estimate, proximity_plan
 from distforest.cli.report import write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
+from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.parallel.placement import place
+from distforest.store.inputs import PendingInput
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -75,7 +79,7 @@ class ProximityJob:
     #: The pipeline file the job came from, if any.
     source: str | None = None
 
-    def spec(self, table: Table) -> dict[str, Any]:
+    def spec(self, table: Table | PendingInput) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
         spec = {k: v for k, v in asdict(self).items() if k in keep}
@@ -112,10 +116,13 @@ def run_proximity_job(
     """
     start = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex[:8]
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    table = _read_input(job)
     spec = job.spec(table)
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:
+        same_forest = None if restart else _same_forest(job, spec, digest)
+        if same_forest is not None:
+            return _add_matrix(job, same_forest, table, progress, start)
         mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
         if mode == "complete":
             rs = RunStore.open(job.out)
@@ -130,10 +137,11 @@ def run_proximity_job(
                    f"the number of trees ({need['trees']:,})"
                    + (f" and imputation iterations ({job.impute.get('iterations', 5)})"
                       if job.impute else ""))  # fmt: skip
-        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
+        check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
-        with place(table.X.size, job.connect, progress=progress, watch=True) as where:
+        cells = table.n_samples * table.n_features
+        with place(cells, job.connect, progress=progress, watch=True) as where:
             forest, rs, stages = _fit_stage(job, table, stages, spec, digest, run_id)
             _tiles_stage(job, forest, rs, stages)
             _app_stages(job, table, forest, rs, stages, plan, where.client)
@@ -151,6 +159,94 @@ def plan_proximity_job(job: ProximityJob) -> Plan:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
     table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
     return proximity_plan(job, table.n_samples, table.n_features)
+
+
+def _read_input(job: ProximityJob) -> Table | PendingInput:
+    """The job's table: loaded whole, or (a glob, a folder of parts, a large file) its
+    partitions' summaries only, the encoded rows written into the job's store later."""
+    if not partitioned_input(job.input):
+        return load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    if job.impute:
+        raise InputError(
+            f"{job.input}: the impute stage reads its input whole and does not take a glob, "
+            "a folder of parts or a file over 32 MB yet; run `distforest impute` on one file, "
+            "or leave impute out of this job"
+        )
+    from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
+
+    data = read_partitioned(job.input, target=job.target, drop=job.drop,
+                            na_values=job.na_values)  # fmt: skip
+    return PendingInput(data)
+
+
+#: Spec keys that choose a matrix of a forest, not the forest: a job differing from a
+#: store's job only in these adds its matrix to the store (``proximity --method oob``).
+MATRIX_KEYS = ("method", "plot")
+
+
+def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> RunStore | None:
+    """The complete store at ``job.out`` when it holds this job's forest, for another matrix.
+
+    That is: a complete distforest store of a job whose spec equals this one
+    but for :data:`MATRIX_KEYS` (same input and fingerprint, same forest
+    parameters and seed, no applications), while this job asks for no
+    applications (nor top-k neighbours) either.  None otherwise (then :func:`decide` rules).
+    """
+    path = Path(job.out)
+    if any(getattr(job, name) for name in APP_STAGES) or job.top_k is not None:
+        return None  # (a top-k job's neighbours are not a dense matrix to add)
+    if not path.is_dir():
+        return None
+    try:
+        rs = RunStore.open(path)
+    except Exception:  # not a store, half created...: decide() says what to do
+        return None
+    old = rs.attrs.get("spec")
+    if not rs.is_complete or rs.attrs.get("spec_hash") == digest or not isinstance(old, dict):
+        return None
+    if any(old.get(name) for name in APP_STAGES):
+        return None
+    strip = lambda s: {k: v for k, v in s.items() if k not in MATRIX_KEYS}  # noqa: E731
+    return rs if strip(old) == strip(spec) else None
+
+
+def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
+                start: float) -> JobResult:  # fmt: skip
+    """Write ``job.method``'s matrix (and picture) into a complete store of the same forest.
+
+    ``table`` is the job's input (a :class:`Table` or a pending partitioned
+    input: only its size is used).  The forest is loaded from the store, not
+    fitted again; a matrix already
+    complete there is not written again (exit 0, "already complete").
+    """
+    name = ARRAY_NAMES[job.method]
+    done = rs.done_tiles(name)
+    have = name in rs.group and done is not None and bool(done.all())
+    plot_done = not job.plot or Path(job.plot).exists()
+    if have and plot_done:
+        logger.info("%s already holds the %s matrix of this forest", job.out, job.method)
+        return _result(job, rs, {}, start, "already complete")
+    if job.plot:
+        check_new_file(job.plot, job.overwrite)
+    need = estimate(job, table.n_samples, table.n_features)
+    check_disk(Path(job.out).parent, 0 if have else need["disk_bytes"])
+    logger.info("%s holds this forest: adding its %s matrix", job.out, job.method)
+    forest = ProximityForest.from_store(job.out)
+    rs = RunStore.open(job.out, mode="r+")
+    rs.mark_running()
+    outputs: dict[str, str] = {}
+    with place(table.n_samples * table.n_features, job.connect, progress=progress):
+        forest.write_proximity(rs, job.method)
+        if job.plot:
+            from distforest.apps.plots import plot_matrix
+
+            matrix = rs.dataset()[name]
+            codes = forest.y_ if forest.task_ == "classification" else None
+            picture = plot_matrix(matrix, job.plot, labels=codes, title=f"{job.method} proximity",
+                                  class_names=[str(c) for c in forest.classes_])  # fmt: skip
+            outputs["proximity picture"] = str(picture.resolve())
+    rs.mark_complete()
+    return _result(job, rs, outputs, start, "new")
 
 
 def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
@@ -192,10 +288,15 @@ def _fit_stage(job, table, stages, spec, digest, run_id):
         forest = ProximityForest.from_store(job.out)
         return (forest, *resume_store(job.out, run_id))
     tick = time.perf_counter()
-    forest = ProximityForest(**job.forest).fit(table)
-    rs = forest.save(job.out, overwrite=True, attrs={  # the spec from the store's first moment
-        "spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
-        "pipeline": job.source, "stages": {}})  # fmt: skip
+    attrs = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
+             "pipeline": job.source, "stages": {}}  # fmt: skip
+    if isinstance(table, PendingInput):  # rows into the store, trees read them there
+        forest = ProximityForest(**job.forest).fit(table.write(job.out, attrs))
+        rs = RunStore.open(job.out, mode="r+")
+    else:
+        forest = ProximityForest(**job.forest).fit(table)
+        # the spec from the store's first moment
+        rs = forest.save(job.out, overwrite=True, attrs=attrs)
     stages = Stages(rs)
     stages.finish("fit", time.perf_counter() - tick, trees=int(forest.leaves_.shape[1]))
     return forest, rs, stages
@@ -243,7 +344,7 @@ def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stage
         picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
                               class_names=[str(c) for c in forest.classes_])  # fmt: skip
         stages.finish("plot", time.perf_counter() - tick,
-                      {"proximity picture": str(picture.resolve())})  # fmt: skip
+                      {"proximity picture": location.resolved(picture)})  # fmt: skip
 
 
 def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
@@ -259,7 +360,7 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
             params = {k: v for k, v in options.items() if k != "out"}
             params.setdefault("random_state", job.forest.get("random_state"))
             imputer, _, written = run_imputation(plan, params, client)
-            outputs = {"imputed table": str(Path(written).resolve())}
+            outputs = {"imputed table": location.resolved(written)}
             info["cells_imputed"] = int(sum(imputer.n_missing_.values()))
         elif name == "outliers":
             outputs = write_outliers(forest, options["out"], options.get("plot"),

@@ -18,6 +18,7 @@ from distforest.forests import constraints as C
 if TYPE_CHECKING:
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import Table
+    from distforest.store.inputs import StoredTable
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -47,7 +48,8 @@ cluster_options = _stack([
     click.option("--scheduler", metavar="ADDRESS",
                  help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
     click.option("--cluster", "cluster", metavar="FILE.yaml", type=click.Path(dir_okay=False),
-                 help="Start or reach a cluster described in a YAML file (see cluster_configs/)."),
+                 help="Start or reach a cluster described in a YAML file, or a shipped one "
+                      "by name: local, address, ssh, slurm, pbs, kubernetes (cluster_configs/)."),
     click.option("--workers", type=click.IntRange(min=1),
                  help="Workers of the default LocalCluster [default: CPU count]."),
     click.option("--threads", type=click.IntRange(min=1),
@@ -183,13 +185,28 @@ def fitted_forest(
     forest_kw: dict[str, Any],
     cluster_kw: dict[str, Any],
     progress: Any = None,
-) -> Iterator[tuple[Table, ProximityForest]]:
+) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
     """Load the input, fit where it runs (:func:`~distforest.parallel.placement.place`);
-    the cluster, if any, stays up inside the block."""
+    the cluster, if any, stays up inside the block.  A partitioned input is read by
+    partitions on the workers, so it always uses a cluster."""
+    from distforest.cli.big_input import partitioned_input, stored_input
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
     from distforest.parallel.placement import place
 
+    if partitioned_input(source):  # read by partitions on the workers, never whole here
+        from distforest.parallel.cluster import connect
+        from distforest.parallel.execution import execution
+
+        with (
+            connect(**connect_kwargs(cluster_kw)) as client,
+            execution(client),  # the forest's tasks and ...
+            client.as_current(),  # ... the partitions' run on this cluster
+            stored_input(source, target, input_kw) as stored,
+        ):
+            forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
+            yield stored, forest.fit(stored)
+        return
     table = load_table(source, target=target, **input_kw)
     with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
         yield table, ProximityForest(**forest_kw).fit(table)

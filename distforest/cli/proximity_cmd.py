@@ -84,13 +84,12 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
         overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
     )  # fmt: skip
     if dry_run:
-        from pathlib import Path
-
+        from distforest import location
         from distforest.cli.plan import check_disk, show_plan
 
         plan = plan_proximity_job(job)
         click.echo(show_plan(plan))
-        check_disk(Path(out).parent, plan.disk_bytes, replaces=out)
+        check_disk(location.parent(out), plan.disk_bytes, replaces=out)
         return
     result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
                                run_id=obj["run_id"])  # fmt: skip

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from distforest import location
 from distforest.cli.report import write_simple_report
 from distforest.errors import StoreError
 from distforest.store.lock import StoreLock
@@ -53,8 +54,8 @@ def decide(out: str | Path, spec: dict[str, Any], digest: str, *, restart: bool 
     unless ``restart`` or ``overwrite``; a path that is not a distforest
     store is never replaced.
     """
-    path = Path(out)
-    if not path.exists() or is_half_created(path):
+    path = out
+    if not location.exists(path) or is_half_created(path):
         return "new"  # nothing there, or a store a killed run had only begun to create
     try:
         rs = RunStore.open(path)
@@ -92,7 +93,7 @@ class Stages:
         entry = self.record.get(name)
         if not entry:
             return False
-        return all(Path(p).exists() for p in entry.get("outputs", {}).values())
+        return all(location.exists(p) for p in entry.get("outputs", {}).values())
 
     def finish(self, name: str, seconds: float, outputs: dict[str, str] | None = None,
                **info: Any) -> None:  # fmt: skip

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import zarr
 
 from distforest.kernels import leafsums
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
+from distforest.store.inputs import input_rows
 
 #: Tasks per product: the trees are cut into this many batches.
 PRODUCT_TASKS = 8
@@ -106,16 +109,60 @@ class ProductSession:
 # -- proximity forests ------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class StoredArray:
+    """An array of a run store that tasks read themselves (never sent by the driver).
+
+    Each worker process reads it once, transposed to ``(T, n)``
+    (:func:`~distforest.store.inputs.input_rows`), and shares it between its tasks.
+    """
+
+    path: str
+    name: str
+
+    def read(self) -> np.ndarray:
+        """The array, transposed and C-ordered (from this process's copy)."""
+        return input_rows(self.path, self.name, transpose=True)
+
+
+def _held(value: Any) -> Any:
+    """A task's argument: arrays as given, :class:`StoredArray` read in this process."""
+    return value.read() if isinstance(value, StoredArray) else value
+
+
+def stored_location(arr: Any) -> tuple[str, str] | None:
+    """``(store path, array name)`` of a Zarr array kept in a local directory, else None."""
+    if not isinstance(arr, zarr.Array):
+        return None
+    root = getattr(arr.store, "root", None)
+    return None if root is None else (str(root), str(arr.path))
+
+
+#: Leaf indexes a worker process keeps, by store path (see :func:`_stored_index`).
+_indexes: dict[str, tuple[Any, tuple[np.ndarray, np.ndarray]]] = {}
+
+
+def _stored_index(leaves: StoredArray) -> tuple[np.ndarray, np.ndarray]:
+    """The leaf index of stored leaves, built once per process."""
+    values = leaves.read()
+    kept = _indexes.get(leaves.path)
+    if kept is None or kept[0] is not values:
+        _indexes.clear()
+        kept = (values, leafsums.leaf_index(values))
+        _indexes[leaves.path] = kept
+    return kept[1]
+
+
 def _proximity_part(
     trees: slice,
-    leaves_t: np.ndarray,
-    inbag_t: np.ndarray,
+    leaves_t: np.ndarray | StoredArray,
+    inbag_t: np.ndarray | StoredArray,
     V: np.ndarray,
     method: str,
     dst_leaves_t: np.ndarray | None,
     rows: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    src_leaves, src_inbag = leaves_t[trees], inbag_t[trees]
+    src_leaves, src_inbag = _held(leaves_t)[trees], _held(inbag_t)[trees]
     if dst_leaves_t is not None:
         dst_leaves = dst_leaves_t[trees]
         dst_inbag = np.zeros_like(dst_leaves, dtype=np.uint8)
@@ -127,9 +174,15 @@ def _proximity_part(
 
 
 def _squared_task(
-    leaves_t: np.ndarray, index: tuple[np.ndarray, np.ndarray], V: np.ndarray, rows: np.ndarray
+    leaves_t: np.ndarray | StoredArray,
+    index: tuple[np.ndarray, np.ndarray] | None,
+    V: np.ndarray,
+    rows: np.ndarray,
 ) -> np.ndarray:
-    return leafsums.squared_product(leaves_t, index[0], index[1], V, rows)
+    if index is None:  # stored leaves: the index is built where they are read
+        assert isinstance(leaves_t, StoredArray)
+        index = _stored_index(leaves_t)
+    return leafsums.squared_product(_held(leaves_t), index[0], index[1], V, rows)
 
 
 class ProximityProducts:
@@ -149,7 +202,16 @@ class ProximityProducts:
     ) -> None:
         self.n_samples, self.n_trees = leaves.shape
         leafsums.warm_up()
-        shared = (np.ascontiguousarray(leaves.T), np.ascontiguousarray(inbag.T))
+        where = stored_location(leaves), stored_location(inbag)
+        shared: tuple[Any, Any]
+        if where[0] is not None and where[1] is not None:
+            # a forest fitted from a store: the workers read its leaves, this process never
+            self._stored = True
+            shared = (StoredArray(*where[0]), StoredArray(*where[1]))
+        else:
+            self._stored = False
+            leaves, inbag = np.asarray(leaves), np.asarray(inbag)
+            shared = (np.ascontiguousarray(leaves.T), np.ascontiguousarray(inbag.T))
         self.session = ProductSession(runner, _proximity_part, shared, self.n_trees, batch_size)
         self._index: Any = None
 
@@ -199,7 +261,7 @@ class ProximityProducts:
         V2 = V[:, None] if V.ndim == 1 else V
         runner = self.session.runner
         leaves = self.session._shared[0]
-        if self._index is None:
+        if self._index is None and not self._stored:
             self._index = runner.share(leafsums.leaf_index(self.session.shared(0)))
         V_handle = runner.share(V2)
         blocks = plan_batches(self.n_samples, block)
@@ -214,5 +276,17 @@ class ProximityProducts:
 def product_session(forest: Any, batch_size: int | None = None) -> Iterator[ProximityProducts]:
     """A :class:`ProximityProducts` for a fitted ProximityForest, on its execution."""
     forest._check_fitted()
+    where = stored_location(forest.leaves_)
+    if where is not None:
+        from distforest.errors import StoreError
+        from distforest.store.run_store import RunStore
+
+        fit_id = RunStore.open(where[0]).attrs.get("fit_id")
+        if fit_id != forest.fit_id_:
+            raise StoreError(
+                f"the leaves in {where[0]!r} belong to another fit (fit_id {fit_id!r}, this "
+                f"forest {forest.fit_id_!r}): a store holds one forest, and a later fit on the "
+                "same stored table replaced this one's; fit this forest again"
+            )
     with forest._runner(forest._fitted_cells()) as runner:
         yield ProximityProducts(runner, forest.leaves_, forest.inbag_, batch_size)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import uuid
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import tiles
@@ -20,12 +22,19 @@ from distforest.io import Table, load_table
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks
+from distforest.store.inputs import StoredTable
 from distforest.store.run_store import RunStore
 
 if TYPE_CHECKING:
     import xarray as xr
 
 logger = logging.getLogger("distforest")
+
+#: ``max_samples=None`` grows every tree on n bootstrap rows up to this many rows ...
+LARGE_FOREST_ROWS = 500_000
+#: ... and on this many (drawn with replacement) above it: a fully grown tree on
+#: 10 million rows has millions of nodes, 100 of them do not fit a worker.
+AUTO_ROWS_PER_TREE = 200_000
 
 
 class ProximityForest(DaskEstimator):
@@ -50,7 +59,13 @@ class ProximityForest(DaskEstimator):
     bootstrap : bool, default True
         Bootstrap rows for each tree.  In-bag counts are always recorded.
     max_samples : float or None, default None
-        Bootstrap size as a fraction of the rows.
+        Bootstrap size as a fraction of the rows.  ``None``: n rows per tree
+        (Breiman's bootstrap) on up to ``LARGE_FOREST_ROWS`` rows; on more,
+        ``AUTO_ROWS_PER_TREE`` rows per tree (as Spark's ``subsamplingRate``
+        and H2O's ``sample_rate``), so that a tree's size and time stop
+        growing with n (every row is still routed through every tree; the
+        rows a tree did not draw are out of bag for it).  Measured cost:
+        ``benchmarks/results/max_samples.md``.
     batch_size : int or None, default None
         Trees per Dask task; ``None`` plans batches that shrink towards the
         end (at most a quarter of a worker thread's share each), so that the
@@ -130,8 +145,12 @@ class ProximityForest(DaskEstimator):
 
         Parameters
         ----------
-        X : path, array-like, DataFrame, dask/xarray/zarr object or Table
-            Features (any input :func:`distforest.io.load_table` reads).
+        X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
+            Features (any input :func:`distforest.io.load_table` reads).  A
+            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
+            from its store; a ``dask.dataframe.DataFrame`` is read by partitions
+            into a temporary store (``y`` then names its target column), never
+            computed in this process.
         y : array-like or None
             Target; None for an unsupervised forest (or when ``X`` is a
             :class:`~distforest.io.Table` carrying it).
@@ -164,24 +183,49 @@ class ProximityForest(DaskEstimator):
         """
         return self._fit(X, y, keep_nodes=False)
 
-    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
-        params = self._validated()
-        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
-        task = resolve_task(params["task"], table.y, table.target_name)
-        y_fit, classes = encode_target(task, table.y)
+    @staticmethod
+    def _tree_params(params: dict[str, Any], task: str, n_classes: int, n: int) -> TreeParams:
+        """The trees' settings for ``task`` on ``n`` rows (the same whatever the input's home)."""
+        max_samples = params["max_samples"]
+        if max_samples is None and params["bootstrap"] and n > LARGE_FOREST_ROWS:
+            max_samples = AUTO_ROWS_PER_TREE / n
         max_features = params["max_features"]
         if max_features == "auto":
             max_features = 1.0 if task == "regression" else "sqrt"
-        tree_params = TreeParams(
+        return TreeParams(
             task=cast(Task, task),  # resolve_task returns one of Task's values
             kind=params["kind"],
             max_features=max_features,
             min_samples_leaf=params["min_samples_leaf"],
             max_depth=params["max_depth"],
             bootstrap=params["bootstrap"],
-            max_samples=params["max_samples"],
-            n_classes=len(classes) if task == "classification" else 2,
+            max_samples=max_samples,
+            n_classes=n_classes if task == "classification" else 2,
         )
+
+    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
+        params = self._validated()
+        if isinstance(X, StoredTable):
+            if y is not None:
+                raise InputError(
+                    f"{X.source} is a stored table: its target was read with it "
+                    f"({X.target_name!r}); do not pass y as well"
+                )
+            from distforest.forests.stored import fit_stored
+
+            return fit_stored(
+                self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples)
+            )
+        if _is_dask_frame(X):  # read by partitions on the workers, never computed here
+            from distforest.forests.stored import fit_dask_frame
+
+            return fit_dask_frame(
+                self, X, y, params, lambda t, k, n: self._tree_params(params, t, k, n)
+            )
+        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
+        task = resolve_task(params["task"], table.y, table.target_name)
+        y_fit, classes = encode_target(task, table.y)
+        tree_params = self._tree_params(params, task, len(classes), table.n_samples)
         n_trees = params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         n = table.n_samples
@@ -365,14 +409,36 @@ class ProximityForest(DaskEstimator):
         return forest
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = Path(store)
-        if path.exists():
+        path = store
+        if location.exists(path):
             with contextlib.suppress(StoreError):
                 rs = RunStore.open(path, mode="r+")
-                if rs.attrs.get("fit_id") == self.fit_id_:
+                if rs.attrs.get("fit_id") == self.fit_id_ or self._same_as_stored(rs):
+                    self.fit_id_ = rs.attrs["fit_id"]
                     rs.mark_running()
                     return rs
         return self.save(path, overwrite=overwrite)
+
+    def _same_as_stored(self, rs: RunStore) -> bool:
+        """Whether ``rs`` holds this very forest, saved by an earlier fit.
+
+        The same parameters and seed on the same input give the same forest
+        (determinism), so re-running ``fit`` and ``proximity(store=...)``, as a
+        notebook cell run twice does, finds its store instead of refusing it.
+        Checked on the provenance (parameters with the seed's entropy, input
+        fingerprint, task, classes) and on the saved leaves and in-bag counts.
+        """
+        attrs = rs.attrs
+        if "fit_id" not in attrs or not {"leaves", "inbag"} <= set(rs.group):
+            return False
+        mine = json.loads(json.dumps(self._provenance(), default=str))
+        keys = ("params", "input", "task", "classes", "n_trees")
+        if any(attrs.get(k) != mine[k] for k in keys):
+            return False
+        return bool(
+            np.array_equal(rs.read("leaves"), self.leaves_)
+            and np.array_equal(rs.read("inbag"), self.inbag_)
+        )
 
     # -- proximities --------------------------------------------------------
 
@@ -562,6 +628,11 @@ class ProximityForest(DaskEstimator):
                 attrs={"n_trees": int(self.leaves_.shape[1])},
                 progress=self._report("tiles"),
             )  # fmt: skip
+
+
+def _is_dask_frame(X: Any) -> bool:
+    """Whether ``X`` is a ``dask.dataframe.DataFrame`` (without importing dask)."""
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "columns")
 
 
 def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:

@@ -228,6 +228,28 @@ def fit_one_tree(
     nodes : dict of str to ndarray
     """
     X = tree_input(X)
+    inbag, tree = grow_tree(X, y, seed, params)
+    # float32 already; finiteness is the caller's (load_table refuses infinities)
+    leaves = tree.apply(X, check_input=False).astype(np.int32)
+    return leaves, inbag, _flatten(tree, params)
+
+
+def grow_tree(X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams) -> tuple:
+    """Grow one tree from its seed, without routing the rows through it.
+
+    Parameters
+    ----------
+    X : ndarray of float32, shape (n, d)
+        As :func:`tree_input` gives it.
+    y : ndarray, shape (n,) or None
+    seed : int
+    params : TreeParams
+
+    Returns
+    -------
+    inbag : ndarray of uint8, shape (n,)
+    tree : the fitted scikit-learn tree
+    """
     rng = np.random.default_rng(seed)
     n = X.shape[0]
     inbag = bootstrap_counts(rng, n, params)
@@ -244,9 +266,35 @@ def fit_one_tree(
         assert y is not None  # supervised forests always have a target
         X_fit, y_fit, weight = X[used], y[used], inbag[used].astype(float)
     tree = make_tree(params, tree_seed).fit(X_fit, y_fit, sample_weight=weight)
-    # float32 already; finiteness is the caller's (load_table refuses infinities)
-    leaves = tree.apply(X, check_input=False).astype(np.int32)
-    return leaves, inbag, _flatten(tree, params)
+    return inbag, tree
+
+
+def grow_nodes(
+    X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, params: TreeParams
+) -> TreeBatch:
+    """Grow one tree per seed; keep their nodes and in-bag counts, route no row.
+
+    For rows read from a store: the leaves of every row are computed
+    afterwards by row chunks (:func:`distforest.kernels.apply.apply_forest`).
+    The trees are those :func:`fit_tree_batch` grows from the same seeds.
+
+    Returns
+    -------
+    TreeBatch
+        With ``leaves`` empty (0 rows) and ``inbag`` of shape (n, n_trees).
+    """
+    X = tree_input(X)
+    n = X.shape[0]
+    inbag = np.empty((n, len(seeds)), dtype=np.uint8)
+    per_tree, node_counts = [], np.empty(len(seeds), dtype=np.int64)
+    for k, seed in enumerate(seeds):
+        inbag[:, k], tree = grow_tree(X, y, int(seed), params)
+        nodes = _flatten(tree, params)
+        node_counts[k] = len(nodes["feature"])
+        per_tree.append(nodes)
+    merged = {f: np.concatenate([t[f] for t in per_tree]) for f in NODE_FIELDS}
+    leaves = np.empty((0, len(seeds)), dtype=np.int32)
+    return TreeBatch(leaves, inbag, node_counts, merged)
 
 
 def fit_tree_batch(

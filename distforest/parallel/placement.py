@@ -10,7 +10,7 @@ The rule, :func:`runs_in_process`:
   notebook);
 - otherwise an input of at most :func:`in_process_cells` cells runs in this
   process, on one thread per core: starting a LocalCluster (seconds) would
-  take longer than the work;
+  take longer than the work (the ``distforest.in-process-cells`` setting);
 - a larger input starts a LocalCluster for the call (in a child process such
   as a joblib worker, the tasks run in that process instead: see
   :func:`distforest.parallel.cluster.use_client`).
@@ -47,16 +47,15 @@ from distforest.parallel.execution import (
 
 logger = logging.getLogger("distforest")
 
-#: Inputs of at most this many cells (rows x features, plus n x m of an input matrix)
-#: run in this process when no cluster is named: starting a LocalCluster (seconds)
-#: would take longer than the work.  Read through :func:`in_process_cells`.
-IN_PROCESS_CELLS = 2_000_000
-
 
 def in_process_cells() -> int:
-    """The threshold in force (:data:`IN_PROCESS_CELLS`); the one place that reads it,
-    so that a setting (e.g. a Dask config value) can replace it here."""
-    return IN_PROCESS_CELLS
+    """The threshold in force: the ``distforest.in-process-cells`` setting
+    (:mod:`distforest.settings`, default 2,000,000 in ``distforest.yaml``): inputs of at
+    most this many cells run in this process when no cluster is named, because starting
+    a LocalCluster (seconds) would take longer than the work."""
+    from distforest import settings
+
+    return int(settings.get("in-process-cells"))
 
 
 def in_process_threads() -> int:
@@ -223,7 +222,6 @@ def place(
 
 
 __all__ = [
-    "IN_PROCESS_CELLS",
     "SYNCHRONOUS",
     "Placement",
     "cells_of",

@@ -1,0 +1,243 @@
+"""Out-of-core data path: driver, worker and process-tree memory with the phase split (by hand).
+
+Synthetic table: N rows x 20 float features and a 3-class target ``label``,
+20 % of three columns missing, written as a Parquet dataset folder of 40
+parts and as one CSV (and one Parquet file for the in-memory path).  Each
+configuration runs in its own process under
+:func:`benchmarks.rss_by_process.sample` (peak RSS per process: the driver,
+each Dask worker, and the sum over the process tree), with a LocalCluster of
+2 workers x 1 thread:
+
+- ``outliers-parquet-folder`` / ``outliers-csv``: the table read by
+  partitions (``distforest.store.inputs.ingest``), the forest grown from the
+  store, outlier scores with the workers reading the leaves from the store,
+  the scores written to CSV;
+- ``outliers-in-memory`` (``--before``): today's path, pandas reads the
+  Parquet file in the driver and ``load_table`` encodes it there;
+- ``impute-in-memory`` (``--impute``): ``distforest impute`` on the Parquet
+  file (imputation does not read by partitions yet: this is the "before").
+
+Phases (seconds): ingest (pass 1 + pass 2 into ``input/X``), fit (trees),
+leaves (rows routed by chunks), application (outlier scores), write.
+
+    python benchmarks/bench_out_of_core.py --rows 1000000 --before \\
+        --out benchmarks/results/out_of_core.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+GB = 1e9
+FEATURES = 20
+PARTS = 40
+MISSING_COLUMNS = (3, 7, 11)
+MISSING_SHARE = 0.2
+
+
+def make_data(rows: int, where: Path, seed: int = 0) -> dict[str, Path]:
+    """Write the synthetic table as a 40-part Parquet folder, one CSV and one Parquet file."""
+    import numpy as np
+    import pandas as pd
+
+    folder = where / "parts"
+    folder.mkdir(parents=True)
+    csv, single = where / "table.csv", where / "table.parquet"
+    rng = np.random.default_rng(seed)
+    weights = rng.standard_normal((FEATURES, 3))
+    writer = None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    edges = np.linspace(0, rows, PARTS + 1).astype(int)
+    for k in range(PARTS):
+        m = int(edges[k + 1] - edges[k])
+        X = rng.standard_normal((m, FEATURES))
+        label = (X @ weights + rng.standard_normal((m, 3))).argmax(axis=1)
+        for j in MISSING_COLUMNS:
+            X[rng.random(m) < MISSING_SHARE, j] = np.nan
+        df = pd.DataFrame(X, columns=[f"x{j:02d}" for j in range(FEATURES)])
+        df["label"] = np.array(["a", "b", "c"])[label]
+        df.to_parquet(folder / f"part-{k:03d}.parquet", index=False)
+        df.to_csv(csv, mode="a", header=k == 0, index=False)
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        writer = writer or pq.ParquetWriter(single, table.schema)
+        writer.write_table(table)
+    assert writer is not None
+    writer.close()
+    return {"folder": folder, "csv": csv, "single": single}
+
+
+# -- one configuration, in its own process ---------------------------------------------
+
+
+def run_one(config: str, source: str, work: str, trees: int, result: str) -> None:
+    """Run one configuration and write its phase times to ``result`` (JSON)."""
+    import numpy as np
+    from distributed import Client, LocalCluster
+
+    from distforest import ProximityForest, execution
+    from distforest.apps.outliers import outlier_scores
+
+    phases: dict[str, float] = {}
+    stage_times: dict[str, list[float]] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        span = stage_times.setdefault(stage, [now, now])
+        span[1] = now
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,  # fmt: skip
+        Client(cluster) as client,
+        execution(client=client, progress=progress),
+    ):
+        tick = time.perf_counter()
+        if config == "outliers-in-memory":
+            import pandas as pd
+
+            df = pd.read_parquet(source)
+            data: Any = None
+            X, y = df.drop(columns="label"), df["label"]
+        else:
+            from distforest.store.inputs import ingest
+
+            data = ingest(source, Path(work) / "run.zarr", target="label")
+        phases["ingest"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        forest = ProximityForest(n_estimators=trees, random_state=0)
+        if data is not None:
+            forest.fit(data)
+        else:
+            forest.fit(X, y)
+        fitted = time.perf_counter() - tick
+        if "leaves" in stage_times:
+            phases["leaves"] = stage_times["leaves"][1] - stage_times["fit"][1]
+            phases["fit"] = fitted - phases["leaves"]
+        else:
+            phases["fit"] = fitted
+        tick = time.perf_counter()
+        scores = outlier_scores(forest)
+        phases["application"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        import pandas as pd
+
+        pd.DataFrame({"row": np.arange(scores.size), "outlier": scores}).to_csv(
+            Path(work) / "outliers.csv", index=False
+        )
+        phases["write"] = time.perf_counter() - tick
+    Path(result).write_text(json.dumps({"phases": phases, "n": int(scores.size)}))
+
+
+# -- the driver of the benchmark -------------------------------------------------------
+
+
+def measure(cmd: list[str]) -> dict[str, Any]:
+    sys.path.insert(0, str(HERE))
+    from rss_by_process import sample
+
+    return sample(cmd)
+
+
+def _row(name: str, rows: int, sampled: dict[str, Any], phases: dict[str, float]) -> str:
+    procs = sampled["processes"]
+    driver = max((p["peak_bytes"] for p in procs if p["role"] == "driver"), default=0)
+    worker = max((p["peak_bytes"] for p in procs if p["role"] == "worker"), default=0)
+    split = ", ".join(f"{k} {v:.0f}" for k, v in phases.items())
+    return (f"| {name} | {rows:,} | {sampled['returncode']} | {sampled['wall_s']:.0f} | "
+            f"{driver / GB:.2f} | {worker / GB:.2f} | {sampled['peak_tree_bytes'] / GB:.2f} | "
+            f"{split} |")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
+    parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--before", action="store_true", help="also today's in-memory path")
+    parser.add_argument("--impute", action="store_true", help="also `distforest impute`")
+    parser.add_argument("--csv", action="store_true", help="also the one-CSV input")
+    parser.add_argument("--tmp", default=None, help="where to write the data")
+    parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
+    parser.add_argument("--run-one", nargs=5, metavar=("CONFIG", "SRC", "WORK", "T", "JSON"))
+    args = parser.parse_args()
+    if args.run_one:
+        config, source, work, trees, result = args.run_one
+        run_one(config, source, work, int(trees), result)
+        return
+    lines = []
+    os.environ["PYTHONPATH"] = str(ROOT)  # the measured processes import this checkout
+    for rows in args.rows:
+        where = Path(tempfile.mkdtemp(prefix="ooc-bench-", dir=args.tmp))
+        try:
+            tick = time.perf_counter()
+            files = make_data(rows, where)
+            print(f"{rows:,} rows written in {time.perf_counter() - tick:.0f} s", flush=True)
+            configs = [("outliers-parquet-folder", files["folder"])]
+            if args.csv:
+                configs.append(("outliers-csv", files["csv"]))
+            if args.before:
+                configs.append(("outliers-in-memory", files["single"]))
+            for name, source in configs:
+                work = where / name
+                work.mkdir()
+                result = work / "result.json"
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--run-one", name,
+                       str(source), str(work), str(args.trees), str(result)]  # fmt: skip
+                sampled = measure(cmd)
+                phases = json.loads(result.read_text())["phases"] if result.exists() else {}
+                lines.append(_row(name, rows, sampled, phases))
+                print(lines[-1], flush=True)
+                shutil.rmtree(work, ignore_errors=True)
+            if args.impute:
+                out = where / "imputed.parquet"
+                cmd = ["distforest", "-q", "impute", str(files["single"]), "--target", "label",
+                       "--out", str(out), "--workers", "2", "--threads", "1"]  # fmt: skip
+                sampled = measure(cmd)
+                lines.append(_row("impute-in-memory (CLI)", rows, sampled, {}))
+                print(lines[-1], flush=True)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+    if args.out:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=ROOT, check=False).stdout.strip()  # fmt: skip
+        head = [
+            "# Out-of-core data path (DRAFT: shared machine)",
+            "",
+            f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit}, "
+            f"{platform.node()} ({os.cpu_count()} cores, shared with other jobs: times are "
+            "indicative only).",
+            "",
+            f"Command: `python benchmarks/bench_out_of_core.py {' '.join(sys.argv[1:])}`",
+            "",
+            f"{FEATURES} float features + 3-class target, {MISSING_SHARE:.0%} of columns "
+            f"{list(MISSING_COLUMNS)} missing, {PARTS} Parquet parts; {args.trees} trees, "
+            "LocalCluster 2 workers x 1 thread.  Peak RSS per process (GB) from psutil every "
+            "0.2 s; phases in seconds.",
+            "",
+            "| configuration | rows | exit | wall (s) | driver | worker (max) | tree | phases |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        args.out.write_text("\n".join(head + lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""When a command reads its input by partitions on the workers, and where it keeps it.
+
+Inputs that are a glob of files, a folder that is not a Zarr store (a Parquet
+dataset of any name), or a file of more than :data:`PARTITIONED_BYTES` are
+read by partitions (:func:`distforest.store.inputs.ingest`): the driver sees
+summaries only and the encoded table lives in a temporary run store the
+command removes when it ends.  Smaller files keep the in-memory path (and
+its start-up time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+#: Files larger than this are read by partitions (about 2 million cells of CSV text,
+#: the default of the ``distforest.in-process-cells`` setting, :mod:`distforest.settings`).
+PARTITIONED_BYTES = 32 * 2**20
+
+_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
+
+
+def partitioned_input(source: str) -> bool:
+    """Whether ``source`` is read by partitions rather than loaded whole."""
+    p = Path(source)
+    if not p.exists():
+        return glob.has_magic(source) and bool(glob.glob(source))
+    if p.is_dir():
+        if p.suffix.lower() == ".zarr" or any((p / m).exists() for m in _ZARR_MARKERS):
+            return False  # a Zarr store: the in-memory reader opens it lazily already
+        return True
+    return p.stat().st_size > PARTITIONED_BYTES
+
+
+@contextlib.contextmanager
+def stored_input(source: str, target: str | None, input_kw: dict[str, Any]) -> Iterator[Any]:
+    """Ingest ``source`` into a temporary run store for a block; yields its StoredTable.
+
+    The store is made under dask's ``temporary-directory`` (else the system's)
+    and removed when the block ends, also on errors.
+    """
+    import dask
+
+    from distforest.store.inputs import ingest
+
+    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
+    try:
+        yield ingest(source, work / "run.zarr", target=target, drop=input_kw.get("drop", ()),
+                     na_values=input_kw.get("na_values", ()))  # fmt: skip
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

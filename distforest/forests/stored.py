@@ -1,0 +1,209 @@
+"""Fit a :class:`~distforest.forests.ProximityForest` on a table in a run store.
+
+The driver never holds the table: it sends tasks the store's path.
+
+1. **Trees.**  One task per batch of trees (the same batches and seeds as
+   in memory).  A task reads ``input/X`` once per worker process
+   (:func:`~distforest.store.inputs.input_rows`, shared by that worker's
+   tasks), grows its trees (:func:`~distforest.kernels.trees.grow_nodes`:
+   the same trees as in memory, bit for bit), writes its trees' in-bag
+   counts into an array of its own (``fit/inbag_<k>``, one writer) and
+   returns only the nodes.
+2. **Leaves by row chunks.**  The forest's nodes are sent to each worker
+   once; one task per block of rows reads those rows of ``input/X``, routes
+   them through every tree (:func:`~distforest.kernels.apply.apply_forest`,
+   scikit-learn's rule) and writes whole chunks of ``leaves`` and ``inbag``.
+
+The store then holds what :meth:`ProximityForest.save` writes (forest,
+leaves, inbag, coordinates, target, provenance), so proximities and the
+applications read it from there.  The fitted estimator's ``leaves_`` and
+``inbag_`` are the store's Zarr arrays (read on use), not copies in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import uuid
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from distforest.forests.targets import encode_target, resolve_task
+from distforest.kernels.apply import apply_nodes
+from distforest.kernels.trees import TreeBatch, TreeParams, grow_nodes
+from distforest.parallel import tasks
+from distforest.store.inputs import StoredTable, forget_inputs, input_chunk, input_rows
+from distforest.store.run_store import RunStore, read_rows, write_block
+
+if TYPE_CHECKING:
+    from distforest.forests.proximity_forest import ProximityForest
+
+logger = logging.getLogger("distforest")
+
+#: Group of the per-batch in-bag counts while fitting (removed afterwards).
+FIT_GROUP = "fit"
+#: Rows per routing task: about this many, in whole chunks of ``leaves``.
+ROUTE_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """The forest's flat node arrays, sent to each worker once as one object."""
+
+    nodes: dict[str, np.ndarray]
+
+
+def _grow_task(
+    path: str, y: np.ndarray | None, seeds: np.ndarray, params: TreeParams, batch: int
+) -> TreeBatch:
+    X = input_rows(path)
+    grown = grow_nodes(X, y, seeds, params)
+    write_block(path, f"{FIT_GROUP}/inbag_{batch}", (slice(None), slice(None)), grown.inbag)
+    return grown.nodes_only()
+
+
+def _route_task(path: str, forest: _Nodes, n_batches: int, rows: slice) -> int:
+    X = input_chunk(path, rows)
+    leaves = apply_nodes(X, forest.nodes)
+    inbag = np.concatenate(
+        [read_rows(path, f"{FIT_GROUP}/inbag_{k}", rows) for k in range(n_batches)], axis=1
+    )
+    write_block(path, "leaves", (rows, slice(None)), leaves)
+    write_block(path, "inbag", (rows, slice(None)), inbag)
+    return int(rows.stop - rows.start)
+
+
+def fit_stored(
+    forest: ProximityForest,
+    table: StoredTable,
+    params: dict[str, Any],
+    tree_params_of: Any,
+) -> ProximityForest:
+    """Fit ``forest`` on ``table`` (see the module docstring); returns it, fitted.
+
+    Parameters
+    ----------
+    forest : ProximityForest
+    table : StoredTable
+    params : dict
+        The forest's validated parameters.
+    tree_params_of : callable
+        ``tree_params_of(task, n_classes) -> (TreeParams, task)``, the estimator's
+        own translation of its parameters (so both paths grow the same trees).
+    """
+    y_raw = table.read_y()
+    task = resolve_task(params["task"], y_raw, table.target_name)
+    if task == "classification" and table.target_kind == "labels":
+        # codes of the sorted labels: what encode_target gives, without sorting n strings
+        codes = np.asarray(RunStore.open(table.path).array("input/y")[...])
+        y_fit: np.ndarray | None = codes.astype(np.int64)
+        classes = list(table.target_labels)
+    else:
+        y_fit, classes = encode_target(task, y_raw)
+    del y_raw
+    tree_params: TreeParams = tree_params_of(task, len(classes))
+    n_trees = params["n_estimators"]
+    entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
+    n, tile = table.n_samples, params["tile_size"]
+    rs = RunStore.open(table.path, mode="r+")
+    rs.mark_running()
+    with forest._runner(n * table.n_features) as runner:
+        batches = tasks.plan_tree_batches(n_trees, runner.threads(), params["batch_size"])
+        fit_group = rs.group.require_group(FIT_GROUP)
+        for k, b in enumerate(batches):
+            width = b.stop - b.start
+            fit_group.create_array(f"inbag_{k}", shape=(n, width), chunks=(min(n, tile), width),
+                                   dtype="uint8", overwrite=True)  # fmt: skip
+        logger.info("fitting %d %s trees on %d x %d from %s in %d tasks", n_trees, task, n,
+                    table.n_features, table.path, len(batches))  # fmt: skip
+        y_future = None if y_fit is None else runner.share(y_fit)
+        items = [(table.path, y_future, seeds[b], tree_params, k) for k, b in enumerate(batches)]
+        parts: list[Any] = [None] * len(batches)
+        for i, part in runner.run(_grow_task, items, name="fit-trees",
+                                  progress=forest._report("fit")):  # fmt: skip
+            parts[i] = part
+        node_counts = np.concatenate([p.node_counts for p in parts])
+        from distforest.forests.proximity_forest import _concatenate_nodes
+
+        nodes = _concatenate_nodes(parts)
+        offsets = np.concatenate([[0], np.cumsum(node_counts)]).astype(np.int64)
+        rs.write_coordinates(n, n_trees)
+        rs.write_forest(nodes, node_counts, seeds)
+        for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
+            rs.group.create_array(name, shape=(n, n_trees), chunks=(min(n, tile), n_trees),
+                                  dtype=dtype, dimension_names=("sample", "tree"),
+                                  overwrite=True)  # fmt: skip
+        shared = runner.share(_Nodes({**nodes, "node_offset": offsets}))
+        step = max(tile, ROUTE_ROWS // tile * tile)
+        blocks = [slice(s, min(s + step, n)) for s in range(0, n, step)]
+        route = [(table.path, shared, len(batches), b) for b in blocks]
+        for _ in runner.run(_route_task, route, name="leaves", progress=forest._report("leaves")):
+            pass
+        runner.everywhere(forget_inputs)
+    del rs.group[FIT_GROUP]
+    forest.n_samples_ = n
+    forest.n_features_in_ = table.n_features
+    forest.feature_names_in_ = table.feature_names
+    forest.categories_ = table.categories
+    forest.target_name_ = table.target_name
+    forest.task_ = task
+    forest.classes_ = classes
+    forest.y_ = y_fit
+    forest.seeds_ = seeds
+    forest.random_state_ = entropy
+    forest.node_counts_ = node_counts
+    forest.nodes_ = nodes
+    forest.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
+    forest.fit_id_ = uuid.uuid4().hex
+    forest.params_ = params
+    # the store's arrays, read on use (np.asarray) or by the workers (the products)
+    forest.leaves_ = cast(np.ndarray, rs.array("leaves"))
+    forest.inbag_ = cast(np.ndarray, rs.array("inbag"))
+    if y_fit is not None:
+        rs.write_named("target", y_fit, attrs={"classes": forest._provenance()["classes"]})
+    rs.update_attrs(**forest._provenance(), store_input=True)
+    return forest
+
+
+#: Temporary stores of forests fitted on a dask DataFrame, removed with their forest.
+_TEMPORARY: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
+
+
+def fit_dask_frame(
+    forest: ProximityForest, frame: Any, y: Any, params: dict[str, Any], tree_params_of: Any
+) -> ProximityForest:
+    """Fit on a ``dask.dataframe.DataFrame`` without computing it in this process.
+
+    The frame is read by partitions on the workers into a temporary run store
+    (under dask's ``temporary-directory``, else the system's), removed when the
+    forest is garbage-collected or fitted again.  The target must be a column
+    of the frame, named by ``y``.
+    """
+    import dask
+
+    from distforest.errors import InputError
+    from distforest.store.inputs import ingest
+
+    if y is not None and not isinstance(y, str):
+        raise InputError(
+            f"the target of a dask DataFrame must be one of its columns: pass y='<column>' "
+            f"(got a {type(y).__name__}); or X.assign(target=...) first"
+        )
+    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
+    try:
+        table = ingest(frame, work / "run.zarr", target=y)
+        fit_stored(forest, table, params, lambda t, k: tree_params_of(t, k, table.n_samples))
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    old = _TEMPORARY.pop(forest, None)
+    if old is not None:
+        old()
+    _TEMPORARY[forest] = weakref.finalize(forest, shutil.rmtree, str(work), True)
+    return forest

@@ -1,0 +1,202 @@
+"""Read a table by partitions: summaries up to the driver, encoded rows as a lazy array.
+
+:func:`read_partitioned` runs pass 1 (one task per partition returns a
+:class:`~distforest.io.summaries.PartSummary`), decides the encoding on the
+driver (:func:`~distforest.io.summaries.decide`: every check of
+:func:`~distforest.io.load_table`), and returns pass 2 as lazy
+``dask.array`` objects: ``X`` (float32, one block per partition, row lengths
+known from pass 1) and ``y``.  Nothing here holds more than a summary per
+partition; the tasks run on the current dask scheduler (the workers of a
+``distributed`` client).  Writing the arrays is the store's
+(:mod:`distforest.store.inputs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from distforest.errors import InputError
+from distforest.io.partitions import PATH_COLUMN, Partitions, open_partitions
+from distforest.io.summaries import (
+    Encoding,
+    NeedLevels,
+    count_levels,
+    decide,
+    encode_partition,
+    encode_target,
+    summarise_block,
+    summarise_partition,
+)
+from distforest.io.tables import check_column, check_target
+
+__all__ = ["Ingested", "read_partitioned"]
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """A table read by partitions: its encoding and the lazy encoded arrays.
+
+    Attributes
+    ----------
+    encoding : Encoding
+    X : dask.array.Array
+        float32, shape (n, d), one row block per partition.
+    y : dask.array.Array or None
+    source : str
+    partitions : Partitions
+    """
+
+    encoding: Encoding
+    X: Any
+    y: Any
+    source: str
+    partitions: Partitions
+
+
+def read_partitioned(
+    source: Any,
+    *,
+    target: str | None = None,
+    drop: tuple[str, ...] | list[str] = (),
+    na_values: tuple[str, ...] | list[str] = (),
+    allow_missing: bool = True,
+    min_rows: int = 2,
+    blocksize: Any = None,
+) -> Ingested:
+    """Pass 1 on the workers, the encoding decided here, pass 2 as lazy arrays.
+
+    Parameters
+    ----------
+    source
+        Anything :func:`~distforest.io.partitions.open_partitions` opens.
+    target : str, optional
+        The target column (its values are checked: none missing, not constant).
+    drop : sequence of str
+        Columns to leave out.
+    na_values : sequence of str
+        Extra missing-value markers.
+    allow_missing : bool
+    min_rows : int
+    blocksize : int or str, optional
+        Bytes per CSV partition.
+
+    Returns
+    -------
+    Ingested
+
+    Raises
+    ------
+    InputError
+        Naming the part file, column and row of the table of the first problem.
+    """
+    na = tuple(str(v) for v in na_values)
+    parts = open_partitions(source, na_values=na, blocksize=blocksize)
+    names = list(parts.columns)
+    for col in [*map(str, drop), *([target] if target is not None else [])]:
+        check_column(col, names, parts.source)
+    if parts.array is not None:
+        return _read_array(parts, target, tuple(map(str, drop)), allow_missing, min_rows)
+    return _read_frame(parts, target, tuple(map(str, drop)), na, allow_missing, min_rows)
+
+
+def _compute(*values: Any) -> tuple[Any, ...]:
+    import dask
+
+    return dask.compute(*values)
+
+
+def _read_frame(
+    parts: Partitions,
+    target: str | None,
+    drop: tuple[str, ...],
+    na: tuple[str, ...],
+    allow_missing: bool,
+    min_rows: int,
+) -> Ingested:
+    import dask
+    import dask.array as da
+
+    text = parts.columns if parts.text else ()
+    file_col = PATH_COLUMN if parts.text else None
+    blocks = parts.frame.to_delayed()
+    summarise = dask.delayed(summarise_partition, pure=True)
+    summaries = list(_compute(*[summarise(b, text, na, target, file_col) for b in blocks]))
+    labels = [s.file or parts.partition_name(k) for k, s in enumerate(summaries)]
+    kwargs = dict(source=parts.source, names=labels, columns=parts.columns, target=target,
+                  drop=drop, text_columns=text, na=na, sep=parts.sep,
+                  allow_missing=allow_missing, min_rows=min_rows)  # fmt: skip
+    while True:
+        try:
+            encoding = decide(summaries, **kwargs)  # type: ignore[arg-type]
+            break
+        except NeedLevels as need:  # an all-numeric partition of a categorical column
+            todo = [k for k, s in enumerate(summaries) if s.columns[need.column].levels is None]
+            count = dask.delayed(count_levels, pure=True)
+            found = _compute(*[count(blocks[k], need.column, na) for k in todo])
+            for k, levels in zip(todo, found, strict=True):
+                column = summaries[k].columns[need.column]
+                summaries[k].columns[need.column] = replace(
+                    column, levels=levels, overflow=levels is None
+                )
+    d = len(encoding.features)
+    encode = dask.delayed(encode_partition, pure=True)
+    X = da.concatenate(
+        [
+            da.from_delayed(encode(b, encoding), shape=(rows, d), dtype=np.float32)
+            for b, rows in zip(blocks, encoding.lengths, strict=True)
+        ]
+    )
+    y = None
+    if target is not None:
+        dtype = {"labels": np.int32, "int": np.int64}.get(str(encoding.target_kind), np.float64)
+        code = dask.delayed(encode_target, pure=True)
+        y = da.concatenate(
+            [
+                da.from_delayed(code(b, encoding), shape=(rows,), dtype=dtype)
+                for b, rows in zip(blocks, encoding.lengths, strict=True)
+            ]
+        )
+    return Ingested(encoding, X, y, parts.source, parts)
+
+
+def _read_array(
+    parts: Partitions,
+    target: str | None,
+    drop: tuple[str, ...],
+    allow_missing: bool,
+    min_rows: int,
+) -> Ingested:
+    import dask
+
+    arr = parts.array
+    keep = [j for j, c in enumerate(parts.columns) if c not in drop]
+    if target is not None:
+        raise InputError(f"{parts.source}: an array has no named target column {target!r}; "
+                         "store it as the group's 'y' array")  # fmt: skip
+    blocks = arr.to_delayed()[:, 0]
+    summarise = dask.delayed(summarise_block, pure=True)
+    summaries = list(_compute(*[summarise(b, parts.columns) for b in blocks]))
+    labels = [parts.partition_name(k) for k in range(len(summaries))]
+    encoding = decide(summaries, source=parts.source, names=labels, columns=parts.columns,
+                      target=None, drop=drop, text_columns=(), na=(), sep=None,
+                      allow_missing=allow_missing, min_rows=min_rows)  # fmt: skip
+    X = arr[:, keep].astype(np.float32)
+    y = parts.y
+    if y is not None:
+        # a stored target is O(n): checked whole, as load_table does
+        values = check_target(np.asarray(y), encoding.n_samples, "y", parts.source)
+        kind = "labels" if values.dtype.kind not in "biuf" else (
+            "int" if values.dtype.kind in "biu" else "float")  # fmt: skip
+        labels_t: tuple[Any, ...] = ()
+        if kind == "labels":
+            uniq, codes = np.unique(values.astype(str), return_inverse=True)
+            labels_t, values = tuple(uniq.tolist()), codes.astype(np.int32)
+        import dask.array as da
+
+        y = da.from_array(values, chunks=(X.chunks[0],))
+        encoding = replace(encoding, target="y", target_kind=kind,
+                           target_labels=tuple(labels_t))  # fmt: skip
+    return Ingested(encoding, X, y, parts.source, parts)

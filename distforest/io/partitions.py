@@ -1,0 +1,327 @@
+"""Open a user's table as partitions that tasks read, never as one frame in this process.
+
+:func:`open_partitions` turns a source into a :class:`Partitions`: a lazy
+``dask.dataframe`` (tables) or ``dask.array`` (numeric arrays) whose
+partitions are defined by dask's own readers, plus one name per partition
+for error messages (the part file it came from).  Nothing is read here
+except a text file's header (to sniff its delimiter) and Parquet metadata.
+
+Accepted sources:
+
+- a CSV / TSV / TXT file or a glob of them (``"exports/day-*.csv"``): read
+  with :func:`dask.dataframe.read_csv` in blocks of ``blocksize`` bytes,
+  every column as text (the encoding is decided later from summaries of all
+  partitions, not from dask's guess on the first block); the delimiter is
+  sniffed from the first file's header (comma, tab, semicolon, bar);
+- a Parquet file, or a folder of Parquet files of any names, including a
+  hive-partitioned dataset (``year=2024/part-0.parquet``; its partition
+  keys become columns): :func:`dask.dataframe.read_parquet`;
+- a Zarr array, or a Zarr group holding a 2-D array ``X`` (and optionally a
+  1-D ``y``): :func:`dask.array.from_zarr`;
+- an in-memory ``dask.dataframe.DataFrame`` or ``dask.array.Array`` (used
+  as they are: their partitions run on the workers), a pandas DataFrame or
+  an xarray Dataset (its 1-D variables become columns;
+  ``Dataset.to_dask_dataframe`` keeps a chunked one lazy).
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distforest.errors import InputError
+
+__all__ = ["DEFAULT_BLOCKSIZE", "Partitions", "open_partitions", "sniff_delimiter"]
+
+#: Bytes of text per CSV partition (dask's ``blocksize``).
+DEFAULT_BLOCKSIZE = "64MB"
+
+#: Delimiters tried on a text file's header, in order of preference on ties.
+DELIMITERS = ",\t;|"
+
+#: Name of the column dask's CSV reader adds with each row's file.
+PATH_COLUMN = "__distforest_file__"
+
+_TEXT = (".csv", ".tsv", ".txt")
+_PARQUET = (".parquet", ".pq")
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """A table as lazy partitions.
+
+    Attributes
+    ----------
+    frame : dask.dataframe.DataFrame or None
+        The table (tables); None for a numeric array.
+    array : dask.array.Array or None
+        The features (arrays); None for a table.
+    columns : tuple of str
+        Column names (for an array: ``"0"``, ``"1"``, ... or stored names).
+    source : str
+        What the user gave, for messages.
+    names : tuple of str or None
+        The part file of each partition (None: ``"partition k"``; for CSV the
+        file is read from :data:`PATH_COLUMN` in each partition).
+    y : dask.array.Array or None
+        A target stored next to an array (a Zarr group's ``y``).
+    text : bool
+        Every column was read as text (CSV): numbers are parsed from strings.
+    sep : str or None
+        The delimiter of a text source.
+    """
+
+    frame: Any
+    array: Any
+    columns: tuple[str, ...]
+    source: str
+    names: tuple[str, ...] | None = None
+    y: Any = None
+    text: bool = False
+    sep: str | None = None
+
+    @property
+    def npartitions(self) -> int:
+        """Number of partitions."""
+        data = self.frame if self.frame is not None else self.array
+        return int(data.npartitions) if self.frame is not None else len(data.chunks[0])
+
+    def partition_name(self, k: int) -> str:
+        """The part file of partition ``k``, or ``"partition k+1 of N"``."""
+        if self.names is not None and k < len(self.names):
+            return self.names[k]
+        return f"partition {k + 1} of {self.npartitions}"
+
+
+def sniff_delimiter(path: str | Path) -> str:
+    """The delimiter of a text file, from its header: the one giving the most columns.
+
+    Raises
+    ------
+    InputError
+        If the file is empty.
+    """
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        first = fh.readline()
+    if not first.strip():
+        raise InputError(f"{path}: the file is empty (no header row)")
+    widths = {d: len(next(csv.reader([first], delimiter=d))) for d in DELIMITERS}
+    return max(widths, key=lambda d: widths[d])  # ties keep the first (comma)
+
+
+def open_partitions(
+    source: Any, *, na_values: tuple[str, ...] | list[str] = (), blocksize: Any = None
+) -> Partitions:
+    """Open ``source`` as lazy partitions (see the module docstring for what is accepted).
+
+    Parameters
+    ----------
+    source : str, Path, dask/pandas DataFrame, dask array, xarray Dataset, zarr Array/Group
+    na_values : sequence of str
+        Extra strings that mark a missing value in text files.
+    blocksize : int or str, optional
+        Bytes per CSV partition (default :data:`DEFAULT_BLOCKSIZE`).
+
+    Returns
+    -------
+    Partitions
+
+    Raises
+    ------
+    InputError
+        No such file, nothing matching a glob, an unsupported type.
+    """
+    import dask.array as da
+    import dask.dataframe as dd
+
+    if isinstance(source, str | Path):
+        return _open_path(str(source), list(na_values), blocksize or DEFAULT_BLOCKSIZE)
+    mod = type(source).__module__.split(".")[0]
+    if isinstance(source, dd.DataFrame):
+        return Partitions(source, None, tuple(map(str, source.columns)), "<dask.DataFrame>")
+    if isinstance(source, da.Array):
+        return _array(source, "<dask.Array>")
+    if isinstance(source, pd.DataFrame):
+        frame = dd.from_pandas(source, npartitions=max(1, len(source) // 1_000_000 + 1))
+        return Partitions(frame, None, tuple(map(str, source.columns)), "<pandas.DataFrame>")
+    if mod == "xarray":
+        return _dataset(source)
+    if mod == "zarr":
+        return _zarr(source, f"<zarr.{type(source).__name__}>")
+    raise InputError(
+        f"cannot read a {type(source).__name__} by partitions; pass a path (CSV/TSV or a glob "
+        "of them, a Parquet file or dataset folder, a Zarr store) or a dask/pandas DataFrame, "
+        "dask array, xarray Dataset or zarr Array/Group"
+    )
+
+
+def _array(arr: Any, source: str, names: list[str] | None = None, y: Any = None) -> Partitions:
+    if arr.ndim != 2:
+        raise InputError(
+            f"{source}: expected a 2-D array (samples x features), got {arr.ndim}-D with shape "
+            f"{arr.shape}; reshape it, e.g. x.reshape(-1, 1) for a single feature"
+        )
+    if np.dtype(arr.dtype).kind not in "biuf":
+        raise InputError(
+            f"{source}: array dtype {arr.dtype} is not numeric; convert it to numbers or pass "
+            "a table so that categorical columns get encoded"
+        )
+    if any(np.isnan(c) for c in arr.chunks[0]):
+        raise InputError(f"{source}: the dask array's row chunk sizes are unknown; call "
+                         "compute_chunk_sizes() on it first")  # fmt: skip
+    if arr.chunks[1] != (arr.shape[1],):
+        arr = arr.rechunk({1: -1})  # a task reads whole rows
+    cols = tuple(names) if names is not None else tuple(str(i) for i in range(arr.shape[1]))
+    if len(cols) != arr.shape[1]:
+        raise InputError(f"{source}: {len(cols)} feature names for {arr.shape[1]} columns")
+    return Partitions(None, arr, cols, source, y=y)
+
+
+def _dataset(ds: Any) -> Partitions:
+    import xarray as xr
+
+    if isinstance(ds, xr.DataArray):
+        import dask.array as da
+
+        data = ds.data if isinstance(ds.data, da.Array) else da.from_array(ds.values)
+        dim = ds.dims[1]
+        names = [str(c) for c in ds[dim].values] if dim in ds.coords else None
+        return _array(data, "<xarray.DataArray>", names)
+    dims = {k: v.dims for k, v in ds.data_vars.items()}
+    if not dims or len(set(dims.values())) != 1 or len(next(iter(dims.values()))) != 1:
+        raise InputError(
+            f"<xarray.Dataset>: every data variable must be 1-D along one common dimension, "
+            f"got {dims}; select the variables to use, e.g. ds[['a', 'b']]"
+        )
+    dim = next(iter(dims.values()))[0]
+    ds = ds.drop_vars([c for c in ds.coords])
+    if not ds.chunks:
+        ds = ds.chunk({dim: max(1, ds.sizes[dim] // 8 or 1)})
+    frame = ds.to_dask_dataframe(dim_order=[dim])
+    frame = frame.drop(columns=[c for c in frame.columns if c == dim])
+    return Partitions(frame, None, tuple(map(str, frame.columns)), "<xarray.Dataset>")
+
+
+def _zarr(node: Any, source: str) -> Partitions:
+    import dask.array as da
+    import zarr
+
+    if isinstance(node, zarr.Array):
+        return _array(da.from_zarr(node), source)
+    if "X" in node and isinstance(node["X"], zarr.Array):
+        xa = node["X"]
+        stored = xa.attrs.get("feature_names")
+        names = [str(c) for c in stored] if isinstance(stored, list) else None
+        y = da.from_zarr(node["y"]) if "y" in node else None
+        return _array(da.from_zarr(xa), source, names, y)
+    import xarray as xr
+
+    try:
+        ds = xr.open_zarr(node.store, group=node.path or None, consolidated=False)
+    except Exception as exc:
+        raise InputError(
+            f"{source}: a Zarr group without an 'X' array could not be opened with "
+            f"xarray.open_zarr: {exc}; store the features as a 2-D array 'X'"
+        ) from exc
+    stored = node.attrs.get("columns")
+    if isinstance(stored, list) and sorted(map(str, stored)) == sorted(map(str, ds.data_vars)):
+        ds = ds[[str(c) for c in stored]]
+    else:
+        ds = ds[sorted(ds.data_vars, key=str)]
+    parts = _dataset(ds)
+    return Partitions(parts.frame, None, parts.columns, source)
+
+
+def _open_path(path: str, na: list[str], blocksize: Any) -> Partitions:
+    p = Path(path)
+    if glob.has_magic(path) and not p.exists():
+        files = sorted(glob.glob(path))
+        if not files:
+            raise InputError(f"no file matches {path!r}; check the pattern")
+        return _text(files, path, na, blocksize)
+    if not p.exists():
+        raise InputError(f"no such file: {path} (resolved to {os.path.realpath(p)}); "
+                         "check the path")  # fmt: skip
+    suffix = p.suffix.lower()
+    if p.is_dir():
+        if suffix == ".zarr" or any((p / f).exists() for f in ("zarr.json", ".zgroup", ".zarray")):
+            import zarr
+
+            try:
+                node = zarr.open(str(p), mode="r")
+            except Exception as exc:
+                raise InputError(f"{path}: cannot open as a Zarr store: {exc}") from exc
+            return _zarr(node, path)
+        return _parquet(p, path)
+    if suffix in _TEXT:
+        return _text([path], path, na, blocksize)
+    if suffix in _PARQUET:
+        return _parquet(p, path)
+    if suffix == ".npy":
+        import dask.array as da
+
+        arr = np.load(p, mmap_mode="r", allow_pickle=False)  # a view of the file, not a copy
+        rows = max(1, (1 << 20) // max(1, arr.shape[-1])) if arr.ndim == 2 else -1
+        return _array(da.from_array(arr, chunks=(rows, -1) if arr.ndim == 2 else -1), path)
+    raise InputError(
+        f"{path}: unsupported file type {suffix or '(none)'!r}; give a CSV/TSV/TXT file or a "
+        "glob of them, a Parquet file or dataset folder, a .npy file or a Zarr store"
+    )
+
+
+def _text(files: list[str], source: str, na: list[str], blocksize: Any) -> Partitions:
+    import dask.dataframe as dd
+
+    sep = sniff_delimiter(files[0])
+    with open(files[0], newline="", encoding="utf-8-sig") as fh:
+        header = next(csv.reader([fh.readline()], delimiter=sep))
+    dup = sorted({c for c in header if header.count(c) > 1})
+    if dup:
+        raise InputError(f"{files[0]}: duplicate column names in the header: {dup}; rename them")
+    try:
+        frame = dd.read_csv(
+            files if len(files) > 1 else files[0],
+            sep=sep,
+            dtype=object,  # decided from the summaries of all partitions, not from a sample
+            na_values=na or None,
+            keep_default_na=True,
+            blocksize=blocksize,
+            encoding="utf-8-sig",
+            include_path_column=PATH_COLUMN,
+        )
+    except Exception as exc:
+        raise InputError(f"{source}: cannot read as delimited text ({sep!r}-separated): "
+                         f"{exc}") from exc  # fmt: skip
+    columns = tuple(str(c) for c in frame.columns if c != PATH_COLUMN)
+    if list(columns) != [str(c) for c in header]:
+        raise InputError(f"{source}: the files do not share one header ({list(columns)} "
+                         f"vs {header}); give files with the same columns")  # fmt: skip
+    return Partitions(frame, None, columns, source, None, text=True, sep=sep)
+
+
+def _parquet(p: Path, source: str) -> Partitions:
+    import dask.dataframe as dd
+    import pyarrow.dataset as pads
+
+    try:
+        dataset = pads.dataset(str(p), format="parquet", partitioning="hive")
+        files = tuple(dataset.files)
+    except Exception as exc:
+        raise InputError(f"{source}: cannot open as a Parquet file or dataset folder: {exc}; "
+                         "a folder must hold Parquet files (any names, hive folders "
+                         "allowed)") from exc  # fmt: skip
+    if not files:
+        raise InputError(f"{source}: the folder holds no Parquet file")
+    try:
+        frame = dd.read_parquet(str(p), split_row_groups=False, parquet_file_extension=None)
+    except Exception as exc:
+        raise InputError(f"{source}: cannot read the Parquet data: {exc}") from exc
+    names = files if frame.npartitions == len(files) else None
+    return Partitions(frame, None, tuple(map(str, frame.columns)), source, names)

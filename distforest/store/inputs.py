@@ -1,0 +1,333 @@
+"""The encoded input table inside a run store: ``input/X`` and ``input/y``.
+
+Layout::
+
+    run.zarr/
+      input/
+        attrs: source, feature_names, categories, target_name, target_kind,
+               target_labels, fingerprint, lengths (rows per source partition)
+        X   (sample, feature) float32, chunks (rows, n_features)
+        y   (sample,)          float64 / int64 values, or int32 codes of target_labels
+
+:func:`ingest` reads a source by partitions (:mod:`distforest.io.ingest`)
+and writes pass 2 with ``dask.array.to_zarr``, after a rechunk so that each
+task writes whole Zarr chunks (two tasks writing one chunk would lose data
+without an error).  The driver only sees the summaries.
+
+:class:`StoredTable` is the handle estimators take instead of an in-memory
+table; tasks read its rows with :func:`input_rows` (all rows read once per
+worker process and shared by its tasks) or :func:`input_chunk`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from distforest.errors import StoreError
+from distforest.io.ingest import Ingested, read_partitioned
+from distforest.store.run_store import RunStore, task_array
+
+__all__ = [
+    "INPUT_GROUP",
+    "INPUT_ROWS",
+    "PendingInput",
+    "StoredTable",
+    "ingest",
+    "input_chunk",
+    "input_rows",
+    "write_ingested",
+]
+
+#: Group of the encoded input in a run store.
+INPUT_GROUP = "input"
+#: Rows per chunk of ``input/X`` (about 8 MB at 100 float32 features).
+INPUT_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class StoredTable:
+    """An encoded table in a run store, read by tasks (never whole by the driver).
+
+    Attributes
+    ----------
+    path : str
+        The run store.
+    n_samples, n_features : int
+    feature_names : tuple of str
+    categories : dict of str to tuple
+    target_name : str or None
+    target_kind : str or None
+        ``"float"``, ``"int"`` or ``"labels"`` (y holds codes of ``target_labels``).
+    target_labels : tuple
+    source : str
+    fingerprint_ : str
+    rows : int
+        Rows per chunk of ``input/X``.
+    """
+
+    path: str
+    n_samples: int
+    n_features: int
+    feature_names: tuple[str, ...]
+    categories: dict[str, tuple[str, ...]]
+    target_name: str | None
+    target_kind: str | None
+    target_labels: tuple[Any, ...]
+    source: str
+    fingerprint_: str
+    rows: int
+
+    @property
+    def X_name(self) -> str:
+        """Path of the features in the store."""
+        return f"{INPUT_GROUP}/X"
+
+    @property
+    def has_target(self) -> bool:
+        """Whether ``input/y`` exists."""
+        return self.target_kind is not None
+
+    def fingerprint(self) -> str:
+        """Hash of the partitions' summaries (counts, ranges, levels), not of every byte."""
+        return self.fingerprint_
+
+    def read_y(self) -> np.ndarray | None:
+        """The target (O(n)); label codes turned back into labels."""
+        if not self.has_target:
+            return None
+        y = np.asarray(zarr.open_array(self.path, path=f"{INPUT_GROUP}/y", mode="r")[...])
+        if self.target_kind == "labels":
+            return np.asarray(self.target_labels, dtype=object)[y]
+        return y
+
+    def chunks(self) -> list[slice]:
+        """Row slices of the chunks of ``input/X``."""
+        return [slice(s, min(s + self.rows, self.n_samples))
+                for s in range(0, self.n_samples, self.rows)]  # fmt: skip
+
+    @classmethod
+    def open(cls, path: str | Path) -> StoredTable:
+        """The stored input of the run store at ``path``."""
+        rs = RunStore.open(path)
+        if INPUT_GROUP not in rs.group:
+            raise StoreError(f"store {rs.path!r} holds no {INPUT_GROUP}/ group; ingest a table "
+                             "into it first (distforest.store.inputs.ingest)")  # fmt: skip
+        group = rs.subgroup(INPUT_GROUP)
+        a: dict[str, Any] = dict(group.attrs)
+        X = group["X"]
+        assert isinstance(X, zarr.Array)
+        return cls(rs.path, int(X.shape[0]), int(X.shape[1]), tuple(a["feature_names"]),
+                   {k: tuple(v) for k, v in a["categories"].items()}, a["target_name"],
+                   a["target_kind"], tuple(a["target_labels"]), a["source"], a["fingerprint"],
+                   int(X.chunks[0]))  # fmt: skip
+
+
+def ingest(
+    source: Any,
+    store: str | Path,
+    *,
+    target: str | None = None,
+    drop: tuple[str, ...] | list[str] = (),
+    na_values: tuple[str, ...] | list[str] = (),
+    allow_missing: bool = True,
+    rows: int = INPUT_ROWS,
+    blocksize: Any = None,
+    overwrite: bool = False,
+    attrs: dict[str, Any] | None = None,
+) -> StoredTable:
+    """Read ``source`` by partitions into a new run store's ``input/`` group.
+
+    Every check of :func:`distforest.io.load_table` is made on the partitions'
+    summaries before the store is created; the store stays ``running`` (never
+    ``complete``) until its run finishes.
+
+    Parameters
+    ----------
+    source
+        A path (CSV/TSV or glob, Parquet file or dataset folder, Zarr), a
+        dask/pandas DataFrame, dask array, xarray Dataset or zarr Array/Group.
+    store : str or Path
+        The run store to create.
+    target, drop, na_values, allow_missing
+        As :func:`distforest.io.load_table`.
+    rows : int
+        Rows per chunk of ``input/X``.
+    blocksize : int or str, optional
+        Bytes per CSV partition.
+    overwrite : bool
+        Replace an existing distforest store.
+    attrs : dict, optional
+        More attributes of the store.
+
+    Returns
+    -------
+    StoredTable
+    """
+    data = read_partitioned(
+        source,
+        target=target,
+        drop=tuple(drop),
+        na_values=tuple(na_values),
+        allow_missing=allow_missing,
+        blocksize=blocksize,
+    )
+    return write_ingested(data, store, rows=rows, overwrite=overwrite, attrs=attrs)
+
+
+def write_ingested(
+    data: Ingested,
+    store: str | Path,
+    *,
+    rows: int = INPUT_ROWS,
+    overwrite: bool = False,
+    attrs: dict[str, Any] | None = None,
+) -> StoredTable:
+    """Create run store ``store`` and write pass 2 of ``data`` into its ``input/`` group.
+
+    Returns
+    -------
+    StoredTable
+    """
+    import dask.array as da
+
+    enc = data.encoding
+    n, d = enc.n_samples, len(enc.features)
+    rows = max(1, min(rows, n))
+    rs = RunStore.create(store, attrs=dict(attrs or {}), overwrite=overwrite)
+    group = rs.group.require_group(INPUT_GROUP)
+    group.attrs.update(
+        {
+            "source": data.source,
+            "feature_names": list(enc.features),
+            "categories": {k: list(v) for k, v in enc.categories.items()},
+            "target_name": enc.target,
+            "target_kind": enc.target_kind,
+            "target_labels": [
+                v if isinstance(v, str | int | float) else str(v) for v in enc.target_labels
+            ],
+            "fingerprint": enc.fingerprint,
+            "lengths": list(enc.lengths),
+            "missing": dict(enc.missing),
+        }
+    )
+    X = group.create_array("X", shape=(n, d), chunks=(rows, d), dtype="float32",
+                           dimension_names=("sample", "feature"), fill_value=np.nan)  # fmt: skip
+    X.attrs["feature_names"] = list(enc.features)
+    targets = [(data.X.rechunk((rows, d)), X)]
+    if data.y is not None:
+        y = group.create_array("y", shape=(n,), chunks=(rows,), dtype=data.y.dtype,
+                               dimension_names=("sample",))  # fmt: skip
+        targets.append((data.y.rechunk((rows,)), y))
+    # Rechunked to the Zarr chunks: each task writes whole chunks that no other task
+    # touches (two tasks writing one chunk would lose data without an error).
+    for src, _dst in targets:
+        if any(c % rows for c in src.chunks[0][:-1]):  # pragma: no cover - rechunk's promise
+            raise StoreError(f"input chunks {src.chunks[0][:4]} are not whole {rows}-row chunks")
+    sources: list[Any] = [src for src, _ in targets]
+    destinations: list[Any] = [dst for _, dst in targets]
+    da.store(sources, destinations, lock=False)
+    return StoredTable.open(rs.path)
+
+
+@dataclass(frozen=True)
+class PendingInput:
+    """A table whose summaries are read (pass 1) and whose store is not written yet.
+
+    What a job needs before it creates its store: the size, the source and
+    the fingerprint (for the job's spec); :meth:`write` then runs pass 2.
+    """
+
+    data: Ingested
+
+    @property
+    def source(self) -> str:
+        """The input, as the user gave it."""
+        return self.data.source
+
+    @property
+    def n_samples(self) -> int:
+        """Rows of the table."""
+        return self.data.encoding.n_samples
+
+    @property
+    def n_features(self) -> int:
+        """Feature columns."""
+        return len(self.data.encoding.features)
+
+    def fingerprint(self) -> str:
+        """Hash of the partitions' summaries."""
+        return self.data.encoding.fingerprint
+
+    def quality(self) -> dict[str, Any]:
+        """Rows, features and missing cells (from the summaries; rows with one: unknown)."""
+        return {
+            "rows": self.n_samples,
+            "features": self.n_features,
+            "missing_cells": int(sum(self.data.encoding.missing.values())),
+            "rows_with_missing": None,
+        }
+
+    def write(self, store: str | Path, attrs: dict[str, Any]) -> StoredTable:
+        """Create the run store (replacing one) and write ``input/`` into it."""
+        return write_ingested(self.data, store, overwrite=True, attrs=attrs)
+
+
+# -- inside tasks ----------------------------------------------------------------------
+
+#: Whole arrays a worker process keeps for its tasks (rows of X; leaves and in-bag
+#: counts transposed for the products).
+KEPT_ARRAYS = 3
+_cache: dict[tuple[str, str, bool], tuple[Any, np.ndarray]] = {}
+_cache_lock = threading.Lock()
+
+
+def input_rows(path: str, name: str = f"{INPUT_GROUP}/X", *, transpose: bool = False) -> np.ndarray:
+    """All of array ``name`` in the store at ``path``, read once per process and shared.
+
+    A worker that needs every row (to grow trees) reads them once; its other
+    tasks get the same (read-only) array.  At most :data:`KEPT_ARRAYS` arrays
+    are kept, the oldest dropped first; an array replaced in the store is read
+    again.
+
+    Parameters
+    ----------
+    path, name : str
+    transpose : bool
+        Keep the transpose, C-ordered (``(T, n)`` leaves for the products).
+    """
+    arr = task_array(path, name, "r")
+    key = (str(path), name, transpose)
+    with _cache_lock:
+        kept = _cache.pop(key, None)
+        if kept is not None and kept[0] is arr:
+            _cache[key] = kept  # most recent last
+            return kept[1]
+        values = np.asarray(arr[...])
+        if transpose:
+            values = np.ascontiguousarray(values.T)
+        values.setflags(write=False)
+        _cache[key] = (arr, values)
+        while len(_cache) > KEPT_ARRAYS:
+            _cache.pop(next(iter(_cache)))
+        return values
+
+
+def input_chunk(path: str, rows: slice, name: str = f"{INPUT_GROUP}/X") -> np.ndarray:
+    """Rows ``rows`` of ``name`` in the store at ``path`` (from the shared copy if read)."""
+    with _cache_lock:
+        kept = _cache.get((str(path), name, False))
+    if kept is not None and kept[0] is task_array(path, name, "r"):
+        return kept[1][rows]
+    return np.asarray(task_array(path, name, "r")[rows])
+
+
+def forget_inputs() -> None:
+    """Drop the rows kept by :func:`input_rows` (call on every worker when done)."""
+    with _cache_lock:
+        _cache.clear()
