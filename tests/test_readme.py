@@ -86,6 +86,8 @@ PIPELINE_SIZES = {
 #: A substring of a README line -> why the test does not run that line.
 SKIP = {
     "tcp://scheduler-host:8786": "needs a Dask scheduler on another machine",
+    "s3://bucket/": "needs an S3 server: tests/test_object_storage.py runs these commands "
+    "against a local one",
 }
 #: A substring of a README line -> the exit code the README promises for it.
 EXPECTED_EXIT: dict[str, int] = {}
@@ -180,7 +182,7 @@ def test_the_readme_command_lines(tmp_path, monkeypatch, session_cluster):
     runner = CliRunner()
     lines = _command_lines()
     skipped = [line for _, line in lines if any(marker in line for marker in SKIP)]
-    assert len(skipped) == len(SKIP)
+    assert {m for m in SKIP if any(m in line for line in skipped)} == set(SKIP)
     ran = 0
     for number, line in lines:
         if line in skipped:

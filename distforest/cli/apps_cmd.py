@@ -39,7 +39,7 @@ def _common(func: Any) -> Any:
     return click.argument("input", metavar="INPUT")(func)
 
 
-def _fit(obj: dict, input: str, target: str | None, options: dict):
+def _fit(obj: dict, input: str, target: str | None, options: dict, check: Any = None):
     return fitted_forest(
         input,
         target,
@@ -47,6 +47,7 @@ def _fit(obj: dict, input: str, target: str | None, options: dict):
         pop_keys(options, FOREST_KEYS),
         pop_keys(options, CLUSTER_KEYS),
         progress=ProgressBars(enabled=not obj["quiet"]),
+        check=check,
     )
 
 
@@ -94,11 +95,17 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
     if target is None:
         raise click.UsageError("mislabels needs --target COLUMN (the labels to check)")
     from distforest.apps.mislabels import mislabel_scores
+    from distforest.forests.targets import require_classes
 
     check_new_file(out, overwrite)
+    task = options["task"]
     options["task"] = "classification"
+
+    def classes(table: Any) -> None:  # a continuous target is refused before any work
+        require_classes(task, table.y, table.target_name, "mislabels")
+
     start = time.perf_counter()
-    with _fit(obj, input, target, options) as (_, forest):
+    with _fit(obj, input, target, options, classes) as (_, forest):
         ranking = mislabel_scores(forest)
     written = {"suspects": write_csv(ranking, out)}
     if top:

@@ -29,10 +29,11 @@ from distforest._version import __version__
 from distforest.cli.big_input import partitioned_input
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import Plan, check_disk, check_size, estimate, proximity_plan
-from distforest.cli.report import write_report, write_simple_report
+from distforest.cli.report import check_reports, write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.parallel.placement import place
@@ -55,6 +56,8 @@ class ProximityJob:
     target: str | None = None
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
+    decimal: str | None = None
     forest: dict[str, Any] = field(default_factory=dict)
     method: str = "original"
     #: Write each row's ``top_k`` proximity neighbours instead of the n x n matrix.
@@ -117,6 +120,8 @@ def run_proximity_job(
     start = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex[:8]
     table = _read_input(job)
+    if job.mislabels and isinstance(table, Table):
+        require_classes(job.forest.get("task", "auto"), table.y, table.target_name, "mislabels")
     spec = job.spec(table)
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:
@@ -132,6 +137,8 @@ def run_proximity_job(
         stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
         # A resumed or restarted run may replace the files of its own job.
         plan = _check_outputs(job, stages, replace=job.overwrite or restart or stages is not None)
+        if job.report_dir:
+            check_reports(job.report_dir, job.overwrite or restart or stages is not None)
         need = estimate(job, table.n_samples, table.n_features)
         check_size(f"the proximity job on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,})"
@@ -256,6 +263,7 @@ def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
     a report is written next to its main output.
     """
     with StoreLock(job.out, run_id) as lock:
+        check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
         result = runner(job, progress)
         result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
     return result

@@ -13,13 +13,15 @@ Unnamed array columns are called ``"0"``, ``"1"``, ...
 Encoding of feature columns:
 
 - bool columns become 0.0 / 1.0; numeric columns become float64;
-- an object / string / category column whose non-missing values all parse as numbers
-  (``pandas.to_numeric``) is numeric;
-- if at least 90 % of its non-missing values parse but some do not, the column is
-  taken to hold "non-numeric garbage" (often a missing-value marker such as ``?``) and
-  an :class:`~distforest.errors.InputError` is raised naming the bad values and rows;
-- otherwise the column is categorical: its labels (as strings) are sorted, value
-  ``labels[k]`` is coded ``k`` and ``Table.categories[name]`` records the labels.
+- a text column is read by one rule (:func:`distforest.io.encoding.decide_decimal`):
+  its decimal mark, ``.`` or ``,``, is decided from the whole column (or set with
+  ``decimal=`` / ``--decimal``), a thousands separator is never read; a column mixing
+  both marks is refused naming a row of each; a column of numbers with a few values
+  that are not numbers (often a missing-value marker such as ``?``) is refused naming
+  the first one; otherwise the column is categorical: its labels (as strings) are
+  sorted, value ``labels[k]`` is coded ``k`` and ``Table.categories[name]`` records
+  the labels;
+- nested values (Parquet list / struct columns, lists or dicts in cells) are refused.
 
 Missing values are NaN in ``X``.  The target is returned as given (no encoding) and must
 have no missing values and at least two distinct values.
@@ -27,12 +29,13 @@ have no missing values and at least two distinct values.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import hashlib
 import os
-import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +46,10 @@ import pandas as pd
 from distforest import location
 from distforest.errors import InputError, InputTypeError, did_you_mean
 
-__all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table", "read_frame"]
+__all__ = ["SUPPORTED_EXTENSIONS", "Table", "decimal_mark", "load_table", "read_frame"]
 
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".npy", ".zarr")
 _TEXT = (".csv", ".tsv", ".txt")
-_GARBAGE_FRACTION = 0.9
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +122,7 @@ def load_table(
     na_values: Sequence[str] = (),
     allow_missing: bool = True,
     min_rows: int = 2,
+    decimal: str | None = None,
 ) -> Table:
     """Read ``source`` into a :class:`Table`.
 
@@ -140,6 +143,9 @@ def load_table(
         If False, missing feature values raise an error.
     min_rows : int
         Fewest rows accepted (2 to fit a forest; 1 for new rows to transform).
+    decimal : {".", ","}, optional
+        Decimal mark of numbers written as text; default: the one set by
+        :func:`decimal_mark`, else decided per column from its values.
 
     Returns
     -------
@@ -157,7 +163,8 @@ def load_table(
     drop = [str(c) for c in drop]
     target = None if target is None else str(target)
     refuse_sparse(source)
-    data, name, y_stored = _read(source, na)
+    decimal = _decimal(decimal)
+    data, name, y_stored = _read(source, na, decimal)
     if isinstance(data, pd.DataFrame):
         names = [str(c) for c in data.columns]
         dup = sorted({c for c in names if names.count(c) > 1})
@@ -183,7 +190,7 @@ def load_table(
     if isinstance(data, pd.DataFrame):
         X = np.empty((n, len(keep)), dtype=np.float64)
         for j, i in enumerate(keep):
-            X[:, j], labels = _encode(data.iloc[:, i], names[i], name, na)
+            X[:, j], labels = _encode(data.iloc[:, i], names[i], name, na, decimal)
             if labels is not None:
                 categories[names[i]] = labels
         yv = None if target is None else data.iloc[:, names.index(target)].to_numpy()
@@ -208,7 +215,9 @@ def load_table(
 SOURCE_ATTR = "distforest_source"
 
 
-def read_frame(source: Any, *, na_values: Sequence[str] = ()) -> pd.DataFrame:
+def read_frame(
+    source: Any, *, na_values: Sequence[str] = (), decimal: str | None = None
+) -> pd.DataFrame:
     """Read ``source`` as a pandas DataFrame, columns and dtypes as stored (nothing encoded).
 
     Parameters
@@ -217,12 +226,14 @@ def read_frame(source: Any, *, na_values: Sequence[str] = ()) -> pd.DataFrame:
         Anything :func:`load_table` reads.  Arrays get columns ``"0"``, ``"1"``, ...
     na_values : sequence of str
         Extra strings that mark a missing value in text files (e.g. ``"?"``).
+    decimal : {".", ","}, optional
+        As for :func:`load_table`: text columns of numbers are read as float64 by its rule.
 
     Returns
     -------
     pandas.DataFrame
     """
-    data, name, _ = _read(source, [str(v) for v in na_values])
+    data, name, _ = _read(source, [str(v) for v in na_values], _decimal(decimal))
     frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data[0], columns=list(data[1]))
     if isinstance(source, str | Path):
         frame.attrs[SOURCE_ATTR] = name  # errors about its columns then name the file
@@ -238,12 +249,38 @@ def refuse_sparse(X: Any) -> None:
         )
 
 
-def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
+#: The decimal mark set for the current command (:func:`decimal_mark`).
+_DECIMAL: contextvars.ContextVar[str | None] = contextvars.ContextVar("decimal", default=None)
+DECIMAL_MARKS = (".", ",")
+
+
+def _decimal(decimal: str | None) -> str | None:
+    mark = _DECIMAL.get() if decimal is None else decimal
+    if mark is not None and mark not in DECIMAL_MARKS:
+        raise InputError(f"decimal must be '.' or ',', got {mark!r}")
+    return mark
+
+
+@contextlib.contextmanager
+def decimal_mark(mark: str | None) -> Iterator[None]:
+    """Within the block, read numbers written as text with ``mark`` as decimal mark.
+
+    The command line's ``--decimal`` and a pipeline's ``input.decimal``: every
+    table the command reads follows it.  None: decided per column from its values.
+    """
+    token = _DECIMAL.set(_decimal(mark) if mark is not None else None)
+    try:
+        yield
+    finally:
+        _DECIMAL.reset(token)
+
+
+def _read(source: Any, na: list[str], decimal: str | None = None) -> tuple[Any, str, Any]:
     """Return ``(DataFrame | (ndarray, names), source name, stored y or None)``."""
     if location.is_remote(source):
-        return _read_url(source, na)
+        return _read_url(source, na, decimal)
     if isinstance(source, str | Path):
-        return _read_path(Path(location.local(source)), str(source), na)
+        return _read_path(Path(location.local(source)), str(source), na, decimal)
     mod = type(source).__module__.split(".")[0]
     if isinstance(source, pd.DataFrame):
         return source, str(source.attrs.get(SOURCE_ATTR) or "<pandas.DataFrame>"), None
@@ -273,7 +310,9 @@ def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
     )
 
 
-def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
+def _read_path(
+    path: Path, name: str, na: list[str], decimal: str | None = None
+) -> tuple[Any, str, Any]:
     if not path.exists():
         if path.is_symlink():  # a loop of links, or a link to nothing
             raise InputError(
@@ -305,7 +344,7 @@ def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
         )
     try:
         if suffix in _TEXT:
-            return _read_text(path, name, na), name, None
+            return _read_text(path, name, na, decimal), name, None
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path), name, None
         arr = np.load(path, allow_pickle=False)
@@ -317,7 +356,7 @@ def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
     return _array(arr, name), name, None
 
 
-def _read_url(url: str, na: list[str]) -> tuple[Any, str, Any]:
+def _read_url(url: str, na: list[str], decimal: str | None = None) -> tuple[Any, str, Any]:
     """A table at an fsspec URL: a Zarr store is opened where it is; a file (read whole
     anyway) is copied to a temporary local file and read by the rules for local files."""
     import tempfile
@@ -334,7 +373,7 @@ def _read_url(url: str, na: list[str]) -> tuple[Any, str, Any]:
         with tempfile.TemporaryDirectory(prefix="distforest-") as tmp:
             copy = Path(tmp) / location.name(url)
             fs.get_file(where, str(copy))
-            return _read_path(copy, name, na)
+            return _read_path(copy, name, na, decimal)
     except InputError:
         raise
     except Exception as exc:
@@ -346,7 +385,7 @@ def _read_url(url: str, na: list[str]) -> tuple[Any, str, Any]:
         raise InputError(f"{name}: cannot read it: {location.display(exc)}") from exc
 
 
-def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
+def _read_text(path: Path, name: str, na: list[str], decimal: str | None) -> pd.DataFrame:
     with path.open(newline="", encoding="utf-8-sig") as fh:
         first, second = fh.readline(), fh.readline()
     if not first.strip():
@@ -365,28 +404,29 @@ def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
     dup = sorted({c for c in header if header.count(c) > 1})
     if dup:
         raise InputError(f"{name}: duplicate column names in the header: {dup}; rename them")
+    # with a decimal comma, read every column as text: a column pandas would read with
+    # decimal points must be checked against the rule too
+    as_text = {"dtype": str} if decimal == "," else {}
     try:
-        frame = pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig")
-        if sep != "," and _has_decimal_commas(frame):
-            # e.g. "-0,026" in a ;-separated file (spreadsheets with a European locale)
-            frame = pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig", decimal=",",
-                                thousands=".")  # fmt: skip
-        return frame
+        frame = pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig", **as_text)
     except Exception as exc:
         raise InputError(
             f"{name}: cannot parse as delimited text ({sep!r}-separated): {exc}; check that "
             "every row has as many fields as the header"
         ) from exc
+    from distforest.io.encoding import count_numbers, decide_decimal, parse_numbers
 
-
-def _has_decimal_commas(frame: pd.DataFrame) -> bool:
-    """Whether some text column holds only numbers written with decimal commas."""
-    for col in frame.columns:
-        values = frame[col].dropna()
-        if len(values) and not pd.api.types.is_numeric_dtype(values.dtype):
-            if values.astype(str).str.match(_DECIMAL_COMMA).all():
-                return True
-    return False
+    for k, col in enumerate(frame.columns):
+        values = frame.iloc[:, k]
+        if not (values.dtype == object or pd.api.types.is_string_dtype(values.dtype)):
+            continue
+        try:  # a column that breaks the rule stays text: refused if used (not if dropped)
+            mark = decide_decimal(count_numbers(values), str(col), name, decimal)
+        except InputError:
+            continue
+        if mark is not None:
+            frame.isetitem(k, parse_numbers(values, mark))
+    return frame
 
 
 def _need_2d(shape: tuple[int, ...], name: str) -> None:
@@ -498,7 +538,9 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
     return _dataset(ds[order], name), name, None
 
 
-def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarray, tuple | None]:
+def _encode(
+    s: pd.Series, col: str, name: str, na: list[str], decimal: str | None = None
+) -> tuple[np.ndarray, tuple | None]:
     """Encode one feature column as float64 (and category labels, if categorical)."""
     dtype = s.dtype
     if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):
@@ -506,32 +548,16 @@ def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarra
     if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
         raise InputError(f"{name}: column {col!r} has dtype {dtype}; convert it to numbers first")
     raw = s.astype(object)
-    missing = raw.isna().to_numpy()
+    missing = np.array(raw.isna(), dtype=bool)
     if na:
         missing |= raw.map(str).isin(na).to_numpy() & ~missing
         raw = raw.where(~missing, None)
-    num = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = np.isnan(num) & ~missing
-    n_obs = int((~missing).sum())
-    if not bad.any():
-        return num, None
-    observed = raw[~missing].map(str)
-    if n_obs and observed.str.match(_DECIMAL_COMMA).all():
-        raise InputError(
-            f"{name}: column {col!r} holds numbers written with decimal commas (e.g. "
-            f"{observed.iloc[0]!r}); read them as numbers (pandas: decimal=','; a "
-            "';'-separated file is read that way automatically) instead of as text labels"
-        )
-    if (n_obs - bad.sum()) >= _GARBAGE_FRACTION * n_obs:
-        rows = np.flatnonzero(bad)[:5]
-        shown = ", ".join(f"{raw.iloc[r]!r} (row {r + 1})" for r in rows)
-        vals = sorted({str(raw.iloc[r]) for r in rows})
-        raise InputError(
-            f"{name}: column {col!r} is numeric except for {int(bad.sum())} non-numeric "
-            f"value(s): {shown} (data rows counted from 1). If they mark missing values, "
-            f"pass na_values={vals} (`--na-values {vals[0]}` on the CLI); otherwise fix "
-            "them or drop the column"
-        )
+    _refuse_nested(raw.where(~missing, None), col, name)
+    from distforest.io.encoding import count_numbers, decide_decimal, parse_numbers
+
+    mark = decide_decimal(count_numbers(raw.where(~missing, None)), col, name, decimal)
+    if mark is not None:
+        return parse_numbers(raw.where(~missing, None), mark), None
     strs = pd.Series(np.where(missing, None, raw.map(str).to_numpy(dtype=object)), dtype=object)
     labels = set(strs[~missing])
     if isinstance(dtype, pd.CategoricalDtype):
@@ -541,6 +567,24 @@ def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarra
     out = codes.astype(np.float64)
     out[codes < 0] = np.nan
     return out, ordered
+
+
+def _refuse_nested(values: pd.Series, col: str, name: str) -> None:
+    """Refuse a column of lists, arrays or mappings (Parquet list / struct columns)."""
+    nested = values.map(lambda v: isinstance(v, list | tuple | dict | set | np.ndarray))
+    if nested.any():
+        r = int(np.flatnonzero(nested.to_numpy())[0])
+        raise InputTypeError(
+            f"{name}: column {col!r} holds nested values (lists or structs, e.g. "
+            f"{_short(values.iloc[r])} in data row {r + 1}); "
+            "only flat columns of numbers or labels can be features: flatten it into one "
+            "column per field, or drop it"
+        )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_column(col: str, names: list[str], name: str) -> None:
@@ -557,9 +601,6 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 #: Delimiters tried on a text file's header and first rows.
 _DELIMITERS = ",\t;|"
-
-#: A number written with a decimal comma, e.g. -0,026 or 1.234,5.
-_DECIMAL_COMMA = re.compile(r"^\s*[-+]?(\d{1,3}(\.\d{3})+|\d+),\d+\s*$")
 
 
 def _check_features(X: np.ndarray, names: tuple[str, ...], name: str, allow_missing: bool) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import shutil
 import threading
 import warnings
@@ -131,6 +132,39 @@ def check_can_create(path: str | Path, overwrite: bool) -> None:
         )
 
 
+#: File inside a ``.NAME.partial`` directory that says distforest made it (and may remove it).
+PARTIAL_MARK = ".distforest-partial"
+
+
+def _mark_partial(tmp: Path) -> None:
+    fd = os.open(tmp / PARTIAL_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                 | getattr(os, "O_NOFOLLOW", 0), 0o644)  # fmt: skip
+    os.close(fd)
+
+
+def clear_partial(tmp: Path) -> None:
+    """Remove ``tmp`` (a store being built) if distforest made it; refuse anything else.
+
+    Removed: a directory holding :data:`PARTIAL_MARK`, or an empty one (a run killed
+    between the two).  A symbolic link, a file or a directory without the mark is
+    the user's: never followed nor deleted, a :class:`StoreError` names it.
+    """
+    if not (tmp.exists() or tmp.is_symlink()):
+        return
+    if not tmp.is_symlink() and tmp.is_dir():
+        if (tmp / PARTIAL_MARK).is_file() and not (tmp / PARTIAL_MARK).is_symlink():
+            shutil.rmtree(tmp)
+            return
+        if not any(tmp.iterdir()):
+            tmp.rmdir()
+            return
+    raise StoreError(
+        f"{str(tmp)!r} exists and was not made by distforest (no {PARTIAL_MARK} mark in it): "
+        f"distforest builds the store {tmp.name[1 : -len('.partial')]!r} under that name and "
+        "does not remove what is not its own; move it away or choose another output name"
+    )
+
+
 class RunStore:
     """A distforest run stored as a Zarr v3 group.
 
@@ -189,18 +223,22 @@ class RunStore:
         p.parent.mkdir(parents=True, exist_ok=True)
         # Built under a temporary name and renamed into place: a run killed
         # (or a disk filled) half-way through leaves no half-made store at
-        # ``path``, only a ``.partial`` directory that the next create removes.
+        # ``path``, only a ``.partial`` directory, marked as distforest's, that the
+        # next create removes (a folder of that name without the mark is refused).
         tmp = p.with_name(f".{p.name}.partial")
+        clear_partial(tmp)  # left by a killed run: removed only if distforest made it
         try:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+            tmp.mkdir()
+            _mark_partial(tmp)
+            group = zarr.open_group(str(tmp), mode="a", zarr_format=3)
             group.attrs.update(head)
             if p.exists():
                 shutil.rmtree(p)
             tmp.rename(p)
+            (p / PARTIAL_MARK).unlink()  # a finished create: nothing but Zarr inside
         except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if (tmp / PARTIAL_MARK).is_file():  # ours: a directory made in a race is not
+                shutil.rmtree(tmp, ignore_errors=True)
             fix = "free some space or " if exc.errno in DISK_FULL_ERRNOS else ""
             raise StoreError(
                 f"cannot create the store {str(p)!r}: {exc.strerror or exc}; {fix}write to "
