@@ -60,40 +60,89 @@ base = Path(tempfile.mkdtemp(prefix="bitid-"))
 OLD = str(base / "old")
 subprocess.run(["git", "worktree", "add", "-q", "--detach", OLD, OLD_REV], cwd=ROOT, check=True)
 BC_ARGS = f"{BC} --target Class --drop Id"
-#: Each job's command line; {o} is its output directory.
+#: The breast-cancer features without the column with missing values (complete rows).
+BC_X = f"{BC} --drop Id --drop Class --drop Bare.nuclei"
+#: Each job's command lines, run in order; {o} is its output directory.  Every Zarr store
+#: and CSV file a job writes is compared (run reports hold times: not compared).
 JOBS = {
-    "proximity": f"proximity {BC_ARGS} --trees 50 --tile-size 128 --out {{o}}/p.zarr",
-    "proximity_rfgap": f"proximity {BC_ARGS} --trees 50 --method rfgap --tile-size 128 "
-    "--out {o}/p.zarr",
-    "xforest": f"xforest {ION} --drop Class --trees 100 --tile-size 128 --out {{o}}/p.zarr",
-    "similarity": f"similarity {ION} --drop Class --metric cosine --tile-size 128 "
-    "--out {o}/p.zarr",
-    "impute": f"impute {BC_ARGS} --trees 30 --iterations 2 --out {{o}}/imp.csv",
-    "outliers": f"outliers {BC_ARGS} --trees 30 --out {{o}}/out.csv",
+    "proximity": [f"proximity {BC_ARGS} --trees 50 --tile-size 128 --out {{o}}/p.zarr"],
+    "proximity_rfgap": [
+        f"proximity {BC_ARGS} --trees 50 --method rfgap --tile-size 128 --out {{o}}/p.zarr"
+    ],
+    "xforest": [f"xforest {ION} --drop Class --trees 100 --tile-size 128 --out {{o}}/p.zarr"],
+    "similarity": [
+        f"similarity {ION} --drop Class --metric cosine --tile-size 128 --out {{o}}/p.zarr"
+    ],
+    "impute": [f"impute {BC_ARGS} --trees 30 --iterations 2 --out {{o}}/imp.csv"],
+    "outliers": [f"outliers {BC_ARGS} --trees 30 --out {{o}}/out.csv"],
+    "mislabels": [f"mislabels {BC_ARGS} --trees 30 --out {{o}}/mis.csv"],
+    "mds": [f"mds {BC_ARGS} --trees 30 --out {{o}}/mds.csv"],
+    "cluster": [
+        f"xforest {BC_X} --trees 50 --out {{o}}/x.zarr",
+        "cluster {o}/x.zarr --method spectral --k 2 --out {o}/spectral.csv",
+        "cluster {o}/x.zarr --method kernel-kmeans --k 2 --matrix-free --out {o}/kk.csv",
+    ],
+    "neighbors": [f"neighbors {BC_X} --k 5 --out {{o}}/nn.zarr"],
+    "knn": [
+        f"knn fit {BC_ARGS} --drop Bare.nuclei --metric rf-proximity --trees 20 "
+        "--out {o}/knn.zarr",
+        f"knn predict {{o}}/knn.zarr {BC} --out {{o}}/knn.csv",
+    ],
+    "simforest": [
+        f"simforest fit {BC_ARGS} --drop Bare.nuclei --trees 20 --out {{o}}/sf.zarr",
+        f"simforest predict {{o}}/sf.zarr {BC} --drop Id --out {{o}}/sf.csv",
+        "simforest proximity {o}/sf.zarr --out {o}/sfp.zarr",
+    ],
+    "smerf": [
+        f"smerf fit {BC_X} --trees 20 --distances {{o}}/D.npy --out {{o}}/m.zarr",
+        f"smerf predict {{o}}/m.zarr {BC_X} --out {{o}}/md.zarr",
+    ],
 }
-jobs = {name: (lambda o, cmd=cmd: cmd.format(o=o).split()) for name, cmd in JOBS.items()}
+
+
+def distances(into):
+    """SMERF's observed distances: Euclidean, of the breast-cancer features of ``BC_X``."""
+    import pandas as pd
+
+    X = pd.read_csv(BC).drop(columns=["Id", "Class", "Bare.nuclei"]).to_numpy(float)
+    np.save(into / "D.npy", np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)))
+
+
+def compare(a, b):
+    """Every store's arrays and every CSV's bytes of two output directories."""
+    same, old, new = {}, [], []
+    for path in sorted(a.iterdir()):
+        if path.suffix == ".csv":
+            same[path.name] = (b / path.name).exists() and (
+                path.read_bytes() == (b / path.name).read_bytes()
+            )
+        elif path.suffix == ".zarr":
+            A, B = arrays(path), arrays(b / path.name)
+            same.update({f"{path.name}/{k}": A[k].tobytes() == B[k].tobytes()
+                         for k in A if k in B})  # fmt: skip
+            old += [f"{path.name}/{k}" for k in sorted(set(A) - set(B))]
+            new += [f"{path.name}/{k}" for k in sorted(set(B) - set(A))]
+    return {
+        "identical": all(same.values()) and not old and not new,
+        "compared": len(same),
+        "differ": [k for k, v in same.items() if not v],
+        "only_old": old,
+        "only_new": new,
+    }
+
+
 result = {}
-for name, args in jobs.items():
+for name, commands in JOBS.items():
     outs = {}
     for tree in (OLD, str(ROOT)):
         o = base / name / ("old" if tree == OLD else "new")
         o.mkdir(parents=True)
-        run(tree, o, args(o))
+        distances(o)
+        for cmd in commands:
+            run(tree, o, cmd.format(o=o).split())
         outs[tree] = o
-    a, b = outs[OLD], outs[str(ROOT)]
-    if (a / "p.zarr").exists():
-        A, B = arrays(a / "p.zarr"), arrays(b / "p.zarr")
-        same = {k: A[k].tobytes() == B[k].tobytes() for k in A if k in B}
-        result[name] = {
-            "identical": all(same.values()),
-            "arrays": len(same),
-            "differ": [k for k, v in same.items() if not v],
-            "only_old": sorted(set(A) - set(B)),
-            "only_new": sorted(set(B) - set(A)),
-        }
-    else:
-        f = next(p.name for p in a.iterdir() if p.suffix == ".csv")
-        result[name] = {"identical": (a / f).read_bytes() == (b / f).read_bytes()}
+    result[name] = compare(outs[OLD], outs[str(ROOT)])
+    print(name, result[name]["identical"], flush=True)
 subprocess.run(["git", "worktree", "remove", "--force", OLD], cwd=ROOT, check=True)
 head = subprocess.run(
     ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -104,12 +153,12 @@ lines = [
     f"- Date: {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')}",
     f"- Command: `.venv/bin/python benchmarks/bit_identity.py {OLD_REV}`",
     "",
-    "| job | identical | arrays compared | differ | only in old | only in new |",
+    "| job | identical | arrays and files compared | differ | only in old | only in new |",
     "|---|---|---:|---|---|---|",
 ]
 for name, r in result.items():
     lines.append(
-        f"| {name} | {r['identical']} | {r.get('arrays', 'file')} | "
+        f"| {name} | {r['identical']} | {r['compared']} | "
         f"{r.get('differ', '')} | {r.get('only_old', '')} | {r.get('only_new', '')} |"
     )
 (ROOT / "benchmarks" / "results" / "bit_identity.md").write_text("\n".join(lines) + "\n")

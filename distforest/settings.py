@@ -54,12 +54,8 @@ SETTINGS: dict[str, Setting] = {
         "a job whose estimate needs more computing is refused up front (exit 2)"),
     "in-process-cells": Setting(
         None, "count",
-        "inputs of at most this many cells (rows x features) run in this process when "
-        "no cluster is named"),
-    "in-process-objects": Setting(
-        None, "count",
-        "SimForest and SMERF jobs of at most this many objects run in this process when "
-        "no cluster is named"),
+        "inputs of at most this many cells (rows x features, plus n x n of an input "
+        "matrix) run in this process when no cluster is named: every command and estimator"),
     "block-cache-bytes": Setting(
         None, "bytes",
         "row blocks a worker keeps while writing a forest matrix's tiles"),

@@ -429,3 +429,10 @@ def test_forest_metric_search_on_the_cluster_equals_in_process(client, metric):
     copy = pickle.loads(pickle.dumps(there))  # ... but it does not travel with it
     assert "_execution" not in vars(copy)
     np.testing.assert_array_equal(copy.kneighbors(X[1::2])[1], i_a)
+
+
+def test_a_forest_metric_predicts_a_single_row():
+    """A search batch of one query row: the forest's apply() took at least two rows."""
+    X, y = load_iris(return_X_y=True)
+    model = KNNClassifier(metric="rf-proximity", n_estimators=5, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X[:1]), model.predict(X[:3])[:1])

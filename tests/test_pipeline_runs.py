@@ -271,7 +271,12 @@ def test_validate(tmp_path):
         "no bootstrap": (
             base.replace("random_state: 3", "random_state: 3, bootstrap: false")
             + "proximity: {method: oob}\n",
-            "need out-of-bag rows",
+            "proximity.method='oob' needs out-of-bag rows, but forest.bootstrap=False",
+        ),
+        "no bootstrap, two uses": (
+            base.replace("random_state: 3", "random_state: 3, bootstrap: false")
+            + "impute: {out: i.csv, proximity: rfimpute}\nmislabels: {out: s.csv}\n",
+            "impute.proximity='rfimpute', mislabels='rfgap' need out-of-bag rows",
         ),
         "missing input": (base.replace(str(BC), "/no/such/file.csv"), "does not exist"),
         "code": ("input: !!python/object/apply:os.system ['touch pwned']\n", "not valid YAML"),
@@ -329,16 +334,19 @@ def test_killed_worker_gives_the_identical_result(phase, tmp_path, client):
 
 
 @pytest.mark.parametrize(
-    ("name", "overrides", "store"),
+    ("name", "overrides", "options", "store"),
     [
-        ("xforest_cluster", ["xforest.n_estimators=20"], "ionosphere_xforest.zarr"),
-        ("knn", [], "neighbors.zarr"),
+        # a cluster option: the report's cluster facts (a small input alone runs in process)
+        ("xforest_cluster", ["xforest.n_estimators=20"], ["--workers", "1"],
+         "ionosphere_xforest.zarr"),
+        ("knn", [], [], "neighbors.zarr"),
     ],
-)
-def test_xforest_and_knn_pipelines_are_locked_and_reported(name, overrides, store, tmp_path):
+)  # fmt: skip
+def test_xforest_and_knn_pipelines_are_locked_and_reported(name, overrides, options, store,
+                                                           tmp_path):  # fmt: skip
     path = ROOT / "pipelines" / f"{name}.yaml"
     out = tmp_path / name
-    args = ["-q", "run", str(path), "--set", f"output.dir={out}"]
+    args = ["-q", "run", str(path), "--set", f"output.dir={out}", *options]
     for item in overrides:
         args += ["--set", item]
     with StoreLock(out / store, run_id="other"):

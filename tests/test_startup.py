@@ -19,7 +19,7 @@ import pytest
 import zarr
 from click.testing import CliRunner
 
-import distforest.cli.jobs
+import distforest.parallel.cluster
 from distforest.cli.main import COMMANDS, cli
 from distforest.cli.options import FOREST_DEFAULTS
 from distforest.forests.proximity_forest import ProximityForest
@@ -205,7 +205,7 @@ def test_small_run_in_process_equals_the_cluster_run(client, breast_cancer_csv, 
     def no_cluster(**kwargs: object) -> None:
         raise AssertionError(f"a small run without cluster options connected: {kwargs}")
 
-    monkeypatch.setattr(distforest.cli.jobs, "connect", no_cluster)
+    monkeypatch.setattr(distforest.parallel.cluster, "connect", no_cluster)
     here = invoke(*common, "--out", tmp_path / "here.zarr")
     assert here.exit_code == 0, here.output
 
@@ -225,7 +225,7 @@ def test_cluster_options_keep_the_cluster(monkeypatch, breast_cancer_csv, tmp_pa
         calls.append(kwargs)
         raise RuntimeError("connect called")
 
-    monkeypatch.setattr(distforest.cli.jobs, "connect", refuse)
+    monkeypatch.setattr(distforest.parallel.cluster, "connect", refuse)
     with pytest.raises(RuntimeError, match="connect called"):
         invoke("-q", "proximity", breast_cancer_csv, "--target", "Class", "--trees", "2",
                "--workers", "1", "--out", tmp_path / "p.zarr")  # fmt: skip
@@ -234,7 +234,7 @@ def test_cluster_options_keep_the_cluster(monkeypatch, breast_cancer_csv, tmp_pa
 
 def test_small_pipeline_runs_in_process_and_its_report_says_so(breast_cancer_csv, tmp_path,
                                                               monkeypatch):  # fmt: skip
-    monkeypatch.setattr(distforest.cli.jobs, "connect", None)  # calling it would fail
+    monkeypatch.setattr(distforest.parallel.cluster, "connect", None)  # calling it would fail
     path = tmp_path / "small.yaml"
     path.write_text(
         f"input: {{path: {breast_cancer_csv}, target: Class, drop: [Id]}}\n"

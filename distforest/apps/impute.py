@@ -21,9 +21,7 @@ iteration for T trees and k columns of V.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -61,7 +59,7 @@ from distforest.kernels.imputation import (
     update_cells,
 )
 from distforest.kernels.trees import tree_input
-from distforest.parallel.execution import Runner, in_process, runs_here
+from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import release_memory
 
 if TYPE_CHECKING:  # imported on use: the column-aware default needs neither (quick start)
@@ -351,13 +349,6 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         params["weights"] = "rfgap" if params["proximity"] == "rfimpute" else params["proximity"]
         return params
 
-    def _where(self, cells: int) -> contextlib.AbstractContextManager[Runner]:
-        """This process (threads) for small inputs when no cluster was asked for."""
-        exe = self._current_execution()
-        if runs_here(exe, cells):
-            return in_process(exe, os.cpu_count() or 1)
-        return exe.runner()
-
     # -- fitting ----------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None) -> ProximityImputer:
@@ -411,7 +402,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             f"imputing {int(counts.sum())} cells in {int((counts > 0).sum())} columns of "
             f"{data.source} ({params['proximity']} proximity)"
         )
-        with self._where(data.X.size) as runner:  # one cluster (or none) for all iterations
+        with self._runner(data.X.size) as runner:  # one cluster (or none) for all iterations
             if params["proximity"] == "column":
                 X_cur = self._fit_columns(params, runner, data, start, int(root.entropy))  # type: ignore[arg-type]
             else:
@@ -483,7 +474,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         if regrow is not None:
             train = self._train
             settings = self._column_settings(params, train.X.shape[0])
-            with self._where(train.X.size) as runner:
+            with self._runner(train.X.size) as runner:
                 self.column_forests_ = regrow_forests(
                     runner, train.X, train.categorical, settings, self.random_state_, regrow
                 )
@@ -590,7 +581,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         assert self.forest_ is not None
         if self.forest_.nodes_ is None and getattr(self, "_regrow", None) is not None:
             seed, table = self._regrow  # type: ignore[misc]
-            with self._where(table.X.size):
+            with self._runner(table.X.size):
                 self.forest_ = self._forest(params, seed).fit(table)
             self._regrow = None
         return self.forest_
@@ -716,7 +707,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         V = build_v(train.X, layout, stats)
         local, local_missing = X_cur[rows], missing[rows]
         report = self._report("impute")
-        with self._where(local.size) as runner:
+        with self._runner(local.size) as runner:
             session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
             for k in range(params["iterations"]):
                 leaves = forest.apply(Table(local, data.names))

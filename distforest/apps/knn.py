@@ -23,7 +23,6 @@ in the forest's own layout.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,7 +44,7 @@ from distforest.forests.measures import (
 )
 from distforest.forests.neighbors import Neighbors, search
 from distforest.forests.pairwise import as_matrix
-from distforest.parallel.execution import SYNCHRONOUS, use_execution
+from distforest.parallel.execution import use_execution
 from distforest.store.run_store import RunStore
 
 WEIGHTS = ("uniform", "distance")
@@ -303,19 +302,13 @@ class KNNBase(DaskEstimator):
                 "kneighbors() without X (each training row's neighbours among the others) needs "
                 f"metric='rf-proximity' or 'rfgap', not {_metric_name(self.metric)!r}; pass X"
             )
-        exe = self._current_execution()
-        if exe.client is None and exe.scheduler is None and exe.cluster is None:
-            exe = replace(exe, client=SYNCHRONOUS)  # no cluster asked for: search here
-        with use_execution(exe):
+        with use_execution(self._current_execution()):  # placed by the input's size
             found = forest.proximity_neighbors(k, "original" if kind == "rf-proximity" else "rfgap")
         distances = 1.0 - found["proximity"].values.astype(np.float64)
         return distances, found["index"].values
 
     def _neighbors(self, Q: np.ndarray, k: int) -> Neighbors:
-        exe = self._current_execution()
-        if exe.client is None and exe.scheduler is None and exe.cluster is None:
-            exe = replace(exe, client=SYNCHRONOUS)  # no cluster asked for: search here
-        with use_execution(exe):
+        with use_execution(self._current_execution()):  # placed by the input's size
             return search(
                 Q,
                 self.X_fit_,

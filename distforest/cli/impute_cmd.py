@@ -21,7 +21,6 @@ from distforest.cli.options import (
     input_options,
     parse_max_features,
     parse_max_samples,
-    runs_in_process,
     seed_option,
 )
 from distforest.cli.progress import ProgressBars
@@ -184,7 +183,7 @@ def impute(
     """
     from distforest.apps.impute import ProximityImputer
     from distforest.cli.plan import check_size, estimate_impute
-    from distforest.parallel.cluster import connect
+    from distforest.parallel.placement import place
 
     quiet = bool((ctx.obj or {}).get("quiet", False))
     start = time.perf_counter()
@@ -203,11 +202,8 @@ def impute(
     check_size(f"imputing {input} ({n:,} rows)", estimate_impute(n, d, checked),
                f"--iterations ({checked['iterations']}) and --trees "
                f"({checked['n_estimators']:,})")  # fmt: skip
-    if runs_in_process(cluster_kw, plan.features.size):  # small: no cluster to start
-        imputer, shape, written = run_imputation(plan, params, None, bars)
-    else:
-        with connect(**connect_kwargs(cluster_kw)) as client:
-            imputer, shape, written = run_imputation(plan, params, client, bars)
+    with place(plan.features.size, connect_kwargs(cluster_kw)) as where:
+        imputer, shape, written = run_imputation(plan, params, where.client, bars)
     click.echo(_summary(imputer, input, shape, written, time.perf_counter() - start))
 
 

@@ -16,23 +16,19 @@ It is safe to run again:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distforest import location
 from distforest._version import __version__
 from distforest.cli.big_input import partitioned_input
-from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
-from distforest.cli.plan import check_disk, check_size, estimate
+from distforest.cli.plan import Plan, check_disk, check_size, estimate, proximity_plan
 from distforest.cli.report import check_reports, write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.errors import InputError
@@ -40,14 +36,10 @@ from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
-from distforest.parallel.cluster import connect
-from distforest.parallel.execution import Execution, in_process, use_execution
+from distforest.parallel.placement import place
 from distforest.store.inputs import PendingInput
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create
-
-if TYPE_CHECKING:
-    from distforest.parallel.monitor import RunMonitor
 
 logger = logging.getLogger("distforest")
 
@@ -159,18 +151,25 @@ def run_proximity_job(
         check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
-        with _where(job, table.n_samples * table.n_features, progress) as (client, monitor):
+        cells = table.n_samples * table.n_features
+        with place(cells, job.connect, progress=progress, watch=True) as where:
             forest, rs, stages = _fit_stage(job, table, stages, spec, digest, run_id)
             _tiles_stage(job, forest, rs, stages)
-            _app_stages(job, table, forest, rs, stages, plan, client)
+            _app_stages(job, table, forest, rs, stages, plan, where.client)
             report = None
             if job.report_dir:
                 tick = time.perf_counter()
-                report = write_report(job, table, rs, stages.record, monitor, spec, digest,
+                report = write_report(job, table, rs, stages.record, where.monitor, spec, digest,
                                       run_id, mode, lock.took_over)  # fmt: skip
                 stages.finish("report", time.perf_counter() - tick, report)
         rs.mark_complete()
     return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
+
+
+def plan_proximity_job(job: ProximityJob) -> Plan:
+    """What the job would do (``--dry-run``): reads the input, runs nothing."""
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    return proximity_plan(job, table.n_samples, table.n_features)
 
 
 def _read_input(job: ProximityJob) -> Table | PendingInput:
@@ -196,31 +195,6 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
     data = read_partitioned(job.input, target=job.target, drop=job.drop,
                             na_values=job.na_values)  # fmt: skip
     return PendingInput(data)
-
-
-@contextlib.contextmanager
-def _where(job: ProximityJob, cells: int, progress: Any) -> Iterator[tuple[Any, RunMonitor | None]]:
-    """Where the job's tasks run, for a block: ``(client, monitor)``.
-
-    A small input with no cluster asked for runs in this process on one
-    thread per core (``(None, None)``); else the job's cluster is reached or
-    started and watched.  The tasks, and so the results, are the same.
-    """
-    if runs_in_process(job.connect, cells):
-        threads = os.cpu_count() or 1
-        logger.info("small input (%d cells): running in this process on %d threads", cells,
-                    threads)  # fmt: skip
-        with in_process(Execution(progress=progress), threads):
-            yield None, None
-        return
-    from distforest.parallel.monitor import RunMonitor  # distributed: only for a cluster
-
-    with connect(**job.connect) as client, RunMonitor(client) as monitor:
-        client.forward_logging("distforest")
-        threads = sum(client.nthreads().values())
-        logger.info("cluster: %d workers, %d threads", len(client.nthreads()), threads)
-        with use_execution(Execution(client, progress=progress)):
-            yield client, monitor
 
 
 #: Spec keys that choose a matrix of a forest, not the forest: a job differing from a
@@ -279,7 +253,7 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
     rs = RunStore.open(job.out, mode="r+")
     rs.mark_running()
     outputs: dict[str, str] = {}
-    with _where(job, table.n_samples * table.n_features, progress):
+    with place(table.n_samples * table.n_features, job.connect, progress=progress):
         forest.write_proximity(rs, job.method)
         if job.plot:
             from distforest.apps.plots import plot_matrix
@@ -327,7 +301,7 @@ def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> A
 
 
 def _fit_stage(job, table, stages, spec, digest, run_id):
-    """Fit (or, resuming, load) the forest; it runs where :func:`_where` says."""
+    """Fit (or, resuming, load) the forest; it runs where :func:`place` says."""
     if stages is not None and stages.done("fit"):
         logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
         forest = ProximityForest.from_store(job.out)

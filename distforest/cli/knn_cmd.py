@@ -13,7 +13,6 @@ from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.similarity_cmd import (
     cluster_kw,
     k_option,
-    maybe_connect,
     measure_options,
     normalize_choice,
 )
@@ -78,8 +77,8 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     """Fit a k-NN model on TRAIN and save it (Zarr, no pickle).
 
     METRIC may also be a forest similarity (rf-proximity, rfgap, beta): its
-    trees are fitted on the cluster (a LocalCluster unless --scheduler or
-    --cluster) and saved in the model store.
+    trees are fitted with the model (in this process for a small TRAIN, else
+    on the named cluster or a LocalCluster) and saved in the model store.
 
     \b
     Example:
@@ -87,6 +86,7 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
           --normalize range --out model.zarr
     """
     from distforest.io import load_table
+    from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
@@ -98,7 +98,8 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
               "algorithm": algorithm, "select": select,
               "n_features_to_select": _n_features(n_features), "n_estimators": n_estimators,
               "random_state": random_state}  # fmt: skip
-    with maybe_connect(metric in FOREST_METRICS, cluster_kw(options)):
+    tasks = metric in FOREST_METRICS or select is not None  # else the fit only keeps the rows
+    with place(table.X.size if tasks else 0, cluster_kw(options)):
         model, task = fit_and_save_model(table, task, params, out, overwrite)
     kept = [n for n, s in zip(table.feature_names, model.support_, strict=True) if s]
     click.echo(
@@ -193,13 +194,16 @@ def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
     """Predict the target of every row of DATA with a saved k-NN model.
 
     DATA needs the model's feature columns (in any order); the target column
-    and other columns are ignored.  The neighbour search runs in this process,
-    or on a cluster when a cluster option is given.
+    and other columns are ignored.  The neighbour search runs in this process
+    for small inputs and no cluster option, else on the (named) cluster.
     """
+    from distforest.parallel.placement import cells_of, place
+
     start = time.perf_counter()
     check_new_file(out, overwrite)
-    with maybe_connect(False, cluster_kw(options)) as client:
-        n, written = predict_to_csv(model_path, data, out, drop, na_values, client)
+    model, X, attrs = read_for_prediction(model_path, data, drop, na_values)
+    with place(cells_of(X, model.X_fit_), cluster_kw(options)):
+        n, written = write_predictions(model, X, attrs, out)
     click.echo(f"predicted {n} rows in {time.perf_counter() - start:.1f} s\n"
                f"  predictions: {written}")  # fmt: skip
 
@@ -210,7 +214,6 @@ def predict_to_csv(
     out: str,
     drop: tuple[str, ...] = (),
     na_values: tuple[str, ...] = (),
-    client: Any = None,
 ) -> tuple[int, str]:
     """Predict every row of ``data`` with a saved model; write ``row, <target>`` to a CSV.
 
@@ -218,14 +221,27 @@ def predict_to_csv(
     -------
     n_rows, path
     """
-    import pandas as pd
+    return write_predictions(*read_for_prediction(model_path, data, drop, na_values), out)
 
+
+def read_for_prediction(
+    model_path: str, data: str, drop: tuple[str, ...] = (), na_values: tuple[str, ...] = ()
+) -> tuple[KNNClassifier | KNNRegressor, np.ndarray, dict[str, Any]]:
+    """The saved model, the model's feature columns of ``data`` and the model's attributes."""
     from distforest.apps.knn import load_model
     from distforest.store.run_store import RunStore
 
     attrs = RunStore.open(model_path).attrs
-    model = load_model(model_path, client=client)
-    X = _features(data, attrs, model.feature_names_in_, drop, na_values)
+    model = load_model(model_path)
+    return model, _features(data, attrs, model.feature_names_in_, drop, na_values), attrs
+
+
+def write_predictions(
+    model: KNNClassifier | KNNRegressor, X: np.ndarray, attrs: dict[str, Any], out: str
+) -> tuple[int, str]:
+    """Predict the rows of ``X``; write ``row, <target>`` to a CSV: ``(n_rows, path)``."""
+    import pandas as pd
+
     prediction = model.predict(X)
     frame = pd.DataFrame({"row": np.arange(X.shape[0]), attrs.get("target") or "prediction":
                           prediction})  # fmt: skip

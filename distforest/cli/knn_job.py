@@ -18,16 +18,15 @@ from distforest.apps.knn import WEIGHTS
 from distforest.cli.jobs import JobResult, summary
 from distforest.cli.knn_cmd import fit_and_save_model, predict_to_csv
 from distforest.cli.outputs import check_new_file
+from distforest.cli.plan import SECONDS_PER, Plan, free_space, placement_of
 from distforest.cli.runs import decide, spec_hash
-from distforest.cli.similarity_cmd import (
-    maybe_connect,
-    normalize_choice,
-)
+from distforest.cli.similarity_cmd import normalize_choice
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
+from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
 KNN_CHOICES = {
@@ -191,20 +190,59 @@ def _predict_section(section: Any, out_dir: Path, source: str, today_path: Any) 
     return {"input": path, "out": str(out_dir / section["out"])}
 
 
-def knn_plan(job: KNNJob) -> str:
-    """What ``distforest run --dry-run`` prints for a k-NN pipeline (nothing is run)."""
-    lines = [f"k-NN pipeline {job.name!r} on {job.input} (target {job.target or '-'})"]
-    if job.neighbors:
-        nb = job.neighbors
-        lines.append(f"  neighbours: k={nb['k']}, {nb['metric']}, normalize {nb['normalize']}, "
-                     f"{nb['algorithm']} -> {nb['out']}")  # fmt: skip
-    if job.knn:
-        m = job.knn
-        lines.append(f"  model:      k={m['k']}, {m['weights']}, {m['metric']}, normalize "
-                     f"{m['normalize']} -> {m['model']}")  # fmt: skip
-        if m.get("predict"):
-            lines.append(f"  predict:    {m['predict']['input']} -> {m['predict']['out']}")
-    return "\n".join(lines)
+def knn_plan(job: KNNJob) -> Plan:
+    """What ``distforest run --dry-run`` shows for a k-NN pipeline: reads the inputs, runs
+    nothing."""
+    from distforest.forests.neighbors import query_batch_size, resolve_algorithm
+    from distforest.parallel.tasks import plan_batches, plan_tree_batches
+
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    n, d = table.n_samples, table.n_features
+    nb, model = job.neighbors, job.knn
+    forest = model is not None and model["metric"] in FOREST_METRICS
+    where, threads = placement_of(table.X.size if nb or forest else 0, job.connect)
+    steps: list[tuple[str, str]] = [("input", f"{job.input} (target {job.target or '-'})")]
+    tasks, disk, cpu = 0, {}, 0.0
+    if nb:
+        algorithm = resolve_algorithm(nb["algorithm"], parse_metric(nb["metric"]), d)
+        batches = len(plan_batches(n, query_batch_size(n, n, algorithm, False, threads)))
+        tasks += batches
+        disk["neighbours (index, distance)"] = n * nb["k"] * 16
+        cpu += SECONDS_PER["measure"] * n * n * d
+        steps.append(("neighbours", f"k={nb['k']}, {nb['metric']}, normalize "
+                                    f"{nb['normalize']}, {algorithm} in {batches} tasks -> "
+                                    f"{nb['out']}"))  # fmt: skip
+    if model:
+        fit_tasks = len(plan_tree_batches(model["n_estimators"], threads, None)) if forest else 0
+        tasks += fit_tasks
+        disk["model (rows, forest)"] = 8 * n * d + (n * model["n_estimators"] * 5 if forest else 0)
+        steps.append(("model", f"k={model['k']}, {model['weights']}, {model['metric']}, "
+                               f"normalize {model['normalize']}"
+                               + (f", {fit_tasks} fit tasks" if forest else "")
+                               + f" -> {model['model']}"))  # fmt: skip
+        if model.get("predict"):
+            m = load_table(model["predict"]["input"], drop=job.drop,
+                           na_values=job.na_values).n_samples  # fmt: skip
+            algorithm = "brute" if forest else resolve_algorithm("auto", parse_metric(
+                model["metric"]), d)  # fmt: skip
+            batches = len(plan_batches(m, query_batch_size(m, n, algorithm, forest, threads)))
+            tasks += batches
+            disk["predictions"] = m * 32
+            cpu += SECONDS_PER["measure"] * m * n * d
+            steps.append(("predict", f"{m:,} rows in {batches} tasks -> "
+                                     f"{model['predict']['out']}"))  # fmt: skip
+    return Plan(
+        title=f"job {job.name}: {n:,} rows x {d} features",
+        steps=steps,
+        tasks=tasks,
+        tiles=0,
+        disk=disk,
+        free_bytes=free_space(location.parent(job.out)),
+        worker_bytes=3 * 8 * n * d,  # the reference rows, the queries, a block of distances
+        cpu_seconds=cpu,
+        threads=threads,
+        where=where,
+    )
 
 
 def run_knn_job(
@@ -243,7 +281,8 @@ def run_knn_job(
     outputs: dict[str, str] = {}
     shape: tuple[int, int] = (table.n_samples, 0)
     n_trees, what = 0, []
-    with maybe_connect(needed, job.connect) as client:
+    with place(table.X.size if needed else 0, job.connect, progress=progress) as where:
+        client = where.client
         if nb:
             if todo["neighbors"]:
                 top_k_neighbors(table, k=nb["k"], metric=nb["metric"],

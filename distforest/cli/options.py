@@ -202,20 +202,6 @@ def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def runs_in_process(cluster_kw: dict[str, Any], cells: int) -> bool:
-    """Whether a command runs in this process rather than on a cluster.
-
-    Yes when no cluster option was given (``cluster_kw`` all None: no
-    --scheduler, --cluster or LocalCluster size) and the input has at most
-    ``distforest.in-process-cells`` cells (:mod:`distforest.settings`): starting
-    a cluster would take longer than the work.  The tasks are the same, and so
-    are the results.
-    """
-    from distforest import settings
-
-    return cells <= settings.get("in-process-cells") and all(v is None for v in cluster_kw.values())
-
-
 @contextmanager
 def fitted_forest(
     source: str,
@@ -226,17 +212,19 @@ def fitted_forest(
     progress: Any = None,
     check: Callable[[Table], None] | None = None,
 ) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
-    """Load the input, ``check`` it (before any cluster starts), connect, fit.
+    """Load the input, ``check`` it (before any cluster starts), fit where it runs
+    (:func:`~distforest.parallel.placement.place`).
 
-    The cluster stays up inside the block.  A partitioned input is read on the
-    workers (``check`` is not applied to it).
+    The cluster, if any, stays up inside the block.  A partitioned input is read on
+    the workers, so it always uses a cluster (``check`` is not applied to it).
     """
     from distforest.cli.big_input import partitioned_input, stored_input
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
-    from distforest.parallel.cluster import connect
+    from distforest.parallel.placement import place
 
     if partitioned_input(source):  # read by partitions on the workers, never whole here
+        from distforest.parallel.cluster import connect
         from distforest.parallel.execution import execution
 
         with (
@@ -251,6 +239,5 @@ def fitted_forest(
     table = load_table(source, target=target, **input_kw)
     if check is not None:
         check(table)
-    with connect(**connect_kwargs(cluster_kw)) as client:
-        forest = ProximityForest(**forest_kw).set_execution(client, progress=progress).fit(table)
-        yield table, forest
+    with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
+        yield table, ProximityForest(**forest_kw).fit(table)

@@ -306,13 +306,12 @@ def _check_combinations(data: Mapping[str, Any], sections: dict[str, dict], sour
             ProximityImputer(**params)._validated()
         except ParameterError as exc:
             raise ConfigError(f"{source}: impute: {exc}") from exc
-    method = sections["proximity"].get("method", "original")
-    needs_oob = [f"proximity.method: {method}"] if method != "original" else []
-    impute_proximity = sections["impute"].get("proximity", "column")
-    if "impute" in data and impute_proximity in (*C.OUT_OF_BAG_METHODS, "rfimpute"):
-        needs_oob.append(f"impute.proximity: {impute_proximity}")
+    # what weighs rows by being out of bag: the rule is the constraint table's
+    uses = {"proximity.method": sections["proximity"].get("method", "original")}
+    if "impute" in data:
+        uses["impute.proximity"] = sections["impute"].get("proximity", "column")
     if "mislabels" in data:
-        needs_oob.append("mislabels (out-of-bag votes)")
+        uses["mislabels"] = "rfgap"  # its votes are RF-GAP's (distforest.apps.mislabels)
         if not inp.get("target"):
             raise ConfigError(
                 f"{source}: mislabels needs the labels to check: set input.target to the class "
@@ -323,11 +322,10 @@ def _check_combinations(data: Mapping[str, Any], sections: dict[str, dict], sour
                 f"{source}: mislabels needs a classification forest, but forest.task is "
                 f"{forest['task']!r}; remove forest.task or set it to classification"
             )
-    if forest.get("bootstrap") is False and needs_oob:
-        raise ConfigError(
-            f"{source}: {', '.join(needs_oob)} need out-of-bag rows, but forest.bootstrap is "
-            "false; set forest.bootstrap: true or use the original proximity"
-        )
+    try:
+        C.check_out_of_bag_uses(uses, forest.get("bootstrap") is not False, "forest.bootstrap")
+    except ParameterError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
     top_k = sections["proximity"].get("top_k")
     if top_k is not None and top_k < 1:
         raise ConfigError(f"{source}: proximity.top_k must be at least 1, got {top_k}")

@@ -72,30 +72,32 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
 
 def _run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool) -> None:
     """Run (or, with ``dry_run``, describe) a loaded pipeline job."""
-    from distforest.cli.jobs import run_locked, run_proximity_job, summary
+    from distforest.cli.jobs import plan_proximity_job, run_locked, run_proximity_job, summary
     from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
-    from distforest.cli.plan import check_disk, describe, describe_xforest, estimate, free_space
-    from distforest.cli.simforest_job import SimForestJob, run_simforest_job
-    from distforest.cli.smerf_job import SmerfJob, run_smerf_job
+    from distforest.cli.plan import check_disk, show_plan, xforest_plan
+    from distforest.cli.simforest_job import SimForestJob, plan_simforest_job, run_simforest_job
+    from distforest.cli.smerf_job import SmerfJob, plan_smerf_job, run_smerf_job
     from distforest.cli.xforest_job import XForestJob, run_xforest_job
     from distforest.io import load_table
 
     bars = ProgressBars(enabled=not obj["quiet"])
     if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
         if dry_run:
-            click.echo(knn_plan(job))
+            click.echo(show_plan(knn_plan(job)))
             return
         runner = functools.partial(run_knn_job, restart=restart, run_id=obj["run_id"])
         click.echo(knn_summary(run_locked(job, runner, bars, obj["run_id"])))
         return
     if isinstance(job, SimForestJob):  # a SimForest pipeline (input, simforest, apps)
-        if not dry_run:
-            click.echo(summary(run_simforest_job(job, bars, restart=restart,
-                                                 run_id=obj["run_id"])))  # fmt: skip
+        if dry_run:
+            click.echo(show_plan(plan_simforest_job(job)))
+            return
+        click.echo(summary(run_simforest_job(job, bars, restart=restart,
+                                             run_id=obj["run_id"])))  # fmt: skip
         return
     if isinstance(job, SmerfJob):  # a SMERF pipeline (input, smerf, distance)
         if dry_run:
-            click.echo(f"SMERF pipeline {job.name!r}: {job.kind} of {job.input} -> {job.out}")
+            click.echo(show_plan(plan_smerf_job(job)))
             return
         click.echo(summary(run_smerf_job(job, bars, restart=restart, run_id=obj["run_id"])))
         return
@@ -103,18 +105,15 @@ def _run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool) -> Non
         if dry_run:
             table = load_table(job.input, target=job.target, drop=job.drop,
                                na_values=job.na_values)  # fmt: skip
-            free = free_space(location.parent(job.out))
-            click.echo(describe_xforest(job, table.n_samples, table.n_features, free))
+            click.echo(show_plan(xforest_plan(job, table.n_samples, table.n_features)))
             return
         click.echo(summary(run_xforest_job(job, bars, restart=restart,
                                            run_id=obj["run_id"])))  # fmt: skip
         return
     if dry_run:
-        table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
-        plan = estimate(job, table.n_samples, table.n_features, threads=None)
-        free = free_space(location.parent(job.out))
-        click.echo(describe(job, plan, free))
-        check_disk(location.parent(job.out), plan["disk_bytes"])
+        plan = plan_proximity_job(job)
+        click.echo(show_plan(plan))
+        check_disk(location.parent(job.out), plan.disk_bytes)
         return
     result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
                                restart=restart, run_id=obj["run_id"])  # fmt: skip

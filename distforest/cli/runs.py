@@ -11,20 +11,17 @@ lock (:mod:`distforest.store.lock`) for the whole run.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from distforest import location, settings
+from distforest import location
 from distforest.cli.report import check_reports, write_simple_report
 from distforest.errors import StoreError
-from distforest.parallel.cluster import connect
-from distforest.parallel.execution import execution
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
@@ -122,31 +119,6 @@ def resume_store(path: str | Path, run_id: str) -> tuple[RunStore, Stages]:
     rs.mark_running()
     rs.update_attrs(run_id=run_id, resumed_at=now())
     return rs, Stages(rs)
-
-
-@contextlib.contextmanager
-def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator[Any]:
-    """Run a block in process for up to ``distforest.in-process-objects``, else on a cluster.
-
-    In process only when no cluster is named (``connect_kw`` all None);
-    otherwise on the named (or a local) cluster.  The tasks, and so the
-    results, are the same.  Yields the cluster's
-    :class:`~distforest.parallel.monitor.RunMonitor` (None in process), for
-    :func:`~distforest.cli.report.cluster_facts`.
-    """
-    no_cluster = all(v is None for v in connect_kw.values())
-    if n_objects <= settings.get("in-process-objects") and no_cluster:
-        with execution("synchronous", progress=progress):
-            yield None
-        return
-    from distforest.parallel.monitor import RunMonitor  # distributed: only for a cluster
-
-    with (
-        connect(**connect_kw) as client,
-        RunMonitor(client) as monitor,
-        execution(client, progress=progress),
-    ):
-        yield monitor
 
 
 def run_staged(

@@ -128,9 +128,9 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     use, all that prediction needs.
     """
     from distforest.cli.plan import check_size, estimate_forest_metric
-    from distforest.cli.runs import where
     from distforest.cli.simforest_job import metric_params, read_fit_input
     from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
@@ -149,7 +149,7 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
     knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
     check_size(f"SimForest on {n:,} objects", plan, knobs)
-    with where(n, cluster_kw(options), bars(ctx)):
+    with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
         forest.fit(fit_input.source, fit_input.y)
     forest.save(out, overwrite=overwrite, attrs=fit_input.attrs)
     click.echo(
@@ -193,11 +193,11 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     import numpy as np
     import pandas as pd
 
-    from distforest.cli.runs import where
     from distforest.cli.simforest_job import scale
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.io import load_table, read_frame
     from distforest.io.matrices import load_matrix
+    from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import RunStore
 
     start = time.perf_counter()
@@ -230,7 +230,7 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
             )
         source = load_matrix(matrix, f"--similarity {matrix!r}")
         n = source.shape[0]
-    with where(n, cluster_kw(options), bars(ctx)):
+    with place(cells_of(source), cluster_kw(options), progress=bars(ctx)):
         proba = forest.predict_proba(source)
     frame = pd.DataFrame({"prediction": forest.classes_[np.argmax(proba, axis=1)]})
     for k, label in enumerate(forest.classes_):
@@ -264,8 +264,8 @@ def simforest_proximity(
     No features anywhere: the objects' final nodes in the model's trees.
     """
     from distforest.cli.plan import check_disk, estimate_matrix
-    from distforest.cli.runs import where
     from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
@@ -274,7 +274,7 @@ def simforest_proximity(
     n, tile = forest.n_samples_, tile_size or forest.params_["tile_size"]
     check_disk(location.parent(out), estimate_matrix(n, n, 1, tile, True)["disk_bytes"],
                replaces=out)  # fmt: skip
-    with where(n, cluster_kw(options), bars(ctx)):
+    with place(forest._fitted_cells(), cluster_kw(options), progress=bars(ctx)):
         P = forest.proximity(method, store=out, overwrite=overwrite, tile_size=tile_size)
     click.echo(
         f"{P.name} of {P.shape[0]} x {P.shape[1]} objects in {time.perf_counter() - start:.1f} s"

@@ -25,9 +25,9 @@ from distforest import location
 from distforest._version import __version__
 from distforest.cli.jobs import JobResult
 from distforest.cli.outputs import check_new_file, write_mds, write_outliers
-from distforest.cli.plan import check_disk, estimate_matrix
+from distforest.cli.plan import Plan, check_disk, estimate_matrix, simforest_plan
 from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged, where
+from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import parse_metric
@@ -35,6 +35,7 @@ from distforest.forests.simforest import METRICS, SimilarityForestClassifier
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
+from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -182,6 +183,17 @@ class SimForestJob:
         return json.loads(json.dumps(spec, default=str))
 
 
+def plan_simforest_job(job: SimForestJob) -> Plan:
+    """What the job would do (``--dry-run``): reads the input, runs nothing."""
+    fit_input = read_fit_input(
+        data=None if job.matrix_input else job.input,
+        matrix=job.input if job.matrix_input else None,
+        labels=job.labels, target=job.target, normalize=job.normalize, drop=job.drop,
+        na_values=job.na_values,
+    )  # fmt: skip
+    return simforest_plan(job, fit_input.n, cells_of(fit_input.source))
+
+
 def run_simforest_job(
     job: SimForestJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -204,7 +216,8 @@ def run_simforest_job(
         tile = job.forest.get("tile_size", SimilarityForestClassifier().tile_size)
         need = estimate_matrix(fit_input.n, fit_input.n, 1, tile, True)["disk_bytes"]
         check_disk(location.parent(job.out), need, replaces=job.out)
-        with where(fit_input.n, job.connect, progress) as monitor:
+        cells = cells_of(fit_input.source)
+        with place(cells, job.connect, progress=progress, watch=True) as where:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
                 forest = SimilarityForestClassifier.load(job.out)
@@ -235,7 +248,7 @@ def run_simforest_job(
                                     dissimilarity=job.mds.get("dissimilarity", "sqrt"),
                                     title=title)  # fmt: skip
                 stages.finish("mds", time.perf_counter() - tick, written)
-            facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
+            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:

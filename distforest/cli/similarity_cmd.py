@@ -9,7 +9,6 @@ stays quick); the option choices and defaults come from
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -69,19 +68,6 @@ def cluster_kw(options: dict[str, Any]) -> dict[str, Any]:
     return connect_kwargs({k: options.pop(k, None) for k in keys})
 
 
-def maybe_connect(needed: bool, connect_kw: dict[str, Any]) -> Any:
-    """``connect(**connect_kw)`` when ``needed`` or a cluster was asked for, else no cluster.
-
-    Inside the block the client (or None) is the default client, where forest
-    metrics fit their trees.
-    """
-    if needed or any(v is not None for v in connect_kw.values()):
-        from distforest.parallel.cluster import connect
-
-        return connect(**connect_kw)
-    return contextlib.nullcontext()
-
-
 def check_request(X: Table, Y: Table | None, metric: str) -> None:
     """Refuse a bad measure or mismatched tables before any cluster starts; name the files."""
     from distforest.forests.measures import parse_metric
@@ -128,7 +114,7 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     from distforest.cli.plan import check_disk, check_size, estimate_matrix
     from distforest.forests.pairwise import pairwise
     from distforest.io import load_table
-    from distforest.parallel.cluster import connect
+    from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create, is_unfinished
 
     start = time.perf_counter()
@@ -141,10 +127,10 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     need = estimate_matrix(X.n_samples, m, X.n_features, tile_size, symmetric=Y is None)
     check_size(f"the {X.n_samples:,} x {m:,} matrix of {X.source}", need, "the input sizes")
     check_disk(location.parent(out), need["disk_bytes"], replaces=out)
-    with connect(**cluster_kw(options)) as client:
+    with place(cells_of(X, Y), cluster_kw(options), progress=bars(ctx)):
         M = pairwise(X, Y, metric=metric, normalize=normalize_choice(normalize),
                      feature_range=feature_range, store=out, tile_size=tile_size,
-                     overwrite=overwrite, client=client, progress=bars(ctx))  # fmt: skip
+                     overwrite=overwrite)  # fmt: skip
     click.echo(
         f"{M.name} ({M.attrs['metric']}) of {M.shape[0]} x {M.shape[1]} rows in "
         f"{time.perf_counter() - start:.1f} s\n  store:  {out}"
@@ -202,7 +188,7 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
 
     from distforest.forests.neighbors import top_k_neighbors
     from distforest.io import load_table
-    from distforest.parallel.cluster import connect
+    from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
@@ -210,11 +196,11 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
     check_request(X, Y, metric)
     check_can_create(out, overwrite)
-    with connect(**cluster_kw(options)) as client:
+    with place(cells_of(X, Y), cluster_kw(options), progress=bars(ctx)):
         ds = top_k_neighbors(X, Y, k=k, metric=metric, normalize=normalize_choice(normalize),
                              feature_range=feature_range, algorithm=algorithm, store=out,
-                             overwrite=overwrite, batch_size=batch_size, tile_size=tile_size,
-                             client=client, progress=bars(ctx))  # fmt: skip
+                             overwrite=overwrite, batch_size=batch_size,
+                             tile_size=tile_size)  # fmt: skip
     assert isinstance(ds, xr.Dataset)  # a store was given
     params = ds.attrs["params"]
     click.echo(

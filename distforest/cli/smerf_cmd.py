@@ -115,10 +115,10 @@ def fit_cmd(
 ) -> None:  # fmt: skip
     """Fit SMERF on the features X (CSV with a header, no target) and distances D."""
     from distforest.cli.plan import check_disk, estimate_smerf_model
-    from distforest.forests.smerf import SMERF
+    from distforest.forests.smerf import SMERF, input_cells
     from distforest.io import load_table
     from distforest.io.distances import load_distances
-    from distforest.parallel.cluster import connect
+    from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
     check_can_create(out, overwrite)
@@ -130,8 +130,8 @@ def fit_cmd(
     need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
     check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()
-    with connect(**connect_kwargs(options)) as client:
-        model.set_execution(client, progress=ProgressBars(enabled=not obj["quiet"]))
+    cells = input_cells(table.n_samples, table.n_features)
+    with place(cells, connect_kwargs(options), progress=ProgressBars(enabled=not obj["quiet"])):
         model.fit(table, dist)
     seconds = time.perf_counter() - start
     _save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
@@ -197,7 +197,7 @@ def predict_cmd(
     from distforest.cli.plan import check_disk, estimate_matrix
     from distforest.forests.smerf import SMERF
     from distforest.io import load_table
-    from distforest.parallel.cluster import connect
+    from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
     if Path(out).resolve() == Path(model_path).resolve():
@@ -212,8 +212,8 @@ def predict_cmd(
     need = estimate_matrix(a.n_samples, m, 1, tile_size, False)["disk_bytes"]
     check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()
-    with connect(**connect_kwargs(options)) as client:
-        model.set_execution(client, progress=ProgressBars(enabled=not obj["quiet"]))
+    bars = ProgressBars(enabled=not obj["quiet"])
+    with place(model._distance_cells(a.n_samples, m), connect_kwargs(options), progress=bars):
         matrix = model.predict_distance(a, b, store=out, tile_size=tile_size,
                                         overwrite=overwrite)  # fmt: skip
     n, m = matrix.shape

@@ -35,14 +35,21 @@ import numpy as np
 from distforest import location
 from distforest._version import __version__
 from distforest.cli.jobs import JobResult
-from distforest.cli.plan import check_disk, estimate_matrix, estimate_smerf_model
+from distforest.cli.plan import (
+    Plan,
+    check_disk,
+    estimate_matrix,
+    estimate_smerf_model,
+    smerf_plan,
+)
 from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged, where
+from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests import constraints as C
-from distforest.forests.smerf import DISTANCE, SMERF
+from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
 from distforest.io.distances import load_distances
+from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
@@ -103,6 +110,25 @@ def class_distances(table: Table) -> np.ndarray:
     return (y[:, None] != y[None, :]).astype(np.float32)
 
 
+def plan_smerf_job(job: SmerfJob) -> Plan:
+    """What the job would do (``--dry-run``): reads the inputs' sizes, runs nothing."""
+    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
+                       allow_missing=False)  # fmt: skip
+    n = table.n_samples
+    itemsize = 4  # the class distances are float32
+    if job.distances is not None:
+        itemsize = load_distances(job.distances, n=n, what=f"smerf.distances {job.distances!r}",
+                                  fingerprint=False).itemsize  # fmt: skip
+    dist, matrix = job.distance, None
+    if dist is not None:
+        rows = {key: load_table(dist[key], drop=job.drop, na_values=job.na_values,
+                                allow_missing=False, min_rows=1).n_samples
+                for key in ("rows", "against") if dist.get(key)}  # fmt: skip
+        n_a, n_b = rows.get("rows", n), rows.get("against", n)
+        matrix = (n_a, n_b, bool(dist["oob"]))
+    return smerf_plan(job, n, table.n_features, itemsize, matrix)
+
+
 def run_smerf_job(
     job: SmerfJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -146,7 +172,8 @@ def run_smerf_job(
         if not location.is_remote(job.out):
             Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         check_disk(location.parent(job.out), need, replaces=job.out)
-        with where(table.n_samples, job.connect, progress) as monitor:
+        cells = input_cells(table.n_samples, table.n_features)
+        with place(cells, job.connect, progress=progress, watch=True) as where:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
                 model = SMERF.load(job.out, require_complete=False)
@@ -172,7 +199,7 @@ def run_smerf_job(
                 stages.finish("distance", time.perf_counter() - tick,
                               {"distance store": str(Path(dist["out"]).resolve())},
                               shape=[int(s) for s in matrix.shape])  # fmt: skip
-            facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
+            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:

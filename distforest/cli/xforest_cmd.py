@@ -198,7 +198,7 @@ def cluster_cmd(
     from distforest.cli.xforest_job import read_truth, run_clustering
     from distforest.forests.xforest import XForest
     from distforest.forests.xforest_similarity import SIMILARITY_NAMES
-    from distforest.parallel.cluster import connect
+    from distforest.parallel.placement import place
     from distforest.store.run_store import RunStore
 
     for path in (options["out"], options["plot"]):
@@ -220,8 +220,8 @@ def cluster_cmd(
     if matrix_free:
         if params["plot"]:
             raise click.UsageError("--plot needs the stored matrix; drop --matrix-free")
-        with connect(**connect_kwargs(options)) as client:
-            forest = XForest.load(store).set_execution(client)
+        forest = XForest.load(store)
+        with place(forest._fitted_cells(), connect_kwargs(options)):
             with forest.product_session(kind) as product:
                 written, result = run_clustering(product, params, truth=labels_truth)
     else:

@@ -30,7 +30,7 @@ from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
-from distforest.parallel.cluster import connect
+from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -161,16 +161,14 @@ def run_xforest_job(
         check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         if not location.is_remote(job.out):
             Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-        from distforest.parallel.monitor import RunMonitor  # distributed: only here
-
-        with connect(**job.connect) as client, RunMonitor(client) as monitor:
+        with place(table.X.size, job.connect, progress=progress, watch=True) as where:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
-                forest = XForest.load(job.out).set_execution(client, progress=progress)
+                forest = XForest.load(job.out)
                 rs, stages = resume_store(job.out, run_id)
             else:
                 tick = time.perf_counter()
-                forest = XForest(**job.forest).set_execution(client, progress=progress)
+                forest = XForest(**job.forest)
                 forest.fit(table)
                 rs = forest.save(job.out, overwrite=True, attrs=record)
                 stages = Stages(rs)
@@ -195,7 +193,7 @@ def run_xforest_job(
                 )
                 stages.finish("clustering", time.perf_counter() - tick, written,
                               **info)  # fmt: skip
-            facts = cluster_facts(monitor)  # engine, tasks and retries, while connected
+            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:

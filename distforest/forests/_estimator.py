@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Self
 from sklearn.base import BaseEstimator
 
 from distforest.forests.constraints import Constraint, validate
-from distforest.parallel import tasks
+from distforest.parallel import placement, tasks
 from distforest.parallel.execution import (
     Execution,
     Progress,
@@ -77,9 +77,15 @@ class DaskEstimator(BaseEstimator):
         own = self.__dict__.get("_execution")
         return own if own is not None else current_execution()
 
-    def _runner(self) -> contextlib.AbstractContextManager[Runner]:
-        """The executor of one call (connects, or starts a cluster, for the block)."""
-        return self._current_execution().runner()
+    def _runner(self, cells: int) -> contextlib.AbstractContextManager[Runner]:
+        """The executor of one call on ``cells`` input cells, placed by the one rule
+        (:func:`distforest.parallel.placement.runs_in_process`): in this process for a
+        small input with no cluster named, else on the cluster (started for the block)."""
+        return placement.runner(cells, self._current_execution())
+
+    def _fitted_cells(self) -> int:
+        """Cells of the training input (rows x features), for calls on a fitted model."""
+        return int(self.n_samples_) * int(getattr(self, "n_features_in_", 1))
 
     def _report(self, stage: str) -> tasks.ProgressCallback | None:
         return self._current_execution().stage(stage)

@@ -293,11 +293,25 @@ def check_bootstrap(bootstrap: bool, max_samples: float | None) -> None:
 
 def check_out_of_bag(method: str, bootstrap: bool, where: str = "method") -> None:
     """Out-of-bag and RF-GAP weights need rows left out of each tree: ``bootstrap=True``."""
-    if method in OUT_OF_BAG_METHODS and not bootstrap:
+    check_out_of_bag_uses({where: method}, bootstrap)
+
+
+def check_out_of_bag_uses(
+    uses: Mapping[str, str], bootstrap: bool, bootstrap_name: str = "bootstrap"
+) -> None:
+    """The rule for several settings at once: each ``where -> method`` of ``uses`` whose
+    method weighs rows by being out of bag (:data:`OUT_OF_BAG_METHODS`, and the
+    imputation's ``rfimpute``, which is RF-GAP) needs ``bootstrap`` true.
+
+    ``bootstrap_name`` names the setting in the message (``forest.bootstrap`` in a pipeline).
+    """
+    needs = [f"{where}={method!r}" for where, method in uses.items()
+             if method in (*OUT_OF_BAG_METHODS, "rfimpute")]  # fmt: skip
+    if needs and not bootstrap:
         raise ParameterError(
-            f"{where}={method!r} needs out-of-bag rows, but the forest was fitted with "
-            "bootstrap=False (every row is in every tree); use method='original' or refit "
-            "with bootstrap=True"
+            f"{', '.join(needs)} need{'s' if len(needs) == 1 else ''} out-of-bag rows, but "
+            f"{bootstrap_name}=False (every row is in every tree); use the 'original' "
+            f"proximity or set {bootstrap_name}=True"
         )
 
 

@@ -29,8 +29,9 @@ from distforest.forests import constraints as C
 from distforest.forests.measures import Measure
 from distforest.forests.pairwise import _describe, prepare
 from distforest.kernels import metrics as metric_kernels
-from distforest.parallel import tasks
-from distforest.parallel.execution import SYNCHRONOUS, Progress, for_call
+from distforest.parallel import placement, tasks
+from distforest.parallel.execution import Progress, for_call
+from distforest.parallel.placement import cells_of
 from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
@@ -233,6 +234,16 @@ def resolve_algorithm(algorithm: str, measure: Measure | None, n_features: int) 
     return algorithm
 
 
+def query_batch_size(nq: int, n_ref: int, algorithm: str, forest: bool, threads: int) -> int:
+    """Query rows per task of a search: about 4 tasks per thread, capped so that a task's
+    tiles (brute; a forest similarity's rows) stay small."""
+    if algorithm != "brute":
+        cap = 16384
+    else:
+        cap = 1024 if not forest else max(16, (1 << 23) // n_ref)
+    return min(cap, tasks.default_batch_size(nq, threads))
+
+
 def search(
     queries: np.ndarray,
     reference: np.ndarray,
@@ -244,7 +255,7 @@ def search(
     exclude_self: bool = False,
     batch_size: int | None = None,
     tile_size: int = C.NEIGHBOR_TILE,
-    client: Any = SYNCHRONOUS,
+    client: Any = None,
     scheduler: str | None = None,
     cluster: str | Path | None = None,
     progress: Progress | None = None,
@@ -269,13 +280,11 @@ def search(
     if algorithm == "brute":
         metric_kernels.warm_up()
     exe = for_call(client, scheduler, cluster, progress)
-    with exe.runner() as s:
+    cells = cells_of(reference) + (0 if queries is reference else cells_of(queries))
+    with placement.runner(cells, exe) as s:
         if batch_size is None:
-            if algorithm != "brute":
-                cap = 16384
-            else:
-                cap = 1024 if similarity is None else max(16, (1 << 23) // n_ref)
-            batch_size = min(cap, tasks.default_batch_size(nq, s.threads()))
+            batch_size = query_batch_size(nq, n_ref, algorithm, similarity is not None,
+                                          s.threads())  # fmt: skip
         batches: list[Any] = tasks.plan_batches(nq, C.check_int("batch_size", batch_size))
         if algorithm != "brute" and nq > 1:
             # near queries together: each task walks the same branches of the tree

@@ -26,7 +26,9 @@ from distforest.forests import constraints as C
 from distforest.forests.measures import Measure, check_values, make_scaler, parse_metric
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
+from distforest.parallel import placement
 from distforest.parallel.execution import Progress, for_call
+from distforest.parallel.placement import cells_of
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
 
@@ -209,7 +211,7 @@ def pairwise(
         rs.write_named("sample_i", np.arange(n, dtype=np.int64))
         rs.write_named("sample_j", np.arange(m, dtype=np.int64))
     exe = for_call(client, scheduler, cluster, progress)
-    with exe.runner() as runner:
+    with placement.runner(cells_of(A) + (0 if symmetric else cells_of(B)), exe) as runner:
         a = runner.share(A)
         b = a if symmetric else runner.share(B)
         write_matrix(runner, rs, name, plan, measure_tile, (measure, a, b, dtype),

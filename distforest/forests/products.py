@@ -288,5 +288,5 @@ def product_session(forest: Any, batch_size: int | None = None) -> Iterator[Prox
                 f"forest {forest.fit_id_!r}): a store holds one forest, and a later fit on the "
                 "same stored table replaced this one's; fit this forest again"
             )
-    with forest._runner() as runner:
+    with forest._runner(forest._fitted_cells()) as runner:
         yield ProximityProducts(runner, forest.leaves_, forest.inbag_, batch_size)

@@ -283,7 +283,7 @@ class ProximityForest(DaskEstimator):
         n = table.n_samples
         leaves = np.empty((n, n_trees), dtype=np.int32)
         inbag = np.empty((n, n_trees), dtype=np.uint8)
-        with self._runner() as runner:
+        with self._runner(table.X.size) as runner:
             batches = tasks.plan_tree_batches(n_trees, runner.threads(), params["batch_size"])
             logger.info(
                 "fitting %d %s trees on %d x %d in %d tasks",
@@ -864,7 +864,7 @@ class ProximityForest(DaskEstimator):
                 f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id_!r}); save this forest "
                 "to a new store first"
             )
-        with self._runner() as runner:
+        with self._runner(self._fitted_cells()) as runner:
             return tiles.write_proximity(
                 runner, rs, method, self.params_["tile_size"],
                 identity={"fit_id": self.fit_id_},

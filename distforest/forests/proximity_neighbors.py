@@ -422,7 +422,7 @@ def forest_neighbors(
     check_trees(forest.leaves_.shape[1], method)
     attrs = {"method": method, "k": k, "include_self": bool(include_self)}
     if store is None:
-        with forest._runner() as runner:
+        with forest._runner(forest._fitted_cells()) as runner:
             found, values = compute_neighbors(
                 runner, forest.leaves_, forest.inbag_, method, k, include_self=include_self,
                 block_rows=block_rows, progress=forest._report("neighbors"),
@@ -456,7 +456,7 @@ def write_forest_neighbors(
             f"store {rs.path!r} was written by another fit (fit_id {rs.attrs.get('fit_id')!r}, "
             f"this forest {forest.fit_id_!r}); save this forest to a new store first"
         )
-    with forest._runner() as runner:
+    with forest._runner(forest._fitted_cells()) as runner:
         return write_neighbors(
             runner, rs, method, k, include_self=include_self, block_rows=block_rows,
             identity={"fit_id": forest.fit_id_}, progress=forest._report("neighbors"),

@@ -56,6 +56,7 @@ from distforest.kernels.simtrees import (
     predict_forest,
 )
 from distforest.parallel import tasks
+from distforest.parallel.placement import cells_of
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -327,7 +328,7 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         function = None if measure is None else getattr(measure, "values", measure)
         trees: list[SimTree] = [None] * n_trees  # type: ignore[list-item]
-        with self._runner() as runner:
+        with self._runner(cells_of(source)) as runner:
             size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
             batches = tasks.plan_batches(n_trees, size)
             logger.info("growing %d SimForest trees on %d objects in %d tasks",
@@ -443,7 +444,7 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         rows = max(1, min(n, BLOCK_BYTES // (8 * max(1, per_row))))
         blocks = [slice(s, min(s + rows, n)) for s in range(0, n, rows)]
         out = np.empty((n, like.shape[1]), dtype=like.dtype)
-        with self._runner() as runner:
+        with self._runner(cells_of(source)) as runner:
             shared = source if isinstance(source, StoredMatrix) else runner.share(source)
             trees = runner.share(self.trees_)
             items = [(per_block, shared, function, b, trees, self.pair_ids_, self.pair_objects_,
@@ -545,7 +546,7 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
         rs = self._proximity_store(store, overwrite)
-        with self._runner() as runner:
+        with self._runner(self._fitted_cells()) as runner:
             write_proximity(
                 runner, rs, method, tile, identity={"fit_id": self.fit_id_},
                 attrs={"n_trees": len(self.trees_)}, progress=self._report("tiles"),

@@ -65,6 +65,12 @@ DISTANCE = "distance"
 TRAIN_DISTANCE = "train_distance"
 
 
+def input_cells(n_samples: int, n_features: int) -> int:
+    """Input cells of a fit (for :func:`distforest.parallel.placement.runs_in_process`):
+    the features and the n x n observed distances."""
+    return n_samples * n_features + n_samples**2
+
+
 @dataclass
 class TileInputs:
     """What every tile task of one predicted matrix needs (shared with the workers once)."""
@@ -218,7 +224,7 @@ class SMERF(DaskEstimator):
             for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap", "oblique")
         }
         K.warm_up()  # compile once here, not in every worker at the same time
-        with self._runner() as runner:
+        with self._runner(input_cells(table.n_samples, table.n_features)) as runner:
             batches = tasks.plan_batches(
                 n_trees, tasks.default_batch_size(n_trees, runner.threads())
             )
@@ -258,6 +264,15 @@ class SMERF(DaskEstimator):
         total = forest.importances.mean(axis=0)
         norm = total.sum()
         self.feature_importances_ = total / norm if norm > 0 else total
+
+    def _fitted_cells(self) -> int:
+        """Cells of the training input (:func:`input_cells`)."""
+        return input_cells(int(self.n_samples_), int(self.n_features_in_))
+
+    def _distance_cells(self, n: int, m: int) -> int:
+        """Input cells of an ``n x m`` learned-distance matrix: the training input
+        (features and distances) and the features of the ``n + m`` rows."""
+        return self._fitted_cells() + (n + m) * int(self.n_features_in_)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
@@ -394,7 +409,7 @@ class SMERF(DaskEstimator):
                              overwrite=overwrite)  # fmt: skip
         rs.write_named("sample_i", np.arange(n, dtype=np.int64))
         rs.write_named("sample_j", np.arange(m, dtype=np.int64))
-        with self._runner() as runner:
+        with self._runner(self._distance_cells(n, m)) as runner:
             shared = runner.share(inputs)
             write_matrix(
                 runner, rs, DISTANCE, plan, distance_tile, (shared,),

@@ -112,7 +112,7 @@ def fit_stored(
     n, tile = table.n_samples, params["tile_size"]
     rs = RunStore.open(table.path, mode="r+")
     rs.mark_running()
-    with forest._runner() as runner:
+    with forest._runner(n * table.n_features) as runner:
         batches = tasks.plan_tree_batches(n_trees, runner.threads(), params["batch_size"])
         fit_group = rs.group.require_group(FIT_GROUP)
         for k, b in enumerate(batches):

@@ -169,7 +169,7 @@ class XForest(DaskEstimator):
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         standard = params["mode"] == "standard"
         rptrees.warm_up()
-        with self._runner() as runner:
+        with self._runner(table.X.size) as runner:
             batch_size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
             batches = tasks.plan_batches(n_trees, batch_size)
             logger.info(
@@ -365,7 +365,7 @@ class XForest(DaskEstimator):
         n = self.n_samples_
         plan = TilePlan(n, n, self.params_["tile_size"], symmetric=True)
         betasim.warm_up()  # compile once here, not in every worker at the same time
-        with self._runner() as runner:
+        with self._runner(self._fitted_cells()) as runner:
             return write_matrix(
                 runner, rs, name, plan, store_tile, (rs.path, beta),
                 identity={"fit_id": self.fit_id_, "kind": kind, "beta": beta},
@@ -378,7 +378,7 @@ class XForest(DaskEstimator):
         """A reusable matrix-free ``S @ V`` on this forest's client (for eigensolvers)."""
         self._check_fitted()
         beta = self._beta(kind)
-        with self._runner() as runner:
+        with self._runner(self._fitted_cells()) as runner:
             yield SimilarityProduct(runner, self, beta)
 
     def product(self, V: Any, kind: str = "beta") -> np.ndarray:

@@ -9,13 +9,14 @@ reports progress, come from an :class:`Execution`:
   model selection, runs on ``c``);
 - ``forest.set_execution(client=c)`` sets it for one estimator object (not
   copied by ``clone``: clones use the surrounding execution);
-- otherwise the current default ``distributed`` client is used, else (in
-  the main process) a LocalCluster is started for the duration of a call;
-  in a child process (a joblib worker of ``GridSearchCV(n_jobs=2)``) the
-  tasks run in that process.
+- otherwise the current default ``distributed`` client is used; with none,
+  a small input runs in this process on threads and a larger one starts a
+  LocalCluster for the duration of a call (the one rule, and its threshold,
+  are in :mod:`distforest.parallel.placement`); in a child process (a joblib
+  worker of ``GridSearchCV(n_jobs=2)``) the tasks run in that process.
 
 ``client="synchronous"`` runs the same tasks one after another in this
-process (no cluster at all), which is what small inputs and tests want.
+process (no cluster at all).
 
 A :class:`Runner` is the one executor every stage uses: it shares large
 arrays with the workers and runs a function over a list of argument tuples,
@@ -25,7 +26,6 @@ yielding results as they finish.
 from __future__ import annotations
 
 import contextlib
-import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from distforest import settings
 from distforest.errors import ParameterError
 from distforest.parallel import tasks
 from distforest.parallel.cluster import use_client
@@ -66,7 +65,9 @@ class Execution:
         on it.
 
     With none of ``client``, ``scheduler``, ``cluster``: the current default
-    ``distributed`` client, else a LocalCluster for the duration of a call.
+    ``distributed`` client, else in this process or on a LocalCluster for
+    the duration of a call, by the input's size
+    (:func:`distforest.parallel.placement.runner`).
     """
 
     client: Any = None
@@ -269,22 +270,6 @@ class Runner:
             yield i, result
 
 
-def cluster_requested(exe: Execution) -> bool:
-    """Whether the user said where to run: a client, scheduler or cluster file, or a
-    default ``distributed`` client exists (one made in a notebook)."""
-    if exe.client is not None or exe.scheduler is not None or exe.cluster is not None:
-        return True
-    if "distributed" not in sys.modules:  # no client can exist: skip importing it (0.5 s)
-        return False
-    from distributed import get_client
-
-    try:
-        get_client()
-    except ValueError:
-        return False
-    return True
-
-
 @contextlib.contextmanager
 def in_process(exe: Execution, threads: int) -> Iterator[Runner]:
     """A :class:`Runner` on ``threads`` threads of this process (no cluster) for a block.
@@ -298,12 +283,6 @@ def in_process(exe: Execution, threads: int) -> Iterator[Runner]:
             yield runner
     finally:
         runner.close()
-
-
-def runs_here(exe: Execution, cells: int) -> bool:
-    """Whether a call on ``cells`` input cells runs in this process: the input is small
-    (at most the ``distforest.in-process-cells`` setting) and ``exe`` asks for no cluster."""
-    return cells <= settings.get("in-process-cells") and not cluster_requested(exe)
 
 
 def _run_threads(

@@ -1,0 +1,272 @@
+"""Every CLI command on the bundled breast-cancer table, end to end (run by hand).
+
+Issue 25 asks that each command on a small table finish in under 3 s, process
+start included, with no cluster option: small inputs run in this process
+(:func:`distforest.parallel.placement.runs_in_process`).  This script runs
+each command in a fresh process (default options, no cluster option), in
+order (later commands read what earlier ones wrote), and records its wall
+time and whether it started a cluster (the ``cluster: ...`` log line of
+:func:`distforest.parallel.cluster.connect`).  With ``--base REF`` the
+package as it was at ``REF`` is measured too (``git archive``, first on
+``PYTHONPATH``; same interpreter and libraries).  Writes
+``benchmarks/results/small_commands.md`` and ``small_commands.json``.
+
+The data: ``distforest/data/breast_cancer.csv`` (699 rows; ``Id`` dropped,
+``Class`` the target).  X-Forest, cluster, the measures of similarity,
+neighbors, k-NN and SimForest, and SMERF take complete rows: ``Bare.nuclei``
+(16 missing) is dropped for them.
+SMERF's observed distances are the Euclidean distances of those features.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_small_commands.py --base 11d130c --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from _measure import machine_info  # noqa: E402
+from bench_startup import extract, git  # noqa: E402
+
+BC = str(ROOT / "distforest" / "data" / "breast_cancer.csv")
+BC_T = f"{BC} --target Class --drop Id"
+BC_X = f"{BC} --drop Id --drop Class --drop Bare.nuclei"
+#: Complete rows for the measures of k-NN and SimForest.
+BC_C = f"{BC_T} --drop Bare.nuclei"
+#: Label -> command line ({o}: the scratch directory of this variant and run).
+COMMANDS = {
+    "proximity": f"proximity {BC_T} --out {{o}}/p.zarr",
+    "impute": f"impute {BC_T} --out {{o}}/imp.csv",
+    "outliers": f"outliers {BC_T} --out {{o}}/out.csv",
+    "mislabels": f"mislabels {BC_T} --out {{o}}/mis.csv",
+    "mds": f"mds {BC_T} --out {{o}}/mds.csv",
+    "xforest": f"xforest {BC_X} --out {{o}}/x.zarr",
+    "cluster --method spectral": "cluster {o}/x.zarr --method spectral --k 2 --out {o}/cl.csv",
+    "similarity": f"similarity {BC_X} --out {{o}}/s.zarr",
+    "neighbors": f"neighbors {BC_X} --out {{o}}/nn.zarr",
+    "knn fit": f"knn fit {BC_C} --out {{o}}/knn.zarr",
+    "knn predict": f"knn predict {{o}}/knn.zarr {BC} --out {{o}}/knn.csv",
+    "knn fit --metric rf-proximity": f"knn fit {BC_C} --metric rf-proximity --out {{o}}/knnf.zarr",
+    "knn predict (rf-proximity model)": f"knn predict {{o}}/knnf.zarr {BC} --out {{o}}/knnf.csv",
+    "simforest fit": f"simforest fit {BC_C} --out {{o}}/sf.zarr",
+    "simforest predict": f"simforest predict {{o}}/sf.zarr {BC} --drop Id --out {{o}}/sf.csv",
+    "smerf fit": f"smerf fit {BC_X} --distances {{o}}/D.npy --out {{o}}/sm.zarr",
+    "smerf predict": f"smerf predict {{o}}/sm.zarr {BC_X} --out {{o}}/smd.zarr",
+}
+CLUSTER_LINE = "distforest.parallel.cluster: cluster:"
+
+
+def distances(into: Path) -> None:
+    """SMERF's observed distances: Euclidean, of the numeric columns used by ``BC_X``."""
+    import numpy as np
+    import pandas as pd
+
+    X = pd.read_csv(BC).drop(columns=["Id", "Class", "Bare.nuclei"]).to_numpy(float)
+    D = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    np.save(into / "D.npy", D)
+
+
+def run_all(tree: Path, scratch: Path) -> dict[str, tuple[float, float, bool]]:
+    """Every command once, in order: label -> (wall s, CPU s, cluster started).
+
+    CPU: user + system time of the process and its children (workers included),
+    less sensitive than wall time to other processes on a shared machine.
+    """
+    scratch.mkdir(parents=True)
+    distances(scratch)
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONWARNINGS": "ignore"}
+    out = {}
+    for label, cmd in COMMANDS.items():
+        argv = [sys.executable, "-m", "distforest", *cmd.format(o=scratch).split()]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        r = subprocess.run(argv, env=env, cwd=scratch, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if r.returncode != 0:
+            raise SystemExit(f"{label} failed ({r.returncode}): {r.stderr[-1500:]}")
+        out[label] = (wall, cpu, CLUSTER_LINE in r.stderr)
+        print(f"{label} [{tree.name}]: {wall:.2f} s wall, {cpu:.2f} s CPU, cluster "
+              f"{out[label][2]}", flush=True)  # fmt: skip
+    return out
+
+
+#: Estimators timed under scikit-learn's ``check_estimator``, default construction.
+ESTIMATORS = ("ProximityForest", "XForest", "ProximityImputer", "KNNClassifier", "KNNRegressor",
+              "SimilarityForestClassifier", "SMERF")  # fmt: skip
+CHECK = """
+import time, warnings
+warnings.simplefilter("ignore")
+import distforest.parallel.cluster as cluster
+started = []
+connect = cluster.connect
+def counting(**kw):
+    started.append(kw)
+    return connect(**kw)
+cluster.connect = counting
+from sklearn.utils.estimator_checks import check_estimator
+import distforest
+import resource
+start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+try:
+    check_estimator(getattr(distforest, {name!r})())
+    outcome = "passed"
+except Exception as exc:  # SMERF's fit takes (X, D): the checks do not apply to it
+    outcome = type(exc).__name__ + ": " + str(exc).splitlines()[0][:120]
+now = resource.getrusage(resource.RUSAGE_SELF)
+used = now.ru_utime - cpu.ru_utime + now.ru_stime - cpu.ru_stime
+print("RESULT", time.perf_counter() - start, used, len(started), outcome)
+"""
+
+
+def check_estimators(tree: Path, timeout: float) -> dict[str, tuple[float, float, int, str]]:
+    """``check_estimator(Cls())`` in a fresh process each: (wall s, CPU s of this process,
+    clusters started, outcome).
+
+    A check still running after ``timeout`` seconds is stopped (CPU and clusters: -1, unknown).
+    """
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONWARNINGS": "ignore"}
+    out = {}
+    for name in ESTIMATORS:
+        try:
+            # cwd: not the repository, whose distforest/ would come before PYTHONPATH's
+            r = subprocess.run([sys.executable, "-c", CHECK.format(name=name)], env=env,
+                               capture_output=True, text=True, timeout=timeout,
+                               cwd=tempfile.gettempdir())  # fmt: skip
+        except subprocess.TimeoutExpired:
+            out[name] = (timeout, -1.0, -1, f"stopped after {timeout:.0f} s")
+            print(f"check_estimator({name}()) [{tree.name}]: {out[name]}", flush=True)
+            continue
+        line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT")), None)
+        if line is None:
+            raise SystemExit(f"check_estimator({name}()) crashed: {r.stderr[-1500:]}")
+        _, seconds, cpu, clusters, outcome = line.split(" ", 4)
+        out[name] = (float(seconds), float(cpu), int(clusters), outcome)
+        print(f"check_estimator({name}()) [{tree.name}]: {out[name]}", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", help="commit to compare with (e.g. the branch point)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tree", type=Path, default=ROOT, help="tree measured as 'after'")
+    parser.add_argument(
+        "--checks",
+        action="store_true",
+        help="also time check_estimator on every estimator (once per variant)",
+    )
+    parser.add_argument("--checks-timeout", type=float, default=300.0)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "small_commands.md")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-small-") as tmp:
+        scratch = Path(tmp)
+        variants = {"after": args.tree}
+        if args.base:
+            (scratch / "base").mkdir()
+            variants = {"before": extract(args.base, scratch / "base"), **variants}
+        load_start = os.getloadavg()
+        runs: dict[str, list[dict[str, tuple[float, float, bool]]]] = {v: [] for v in variants}
+        for rep in range(args.repeat):
+            for variant, tree in variants.items():
+                runs[variant].append(run_all(tree, scratch / f"{variant}-{rep}"))
+        checks = (
+            {v: check_estimators(t, args.checks_timeout) for v, t in variants.items()}
+            if args.checks
+            else {}
+        )
+        load_end = os.getloadavg()
+
+    machine = machine_info()
+    head = git("rev-parse", "--short", "HEAD") + (
+        " (+ uncommitted changes)" if git("status", "--porcelain") else ""
+    )
+    table: dict[str, dict[str, dict[str, object]]] = {}
+    for variant, reps in runs.items():
+        for label in COMMANDS if reps else ():
+            walls = [rep[label][0] for rep in reps]
+            cpus = [rep[label][1] for rep in reps]
+            table.setdefault(label, {})[variant] = {
+                "median_s": statistics.median(walls),
+                "median_cpu_s": statistics.median(cpus),
+                "runs_s": [round(w, 2) for w in walls],
+                "cluster": any(rep[label][2] for rep in reps),
+            }
+    record = {"commands": table, "check_estimator": checks}
+    (args.out.with_suffix(".json")).write_text(json.dumps(record, indent=1) + "\n")
+    before = "before" in variants
+    lines = [
+        "# Small inputs: every command on the breast-cancer table (issue 25)",
+        "",
+        f"- Date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
+        f"- Machine: {machine['usable_cores']} cores ({machine['cpu_model']}), "
+        f"{machine['mem_total_bytes'] / 2**30:.1f} GiB; shared with other sessions: load "
+        f"average (1, 5, 15 min) {' / '.join(f'{x:.1f}' for x in load_start)} at the start, "
+        f"{' / '.join(f'{x:.1f}' for x in load_end)} at the end",
+        f"- Commit measured (after): {head}"
+        + (f"; before: {args.base} (its `distforest/` first on PYTHONPATH)" if before else ""),
+        "- Command: `.venv/bin/python benchmarks/bench_small_commands.py"
+        f"{' --base ' + args.base if before else ''} --repeat {args.repeat}`",
+        "- Data: distforest/data/breast_cancer.csv, 699 rows (Id dropped; Bare.nuclei too "
+        "for xforest, cluster, similarity, neighbors, knn, simforest, smerf). Default "
+        "options, no cluster option. Wall time of the whole process (start included) and "
+        "CPU time (user + system, the process and its children), medians of "
+        f"{args.repeat} runs; 'cluster': whether a run started or reached a Dask cluster.",
+    ]
+    if args.repeat:
+        lines += [
+            "",
+            "| command | before wall (s) | before CPU (s) | before cluster | after wall (s) "
+            "| after CPU (s) | after cluster |"
+            if before
+            else "| command | wall (s) | CPU (s) | cluster |",
+            "|---|---:|---:|---|---:|---:|---|" if before else "|---|---:|---:|---|",
+        ]
+    for label in COMMANDS if args.repeat else ():
+        cells = []
+        for variant in variants:
+            row = table[label][variant]
+            cells += [f"{row['median_s']:.2f}", f"{row['median_cpu_s']:.2f}",
+                      "yes" if row["cluster"] else "no"]  # fmt: skip
+        lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
+    if checks:
+        lines += [
+            "",
+            "`check_estimator(Cls())` (scikit-learn's checks, default construction, no execution "
+            "given), one fresh process each, once per variant; 'clusters': LocalClusters or "
+            "connections made.",
+            "",
+            "| estimator | "
+            + " | ".join(f"{v} wall (s) | {v} CPU (s) | {v} clusters | {v} outcome" for v in checks)
+            + " |",
+            "|---|" + "---:|---:|---:|---|" * len(checks),
+        ]
+        for name in ESTIMATORS:
+            cells = []
+            for variant in checks:
+                seconds, cpu, clusters, outcome = checks[variant][name]
+                cells += [f"{seconds:.1f}", f"{cpu:.1f}" if cpu >= 0 else "-",
+                          str(clusters) if clusters >= 0 else "-", outcome]  # fmt: skip
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

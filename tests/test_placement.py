@@ -1,0 +1,256 @@
+"""One decision of where work runs (issue 25, item 3), and one plan for every dry run.
+
+Small inputs run in this process for every command and every estimator; a
+named cluster is always used.  "No cluster was started" is asserted by
+replacing :func:`distforest.parallel.cluster.connect` (through which every
+LocalCluster, scheduler address and cluster file goes) with a function that
+fails; the session's shared ``client`` fixture, once made, is the default
+``distributed`` client, so the tests that expect no cluster hide it.
+Timings of the same commands, in fresh processes, are in
+``benchmarks/results/small_commands.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import dask.config
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from sklearn.datasets import make_classification
+
+import distforest.parallel.cluster as cluster_module
+from distforest import (
+    SMERF,
+    KNNClassifier,
+    KNNRegressor,
+    ProximityForest,
+    ProximityImputer,
+    SimilarityForestClassifier,
+    XForest,
+    execution,
+)
+from distforest.cli.main import cli
+from distforest.parallel import placement
+from distforest.parallel.execution import Execution, Runner
+
+ROOT = Path(__file__).resolve().parents[1]
+BC = str(ROOT / "distforest" / "data" / "breast_cancer.csv")
+
+
+class ClusterStarted(AssertionError):
+    """Raised by the stand-in for ``connect``."""
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Fail on any cluster start or connection; hide a default client of the session."""
+    import distributed
+
+    def refuse(**kwargs: object) -> None:
+        raise ClusterStarted(f"a cluster was started or reached: {kwargs}")
+
+    def no_default(*args: object, **kwargs: object) -> None:
+        raise ValueError("No clients found")
+
+    monkeypatch.setattr(cluster_module, "connect", refuse)
+    monkeypatch.setattr(distributed, "get_client", no_default)
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+# -- the rule ---------------------------------------------------------------------------
+
+
+def test_the_rule(no_cluster, monkeypatch):
+    limit = placement.in_process_cells()
+    assert limit == 2_000_000  # distforest.yaml's default
+    assert placement.runs_in_process(limit, Execution())
+    assert not placement.runs_in_process(limit + 1, Execution())
+    # anything named is used, however small the input
+    assert not placement.runs_in_process(1, Execution(client="synchronous"))
+    assert not placement.runs_in_process(1, Execution(scheduler="tcp://127.0.0.1:1"))
+    assert not placement.runs_in_process(1, Execution(cluster="c.yaml"))
+    # a command's options alone decide for it
+    options = {"scheduler": None, "cluster": None}
+    assert placement.runs_in_process(10, options=options)
+    assert not placement.runs_in_process(10, options={**options, "n_workers": 1})
+    assert not placement.runs_in_process(limit + 1, options=options)
+    # the one setting
+    with dask.config.set({"distforest.in-process-cells": 5}):
+        assert not placement.runs_in_process(6, Execution())
+        assert placement.runs_in_process(5, Execution())
+
+
+def test_cells_of():
+    X = np.zeros((7, 3))
+    assert placement.cells_of(X) == 21
+    assert placement.cells_of(X, None, np.zeros((2, 3))) == 27
+    assert placement.cells_of(["a", "b"]) == 2
+
+
+def test_a_large_input_starts_a_cluster_and_the_test_sees_it(no_cluster, monkeypatch):
+    """The stand-in fails when the threshold says "cluster": the other tests can fail."""
+    X, y = make_classification(n_samples=60, n_features=4, random_state=0)
+    with (
+        dask.config.set({"distforest.in-process-cells": X.size - 1}),
+        pytest.raises(ClusterStarted),
+    ):
+        ProximityForest(n_estimators=3).fit(X, y)
+    with pytest.raises(ClusterStarted, match="n_workers"):
+        with placement.place(X.size, {"scheduler": None, "cluster": None, "n_workers": 1}):
+            pass
+
+
+def test_a_named_execution_is_used(no_cluster):
+    X, y = make_classification(n_samples=60, n_features=4, random_state=0)
+    with pytest.raises(ClusterStarted, match=r"tcp://127\.0\.0\.1:1"):
+        ProximityForest(n_estimators=3).set_execution(scheduler="tcp://127.0.0.1:1").fit(X, y)
+
+
+# -- every estimator, default construction ------------------------------------------------
+
+
+def _estimator_calls():
+    X, y = make_classification(n_samples=80, n_features=5, n_informative=3, random_state=1)
+    S = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1) / 5)
+    D = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))
+    holes = X.copy()
+    holes[::7, 2] = np.nan
+    return {
+        "ProximityForest": lambda: ProximityForest().fit(X, y).proximity(),
+        "XForest": lambda: XForest().fit(X).similarity(),
+        "ProximityImputer": lambda: ProximityImputer().fit_transform(holes),
+        "KNNClassifier": lambda: KNNClassifier().fit(X, y).predict(X),
+        "KNNClassifier rf-proximity": lambda: (
+            KNNClassifier(metric="rf-proximity").fit(X, y).predict(X)
+        ),
+        "KNNRegressor": lambda: KNNRegressor().fit(X, X[:, 0]).predict(X),
+        "SimilarityForestClassifier": lambda: SimilarityForestClassifier().fit(S, y).predict(S),
+        "SimilarityForestClassifier rbf": lambda: (
+            SimilarityForestClassifier(metric="rbf").fit(X, y).proximity()
+        ),
+        "SMERF": lambda: SMERF().fit(X, D).predict_distance(X),
+    }
+
+
+@pytest.mark.parametrize("name", list(_estimator_calls()))
+def test_every_estimator_runs_small_inputs_in_process(no_cluster, name):
+    """Default construction, no execution given: no LocalCluster (it took 10-300 s)."""
+    assert _estimator_calls()[name]() is not None
+
+
+def test_in_process_uses_the_threads_of_this_process(no_cluster):
+    seen = []
+    with placement.runner(10) as r:
+        seen.append((r.in_process, r.threads()))
+    assert seen == [(True, placement.in_process_threads())]
+    with execution("synchronous"), placement.runner(10) as r:  # named: as it says
+        assert r.in_process and r.threads() == 1
+
+
+# -- every command on the breast-cancer table -------------------------------------------------
+
+BC_T = [BC, "--target", "Class", "--drop", "Id"]
+BC_X = [BC, "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei"]
+
+
+def test_every_command_runs_a_small_table_in_process(no_cluster, tmp_path):
+    X = pd.read_csv(BC).drop(columns=["Id", "Class", "Bare.nuclei"]).to_numpy(float)
+    np.save(tmp_path / "D.npy", np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1)))
+    o = tmp_path
+    commands = [
+        ["proximity", *BC_T, "--trees", 5, "--out", o / "p.zarr"],
+        ["impute", *BC_T, "--trees", 5, "--iterations", 1, "--out", o / "imp.csv"],
+        ["outliers", *BC_T, "--trees", 5, "--out", o / "out.csv"],
+        ["mislabels", *BC_T, "--trees", 5, "--out", o / "mis.csv"],
+        ["mds", *BC_T, "--trees", 5, "--out", o / "mds.csv"],
+        ["xforest", *BC_X, "--trees", 20, "--out", o / "x.zarr"],
+        ["cluster", o / "x.zarr", "--method", "spectral", "--k", 2, "--out", o / "c.csv"],
+        ["cluster", o / "x.zarr", "--method", "kernel-kmeans", "--k", 2, "--matrix-free",
+         "--out", o / "c2.csv"],
+        ["similarity", *BC_X, "--out", o / "s.zarr"],
+        ["neighbors", *BC_X, "--out", o / "nn.zarr"],
+        ["knn", "fit", *BC_T, "--drop", "Bare.nuclei", "--metric", "rf-proximity",
+         "--trees", 5, "--out", o / "knn.zarr"],
+        ["knn", "predict", o / "knn.zarr", BC, "--out", o / "knn.csv"],
+        ["simforest", "fit", *BC_T, "--drop", "Bare.nuclei", "--trees", 5,
+         "--out", o / "sf.zarr"],
+        ["simforest", "predict", o / "sf.zarr", BC, "--drop", "Id", "--out", o / "sf.csv"],
+        ["simforest", "proximity", o / "sf.zarr", "--out", o / "sfp.zarr"],
+        ["smerf", "fit", *BC_X, "--trees", 5, "--distances", o / "D.npy", "--out", o / "m.zarr"],
+        ["smerf", "predict", o / "m.zarr", *BC_X, "--out", o / "md.zarr"],
+    ]  # fmt: skip
+    for args in commands:
+        result = invoke("-q", *args)
+        assert result.exit_code == 0, (args, result.output)
+    assert len(pd.read_csv(o / "knn.csv")) == 699
+
+
+# -- one plan for every dry run ---------------------------------------------------------------
+
+#: The tasks a plan counts: fit batches, neighbour searches and tiles (``*-tiles``).
+COUNTED = ("fit-trees", "xforest-trees", "simforest-fit", "smerf-trees", "neighbors")
+
+
+@pytest.fixture
+def count_tasks(monkeypatch):
+    """Record (name, tasks) of every Runner.run of the test."""
+    seen: list[tuple[str, int]] = []
+    original = Runner.run
+
+    def counting(self, func, items, *, name, progress=None):
+        seen.append((name, len(items)))
+        return original(self, func, items, name=name, progress=progress)
+
+    monkeypatch.setattr(Runner, "run", counting)
+    return seen
+
+
+def _planned(output: str) -> tuple[int, int]:
+    found = re.search(r"tasks:\s+([\d,]+) \(([\d,]+) of them tiles\)", output)
+    assert found, output
+    return int(found.group(1).replace(",", "")), int(found.group(2).replace(",", ""))
+
+
+def _ran(seen: list[tuple[str, int]]) -> tuple[int, int]:
+    tiles = sum(n for name, n in seen if name.endswith("-tiles"))
+    return sum(n for name, n in seen if name in COUNTED) + tiles, tiles
+
+
+def test_proximity_dry_run_plans_the_tasks_the_run_runs(tmp_path, count_tasks):
+    args = [*BC_T, "--trees", 9, "--tile-size", 256, "--out", tmp_path / "p.zarr"]
+    dry = invoke("proximity", *args, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert not (tmp_path / "p.zarr").exists() and count_tasks == []
+    for field in ("tasks:", "disk:", "memory:", "time:", "runs:"):
+        assert field in dry.output
+    assert "in this process on" in dry.output
+    assert invoke("-q", "proximity", *args).exit_code == 0
+    assert _planned(dry.output) == _ran(count_tasks) == (_ran(count_tasks)[0], 6)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "setting"),
+    [("simforest", "simforest.n_estimators"), ("smerf", "smerf.n_estimators"),
+     ("xforest_cluster", "xforest.n_estimators"), ("main", "forest.n_estimators"),
+     ("knn", "knn.k")],
+)  # fmt: skip
+def test_pipeline_dry_run_plans_the_tasks_the_run_runs(tmp_path, monkeypatch, count_tasks,
+                                                       pipeline, setting):  # fmt: skip
+    monkeypatch.chdir(ROOT)  # the shipped pipelines name their input relative to the root
+    args = [ROOT / "pipelines" / f"{pipeline}.yaml", "--set", f"output.dir={tmp_path}",
+            "--set", f"{setting}=6"]  # fmt: skip
+    dry = invoke("run", *args, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "time:" in dry.output and "runs:" in dry.output and count_tasks == []
+    assert not any(tmp_path.iterdir())
+    result = invoke("-q", "run", *args)
+    assert result.exit_code == 0, result.output
+    planned, ran = _planned(dry.output), _ran(count_tasks)
+    assert planned == ran and ran[0] > 0, (planned, count_tasks)
