@@ -45,7 +45,14 @@ from distforest.io.ingest import read_partitioned
 from distforest.io.partitions import PATH_COLUMN
 from distforest.io.summaries import Encoding, typed_partition
 
-__all__ = ["SAMPLE_ROWS", "WINDOW", "PartitionedImputation", "impute_partitioned", "is_folder"]
+__all__ = [
+    "SAMPLE_ROWS",
+    "WINDOW",
+    "PartitionedImputation",
+    "check_output",
+    "impute_partitioned",
+    "is_folder",
+]
 
 logger = logging.getLogger("distforest")
 
@@ -128,7 +135,7 @@ def impute_partitioned(
     if sample_rows < 1:
         raise ParameterError(f"sample_rows must be at least 1, got {sample_rows}")
     folder = is_folder(out)
-    dest = _check_dest(out, folder, overwrite)
+    dest = check_output(out, overwrite)
     data = read_partitioned(source, target=target, drop=drop, na_values=na_values)
     if data.partitions.frame is None:
         raise InputError(f"{data.source}: a numeric array is imputed in memory; give a table")
@@ -186,7 +193,9 @@ def impute_partitioned(
     return PartitionedImputation(imputer, (n_out, width), dest, int(rows.size), dict(enc.missing))
 
 
-def _check_dest(out: str | Path, folder: bool, overwrite: bool) -> Path:
+def check_output(out: str | Path, overwrite: bool = False) -> Path:
+    """The output resolved, checked before any work (a folder, or one .csv / .parquet file)."""
+    folder = is_folder(out)
     from distforest.io.writers import check_can_write, output_format
 
     if not folder:

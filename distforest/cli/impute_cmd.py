@@ -235,9 +235,9 @@ def impute_by_partitions(
     categorical: tuple[str, ...] = (),
     overwrite: bool = False,
 ) -> Any:
-    """Impute INPUT read by partitions on a cluster (see :mod:`distforest.apps.partitioned_impute`)."""
+    """Impute INPUT by partitions on a cluster (:mod:`distforest.apps.partitioned_impute`)."""
     from distforest.apps.impute import ProximityImputer
-    from distforest.apps.partitioned_impute import impute_partitioned
+    from distforest.apps.partitioned_impute import check_output, impute_partitioned
     from distforest.errors import ParameterError
     from distforest.parallel.cluster import connect
 
@@ -248,6 +248,7 @@ def impute_by_partitions(
             "read by partitions (a glob, a folder or a large file) or --out is a folder: use "
             "--proximity column (the default), or give one file small enough to load"
         )
+    check_output(out, overwrite)
     with connect(**connect_kwargs(cluster_kw)) as client, client.as_current():
         imputer.set_execution(client)
         return impute_partitioned(input, out, imputer, target=target, drop=tuple(drop),

@@ -598,7 +598,9 @@ def encode_target(part: pd.DataFrame, encoding: Encoding) -> np.ndarray:
     return values.astype(np.int64) if encoding.target_kind == "int" else values
 
 
-def typed_partition(part: pd.DataFrame, encoding: Encoding, file_column: str | None = None) -> pd.DataFrame:
+def typed_partition(
+    part: pd.DataFrame, encoding: Encoding, file_column: str | None = None
+) -> pd.DataFrame:
     """One partition with typed columns, as :func:`distforest.io.read_frame` would give them.
 
     A partition read from a typed source (Parquet, a DataFrame) is returned
