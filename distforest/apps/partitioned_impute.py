@@ -168,7 +168,7 @@ def impute_partitioned(
         if imputer.forest_ is None:  # grow the kept forests again here, once, if fit kept none
             imputer._routing_columns(imputer._settings())
         slices = [None] * len(blocks)
-        shipped = dask.delayed(imputer, traverse=False)
+        shipped = _ship(_light(imputer))
     del filled, sample
     fill = dask.delayed(_fill, pure=True)
     tasks = [fill(b, enc, features, s, shipped) for b, s in zip(blocks, slices, strict=True)]
@@ -226,6 +226,30 @@ def _sample(n: int, size: int, random_state: Any) -> np.ndarray:
     """``size`` distinct rows of ``n``, sorted, from ``random_state`` (int or None)."""
     rng = np.random.default_rng(np.random.SeedSequence(random_state).spawn(1)[0])
     return np.sort(rng.choice(n, size=size, replace=False))
+
+
+def _light(imputer: Any) -> Any:
+    """The fitted imputer without its training rows (what ``transform`` of new rows needs)."""
+    import copy
+    from dataclasses import replace
+
+    light = copy.copy(imputer)
+    light._train = replace(imputer._train, X=imputer._train.X[:0])
+    light._imputed = imputer._imputed[:0]
+    light._fingerprint = None  # a partition is never "the training data"
+    return light
+
+
+def _ship(obj: Any) -> Any:
+    """``obj`` sent to every worker once (a distributed client), else one graph key."""
+    import dask
+
+    try:
+        from distributed import get_client
+
+        return get_client().scatter(obj, broadcast=True, hash=False)
+    except (ImportError, ValueError):  # no distributed client: the local scheduler
+        return dask.delayed(obj, traverse=False)
 
 
 def _take(part: pd.DataFrame, encoding: Encoding, local: np.ndarray) -> pd.DataFrame:
