@@ -200,7 +200,10 @@ def _layout(spec: dict[str, Any], n: int) -> dict[str, Any]:
 def child_layouts(n: int, trees: int, workdir: Path, scale_to: int) -> None:
     import zarr
 
-    from distforest.io.matrices import ROW_CACHE_BYTES, CoordinateReader
+    from distforest import settings
+    from distforest.io.matrices import CoordinateReader
+
+    ROW_CACHE_BYTES = int(settings.get("row-cache-bytes"))
     from distforest.kernels.simfetch import CountingFetch, fetch_rows
     from distforest.kernels.simtrees import grow_tree
 

@@ -15,7 +15,7 @@ from oracles import dense_oob_rownorm, dense_original_proximity, dense_rfgap
 from distforest.apps.impute import ProximityImputer
 from distforest.cli.impute_cmd import impute
 from distforest.cli.main import _Group
-from distforest.errors import InputError, NotFittedError, ParameterError
+from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.io import Table, load_table
 from distforest.io.writers import check_can_write, read_zarr_table, write_table
 
@@ -364,7 +364,7 @@ def test_writers_round_trip_and_refuse_to_overwrite(frame, tmp_path, suffix):
         pd.testing.assert_frame_equal(pd.read_parquet(path), frame)
     else:
         assert list(pd.read_csv(path).columns) == list(frame.columns)
-    with pytest.raises(ParameterError, match=r"already exists.*overwrite"):
+    with pytest.raises(StoreError, match=r"already exists.*overwrite"):
         write_table(frame, path)
     write_table(frame.iloc[:2], path, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
@@ -376,7 +376,7 @@ def test_writers_leave_nothing_half_written(frame, tmp_path):
         write_table(bad, tmp_path / "t.zarr")
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "folder.zarr").mkdir()
-    with pytest.raises(ParameterError, match="not a Zarr store"):
+    with pytest.raises(StoreError, match="not a Zarr store"):
         check_can_write(tmp_path / "folder.zarr", overwrite=True)
     with pytest.raises(ParameterError, match=r"unsupported output type '\.xlsx'"):
         check_can_write(tmp_path / "t.xlsx")
@@ -429,7 +429,7 @@ def test_cli_end_to_end_on_bundled_data(client, breast_cancer_csv, tmp_path):
     assert filled.between(1, 10).all()
     # refusing to overwrite, before any work; a Zarr output readable by xarray
     again = CliRunner().invoke(cli, [*args, "--out", str(out)])
-    assert again.exit_code == 2 and "already exists" in again.output
+    assert again.exit_code == 6 and "already exists" in again.output  # as every command
     store = tmp_path / "imputed.zarr"
     result = CliRunner().invoke(cli, [*args, "--out", str(store)], catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import dask.config
 import numpy as np
 import pytest
 import xarray as xr
@@ -274,7 +275,7 @@ def test_a_process_reads_and_sorts_each_row_block_once(forest, tmp_path, monkeyp
     path = str(tmp_path / "f.zarr")
     forest.save(path)
     if budget is not None:  # nothing fits: only the row block of a task's tiles is shared
-        monkeypatch.setattr(tiles, "BLOCK_CACHE_BYTES", budget)
+        monkeypatch.setitem(dask.config.config["distforest"], "block-cache-bytes", budget)
     reads, sorts = [], []
     real_read, real_sort = tiles.read_rows, tiles.sort_block
     monkeypatch.setattr(tiles, "read_rows", lambda p, n, r: reads.append(r) or real_read(p, n, r))

@@ -58,7 +58,7 @@ def test_no_task_finishing_stops_after_the_stall_timeout(small_cluster, monkeypa
 def test_bad_timeout_setting(small_cluster, monkeypatch):
     _, client = small_cluster
     monkeypatch.setenv("DISTFOREST_STALL_TIMEOUT", "soon")
-    with pytest.raises(ValueError, match="DISTFOREST_STALL_TIMEOUT must be a number"):
+    with pytest.raises(ValueError, match="DISTFOREST_STALL_TIMEOUT must be a positive number"):
         list(tasks.run_tasks(client, _slow, [(0.0,)], name="x"))
 
 

@@ -16,6 +16,7 @@ one-to-one matching of clusters to classes (Hungarian algorithm), ARI, NMI.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from distforest.errors import InputError, ParameterError
 from distforest.forests import constraints as C
+
+logger = logging.getLogger(__name__)
 
 METHODS = C.CLUSTER_METHODS
 
@@ -281,7 +284,10 @@ def dbscan(similarity: Any, eps: float, *, min_samples: int = 5) -> np.ndarray:
     op = as_operator(similarity)
     model = DBSCAN(eps=eps, min_samples=min_samples, metric="precomputed")
     if op.dense is not None:
-        return model.fit_predict(similarity_distance(op.dense)).astype(np.int64)
+        labels = model.fit_predict(similarity_distance(op.dense)).astype(np.int64)
+        if (labels == -1).all():
+            _warn_all_noise(eps, min_samples, _kth_distances(op, min_samples))
+        return labels
     if op.rows is None:
         raise ParameterError(
             "DBSCAN needs the similarity's rows: write it to a store first "
@@ -298,7 +304,45 @@ def dbscan(similarity: Any, eps: float, *, min_samples: int = 5) -> np.ndarray:
             parts.append((i + r.start, j + c.start, np.maximum(D[i, j], 1e-12)))
     rows, cols, vals = (np.concatenate(x) for x in zip(*parts, strict=True))
     graph = sparse.csr_matrix((vals, (rows, cols)), shape=(n, n))
-    return model.fit_predict(graph).astype(np.int64)
+    labels = model.fit_predict(graph).astype(np.int64)
+    if (labels == -1).all():
+        _warn_all_noise(eps, min_samples, _kth_distances(op, min_samples))
+    return labels
+
+
+def _kth_distances(op: Any, k: int) -> np.ndarray:
+    """Each row's distance to its k-th nearest row, itself included (DBSCAN's core rule).
+
+    Read like :func:`dbscan` reads the matrix (a dense one at once, a stored one
+    tile by tile, keeping k distances a row).
+    """
+    if op.dense is not None:
+        D = similarity_distance(op.dense)
+        k = min(k, D.shape[1])
+        return np.partition(D, k - 1, axis=1)[:, k - 1]
+    n = op.shape[0]
+    k = min(k, n)
+    out = np.empty(n)
+    for start in range(0, n, op.block):
+        r = slice(start, min(start + op.block, n))
+        best = np.full((r.stop - r.start, k), np.inf)
+        for _, tile in op.rows(r):
+            both = np.concatenate([best, similarity_distance(tile)], axis=1)
+            best = np.partition(both, k - 1, axis=1)[:, :k]
+        out[r] = best.max(axis=1)
+    return out
+
+
+def _warn_all_noise(eps: float, min_samples: int, kth: np.ndarray) -> None:
+    """Say that every row is noise, and which eps would give clusters."""
+    smallest, median = float(np.min(kth)), float(np.median(kth))
+    logger.warning(
+        "DBSCAN with eps=%g and min_samples=%d put every row in noise (label -1): no row "
+        "has %d rows within %g.  eps >= %.3g gives at least one cluster (the smallest "
+        "distance of a row to its %d-th nearest row); eps = %.3g (the median of those "
+        "distances) makes about half of the rows core points",
+        eps, min_samples, min_samples, eps, smallest, min_samples, median,
+    )  # fmt: skip
 
 
 # -- scores ------------------------------------------------------------------------------

@@ -197,7 +197,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
 
     Where it runs is not a parameter: ``with distforest.execution(client=c):``
     or :meth:`set_execution`; without them the current ``distributed``
-    client; without one, inputs of at most ``IN_PROCESS_CELLS`` (2 million)
+    client; without one, inputs of at most ``distforest.in-process-cells`` (2 million)
     cells run in this process (``column``: on one thread per core), larger
     ones on a LocalCluster started for the duration of a ``fit`` /
     ``transform`` call.  Progress stages: ``"fit"`` per tree batch of the

@@ -32,6 +32,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin, clone, is_classifier
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import column_or_1d
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
@@ -498,7 +499,7 @@ def save_model(
             rs.write_array(f"scaler_{name}", getattr(model.scaler_, name), ("feature",))
     if forest:
         saved: Any = model.similarity_  # a forest similarity: it has save()
-        saved.save(Path(rs.path) / FOREST_GROUP)
+        saved.save(location.join(rs.path, FOREST_GROUP))
     rs.mark_complete()
     return rs
 
@@ -533,7 +534,7 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
         model.classes_ = np.asarray(attrs["classes"])
     model.measure_ = model.similarity_ = None
     if attrs.get("metric_forest"):
-        where = Path(rs.path) / attrs["metric_forest"]
+        where = location.join(rs.path, attrs["metric_forest"])
         model.similarity_ = load_similarity(model.metric, where)  # no client: it travels in tasks
     else:
         m = attrs["measure"]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from distforest import location
 
 
 def ordered_sample(
@@ -87,7 +90,19 @@ def plot_matrix(
     shown = f" ({len(rows)} of {n} rows)" if len(rows) < n else ""
     ax.set_title((title or "pairwise matrix") + shown)
     fig.tight_layout()
-    out = Path(path)
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: str | Path) -> Any:
+    """Save ``fig`` as ``path``: a local file (folders made), or one object at a URL."""
+    if location.is_remote(path):
+        import io
+
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=Path(str(path)).suffix.lstrip(".") or "png")
+        location.write_bytes(path, buffer.getvalue())
+        return path
+    out = Path(location.local(path))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     return out
@@ -149,10 +164,7 @@ def plot_embedding(
     shown = f" ({len(keep)} of {n} rows)" if len(keep) < n else ""
     ax.set_title((title or "MDS") + shown)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    return out
+    return _save(fig, path)
 
 
 def plot_scores(
@@ -202,10 +214,7 @@ def plot_scores(
     ax.set_ylabel("score")
     ax.set_title(title or "outlier scores")
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    return out
+    return _save(fig, path)
 
 
 def plot_importances(
@@ -242,7 +251,4 @@ def plot_importances(
     shown = f" (top {len(order)} of {len(names)})" if len(order) < len(names) else ""
     ax.set_title((title or "feature importances") + shown)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    return out
+    return _save(fig, path)

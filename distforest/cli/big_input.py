@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 #: Files larger than this are read by partitions (about 2 million cells of CSV text,
-#: the in-process threshold of :data:`distforest.parallel.execution.IN_PROCESS_CELLS`).
+#: the default of the ``distforest.in-process-cells`` setting, :mod:`distforest.settings`).
 PARTITIONED_BYTES = 32 * 2**20
 
 _ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distforest import location
 from distforest._version import __version__
 from distforest.cli.big_input import partitioned_input
 from distforest.cli.options import runs_in_process
@@ -127,6 +128,9 @@ def run_proximity_job(
     spec = job.spec(table)
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:
+        same_forest = None if restart else _same_forest(job, spec, digest)
+        if same_forest is not None:
+            return _add_matrix(job, same_forest, table, progress, start)
         mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
         if mode == "complete":
             rs = RunStore.open(job.out)
@@ -141,7 +145,7 @@ def run_proximity_job(
                    f"the number of trees ({need['trees']:,})"
                    + (f" and imputation iterations ({job.impute.get('iterations', 5)})"
                       if job.impute else ""))  # fmt: skip
-        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
+        check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
         with _where(job, table.n_samples * table.n_features, progress) as (client, monitor):
@@ -199,6 +203,76 @@ def _where(job: ProximityJob, cells: int, progress: Any) -> Iterator[tuple[Any, 
         logger.info("cluster: %d workers, %d threads", len(client.nthreads()), threads)
         with use_execution(Execution(client, progress=progress)):
             yield client, monitor
+
+
+#: Spec keys that choose a matrix of a forest, not the forest: a job differing from a
+#: store's job only in these adds its matrix to the store (``proximity --method oob``).
+MATRIX_KEYS = ("method", "plot")
+
+
+def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> RunStore | None:
+    """The complete store at ``job.out`` when it holds this job's forest, for another matrix.
+
+    That is: a complete distforest store of a job whose spec equals this one
+    but for :data:`MATRIX_KEYS` (same input and fingerprint, same forest
+    parameters and seed, no applications), while this job asks for no
+    applications (nor top-k neighbours) either.  None otherwise (then :func:`decide` rules).
+    """
+    path = Path(job.out)
+    if any(getattr(job, name) for name in APP_STAGES) or job.top_k is not None:
+        return None  # (a top-k job's neighbours are not a dense matrix to add)
+    if not path.is_dir():
+        return None
+    try:
+        rs = RunStore.open(path)
+    except Exception:  # not a store, half created...: decide() says what to do
+        return None
+    old = rs.attrs.get("spec")
+    if not rs.is_complete or rs.attrs.get("spec_hash") == digest or not isinstance(old, dict):
+        return None
+    if any(old.get(name) for name in APP_STAGES):
+        return None
+    strip = lambda s: {k: v for k, v in s.items() if k not in MATRIX_KEYS}  # noqa: E731
+    return rs if strip(old) == strip(spec) else None
+
+
+def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
+                start: float) -> JobResult:  # fmt: skip
+    """Write ``job.method``'s matrix (and picture) into a complete store of the same forest.
+
+    ``table`` is the job's input (a :class:`Table` or a pending partitioned
+    input: only its size is used).  The forest is loaded from the store, not
+    fitted again; a matrix already
+    complete there is not written again (exit 0, "already complete").
+    """
+    name = ARRAY_NAMES[job.method]
+    done = rs.done_tiles(name)
+    have = name in rs.group and done is not None and bool(done.all())
+    plot_done = not job.plot or Path(job.plot).exists()
+    if have and plot_done:
+        logger.info("%s already holds the %s matrix of this forest", job.out, job.method)
+        return _result(job, rs, {}, start, "already complete")
+    if job.plot:
+        check_new_file(job.plot, job.overwrite)
+    need = estimate(job, table.n_samples, table.n_features)
+    check_disk(Path(job.out).parent, 0 if have else need["disk_bytes"])
+    logger.info("%s holds this forest: adding its %s matrix", job.out, job.method)
+    forest = ProximityForest.from_store(job.out)
+    rs = RunStore.open(job.out, mode="r+")
+    rs.mark_running()
+    outputs: dict[str, str] = {}
+    with _where(job, table.n_samples * table.n_features, progress):
+        forest.write_proximity(rs, job.method)
+        if job.plot:
+            from distforest.apps.plots import plot_matrix
+
+            matrix = rs.dataset()[name]
+            codes = forest.y_ if forest.task_ == "classification" else None
+            picture = plot_matrix(matrix, job.plot, labels=codes, title=f"{job.method} proximity",
+                                  class_names=[str(c) for c in forest.classes_])  # fmt: skip
+            outputs["proximity picture"] = str(picture.resolve())
+    rs.mark_complete()
+    return _result(job, rs, outputs, start, "new")
 
 
 def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
@@ -300,7 +374,7 @@ def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stage
         picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
                               class_names=[str(c) for c in forest.classes_])  # fmt: skip
         stages.finish("plot", time.perf_counter() - tick,
-                      {"proximity picture": str(picture.resolve())})  # fmt: skip
+                      {"proximity picture": location.resolved(picture)})  # fmt: skip
 
 
 def _impute_partitioned(job: ProximityJob, params: dict[str, Any], out: str,
@@ -337,7 +411,7 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
             else:
                 imputer, _, written = run_imputation(plan, params, client)
                 cells = int(sum(imputer.n_missing_.values()))
-            outputs = {"imputed table": str(Path(written).resolve())}
+            outputs = {"imputed table": location.resolved(written)}
             info["cells_imputed"] = cells
         elif name == "outliers":
             outputs = write_outliers(forest, options["out"], options.get("plot"),

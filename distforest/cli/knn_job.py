@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distforest import location
 from distforest._version import __version__
 from distforest.apps.knn import WEIGHTS
 from distforest.cli.jobs import JobResult, summary
@@ -104,7 +105,7 @@ def knn_job(
             f"{source}: a k-NN pipeline has the sections input, neighbors and/or knn, output "
             f"and cluster; remove {', '.join(clash)}"
         )
-    extra = sorted(set(sections["output"]) - {"dir", "overwrite"})
+    extra = sorted(set(sections["output"]) - {"dir", "overwrite", "storage_options"})
     if extra:
         raise ConfigError(
             f"{source}: output.{extra[0]} does not apply to a k-NN pipeline (outputs are named "
@@ -179,7 +180,7 @@ def _predict_section(section: Any, out_dir: Path, source: str, today_path: Any) 
     if missing:
         raise ConfigError(f"{source}: knn.predict.{missing[0]} is required")
     path = today_path(section["input"])
-    if not Path(path).exists():
+    if not location.is_remote(path) and not Path(path).exists():
         raise ConfigError(
             f"{source}: knn.predict.input {path!r} does not exist (relative paths are relative "
             f"to the current directory {str(Path.cwd())!r})"
@@ -229,7 +230,7 @@ def run_knn_job(
                            ("model", (model or {}).get("model"))) if path
     }  # fmt: skip
     for name, path in (("neighbors", (nb or {}).get("out")), ("model", (model or {}).get("model"))):
-        if path and todo[name]:
+        if path and todo[name] and not location.is_remote(path):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     if predict and todo.get("model", True):
         check_new_file(predict["out"], job.overwrite or restart or "model" in todo)
@@ -252,7 +253,7 @@ def run_knn_job(
             params = ds.attrs["params"]
             what.append(f"top-{nb['k']} {params['metric']} neighbours ({params['algorithm']})")
         if model:
-            if todo["model"] or (predict and not Path(predict["out"]).exists()):
+            if todo["model"] or (predict and not location.exists(predict["out"])):
                 params = {"n_neighbors": model["k"], "weights": model["weights"],
                           "metric": model["metric"],
                           "normalize": normalize_choice(model["normalize"]),
@@ -269,7 +270,7 @@ def run_knn_job(
             task = {"KNNClassifier": "classification"}.get(saved.attrs["model"], "regression")
             outputs["model"] = saved.path
             if predict:
-                outputs["predictions"] = str(Path(predict["out"]).resolve())
+                outputs["predictions"] = _shown(predict["out"])
             if model["metric"] in FOREST_METRICS:
                 n_trees = model["n_estimators"]
             what.append(f"k-NN {task} model (k={model['k']}, {model['weights']}, "
@@ -279,7 +280,7 @@ def run_knn_job(
                 shape = (rows, features)
     store = outputs.get("neighbours store") or outputs["model"]
     mode = "already complete" if not any(todo.values()) and (
-        not predict or Path(predict["out"]).exists()) else "new"  # fmt: skip
+        not predict or location.exists(predict["out"])) else "new"  # fmt: skip
     return JobResult(
         store=store,
         name="neighbor_index" if nb else "X_fit",
@@ -298,9 +299,14 @@ def _stage_todo(path: str, spec: dict[str, Any], digest: str, *, restart: bool,
     mode = decide(path, spec, digest, restart=restart, overwrite=overwrite)
     if mode == "complete":
         return False
-    if Path(path).exists():
+    if location.exists(path):
         check_can_create(path, overwrite=True)  # ours, half-written or replaced on request
     return True
+
+
+def _shown(path: str) -> str:
+    """An output as the summary shows it: a URL as given, a local path resolved."""
+    return str(path) if location.is_remote(path) else str(Path(path).resolve())
 
 
 def knn_summary(result: JobResult) -> str:

@@ -11,15 +11,28 @@ import Dask, scikit-learn, Zarr and the rest inside their functions, so
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click
 
 from distforest._version import __version__
 from distforest.cli.progress import setup_logging
-from distforest.errors import DISK_FULL_ERRNOS, DiskFullError, DistforestError
+from distforest.errors import DISK_FULL_ERRNOS, DiskFullError, DistforestError, did_you_mean
+
+#: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+#: Parameters naming files or stores a command writes: checked writable while the command
+#: line is read, before any work.
+OUTPUT_PARAMS = frozenset({"out", "plot", "directory"})
+
+#: The group's options a user may also give after the subcommand (``distforest CMD ... -q``).
+GROUP_FLAGS = {"quiet": ("-q", "--quiet"), "verbose": ("-v", "--verbose")}
 
 #: Command name -> ("module:attribute" of the click command, its one-line help).
 #: The help is the first paragraph of the command's docstring (a test checks that
@@ -27,6 +40,8 @@ from distforest.errors import DISK_FULL_ERRNOS, DiskFullError, DistforestError
 COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("distforest.cli.xforest_cmd:cluster_cmd",
                 "Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."),
+    "examples": ("distforest.cli.examples_cmd:examples_cmd",
+                 "Copy the example pipelines, cluster files and bundled data into DIR."),
     "impute": ("distforest.cli.impute_cmd:impute",
                "Fill the missing values of INPUT from random-forest proximities."),
     "info": ("distforest.cli.store_cmd:info",
@@ -87,8 +102,20 @@ class _Group(click.Group):
         command = getattr(importlib.import_module(module), attr)
         if not isinstance(command, click.Command):
             raise TypeError(f"{module}:{attr} is {command!r}, not a click command")
+        _accept_group_flags(command)
+        _check_outputs_early(command)
         self.add_command(command, cmd_name)
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, with a did-you-mean for a mistyped command name."""
+        name = click.utils.make_str(args[0]) if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            ctx.fail(f"No such command {name!r}{hint or '; see distforest --help'}")
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The list of commands, from the lazy table's help (nothing is imported)."""
@@ -111,6 +138,13 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:  # Ctrl-C: one line; the `with` blocks have released locks
+            click.echo(
+                "distforest: interrupted; finished work is kept: run the same command again "
+                "to resume",
+                err=True,
+            )
+            sys.exit(INTERRUPTED)
         except DistforestError as exc:
             click.echo(f"distforest: error: {exc}", err=True)
             sys.exit(exc.exit_code)
@@ -135,7 +169,77 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
       distforest info prox.zarr
       distforest run pipelines/main.yaml
     """
-    ctx.obj = {"quiet": quiet, "run_id": setup_logging(quiet, verbose)}
+    ctx.obj = {"quiet": quiet, "verbose": verbose, "run_id": setup_logging(quiet, verbose)}
+
+
+def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """A group flag given after the subcommand: the same effect as before it."""
+    if not value or ctx.resilient_parsing or param.name is None:
+        return
+    obj = ctx.find_object(dict)
+    if obj is None:
+        return
+    obj[param.name] = True
+    logger = logging.getLogger("distforest")
+    quiet, verbose = obj.get("quiet", False), obj.get("verbose", False)
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+
+
+def _accept_group_flags(command: click.Command) -> None:
+    """Let ``command`` (and its subcommands) take ``-q``/``-v`` as the group does.
+
+    Habit puts them anywhere: ``distforest proximity ... --quiet`` means what
+    ``distforest --quiet proximity ...`` means.  A command with an option of its
+    own under one of these names keeps it.
+    """
+    taken = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+    names = {p.name for p in command.params}
+    for name, opts in GROUP_FLAGS.items():
+        if name not in names and not taken.intersection(opts):
+            command.params.append(
+                click.Option(list(opts), is_flag=True, expose_value=False, hidden=True,
+                             callback=_set_flag, help=f"Same as distforest {opts[1]}.")
+            )  # fmt: skip
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _accept_group_flags(sub)
+
+
+def check_writable(path: str) -> None:
+    """Refuse an output whose folder this process cannot write (exit 6, one line).
+
+    The folder is the nearest existing one on the way to ``path`` (missing
+    folders are created by the commands): a read-only mount or a folder
+    without write permission fails here, before any work, instead of at the
+    end of the run.
+    """
+    out = Path(path)
+    folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
+    if out.is_dir() and not out.is_symlink():
+        folder = out  # a store or folder being replaced: written inside
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        from distforest.errors import StoreError
+
+        why = "is not a folder" if not folder.is_dir() else "is not writable (read-only, or "
+        why += "" if not folder.is_dir() else "no permission)"
+        raise StoreError(f"cannot write {path!r}: {str(folder)!r} {why}; choose another path")
+
+
+def _writable_output(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value and not ctx.resilient_parsing:
+        for path in value if isinstance(value, list | tuple) else [value]:
+            check_writable(str(path))
+    return value
+
+
+def _check_outputs_early(command: click.Command) -> None:
+    """Check ``command``'s output parameters (:data:`OUTPUT_PARAMS`) as they are read."""
+    for param in command.params:
+        if param.name in OUTPUT_PARAMS and param.callback is None:
+            param.callback = _writable_output
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _check_outputs_early(sub)
 
 
 def main() -> None:

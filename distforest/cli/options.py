@@ -48,7 +48,8 @@ cluster_options = _stack([
     click.option("--scheduler", metavar="ADDRESS",
                  help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
     click.option("--cluster", "cluster", metavar="FILE.yaml", type=click.Path(dir_okay=False),
-                 help="Start or reach a cluster described in a YAML file (see cluster_configs/)."),
+                 help="Start or reach a cluster described in a YAML file, or a shipped one "
+                      "by name: local, address, ssh, slurm, pbs, kubernetes (cluster_configs/)."),
     click.option("--workers", type=click.IntRange(min=1),
                  help="Workers of the default LocalCluster [default: CPU count]."),
     click.option("--threads", type=click.IntRange(min=1),
@@ -181,13 +182,13 @@ def runs_in_process(cluster_kw: dict[str, Any], cells: int) -> bool:
 
     Yes when no cluster option was given (``cluster_kw`` all None: no
     --scheduler, --cluster or LocalCluster size) and the input has at most
-    :data:`~distforest.parallel.execution.IN_PROCESS_CELLS` cells: starting
+    ``distforest.in-process-cells`` cells (:mod:`distforest.settings`): starting
     a cluster would take longer than the work.  The tasks are the same, and so
     are the results.
     """
-    from distforest.parallel.execution import IN_PROCESS_CELLS
+    from distforest import settings
 
-    return cells <= IN_PROCESS_CELLS and all(v is None for v in cluster_kw.values())
+    return cells <= settings.get("in-process-cells") and all(v is None for v in cluster_kw.values())
 
 
 @contextmanager

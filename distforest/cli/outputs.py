@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import StoreError
 
 if TYPE_CHECKING:
@@ -30,7 +31,14 @@ def check_new_file(path: str | None, overwrite: bool) -> None:
     """
     if not path:
         return
-    out = Path(path)
+    if location.is_remote(path):
+        if location.exists(path) and not overwrite:
+            raise StoreError(
+                f"output {location.display(path)!r} already exists; pass --overwrite or choose "
+                "another path"
+            )
+        return
+    out = Path(location.local(path))
     if out.is_dir():
         raise StoreError(f"output {path!r} is a directory; give a file name")
     if out.exists() and not overwrite:
@@ -44,18 +52,25 @@ def check_new_file(path: str | None, overwrite: bool) -> None:
 
 
 def write_csv(frame: pd.DataFrame, path: str) -> str:
-    """Write via a temporary file and rename, so no half-written CSV is left."""
-    out = Path(path)
+    """Write via a temporary file and rename, so no half-written CSV is left
+    (on object storage: one upload, as every object is written whole)."""
+    if location.is_remote(path):
+        location.write_bytes(path, frame.to_csv(index=False).encode())
+        return path
+    out = Path(location.local(path))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.partial")
     frame.to_csv(tmp, index=False)
     tmp.replace(out)
-    return str(out.resolve())
+    return location.resolved(out)
 
 
 def write_text(path: str | Path, text: str) -> str:
-    """Write a text file via a temporary file and rename."""
-    out = Path(path)
+    """Write a text file via a temporary file and rename (an object in one upload)."""
+    if location.is_remote(path):
+        location.write_bytes(path, text.encode())
+        return str(path)
+    out = Path(location.local(path))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.partial")
     tmp.write_text(text)
@@ -93,7 +108,7 @@ def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[
         labels, names = class_labels(forest)
         picture = plot_scores(scores, plot, labels=labels, class_names=names,
                               threshold=OUTLIER_THRESHOLD, title=title)  # fmt: skip
-        written["outlier picture"] = str(picture.resolve())
+        written["outlier picture"] = location.resolved(picture)
     return written
 
 
@@ -121,5 +136,5 @@ def write_mds(
         marked = outlier_scores(forest) > OUTLIER_THRESHOLD
         picture = plot_embedding(coordinates, plot, labels=labels, class_names=names,
                                  marked=marked, title=title)  # fmt: skip
-        written["MDS picture"] = str(picture.resolve())
+        written["MDS picture"] = location.resolved(picture)
     return written

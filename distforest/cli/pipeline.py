@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from distforest import location
 from distforest._schema import BadValue, Checker, Key, check_mapping, yaml_problem
 from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
@@ -58,10 +59,19 @@ _STR = (str,)
 _LIST = (list,)
 _INT = (int,)
 _BOOL = (bool,)
+_MAP = (dict,)
 
 #: section -> key -> accepted types (None: also null).
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "input": {"path": _STR, "target": _STR, "labels": _STR, "drop": _LIST, "na_values": _LIST},
+    "input": {
+        "path": _STR,
+        "target": _STR,
+        "labels": _STR,
+        "drop": _LIST,
+        "na_values": _LIST,
+        # fsspec options of an input URL (endpoint, profile, ...): never recorded anywhere
+        "storage_options": _MAP,
+    },
     # checked against the estimator's own constraint table (see TABLES below)
     "forest": dict.fromkeys(ProximityForest._parameter_constraints, ()),
     "proximity": {"method": _STR, "top_k": _INT, "dense": _BOOL},
@@ -82,6 +92,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "plot": _STR,
         "report": _BOOL,
         "overwrite": _BOOL,
+        "storage_options": _MAP,
     },
     # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_job.py
     "xforest": dict.fromkeys([*XForest._parameter_constraints, "kind"], ()),
@@ -219,6 +230,14 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str)
         data[section] = {**(data.get(section) or {}), key: value}
 
 
+def _out_dir(text: str, storage_options: dict[str, Any] | None) -> Any:
+    """``output.dir`` as a Path, or as a URL carrying ``output.storage_options``
+    (``out_dir / name`` works on both)."""
+    if location.is_remote(text):
+        return location.with_options(text, storage_options)
+    return Path(location.local(text))
+
+
 def _templated(text: str, today: _dt.date) -> str:
     yesterday = today - _dt.timedelta(days=1)
     return text.replace("{date}", today.isoformat()).replace("{yesterday}", yesterday.isoformat())
@@ -331,13 +350,13 @@ def load_pipeline(
     _check_combinations(data, sections, source)
     day = today or _dt.date.today()
     inp, out = sections["input"], sections["output"]
-    input_path = _templated(inp["path"], day)
-    if check_input and not Path(input_path).exists():
+    input_path = location.with_options(_templated(inp["path"], day), inp.get("storage_options"))
+    if check_input and not location.is_remote(input_path) and not Path(input_path).exists():
         raise ConfigError(
             f"{source}: input.path {input_path!r} does not exist (relative paths are relative "
             f"to the current directory {str(Path.cwd())!r})"
         )
-    out_dir = Path(_templated(out["dir"], day))
+    out_dir = _out_dir(_templated(out["dir"], day), out.get("storage_options"))
     extras: dict[str, dict[str, Any]] = {}
     for name in APPS:
         if name in data:

@@ -6,8 +6,8 @@ is counted with as many nodes as a fully grown tree on the bootstrap rows
 can have).  ``distforest run --dry-run`` prints them; every command that
 writes a matrix checks the disk estimate against the free space, and every
 command that fits or writes refuses absurd sizes (:func:`check_size`: more
-memory than the machine has, or more computing than ``DISTFOREST_MAX_CPU_HOURS``)
-before it starts.
+memory than the machine has, or more computing than the ``distforest.max-cpu-hours``
+setting of :mod:`distforest.settings`) before it starts.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from distforest import location, settings
 from distforest.errors import ParameterError, StoreError
 from distforest.parallel.tasks import default_batch_size, plan_tree_batches
-from distforest.parallel.tiling import BLOCK_CACHE_BYTES, TilePlan
+from distforest.parallel.tiling import TilePlan
 
 #: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
 #: (``benchmarks/bench_faults.py --calibrate``; table in ``benchmarks/results/faults.md``).
@@ -37,9 +38,6 @@ SECONDS_PER = {
     # the rows a leaf holds
     "neighbors": 2e-6,
 }
-#: Computing (CPU-hours) a command may plan before it is refused; override with this variable.
-MAX_CPU_HOURS_ENV = "DISTFOREST_MAX_CPU_HOURS"
-DEFAULT_MAX_CPU_HOURS = 1000.0
 
 #: Bytes per tree node as stored (children, feature, threshold, flags, counts).
 _NODE_BYTES = 29
@@ -125,7 +123,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     x_bytes = 8 * n * d
     fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
     # the row blocks a worker keeps while writing tiles: rows by leaf, leaf runs (12 B a cell)
-    blocks_kept = min(BLOCK_CACHE_BYTES, math.ceil(n / tile) * tile * trees * 12)
+    kept_max = int(settings.get("block-cache-bytes"))
+    blocks_kept = min(kept_max, math.ceil(n / tile) * tile * trees * 12)
     tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile + blocks_kept
     product_peak = n * trees * 9 + 8 * n * (d + 4) * 2
     return {
@@ -235,17 +234,8 @@ def physical_memory() -> int:
 
 
 def max_cpu_hours() -> float:
-    """The computing a command may plan (``DISTFOREST_MAX_CPU_HOURS``, default 1000)."""
-    value = os.environ.get(MAX_CPU_HOURS_ENV)
-    try:
-        hours = float(value) if value else DEFAULT_MAX_CPU_HOURS
-    except ValueError:
-        hours = -1.0
-    if not hours > 0:
-        raise ParameterError(
-            f"{MAX_CPU_HOURS_ENV} must be a positive number of hours, got {value!r}"
-        )
-    return hours
+    """The computing a command may plan (``distforest.max-cpu-hours``, default 1000)."""
+    return float(settings.get("max-cpu-hours"))
 
 
 def _duration(seconds: float) -> str:
@@ -259,8 +249,8 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
     """Refuse, before any work, a job beyond reason: a typo such as ``--trees 100000000``.
 
     Refused when the estimated memory of this process exceeds the machine's
-    RAM, or the estimated computing exceeds ``DISTFOREST_MAX_CPU_HOURS``
-    (default 1000; set the variable to run a really big job).  The message
+    RAM, or the estimated computing exceeds ``distforest.max-cpu-hours``
+    (:mod:`distforest.settings`, default 1000; raise it to run a really big job).  The message
     gives the estimated time, memory and disk, like ``--dry-run``.
 
     Parameters
@@ -279,10 +269,11 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
                         f"machine has {_size(ram)}")  # fmt: skip
     if plan["cpu_seconds"] > limit * 3600:
         too_much.append(f"time: about {_duration(plan['cpu_seconds'])}, more than "
-                        f"{MAX_CPU_HOURS_ENV}={limit:g}")  # fmt: skip
+                        f"{settings.source('max-cpu-hours')}={limit:g}")  # fmt: skip
     if too_much:
         slow = plan["cpu_seconds"] > limit * 3600
-        longer = f"; to run a job this long on a big cluster, set {MAX_CPU_HOURS_ENV} higher"
+        knob = settings.how_to_set("max-cpu-hours")
+        longer = f"; to run a job this long on a big cluster, set {knob} higher"
         raise ParameterError(
             f"{what} is too large to start ({'; '.join(too_much)}; it would write about "
             f"{_size(plan['disk_bytes'])} and compute about {_duration(plan['cpu_seconds'])}): "
@@ -290,8 +281,17 @@ def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
         )
 
 
+#: The free space of object storage (see :func:`free_space`).
+UNBOUNDED = 2**62
+
+
 def free_space(directory: str | Path) -> int:
-    """Free bytes on the file system that holds ``directory`` (or its nearest parent)."""
+    """Free bytes on the file system that holds ``directory`` (or its nearest parent).
+
+    Object storage has no such limit to check: its free space counts as unbounded.
+    """
+    if location.is_remote(directory):
+        return UNBOUNDED
     p = Path(directory).resolve()
     while not p.exists():
         p = p.parent
@@ -300,7 +300,7 @@ def free_space(directory: str | Path) -> int:
 
 def _bytes_in(path: str | Path | None) -> int:
     """Bytes of the files under ``path`` (0 if it does not exist)."""
-    if path is None or not Path(path).is_dir():
+    if path is None or location.is_remote(path) or not Path(path).is_dir():
         return 0
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
@@ -318,6 +318,11 @@ def check_disk(directory: str | Path, need: int, *, replaces: str | Path | None 
             f"{_size(need)} (upper bound, uncompressed) but only {_size(free)} are free; free "
             "some space, write to another output.dir, or use a larger tile size / fewer rows"
         )
+
+
+def _free(free: int) -> str:
+    """Free space as ``--dry-run`` prints it (object storage: no limit to check)."""
+    return "object storage: no free-space limit" if free >= UNBOUNDED else f"{_size(free)} free"
 
 
 def describe(job: Any, plan: dict[str, Any], free: int) -> str:
@@ -340,7 +345,7 @@ def describe(job: Any, plan: dict[str, Any], free: int) -> str:
     for label, size in {**plan["store"], **plan["files"]}.items():
         lines.append(f"    {label:<34} {_size(size):>10}")
     lines += [
-        f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
+        f"  disk:         up to {_size(plan['disk_bytes'])}; {_free(free)} "
         + ("(ok)" if plan["disk_bytes"] <= free else "(NOT ENOUGH: the run would be refused)"),
         f"  memory:       about {_size(plan['worker_peak_bytes'])} at peak per worker (estimate)",
         f"  computing:    about {plan['cpu_seconds'] / 60:.1f} CPU minutes (rough)",
@@ -363,7 +368,7 @@ def describe_xforest(job: Any, n: int, d: int, free: int) -> str:
         f"tiles of {tiles.chunks[0]} x {tiles.chunks[0]}",
         f"  clustering:   {(job.clustering or {}).get('method', 'none')}",
         f"  store:        {job.out}",
-        f"  disk:         up to {_size(plan['disk_bytes'])}; {_size(free)} free "
+        f"  disk:         up to {_size(plan['disk_bytes'])}; {_free(free)} "
         + ("(ok)" if ok else "(NOT ENOUGH: the run would be refused)"),
         f"  memory:       about {_size(plan['memory_bytes'])} in this process",
         f"  computing:    about {plan['cpu_seconds'] / 60:.1f} CPU minutes (rough)",

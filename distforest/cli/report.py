@@ -13,11 +13,11 @@ import os
 import platform
 import socket
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from distforest import location
 from distforest._version import __version__
 from distforest.cli.outputs import write_text
 from distforest.parallel.cluster import engine_report
@@ -36,10 +36,15 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _disk_usage(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+def _disk_usage(path: Any) -> int:
+    return location.size(path)
+
+
+def _relative(path: Any, folder: Any) -> str:
+    """``path`` as a link from a report in ``folder``."""
+    if location.is_remote(path) or location.is_remote(folder):
+        return location.name(path)
+    return os.path.relpath(path, folder)
 
 
 def _quality(table: Any, stages: dict[str, Any]) -> dict[str, Any]:
@@ -102,10 +107,10 @@ def write_report(
     dict
         ``{"report": path of the JSON, "report (markdown)": path of the .md}``.
     """
-    out_dir = Path(job.report_dir)
-    files = {label: Path(p) for s in stages.values() for label, p in s.get("outputs", {}).items()}
-    written = {"store": _disk_usage(Path(rs.path))}
-    written.update({label: _disk_usage(p) for label, p in files.items() if p.exists()})
+    out_dir = job.report_dir
+    files = {label: p for s in stages.values() for label, p in s.get("outputs", {}).items()}
+    written = {"store": _disk_usage(rs.path)}
+    written.update({label: _disk_usage(p) for label, p in files.items() if location.exists(p)})
     facts = cluster_facts(monitor)
     report = {
         "run_id": run_id,
@@ -131,8 +136,12 @@ def write_report(
         "store": rs.path,
     }
     paths = {
-        "report": write_text(out_dir / "report.json", json.dumps(report, indent=2, default=str)),
-        "report (markdown)": write_text(out_dir / "report.md", _markdown(report, files, out_dir)),
+        "report": write_text(
+            location.join(out_dir, "report.json"), json.dumps(report, indent=2, default=str)
+        ),
+        "report (markdown)": write_text(
+            location.join(out_dir, "report.md"), _markdown(report, files, out_dir)
+        ),
     }
     return paths
 
@@ -141,7 +150,7 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
-def _markdown(report: dict[str, Any], files: dict[str, Path], out_dir: Path) -> str:
+def _markdown(report: dict[str, Any], files: dict[str, Any], out_dir: Any) -> str:
     lines = [
         f"# distforest run {report['run_id']}: {report['job']}",
         "",
@@ -163,9 +172,9 @@ def _markdown(report: dict[str, Any], files: dict[str, Path], out_dir: Path) -> 
     lines += ["", "## Outputs", ""]
     for label, size in report["bytes_written"].items():
         lines.append(f"- {label}: `{files.get(label, report['store'])}` ({_mb(size)})")
-    pictures = [(label, p) for label, p in files.items() if p.suffix == ".png"]
+    pictures = [(label, p) for label, p in files.items() if str(p).endswith(".png")]
     for label, p in pictures:
-        rel = os.path.relpath(p, out_dir)
+        rel = _relative(p, out_dir)
         lines += ["", f"### {label}", "", f"![{label}]({rel})"]
     return "\n".join(lines) + "\n"
 
@@ -205,8 +214,8 @@ def write_simple_report(
     (from :func:`cluster_facts`, read while the client was open) adds the
     engine, its addresses, tasks and retries.
     """
-    out_dir = Path(job.out).parent
-    files = {label: Path(p) for label, p in result.outputs.items()}
+    out_dir = location.parent(job.out)
+    files = dict(result.outputs)
     report = {
         "run_id": run_id,
         "job": getattr(job, "name", type(job).__name__),
@@ -217,7 +226,7 @@ def write_simple_report(
         "config": json.loads(json.dumps(job.__dict__, default=str)),
         "versions": versions(),
         "seconds": round(result.seconds, 3),
-        "bytes_written": {k: _disk_usage(p) for k, p in files.items() if p.exists()},
+        "bytes_written": {k: _disk_usage(p) for k, p in files.items() if location.exists(p)},
         **(cluster or {}),
     }
     lines = [
@@ -233,9 +242,13 @@ def write_simple_report(
     if cluster is not None:
         lines += _cluster_lines(report)
     for label, p in files.items():
-        if p.suffix == ".png":
-            lines += ["", f"### {label}", "", f"![{label}]({os.path.relpath(p, out_dir)})"]
+        if str(p).endswith(".png"):
+            lines += ["", f"### {label}", "", f"![{label}]({_relative(p, out_dir)})"]
     return {
-        "report": write_text(out_dir / "report.json", json.dumps(report, indent=2, default=str)),
-        "report (markdown)": write_text(out_dir / "report.md", "\n".join(lines) + "\n"),
+        "report": write_text(
+            location.join(out_dir, "report.json"), json.dumps(report, indent=2, default=str)
+        ),
+        "report (markdown)": write_text(
+            location.join(out_dir, "report.md"), "\n".join(lines) + "\n"
+        ),
     }

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from distforest import location
 from distforest.cli.options import cluster_options, connect_kwargs
 from distforest.cli.progress import ProgressBars
 from distforest.errors import ConfigError, DistforestError
@@ -35,6 +36,10 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
         restart: bool, scheduler: str | None, cluster: str | None, workers: int | None,
         threads: int | None, memory_limit: str | None) -> None:  # fmt: skip
     """Run the job described in a PIPELINE YAML file (see pipelines/).
+
+    PIPELINE is a file, or the name of a shipped example (main, knn, mds,
+    mislabels, nightly_impute, outliers, simforest, smerf, xforest_cluster),
+    which then reads the bundled data wherever distforest is installed.
 
     Safe to run again: the output store is locked while a run writes it; a
     run that was killed resumes where it stopped (same config: finished
@@ -59,6 +64,7 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     from distforest.cli.xforest_job import XForestJob, run_xforest_job
     from distforest.io import load_table
 
+    pipeline, overrides = shipped_pipeline(pipeline, overrides)
     job = load_pipeline(pipeline, overrides=overrides)
     given = {"workers": workers, "threads": threads, "memory_limit": memory_limit}
     if scheduler or cluster:
@@ -89,7 +95,7 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
         if dry_run:
             table = load_table(job.input, target=job.target, drop=job.drop,
                                na_values=job.na_values)  # fmt: skip
-            free = free_space(Path(job.out).parent)
+            free = free_space(location.parent(job.out))
             click.echo(describe_xforest(job, table.n_samples, table.n_features, free))
             return
         click.echo(summary(run_xforest_job(job, bars, restart=restart,
@@ -98,13 +104,47 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     if dry_run:
         table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
         plan = estimate(job, table.n_samples, table.n_features, threads=None)
-        free = free_space(Path(job.out).parent)
+        free = free_space(location.parent(job.out))
         click.echo(describe(job, plan, free))
-        check_disk(Path(job.out).parent, plan["disk_bytes"])
+        check_disk(location.parent(job.out), plan["disk_bytes"])
         return
     result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
                                restart=restart, run_id=obj["run_id"])  # fmt: skip
     click.echo(summary(result))
+
+
+def shipped_pipeline(pipeline: str, overrides: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """A pipeline given by the name of a shipped example: its file, and its data found.
+
+    ``distforest run main`` (no file ``main`` here) runs the shipped
+    ``pipelines/main.yaml``.  Its input names the bundled data relative to the
+    folder holding the package (``distforest/data/...``); when that path does
+    not exist here, ``--set`` overrides point it at the installed copy (the
+    user's own ``--set`` come after, and win).
+    """
+    import yaml
+
+    from distforest import examples
+
+    path = None if Path(pipeline).exists() else examples.find("pipelines", pipeline)
+    if path is None:
+        return pipeline, overrides
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    moved = []
+    for section, key in (("input", "path"), ("input", "labels")):
+        value = (data.get(section) or {}).get(key)
+        found = examples.bundled_path(value) if isinstance(value, str) else None
+        if found is not None and not Path(str(value)).exists():
+            moved.append(f"{section}.{key}={found}")
+    predict = (data.get("knn") or {}).get("predict")
+    if isinstance(predict, dict) and isinstance(predict.get("input"), str):
+        found = examples.bundled_path(predict["input"])
+        if found is not None and not Path(predict["input"]).exists():
+            moved.append(
+                "knn.predict="
+                + yaml.safe_dump({**predict, "input": str(found)}, default_flow_style=True).strip()
+            )
+    return str(path), (*moved, *overrides)
 
 
 @click.command()

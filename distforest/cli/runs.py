@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from distforest import location, settings
 from distforest.cli.report import write_simple_report
 from distforest.errors import StoreError
 from distforest.parallel.cluster import connect
@@ -56,8 +57,8 @@ def decide(out: str | Path, spec: dict[str, Any], digest: str, *, restart: bool 
     unless ``restart`` or ``overwrite``; a path that is not a distforest
     store is never replaced.
     """
-    path = Path(out)
-    if not path.exists() or is_half_created(path):
+    path = out
+    if not location.exists(path) or is_half_created(path):
         return "new"  # nothing there, or a store a killed run had only begun to create
     try:
         rs = RunStore.open(path)
@@ -95,7 +96,7 @@ class Stages:
         entry = self.record.get(name)
         if not entry:
             return False
-        return all(Path(p).exists() for p in entry.get("outputs", {}).values())
+        return all(location.exists(p) for p in entry.get("outputs", {}).values())
 
     def finish(self, name: str, seconds: float, outputs: dict[str, str] | None = None,
                **info: Any) -> None:  # fmt: skip
@@ -125,7 +126,7 @@ def resume_store(path: str | Path, run_id: str) -> tuple[RunStore, Stages]:
 
 @contextlib.contextmanager
 def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator[Any]:
-    """Run a block in process for up to :data:`IN_PROCESS_MAX` objects, else on a cluster.
+    """Run a block in process for up to ``distforest.in-process-objects``, else on a cluster.
 
     In process only when no cluster is named (``connect_kw`` all None);
     otherwise on the named (or a local) cluster.  The tasks, and so the
@@ -133,7 +134,8 @@ def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator
     :class:`~distforest.parallel.monitor.RunMonitor` (None in process), for
     :func:`~distforest.cli.report.cluster_facts`.
     """
-    if n_objects <= IN_PROCESS_MAX and all(v is None for v in connect_kw.values()):
+    no_cluster = all(v is None for v in connect_kw.values())
+    if n_objects <= settings.get("in-process-objects") and no_cluster:
         with execution("synchronous", progress=progress):
             yield None
         return
@@ -145,11 +147,6 @@ def where(n_objects: int, connect_kw: dict[str, Any], progress: Any) -> Iterator
         execution(client, progress=progress),
     ):
         yield monitor
-
-
-#: Up to this many objects a model job stays in this process unless a cluster is named:
-#: starting a LocalCluster would cost more than the work.
-IN_PROCESS_MAX = 3000
 
 
 def run_staged(

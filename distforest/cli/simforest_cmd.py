@@ -10,11 +10,11 @@ per test object: ``prediction`` (the label as given in training) and one
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
+from distforest import location
 from distforest.cli.options import cluster_options, input_options, seed_option, trees_option
 from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.similarity_cmd import bars, cluster_kw
@@ -268,7 +268,7 @@ def simforest_proximity(
     check_can_create(out, overwrite)
     forest = SimilarityForestClassifier.load(model)
     n, tile = forest.n_samples_, tile_size or forest.params_["tile_size"]
-    check_disk(Path(out).resolve().parent, estimate_matrix(n, n, 1, tile, True)["disk_bytes"],
+    check_disk(location.parent(out), estimate_matrix(n, n, 1, tile, True)["disk_bytes"],
                replaces=out)  # fmt: skip
     with where(n, cluster_kw(options), bars(ctx)):
         P = forest.proximity(method, store=out, overwrite=overwrite, tile_size=tile_size)

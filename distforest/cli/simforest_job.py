@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from distforest import location
 from distforest._version import __version__
 from distforest.cli.jobs import JobResult
 from distforest.cli.outputs import check_new_file, write_mds, write_outliers
@@ -125,7 +126,7 @@ def read_fit_input(
     if target is None or labels is not None:
         raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
     assert data is not None
-    table = load_table(data, target=target, drop=drop, na_values=na_values)
+    table = load_table(data, target=target, drop=drop, na_values=na_values, allow_missing=False)
     if table.categories:
         raise InputError(
             f"{data!r}: column(s) {sorted(table.categories)} hold text; a SimForest measure "
@@ -200,7 +201,7 @@ def run_simforest_job(
                 check_new_file((section or {}).get(key), replace)
         tile = job.forest.get("tile_size", SimilarityForestClassifier().tile_size)
         need = estimate_matrix(fit_input.n, fit_input.n, 1, tile, True)["disk_bytes"]
-        check_disk(Path(job.out).resolve().parent, need, replaces=job.out)
+        check_disk(location.parent(job.out), need, replaces=job.out)
         with where(fit_input.n, job.connect, progress) as monitor:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from distforest import location
 from distforest.cli.options import cluster_options, connect_kwargs, input_options, tile_size_option
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
@@ -140,7 +140,7 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     m = X.n_samples if Y is None else Y.n_samples
     need = estimate_matrix(X.n_samples, m, X.n_features, tile_size, symmetric=Y is None)
     check_size(f"the {X.n_samples:,} x {m:,} matrix of {X.source}", need, "the input sizes")
-    check_disk(Path(out).parent, need["disk_bytes"], replaces=out)
+    check_disk(location.parent(out), need["disk_bytes"], replaces=out)
     with connect(**cluster_kw(options)) as client:
         M = pairwise(X, Y, metric=metric, normalize=normalize_choice(normalize),
                      feature_range=feature_range, store=out, tile_size=tile_size,

@@ -25,6 +25,7 @@ from typing import Any
 import click
 import numpy as np
 
+from distforest import location
 from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
@@ -126,17 +127,35 @@ def fit_cmd(
     table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
     dist = load_distances(distances, n=table.n_samples)  # checked before any cluster starts
     need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
-    check_disk(Path(out).resolve().parent, need, replaces=out)
+    check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()
     with connect(**connect_kwargs(options)) as client:
         model.set_execution(client, progress=ProgressBars(enabled=not obj["quiet"]))
         model.fit(table, dist)
     seconds = time.perf_counter() - start
+    _save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
+    observed = dist.observed
+    click.echo(
+        f"SMERF: {params['n_estimators']} trees on {model.n_samples_} rows x "
+        f"{model.n_features_in_} features ({observed:.0%} of pairs observed) in {seconds:.1f} s"
+    )
+    _echo_importances(model.feature_importances_, model.feature_names_in_, top=5)
+    click.echo(f"  model: {location.resolved(out)}")
+
+
+def _save_model(model: Any, out: str, overwrite: bool, tile_size: int,
+                attrs: dict[str, Any]) -> None:  # fmt: skip
+    """Save under a temporary name and rename into place (object storage: in place)."""
+    from distforest.store.run_store import check_can_create
+
+    if location.is_remote(out):
+        check_can_create(out, overwrite)
+        model.save(out, overwrite=True, tile_size=tile_size, attrs=attrs)
+        return
     target = Path(out)
     tmp = target.with_name(f".{target.name}.fitting")
     try:
-        model.save(tmp, overwrite=True, tile_size=tile_size,
-                   attrs={"distances": str(distances)})  # fmt: skip
+        model.save(tmp, overwrite=True, tile_size=tile_size, attrs=attrs)
         check_can_create(target, overwrite)
         if target.exists():
             shutil.rmtree(target)
@@ -144,13 +163,6 @@ def fit_cmd(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    observed = dist.observed
-    click.echo(
-        f"SMERF: {params['n_estimators']} trees on {model.n_samples_} rows x "
-        f"{model.n_features_in_} features ({observed:.0%} of pairs observed) in {seconds:.1f} s"
-    )
-    _echo_importances(model.feature_importances_, model.feature_names_in_, top=5)
-    click.echo(f"  model: {target.resolve()}")
 
 
 @smerf.command("predict")
@@ -196,7 +208,7 @@ def predict_cmd(
         b = load_table(against, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
     m = model.n_samples_ if b is None else b.n_samples
     need = estimate_matrix(a.n_samples, m, 1, tile_size, False)["disk_bytes"]
-    check_disk(Path(out).resolve().parent, need, replaces=out)
+    check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()
     with connect(**connect_kwargs(options)) as client:
         model.set_execution(client, progress=ProgressBars(enabled=not obj["quiet"]))

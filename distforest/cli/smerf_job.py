@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from distforest import location
 from distforest._version import __version__
 from distforest.cli.jobs import JobResult
 from distforest.cli.plan import check_disk, estimate_matrix, estimate_smerf_model
@@ -140,8 +141,9 @@ def run_smerf_job(
             n_a = other["rows"].n_samples if "rows" in other else table.n_samples
             n_b = other["against"].n_samples if "against" in other else table.n_samples
             need += estimate_matrix(n_a, n_b, 1, job.tile_size, dist["oob"])["disk_bytes"]
-        Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-        check_disk(Path(job.out).resolve().parent, need, replaces=job.out)
+        if not location.is_remote(job.out):
+            Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+        check_disk(location.parent(job.out), need, replaces=job.out)
         with where(table.n_samples, job.connect, progress) as monitor:
             if stages is not None and stages.done("fit"):
                 logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
@@ -209,7 +211,7 @@ def smerf_job(
             "output and cluster; "
             + (f"remove {', '.join(clash)}" if clash else "add a 'smerf' section")
         )
-    extra = sorted(set(sections["output"]) - {"dir", "store", "overwrite"})
+    extra = sorted(set(sections["output"]) - {"dir", "store", "overwrite", "storage_options"})
     if extra:
         raise ConfigError(
             f"{source}: output.{extra[0]} does not apply to a SMERF pipeline (outputs are "

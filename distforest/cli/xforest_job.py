@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from distforest import location
 from distforest._version import __version__
 from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
@@ -109,7 +110,7 @@ def run_clustering(
             class_names=names,
             title=title or f"{similarity.name}, rows by cluster",
         )
-        written["clustered picture"] = str(picture.resolve())
+        written["clustered picture"] = location.resolved(picture)
     return written, result
 
 
@@ -140,8 +141,9 @@ def run_xforest_job(
         need = estimate_xforest(table.n_samples, table.n_features, job.forest)
         check_size(f"X-Forest on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,})")  # fmt: skip
-        check_disk(Path(job.out).parent, need["disk_bytes"], replaces=job.out)
-        Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+        check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
+        if not location.is_remote(job.out):
+            Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         from distforest.parallel.monitor import RunMonitor  # distributed: only here
 
         with connect(**job.connect) as client, RunMonitor(client) as monitor:
@@ -164,7 +166,7 @@ def run_xforest_job(
                 tick = time.perf_counter()
                 picture = plot_matrix(matrix, job.plot, title=f"{matrix.name}, rows in input order")
                 stages.finish("plot", time.perf_counter() - tick,
-                              {"similarity picture": str(picture.resolve())})  # fmt: skip
+                              {"similarity picture": location.resolved(picture)})  # fmt: skip
             if job.clustering and not stages.done("clustering"):
                 tick = time.perf_counter()
                 truth = None if table.y is None else np.asarray(table.y)

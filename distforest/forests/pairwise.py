@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from distforest import location
 from distforest.errors import InputError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.measures import Measure, check_values, make_scaler, parse_metric
@@ -220,7 +221,7 @@ def pairwise(
 
 def _open_for(store: str | Path, identity: dict[str, Any], overwrite: bool) -> RunStore | None:
     """A half-written store of the same request, to resume (None: create a new one)."""
-    if overwrite or not Path(store).exists():
+    if overwrite or not location.exists(store):
         return None
     try:
         rs = RunStore.open(store, mode="r+")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import uuid
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import tiles
@@ -407,14 +409,36 @@ class ProximityForest(DaskEstimator):
         return forest
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = Path(store)
-        if path.exists():
+        path = store
+        if location.exists(path):
             with contextlib.suppress(StoreError):
                 rs = RunStore.open(path, mode="r+")
-                if rs.attrs.get("fit_id") == self.fit_id_:
+                if rs.attrs.get("fit_id") == self.fit_id_ or self._same_as_stored(rs):
+                    self.fit_id_ = rs.attrs["fit_id"]
                     rs.mark_running()
                     return rs
         return self.save(path, overwrite=overwrite)
+
+    def _same_as_stored(self, rs: RunStore) -> bool:
+        """Whether ``rs`` holds this very forest, saved by an earlier fit.
+
+        The same parameters and seed on the same input give the same forest
+        (determinism), so re-running ``fit`` and ``proximity(store=...)``, as a
+        notebook cell run twice does, finds its store instead of refusing it.
+        Checked on the provenance (parameters with the seed's entropy, input
+        fingerprint, task, classes) and on the saved leaves and in-bag counts.
+        """
+        attrs = rs.attrs
+        if "fit_id" not in attrs or not {"leaves", "inbag"} <= set(rs.group):
+            return False
+        mine = json.loads(json.dumps(self._provenance(), default=str))
+        keys = ("params", "input", "task", "classes", "n_trees")
+        if any(attrs.get(k) != mine[k] for k in keys):
+            return False
+        return bool(
+            np.array_equal(rs.read("leaves"), self.leaves_)
+            and np.array_equal(rs.read("inbag"), self.inbag_)
+        )
 
     # -- proximities --------------------------------------------------------
 

@@ -34,6 +34,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d, validate_data
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
@@ -549,8 +550,8 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         return rs.dataset()[ARRAY_NAMES[method]]
 
     def _proximity_store(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = Path(store)
-        if path.exists():
+        path = store
+        if location.exists(path):
             with contextlib.suppress(StoreError):
                 rs = RunStore.open(path, mode="r+")
                 if rs.attrs.get("fit_id") == self.fit_id_ and "leaves" in rs.group:

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 import xarray as xr
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
@@ -465,7 +466,7 @@ class SMERF(DaskEstimator):
         n, n_trees = self.leaves_.shape
         rs.write_coordinates(n, n_trees)
         rs.write_forest(f.nodes, np.diff(f.node_offset), self.seeds_)
-        forest = RunStore(Path(rs.path) / "forest", rs.subgroup("forest"))
+        forest = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
         forest.write_array("proj_feature", f.proj_feature, ("projection",))
         forest.write_array("proj_weight", f.proj_weight, ("projection",))
         forest.write_array("leaf_members", f.leaf_members, ("member",),

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from distforest import settings
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.kernels import leafsums
 from distforest.kernels import proximity as proximity_kernels
@@ -26,7 +27,7 @@ from distforest.kernels.proximity import (
 )
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
-from distforest.parallel.tiling import BLOCK_CACHE_BYTES, TilePlan
+from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore, read_rows
 from distforest.store.schema import matrix_encoding, matrix_spec
 
@@ -82,7 +83,9 @@ def _read_block(path: str, method: str, rows: slice) -> dict:
 class _BlockCache:
     """The row blocks of one matrix write, shared by a process's task threads.
 
-    Up to :data:`~distforest.parallel.tiling.BLOCK_CACHE_BYTES`: the 2,048-row
+    Up to ``distforest.block-cache-bytes`` (:mod:`distforest.settings`, 256 MiB;
+    read by each worker process, so each block is read and prepared once per
+    process, not once per tile): the 2,048-row
     blocks of 100 trees take 1.6 MB each, so a matrix of up to about 300,000
     rows keeps all of its blocks.
 
@@ -123,8 +126,9 @@ class _BlockCache:
             block = {"sorted": sort_block(block["leaves"])}  # all the count kernel needs
         size = sum(sum(a.nbytes for a in v) if isinstance(v, tuple) else v.nbytes
                    for v in block.values())  # fmt: skip
+        budget = settings.get("block-cache-bytes")
         with self.lock:
-            fits = self.nbytes + size <= BLOCK_CACHE_BYTES
+            fits = self.nbytes + size <= budget
             # (another thread may have added the same block meanwhile)
             if self.write == write and key not in self.blocks and fits:
                 self.blocks[key] = block

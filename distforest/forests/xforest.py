@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import xarray as xr
 
+from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
@@ -430,7 +431,7 @@ class XForest(DaskEstimator):
         nodes = {c: np.ascontiguousarray(self.nodes_[:, k]) for k, c in enumerate(NODE_COLUMNS)}
         nodes["threshold"] = self.thresholds_
         rs.write_forest(nodes, np.diff(self.node_offset_), self.seeds_)
-        forest = RunStore(Path(rs.path) / "forest", rs.subgroup("forest"))
+        forest = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
         forest.write_array("direction_offset", self.direction_offset_, ("tree_edge",))
         forest.write_array("directions", self.directions_, ("direction", "feature"))
         forest.write_array("feature_min", self.feature_min_, ("feature",))
@@ -477,8 +478,8 @@ class XForest(DaskEstimator):
         return forest
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = Path(store)
-        if path.exists():
+        path = store
+        if location.exists(path):
             with contextlib.suppress(StoreError):
                 rs = RunStore.open(path, mode="r+")
                 if rs.attrs.get("fit_id") == self.fit_id_:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from distforest import settings
 from distforest.errors import InputError
 
 #: Largest Dask or xarray matrix (bytes) turned into a NumPy array; bigger ones must be on disk.
@@ -35,9 +36,6 @@ PREFERRED_NAMES = ("similarity", "distance", "S", "D", "Q", "matrix")
 
 #: Type of the values decoded from integer counts (holds every count exactly).
 DECODED_DTYPE = np.dtype(np.float32)
-
-#: Whole rows a :class:`CoordinateReader` keeps (bytes) when the chunks span whole rows.
-ROW_CACHE_BYTES = 256 * 1024**2
 
 #: Rows read in one call at most (bytes), so a level asking thousands of rows stays small.
 ROW_BATCH_BYTES = 32 * 1024**2
@@ -92,6 +90,11 @@ class StoredMatrix:
     name: str | None
     shape: tuple[int, int]
 
+    def __post_init__(self) -> None:
+        # Absolute from the start: tasks open it on workers, whose folder may differ.
+        if "://" not in self.path:
+            object.__setattr__(self, "path", str(Path(self.path).absolute()))
+
     def open(self) -> Any:
         """An object answering ``m[rows, cols]`` (integer arrays, element-wise) and ``m[a:b]``."""
         if self.path.endswith(".npy"):
@@ -121,9 +124,10 @@ class CoordinateReader:
     array : zarr.Array
     offset : int
         Added to every requested row.
-    cache_bytes : int
+    cache_bytes : int, optional
         Most bytes of whole rows kept (at least one row); 0 turns whole-row
-        reading off (plain coordinate selection).
+        reading off (plain coordinate selection).  Default: the
+        ``distforest.row-cache-bytes`` setting (:mod:`distforest.settings`).
 
     Attributes
     ----------
@@ -131,9 +135,9 @@ class CoordinateReader:
         Rows read from the store through the row cache (0 for other layouts).
     """
 
-    def __init__(
-        self, array: zarr.Array, offset: int = 0, cache_bytes: int = ROW_CACHE_BYTES
-    ) -> None:
+    def __init__(self, array: zarr.Array, offset: int = 0, cache_bytes: int | None = None) -> None:
+        if cache_bytes is None:
+            cache_bytes = int(settings.get("row-cache-bytes"))
         self.array = array
         self.offset = offset
         self.attrs = dict(array.attrs)

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distforest import location
 from distforest.errors import InputError, InputTypeError, did_you_mean
 
 __all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table", "read_frame"]
@@ -239,8 +240,10 @@ def refuse_sparse(X: Any) -> None:
 
 def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
     """Return ``(DataFrame | (ndarray, names), source name, stored y or None)``."""
+    if location.is_remote(source):
+        return _read_url(source, na)
     if isinstance(source, str | Path):
-        return _read_path(Path(source), str(source), na)
+        return _read_path(Path(location.local(source)), str(source), na)
     mod = type(source).__module__.split(".")[0]
     if isinstance(source, pd.DataFrame):
         return source, str(source.attrs.get(SOURCE_ATTR) or "<pandas.DataFrame>"), None
@@ -312,6 +315,35 @@ def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
         hint = " (object arrays are not supported; save a numeric one)" if suffix == ".npy" else ""
         raise InputError(f"{name}: cannot read the file: {exc}{hint}") from exc
     return _array(arr, name), name, None
+
+
+def _read_url(url: str, na: list[str]) -> tuple[Any, str, Any]:
+    """A table at an fsspec URL: a Zarr store is opened where it is; a file (read whole
+    anyway) is copied to a temporary local file and read by the rules for local files."""
+    import tempfile
+
+    name = location.display(url)
+    try:
+        fs, where = location.filesystem(url)
+        is_dir = fs.isdir(where)
+        if is_dir or where.rstrip("/").lower().endswith(".zarr"):
+            import zarr
+
+            node = zarr.open(location.zarr_store(url, read_only=True), mode="r")
+            return _zarr(node, name)
+        with tempfile.TemporaryDirectory(prefix="distforest-") as tmp:
+            copy = Path(tmp) / location.name(url)
+            fs.get_file(where, str(copy))
+            return _read_path(copy, name, na)
+    except InputError:
+        raise
+    except Exception as exc:
+        reached = location.access_error(exc, url)
+        if reached is not None:
+            raise reached from None
+        if isinstance(exc, FileNotFoundError):
+            raise InputError(f"no such file: {name}; check the URL") from None
+        raise InputError(f"{name}: cannot read it: {location.display(exc)}") from exc
 
 
 def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:

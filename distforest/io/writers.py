@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distforest.errors import InputError, ParameterError
+from distforest import location
+from distforest.errors import InputError, ParameterError, StoreError
 
 __all__ = ["OUTPUT_FORMATS", "check_can_write", "output_format", "write_table"]
 
@@ -81,33 +82,81 @@ def check_can_write(path: str | Path, overwrite: bool = False) -> Path:
     Raises
     ------
     ParameterError
-        Unsupported suffix, an existing destination without ``overwrite``,
-        a directory that is not a Zarr store, or a missing parent folder.
+        Unsupported suffix.
+    StoreError
+        An existing destination without ``overwrite``, a directory that is
+        not a Zarr store, a missing parent folder, or a folder this process
+        cannot write (read-only mount, permissions): exit 6, as every output
+        problem of the command line.
     """
     fmt = output_format(path)
-    dest = Path(path).resolve()
+    if location.is_remote(path):
+        return _check_remote(path, fmt, overwrite)
+    dest = Path(location.local(path)).resolve()
+    if dest.parent.is_dir() and not os.access(dest.parent, os.W_OK | os.X_OK):
+        raise StoreError(
+            f"cannot write {str(path)!r}: the folder {str(dest.parent)!r} is not writable "
+            "(read-only, or no permission); choose another output path"
+        )
     if not dest.parent.is_dir():
-        raise ParameterError(
+        raise StoreError(
             f"cannot write {str(path)!r}: the folder {str(dest.parent)!r} does not exist; "
             "create it first"
         )
     if dest.exists() or dest.is_symlink():
         if not overwrite:
-            raise ParameterError(
+            raise StoreError(
                 f"{str(path)!r} already exists; pass overwrite=True (--overwrite) to replace it "
                 "or choose another name"
             )
         if dest.is_dir() and not (fmt == "zarr" and (dest / "zarr.json").exists()):
-            raise ParameterError(
+            raise StoreError(
                 f"{str(path)!r} is a directory that is not a Zarr store; refusing to replace "
                 "it: choose another name"
             )
         if not dest.is_dir() and fmt == "zarr":
-            raise ParameterError(
+            raise StoreError(
                 f"{str(path)!r} exists and is a file, not a Zarr store; refusing to replace "
                 "it: choose another name"
             )
     return dest
+
+
+def _check_remote(url: Any, fmt: str, overwrite: bool) -> Any:
+    """:func:`check_can_write` for a URL (object storage has no folders to check)."""
+    if location.exists(url):
+        shown = location.display(url)
+        if not overwrite:
+            raise StoreError(
+                f"{shown!r} already exists; pass overwrite=True (--overwrite) to replace it "
+                "or choose another name"
+            )
+        if location.is_dir(url) and not (
+            fmt == "zarr" and location.exists(location.join(url, "zarr.json"))
+        ):
+            raise StoreError(
+                f"{shown!r} is a folder that is not a Zarr store; refusing to replace it: "
+                "choose another name"
+            )
+    return url
+
+
+def _write_remote(frame: pd.DataFrame, url: Any, fmt: str, attrs: dict[str, Any]) -> None:
+    """Object storage: a file is one upload (never seen half-written); a Zarr table is
+    written in place, its metadata consolidated last."""
+    import io
+
+    if fmt == "zarr":
+        if location.exists(url):
+            location.remove_tree(url)
+        _write_zarr(frame, url, attrs)
+        return
+    buffer = io.BytesIO()
+    if fmt == "csv":
+        frame.to_csv(buffer, index=False)
+    else:
+        frame.to_parquet(buffer, index=False)
+    location.write_bytes(url, buffer.getvalue())
 
 
 @contextlib.contextmanager
@@ -165,6 +214,9 @@ def write_table(
     if len(set(names)) != len(names):
         dup = sorted({c for c in names if names.count(c) > 1})
         raise InputError(f"cannot write {str(path)!r}: duplicate column names {dup}; rename them")
+    if location.is_remote(dest):
+        _write_remote(frame.set_axis(names, axis=1), dest, fmt, attrs or {})
+        return dest
     with _staged(dest) as tmp:
         if fmt == "csv":
             frame.to_csv(tmp, index=False)
@@ -212,10 +264,10 @@ def _empty_is_missing(series: pd.Series) -> bool:
     return not any(isinstance(v, str) and v == "" for v in values)
 
 
-def _write_zarr(frame: pd.DataFrame, tmp: Path, attrs: dict[str, Any]) -> None:
+def _write_zarr(frame: pd.DataFrame, tmp: Any, attrs: dict[str, Any]) -> None:
     import zarr
 
-    group = zarr.open_group(str(tmp), mode="w-")
+    group = zarr.open_group(location.zarr_store(tmp), mode="w-")
     n = len(frame)
     dtypes, categories = {}, {}
     chunk = max(1, min(n, 1 << 20))
@@ -251,7 +303,7 @@ def _write_zarr(frame: pd.DataFrame, tmp: Path, attrs: dict[str, Any]) -> None:
     group.attrs.update(json.loads(json.dumps(meta, default=str)))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-        zarr.consolidate_metadata(str(tmp))
+        zarr.consolidate_metadata(location.zarr_store(tmp))
 
 
 def read_zarr_table(path: str | Path) -> pd.DataFrame:
@@ -271,7 +323,7 @@ def read_zarr_table(path: str | Path) -> pd.DataFrame:
     """
     import zarr
 
-    group = zarr.open_group(str(path), mode="r")
+    group = zarr.open_group(location.zarr_store(path, read_only=True), mode="r")
     columns = group.attrs.get("columns")
     if not isinstance(columns, list):
         raise InputError(

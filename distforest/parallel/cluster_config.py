@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from distforest import examples
 from distforest._schema import (
     NO_DEFAULT,
     BadValue,
@@ -517,7 +518,9 @@ def load_cluster_config(path: str | Path) -> ClusterConfig:
     Parameters
     ----------
     path : str or Path
-        A YAML file shaped like those in ``cluster_configs/``.  Relative TLS
+        A YAML file shaped like those in ``cluster_configs/``, or the bare name
+        of a shipped one (``"local"``, ``"slurm"``, ...; see
+        :mod:`distforest.examples`) when no such file exists here.  Relative TLS
         file paths (kind ``address``) are resolved against the file's folder.
 
     Returns
@@ -532,13 +535,19 @@ def load_cluster_config(path: str | Path) -> ClusterConfig:
         :func:`parse_cluster_config`).
     """
     path = Path(path).expanduser()
+    shipped = None if path.exists() else examples.find("cluster_configs", str(path))
+    path = shipped or path
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        from distforest.errors import did_you_mean
+
+        known = examples.names("cluster_configs")
         raise ConfigError(
-            f"cluster config file not found: {source!r}. "
-            "Copy and edit one of the examples in cluster_configs/."
+            f"cluster config file not found: {source!r}{did_you_mean(source, known)}. Give a "
+            f"file, or the name of a shipped one ({', '.join(known)}); `distforest examples "
+            "DIR` copies them for editing."
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read cluster config file {source!r}: {exc}") from exc

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from distforest import settings
 from distforest.errors import ParameterError
 from distforest.parallel import tasks
 from distforest.parallel.cluster import use_client
@@ -43,10 +44,6 @@ Progress = Callable[[str, int, int], None]
 
 #: ``client=SYNCHRONOUS`` runs every task in this process (on ``Execution.threads`` threads).
 SYNCHRONOUS = "synchronous"
-
-#: Inputs of at most this many cells (rows x features) run in this process when no
-#: cluster was asked for: starting one would take longer than the work.
-IN_PROCESS_CELLS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -305,8 +302,8 @@ def in_process(exe: Execution, threads: int) -> Iterator[Runner]:
 
 def runs_here(exe: Execution, cells: int) -> bool:
     """Whether a call on ``cells`` input cells runs in this process: the input is small
-    (at most :data:`IN_PROCESS_CELLS`) and ``exe`` asks for no cluster."""
-    return cells <= IN_PROCESS_CELLS and not cluster_requested(exe)
+    (at most the ``distforest.in-process-cells`` setting) and ``exe`` asks for no cluster."""
+    return cells <= settings.get("in-process-cells") and not cluster_requested(exe)
 
 
 def _run_threads(

@@ -14,11 +14,14 @@ cannot work:
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import logging
 import multiprocessing
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import Any
 
@@ -163,7 +166,8 @@ def start_local(opts: Mapping[str, Any], attempts: int = 2) -> Any:
     kwargs = local_kwargs(opts)
     for attempt in range(1, attempts + 1):
         try:
-            return cls(**kwargs)
+            with _sigint_ignored():
+                return cls(**kwargs)
         except Exception as exc:
             if "bootstrapping phase" in _chain_text(exc):
                 raise ClusterError(f"local workers failed to start: {GUARD_FIX}.") from None
@@ -171,6 +175,29 @@ def start_local(opts: Mapping[str, Any], attempts: int = 2) -> Any:
                 raise
             logger.warning("the local cluster failed to start (%s); trying again", exc)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while a LocalCluster starts its workers, then restore the handler.
+
+    The worker processes started meanwhile keep ignoring it (an ignored signal
+    stays ignored across ``fork`` and ``exec``, and Python then installs no
+    handler of its own).  Ctrl-C in a terminal signals the whole process group:
+    this way it interrupts distforest, which closes the cluster and exits 130
+    with one line, instead of printing every worker's traceback.  A Ctrl-C
+    during the few seconds of start-up is lost (press it again).  Workers
+    started later to replace a dead one do not ignore it.  Only in the main
+    thread (the only one that may set handlers).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _chain_text(exc: BaseException | None) -> str:

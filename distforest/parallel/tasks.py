@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -18,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from distforest.errors import ParameterError, StalledError
+from distforest import settings
+from distforest.errors import StalledError
 
 if TYPE_CHECKING:  # imported where a client is used: in-process runs do without it
     from distributed import Client, Future
@@ -125,11 +125,11 @@ def scatter(client: Client, value: Any) -> Future:
     Big arrays never become part of a task graph this way.  If a worker
     dies during the transfer, the scatter is tried again (up to
     :data:`SCATTER_ATTEMPTS` times).  With no worker at all for
-    ``DISTFOREST_NO_WORKER_TIMEOUT`` seconds: :class:`StalledError` (exit 75).
+    the ``distforest.no-worker-timeout`` setting's seconds: :class:`StalledError` (exit 75).
     """
     from distributed.comm.core import CommClosedError
 
-    patience = _seconds("DISTFOREST_NO_WORKER_TIMEOUT", 120.0)
+    patience = float(settings.get("no-worker-timeout"))
     stalled = StalledError(
         f"no worker left to send the data to for {patience:g} s (workers keep dying?); the "
         "run stops here and can be resumed by running it again (exit 75: try later)"
@@ -290,20 +290,13 @@ def _allowed_failures() -> int:
     return int(dask.config.get("distributed.scheduler.allowed-failures", 3))
 
 
-def _seconds(env: str, default: float) -> float:
-    value = os.environ.get(env)
-    try:
-        return float(value) if value else default
-    except ValueError:
-        raise ParameterError(f"{env} must be a number of seconds, got {value!r}") from None
-
-
 class _Watchdog:
     """Yields finished futures; gives up when the run stalls instead of waiting forever.
 
-    No task finished for ``DISTFOREST_STALL_TIMEOUT`` seconds (default 3600),
-    or no worker at all for ``DISTFOREST_NO_WORKER_TIMEOUT`` seconds (default
-    120: nannies that stopped replacing killed workers): :class:`StalledError`.
+    No task finished for ``distforest.stall-timeout`` seconds (default 3600), or
+    no worker at all for ``distforest.no-worker-timeout`` seconds (default 120:
+    nannies that stopped replacing killed workers; see :mod:`distforest.settings`):
+    :class:`StalledError`.
     """
 
     POLL = 1.0  # seconds without a finished task between checks of the workers
@@ -312,8 +305,8 @@ class _Watchdog:
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
         self.name = name
-        self.stall = _seconds("DISTFOREST_STALL_TIMEOUT", 3600.0)
-        self.no_workers = _seconds("DISTFOREST_NO_WORKER_TIMEOUT", 120.0)
+        self.stall = float(settings.get("stall-timeout"))
+        self.no_workers = float(settings.get("no-worker-timeout"))
 
     def lost(self, waiting: int) -> StalledError:
         """The error when tasks were cancelled because the data sent to them was lost."""
@@ -364,7 +357,8 @@ class _Watchdog:
             if now - last_progress > self.stall:
                 raise StalledError(
                     f"{self.name}: no task finished for {now - last_progress:.0f} s "
-                    f"(DISTFOREST_STALL_TIMEOUT={self.stall:g}) with {watched.count()} task(s) "
+                    f"({settings.source('stall-timeout')}={self.stall:g}) with "
+                    f"{watched.count()} task(s) "
                     "waiting; the run stops here and can be resumed by running it again"
                 )
 

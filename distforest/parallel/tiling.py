@@ -15,11 +15,6 @@ import numpy as np
 
 from distforest.errors import ParameterError
 
-#: Bytes of row blocks one worker process keeps while a matrix is written
-#: (:class:`distforest.forests.tiles._BlockCache`): each block is then read and
-#: prepared once per process, not once per tile.
-BLOCK_CACHE_BYTES = 256 * 2**20
-
 
 @dataclass(frozen=True)
 class Tile:

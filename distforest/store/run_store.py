@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import zarr
 
+from distforest import location
 from distforest._version import __version__
-from distforest.errors import StoreError
+from distforest.errors import DISK_FULL_ERRNOS, StoreError
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
 from distforest.kernels.transpose import transposed
 from distforest.store.schema import (
@@ -64,9 +65,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def _is_distforest_store(path: Path) -> bool:
+def _open_group(path: str | Path, mode: Literal["r", "r+", "w"], **kw: Any) -> zarr.Group:
+    """The root group at ``path`` (a local path or a URL with its storage options)."""
+    store = location.zarr_store(path, read_only=mode == "r")
+    return zarr.open_group(store, mode=mode, **kw)
+
+
+def _is_distforest_store(path: str | Path) -> bool:
     try:
-        group = zarr.open_group(str(path), mode="r")
+        group = _open_group(path, "r")
     except Exception:
         return False
     return "distforest_version" in group.attrs
@@ -75,20 +82,20 @@ def _is_distforest_store(path: Path) -> bool:
 def is_half_created(path: str | Path) -> bool:
     """An empty directory, or a Zarr group with no attributes yet: nothing a run finished.
 
-    Stores made by :meth:`RunStore.create` never look like this (they are
-    renamed into place whole); older versions and disks that filled up at
-    the wrong moment could leave one, and replacing it loses nothing.
+    Local stores made by :meth:`RunStore.create` never look like this (they
+    are renamed into place whole; on object storage the group is written with
+    its attributes in one request); older versions and disks that filled up
+    at the wrong moment could leave one, and replacing it loses nothing.
     """
-    p = Path(path)
-    if not p.is_dir():
+    if not location.is_dir(path):
         return False
-    entries = [e.name for e in p.iterdir()]
+    entries = location.entries(path)
     if not entries:
         return True
     if entries != ["zarr.json"]:
         return False
     try:
-        meta = json.loads((p / "zarr.json").read_text() or "{}")
+        meta = json.loads(location.read_bytes(location.join(path, "zarr.json")) or b"{}")
     except (OSError, ValueError):
         return True  # a metadata file cut short
     return not meta.get("attributes")
@@ -96,10 +103,9 @@ def is_half_created(path: str | Path) -> bool:
 
 def is_unfinished(path: str | Path) -> bool:
     """A distforest store whose run did not finish: the same request run again resumes it."""
-    p = Path(path)
-    if not p.is_dir() or not _is_distforest_store(p):
+    if not location.is_dir(path) or not _is_distforest_store(path):
         return False
-    return zarr.open_group(str(p), mode="r").attrs.get("status") != STATUS_COMPLETE
+    return _open_group(path, "r").attrs.get("status") != STATUS_COMPLETE
 
 
 def check_can_create(path: str | Path, overwrite: bool) -> None:
@@ -109,18 +115,18 @@ def check_can_create(path: str | Path, overwrite: bool) -> None:
     existing distforest store (or an empty directory) may be replaced with
     ``overwrite``; anything else at ``path`` is never removed.
     """
-    p = Path(path)
-    if not p.exists() or is_half_created(p):
+    shown = location.display(path)
+    if not location.exists(path) or is_half_created(path):
         return  # nothing of value is there (a run killed while creating it)
     if not overwrite:
         raise StoreError(
-            f"output {str(p)!r} already exists; choose another path or pass "
+            f"output {shown!r} already exists; choose another path or pass "
             "overwrite=True (--overwrite on the command line) to replace it"
         )
-    empty_dir = p.is_dir() and not any(p.iterdir())
-    if not (empty_dir or _is_distforest_store(p)):
+    empty_dir = location.is_dir(path) and not location.entries(path)
+    if not (empty_dir or _is_distforest_store(path)):
         raise StoreError(
-            f"refusing to overwrite {str(p)!r}: it is not a distforest store; "
+            f"refusing to overwrite {shown!r}: it is not a distforest store; "
             "remove it yourself or choose another output path"
         )
 
@@ -139,7 +145,11 @@ class RunStore:
     """
 
     def __init__(self, path: str | Path, group: zarr.Group) -> None:
-        self.path = str(Path(path).resolve())
+        #: The store's absolute path, or its URL (a :class:`~distforest.location.Location`
+        #: keeps the storage options for the tasks that write it).
+        self.path: str = (
+            str(path) if location.is_remote(path) else str(Path(location.local(path)).resolve())
+        )
         self.group = group
 
     # -- life cycle -------------------------------------------------------
@@ -165,8 +175,17 @@ class RunStore:
         -------
         RunStore
         """
-        p = Path(path)
-        check_can_create(p, overwrite)
+        head = {
+            "distforest_version": __version__,
+            "schema_version": SCHEMA_VERSION,
+            "created": _now(),
+            "status": STATUS_RUNNING,
+            **dict(attrs),
+        }
+        check_can_create(path, overwrite)
+        if location.is_remote(path):
+            return cls._create_in_place(str(path), head)
+        p = Path(location.local(path))
         p.parent.mkdir(parents=True, exist_ok=True)
         # Built under a temporary name and renamed into place: a run killed
         # (or a disk filled) half-way through leaves no half-made store at
@@ -176,25 +195,32 @@ class RunStore:
             if tmp.exists():
                 shutil.rmtree(tmp)
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
-            group.attrs.update(
-                {
-                    "distforest_version": __version__,
-                    "schema_version": SCHEMA_VERSION,
-                    "created": _now(),
-                    "status": STATUS_RUNNING,
-                    **dict(attrs),
-                }
-            )
+            group.attrs.update(head)
             if p.exists():
                 shutil.rmtree(p)
             tmp.rename(p)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            fix = "free some space or " if exc.errno in DISK_FULL_ERRNOS else ""
             raise StoreError(
-                f"cannot create the store {str(p)!r}: {exc.strerror or exc}; free some space "
-                "or write to another directory"
+                f"cannot create the store {str(p)!r}: {exc.strerror or exc}; {fix}write to "
+                "another directory"
             ) from exc
         return cls(p, zarr.open_group(str(p), mode="r+", use_consolidated=False))
+
+    @classmethod
+    def _create_in_place(cls, url: str, head: dict[str, Any]) -> RunStore:
+        """Object storage has no rename: the group is written where it belongs, its
+        attributes (status ``"running"``) in the same request as the group itself."""
+        shown = location.display(url)
+        try:
+            if location.exists(url):
+                location.remove_tree(url)  # check_can_create allowed it
+            _open_group(url, "w", zarr_format=3, attributes=head)
+            group = _open_group(url, "r+", use_consolidated=False)
+        except Exception as exc:
+            raise StoreError(f"cannot create the store {shown!r}: {_why(exc)}") from exc
+        return cls(url, group)
 
     @classmethod
     def open(
@@ -209,13 +235,13 @@ class RunStore:
         require_complete : bool
             Raise :class:`StoreError` when the run did not finish.
         """
-        p = Path(path)
-        if not p.exists():
-            raise StoreError(f"no such store: {str(p)!r}")
+        p = location.display(path)
+        if not location.exists(path):
+            raise StoreError(f"no such store: {p!r}")
         try:
-            group = zarr.open_group(str(p), mode=mode, use_consolidated=False)
+            group = _open_group(path, mode, use_consolidated=False)
         except Exception as exc:
-            raise StoreError(f"{str(p)!r} is not a Zarr group: {exc}") from exc
+            raise StoreError(f"{p!r} is not a Zarr group: {exc}") from exc
         if "distforest_version" not in group.attrs:
             raise StoreError(f"{str(p)!r} is a Zarr group but not a distforest store")
         version = group.attrs.get("schema_version", 1)
@@ -225,7 +251,7 @@ class RunStore:
                 f"({__version__}) reads (up to {SCHEMA_VERSION}); upgrade distforest, or write "
                 "the run again with this version"
             )
-        store = cls(p, group)
+        store = cls(path, group)
         if require_complete and not store.is_complete:
             raise StoreError(
                 f"store {str(p)!r} is incomplete (status {store.status!r}): the run that "
@@ -288,7 +314,7 @@ class RunStore:
         self.update_attrs(status=STATUS_COMPLETE, updated=_now())
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-            self.group = zarr.consolidate_metadata(self.path, zarr_format=3)
+            self.group = zarr.consolidate_metadata(location.zarr_store(self.path), zarr_format=3)
 
     # -- writing ----------------------------------------------------------
 
@@ -464,7 +490,7 @@ class RunStore:
     ) -> None:
         """Save the flattened trees (no pickle) under ``forest/``."""
         forest = self.group.require_group("forest")
-        sub = RunStore(Path(self.path) / "forest", forest)
+        sub = RunStore(location.join(self.path, "forest"), forest)
         offset = np.concatenate([[0], np.cumsum(node_counts)]).astype(np.int64)
         sub.write_array("node_offset", offset, ("tree_edge",))
         sub.write_array("seed", np.asarray(seeds, dtype=np.uint64), ("tree",))
@@ -484,7 +510,9 @@ class RunStore:
         """
         import xarray as xr  # on use: a run that only writes does without it
 
-        ds = xr.open_zarr(self.path, consolidated=False, zarr_format=3)
+        ds = xr.open_zarr(
+            location.zarr_store(self.path, read_only=True), consolidated=False, zarr_format=3
+        )
         for name, var in ds.data_vars.items():
             stored = var.encoding.get("dtype")
             if "scale_factor" in var.encoding and stored is not None and stored.kind in "iu":
@@ -508,6 +536,12 @@ class RunStore:
             for name, arr in sorted(self.subgroup("forest").arrays()):
                 arrays[f"forest/{name}"] = _summary(arr)
         return {"path": self.path, "attrs": self.attrs, "arrays": arrays}
+
+
+def _why(exc: BaseException) -> str:
+    """One line on why a store operation failed, with the usual fix."""
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return f"{text}; check that the location exists and that you may write there"
 
 
 def _summary(arr: zarr.Array) -> dict[str, Any]:
@@ -546,18 +580,20 @@ def task_array(path: str, name: str, mode: Literal["r", "r+"]) -> zarr.Array:
     fill value (on a 2048 x 2048 uint8 tile it costs twice the compression):
     such a chunk is then written instead of left out, and reads the same.
     """
-    try:
-        st = (Path(path) / name / "zarr.json").stat()
-        signature: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
-    except OSError:
-        signature = None
+    signature: tuple[int, int, int] | None = None
+    if not location.is_remote(path):  # on object storage: opened anew (no cheap stat)
+        try:
+            st = (Path(path) / name / "zarr.json").stat()
+            signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            pass
     key = (str(path), name, mode)
     with _open_lock:
         kept = _open_arrays.get(key)
         if kept is not None and kept[0] == signature:
             _open_arrays.move_to_end(key)
             return kept[1]
-    arr = zarr.open_array(path, path=name, mode=mode)
+    arr = zarr.open_array(location.zarr_store(path, read_only=mode == "r"), path=name, mode=mode)
     if mode != "r":
         arr = arr.with_config({"write_empty_chunks": True})
     if signature is not None:

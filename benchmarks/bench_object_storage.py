@@ -1,0 +1,234 @@
+"""Proximity on a local S3 server (moto's standalone server) vs local disk.
+
+Runs ``distforest proximity`` twice as a user would (a new process each time): input
+and store on local disk, then input and store at ``s3://`` URLs on a moto server on
+127.0.0.1 reached through a small counting TCP relay, so the bytes sent to and received
+from the server are measured on the wire.  The two proximity matrices are compared.
+
+    python benchmarks/bench_object_storage.py --n 20000 --trees 100 \\
+        --workdir /tmp/dfobj --out benchmarks/results/object_storage.md
+
+The server is a Python process on the same machine: the times say what distforest's
+object-storage path costs (requests, no local rename, no shared disk), not what a
+cloud object store's latency or bandwidth would give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Relay:
+    """Forward 127.0.0.1:port to ``target``, counting the bytes in each direction."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.sent = self.received = 0
+        self.connections = 0
+        self._lock = threading.Lock()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self.server.accept()
+            upstream = socket.create_connection(self.target)
+            with self._lock:
+                self.connections += 1
+            threading.Thread(target=self._pump, args=(client, upstream, "sent"),
+                             daemon=True).start()  # fmt: skip
+            threading.Thread(target=self._pump, args=(upstream, client, "received"),
+                             daemon=True).start()  # fmt: skip
+
+    def _pump(self, src: socket.socket, dst: socket.socket, counter: str) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+                with self._lock:
+                    setattr(self, counter, getattr(self, counter) + len(data))
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def reset(self) -> None:
+        with self._lock:
+            self.sent = self.received = self.connections = 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_moto(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(300):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("moto server did not start")
+
+
+def run(args: list[str], env: dict[str, str]) -> float:
+    cmd = [sys.executable, "-c", "from distforest.cli.main import main; main()", "-q", *args]
+    tick = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - tick
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return wall
+
+
+def local_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20000)
+    parser.add_argument("--features", type=int, default=20)
+    parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/dfobj"))
+    parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
+    opts = parser.parse_args()
+
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    work = opts.workdir
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    X, y = make_classification(opts.n, opts.features, n_informative=10, random_state=0)
+    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(opts.features)])
+    frame["y"] = y
+    data = work / "data.parquet"
+    frame.to_parquet(data, index=False)
+
+    port = free_port()
+    server = start_moto(port)
+    relay = Relay(("127.0.0.1", port))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{relay.port}",
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    os.environ.update({k: env[k] for k in env if k.startswith("AWS_")})
+    try:
+        import s3fs
+
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("bench")
+        fs.put(str(data), "bench/in/data.parquet")
+        forest = ["--target", "y", "--trees", str(opts.trees), "--seed", "0"]
+        load_before = os.getloadavg()[0]
+        local_wall = run(["proximity", str(data), *forest, "--out", str(work / "p.zarr")], env)
+        relay.reset()
+        s3_wall = run(["proximity", "s3://bench/in/data.parquet", *forest, "--out",
+                       "s3://bench/out/p.zarr"], env)  # fmt: skip
+        sent, received, connections = relay.sent, relay.received, relay.connections
+        load_after = os.getloadavg()[0]
+        fs.invalidate_cache()
+        stored = int(fs.du("bench/out/p.zarr", total=True))
+        objects = len(fs.find("bench/out/p.zarr"))
+
+        import zarr
+
+        from distforest import location
+
+        a = zarr.open_array(str(work / "p.zarr"), path="proximity", mode="r")[...]
+        b = zarr.open_array(location.zarr_store("s3://bench/out/p.zarr", read_only=True),
+                            path="proximity", mode="r")[...]  # fmt: skip
+        identical = bool(np.array_equal(a, b))
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    result = {
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "command": "python benchmarks/bench_object_storage.py " + " ".join(sys.argv[1:]),
+        "n": opts.n, "features": opts.features, "trees": opts.trees,
+        "local_wall_s": round(local_wall, 2), "s3_wall_s": round(s3_wall, 2),
+        "local_store_bytes": local_bytes(work / "p.zarr"),
+        "s3_store_bytes": stored, "s3_objects": objects,
+        "bytes_sent": sent, "bytes_received": received, "connections": connections,
+        "input_bytes": data.stat().st_size,
+        "identical_proximity": identical,
+        "load_average_before_after": [round(load_before, 1), round(load_after, 1)],
+        "cpus": os.cpu_count(), "python": platform.python_version(),
+    }  # fmt: skip
+    print(json.dumps(result, indent=2))
+    if opts.out:
+        opts.out.write_text(markdown(result))
+
+
+def markdown(r: dict) -> str:
+    mb = 1e6
+    s3_row = " | ".join([
+        "| S3 (moto, loopback)", f"{r['s3_wall_s']:.1f} s", f"{r['s3_store_bytes'] / mb:.1f} MB",
+        str(r["s3_objects"]), f"{r['bytes_sent'] / mb:.1f} MB",
+        f"{r['bytes_received'] / mb:.1f} MB", f"{r['connections']} |",
+    ])  # fmt: skip
+    return f"""# Object storage: proximity on a local S3 server vs local disk
+
+**DRAFT (shared machine)**: measured once while other jobs ran on the same 2 cores
+(load average {r["load_average_before_after"][0]} before, {r["load_average_before_after"][1]}
+after); the times are inflated and only their ratio says something.
+
+- Date: {r["date"]}, commit {r["commit"]}
+- Command: `{r["command"]}`
+- Data: `make_classification({r["n"]}, {r["features"]}, n_informative=10, random_state=0)`
+  as Parquet ({r["input_bytes"] / mb:.1f} MB), target `y`, {r["trees"]} trees, seed 0.
+- S3: moto's standalone server on 127.0.0.1 (a Python process on the same machine)
+  behind a counting TCP relay; credentials and endpoint from the `AWS_*` variables only.
+- Times: wall-clock seconds of the whole `distforest proximity` process (start-up
+  included); small inputs run in the CLI's process (no cluster) in both cases.
+
+| where | wall | store | objects | bytes sent to S3 | bytes received from S3 | connections |
+|---|---:|---:|---:|---:|---:|---:|
+| local disk | {r["local_wall_s"]:.1f} s | {r["local_store_bytes"] / mb:.1f} MB | - | - | - | - |
+{s3_row}
+
+Proximity matrices identical (every cell): **{r["identical_proximity"]}**.
+S3 / local wall time: {r["s3_wall_s"] / r["local_wall_s"]:.2f}.
+Bytes sent: the store's objects plus request headers,
+metadata writes and lock renewals; bytes received: the input file, metadata reads and
+responses.  The server shares the loaded CPUs with distforest.  Connections: TCP connections
+opened to the server (zarr opens its own S3 client per store handle).
+"""
+
+
+if __name__ == "__main__":
+    main()
