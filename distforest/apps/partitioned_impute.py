@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distforest.errors import InputError, ParameterError
+from distforest.errors import InputError, ParameterError, StoreError
 from distforest.io.ingest import read_partitioned
 from distforest.io.partitions import PATH_COLUMN
 from distforest.io.summaries import Encoding, typed_partition
@@ -195,8 +195,13 @@ def impute_partitioned(
 
 def check_output(out: str | Path, overwrite: bool = False) -> Path:
     """The output resolved, checked before any work (a folder, or one .csv / .parquet file)."""
-    folder = is_folder(out)
+    from distforest import location
     from distforest.io.writers import check_can_write, output_format
+
+    if location.is_remote(out):
+        raise ParameterError(f"cannot write {str(out)!r}: a table imputed by partitions is "
+                             "written to a local file or folder; copy it afterwards")  # fmt: skip
+    folder = is_folder(out)
 
     if not folder:
         if output_format(out) == "zarr":
@@ -207,17 +212,17 @@ def check_output(out: str | Path, overwrite: bool = False) -> Path:
         return check_can_write(out, overwrite)
     dest = Path(str(out).rstrip("/\\")).resolve()
     if not dest.parent.is_dir():
-        raise ParameterError(f"cannot write {str(out)!r}: the folder {str(dest.parent)!r} does "
+        raise StoreError(f"cannot write {str(out)!r}: the folder {str(dest.parent)!r} does "
                              "not exist; create it first")  # fmt: skip
     if dest.exists():
         entries = list(dest.iterdir())
         ours = all(e.is_file() and e.name.startswith("part-") and e.suffix == ".parquet"
                    for e in entries)  # fmt: skip
         if entries and not overwrite:
-            raise ParameterError(f"{str(out)!r} already exists and is not empty; pass "
+            raise StoreError(f"{str(out)!r} already exists and is not empty; pass "
                                  "--overwrite to replace it or choose another name")  # fmt: skip
         if entries and not ours:
-            raise ParameterError(f"{str(out)!r} holds files other than part-*.parquet; refusing "
+            raise StoreError(f"{str(out)!r} holds files other than part-*.parquet; refusing "
                                  "to replace it: choose another name")  # fmt: skip
     return dest
 
