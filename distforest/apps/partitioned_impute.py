@@ -16,7 +16,9 @@ folder.  The steps, each a set of tasks over the source's partitions:
    in-memory reader would (:func:`~distforest.io.summaries.typed_partition`)
    and fills its missing cells: from the fitted result when the sample is the
    whole table, else by the fitted column forests
-   (:meth:`ProximityImputer.transform`: new rows, the same forests, no refit).
+   (:meth:`ProximityImputer.transform`: new rows, the same forests, no refit;
+   its stopping rule then runs per partition, so a row's value may depend on
+   the partition it is in, never on the cluster).
    A folder output gets one Parquet part per partition written by the task;
    one CSV or Parquet file is appended chunk by chunk in partition order by
    this process, which holds at most :data:`WINDOW` filled partitions at once.
