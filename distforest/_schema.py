@@ -14,9 +14,12 @@ data checked here.
 from __future__ import annotations
 
 import os
+import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import yaml
 
 from distforest.errors import DistforestError, did_you_mean
 
@@ -169,3 +172,105 @@ def yaml_problem(exc: Exception) -> str:
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     return f"{problem}{where}"
+
+
+# -- reading YAML safely ---------------------------------------------------------
+
+#: Deepest nesting of mappings and lists accepted in a YAML file.
+MAX_YAML_DEPTH = 50
+#: Most values a YAML file may hold once its aliases are expanded (a real pipeline
+#: holds a few dozen): an alias bomb is refused before anything walks it.
+MAX_YAML_VALUES = 10_000
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses duplicate keys and deep nesting."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
+                    self.peek_event().start_mark,
+                )  # fmt: skip
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # an unhashable key: PyYAML's own error below
+                    continue
+                if not duplicate:
+                    seen[key] = key_node.start_mark.line
+                else:
+                    first = seen[key]
+                    raise yaml.constructor.ConstructorError(
+                        None, None,
+                        f"duplicate key {reprlib.repr(key)} (first at line {first + 1}): the "
+                        "second value would silently replace the first; keep one",
+                        key_node.start_mark,
+                    )  # fmt: skip
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_values(node: Any) -> int:
+    """Values of the node graph with every alias expanded (stops past the limit)."""
+    sizes: dict[int, int] = {}
+
+    def size(n: Any) -> int:
+        if id(n) in sizes:
+            return sizes[id(n)]
+        sizes[id(n)] = 0  # a recursive alias counts once
+        if isinstance(n, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in n.value)
+        elif isinstance(n, yaml.SequenceNode):
+            total = 1 + sum(size(v) for v in n.value)
+        else:
+            total = 1
+        sizes[id(n)] = min(total, MAX_YAML_VALUES + 1)
+        return sizes[id(n)]
+
+    return size(node)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text as plain data, refusing what a hostile file would use.
+
+    Refused with a :class:`yaml.YAMLError` (line and column in ``problem_mark``):
+    duplicate keys (PyYAML keeps the last silently), nesting deeper than
+    :data:`MAX_YAML_DEPTH`, and more than :data:`MAX_YAML_VALUES` values once
+    aliases are expanded (a "billion laughs" file is refused before any code,
+    error messages included, walks it).
+    """
+    loader = _SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            values = _expanded_values(node)
+        except RecursionError:  # a chain of aliases longer than Python's stack
+            values = MAX_YAML_VALUES + 1
+        if values > MAX_YAML_VALUES:
+            raise yaml.composer.ComposerError(
+                None, None,
+                f"more than {MAX_YAML_VALUES:,} values once its aliases (*name) are expanded "
+                "(an alias bomb?); write the values out",
+                node.start_mark,
+            )  # fmt: skip
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()

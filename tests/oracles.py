@@ -60,3 +60,29 @@ def dense_rfgap(leaves: np.ndarray, inbag: np.ndarray) -> np.ndarray:
         if used:
             P[i] /= used
     return P
+
+
+def sklearn_forest_trees(pf, X: np.ndarray, y: np.ndarray) -> list:
+    """The scikit-learn trees a random forest grows for a ProximityForest's bootstraps.
+
+    Each tree of a supervised ``ProximityForest`` is the tree scikit-learn's
+    ``RandomForest*`` fits for the same bootstrap: the whole X, the in-bag
+    counts as sample weights, the tree's own seed (drawn right after the
+    bootstrap from the tree's generator).  Checks each against the forest's
+    recorded leaves.
+    """
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+    trees = []
+    for t, seed in enumerate(pf.seeds_):
+        rng = np.random.default_rng(int(seed))
+        rng.integers(0, len(X), size=len(X))  # the bootstrap draw comes first
+        tree_seed = int(rng.integers(0, 2**31 - 1))
+        if pf.task_ == "classification":
+            tree = DecisionTreeClassifier(max_features="sqrt", random_state=tree_seed)
+        else:
+            tree = DecisionTreeRegressor(max_features=1.0, random_state=tree_seed)
+        tree.fit(X, y, sample_weight=pf.inbag_[:, t].astype(np.float64))
+        np.testing.assert_array_equal(tree.apply(X.astype(np.float32)), pf.leaves_[:, t])
+        trees.append(tree)
+    return trees

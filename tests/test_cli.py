@@ -14,6 +14,7 @@ import xarray as xr
 from click.testing import CliRunner
 from oracles import dense_original_proximity
 
+from distforest import open_store
 from distforest.cli.main import cli
 from distforest.store.run_store import RunStore
 
@@ -33,7 +34,7 @@ def test_proximity_end_to_end_on_bundled_data(breast_cancer_csv, tmp_path):
     assert result.exit_code == 0, result.output
     assert str(out.resolve()) in result.output and "699 x 699" in result.output
     assert png.stat().st_size > 10_000
-    ds = xr.open_zarr(out)
+    ds = open_store(out)  # provenance decoded (JSON text on disk, for netCDF)
     assert ds.attrs["status"] == "complete"
     assert ds.attrs["classes"] == ["benign", "malignant"]
     P = ds["proximity"].values  # counts of trees decoded by xarray (CF scale_factor 1/T)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -416,6 +417,13 @@ def test_default_local_cluster_refuses_clients_without_the_runs_credentials():
         # no HTTP server (no 8787, nothing that gives the address away).
         assert _listening(os.getpid()) - before == _dask_ports(client)
         assert client.dashboard_link is None or engine_report(client)["dashboard"] is None
+        # nor do the workers (dask's serve /health, /metrics to any local user otherwise)
+        (served,) = client.run(_worker_http).values()
+        assert served == (False, {}), served
+
+
+def _worker_http(dask_worker: Any) -> tuple[bool, dict]:  # runs on the worker
+    return hasattr(dask_worker, "http_server"), dict(dask_worker.service_ports)
 
 
 @pytest.mark.parametrize("dashboard", [True, "127.0.0.1:{port}"])

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from distforest.cli.main import cli
 from distforest.store.lock import lock_path
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import PARTIAL_MARK, RunStore
 
 BC = Path(__file__).resolve().parents[1] / "distforest" / "data" / "breast_cancer.csv"
 
@@ -89,6 +89,7 @@ def test_leftover_partial_directory_is_cleared(tmp_path, clean):
     path, out = pipeline(tmp_path, "partial")
     partial = out / ".run.zarr.partial"
     partial.mkdir(parents=True)
+    (partial / PARTIAL_MARK).write_text("")  # distforest's mark: its own, so removed
     (partial / "junk").write_text("left by a run killed inside RunStore.create")
     run(path)
     same_as_clean(out, clean)

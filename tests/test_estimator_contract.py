@@ -31,6 +31,8 @@ from distforest.parallel.execution import Execution, current_execution
 
 ESTIMATORS = [
     ProximityForest(n_estimators=5, random_state=0),
+    ProximityForest(n_estimators=5, task="classification", random_state=0),
+    ProximityForest(n_estimators=5, task="regression", random_state=0),
     XForest(n_estimators=5, leaf_size=5, random_state=0),
     ProximityImputer(iterations=1, n_estimators=5, random_state=0),
     KNNClassifier(),

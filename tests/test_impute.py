@@ -17,6 +17,7 @@ from distforest.cli.impute_cmd import impute
 from distforest.cli.main import _Group
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.io import Table, load_table
+from distforest.io.attrs import decode_attrs
 from distforest.io.writers import check_can_write, read_zarr_table, write_table
 
 DENSE = {
@@ -357,8 +358,9 @@ def test_writers_round_trip_and_refuse_to_overwrite(frame, tmp_path, suffix):
     if suffix == ".zarr":
         pd.testing.assert_frame_equal(read_zarr_table(path), frame)
         ds = xr.open_zarr(path)
-        assert ds["z"].dims == ("sample",) and ds.attrs["columns"] == list(frame.columns)
-        assert ds.attrs["categories"] == {"cat": ["u", "v"]}
+        attrs = decode_attrs(ds.attrs)  # JSON text on disk, so that netCDF can hold it
+        assert ds["z"].dims == ("sample",) and attrs["columns"] == list(frame.columns)
+        assert attrs["categories"] == {"cat": ["u", "v"]}
         assert list(load_table(path).feature_names) == list(frame.columns)
     elif suffix == ".parquet":
         pd.testing.assert_frame_equal(pd.read_parquet(path), frame)
@@ -434,7 +436,7 @@ def test_cli_end_to_end_on_bundled_data(client, breast_cancer_csv, tmp_path):
     result = CliRunner().invoke(cli, [*args, "--out", str(store)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     ds = xr.open_zarr(store)
-    assert ds.attrs["columns"] == list(original.columns)
+    assert decode_attrs(ds.attrs)["columns"] == list(original.columns)
     np.testing.assert_allclose(ds["Bare.nuclei"].values, written["Bare.nuclei"].values)
 
 

@@ -28,10 +28,11 @@ def test_pipe_delimited_file(tmp_path):
     np.testing.assert_array_equal(table.X, [[1, 2, 3], [4, 5, 6]])
 
 
-def test_decimal_comma_text_column_is_refused_not_made_categories():
+def test_decimal_comma_text_column_is_read_as_numbers_not_made_categories():
     frame = pd.DataFrame({"a": ["-0,026", "1,5", "2,25"], "b": [1.0, 2.0, 3.0]})
-    with pytest.raises(InputError, match=r"column 'a' holds numbers written with decimal commas"):
-        load_table(frame)
+    table = load_table(frame)
+    assert table.categories == {}
+    np.testing.assert_array_equal(table.X[:, 0], [-0.026, 1.5, 2.25])
 
 
 def test_values_beyond_float32_name_file_column_and_row(tmp_path):

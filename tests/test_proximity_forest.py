@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import xarray as xr
 import zarr
 from distributed import Client, LocalCluster
 from oracles import (
@@ -39,7 +38,7 @@ def test_store_proximity_equals_dense_oracle(fitted, tmp_path):
 
 def test_store_layout_and_provenance(fitted, tmp_path):
     fitted.proximity(store=tmp_path / "p.zarr")
-    ds = xr.open_zarr(tmp_path / "p.zarr")
+    ds = open_store(tmp_path / "p.zarr")
     assert ds.attrs["status"] == "complete"
     assert ds.attrs["params"]["random_state"] == 0
     assert ds.attrs["n_trees"] == 30

@@ -259,6 +259,26 @@ def _files(tmp: Path) -> None:
     os.mkfifo(tmp / "pipe.yaml")
     os.symlink(tmp / "loop_b.csv", tmp / "loop_a.csv")
     os.symlink(tmp / "loop_a.csv", tmp / "loop_b.csv")
+    # issue 29: odd numbers, traversal, user files, hostile YAML
+    (tmp / "eu.csv").write_text("a;b\n" + "".join(f"{i};{i},5\n" for i in range(30)) + "1;0.25\n")
+    (tmp / "nv.csv").write_text("a;b\n" + "".join(f"{i};{i},5\n" for i in range(30)) + "1;n.v.\n")
+    import pandas as pd
+
+    pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [[1], [2, 3], []]}).to_parquet(tmp / "nested.parquet")
+    (tmp / "cont.csv").write_text(
+        "a,b,y\n" + "".join(f"{i},{i % 7},{i * 0.37 + 0.01}\n" for i in range(40))
+    )
+    (tmp / "escape.yaml").write_text(
+        f"input: {{path: {BC}, target: Class}}\noutput: {{dir: {tmp / 'pout'}, "
+        "store: ../../escaped.zarr}\n"
+    )
+    (tmp / "dup.yaml").write_text(
+        f"input: {{path: {BC}, target: Class}}\nforest: {{n_estimators: 2}}\n"
+        f"forest: {{n_estimators: 3}}\noutput: {{dir: {tmp / 'pout'}}}\n"
+    )
+    (tmp / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp / ".mine.zarr.partial").mkdir()
+    (tmp / ".mine.zarr.partial" / "notes.txt").write_text("mine")
     (tmp / "nocluster.yaml").write_text(
         f"input: {{path: {BC}, target: Class, drop: [Id]}}\nforest: {{n_estimators: 5}}\n"
         f"cluster: {tmp / 'missing_cluster.yaml'}\noutput: {{dir: {tmp / 'pout'}}}\n"
@@ -331,6 +351,26 @@ BAD = {
                             ["--components"], "m.csv"),
     "outliers misspelt target": (["outliers", "ok.csv", "--out", "x.csv", "--target", "Klass"], 3,
                                  ["no column 'Klass'"], "x.csv"),
+    "a column mixing decimal marks": (["proximity", "eu.csv", "--out", "o.zarr", "--trees", "3"],
+                                      3, ["column 'b'", "mixes decimal marks", "--decimal"],
+                                      "o.zarr"),
+    "decimal commas and a stray marker": (["similarity", "nv.csv", "--out", "o.zarr"], 3,
+                                          ["'n.v.' (row 31)", "--na-values n.v."], "o.zarr"),
+    "nested Parquet column": (["proximity", "nested.parquet", "--out", "o.zarr"], 3,
+                              ["column 'b' holds nested values"], "o.zarr"),
+    "mislabels with a continuous target": (["mislabels", "cont.csv", "--target", "y", "--out",
+                                            "m.csv", "--trees", "2"], 3,
+                                           ["continuous", "--task classification"], "m.csv"),
+    "pipeline output outside output.dir": (["run", "escape.yaml"], 4,
+                                           ["output.store", "inside output.dir"], "pout"),
+    "pipeline with a duplicate key": (["run", "dup.yaml"], 4, ["duplicate key 'forest'"], "pout"),
+    "pipeline nested 5,000 levels": (["run", "deep.yaml"], 4, ["nested more than"], None),
+    "a user's folder at the partial name": (["proximity", "ok.csv", "--out", "mine.zarr",
+                                             "--trees", "2"], 6,
+                                            ["not made by distforest"], "mine.zarr"),
+    "local workers beyond the machine": (["proximity", "ok.csv", "--out", "o.zarr", "--workers",
+                                          "100000", "--trees", "2"], 2, ["local workers"],
+                                         "o.zarr"),
     "memory limit in words": (["similarity", "ok.csv", "--out", "o.zarr", "--memory-limit", "lots"],
                               2, ["memory_limit", "'lots'"], "o.zarr"),
 }  # fmt: skip

@@ -52,6 +52,12 @@ def test_same_trees_from_memory_and_store(table, tmp_path: Path, params: dict) -
     for name, values in mem.nodes_.items():
         np.testing.assert_array_equal(sto.nodes_[name], values, err_msg=name)
     assert sto.classes_ == mem.classes_
+    # the scikit-learn forest API of a forest fitted from a store gives the same answers
+    np.testing.assert_array_equal(sto.feature_importances_, mem.feature_importances_)
+    if not unsupervised:
+        with execution(client="synchronous"):
+            np.testing.assert_array_equal(sto.predict_proba(X), mem.predict_proba(X))
+        assert sto.oob_score_ == mem.oob_score_
     # the store holds what save() writes, chunked the same way
     rs = RunStore.open(stored.path)
     assert rs.array("leaves").chunks == (100, params["n_estimators"])

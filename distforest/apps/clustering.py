@@ -159,12 +159,16 @@ def _kernel_plus_plus(op: SimilarityOperator, k: int, rng: np.random.Generator) 
     return np.argmax(np.stack(columns, axis=1), axis=1)
 
 
+#: Iterations of one kernel k-means run at most.
+KMEANS_MAX_ITER = 100
+
+
 def kernel_kmeans(
     similarity: Any,
     k: int,
     *,
     n_init: int = 10,
-    max_iter: int = 100,
+    max_iter: int = KMEANS_MAX_ITER,
     random_state: int | None = 0,
 ) -> tuple[np.ndarray, float]:
     """Kernel k-means with ``n_init`` restarts; the run with the lowest objective wins.

@@ -391,7 +391,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         DataFrame, ndarray or Table
         """
         data = self._fit(X, y)
-        return decode_output(data, self._imputed.copy())
+        return self._feature_columns_only(decode_output(data, self._imputed.copy()))
 
     def _fit(self, X: Any, y: Any) -> EncodedTable:
         params = self._settings()
@@ -612,6 +612,53 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
 
     # -- new rows -----------------------------------------------------------------
 
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """Names of the imputed columns: the training features, in order.
+
+        Features of an array are named ``x0, x1, ...`` (scikit-learn's rule).
+        With ``set_output(transform="pandas")`` (or polars) the imputed values
+        of an array come back as a DataFrame with these columns; a DataFrame
+        comes back as a DataFrame whatever the setting.
+
+        Parameters
+        ----------
+        input_features : array-like of str, optional
+            Must equal ``feature_names_in_`` when given (same count for arrays).
+
+        Returns
+        -------
+        ndarray of object, shape (n_features_in_,)
+        """
+        self._check_fitted()
+        fitted = [str(c) for c in self.feature_names_in_]
+        positional = fitted == [str(i) for i in range(len(fitted))]
+        names = [f"x{i}" for i in range(len(fitted))] if positional else fitted
+        if input_features is not None:
+            given = [str(c) for c in input_features]
+            if len(given) != len(names) or (not positional and given != fitted):
+                raise InputError(
+                    f"input_features {given} do not match the features seen in fit "
+                    f"({fitted}); pass the same names, or None"
+                )
+            names = given
+        return np.asarray(names, dtype=object)
+
+    def _feature_columns_only(self, out: Any) -> Any:
+        """The feature columns of a DataFrame result when pandas/polars output is set.
+
+        A DataFrame may carry the target column through :meth:`transform`;
+        scikit-learn's output wrapper names the columns by
+        :meth:`get_feature_names_out`, so the target column is left out then.
+        """
+        from sklearn import get_config
+
+        own = self.__dict__.get("_sklearn_output_config", {}).get("transform")
+        setting = own or get_config()["transform_output"]
+        if setting == "default" or not hasattr(out, "columns"):
+            return out
+        names = [c for c in out.columns if str(c) in set(map(str, self.feature_names_in_))]
+        return out if len(names) == len(out.columns) else out[names]
+
     def transform(self, X: Any) -> Any:
         """Impute the missing cells of ``X`` (the training data or new rows).
 
@@ -642,6 +689,9 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             Same form as ``X``.
         """
         self._check_fitted()
+        return self._feature_columns_only(self._transform(X))
+
+    def _transform(self, X: Any) -> Any:
         params = self._settings()
         data = encode_like(X, self._train)
         if fingerprint(data.X, data.names) == self._fingerprint:

@@ -74,4 +74,9 @@ def mislabel_scores(forest, *, outlier_weight: float = OUTLIER_WEIGHT) -> pd.Dat
             "disagrees": suggested != codes,
         }
     )
-    return frame.sort_values(["score", "row"], ascending=[False, True]).reset_index(drop=True)
+    frame = frame.sort_values(["score", "row"], ascending=[False, True]).reset_index(drop=True)
+    ids = getattr(forest, "sample_ids_", None)
+    if ids is not None:  # the rows' IDs first, under the ID column's name
+        frame.insert(0, forest.id_name_, np.asarray(ids)[frame["row"].to_numpy()])
+        frame = frame.drop(columns="row")
+    return frame

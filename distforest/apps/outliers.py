@@ -100,3 +100,66 @@ def outlier_scores_from_matrix(
     cj = da.from_array(codes, chunks=(chunks_j,))[None, :]
     squares = da.where(ci == cj, P.astype(np.float64) ** 2, 0.0).sum(axis=1)
     return scores_from_square_sums(np.asarray(squares.compute()), codes)
+
+
+def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") -> np.ndarray:
+    """Outlier scores of new rows, on the scale of the training rows' scores.
+
+    For new row i of class c: ``raw_i = n / sum_{j in c} P_ij^2`` over the
+    training rows j (``P`` the proximity of the new rows, out of bag in every
+    tree), standardised with the median and MAD of the training rows' raw
+    values of class c (R's ``outlier()`` for the training rows): a new row
+    scoring 10 is as unusual as a training row scoring 10.
+
+    Parameters
+    ----------
+    forest : ProximityForest
+        Fitted with its nodes (``fit``, or loaded from a store).
+    X : array-like, DataFrame, path or Table
+        New rows.
+    labels : array-like, optional
+        Class of each new row (one of the training classes); default the
+        forest's prediction for classification, one class otherwise.
+    method : {"original", "oob", "rfgap"}
+        Proximity of the new rows (the training side is always Breiman's).
+
+    Returns
+    -------
+    ndarray of float64, shape (n_new,)
+    """
+    from distforest.errors import InputError
+    from distforest.forests.new_rows import squared_sums
+    from distforest.forests.products import product_session
+
+    classification = forest.task_ == "classification"
+    train = _labels_or_one_class(forest.y_ if classification else None, forest.n_samples_)
+    if classification:
+        known = np.asarray(forest.classes_)
+        given = forest.predict(X) if labels is None else np.asarray(labels)
+        new = np.searchsorted(known, given)
+        bad = (new >= known.size) | (known[np.minimum(new, known.size - 1)] != given)
+        if bad.any():
+            raise InputError(
+                f"labels {sorted(set(np.asarray(given)[bad].tolist()))[:5]} are not classes of "
+                f"the forest ({known.tolist()[:10]}); give training classes"
+            )
+    else:
+        new = None
+    onehot = np.zeros((train.size, train.max() + 1))
+    onehot[np.arange(train.size), train] = 1.0
+    with product_session(forest) as session:
+        train_sums = session.squared_product(onehot)[np.arange(train.size), train]
+    sums = squared_sums(forest, X, train, method)
+    new_codes = np.zeros(sums.shape[0], dtype=np.int64) if new is None else new
+    n = forest.n_samples_
+    raw_train = n / np.where(train_sums == 0, 1.0, train_sums)
+    own = sums[np.arange(sums.shape[0]), new_codes]
+    raw_new = n / np.where(own == 0, 1.0, own)
+    scores = np.empty(raw_new.shape)
+    for level in np.unique(new_codes):
+        ref = raw_train[train == level]
+        median = np.median(ref)
+        mad = MAD_SCALE * np.median(np.abs(ref - median))
+        members = new_codes == level
+        scores[members] = (raw_new[members] - median) / (mad if mad > 0 else 1.0)
+    return scores

@@ -5,6 +5,8 @@ The applications are imported when a command runs (``--help`` stays quick).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from typing import Any
 
@@ -16,6 +18,7 @@ from distforest.cli.options import (
     cluster_options,
     fitted_forest,
     forest_options,
+    id_option,
     input_options,
     pop_keys,
 )
@@ -33,20 +36,22 @@ def _common(func: Any) -> Any:
     func = cluster_options(func)
     func = forest_options()(func)
     func = input_options(func)
+    func = id_option("the first column of the output, named as it")(func)  # fmt: skip
     func = click.option("--overwrite", is_flag=True, help="Replace existing output files.")(func)
     func = click.option("--target", metavar="COLUMN",
                         help="Class column; omit for an unsupervised forest.")(func)  # fmt: skip
     return click.argument("input", metavar="INPUT")(func)
 
 
-def _fit(obj: dict, input: str, target: str | None, options: dict):
+def _fit(obj: dict, input: str, target: str | None, options: dict, check: Any = None):
     return fitted_forest(
         input,
         target,
-        pop_keys(options, ("drop", "na_values")),
+        {**pop_keys(options, ("drop", "na_values")), "id": options.pop("id_column", None)},
         pop_keys(options, FOREST_KEYS),
         pop_keys(options, CLUSTER_KEYS),
         progress=ProgressBars(enabled=not obj["quiet"]),
+        check=check,
     )
 
 
@@ -94,11 +99,17 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
     if target is None:
         raise click.UsageError("mislabels needs --target COLUMN (the labels to check)")
     from distforest.apps.mislabels import mislabel_scores
+    from distforest.forests.targets import require_classes
 
     check_new_file(out, overwrite)
+    task = options["task"]
     options["task"] = "classification"
+
+    def classes(table: Any) -> None:  # a continuous target is refused before any work
+        require_classes(task, table.y, table.target_name, "mislabels")
+
     start = time.perf_counter()
-    with _fit(obj, input, target, options) as (_, forest):
+    with _fit(obj, input, target, options, classes) as (_, forest):
         ranking = mislabel_scores(forest)
     written = {"suspects": write_csv(ranking, out)}
     if top:
@@ -137,3 +148,158 @@ def mds(obj: dict, input: str, target: str | None, out: str, components: int,
                             dissimilarity=dissimilarity, title=title)  # fmt: skip
     _report(f"{components}-D MDS of {forest.n_samples_} rows", time.perf_counter() - start,
             written)  # fmt: skip
+
+
+@click.command()
+@_common
+@click.option("--out", required=True, metavar="FILE.csv",
+              help="CSV of importances, one row per feature.")  # fmt: skip
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Shuffles of each feature for the permutation importance.")  # fmt: skip
+@click.option("--test-size", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.25, show_default=True,
+              help="Fraction of the rows held out to measure permutations on.")  # fmt: skip
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Print this many features.")  # fmt: skip
+@click.pass_obj
+def importances(obj: dict, input: str, target: str | None, out: str, repeats: int,
+                test_size: float, top: int, overwrite: bool, **options: Any) -> None:  # fmt: skip
+    """Feature importances of a forest on INPUT: impurity-based and by permutation.
+
+    The forest is fitted on the rows not held out (--test-size); impurity
+    importances come from its trees, permutation importances are the drop of
+    accuracy (R² for regression) on the held-out rows when a column is shuffled.
+    """
+    if target is None:
+        raise click.UsageError("importances needs --target COLUMN (what the features predict)")
+    from distforest.cli.options import connect_kwargs, runs_in_process
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import load_table
+    from distforest.parallel.cluster import connect
+    from distforest.parallel.execution import Execution, execution, in_process
+
+    check_new_file(out, overwrite)
+    start = time.perf_counter()
+    table = load_table(input, target=target, id=options.pop("id_column", None),
+                       **pop_keys(options, ("drop", "na_values")))  # fmt: skip
+    forest = ProximityForest(**pop_keys(options, FOREST_KEYS))
+    train, test = _held_out(table, forest, test_size)
+    cluster_kw = pop_keys(options, CLUSTER_KEYS)
+    progress = ProgressBars(enabled=not obj["quiet"])
+    # progress bars for the fit only: permutations call predict once per column and shuffle
+    if runs_in_process(cluster_kw, table.X.size):  # small: no cluster to start
+        threads = os.cpu_count() or 1
+        with in_process(Execution(progress=progress), threads):
+            forest.fit(train)
+        with in_process(Execution(), threads):
+            ranking, score = _measure(forest, test, repeats)
+    else:
+        with connect(**connect_kwargs(cluster_kw)) as client:
+            with execution(client, progress=progress):
+                forest.fit(train)
+            with execution(client):
+                ranking, score = _measure(forest, test, repeats)
+    written = {"importances": write_csv(ranking, out)}
+    if top:
+        click.echo(ranking.head(top).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    metric = "accuracy" if forest.task_ == "classification" else "R²"
+    _report(f"importances of {table.n_features} features (held-out {metric} {score:.3f} on "
+            f"{test.n_samples} rows)", time.perf_counter() - start, written)  # fmt: skip
+
+
+def _held_out(table: Any, forest: Any, test_size: float) -> tuple[Any, Any]:
+    """The table split into rows to fit and rows to measure on (stratified for classes)."""
+    import numpy as np
+    from sklearn.model_selection import train_test_split
+
+    from distforest.forests.targets import resolve_task
+    from distforest.io import Table
+
+    task = resolve_task(forest.task, table.y, table.target_name)
+    if task not in ("classification", "regression"):
+        raise click.UsageError(
+            f"importances needs a classification or regression task, not {task!r}"
+        )
+    rows = np.arange(table.n_samples)
+    strata = table.y if task == "classification" else None
+    fit, held = train_test_split(
+        rows, test_size=test_size, random_state=forest.random_state, stratify=strata
+    )
+
+    def part(index: Any) -> Table:
+        return Table(table.X[index], table.feature_names, table.categories, table.y[index],
+                     table.target_name, table.source)  # fmt: skip
+
+    return part(np.sort(fit)), part(np.sort(held))
+
+
+def _measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
+    """The importance table and the held-out score of a fitted forest."""
+    from distforest.apps.importances import importance_table, labelled_frame
+
+    ranking = importance_table(forest, test, n_repeats=repeats, random_state=forest.random_state)
+    return ranking, float(forest.score(labelled_frame(test), test.y))
+
+
+@click.command()
+@click.argument("model", metavar="MODEL.zarr")
+@click.argument("input", metavar="INPUT")
+@click.option("--out", required=True, metavar="FILE.csv", help="CSV of scores, one row per row.")
+@id_option("the first column of the output")
+@click.option("--method", type=click.Choice(["rfgap", "original", "oob"]), default="rfgap",
+              show_default=True, help="Proximity weighing the training targets.")  # fmt: skip
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@input_options
+@cluster_options
+@click.pass_obj
+def score(obj: dict, model: str, input: str, out: str, id_column: str | None, method: str,
+          overwrite: bool, **options: Any) -> None:  # fmt: skip
+    """Score INPUT's rows against a saved forest (MODEL.zarr) without refitting it.
+
+    Per row: the forest's prediction, the proximity-weighted prediction from
+    the training targets, and the outlier score on the training rows' scale.
+    The model's proximities are not recomputed: only the new rows' leaves.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from distforest.apps.outliers import outlier_scores_new_rows
+    from distforest.cli.options import connect_kwargs, runs_in_process
+    from distforest.errors import InputError
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import load_table, read_frame
+    from distforest.parallel.cluster import connect
+    from distforest.parallel.execution import Execution, execution, in_process
+
+    check_new_file(out, overwrite)
+    start = time.perf_counter()
+    forest = ProximityForest.from_store(model)
+    frame = read_frame(input, na_values=options.pop("na_values", ()))
+    frame.columns = [str(c) for c in frame.columns]
+    names = list(forest.feature_names_in_)
+    missing = [c for c in names if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"{input}: the model needs column(s) {missing} that are not there; "
+            f"available: {', '.join(list(frame.columns)[:20])}"
+        )
+    keep = names if id_column is None else [id_column, *names]
+    table = load_table(frame[keep], id=id_column, min_rows=1)
+    cluster_kw = pop_keys(options, CLUSTER_KEYS)
+    here = runs_in_process(cluster_kw, table.X.size)
+    with contextlib.ExitStack() as stack:
+        if here:
+            stack.enter_context(in_process(Execution(), os.cpu_count() or 1))
+        else:
+            stack.enter_context(
+                execution(stack.enter_context(connect(**connect_kwargs(cluster_kw))))
+            )
+        ids = np.arange(table.n_samples) if table.ids is None else table.ids
+        result = pd.DataFrame({table.id_name or "row": ids})
+        if forest.task_ != "unsupervised":
+            result["predicted"] = forest.predict(table)
+            result["proximity_predicted"] = forest.predict_proximity(table, method)
+        result["outlier"] = outlier_scores_new_rows(forest, table)
+    written = {"scores": write_csv(result, out)}
+    _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
+            time.perf_counter() - start, written)  # fmt: skip

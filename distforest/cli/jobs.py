@@ -33,10 +33,11 @@ from distforest.cli.big_input import partitioned_input
 from distforest.cli.options import runs_in_process
 from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
 from distforest.cli.plan import check_disk, check_size, estimate
-from distforest.cli.report import write_report, write_simple_report
+from distforest.cli.report import check_reports, write_report, write_simple_report
 from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.parallel.cluster import connect
@@ -63,6 +64,10 @@ class ProximityJob:
     target: str | None = None
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Column of row IDs (the stores' ``sample`` coordinates, the CSVs' first column).
+    id: str | None = None
+    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
+    decimal: str | None = None
     forest: dict[str, Any] = field(default_factory=dict)
     method: str = "original"
     #: Write each row's ``top_k`` proximity neighbours instead of the n x n matrix.
@@ -91,6 +96,8 @@ class ProximityJob:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
         spec = {k: v for k, v in asdict(self).items() if k in keep}
+        if self.id is not None:  # (absent otherwise: earlier runs keep their spec)
+            spec["id"] = self.id
         if self.top_k is not None:  # (only then: the spec of a dense-only job is unchanged)
             spec["top_k"], spec["dense"] = self.top_k, self.dense
         spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
@@ -125,6 +132,8 @@ def run_proximity_job(
     start = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex[:8]
     table = _read_input(job)
+    if job.mislabels and isinstance(table, Table):
+        require_classes(job.forest.get("task", "auto"), table.y, table.target_name, "mislabels")
     spec = job.spec(table)
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:
@@ -140,6 +149,8 @@ def run_proximity_job(
         stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
         # A resumed or restarted run may replace the files of its own job.
         plan = _check_outputs(job, stages, replace=job.overwrite or restart or stages is not None)
+        if job.report_dir:
+            check_reports(job.report_dir, job.overwrite or restart or stages is not None)
         need = estimate(job, table.n_samples, table.n_features)
         check_size(f"the proximity job on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,})"
@@ -166,7 +177,14 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
     """The job's table: loaded whole, or (a glob, a folder of parts, a large file) its
     partitions' summaries only, the encoded rows written into the job's store later."""
     if not partitioned_input(job.input):
-        return load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+        return load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
+                          id=job.id)  # fmt: skip
+    if job.id is not None:
+        raise InputError(
+            f"{job.input}: row IDs (--id {job.id}) are read from a table loaded whole, not "
+            "yet from a glob, a folder of parts or a file over 32 MB; leave --id out (rows "
+            "are then numbered) or give one smaller file"
+        )
     if job.impute and job.impute.get("proximity", "column") != "column":
         raise InputError(
             f"{job.input}: the impute stage of a table read by partitions (a glob, a folder "
@@ -282,6 +300,7 @@ def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
     a report is written next to its main output.
     """
     with StoreLock(job.out, run_id) as lock:
+        check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
         result = runner(job, progress)
         result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
     return result

@@ -17,7 +17,7 @@ from distforest.cli.similarity_cmd import (
     measure_options,
     normalize_choice,
 )
-from distforest.errors import InputError
+from distforest.errors import InputError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS
 
 if TYPE_CHECKING:
@@ -92,6 +92,7 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     start = time.perf_counter()
     table = load_table(train, target=target, drop=drop, na_values=na_values)
     check_can_create(out, overwrite)
+    check_knn_size(table, select, _n_features(n_features), metric, n_estimators)
     params = {"n_neighbors": k, "weights": weights, "metric": metric,
               "normalize": normalize_choice(normalize), "feature_range": feature_range,
               "algorithm": algorithm, "select": select,
@@ -105,6 +106,25 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
         f"{table.n_samples} rows in {time.perf_counter() - start:.1f} s\n"
         f"  features: {', '.join(kept)}\n  model:    {out}"
     )
+
+
+def check_knn_size(table: Any, select: str | None, n_features: Any, metric: str,
+                   trees: int) -> None:  # fmt: skip
+    """Before any work: features to select at most the table's; a forest metric's trees
+    within the computing and memory limits (:func:`distforest.cli.plan.check_size`)."""
+    from distforest.cli.plan import check_size, estimate_forest_metric
+
+    d = table.n_features
+    if select and isinstance(n_features, int) and not isinstance(n_features, bool):
+        if n_features > d:
+            raise ParameterError(
+                f"--n-features {n_features} is more than the {d} feature(s) of "
+                f"{table.source}; give at most {d}, a fraction, or auto"
+            )
+    if metric.split(":")[0] in FOREST_METRICS:
+        plan = estimate_forest_metric(table.n_samples, d, trees)
+        check_size(f"the k-NN forest metric on {table.source} ({table.n_samples:,} rows)",
+                   plan, f"--trees ({trees:,})")  # fmt: skip
 
 
 def fit_and_save_model(

@@ -51,6 +51,8 @@ class KNNJob:
     target: str | None = None
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
+    decimal: str | None = None
     #: ``{"metric", "k", "normalize", "algorithm", "out"}`` (``out`` a store path).
     neighbors: dict[str, Any] | None = None
     #: ``{"task", "k", "weights", "metric", "normalize", "n_estimators",
@@ -143,6 +145,7 @@ def knn_job(
         target=target,
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        decimal=inp.get("decimal"),
         neighbors=neighbors,
         knn=model,
         overwrite=bool(sections["output"].get("overwrite", False)),

@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "Copy the example pipelines, cluster files and bundled data into DIR."),
     "impute": ("distforest.cli.impute_cmd:impute",
                "Fill the missing values of INPUT from random-forest proximities."),
+    "importances": ("distforest.cli.apps_cmd:importances",
+                    "Feature importances of a forest on INPUT: impurity-based and by permutation."),
     "info": ("distforest.cli.store_cmd:info",
              "Describe a STORE: status, provenance, arrays with shapes and chunks."),
     "knn": ("distforest.cli.knn_cmd:knn",
@@ -60,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "Fit a forest on INPUT and write its proximity matrix to a Zarr store."),
     "run": ("distforest.cli.run_cmd:run",
             "Run the job described in a PIPELINE YAML file (see pipelines/)."),
+    "score": ("distforest.cli.apps_cmd:score",
+              "Score INPUT's rows against a saved forest (MODEL.zarr) without refitting it."),
     "simforest": ("distforest.cli.simforest_cmd:simforest",
                   "SimForest: classify objects known only through pairwise similarities "
                   "(or distances)."),

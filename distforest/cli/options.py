@@ -6,6 +6,7 @@ must not load Dask, scikit-learn or Zarr (they are imported when a forest is fit
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -58,12 +59,36 @@ cluster_options = _stack([
                  help="Memory per worker of the default LocalCluster, e.g. 4GiB."),
 ])  # fmt: skip
 
-input_options = _stack([
+_table_options = _stack([
     click.option("--drop", multiple=True, metavar="COLUMN",
                  help="Column to ignore, e.g. an identifier (repeatable)."),
     click.option("--na-values", multiple=True, metavar="TOKEN",
                  help="Extra token meaning 'missing' in text files, e.g. '?' (repeatable)."),
+    click.option("--decimal", type=click.Choice([".", ","]),
+                 help="Decimal mark of numbers in text files [default: decided per column; "
+                 "a column mixing both is refused]. Thousands separators are never read."),
 ])  # fmt: skip
+
+
+def id_option(what: str) -> Decorator:
+    """``--id COLUMN``: the rows' IDs, kept out of the features (see :func:`load_table`)."""
+    return click.option("--id", "id_column", metavar="COLUMN",
+                        help=f"Column of row IDs: not a feature; {what}.")  # fmt: skip
+
+
+def input_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--drop``, ``--na-values`` and ``--decimal`` (every table the command reads follows it)."""
+
+    @functools.wraps(func)
+    def run(*args: Any, decimal: str | None = None, **kwargs: Any) -> Any:
+        if decimal is None:
+            return func(*args, **kwargs)
+        from distforest.io.tables import decimal_mark
+
+        with decimal_mark(decimal):
+            return func(*args, **kwargs)
+
+    return _table_options(run)
 
 
 #: ``ProximityForest().get_params()``, written out so that ``--help`` needs no estimator
@@ -199,8 +224,13 @@ def fitted_forest(
     forest_kw: dict[str, Any],
     cluster_kw: dict[str, Any],
     progress: Any = None,
+    check: Callable[[Table], None] | None = None,
 ) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
-    """Load the input, connect, fit; the cluster stays up inside the block."""
+    """Load the input, ``check`` it (before any cluster starts), connect, fit.
+
+    The cluster stays up inside the block.  A partitioned input is read on the
+    workers (``check`` is not applied to it).
+    """
     from distforest.cli.big_input import partitioned_input, stored_input
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
@@ -219,6 +249,8 @@ def fitted_forest(
             yield stored, forest.fit(stored)
         return
     table = load_table(source, target=target, **input_kw)
+    if check is not None:
+        check(table)
     with connect(**connect_kwargs(cluster_kw)) as client:
         forest = ProximityForest(**forest_kw).set_execution(client, progress=progress).fit(table)
         yield table, forest

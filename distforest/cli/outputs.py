@@ -6,9 +6,12 @@ functions that write them: checking an output path must not load them.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,30 +54,50 @@ def check_new_file(path: str | None, overwrite: bool) -> None:
         )
 
 
+@contextlib.contextmanager
+def _replaced(path: str | Path) -> Iterator[IO[str]]:
+    """A new temporary file beside ``path``, renamed onto it when the block succeeds.
+
+    The temporary gets a fresh random name and is opened ``O_CREAT | O_EXCL |
+    O_NOFOLLOW`` (mode 0666 less the umask, as any new file): a file or symbolic
+    link planted beside the output is never opened, truncated or followed.
+    The rename replaces ``path`` itself (a link there is replaced, not followed).
+    """
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    name = out.with_name(f".{out.name}.{secrets.token_hex(6)}.partial")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(name, flags, 0o666)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            yield fh
+        os.replace(name, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+
+
 def write_csv(frame: pd.DataFrame, path: str) -> str:
-    """Write via a temporary file and rename, so no half-written CSV is left
+    """Write via a new temporary file and rename, so no half-written CSV is left
     (on object storage: one upload, as every object is written whole)."""
     if location.is_remote(path):
         location.write_bytes(path, frame.to_csv(index=False).encode())
         return path
     out = Path(location.local(path))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial")
-    frame.to_csv(tmp, index=False)
-    tmp.replace(out)
+    with _replaced(out) as fh:
+        frame.to_csv(fh, index=False)
     return location.resolved(out)
 
 
 def write_text(path: str | Path, text: str) -> str:
-    """Write a text file via a temporary file and rename (an object in one upload)."""
+    """Write a text file via a new temporary file and rename (an object in one upload)."""
     if location.is_remote(path):
         location.write_bytes(path, text.encode())
         return str(path)
     out = Path(location.local(path))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial")
-    tmp.write_text(text)
-    tmp.replace(out)
+    with _replaced(out) as fh:
+        fh.write(text)
     return str(out.resolve())
 
 
@@ -89,7 +112,11 @@ def _frame(forest: Any) -> pd.DataFrame:
     labels, names = class_labels(forest)
     import pandas as pd
 
-    frame = pd.DataFrame({"row": np.arange(forest.n_samples_)})
+    ids = getattr(forest, "sample_ids_", None)
+    if ids is None:
+        frame = pd.DataFrame({"row": np.arange(forest.n_samples_)})
+    else:  # the rows' IDs first, under the ID column's name
+        frame = pd.DataFrame({forest.id_name_: ids})
     if labels is not None:
         frame["label"] = np.asarray(names, dtype=object)[labels]
     return frame

@@ -4,7 +4,8 @@ A pipeline names its input, the forest, the matrix to build, the
 applications and where the outputs go::
 
     name: nightly
-    input:   {path: data/{date}.csv, target: Class, drop: [Id], na_values: ["?"]}
+    input:   {path: data/{date}.csv, target: Class, drop: [Id], na_values: ["?"],
+              decimal: ","}   # decimal: optional, else decided per column
     forest:  {n_estimators: 300, random_state: 0, tile_size: 2048}
     proximity: {method: original}         # original | oob | rfgap; top_k: 50 (each row's
                                           # 50 nearest rows instead of the n x n matrix;
@@ -32,13 +33,13 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import yaml
 
 from distforest import location
-from distforest._schema import BadValue, Checker, Key, check_mapping, yaml_problem
+from distforest._schema import BadValue, Checker, Key, check_mapping, load_yaml, yaml_problem
 from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
@@ -69,6 +70,8 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "labels": _STR,
         "drop": _LIST,
         "na_values": _LIST,
+        "id": _STR,  # proximity jobs only (checked below)
+        "decimal": _STR,
         # fsspec options of an input URL (endpoint, profile, ...): never recorded anywhere
         "storage_options": _MAP,
     },
@@ -148,6 +151,7 @@ REQUIRED = {
 }
 #: key path -> allowed values.
 CHOICES = {
+    "input.decimal": (".", ","),
     "proximity.method": PROXIMITY_METHODS,
     "impute.proximity": C.IMPUTE_PROXIMITIES,
     "impute.categorical_vote": C.VOTES,
@@ -220,7 +224,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str)
         if section not in SCHEMA:
             raise _unknown(f"{source} (--set {item})", "", section, list(SCHEMA))
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text)
         except yaml.YAMLError as exc:
             raise ConfigError(
                 f"--set {item!r}: the value is not valid YAML: {yaml_problem(exc)}"
@@ -228,6 +232,53 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str)
         if not isinstance(data.get(section) or {}, Mapping):
             raise ConfigError(f"{source}: {section!r} must be a mapping of keys")
         data[section] = {**(data.get(section) or {}), key: value}
+
+
+#: Keys whose values name an output file or store, relative to ``output.dir``.
+OUTPUT_KEYS = ("out", "plot", "store", "model")
+
+
+def check_output_name(name: str, key: str, out_dir: Path, source: str) -> None:
+    """Refuse an output name that would write outside ``out_dir``.
+
+    A name is a plain relative path inside ``output.dir``: not absolute, no
+    ``..``, and no component that is a symbolic link (a link planted inside the
+    folder could point anywhere).  Checked by ``validate`` and again when
+    ``run`` loads the pipeline, right before any work.
+    """
+    path = PurePath(name)
+    if not path.parts or path.is_absolute() or ".." in path.parts or "\x00" in name:
+        hint = path.name if path.name not in ("", "..", ".") else "result.csv"
+        raise ConfigError(
+            f"{source}: {key} is {name!r}, which is not a plain name inside output.dir "
+            f"{str(out_dir)!r} (no absolute path, no '..'); output names are relative to "
+            f"output.dir: write e.g. {key.rpartition('.')[2]}: {hint}, or move output.dir"
+        )
+    if not isinstance(out_dir, Path):  # object storage: no links to follow
+        return
+    here = out_dir
+    for part in path.parts:
+        here = here / part
+        if here.is_symlink():
+            raise ConfigError(
+                f"{source}: {key} {name!r}: {str(here)!r} is a symbolic link; distforest does "
+                "not write through links inside output.dir (they can point anywhere): remove "
+                "the link or choose another name"
+            )
+
+
+def _check_output_names(data: Mapping[str, Any], sections: dict[str, dict], out_dir: Path,
+                        source: str) -> None:  # fmt: skip
+    """Every output name of the pipeline (:func:`check_output_name`)."""
+    for name, section in sections.items():
+        for key in OUTPUT_KEYS:
+            if isinstance(section.get(key), str):
+                check_output_name(section[key], f"{name}.{key}", out_dir, source)
+    predict = (
+        (data.get("knn") or {}).get("predict") if isinstance(data.get("knn"), Mapping) else None
+    )
+    if isinstance(predict, Mapping) and isinstance(predict.get("out"), str):
+        check_output_name(predict["out"], "knn.predict.out", out_dir, source)
 
 
 def _out_dir(text: str, storage_options: dict[str, Any] | None) -> Any:
@@ -330,7 +381,7 @@ def load_pipeline(
             f"{exc.start}); save the pipeline as UTF-8"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {yaml_problem(exc)}") from exc
     if not isinstance(data, Mapping):
@@ -357,6 +408,7 @@ def load_pipeline(
             f"to the current directory {str(Path.cwd())!r})"
         )
     out_dir = _out_dir(_templated(out["dir"], day), out.get("storage_options"))
+    _check_output_names(data, sections, out_dir, source)
     extras: dict[str, dict[str, Any]] = {}
     for name in APPS:
         if name in data:
@@ -378,6 +430,13 @@ def load_pipeline(
     elif cfg is not None:
         raise ConfigError(
             f"{source}: cluster must be a cluster YAML path or {{scheduler: ADDRESS}}, got {cfg!r}"
+        )
+    kinds = ("neighbors", "knn", "smerf", "distance", "simforest", "xforest", "clustering")
+    other = [kind for kind in kinds if kind in data]
+    if inp.get("id") is not None and other:
+        raise ConfigError(
+            f"{source}: input.id is read by proximity jobs only, not by {other[0]!r}; remove "
+            "it (or use input.drop to leave the column out)"
         )
     if "neighbors" in data or "knn" in data:
         connect = {"scheduler": scheduler, "cluster": cluster}
@@ -405,6 +464,8 @@ def load_pipeline(
         target=inp.get("target"),
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        id=inp.get("id"),
+        decimal=inp.get("decimal"),
         forest=dict(sections["forest"]),
         method=sections["proximity"].get("method", "original"),
         top_k=sections["proximity"].get("top_k"),

@@ -179,14 +179,36 @@ def estimate_xforest(n: int, d: int, forest: dict[str, Any]) -> dict[str, Any]:
     plan = TilePlan(n, n, int(params["tile_size"]), symmetric=True)
     per_tree_row = 4 + 4 + 8
     nodes = trees * 2 * n / leaf * (5 * 4 + 8) + trees * 64 * d * 8
+    # each tree draws its X random directions (d float64 each) at once
+    directions = 8 * d * int(params["n_directions"])
     store = 4 * n * n + plan.n_tasks + n * trees * per_tree_row + nodes
     tile = plan.chunks[0]
     return {
         "trees": trees,
+        "directions": int(params["n_directions"]),
         "disk_bytes": int(store),
-        "memory_bytes": int(2 * n * trees * per_tree_row + 3 * 8 * n * d),
+        "memory_bytes": int(2 * n * trees * per_tree_row + 3 * 8 * n * d + 2 * directions),
         "cpu_seconds": SECONDS_PER["rp_fit"] * trees * n * math.log2(max(n, 2))
         + SECONDS_PER["tile"] * trees * plan.n_tasks * tile * tile,
+    }
+
+
+def estimate_forest_metric(n: int, d: int, trees: int) -> dict[str, Any]:
+    """Computing and driver memory of a forest fitted as a k-NN metric or a SimForest."""
+    return {
+        "trees": trees,
+        "disk_bytes": 4 * n * trees,
+        "memory_bytes": 2 * n * trees * 8 + 3 * 8 * n * d,
+        "cpu_seconds": fit_seconds(trees, n, d, "sqrt"),
+    }
+
+
+def estimate_kmeans(n: int, k: int, n_init: int, iterations: int) -> dict[str, Any]:
+    """Kernel k-means: each of ``n_init`` runs reads ``n x n`` similarities per iteration."""
+    return {
+        "disk_bytes": 8 * n,
+        "memory_bytes": 3 * 8 * n * max(k, 1),
+        "cpu_seconds": SECONDS_PER["measure"] * n_init * iterations * n * n,
     }
 
 

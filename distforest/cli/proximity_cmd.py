@@ -17,6 +17,7 @@ from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     forest_options,
+    id_option,
     input_options,
     pop_keys,
     tile_size_option,
@@ -29,6 +30,7 @@ from distforest.cli.progress import ProgressBars
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
 @click.option("--target", metavar="COLUMN", help="Target column; omit for an unsupervised forest.")
 @input_options
+@id_option("the store's sample coordinates")
 @forest_options()
 @click.option(
     "--method",
@@ -72,6 +74,7 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
         raise click.UsageError("--plot draws the n x n matrix: add --dense to write it too")
 
     input_kw = pop_keys(options, ("drop", "na_values"))
+    input_kw["id"] = options.pop("id_column", None)
     forest = pop_keys(options, FOREST_KEYS)
     forest["tile_size"] = options.pop("tile_size")
     job = ProximityJob(

@@ -8,11 +8,13 @@ says the same for people and shows the pictures the run produced.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
 import socket
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ import numpy as np
 from distforest import location
 from distforest._version import __version__
 from distforest.cli.outputs import write_text
+from distforest.errors import StoreError
 from distforest.parallel.cluster import engine_report
 
 PACKAGES = ("dask", "distributed", "numpy", "zarr", "xarray", "scikit-learn", "numba", "pandas")
@@ -88,6 +91,65 @@ def cluster_facts(monitor: Any) -> dict[str, Any]:
     }
 
 
+#: The report files a run writes beside its outputs.
+REPORT_FILES = ("report.json", "report.md")
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _write_reports(out_dir: Any, report: dict[str, Any], markdown: str) -> dict[str, str]:
+    """``report.json`` (with the digest of the markdown, to know it later) and ``report.md``."""
+    report = {**report, "markdown_digest": _digest(markdown)}
+    return {
+        "report": write_text(
+            location.join(out_dir, "report.json"), json.dumps(report, indent=2, default=str)
+        ),
+        "report (markdown)": write_text(location.join(out_dir, "report.md"), markdown),
+    }
+
+
+def _ours(folder: Path) -> set[str]:
+    """The report files in ``folder`` that distforest wrote (of any run)."""
+    try:
+        data = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(data, dict) or not {"run_id", "versions", "markdown_digest"} <= set(data):
+        return set()
+    try:
+        same = (
+            _digest((folder / "report.md").read_text(encoding="utf-8")) == data["markdown_digest"]
+        )
+    except (OSError, ValueError):
+        same = False
+    return {"report.json", "report.md"} if same else {"report.json"}
+
+
+def check_reports(folder: str | Path, replace: bool) -> None:
+    """Before any work: refuse to replace report files that distforest did not write.
+
+    ``report.json`` / ``report.md`` in ``folder`` are replaced when they are
+    distforest's reports (the JSON of a run, the markdown written with it: its
+    digest is in the JSON), or when ``replace`` (overwrite, restart, resume);
+    anything else there is refused as any other existing output is
+    (:class:`~distforest.errors.StoreError`, exit 6).
+    """
+    folder = Path(folder)
+    ours = _ours(folder)
+    for name in REPORT_FILES:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            raise StoreError(f"cannot write the report {str(path)!r}: it is a directory")
+        if (path.exists() or path.is_symlink()) and name not in ours and not replace:
+            raise StoreError(
+                f"{path} already exists and is not a report distforest wrote; move it away, "
+                "write the output to another folder, or pass --overwrite (overwrite: true in "
+                "a pipeline) to replace it"
+            )
+
+
 def write_report(
     job: Any,
     table: Any,
@@ -135,15 +197,7 @@ def write_report(
         "data_quality": _quality(table, stages),
         "store": rs.path,
     }
-    paths = {
-        "report": write_text(
-            location.join(out_dir, "report.json"), json.dumps(report, indent=2, default=str)
-        ),
-        "report (markdown)": write_text(
-            location.join(out_dir, "report.md"), _markdown(report, files, out_dir)
-        ),
-    }
-    return paths
+    return _write_reports(out_dir, report, _markdown(report, files, out_dir))
 
 
 def _mb(n: float) -> str:
@@ -220,6 +274,7 @@ def write_simple_report(
         "run_id": run_id,
         "job": getattr(job, "name", type(job).__name__),
         "kind": type(job).__name__,
+        "store": str(job.out),
         "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "took_over_stale_lock_of": took_over,
@@ -244,11 +299,4 @@ def write_simple_report(
     for label, p in files.items():
         if str(p).endswith(".png"):
             lines += ["", f"### {label}", "", f"![{label}]({_relative(p, out_dir)})"]
-    return {
-        "report": write_text(
-            location.join(out_dir, "report.json"), json.dumps(report, indent=2, default=str)
-        ),
-        "report (markdown)": write_text(
-            location.join(out_dir, "report.md"), "\n".join(lines) + "\n"
-        ),
-    }
+    return _write_reports(out_dir, report, "\n".join(lines) + "\n")

@@ -55,14 +55,8 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
       distforest run pipelines/nightly_impute.yaml --cluster cluster_configs/slurm.yaml
       distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
     """
-    from distforest.cli.jobs import run_locked, run_proximity_job, summary
-    from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
     from distforest.cli.pipeline import load_pipeline
-    from distforest.cli.plan import check_disk, describe, describe_xforest, estimate, free_space
-    from distforest.cli.simforest_job import SimForestJob, run_simforest_job
-    from distforest.cli.smerf_job import SmerfJob, run_smerf_job
-    from distforest.cli.xforest_job import XForestJob, run_xforest_job
-    from distforest.io import load_table
+    from distforest.io.tables import decimal_mark
 
     pipeline, overrides = shipped_pipeline(pipeline, overrides)
     job = load_pipeline(pipeline, overrides=overrides)
@@ -72,6 +66,20 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     else:
         given.update(job.connect)
     job.connect = connect_kwargs(given)
+    with decimal_mark(job.decimal):  # every table the job reads follows input.decimal
+        _run_job(obj, job, dry_run, restart)
+
+
+def _run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool) -> None:
+    """Run (or, with ``dry_run``, describe) a loaded pipeline job."""
+    from distforest.cli.jobs import run_locked, run_proximity_job, summary
+    from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
+    from distforest.cli.plan import check_disk, describe, describe_xforest, estimate, free_space
+    from distforest.cli.simforest_job import SimForestJob, run_simforest_job
+    from distforest.cli.smerf_job import SmerfJob, run_smerf_job
+    from distforest.cli.xforest_job import XForestJob, run_xforest_job
+    from distforest.io import load_table
+
     bars = ProgressBars(enabled=not obj["quiet"])
     if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
         if dry_run:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from distforest import location, settings
-from distforest.cli.report import write_simple_report
+from distforest.cli.report import check_reports, write_simple_report
 from distforest.errors import StoreError
 from distforest.parallel.cluster import connect
 from distforest.parallel.execution import execution
@@ -183,6 +183,7 @@ def run_staged(
         record = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
                   "pipeline": job.source, "stages": {}}  # fmt: skip
         replace = job.overwrite or restart or stages is not None
+        check_reports(Path(job.out).parent, replace)
         rs, stages, facts = body(stages, replace, record)
         done = result(rs, stages.outputs(), "resumed" if mode == "resume" else "new")
         done.outputs.update(write_simple_report(job, done, run_id, lock.took_over, facts))

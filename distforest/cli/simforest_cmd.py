@@ -127,6 +127,7 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     by --metric, and the model keeps the features of the objects its splits
     use, all that prediction needs.
     """
+    from distforest.cli.plan import check_size, estimate_forest_metric
     from distforest.cli.runs import where
     from distforest.cli.simforest_job import metric_params, read_fit_input
     from distforest.forests.simforest import SimilarityForestClassifier
@@ -145,6 +146,9 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     check_can_create(out, overwrite)
     forest = SimilarityForestClassifier(**params)
     n = fit_input.n
+    plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
+    knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
+    check_size(f"SimForest on {n:,} objects", plan, knobs)
     with where(n, cluster_kw(options), bars(ctx)):
         forest.fit(fit_input.source, fit_input.y)
     forest.save(out, overwrite=overwrite, attrs=fit_input.attrs)

@@ -153,6 +153,8 @@ class SimForestJob:
     target: str | None = None
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
+    decimal: str | None = None
     #: Keyword arguments of :class:`SimilarityForestClassifier`.
     forest: dict[str, Any] = field(default_factory=dict)
     normalize: str = "zscore"
@@ -307,6 +309,7 @@ def simforest_job(
         target=inp.get("target"),
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        decimal=inp.get("decimal"),
         forest=forest,
         normalize=normalize,
         method=sections["proximity"].get("method", "original"),

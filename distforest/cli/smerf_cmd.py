@@ -17,6 +17,7 @@ killed ``fit`` leaves no half-written model.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -153,7 +154,8 @@ def _save_model(model: Any, out: str, overwrite: bool, tile_size: int,
         model.save(out, overwrite=True, tile_size=tile_size, attrs=attrs)
         return
     target = Path(out)
-    tmp = target.with_name(f".{target.name}.fitting")
+    # a fresh name: a folder of the user's beside the output is never reused nor removed
+    tmp = target.with_name(f".{target.name}.fitting-{secrets.token_hex(6)}")
     try:
         model.save(tmp, overwrite=True, tile_size=tile_size, attrs=attrs)
         check_can_create(target, overwrite)

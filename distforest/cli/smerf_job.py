@@ -67,6 +67,8 @@ class SmerfJob:
     target: str | None = None
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
+    decimal: str | None = None
     #: Keyword arguments of :class:`SMERF`.
     forest: dict[str, Any] = field(default_factory=dict)
     tile_size: int = C.SMERF_TILE
@@ -266,6 +268,7 @@ def smerf_job(
         target=target,
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        decimal=inp.get("decimal"),
         forest=forest,
         tile_size=tile_size,
         distance=distance,

@@ -42,7 +42,7 @@ def run_state(rs: RunStore) -> dict[str, Any]:
 
 
 def _symmetric(rs: RunStore, name: str) -> bool:
-    attrs = rs.array(name).attrs
+    attrs = rs.array_attrs(name)
     identity = attrs.get("identity")
     if isinstance(identity, dict) and "symmetric" in identity:  # the tile plan's own record
         return bool(identity["symmetric"])

@@ -23,7 +23,7 @@ from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
 from distforest.cli.jobs import JobResult
 from distforest.cli.outputs import check_new_file, write_csv
-from distforest.cli.plan import check_disk, check_size, estimate_xforest
+from distforest.cli.plan import check_disk, check_size, estimate_kmeans, estimate_xforest
 from distforest.cli.report import cluster_facts
 from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
@@ -44,6 +44,8 @@ class XForestJob:
     out: str
     drop: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
+    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
+    decimal: str | None = None
     #: A class column: left out of the features, used only to score clusters.
     target: str | None = None
     #: Keyword arguments of :class:`XForest`.
@@ -75,6 +77,19 @@ def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]
     return codes, [("noise" if c < 0 else f"cluster {c}") for c in ids]
 
 
+def check_clustering(method: str, params: dict[str, Any], n: int) -> None:
+    """Before any work: ``k`` at most the rows, ``n_init`` within the computing limit."""
+    k = params.get("k")
+    if n and k is not None and method != "dbscan" and k > n:
+        raise ParameterError(
+            f"k={k:,} clusters is more than the {n:,} rows to cluster; give k at most {n:,}"
+        )
+    if n and method == "kernel-kmeans":
+        n_init = int(params.get("n_init", 10))
+        plan = estimate_kmeans(n, int(k or 1), n_init, clustering.KMEANS_MAX_ITER)
+        check_size(f"kernel k-means of {n:,} rows", plan, f"n_init ({n_init:,} restarts)")
+
+
 def run_clustering(
     similarity: Any,
     options: dict[str, Any],
@@ -94,6 +109,7 @@ def run_clustering(
         for k in ("k", "eps", "min_samples", "n_init", "random_state")
         if options.get(k) is not None
     }
+    check_clustering(options["method"], params, int(getattr(similarity, "shape", (0,))[0]))
     labels = clustering.cluster(similarity, options["method"], **params)
     frame = pd.DataFrame({"row": np.arange(labels.size), "cluster": labels})
     result = None
@@ -140,7 +156,8 @@ def run_xforest_job(
             check_new_file(path, replace)
         need = estimate_xforest(table.n_samples, table.n_features, job.forest)
         check_size(f"X-Forest on {table.source} ({table.n_samples:,} rows)", need,
-                   f"the number of trees ({need['trees']:,})")  # fmt: skip
+                   f"the number of trees ({need['trees']:,}) and of directions per tree "
+                   f"(--x {need['directions']:,})")  # fmt: skip
         check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         if not location.is_remote(job.out):
             Path(job.out).parent.mkdir(parents=True, exist_ok=True)
@@ -269,6 +286,7 @@ def xforest_job(
         out=str(out_dir / out.get("store", "similarity.zarr")),
         drop=tuple(inp.get("drop") or ()),
         na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        decimal=inp.get("decimal"),
         target=inp.get("target"),
         forest=forest,
         kind=kind,

@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d
 
 from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
-from distforest.forests import tiles
+from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
@@ -35,6 +38,21 @@ LARGE_FOREST_ROWS = 500_000
 #: ... and on this many (drawn with replacement) above it: a fully grown tree on
 #: 10 million rows has millions of nodes, 100 of them do not fit a worker.
 AUTO_ROWS_PER_TREE = 200_000
+
+
+def _may_be_classifier(forest: ProximityForest) -> bool:
+    """Whether ``forest`` may give class probabilities (a classifier, or not fitted yet)."""
+    return getattr(forest, "task_", forest.task) in ("auto", "classification")
+
+
+def _check_classes(y: Any) -> None:
+    """A classification target must hold classes (scikit-learn's rule and words)."""
+    try:
+        check_classification_targets(y)
+    except ValueError as exc:
+        raise InputError(
+            f"{exc}; for a numeric target use task='regression' (or task='auto')"
+        ) from None
 
 
 class ProximityForest(DaskEstimator):
@@ -91,11 +109,31 @@ class ProximityForest(DaskEstimator):
         Per-tree seeds planned from ``random_state``.
     random_state_ : int
         The root entropy used (equals ``random_state`` when it was given).
+    sample_ids_ : ndarray or None
+        Row IDs of the training rows (``id=`` column or DataFrame index; see
+        :func:`distforest.io.load_table`), the ``sample`` coordinate of its
+        stores; None: row numbers.
+    id_name_ : str or None
     leaves_ : ndarray of int32, shape (n_samples, n_estimators)
     inbag_ : ndarray of uint8, shape (n_samples, n_estimators)
     nodes_ : dict of str to ndarray, or None
         Flattened trees, concatenated; ``node_counts_`` nodes per tree.  None
         after :meth:`fit_leaves`.
+    tree_importances_ : ndarray of float64, shape (n_estimators, n_features)
+        Each tree's normalised impurity-based importances.
+    feature_importances_ : ndarray of float64, shape (n_features,)
+        Impurity-based importances of the forest (as scikit-learn's forests).
+    oob_score_ : float
+        Accuracy (classification) or R² (regression) out of bag.
+    oob_decision_function_ : ndarray, shape (n_samples, n_classes)
+        Out-of-bag class probabilities (classification).
+    oob_prediction_ : ndarray, shape (n_samples,)
+        Out-of-bag predictions (regression).
+
+    With a target, it is a scikit-learn forest: :meth:`predict`,
+    :meth:`predict_proba`, :meth:`score`.  Pass ``task="classification"`` or
+    ``task="regression"`` for model selection: scikit-learn then sees a
+    classifier (stratified folds, accuracy) or a regressor (R²).
     """
 
     def __init__(
@@ -128,9 +166,19 @@ class ProximityForest(DaskEstimator):
     # -- parameters ---------------------------------------------------------
 
     def __sklearn_tags__(self) -> Any:
+        from sklearn.utils import ClassifierTags, RegressorTags
+
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # the trees route missing values
-        tags.target_tags.required = False  # no target: an unsupervised forest
+        # A classifier or a regressor by its task parameter; "auto" decides at fit
+        # (from the target) and "unsupervised" needs no target.
+        tags.target_tags.required = self.task in ("classification", "regression")
+        if self.task == "classification":
+            tags.estimator_type = "classifier"
+            tags.classifier_tags = ClassifierTags()
+        elif self.task == "regression":
+            tags.estimator_type = "regressor"
+            tags.regressor_tags = RegressorTags()
         return tags
 
     _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {**C.FOREST_CONSTRAINTS}
@@ -222,8 +270,12 @@ class ProximityForest(DaskEstimator):
             return fit_dask_frame(
                 self, X, y, params, lambda t, k, n: self._tree_params(params, t, k, n)
             )
+        if len(getattr(y, "shape", ())) == 2 and y.shape[1] == 1:
+            y = column_or_1d(y, warn=True)  # a column vector: scikit-learn's warning, then 1-D
         table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
         task = resolve_task(params["task"], table.y, table.target_name)
+        if task == "classification":
+            _check_classes(table.y)
         y_fit, classes = encode_target(task, table.y)
         tree_params = self._tree_params(params, task, len(classes), table.n_samples)
         n_trees = params["n_estimators"]
@@ -241,16 +293,20 @@ class ProximityForest(DaskEstimator):
             y_future = None if y_fit is None else runner.share(y_fit)
             items = [(X_future, y_future, seeds[b], tree_params, keep_nodes) for b in batches]
             parts: list[Any] = [None] * len(batches)
+            importances = np.empty((n_trees, table.n_features), dtype=np.float64)
             for i, batch in runner.run(
                 fit_tree_batch, items, name="fit-trees", progress=self._report("fit")
             ):
                 leaves[:, batches[i]] = batch.leaves
                 inbag[:, batches[i]] = batch.inbag
+                importances[batches[i]] = batch.importances
                 parts[i] = batch.nodes_only()  # the copied leaves need not be kept twice
         self.n_samples_ = n
         self.n_features_in_ = table.n_features
         self.feature_names_in_ = table.feature_names
         self.categories_ = table.categories
+        self.sample_ids_ = table.ids
+        self.id_name_ = table.id_name
         self.target_name_ = table.target_name
         self.task_ = task
         self.classes_ = classes
@@ -260,6 +316,7 @@ class ProximityForest(DaskEstimator):
         self.leaves_ = leaves
         self.inbag_ = inbag
         self.node_counts_ = np.concatenate([b.node_counts for b in parts])
+        self.tree_importances_: np.ndarray | None = importances
         self.nodes_ = _concatenate_nodes(parts) if keep_nodes else None
         self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
         self.fit_id_ = uuid.uuid4().hex
@@ -272,22 +329,179 @@ class ProximityForest(DaskEstimator):
         Parameters
         ----------
         X : array-like or any input :func:`distforest.io.load_table` reads
-            Rows with the training features, in the training order.
+            Rows with the training features, in the training order; text
+            columns are coded with the training labels.  A :class:`Table` is
+            taken as already coded.
 
         Returns
         -------
         ndarray of int32, shape (n, n_estimators)
         """
         self._check_nodes("apply() to new rows")
-        table = X if isinstance(X, Table) else load_table(X)
-        if table.n_features != self.n_features_in_:
-            raise InputError(
-                f"{table.source} has {table.n_features} features but the forest was fitted "
-                f"on {self.n_features_in_}; pass the same columns (without the target)"
-            )
+        if isinstance(X, Table):  # already coded as the forest's input (the imputer's rows)
+            if X.n_features != self.n_features_in_:
+                raise InputError(
+                    f"{X.source} has {X.n_features} features but the forest was fitted "
+                    f"on {self.n_features_in_}; pass the same columns (without the target)"
+                )
+            values = X.X
+        else:  # read like predict(): one row is enough, text coded with the training labels
+            values = forest_predict.new_rows(self, X)
         offsets = np.concatenate([[0], np.cumsum(self.node_counts_)])
         assert self.nodes_ is not None  # checked
-        return apply_nodes(table.X, {**self.nodes_, "node_offset": offsets})
+        return apply_nodes(values, {**self.nodes_, "node_offset": offsets})
+
+    # -- predictions (see distforest.forests.forest_predict) ----------------
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class (classification) or value (regression) of new rows, as scikit-learn's forests.
+
+        The mean over the trees of each row's leaf value: class fractions
+        (the most probable class wins; the first on ties) or the mean target.
+        One Dask task per block of rows; small inputs run in this process.
+
+        Parameters
+        ----------
+        X : array-like, DataFrame, path or Table
+            Rows with the training features, in the training order.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+            Labels of ``classes_``, or float64 values.
+        """
+        values = forest_predict.predict_values(self, X)
+        if self.task_ == "classification":
+            return forest_predict.decode_classes(self, values)
+        return values[:, 0]
+
+    @available_if(_may_be_classifier)
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities of new rows: the mean of the trees' leaf class fractions.
+
+        Parameters
+        ----------
+        X : array-like, DataFrame, path or Table
+
+        Returns
+        -------
+        ndarray of float64, shape (n, n_classes)
+            Columns in the order of ``classes_``.
+        """
+        self._check_task("classification", "predict_proba()")
+        return forest_predict.predict_values(self, X)
+
+    @available_if(_may_be_classifier)
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """Logarithm of :meth:`predict_proba` (``-inf`` for probability 0)."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Accuracy (classification) or R² (regression) of :meth:`predict` on ``X``.
+
+        Parameters
+        ----------
+        X : array-like, DataFrame, path or Table
+        y : array-like, shape (n,)
+        sample_weight : array-like, optional
+
+        Returns
+        -------
+        float
+        """
+        from sklearn.metrics import accuracy_score, r2_score
+
+        predicted = self.predict(X)
+        if self.task_ == "classification":
+            return float(accuracy_score(y, predicted, sample_weight=sample_weight))
+        return float(r2_score(y, predicted, sample_weight=sample_weight))
+
+    def predict_proximity(self, X: Any, method: str = "rfgap") -> np.ndarray:
+        """Predict new rows from the training targets, weighted by proximity.
+
+        ``sum_j P_ij y_j / sum_j P_ij`` (regression) or the class with the
+        largest summed proximity (classification), ``P`` the proximity of
+        the new rows to the training rows (RF-GAP by default, whose weighted
+        mean reproduces the forest's out-of-bag-style prediction); computed
+        from per-tree leaf sums, never forming ``P``.
+
+        Parameters
+        ----------
+        X : array-like, DataFrame, path or Table
+        method : {"rfgap", "original", "oob"}
+            ``oob`` weighs by the row-normalised out-of-bag proximity.
+
+        Returns
+        -------
+        ndarray, shape (n,)
+        """
+        from distforest.forests.new_rows import proximity_weights
+
+        weights = proximity_weights(self, X, method)
+        if self.task_ == "classification":
+            return forest_predict.decode_classes(self, weights)
+        return weights[:, 0]
+
+    def _check_task(self, task: str, what: str) -> None:
+        forest_predict.check_supervised(self, what)
+        if self.task_ != task:  # an AttributeError too: hasattr() is False
+            raise NotFittedError(
+                f"{what} needs a {task} forest, but this one was fitted for {self.task_}; "
+                f"fit it with task={task!r}"
+            )
+
+    def _oob(self) -> np.ndarray:
+        """The out-of-bag values, computed on first use and kept for this fit."""
+        cached = self.__dict__.get("_oob_cache")
+        if cached is None or cached[0] != getattr(self, "fit_id_", None):
+            cached = (self.fit_id_, forest_predict.oob_values(self))
+            self._oob_cache = cached
+        return cached[1]
+
+    @property
+    def oob_decision_function_(self) -> np.ndarray:
+        """Out-of-bag class probabilities of the training rows, shape (n_samples, n_classes).
+
+        Each row's mean leaf class fractions over the trees where it is out of
+        bag (zeros, with a warning, for a row in bag in every tree).
+        """
+        self._check_task("classification", "oob_decision_function_")
+        return self._oob()
+
+    @property
+    def oob_prediction_(self) -> np.ndarray:
+        """Out-of-bag predictions of the training rows (regression), shape (n_samples,)."""
+        self._check_task("regression", "oob_prediction_")
+        return self._oob()[:, 0]
+
+    @property
+    def oob_score_(self) -> float:
+        """Accuracy (classification) or R² (regression) of the out-of-bag estimates.
+
+        Computed from the recorded leaves and in-bag counts on first use
+        (there is no ``oob_score`` parameter: every bootstrap forest has one).
+        """
+        forest_predict.check_supervised(self, "oob_score_")
+        return forest_predict.oob_score(self, self._oob())
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Impurity-based importances, shape (n_features,), summing to 1.
+
+        The mean of the trees' normalised impurity decreases (trees that
+        are a single leaf left out), normalised again: as scikit-learn's
+        forests.  For an unsupervised forest, how much each feature tells the
+        data from its synthetic copy.
+        """
+        self._check_fitted()
+        per_tree = self.tree_importances_
+        if per_tree is None:
+            raise NotFittedError(
+                "this forest was loaded from a store written before importances were saved; "
+                "fit it again to get feature_importances_"
+            )
+        return forest_predict.feature_importances(per_tree, self.node_counts_)
 
     def _check_method(self, method: str) -> None:
         """A proximity method this fitted forest can give (out-of-bag ones need bootstrap)."""
@@ -320,6 +534,7 @@ class ProximityForest(DaskEstimator):
                 "feature_names": list(self.feature_names_in_),
                 "categories": {k: [str(v) for v in c] for k, c in self.categories_.items()},
                 "target_name": self.target_name_,
+                "id_name": self.id_name_,
             },
             "task": self.task_,
             "classes": [c if isinstance(c, str | int | float) else str(c) for c in self.classes_],
@@ -352,10 +567,12 @@ class ProximityForest(DaskEstimator):
                              overwrite=overwrite)  # fmt: skip
         n, n_trees = self.leaves_.shape
         rows = self.params_["tile_size"]
-        rs.write_coordinates(n, n_trees)
+        rs.write_coordinates(n, n_trees, ids=self.sample_ids_, id_name=self.id_name_)
         rs.write_forest(self.nodes_, self.node_counts_, self.seeds_)
         rs.write_named("leaves", self.leaves_, rows=rows)
         rs.write_named("inbag", self.inbag_, rows=rows)
+        if self.tree_importances_ is not None:  # None: loaded from an older store
+            rs.write_named("tree_importances", self.tree_importances_)
         if self.y_ is not None:
             rs.write_named("target", self.y_, attrs={"classes": self._provenance()["classes"]})
         return rs
@@ -393,6 +610,8 @@ class ProximityForest(DaskEstimator):
         forest.n_features_in_ = int(inp["n_features"])
         forest.feature_names_in_ = tuple(inp["feature_names"])
         forest.categories_ = {k: tuple(v) for k, v in inp["categories"].items()}
+        forest.id_name_ = inp.get("id_name")
+        forest.sample_ids_ = rs.read("sample") if forest.id_name_ is not None else None
         forest.target_name_ = inp["target_name"]
         forest.task_ = attrs["task"]
         forest.classes_ = list(attrs["classes"])
@@ -401,6 +620,10 @@ class ProximityForest(DaskEstimator):
         forest.random_state_ = saved["random_state"]
         forest.leaves_ = rs.read("leaves")
         forest.inbag_ = rs.read("inbag")
+        # stores written before importances were kept have none (feature_importances_ says so)
+        forest.tree_importances_ = (
+            rs.read("tree_importances") if "tree_importances" in rs.group else None
+        )
         forest.node_counts_ = np.diff(offsets)
         forest.nodes_ = {f: nodes[f] for f in NODE_FIELDS}
         forest.input_ = {"source": inp["source"], "fingerprint": inp["fingerprint"]}
@@ -444,13 +667,22 @@ class ProximityForest(DaskEstimator):
 
     def proximity(
         self,
-        method: str = "original",
+        method: Any = "original",
         store: str | Path | None = None,
         *,
+        X: Any = None,
         overwrite: bool = False,
         max_in_memory: int = 10_000,
     ) -> xr.DataArray:
-        """Pairwise proximity of the training rows.
+        """Pairwise proximity of the training rows, or of new rows ``X`` to them.
+
+        ``pf.proximity(X_new)`` (an array or DataFrame first) or
+        ``pf.proximity("rfgap", X=X_new)``: the ``(n_new, n_train)`` proximity
+        of new rows, out of bag in every tree (see
+        :mod:`distforest.forests.new_rows`); stored as ``cross_proximity``
+        (``_oob``, ``_rfgap``) in a store of its own, which holds the new
+        rows' ``leaves`` too.  In memory when ``n_new * n_train`` is at most
+        ``max_in_memory ** 2``.
 
         Parameters
         ----------
@@ -464,6 +696,9 @@ class ProximityForest(DaskEstimator):
             Zarr store to write (tile by tile, one Dask task per tile).  The
             forest, ``leaves`` and ``inbag`` are saved with it.  ``None``
             computes a small in-memory matrix (at most ``max_in_memory`` rows).
+        X : array-like, DataFrame, path or Table, optional
+            New rows (the training features): their proximity to the
+            training rows instead.
         overwrite : bool
             Replace an existing store written by another fit.
         max_in_memory : int
@@ -475,6 +710,13 @@ class ProximityForest(DaskEstimator):
             Dims ``(sample_i, sample_j)``, float32; lazy and Zarr-backed when
             ``store`` is given.
         """
+        if not isinstance(method, str):  # pf.proximity(X_new)
+            method, X = "original", method
+        if X is not None:
+            from distforest.forests.new_rows import cross_proximity
+
+            return cross_proximity(self, X, method, store, overwrite=overwrite,
+                                   max_in_memory=max_in_memory)  # fmt: skip
         self._check_fitted()
         self._check_method(method)
         n = self.n_samples_
@@ -490,7 +732,8 @@ class ProximityForest(DaskEstimator):
             )
             import xarray as xr  # on use: fitting and writing tiles do without it
 
-            coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
+            rows = np.arange(n) if self.sample_ids_ is None else self.sample_ids_
+            coords = {"sample_i": rows, "sample_j": rows}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
         rs = self._open_or_create(store, overwrite)

@@ -283,7 +283,7 @@ def _prepare(rs: RunStore, n: int, k: int, block_rows: int,
     if INDEX in rs.group and PROXIMITY in rs.group:
         done = rs.done_tiles(INDEX)
         arr = rs.array(INDEX)
-        if (arr.attrs.get("identity") == identity and done is not None
+        if (rs.array_attrs(INDEX).get("identity") == identity and done is not None
                 and done.shape == blocks and tuple(arr.shape) == (n, k)):  # fmt: skip
             return done
     for name in (INDEX, PROXIMITY):
@@ -294,7 +294,7 @@ def _prepare(rs: RunStore, n: int, k: int, block_rows: int,
             fill_value=-1 if name == INDEX else np.nan, dimension_names=spec.dims,
             overwrite=True,
         )  # fmt: skip
-    rs.array(INDEX).attrs.update({"identity": identity, "complete": False})
+    rs.update_array_attrs(INDEX, identity=identity, complete=False)
     rs.create_done_record(INDEX, blocks)
     return np.zeros(blocks, dtype=np.uint8)
 
@@ -342,8 +342,8 @@ def write_neighbors(
         with contextlib.suppress(Exception):  # only memory is at stake: never mask an error
             runner.everywhere(forget_index, write)
     attrs: dict[str, Any] = {"method": method, "k": k, "include_self": bool(include_self)}
-    rs.array(PROXIMITY).attrs.update(attrs)
-    rs.array(INDEX).attrs.update({**attrs, "complete": True})
+    rs.update_array_attrs(PROXIMITY, **attrs)
+    rs.update_array_attrs(INDEX, **attrs, complete=True)
     return stats
 
 
@@ -392,14 +392,14 @@ def neighbors_dataset(found: Any, values: Any, attrs: Mapping[str, Any]) -> xr.D
 
 def stored_neighbors(rs: RunStore) -> xr.Dataset:
     """The neighbours of a store as a lazy Dataset (``index`` and ``proximity``)."""
-    if INDEX not in rs.group or not rs.array(INDEX).attrs.get("complete"):
+    if INDEX not in rs.group or not rs.array_attrs(INDEX).get("complete"):
         raise StoreError(
             f"store {rs.path!r} holds no complete {INDEX!r}; compute it with "
             "ProximityForest.proximity_neighbors(k, store=...) or distforest proximity --top-k"
         )
     _register_accessor()
     ds = rs.dataset()[[INDEX, PROXIMITY]].rename({INDEX: "index", PROXIMITY: "proximity"})
-    attrs = rs.array(INDEX).attrs
+    attrs = rs.array_attrs(INDEX)
     ds.attrs = {key: attrs[key] for key in ("method", "k", "include_self")}
     return ds
 

@@ -157,6 +157,11 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         What a precomputed matrix or a function gives: objects are ordered by
         ``S_kj - S_ki`` or by ``D_ki**2 - D_kj**2``.  A named ``metric`` sets
         its own kind (``euclidean`` is a distance, the others similarities).
+        The paper turns a full distance matrix into similarities by double
+        centring, ``S = -1/2 J D**2 J``; then ``S_kj - S_ki`` is
+        ``(D_ki**2 - D_kj**2) / 2`` plus a term that is the same for every
+        object k, so both order the objects (and split them) alike, and
+        ``D**2`` needs no full matrix (entries may be missing).
     max_depth : int or None, default None
         None grows every tree to purity.
     min_samples_leaf : int, default 1

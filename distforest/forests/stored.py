@@ -134,6 +134,7 @@ def fit_stored(
         offsets = np.concatenate([[0], np.cumsum(node_counts)]).astype(np.int64)
         rs.write_coordinates(n, n_trees)
         rs.write_forest(nodes, node_counts, seeds)
+        rs.write_named("tree_importances", np.concatenate([p.importances for p in parts]))
         for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
             rs.group.create_array(name, shape=(n, n_trees), chunks=(min(n, tile), n_trees),
                                   dtype=dtype, dimension_names=("sample", "tree"),
@@ -150,6 +151,9 @@ def fit_stored(
     forest.n_features_in_ = table.n_features
     forest.feature_names_in_ = table.feature_names
     forest.categories_ = table.categories
+    forest.sample_ids_ = None  # stored and partitioned inputs: rows are numbered
+    forest.id_name_ = None
+    forest.tree_importances_ = np.concatenate([p.importances for p in parts])
     forest.target_name_ = table.target_name
     forest.task_ = task
     forest.classes_ = classes

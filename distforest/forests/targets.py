@@ -27,20 +27,50 @@ def resolve_task(task: str, y: np.ndarray | None, target_name: str | None) -> st
         if task == "auto":
             return "unsupervised"
         raise ParameterError(
-            f"task={task!r} needs a target: pass y (or --target COLUMN), or use task='unsupervised'"
+            f"task={task!r} requires y to be passed, but the target y is None: pass y (or "
+            "--target COLUMN), or use task='unsupervised'"
         )
     if task != "auto":
         if task == "regression" and not np.issubdtype(y.dtype, np.number):
-            raise InputError(
-                f"target {target_name!r} is not numeric (dtype {y.dtype}), so it cannot be "
-                "used for regression; use task='classification'"
-            )
+            try:  # numbers held as objects (a DataFrame column of mixed type) are fine
+                y.astype(np.float64)
+            except (TypeError, ValueError):
+                raise InputError(
+                    f"Unknown label type: target {target_name or 'y'!r} is not numeric (dtype "
+                    f"{y.dtype}, e.g. {y[0]!r}), so it cannot be used for regression; use "
+                    "task='classification'"
+                ) from None
         return task
     if not np.issubdtype(y.dtype, np.number) or y.dtype == bool:
         return "classification"
     values = np.unique(y)
     integral = bool(np.all(np.mod(values, 1) == 0))
     return "classification" if integral and values.size <= MAX_AUTO_CLASSES else "regression"
+
+
+def require_classes(task: str, y: np.ndarray | None, target_name: str | None, what: str) -> None:
+    """Refuse a target that ``task`` would not fit as classes, for a classification-only ``what``.
+
+    With ``task="auto"``, a target of real values (or of more than
+    :data:`MAX_AUTO_CLASSES` integers) is refused: treating every value as a
+    class would give a silent, meaningless answer.  ``task="classification"``
+    says the numbers are class codes and is accepted.
+    """
+    if task == "classification":
+        return
+    resolved = resolve_task(task, y, target_name)
+    if resolved == "classification":
+        return
+    if y is None or resolved == "unsupervised":
+        raise ParameterError(f"{what} needs class labels: give the class column as --target")
+    values = np.unique(y)
+    shown = ", ".join(repr(v.item()) for v in values[:3])
+    raise InputError(
+        f"{what} checks class labels, but target {target_name!r} holds {values.size} distinct "
+        f"numbers (e.g. {shown}), a continuous value rather than a class: give a class column "
+        "as the target, or, if these numbers are class codes, say so with --task "
+        "classification (forest.task: classification in a pipeline)"
+    )
 
 
 def encode_target(task: str, y: np.ndarray | None) -> tuple[np.ndarray | None, list[Any]]:

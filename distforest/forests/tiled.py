@@ -167,7 +167,7 @@ def write_matrix(
         finished += len(groups[k])
         if progress is not None:
             progress(finished, len(pending))
-    store.array(name).attrs.update({"complete": True})
+    store.update_array_attrs(name, complete=True)
     return stats
 
 

@@ -361,6 +361,11 @@ def check_shape(
         raise InputError(f"{what} is empty")
 
 
+#: Largest magnitude a float32 holds: every float input (features, similarities,
+#: distances) must stay within it.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def check_rows(values: np.ndarray, start: int, what: str) -> None:
     """Refuse an infinite entry or a row with nothing observed in rows ``start ...``."""
     bad = np.isinf(values)
@@ -369,6 +374,15 @@ def check_rows(values: np.ndarray, start: int, what: str) -> None:
         raise InputError(
             f"{what}[{start + i}, {j}] is {values[i, j]!r}; entries must be finite numbers "
             "(NaN marks a pair that was not observed)"
+        )
+    with np.errstate(invalid="ignore"):
+        huge = np.abs(values) > FLOAT32_MAX
+    if huge.any():
+        i, j = (int(k) for k in np.argwhere(huge)[0])
+        raise InputError(
+            f"{what}[{start + i}, {j}] is {float(values[i, j])!r}, beyond the float32 range the "
+            f"forests compute in (|x| <= {FLOAT32_MAX:.3g}); rescale the matrix (e.g. divide "
+            "it by a power of ten) or fix the entry"
         )
     empty = np.isnan(values).all(axis=1)
     if empty.any():

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from distforest.errors import InputError
+from distforest.io.attrs import decode_value
 
 __all__ = ["DEFAULT_BLOCKSIZE", "Partitions", "open_partitions", "sniff_delimiter"]
 
@@ -217,7 +218,7 @@ def _zarr(node: Any, source: str) -> Partitions:
         return _array(da.from_zarr(node), source)
     if "X" in node and isinstance(node["X"], zarr.Array):
         xa = node["X"]
-        stored = xa.attrs.get("feature_names")
+        stored = decode_value(xa.attrs.get("feature_names"))
         names = [str(c) for c in stored] if isinstance(stored, list) else None
         y = da.from_zarr(node["y"]) if "y" in node else None
         return _array(da.from_zarr(xa), source, names, y)
@@ -230,7 +231,7 @@ def _zarr(node: Any, source: str) -> Partitions:
             f"{source}: a Zarr group without an 'X' array could not be opened with "
             f"xarray.open_zarr: {exc}; store the features as a 2-D array 'X'"
         ) from exc
-    stored = node.attrs.get("columns")
+    stored = decode_value(node.attrs.get("columns"))
     if isinstance(stored, list) and sorted(map(str, stored)) == sorted(map(str, ds.data_vars)):
         ds = ds[[str(c) for c in stored]]
     else:

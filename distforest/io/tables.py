@@ -13,13 +13,15 @@ Unnamed array columns are called ``"0"``, ``"1"``, ...
 Encoding of feature columns:
 
 - bool columns become 0.0 / 1.0; numeric columns become float64;
-- an object / string / category column whose non-missing values all parse as numbers
-  (``pandas.to_numeric``) is numeric;
-- if at least 90 % of its non-missing values parse but some do not, the column is
-  taken to hold "non-numeric garbage" (often a missing-value marker such as ``?``) and
-  an :class:`~distforest.errors.InputError` is raised naming the bad values and rows;
-- otherwise the column is categorical: its labels (as strings) are sorted, value
-  ``labels[k]`` is coded ``k`` and ``Table.categories[name]`` records the labels.
+- a text column is read by one rule (:func:`distforest.io.encoding.decide_decimal`):
+  its decimal mark, ``.`` or ``,``, is decided from the whole column (or set with
+  ``decimal=`` / ``--decimal``), a thousands separator is never read; a column mixing
+  both marks is refused naming a row of each; a column of numbers with a few values
+  that are not numbers (often a missing-value marker such as ``?``) is refused naming
+  the first one; otherwise the column is categorical: its labels (as strings) are
+  sorted, value ``labels[k]`` is coded ``k`` and ``Table.categories[name]`` records
+  the labels;
+- nested values (Parquet list / struct columns, lists or dicts in cells) are refused.
 
 Missing values are NaN in ``X``.  The target is returned as given (no encoding) and must
 have no missing values and at least two distinct values.
@@ -27,12 +29,14 @@ have no missing values and at least two distinct values.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import hashlib
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,12 +46,12 @@ import pandas as pd
 
 from distforest import location
 from distforest.errors import InputError, InputTypeError, did_you_mean
+from distforest.io.attrs import decode_value
 
-__all__ = ["SUPPORTED_EXTENSIONS", "Table", "load_table", "read_frame"]
+__all__ = ["SUPPORTED_EXTENSIONS", "Table", "decimal_mark", "load_table", "read_frame"]
 
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".npy", ".zarr")
 _TEXT = (".csv", ".tsv", ".txt")
-_GARBAGE_FRACTION = 0.9
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +73,10 @@ class Table:
         Name of the target column, if it came from one.
     source : str
         Where the data came from, e.g. ``"data.csv"`` or ``"<pandas.DataFrame>"``.
+    ids : numpy.ndarray or None
+        Row IDs (``id=COLUMN``, or a DataFrame's own index); None: row numbers.
+    id_name : str or None
+        Name of the ID column (the index's name, ``"index"`` when it has none).
     """
 
     X: np.ndarray
@@ -77,6 +85,8 @@ class Table:
     y: np.ndarray | None = None
     target_name: str | None = None
     source: str = "<unknown>"
+    ids: np.ndarray | None = None
+    id_name: str | None = None
 
     @property
     def n_samples(self) -> int:
@@ -120,6 +130,8 @@ def load_table(
     na_values: Sequence[str] = (),
     allow_missing: bool = True,
     min_rows: int = 2,
+    id: str | None = None,
+    decimal: str | None = None,
 ) -> Table:
     """Read ``source`` into a :class:`Table`.
 
@@ -140,6 +152,16 @@ def load_table(
         If False, missing feature values raise an error.
     min_rows : int
         Fewest rows accepted (2 to fit a forest; 1 for new rows to transform).
+    id : str, optional
+        Column of row IDs (repeated values are kept, with a warning):
+        removed from the features, kept as :attr:`Table.ids`.  Without it,
+        a DataFrame whose index is not the default ``0..n-1`` gives its
+        index as the IDs.  A feature column
+        that looks like an ID (unique values named like ``id`` or ``key``, or
+        consecutive integers) is used as a feature, with a warning.
+    decimal : {".", ","}, optional
+        Decimal mark of numbers written as text; default: the one set by
+        :func:`decimal_mark`, else decided per column from its values.
 
     Returns
     -------
@@ -157,7 +179,8 @@ def load_table(
     drop = [str(c) for c in drop]
     target = None if target is None else str(target)
     refuse_sparse(source)
-    data, name, y_stored = _read(source, na)
+    decimal = _decimal(decimal)
+    data, name, y_stored = _read(source, na, decimal)
     if isinstance(data, pd.DataFrame):
         names = [str(c) for c in data.columns]
         dup = sorted({c for c in names if names.count(c) > 1})
@@ -165,9 +188,10 @@ def load_table(
             raise InputError(f"{name}: duplicate column names {dup}; rename them")
     else:
         names = data[1]
-    for col in [*drop, *([target] if target is not None else [])]:
+    id_col = None if id is None else str(id)
+    for col in [*drop, *([target] if target is not None else []), *([id_col] if id_col else [])]:
         check_column(col, names, name)
-    skip = {*drop, target}
+    skip = {*drop, target, id_col}
     keep = [i for i, c in enumerate(names) if c not in skip]
     n = len(data) if isinstance(data, pd.DataFrame) else data[0].shape[0]
     if n == 0:
@@ -183,7 +207,7 @@ def load_table(
     if isinstance(data, pd.DataFrame):
         X = np.empty((n, len(keep)), dtype=np.float64)
         for j, i in enumerate(keep):
-            X[:, j], labels = _encode(data.iloc[:, i], names[i], name, na)
+            X[:, j], labels = _encode(data.iloc[:, i], names[i], name, na, decimal)
             if labels is not None:
                 categories[names[i]] = labels
         yv = None if target is None else data.iloc[:, names.index(target)].to_numpy()
@@ -194,13 +218,87 @@ def load_table(
         yv = None if target is None else arr[:, names.index(target)]
     feature_names = tuple(names[i] for i in keep)
     _check_features(X, feature_names, name, allow_missing)
+    ids, id_name = _row_ids(data, names, id_col, name)
+    if ids is None:
+        _warn_id_like(X, feature_names, name)
     if y is not None:
         yv = y
     elif target is None:
         yv = y_stored
     if yv is not None:
         yv = check_target(yv, n, target or "y", name)
-    return Table(X, feature_names, categories, yv, target, name)
+    return Table(X, feature_names, categories, yv, target, name, ids, id_name)
+
+
+def _row_ids(data: Any, names: list[str], id_col: str | None, name: str) -> tuple[Any, Any]:
+    """The row IDs: column ``id_col``, else a DataFrame's own (non-default) index."""
+    frame = data if isinstance(data, pd.DataFrame) else None
+    if id_col is not None:
+        if frame is not None:
+            ids = frame.iloc[:, names.index(id_col)].to_numpy()
+        else:
+            ids = data[0][:, names.index(id_col)]
+        label = id_col
+    elif frame is not None and not (
+        isinstance(frame.index, pd.RangeIndex)
+        and frame.index.start == 0
+        and frame.index.step == 1
+        and frame.index.name is None
+    ):
+        ids, label = frame.index.to_numpy(), str(frame.index.name or "index")
+    else:
+        return None, None
+    missing = pd.isna(ids)
+    if missing.any():
+        raise InputError(
+            f"{name}: ID column {label!r} is empty in {int(missing.sum())} row(s) (first data "
+            f"row {int(np.flatnonzero(missing)[0]) + 1}); every row needs an ID"
+        )
+    values = pd.Series(ids)
+    repeated = values[values.duplicated()].unique()
+    if repeated.size:  # kept (a patient measured twice); selecting by ID then finds both
+        warnings.warn(
+            f"{name}: ID column {label!r} repeats {repeated.size} value(s), e.g. "
+            f"{repeated[0]}; rows keep their IDs, but an ID may then name several rows",
+            UserWarning,
+            stacklevel=3,
+        )
+    if values.dtype.kind not in "iu":
+        ids = values.astype(str).to_numpy(dtype=object)
+    return np.asarray(ids), label
+
+
+#: Column names that say "identifier" (compared in lower case, without separators).
+_ID_NAMES = ("id", "key", "index", "rowid", "rownumber", "uuid")
+
+
+def _warn_id_like(X: np.ndarray, names: tuple[str, ...], name: str) -> None:
+    """Warn about a feature column that looks like a row ID (it would be learnt from)."""
+    n = X.shape[0]
+    if n < 3:
+        return
+    for j, col in enumerate(names):
+        values = X[:, j]
+        if np.isnan(values).any():
+            continue
+        plain = "".join(c for c in col.lower() if c.isalnum())
+        # "id", "Id", "row_id", "patient.ID", "customerId"; not "fluid" or "acid"
+        named = (
+            plain in _ID_NAMES
+            or re.search(r"[_\W]id$", col, flags=re.IGNORECASE) is not None
+            or re.search(r"[a-z0-9](Id|ID)$", col) is not None
+        )
+        distinct = np.unique(values).size
+        unique = distinct == n or (named and distinct >= 0.9 * n)
+        consecutive = bool(np.all(np.diff(values) == 1)) and float(values[0]).is_integer()
+        if unique and (named or consecutive):
+            why = f"named so, {distinct} distinct values in {n} rows" if named else "consecutive"
+            warnings.warn(
+                f"{name}: column {col!r} looks like a row ID ({why}) and is used as a feature; "
+                f"pass --id {col} (id={col!r}) to keep it as the row IDs, or --drop {col}",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 #: ``DataFrame.attrs`` key holding the file a frame was read from (kept by pandas through
@@ -208,7 +306,9 @@ def load_table(
 SOURCE_ATTR = "distforest_source"
 
 
-def read_frame(source: Any, *, na_values: Sequence[str] = ()) -> pd.DataFrame:
+def read_frame(
+    source: Any, *, na_values: Sequence[str] = (), decimal: str | None = None
+) -> pd.DataFrame:
     """Read ``source`` as a pandas DataFrame, columns and dtypes as stored (nothing encoded).
 
     Parameters
@@ -217,12 +317,14 @@ def read_frame(source: Any, *, na_values: Sequence[str] = ()) -> pd.DataFrame:
         Anything :func:`load_table` reads.  Arrays get columns ``"0"``, ``"1"``, ...
     na_values : sequence of str
         Extra strings that mark a missing value in text files (e.g. ``"?"``).
+    decimal : {".", ","}, optional
+        As for :func:`load_table`: text columns of numbers are read as float64 by its rule.
 
     Returns
     -------
     pandas.DataFrame
     """
-    data, name, _ = _read(source, [str(v) for v in na_values])
+    data, name, _ = _read(source, [str(v) for v in na_values], _decimal(decimal))
     frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data[0], columns=list(data[1]))
     if isinstance(source, str | Path):
         frame.attrs[SOURCE_ATTR] = name  # errors about its columns then name the file
@@ -238,12 +340,38 @@ def refuse_sparse(X: Any) -> None:
         )
 
 
-def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
+#: The decimal mark set for the current command (:func:`decimal_mark`).
+_DECIMAL: contextvars.ContextVar[str | None] = contextvars.ContextVar("decimal", default=None)
+DECIMAL_MARKS = (".", ",")
+
+
+def _decimal(decimal: str | None) -> str | None:
+    mark = _DECIMAL.get() if decimal is None else decimal
+    if mark is not None and mark not in DECIMAL_MARKS:
+        raise InputError(f"decimal must be '.' or ',', got {mark!r}")
+    return mark
+
+
+@contextlib.contextmanager
+def decimal_mark(mark: str | None) -> Iterator[None]:
+    """Within the block, read numbers written as text with ``mark`` as decimal mark.
+
+    The command line's ``--decimal`` and a pipeline's ``input.decimal``: every
+    table the command reads follows it.  None: decided per column from its values.
+    """
+    token = _DECIMAL.set(_decimal(mark) if mark is not None else None)
+    try:
+        yield
+    finally:
+        _DECIMAL.reset(token)
+
+
+def _read(source: Any, na: list[str], decimal: str | None = None) -> tuple[Any, str, Any]:
     """Return ``(DataFrame | (ndarray, names), source name, stored y or None)``."""
     if location.is_remote(source):
-        return _read_url(source, na)
+        return _read_url(source, na, decimal)
     if isinstance(source, str | Path):
-        return _read_path(Path(location.local(source)), str(source), na)
+        return _read_path(Path(location.local(source)), str(source), na, decimal)
     mod = type(source).__module__.split(".")[0]
     if isinstance(source, pd.DataFrame):
         return source, str(source.attrs.get(SOURCE_ATTR) or "<pandas.DataFrame>"), None
@@ -273,7 +401,9 @@ def _read(source: Any, na: list[str]) -> tuple[Any, str, Any]:
     )
 
 
-def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
+def _read_path(
+    path: Path, name: str, na: list[str], decimal: str | None = None
+) -> tuple[Any, str, Any]:
     if not path.exists():
         if path.is_symlink():  # a loop of links, or a link to nothing
             raise InputError(
@@ -305,7 +435,7 @@ def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
         )
     try:
         if suffix in _TEXT:
-            return _read_text(path, name, na), name, None
+            return _read_text(path, name, na, decimal), name, None
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path), name, None
         arr = np.load(path, allow_pickle=False)
@@ -317,7 +447,7 @@ def _read_path(path: Path, name: str, na: list[str]) -> tuple[Any, str, Any]:
     return _array(arr, name), name, None
 
 
-def _read_url(url: str, na: list[str]) -> tuple[Any, str, Any]:
+def _read_url(url: str, na: list[str], decimal: str | None = None) -> tuple[Any, str, Any]:
     """A table at an fsspec URL: a Zarr store is opened where it is; a file (read whole
     anyway) is copied to a temporary local file and read by the rules for local files."""
     import tempfile
@@ -334,7 +464,7 @@ def _read_url(url: str, na: list[str]) -> tuple[Any, str, Any]:
         with tempfile.TemporaryDirectory(prefix="distforest-") as tmp:
             copy = Path(tmp) / location.name(url)
             fs.get_file(where, str(copy))
-            return _read_path(copy, name, na)
+            return _read_path(copy, name, na, decimal)
     except InputError:
         raise
     except Exception as exc:
@@ -346,7 +476,7 @@ def _read_url(url: str, na: list[str]) -> tuple[Any, str, Any]:
         raise InputError(f"{name}: cannot read it: {location.display(exc)}") from exc
 
 
-def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
+def _read_text(path: Path, name: str, na: list[str], decimal: str | None) -> pd.DataFrame:
     with path.open(newline="", encoding="utf-8-sig") as fh:
         first, second = fh.readline(), fh.readline()
     if not first.strip():
@@ -365,28 +495,29 @@ def _read_text(path: Path, name: str, na: list[str]) -> pd.DataFrame:
     dup = sorted({c for c in header if header.count(c) > 1})
     if dup:
         raise InputError(f"{name}: duplicate column names in the header: {dup}; rename them")
+    # with a decimal comma, read every column as text: a column pandas would read with
+    # decimal points must be checked against the rule too
+    as_text = {"dtype": str} if decimal == "," else {}
     try:
-        frame = pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig")
-        if sep != "," and _has_decimal_commas(frame):
-            # e.g. "-0,026" in a ;-separated file (spreadsheets with a European locale)
-            frame = pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig", decimal=",",
-                                thousands=".")  # fmt: skip
-        return frame
+        frame = pd.read_csv(path, sep=sep, na_values=na, encoding="utf-8-sig", **as_text)
     except Exception as exc:
         raise InputError(
             f"{name}: cannot parse as delimited text ({sep!r}-separated): {exc}; check that "
             "every row has as many fields as the header"
         ) from exc
+    from distforest.io.encoding import count_numbers, decide_decimal, parse_numbers
 
-
-def _has_decimal_commas(frame: pd.DataFrame) -> bool:
-    """Whether some text column holds only numbers written with decimal commas."""
-    for col in frame.columns:
-        values = frame[col].dropna()
-        if len(values) and not pd.api.types.is_numeric_dtype(values.dtype):
-            if values.astype(str).str.match(_DECIMAL_COMMA).all():
-                return True
-    return False
+    for k, col in enumerate(frame.columns):
+        values = frame.iloc[:, k]
+        if not (values.dtype == object or pd.api.types.is_string_dtype(values.dtype)):
+            continue
+        try:  # a column that breaks the rule stays text: refused if used (not if dropped)
+            mark = decide_decimal(count_numbers(values), str(col), name, decimal)
+        except InputError:
+            continue
+        if mark is not None:
+            frame.isetitem(k, parse_numbers(values, mark))
+    return frame
 
 
 def _need_2d(shape: tuple[int, ...], name: str) -> None:
@@ -470,7 +601,7 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
         return _array(np.asarray(node[...]), name), name, None
     if "X" in node and isinstance(node["X"], zarr.Array):
         xa = node["X"]
-        stored = xa.attrs.get("feature_names")
+        stored = decode_value(xa.attrs.get("feature_names"))
         names = [str(c) for c in stored] if isinstance(stored, list) else None
         y = np.asarray(node["y"][...]) if "y" in node else None
         return _array(np.asarray(xa[...]), name, names), name, y
@@ -490,7 +621,7 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
         ) from exc
     # a Zarr group does not record the order of its arrays: use the "columns" attribute
     # that distforest's writer stores, else sort for a stable column order
-    stored = node.attrs.get("columns") if hasattr(node, "attrs") else None
+    stored = decode_value(node.attrs.get("columns")) if hasattr(node, "attrs") else None
     if isinstance(stored, list) and sorted(map(str, stored)) == sorted(map(str, ds.data_vars)):
         order = [str(c) for c in stored]
     else:
@@ -498,7 +629,9 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
     return _dataset(ds[order], name), name, None
 
 
-def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarray, tuple | None]:
+def _encode(
+    s: pd.Series, col: str, name: str, na: list[str], decimal: str | None = None
+) -> tuple[np.ndarray, tuple | None]:
     """Encode one feature column as float64 (and category labels, if categorical)."""
     dtype = s.dtype
     if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):
@@ -506,32 +639,16 @@ def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarra
     if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
         raise InputError(f"{name}: column {col!r} has dtype {dtype}; convert it to numbers first")
     raw = s.astype(object)
-    missing = raw.isna().to_numpy()
+    missing = np.array(raw.isna(), dtype=bool)
     if na:
         missing |= raw.map(str).isin(na).to_numpy() & ~missing
         raw = raw.where(~missing, None)
-    num = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = np.isnan(num) & ~missing
-    n_obs = int((~missing).sum())
-    if not bad.any():
-        return num, None
-    observed = raw[~missing].map(str)
-    if n_obs and observed.str.match(_DECIMAL_COMMA).all():
-        raise InputError(
-            f"{name}: column {col!r} holds numbers written with decimal commas (e.g. "
-            f"{observed.iloc[0]!r}); read them as numbers (pandas: decimal=','; a "
-            "';'-separated file is read that way automatically) instead of as text labels"
-        )
-    if (n_obs - bad.sum()) >= _GARBAGE_FRACTION * n_obs:
-        rows = np.flatnonzero(bad)[:5]
-        shown = ", ".join(f"{raw.iloc[r]!r} (row {r + 1})" for r in rows)
-        vals = sorted({str(raw.iloc[r]) for r in rows})
-        raise InputError(
-            f"{name}: column {col!r} is numeric except for {int(bad.sum())} non-numeric "
-            f"value(s): {shown} (data rows counted from 1). If they mark missing values, "
-            f"pass na_values={vals} (`--na-values {vals[0]}` on the CLI); otherwise fix "
-            "them or drop the column"
-        )
+    _refuse_nested(raw.where(~missing, None), col, name)
+    from distforest.io.encoding import count_numbers, decide_decimal, parse_numbers
+
+    mark = decide_decimal(count_numbers(raw.where(~missing, None)), col, name, decimal)
+    if mark is not None:
+        return parse_numbers(raw.where(~missing, None), mark), None
     strs = pd.Series(np.where(missing, None, raw.map(str).to_numpy(dtype=object)), dtype=object)
     labels = set(strs[~missing])
     if isinstance(dtype, pd.CategoricalDtype):
@@ -541,6 +658,24 @@ def _encode(s: pd.Series, col: str, name: str, na: list[str]) -> tuple[np.ndarra
     out = codes.astype(np.float64)
     out[codes < 0] = np.nan
     return out, ordered
+
+
+def _refuse_nested(values: pd.Series, col: str, name: str) -> None:
+    """Refuse a column of lists, arrays or mappings (Parquet list / struct columns)."""
+    nested = values.map(lambda v: isinstance(v, list | tuple | dict | set | np.ndarray))
+    if nested.any():
+        r = int(np.flatnonzero(nested.to_numpy())[0])
+        raise InputTypeError(
+            f"{name}: column {col!r} holds nested values (lists or structs, e.g. "
+            f"{_short(values.iloc[r])} in data row {r + 1}); "
+            "only flat columns of numbers or labels can be features: flatten it into one "
+            "column per field, or drop it"
+        )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_column(col: str, names: list[str], name: str) -> None:
@@ -557,9 +692,6 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 #: Delimiters tried on a text file's header and first rows.
 _DELIMITERS = ",\t;|"
-
-#: A number written with a decimal comma, e.g. -0,026 or 1.234,5.
-_DECIMAL_COMMA = re.compile(r"^\s*[-+]?(\d{1,3}(\.\d{3})+|\d+),\d+\s*$")
 
 
 def _check_features(X: np.ndarray, names: tuple[str, ...], name: str, allow_missing: bool) -> None:
@@ -638,7 +770,8 @@ def check_target(
     values = pd.unique(pd.Series(y, copy=False))
     if len(values) == 1 and not allow_constant:
         raise InputError(
-            f"{where}target {col!r} has the single value {values[0]!r} in all rows; "
-            "omit the target to grow an unsupervised forest"
+            f"{where}target {col!r} has the single value {values[0]!r} in all rows (one "
+            "class only, where a classifier needs two); omit the target to grow an "
+            "unsupervised forest"
         )
     return y

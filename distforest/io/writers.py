@@ -40,6 +40,7 @@ import pandas as pd
 
 from distforest import location
 from distforest.errors import InputError, ParameterError, StoreError
+from distforest.io.attrs import decode_attrs, encode_attrs
 
 __all__ = ["OUTPUT_FORMATS", "check_can_write", "output_format", "write_table"]
 
@@ -289,7 +290,7 @@ def _write_zarr(frame: pd.DataFrame, tmp: Any, attrs: dict[str, Any]) -> None:
             chunks=(chunk,),
             dtype=str if values.dtype == object else values.dtype,
             dimension_names=("sample",),
-            attributes=col_attrs,
+            attributes=encode_attrs(col_attrs),
         )
         if n:
             array[:] = values
@@ -300,7 +301,7 @@ def _write_zarr(frame: pd.DataFrame, tmp: Any, attrs: dict[str, Any]) -> None:
         "categories": categories,
         "n_rows": n,
     }
-    group.attrs.update(json.loads(json.dumps(meta, default=str)))
+    group.attrs.update(encode_attrs(json.loads(json.dumps(meta, default=str))))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
         zarr.consolidate_metadata(location.zarr_store(tmp))
@@ -324,13 +325,14 @@ def read_zarr_table(path: str | Path) -> pd.DataFrame:
     import zarr
 
     group = zarr.open_group(location.zarr_store(path, read_only=True), mode="r")
-    columns = group.attrs.get("columns")
+    attrs = decode_attrs(group.attrs)
+    columns = attrs.get("columns")
     if not isinstance(columns, list):
         raise InputError(
             f"{str(path)!r} is not a table written by distforest (no 'columns' attribute); "
             "open it with xarray.open_zarr instead"
         )
-    dtypes = dict(group.attrs.get("dtypes") or {})  # type: ignore[arg-type]
+    dtypes = dict(attrs.get("dtypes") or {})
     data = {}
     for name in columns:
         node = group[name]
@@ -340,10 +342,11 @@ def read_zarr_table(path: str | Path) -> pd.DataFrame:
             values = values.astype(object)
         dtype = dtypes.get(name)
         series = pd.Series(values, name=name)
-        if node.attrs.get("empty_is_missing"):
+        column_attrs = decode_attrs(node.attrs)
+        if column_attrs.get("empty_is_missing"):
             series = series.where(series != "", None)
         if dtype == "category":
-            cats = group[name].attrs.get("categories", [])
+            cats = column_attrs.get("categories", [])
             series = pd.Series(pd.Categorical(series, categories=cats))
         elif dtype is not None and dtype != str(series.dtype):
             with contextlib.suppress(TypeError, ValueError):

@@ -11,6 +11,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+#: The per-node arrays that route a row to its leaf, in the order tasks take them.
+ROUTING_FIELDS = ("children_left", "children_right", "feature", "threshold", "missing_go_to_left")
+
 
 @njit(nogil=True, cache=True)
 def apply_forest(X, node_offset, children_left, children_right, feature, threshold,
@@ -65,10 +68,79 @@ def apply_nodes(X: np.ndarray, nodes: dict[str, np.ndarray]) -> np.ndarray:
     """
     return apply_forest(
         np.ascontiguousarray(X, dtype=np.float32),
-        nodes["node_offset"].astype(np.int64),
-        nodes["children_left"].astype(np.int32),
-        nodes["children_right"].astype(np.int32),
-        nodes["feature"].astype(np.int32),
-        nodes["threshold"].astype(np.float64),
-        nodes["missing_go_to_left"].astype(np.uint8),
+        nodes["node_offset"].astype(np.int64, copy=False),
+        nodes["children_left"].astype(np.int32, copy=False),
+        nodes["children_right"].astype(np.int32, copy=False),
+        nodes["feature"].astype(np.int32, copy=False),
+        nodes["threshold"].astype(np.float64, copy=False),
+        nodes["missing_go_to_left"].astype(np.uint8, copy=False),
     )
+
+
+@njit(nogil=True, cache=True)
+def leaf_value_sums(leaves, node_offset, value, inbag, out_of_bag):  # pragma: no cover - numba
+    """Sum over trees of the value of each row's leaf.
+
+    Parameters
+    ----------
+    leaves : ndarray of int32, shape (n, T)
+        Leaf of each row in each tree (local node index).
+    node_offset : ndarray of int64, shape (T + 1,)
+    value : ndarray of float32, shape (n_nodes, k)
+        The nodes' values: class fractions, or the mean target.
+    inbag : ndarray of uint8, shape (n, T)
+        Bootstrap counts; read only when ``out_of_bag``.
+    out_of_bag : bool
+        Sum only over the trees where the row is out of bag (``inbag == 0``).
+
+    Returns
+    -------
+    sums : ndarray of float64, shape (n, k)
+    counts : ndarray of int64, shape (n,)
+        Trees summed for each row.
+    """
+    n, n_trees = leaves.shape
+    k = value.shape[1]
+    sums = np.zeros((n, k), dtype=np.float64)
+    counts = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        for t in range(n_trees):
+            if out_of_bag and inbag[i, t] != 0:
+                continue
+            node = node_offset[t] + leaves[i, t]
+            for c in range(k):
+                sums[i, c] += value[node, c]
+            counts[i] += 1
+    return sums, counts
+
+
+def mean_leaf_value(
+    X: np.ndarray, rows: slice, node_offset: np.ndarray, value: np.ndarray, *routing: np.ndarray
+) -> np.ndarray:
+    """Mean over the trees of the value of each row's leaf: a forest's prediction.
+
+    A task function: ``X`` and the forest's arrays are shared with the
+    workers once; each task routes one block of rows.
+
+    Parameters
+    ----------
+    X : ndarray of float32, shape (n, d)
+    rows : slice
+        The rows of ``X`` this task predicts.
+    node_offset : ndarray of int64, shape (T + 1,)
+    value : ndarray of float32, shape (n_nodes, k)
+    *routing : ndarray
+        The forest's arrays named in :data:`ROUTING_FIELDS`, in that order.
+
+    Returns
+    -------
+    ndarray of float64, shape (rows, k)
+        Class probabilities (classification) or the predicted value (k = 1).
+    """
+    offsets = node_offset.astype(np.int64, copy=False)
+    leaves = apply_nodes(
+        X[rows], {"node_offset": offsets, **dict(zip(ROUTING_FIELDS, routing, strict=True))}
+    )
+    no_inbag = np.empty((0, 0), dtype=np.uint8)
+    sums, counts = leaf_value_sums(leaves, offsets, value, no_inbag, False)
+    return sums / np.maximum(counts, 1)[:, None]

@@ -88,18 +88,23 @@ class TreeBatch:
     nodes : dict of str to ndarray
         Per-node arrays of all trees of the batch, concatenated (see
         :data:`NODE_FIELDS`); child indices are local to their tree.
+    importances : ndarray of float64, shape (n_trees, n_features)
+        Each tree's impurity-based feature importances, normalised to sum to
+        1 (all zeros for a tree that is a single leaf), as scikit-learn's
+        ``tree.feature_importances_``.
     """
 
     leaves: np.ndarray
     inbag: np.ndarray
     node_counts: np.ndarray
     nodes: dict[str, np.ndarray]
+    importances: np.ndarray
 
     def nodes_only(self) -> TreeBatch:
         """The same batch without its per-row arrays (once they are copied elsewhere)."""
         empty = np.empty((0, self.leaves.shape[1]))
         return TreeBatch(empty.astype(np.int32), empty.astype(np.uint8), self.node_counts,
-                         self.nodes)  # fmt: skip
+                         self.nodes, self.importances)  # fmt: skip
 
 
 def tree_input(X: np.ndarray) -> np.ndarray:
@@ -206,7 +211,7 @@ def _flatten(tree, params: TreeParams) -> dict[str, np.ndarray]:
 
 def fit_one_tree(
     X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams
-) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Fit one tree from its seed.
 
     Parameters
@@ -226,12 +231,14 @@ def fit_one_tree(
     leaves : ndarray of int32, shape (n,)
     inbag : ndarray of uint8, shape (n,)
     nodes : dict of str to ndarray
+    importances : ndarray of float64, shape (d,)
+        The tree's normalised impurity decrease per feature.
     """
     X = tree_input(X)
     inbag, tree = grow_tree(X, y, seed, params)
     # float32 already; finiteness is the caller's (load_table refuses infinities)
     leaves = tree.apply(X, check_input=False).astype(np.int32)
-    return leaves, inbag, _flatten(tree, params)
+    return leaves, inbag, _flatten(tree, params), tree.feature_importances_
 
 
 def grow_tree(X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams) -> tuple:
@@ -287,14 +294,16 @@ def grow_nodes(
     n = X.shape[0]
     inbag = np.empty((n, len(seeds)), dtype=np.uint8)
     per_tree, node_counts = [], np.empty(len(seeds), dtype=np.int64)
+    importances = np.empty((len(seeds), X.shape[1]), dtype=np.float64)
     for k, seed in enumerate(seeds):
         inbag[:, k], tree = grow_tree(X, y, int(seed), params)
         nodes = _flatten(tree, params)
         node_counts[k] = len(nodes["feature"])
+        importances[k] = tree.feature_importances_
         per_tree.append(nodes)
     merged = {f: np.concatenate([t[f] for t in per_tree]) for f in NODE_FIELDS}
     leaves = np.empty((0, len(seeds)), dtype=np.int32)
-    return TreeBatch(leaves, inbag, node_counts, merged)
+    return TreeBatch(leaves, inbag, node_counts, merged, importances)
 
 
 def fit_tree_batch(
@@ -328,12 +337,14 @@ def fit_tree_batch(
     inbag = np.empty((n, len(seeds)), dtype=np.uint8)
     per_tree = []
     node_counts = np.empty(len(seeds), dtype=np.int64)
+    importances = np.empty((len(seeds), X.shape[1]), dtype=np.float64)
     for k, seed in enumerate(seeds):
-        leaves[:, k], inbag[:, k], nodes = fit_one_tree(X, y, int(seed), params)
+        leaves[:, k], inbag[:, k], nodes, importances[k] = fit_one_tree(X, y, int(seed), params)
         node_counts[k] = len(nodes["feature"])
         if keep_nodes:
             per_tree.append(nodes)
     merged = (
         {f: np.concatenate([t[f] for t in per_tree]) for f in NODE_FIELDS} if keep_nodes else {}
     )
-    return TreeBatch(leaves=leaves, inbag=inbag, node_counts=node_counts, nodes=merged)
+    return TreeBatch(leaves=leaves, inbag=inbag, node_counts=node_counts, nodes=merged,
+                     importances=importances)  # fmt: skip

@@ -46,7 +46,7 @@ from distforest.parallel.cluster_config import (
     parse_cluster_config,
 )
 from distforest.parallel.cluster_keys import JOBQUEUE_KINDS, backend_class
-from distforest.parallel.local_cluster import in_child_process, start_local
+from distforest.parallel.local_cluster import in_child_process, in_dask_task, start_local
 
 if TYPE_CHECKING:
     import distributed
@@ -453,7 +453,9 @@ def use_client(
 
     In order: the ``client`` given; a cluster from ``scheduler`` or
     ``cluster``; the current default ``distributed`` client (one made in a
-    notebook); None (run in this process) inside a child process such as a
+    notebook); None (run in this process) inside a Dask task (whose worker's
+    client would otherwise be used: waiting in a worker thread for tasks
+    queued behind it deadlocks) and inside a child process such as a
     joblib worker of ``GridSearchCV(n_jobs=2)``, where starting a cluster per
     process would oversubscribe the machine (and its workers could not
     start); else a LocalCluster for the duration of the block.
@@ -473,6 +475,13 @@ def use_client(
         yield client
         return
     if scheduler is None and cluster is None:
+        if in_dask_task():
+            # inside a Dask task (a GridSearchCV fit under joblib's dask backend): the
+            # worker's client would queue tasks behind the very task waiting for them,
+            # a deadlock when every worker thread runs such a fit; run here instead
+            logger.debug("in a Dask task: running in-process, no nested tasks")
+            yield None
+            return
         from distributed import get_client
 
         try:

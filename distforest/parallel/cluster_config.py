@@ -46,9 +46,11 @@ from distforest._schema import (
     boolean,
     check_mapping,
     int_at_least,
+    load_yaml,
     path_string,
     plain_mapping,
     string_list,
+    yaml_problem,
 )
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 from distforest.parallel.cluster_keys import (
@@ -552,9 +554,9 @@ def load_cluster_config(path: str | Path) -> ClusterConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read cluster config file {source!r}: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{source}: not valid YAML: {yaml_problem(exc)}") from exc
     if data is None:
         raise ConfigError(f"{source}: the file is empty; it needs at least `kind: local`.")
     return _parse(data, source, base_dir=path.resolve().parent)

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -25,9 +26,16 @@ from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import Any
 
-from distforest.errors import ClusterError
+from distforest.errors import ClusterError, ParameterError
 
-__all__ = ["GUARD_FIX", "check_main_guard", "in_child_process", "local_kwargs", "start_local"]
+__all__ = [
+    "GUARD_FIX",
+    "check_main_guard",
+    "in_child_process",
+    "in_dask_task",
+    "local_kwargs",
+    "start_local",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +54,23 @@ GUARD_FIX = (
 def in_child_process() -> bool:
     """Whether this is a child process (a joblib/loky or multiprocessing worker)."""
     return multiprocessing.parent_process() is not None
+
+
+def in_dask_task() -> bool:
+    """Whether this code runs inside a task of a Dask worker.
+
+    Such as a fit sent by ``joblib.parallel_backend("dask")`` (``GridSearchCV``
+    under Dask), or any ``client.submit`` of user code that calls distforest.
+    """
+    if "distributed" not in sys.modules:  # no worker can run here: skip the import
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
 
 
 @functools.cache
@@ -128,6 +153,11 @@ def local_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
         **kwargs.get("scheduler_kwargs", {}),
         "dashboard": bool(dashboard),
     }
+    if not dashboard and "worker_class" not in kwargs and kwargs.get("processes", True):
+        from distforest.parallel.preload import NannyWithoutHTTP
+
+        # workers would otherwise serve HTTP (health, metrics) to any local user
+        kwargs["worker_class"] = NannyWithoutHTTP
     if kwargs.get("memory_limit") == "auto":
         del kwargs["memory_limit"]  # LocalCluster then shares memory between the workers
     return kwargs
@@ -155,6 +185,24 @@ def _classes() -> tuple[Any, Any]:
     return DistforestLocalCluster, SchedulerWithoutHTTP
 
 
+#: Local worker processes per CPU beyond which more only slow the work down (each is
+#: a Python process with its own copy of the libraries and of the data it is sent).
+MAX_WORKERS_PER_CPU = 4
+
+
+def check_local_size(opts: Mapping[str, Any]) -> None:
+    """Refuse, before starting anything, more local workers than the machine can use."""
+    n = opts.get("n_workers")
+    cpus = os.cpu_count() or 1
+    limit = max(MAX_WORKERS_PER_CPU * cpus, 8)
+    if isinstance(n, int) and n > limit:
+        raise ParameterError(
+            f"{n:,} local workers on a machine with {cpus} CPU(s): at most {limit} "
+            f"({MAX_WORKERS_PER_CPU} per CPU) can do any good; give fewer workers, or run on "
+            "a cluster (--cluster FILE.yaml) for more"
+        )
+
+
 def start_local(opts: Mapping[str, Any], attempts: int = 2) -> Any:
     """Start the LocalCluster of a ``local`` config, once more if a worker died starting.
 
@@ -162,6 +210,7 @@ def start_local(opts: Mapping[str, Any], attempts: int = 2) -> Any:
     makes the whole start fail; a nightly run should not fail for that.
     """
     check_main_guard()
+    check_local_size(opts)
     cls, _ = _classes()
     kwargs = local_kwargs(opts)
     for attempt in range(1, attempts + 1):

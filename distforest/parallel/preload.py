@@ -8,6 +8,13 @@ starts the imports on a background thread and returns at once, so the
 worker registers as fast as before and the imports overlap the driver's own
 work (reading and checking the input, sending it).  A task that arrives
 early simply waits on the import lock for what it needs.
+
+It also holds the worker classes of a local cluster without dashboard
+(:class:`NannyWithoutHTTP`, :class:`WorkerWithoutHTTP`): dask's workers serve
+HTTP (health, metrics, call stacks) on a port any local user can reach even
+when no dashboard is asked for; these start no HTTP server at all.  They are
+defined here, at module level, because the worker class travels to the
+spawned worker process by reference.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import importlib
 import logging
 import threading
 from typing import Any
+
+from distributed import Nanny, Worker
 
 logger = logging.getLogger("distforest")
 
@@ -35,3 +44,18 @@ def import_modules(modules: tuple[str, ...] = MODULES) -> None:
 def dask_setup(worker: Any) -> None:
     """distributed's preload hook: start the imports and return at once."""
     threading.Thread(target=import_modules, name="distforest-preload", daemon=True).start()
+
+
+class WorkerWithoutHTTP(Worker):
+    """dask's Worker, minus its HTTP server (no dashboard, health or metrics pages)."""
+
+    def start_http_server(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class NannyWithoutHTTP(Nanny):
+    """dask's Nanny (which serves no HTTP itself) starting :class:`WorkerWithoutHTTP`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("worker_class", WorkerWithoutHTTP)
+        super().__init__(*args, **kwargs)

@@ -221,6 +221,30 @@ def run_tasks(
         The position of the item in ``items`` and the task's result, in
         completion order.
     """
+    from distforest.parallel.local_cluster import in_dask_task
+
+    if in_dask_task():  # a client given inside a Dask task: free the thread while waiting
+        from distributed import rejoin, secede
+
+        secede()
+        try:
+            yield from _run_tasks(client, func, items, name, progress, retries, resend)
+        finally:
+            rejoin()
+        return
+    yield from _run_tasks(client, func, items, name, progress, retries, resend)
+
+
+def _run_tasks(
+    client: Client,
+    func: Callable[..., Any],
+    items: Sequence[Iterable[Any]],
+    name: str,
+    progress: ProgressCallback | None,
+    retries: int,
+    resend: Callable[[Future], Future] | None,
+) -> Iterator[tuple[int, Any]]:
+    """:func:`run_tasks` itself (the caller has seceded if it runs in a Dask task)."""
     token = uuid.uuid4().hex[:8]
     todo = {i: tuple(args) for i, args in enumerate(items)}
     total, done, round_ = len(todo), 0, 0

@@ -6,7 +6,10 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from distforest.store import chunks
 from distforest.store.run_store import RunStore
+
+chunks.install()  # a damaged chunk is a StoreError naming it, on every reader
 
 if TYPE_CHECKING:
     import xarray as xr

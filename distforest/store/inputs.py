@@ -30,6 +30,7 @@ import numpy as np
 import zarr
 
 from distforest.errors import StoreError
+from distforest.io.attrs import decode_attrs, encode_attrs
 from distforest.io.ingest import Ingested, read_partitioned
 from distforest.store.run_store import RunStore, task_array
 
@@ -119,7 +120,7 @@ class StoredTable:
             raise StoreError(f"store {rs.path!r} holds no {INPUT_GROUP}/ group; ingest a table "
                              "into it first (distforest.store.inputs.ingest)")  # fmt: skip
         group = rs.subgroup(INPUT_GROUP)
-        a: dict[str, Any] = dict(group.attrs)
+        a: dict[str, Any] = decode_attrs(group.attrs)
         X = group["X"]
         assert isinstance(X, zarr.Array)
         return cls(rs.path, int(X.shape[0]), int(X.shape[1]), tuple(a["feature_names"]),
@@ -202,23 +203,25 @@ def write_ingested(
     rs = RunStore.create(store, attrs=dict(attrs or {}), overwrite=overwrite)
     group = rs.group.require_group(INPUT_GROUP)
     group.attrs.update(
-        {
-            "source": data.source,
-            "feature_names": list(enc.features),
-            "categories": {k: list(v) for k, v in enc.categories.items()},
-            "target_name": enc.target,
-            "target_kind": enc.target_kind,
-            "target_labels": [
-                v if isinstance(v, str | int | float) else str(v) for v in enc.target_labels
-            ],
-            "fingerprint": enc.fingerprint,
-            "lengths": list(enc.lengths),
-            "missing": dict(enc.missing),
-        }
+        encode_attrs(
+            {
+                "source": data.source,
+                "feature_names": list(enc.features),
+                "categories": {k: list(v) for k, v in enc.categories.items()},
+                "target_name": enc.target,
+                "target_kind": enc.target_kind,
+                "target_labels": [
+                    v if isinstance(v, str | int | float) else str(v) for v in enc.target_labels
+                ],
+                "fingerprint": enc.fingerprint,
+                "lengths": list(enc.lengths),
+                "missing": dict(enc.missing),
+            }
+        )
     )
     X = group.create_array("X", shape=(n, d), chunks=(rows, d), dtype="float32",
                            dimension_names=("sample", "feature"), fill_value=np.nan)  # fmt: skip
-    X.attrs["feature_names"] = list(enc.features)
+    X.attrs.update(encode_attrs({"feature_names": list(enc.features)}))
     targets = [(data.X.rechunk((rows, d)), X)]
     if data.y is not None:
         y = group.create_array("y", shape=(n,), chunks=(rows,), dtype=data.y.dtype,

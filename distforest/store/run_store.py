@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import shutil
 import threading
 import warnings
@@ -37,6 +38,7 @@ import zarr
 from distforest import location
 from distforest._version import __version__
 from distforest.errors import DISK_FULL_ERRNOS, StoreError
+from distforest.io.attrs import decode_attrs, decode_value, encode_attrs
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
 from distforest.kernels.transpose import transposed
 from distforest.store.schema import (
@@ -131,6 +133,39 @@ def check_can_create(path: str | Path, overwrite: bool) -> None:
         )
 
 
+#: File inside a ``.NAME.partial`` directory that says distforest made it (and may remove it).
+PARTIAL_MARK = ".distforest-partial"
+
+
+def _mark_partial(tmp: Path) -> None:
+    fd = os.open(tmp / PARTIAL_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                 | getattr(os, "O_NOFOLLOW", 0), 0o644)  # fmt: skip
+    os.close(fd)
+
+
+def clear_partial(tmp: Path) -> None:
+    """Remove ``tmp`` (a store being built) if distforest made it; refuse anything else.
+
+    Removed: a directory holding :data:`PARTIAL_MARK`, or an empty one (a run killed
+    between the two).  A symbolic link, a file or a directory without the mark is
+    the user's: never followed nor deleted, a :class:`StoreError` names it.
+    """
+    if not (tmp.exists() or tmp.is_symlink()):
+        return
+    if not tmp.is_symlink() and tmp.is_dir():
+        if (tmp / PARTIAL_MARK).is_file() and not (tmp / PARTIAL_MARK).is_symlink():
+            shutil.rmtree(tmp)
+            return
+        if not any(tmp.iterdir()):
+            tmp.rmdir()
+            return
+    raise StoreError(
+        f"{str(tmp)!r} exists and was not made by distforest (no {PARTIAL_MARK} mark in it): "
+        f"distforest builds the store {tmp.name[1 : -len('.partial')]!r} under that name and "
+        "does not remove what is not its own; move it away or choose another output name"
+    )
+
+
 class RunStore:
     """A distforest run stored as a Zarr v3 group.
 
@@ -175,13 +210,13 @@ class RunStore:
         -------
         RunStore
         """
-        head = {
+        head = encode_attrs({
             "distforest_version": __version__,
             "schema_version": SCHEMA_VERSION,
             "created": _now(),
             "status": STATUS_RUNNING,
             **dict(attrs),
-        }
+        })  # fmt: skip
         check_can_create(path, overwrite)
         if location.is_remote(path):
             return cls._create_in_place(str(path), head)
@@ -189,18 +224,22 @@ class RunStore:
         p.parent.mkdir(parents=True, exist_ok=True)
         # Built under a temporary name and renamed into place: a run killed
         # (or a disk filled) half-way through leaves no half-made store at
-        # ``path``, only a ``.partial`` directory that the next create removes.
+        # ``path``, only a ``.partial`` directory, marked as distforest's, that the
+        # next create removes (a folder of that name without the mark is refused).
         tmp = p.with_name(f".{p.name}.partial")
+        clear_partial(tmp)  # left by a killed run: removed only if distforest made it
         try:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+            tmp.mkdir()
+            _mark_partial(tmp)
+            group = zarr.open_group(str(tmp), mode="a", zarr_format=3)
             group.attrs.update(head)
             if p.exists():
                 shutil.rmtree(p)
             tmp.rename(p)
+            (p / PARTIAL_MARK).unlink()  # a finished create: nothing but Zarr inside
         except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if (tmp / PARTIAL_MARK).is_file():  # ours: a directory made in a race is not
+                shutil.rmtree(tmp, ignore_errors=True)
             fix = "free some space or " if exc.errno in DISK_FULL_ERRNOS else ""
             raise StoreError(
                 f"cannot create the store {str(p)!r}: {exc.strerror or exc}; {fix}write to "
@@ -283,8 +322,16 @@ class RunStore:
 
     @property
     def attrs(self) -> dict[str, Any]:
-        """The group attributes as a plain dict."""
-        return dict(self.group.attrs)
+        """The group attributes as a plain dict (decoded: see :mod:`distforest.io.attrs`)."""
+        return decode_attrs(self.group.attrs)
+
+    def array_attrs(self, name: str) -> dict[str, Any]:
+        """The attributes of array ``name``, decoded."""
+        return decode_attrs(self.array(name).attrs)
+
+    def update_array_attrs(self, name: str, **attrs: Any) -> None:
+        """Merge attributes into array ``name`` (driver only)."""
+        self.array(name).attrs.update(encode_attrs(attrs))
 
     @property
     def status(self) -> str:
@@ -298,7 +345,7 @@ class RunStore:
 
     def update_attrs(self, **attrs: Any) -> None:
         """Merge attributes into the group (driver only)."""
-        self.group.attrs.update(attrs)
+        self.group.attrs.update(encode_attrs(attrs))
 
     def mark_running(self) -> None:
         """Flag the store as being written (before adding arrays)."""
@@ -344,7 +391,7 @@ class RunStore:
         if data.size:
             arr[...] = data
         if attrs:
-            arr.attrs.update(dict(attrs))
+            arr.attrs.update(encode_attrs(attrs))
         return arr
 
     def write_named(
@@ -375,11 +422,37 @@ class RunStore:
         chunks = row_chunks(spec, data.shape, rows)
         return self.write_array(name, data, spec.dims, chunks=chunks, attrs=attrs)
 
-    def write_coordinates(self, n_samples: int, n_trees: int | None = None) -> None:
-        """Row and tree numbers as coordinates, so xarray names every dim."""
-        rows = np.arange(n_samples, dtype=np.int64)
-        for dim in ROW_COORDS:
-            self.write_named(dim, rows)
+    def write_coordinates(
+        self,
+        n_samples: int,
+        n_trees: int | None = None,
+        *,
+        ids: np.ndarray | None = None,
+        id_name: str | None = None,
+    ) -> None:
+        """Row and tree numbers as coordinates, so xarray names every dim.
+
+        With ``ids`` (the rows' IDs), those are the row coordinates instead
+        (integers or text), and the attribute ``id_name`` of each says what
+        they are.
+        """
+        if ids is None:
+            rows = np.arange(n_samples, dtype=np.int64)
+            for dim in ROW_COORDS:
+                self.write_named(dim, rows)
+        else:
+            values = np.asarray(ids)
+            text = values.dtype.kind not in "iu"
+            if text:
+                values = np.asarray([str(v) for v in values], dtype=object)
+            for dim in ROW_COORDS:
+                arr = self.group.create_array(
+                    dim, shape=values.shape, chunks=(max(1, n_samples),),
+                    dtype=str if text else values.dtype, dimension_names=(dim,), overwrite=True,
+                )  # fmt: skip
+                if n_samples:
+                    arr[...] = values
+                arr.attrs.update(encode_attrs({"id_name": id_name or "id"}))
         if n_trees is not None:
             self.write_named("tree", np.arange(n_trees, dtype=np.int64))
 
@@ -410,7 +483,7 @@ class RunStore:
             dimension_names=MATRIX_DIMS,
             overwrite=True,
         )
-        arr.attrs.update({**dict(attrs or {}), **enc.attrs()})
+        arr.attrs.update(encode_attrs({**dict(attrs or {}), **enc.attrs()}))
         return arr
 
     def create_done_record(self, name: str, shape: tuple[int, int]) -> zarr.Array:
@@ -471,7 +544,7 @@ class RunStore:
                 and tuple(arr.chunks) == (max(1, min(tile, shape[0])), max(1, min(tile, shape[1])))
                 and np.dtype(arr.dtype) == np.dtype(enc.dtype)
                 and arr.attrs.get("scale_factor") == enc.scale_factor
-                and arr.attrs.get("identity") == identity
+                and decode_value(arr.attrs.get("identity")) == identity
                 and done is not None
                 and done.shape == blocks
             )
@@ -513,6 +586,9 @@ class RunStore:
         ds = xr.open_zarr(
             location.zarr_store(self.path, read_only=True), consolidated=False, zarr_format=3
         )
+        ds.attrs = decode_attrs(ds.attrs)
+        for var in ds.variables.values():
+            var.attrs = decode_attrs(var.attrs)
         for name, var in ds.data_vars.items():
             stored = var.encoding.get("dtype")
             if "scale_factor" in var.encoding and stored is not None and stored.kind in "iu":

@@ -120,6 +120,9 @@ ARRAYS: dict[str, ArraySpec] = {
     "path": ArraySpec(
         ("sample", "tree", "path_word"), "uint64", True, "root-to-leaf path bits of row i"
     ),
+    "tree_importances": ArraySpec(
+        ("tree", "feature"), "float64", False, "each tree's normalised impurity importances"
+    ),
     "neighbors_index": ArraySpec(
         ("sample", "neighbor"), "int64", True, "row numbers of row i's top-k proximity neighbours"
     ),
@@ -135,6 +138,14 @@ MATRICES: dict[str, MatrixSpec] = {
     "proximity": MatrixSpec(True, "float32", "Breiman's proximity", counts=True),
     "proximity_oob": MatrixSpec(True, "float32", "out-of-bag proximity (R's oob.prox)"),
     "proximity_rfgap": MatrixSpec(False, "float32", "RF-GAP proximity (rows sum to 1)"),
+    "cross_proximity": MatrixSpec(
+        False,
+        "float32",
+        "Breiman's proximity of new rows (i) to the training rows (j)",
+        counts=True,
+    ),
+    "cross_proximity_oob": MatrixSpec(False, "float32", "out-of-bag proximity of new rows"),
+    "cross_proximity_rfgap": MatrixSpec(False, "float32", "RF-GAP proximity of new rows"),
     "beta_similarity": MatrixSpec(True, "float32", "X-Forest beta-similarity"),
     "basic_similarity": MatrixSpec(True, "float32", "fraction of trees sharing a leaf"),
     "similarity": MatrixSpec(None, "float32", "a similarity measure between rows"),
