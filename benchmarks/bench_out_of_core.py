@@ -14,8 +14,10 @@ each Dask worker, and the sum over the process tree), with a LocalCluster of
   the scores written to CSV;
 - ``outliers-in-memory`` (``--before``): today's path, pandas reads the
   Parquet file in the driver and ``load_table`` encodes it there;
-- ``impute-in-memory`` (``--impute``): ``distforest impute`` on the Parquet
-  file (imputation does not read by partitions yet: this is the "before").
+- ``impute-parquet-folder`` / ``impute-csv`` (``--impute``, ``--csv``):
+  ``distforest impute`` reading by partitions (column forests fitted on a
+  sample of at most 200,000 rows, partitions filled and written by tasks);
+  ``impute-in-memory`` (``--impute --before``): the Parquet file read whole.
 
 Phases (seconds): ingest (pass 1 + pass 2 into ``input/X``), fit (trees),
 leaves (rows routed by chunks), application (outlier scores), write.
@@ -208,12 +210,20 @@ def main() -> None:
                 print(lines[-1], flush=True)
                 shutil.rmtree(work, ignore_errors=True)
             if args.impute:
-                out = where / "imputed.parquet"
-                cmd = ["distforest", "-q", "impute", str(files["single"]), "--target", "label",
-                       "--out", str(out), "--workers", "2", "--threads", "1"]  # fmt: skip
-                sampled = measure(cmd)
-                lines.append(_row("impute-in-memory (CLI)", rows, sampled, {}))
-                print(lines[-1], flush=True)
+                runs = [("impute-parquet-folder (CLI, by partitions)", files["folder"],
+                         f"{where / 'imputed-folder'}/")]  # fmt: skip
+                if args.csv:
+                    runs.append(("impute-csv (CLI, by partitions)", files["csv"],
+                                 str(where / "imputed.csv")))  # fmt: skip
+                if args.before:
+                    runs.append(("impute-in-memory (CLI)", files["single"],
+                                 str(where / "imputed.parquet")))  # fmt: skip
+                for name, source, out in runs:
+                    cmd = ["distforest", "-q", "impute", str(source), "--target", "label",
+                           "--out", out, "--workers", "2", "--threads", "1"]  # fmt: skip
+                    sampled = measure(cmd)
+                    lines.append(_row(name, rows, sampled, {}))
+                    print(lines[-1], flush=True)
         finally:
             shutil.rmtree(where, ignore_errors=True)
     if args.out:

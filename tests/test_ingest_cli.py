@@ -90,13 +90,24 @@ def test_proximity_job_on_a_folder(tmp_path: Path) -> None:
     assert again.exit_code == 0 and "already complete" in again.output
 
 
-def test_job_impute_stage_refuses_parts(tmp_path: Path) -> None:
+def test_job_impute_stage_on_parts(tmp_path: Path) -> None:
+    """A job's impute stage reads a folder of parts by partitions (column proximity)."""
     from distforest.cli.jobs import ProximityJob, run_proximity_job
     from distforest.errors import InputError
 
-    folder, _ = _export(tmp_path)
+    folder, whole = _export(tmp_path)
+    rfimpute = {"out": str(tmp_path / "i.csv"), "proximity": "rfimpute"}
     job = ProximityJob(input=str(folder), out=str(tmp_path / "p.zarr"), target="label",
-                       impute={"out": str(tmp_path / "i.parquet")})  # fmt: skip
-    with pytest.raises(InputError, match="impute stage reads its input whole"):
+                       impute=rfimpute)  # fmt: skip
+    with pytest.raises(InputError, match="uses proximity: column"):
         run_proximity_job(job)
     assert not (tmp_path / "p.zarr").exists()
+    job = ProximityJob(input=str(folder), out=str(tmp_path / "p.zarr"), target="label",
+                       forest={"n_estimators": 4, "random_state": 1},
+                       impute={"out": str(tmp_path / "i.csv"), "n_estimators": 4,
+                               "iterations": 2})  # fmt: skip
+    run_proximity_job(job)
+    got = pd.read_csv(tmp_path / "i.csv")
+    df = pd.read_parquet(whole)
+    assert list(got.columns) == list(df.columns) and len(got) == len(df)
+    assert got.drop(columns="label").notna().all().all()

@@ -62,7 +62,9 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     "--out",
     required=True,
     metavar="FILE",
-    help="Output table: .csv, .parquet or .zarr (a Zarr group, one array per column).",
+    help="Output table: .csv, .parquet or .zarr (a Zarr group, one array per column), or a "
+    "folder (ends in /): a Parquet dataset, one part per input partition. A glob, a folder "
+    "or a file over 32 MB is imputed by partitions (column proximity; not .zarr).",
 )
 @click.option(
     "--target",
@@ -195,6 +197,16 @@ def impute(
         "threads": threads,
         "memory_limit": memory_limit,
     }
+    from distforest.apps.partitioned_impute import is_folder
+    from distforest.cli.big_input import partitioned_input
+
+    if partitioned_input(input) or is_folder(out):  # by partitions: never whole here
+        ProximityImputer(**params)._settings()  # bad values refused before any cluster
+        result = impute_by_partitions(input, out, params, cluster_kw, target=target, drop=drop,
+                                      na_values=na_values, categorical=categorical,
+                                      overwrite=overwrite)  # fmt: skip
+        click.echo(_partitioned_summary(result, input, time.perf_counter() - start))
+        return
     plan = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
                            categorical=categorical, overwrite=overwrite)  # fmt: skip
     checked = ProximityImputer(**params)._settings()  # bad values refused before any cluster
@@ -205,6 +217,50 @@ def impute(
     with place(plan.features.size, connect_kwargs(cluster_kw)) as where:
         imputer, shape, written = run_imputation(plan, params, where.client, bars)
     click.echo(_summary(imputer, input, shape, written, time.perf_counter() - start))
+
+
+def impute_by_partitions(
+    input: str,
+    out: str,
+    params: dict[str, Any],
+    cluster_kw: dict[str, Any],
+    *,
+    target: str | None = None,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+    categorical: tuple[str, ...] = (),
+    overwrite: bool = False,
+) -> Any:
+    """Impute INPUT by partitions on a cluster (:mod:`distforest.apps.partitioned_impute`)."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.apps.partitioned_impute import check_output, impute_partitioned
+    from distforest.errors import ParameterError
+    from distforest.parallel.cluster import connect
+
+    imputer = ProximityImputer(**params, categorical_features=list(categorical) or None)
+    if imputer._settings()["proximity"] != "column":
+        raise ParameterError(
+            f"--proximity {imputer.proximity} needs the whole table in this process; {input} is "
+            "read by partitions (a glob, a folder or a large file) or --out is a folder: use "
+            "--proximity column (the default), or give one file small enough to load"
+        )
+    check_output(out, overwrite)
+    with connect(**connect_kwargs(cluster_kw)) as client, client.as_current():
+        imputer.set_execution(client)
+        return impute_partitioned(input, out, imputer, target=target, drop=tuple(drop),
+                                  na_values=tuple(na_values), overwrite=overwrite)  # fmt: skip
+
+
+def _partitioned_summary(result: Any, source: str, seconds: float) -> str:
+    counts = {name: n for name, n in result.missing.items() if n}
+    lines = [
+        f"imputed {sum(counts.values())} cell(s) in {len(counts)} column(s) of {source} "
+        f"({result.shape[0]} rows x {result.shape[1]} columns) in {seconds:.1f} s, by partitions",
+        f"  forests: column proximity, fitted on {result.sample_rows} row(s), "
+        f"{result.imputer.n_iter_} iteration(s)",
+        f"  output:  {result.written}",
+    ]
+    return "\n".join(lines)
 
 
 @dataclass

@@ -184,11 +184,11 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
             "yet from a glob, a folder of parts or a file over 32 MB; leave --id out (rows "
             "are then numbered) or give one smaller file"
         )
-    if job.impute:
+    if job.impute and job.impute.get("proximity", "column") != "column":
         raise InputError(
-            f"{job.input}: the impute stage reads its input whole and does not take a glob, "
-            "a folder of parts or a file over 32 MB yet; run `distforest impute` on one file, "
-            "or leave impute out of this job"
+            f"{job.input}: the impute stage of a table read by partitions (a glob, a folder "
+            f"of parts or a file over 32 MB) uses proximity: column, not "
+            f"{job.impute['proximity']!r}; drop that option or give one small file"
         )
     from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
 
@@ -285,7 +285,11 @@ def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> A
     plan = None
     todo = [name for name in APP_STAGES if getattr(job, name)]
     pending = [n for n in todo if stages is None or not stages.done(n)]
-    if "impute" in pending and job.impute is not None:
+    if "impute" in pending and job.impute is not None and partitioned_input(job.input):
+        from distforest.apps.partitioned_impute import check_output
+
+        check_output(job.impute["out"], replace)  # plan None: imputed by partitions
+    elif "impute" in pending and job.impute is not None:
         from distforest.cli.impute_cmd import plan_imputation
 
         plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
@@ -366,6 +370,23 @@ def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stage
                       {"proximity picture": location.resolved(picture)})  # fmt: skip
 
 
+def _impute_partitioned(job: ProximityJob, params: dict[str, Any], out: str,
+                        client: Any) -> tuple[Path, int]:  # fmt: skip
+    """The impute stage of a table read by partitions (apps.partitioned_impute)."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.apps.partitioned_impute import impute_partitioned
+
+    imputer = ProximityImputer(**params)
+    scope = contextlib.nullcontext() if client is None else client.as_current()
+    with scope:
+        if client is not None:
+            imputer.set_execution(client)
+        result = impute_partitioned(job.input, out, imputer, target=job.target,
+                                    drop=tuple(job.drop), na_values=tuple(job.na_values),
+                                    overwrite=True)  # fmt: skip  # checked before the run
+    return result.written, int(sum(result.missing.values()))
+
+
 def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
     for name in APP_STAGES:
         options = getattr(job, name)
@@ -378,9 +399,13 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
 
             params = {k: v for k, v in options.items() if k != "out"}
             params.setdefault("random_state", job.forest.get("random_state"))
-            imputer, _, written = run_imputation(plan, params, client)
+            if plan is None:  # read by partitions: filled and written by tasks
+                written, cells = _impute_partitioned(job, params, options["out"], client)
+            else:
+                imputer, _, written = run_imputation(plan, params, client)
+                cells = int(sum(imputer.n_missing_.values()))
             outputs = {"imputed table": location.resolved(written)}
-            info["cells_imputed"] = int(sum(imputer.n_missing_.values()))
+            info["cells_imputed"] = cells
         elif name == "outliers":
             outputs = write_outliers(forest, options["out"], options.get("plot"),
                                      title=f"outlier scores, {table.source}")  # fmt: skip

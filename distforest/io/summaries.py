@@ -46,6 +46,7 @@ __all__ = [
     "encode_partition",
     "encode_target",
     "summarise_partition",
+    "typed_partition",
 ]
 
 #: Most distinct text values counted per column (per partition and merged).
@@ -595,6 +596,44 @@ def encode_target(part: pd.DataFrame, encoding: Encoding) -> np.ndarray:
     values = _column_numbers(s, ColumnEncoding("number"), encoding.na,
                              encoding.target in encoding.text_columns)  # fmt: skip
     return values.astype(np.int64) if encoding.target_kind == "int" else values
+
+
+def typed_partition(
+    part: pd.DataFrame, encoding: Encoding, file_column: str | None = None
+) -> pd.DataFrame:
+    """One partition with typed columns, as :func:`distforest.io.read_frame` would give them.
+
+    A partition read from a typed source (Parquet, a DataFrame) is returned
+    as it is.  One read as text (CSV) gets its numeric features and a
+    numeric target as float64 (an ``"int"`` target as int64), the same
+    numbers pass 2 encodes; label columns keep their text (missing: NaN);
+    other columns (``--drop``) keep their text.  ``file_column`` is removed.
+    """
+    if file_column is not None and file_column in part.columns:
+        part = part.drop(columns=[file_column])
+    part = part.reset_index(drop=True)
+    default = pd.Series(["a"]).dtype  # pandas' own text dtype (what read_parquet gives)
+    nullable = [c for c in part.columns if isinstance(part[c].dtype, pd.StringDtype)
+                and part[c].dtype != default and part[c].dtype.na_value is pd.NA]  # fmt: skip
+    if nullable:  # dask's readers give NA-valued strings; pandas' give NaN-valued ones
+        part = part.astype(dict.fromkeys(nullable, default))
+    if not encoding.text_columns:
+        return part
+    out = part.copy()
+    for col in out.columns:
+        if col not in encoding.text_columns:
+            continue
+        enc = encoding.columns.get(col)
+        if col == encoding.target and encoding.target_kind in ("float", "int"):
+            values = _column_numbers(out[col], ColumnEncoding("number"), encoding.na, True)
+            out[col] = values.astype(np.int64) if encoding.target_kind == "int" else values
+        elif enc is not None and enc.how != "labels":
+            out[col] = _column_numbers(out[col], enc, encoding.na, True)
+        else:
+            raw = out[col].to_numpy(dtype=object, na_value=None)
+            raw[_missing_mask(raw, encoding.na)] = np.nan
+            out[col] = pd.Series(raw, dtype=object)
+    return out
 
 
 def count_levels(part: pd.DataFrame, column: str, na: tuple[str, ...]) -> dict[str, int] | None:

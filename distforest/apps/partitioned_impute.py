@@ -1,0 +1,316 @@
+"""Column imputation of a table read by partitions: the driver never holds the table.
+
+The engine of ``distforest impute`` for a glob, a folder or a large file
+(:func:`distforest.cli.big_input.partitioned_input`) and for an output
+folder.  The steps, each a set of tasks over the source's partitions:
+
+1. **Pass 1** (:func:`~distforest.io.ingest.read_partitioned`): summaries
+   only; every check of the in-memory reader, naming part file, column and
+   row.  A bad value stops here, before anything is written.
+2. **Sample.**  The column forests are fitted on at most ``sample_rows``
+   rows (:data:`SAMPLE_ROWS` by default), drawn without replacement from
+   ``random_state`` and read by one task per partition that holds some of
+   them.  With ``sample_rows >= n`` the sample is the whole table in order
+   and the result is that of the in-memory path, bit for bit.
+3. **Fill and write by partitions.**  Each task types its partition as the
+   in-memory reader would (:func:`~distforest.io.summaries.typed_partition`)
+   and fills its missing cells: from the fitted result when the sample is the
+   whole table, else by the fitted column forests
+   (:meth:`ProximityImputer.transform`: new rows, the same forests, no refit;
+   its stopping rule then runs per partition, so a row's value may depend on
+   the partition it is in, never on the cluster).
+   A folder output gets one Parquet part per partition written by the task;
+   one CSV or Parquet file is appended chunk by chunk in partition order by
+   this process, which holds at most :data:`WINDOW` filled partitions at once.
+
+Column names, order, dtypes and category labels are those of the in-memory
+path; from a CSV source, numeric columns are float64 and ``--drop`` columns
+stay text.  Above the sample bound, a category level absent from the sample
+cannot be predicted from; rows are then refused by ``transform``'s checks.
+Nothing is left under the output's name if any step fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distforest.errors import InputError, ParameterError, StoreError
+from distforest.io.ingest import read_partitioned
+from distforest.io.partitions import PATH_COLUMN
+from distforest.io.summaries import Encoding, typed_partition
+
+__all__ = [
+    "SAMPLE_ROWS",
+    "WINDOW",
+    "PartitionedImputation",
+    "check_output",
+    "impute_partitioned",
+    "is_folder",
+]
+
+logger = logging.getLogger("distforest")
+
+#: Rows the column forests are fitted on, at most (the forests' own default
+#: ``max_samples`` for large tables); below it every row, as in memory.
+SAMPLE_ROWS = 200_000
+#: Filled partitions computed at once when one file is written here.
+WINDOW = 4
+
+
+def is_folder(out: str | Path) -> bool:
+    """Whether ``out`` names a Parquet dataset folder (ends in ``/`` or is a folder)."""
+    text = str(out)
+    return text.endswith(("/", "\\")) or (Path(text).is_dir() and not text.endswith(".zarr"))
+
+
+@dataclass(frozen=True)
+class PartitionedImputation:
+    """What :func:`impute_partitioned` did.
+
+    Attributes
+    ----------
+    imputer : ProximityImputer
+        Fitted on the sample.
+    shape : tuple of int
+        Rows and columns written.
+    written : Path
+    sample_rows : int
+        Rows the forests were fitted on.
+    missing : dict of str to int
+        Missing (now imputed) cells per feature column of the whole table.
+    """
+
+    imputer: Any
+    shape: tuple[int, int]
+    written: Path
+    sample_rows: int
+    missing: dict[str, int]
+
+
+def impute_partitioned(
+    source: Any,
+    out: str | Path,
+    imputer: Any,
+    *,
+    target: str | None = None,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+    sample_rows: int = SAMPLE_ROWS,
+    overwrite: bool = False,
+) -> PartitionedImputation:
+    """Impute ``source`` by partitions into ``out`` (see the module docstring).
+
+    Parameters
+    ----------
+    source
+        Anything :func:`~distforest.io.partitions.open_partitions` opens as a table.
+    out : str or Path
+        A folder (ends in ``/`` or exists): one Parquet part per partition;
+        else one ``.csv`` or ``.parquet`` file.
+    imputer : ProximityImputer
+        Unfitted, ``proximity="column"``; its execution runs the forests.
+    target, drop, na_values
+        As ``distforest impute``.
+    sample_rows : int
+        Rows the forests are fitted on, at most.
+    overwrite : bool
+
+    Returns
+    -------
+    PartitionedImputation
+    """
+    import dask
+
+    if imputer.proximity != "column":
+        raise ParameterError(
+            f"--proximity {imputer.proximity} needs the whole table in memory; a table read by "
+            "partitions is imputed with --proximity column (the default)"
+        )
+    if sample_rows < 1:
+        raise ParameterError(f"sample_rows must be at least 1, got {sample_rows}")
+    folder = is_folder(out)
+    dest = check_output(out, overwrite)
+    data = read_partitioned(source, target=target, drop=drop, na_values=na_values)
+    if data.partitions.frame is None:
+        raise InputError(f"{data.source}: a numeric array is imputed in memory; give a table")
+    enc = data.encoding
+    features = list(enc.features)
+    if not features:
+        raise InputError(f"{source}: no feature columns left after removing --target/--drop")
+    n = enc.n_samples
+    blocks = data.partitions.frame.to_delayed()
+    starts = np.concatenate([[0], np.cumsum(enc.lengths)]).astype(np.int64)
+    whole = sample_rows >= n
+    rows = np.arange(n) if whole else _sample(n, sample_rows, imputer.random_state)
+    logger.info("imputing %s by %d partitions, forests fitted on %d of %d rows",
+                data.source, len(blocks), rows.size, n)  # fmt: skip
+    take = dask.delayed(_take, pure=True)
+    wanted = []
+    for k, block in enumerate(blocks):
+        local = rows[(rows >= starts[k]) & (rows < starts[k + 1])] - starts[k]
+        if local.size:
+            wanted.append(take(block, enc, local))
+    pieces = dask.compute(*wanted)
+    sample = pd.concat(pieces, ignore_index=True)
+    del pieces
+    y = sample[target] if target is not None else None
+    filled = imputer.fit_transform(sample[features], y)
+    if whole:
+        slices = [filled.iloc[starts[k] : starts[k + 1]] for k in range(len(blocks))]
+        shipped: Any = None
+    else:
+        if imputer.forest_ is None:  # grow the kept forests again here, once, if fit kept none
+            imputer._routing_columns(imputer._settings())
+        slices = [None] * len(blocks)
+        shipped = _ship(_light(imputer))
+    del filled, sample
+    fill = dask.delayed(_fill, pure=True)
+    tasks = [fill(b, enc, features, s, shipped) for b, s in zip(blocks, slices, strict=True)]
+    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        if folder:
+            tmp.mkdir()
+            write = dask.delayed(_write_part, pure=False)
+            counts = dask.compute(*[write(t, str(tmp / f"part-{k:05d}.parquet"))
+                                    for k, t in enumerate(tasks)])  # fmt: skip
+            n_out, width = int(sum(c[0] for c in counts)), counts[0][1]
+        else:
+            n_out, width = _stream(tasks, tmp, dest.suffix.lower())
+        if dest.exists():
+            shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
+        tmp.replace(dest)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+    return PartitionedImputation(imputer, (n_out, width), dest, int(rows.size), dict(enc.missing))
+
+
+def check_output(out: str | Path, overwrite: bool = False) -> Path:
+    """The output resolved, checked before any work (a folder, or one .csv / .parquet file)."""
+    from distforest import location
+    from distforest.io.writers import check_can_write, output_format
+
+    if location.is_remote(out):
+        raise ParameterError(f"cannot write {str(out)!r}: a table imputed by partitions is "
+                             "written to a local file or folder; copy it afterwards")  # fmt: skip
+    folder = is_folder(out)
+
+    if not folder:
+        if output_format(out) == "zarr":
+            raise ParameterError(
+                f"cannot write {str(out)!r} from a table read by partitions: write a Parquet "
+                "dataset folder (--out imputed/), one .parquet or one .csv file"
+            )
+        return check_can_write(out, overwrite)
+    dest = Path(str(out).rstrip("/\\")).resolve()
+    if not dest.parent.is_dir():
+        raise StoreError(f"cannot write {str(out)!r}: the folder {str(dest.parent)!r} does "
+                             "not exist; create it first")  # fmt: skip
+    if dest.exists():
+        entries = list(dest.iterdir())
+        ours = all(e.is_file() and e.name.startswith("part-") and e.suffix == ".parquet"
+                   for e in entries)  # fmt: skip
+        if entries and not overwrite:
+            raise StoreError(f"{str(out)!r} already exists and is not empty; pass "
+                                 "--overwrite to replace it or choose another name")  # fmt: skip
+        if entries and not ours:
+            raise StoreError(f"{str(out)!r} holds files other than part-*.parquet; refusing "
+                                 "to replace it: choose another name")  # fmt: skip
+    return dest
+
+
+def _sample(n: int, size: int, random_state: Any) -> np.ndarray:
+    """``size`` distinct rows of ``n``, sorted, from ``random_state`` (int or None)."""
+    rng = np.random.default_rng(np.random.SeedSequence(random_state).spawn(1)[0])
+    return np.sort(rng.choice(n, size=size, replace=False))
+
+
+def _light(imputer: Any) -> Any:
+    """The fitted imputer without its training rows (what ``transform`` of new rows needs)."""
+    import copy
+    from dataclasses import replace
+
+    light = copy.copy(imputer)
+    light._train = replace(imputer._train, X=imputer._train.X[:0])
+    light._imputed = imputer._imputed[:0]
+    light._fingerprint = None  # a partition is never "the training data"
+    return light
+
+
+def _ship(obj: Any) -> Any:
+    """``obj`` sent to every worker once (a distributed client), else one graph key."""
+    import dask
+
+    try:
+        from distributed import get_client
+
+        return get_client().scatter(obj, broadcast=True, hash=False)
+    except (ImportError, ValueError):  # no distributed client: the local scheduler
+        return dask.delayed(obj, traverse=False)
+
+
+def _take(part: pd.DataFrame, encoding: Encoding, local: np.ndarray) -> pd.DataFrame:
+    """The typed rows ``local`` of one partition (a task)."""
+    typed = typed_partition(part, encoding, PATH_COLUMN)
+    return typed.iloc[local]
+
+
+def _fill(
+    part: pd.DataFrame,
+    encoding: Encoding,
+    features: list[str],
+    filled: pd.DataFrame | None,
+    imputer: Any,
+) -> pd.DataFrame:
+    """One partition typed, its feature columns filled (a task)."""
+    out = typed_partition(part, encoding, PATH_COLUMN)
+    if filled is None:
+        filled = imputer.transform(out[features])
+    filled = filled.reset_index(drop=True)
+    for position, col in enumerate(out.columns):
+        if col in filled.columns:
+            out.isetitem(position, filled[col])
+    return out
+
+
+def _write_part(frame: pd.DataFrame, path: str) -> tuple[int, int]:
+    frame.to_parquet(path, index=False)
+    return frame.shape
+
+
+def _stream(tasks: list[Any], tmp: Path, suffix: str) -> tuple[int, int]:
+    """Compute the filled partitions :data:`WINDOW` at a time and append them in order."""
+    import dask
+
+    writer: Any = None
+    rows, width, header = 0, 0, True
+    try:
+        for at in range(0, len(tasks), WINDOW):
+            for frame in dask.compute(*tasks[at : at + WINDOW]):
+                if suffix == ".csv":
+                    frame.to_csv(tmp, index=False, mode="a", header=header)
+                    header = False
+                else:
+                    import pyarrow as pa
+                    import pyarrow.parquet as pq
+
+                    table = pa.Table.from_pandas(frame, preserve_index=False)
+                    if writer is None:
+                        writer = pq.ParquetWriter(str(tmp), table.schema)
+                    writer.write_table(table.cast(writer.schema))
+                rows += len(frame)
+                width = frame.shape[1]
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows, width
