@@ -5,8 +5,6 @@ The applications are imported when a command runs (``--help`` stays quick).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from typing import Any
 
@@ -172,11 +170,10 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
     """
     if target is None:
         raise click.UsageError("importances needs --target COLUMN (what the features predict)")
-    from distforest.cli.options import connect_kwargs, runs_in_process
+    from distforest.cli.options import connect_kwargs
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
-    from distforest.parallel.cluster import connect
-    from distforest.parallel.execution import Execution, execution, in_process
+    from distforest.parallel.placement import place
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
@@ -186,19 +183,9 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
     train, test = _held_out(table, forest, test_size)
     cluster_kw = pop_keys(options, CLUSTER_KEYS)
     progress = ProgressBars(enabled=not obj["quiet"])
-    # progress bars for the fit only: permutations call predict once per column and shuffle
-    if runs_in_process(cluster_kw, table.X.size):  # small: no cluster to start
-        threads = os.cpu_count() or 1
-        with in_process(Execution(progress=progress), threads):
-            forest.fit(train)
-        with in_process(Execution(), threads):
-            ranking, score = _measure(forest, test, repeats)
-    else:
-        with connect(**connect_kwargs(cluster_kw)) as client:
-            with execution(client, progress=progress):
-                forest.fit(train)
-            with execution(client):
-                ranking, score = _measure(forest, test, repeats)
+    with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
+        forest.fit(train)
+        ranking, score = _measure(forest, test, repeats)
     written = {"importances": write_csv(ranking, out)}
     if top:
         click.echo(ranking.head(top).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
@@ -264,12 +251,11 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     import pandas as pd
 
     from distforest.apps.outliers import outlier_scores_new_rows
-    from distforest.cli.options import connect_kwargs, runs_in_process
+    from distforest.cli.options import connect_kwargs
     from distforest.errors import InputError
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table, read_frame
-    from distforest.parallel.cluster import connect
-    from distforest.parallel.execution import Execution, execution, in_process
+    from distforest.parallel.placement import place
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
@@ -286,14 +272,7 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     keep = names if id_column is None else [id_column, *names]
     table = load_table(frame[keep], id=id_column, min_rows=1)
     cluster_kw = pop_keys(options, CLUSTER_KEYS)
-    here = runs_in_process(cluster_kw, table.X.size)
-    with contextlib.ExitStack() as stack:
-        if here:
-            stack.enter_context(in_process(Execution(), os.cpu_count() or 1))
-        else:
-            stack.enter_context(
-                execution(stack.enter_context(connect(**connect_kwargs(cluster_kw))))
-            )
+    with place(table.X.size, connect_kwargs(cluster_kw)):
         ids = np.arange(table.n_samples) if table.ids is None else table.ids
         result = pd.DataFrame({table.id_name or "row": ids})
         if forest.task_ != "unsupervised":

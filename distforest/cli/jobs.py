@@ -16,6 +16,7 @@ It is safe to run again:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time

@@ -30,7 +30,7 @@ from distforest.io import Table, load_table
 from distforest.kernels.apply import ROUTING_FIELDS, leaf_value_sums, mean_leaf_value
 from distforest.kernels.trees import tree_input
 from distforest.parallel import tasks
-from distforest.parallel.execution import Runner, in_process, runs_here
+from distforest.parallel.execution import Runner
 
 if TYPE_CHECKING:
     from distforest.forests.proximity_forest import ProximityForest
@@ -188,10 +188,7 @@ def _forest_arrays(forest: ProximityForest) -> tuple[np.ndarray, ...]:
 def runner_for(forest: ProximityForest, cells: int) -> contextlib.AbstractContextManager[Runner]:
     """Where work on ``cells`` input cells of new rows runs: this process (threads) when
     small and no cluster was asked for, else the forest's execution."""
-    exe = forest._current_execution()
-    if runs_here(exe, cells):
-        return in_process(exe, os.cpu_count() or 1)
-    return forest._runner()
+    return forest._runner(cells)
 
 
 def predict_values(forest: ProximityForest, X: Any) -> np.ndarray:

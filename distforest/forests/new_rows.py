@@ -139,7 +139,7 @@ def cross_proximity(
     encoding = matrix_encoding(name, n_trees=n_trees)
     counts = encoding.dtype if encoding.is_counts else None
     warm_up()  # compile once here, not in every worker at once
-    with forest._runner() as runner:
+    with forest._runner(forest._fitted_cells() + n_new * forest.n_features_in_) as runner:
         handles = (_share_each(runner, new), _share_each(runner, train))
         write_matrix(
             runner, rs, name, plan, cross_tile, (*handles, method, counts),
