@@ -23,6 +23,9 @@ def _distforest_logger() -> Iterator[None]:
     logger = logging.getLogger("distforest")
     logger.handlers[:], logger.propagate, logger.disabled = [], True, False
     logger.setLevel(logging.NOTSET)
+    for name, child in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("distforest.") and isinstance(child, logging.Logger):
+            child.disabled = False  # a logging.config call elsewhere may have disabled it
     yield
     logger.handlers[:], logger.propagate, logger.disabled = [], True, False
     logger.setLevel(logging.NOTSET)

@@ -63,7 +63,9 @@ def stages(store: Path) -> dict[str, object]:
         meta = json.loads((store / "zarr.json").read_text())
     except (OSError, ValueError):
         return {}
-    return dict(meta.get("attributes", {}).get("stages") or {})
+    from distforest.io.attrs import decode_attrs
+
+    return dict(decode_attrs(meta.get("attributes", {})).get("stages") or {})
 
 
 def wait_until(condition: Callable[[], bool], proc: subprocess.Popen, timeout: float) -> bool:

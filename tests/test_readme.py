@@ -142,6 +142,7 @@ def _write_inputs(folder: Path) -> None:
     table.iloc[120:].drop(columns="price").to_csv(folder / "test.csv", index=False)
     cancer = cancer.dropna()
     cancer.iloc[600:620].drop(columns="Class").to_csv(folder / "new.csv", index=False)
+    cancer.iloc[620:640].drop(columns="Class").to_csv(folder / "tonight.csv", index=False)
     iono = pd.read_csv(DATA / "ionosphere.csv")
     X = iono.drop(columns=["Class", "V2"])  # V2 is constant
     Z = ((X - X.mean()) / X.std()).to_numpy()
@@ -215,6 +216,11 @@ table = pd.read_csv("data.csv")
 X, y = table.drop(columns=["Id", "Class"]), table["Class"]
 V = np.random.default_rng(0).normal(size=(len(X), 2))
 X_new = X.iloc[:5]
+""",
+    "clf = ProximityForest(task=\"classification\", random_state=0).fit(X, y)": """
+from sklearn.model_selection import GridSearchCV, cross_val_score
+X_test, y_test = X.iloc[-50:], y.iloc[-50:]
+v = X.iloc[:, 0].fillna(0).to_numpy(dtype=float)
 """,
     "from distforest import ProximityImputer": """
 df = table.drop(columns=["Id"])
