@@ -217,7 +217,7 @@ X, y = table.drop(columns=["Id", "Class"]), table["Class"]
 V = np.random.default_rng(0).normal(size=(len(X), 2))
 X_new = X.iloc[:5]
 """,
-    "clf = ProximityForest(task=\"classification\", random_state=0).fit(X, y)": """
+    'clf = ProximityForest(task="classification", random_state=0).fit(X, y)': """
 from sklearn.model_selection import GridSearchCV, cross_val_score
 X_test, y_test = X.iloc[-50:], y.iloc[-50:]
 v = X.iloc[:, 0].fillna(0).to_numpy(dtype=float)
