@@ -13,11 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 _UNGUARDED = """\
+import dask
 import numpy as np
 from distforest import ProximityForest
 
 X = np.random.default_rng(0).normal(size=(40, 3))
 y = (X[:, 0] > 0).astype(int)
+dask.config.set({"distforest.in-process-cells": 0})  # as large as needs a cluster
 ProximityForest(n_estimators=4, random_state=0).fit(X, y)  # no __main__ guard
 print("FITTED")
 """
@@ -40,15 +42,15 @@ def test_missing_main_guard_is_one_line_with_the_fix(tmp_path):
     assert seconds < 60  # refused before any worker process starts
     last = done.stderr.strip().splitlines()[-1]
     assert 'if __name__ == "__main__":' in last
-    assert "user_script.py, line 6" in last  # the line that starts the cluster
+    assert "user_script.py, line 8" in last  # the line that starts the cluster
     # No worker was started: a short traceback, not pages of nanny failures.
     assert len(done.stderr.splitlines()) < 40, done.stderr
     assert "Nanny" not in done.stderr
 
 
 def test_guarded_script_is_not_refused(tmp_path):
-    body = "\n".join("    " + line for line in _UNGUARDED.splitlines()[3:])
-    text = "\n".join(_UNGUARDED.splitlines()[:3]) + '\n\nif __name__ == "__main__":\n' + body
+    body = "\n".join("    " + line for line in _UNGUARDED.splitlines()[4:])
+    text = "\n".join(_UNGUARDED.splitlines()[:4]) + '\n\nif __name__ == "__main__":\n' + body
     done, _ = _run_script(tmp_path, text.replace("# no __main__ guard", ""))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "FITTED" in done.stdout

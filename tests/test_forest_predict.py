@@ -151,7 +151,6 @@ def test_prediction_tasks_on_a_cluster_give_the_same_values(client, cancer, monk
     monkeypatch.setattr(forest_predict, "ROWS_PER_TASK", 100)  # several blocks of rows
     seen = []
     with execution(client, progress=lambda stage, done, total: seen.append((stage, total))):
-        monkeypatch.setattr(forest_predict, "runs_here", lambda exe, cells: False)
         there = pf.predict_proba(X)
     np.testing.assert_array_equal(here, there)
     totals = {total for stage, total in seen if stage == "predict"}

@@ -31,6 +31,7 @@ from distforest.apps.impute import ProximityImputer
 from distforest.errors import ParameterError
 from distforest.kernels.column_trees import inbag_counts
 from distforest.kernels.trees import TreeParams
+from distforest.parallel import placement
 from distforest.parallel.execution import current_execution, in_process
 
 
@@ -165,7 +166,7 @@ def test_subsampled_same_bits_on_any_number_of_workers(client, monkeypatch):
     new[:, 0] = np.nan
     runs = [_fit(Xm, y, False, monkeypatch), _fit(Xm, y, True, monkeypatch),
             _fit(Xm, y, False, monkeypatch, client=client)]  # fmt: skip
-    monkeypatch.setattr(impute_module.os, "cpu_count", lambda: 1)  # one thread in process
+    monkeypatch.setattr(placement, "in_process_threads", lambda: 1)  # one thread in process
     runs.append(_fit(Xm, y, False, monkeypatch))
     assert len({out.tobytes() for _, out in runs}) == 1
     assert len({imp.transform(new).tobytes() for imp, _ in runs}) == 1
