@@ -5,7 +5,9 @@ processes) and reads the driver's own peak RSS (``resource.getrusage``; the
 workers are other processes).  Measured on the 2-core machine at 2026-11-26:
 the partitioned path peaked at 654 MB (276 MB of it is importing distforest,
 dask and scikit-learn), the in-memory path (pandas reads the folder,
-load_table encodes it in the driver) at 1,135 MB.  The bound sits between.
+load_table encodes it in the driver) at 1,135 MB.  In a fresh clone, whose numba
+cache is cold (the driver compiles kernels too), the partitioned path peaked at
+933 MB.  The bound sits between.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 #: Driver peak RSS allowed (MB): above the partitioned path, below the in-memory one.
-BOUND_MB = 900
+BOUND_MB = 1_050
 
 
 @pytest.mark.slow
