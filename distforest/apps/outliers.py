@@ -128,7 +128,7 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
     ndarray of float64, shape (n_new,)
     """
     from distforest.errors import InputError
-    from distforest.forests.new_rows import squared_sums
+    from distforest.forests.new_rows import new_leaves, squared_sums
     from distforest.forests.products import product_session
 
     classification = forest.task_ == "classification"
@@ -149,7 +149,10 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
     onehot[np.arange(train.size), train] = 1.0
     with product_session(forest) as session:
         train_sums = session.squared_product(onehot)[np.arange(train.size), train]
-    sums = squared_sums(forest, X, train, method)
+        if method == "original":  # sparse rows from leaf members: no n_new x n tile
+            sums = session.squared_product(onehot, new_leaves=new_leaves(forest, X))
+    if method != "original":
+        sums = squared_sums(forest, X, train, method)
     new_codes = np.zeros(sums.shape[0], dtype=np.int64) if new is None else new
     n = forest.n_samples_
     raw_train = n / np.where(train_sums == 0, 1.0, train_sums)

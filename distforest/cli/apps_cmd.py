@@ -247,38 +247,19 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     the training targets, and the outlier score on the training rows' scale.
     The model's proximities are not recomputed: only the new rows' leaves.
     """
-    import numpy as np
-    import pandas as pd
-
-    from distforest.apps.outliers import outlier_scores_new_rows
+    from distforest.apps.scoring import new_rows_table, score_rows
     from distforest.cli.options import connect_kwargs
-    from distforest.errors import InputError
     from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table, read_frame
     from distforest.parallel.placement import place
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
     forest = ProximityForest.from_store(model)
-    frame = read_frame(input, na_values=options.pop("na_values", ()))
-    frame.columns = [str(c) for c in frame.columns]
-    names = list(forest.feature_names_in_)
-    missing = [c for c in names if c not in frame.columns]
-    if missing:
-        raise InputError(
-            f"{input}: the model needs column(s) {missing} that are not there; "
-            f"available: {', '.join(list(frame.columns)[:20])}"
-        )
-    keep = names if id_column is None else [id_column, *names]
-    table = load_table(frame[keep], id=id_column, min_rows=1)
+    table = new_rows_table(forest, input, id_column=id_column,
+                           na_values=options.pop("na_values", ()))  # fmt: skip
     cluster_kw = pop_keys(options, CLUSTER_KEYS)
     with place(table.X.size, connect_kwargs(cluster_kw)):
-        ids = np.arange(table.n_samples) if table.ids is None else table.ids
-        result = pd.DataFrame({table.id_name or "row": ids})
-        if forest.task_ != "unsupervised":
-            result["predicted"] = forest.predict(table)
-            result["proximity_predicted"] = forest.predict_proximity(table, method)
-        result["outlier"] = outlier_scores_new_rows(forest, table)
+        result = score_rows(forest, table, method=method)
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
             time.perf_counter() - start, written)  # fmt: skip

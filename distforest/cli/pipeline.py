@@ -44,6 +44,7 @@ from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
 from distforest.cli.jobs import ProximityJob
 from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
+from distforest.cli.score_job import ScoreJob, score_job
 from distforest.cli.simforest_job import SimForestJob, simforest_job
 from distforest.cli.smerf_job import SMERF_EXTRA, SmerfJob, smerf_job
 from distforest.cli.xforest_job import XFOREST_CHOICES, XForestJob, xforest_job
@@ -121,6 +122,9 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     # SMERF pipelines (input, smerf, distance, output): cli/smerf_job.py
     "smerf": dict.fromkeys([*SMERF._parameter_constraints, *SMERF_EXTRA], ()),
     "distance": {"rows": _STR, "against": _STR, "oob": _BOOL, "out": _STR},
+    # scoring pipelines (model, input, score, impute, output): cli/score_job.py
+    "model": {"path": _STR, "training": _STR},
+    "score": {"out": _STR, "method": _STR, "proximity_prediction": _BOOL, "outliers": _BOOL},
 }
 #: Sections whose keys are an estimator's parameters: checked by its constraint table,
 #: so a pipeline accepts and refuses exactly what Python does.
@@ -148,11 +152,14 @@ REQUIRED = {
     "mislabels": ("out",),
     "mds": ("out",),
     "clustering": ("method", "out"),
+    "model": ("path",),
+    "score": ("out",),
 }
 #: key path -> allowed values.
 CHOICES = {
     "input.decimal": (".", ","),
     "proximity.method": PROXIMITY_METHODS,
+    "score.method": PROXIMITY_METHODS,
     "impute.proximity": C.IMPUTE_PROXIMITIES,
     "impute.categorical_vote": C.VOTES,
     "mds.dissimilarity": DISSIMILARITIES,
@@ -346,7 +353,7 @@ def load_pipeline(
     today: _dt.date | None = None,
     overrides: Sequence[str] = (),
     check_input: bool = True,
-) -> ProximityJob | XForestJob | KNNJob | SimForestJob | SmerfJob:
+) -> ProximityJob | XForestJob | KNNJob | SimForestJob | SmerfJob | ScoreJob:
     """Read and check a pipeline YAML.
 
     Parameters
@@ -363,8 +370,9 @@ def load_pipeline(
     -------
     ProximityJob, or XForestJob for a file with an ``xforest`` section,
     KNNJob for a file with a ``neighbors`` or ``knn`` section,
-    SimForestJob for a file with a ``simforest`` section, or SmerfJob for a
-    file with a ``smerf`` or ``distance`` section
+    SimForestJob for a file with a ``simforest`` section, SmerfJob for a
+    file with a ``smerf`` or ``distance`` section, or ScoreJob for a file
+    with a ``model`` key (a saved forest applied to new rows)
     """
     source = str(path)
     if Path(path).exists() and not Path(path).is_file():  # a FIFO would be waited on for ever
@@ -385,6 +393,8 @@ def load_pipeline(
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: a pipeline must be a mapping with keys {TOP_LEVEL}")
     data = dict(data)
+    if isinstance(data.get("model"), str):  # `model: PATH`, short for `model: {path: PATH}`
+        data["model"] = {"path": data["model"]}
     apply_overrides(data, overrides, source)
     for key in data:
         if key not in TOP_LEVEL:
@@ -436,6 +446,10 @@ def load_pipeline(
             f"{source}: input.id is read by proximity jobs only, not by {other[0]!r}; remove "
             "it (or use input.drop to leave the column out)"
         )
+    if "model" in data or "score" in data:  # a saved forest applied to new rows
+        connect = {"scheduler": scheduler, "cluster": cluster}
+        templated = functools.partial(_templated, today=day)
+        return score_job(data, sections, input_path, out_dir, connect, source, templated)
     if "neighbors" in data or "knn" in data:
         connect = {"scheduler": scheduler, "cluster": cluster}
         templated = functools.partial(_templated, today=day)

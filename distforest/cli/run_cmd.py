@@ -38,7 +38,8 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     """Run the job described in a PIPELINE YAML file (see pipelines/).
 
     PIPELINE is a file, or the name of a shipped example (main, knn, mds,
-    mislabels, nightly_impute, outliers, simforest, smerf, xforest_cluster),
+    mislabels, nightly_impute, nightly_score, outliers, simforest, smerf,
+    xforest_cluster),
     which then reads the bundled data wherever distforest is installed.
 
     Safe to run again: the output store is locked while a run writes it; a
@@ -75,12 +76,20 @@ def _run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool) -> Non
     from distforest.cli.jobs import plan_proximity_job, run_locked, run_proximity_job, summary
     from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
     from distforest.cli.plan import check_disk, show_plan, xforest_plan
+    from distforest.cli.score_job import ScoreJob, plan_score_job, run_score_job, score_summary
     from distforest.cli.simforest_job import SimForestJob, plan_simforest_job, run_simforest_job
     from distforest.cli.smerf_job import SmerfJob, plan_smerf_job, run_smerf_job
     from distforest.cli.xforest_job import XForestJob, run_xforest_job
     from distforest.io import load_table
 
     bars = ProgressBars(enabled=not obj["quiet"])
+    if isinstance(job, ScoreJob):  # a saved model applied to new rows (model, input, score)
+        if dry_run:
+            click.echo(show_plan(plan_score_job(job)))
+            return
+        click.echo(score_summary(run_score_job(job, bars, restart=restart,
+                                               run_id=obj["run_id"])))  # fmt: skip
+        return
     if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
         if dry_run:
             click.echo(show_plan(knn_plan(job)))

@@ -178,11 +178,13 @@ def _squared_task(
     index: tuple[np.ndarray, np.ndarray] | None,
     V: np.ndarray,
     rows: np.ndarray,
+    query_t: np.ndarray | None = None,
 ) -> np.ndarray:
     if index is None:  # stored leaves: the index is built where they are read
         assert isinstance(leaves_t, StoredArray)
         index = _stored_index(leaves_t)
-    return leafsums.squared_product(_held(leaves_t), index[0], index[1], V, rows)
+    query = _held(leaves_t) if query_t is None else query_t  # new rows' leaves, (T, block)
+    return leafsums.squared_product(query, index[0], index[1], V, rows)
 
 
 class ProximityProducts:
@@ -251,11 +253,15 @@ class ProximityProducts:
         result = leafsums.normalise(sums, norm)
         return result[:, 0] if flat else result
 
-    def squared_product(self, V: np.ndarray, *, block: int = 65536) -> np.ndarray:
+    def squared_product(
+        self, V: np.ndarray, *, block: int = 65536, new_leaves: np.ndarray | None = None
+    ) -> np.ndarray:
         """``(P * P) @ V`` for Breiman's proximity, from sparse proximity rows.
 
         One task per block of rows; each builds its rows' proximities from
         leaf members, so the cost grows with leaf sizes, not with n per row.
+        With ``new_leaves`` (int32, shape ``(m, T)``) the rows are new rows
+        (their proximity to the training rows): ``(m, k)``, no ``m x n`` formed.
         """
         V = np.asarray(V, dtype=np.float64)
         V2 = V[:, None] if V.ndim == 1 else V
@@ -264,9 +270,15 @@ class ProximityProducts:
         if self._index is None and not self._stored:
             self._index = runner.share(leafsums.leaf_index(self.session.shared(0)))
         V_handle = runner.share(V2)
-        blocks = plan_batches(self.n_samples, block)
-        items = [(leaves, self._index, V_handle, np.arange(b.start, b.stop)) for b in blocks]
-        out = np.empty((self.n_samples, V2.shape[1]))
+        m = self.n_samples if new_leaves is None else new_leaves.shape[0]
+        blocks = plan_batches(m, block)
+        items: list[tuple[Any, ...]]
+        if new_leaves is None:
+            items = [(leaves, self._index, V_handle, np.arange(b.start, b.stop)) for b in blocks]
+        else:  # each task gets its block of new rows' leaves, trees first
+            items = [(leaves, self._index, V_handle, np.arange(b.stop - b.start),
+                      np.ascontiguousarray(new_leaves[b].T)) for b in blocks]  # fmt: skip
+        out = np.empty((m, V2.shape[1]))
         for i, part in runner.run(_squared_task, items, name="squared-product"):
             out[blocks[i]] = part
         return out[:, 0] if V.ndim == 1 else out

@@ -184,7 +184,7 @@ def warm_up() -> None:
 
 @njit(nogil=True, cache=True)
 def _squared_product(leaves, sorted_leaves, order, V, rows):  # pragma: no cover - numba
-    n_trees, n = leaves.shape
+    n_trees, n = order.shape
     k = V.shape[1]
     out = np.zeros((rows.shape[0], k), dtype=np.float64)
     count = np.zeros(n, dtype=np.int32)
@@ -237,12 +237,14 @@ def squared_product(
 
     Parameters
     ----------
-    leaves : ndarray of int32, shape (T, n)
+    leaves : ndarray of int32, shape (T, m)
+        Leaves of the query rows: the training leaves (``m = n``), or the
+        leaves of new rows (each new row's proximity to the training rows).
     sorted_leaves, order : ndarray of int32, shape (T, n)
-        From :func:`leaf_index`.
+        From :func:`leaf_index` of the training leaves.
     V : ndarray of float64, shape (n, k)
     rows : ndarray of int64
-        Rows of the result.
+        Rows of ``leaves`` (columns of the ``(T, m)`` array) in the result.
 
     Returns
     -------

@@ -1,0 +1,314 @@
+"""Scoring pipelines: a saved model applied to tonight's table (``model:`` and ``input:``).
+
+A pipeline with a ``model`` key reads the forest a finished proximity run
+saved in its store and writes, for the rows of ``input.path`` only, their
+scores and their imputed values::
+
+    model:  results/model/run.zarr        # or {path: ..., training: train.csv}
+    input:  {path: data/{date}.csv, id: Id, na_values: ["?"]}
+    score:  {out: scores.csv, method: rfgap, proximity_prediction: true, outliers: true}
+    impute: {out: imputed.csv, proximity: rfgap, categorical_vote: sum}
+    output: {dir: results/{date}, store: scores.zarr, overwrite: false}
+
+Nothing is refitted and the model's proximities are not recomputed: the
+model store is opened read-only; no ``fit`` or ``tiles`` stage runs.  The
+computing is :mod:`distforest.apps.scoring` (the code of ``distforest
+score``).  The run records its stages (``score``, ``impute``) in a store of
+its own (``output.store``) and follows the protocol of
+:mod:`distforest.cli.runs`: locked, resumable by stage, not repeated once
+complete, a changed config refused unless ``--restart``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distforest import location
+from distforest._version import __version__
+from distforest.cli.jobs import JobResult
+from distforest.cli.outputs import check_new_file, write_csv
+from distforest.cli.plan import SECONDS_PER, Plan, free_space, placement_of
+from distforest.cli.report import cluster_facts
+from distforest.cli.runs import Stages, resume_store, run_staged
+from distforest.errors import ConfigError, StoreError
+from distforest.forests.constraints import PROXIMITY_METHODS
+from distforest.parallel.placement import place
+from distforest.store.run_store import RunStore
+
+#: Sections of other pipelines that a scoring pipeline must not have (the model fixes them).
+NOT_WITH_MODEL = ("forest", "proximity", "outliers", "mislabels", "mds", "xforest",
+                  "clustering", "simforest", "neighbors", "knn", "smerf", "distance")  # fmt: skip
+#: Keys of ``impute`` that would fit new forests: not in a scoring pipeline.
+REFIT_KEYS = ("iterations", "n_estimators", "max_samples")
+
+
+@dataclass
+class ScoreJob:
+    """One scoring run: the rows of ``input`` against the saved forest in ``model``."""
+
+    input: str
+    model: str
+    #: This run's own store (its spec and stages), not the model's.
+    out: str
+    #: The table the model was fitted on (for imputation); None: the one the model records.
+    training: str | None = None
+    id: str | None = None
+    na_values: tuple[str, ...] = ()
+    decimal: str | None = None
+    #: ``{"out": csv, "method": "rfgap", "proximity_prediction": bool, "outliers": bool}``.
+    score: dict[str, Any] | None = None
+    #: ``{"out": csv, "proximity": "rfgap", "categorical_vote": "sum"}``.
+    impute: dict[str, Any] | None = None
+    overwrite: bool = False
+    connect: dict[str, Any] = field(default_factory=dict)
+    name: str = "score"
+    source: str | None = None
+
+    def spec(self, fingerprint: str, fit_id: str) -> dict[str, Any]:
+        """What determines the results: the model's fit, the rows, the options."""
+        keep = ("id", "na_values", "score", "impute", "training")
+        spec = {k: v for k, v in asdict(self).items() if k in keep}
+        spec["model"] = {"path": self.model, "fit_id": fit_id}
+        spec["input"] = {"source": self.input, "fingerprint": fingerprint}
+        spec["distforest_version"] = __version__
+        return json.loads(json.dumps(spec, default=str))
+
+    @property
+    def kind(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        return f"scores of new rows against the model {self.model}"
+
+
+def _open_model(path: str) -> Any:
+    """The saved forest of a complete store (exit 6 otherwise)."""
+    from distforest.forests.proximity_forest import ProximityForest
+
+    if not location.exists(path):
+        raise StoreError(f"model {path!r} does not exist; run the pipeline that fits it first")
+    rs = RunStore.open(path)
+    if not rs.is_complete:
+        raise StoreError(
+            f"model {path!r} is not complete (status {rs.attrs.get('status')!r}: a run still "
+            "writing it, or killed); finish that run first (run it again: it resumes)"
+        )
+    return ProximityForest.from_store(path)
+
+
+def _sizes(job: ScoreJob) -> tuple[Any, Any]:
+    """The model (loaded) and the new rows (read, columns matched)."""
+    from distforest.apps.scoring import new_rows_table
+
+    forest = _open_model(job.model)
+    table = new_rows_table(forest, job.input, id_column=job.id, na_values=job.na_values,
+                           decimal=job.decimal)  # fmt: skip
+    return forest, table
+
+
+def plan_score_job(job: ScoreJob) -> Plan:
+    """What the job would do (``--dry-run``): opens the model, reads the rows, runs nothing."""
+    forest, table = _sizes(job)
+    n, m, d = forest.n_samples_, table.n_samples, forest.n_features_in_
+    trees = int(forest.leaves_.shape[1])
+    where, threads = placement_of(n * d + m * d, job.connect)
+    steps = [("model", f"{job.model}: {forest.task_} forest, {trees} trees, {n:,} training "
+                       "rows (read, not refitted; no proximity recomputed)"),
+             ("input", f"{job.input}: {m:,} new rows")]  # fmt: skip
+    disk: dict[str, int] = {}
+    tasks, cpu = 0, 0.0
+    if job.score:
+        parts = ["prediction"] * (forest.task_ != "unsupervised")
+        parts += ["proximity-weighted prediction"] * bool(
+            forest.task_ != "unsupervised" and job.score.get("proximity_prediction", True)
+        )
+        parts += ["outlier score"] * bool(job.score.get("outliers", True))
+        steps.append(("score", f"{', '.join(parts)} -> {job.score['out']}"))
+        disk["scores (CSV)"] = m * 48
+        tasks += 2 + 8 * len(parts)
+        # the outlier reference: one sparse row per training row, then per new row
+        cpu += SECONDS_PER["neighbors"] * trees * (n + m)
+    if job.impute:
+        steps.append(("impute", f"{job.impute.get('proximity', 'rfgap')} proximity to the "
+                                f"training rows -> {job.impute['out']}"))  # fmt: skip
+        disk["imputed rows (CSV)"] = m * (d + 1) * 12
+        tasks += 8
+        cpu += SECONDS_PER["tile"] * trees * n * 4
+    steps.append(("store", f"{job.out} (this run's stages)"))
+    return Plan(
+        title=f"job {job.name}: {m:,} new rows against a {n:,}-row model",
+        steps=steps,
+        tasks=tasks,
+        tiles=0,
+        disk=disk,
+        free_bytes=free_space(location.parent(job.out)),
+        # the training leaves and their leaf index (three int32 arrays), the training features
+        worker_bytes=12 * n * trees + 8 * n * d + 4 * m * trees,
+        cpu_seconds=cpu,
+        threads=threads,
+        where=where,
+        notes=["  no fit, no tiles: the model's proximities are not recomputed"],
+    )
+
+
+def run_score_job(
+    job: ScoreJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
+) -> JobResult:
+    """Score (and impute) the new rows against the model; resumable by stage."""
+    from distforest.apps.scoring import impute_rows, score_rows, training_features
+
+    start = time.perf_counter()
+    run_id = run_id or uuid.uuid4().hex[:8]
+    forest, table = _sizes(job)
+    X_train = None
+    if job.impute:  # the training rows read (and checked) before anything is written
+        X_train = training_features(job.model, forest, job.training, job.na_values)
+
+    def stages_of_run(
+        stages: Stages | None, replace: bool, record: dict[str, Any]
+    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+        for section in (job.score, job.impute):
+            if section and (stages is None or not stages.done(_stage(section, job))):
+                check_new_file(section["out"], replace)
+        if stages is not None:
+            rs, stages = resume_store(job.out, run_id)
+        else:
+            if not location.is_remote(job.out):
+                Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+            rs = RunStore.create(job.out, attrs={**record, "model": job.model}, overwrite=True)
+            stages = Stages(rs)
+        cells = forest._fitted_cells() + int(table.X.size)
+        with place(cells, job.connect, progress=progress, watch=True) as where:
+            if job.score and not stages.done("score"):
+                tick = time.perf_counter()
+                options = job.score
+                scores = score_rows(forest, table, method=options.get("method", "rfgap"),
+                                    proximity_prediction=options.get("proximity_prediction", True),
+                                    outliers=options.get("outliers", True))  # fmt: skip
+                stages.finish("score", time.perf_counter() - tick,
+                              {"scores": write_csv(scores, options["out"])},
+                              rows=table.n_samples)  # fmt: skip
+            if job.impute and not stages.done("impute"):
+                tick = time.perf_counter()
+                options = job.impute
+                assert X_train is not None  # read above when there is an impute section
+                imputed, cells_filled = impute_rows(
+                    forest, table, X_train, method=options.get("proximity", "rfgap"),
+                    vote=options.get("categorical_vote", "sum"),
+                )  # fmt: skip
+                stages.finish("impute", time.perf_counter() - tick,
+                              {"imputed rows": write_csv(imputed, options["out"])},
+                              cells_imputed=cells_filled)  # fmt: skip
+            facts = cluster_facts(where.monitor)
+        return rs, stages, facts
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        return JobResult(store=rs.path, name="scores", shape=(table.n_samples, forest.n_samples_),
+                         n_trees=int(forest.leaves_.shape[1]), task=str(forest.task_),
+                         seconds=time.perf_counter() - start, outputs={**outputs},
+                         mode=mode)  # fmt: skip
+
+    spec = job.spec(table.fingerprint(), forest.fit_id_)
+    return run_staged(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
+
+
+def _stage(section: dict[str, Any], job: ScoreJob) -> str:
+    return "score" if section is job.score else "impute"
+
+
+def score_summary(result: JobResult) -> str:
+    """A few lines telling the user what was written."""
+    width = max(len(k) for k in result.outputs) + 1
+    how = {"new": "", "resumed": ", resumed", "already complete": ", already complete: nothing "
+           "to do (use --restart to compute it again)"}[result.mode]  # fmt: skip
+    return "\n".join([
+        f"scored {result.shape[0]:,} new rows against {result.shape[1]:,} training rows "
+        f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
+        *(f"  {label + ':':<{width}} {path}" for label, path in result.outputs.items()),
+        f"  {'inspect:':<{width}} distforest status {result.store}",
+    ])  # fmt: skip
+
+
+def score_job(
+    data: dict[str, Any],
+    sections: dict[str, dict[str, Any]],
+    input_path: str,
+    out_dir: Path,
+    connect_kw: dict[str, Any],
+    source: str,
+    templated: Callable[[str], str],
+) -> ScoreJob:
+    """A :class:`ScoreJob` from a pipeline whose sections were type-checked.
+
+    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    ``model`` key.  ``model.path`` and ``model.training`` are relative to the
+    current directory (``{date}`` and ``{yesterday}`` filled in); output
+    names to ``out_dir``.
+    """
+    clash = [name for name in NOT_WITH_MODEL if name in data]
+    if clash:
+        raise ConfigError(
+            f"{source}: a scoring pipeline (with 'model') applies a saved forest: it has the "
+            f"sections model, input, score, impute, output and cluster; remove {clash[0]!r} "
+            "(the model fixes the forest; fit it with its own pipeline)"
+        )
+    if "model" not in data:
+        raise ConfigError(f"{source}: 'score' needs 'model: PATH', the store of a finished "
+                          "proximity run whose forest it applies")  # fmt: skip
+    if "score" not in data and "impute" not in data:
+        raise ConfigError(f"{source}: a scoring pipeline writes score and/or impute: add "
+                          "`score: {out: scores.csv}` or `impute: {out: imputed.csv}`")  # fmt: skip
+    inp, out = sections["input"], sections["output"]
+    for key in ("target", "labels", "drop"):
+        if key in inp:
+            raise ConfigError(
+                f"{source}: input.{key} is not read by a scoring pipeline (the model's feature "
+                "columns are read by name, other columns ignored); remove it"
+            )
+    if "plot" in out or out.get("report") is False:
+        raise ConfigError(
+            f"{source}: output.{'plot' if 'plot' in out else 'report'} does not apply to a "
+            "scoring pipeline (no matrix to draw; report.json and report.md are always "
+            "written next to output.store): remove it"
+        )
+    impute = None
+    if "impute" in data:
+        impute = dict(sections["impute"])
+        refit = [k for k in REFIT_KEYS if k in impute]
+        if refit:
+            raise ConfigError(
+                f"{source}: impute.{refit[0]} would fit new forests; a scoring pipeline fills "
+                "the new rows from the model's own trees: remove it"
+            )
+        if impute.setdefault("proximity", "rfgap") not in PROXIMITY_METHODS:
+            raise ConfigError(
+                f"{source}: impute.proximity {impute['proximity']!r} fits new forests; a "
+                f"scoring pipeline weighs by the model's proximity: one of "
+                f"{', '.join(PROXIMITY_METHODS)}"
+            )
+        impute["out"] = str(out_dir / impute["out"])
+    score = None
+    if "score" in data:
+        score = dict(sections["score"])
+        score["out"] = str(out_dir / score["out"])
+    model = sections["model"]
+    training = model.get("training")
+    return ScoreJob(
+        input=input_path,
+        model=templated(model["path"]),
+        out=str(out_dir / out.get("store", "scores.zarr")),
+        training=templated(training) if training else None,
+        id=inp.get("id"),
+        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        decimal=inp.get("decimal"),
+        score=score,
+        impute=impute,
+        overwrite=bool(out.get("overwrite", False)),
+        connect=connect_kw,
+        name=str(data.get("name") or "score"),
+        source=source,
+    )
