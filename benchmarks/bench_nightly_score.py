@@ -250,8 +250,11 @@ def main() -> None:
     parser.add_argument("--n-new", type=int, default=100_000)
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--workdir", default="/tmp/dfbench-score")
-    parser.add_argument("--draft", action="store_true",
-                        help="mark the results as a DRAFT (not the goal's size or machine)")
+    parser.add_argument(
+        "--draft",
+        action="store_true",
+        help="mark the results as a DRAFT (not the goal's size or machine)",
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN))
     parser.add_argument("--child-args", default="{}")
     args = parser.parse_args()
@@ -324,21 +327,20 @@ def _markdown(r: dict[str, Any]) -> str:
         wall = run.get("wall_s") or 0.0
         rss = (run.get("peak_rss_tree_bytes") or 0) / GB
         lines.append(f"| {label} | {wall:.1f} | {rss:.2f} | {run.get('foreign_load') or 0:.0%} |")
-    model = (runs["model"].get("child") or {})
+    model = runs["model"].get("child") or {}
     if model:
         lines += ["", f"Model: read {model['read_s']:.1f} s, fit {model['fit_s']:.1f} s, save "
                   f"{model['save_s']:.1f} s, {model['nodes']:,} nodes."]  # fmt: skip
     phases = (runs["phases"].get("child") or {}).get("phases", {})
     if phases:
-        lines += ["", "| phase (one process, placed as the pipeline) | seconds | peak RSS, tree (GB) |",
+        lines += ["", "| phase (one process, placed as the pipeline) | s | peak RSS, tree (GB) |",
                   "|---|---:|---:|"]  # fmt: skip
         lines += [f"| {k} | {p['seconds']:.1f} | {p['peak_rss_gb']:.2f} |"
                   for k, p in phases.items()]  # fmt: skip
     peak = max((runs[k].get("peak_rss_tree_bytes") or 0) for k in ("score", "phases"))
     lines += [
         "",
-        "Checks after the pipeline run: "
-        + ", ".join(f"{k} = {v}" for k, v in checks.items()),
+        "Checks after the pipeline run: " + ", ".join(f"{k} = {v}" for k, v in checks.items()),
         "",
         f"One dense `n_new x n_train` float32 matrix would take "
         f"{r['dense_cross_matrix_bytes'] / GB:,.1f} GB; the scoring's peak RSS (whole process "
