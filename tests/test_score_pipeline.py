@@ -79,6 +79,8 @@ def test_scores_and_imputations_of_new_rows_only(model, monkeypatch):
 
     monkeypatch.setattr(ProximityForest, "fit", refit)
     monkeypatch.setattr(ProximityForest, "write_proximity", refit)
+    # no n_new x n_train tile either: the cross tiles' function fails if called
+    monkeypatch.setattr("distforest.forests.new_rows.cross_tile", refit)
     result = CliRunner().invoke(cli, ["-q", "run", str(_pipeline(tmp, store, "night"))])
     assert result.exit_code == 0, result.output
     monkeypatch.undo()
