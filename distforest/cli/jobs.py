@@ -185,6 +185,11 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
             "yet from a glob, a folder of parts or a file over 32 MB; leave --id out (rows "
             "are then numbered) or give one smaller file"
         )
+    if job.impute and job.impute.get("from") == "proximity":
+        raise InputError(
+            f"{job.input}: impute.from: proximity reads the n x n matrix of a table loaded "
+            "whole, not of a glob, a folder of parts or a file over 32 MB; remove impute.from"
+        )
     if job.impute and job.impute.get("proximity", "column") != "column":
         raise InputError(
             f"{job.input}: the impute stage of a table read by partitions (a glob, a folder "
@@ -395,7 +400,17 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
             continue
         tick = time.perf_counter()
         info: dict[str, Any] = {}
-        if name == "impute":
+        if name == "impute" and options.get("from") == "proximity":
+            from distforest.apps.matrix_impute import write_imputed_from_matrix
+
+            assert plan is not None and isinstance(table, Table)  # refused by _read_input
+            written, cells = write_imputed_from_matrix(
+                rs.dataset()[ARRAY_NAMES[job.method]], table, plan.frame, plan.dest,
+                overwrite=plan.overwrite, vote=options.get("categorical_vote", "sum"),
+            )  # fmt: skip
+            outputs = {"imputed table": location.resolved(written)}
+            info["cells_imputed"] = cells
+        elif name == "impute":
             from distforest.cli.impute_cmd import run_imputation
 
             params = {k: v for k, v in options.items() if k != "out"}

@@ -11,6 +11,8 @@ applications and where the outputs go::
                                           # 50 nearest rows instead of the n x n matrix;
                                           # dense: true writes both)
     impute:  {out: imputed.csv, proximity: column}  # column | rfimpute | rfgap | original | oob
+                                          # from: proximity (one pass over the matrix
+                                          # this run stores; no forest of its own)
     outliers: {out: outliers.csv, plot: outliers.png}                 # optional
     mislabels: {out: suspects.csv}                                     # optional
     mds:     {out: mds.csv, plot: mds.png, components: 2}              # optional
@@ -63,6 +65,8 @@ _INT = (int,)
 _BOOL = (bool,)
 _MAP = (dict,)
 
+#: ``impute.from``: the imputer's own forests (default), or the matrix the run stored.
+IMPUTE_FROM = ("forests", "proximity")
 #: section -> key -> accepted types (None: also null).
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "input": {
@@ -86,6 +90,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "proximity": _STR,
         "categorical_vote": _STR,
         "max_samples": (str, int, float),
+        "from": _STR,
     },
     "outliers": {"out": _STR, "plot": _STR},
     "mislabels": {"out": _STR},
@@ -162,6 +167,7 @@ CHOICES = {
     "score.method": PROXIMITY_METHODS,
     "impute.proximity": C.IMPUTE_PROXIMITIES,
     "impute.categorical_vote": C.VOTES,
+    "impute.from": IMPUTE_FROM,
     "mds.dissimilarity": DISSIMILARITIES,
     **XFOREST_CHOICES,
     **KNN_CHOICES,
@@ -309,7 +315,7 @@ def _check_combinations(data: Mapping[str, Any], sections: dict[str, dict], sour
         raise ConfigError(f"{source}: forest: {exc}") from exc
     if "impute" in data:  # the imputer's own bounds (iterations, trees), before any work
         try:
-            params = {k: v for k, v in sections["impute"].items() if k != "out"}
+            params = {k: v for k, v in sections["impute"].items() if k not in ("out", "from")}
             ProximityImputer(**params)._validated()
         except ParameterError as exc:
             raise ConfigError(f"{source}: impute: {exc}") from exc
@@ -334,6 +340,8 @@ def _check_combinations(data: Mapping[str, Any], sections: dict[str, dict], sour
     except ParameterError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
     top_k = sections["proximity"].get("top_k")
+    if sections["impute"].get("from") == "proximity" and "model" not in data:
+        _check_impute_from_matrix(sections, top_k, source)
     if top_k is not None and top_k < 1:
         raise ConfigError(f"{source}: proximity.top_k must be at least 1, got {top_k}")
     if sections["proximity"].get("dense") and top_k is None:
@@ -346,6 +354,23 @@ def _check_combinations(data: Mapping[str, Any], sections: dict[str, dict], sour
         )
     if sections["mds"].get("components", 2) < 1:
         raise ConfigError(f"{source}: mds.components must be at least 1")
+
+
+def _check_impute_from_matrix(sections: dict[str, dict], top_k: int | None, source: str) -> None:
+    """``impute.from: proximity`` reads the run's n x n matrix and grows no forest."""
+    grows = [k for k in ("iterations", "n_estimators", "max_samples", "proximity")
+             if k in sections["impute"]]  # fmt: skip
+    if grows:
+        raise ConfigError(
+            f"{source}: impute.{grows[0]} sets the imputer's own forests, but impute.from: "
+            "proximity fills the cells from the matrix this run stores (proximity.method); "
+            "remove one of them"
+        )
+    if top_k is not None and not sections["proximity"].get("dense"):
+        raise ConfigError(
+            f"{source}: impute.from: proximity reads the n x n matrix, which proximity.top_k "
+            "alone does not write: set proximity.dense: true, or remove impute.from"
+        )
 
 
 def load_pipeline(
