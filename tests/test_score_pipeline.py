@@ -172,3 +172,46 @@ def test_an_unfinished_model_is_refused(model, tmp_path):
         ProximityForest(5, random_state=0).fit(X, y).save(tmp_path / "half.zarr")
     result = CliRunner().invoke(cli, ["run", str(_pipeline(tmp, tmp_path / "half.zarr", "h"))])
     assert result.exit_code == 6 and "not complete" in result.output, result.output
+
+
+def test_a_large_model_scores_against_a_fixed_sample_of_its_rows(monkeypatch):
+    """Above REFERENCE_ROWS training rows, the median and MAD come from a stratified sample."""
+    from oracles import dense_original_proximity
+    from sklearn.datasets import make_classification
+
+    from distforest.apps import outliers
+
+    X, y = make_classification(300, n_features=6, n_informative=4, n_classes=3,
+                               weights=[0.6, 0.3, 0.1], flip_y=0.1, random_state=0)  # fmt: skip
+    with execution("synchronous"):
+        pf = ProximityForest(15, task="classification", random_state=5).fit(X, y)
+    monkeypatch.setattr(outliers, "REFERENCE_ROWS", 90)
+    monkeypatch.setattr(outliers, "REFERENCE_PER_CLASS", 20)
+    ref = outliers.reference_rows(pf.y_, 90)
+    assert np.array_equal(ref, outliers.reference_rows(pf.y_, 90))  # fixed
+    assert 90 <= ref.size < 150 and set(pf.y_[ref]) == {0, 1, 2}
+    assert np.bincount(pf.y_[ref]).min() == 20  # the smallest class gets its minimum
+    X_new = X[:30] + 0.1
+    with execution("synchronous"):
+        got = outliers.outlier_scores_new_rows(pf, X_new)
+        predicted = pf.predict(X_new)
+        leaves_new = pf.apply(X_new)
+    n = len(y)
+    P = dense_original_proximity(pf.leaves_, pf.leaves_)
+    raw_train = n / ((P**2) * (y[:, None] == y[None, :])).sum(axis=1)
+    P_new = dense_original_proximity(leaves_new, pf.leaves_)
+    raw_new = n / ((P_new**2) * (predicted[:, None] == y[None, :])).sum(axis=1)
+    expected = np.empty(30)
+    for c in range(3):
+        values = raw_train[ref][y[ref] == c]  # the sampled rows only
+        median = np.median(values)
+        mad = outliers.MAD_SCALE * np.median(np.abs(values - median))
+        expected[predicted == c] = (raw_new[predicted == c] - median) / mad
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    everyone = np.empty(30)  # (the sample matters: all rows would give other scores)
+    for c in range(3):
+        values = raw_train[y == c]
+        median = np.median(values)
+        mad = outliers.MAD_SCALE * np.median(np.abs(values - median))
+        everyone[predicted == c] = (raw_new[predicted == c] - median) / mad
+    assert not np.allclose(got, everyone, rtol=1e-3)

@@ -102,6 +102,30 @@ def outlier_scores_from_matrix(
     return scores_from_square_sums(np.asarray(squares.compute()), codes)
 
 
+#: Training rows whose raw outlier values set the median and MAD new rows are scored
+#: against: all of them up to this many; above, a fixed sample of about this many (each
+#: class in proportion, at least ``REFERENCE_PER_CLASS`` rows of it or all it has).
+REFERENCE_ROWS = 50_000
+REFERENCE_PER_CLASS = 1_000
+
+
+def reference_rows(codes: np.ndarray, limit: int = REFERENCE_ROWS) -> np.ndarray:
+    """The training rows of the outlier reference (sorted): all, or a fixed stratified sample.
+
+    Deterministic (a fixed seed): the same model gives the same reference.
+    """
+    n = codes.size
+    if n <= limit:
+        return np.arange(n)
+    rng = np.random.default_rng(0)
+    keep = []
+    for level in np.unique(codes):
+        members = np.flatnonzero(codes == level)
+        take = min(members.size, max(REFERENCE_PER_CLASS, round(limit * members.size / n)))
+        keep.append(np.sort(rng.choice(members, take, replace=False)))
+    return np.sort(np.concatenate(keep))
+
+
 def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") -> np.ndarray:
     """Outlier scores of new rows, on the scale of the training rows' scores.
 
@@ -109,7 +133,12 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
     training rows j (``P`` the proximity of the new rows, out of bag in every
     tree), standardised with the median and MAD of the training rows' raw
     values of class c (R's ``outlier()`` for the training rows): a new row
-    scoring 10 is as unusual as a training row scoring 10.
+    scoring 10 is as unusual as a training row scoring 10.  On more than
+    :data:`REFERENCE_ROWS` training rows the median and MAD come from a fixed
+    stratified sample of them (:func:`reference_rows`): each training row's
+    raw value costs a sparse proximity row (its leaf-mates in every tree), so
+    the reference of a 1,000,000-row model would cost 20 times that of the
+    sample while moving the median and MAD by sampling error only.
 
     Parameters
     ----------
@@ -147,8 +176,15 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
         new = None
     onehot = np.zeros((train.size, train.max() + 1))
     onehot[np.arange(train.size), train] = 1.0
+    ref = reference_rows(train, REFERENCE_ROWS)  # (read now: tests lower it)
     with product_session(forest) as session:
-        train_sums = session.squared_product(onehot)[np.arange(train.size), train]
+        if ref.size == train.size:
+            train_sums = session.squared_product(onehot)[np.arange(train.size), train]
+        else:  # the sampled training rows as queries: their own sparse rows, self included
+            leaves = forest.leaves_  # a Zarr array when the forest was fitted from a store
+            rows = leaves.oindex[ref, :] if hasattr(leaves, "oindex") else leaves[ref]
+            queries = session.squared_product(onehot, new_leaves=np.asarray(rows))
+            train_sums = queries[np.arange(ref.size), train[ref]]
         if method == "original":  # sparse rows from leaf members: no n_new x n tile
             sums = session.squared_product(onehot, new_leaves=new_leaves(forest, X))
     if method != "original":
@@ -160,9 +196,9 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
     raw_new = n / np.where(own == 0, 1.0, own)
     scores = np.empty(raw_new.shape)
     for level in np.unique(new_codes):
-        ref = raw_train[train == level]
-        median = np.median(ref)
-        mad = MAD_SCALE * np.median(np.abs(ref - median))
+        values = raw_train[train[ref] == level]
+        median = np.median(values)
+        mad = MAD_SCALE * np.median(np.abs(values - median))
         members = new_codes == level
         scores[members] = (raw_new[members] - median) / (mad if mad > 0 else 1.0)
     return scores
