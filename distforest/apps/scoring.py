@@ -106,12 +106,15 @@ def score_rows(
     from distforest.apps.outliers import outlier_scores_new_rows
 
     result = _id_frame(table)
+    labels = None
     if forest.task_ != "unsupervised":
         result["predicted"] = forest.predict(table)
+        if forest.task_ == "classification":  # the outlier scores' classes: routed once
+            labels = result["predicted"].to_numpy()
         if proximity_prediction:
             result["proximity_predicted"] = forest.predict_proximity(table, method)
     if outliers:
-        result["outlier"] = outlier_scores_new_rows(forest, table)
+        result["outlier"] = outlier_scores_new_rows(forest, table, labels=labels)
     return result
 
 
