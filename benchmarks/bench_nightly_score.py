@@ -255,6 +255,9 @@ def main() -> None:
         action="store_true",
         help="mark the results as a DRAFT (not the goal's size or machine)",
     )
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the tables and model of the last run of the same sizes "
+                        "in --workdir (and their figures); score again")  # fmt: skip
     parser.add_argument("--child", choices=sorted(CHILDREN))
     parser.add_argument("--child-args", default="{}")
     args = parser.parse_args()
@@ -262,14 +265,22 @@ def main() -> None:
         CHILDREN[args.child](**json.loads(args.child_args))
         return
     work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     env_cmd = " ".join(sys.argv)
     runs: dict[str, Any] = {}
-    runs["data"] = run_measured(_self_cmd("data", work=str(work), n_model=args.n_model,
-                                          n_new=args.n_new), work, "data")  # fmt: skip
-    runs["model"] = run_measured(_self_cmd("model", work=str(work), trees=args.trees), work,
-                                 "model")  # fmt: skip
+    previous = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
+    same = {k: previous.get(k) for k in ("n_model", "n_new", "trees")} == {
+        "n_model": args.n_model, "n_new": args.n_new, "trees": args.trees}  # fmt: skip
+    if args.reuse and same and (work / "model.zarr").is_dir():
+        # the tables and the model of the last run of the same size: their figures kept
+        runs["data"], runs["model"] = previous["runs"]["data"], previous["runs"]["model"]
+        shutil.rmtree(work / "night", ignore_errors=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        runs["data"] = run_measured(_self_cmd("data", work=str(work), n_model=args.n_model,
+                                              n_new=args.n_new), work, "data")  # fmt: skip
+        runs["model"] = run_measured(_self_cmd("model", work=str(work), trees=args.trees),
+                                     work, "model")  # fmt: skip
     before = _digest(work / "model.zarr")
     pipeline = _pipeline(work)
     runs["score"] = run_measured([sys.executable, "-m", "distforest", "-q", "run",

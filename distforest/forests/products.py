@@ -271,6 +271,8 @@ class ProximityProducts:
             self._index = runner.share(leafsums.leaf_index(self.session.shared(0)))
         V_handle = runner.share(V2)
         m = self.n_samples if new_leaves is None else new_leaves.shape[0]
+        # a few tasks per thread (rows are independent: the blocks change no result)
+        block = min(block, max(1024, -(-m // (4 * runner.threads()))))
         blocks = plan_batches(m, block)
         items: list[tuple[Any, ...]]
         if new_leaves is None:
