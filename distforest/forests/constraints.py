@@ -56,8 +56,8 @@ METRICS = (*DISTANCES, *SIMILARITIES)
 NORMALIZATIONS = ("range", "zscore")
 #: Nearest-neighbour searches.
 ALGORITHMS = ("auto", "kd_tree", "ball_tree", "brute")
-#: Similarities learned by a forest (k-NN's forest metrics).
-FOREST_METRICS = ("rf-proximity", "rfgap", "beta", "simforest")
+#: Similarities (SMERF: a distance) learned by a forest (k-NN's forest metrics).
+FOREST_METRICS = ("rf-proximity", "rfgap", "beta", "simforest", "smerf")
 
 
 class Constraint(Protocol):
