@@ -532,7 +532,8 @@ def report(
         "input, at most 10 passes stopped by missForest's rule, the result the mean of the kept "
         "passes after the first).  "
         f"*{RFIMPUTE}*: `ProximityImputer(proximity='rfgap')` (rfImpute's loop with "
-        "RF-GAP weights and extra-trees of one feature per split, 5 iterations of 100 trees).  Both get the class column and run in "
+        "RF-GAP weights and extra-trees of one feature per split, 5 iterations of 100 "
+        "trees).  Both get the class column and run in "
         "this process (no cluster given).  MCAR: missing completely at random; MAR 20 %: "
         "missing at random, the chance depending on the first column (never removed), see "
         "`mar()` in `benchmarks/bench_impute.py`.",
