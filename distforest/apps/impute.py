@@ -91,8 +91,7 @@ RENAMED_RFIMPUTE = (
     "proximity='rfimpute' is now R's rfImpute (random-forest trees on bootstrap samples, "
     "mtry = floor(sqrt(p)) or floor(p/3), Breiman's proximity, 5 iterations of 300 trees); "
     "before, it named RF-GAP weights with extra-trees of one feature per split, which is "
-    "proximity='rfgap' (same results as the old 'rfimpute'); proximity='column' is the "
-    "default and most accurate mode"
+    "proximity='rfgap' (same results as the old 'rfimpute'); the default is proximity='column'"
 )
 
 #: rfImpute keeps the last forest's nodes (for transform) when rows x trees is at most
