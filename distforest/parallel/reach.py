@@ -107,7 +107,9 @@ def connect_client(target: Any, address: str, limit: Deadline, security: Any) ->
                 "check that the address is a Dask scheduler's and the TLS settings of the "
                 f"cluster file, or {limit.fix}"
             )
-    timeout = limit.remaining(1.0)
+    # the scheduler answered (or was just started): its client gets at least 10 s,
+    # whatever a slow start of a LocalCluster on a busy machine left of the deadline
+    timeout = limit.remaining(10.0)
     try:
         return Client(target, timeout=timeout, security=security)
     except Exception as exc:
