@@ -330,8 +330,10 @@ def connect(
     -----
     Local workers are separate processes started with ``spawn``: a script
     using this must guard its entry point with ``if __name__ == "__main__":``.
-    Batch-queue kinds (slurm, pbs, sge, lsf) submit ``jobs`` jobs and return
-    at once; tasks wait in the scheduler until the jobs start.
+    Batch-queue kinds (slurm, pbs, sge, lsf) submit ``jobs`` jobs; like every
+    started kind, the block begins once the first worker joined, and a job
+    still waiting in the queue after ``timeout`` is exit 5 (raise
+    ``distforest.cluster-timeout`` to the queue wait you accept).
 
     Examples
     --------
