@@ -695,8 +695,9 @@ def write_report(
             f"{m['load_after']}"
             for r, m in runs.items()
         ),
-        "- timings were taken while other engineers worked on the same 2 cores: they are "
-        "drafts; exit codes and messages are not affected by load.",
+        "- **DRAFT timings**: taken while other engineers worked on the same 2 cores (see the "
+        "load averages); to be rerun on a quiet machine. Exit codes, messages and the handled "
+        "counts are not affected by load.",
         "- the fast groups (yaml ... cli) are the pytest cases of issue 29 run as they are "
         "(`benchmarks/fault_cases.py`): handled = the test passes (documented exit code, one "
         "error line naming what is wrong, nothing left behind, the right numbers where it "
