@@ -9,6 +9,7 @@ line naming what was waited for and the setting.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import threading
@@ -175,6 +176,14 @@ def test_ssh_connections_get_the_timeout_unless_the_file_sets_one():
         {"connect_timeout": 7},
         {"connect_timeout": 1},
     ]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("asyncssh") is None, reason="needs asyncssh")
+def test_ssh_workers_may_not_wait_for_a_scheduler_file():
+    """On their hosts that wait could not be bounded: refused before anything starts."""
+    data = {"kind": "ssh", "hosts": ["a", "b"], "worker_options": {"scheduler_file": "s.json"}}
+    with pytest.raises(ConfigError, match=r"worker_options\.scheduler_file' is refused"):
+        parse_cluster_config(data, "ssh.yaml")
 
 
 def test_a_bad_timeout_setting_is_refused(monkeypatch):

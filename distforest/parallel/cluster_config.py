@@ -333,6 +333,24 @@ def _refuse(data: Mapping[Any, Any], kind: str, source: str, error: type[Distfor
                 )
 
 
+def _refuse_remote_scheduler_file(
+    data: Mapping[Any, Any], kind: str, source: str, error: type[DistforestError]
+) -> None:
+    """An SSH cluster's workers may not wait for a scheduler file.
+
+    They would wait for it on their hosts, for ever, and SSHCluster with them:
+    distforest cannot bound that wait.  Its workers join its own scheduler.
+    """
+    options = data.get("worker_options")
+    if kind == "ssh" and isinstance(options, Mapping) and "scheduler_file" in options:
+        raise error(
+            f"{source}: key 'worker_options.scheduler_file' is refused: the SSH cluster's "
+            "workers join the scheduler it starts, and a worker waiting on its host for a file "
+            "would hang the start. Remove it; to reach a scheduler that writes a scheduler file, "
+            "use `kind: address` with `scheduler_file:`."
+        )
+
+
 # --------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------
@@ -436,6 +454,7 @@ def _parse(
             f"Allowed kinds: {', '.join(KINDS)}."
         )
     _refuse(data, kind, source, error)
+    _refuse_remote_scheduler_file(data, kind, source, error)
     schema = _schema(kind)
     owner = "distforest" if kind == "address" else BACKENDS[kind].attr
     options = check_mapping(
