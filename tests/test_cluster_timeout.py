@@ -61,6 +61,10 @@ NEVER_UP = {
         ["--scheduler", "tcp://127.0.0.1:{closed}"],
         ["could not reach the Dask scheduler", "refused"],
     ),
+    "an address that accepts but never answers": (
+        ["--scheduler", "tcp://127.0.0.1:{silent}"],
+        ["could not reach the Dask scheduler", "no answer within", "DISTFOREST_CLUSTER_TIMEOUT"],
+    ),
 }
 
 
@@ -70,11 +74,15 @@ def test_a_cluster_that_never_comes_up_is_exit_5_in_one_line(tmp_path, monkeypat
     _cluster_files(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DISTFOREST_CLUSTER_TIMEOUT", "2")
-    option = [o.format(closed=_closed_port()) for o in option]
-    start = time.perf_counter()
-    args = ["proximity", str(BC), "--drop", "Id", "--trees", "2", "--out", "o.zarr", *option]
-    result = CliRunner().invoke(cli, ["-q", *args])
-    seconds = time.perf_counter() - start
+    with socket.socket() as silent:  # accepts connections, never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        ports = {"closed": _closed_port(), "silent": silent.getsockname()[1]}
+        option = [o.format(**ports) for o in option]
+        start = time.perf_counter()
+        args = ["proximity", str(BC), "--drop", "Id", "--trees", "2", "--out", "o.zarr", *option]
+        result = CliRunner().invoke(cli, ["-q", *args])
+        seconds = time.perf_counter() - start
     assert result.exit_code == ClusterError.exit_code, result.output
     assert "Traceback" not in result.output
     lines = [x for x in result.output.splitlines() if x.startswith("distforest: error:")]
@@ -161,6 +169,26 @@ def test_a_started_cluster_without_a_worker_is_exit_5():
     message = str(info.value)
     assert "'slurm' cluster of slurm.yaml has no worker after timeout=1 s" in message
     assert "queue" in message
+
+
+def test_connect_waits_for_a_started_clusters_first_worker(monkeypatch):
+    """The wait is wired into connect() for every started kind (here a local one, emptied)."""
+    from distributed import LocalCluster
+
+    from distforest.parallel import cluster
+
+    started = []
+
+    def empty_cluster(options):
+        started.append(LocalCluster(n_workers=0, processes=False, dashboard_address=None))
+        return started[-1]
+
+    monkeypatch.setattr(cluster, "start_local", empty_cluster)
+    config = parse_cluster_config({"kind": "local", "n_workers": 1}, "local.yaml")
+    with pytest.raises(ClusterError, match=r"'local' cluster of local\.yaml has no worker after"):
+        with connect(cluster=config, timeout=1):
+            pytest.fail("connect() yielded a cluster without a worker")
+    assert started and started[0].status.name == "closed"  # closed on the way out
 
 
 def test_ssh_connections_get_the_timeout_unless_the_file_sets_one():
