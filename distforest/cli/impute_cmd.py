@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 DEFAULTS: dict[str, Any] = {
     "iterations": None,
     "proximity": "column",
-    "categorical_vote": "sum",
+    "categorical_vote": "auto",
     "categorical_features": None,
     "n_estimators": None,
     "task": "auto",
@@ -111,7 +111,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     default=DEFAULTS["categorical_vote"],
     show_default=True,
     help="sum: level with the largest weight; mean: that weight over the level's "
-    "count (R's rfImpute).",
+    "count (R's rfImpute); auto: mean for --proximity rfimpute, else sum.",
 )
 @click.option(
     "--task",
