@@ -25,7 +25,7 @@ from distforest.cli.options import (
 )
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
-from distforest.forests.constraints import IMPUTE_PROXIMITIES, KINDS, TASKS, VOTES
+from distforest.forests.constraints import IMPUTE_KINDS, IMPUTE_PROXIMITIES, TASKS, VOTES
 
 if TYPE_CHECKING:
     from distforest.apps.impute import ProximityImputer
@@ -35,11 +35,11 @@ if TYPE_CHECKING:
 DEFAULTS: dict[str, Any] = {
     "iterations": None,
     "proximity": "column",
-    "categorical_vote": "sum",
+    "categorical_vote": "auto",
     "categorical_features": None,
     "n_estimators": None,
     "task": "auto",
-    "kind": "extra-trees",
+    "kind": "auto",
     "max_features": "auto",
     "min_samples_leaf": 1,
     "max_depth": None,
@@ -84,14 +84,15 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     type=click.IntRange(min=1),
     default=DEFAULTS["iterations"],
     help="column: the most iterations (default 10; missForest's rule stops earlier). "
-    "rfimpute: forest refits (default 5).",
+    "rfimpute, rfgap, original, oob: forest refits (default 5).",
 )
 @click.option(
     "--trees",
     "n_estimators",
     type=click.IntRange(min=1),
     default=DEFAULTS["n_estimators"],
-    help="Trees per forest (default 35 per column and pass for column, 100 for rfimpute).",
+    help="Trees per forest (default 35 per column and pass for column, 300 for rfimpute, "
+    "100 for rfgap, original, oob).",
 )
 @click.option(
     "--proximity",
@@ -99,8 +100,10 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     default=DEFAULTS["proximity"],
     show_default=True,
     help="column: one forest per column predicting it from the others (and --target), "
-    "its RF-GAP weights. rfimpute (= rfgap), original, oob: Breiman's rfImpute, one "
-    "forest for all columns, weighted by RF-GAP, shared leaves, or shared leaves out of bag.",
+    "its RF-GAP weights. rfimpute: R's rfImpute (random-forest trees, sqrt(p) or p/3 "
+    "features per split, Breiman's proximity; before, this name meant rfgap). rfgap, "
+    "original, oob: one forest of extra-trees for all columns, weighted by RF-GAP, shared "
+    "leaves, or shared leaves out of bag.",
 )
 @click.option(
     "--categorical-vote",
@@ -108,7 +111,7 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
     default=DEFAULTS["categorical_vote"],
     show_default=True,
     help="sum: level with the largest weight; mean: that weight over the level's "
-    "count (R's rfImpute).",
+    "count (R's rfImpute); auto: mean for --proximity rfimpute, else sum.",
 )
 @click.option(
     "--task",
@@ -119,18 +122,18 @@ def _check_columns(columns: list[str], wanted: list[str], source: str) -> None:
 )
 @click.option(
     "--kind",
-    type=click.Choice(KINDS),
+    type=click.Choice(IMPUTE_KINDS),
     default=DEFAULTS["kind"],
     show_default=True,
-    help="Tree learner.",
+    help="Tree learner; auto: random-forest for rfimpute, extra-trees for the others.",
 )
 @click.option(
     "--max-features",
     default=str(DEFAULTS["max_features"]),
     show_default=True,
     callback=parse_max_features,
-    help="Features tried per split: auto (0.5 for column, 1 for rfimpute), sqrt, log2, "
-    "an integer or a fraction.",
+    help="Features tried per split: auto (0.5 for column, R's mtry for rfimpute, 1 for "
+    "rfgap, original, oob), sqrt, log2, an integer or a fraction.",
 )
 @click.option(
     "--min-samples-leaf",
@@ -175,8 +178,8 @@ def impute(
     per column that predicts it from the others (--proximity column,
     iterated until missForest's stopping rule, the result the mean of the
     kept passes after the first); --proximity rfimpute is
-    Breiman's rfImpute (one forest for all columns, refitted --iterations
-    times).  Column names, order and types are kept; the target and --drop
+    R's rfImpute (one random forest for all columns, refitted --iterations
+    times, Breiman's proximity).  Column names, order and types are kept; the target and --drop
     columns are copied unchanged.  Nothing is written if anything fails.
 
     \b

@@ -10,7 +10,7 @@ applications and where the outputs go::
     proximity: {method: original}         # original | oob | rfgap; top_k: 50 (each row's
                                           # 50 nearest rows instead of the n x n matrix;
                                           # dense: true writes both)
-    impute:  {out: imputed.csv, proximity: column}  # column | rfimpute | rfgap | original | oob
+    impute:  {out: imputed.csv, proximity: column}  # column | rfimpute (R) | rfgap | original | oob
                                           # from: proximity (one pass over the matrix
                                           # this run stores; no forest of its own)
     outliers: {out: outliers.csv, plot: outliers.png}                 # optional

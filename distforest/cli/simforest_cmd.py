@@ -10,6 +10,7 @@ per test object: ``prediction`` (the label as given in training) and one
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import click
@@ -46,6 +47,7 @@ def simforest() -> None:
     \b
     Examples:
       distforest simforest fit --similarity S.npy --labels labels.csv --out model.zarr
+      distforest simforest fit --distances D.npy --labels labels.csv --out model.zarr
       distforest simforest predict model.zarr --similarity Q.npy --out predictions.csv
       distforest simforest fit data.csv --target Class --metric rbf --out model.zarr
       distforest simforest predict model.zarr new.csv --out predictions.csv
@@ -58,10 +60,14 @@ def simforest() -> None:
 @click.option("--similarity", "matrix", metavar="S.npy|S.zarr",
               help="n x n similarity (or distance) matrix: .npy, a Zarr array or group; "
                    "NaN = not observed.")  # fmt: skip
+@click.option("--distances", metavar="D.npy|D.zarr",
+              help="n x n full, symmetric distance matrix instead: turned into similarities "
+                   "by double centring, S = -1/2 J D^2 J (the SimForest paper), row block by "
+                   "row block.")  # fmt: skip
 @click.option(
     "--labels",
     metavar="LABELS.csv",
-    help="With --similarity: CSV with a header and one column, a label per object.",
+    help="With --similarity or --distances: CSV with a header and one column, a label per object.",
 )
 @click.option("--target", metavar="COLUMN", help="With DATA: the label column.")
 @click.option(
@@ -116,16 +122,20 @@ def simforest() -> None:
 @input_options
 @cluster_options
 @click.pass_context
-def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labels: str | None,
-                  target: str | None, metric: str | None, normalize: str, out: str,
-                  overwrite: bool, drop: tuple[str, ...], na_values: tuple[str, ...],
+def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
+                  distances: str | None, labels: str | None, target: str | None,
+                  metric: str | None, normalize: str, out: str, overwrite: bool,
+                  drop: tuple[str, ...], na_values: tuple[str, ...],
                   **options: Any) -> None:  # fmt: skip
     """Grow a SimForest from a similarity matrix and labels, or from a table (DATA).
 
     With --similarity the forest sees only the matrix (rows read as the trees
-    need them). With DATA, similarities between rows are computed on the fly
-    by --metric, and the model keeps the features of the objects its splits
-    use, all that prediction needs.
+    need them); --distances is double-centred into similarities first (kept
+    in a temporary Zarr array next to --out while the forest grows; the
+    model keeps the column means, so that predict takes --distances too).
+    With DATA, similarities between rows are computed on the fly by
+    --metric, and the model keeps the features of the objects its splits use,
+    all that prediction needs.
     """
     from distforest.cli.plan import check_size, estimate_forest_metric
     from distforest.cli.simforest_job import metric_params, read_fit_input
@@ -137,21 +147,43 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     params = {k: options.pop(k) for k in ("kind", "n_estimators", "n_pairs", "missing",
                                           "max_depth", "min_samples_leaf", "bootstrap",
                                           "random_state")}  # fmt: skip
-    fit_input = read_fit_input(data=data, matrix=matrix, labels=labels, target=target,
-                               normalize=normalize, drop=drop, na_values=na_values)  # fmt: skip
-    if matrix is not None and metric is not None:
-        raise ParameterError("--metric goes with a table DATA, not with --similarity")
-    if data is not None:
-        params["metric"], params["metric_params"] = metric_params(metric or "rbf")
-    check_can_create(out, overwrite)
-    forest = SimilarityForestClassifier(**params)
-    n = fit_input.n
-    plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
-    knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
-    check_size(f"SimForest on {n:,} objects", plan, knobs)
-    with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
-        forest.fit(fit_input.source, fit_input.y)
-    forest.save(out, overwrite=overwrite, attrs=fit_input.attrs)
+    with ExitStack() as temporary:
+        centring = None
+        if distances is not None:
+            from distforest.io.centring import centred_matrix, double_centre
+
+            if matrix is not None or params["kind"] != "similarity":
+                raise ParameterError(
+                    "--distances is turned into similarities: give it without --similarity "
+                    "and without --kind distance (or give --similarity D --kind distance to "
+                    "order by D_ki^2 - D_kj^2 without centring)"
+                )
+            check_can_create(out, overwrite)
+            matrix = temporary.enter_context(centred_matrix(out))
+            centring = double_centre(distances, matrix, what=f"--distances {distances!r}")
+        fit_input = read_fit_input(data=data, matrix=matrix, labels=labels, target=target,
+                                   normalize=normalize, drop=drop,
+                                   na_values=na_values)  # fmt: skip
+        if matrix is not None and metric is not None:
+            raise ParameterError("--metric goes with a table DATA, not with --similarity")
+        if data is not None:
+            params["metric"], params["metric_params"] = metric_params(metric or "rbf")
+        check_can_create(out, overwrite)
+        forest = SimilarityForestClassifier(**params)
+        n = fit_input.n
+        plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
+        knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
+        check_size(f"SimForest on {n:,} objects", plan, knobs)
+        with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
+            forest.fit(fit_input.source, fit_input.y)
+    attrs = dict(fit_input.attrs)
+    if centring is not None:
+        attrs.update(source=distances, centring="double")
+    rs = forest.save(out, overwrite=overwrite, attrs=attrs, complete=False)
+    if centring is not None:  # what predict needs to centre new objects' distances
+        rs.write_named("centring_means", centring.column_means,
+                       attrs={"grand_mean": centring.grand_mean})  # fmt: skip
+    rs.mark_complete()
     click.echo(
         f"SimForest of {forest.n_estimators} trees on {n} objects "
         f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
@@ -170,6 +202,9 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     metavar="Q.npy|Q.zarr",
     help="n_test x n_train similarities (NaN allowed), for a model fitted on a matrix.",
 )
+@click.option("--distances", metavar="Q.npy|Q.zarr",
+              help="n_test x n_train distances (all of them), for a model fitted with "
+                   "--distances: centred with the training means (Gower's rule).")  # fmt: skip
 @click.option(
     "--out",
     required=True,
@@ -181,13 +216,16 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
 @cluster_options
 @click.pass_context
 def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: str | None,
-                      out: str, overwrite: bool, drop: tuple[str, ...],
-                      na_values: tuple[str, ...], **options: Any) -> None:  # fmt: skip
+                      distances: str | None, out: str, overwrite: bool,
+                      drop: tuple[str, ...], na_values: tuple[str, ...],
+                      **options: Any) -> None:  # fmt: skip
     """Predict the class of new objects with a SimForest model.
 
     A model fitted on a matrix takes --similarity Q (test objects in rows,
     training objects in columns, in training order; only the columns of the
-    model's pair objects are read). A model fitted on a table takes DATA with
+    model's pair objects are read); one fitted with --distances takes
+    --distances Q, all of each test object's distances to the training
+    objects, double-centred with the training means. A model fitted on a table takes DATA with
     the training features (the target column, if present, is ignored).
     """
     import numpy as np
@@ -206,10 +244,10 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     attrs = RunStore.open(model).attrs
     fitted_on_table = attrs.get("measure") not in ("precomputed", "function")
     if fitted_on_table:
-        if data is None or matrix is not None:
+        if data is None or matrix is not None or distances is not None:
             raise ParameterError(
                 f"model {model!r} was fitted on a table: give the new rows as DATA "
-                "(not --similarity)"
+                "(not --similarity or --distances)"
             )
         names = attrs.get("feature_names") or []
         frame = read_frame(data, na_values=na_values)
@@ -222,15 +260,28 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
         table = load_table(frame[names], min_rows=1)
         source: Any = scale(table.X.astype(np.float64), attrs.get("scaling"))
         n = source.shape[0]
-    else:
-        if matrix is None or data is not None:
+    temporary = ExitStack()
+    if not fitted_on_table:
+        centred = attrs.get("centring") == "double"
+        given = "--distances Q.npy" if centred else "--similarity Q.npy"
+        wanted, other = (distances, matrix) if centred else (matrix, distances)
+        if wanted is None or other is not None or data is not None:
             raise ParameterError(
-                f"model {model!r} was fitted on a similarity matrix: give --similarity Q.npy "
-                "(test objects x training objects)"
+                f"model {model!r} was fitted on a {'distance' if centred else 'similarity'} "
+                f"matrix: give {given} (test objects x training objects)"
             )
+        if centred:
+            from distforest.io.centring import Centring, centre_new_rows, centred_matrix
+
+            means = RunStore.open(model).array("centring_means")
+            grand_mean = means.attrs["grand_mean"]
+            assert isinstance(grand_mean, float)
+            centring = Centring(np.asarray(means[...]), grand_mean)
+            matrix = temporary.enter_context(centred_matrix(out))
+            centre_new_rows(distances, centring, matrix, what=f"--distances {distances!r}")
         source = load_matrix(matrix, f"--similarity {matrix!r}")
         n = source.shape[0]
-    with place(cells_of(source), cluster_kw(options), progress=bars(ctx)):
+    with temporary, place(cells_of(source), cluster_kw(options), progress=bars(ctx)):
         proba = forest.predict_proba(source)
     frame = pd.DataFrame({"prediction": forest.classes_[np.argmax(proba, axis=1)]})
     for k, label in enumerate(forest.classes_):

@@ -64,7 +64,8 @@ XFOREST_DEFAULTS: dict[str, Any] = {
     type=click.IntRange(min=1),
     default=XFOREST_DEFAULTS["leaf_size"],
     show_default=True,
-    help="tau: a node with at most this many rows is a leaf.",
+    help="A node with at most this many rows is a leaf (the paper's tau is this + 1: it "
+    "splits nodes of at least tau rows).",
 )
 @click.option(
     "--beta",
