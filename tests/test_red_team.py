@@ -92,7 +92,7 @@ def _matrix_args(command: str, source: Path, out: Path) -> list[str]:
 
 @pytest.mark.parametrize("command", list(MATRIX_COMMANDS))
 def test_disk_precheck_refuses_before_any_work(tmp_path, monkeypatch, command):
-    from distforest.cli import plan
+    from distforest.jobs import plan
 
     monkeypatch.setattr(plan, "free_space", lambda directory: 1000)
     out = tmp_path / "out" / "m.zarr"
@@ -396,8 +396,8 @@ def test_bad_input_gets_one_clear_line_and_a_documented_code(tmp_path, monkeypat
 
 
 def test_the_store_being_resumed_or_replaced_counts_as_free_space(tmp_path, monkeypatch):
-    from distforest.cli import plan
     from distforest.errors import StoreError
+    from distforest.jobs import plan
 
     store = tmp_path / "m.zarr"
     (store / "c").mkdir(parents=True)

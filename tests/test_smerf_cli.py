@@ -125,7 +125,7 @@ def test_bad_rows_and_stores_are_refused(client, tmp_path):
 
 
 def test_fit_and_predict_refuse_outputs_that_do_not_fit_on_the_disk(client, tmp_path, monkeypatch):
-    from distforest.cli import plan
+    from distforest.jobs import plan
 
     X, D, _ = _write(tmp_path, n=40)
     with execution("synchronous"):

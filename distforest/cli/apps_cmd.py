@@ -20,14 +20,14 @@ from distforest.cli.options import (
     input_options,
     pop_keys,
 )
-from distforest.cli.outputs import (
+from distforest.cli.progress import ProgressBars
+from distforest.jobs.outputs import (
     OUTLIER_THRESHOLD,
     check_new_file,
     write_csv,
     write_mds,
     write_outliers,
 )
-from distforest.cli.progress import ProgressBars
 
 
 def _common(func: Any) -> Any:

@@ -218,9 +218,9 @@ def fitted_forest(
     The cluster, if any, stays up inside the block.  A partitioned input is read on
     the workers, so it always uses a cluster (``check`` is not applied to it).
     """
-    from distforest.cli.big_input import partitioned_input, stored_input
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
+    from distforest.jobs.inputs import partitioned_input, stored_input
     from distforest.parallel.placement import place
 
     if partitioned_input(source):  # read by partitions on the workers, never whole here

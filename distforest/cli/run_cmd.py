@@ -55,8 +55,8 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
       distforest run pipelines/nightly_impute.yaml --cluster cluster_configs/slurm.yaml
       distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
     """
-    from distforest.cli.pipeline import load_pipeline
     from distforest.io.tables import decimal_mark
+    from distforest.jobs.pipeline import load_pipeline
 
     pipeline, overrides = shipped_pipeline(pipeline, overrides)
     job = load_pipeline(pipeline, overrides=overrides)
@@ -72,13 +72,13 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
 
 def _run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool) -> None:
     """Run (or, with ``dry_run``, describe) a loaded pipeline job."""
-    from distforest.cli.jobs import plan_proximity_job, run_locked, run_proximity_job, summary
-    from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
-    from distforest.cli.plan import check_disk, show_plan, xforest_plan
-    from distforest.cli.simforest_job import SimForestJob, plan_simforest_job, run_simforest_job
-    from distforest.cli.smerf_job import SmerfJob, plan_smerf_job, run_smerf_job
-    from distforest.cli.xforest_job import XForestJob, run_xforest_job
     from distforest.io import load_table
+    from distforest.jobs.knn import KNNJob, knn_plan, knn_summary, run_knn_job
+    from distforest.jobs.plan import check_disk, show_plan, xforest_plan
+    from distforest.jobs.proximity import plan_proximity_job, run_locked, run_proximity_job, summary
+    from distforest.jobs.simforest import SimForestJob, plan_simforest_job, run_simforest_job
+    from distforest.jobs.smerf import SmerfJob, plan_smerf_job, run_smerf_job
+    from distforest.jobs.xforest import XForestJob, run_xforest_job
 
     bars = ProgressBars(enabled=not obj["quiet"])
     if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
@@ -163,10 +163,10 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
 
     Prints one line per file; exits 4 if any is invalid.
     """
-    from distforest.cli.jobs import ProximityJob
-    from distforest.cli.pipeline import load_pipeline
-    from distforest.cli.simforest_job import SimForestJob
-    from distforest.cli.xforest_job import XForestJob
+    from distforest.jobs.pipeline import load_pipeline
+    from distforest.jobs.proximity import ProximityJob
+    from distforest.jobs.simforest import SimForestJob
+    from distforest.jobs.xforest import XForestJob
 
     bad = 0
     for path in pipelines:

@@ -16,10 +16,10 @@ import click
 
 from distforest import location
 from distforest.cli.options import cluster_options, input_options, seed_option, trees_option
-from distforest.cli.outputs import check_new_file, write_csv
 from distforest.cli.similarity_cmd import bars, cluster_kw
 from distforest.errors import InputError, ParameterError
 from distforest.forests import constraints as C
+from distforest.jobs.outputs import check_new_file, write_csv
 
 #: ``SimilarityForestClassifier().get_params()``, written out so that ``--help`` needs no
 #: estimator (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -127,9 +127,9 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     by --metric, and the model keeps the features of the objects its splits
     use, all that prediction needs.
     """
-    from distforest.cli.plan import check_size, estimate_forest_metric
-    from distforest.cli.simforest_job import metric_params, read_fit_input
     from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.plan import check_size, estimate_forest_metric
+    from distforest.jobs.simforest import metric_params, read_fit_input
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create
 
@@ -193,10 +193,10 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     import numpy as np
     import pandas as pd
 
-    from distforest.cli.simforest_job import scale
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.io import load_table, read_frame
     from distforest.io.matrices import load_matrix
+    from distforest.jobs.simforest import scale
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import RunStore
 
@@ -263,8 +263,8 @@ def simforest_proximity(
 
     No features anywhere: the objects' final nodes in the model's trees.
     """
-    from distforest.cli.plan import check_disk, estimate_matrix
     from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.plan import check_disk, estimate_matrix
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 

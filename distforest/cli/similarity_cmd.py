@@ -1,7 +1,7 @@
 """Commands ``distforest similarity`` and ``distforest neighbors``, and the measure options.
 
 The k-NN model commands are in :mod:`distforest.cli.knn_cmd`, k-NN pipelines
-in :mod:`distforest.cli.knn_job`; both reuse the options defined here.  The
+in :mod:`distforest.jobs.knn`; both reuse the options defined here.  The
 measures, searches and stores are imported when a command runs (``--help``
 stays quick); the option choices and defaults come from
 :mod:`distforest.forests.constraints`.
@@ -59,10 +59,6 @@ def k_option(default: int, help: str) -> Any:
     )
 
 
-def normalize_choice(value: str) -> str | None:
-    return None if value == "none" else value
-
-
 def cluster_kw(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("scheduler", "cluster", "workers", "threads", "memory_limit")
     return connect_kwargs({k: options.pop(k, None) for k in keys})
@@ -111,9 +107,10 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     Example:
       distforest similarity data.csv --metric cosine --normalize range --out S.zarr --drop Class
     """
-    from distforest.cli.plan import check_disk, check_size, estimate_matrix
     from distforest.forests.pairwise import pairwise
     from distforest.io import load_table
+    from distforest.jobs.knn_model import normalize_choice
+    from distforest.jobs.plan import check_disk, check_size, estimate_matrix
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create, is_unfinished
 
@@ -188,6 +185,7 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
 
     from distforest.forests.neighbors import top_k_neighbors
     from distforest.io import load_table
+    from distforest.jobs.knn_model import normalize_choice
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create
 

@@ -36,10 +36,10 @@ from distforest.cli.options import (
     tile_size_option,
     trees_option,
 )
-from distforest.cli.outputs import check_new_file
 from distforest.cli.progress import ProgressBars
 from distforest.errors import StoreError
 from distforest.forests.constraints import SMERF_TILE
+from distforest.jobs.outputs import check_new_file
 
 #: ``SMERF().get_params()``, written out so that ``--help`` needs no estimator
 #: (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -114,10 +114,10 @@ def fit_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Fit SMERF on the features X (CSV with a header, no target) and distances D."""
-    from distforest.cli.plan import check_disk, estimate_smerf_model
     from distforest.forests.smerf import SMERF, input_cells
     from distforest.io import load_table
     from distforest.io.distances import load_distances
+    from distforest.jobs.plan import check_disk, estimate_smerf_model
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
@@ -194,9 +194,9 @@ def predict_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Learned distances between the rows of A and those of B (or the training rows)."""
-    from distforest.cli.plan import check_disk, estimate_matrix
     from distforest.forests.smerf import SMERF
     from distforest.io import load_table
+    from distforest.jobs.plan import check_disk, estimate_matrix
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 

@@ -1,7 +1,7 @@
 """Commands ``distforest xforest`` (beta-similarity to Zarr) and ``distforest cluster``.
 
 Only click and light modules are imported here; the job
-(:mod:`distforest.cli.xforest_job`: X-Forest, Dask, Zarr, clustering) is
+(:mod:`distforest.jobs.xforest`: X-Forest, Dask, Zarr, clustering) is
 imported when a command runs, so that ``--help`` answers at once.
 """
 
@@ -121,8 +121,8 @@ def xforest(
     INPUT: CSV/TSV, Parquet, .npy or Zarr, numeric features without missing
     values (use --drop for identifiers and labels).
     """
-    from distforest.cli.jobs import summary
-    from distforest.cli.xforest_job import XForestJob, run_xforest_job
+    from distforest.jobs.proximity import summary
+    from distforest.jobs.xforest import XForestJob, run_xforest_job
 
     forest = {
         k: options.pop(k)
@@ -194,10 +194,10 @@ def cluster_cmd(
     store: str, kind: str, matrix_free: bool, truth: str | None, overwrite: bool, **options: Any
 ) -> None:
     """Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."""
-    from distforest.cli.outputs import check_new_file
-    from distforest.cli.xforest_job import read_truth, run_clustering
     from distforest.forests.xforest import XForest
     from distforest.forests.xforest_similarity import SIMILARITY_NAMES
+    from distforest.jobs.outputs import check_new_file
+    from distforest.jobs.xforest import read_truth, run_clustering
     from distforest.parallel.placement import place
     from distforest.store.run_store import RunStore
 

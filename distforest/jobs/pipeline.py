@@ -42,11 +42,6 @@ from distforest import location
 from distforest._schema import BadValue, Checker, Key, check_mapping, load_yaml, yaml_problem
 from distforest.apps.impute import ProximityImputer
 from distforest.apps.mds import DISSIMILARITIES
-from distforest.cli.jobs import ProximityJob
-from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
-from distforest.cli.simforest_job import SimForestJob, simforest_job
-from distforest.cli.smerf_job import SMERF_EXTRA, SmerfJob, smerf_job
-from distforest.cli.xforest_job import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
 from distforest.forests import constraints as C
 from distforest.forests.constraints import PROXIMITY_METHODS
@@ -54,6 +49,11 @@ from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.simforest import SimilarityForestClassifier
 from distforest.forests.smerf import SMERF
 from distforest.forests.xforest import XForest
+from distforest.jobs.knn import KNN_CHOICES, KNNJob, knn_job
+from distforest.jobs.proximity import ProximityJob
+from distforest.jobs.simforest import SimForestJob, simforest_job
+from distforest.jobs.smerf import SMERF_EXTRA, SmerfJob, smerf_job
+from distforest.jobs.xforest import XFOREST_CHOICES, XForestJob, xforest_job
 from distforest.parallel.cluster_config import load_cluster_config
 
 _STR = (str,)

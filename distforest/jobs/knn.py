@@ -15,17 +15,16 @@ from typing import Any
 from distforest import location
 from distforest._version import __version__
 from distforest.apps.knn import WEIGHTS
-from distforest.cli.jobs import JobResult, summary
-from distforest.cli.knn_cmd import fit_and_save_model, predict_to_csv
-from distforest.cli.outputs import check_new_file
-from distforest.cli.plan import SECONDS_PER, Plan, free_space, placement_of
-from distforest.cli.runs import decide, spec_hash
-from distforest.cli.similarity_cmd import normalize_choice
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
+from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, predict_to_csv
+from distforest.jobs.outputs import check_new_file
+from distforest.jobs.plan import SECONDS_PER, Plan, free_space, placement_of
+from distforest.jobs.proximity import JobResult, summary
+from distforest.jobs.runs import decide, spec_hash
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -94,7 +93,7 @@ def knn_job(
 ) -> KNNJob:
     """A :class:`KNNJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with a
     ``neighbors`` or ``knn`` section; checks what is particular to k-NN
     pipelines (metrics, the target, ``knn.predict``).  Output names are
     relative to ``out_dir``; ``knn.predict.input`` is relative to the current
@@ -352,7 +351,7 @@ def _shown(path: str) -> str:
 
 
 def knn_summary(result: JobResult) -> str:
-    """:func:`distforest.cli.jobs.summary` with a k-NN headline (trees only for a forest)."""
+    """:func:`distforest.jobs.proximity.summary` with a k-NN headline (trees only for a forest)."""
     lines = summary(result).splitlines()
     trees = f", {result.n_trees} trees" if result.n_trees else ""
     how = {"already complete": ", already complete: nothing to do (use --restart to compute "

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from distforest import location
-from distforest.cli.report import check_reports, write_simple_report
 from distforest.errors import StoreError
+from distforest.jobs.report import check_reports, write_simple_report
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
@@ -140,7 +140,7 @@ def run_staged(
     a new run, the finished ones when resuming; ``replace``: files of this
     job may be replaced; ``record``: attributes a new store starts with) and
     returns the store, its stages and what the cluster did
-    (:func:`~distforest.cli.report.cluster_facts`, or None).  Then the result
+    (:func:`~distforest.jobs.report.cluster_facts`, or None).  Then the result
     gets a simple report and the store is marked complete, last.
     """
     digest = spec_hash(spec)

@@ -27,16 +27,16 @@ from typing import Any
 
 from distforest import location
 from distforest._version import __version__
-from distforest.cli.big_input import partitioned_input
-from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
-from distforest.cli.plan import Plan, check_disk, check_size, estimate, proximity_plan
-from distforest.cli.report import check_reports, write_report, write_simple_report
-from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
+from distforest.jobs.inputs import partitioned_input
+from distforest.jobs.outputs import check_new_file, write_csv, write_mds, write_outliers
+from distforest.jobs.plan import Plan, check_disk, check_size, estimate, proximity_plan
+from distforest.jobs.report import check_reports, write_report, write_simple_report
+from distforest.jobs.runs import Stages, decide, resume_store, spec_hash
 from distforest.parallel.placement import place
 from distforest.store.inputs import PendingInput
 from distforest.store.lock import StoreLock
@@ -271,7 +271,7 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
 def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
     """Run a job whose outputs are several stores (k-NN) under its main output's lock.
 
-    The job resumes by stage (see :func:`distforest.cli.knn_job.run_knn_job`);
+    The job resumes by stage (see :func:`distforest.jobs.knn.run_knn_job`);
     a report is written next to its main output.
     """
     with StoreLock(job.out, run_id) as lock:
@@ -291,7 +291,7 @@ def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> A
 
         check_output(job.impute["out"], replace)  # plan None: imputed by partitions
     elif "impute" in pending and job.impute is not None:
-        from distforest.cli.impute_cmd import plan_imputation
+        from distforest.jobs.impute import plan_imputation
 
         plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
                                na_values=job.na_values, overwrite=replace)  # fmt: skip
@@ -396,7 +396,7 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
         tick = time.perf_counter()
         info: dict[str, Any] = {}
         if name == "impute":
-            from distforest.cli.impute_cmd import run_imputation
+            from distforest.jobs.impute import run_imputation
 
             params = {k: v for k, v in options.items() if k != "out"}
             params.setdefault("random_state", job.forest.get("random_state"))

@@ -16,7 +16,7 @@ distances tile by tile to the Zarr store ``distance.out`` (2-D array
 The observed D is ``smerf.distances`` (.npy or Zarr, NaN = pair not
 observed) or, without it, ``D = 1[y_a != y_b]`` of the class column
 ``input.target`` (the Gini distance: SMERF then grows classification trees).
-A run follows the protocol of :mod:`distforest.cli.runs`: locked, resumable
+A run follows the protocol of :mod:`distforest.jobs.runs`: locked, resumable
 by stage (``fit``, ``distance``), not repeated once complete.
 """
 
@@ -34,21 +34,21 @@ import numpy as np
 
 from distforest import location
 from distforest._version import __version__
-from distforest.cli.jobs import JobResult
-from distforest.cli.plan import (
+from distforest.errors import ConfigError, ParameterError
+from distforest.forests import constraints as C
+from distforest.forests.smerf import DISTANCE, SMERF, input_cells
+from distforest.io import Table, load_table
+from distforest.io.distances import load_distances
+from distforest.jobs.plan import (
     Plan,
     check_disk,
     estimate_matrix,
     estimate_smerf_model,
     smerf_plan,
 )
-from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged
-from distforest.errors import ConfigError, ParameterError
-from distforest.forests import constraints as C
-from distforest.forests.smerf import DISTANCE, SMERF, input_cells
-from distforest.io import Table, load_table
-from distforest.io.distances import load_distances
+from distforest.jobs.proximity import JobResult
+from distforest.jobs.report import cluster_facts
+from distforest.jobs.runs import Stages, resume_store, run_staged
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -228,7 +228,7 @@ def smerf_job(
 ) -> SmerfJob:
     """A :class:`SmerfJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with a
     ``smerf`` section; checks what is particular to SMERF pipelines.  Output
     names are relative to ``out_dir``; ``smerf.distances``, ``distance.rows``
     and ``distance.against`` are relative to the current directory.

@@ -4,7 +4,7 @@ A pipeline with a ``simforest`` section fits a :class:`SimilarityForestClassifie
 (from a table with a target and a named measure, or from a stored similarity
 matrix plus ``input.labels``), saves the model, writes the forest's proximity
 of the training objects as Zarr tiles, and optionally outlier scores and an
-MDS picture from it.  It follows the run protocol of :mod:`distforest.cli.runs`:
+MDS picture from it.  It follows the run protocol of :mod:`distforest.jobs.runs`:
 locked, resumable by stage, not repeated once complete.
 """
 
@@ -23,11 +23,6 @@ import numpy as np
 
 from distforest import location
 from distforest._version import __version__
-from distforest.cli.jobs import JobResult
-from distforest.cli.outputs import check_new_file, write_mds, write_outliers
-from distforest.cli.plan import Plan, check_disk, estimate_matrix, simforest_plan
-from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import parse_metric
@@ -35,6 +30,11 @@ from distforest.forests.simforest import METRICS, SimilarityForestClassifier
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
+from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
+from distforest.jobs.plan import Plan, check_disk, estimate_matrix, simforest_plan
+from distforest.jobs.proximity import JobResult
+from distforest.jobs.report import cluster_facts
+from distforest.jobs.runs import Stages, resume_store, run_staged
 from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore
 
@@ -284,7 +284,7 @@ def simforest_job(
 ) -> SimForestJob:
     """A :class:`SimForestJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with a
     ``simforest`` section; ``apps`` holds the outliers and mds sections with
     their paths under ``out_dir``.
     """

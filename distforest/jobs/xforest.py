@@ -21,15 +21,15 @@ from distforest import location
 from distforest._version import __version__
 from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
-from distforest.cli.jobs import JobResult
-from distforest.cli.outputs import check_new_file, write_csv
-from distforest.cli.plan import check_disk, check_size, estimate_kmeans, estimate_xforest
-from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
+from distforest.jobs.outputs import check_new_file, write_csv
+from distforest.jobs.plan import check_disk, check_size, estimate_kmeans, estimate_xforest
+from distforest.jobs.proximity import JobResult
+from distforest.jobs.report import cluster_facts
+from distforest.jobs.runs import Stages, resume_store, run_staged
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
 
@@ -135,7 +135,7 @@ def run_xforest_job(
 ) -> JobResult:
     """Fit X-Forest, write the similarity tiles, optionally plot and cluster; resumable.
 
-    Follows the run protocol of :mod:`distforest.cli.runs`: under the
+    Follows the run protocol of :mod:`distforest.jobs.runs`: under the
     output's lock, a killed run resumes (the saved forest is loaded, finished
     tiles and stages are kept, the store ends bit-identical to an
     uninterrupted run), a complete one is not repeated, a changed spec is
@@ -249,7 +249,7 @@ def xforest_job(
 ) -> XForestJob:
     """An :class:`XForestJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with an
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with an
     ``xforest`` section; checks what is particular to X-Forest pipelines.
     Output names are relative to ``out_dir``.
     """
