@@ -565,7 +565,7 @@ def calibrate() -> list[dict[str, Any]]:
     from distforest.forests.pairwise import pairwise
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.forests.xforest import XForest
-    from distforest.jobs.plan import SECONDS_PER
+    from distforest.jobs.estimates import SECONDS_PER
 
     rows = []
     tmp = Path("/tmp/distforest_calibrate")

@@ -14,7 +14,6 @@ from distforest.cli.options import (
     CLUSTER_KEYS,
     FOREST_KEYS,
     cluster_options,
-    fitted_forest,
     forest_options,
     id_option,
     input_options,
@@ -42,12 +41,15 @@ def _common(func: Any) -> Any:
 
 
 def _fit(obj: dict, input: str, target: str | None, options: dict, check: Any = None):
+    from distforest.cli.options import connect_kwargs
+    from distforest.jobs.fitting import fitted_forest
+
     return fitted_forest(
         input,
         target,
         {**pop_keys(options, ("drop", "na_values")), "id": options.pop("id_column", None)},
         pop_keys(options, FOREST_KEYS),
-        pop_keys(options, CLUSTER_KEYS),
+        connect_kwargs(pop_keys(options, CLUSTER_KEYS)),
         progress=ProgressBars(enabled=not obj["quiet"]),
         check=check,
     )
@@ -173,6 +175,7 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
     from distforest.cli.options import connect_kwargs
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
+    from distforest.jobs.fitting import held_out, measure
     from distforest.parallel.placement import place
 
     check_new_file(out, overwrite)
@@ -180,52 +183,18 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
     table = load_table(input, target=target, id=options.pop("id_column", None),
                        **pop_keys(options, ("drop", "na_values")))  # fmt: skip
     forest = ProximityForest(**pop_keys(options, FOREST_KEYS))
-    train, test = _held_out(table, forest, test_size)
+    train, test = held_out(table, forest, test_size)
     cluster_kw = pop_keys(options, CLUSTER_KEYS)
     progress = ProgressBars(enabled=not obj["quiet"])
     with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
         forest.fit(train)
-        ranking, score = _measure(forest, test, repeats)
+        ranking, score = measure(forest, test, repeats)
     written = {"importances": write_csv(ranking, out)}
     if top:
         click.echo(ranking.head(top).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     metric = "accuracy" if forest.task_ == "classification" else "R²"
     _report(f"importances of {table.n_features} features (held-out {metric} {score:.3f} on "
             f"{test.n_samples} rows)", time.perf_counter() - start, written)  # fmt: skip
-
-
-def _held_out(table: Any, forest: Any, test_size: float) -> tuple[Any, Any]:
-    """The table split into rows to fit and rows to measure on (stratified for classes)."""
-    import numpy as np
-    from sklearn.model_selection import train_test_split
-
-    from distforest.forests.targets import resolve_task
-    from distforest.io import Table
-
-    task = resolve_task(forest.task, table.y, table.target_name)
-    if task not in ("classification", "regression"):
-        raise click.UsageError(
-            f"importances needs a classification or regression task, not {task!r}"
-        )
-    rows = np.arange(table.n_samples)
-    strata = table.y if task == "classification" else None
-    fit, held = train_test_split(
-        rows, test_size=test_size, random_state=forest.random_state, stratify=strata
-    )
-
-    def part(index: Any) -> Table:
-        return Table(table.X[index], table.feature_names, table.categories, table.y[index],
-                     table.target_name, table.source)  # fmt: skip
-
-    return part(np.sort(fit)), part(np.sort(held))
-
-
-def _measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
-    """The importance table and the held-out score of a fitted forest."""
-    from distforest.apps.importances import importance_table, labelled_frame
-
-    ranking = importance_table(forest, test, n_repeats=repeats, random_state=forest.random_state)
-    return ranking, float(forest.score(labelled_frame(test), test.y))
 
 
 @click.command()
@@ -247,38 +216,14 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     the training targets, and the outlier score on the training rows' scale.
     The model's proximities are not recomputed: only the new rows' leaves.
     """
-    import numpy as np
-    import pandas as pd
-
-    from distforest.apps.outliers import outlier_scores_new_rows
     from distforest.cli.options import connect_kwargs
-    from distforest.errors import InputError
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table, read_frame
-    from distforest.parallel.placement import place
+    from distforest.jobs.fitting import score_rows
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
-    forest = ProximityForest.from_store(model)
-    frame = read_frame(input, na_values=options.pop("na_values", ()))
-    frame.columns = [str(c) for c in frame.columns]
-    names = list(forest.feature_names_in_)
-    missing = [c for c in names if c not in frame.columns]
-    if missing:
-        raise InputError(
-            f"{input}: the model needs column(s) {missing} that are not there; "
-            f"available: {', '.join(list(frame.columns)[:20])}"
-        )
-    keep = names if id_column is None else [id_column, *names]
-    table = load_table(frame[keep], id=id_column, min_rows=1)
-    cluster_kw = pop_keys(options, CLUSTER_KEYS)
-    with place(table.X.size, connect_kwargs(cluster_kw)):
-        ids = np.arange(table.n_samples) if table.ids is None else table.ids
-        result = pd.DataFrame({table.id_name or "row": ids})
-        if forest.task_ != "unsupervised":
-            result["predicted"] = forest.predict(table)
-            result["proximity_predicted"] = forest.predict_proximity(table, method)
-        result["outlier"] = outlier_scores_new_rows(forest, table)
+    result, forest, table = score_rows(model, input, id_column, method,
+                                       options.pop("na_values", ()),
+                                       connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
             time.perf_counter() - start, written)  # fmt: skip

@@ -7,8 +7,7 @@ must not load Dask, scikit-learn or Zarr (they are imported when a forest is fit
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -17,9 +16,7 @@ from distforest.errors import ParameterError
 from distforest.forests import constraints as C
 
 if TYPE_CHECKING:
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import Table
-    from distforest.store.inputs import StoredTable
+    pass
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -200,44 +197,3 @@ def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "cluster": options.get("cluster"),
         **{k: v for k, v in sizes.items() if v is not None},
     }
-
-
-@contextmanager
-def fitted_forest(
-    source: str,
-    target: str | None,
-    input_kw: dict[str, Any],
-    forest_kw: dict[str, Any],
-    cluster_kw: dict[str, Any],
-    progress: Any = None,
-    check: Callable[[Table], None] | None = None,
-) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
-    """Load the input, ``check`` it (before any cluster starts), fit where it runs
-    (:func:`~distforest.parallel.placement.place`).
-
-    The cluster, if any, stays up inside the block.  A partitioned input is read on
-    the workers, so it always uses a cluster (``check`` is not applied to it).
-    """
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table
-    from distforest.jobs.inputs import partitioned_input, stored_input
-    from distforest.parallel.placement import place
-
-    if partitioned_input(source):  # read by partitions on the workers, never whole here
-        from distforest.parallel.cluster import connect
-        from distforest.parallel.execution import execution
-
-        with (
-            connect(**connect_kwargs(cluster_kw)) as client,
-            execution(client),  # the forest's tasks and ...
-            client.as_current(),  # ... the partitions' run on this cluster
-            stored_input(source, target, input_kw) as stored,
-        ):
-            forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
-            yield stored, forest.fit(stored)
-        return
-    table = load_table(source, target=target, **input_kw)
-    if check is not None:
-        check(table)
-    with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
-        yield table, ProximityForest(**forest_kw).fit(table)

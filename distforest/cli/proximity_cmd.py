@@ -70,12 +70,8 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     given run in this process (no cluster to start; the same tasks, the same
     results).
     """
-    from distforest.jobs.proximity import (
-        ProximityJob,
-        plan_proximity_job,
-        run_proximity_job,
-        summary,
-    )
+    from distforest.jobs.proximity import ProximityJob, plan_proximity_job, run_proximity_job
+    from distforest.jobs.result import summary
 
     if dense and top_k is None:
         raise click.UsageError("--dense goes with --top-k K (without it the matrix is dense)")
@@ -93,7 +89,8 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     )  # fmt: skip
     if dry_run:
         from distforest import location
-        from distforest.jobs.plan import check_disk, show_plan
+        from distforest.jobs.estimates import check_disk
+        from distforest.jobs.plan import show_plan
 
         plan = plan_proximity_job(job)
         click.echo(show_plan(plan))

@@ -73,9 +73,12 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
 def _run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool) -> None:
     """Run (or, with ``dry_run``, describe) a loaded pipeline job."""
     from distforest.io import load_table
+    from distforest.jobs.estimates import check_disk
     from distforest.jobs.knn import KNNJob, knn_plan, knn_summary, run_knn_job
-    from distforest.jobs.plan import check_disk, show_plan, xforest_plan
-    from distforest.jobs.proximity import plan_proximity_job, run_locked, run_proximity_job, summary
+    from distforest.jobs.plan import show_plan, xforest_plan
+    from distforest.jobs.proximity import plan_proximity_job, run_proximity_job
+    from distforest.jobs.result import summary
+    from distforest.jobs.runs import run_locked
     from distforest.jobs.simforest import SimForestJob, plan_simforest_job, run_simforest_job
     from distforest.jobs.smerf import SmerfJob, plan_smerf_job, run_smerf_job
     from distforest.jobs.xforest import XForestJob, run_xforest_job

@@ -128,7 +128,7 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     use, all that prediction needs.
     """
     from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.jobs.plan import check_size, estimate_forest_metric
+    from distforest.jobs.estimates import check_size, estimate_forest_metric
     from distforest.jobs.simforest import metric_params, read_fit_input
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create
@@ -264,7 +264,7 @@ def simforest_proximity(
     No features anywhere: the objects' final nodes in the model's trees.
     """
     from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.jobs.plan import check_disk, estimate_matrix
+    from distforest.jobs.estimates import check_disk, estimate_matrix
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 

@@ -109,8 +109,8 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     """
     from distforest.forests.pairwise import pairwise
     from distforest.io import load_table
+    from distforest.jobs.estimates import check_disk, check_size, estimate_matrix
     from distforest.jobs.knn_model import normalize_choice
-    from distforest.jobs.plan import check_disk, check_size, estimate_matrix
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create, is_unfinished
 

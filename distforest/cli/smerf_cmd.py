@@ -17,8 +17,6 @@ killed ``fit`` leaves no half-written model.
 
 from __future__ import annotations
 
-import secrets
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -117,7 +115,7 @@ def fit_cmd(
     from distforest.forests.smerf import SMERF, input_cells
     from distforest.io import load_table
     from distforest.io.distances import load_distances
-    from distforest.jobs.plan import check_disk, estimate_smerf_model
+    from distforest.jobs.estimates import check_disk, estimate_smerf_model
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
@@ -134,7 +132,9 @@ def fit_cmd(
     with place(cells, connect_kwargs(options), progress=ProgressBars(enabled=not obj["quiet"])):
         model.fit(table, dist)
     seconds = time.perf_counter() - start
-    _save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
+    from distforest.jobs.smerf import save_model
+
+    save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
     observed = dist.observed
     click.echo(
         f"SMERF: {params['n_estimators']} trees on {model.n_samples_} rows x "
@@ -142,29 +142,6 @@ def fit_cmd(
     )
     _echo_importances(model.feature_importances_, model.feature_names_in_, top=5)
     click.echo(f"  model: {location.resolved(out)}")
-
-
-def _save_model(model: Any, out: str, overwrite: bool, tile_size: int,
-                attrs: dict[str, Any]) -> None:  # fmt: skip
-    """Save under a temporary name and rename into place (object storage: in place)."""
-    from distforest.store.run_store import check_can_create
-
-    if location.is_remote(out):
-        check_can_create(out, overwrite)
-        model.save(out, overwrite=True, tile_size=tile_size, attrs=attrs)
-        return
-    target = Path(out)
-    # a fresh name: a folder of the user's beside the output is never reused nor removed
-    tmp = target.with_name(f".{target.name}.fitting-{secrets.token_hex(6)}")
-    try:
-        model.save(tmp, overwrite=True, tile_size=tile_size, attrs=attrs)
-        check_can_create(target, overwrite)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @smerf.command("predict")
@@ -196,7 +173,7 @@ def predict_cmd(
     """Learned distances between the rows of A and those of B (or the training rows)."""
     from distforest.forests.smerf import SMERF
     from distforest.io import load_table
-    from distforest.jobs.plan import check_disk, estimate_matrix
+    from distforest.jobs.estimates import check_disk, estimate_matrix
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 

@@ -121,7 +121,7 @@ def xforest(
     INPUT: CSV/TSV, Parquet, .npy or Zarr, numeric features without missing
     values (use --drop for identifiers and labels).
     """
-    from distforest.jobs.proximity import summary
+    from distforest.jobs.result import summary
     from distforest.jobs.xforest import XForestJob, run_xforest_job
 
     forest = {

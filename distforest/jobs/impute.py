@@ -7,6 +7,7 @@ Shared by ``distforest impute`` and the impute stage of a proximity pipeline
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -192,8 +193,8 @@ def impute_command(
     """``distforest impute``: check, impute where placement says, write; the summary."""
     from distforest.apps.impute import ProximityImputer
     from distforest.apps.partitioned_impute import is_folder
+    from distforest.jobs.estimates import check_size, estimate_impute
     from distforest.jobs.inputs import partitioned_input
-    from distforest.jobs.plan import check_size, estimate_impute
     from distforest.parallel.placement import place
 
     start = time.perf_counter()
@@ -213,3 +214,20 @@ def impute_command(
     with place(plan.features.size, connect) as where:
         imputer, shape, written = run_imputation(plan, params, where.client, progress)
     return summary(imputer, input, shape, written, time.perf_counter() - start)
+
+
+def impute_stage_by_partitions(job: Any, params: dict[str, Any], out: str,
+                        client: Any) -> tuple[Path, int]:  # fmt: skip
+    """The impute stage of a proximity job whose table is read by partitions."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.apps.partitioned_impute import impute_partitioned
+
+    imputer = ProximityImputer(**params)
+    scope = contextlib.nullcontext() if client is None else client.as_current()
+    with scope:
+        if client is not None:
+            imputer.set_execution(client)
+        result = impute_partitioned(job.input, out, imputer, target=job.target,
+                                    drop=tuple(job.drop), na_values=tuple(job.na_values),
+                                    overwrite=True)  # fmt: skip  # checked before the run
+    return result.written, int(sum(result.missing.values()))

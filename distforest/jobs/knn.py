@@ -20,10 +20,11 @@ from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZA
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
+from distforest.jobs.estimates import SECONDS_PER, free_space
 from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, predict_to_csv
 from distforest.jobs.outputs import check_new_file
-from distforest.jobs.plan import SECONDS_PER, Plan, free_space, placement_of
-from distforest.jobs.proximity import JobResult, summary
+from distforest.jobs.plan import Plan, placement_of
+from distforest.jobs.result import JobResult, summary
 from distforest.jobs.runs import decide, spec_hash
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create

@@ -26,7 +26,7 @@ def check_knn_size(table: Any, select: str | None, n_features: Any, metric: str,
                    trees: int) -> None:  # fmt: skip
     """Before any work: features to select at most the table's; a forest metric's trees
     within the computing and memory limits (:func:`distforest.jobs.plan.check_size`)."""
-    from distforest.jobs.plan import check_size, estimate_forest_metric
+    from distforest.jobs.estimates import check_size, estimate_forest_metric
 
     d = table.n_features
     if select and isinstance(n_features, int) and not isinstance(n_features, bool):

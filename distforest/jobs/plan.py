@@ -1,355 +1,34 @@
-"""What a job will do before it does it: tasks, tiles, bytes, memory, disk, time.
+"""What a job will do before it does it: the :class:`Plan` every ``--dry-run`` prints.
 
-The numbers are estimates from the job's sizes, written to be upper bounds
-where that is cheap (the proximity matrix is counted uncompressed; a forest
-is counted with as many nodes as a fully grown tree on the bootstrap rows
-can have).  ``distforest run --dry-run`` prints them; every command that
-writes a matrix checks the disk estimate against the free space, and every
-command that fits or writes refuses absurd sizes (:func:`check_size`: more
-memory than the machine has, or more computing than the ``distforest.max-cpu-hours``
-setting of :mod:`distforest.settings`) before it starts.
+The numbers come from :mod:`distforest.jobs.estimates` (upper bounds where
+that is cheap); :func:`show_plan` prints the same fields for every command
+and pipeline kind.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from distforest import location, settings
-from distforest.errors import ParameterError, StoreError
-from distforest.parallel.tasks import default_batch_size, plan_batches, plan_tree_batches
+from distforest import location
+from distforest.jobs import estimates
+from distforest.jobs.estimates import (
+    SECONDS_PER,
+    estimate,
+    estimate_smerf_model,
+    estimate_xforest,
+    size_text,
+)
+from distforest.parallel.tasks import default_batch_size, plan_batches
 from distforest.parallel.tiling import TilePlan
-
-#: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
-#: (``benchmarks/bench_faults.py --calibrate``; table in ``benchmarks/results/faults.md``).
-#: Rough: enough to tell a typo (1e8 trees) from a big job, not to schedule one.
-SECONDS_PER = {
-    "fit": 1e-7,  # one tree: per row x log2(rows) x features tried per split
-    "rp_fit": 1e-7,  # one X-Forest tree: per row x log2(rows)
-    "tile": 1e-8,  # one pair of rows of a forest matrix, per tree
-    "measure": 1e-8,  # one pair of rows of a similarity matrix, per feature
-    # one run each on the 699-row breast-cancer table, 100 trees, CPU time less start-up
-    # (benchmarks/results/small_commands.md): a rough guide, not a calibration
-    "sim_fit": 1.2e-5,  # one SimForest tree: per object x log2(objects) x pairs tried
-    "smerf_fit": 3e-8,  # one SMERF tree: per row pair x log2(rows)
-    # one row's top-k proximity neighbours, per tree: 0.55 us measured at n = 20,000 and
-    # 1.2 us at n = 100,000 (100 trees, k = 50, a busy machine), rounded up; it grows with
-    # the rows a leaf holds
-    "neighbors": 2e-6,
-}
-
-#: Bytes per tree node as stored (children, feature, threshold, flags, counts).
-_NODE_BYTES = 29
-#: Share of distinct rows in a bootstrap sample (1 - 1/e).
-_BOOTSTRAP_SHARE = 0.632
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, Any]:
-    """Sizes of a job on ``n`` rows and ``d`` features.
-
-    Returns
-    -------
-    dict
-        ``fit_tasks``, ``trees_per_task``, ``tiles``, ``tile_size``,
-        ``disk_bytes`` (store and files, upper bound), ``store_bytes``,
-        ``worker_peak_bytes`` (rough peak of one worker; ``tile_worker_bytes``
-        while writing tiles, the row blocks it keeps included) and ``threads``
-        (assumed when not known).
-    """
-    # the estimator's own defaults, and the same tile plan as the run (imported here:
-    # the imputation's size check needs neither Zarr nor numba: 0.6 s at start)
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.forests.tiles import SYMMETRIC
-    from distforest.store.schema import count_dtype
-
-    forest = {**ProximityForest().get_params(), **job.forest}
-    trees = int(forest["n_estimators"])
-    plan = TilePlan(n, n, int(forest["tile_size"]), symmetric=SYMMETRIC[job.method])
-    tile = plan.chunks[0]
-    leaf = max(1, int(forest["min_samples_leaf"]))
-    threads = threads or os.cpu_count() or 1
-    batch = int(forest["batch_size"] or default_batch_size(trees, threads))
-    top_k = getattr(job, "top_k", None)
-    dense = top_k is None or bool(getattr(job, "dense", False))
-    tiles = plan.n_tasks if dense else 0
-    outputs_per_node = 4 * 8  # class probabilities or values, at most a few columns
-    nodes = trees * 2 * _BOOTSTRAP_SHARE * n / leaf
-    per_row = {"leaves": 4, "inbag": 1, "leaf_mass": 4 if job.method == "rfgap" else 0}
-    # Breiman's proximity is stored as counts of trees (uint8 / uint16), the others as float32
-    stored = count_dtype(trees) if job.method == "original" else None
-    store = {
-        "proximity matrix (uncompressed)": np.dtype(stored or "float32").itemsize * n * n,
-        "leaves, inbag (and leaf mass)": n * trees * sum(per_row.values()),
-        "forest nodes": int(nodes * (_NODE_BYTES + outputs_per_node)),
-    }
-    if not dense:
-        del store["proximity matrix (uncompressed)"]
-    files = {}
-    if job.impute:
-        files["imputed table"] = n * (d + 2) * 12
-    if job.outliers:
-        files["outlier scores"] = n * 32
-    if job.mislabels:
-        files["suspects"] = n * 64
-    if job.mds:
-        files["MDS coordinates"] = n * 24 * (1 + int(job.mds.get("components", 2)))
-    sections = (job.outliers or {}, job.mds or {})
-    pictures = bool(job.plot) + sum(bool(s.get("plot")) for s in sections)
-    files["pictures"] = 300_000 * pictures
-    if top_k is not None:
-        store["top-k neighbours (index, proximity)"] = n * top_k * 12
-    fit_cpu = fit_seconds(trees, n, d, forest["max_features"])
-    cpu = fit_cpu + SECONDS_PER["tile"] * trees * tiles * tile * tile
-    # the rows' co-leaf index (members, leaf table: up to 2 nodes a bootstrap row; the
-    # leaves and in-bag counts read to build it) and one task's counters and keys
-    neighbor_peak = 0.0
-    if top_k is not None:
-        cpu += SECONDS_PER["neighbors"] * n * trees
-        neighbor_peak = n * trees * (5 + 5 + 4 * 2 * _BOOTSTRAP_SHARE / leaf) + n * 30
-    if job.impute:
-        imp = {**job.impute}
-        cpu += int(imp.get("iterations", 5)) * fit_seconds(
-            int(imp.get("n_estimators", 100)), n, d, imp.get("max_features", "auto")
-        )
-    x_bytes = 8 * n * d
-    fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
-    # the row blocks a worker keeps while writing tiles: rows by leaf, leaf runs (12 B a cell)
-    kept_max = int(settings.get("block-cache-bytes"))
-    blocks_kept = min(kept_max, math.ceil(n / tile) * tile * trees * 12)
-    tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile + blocks_kept
-    product_peak = n * trees * 9 + 8 * n * (d + 4) * 2
-    return {
-        "rows": n,
-        "features": d,
-        "trees": trees,
-        "threads": threads,
-        "fit_tasks": len(plan_tree_batches(trees, threads, forest["batch_size"] or None)),
-        "trees_per_task": batch,
-        "tiles": tiles,
-        "tile_size": tile,
-        "store": store,
-        "files": files,
-        "store_bytes": sum(store.values()),
-        "disk_bytes": sum(store.values()) + sum(files.values()),
-        "worker_peak_bytes": max(
-            fit_peak, tile_peak if dense else 0, product_peak, int(neighbor_peak)
-        ),
-        "tile_worker_bytes": tile_peak if dense else 0,
-        "top_k": top_k,
-        "dense": dense,
-        # the driver gathers the per-row arrays of every tree (twice while joining batches)
-        "memory_bytes": 2 * n * trees * sum(per_row.values()) + 3 * x_bytes,
-        "cpu_seconds": cpu,
-    }
-
-
-def fit_seconds(trees: int, n: int, d: int, max_features: Any = "auto") -> float:
-    """Core-seconds to grow ``trees`` CART trees on ``n`` rows of ``d`` features (estimate)."""
-    if isinstance(max_features, str) and max_features in ("sqrt", "auto"):
-        tried = math.sqrt(d)
-    elif max_features == "log2":
-        tried = math.log2(max(d, 2))
-    elif isinstance(max_features, float):
-        tried = max_features * d
-    elif isinstance(max_features, int):
-        tried = min(max_features, d)
-    else:
-        tried = d
-    return SECONDS_PER["fit"] * trees * n * math.log2(max(n, 2)) * max(1.0, tried)
-
-
-def estimate_xforest(n: int, d: int, forest: dict[str, Any]) -> dict[str, Any]:
-    """Disk, driver memory and computing of an X-Forest job on ``n`` rows, ``d`` features.
-
-    Each row keeps a leaf id, a depth and (at least) one 64-bit path word per tree.
-    """
-    from distforest.forests.xforest import XForest  # the estimator's own defaults
-
-    params = {**XForest().get_params(), **forest}
-    trees, leaf = int(params["n_estimators"]), max(1, int(params["leaf_size"]))
-    plan = TilePlan(n, n, int(params["tile_size"]), symmetric=True)
-    per_tree_row = 4 + 4 + 8
-    nodes = trees * 2 * n / leaf * (5 * 4 + 8) + trees * 64 * d * 8
-    # each tree draws its X random directions (d float64 each) at once
-    directions = 8 * d * int(params["n_directions"])
-    store = 4 * n * n + plan.n_tasks + n * trees * per_tree_row + nodes
-    tile = plan.chunks[0]
-    return {
-        "trees": trees,
-        "directions": int(params["n_directions"]),
-        "disk_bytes": int(store),
-        "memory_bytes": int(2 * n * trees * per_tree_row + 3 * 8 * n * d + 2 * directions),
-        "cpu_seconds": SECONDS_PER["rp_fit"] * trees * n * math.log2(max(n, 2))
-        + SECONDS_PER["tile"] * trees * plan.n_tasks * tile * tile,
-    }
-
-
-def estimate_forest_metric(n: int, d: int, trees: int) -> dict[str, Any]:
-    """Computing and driver memory of a forest fitted as a k-NN metric or a SimForest."""
-    return {
-        "trees": trees,
-        "disk_bytes": 4 * n * trees,
-        "memory_bytes": 2 * n * trees * 8 + 3 * 8 * n * d,
-        "cpu_seconds": fit_seconds(trees, n, d, "sqrt"),
-    }
-
-
-def estimate_kmeans(n: int, k: int, n_init: int, iterations: int) -> dict[str, Any]:
-    """Kernel k-means: each of ``n_init`` runs reads ``n x n`` similarities per iteration."""
-    return {
-        "disk_bytes": 8 * n,
-        "memory_bytes": 3 * 8 * n * max(k, 1),
-        "cpu_seconds": SECONDS_PER["measure"] * n_init * iterations * n * n,
-    }
-
-
-def estimate_impute(n: int, d: int, params: dict[str, Any]) -> dict[str, Any]:
-    """Disk, memory and computing of ``params["iterations"]`` forest refits on ``n x d``."""
-    trees, iterations = int(params["n_estimators"]), int(params["iterations"])
-    return {
-        "disk_bytes": 12 * n * (d + 2),
-        "memory_bytes": 2 * n * trees * 5 + 6 * 8 * n * d,
-        "cpu_seconds": iterations * fit_seconds(trees, n, d, params.get("max_features", "auto")),
-    }
-
-
-def estimate_matrix(n: int, m: int, d: int, tile_size: int, symmetric: bool) -> dict[str, Any]:
-    """Disk, memory and computing of an ``n x m`` similarity matrix over ``d`` features."""
-    plan = TilePlan(n, m, tile_size, symmetric=symmetric)
-    tile = plan.chunks
-    return {
-        "disk_bytes": plan.nbytes(4) + plan.n_tasks + 8 * (n + m),
-        "memory_bytes": 3 * 8 * (n + m) * d,
-        "cpu_seconds": SECONDS_PER["measure"] * max(d, 1) * plan.n_tasks * tile[0] * tile[1],
-    }
-
-
-#: Bytes a SMERF tree keeps per training row at most: up to 2 nodes per bootstrap row
-#: (7 int64/float64 columns), a projection per internal node, one leaf member per row.
-_SMERF_TREE_BYTES_PER_ROW = 2 * 56 + 16 + 8
-
-
-def estimate_smerf_model(n: int, n_trees: int, itemsize: int) -> int:
-    """Bytes of a saved SMERF model (upper bound, uncompressed).
-
-    The training distances (``n x n`` of ``itemsize`` bytes), ``leaves``
-    (int32) and ``inbag`` (uint8) of the training rows, and the flat trees.
-    """
-    return n * n * itemsize + n * n_trees * (4 + 1 + _SMERF_TREE_BYTES_PER_ROW)
-
-
-def physical_memory() -> int:
-    """Bytes of RAM of this machine (0 if unknown)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # not POSIX: no memory check
-        return 0
-
-
-def max_cpu_hours() -> float:
-    """The computing a command may plan (``distforest.max-cpu-hours``, default 1000)."""
-    return float(settings.get("max-cpu-hours"))
-
-
-def _duration(seconds: float) -> str:
-    hours = seconds / 3600
-    if hours >= 1:
-        return f"{hours:,.0f} CPU-hours"
-    return f"{max(seconds / 60, 1):,.0f} CPU-minutes"
-
-
-def check_size(what: str, plan: dict[str, Any], knobs: str) -> None:
-    """Refuse, before any work, a job beyond reason: a typo such as ``--trees 100000000``.
-
-    Refused when the estimated memory of this process exceeds the machine's
-    RAM, or the estimated computing exceeds ``distforest.max-cpu-hours``
-    (:mod:`distforest.settings`, default 1000; raise it to run a really big job).  The message
-    gives the estimated time, memory and disk, like ``--dry-run``.
-
-    Parameters
-    ----------
-    what : str
-        The job, e.g. ``"xforest on data.csv (699 rows)"``.
-    plan : dict
-        ``cpu_seconds``, ``memory_bytes`` and ``disk_bytes`` estimates.
-    knobs : str
-        The options that set the size, as the user gave them (for the message).
-    """
-    ram, limit = physical_memory(), max_cpu_hours()
-    too_much = []
-    if ram and plan["memory_bytes"] > ram:
-        too_much.append(f"memory: about {_size(plan['memory_bytes'])} in this process, the "
-                        f"machine has {_size(ram)}")  # fmt: skip
-    if plan["cpu_seconds"] > limit * 3600:
-        too_much.append(f"time: about {_duration(plan['cpu_seconds'])}, more than "
-                        f"{settings.source('max-cpu-hours')}={limit:g}")  # fmt: skip
-    if too_much:
-        slow = plan["cpu_seconds"] > limit * 3600
-        knob = settings.how_to_set("max-cpu-hours")
-        longer = f"; to run a job this long on a big cluster, set {knob} higher"
-        raise ParameterError(
-            f"{what} is too large to start ({'; '.join(too_much)}; it would write about "
-            f"{_size(plan['disk_bytes'])} and compute about {_duration(plan['cpu_seconds'])}): "
-            f"check {knobs}" + (longer if slow else "")
-        )
-
-
-#: The free space of object storage (see :func:`free_space`).
-UNBOUNDED = 2**62
-
-
-def free_space(directory: str | Path) -> int:
-    """Free bytes on the file system that holds ``directory`` (or its nearest parent).
-
-    Object storage has no such limit to check: its free space counts as unbounded.
-    """
-    if location.is_remote(directory):
-        return UNBOUNDED
-    p = Path(directory).resolve()
-    while not p.exists():
-        p = p.parent
-    return shutil.disk_usage(p).free
-
-
-def _bytes_in(path: str | Path | None) -> int:
-    """Bytes of the files under ``path`` (0 if it does not exist)."""
-    if path is None or location.is_remote(path) or not Path(path).is_dir():
-        return 0
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
-def check_disk(directory: str | Path, need: int, *, replaces: str | Path | None = None) -> None:
-    """Refuse to start when the planned output does not fit on the disk.
-
-    ``replaces``: the output store, whose bytes count as free (a resumed run
-    keeps what it wrote, an overwrite removes it first).
-    """
-    free = free_space(directory) + _bytes_in(replaces)
-    if need > free:
-        raise StoreError(
-            f"not enough disk space in {str(directory)!r}: the run plans to write up to "
-            f"{_size(need)} (upper bound, uncompressed) but only {_size(free)} are free; free "
-            "some space, write to another output.dir, or use a larger tile size / fewer rows"
-        )
 
 
 def _free(free: int) -> str:
     """Free space as ``--dry-run`` prints it (object storage: no limit to check)."""
-    return "object storage: no free-space limit" if free >= UNBOUNDED else f"{_size(free)} free"
+    return ("object storage: no free-space limit" if free >= estimates.UNBOUNDED
+            else f"{size_text(free)} free")  # fmt: skip
 
 
 @dataclass
@@ -419,13 +98,13 @@ def show_plan(plan: Plan) -> str:
     lines = [plan.title, *(f"  {label + ':':<14}{text}" for label, text in plan.steps)]
     lines.append(f"  {'tasks:':<14}{plan.tasks:,} ({plan.tiles:,} of them tiles)")
     for label, size in plan.disk.items():
-        lines.append(f"    {label:<34} {_size(size):>10}")
+        lines.append(f"    {label:<34} {size_text(size):>10}")
     ok = plan.disk_bytes <= plan.free_bytes
     wall = plan.cpu_seconds / max(1, plan.threads)
     lines += [
-        f"  disk:         up to {_size(plan.disk_bytes)}; {_free(plan.free_bytes)} "
+        f"  disk:         up to {size_text(plan.disk_bytes)}; {_free(plan.free_bytes)} "
         + ("(ok)" if ok else "(NOT ENOUGH: the run would be refused)"),
-        f"  memory:       about {_size(plan.worker_bytes)} at peak per worker (estimate)",
+        f"  memory:       about {size_text(plan.worker_bytes)} at peak per worker (estimate)",
         f"  time:         about {_seconds(wall)} on {plan.threads} threads "
         f"({_seconds(plan.cpu_seconds)} of computing; rough, start-up not counted)",
         f"  runs:         {plan.where}",
@@ -464,7 +143,7 @@ def proximity_plan(job: Any, n: int, d: int) -> Plan:
         tasks=plan["fit_tasks"] + plan["tiles"],
         tiles=plan["tiles"],
         disk={**plan["store"], **plan["files"]},
-        free_bytes=free_space(location.parent(job.out)),
+        free_bytes=estimates.free_space(location.parent(job.out)),
         worker_bytes=plan["worker_peak_bytes"],
         cpu_seconds=plan["cpu_seconds"],
         threads=threads,
@@ -495,7 +174,7 @@ def xforest_plan(job: Any, n: int, d: int) -> Plan:
         tasks=fit_tasks + tiles.n_tasks,
         tiles=tiles.n_tasks,
         disk={"similarity matrix and forest (uncompressed)": plan["disk_bytes"]},
-        free_bytes=free_space(location.parent(job.out)),
+        free_bytes=estimates.free_space(location.parent(job.out)),
         # a tile: two row blocks of path codes, the tile and its mirror; or the driver's arrays
         worker_bytes=max(2 * tile * trees * 16 + 3 * 4 * tile * tile, 3 * 8 * n * d),
         cpu_seconds=plan["cpu_seconds"],
@@ -531,7 +210,7 @@ def simforest_plan(job: Any, n: int, cells: int) -> Plan:
         tiles=tiles.n_tasks,
         disk={"proximity matrix (uncompressed)": 4 * n * n,
               "model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
-        free_bytes=free_space(location.parent(job.out)),
+        free_bytes=estimates.free_space(location.parent(job.out)),
         worker_bytes=max(8 * cells + batch * n * 2 * 48,
                          2 * tile * trees * 5 + 3 * 4 * tile * tile),
         cpu_seconds=SECONDS_PER["sim_fit"] * trees * pairs * per_tree
@@ -569,7 +248,7 @@ def smerf_plan(
         tasks=fit_tasks + tiles,
         tiles=tiles,
         disk=disk,
-        free_bytes=free_space(location.parent(job.out)),
+        free_bytes=estimates.free_space(location.parent(job.out)),
         # every worker holds the training distances; a tile adds its own block
         worker_bytes=itemsize * n * n + 8 * n * d + 3 * 4 * tile * tile,
         cpu_seconds=cpu,

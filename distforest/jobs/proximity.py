@@ -16,7 +16,6 @@ It is safe to run again:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -32,10 +31,12 @@ from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
+from distforest.jobs.estimates import check_disk, check_size, estimate
 from distforest.jobs.inputs import partitioned_input
 from distforest.jobs.outputs import check_new_file, write_csv, write_mds, write_outliers
-from distforest.jobs.plan import Plan, check_disk, check_size, estimate, proximity_plan
-from distforest.jobs.report import check_reports, write_report, write_simple_report
+from distforest.jobs.plan import Plan, proximity_plan
+from distforest.jobs.report import check_reports, write_report
+from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Stages, decide, resume_store, spec_hash
 from distforest.parallel.placement import place
 from distforest.store.inputs import PendingInput
@@ -96,21 +97,6 @@ class ProximityJob:
         spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
-
-
-@dataclass
-class JobResult:
-    """What a finished job wrote, for the summary."""
-
-    store: str
-    name: str
-    shape: tuple[int, int]
-    n_trees: int
-    task: str
-    seconds: float
-    outputs: dict[str, str]
-    #: "new", "resumed" or "already complete".
-    mode: str = "new"
 
 
 def run_proximity_job(
@@ -268,19 +254,6 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
     return _result(job, rs, outputs, start, "new")
 
 
-def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
-    """Run a job whose outputs are several stores (k-NN) under its main output's lock.
-
-    The job resumes by stage (see :func:`distforest.jobs.knn.run_knn_job`);
-    a report is written next to its main output.
-    """
-    with StoreLock(job.out, run_id) as lock:
-        check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
-        result = runner(job, progress)
-        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
-    return result
-
-
 def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> Any:
     """Refuse to replace files a new run would write (unless ``replace``)."""
     plan = None
@@ -371,23 +344,6 @@ def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stage
                       {"proximity picture": location.resolved(picture)})  # fmt: skip
 
 
-def _impute_partitioned(job: ProximityJob, params: dict[str, Any], out: str,
-                        client: Any) -> tuple[Path, int]:  # fmt: skip
-    """The impute stage of a table read by partitions (apps.partitioned_impute)."""
-    from distforest.apps.impute import ProximityImputer
-    from distforest.apps.partitioned_impute import impute_partitioned
-
-    imputer = ProximityImputer(**params)
-    scope = contextlib.nullcontext() if client is None else client.as_current()
-    with scope:
-        if client is not None:
-            imputer.set_execution(client)
-        result = impute_partitioned(job.input, out, imputer, target=job.target,
-                                    drop=tuple(job.drop), na_values=tuple(job.na_values),
-                                    overwrite=True)  # fmt: skip  # checked before the run
-    return result.written, int(sum(result.missing.values()))
-
-
 def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
     for name in APP_STAGES:
         options = getattr(job, name)
@@ -396,12 +352,12 @@ def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
         tick = time.perf_counter()
         info: dict[str, Any] = {}
         if name == "impute":
-            from distforest.jobs.impute import run_imputation
+            from distforest.jobs.impute import impute_stage_by_partitions, run_imputation
 
             params = {k: v for k, v in options.items() if k != "out"}
             params.setdefault("random_state", job.forest.get("random_state"))
             if plan is None:  # read by partitions: filled and written by tasks
-                written, cells = _impute_partitioned(job, params, options["out"], client)
+                written, cells = impute_stage_by_partitions(job, params, options["out"], client)
             else:
                 imputer, _, written = run_imputation(plan, params, client)
                 cells = int(sum(imputer.n_missing_.values()))
@@ -438,19 +394,3 @@ def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: flo
         outputs={"store": rs.path, **outputs},
         mode=mode,
     )
-
-
-def summary(result: JobResult) -> str:
-    """A few lines telling the user what was written and how to open it."""
-    width = max(len(k) for k in result.outputs) + 1
-    how = {"new": "", "resumed": ", resumed", "already complete": ", already complete: nothing "
-           "to do (use --restart to compute it again)"}[result.mode]  # fmt: skip
-    lines = [
-        f"{result.name} {result.shape[0]} x {result.shape[1]} "
-        f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
-        *(f"  {label + ':':<{width}} {path}" for label, path in result.outputs.items()),
-        f"  {'inspect:':<{width}} distforest status {result.store}",
-        f'  {"open:":<{width}} python -c "import xarray as xr; '
-        f"print(xr.open_zarr('{result.store}')['{result.name}'])\"",
-    ]
-    return "\n".join(lines)

@@ -161,3 +161,16 @@ def run_staged(
         done.outputs.update(write_simple_report(job, done, run_id, lock.took_over, facts))
         rs.mark_complete()
     return done
+
+
+def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
+    """Run a job whose outputs are several stores (k-NN) under its main output's lock.
+
+    The job resumes by stage (see :func:`distforest.jobs.knn.run_knn_job`);
+    a report is written next to its main output.
+    """
+    with StoreLock(job.out, run_id) as lock:
+        check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
+        result = runner(job, progress)
+        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
+    return result

@@ -30,10 +30,11 @@ from distforest.forests.simforest import METRICS, SimilarityForestClassifier
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
+from distforest.jobs.estimates import check_disk, estimate_matrix
 from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
-from distforest.jobs.plan import Plan, check_disk, estimate_matrix, simforest_plan
-from distforest.jobs.proximity import JobResult
+from distforest.jobs.plan import Plan, simforest_plan
 from distforest.jobs.report import cluster_facts
+from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Stages, resume_store, run_staged
 from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore

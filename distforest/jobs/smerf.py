@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
+import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -39,15 +41,10 @@ from distforest.forests import constraints as C
 from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
 from distforest.io.distances import load_distances
-from distforest.jobs.plan import (
-    Plan,
-    check_disk,
-    estimate_matrix,
-    estimate_smerf_model,
-    smerf_plan,
-)
-from distforest.jobs.proximity import JobResult
+from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
+from distforest.jobs.plan import Plan, smerf_plan
 from distforest.jobs.report import cluster_facts
+from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Stages, resume_store, run_staged
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
@@ -312,3 +309,26 @@ def _check_exists(path: str, key: str, source: str) -> None:
             f"{source}: {key} {path!r} does not exist (relative paths are relative to the "
             f"current directory {str(Path.cwd())!r})"
         )
+
+
+def save_model(model: Any, out: str, overwrite: bool, tile_size: int,
+                attrs: dict[str, Any]) -> None:  # fmt: skip
+    """Save under a temporary name and rename into place (object storage: in place)."""
+    from distforest.store.run_store import check_can_create
+
+    if location.is_remote(out):
+        check_can_create(out, overwrite)
+        model.save(out, overwrite=True, tile_size=tile_size, attrs=attrs)
+        return
+    target = Path(out)
+    # a fresh name: a folder of the user's beside the output is never reused nor removed
+    tmp = target.with_name(f".{target.name}.fitting-{secrets.token_hex(6)}")
+    try:
+        model.save(tmp, overwrite=True, tile_size=tile_size, attrs=attrs)
+        check_can_create(target, overwrite)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

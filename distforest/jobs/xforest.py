@@ -25,10 +25,10 @@ from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
+from distforest.jobs.estimates import check_disk, check_size, estimate_kmeans, estimate_xforest
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.plan import check_disk, check_size, estimate_kmeans, estimate_xforest
-from distforest.jobs.proximity import JobResult
 from distforest.jobs.report import cluster_facts
+from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Stages, resume_store, run_staged
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
