@@ -197,3 +197,27 @@ def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "cluster": options.get("cluster"),
         **{k: v for k, v in sizes.items() if v is not None},
     }
+
+
+def dry_run_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--dry-run``: print the job's plan (the same fields for every command), run nothing."""
+    return click.option("--dry-run", is_flag=True,
+                        help="Print the plan (tasks, tiles, disk, memory, time) and exit "
+                             "without running anything.")(func)  # fmt: skip
+
+
+def run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool = False) -> None:
+    """Print the plan of ``job`` (``--dry-run``; exit 6 if its outputs would not fit on
+    the disk), or run it under the run protocol and print its summary."""
+    from distforest import location
+    from distforest.cli.progress import ProgressBars
+    from distforest.jobs.estimates import check_disk
+    from distforest.jobs.plan import show_plan
+
+    if dry_run:
+        plan = job.plan()
+        click.echo(show_plan(plan))
+        check_disk(location.parent(job.out), plan.disk_bytes, replaces=job.out)
+        return
+    bars = ProgressBars(enabled=not obj["quiet"])
+    click.echo(job.summary(job.run(bars, restart=restart, run_id=obj.get("run_id"))))

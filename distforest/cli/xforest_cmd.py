@@ -15,12 +15,13 @@ import click
 from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
+    dry_run_option,
     input_options,
+    run_job,
     seed_option,
     tile_size_option,
     trees_option,
 )
-from distforest.cli.progress import ProgressBars
 from distforest.errors import StoreError
 from distforest.forests.constraints import CLUSTER_METHODS, MODES, SIMILARITY_KINDS
 
@@ -102,6 +103,7 @@ XFOREST_DEFAULTS: dict[str, Any] = {
 )
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_obj
 def xforest(
@@ -114,6 +116,7 @@ def xforest(
     target: str | None,
     plot: str | None,
     overwrite: bool,
+    dry_run: bool,
     **options: Any,
 ) -> None:
     """Fit X-Forest on INPUT and write its beta-similarity matrix to a Zarr store.
@@ -121,8 +124,7 @@ def xforest(
     INPUT: CSV/TSV, Parquet, .npy or Zarr, numeric features without missing
     values (use --drop for identifiers and labels).
     """
-    from distforest.jobs.result import summary
-    from distforest.jobs.xforest import XForestJob, run_xforest_job
+    from distforest.jobs.xforest import XForestJob
 
     forest = {
         k: options.pop(k)
@@ -150,7 +152,7 @@ def xforest(
         overwrite=overwrite,
         connect=connect_kwargs(options),
     )
-    click.echo(summary(run_xforest_job(job, progress=ProgressBars(enabled=not obj["quiet"]))))
+    run_job(obj, job, dry_run)
 
 
 @click.command(name="cluster")

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from distforest import location
 from distforest._version import __version__
@@ -25,7 +26,7 @@ from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, pred
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.plan import Plan, placement_of
 from distforest.jobs.result import JobResult, summary
-from distforest.jobs.runs import decide, spec_hash
+from distforest.jobs.runs import decide, run_per_output, spec_hash
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -45,6 +46,9 @@ PREDICT_KEYS = ("input", "out")
 @dataclass
 class KNNJob:
     """One k-NN run: input, optional top-k neighbours store, optional model (+ predictions)."""
+
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "knn"
 
     input: str
     target: str | None = None
@@ -74,13 +78,28 @@ class KNNJob:
         """The main output: the neighbours store, else the model store."""
         return str((self.neighbors or {}).get("out") or (self.knn or {})["model"])
 
-    @property
-    def kind(self) -> str:
+    def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         parts = [f"top-{self.neighbors['k']} {self.neighbors['metric']}"] if self.neighbors else []
         if self.knn:
             parts.append(f"k-NN model ({self.knn['metric']}, k={self.knn['k']})")
         return " and ".join(parts)
+
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        return knn_plan(self)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol of a job with one store per stage
+        (:func:`~distforest.jobs.runs.run_per_output`)."""
+        run_id = run_id or uuid.uuid4().hex[:8]
+        return run_per_output(self, lambda: run_knn_job(self, progress, restart=restart,
+                                                        run_id=run_id), run_id=run_id)  # fmt: skip
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return knn_summary(result)
 
 
 def knn_job(

@@ -54,6 +54,7 @@ from distforest.jobs.pipeline_schema import (
     unknown_key,
 )
 from distforest.jobs.proximity import ProximityJob
+from distforest.jobs.registry import kind_of
 from distforest.jobs.simforest import SimForestJob, simforest_job
 from distforest.jobs.smerf import SmerfJob, smerf_job
 from distforest.jobs.xforest import XForestJob, xforest_job
@@ -186,10 +187,12 @@ def load_pipeline(
 
     Returns
     -------
-    ProximityJob, or XForestJob for a file with an ``xforest`` section,
-    KNNJob for a file with a ``neighbors`` or ``knn`` section,
-    SimForestJob for a file with a ``simforest`` section, or SmerfJob for a
-    file with a ``smerf`` or ``distance`` section
+    Job
+        Of the file's ``kind:`` (:mod:`distforest.jobs.registry`), or, for a
+        file without one, of the kind its sections imply: KNNJob for a
+        ``neighbors`` or ``knn`` section, SmerfJob for ``smerf`` or
+        ``distance``, SimForestJob for ``simforest``, XForestJob for
+        ``xforest`` or ``clustering``, else ProximityJob.
     """
     source = str(path)
     if Path(path).exists() and not Path(path).is_file():  # a FIFO would be waited on for ever
@@ -254,33 +257,35 @@ def load_pipeline(
         raise ConfigError(
             f"{source}: cluster must be a cluster YAML path or {{scheduler: ADDRESS}}, got {cfg!r}"
         )
-    kinds = ("neighbors", "knn", "smerf", "distance", "simforest", "xforest", "clustering")
-    other = [kind for kind in kinds if kind in data]
-    if inp.get("id") is not None and other:
+    kind = kind_of(data, source)
+    if inp.get("id") is not None and kind != "proximity":
         raise ConfigError(
-            f"{source}: input.id is read by proximity jobs only, not by {other[0]!r}; remove "
-            "it (or use input.drop to leave the column out)"
+            f"{source}: input.id is read by proximity jobs only, not by {kind} pipelines; "
+            "remove it (or use input.drop to leave the column out)"
         )
-    if "neighbors" in data or "knn" in data:
-        connect = {"scheduler": scheduler, "cluster": cluster}
+    connect = {"scheduler": scheduler, "cluster": cluster}
+    if kind == "knn":
         templated = functools.partial(_templated, today=day)
         return knn_job(data, sections, input_path, out_dir, connect, source, templated)
-    if "smerf" in data or "distance" in data:
-        connect = {"scheduler": scheduler, "cluster": cluster}
+    if kind == "smerf":
         return smerf_job(data, sections, input_path, out_dir, connect, source)
-    if sections["proximity"].get("top_k") is not None and any(
-        k in data for k in ("simforest", "xforest", "clustering")
-    ):
+    if sections["proximity"].get("top_k") is not None and kind != "proximity":
         raise ConfigError(
             f"{source}: proximity.top_k is for random-forest proximity pipelines only; "
-            "remove it or the simforest/xforest section"
+            f"remove it or the {kind} section"
         )
-    if "simforest" in data:
-        connect = {"scheduler": scheduler, "cluster": cluster}
+    if kind == "simforest":
         return simforest_job(data, sections, input_path, out_dir, connect, source, extras)
-    if "xforest" in data or "clustering" in data:
-        connect = {"scheduler": scheduler, "cluster": cluster}
+    if kind == "xforest":
         return xforest_job(data, sections, input_path, out_dir, connect, source)
+    return _proximity_job(path, data, sections, input_path, out_dir, connect, source, extras)
+
+
+def _proximity_job(path: str | Path, data: Mapping[str, Any], sections: dict[str, dict],
+                   input_path: str, out_dir: Any, connect: dict[str, Any], source: str,
+                   extras: dict[str, dict[str, Any]]) -> ProximityJob:  # fmt: skip
+    """The job of a proximity pipeline (the kind of a file with no other kind's sections)."""
+    inp, out = sections["input"], sections["output"]
     plot = out.get("plot")
     return ProximityJob(
         input=input_path,
@@ -296,7 +301,7 @@ def load_pipeline(
         out=str(out_dir / out.get("store", "proximity.zarr")),
         plot=str(out_dir / plot) if plot else None,
         overwrite=bool(out.get("overwrite", False)),
-        connect={"scheduler": scheduler, "cluster": cluster},
+        connect=connect,
         report_dir=str(out_dir) if out.get("report", True) else None,
         name=str(data.get("name") or Path(path).stem),
         source=source,

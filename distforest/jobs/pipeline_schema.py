@@ -110,7 +110,7 @@ TABLES: dict[str, Mapping[str, C.Constraint]] = {
         "tile_size": C.TILE_SIZE,
     },
 }
-TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
+TOP_LEVEL = ("kind", "name", "description", "cluster", *SCHEMA)
 REQUIRED = {
     "input": ("path",),
     "output": ("dir",),

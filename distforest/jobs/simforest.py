@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -35,7 +35,8 @@ from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
 from distforest.jobs.plan import Plan, simforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Stages, resume_store, run_staged
+from distforest.jobs.result import summary as summary_lines
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol
 from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore
 
@@ -149,6 +150,9 @@ def read_fit_input(
 class SimForestJob:
     """One SimForest run: the model, its proximity (in the model's store), outliers, MDS."""
 
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "simforest"
+
     input: str
     out: str
     labels: str | None = None
@@ -183,6 +187,23 @@ class SimForestJob:
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
 
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        return plan_simforest_job(self)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
+        return run_simforest_job(self, progress, restart=restart, run_id=run_id)
+
+    def describe(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        return f"SimForest model and {self.method} proximity"
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return summary_lines(result)
+
 
 def plan_simforest_job(job: SimForestJob) -> Plan:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
@@ -208,9 +229,8 @@ def run_simforest_job(
         na_values=job.na_values,
     )  # fmt: skip
 
-    def stages_of_run(
-        stages: Stages | None, replace: bool, record: dict[str, Any]
-    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
+        stages, replace, record = run.stages, run.replace, run.record
         for section in (job.outliers, job.mds):
             for key in ("out", "plot"):
                 check_new_file((section or {}).get(key), replace)
@@ -256,7 +276,7 @@ def run_simforest_job(
         return _result(job, rs, outputs, start, mode)
 
     spec = job.spec(fit_input.fingerprint)
-    return run_staged(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
+    return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
 
 
 def _result(job: SimForestJob, rs: RunStore, outputs: dict[str, str], start: float,

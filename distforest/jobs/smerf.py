@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,7 +45,8 @@ from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smer
 from distforest.jobs.plan import Plan, smerf_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Stages, resume_store, run_staged
+from distforest.jobs.result import summary as summary_lines
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -63,6 +64,9 @@ NOT_WITH_SMERF = ("forest", "proximity", "impute", "outliers", "mislabels", "mds
 @dataclass
 class SmerfJob:
     """One SMERF run: the model (``out``) and optionally a learned-distance store."""
+
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "smerf"
 
     input: str
     out: str
@@ -91,14 +95,26 @@ class SmerfJob:
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
 
-    @property
-    def kind(self) -> str:
+    def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         d = self.distance
         if d is None:
             return "SMERF model"
         rows = "out-of-bag training" if d["oob"] else d["rows"] or "training"
         return f"SMERF model and distances ({rows} rows x {d['against'] or 'training rows'})"
+
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        return plan_smerf_job(self)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
+        return run_smerf_job(self, progress, restart=restart, run_id=run_id)
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return summary_lines(result)
 
 
 def class_distances(table: Table) -> np.ndarray:
@@ -154,9 +170,8 @@ def run_smerf_job(
     fingerprints = {"X": table.fingerprint(), "D": str(D.fingerprint),
                     **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
 
-    def stages_of_run(
-        stages: Stages | None, replace: bool, record: dict[str, Any]
-    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
+        stages, replace, record = run.stages, run.replace, run.record
         n_trees = job.forest.get("n_estimators", SMERF().n_estimators)
         need = 0 if stages is not None and stages.done("fit") else estimate_smerf_model(
             table.n_samples, n_trees, D.itemsize)  # fmt: skip
@@ -211,7 +226,7 @@ def run_smerf_job(
                          seconds=time.perf_counter() - start,
                          outputs={**outputs, "model": rs.path}, mode=mode)  # fmt: skip
 
-    return run_staged(job, job.spec(fingerprints), stages_of_run, result, restart=restart,
+    return run_protocol(job, job.spec(fingerprints), stages_of_run, result, restart=restart,
                       run_id=run_id)  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -27,9 +27,11 @@ from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
 from distforest.jobs.estimates import check_disk, check_size, estimate_kmeans, estimate_xforest
 from distforest.jobs.outputs import check_new_file, write_csv
+from distforest.jobs.plan import Plan, xforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Stages, resume_store, run_staged
+from distforest.jobs.result import summary as summary_lines
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
 
@@ -39,6 +41,9 @@ logger = logging.getLogger("distforest")
 @dataclass
 class XForestJob:
     """One X-Forest run: input, forest, similarity store, optional clustering."""
+
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "xforest"
 
     input: str
     out: str
@@ -67,6 +72,25 @@ class XForestJob:
         spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
+
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        table = load_table(self.input, target=self.target, drop=self.drop,
+                           na_values=self.na_values)  # fmt: skip
+        return xforest_plan(self, table.n_samples, table.n_features)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
+        return run_xforest_job(self, progress, restart=restart, run_id=run_id)
+
+    def describe(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        return f"{self.kind} similarity (X-Forest)"
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return summary_lines(result)
 
 
 def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -148,9 +172,8 @@ def run_xforest_job(
     )
     run_id = run_id or uuid.uuid4().hex[:8]
 
-    def stages_of_run(
-        stages: Stages | None, replace: bool, record: dict[str, Any]
-    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
+        stages, replace, record = run.stages, run.replace, run.record
         extra = job.clustering or {}
         for path in (job.plot, extra.get("out"), extra.get("plot")):
             check_new_file(path, replace)
@@ -199,7 +222,7 @@ def run_xforest_job(
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         return _xforest_result(job, rs, outputs, start, mode)
 
-    return run_staged(job, job.spec(table), stages_of_run, result, restart=restart, run_id=run_id)
+    return run_protocol(job, job.spec(table), stages_of_run, result, restart=restart, run_id=run_id)
 
 
 def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], start: float,
