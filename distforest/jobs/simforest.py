@@ -36,7 +36,7 @@ from distforest.jobs.plan import Plan, simforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
 from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore
 
@@ -244,31 +244,28 @@ def run_simforest_job(
                 forest = SimilarityForestClassifier.load(job.out)
                 rs, stages = resume_store(job.out, run_id)
             else:
-                tick = time.perf_counter()
-                forest = SimilarityForestClassifier(**job.forest)
-                forest.fit(fit_input.source, fit_input.y)
-                rs = forest.save(job.out, overwrite=True, complete=False,
-                                 attrs={**fit_input.attrs, **record})  # fmt: skip
-                stages = Stages(rs)
-                stages.finish("fit", time.perf_counter() - tick, {"model": rs.path},
-                              evaluations=forest.n_similarity_evaluations_)  # fmt: skip
+                with stage("fit") as done:
+                    forest = SimilarityForestClassifier(**job.forest)
+                    forest.fit(fit_input.source, fit_input.y)
+                    rs = forest.save(job.out, overwrite=True, complete=False,
+                                     attrs={**fit_input.attrs, **record})  # fmt: skip
+                    stages = done.stages = Stages(rs)
+                    done.outputs = {"model": rs.path}
+                    done.info["evaluations"] = forest.n_similarity_evaluations_
             if not stages.done("proximity"):
-                tick = time.perf_counter()
-                forest.proximity(job.method, store=job.out, complete=False)
-                stages.finish("proximity", time.perf_counter() - tick)
+                with stage("proximity", stages):
+                    forest.proximity(job.method, store=job.out, complete=False)
             title = f"{job.name}: SimForest proximity"
             if job.outliers and not stages.done("outliers"):
-                tick = time.perf_counter()
-                written = write_outliers(forest, job.outliers["out"], job.outliers.get("plot"),
-                                         title)  # fmt: skip
-                stages.finish("outliers", time.perf_counter() - tick, written)
+                with stage("outliers", stages) as done:
+                    done.outputs = write_outliers(forest, job.outliers["out"],
+                                                  job.outliers.get("plot"), title)  # fmt: skip
             if job.mds and not stages.done("mds"):
-                tick = time.perf_counter()
-                written = write_mds(forest, job.mds["out"], job.mds.get("plot"),
-                                    components=job.mds.get("components", 2),
-                                    dissimilarity=job.mds.get("dissimilarity", "sqrt"),
-                                    title=title)  # fmt: skip
-                stages.finish("mds", time.perf_counter() - tick, written)
+                with stage("mds", stages) as done:
+                    done.outputs = write_mds(forest, job.mds["out"], job.mds.get("plot"),
+                                             components=job.mds.get("components", 2),
+                                             dissimilarity=job.mds.get("dissimilarity", "sqrt"),
+                                             title=title)  # fmt: skip
             facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 

@@ -46,7 +46,7 @@ from distforest.jobs.plan import Plan, smerf_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -191,26 +191,25 @@ def run_smerf_job(
                 model = SMERF.load(job.out, require_complete=False)
                 rs, stages = resume_store(job.out, run_id)
             else:
-                tick = time.perf_counter()
-                model = SMERF(**job.forest).fit(table, D)
-                rs = model.save(job.out, overwrite=True, attrs=record, tile_size=job.tile_size,
-                                complete=False)  # fmt: skip
-                stages = Stages(rs)
-                stages.finish("fit", time.perf_counter() - tick, {"model": rs.path},
-                              trees=int(model.seeds_.shape[0]))  # fmt: skip
+                with stage("fit") as done:
+                    model = SMERF(**job.forest).fit(table, D)
+                    rs = model.save(job.out, overwrite=True, attrs=record,
+                                    tile_size=job.tile_size, complete=False)  # fmt: skip
+                    stages = done.stages = Stages(rs)
+                    done.outputs = {"model": rs.path}
+                    done.info["trees"] = int(model.seeds_.shape[0])
             if distance_todo:
-                tick = time.perf_counter()
-                if dist["oob"]:
-                    matrix = model.oob_distance(dist["out"], tile_size=job.tile_size,
-                                                overwrite=True)  # fmt: skip
-                else:
-                    matrix = model.predict_distance(
-                        other.get("rows", table), other.get("against"), dist["out"],
-                        tile_size=job.tile_size, overwrite=True,
-                    )  # fmt: skip
-                stages.finish("distance", time.perf_counter() - tick,
-                              {"distance store": str(Path(dist["out"]).resolve())},
-                              shape=[int(s) for s in matrix.shape])  # fmt: skip
+                with stage("distance", stages) as done:
+                    if dist["oob"]:
+                        matrix = model.oob_distance(dist["out"], tile_size=job.tile_size,
+                                                    overwrite=True)  # fmt: skip
+                    else:
+                        matrix = model.predict_distance(
+                            other.get("rows", table), other.get("against"), dist["out"],
+                            tile_size=job.tile_size, overwrite=True,
+                        )  # fmt: skip
+                    done.outputs = {"distance store": str(Path(dist["out"]).resolve())}
+                    done.info["shape"] = [int(s) for s in matrix.shape]
             facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 

@@ -31,7 +31,7 @@ from distforest.jobs.plan import Plan, xforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
 
@@ -190,32 +190,26 @@ def run_xforest_job(
                 forest = XForest.load(job.out)
                 rs, stages = resume_store(job.out, run_id)
             else:
-                tick = time.perf_counter()
-                forest = XForest(**job.forest)
-                forest.fit(table)
-                rs = forest.save(job.out, overwrite=True, attrs=record)
-                stages = Stages(rs)
-                stages.finish("fit", time.perf_counter() - tick, trees=forest.codes_.shape[1])
-            tick = time.perf_counter()
-            stats = forest.write_similarity(rs, job.kind)
-            stages.finish("tiles", time.perf_counter() - tick, None, **stats)
+                with stage("fit") as done:
+                    forest = XForest(**job.forest)
+                    forest.fit(table)
+                    rs = forest.save(job.out, overwrite=True, attrs=record)
+                    stages = done.stages = Stages(rs)
+                    done.info["trees"] = forest.codes_.shape[1]
+            with stage("tiles", stages) as done:
+                done.info = forest.write_similarity(rs, job.kind)
             matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
             if job.plot and not stages.done("plot"):
-                tick = time.perf_counter()
-                picture = plot_matrix(matrix, job.plot, title=f"{matrix.name}, rows in input order")
-                stages.finish("plot", time.perf_counter() - tick,
-                              {"similarity picture": location.resolved(picture)})  # fmt: skip
+                with stage("plot", stages) as done:
+                    picture = plot_matrix(matrix, job.plot,
+                                          title=f"{matrix.name}, rows in input order")  # fmt: skip
+                    done.outputs = {"similarity picture": location.resolved(picture)}
             if job.clustering and not stages.done("clustering"):
-                tick = time.perf_counter()
-                truth = None if table.y is None else np.asarray(table.y)
-                written, scores = run_clustering(matrix, job.clustering, truth=truth)
-                info = (
-                    {}
-                    if scores is None
-                    else {"scores": {k: round(v, 4) for k, v in scores.items()}}
-                )
-                stages.finish("clustering", time.perf_counter() - tick, written,
-                              **info)  # fmt: skip
+                with stage("clustering", stages) as done:
+                    truth = None if table.y is None else np.asarray(table.y)
+                    done.outputs, scores = run_clustering(matrix, job.clustering, truth=truth)
+                    if scores is not None:
+                        done.info["scores"] = {k: round(v, 4) for k, v in scores.items()}
             facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
