@@ -14,10 +14,12 @@ from distforest.cli.options import (
     CLUSTER_KEYS,
     FOREST_KEYS,
     cluster_options,
+    dry_run_option,
     forest_options,
     id_option,
     input_options,
     pop_keys,
+    show,
 )
 from distforest.cli.progress import ProgressBars
 from distforest.jobs.outputs import (
@@ -30,6 +32,7 @@ from distforest.jobs.outputs import (
 
 
 def _common(func: Any) -> Any:
+    func = dry_run_option(func)
     func = cluster_options(func)
     func = forest_options()(func)
     func = input_options(func)
@@ -40,10 +43,19 @@ def _common(func: Any) -> Any:
     return click.argument("input", metavar="INPUT")(func)
 
 
-def _fit(obj: dict, input: str, target: str | None, options: dict, check: Any = None):
+def _fit(
+    obj: dict,
+    input: str,
+    target: str | None,
+    options: dict,
+    check: Any = None,
+    files: dict[str, str | None] | None = None,
+):
     from distforest.cli.options import connect_kwargs
     from distforest.jobs.fitting import fitted_forest
 
+    if options.pop("dry_run", False):
+        _dry_run(input, target, options, files)
     return fitted_forest(
         input,
         target,
@@ -53,6 +65,27 @@ def _fit(obj: dict, input: str, target: str | None, options: dict, check: Any = 
         progress=ProgressBars(enabled=not obj["quiet"]),
         check=check,
     )
+
+
+def _dry_run(
+    input: str, target: str | None, options: dict, files: dict[str, str | None] | None
+) -> None:
+    """Print the command's plan and exit 0 (``--dry-run``): the input read, nothing run."""
+    from distforest.cli.options import connect_kwargs
+    from distforest.io import load_table
+    from distforest.jobs.command_plans import forest_app_plan
+
+    ctx = click.get_current_context()
+    table = load_table(input, target=target, drop=options.get("drop", ()),
+                       na_values=options.get("na_values", ()))  # fmt: skip
+    files = files or {}
+    out = next(p for p in files.values() if p)
+    plan = forest_app_plan(str(ctx.info_name), str(table.source), table.n_samples,
+                           table.n_features, {k: options[k] for k in FOREST_KEYS if k in options},
+                           connect_kwargs({k: options.get(k) for k in CLUSTER_KEYS}), files,
+                           out)  # fmt: skip
+    show(plan, out)
+    ctx.exit(0)
 
 
 def _report(what: str, seconds: float, written: dict[str, str]) -> None:
@@ -77,7 +110,8 @@ def outliers(obj: dict, input: str, target: str | None, out: str, plot: str | No
     for path in (out, plot):
         check_new_file(path, overwrite)
     start = time.perf_counter()
-    with _fit(obj, input, target, options) as (table, forest):
+    files = {"outlier scores": out, "pictures": plot}
+    with _fit(obj, input, target, options, files=files) as (table, forest):
         written = write_outliers(forest, out, plot, title=f"outlier scores, {table.source}")
     _report(f"outlier scores of {forest.n_samples_} rows (flag: > {OUTLIER_THRESHOLD:g})",
             time.perf_counter() - start, written)  # fmt: skip
@@ -109,7 +143,8 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
         require_classes(task, table.y, table.target_name, "mislabels")
 
     start = time.perf_counter()
-    with _fit(obj, input, target, options, classes) as (_, forest):
+    files: dict[str, str | None] = {"suspects": out}
+    with _fit(obj, input, target, options, classes, files) as (_, forest):
         ranking = mislabel_scores(forest)
     written = {"suspects": write_csv(ranking, out)}
     if top:
@@ -142,7 +177,8 @@ def mds(obj: dict, input: str, target: str | None, out: str, components: int,
     for path in (out, plot):
         check_new_file(path, overwrite)
     start = time.perf_counter()
-    with _fit(obj, input, target, options) as (table, forest):
+    files = {"MDS coordinates": out, "pictures": plot}
+    with _fit(obj, input, target, options, files=files) as (table, forest):
         title = f"MDS of {dissimilarity} dissimilarity, {table.source}"
         written = write_mds(forest, out, plot, components=components,
                             dissimilarity=dissimilarity, title=title)  # fmt: skip
@@ -179,6 +215,8 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
     from distforest.parallel.placement import place
 
     check_new_file(out, overwrite)
+    if options.pop("dry_run", False):
+        _dry_run(input, target, options, {"importances": out})
     start = time.perf_counter()
     table = load_table(input, target=target, id=options.pop("id_column", None),
                        **pop_keys(options, ("drop", "na_values")))  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from distforest.cli.options import cluster_options, input_options, seed_option
+from distforest.cli.options import cluster_options, dry_run_option, input_options, seed_option, show
 from distforest.cli.similarity_cmd import cluster_kw, k_option, measure_options
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS
 
@@ -57,11 +57,12 @@ def knn() -> None:
 @seed_option("random_state of a forest metric.")
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
+@dry_run_option
 @cluster_options
 def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, metric: str,
             normalize: str, feature_range: tuple[float, float], algorithm: str,
             select: str | None, n_features: str, n_estimators: int, random_state: int,
-            drop: tuple[str, ...], na_values: tuple[str, ...], overwrite: bool,
+            drop: tuple[str, ...], na_values: tuple[str, ...], overwrite: bool, dry_run: bool,
             **options: Any) -> None:  # fmt: skip
     """Fit a k-NN model on TRAIN and save it (Zarr, no pickle).
 
@@ -83,6 +84,16 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     table = load_table(train, target=target, drop=drop, na_values=na_values)
     check_can_create(out, overwrite)
     check_knn_size(table, select, _n_features(n_features), metric, n_estimators)
+    if dry_run:  # the plan of a k-NN pipeline with this model (cross-validation not counted)
+        from distforest.jobs.knn import KNNJob
+
+        model = {"task": task, "k": k, "weights": weights, "metric": metric,
+                 "normalize": normalize, "n_estimators": n_estimators,
+                 "random_state": random_state, "model": out}  # fmt: skip
+        job = KNNJob(train, target, drop, na_values, knn=model, connect=cluster_kw(options),
+                     name="knn fit")  # fmt: skip
+        show(job.plan(), out)
+        return
     params = {"n_neighbors": k, "weights": weights, "metric": metric,
               "normalize": normalize_choice(normalize), "feature_range": feature_range,
               "algorithm": algorithm, "select": select,

@@ -209,15 +209,20 @@ def dry_run_option(func: Callable[..., Any]) -> Callable[..., Any]:
 def run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool = False) -> None:
     """Print the plan of ``job`` (``--dry-run``; exit 6 if its outputs would not fit on
     the disk), or run it under the run protocol and print its summary."""
-    from distforest import location
     from distforest.cli.progress import ProgressBars
-    from distforest.jobs.estimates import check_disk
-    from distforest.jobs.plan import show_plan
 
     if dry_run:
-        plan = job.plan()
-        click.echo(show_plan(plan))
-        check_disk(location.parent(job.out), plan.disk_bytes, replaces=job.out)
+        show(job.plan(), job.out)
         return
     bars = ProgressBars(enabled=not obj["quiet"])
     click.echo(job.summary(job.run(bars, restart=restart, run_id=obj.get("run_id"))))
+
+
+def show(plan: Any, out: str) -> None:
+    """Print a ``--dry-run`` plan; exit 6 if its outputs would not fit on the disk."""
+    from distforest import location
+    from distforest.jobs.estimates import check_disk
+    from distforest.jobs.plan import show_plan
+
+    click.echo(show_plan(plan))
+    check_disk(location.parent(out), plan.disk_bytes, replaces=out)

@@ -15,7 +15,14 @@ from typing import Any
 import click
 
 from distforest import location
-from distforest.cli.options import cluster_options, input_options, seed_option, trees_option
+from distforest.cli.options import (
+    cluster_options,
+    dry_run_option,
+    input_options,
+    seed_option,
+    show,
+    trees_option,
+)
 from distforest.cli.similarity_cmd import bars, cluster_kw
 from distforest.errors import InputError, ParameterError
 from distforest.forests import constraints as C
@@ -114,12 +121,13 @@ def simforest() -> None:
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
 @input_options
+@dry_run_option
 @cluster_options
 @click.pass_context
 def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labels: str | None,
                   target: str | None, metric: str | None, normalize: str, out: str,
                   overwrite: bool, drop: tuple[str, ...], na_values: tuple[str, ...],
-                  **options: Any) -> None:  # fmt: skip
+                  dry_run: bool, **options: Any) -> None:  # fmt: skip
     """Grow a SimForest from a similarity matrix and labels, or from a table (DATA).
 
     With --similarity the forest sees only the matrix (rows read as the trees
@@ -149,6 +157,19 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
     knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
     check_size(f"SimForest on {n:,} objects", plan, knobs)
+    if dry_run:
+        from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
+        from distforest.jobs.plan import placement_of
+        from distforest.parallel.tasks import default_batch_size, plan_batches
+
+        cells, trees = cells_of(fit_input.source), params["n_estimators"]
+        threads = placement_of(cells, cluster_kw(dict(options)))[1]
+        tasks = len(plan_batches(trees, forest.batch_size or default_batch_size(trees, threads)))
+        show(model_fit_plan("simforest fit", str(data or matrix), n, 1, cells, tasks,
+                            simforest_fit_cpu(trees, params["n_pairs"], n),
+                            {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
+                            cluster_kw(options), out), out)  # fmt: skip
+        return
     with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
         forest.fit(fit_input.source, fit_input.y)
     forest.save(out, overwrite=overwrite, attrs=fit_input.attrs)
@@ -253,11 +274,12 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     help="Rows/columns of one tile [default: the model's].",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_context
 def simforest_proximity(
     ctx: click.Context, model: str, out: str, method: str, tile_size: int | None,
-    overwrite: bool, **options: Any,
+    overwrite: bool, dry_run: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Write the forest's proximity of its training objects as Zarr tiles.
 
@@ -272,6 +294,13 @@ def simforest_proximity(
     check_can_create(out, overwrite)
     forest = SimilarityForestClassifier.load(model)
     n, tile = forest.n_samples_, tile_size or forest.params_["tile_size"]
+    if dry_run:
+        from distforest.forests.tiles import SYMMETRIC
+        from distforest.jobs.command_plans import matrix_plan
+
+        show(matrix_plan("simforest proximity", model, n, n, 1, tile, SYMMETRIC[method],
+                         forest._fitted_cells(), cluster_kw(options), out), out)  # fmt: skip
+        return
     check_disk(location.parent(out), estimate_matrix(n, n, 1, tile, True)["disk_bytes"],
                replaces=out)  # fmt: skip
     with place(forest._fitted_cells(), cluster_kw(options), progress=bars(ctx)):

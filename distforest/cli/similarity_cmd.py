@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from distforest import location
-from distforest.cli.options import cluster_options, connect_kwargs, input_options, tile_size_option
+from distforest.cli.options import (
+    cluster_options,
+    connect_kwargs,
+    dry_run_option,
+    input_options,
+    show,
+    tile_size_option,
+)
 from distforest.cli.progress import ProgressBars
 from distforest.errors import InputError
 from distforest.forests.constraints import (
@@ -91,11 +98,12 @@ def bars(ctx: click.Context) -> ProgressBars:
 @input_options
 @tile_size_option(PAIRWISE_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_context
 def similarity(ctx: click.Context, input: str, out: str, reference: str | None, metric: str,
                normalize: str, feature_range: tuple[float, float], drop: tuple[str, ...],
-               na_values: tuple[str, ...], tile_size: int, overwrite: bool,
+               na_values: tuple[str, ...], tile_size: int, overwrite: bool, dry_run: bool,
                **options: Any) -> None:  # fmt: skip
     """Write the similarity or distance matrix of the rows of INPUT to a Zarr store.
 
@@ -121,6 +129,12 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     if not is_unfinished(out):  # an interrupted run of the same request resumes
         check_can_create(out, overwrite)
     m = X.n_samples if Y is None else Y.n_samples
+    if dry_run:
+        from distforest.jobs.command_plans import matrix_plan
+
+        show(matrix_plan("similarity", str(X.source), X.n_samples, m, X.n_features, tile_size,
+                         Y is None, cells_of(X, Y), cluster_kw(options), out), out)  # fmt: skip
+        return
     need = estimate_matrix(X.n_samples, m, X.n_features, tile_size, symmetric=Y is None)
     check_size(f"the {X.n_samples:,} x {m:,} matrix of {X.source}", need, "the input sizes")
     check_disk(location.parent(out), need["disk_bytes"], replaces=out)
@@ -167,12 +181,14 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     help="Candidate rows per tile of the brute search.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_context
 def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str | None,
               metric: str, normalize: str, feature_range: tuple[float, float], algorithm: str,
               drop: tuple[str, ...], na_values: tuple[str, ...], batch_size: int | None,
-              tile_size: int, overwrite: bool, **options: Any) -> None:  # fmt: skip
+              tile_size: int, overwrite: bool, dry_run: bool,
+              **options: Any) -> None:  # fmt: skip
     """Find the k nearest rows of every row of INPUT; never forms the n x n matrix.
 
     Similarities s are ranked as distances 1 - s.
@@ -194,6 +210,13 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
     check_request(X, Y, metric)
     check_can_create(out, overwrite)
+    if dry_run:
+        from distforest.jobs.command_plans import neighbors_plan
+
+        m = X.n_samples if Y is None else Y.n_samples
+        show(neighbors_plan(str(X.source), X.n_samples, m, X.n_features, k, metric, algorithm,
+                            batch_size, cells_of(X, Y), cluster_kw(options), out), out)  # fmt: skip
+        return
     with place(cells_of(X, Y), cluster_kw(options), progress=bars(ctx)):
         ds = top_k_neighbors(X, Y, k=k, metric=metric, normalize=normalize_choice(normalize),
                              feature_range=feature_range, algorithm=algorithm, store=out,

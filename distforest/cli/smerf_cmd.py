@@ -28,9 +28,11 @@ from distforest import location
 from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
+    dry_run_option,
     input_options,
     parse_max_features,
     seed_option,
+    show,
     tile_size_option,
     trees_option,
 )
@@ -97,6 +99,7 @@ def smerf() -> None:
 @seed_option("random_state: same seed, same model.")
 @tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_obj
 def fit_cmd(
@@ -109,6 +112,7 @@ def fit_cmd(
     random_state: int,
     tile_size: int,
     overwrite: bool,
+    dry_run: bool,
     **options: Any,
 ) -> None:  # fmt: skip
     """Fit SMERF on the features X (CSV with a header, no target) and distances D."""
@@ -126,6 +130,18 @@ def fit_cmd(
     table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
     dist = load_distances(distances, n=table.n_samples)  # checked before any cluster starts
     need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
+    if dry_run:
+        from distforest.jobs.command_plans import model_fit_plan, smerf_fit_cpu
+        from distforest.jobs.plan import placement_of
+        from distforest.parallel.tasks import default_batch_size, plan_batches
+
+        trees, n, d = params["n_estimators"], table.n_samples, table.n_features
+        threads = placement_of(input_cells(n, d), connect_kwargs(options))[1]
+        fit_tasks = len(plan_batches(trees, default_batch_size(trees, threads)))
+        show(model_fit_plan("smerf fit", str(table.source), n, d, input_cells(n, d), fit_tasks,
+                            smerf_fit_cpu(trees, n), {"model (distances, leaves, trees)": need},
+                            connect_kwargs(options), out), out)  # fmt: skip
+        return
     check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()
     cells = input_cells(table.n_samples, table.n_features)
@@ -156,6 +172,7 @@ def fit_cmd(
 @input_options
 @tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_obj
 def predict_cmd(
@@ -168,6 +185,7 @@ def predict_cmd(
     na_values: tuple[str, ...],
     tile_size: int,
     overwrite: bool,
+    dry_run: bool,
     **options: Any,
 ) -> None:  # fmt: skip
     """Learned distances between the rows of A and those of B (or the training rows)."""
@@ -186,6 +204,13 @@ def predict_cmd(
     if against is not None:
         b = load_table(against, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
     m = model.n_samples_ if b is None else b.n_samples
+    if dry_run:
+        from distforest.jobs.command_plans import matrix_plan
+
+        show(matrix_plan("smerf predict", str(a.source), a.n_samples, m, 1, tile_size, False,
+                         model._distance_cells(a.n_samples, m), connect_kwargs(options), out),
+             out)  # fmt: skip
+        return
     need = estimate_matrix(a.n_samples, m, 1, tile_size, False)["disk_bytes"]
     check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()

@@ -1,0 +1,134 @@
+"""The :class:`~distforest.jobs.plan.Plan` of the app commands' ``--dry-run``.
+
+Each command's plan counts the tasks its real run submits in the stages the
+pipelines' plans count too: fit batches, tiles and neighbour searches.  The
+products of a matrix-free application (outliers, mislabels, MDS, kernel
+k-means) depend on how many iterations the data needs: they are named in the
+plan's notes, not counted.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from distforest import location
+from distforest.jobs import estimates
+from distforest.jobs.estimates import SECONDS_PER, estimate_matrix, fit_seconds
+from distforest.jobs.plan import Plan, placement_of
+from distforest.parallel.tasks import plan_tree_batches
+from distforest.parallel.tiling import TilePlan
+
+#: The note of a plan whose application runs products not counted in its tasks.
+PRODUCTS_NOTE = ("  note:         plus one product task per batch of trees and iteration "
+                 "(matrix-free; iterations depend on the data)")  # fmt: skip
+
+
+def forest_app_plan(what: str, source: str, n: int, d: int, forest: dict[str, Any],
+                    connect: dict[str, Any], files: dict[str, str | None],
+                    out: str) -> Plan:  # fmt: skip
+    """The plan of a command that fits a proximity forest and answers matrix-free
+    (``outliers``, ``mislabels``, ``mds``); ``files``: label -> path (None: not written)."""
+    from distforest.forests.proximity_forest import ProximityForest
+
+    params = {**ProximityForest().get_params(), **forest}
+    where, threads = placement_of(n * d, connect)
+    trees = int(params["n_estimators"])
+    fit_tasks = len(plan_tree_batches(trees, threads, params["batch_size"] or None))
+    per_file = {"pictures": 300_000}
+    disk = {label: per_file.get(label, n * 64) for label, path in files.items() if path}
+    return Plan(
+        title=f"{what}: {n:,} rows x {d} features",
+        steps=[("input", source), ("forest", f"{trees} trees in {fit_tasks} tasks"),
+               ("writes", ", ".join(str(p) for p in files.values() if p))],
+        tasks=fit_tasks,
+        tiles=0,
+        disk=disk,
+        free_bytes=estimates.free_space(location.parent(out)),
+        worker_bytes=3 * 8 * n * d + n * trees * 9 + 8 * n * (d + 4) * 2,
+        cpu_seconds=fit_seconds(trees, n, d, params["max_features"]),
+        threads=threads,
+        where=where,
+        notes=[PRODUCTS_NOTE],
+    )  # fmt: skip
+
+
+def matrix_plan(what: str, source: str, n: int, m: int, d: int, tile_size: int,
+                symmetric: bool, cells: int, connect: dict[str, Any],
+                out: str) -> Plan:  # fmt: skip
+    """The plan of a command that writes an ``n x m`` matrix tile by tile (``similarity``)."""
+    where, threads = placement_of(cells, connect)
+    tiles = TilePlan(n, m, tile_size, symmetric=symmetric)
+    need = estimate_matrix(n, m, d, tile_size, symmetric)
+    return Plan(
+        title=f"{what}: {n:,} x {m:,} rows, {d} features",
+        steps=[("input", source),
+               ("matrix", f"{tiles.n_tasks:,} tiles of {tiles.chunks[0]} x {tiles.chunks[1]}"),
+               ("store", str(out))],
+        tasks=tiles.n_tasks,
+        tiles=tiles.n_tasks,
+        disk={"matrix (uncompressed)": need["disk_bytes"]},
+        free_bytes=estimates.free_space(location.parent(out)),
+        worker_bytes=need["memory_bytes"] + 3 * 4 * tiles.chunks[0] * tiles.chunks[1],
+        cpu_seconds=need["cpu_seconds"],
+        threads=threads,
+        where=where,
+    )  # fmt: skip
+
+
+def model_fit_plan(what: str, source: str, n: int, d: int, cells: int, fit_tasks: int,
+                   cpu_seconds: float, disk: dict[str, int], connect: dict[str, Any],
+                   out: str) -> Plan:  # fmt: skip
+    """The plan of a command that fits a model and saves it (``simforest fit``,
+    ``smerf fit``): its fit batches, the model on disk."""
+    where, threads = placement_of(cells, connect)
+    return Plan(
+        title=f"{what}: {n:,} rows x {d} features",
+        steps=[("input", source), ("model", f"{fit_tasks} fit tasks -> {out}")],
+        tasks=fit_tasks,
+        tiles=0,
+        disk=disk,
+        free_bytes=estimates.free_space(location.parent(out)),
+        worker_bytes=8 * cells,
+        cpu_seconds=cpu_seconds,
+        threads=threads,
+        where=where,
+    )  # fmt: skip
+
+
+def simforest_fit_cpu(trees: int, pairs: int, n: int) -> float:
+    """Core-seconds of a SimForest fit on ``n`` objects (rough, :data:`SECONDS_PER`)."""
+    return SECONDS_PER["sim_fit"] * trees * pairs * n * math.log2(max(n, 2))
+
+
+def smerf_fit_cpu(trees: int, n: int) -> float:
+    """Core-seconds of a SMERF fit on ``n`` rows (rough, :data:`SECONDS_PER`)."""
+    return SECONDS_PER["smerf_fit"] * trees * n * n * math.log2(max(n, 2))
+
+
+def neighbors_plan(source: str, n: int, m: int, d: int, k: int, metric: str, algorithm: str,
+                   batch_size: int | None, cells: int, connect: dict[str, Any],
+                   out: str) -> Plan:  # fmt: skip
+    """The plan of ``distforest neighbors``: ``n`` queries among ``m`` rows, by batches."""
+    from distforest.forests.measures import parse_metric
+    from distforest.forests.neighbors import query_batch_size, resolve_algorithm
+    from distforest.parallel.tasks import plan_batches
+
+    where, threads = placement_of(cells, connect)
+    algorithm = resolve_algorithm(algorithm, parse_metric(metric), d)
+    batch = batch_size or query_batch_size(n, m, algorithm, False, threads)
+    batches = len(plan_batches(n, batch))
+    return Plan(
+        title=f"neighbors: {n:,} queries among {m:,} rows, {d} features",
+        steps=[("input", source),
+               ("neighbours", f"k={k}, {metric}, {algorithm} in {batches} tasks"),
+               ("store", str(out))],
+        tasks=batches,
+        tiles=0,
+        disk={"neighbours (index, distance)": n * k * 16},
+        free_bytes=estimates.free_space(location.parent(out)),
+        worker_bytes=3 * 8 * (n + m) * d,
+        cpu_seconds=SECONDS_PER["measure"] * n * m * d,
+        threads=threads,
+        where=where,
+    )  # fmt: skip
