@@ -315,3 +315,22 @@ def test_command_dry_run_plans_the_tasks_the_run_runs(tmp_path, count_tasks, com
     assert result.exit_code == 0, result.output
     planned, ran = _planned(dry.output), _ran(count_tasks)
     assert planned == ran and ran[0] > 0, (planned, count_tasks)
+
+
+@pytest.mark.parametrize(
+    "how", [["--method", "spectral"], ["--method", "kernel-kmeans", "--matrix-free"]]
+)
+def test_cluster_dry_run_plans_no_counted_task_as_the_run_runs(tmp_path, count_tasks, how):
+    assert (
+        invoke("-q", "xforest", *BC_X, "--trees", 20, "--out", tmp_path / "x.zarr").exit_code == 0
+    )
+    count_tasks.clear()
+    args = ["cluster", tmp_path / "x.zarr", *how, "--k", 2, "--out", tmp_path / "c.csv"]
+    dry = invoke(*args, "--dry-run")
+    assert dry.exit_code == 0 and "time:" in dry.output and count_tasks == [], dry.output
+    assert not (tmp_path / "c.csv").exists()
+    assert ("matrix-free" in dry.output) == ("--matrix-free" in how)
+    assert invoke("-q", *args).exit_code == 0
+    # products (matrix-free) are not counted by either; nothing else is submitted
+    assert _planned(dry.output) == _ran(count_tasks) == (0, 0)
+    assert any(n == "xforest-product" for n, _ in count_tasks) == ("--matrix-free" in how)

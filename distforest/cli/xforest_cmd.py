@@ -19,6 +19,7 @@ from distforest.cli.options import (
     input_options,
     run_job,
     seed_option,
+    show,
     tile_size_option,
     trees_option,
 )
@@ -191,9 +192,16 @@ def xforest(
 @click.option("--truth", metavar="FILE:COLUMN", help="True classes to score against.")
 @click.option("--plot", metavar="FILE.png", help="Picture of the matrix ordered by cluster.")
 @click.option("--overwrite", is_flag=True, help="Replace existing output files.")
+@dry_run_option
 @cluster_options
 def cluster_cmd(
-    store: str, kind: str, matrix_free: bool, truth: str | None, overwrite: bool, **options: Any
+    store: str,
+    kind: str,
+    matrix_free: bool,
+    truth: str | None,
+    overwrite: bool,
+    dry_run: bool,
+    **options: Any,
 ) -> None:
     """Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."""
     from distforest.forests.xforest import XForest
@@ -214,6 +222,14 @@ def cluster_cmd(
             f"--kind {kind}` or pass --matrix-free"
         )
     labels_truth = None if truth is None else read_truth(truth, n)
+    if dry_run:
+        from distforest.jobs.command_plans import cluster_plan
+
+        cells = XForest.load(store)._fitted_cells() if matrix_free else 0
+        show(cluster_plan(options["method"], store, n, options["k"], options["n_init"],
+                          matrix_free, cells, connect_kwargs(options), options["out"]),
+             options["out"])  # fmt: skip
+        return
     start = time.perf_counter()
     params = {
         k: options.pop(k)

@@ -132,3 +132,27 @@ def neighbors_plan(source: str, n: int, m: int, d: int, k: int, metric: str, alg
         threads=threads,
         where=where,
     )  # fmt: skip
+
+
+def cluster_plan(method: str, store: str, n: int, k: int | None, n_init: int, matrix_free: bool,
+                 cells: int, connect: dict[str, Any], out: str) -> Plan:  # fmt: skip
+    """The plan of ``distforest cluster``: no tiles nor fits; with ``--matrix-free`` one
+    product task per batch of trees and iteration (noted, not counted)."""
+    from distforest.jobs.estimates import estimate_kmeans
+
+    where, threads = placement_of(cells if matrix_free else 0, connect)
+    need = estimate_kmeans(n, k or 1, n_init if method == "kernel-kmeans" else 1, 100)
+    source = "the stored trees (matrix-free)" if matrix_free else "the stored matrix"
+    return Plan(
+        title=f"cluster: {n:,} rows",
+        steps=[("input", f"{store}: {source}"), ("method", method), ("writes", str(out))],
+        tasks=0,
+        tiles=0,
+        disk={"labels": 16 * n},
+        free_bytes=estimates.free_space(location.parent(out)),
+        worker_bytes=need["memory_bytes"],
+        cpu_seconds=need["cpu_seconds"],
+        threads=threads,
+        where=where,
+        notes=[PRODUCTS_NOTE] if matrix_free else [],
+    )  # fmt: skip
