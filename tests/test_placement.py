@@ -265,18 +265,12 @@ def test_every_shipped_pipeline_is_in_the_dry_run_test():
 
 def _command_args(o: Path) -> dict[str, tuple[list, list]]:
     """Each command's dry-run arguments, and what must exist before (run first)."""
-    fit_sf = [
-        "simforest",
-        "fit",
-        *BC_T,
-        "--drop",
-        "Bare.nuclei",
-        "--trees",
-        6,
-        "--out",
-        o / "sf.zarr",
-    ]
-    fit_m = ["smerf", "fit", *BC_X, "--trees", 6, "--distances", o / "D.npy", "--out", o / "m.zarr"]
+    fit_sf = ["simforest", "fit", *BC_T, "--drop", "Bare.nuclei", "--trees", 6,
+              "--out", o / "sf.zarr"]  # fmt: skip
+    fit_knn = ["knn", "fit", *BC_T, "--drop", "Bare.nuclei", "--metric", "rf-proximity",
+               "--trees", 7, "--out", o / "knn.zarr"]  # fmt: skip
+    fit_m = ["smerf", "fit", *BC_X, "--trees", 6, "--distances", o / "D.npy",
+             "--out", o / "m.zarr"]  # fmt: skip
     return {
         "outliers": (["outliers", *BC_T, "--trees", 9, "--out", o / "out.csv"], []),
         "mislabels": (["mislabels", *BC_T, "--trees", 9, "--out", o / "mis.csv"], []),
@@ -286,8 +280,12 @@ def _command_args(o: Path) -> dict[str, tuple[list, list]]:
                      "--out", o / "x.zarr"], []),
         "similarity": (["similarity", *BC_X, "--tile-size", 256, "--out", o / "s.zarr"], []),
         "neighbors": (["neighbors", *BC_X, "--out", o / "nn.zarr"], []),
-        "knn fit": (["knn", "fit", *BC_T, "--drop", "Bare.nuclei", "--metric",
-                     "rf-proximity", "--trees", 7, "--out", o / "knn.zarr"], []),
+        "knn fit": (fit_knn, []),
+        "knn predict": (["knn", "predict", o / "knn.zarr", BC, "--out", o / "knn.csv"],
+                        [fit_knn]),
+        "knn predict euclidean": (["knn", "predict", o / "e.zarr", BC, "--out", o / "e.csv"],
+                                  [[*fit_knn[:-2], "--metric", "euclidean", "--out",
+                                    o / "e.zarr"]]),
         "simforest fit": (fit_sf, []),
         "simforest proximity": (["simforest", "proximity", o / "sf.zarr", "--tile-size", 256,
                                  "--out", o / "sfp.zarr"], [fit_sf]),

@@ -127,9 +127,11 @@ def _n_features(value: str) -> str | int | float:
 @click.option("--out", required=True, metavar="FILE.csv", help="Predictions, one row per row.")
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@dry_run_option
 @cluster_options
 def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
-                na_values: tuple[str, ...], overwrite: bool, **options: Any) -> None:  # fmt: skip
+                na_values: tuple[str, ...], overwrite: bool, dry_run: bool,
+                **options: Any) -> None:  # fmt: skip
     """Predict the target of every row of DATA with a saved k-NN model.
 
     DATA needs the model's feature columns (in any order); the target column
@@ -143,6 +145,15 @@ def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
     start = time.perf_counter()
     check_new_file(out, overwrite)
     model, X, attrs = read_for_prediction(model_path, data, drop, na_values)
+    if dry_run:
+        from distforest.jobs.command_plans import neighbors_plan
+
+        (n, d), m = X.shape, model.X_fit_.shape[0]
+        show(neighbors_plan(data, n, m, d, model.n_neighbors, str(model.metric), model.algorithm,
+                            model.batch_size, cells_of(X, model.X_fit_), cluster_kw(options),
+                            out, forest=model.similarity_ is not None,
+                            what="knn predict"), out)  # fmt: skip
+        return
     with place(cells_of(X, model.X_fit_), cluster_kw(options)):
         n, written = write_predictions(model, X, attrs, out)
     click.echo(f"predicted {n} rows in {time.perf_counter() - start:.1f} s\n"

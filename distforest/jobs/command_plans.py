@@ -107,19 +107,20 @@ def smerf_fit_cpu(trees: int, n: int) -> float:
 
 
 def neighbors_plan(source: str, n: int, m: int, d: int, k: int, metric: str, algorithm: str,
-                   batch_size: int | None, cells: int, connect: dict[str, Any],
-                   out: str) -> Plan:  # fmt: skip
-    """The plan of ``distforest neighbors``: ``n`` queries among ``m`` rows, by batches."""
+                   batch_size: int | None, cells: int, connect: dict[str, Any], out: str,
+                   forest: bool = False, what: str = "neighbors") -> Plan:  # fmt: skip
+    """The plan of ``distforest neighbors`` (``knn predict``: ``forest`` for a forest
+    metric): ``n`` queries among ``m`` rows, by batches."""
     from distforest.forests.measures import parse_metric
     from distforest.forests.neighbors import query_batch_size, resolve_algorithm
     from distforest.parallel.tasks import plan_batches
 
     where, threads = placement_of(cells, connect)
-    algorithm = resolve_algorithm(algorithm, parse_metric(metric), d)
-    batch = batch_size or query_batch_size(n, m, algorithm, False, threads)
+    algorithm = "brute" if forest else resolve_algorithm(algorithm, parse_metric(metric), d)
+    batch = batch_size or query_batch_size(n, m, algorithm, forest, threads)
     batches = len(plan_batches(n, batch))
     return Plan(
-        title=f"neighbors: {n:,} queries among {m:,} rows, {d} features",
+        title=f"{what}: {n:,} queries among {m:,} rows, {d} features",
         steps=[("input", source),
                ("neighbours", f"k={k}, {metric}, {algorithm} in {batches} tasks"),
                ("store", str(out))],
