@@ -55,7 +55,7 @@ def _fit(
     from distforest.jobs.fitting import fitted_forest
 
     if options.pop("dry_run", False):
-        _dry_run(input, target, options, files)
+        _dry_run(input, target, options, files or {})
     return fitted_forest(
         input,
         target,
@@ -67,24 +67,19 @@ def _fit(
     )
 
 
-def _dry_run(
-    input: str, target: str | None, options: dict, files: dict[str, str | None] | None
-) -> None:
+def _dry_run(input: str, target: str | None, options: dict,
+             files: dict[str, str | None]) -> None:  # fmt: skip
     """Print the command's plan and exit 0 (``--dry-run``): the input read, nothing run."""
     from distforest.cli.options import connect_kwargs
-    from distforest.io import load_table
     from distforest.jobs.command_plans import forest_app_plan
 
     ctx = click.get_current_context()
-    table = load_table(input, target=target, drop=options.get("drop", ()),
-                       na_values=options.get("na_values", ()))  # fmt: skip
-    files = files or {}
-    out = next(p for p in files.values() if p)
-    plan = forest_app_plan(str(ctx.info_name), str(table.source), table.n_samples,
-                           table.n_features, {k: options[k] for k in FOREST_KEYS if k in options},
-                           connect_kwargs({k: options.get(k) for k in CLUSTER_KEYS}), files,
-                           out)  # fmt: skip
-    show(plan, out)
+    plan = forest_app_plan(str(ctx.info_name), input, target,
+                           {k: options.get(k, ()) for k in ("drop", "na_values")},
+                           {k: options[k] for k in FOREST_KEYS if k in options},
+                           connect_kwargs({k: options.get(k) for k in CLUSTER_KEYS}),
+                           files)  # fmt: skip
+    show(plan, next(p for p in files.values() if p))
     ctx.exit(0)
 
 

@@ -24,9 +24,9 @@ from distforest.cli.options import (
     trees_option,
 )
 from distforest.cli.similarity_cmd import bars, cluster_kw
-from distforest.errors import InputError, ParameterError
+from distforest.errors import ParameterError
 from distforest.forests import constraints as C
-from distforest.jobs.outputs import check_new_file, write_csv
+from distforest.jobs.outputs import check_new_file
 
 #: ``SimilarityForestClassifier().get_params()``, written out so that ``--help`` needs no
 #: estimator (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -159,15 +159,12 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     check_size(f"SimForest on {n:,} objects", plan, knobs)
     if dry_run:
         from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
-        from distforest.jobs.plan import placement_of
-        from distforest.parallel.tasks import default_batch_size, plan_batches
 
-        cells, trees = cells_of(fit_input.source), params["n_estimators"]
-        threads = placement_of(cells, cluster_kw(dict(options)))[1]
-        tasks = len(plan_batches(trees, forest.batch_size or default_batch_size(trees, threads)))
-        show(model_fit_plan("simforest fit", str(data or matrix), n, 1, cells, tasks,
-                            simforest_fit_cpu(trees, params["n_pairs"], n),
-                            {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
+        trees, cells = params["n_estimators"], cells_of(fit_input.source)
+        cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
+        show(model_fit_plan("simforest fit", str(data or matrix), n, 1, cells, trees,
+                            forest.batch_size, cpu, {"model (nodes, leaves, inbag)":
+                                                     n * trees * (5 + 2 * 48)},
                             cluster_kw(options), out), out)  # fmt: skip
         return
     with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
@@ -211,52 +208,14 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     model's pair objects are read). A model fitted on a table takes DATA with
     the training features (the target column, if present, is ignored).
     """
-    import numpy as np
-    import pandas as pd
-
-    from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.io import load_table, read_frame
-    from distforest.io.matrices import load_matrix
-    from distforest.jobs.simforest import scale
+    from distforest.jobs.simforest_model import predict_to_csv, read_predict_input
     from distforest.parallel.placement import cells_of, place
-    from distforest.store.run_store import RunStore
 
     start = time.perf_counter()
     check_new_file(out, overwrite)
-    forest = SimilarityForestClassifier.load(model)
-    attrs = RunStore.open(model).attrs
-    fitted_on_table = attrs.get("measure") not in ("precomputed", "function")
-    if fitted_on_table:
-        if data is None or matrix is not None:
-            raise ParameterError(
-                f"model {model!r} was fitted on a table: give the new rows as DATA "
-                "(not --similarity)"
-            )
-        names = attrs.get("feature_names") or []
-        frame = read_frame(data, na_values=na_values)
-        missing = [c for c in names if c not in frame.columns]
-        if missing:
-            raise InputError(
-                f"{data!r} lacks the model's feature column(s) {missing}; it needs "
-                f"{', '.join(names)}"
-            )
-        table = load_table(frame[names], min_rows=1)
-        source: Any = scale(table.X.astype(np.float64), attrs.get("scaling"))
-        n = source.shape[0]
-    else:
-        if matrix is None or data is not None:
-            raise ParameterError(
-                f"model {model!r} was fitted on a similarity matrix: give --similarity Q.npy "
-                "(test objects x training objects)"
-            )
-        source = load_matrix(matrix, f"--similarity {matrix!r}")
-        n = source.shape[0]
+    forest, source, n = read_predict_input(model, data, matrix, na_values)
     with place(cells_of(source), cluster_kw(options), progress=bars(ctx)):
-        proba = forest.predict_proba(source)
-    frame = pd.DataFrame({"prediction": forest.classes_[np.argmax(proba, axis=1)]})
-    for k, label in enumerate(forest.classes_):
-        frame[f"proba_{label}"] = proba[:, k]
-    path = write_csv(frame, out)
+        path = predict_to_csv(forest, source, out)
     click.echo(f"{n} predictions in {time.perf_counter() - start:.1f} s\n  predictions:  {path}")
 
 

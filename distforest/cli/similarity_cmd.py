@@ -24,7 +24,6 @@ from distforest.cli.options import (
     tile_size_option,
 )
 from distforest.cli.progress import ProgressBars
-from distforest.errors import InputError
 from distforest.forests.constraints import (
     ALGORITHMS,
     METRICS,
@@ -35,7 +34,7 @@ from distforest.forests.constraints import (
 )
 
 if TYPE_CHECKING:
-    from distforest.io import Table
+    pass
 
 
 METRIC_HELP = (
@@ -69,19 +68,6 @@ def k_option(default: int, help: str) -> Any:
 def cluster_kw(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("scheduler", "cluster", "workers", "threads", "memory_limit")
     return connect_kwargs({k: options.pop(k, None) for k in keys})
-
-
-def check_request(X: Table, Y: Table | None, metric: str) -> None:
-    """Refuse a bad measure or mismatched tables before any cluster starts; name the files."""
-    from distforest.forests.measures import parse_metric
-
-    parse_metric(metric)
-    if Y is not None and Y.n_features != X.n_features:
-        raise InputError(
-            f"{Y.source} has {Y.n_features} feature column(s) ({', '.join(Y.feature_names)}) but "
-            f"{X.source} has {X.n_features} ({', '.join(X.feature_names)}); give both the same "
-            "columns (--drop the others)"
-        )
 
 
 def bars(ctx: click.Context) -> ProgressBars:
@@ -118,6 +104,7 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     from distforest.forests.pairwise import pairwise
     from distforest.io import load_table
     from distforest.jobs.estimates import check_disk, check_size, estimate_matrix
+    from distforest.jobs.inputs import check_request
     from distforest.jobs.knn_model import normalize_choice
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create, is_unfinished
@@ -201,6 +188,7 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
 
     from distforest.forests.neighbors import top_k_neighbors
     from distforest.io import load_table
+    from distforest.jobs.inputs import check_request
     from distforest.jobs.knn_model import normalize_choice
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create

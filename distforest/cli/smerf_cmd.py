@@ -132,13 +132,9 @@ def fit_cmd(
     need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
     if dry_run:
         from distforest.jobs.command_plans import model_fit_plan, smerf_fit_cpu
-        from distforest.jobs.plan import placement_of
-        from distforest.parallel.tasks import default_batch_size, plan_batches
 
         trees, n, d = params["n_estimators"], table.n_samples, table.n_features
-        threads = placement_of(input_cells(n, d), connect_kwargs(options))[1]
-        fit_tasks = len(plan_batches(trees, default_batch_size(trees, threads)))
-        show(model_fit_plan("smerf fit", str(table.source), n, d, input_cells(n, d), fit_tasks,
+        show(model_fit_plan("smerf fit", str(table.source), n, d, input_cells(n, d), trees, None,
                             smerf_fit_cpu(trees, n), {"model (distances, leaves, trees)": need},
                             connect_kwargs(options), out), out)  # fmt: skip
         return
@@ -189,20 +185,11 @@ def predict_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Learned distances between the rows of A and those of B (or the training rows)."""
-    from distforest.forests.smerf import SMERF
-    from distforest.io import load_table
     from distforest.jobs.estimates import check_disk, estimate_matrix
+    from distforest.jobs.smerf import predict_inputs
     from distforest.parallel.placement import place
-    from distforest.store.run_store import check_can_create
 
-    if Path(out).resolve() == Path(model_path).resolve():
-        raise StoreError(f"--out {out!r} is the model itself; choose another path")
-    check_can_create(out, overwrite)
-    model = SMERF.load(model_path)
-    a = load_table(input, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
-    b = None
-    if against is not None:
-        b = load_table(against, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
+    model, a, b = predict_inputs(model_path, input, against, out, drop, na_values, overwrite)
     m = model.n_samples_ if b is None else b.n_samples
     if dry_run:
         from distforest.jobs.command_plans import matrix_plan

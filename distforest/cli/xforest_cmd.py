@@ -127,32 +127,12 @@ def xforest(
     """
     from distforest.jobs.xforest import XForestJob
 
-    forest = {
-        k: options.pop(k)
-        for k in (
-            "n_estimators",
-            "n_directions",
-            "mode",
-            "leaf_size",
-            "beta",
-            "normalize",
-            "random_state",
-            "batch_size",
-            "tile_size",
-        )
-    }
-    job = XForestJob(
-        input=input,
-        out=out,
-        drop=drop,
-        na_values=na_values,
-        target=target,
-        forest=forest,
-        kind=kind,
-        plot=plot,
-        overwrite=overwrite,
-        connect=connect_kwargs(options),
-    )
+    keys = ("n_estimators", "n_directions", "mode", "leaf_size", "beta", "normalize",
+            "random_state", "batch_size", "tile_size")  # fmt: skip
+    forest = {k: options.pop(k) for k in keys}
+    job = XForestJob(input=input, out=out, drop=drop, na_values=na_values, target=target,
+                     forest=forest, kind=kind, plot=plot, overwrite=overwrite,
+                     connect=connect_kwargs(options))  # fmt: skip
     run_job(obj, job, dry_run)
 
 

@@ -24,13 +24,18 @@ PRODUCTS_NOTE = ("  note:         plus one product task per batch of trees and i
                  "(matrix-free; iterations depend on the data)")  # fmt: skip
 
 
-def forest_app_plan(what: str, source: str, n: int, d: int, forest: dict[str, Any],
-                    connect: dict[str, Any], files: dict[str, str | None],
-                    out: str) -> Plan:  # fmt: skip
-    """The plan of a command that fits a proximity forest and answers matrix-free
-    (``outliers``, ``mislabels``, ``mds``); ``files``: label -> path (None: not written)."""
+def forest_app_plan(what: str, input: str, target: str | None, input_kw: dict[str, Any],
+                    forest: dict[str, Any], connect: dict[str, Any],
+                    files: dict[str, str | None]) -> Plan:  # fmt: skip
+    """The plan of a command that fits a proximity forest on ``input`` and answers
+    matrix-free (``outliers``, ``mislabels``, ``mds``, ``importances``); ``files``: label ->
+    path (None: not written), the first the main output."""
     from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import load_table
 
+    table = load_table(input, target=target, **input_kw)
+    source, n, d = str(table.source), table.n_samples, table.n_features
+    out = next(p for p in files.values() if p)
     params = {**ProximityForest().get_params(), **forest}
     where, threads = placement_of(n * d, connect)
     trees = int(params["n_estimators"])
@@ -76,12 +81,15 @@ def matrix_plan(what: str, source: str, n: int, m: int, d: int, tile_size: int,
     )  # fmt: skip
 
 
-def model_fit_plan(what: str, source: str, n: int, d: int, cells: int, fit_tasks: int,
-                   cpu_seconds: float, disk: dict[str, int], connect: dict[str, Any],
-                   out: str) -> Plan:  # fmt: skip
-    """The plan of a command that fits a model and saves it (``simforest fit``,
-    ``smerf fit``): its fit batches, the model on disk."""
+def model_fit_plan(what: str, source: str, n: int, d: int, cells: int, trees: int,
+                   batch_size: int | None, cpu_seconds: float, disk: dict[str, int],
+                   connect: dict[str, Any], out: str) -> Plan:  # fmt: skip
+    """The plan of a command that fits a model of ``trees`` trees by batches and saves it
+    (``simforest fit``, ``smerf fit``): its fit batches, the model on disk."""
+    from distforest.parallel.tasks import default_batch_size, plan_batches
+
     where, threads = placement_of(cells, connect)
+    fit_tasks = len(plan_batches(trees, batch_size or default_batch_size(trees, threads)))
     return Plan(
         title=f"{what}: {n:,} rows x {d} features",
         steps=[("input", source), ("model", f"{fit_tasks} fit tasks -> {out}")],

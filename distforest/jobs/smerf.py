@@ -36,7 +36,7 @@ import numpy as np
 
 from distforest import location
 from distforest._version import __version__
-from distforest.errors import ConfigError, ParameterError
+from distforest.errors import ConfigError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
@@ -346,3 +346,18 @@ def save_model(model: Any, out: str, overwrite: bool, tile_size: int,
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def predict_inputs(model_path: str, input: str, against: str | None, out: str,
+                   drop: tuple[str, ...], na_values: tuple[str, ...],
+                   overwrite: bool) -> tuple[SMERF, Table, Table | None]:  # fmt: skip
+    """``smerf predict``'s model and rows (A, and B or None), the output checked first."""
+    if Path(out).resolve() == Path(model_path).resolve():
+        raise StoreError(f"--out {out!r} is the model itself; choose another path")
+    check_can_create(out, overwrite)
+    model = SMERF.load(model_path)
+    rows = [None if path is None else load_table(path, drop=drop, na_values=na_values,
+                                                 allow_missing=False, min_rows=1)
+            for path in (input, against)]  # fmt: skip
+    assert rows[0] is not None
+    return model, rows[0], rows[1]
