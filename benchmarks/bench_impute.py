@@ -17,7 +17,7 @@ random: see :func:`mar`) and every seed, the same masked table is imputed by
 - a missForest-like ``IterativeImputer(ExtraTreesRegressor(n_estimators=50))``
   (``max_iter=10``, ``n_jobs=2``: both cores),
 - distforest's ``ProximityImputer()`` with its defaults (``proximity="column"``)
-  and with ``proximity="rfimpute"``, both supervised by the set's class column
+  and with ``proximity="rfgap"``, both supervised by the set's class column
   (the scikit-learn imputers do not take a target) and run as a user would:
   no cluster given, so in this process (threads) below 2 million cells.
 
@@ -66,7 +66,7 @@ ROOT = HERE.parent
 #: (mechanism, rate): the 18 MCAR cells of the goals, and one MAR row per set.
 SCENARIOS = (("MCAR", 0.1), ("MCAR", 0.2), ("MCAR", 0.3), ("MAR", 0.2))
 OURS = "distforest column"
-RFIMPUTE = "distforest rfimpute"
+RFIMPUTE = "distforest rfgap"
 MISSFOREST = "missForest-like"
 #: A section of the results file written by hand; reruns keep it.
 DISCUSSION = "## Discussion"
@@ -290,7 +290,7 @@ def _run_scenario(
         Xm = np.where(mask, np.nan, X)
         methods: dict[str, Callable] = dict(sklearn_imputers(ds.categorical))
         methods[OURS] = distforest_imputer(seed, ds.categorical)
-        methods[RFIMPUTE] = distforest_imputer(seed, ds.categorical, proximity="rfimpute")
+        methods[RFIMPUTE] = distforest_imputer(seed, ds.categorical, proximity="rfgap")
         for name, func in methods.items():
             ours = name.startswith("distforest")
             F, seconds = timed(func, Xm, y) if ours else timed(func, Xm)
@@ -329,8 +329,8 @@ VARIANTS = {
     "column, no target": {"task": "unsupervised"},
     "column, all features per split": {"max_features": 1.0},
     "column, random forest (bootstrap, best splits)": {"kind": "random-forest"},
-    "rfimpute (RF-GAP)": {"proximity": "rfimpute"},
-    "rfimpute, original proximity": {"proximity": "original"},
+    "rfgap (RF-GAP, extra-trees)": {"proximity": "rfgap"},
+    "original proximity, extra-trees": {"proximity": "original"},
     "classic rfImpute forest (RF, sqrt, original)": {
         "proximity": "original",
         "kind": "random-forest",
@@ -531,8 +531,9 @@ def report(
         "extra-trees per column and pass with half of the inputs per split, the class as one more "
         "input, at most 10 passes stopped by missForest's rule, the result the mean of the kept "
         "passes after the first).  "
-        f"*{RFIMPUTE}*: `ProximityImputer(proximity='rfimpute')` (Breiman's rfImpute with "
-        "RF-GAP weights, 5 iterations of 100 trees).  Both get the class column and run in "
+        f"*{RFIMPUTE}*: `ProximityImputer(proximity='rfgap')` (rfImpute's loop with "
+        "RF-GAP weights and extra-trees of one feature per split, 5 iterations of 100 "
+        "trees).  Both get the class column and run in "
         "this process (no cluster given).  MCAR: missing completely at random; MAR 20 %: "
         "missing at random, the chance depending on the first column (never removed), see "
         "`mar()` in `benchmarks/bench_impute.py`.",
@@ -544,7 +545,7 @@ def report(
         "## Against the goals (the 18 MCAR cells)",
         "",
         f"- Column-aware error at most the missForest-like imputer's: **{stats['beats_mf']} of "
-        f"{stats['cells']}** cells (goal: at least 15); rfimpute: {stats['rf_beats_mf']} of "
+        f"{stats['cells']}** cells (goal: at least 15); rfgap: {stats['rf_beats_mf']} of "
         f"{stats['cells']}.",
         f"- Below KNNImputer: **{stats['beats_knn']} of {stats['cells']}** cells (goal: all); "
         f"median error reduction {np.median(gain):.0%} (range {gain.min():.0%} to "
@@ -697,7 +698,7 @@ def main(argv: list[str] | None = None) -> None:
 
     warm = np.random.default_rng(0).normal(size=(60, 4))
     warm[::7, 1] = np.nan
-    for proximity in ("column", "rfimpute"):  # compile the numba kernels before timing
+    for proximity in ("column", "rfgap"):  # compile the numba kernels before timing
         distforest_imputer(0, False, n_estimators=4, iterations=1, proximity=proximity)(warm, None)
     import tempfile
 

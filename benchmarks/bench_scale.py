@@ -3,7 +3,7 @@
 Run by hand (it takes a while and needs a quiet machine)::
 
     python benchmarks/bench_scale.py [--n 1000000] [--trees 100] [--kind extra-trees]
-        [--iterations 5] [--proximity rfimpute] [--max-samples auto] [--compare-n 100000]
+        [--iterations 5] [--proximity rfgap] [--max-samples auto] [--compare-n 100000]
         [--workdir /tmp/dfscale] [--skip impute,outliers,mds,knn,missforest,missforest-sub]
         [--fresh]
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iterations", type=int)
     parser.add_argument(
         "--proximity",
-        choices=["rfimpute", "column"],
+        choices=["rfgap", "rfimpute", "column"],
         help="the imputation's proximity (default: the imputer's, column)",
     )
     parser.add_argument("--max-samples", help="the column imputer's rows per tree")

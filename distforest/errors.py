@@ -103,6 +103,13 @@ class BusyError(StoreError):
     exit_code = 7
 
 
+class ChangedMeaningWarning(FutureWarning):
+    """A name that meant something else in earlier versions (the message names the old mode).
+
+    Silence it with ``warnings.filterwarnings("ignore", category=ChangedMeaningWarning)``.
+    """
+
+
 _DEFINING = threading.Lock()
 
 if TYPE_CHECKING:

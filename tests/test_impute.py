@@ -116,14 +116,14 @@ def test_imputation_beats_the_median_and_is_repeatable(client):
     def nrmse(F):
         return np.sqrt(np.mean((F[:, :5][num] - X[:, :5][num]) ** 2)) / X[:, :5].std()
 
-    imp = ProximityImputer(3, proximity="rfimpute", n_estimators=40, random_state=0)
+    imp = ProximityImputer(3, proximity="rfgap", n_estimators=40, random_state=0)
     F = imp.set_execution(client).fit_transform(Xm, y)
     median = np.where(np.isnan(Xm), np.nanmedian(Xm, axis=0), Xm)
     assert nrmse(F) < 0.6 * nrmse(median)
     assert imp.n_iter_ == 3 and len(imp.history_) == 3
     np.testing.assert_array_equal(F[~mask], X[~mask])
     again = (
-        ProximityImputer(3, proximity="rfimpute", n_estimators=40, random_state=0)
+        ProximityImputer(3, proximity="rfgap", n_estimators=40, random_state=0)
         .set_execution(client)
         .fit_transform(Xm, y)
     )
@@ -188,7 +188,7 @@ def test_rfimpute_keeps_only_the_nodes_transform_needs_with_the_same_results(cli
     calls: list[str] = []
 
     def run(regrown: bool) -> tuple[np.ndarray, np.ndarray]:
-        imp = ProximityImputer(3, proximity="rfimpute", n_estimators=20, random_state=2)
+        imp = ProximityImputer(3, proximity="rfgap", n_estimators=20, random_state=2)
         imp.set_execution(client)
         filled = imp.fit_transform(Xm[train], y[train])
         calls.append("transform")
@@ -304,7 +304,7 @@ def test_column_missing_in_a_whole_class_falls_back_cleanly(client):
             assert np.isclose(F[y == 1, 2], imp.statistics_[2]).any()
 
 
-@pytest.mark.parametrize("proximity", ["rfimpute", "column"])
+@pytest.mark.parametrize("proximity", ["rfgap", "rfimpute", "column"])
 def test_no_missing_values_returns_the_data_and_still_imputes_new_rows(client, proximity):
     X, _, y, _ = structured(120, seed=7)
     imp = ProximityImputer(proximity=proximity, n_estimators=15, random_state=0)

@@ -189,7 +189,7 @@ def test_max_samples_is_for_the_column_proximity_only():
     _, Xm, y, _ = structured(40, seed=8)
     with pytest.raises(ParameterError, match="remove max_samples or use proximity='column'"):
         ProximityImputer(proximity="rfimpute", max_samples=100).fit(Xm, y)
-    ProximityImputer(proximity="rfimpute", n_estimators=5, iterations=1).fit(Xm, y)  # auto
+    ProximityImputer(proximity="rfgap", n_estimators=5, iterations=1).fit(Xm, y)  # auto
 
 
 def test_cli_and_pipeline_take_max_samples(breast_cancer_csv, tmp_path):

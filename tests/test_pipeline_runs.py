@@ -275,8 +275,8 @@ def test_validate(tmp_path):
         ),
         "no bootstrap, two uses": (
             base.replace("random_state: 3", "random_state: 3, bootstrap: false")
-            + "impute: {out: i.csv, proximity: rfimpute}\nmislabels: {out: s.csv}\n",
-            "impute.proximity='rfimpute', mislabels='rfgap' need out-of-bag rows",
+            + "impute: {out: i.csv, proximity: rfgap}\nmislabels: {out: s.csv}\n",
+            "impute.proximity='rfgap', mislabels='rfgap' need out-of-bag rows",
         ),
         "missing input": (base.replace(str(BC), "/no/such/file.csv"), "does not exist"),
         "code": ("input: !!python/object/apply:os.system ['touch pwned']\n", "not valid YAML"),

@@ -11,7 +11,8 @@ names, made from the bundled data:
   renamed ``y``;
 - ``train.csv`` / ``test.csv``: a small regression table (column ``price``);
 - ``S.npy``, ``labels.csv``, ``Q.npy`` (SimForest: an RBF similarity of 200
-  ionosphere rows, their labels, and 50 other rows against them), ``new.csv``
+  ionosphere rows, their labels, and 50 other rows against them;
+  ``distances.npy``, ``Qdist.npy``: their Euclidean distances), ``new.csv``
   (20 complete breast-cancer rows without ``Class``), ``X.csv``, ``D.npy``,
   ``A.csv``, ``B.csv`` (SMERF: 120 ionosphere rows, the distance 1 where their
   classes differ, and 20 + 10 other rows);
@@ -150,6 +151,10 @@ def _write_inputs(folder: Path) -> None:
     np.save(folder / "S.npy", rbf_kernel(Z[:200], gamma=0.05))
     np.save(folder / "Q.npy", rbf_kernel(Z[200:250], Z[:200], gamma=0.05))
     pd.DataFrame({"label": labels[:200]}).to_csv(folder / "labels.csv", index=False)
+    from scipy.spatial.distance import cdist
+
+    np.save(folder / "distances.npy", cdist(Z[:200], Z[:200]))
+    np.save(folder / "Qdist.npy", cdist(Z[200:250], Z[:200]))
     X.iloc[:120].to_csv(folder / "X.csv", index=False)
     np.save(folder / "D.npy", (labels[:120, None] != labels[None, :120]).astype(float))
     X.iloc[120:140].to_csv(folder / "A.csv", index=False)

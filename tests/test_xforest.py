@@ -278,3 +278,31 @@ def test_thresholds_do_not_depend_on_the_batch_size_bit_for_bit():
     for other in fits[1:]:
         assert other.thresholds_.tobytes() == fits[0].thresholds_.tobytes()
         np.testing.assert_array_equal(other.codes_, fits[0].codes_)
+
+
+@pytest.mark.parametrize("tau", [3, 5, 10])
+def test_the_papers_tau_is_leaf_size_plus_one_at_the_boundary(tau):
+    """The paper splits a node of tau points and no node of fewer: ``leaf_size = tau - 1``."""
+    rng = np.random.default_rng(tau)
+    leaf_size = tau - 1
+    for n, split in ((tau - 1, False), (tau, True)):
+        X = rng.normal(size=(n, 3))  # distinct points: only the size can stop the root
+        forest = XForest(20, leaf_size=leaf_size, random_state=0).set_execution("synchronous")
+        forest.fit(X)
+        root_is_leaf = (forest.depth_ == 0).all(axis=0)
+        assert (~root_is_leaf).all() if split else root_is_leaf.all(), (tau, n)
+    # inside a tree too: every split node held at least tau points, every leaf fewer
+    X = rng.normal(size=(200, 3))
+    forest = XForest(10, leaf_size=leaf_size, random_state=1).set_execution("synchronous").fit(X)
+    for t in range(10):
+        sizes = np.bincount(forest.leaves_[:, t])
+        assert sizes.max() <= leaf_size < tau
+        nodes = forest.nodes_[forest.node_offset_[t] : forest.node_offset_[t + 1]]
+        counts = np.zeros(len(nodes), dtype=np.int64)
+        for leaf, size in enumerate(sizes):  # add each leaf's points up to the root
+            v = leaf
+            while v >= 0 and size:
+                counts[v] += size
+                v = nodes[v, 0]
+        internal = nodes[:, 2] >= 0
+        assert internal.any() and (counts[internal] >= tau).all()

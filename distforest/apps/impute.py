@@ -1,8 +1,10 @@
-"""Missing-value imputation from random-forest proximities (Breiman's rfImpute), matrix-free.
+"""Missing-value imputation from random-forest proximities, matrix-free.
 
-Start from the column median (numeric) or most frequent level (categorical);
-then, ``iterations`` times, fit a :class:`~distforest.forests.ProximityForest`
-on the current filled data and replace every *originally* missing cell:
+The one-forest modes (``rfimpute``: R's rfImpute; ``rfgap``, ``original``,
+``oob``): start from the column median (numeric) or most frequent level
+(categorical), R's ``na.roughfix``; then, ``iterations`` times, fit a
+:class:`~distforest.forests.ProximityForest` on the current filled data and
+replace every *originally* missing cell:
 
 - numeric column c, row i: ``sum_j P_ij m_jc x_jc / sum_j P_ij m_jc``, the
   proximity-weighted mean of the column's observed values (``m`` is the
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -39,7 +42,7 @@ from distforest.apps.column_impute import (
     resolve_max_samples,
     stopping_tolerance,
 )
-from distforest.errors import InputError, NotFittedError, ParameterError
+from distforest.errors import ChangedMeaningWarning, InputError, NotFittedError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.targets import encode_target, resolve_task
@@ -55,6 +58,7 @@ from distforest.kernels.imputation import (
     build_v,
     change_statistics,
     plan_columns,
+    rfimpute_mtry,
     start_values,
     update_cells,
 )
@@ -73,8 +77,22 @@ Progress = Callable[[str, int, int], None]
 
 #: Parameters handed to each iteration's :class:`ProximityForest` as they are.
 FOREST_PARAMS = ("task", "kind", "min_samples_leaf", "max_depth", "batch_size", "random_state")
-#: Defaults that depend on the proximity: (column, rfimpute).
-MODE_DEFAULTS = {"iterations": (10, 5), "n_estimators": (35, 100), "max_features": (0.5, 1)}
+#: Defaults that depend on the proximity: (column, rfimpute, the other one-forest modes).
+#: rfimpute's are R's ``rfImpute(iter=5, ntree=300)``, its ``mtry`` (``max_features``)
+#: R's rule for the task (:func:`~distforest.kernels.imputation.rfimpute_mtry`).
+MODE_DEFAULTS: dict[str, tuple[Any, Any, Any]] = {
+    "iterations": (10, 5, 5),
+    "n_estimators": (35, 300, 100),
+    "max_features": (0.5, "mtry", 1),
+    "kind": ("extra-trees", "random-forest", "extra-trees"),
+}
+#: What ``proximity="rfimpute"`` named before it became R's rfImpute (told once per fit).
+RENAMED_RFIMPUTE = (
+    "proximity='rfimpute' is now R's rfImpute (random-forest trees on bootstrap samples, "
+    "mtry = floor(sqrt(p)) or floor(p/3), Breiman's proximity, 5 iterations of 300 trees); "
+    "before, it named RF-GAP weights with extra-trees of one feature per split, which is "
+    "proximity='rfgap' (same results as the old 'rfimpute'); the default is proximity='column'"
+)
 
 #: rfImpute keeps the last forest's nodes (for transform) when rows x trees is at most
 #: this; above it (hundreds of MB of nodes) the forest keeps only leaves and in-bag
@@ -113,16 +131,23 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
       forest from new seeds, so the mean is a forest of passes x
       ``n_estimators`` trees for the time of the passes
       (:mod:`distforest.kernels.pass_mean`).
-    - ``proximity="rfimpute"`` (or ``"rfgap"``, ``"original"``, ``"oob"``):
-      Breiman's rfImpute.  Start from the column median / most frequent
-      level; then ``iterations`` times fit a
-      :class:`~distforest.forests.ProximityForest` on the current filled
-      data (supervised when a target is given, else ``task="unsupervised"``:
-      Breiman's synthetic second class) and replace each originally missing
-      cell by the proximity-weighted mean of the column's originally
-      observed values (numeric) or the level with the largest
-      proximity-weighted vote (categorical).  Each iteration is one
-      matrix-free product ``P @ V`` over the rows with a missing cell.
+    - ``proximity="rfimpute"``: R ``randomForest``'s ``rfImpute``.  Start
+      from the column median / most frequent level (``na.roughfix``); then
+      ``iterations`` (5) times grow a random forest (``n_estimators``: 300
+      trees, bootstrap samples, best splits among ``floor(sqrt(p))``
+      features for classification or ``floor(p/3)`` for regression) on the
+      current filled data (supervised when a target is given, else
+      ``task="unsupervised"``: Breiman's synthetic second class) and replace
+      each originally missing cell by the proximity-weighted mean of the
+      column's originally observed values (numeric) or the level with the
+      largest proximity-weighted vote (categorical), the proximity being
+      Breiman's: the share of trees in which two rows share a leaf, over all
+      rows.  Each iteration is one matrix-free product ``P @ V`` over the
+      rows with a missing cell.  Until this version ``rfimpute`` named the
+      ``rfgap`` mode below; it warns (:class:`~distforest.errors.ChangedMeaningWarning`).
+    - ``proximity="rfgap"`` (or ``"original"``, ``"oob"``): the same loop with
+      other forests and weights: 100 extra-trees of one random feature per
+      split, weighted by the named proximity.
 
     Parameters
     ----------
@@ -134,44 +159,49 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         ``iterations=1`` gives the first imputation from the median-filled
         data.
     proximity : {"column", "rfimpute", "rfgap", "original", "oob"}, default "column"
-        ``column``: one forest per column (above).  The others are rfImpute
-        with one forest for all columns, weighted by: ``rfgap`` (RF-GAP,
-        Rhodes et al. 2023: the in-bag rows of the leaves an out-of-bag row
-        falls into, each weighted by its bootstrap count over the leaf's
-        total; ``rfimpute`` is the same), ``original`` (Breiman's share of
-        trees in which two rows share a leaf, R's choice) or ``oob`` (the
-        same counted over the trees where both rows are out of bag, divided by
-        the number of trees where the imputed row is).  Which to use:
+        ``column``: one forest per column (above).  ``rfimpute``: R's rfImpute
+        (above).  The others refit one forest for all columns, weighted by:
+        ``rfgap`` (RF-GAP, Rhodes et al. 2023: the in-bag rows of the leaves
+        an out-of-bag row falls into, each weighted by its bootstrap count
+        over the leaf's total), ``original`` (Breiman's share of trees in
+        which two rows share a leaf, as ``rfimpute``) or ``oob`` (the same
+        counted over the trees where both rows are out of bag, divided by the
+        number of trees where the imputed row is).  Which to use:
         ``benchmarks/results/imputation.md``.
     categorical_vote : {"sum", "mean"}, default "sum"
-        rfImpute only.  ``sum``: the level with the largest proximity-weighted
-        sum (Breiman).  ``mean``: that sum divided by the level's number of
-        observed rows (R ``rfImpute``): favours rare levels.
+        One-forest modes only.  ``sum``: the level with the largest
+        proximity-weighted sum (Breiman's description).  ``mean``: that sum
+        divided by the level's number of observed rows (what R's ``rfImpute``
+        code computes): favours rare levels.
     categorical_features : sequence of str or int, optional
         Columns to treat as categorical besides text columns and pandas
         ``category`` columns (which always are), e.g. integer-coded
         factors.  Names, or positions among the feature columns.
     n_estimators : int or None, default None
         Trees per forest (None: 35 per column and pass for ``column``, whose
-        result averages the passes; 100 for rfImpute).
+        result averages the passes; 300 for ``rfimpute``, R's ``ntree``; 100
+        for the other one-forest modes).
     task : {"auto", "classification", "regression", "unsupervised"}, default "auto"
         ``auto`` uses the target when one is given.  ``column``: the target
         (class codes or values) is one more input of every column's trees,
         ``unsupervised`` leaves it out.  rfImpute: the forest's task.
-    kind : {"random-forest", "extra-trees"}, default "extra-trees"
-        ``column``: extra-trees are grown on all observed rows, random
-        forests on bootstrap samples (scikit-learn's defaults for each).
+    kind : {"auto", "random-forest", "extra-trees"}, default "auto"
+        ``auto``: random-forest for ``rfimpute`` (the only kind it accepts),
+        extra-trees for the others.  ``column``: extra-trees are grown on all
+        observed rows, random forests on bootstrap samples (scikit-learn's
+        defaults for each).
     max_features : {"auto", "sqrt", "log2"}, int, float or None, default "auto"
         Inputs tried per split.  ``auto``: half of them (0.5) for ``column``
         (with 35 trees: the time of a third with 50 trees, and closer to the
         extra-trees default for regression, all inputs; see
-        ``benchmarks/results/imputation.md``); 1 for rfImpute (one random feature and a random
+        ``benchmarks/results/imputation.md``); R's ``mtry`` for ``rfimpute``
+        (``floor(sqrt(p))``, ``floor(p/3)`` for regression, at least 1); 1
+        for ``rfgap``/``original``/``oob`` (one random feature and a random
         threshold per split, grown until the leaves are pure in the class:
         proximities that reflect closeness in *all* features, NRMSE 0.372
-        instead of 0.453 with ``"sqrt"`` on Vehicle at 20 % MCAR).
-        ``kind="random-forest", max_features="sqrt", proximity="original"``
-        is R's rfImpute.  With ``max_features=1`` keep ``min_samples_leaf=1``:
-        a random split that leaves too few rows on one side ends the node.
+        instead of 0.453 with ``"sqrt"`` on Vehicle at 20 % MCAR).  With
+        ``max_features=1`` keep ``min_samples_leaf=1``: a random split that
+        leaves too few rows on one side ends the node.
     min_samples_leaf, max_depth
         The trees'.
     max_samples : "auto", int, float or None, default "auto"
@@ -230,6 +260,9 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     task_ : str
         How the target was used ("classification", "regression" or
         "unsupervised").
+    max_features_ : int, float or str
+        Features tried per split by the forests (``rfimpute``: R's ``mtry``
+        for ``task_`` and the number of features).
     n_iter_ : int
         Iterations run (0 when the data had no missing value).  With
         ``column``, the last one may be discarded by the stopping rule.
@@ -284,7 +317,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         categorical_features: Sequence[str | int] | None = None,
         n_estimators: int | None = None,
         task: str = "auto",
-        kind: str = "extra-trees",
+        kind: str = "auto",
         max_features: int | float | str | None = "auto",
         min_samples_leaf: int = 1,
         max_depth: int | None = None,
@@ -318,6 +351,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         "max_samples": C.RowsPerTree(),
         # the parameters passed on to each ProximityForest: its own constraints
         **{name: C.FOREST_CONSTRAINTS[name] for name in FOREST_PARAMS},
+        "kind": C.Choice(C.IMPUTE_KINDS),
     }
 
     def __sklearn_tags__(self) -> Any:
@@ -332,6 +366,12 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
                 f"proximity='column', not proximity={params['proximity']!r} (whose forest "
                 "uses every row); remove max_samples or use proximity='column'"
             )
+        if params["proximity"] == "rfimpute" and params["kind"] == "extra-trees":
+            raise ParameterError(
+                "kind='extra-trees' with proximity='rfimpute': R's rfImpute grows random-forest "
+                "trees; remove kind (or set kind='random-forest'), or use proximity='rfgap' or "
+                "'original' for extra-trees"
+            )
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "n_iter_"):
@@ -342,11 +382,14 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     def _settings(self) -> dict[str, Any]:
         """The validated parameters with the proximity's own defaults filled in."""
         params = self._validated()
-        mode = 0 if params["proximity"] == "column" else 1
+        mode = {"column": 0, "rfimpute": 1}.get(params["proximity"], 2)
         for name, defaults in MODE_DEFAULTS.items():
-            if params[name] is None or (name == "max_features" and params[name] == "auto"):
+            if params[name] is None or (name in ("max_features", "kind")
+                                        and params[name] == "auto"):  # fmt: skip
                 params[name] = defaults[mode]
-        params["weights"] = "rfgap" if params["proximity"] == "rfimpute" else params["proximity"]
+        if params["max_features"] == "mtry" and hasattr(self, "max_features_"):
+            params["max_features"] = self.max_features_  # R's rule, resolved in fit
+        params["weights"] = "original" if params["proximity"] == "rfimpute" else params["proximity"]
         return params
 
     # -- fitting ----------------------------------------------------------------
@@ -385,7 +428,11 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         return self._feature_columns_only(decode_output(data, self._imputed.copy()))
 
     def _fit(self, X: Any, y: Any) -> EncodedTable:
+        for name in ("max_features_",):  # a refit resolves them again
+            self.__dict__.pop(name, None)
         params = self._settings()
+        if params["proximity"] == "rfimpute":
+            warnings.warn(RENAMED_RFIMPUTE, ChangedMeaningWarning, stacklevel=3)
         data = encode_table(X, y, self.categorical_features)
         missing = data.missing
         counts = missing.sum(axis=0)
@@ -450,6 +497,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         self.column_forests_ = fit.forests
         self._column_regrow: Regrowth | None = fit.regrow
         self.task_ = task
+        self.max_features_ = params["max_features"]
         self._extra_width = 0 if extra is None else 1
         return fit.imputed
 
@@ -492,6 +540,10 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         """Breiman's rfImpute: one forest for all columns, refitted ``iterations`` times."""
         missing = data.missing
         counts = missing.sum(axis=0)
+        if params["max_features"] == "mtry":  # R's rule: needs the task and the width
+            task = resolve_task(params["task"], data.y, data.target_name)
+            params["max_features"] = rfimpute_mtry(task, data.X.shape[1])
+        self.max_features_ = params["max_features"]
         X_cur = np.where(missing, start, data.X)
         seeds = [
             int(c.generate_state(1, dtype=np.uint64)[0]) for c in root.spawn(params["iterations"])

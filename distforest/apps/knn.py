@@ -5,8 +5,9 @@
 scikit-learn estimator API, so they work with ``cross_val_score``,
 ``GridSearchCV`` and ``SequentialFeatureSelector``.  The metric is any
 measure of :mod:`distforest.forests.measures`, a forest similarity
-(``"rf-proximity"``, ``"rfgap"``, ``"beta"``, ``"simforest"``: the last, a
-SimForest, for classification only), an object with
+(``"rf-proximity"``, ``"rfgap"``, ``"beta"``, ``"simforest"``: a SimForest,
+for classification only; ``"smerf"``: the distance a SMERF learns from the
+training rows' observed distances), an object with
 ``fit``/``cross_similarity``, or a function ``distance(A, B)``.
 
 Distance weighting uses ``w = 1 / d^2``.  When a query has neighbours at
@@ -91,10 +92,14 @@ class KNNBase(DaskEstimator):
         ``"chebyshev"``, ``"mahalanobis"``, ``"cosine"``, ``"rbf"``,
         ``"jaccard"``, ``"russell-rao"``, ``"sokal-michener"``), a forest
         similarity (``"rf-proximity"``, ``"rfgap"``, ``"beta"``, and for
-        :class:`KNNClassifier` ``"simforest"``), an object with ``fit(X, y)``
-        and ``cross_similarity(X_query)``, or a function ``distance(A, B)``.
+        :class:`KNNClassifier` ``"simforest"``), ``"smerf"`` (a SMERF's
+        learned distance), an object with ``fit(X, y)`` and
+        ``cross_similarity(X_query)``, or a function ``distance(A, B)``.
     metric_params : dict, optional
-        ``p``, ``gamma`` or ``VI`` for the measure.
+        ``p``, ``gamma`` or ``VI`` for the measure; ``{"distances": D}`` for
+        ``"smerf"``: the observed n x n distances of the training rows (NaN =
+        not observed) or a path to them (not saved with the model: the SMERF
+        keeps its own copy).
     normalize : {None, "range", "zscore"}, default None
         Rescale features with a scikit-learn scaler fitted on the training rows.
     feature_range : (low, high), default (0, 1)
@@ -195,7 +200,14 @@ class KNNBase(DaskEstimator):
 
     def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
         self._validated()
-        similarity = make_similarity(self.metric, self.n_estimators, self.random_state)
+        similarity = make_similarity(self.metric, self.n_estimators, self.random_state,
+                                     self.metric_params)  # fmt: skip
+        if self.metric == "smerf" and self.select is not None:
+            raise ParameterError(
+                f"select={self.select!r} cross-validates on subsets of the rows, but "
+                "metric='smerf' learns from the observed distances of all training rows; "
+                "remove select, or choose the features first with another metric"
+            )
         if getattr(similarity, "needs_classes", False) and not is_classifier(self):
             raise ParameterError(
                 f"metric={_metric_name(self.metric)!r} grows a classification forest and needs "
@@ -444,7 +456,8 @@ def save_model(
 ) -> RunStore:
     """Write a fitted k-NN model as a Zarr store: arrays and JSON attributes only.
 
-    A forest metric (``"rf-proximity"``, ``"rfgap"``, ``"beta"``, ``"simforest"``) saves its
+    A forest metric (``"rf-proximity"``, ``"rfgap"``, ``"beta"``, ``"simforest"``,
+    ``"smerf"``) saves its
     forest in the group :data:`FOREST_GROUP`; a callable or a user's
     similarity object cannot be saved (it would be code).
 

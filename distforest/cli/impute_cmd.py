@@ -19,7 +19,7 @@ from distforest.cli.options import (
     seed_option,
 )
 from distforest.cli.progress import ProgressBars
-from distforest.forests.constraints import IMPUTE_PROXIMITIES, KINDS, TASKS, VOTES
+from distforest.forests.constraints import IMPUTE_KINDS, IMPUTE_PROXIMITIES, TASKS, VOTES
 
 #: ``ProximityImputer``'s own defaults, written out so that ``--help`` needs no estimator
 #: (tests/test_startup.py checks them against its signature).
@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "categorical_features": None,
     "n_estimators": None,
     "task": "auto",
-    "kind": "extra-trees",
+    "kind": "auto",
     "max_features": "auto",
     "min_samples_leaf": 1,
     "max_depth": None,
@@ -68,14 +68,15 @@ DEFAULTS: dict[str, Any] = {
     type=click.IntRange(min=1),
     default=DEFAULTS["iterations"],
     help="column: the most iterations (default 10; missForest's rule stops earlier). "
-    "rfimpute: forest refits (default 5).",
+    "rfimpute, rfgap, original, oob: forest refits (default 5).",
 )
 @click.option(
     "--trees",
     "n_estimators",
     type=click.IntRange(min=1),
     default=DEFAULTS["n_estimators"],
-    help="Trees per forest (default 35 per column and pass for column, 100 for rfimpute).",
+    help="Trees per forest (default 35 per column and pass for column, 300 for rfimpute, "
+    "100 for rfgap, original, oob).",
 )
 @click.option(
     "--proximity",
@@ -83,8 +84,10 @@ DEFAULTS: dict[str, Any] = {
     default=DEFAULTS["proximity"],
     show_default=True,
     help="column: one forest per column predicting it from the others (and --target), "
-    "its RF-GAP weights. rfimpute (= rfgap), original, oob: Breiman's rfImpute, one "
-    "forest for all columns, weighted by RF-GAP, shared leaves, or shared leaves out of bag.",
+    "its RF-GAP weights. rfimpute: R's rfImpute (random-forest trees, sqrt(p) or p/3 "
+    "features per split, Breiman's proximity; before, this name meant rfgap). rfgap, "
+    "original, oob: one forest of extra-trees for all columns, weighted by RF-GAP, shared "
+    "leaves, or shared leaves out of bag.",
 )
 @click.option(
     "--categorical-vote",
@@ -103,18 +106,18 @@ DEFAULTS: dict[str, Any] = {
 )
 @click.option(
     "--kind",
-    type=click.Choice(KINDS),
+    type=click.Choice(IMPUTE_KINDS),
     default=DEFAULTS["kind"],
     show_default=True,
-    help="Tree learner.",
+    help="Tree learner; auto: random-forest for rfimpute, extra-trees for the others.",
 )
 @click.option(
     "--max-features",
     default=str(DEFAULTS["max_features"]),
     show_default=True,
     callback=parse_max_features,
-    help="Features tried per split: auto (0.5 for column, 1 for rfimpute), sqrt, log2, "
-    "an integer or a fraction.",
+    help="Features tried per split: auto (0.5 for column, R's mtry for rfimpute, 1 for "
+    "rfgap, original, oob), sqrt, log2, an integer or a fraction.",
 )
 @click.option(
     "--min-samples-leaf",
@@ -159,8 +162,8 @@ def impute(
     per column that predicts it from the others (--proximity column,
     iterated until missForest's stopping rule, the result the mean of the
     kept passes after the first); --proximity rfimpute is
-    Breiman's rfImpute (one forest for all columns, refitted --iterations
-    times).  Column names, order and types are kept; the target and --drop
+    R's rfImpute (one random forest for all columns, refitted --iterations
+    times, Breiman's proximity).  Column names, order and types are kept; the target and --drop
     columns are copied unchanged.  Nothing is written if anything fails.
 
     \b

@@ -54,6 +54,9 @@ def knn() -> None:
 @click.option("--trees", "n_estimators", type=click.IntRange(min=1), default=100,
               show_default=True, help="Trees of a forest metric (" + ", ".join(FOREST_METRICS)
               + ").")  # fmt: skip
+@click.option("--distances", metavar="D.npy|D.zarr",
+              help="With --metric smerf: the observed n x n distances of TRAIN's rows, in its "
+                   "row order (NaN = not observed); the model keeps a copy.")  # fmt: skip
 @seed_option("random_state of a forest metric.")
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
@@ -61,14 +64,16 @@ def knn() -> None:
 @cluster_options
 def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, metric: str,
             normalize: str, feature_range: tuple[float, float], algorithm: str,
-            select: str | None, n_features: str, n_estimators: int, random_state: int,
-            drop: tuple[str, ...], na_values: tuple[str, ...], overwrite: bool, dry_run: bool,
-            **options: Any) -> None:  # fmt: skip
+            select: str | None, n_features: str, n_estimators: int, distances: str | None,
+            random_state: int, drop: tuple[str, ...], na_values: tuple[str, ...],
+            overwrite: bool, dry_run: bool, **options: Any) -> None:  # fmt: skip
     """Fit a k-NN model on TRAIN and save it (Zarr, no pickle).
 
-    METRIC may also be a forest similarity (rf-proximity, rfgap, beta): its
-    trees are fitted with the model (in this process for a small TRAIN, else
-    on the named cluster or a LocalCluster) and saved in the model store.
+    METRIC may also be a forest similarity (rf-proximity, rfgap, beta,
+    simforest) or smerf, the distance a SMERF learns from the features and
+    --distances: its trees are fitted with the model (in this process for a
+    small TRAIN, else on the named cluster or a LocalCluster) and saved in the
+    model store, which `knn predict` reads.
 
     \b
     Example:
@@ -76,14 +81,15 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
           --normalize range --out model.zarr
     """
     from distforest.io import load_table
-    from distforest.jobs.knn_model import check_knn_size, fit_and_save_model, normalize_choice
+    from distforest.jobs import knn_model
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
+    knn_model.check_distances(distances, metric)
     table = load_table(train, target=target, drop=drop, na_values=na_values)
     check_can_create(out, overwrite)
-    check_knn_size(table, select, _n_features(n_features), metric, n_estimators)
+    knn_model.check_knn_size(table, select, _n_features(n_features), metric, n_estimators)
     if dry_run:  # the plan of a k-NN pipeline with this model (cross-validation not counted)
         from distforest.jobs.knn import KNNJob
 
@@ -95,13 +101,15 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
         show(job.plan(), out)
         return
     params = {"n_neighbors": k, "weights": weights, "metric": metric,
-              "normalize": normalize_choice(normalize), "feature_range": feature_range,
+              "normalize": knn_model.normalize_choice(normalize), "feature_range": feature_range,
               "algorithm": algorithm, "select": select,
               "n_features_to_select": _n_features(n_features), "n_estimators": n_estimators,
               "random_state": random_state}  # fmt: skip
+    if distances is not None:
+        params["metric_params"] = {"distances": distances}
     tasks = metric in FOREST_METRICS or select is not None  # else the fit only keeps the rows
     with place(table.X.size if tasks else 0, cluster_kw(options)):
-        model, task = fit_and_save_model(table, task, params, out, overwrite)
+        model, task = knn_model.fit_and_save_model(table, task, params, out, overwrite)
     kept = [n for n, s in zip(table.feature_names, model.support_, strict=True) if s]
     click.echo(
         f"k-NN {task} model (k={k}, {weights}, {metric}, normalize {normalize}) on "

@@ -10,6 +10,7 @@ per test object: ``prediction`` (the label as given in training) and one
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import click
@@ -24,7 +25,6 @@ from distforest.cli.options import (
     trees_option,
 )
 from distforest.cli.similarity_cmd import bars, cluster_kw
-from distforest.errors import ParameterError
 from distforest.forests import constraints as C
 from distforest.jobs.outputs import check_new_file
 
@@ -53,6 +53,7 @@ def simforest() -> None:
     \b
     Examples:
       distforest simforest fit --similarity S.npy --labels labels.csv --out model.zarr
+      distforest simforest fit --distances D.npy --labels labels.csv --out model.zarr
       distforest simforest predict model.zarr --similarity Q.npy --out predictions.csv
       distforest simforest fit data.csv --target Class --metric rbf --out model.zarr
       distforest simforest predict model.zarr new.csv --out predictions.csv
@@ -65,10 +66,14 @@ def simforest() -> None:
 @click.option("--similarity", "matrix", metavar="S.npy|S.zarr",
               help="n x n similarity (or distance) matrix: .npy, a Zarr array or group; "
                    "NaN = not observed.")  # fmt: skip
+@click.option("--distances", metavar="D.npy|D.zarr",
+              help="n x n full, symmetric distance matrix instead: turned into similarities "
+                   "by double centring, S = -1/2 J D^2 J (the SimForest paper), row block by "
+                   "row block.")  # fmt: skip
 @click.option(
     "--labels",
     metavar="LABELS.csv",
-    help="With --similarity: CSV with a header and one column, a label per object.",
+    help="With --similarity or --distances: CSV with a header and one column, a label per object.",
 )
 @click.option("--target", metavar="COLUMN", help="With DATA: the label column.")
 @click.option(
@@ -124,52 +129,47 @@ def simforest() -> None:
 @dry_run_option
 @cluster_options
 @click.pass_context
-def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labels: str | None,
-                  target: str | None, metric: str | None, normalize: str, out: str,
-                  overwrite: bool, drop: tuple[str, ...], na_values: tuple[str, ...],
-                  dry_run: bool, **options: Any) -> None:  # fmt: skip
+def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
+                  distances: str | None, labels: str | None, target: str | None,
+                  metric: str | None, normalize: str, out: str, overwrite: bool,
+                  drop: tuple[str, ...], na_values: tuple[str, ...], dry_run: bool,
+                  **options: Any) -> None:  # fmt: skip
     """Grow a SimForest from a similarity matrix and labels, or from a table (DATA).
 
     With --similarity the forest sees only the matrix (rows read as the trees
-    need them). With DATA, similarities between rows are computed on the fly
-    by --metric, and the model keeps the features of the objects its splits
-    use, all that prediction needs.
+    need them); --distances is double-centred into similarities first (kept
+    in a temporary Zarr array next to --out while the forest grows; the
+    model keeps the column means, so that predict takes --distances too).
+    With DATA, similarities between rows are computed on the fly by
+    --metric, and the model keeps the features of the objects its splits use,
+    all that prediction needs.
     """
-    from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.jobs.estimates import check_size, estimate_forest_metric
-    from distforest.jobs.simforest import metric_params, read_fit_input
+    from distforest.jobs.simforest_model import checked_fit, save_model
     from distforest.parallel.placement import cells_of, place
-    from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
     params = {k: options.pop(k) for k in ("kind", "n_estimators", "n_pairs", "missing",
                                           "max_depth", "min_samples_leaf", "bootstrap",
                                           "random_state")}  # fmt: skip
-    fit_input = read_fit_input(data=data, matrix=matrix, labels=labels, target=target,
-                               normalize=normalize, drop=drop, na_values=na_values)  # fmt: skip
-    if matrix is not None and metric is not None:
-        raise ParameterError("--metric goes with a table DATA, not with --similarity")
-    if data is not None:
-        params["metric"], params["metric_params"] = metric_params(metric or "rbf")
-    check_can_create(out, overwrite)
-    forest = SimilarityForestClassifier(**params)
-    n = fit_input.n
-    plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
-    knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
-    check_size(f"SimForest on {n:,} objects", plan, knobs)
-    if dry_run:
-        from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
+    with ExitStack() as temporary:
+        forest, fit_input, centring = checked_fit(
+            temporary, params, data=data, matrix=matrix, distances=distances, labels=labels,
+            target=target, metric=metric, normalize=normalize, drop=drop, na_values=na_values,
+            out=out, overwrite=overwrite)  # fmt: skip
+        n = fit_input.n
+        if dry_run:
+            from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
 
-        trees, cells = params["n_estimators"], cells_of(fit_input.source)
-        cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
-        show(model_fit_plan("simforest fit", str(data or matrix), n, 1, cells, trees,
-                            forest.batch_size, cpu, {"model (nodes, leaves, inbag)":
-                                                     n * trees * (5 + 2 * 48)},
-                            cluster_kw(options), out), out)  # fmt: skip
-        return
-    with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
-        forest.fit(fit_input.source, fit_input.y)
-    forest.save(out, overwrite=overwrite, attrs=fit_input.attrs)
+            trees, cells = params["n_estimators"], cells_of(fit_input.source)
+            cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
+            show(model_fit_plan("simforest fit", str(data or distances or matrix), n, 1, cells,
+                                trees, forest.batch_size, cpu, {"model (nodes, leaves, inbag)":
+                                                                n * trees * (5 + 2 * 48)},
+                                cluster_kw(options), out), out)  # fmt: skip
+            return
+        with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
+            forest.fit(fit_input.source, fit_input.y)
+    save_model(forest, out, overwrite, fit_input.attrs, distances, centring)
     click.echo(
         f"SimForest of {forest.n_estimators} trees on {n} objects "
         f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
@@ -188,6 +188,9 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
     metavar="Q.npy|Q.zarr",
     help="n_test x n_train similarities (NaN allowed), for a model fitted on a matrix.",
 )
+@click.option("--distances", metavar="Q.npy|Q.zarr",
+              help="n_test x n_train distances (all of them), for a model fitted with "
+                   "--distances: centred with the training means (Gower's rule).")  # fmt: skip
 @click.option(
     "--out",
     required=True,
@@ -199,13 +202,16 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None, labe
 @cluster_options
 @click.pass_context
 def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: str | None,
-                      out: str, overwrite: bool, drop: tuple[str, ...],
-                      na_values: tuple[str, ...], **options: Any) -> None:  # fmt: skip
+                      distances: str | None, out: str, overwrite: bool,
+                      drop: tuple[str, ...], na_values: tuple[str, ...],
+                      **options: Any) -> None:  # fmt: skip
     """Predict the class of new objects with a SimForest model.
 
     A model fitted on a matrix takes --similarity Q (test objects in rows,
     training objects in columns, in training order; only the columns of the
-    model's pair objects are read). A model fitted on a table takes DATA with
+    model's pair objects are read); one fitted with --distances takes
+    --distances Q, all of each test object's distances to the training
+    objects, double-centred with the training means. A model fitted on a table takes DATA with
     the training features (the target column, if present, is ignored).
     """
     from distforest.jobs.simforest_model import predict_to_csv, read_predict_input
@@ -213,8 +219,9 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
 
     start = time.perf_counter()
     check_new_file(out, overwrite)
-    forest, source, n = read_predict_input(model, data, matrix, na_values)
-    with place(cells_of(source), cluster_kw(options), progress=bars(ctx)):
+    forest, source, n, temporary = read_predict_input(model, data, matrix, distances, na_values,
+                                                      out)  # fmt: skip
+    with temporary, place(cells_of(source), cluster_kw(options), progress=bars(ctx)):
         path = predict_to_csv(forest, source, out)
     click.echo(f"{n} predictions in {time.perf_counter() - start:.1f} s\n  predictions:  {path}")
 

@@ -23,7 +23,6 @@ from distforest.cli.options import (
     tile_size_option,
     trees_option,
 )
-from distforest.errors import StoreError
 from distforest.forests.constraints import CLUSTER_METHODS, MODES, SIMILARITY_KINDS
 
 #: ``XForest().get_params()``, written out so that ``--help`` needs no estimator
@@ -66,7 +65,8 @@ XFOREST_DEFAULTS: dict[str, Any] = {
     type=click.IntRange(min=1),
     default=XFOREST_DEFAULTS["leaf_size"],
     show_default=True,
-    help="tau: a node with at most this many rows is a leaf.",
+    help="A node with at most this many rows is a leaf (the paper's tau is this + 1: it "
+    "splits nodes of at least tau rows).",
 )
 @click.option(
     "--beta",
@@ -185,22 +185,12 @@ def cluster_cmd(
 ) -> None:
     """Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."""
     from distforest.forests.xforest import XForest
-    from distforest.forests.xforest_similarity import SIMILARITY_NAMES
     from distforest.jobs.outputs import check_new_file
-    from distforest.jobs.xforest import read_truth, run_clustering
-    from distforest.parallel.placement import place
-    from distforest.store.run_store import RunStore
+    from distforest.jobs.xforest import cluster_stored, read_truth, stored_for_clustering
 
     for path in (options["out"], options["plot"]):
         check_new_file(path, overwrite)
-    rs = RunStore.open(store, require_complete=not matrix_free)
-    name = SIMILARITY_NAMES[kind]
-    n = int(rs.attrs.get("input", {}).get("n_samples", 0))
-    if not matrix_free and name not in rs.group:
-        raise StoreError(
-            f"store {rs.path!r} has no {name}; write it with `distforest xforest "
-            f"--kind {kind}` or pass --matrix-free"
-        )
+    rs, name, n = stored_for_clustering(store, kind, matrix_free)
     labels_truth = None if truth is None else read_truth(truth, n)
     if dry_run:
         from distforest.jobs.command_plans import cluster_plan
@@ -211,19 +201,10 @@ def cluster_cmd(
              options["out"])  # fmt: skip
         return
     start = time.perf_counter()
-    params = {
-        k: options.pop(k)
-        for k in ("method", "k", "eps", "min_samples", "n_init", "random_state", "out", "plot")
-    }
-    if matrix_free:
-        if params["plot"]:
-            raise click.UsageError("--plot needs the stored matrix; drop --matrix-free")
-        forest = XForest.load(store)
-        with place(forest._fitted_cells(), connect_kwargs(options)):
-            with forest.product_session(kind) as product:
-                written, result = run_clustering(product, params, truth=labels_truth)
-    else:
-        written, result = run_clustering(rs.dataset()[name], params, truth=labels_truth)
+    keys = ("method", "k", "eps", "min_samples", "n_init", "random_state", "out", "plot")
+    params = {k: options.pop(k) for k in keys}
+    written, result = cluster_stored(rs, name, kind, matrix_free, params, labels_truth,
+                                     connect_kwargs(options))  # fmt: skip
     click.echo(f"{params['method']} on {name} of {n} rows in {time.perf_counter() - start:.1f} s")
     if result is not None:
         click.echo("  " + "  ".join(f"{k} {v:.4f}" for k, v in result.items()))

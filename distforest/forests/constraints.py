@@ -56,8 +56,8 @@ METRICS = (*DISTANCES, *SIMILARITIES)
 NORMALIZATIONS = ("range", "zscore")
 #: Nearest-neighbour searches.
 ALGORITHMS = ("auto", "kd_tree", "ball_tree", "brute")
-#: Similarities learned by a forest (k-NN's forest metrics).
-FOREST_METRICS = ("rf-proximity", "rfgap", "beta", "simforest")
+#: Similarities (SMERF: a distance) learned by a forest (k-NN's forest metrics).
+FOREST_METRICS = ("rf-proximity", "rfgap", "beta", "simforest", "smerf")
 
 
 class Constraint(Protocol):
@@ -259,10 +259,13 @@ IMPUTE_ITERATIONS = Int(
 )
 #: How a missing category is chosen: the level with the largest summed weight, or mean weight.
 VOTES = ("sum", "mean")
-#: ``column``: one forest per column (the default); the others are Breiman's rfImpute
-#: with one forest for all columns, weighted by RF-GAP (``rfimpute``, same as ``rfgap``)
-#: or by the ``original`` / ``oob`` proximity.
+#: ``column``: one forest per column (the default); ``rfimpute``: R's rfImpute (random-forest
+#: trees, Breiman's proximity); the others one forest for all columns, refitted, weighted by
+#: the ``rfgap`` / ``original`` / ``oob`` proximity (extra-trees of one feature per split).
 IMPUTE_PROXIMITIES = ("column", "rfimpute", *PROXIMITY_METHODS)
+#: The imputer's tree learners: ``auto`` is the proximity's own (random-forest for
+#: ``rfimpute``, extra-trees for the others).
+IMPUTE_KINDS = ("auto", *KINDS)
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> dict[str, Any]:
@@ -301,12 +304,12 @@ def check_out_of_bag_uses(
 ) -> None:
     """The rule for several settings at once: each ``where -> method`` of ``uses`` whose
     method weighs rows by being out of bag (:data:`OUT_OF_BAG_METHODS`, and the
-    imputation's ``rfimpute``, which is RF-GAP) needs ``bootstrap`` true.
+    the imputation's, of the same names) needs ``bootstrap`` true.
 
     ``bootstrap_name`` names the setting in the message (``forest.bootstrap`` in a pipeline).
     """
     needs = [f"{where}={method!r}" for where, method in uses.items()
-             if method in (*OUT_OF_BAG_METHODS, "rfimpute")]  # fmt: skip
+             if method in OUT_OF_BAG_METHODS]  # fmt: skip
     if needs and not bootstrap:
         raise ParameterError(
             f"{', '.join(needs)} need{'s' if len(needs) == 1 else ''} out-of-bag rows, but "

@@ -24,10 +24,16 @@ votes use ``1 / (1 - s)^2``, and ``s = 1`` is an exact match).
   node as the training row (Breiman's proximity; a node where a missing
   similarity held an object counts as its leaf).  A classification forest:
   it needs class labels.
+- ``"smerf"``: the distance a :class:`~distforest.forests.smerf.SMERF` learned
+  from the features and the training rows' observed distances (given as
+  ``metric_params={"distances": D}``): the mean of D over the in-bag members
+  of the two rows' leaves, averaged over the trees.  A distance, used as it
+  is (``cross_distance``), not through ``1 - s``.
 
 The forest similarities can be saved (:meth:`ProximitySimilarity.save`,
-:meth:`BetaSimilarity.save`, :meth:`SimForestSimilarity.save`: the forest's
-own Zarr layout, no pickle) and read
+:meth:`BetaSimilarity.save`, :meth:`SimForestSimilarity.save`,
+:meth:`SMERFDistance.save`: the forest's own Zarr layout, no pickle; a
+SMERF keeps its copy of D) and read
 back with :func:`load_similarity`; a k-NN model keeps its metric's forest that
 way, in a group of the model store.
 """
@@ -43,6 +49,7 @@ from distforest.errors import NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.simforest import SimilarityForestClassifier
+from distforest.forests.smerf import SMERF
 from distforest.forests.xforest import XForest
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
 from distforest.parallel.execution import SYNCHRONOUS, execution
@@ -272,18 +279,77 @@ class SimForestSimilarity(_SavedForest):
         return sim
 
 
-def load_similarity(metric: str, store: str | Path) -> CrossSimilarity:
+class SMERFDistance(_SavedForest):
+    """SMERF's learned distance of new rows to the training rows.
+
+    Parameters
+    ----------
+    distances : path or array-like, shape (n, n)
+        Observed distances between the training rows (NaN = not observed),
+        in the order of the rows given to :meth:`fit` (see :meth:`SMERF.fit`).
+    n_estimators : int
+    random_state : int or None
+    **forest_params
+        Any other :class:`~distforest.forests.smerf.SMERF` parameter.
+    """
+
+    def __init__(
+        self,
+        distances: Any = None,
+        n_estimators: int = 100,
+        random_state: int | None = None,
+        **forest_params: Any,
+    ) -> None:
+        self.distances = distances
+        self.n_estimators = n_estimators
+        self.random_state = random_state
+        self.forest_params = forest_params
+
+    def fit(self, X: Any, y: Any = None) -> SMERFDistance:
+        """Grow a SMERF on ``X`` and the observed ``distances`` (``y`` is not used)."""
+        if self.distances is None:
+            raise ParameterError(
+                "metric='smerf' learns a distance from the training rows' observed distances: "
+                "pass metric_params={'distances': D} (an n x n matrix or a .npy/Zarr path; "
+                "on the command line, knn fit --distances D.npy)"
+            )
+        self.forest_ = SMERF(
+            n_estimators=self.n_estimators, random_state=self.random_state, **self.forest_params
+        ).fit(np.asarray(X, dtype=np.float64), self.distances)
+        return self
+
+    def cross_distance(self, X_query: Any) -> np.ndarray:
+        """Learned distance of each query row to each training row, (n_query, n_fit).
+
+        Computed in this process: this runs inside the neighbour-search tasks.
+        """
+        if not hasattr(self, "forest_"):
+            raise NotFittedError("call fit(X) before cross_distance")
+        with execution(client=SYNCHRONOUS):
+            D = self.forest_.predict_distance(np.asarray(X_query, dtype=np.float64))
+        return np.asarray(D.values, dtype=np.float64)
+
+    @classmethod
+    def load(cls, store: str | Path) -> SMERFDistance:
+        """The fitted distance of a SMERF written by :meth:`save` (with its copy of D)."""
+        forest = SMERF.load(store)
+        sim = cls(None, forest.n_estimators, forest.random_state)
+        sim.forest_ = forest
+        return sim
+
+
+def load_similarity(metric: str, store: str | Path) -> CrossSimilarity | SMERFDistance:
     """Read back the forest similarity ``metric`` saved at ``store`` (no code is run).
 
     Parameters
     ----------
-    metric : {"rf-proximity", "rfgap", "beta", "simforest"}
+    metric : {"rf-proximity", "rfgap", "beta", "simforest", "smerf"}
     store : str or Path
         Written by the similarity's ``save``.
 
     Returns
     -------
-    ProximitySimilarity, BetaSimilarity or SimForestSimilarity
+    ProximitySimilarity, BetaSimilarity, SimForestSimilarity or SMERFDistance
         Fitted: ``cross_similarity`` works at once.
     """
     if metric in ("rf-proximity", "rfgap"):
@@ -292,14 +358,31 @@ def load_similarity(metric: str, store: str | Path) -> CrossSimilarity:
         return BetaSimilarity.load(store)
     if metric == "simforest":
         return SimForestSimilarity.load(store)
+    if metric == "smerf":
+        return SMERFDistance.load(store)
     raise StoreError(f"no saved forest similarity {metric!r}; expected one of {C.FOREST_METRICS}")
 
 
 def make_similarity(
-    metric: Any, n_estimators: int, random_state: int | None
-) -> CrossSimilarity | FunctionDistance | None:
-    """The similarity object for a forest ``metric`` name or a user's object; None otherwise."""
+    metric: Any,
+    n_estimators: int,
+    random_state: int | None,
+    metric_params: dict[str, Any] | None = None,
+) -> CrossSimilarity | FunctionDistance | SMERFDistance | None:
+    """The similarity object for a forest ``metric`` name or a user's object; None otherwise.
+
+    ``metric_params`` holds ``distances`` for ``"smerf"`` (the only forest metric with
+    parameters of its own).
+    """
     if isinstance(metric, str):
+        if metric == "smerf":
+            params = dict(metric_params or {})
+            distances = params.pop("distances", None)
+            if params:
+                raise ParameterError(
+                    f"metric='smerf' takes metric_params={{'distances': D}}, not {sorted(params)}"
+                )
+            return SMERFDistance(distances, n_estimators, random_state)
         if metric in ("rf-proximity", "rfgap"):
             return ProximitySimilarity(metric, n_estimators, random_state)
         if metric == "beta":

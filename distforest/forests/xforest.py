@@ -63,10 +63,12 @@ class XForest(DaskEstimator):
     n_directions : int, default 2
         X, the directions per tree (``mode="x"``).
     leaf_size : int, default 10
-        A node with at most this many points is a leaf.  The X-Forest paper
-        stops splitting when a node holds *fewer than* tau points, so
+        A node with at most this many points is a leaf; a node of
+        ``leaf_size + 1`` distinct points is split.  The X-Forest paper stops
+        splitting when a node holds *fewer than* tau points, so
         ``leaf_size = tau - 1`` gives the paper's trees (``leaf_size=9`` for
-        its tau = 10).
+        its tau = 10; ``tests/test_xforest.py`` checks both sides of the
+        boundary).
     beta : float in [0, 1], default 0.9
         Decay per edge of the beta-similarity ``mean_t beta ** edges(a, b)``.
     mode : {"x", "standard"}, default "x"

@@ -22,6 +22,16 @@ def normalize_choice(value: str) -> str | None:
     return None if value == "none" else value
 
 
+def check_distances(distances: str | None, metric: str) -> None:
+    """``--distances`` goes with ``--metric smerf`` (the observed distances it learns from)."""
+    if (distances is None) == (metric == "smerf"):
+        raise ParameterError(
+            "--metric smerf needs --distances D.npy (the observed distances of TRAIN's rows)"
+            if distances is None
+            else f"--distances is for --metric smerf, not --metric {metric}; remove it"
+        )
+
+
 def check_knn_size(table: Any, select: str | None, n_features: Any, metric: str,
                    trees: int) -> None:  # fmt: skip
     """Before any work: features to select at most the table's; a forest metric's trees

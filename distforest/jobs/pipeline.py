@@ -10,7 +10,7 @@ applications and where the outputs go::
     proximity: {method: original}         # original | oob | rfgap; top_k: 50 (each row's
                                           # 50 nearest rows instead of the n x n matrix;
                                           # dense: true writes both)
-    impute:  {out: imputed.csv, proximity: column}  # column | rfimpute | rfgap | original | oob
+    impute:  {out: imputed.csv, proximity: column}  # column | rfimpute (R) | rfgap | original | oob
     outliers: {out: outliers.csv, plot: outliers.png}                 # optional
     mislabels: {out: suspects.csv}                                     # optional
     mds:     {out: mds.csv, plot: mds.png, components: 2}              # optional

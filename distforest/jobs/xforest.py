@@ -21,7 +21,7 @@ from distforest import location
 from distforest._version import __version__
 from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
-from distforest.errors import ConfigError, InputError, ParameterError
+from distforest.errors import ConfigError, InputError, ParameterError, StoreError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
@@ -312,3 +312,30 @@ def xforest_job(
         name=str(data.get("name") or "xforest"),
         source=source,
     )
+
+
+def stored_for_clustering(store: str, kind: str, matrix_free: bool) -> tuple[RunStore, str, int]:
+    """``distforest cluster``'s store, the name of its similarity and its rows; a store
+    without the stored matrix (unless ``matrix_free``) is refused."""
+    rs = RunStore.open(store, require_complete=not matrix_free)
+    name = SIMILARITY_NAMES[kind]
+    if not matrix_free and name not in rs.group:
+        raise StoreError(
+            f"store {rs.path!r} has no {name}; write it with `distforest xforest "
+            f"--kind {kind}` or pass --matrix-free"
+        )
+    return rs, name, int(rs.attrs.get("input", {}).get("n_samples", 0))
+
+
+def cluster_stored(rs: RunStore, name: str, kind: str, matrix_free: bool, params: dict[str, Any],
+                   truth: np.ndarray | None, connect: dict[str, Any],
+                   ) -> tuple[dict[str, str], dict[str, float] | None]:  # fmt: skip
+    """Cluster the rows of a store: from its stored matrix, or matrix-free from its trees
+    (products where :func:`~distforest.parallel.placement.place` says)."""
+    if not matrix_free:
+        return run_clustering(rs.dataset()[name], params, truth=truth)
+    if params["plot"]:
+        raise ParameterError("--plot needs the stored matrix; drop --matrix-free")
+    forest = XForest.load(rs.path)
+    with place(forest._fitted_cells(), connect), forest.product_session(kind) as product:
+        return run_clustering(product, params, truth=truth)

@@ -8,14 +8,16 @@ product session and hands the result here.
   (``m (x - center)`` and ``m``), one per observed level of a categorical one;
 - :func:`build_v` fills V from the observed values;
 - :func:`update_cells` turns ``P @ V`` into weighted means and votes, in place;
-- :func:`start_values` and :func:`change_statistics` are the start and
-  missForest's stopping statistics.
+- :func:`start_values` and :func:`change_statistics` are the start (R's
+  ``na.roughfix``) and missForest's stopping statistics;
+- :func:`rfimpute_mtry` is R ``randomForest``'s default ``mtry``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import isqrt
 
 import numpy as np
 
@@ -100,7 +102,24 @@ def update_cells(
     return fallbacks
 
 
+def rfimpute_mtry(task: str, n_features: int) -> int:
+    """R ``randomForest``'s default ``mtry``: features tried at each split.
+
+    ``floor(sqrt(p))`` for classification (and R's unsupervised forests, which
+    are classifiers of the data against a synthetic class), ``floor(p / 3)``
+    for regression; at least 1.
+    """
+    if task == "regression":
+        return max(n_features // 3, 1)
+    return max(isqrt(n_features), 1)
+
+
 def start_values(X: np.ndarray, categorical: np.ndarray) -> np.ndarray:
+    """R's ``na.roughfix``: each column's median, or its most frequent level (code).
+
+    Ties between levels go to the lowest code (the first level, as R's
+    ``which.max(table(x))``).
+    """
     values = np.empty(X.shape[1])
     for j in range(X.shape[1]):
         col = X[:, j]

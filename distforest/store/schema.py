@@ -114,6 +114,13 @@ ARRAYS: dict[str, ArraySpec] = {
     ),
     "depth": ArraySpec(("sample", "tree"), "int32", True, "depth of row i's leaf in tree t"),
     "pair_ids": ArraySpec(("pair",), "int64", False, "training ids of a SimForest's pair objects"),
+    "centring_means": ArraySpec(
+        ("sample",),
+        "float64",
+        True,
+        "mean squared distance of each training object (SimForest "
+        "double centring; attribute grand_mean)",
+    ),
     "pair_objects": ArraySpec(
         ("pair", "feature"), "float64", False, "features of a SimForest's pair objects"
     ),
