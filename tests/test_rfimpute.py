@@ -142,7 +142,7 @@ def test_five_iterations_of_random_forests_and_breimans_proximity(monkeypatch, s
         np.testing.assert_allclose(trained_on, encoded, rtol=1e-9, atol=1e-12)
         P = dense_original_proximity(forest.leaves_, forest.leaves_)  # all rows, diagonal 1
         assert np.all(np.diag(P) == 1.0)
-        expected, ties = expected_first_iteration(Xm, categorical, P, "sum", start)
+        expected, ties = expected_first_iteration(Xm, categorical, P, "mean", start)  # R
         for (i, j), tied in ties.items():  # an exact tie may go either way
             expected[i, j] = got[i, j] if got[i, j] in tied else expected[i, j]
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
@@ -167,6 +167,10 @@ def test_defaults_and_refusals():
         5, 300, "random-forest",
     )  # fmt: skip
     assert params["weights"] == "original"
+    assert params["categorical_vote"] == "mean"  # R: the level of largest average proximity
+    assert ProximityImputer(proximity="rfgap")._settings()["categorical_vote"] == "sum"
+    forced = ProximityImputer(proximity="rfimpute", categorical_vote="sum")._settings()
+    assert forced["categorical_vote"] == "sum"
     old = ProximityImputer(proximity="rfgap")._settings()  # the mode 'rfimpute' named before
     assert (old["iterations"], old["n_estimators"], old["kind"], old["max_features"]) == (
         5, 100, "extra-trees", 1,

@@ -85,6 +85,7 @@ MODE_DEFAULTS: dict[str, tuple[Any, Any, Any]] = {
     "n_estimators": (35, 300, 100),
     "max_features": (0.5, "mtry", 1),
     "kind": ("extra-trees", "random-forest", "extra-trees"),
+    "categorical_vote": ("sum", "mean", "sum"),
 }
 #: What ``proximity="rfimpute"`` named before it became R's rfImpute (told once per fit).
 RENAMED_RFIMPUTE = (
@@ -168,11 +169,13 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         counted over the trees where both rows are out of bag, divided by the
         number of trees where the imputed row is).  Which to use:
         ``benchmarks/results/imputation.md``.
-    categorical_vote : {"sum", "mean"}, default "sum"
+    categorical_vote : {"auto", "sum", "mean"}, default "auto"
         One-forest modes only.  ``sum``: the level with the largest
         proximity-weighted sum (Breiman's description).  ``mean``: that sum
         divided by the level's number of observed rows (what R's ``rfImpute``
-        code computes): favours rare levels.
+        code computes, "the category with the largest average proximity"):
+        favours rare levels.  ``auto``: ``mean`` for ``rfimpute``, ``sum``
+        for the others.
     categorical_features : sequence of str or int, optional
         Columns to treat as categorical besides text columns and pandas
         ``category`` columns (which always are), e.g. integer-coded
@@ -313,7 +316,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         iterations: int | None = None,
         *,
         proximity: str = "column",
-        categorical_vote: str = "sum",
+        categorical_vote: str = "auto",
         categorical_features: Sequence[str | int] | None = None,
         n_estimators: int | None = None,
         task: str = "auto",
@@ -384,7 +387,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         params = self._validated()
         mode = {"column": 0, "rfimpute": 1}.get(params["proximity"], 2)
         for name, defaults in MODE_DEFAULTS.items():
-            if params[name] is None or (name in ("max_features", "kind")
+            if params[name] is None or (name in ("max_features", "kind", "categorical_vote")
                                         and params[name] == "auto"):  # fmt: skip
                 params[name] = defaults[mode]
         if params["max_features"] == "mtry" and hasattr(self, "max_features_"):

@@ -26,7 +26,7 @@ from distforest.forests.constraints import IMPUTE_KINDS, IMPUTE_PROXIMITIES, TAS
 DEFAULTS: dict[str, Any] = {
     "iterations": None,
     "proximity": "column",
-    "categorical_vote": "sum",
+    "categorical_vote": "auto",
     "categorical_features": None,
     "n_estimators": None,
     "task": "auto",
@@ -95,7 +95,7 @@ DEFAULTS: dict[str, Any] = {
     default=DEFAULTS["categorical_vote"],
     show_default=True,
     help="sum: level with the largest weight; mean: that weight over the level's "
-    "count (R's rfImpute).",
+    "count (R's rfImpute); auto: mean for --proximity rfimpute, else sum.",
 )
 @click.option(
     "--task",

@@ -258,7 +258,7 @@ IMPUTE_ITERATIONS = Int(
     1, none=True, high=MAX_IMPUTE_ITERATIONS, why="the imputation settles within 4 to 6 iterations"
 )
 #: How a missing category is chosen: the level with the largest summed weight, or mean weight.
-VOTES = ("sum", "mean")
+VOTES = ("auto", "sum", "mean")
 #: ``column``: one forest per column (the default); ``rfimpute``: R's rfImpute (random-forest
 #: trees, Breiman's proximity); the others one forest for all columns, refitted, weighted by
 #: the ``rfgap`` / ``original`` / ``oob`` proximity (extra-trees of one feature per split).
