@@ -37,9 +37,12 @@ SECONDS_PER = {
     # (benchmarks/results/small_commands.md): a rough guide, not a calibration
     "sim_fit": 1.2e-5,  # one SimForest tree: per object x log2(objects) x pairs tried
     "smerf_fit": 3e-8,  # one SMERF tree: per row pair x log2(rows)
-    # one row's top-k proximity neighbours, per tree: 0.55 us measured at n = 20,000 and
-    # 1.2 us at n = 100,000 (100 trees, k = 50, a busy machine), rounded up; it grows with
-    # the rows a leaf holds
+    # one row's top-k proximity neighbours, per tree, when trees grow on all n rows:
+    # 0.55 us measured at n = 20,000 and 1.2 us at n = 100,000 (100 trees, k = 50, a busy
+    # machine), rounded up.  Trees grown on m < n rows have leaves n / m times as crowded:
+    # the work is multiplied by (0.35 + 0.65 n / m) (wall 2.65 us a row and tree at n =
+    # 1,000,000, m = 200,000, against 0.73 us at m = n: benchmarks/results/
+    # proximity_neighbors.md), so it grows as n^2 at a fixed m
     "neighbors": 2e-6,
 }
 
@@ -80,13 +83,14 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     plan = TilePlan(n, n, int(forest["tile_size"]), symmetric=SYMMETRIC[job.method])
     tile = plan.chunks[0]
     leaf = max(1, int(forest["min_samples_leaf"]))
+    m = rows_per_tree(n, forest)
     threads = threads or os.cpu_count() or 1
     batch = int(forest["batch_size"] or default_batch_size(trees, threads))
     top_k = getattr(job, "top_k", None)
     dense = top_k is None or bool(getattr(job, "dense", False))
     tiles = plan.n_tasks if dense else 0
     outputs_per_node = 4 * 8  # class probabilities or values, at most a few columns
-    nodes = trees * 2 * _BOOTSTRAP_SHARE * n / leaf
+    nodes = trees * 2 * _BOOTSTRAP_SHARE * m / leaf
     per_row = {"leaves": 4, "inbag": 1, "leaf_mass": 4 if job.method == "rfgap" else 0}
     # Breiman's proximity is stored as counts of trees (uint8 / uint16), the others as float32
     stored = count_dtype(trees) if job.method == "original" else None
@@ -111,13 +115,14 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     files["pictures"] = 300_000 * pictures
     if top_k is not None:
         store["top-k neighbours (index, proximity)"] = n * top_k * 12
-    fit_cpu = fit_seconds(trees, n, d, forest["max_features"])
+    fit_cpu = fit_seconds(trees, m, d, forest["max_features"])
     cpu = fit_cpu + SECONDS_PER["tile"] * trees * tiles * tile * tile
     # the rows' co-leaf index (members, leaf table: up to 2 nodes a bootstrap row; the
     # leaves and in-bag counts read to build it) and one task's counters and keys
     neighbor_peak = 0.0
     if top_k is not None:
-        cpu += SECONDS_PER["neighbors"] * n * trees
+        crowding = 0.35 + 0.65 * n / max(m, 1)
+        cpu += SECONDS_PER["neighbors"] * n * trees * crowding
         neighbor_peak = n * trees * (5 + 5 + 4 * 2 * _BOOTSTRAP_SHARE / leaf) + n * 30
     if job.impute:
         imp = {**job.impute}
@@ -154,6 +159,18 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "memory_bytes": 2 * n * trees * sum(per_row.values()) + 3 * x_bytes,
         "cpu_seconds": cpu,
     }
+
+
+def rows_per_tree(n: int, forest: dict[str, Any]) -> int:
+    """Rows each tree grows on: ``max_samples`` of the forest, or its default rule for ``n``."""
+    from distforest.forests.proximity_forest import AUTO_ROWS_PER_TREE, LARGE_FOREST_ROWS
+
+    share = forest.get("max_samples")
+    if not forest.get("bootstrap", True):
+        return n
+    if share is None:
+        return n if n <= LARGE_FOREST_ROWS else AUTO_ROWS_PER_TREE
+    return max(1, round(float(share) * n))
 
 
 def fit_seconds(trees: int, n: int, d: int, max_features: Any = "auto") -> float:
