@@ -173,6 +173,12 @@ def knn_job(
 
 
 def _check_metric(metric: str, where: str, source: str, *, forest: bool) -> None:
+    if forest and metric == "smerf":  # learns from a distance matrix a pipeline cannot name
+        raise ConfigError(
+            f"{source}: {where}: 'smerf' learns from a matrix of observed distances, which a "
+            "k-NN pipeline cannot pass; fit it with `distforest knn fit TRAIN --metric smerf "
+            "--distances D.npy --out model.zarr`, or pick another metric"
+        )
     if forest and metric in FOREST_METRICS:
         return
     try:
