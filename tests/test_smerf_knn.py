@@ -111,8 +111,9 @@ def test_cli_knn_fit_and_predict_with_smerf(tmp_path):
 
 def test_knn_pipeline_refuses_smerf_naming_the_command(tmp_path):
     """A k-NN pipeline cannot pass SMERF's distance matrix: exit 4 naming `knn fit`."""
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     source = Path(__file__).resolve().parents[1] / "pipelines" / "knn.yaml"
     config = yaml.safe_load(source.read_text())
