@@ -606,10 +606,10 @@ def calibrate() -> list[dict[str, Any]]:
     """Core-seconds per unit of work, in this process (compare with plan.SECONDS_PER)."""
     from sklearn.datasets import make_classification
 
-    from distforest.cli.plan import SECONDS_PER
     from distforest.forests.pairwise import pairwise
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.forests.xforest import XForest
+    from distforest.jobs.estimates import SECONDS_PER
 
     rows = []
     tmp = Path("/tmp/distforest_calibrate")
@@ -728,7 +728,7 @@ def write_report(
             "",
             "## Rates behind the size estimates (`--calibrate`)",
             "",
-            "CPU seconds per unit in one process (`cli/plan.py` SECONDS_PER assumes the "
+            "CPU seconds per unit in one process (`jobs/plan.py` SECONDS_PER assumes the "
             "last column; units: fit = tree x row x log2(rows) x sqrt(features), tile = "
             "pair x tree, rp_fit = tree x row x log2(rows), measure = pair x feature).",
             "",

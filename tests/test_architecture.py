@@ -1,6 +1,6 @@
 """The rooms of docs/design.md section 2: data flows one way.
 
-``io -> kernels -> parallel -> store -> forests -> apps -> cli``: a room may
+``io -> kernels -> parallel -> store -> forests -> apps -> jobs -> cli``: a room may
 import the rooms to its left (and ``errors``/``_version``), never those to its
 right; ``parallel`` and ``store`` do not import each other; ``kernels`` stays
 free of dask, distributed, zarr, xarray and pandas.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "distforest"
-ROOMS = ["io", "kernels", "parallel", "store", "forests", "apps", "cli"]
+ROOMS = ["io", "kernels", "parallel", "store", "forests", "apps", "jobs", "cli"]
 KERNEL_FORBIDDEN = {"dask", "distributed", "zarr", "xarray", "pandas"}
 
 

@@ -146,7 +146,7 @@ def test_run_pipeline_and_its_validation(tmp_path, breast_cancer_csv):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "pipelines").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_pipelines_parse(path):
-    from distforest.cli.pipeline import load_pipeline
+    from distforest.jobs.pipeline import load_pipeline
 
     job = load_pipeline(path)
     assert job.input and job.out

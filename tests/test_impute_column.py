@@ -254,8 +254,8 @@ def test_cli_small_table_runs_in_process(breast_cancer_csv, tmp_path, monkeypatc
 
 
 def test_pipeline_impute_proximity_choices(tmp_path, breast_cancer_csv):
-    from distforest.cli.pipeline import load_pipeline
     from distforest.errors import ConfigError
+    from distforest.jobs.pipeline import load_pipeline
 
     base = (f"input: {{path: {breast_cancer_csv}, target: Class, drop: [Id]}}\n"
             f"output: {{dir: {tmp_path}}}\n")  # fmt: skip

@@ -196,8 +196,8 @@ def test_cli_and_pipeline_take_max_samples(breast_cancer_csv, tmp_path):
     import pandas as pd
 
     from distforest.cli.main import cli
-    from distforest.cli.pipeline import load_pipeline
     from distforest.errors import ConfigError
+    from distforest.jobs.pipeline import load_pipeline
 
     base = ["-q", "impute", str(breast_cancer_csv), "--target", "Class", "--drop", "Id",
             "--trees", "6", "--seed", "2", "--iterations", "2"]  # fmt: skip

@@ -92,8 +92,8 @@ def test_proximity_job_on_a_folder(tmp_path: Path) -> None:
 
 def test_job_impute_stage_on_parts(tmp_path: Path) -> None:
     """A job's impute stage reads a folder of parts by partitions (column proximity)."""
-    from distforest.cli.jobs import ProximityJob, run_proximity_job
     from distforest.errors import InputError
+    from distforest.jobs.proximity import ProximityJob, run_proximity_job
 
     folder, whole = _export(tmp_path)
     rfimpute = {"out": str(tmp_path / "i.csv"), "proximity": "rfimpute"}

@@ -401,8 +401,8 @@ def test_knn_pipeline_runs_and_matches_oracles(tmp_path, client, monkeypatch):
     ],
 )
 def test_knn_pipeline_errors_are_clear(tmp_path, edit, message):
-    from distforest.cli.pipeline import load_pipeline
     from distforest.errors import ConfigError
+    from distforest.jobs.pipeline import load_pipeline
 
     data = str(Path(__file__).resolve().parents[1] / "distforest/data/ionosphere.csv")
     sections = {"input": f"{{path: {data}, target: Class}}", "knn": "{k: 3}",

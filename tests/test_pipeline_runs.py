@@ -228,9 +228,9 @@ def test_dry_run_prints_the_plan_and_refuses_a_full_disk(tmp_path, monkeypatch):
     assert "699 rows x 9 features" in result.output and "disk:" in result.output
     assert not (tmp_path / "p").exists()
 
-    from distforest.cli import plan
+    from distforest.jobs import estimates
 
-    monkeypatch.setattr(plan, "free_space", lambda directory: 1000)
+    monkeypatch.setattr(estimates, "free_space", lambda directory: 1000)
     for args in (["run", str(path), "--dry-run"], ["-q", "run", str(path)]):
         full = CliRunner().invoke(cli, args)
         assert full.exit_code == 6 and "not enough disk space" in full.output
@@ -484,8 +484,8 @@ def test_knn_pipeline_resumes_by_stage_after_sigkill(tmp_path):
 def test_the_disk_plan_counts_the_proximity_as_stored(method, trees, itemsize):
     """Breiman's proximity is stored as counts of trees (uint8 below 255 trees, then
     uint16); oob and rfgap as float32: the disk pre-check plans that many bytes."""
-    from distforest.cli.jobs import ProximityJob
-    from distforest.cli.plan import estimate
+    from distforest.jobs.estimates import estimate
+    from distforest.jobs.proximity import ProximityJob
 
     forest = {"n_estimators": trees, "tile_size": 1000, "min_samples_leaf": 1,
               "batch_size": None, "max_features": "sqrt"}  # fmt: skip
@@ -498,8 +498,8 @@ def test_the_disk_plan_counts_the_proximity_as_stored(method, trees, itemsize):
 def test_the_memory_plan_counts_the_row_blocks_a_worker_keeps(n, kept):
     """A worker writing tiles keeps the matrix's row blocks (up to a budget): the
     plan's worker peak includes them, on top of a tile task's own arrays."""
-    from distforest.cli.jobs import ProximityJob
-    from distforest.cli.plan import estimate
+    from distforest.jobs.estimates import estimate
+    from distforest.jobs.proximity import ProximityJob
 
     forest = {"n_estimators": 100, "tile_size": 2048, "min_samples_leaf": 1,
               "batch_size": None, "max_features": "sqrt"}  # fmt: skip

@@ -239,7 +239,8 @@ def test_proximity_dry_run_plans_the_tasks_the_run_runs(tmp_path, count_tasks):
     ("pipeline", "setting"),
     [("simforest", "simforest.n_estimators"), ("smerf", "smerf.n_estimators"),
      ("xforest_cluster", "xforest.n_estimators"), ("main", "forest.n_estimators"),
-     ("knn", "knn.k")],
+     ("knn", "knn.k"), ("mds", "forest.n_estimators"), ("mislabels", "forest.n_estimators"),
+     ("outliers", "forest.n_estimators"), ("nightly_impute", "forest.n_estimators")],
 )  # fmt: skip
 def test_pipeline_dry_run_plans_the_tasks_the_run_runs(tmp_path, monkeypatch, count_tasks,
                                                        pipeline, setting):  # fmt: skip
@@ -254,3 +255,82 @@ def test_pipeline_dry_run_plans_the_tasks_the_run_runs(tmp_path, monkeypatch, co
     assert result.exit_code == 0, result.output
     planned, ran = _planned(dry.output), _ran(count_tasks)
     assert planned == ran and ran[0] > 0, (planned, count_tasks)
+
+
+def test_every_shipped_pipeline_is_in_the_dry_run_test():
+    # nightly_score applies a saved model: no fit or tile task to count (it needs the
+    # model of `run main`); tests/test_score_pipeline.py checks its dry run and run
+    shipped = {p.stem for p in (ROOT / "pipelines").glob("*.yaml")} - {"nightly_score"}
+    marks = test_pipeline_dry_run_plans_the_tasks_the_run_runs.pytestmark
+    assert shipped == {pipeline for pipeline, _ in marks[0].args[1]}
+
+
+def _command_args(o: Path) -> dict[str, tuple[list, list]]:
+    """Each command's dry-run arguments, and what must exist before (run first)."""
+    fit_sf = ["simforest", "fit", *BC_T, "--drop", "Bare.nuclei", "--trees", 6,
+              "--out", o / "sf.zarr"]  # fmt: skip
+    fit_knn = ["knn", "fit", *BC_T, "--drop", "Bare.nuclei", "--metric", "rf-proximity",
+               "--trees", 7, "--out", o / "knn.zarr"]  # fmt: skip
+    fit_m = ["smerf", "fit", *BC_X, "--trees", 6, "--distances", o / "D.npy",
+             "--out", o / "m.zarr"]  # fmt: skip
+    return {
+        "outliers": (["outliers", *BC_T, "--trees", 9, "--out", o / "out.csv"], []),
+        "mislabels": (["mislabels", *BC_T, "--trees", 9, "--out", o / "mis.csv"], []),
+        "mds": (["mds", *BC_T, "--trees", 9, "--out", o / "mds.csv"], []),
+        "importances": (["importances", *BC_T, "--trees", 9, "--out", o / "imp.csv"], []),
+        "xforest": (["xforest", *BC_X, "--trees", 20, "--tile-size", 256,
+                     "--out", o / "x.zarr"], []),
+        "similarity": (["similarity", *BC_X, "--tile-size", 256, "--out", o / "s.zarr"], []),
+        "neighbors": (["neighbors", *BC_X, "--out", o / "nn.zarr"], []),
+        "knn fit": (fit_knn, []),
+        "knn predict": (["knn", "predict", o / "knn.zarr", BC, "--out", o / "knn.csv"],
+                        [fit_knn]),
+        "knn predict euclidean": (["knn", "predict", o / "e.zarr", BC, "--out", o / "e.csv"],
+                                  [[*fit_knn[:-2], "--metric", "euclidean", "--out",
+                                    o / "e.zarr"]]),
+        "simforest fit": (fit_sf, []),
+        "simforest proximity": (["simforest", "proximity", o / "sf.zarr", "--tile-size", 256,
+                                 "--out", o / "sfp.zarr"], [fit_sf]),
+        "smerf fit": (fit_m, []),
+        "smerf predict": ([ "smerf", "predict", o / "m.zarr", *BC_X, "--tile-size", 256,
+                           "--out", o / "md.zarr"], [fit_m]),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(_command_args(Path("."))))
+def test_command_dry_run_plans_the_tasks_the_run_runs(tmp_path, count_tasks, command):
+    X = pd.read_csv(BC).drop(columns=["Id", "Class", "Bare.nuclei"]).to_numpy(float)
+    np.save(tmp_path / "D.npy", np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1)))
+    args, before = _command_args(tmp_path)[command]
+    for earlier in before:
+        assert invoke("-q", *earlier).exit_code == 0
+    count_tasks.clear()
+    written = set(tmp_path.iterdir())
+    dry = invoke(*args, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    for field in ("tasks:", "disk:", "memory:", "time:", "runs:"):
+        assert field in dry.output, (field, dry.output)
+    assert count_tasks == [] and set(tmp_path.iterdir()) == written  # nothing run or written
+    result = invoke("-q", *args)
+    assert result.exit_code == 0, result.output
+    planned, ran = _planned(dry.output), _ran(count_tasks)
+    assert planned == ran and ran[0] > 0, (planned, count_tasks)
+
+
+@pytest.mark.parametrize(
+    "how", [["--method", "spectral"], ["--method", "kernel-kmeans", "--matrix-free"]]
+)
+def test_cluster_dry_run_plans_no_counted_task_as_the_run_runs(tmp_path, count_tasks, how):
+    assert (
+        invoke("-q", "xforest", *BC_X, "--trees", 20, "--out", tmp_path / "x.zarr").exit_code == 0
+    )
+    count_tasks.clear()
+    args = ["cluster", tmp_path / "x.zarr", *how, "--k", 2, "--out", tmp_path / "c.csv"]
+    dry = invoke(*args, "--dry-run")
+    assert dry.exit_code == 0 and "time:" in dry.output and count_tasks == [], dry.output
+    assert not (tmp_path / "c.csv").exists()
+    assert ("matrix-free" in dry.output) == ("--matrix-free" in how)
+    assert invoke("-q", *args).exit_code == 0
+    # products (matrix-free) are not counted by either; nothing else is submitted
+    assert _planned(dry.output) == _ran(count_tasks) == (0, 0)
+    assert any(n == "xforest-product" for n, _ in count_tasks) == ("--matrix-free" in how)

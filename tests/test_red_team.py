@@ -92,9 +92,9 @@ def _matrix_args(command: str, source: Path, out: Path) -> list[str]:
 
 @pytest.mark.parametrize("command", list(MATRIX_COMMANDS))
 def test_disk_precheck_refuses_before_any_work(tmp_path, monkeypatch, command):
-    from distforest.cli import plan
+    from distforest.jobs import estimates
 
-    monkeypatch.setattr(plan, "free_space", lambda directory: 1000)
+    monkeypatch.setattr(estimates, "free_space", lambda directory: 1000)
     out = tmp_path / "out" / "m.zarr"
     refused(_matrix_args(command, _table(tmp_path), out), 6, "not enough disk space",
             "only 1.0 kB are free")  # fmt: skip
@@ -396,15 +396,15 @@ def test_bad_input_gets_one_clear_line_and_a_documented_code(tmp_path, monkeypat
 
 
 def test_the_store_being_resumed_or_replaced_counts_as_free_space(tmp_path, monkeypatch):
-    from distforest.cli import plan
     from distforest.errors import StoreError
+    from distforest.jobs import estimates
 
     store = tmp_path / "m.zarr"
     (store / "c").mkdir(parents=True)
     (store / "c" / "0").write_bytes(b"x" * 5000)
-    monkeypatch.setattr(plan, "free_space", lambda directory: 1000)
-    plan.check_disk(tmp_path, 6000, replaces=store)  # 1000 free + 5000 of the old store
+    monkeypatch.setattr(estimates, "free_space", lambda directory: 1000)
+    estimates.check_disk(tmp_path, 6000, replaces=store)  # 1000 free + 5000 of the old store
     with pytest.raises(StoreError, match="not enough disk space"):
-        plan.check_disk(tmp_path, 6001, replaces=store)
+        estimates.check_disk(tmp_path, 6001, replaces=store)
     with pytest.raises(StoreError, match="not enough disk space"):
-        plan.check_disk(tmp_path, 6000)
+        estimates.check_disk(tmp_path, 6000)

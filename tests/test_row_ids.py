@@ -97,8 +97,8 @@ def test_proximity_command_stores_the_ids(tmp_path):
 
 
 def test_pipeline_input_id(tmp_path):
-    from distforest.cli.pipeline import load_pipeline
     from distforest.errors import ConfigError
+    from distforest.jobs.pipeline import load_pipeline
 
     data = tmp_path / "t.csv"
     data.write_text("key,a,b\nk1,1,2\nk2,3,4\n")

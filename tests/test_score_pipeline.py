@@ -130,7 +130,9 @@ def test_dry_run_and_validate_say_what_runs(model):
     result = CliRunner().invoke(cli, ["run", str(path), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "89 new rows against a 89-row model" in result.output
-    assert "no fit, no tiles" in result.output and "(0 of them tiles)" in result.output
+    assert (
+        "no fit, no tiles" in result.output and "tasks:        0 (0 of them tiles)" in result.output
+    )
     assert not (tmp / "dry").exists()
     checked = CliRunner().invoke(cli, ["validate", str(path)])
     assert checked.exit_code == 0 and "scores of new rows" in checked.output

@@ -125,25 +125,25 @@ def test_bad_rows_and_stores_are_refused(client, tmp_path):
 
 
 def test_fit_and_predict_refuse_outputs_that_do_not_fit_on_the_disk(client, tmp_path, monkeypatch):
-    from distforest.cli import plan
+    from distforest.jobs import estimates
 
     X, D, _ = _write(tmp_path, n=40)
     with execution("synchronous"):
         SMERF(n_estimators=3).fit(X, D).save(tmp_path / "model.zarr")
     free = 40 * 40 * 8 - 1  # less than the training distances the model keeps
-    monkeypatch.setattr(plan, "free_space", lambda directory: free)
+    monkeypatch.setattr(estimates, "free_space", lambda directory: free)
     out = tmp_path / "new_model.zarr"
     result = CliRunner().invoke(cli, ["smerf", "fit", str(tmp_path / "X.csv"), "--distances",
                                       str(tmp_path / "D.npy"), "--out", str(out)])  # fmt: skip
     assert result.exit_code == 6 and "not enough disk space" in result.output, result.output
     assert not out.exists() and not list(tmp_path.glob(".new_model.zarr*"))
-    monkeypatch.setattr(plan, "free_space", lambda directory: 30 * 40 * 4 - 1)  # < the matrix
+    monkeypatch.setattr(estimates, "free_space", lambda directory: 30 * 40 * 4 - 1)  # < the matrix
     pred = tmp_path / "pred.zarr"
     result = CliRunner().invoke(cli, ["smerf", "predict", str(tmp_path / "model.zarr"),
                                       str(tmp_path / "A.csv"), "--out", str(pred)])  # fmt: skip
     assert result.exit_code == 6 and "not enough disk space" in result.output, result.output
     assert not pred.exists()
-    monkeypatch.setattr(plan, "free_space", lambda directory: 10**12)
+    monkeypatch.setattr(estimates, "free_space", lambda directory: 10**12)
     result = CliRunner().invoke(cli, ["-q", "smerf", "predict", str(tmp_path / "model.zarr"),
                                       str(tmp_path / "A.csv"), "--out", str(pred),
                                       "--scheduler", client.scheduler.address])  # fmt: skip

@@ -107,3 +107,20 @@ def test_cli_knn_fit_and_predict_with_smerf(tmp_path):
     result = runner.invoke(cli, [str(a) for a in wrong])
     assert result.exit_code == 2 and "--distances is for --metric smerf" in result.output
     assert not (tmp_path / "x.zarr").exists() and not (tmp_path / "y").exists()
+
+
+def test_knn_pipeline_refuses_smerf_naming_the_command(tmp_path):
+    """A k-NN pipeline cannot pass SMERF's distance matrix: exit 4 naming `knn fit`."""
+    from pathlib import Path
+
+    import yaml
+
+    source = Path(__file__).resolve().parents[1] / "pipelines" / "knn.yaml"
+    config = yaml.safe_load(source.read_text())
+    config["knn"]["metric"] = "smerf"
+    config["input"]["path"] = str(source.parents[1] / config["input"]["path"])
+    path = tmp_path / "knn_smerf.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 4, result.output
+    assert "knn.metric" in result.output and "--metric smerf --distances" in result.output

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from distforest import SMERF, execution
 from distforest.cli.main import cli
-from distforest.cli.smerf_job import class_distances
 from distforest.io import load_table
+from distforest.jobs.smerf import class_distances
 from distforest.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from distforest.cli.main import cli
-from distforest.cli.outputs import write_csv, write_text
 from distforest.errors import StoreError
+from distforest.jobs.outputs import write_csv, write_text
 from distforest.store.run_store import PARTIAL_MARK, RunStore
 
 BC = Path(__file__).resolve().parents[1] / "distforest" / "data" / "breast_cancer.csv"

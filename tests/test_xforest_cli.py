@@ -11,9 +11,9 @@ import yaml
 from click.testing import CliRunner
 
 from distforest.cli.main import cli
-from distforest.cli.pipeline import load_pipeline
 from distforest.errors import ConfigError
 from distforest.forests.xforest import XForest
+from distforest.jobs.pipeline import load_pipeline
 from distforest.store import open_store
 
 DATA = Path(__file__).resolve().parents[1] / "distforest" / "data" / "ionosphere.csv"

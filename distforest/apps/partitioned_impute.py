@@ -1,7 +1,7 @@
 """Column imputation of a table read by partitions: the driver never holds the table.
 
 The engine of ``distforest impute`` for a glob, a folder or a large file
-(:func:`distforest.cli.big_input.partitioned_input`) and for an output
+(:func:`distforest.jobs.inputs.partitioned_input`) and for an output
 folder.  The steps, each a set of tasks over the source's partitions:
 
 1. **Pass 1** (:func:`~distforest.io.ingest.read_partitioned`): summaries

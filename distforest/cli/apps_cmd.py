@@ -14,23 +14,25 @@ from distforest.cli.options import (
     CLUSTER_KEYS,
     FOREST_KEYS,
     cluster_options,
-    fitted_forest,
+    dry_run_option,
     forest_options,
     id_option,
     input_options,
     pop_keys,
+    show,
 )
-from distforest.cli.outputs import (
+from distforest.cli.progress import ProgressBars
+from distforest.jobs.outputs import (
     OUTLIER_THRESHOLD,
     check_new_file,
     write_csv,
     write_mds,
     write_outliers,
 )
-from distforest.cli.progress import ProgressBars
 
 
 def _common(func: Any) -> Any:
+    func = dry_run_option(func)
     func = cluster_options(func)
     func = forest_options()(func)
     func = input_options(func)
@@ -41,16 +43,44 @@ def _common(func: Any) -> Any:
     return click.argument("input", metavar="INPUT")(func)
 
 
-def _fit(obj: dict, input: str, target: str | None, options: dict, check: Any = None):
+def _fit(
+    obj: dict,
+    input: str,
+    target: str | None,
+    options: dict,
+    check: Any = None,
+    files: dict[str, str | None] | None = None,
+):
+    from distforest.cli.options import connect_kwargs
+    from distforest.jobs.fitting import fitted_forest
+
+    if options.pop("dry_run", False):
+        _dry_run(input, target, options, files or {})
     return fitted_forest(
         input,
         target,
         {**pop_keys(options, ("drop", "na_values")), "id": options.pop("id_column", None)},
         pop_keys(options, FOREST_KEYS),
-        pop_keys(options, CLUSTER_KEYS),
+        connect_kwargs(pop_keys(options, CLUSTER_KEYS)),
         progress=ProgressBars(enabled=not obj["quiet"]),
         check=check,
     )
+
+
+def _dry_run(input: str, target: str | None, options: dict,
+             files: dict[str, str | None]) -> None:  # fmt: skip
+    """Print the command's plan and exit 0 (``--dry-run``): the input read, nothing run."""
+    from distforest.cli.options import connect_kwargs
+    from distforest.jobs.command_plans import forest_app_plan
+
+    ctx = click.get_current_context()
+    plan = forest_app_plan(str(ctx.info_name), input, target,
+                           {k: options.get(k, ()) for k in ("drop", "na_values")},
+                           {k: options[k] for k in FOREST_KEYS if k in options},
+                           connect_kwargs({k: options.get(k) for k in CLUSTER_KEYS}),
+                           files)  # fmt: skip
+    show(plan, next(p for p in files.values() if p))
+    ctx.exit(0)
 
 
 def _report(what: str, seconds: float, written: dict[str, str]) -> None:
@@ -75,7 +105,8 @@ def outliers(obj: dict, input: str, target: str | None, out: str, plot: str | No
     for path in (out, plot):
         check_new_file(path, overwrite)
     start = time.perf_counter()
-    with _fit(obj, input, target, options) as (table, forest):
+    files = {"outlier scores": out, "pictures": plot}
+    with _fit(obj, input, target, options, files=files) as (table, forest):
         written = write_outliers(forest, out, plot, title=f"outlier scores, {table.source}")
     _report(f"outlier scores of {forest.n_samples_} rows (flag: > {OUTLIER_THRESHOLD:g})",
             time.perf_counter() - start, written)  # fmt: skip
@@ -107,7 +138,8 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
         require_classes(task, table.y, table.target_name, "mislabels")
 
     start = time.perf_counter()
-    with _fit(obj, input, target, options, classes) as (_, forest):
+    files: dict[str, str | None] = {"suspects": out}
+    with _fit(obj, input, target, options, classes, files) as (_, forest):
         ranking = mislabel_scores(forest)
     written = {"suspects": write_csv(ranking, out)}
     if top:
@@ -140,7 +172,8 @@ def mds(obj: dict, input: str, target: str | None, out: str, components: int,
     for path in (out, plot):
         check_new_file(path, overwrite)
     start = time.perf_counter()
-    with _fit(obj, input, target, options) as (table, forest):
+    files = {"MDS coordinates": out, "pictures": plot}
+    with _fit(obj, input, target, options, files=files) as (table, forest):
         title = f"MDS of {dissimilarity} dissimilarity, {table.source}"
         written = write_mds(forest, out, plot, components=components,
                             dissimilarity=dissimilarity, title=title)  # fmt: skip
@@ -173,59 +206,28 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
     from distforest.cli.options import connect_kwargs
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
+    from distforest.jobs.fitting import held_out, measure
     from distforest.parallel.placement import place
 
     check_new_file(out, overwrite)
+    if options.pop("dry_run", False):
+        _dry_run(input, target, options, {"importances": out})
     start = time.perf_counter()
     table = load_table(input, target=target, id=options.pop("id_column", None),
                        **pop_keys(options, ("drop", "na_values")))  # fmt: skip
     forest = ProximityForest(**pop_keys(options, FOREST_KEYS))
-    train, test = _held_out(table, forest, test_size)
+    train, test = held_out(table, forest, test_size)
     cluster_kw = pop_keys(options, CLUSTER_KEYS)
     progress = ProgressBars(enabled=not obj["quiet"])
     with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
         forest.fit(train)
-        ranking, score = _measure(forest, test, repeats)
+        ranking, score = measure(forest, test, repeats)
     written = {"importances": write_csv(ranking, out)}
     if top:
         click.echo(ranking.head(top).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     metric = "accuracy" if forest.task_ == "classification" else "R²"
     _report(f"importances of {table.n_features} features (held-out {metric} {score:.3f} on "
             f"{test.n_samples} rows)", time.perf_counter() - start, written)  # fmt: skip
-
-
-def _held_out(table: Any, forest: Any, test_size: float) -> tuple[Any, Any]:
-    """The table split into rows to fit and rows to measure on (stratified for classes)."""
-    import numpy as np
-    from sklearn.model_selection import train_test_split
-
-    from distforest.forests.targets import resolve_task
-    from distforest.io import Table
-
-    task = resolve_task(forest.task, table.y, table.target_name)
-    if task not in ("classification", "regression"):
-        raise click.UsageError(
-            f"importances needs a classification or regression task, not {task!r}"
-        )
-    rows = np.arange(table.n_samples)
-    strata = table.y if task == "classification" else None
-    fit, held = train_test_split(
-        rows, test_size=test_size, random_state=forest.random_state, stratify=strata
-    )
-
-    def part(index: Any) -> Table:
-        return Table(table.X[index], table.feature_names, table.categories, table.y[index],
-                     table.target_name, table.source)  # fmt: skip
-
-    return part(np.sort(fit)), part(np.sort(held))
-
-
-def _measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
-    """The importance table and the held-out score of a fitted forest."""
-    from distforest.apps.importances import importance_table, labelled_frame
-
-    ranking = importance_table(forest, test, n_repeats=repeats, random_state=forest.random_state)
-    return ranking, float(forest.score(labelled_frame(test), test.y))
 
 
 @click.command()
@@ -247,19 +249,14 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     the training targets, and the outlier score on the training rows' scale.
     The model's proximities are not recomputed: only the new rows' leaves.
     """
-    from distforest.apps.scoring import new_rows_table, score_rows
     from distforest.cli.options import connect_kwargs
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.parallel.placement import place
+    from distforest.jobs.fitting import score_rows
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
-    forest = ProximityForest.from_store(model)
-    table = new_rows_table(forest, input, id_column=id_column,
-                           na_values=options.pop("na_values", ()))  # fmt: skip
-    cluster_kw = pop_keys(options, CLUSTER_KEYS)
-    with place(table.X.size, connect_kwargs(cluster_kw)):
-        result = score_rows(forest, table, method=method)
+    result, forest, table = score_rows(model, input, id_column, method,
+                                       options.pop("na_values", ()),
+                                       connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
             time.perf_counter() - start, written)  # fmt: skip

@@ -7,8 +7,7 @@ must not load Dask, scikit-learn or Zarr (they are imported when a forest is fit
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -17,9 +16,7 @@ from distforest.errors import ParameterError
 from distforest.forests import constraints as C
 
 if TYPE_CHECKING:
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import Table
-    from distforest.store.inputs import StoredTable
+    pass
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -202,42 +199,30 @@ def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def fitted_forest(
-    source: str,
-    target: str | None,
-    input_kw: dict[str, Any],
-    forest_kw: dict[str, Any],
-    cluster_kw: dict[str, Any],
-    progress: Any = None,
-    check: Callable[[Table], None] | None = None,
-) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
-    """Load the input, ``check`` it (before any cluster starts), fit where it runs
-    (:func:`~distforest.parallel.placement.place`).
+def dry_run_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--dry-run``: print the job's plan (the same fields for every command), run nothing."""
+    return click.option("--dry-run", is_flag=True,
+                        help="Print the plan (tasks, tiles, disk, memory, time) and exit "
+                             "without running anything.")(func)  # fmt: skip
 
-    The cluster, if any, stays up inside the block.  A partitioned input is read on
-    the workers, so it always uses a cluster (``check`` is not applied to it).
-    """
-    from distforest.cli.big_input import partitioned_input, stored_input
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table
-    from distforest.parallel.placement import place
 
-    if partitioned_input(source):  # read by partitions on the workers, never whole here
-        from distforest.parallel.cluster import connect
-        from distforest.parallel.execution import execution
+def run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool = False) -> None:
+    """Print the plan of ``job`` (``--dry-run``; exit 6 if its outputs would not fit on
+    the disk), or run it under the run protocol and print its summary."""
+    from distforest.cli.progress import ProgressBars
 
-        with (
-            connect(**connect_kwargs(cluster_kw)) as client,
-            execution(client),  # the forest's tasks and ...
-            client.as_current(),  # ... the partitions' run on this cluster
-            stored_input(source, target, input_kw) as stored,
-        ):
-            forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
-            yield stored, forest.fit(stored)
+    if dry_run:
+        show(job.plan(), job.out)
         return
-    table = load_table(source, target=target, **input_kw)
-    if check is not None:
-        check(table)
-    with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
-        yield table, ProximityForest(**forest_kw).fit(table)
+    bars = ProgressBars(enabled=not obj["quiet"])
+    click.echo(job.summary(job.run(bars, restart=restart, run_id=obj.get("run_id"))))
+
+
+def show(plan: Any, out: str) -> None:
+    """Print a ``--dry-run`` plan; exit 6 if its outputs would not fit on the disk."""
+    from distforest import location
+    from distforest.jobs.estimates import check_disk
+    from distforest.jobs.plan import show_plan
+
+    click.echo(show_plan(plan))
+    check_disk(location.parent(out), plan.disk_bytes, replaces=out)

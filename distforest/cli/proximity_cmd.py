@@ -16,13 +16,14 @@ from distforest.cli.options import (
     FOREST_KEYS,
     cluster_options,
     connect_kwargs,
+    dry_run_option,
     forest_options,
     id_option,
     input_options,
     pop_keys,
+    run_job,
     tile_size_option,
 )
-from distforest.cli.progress import ProgressBars
 
 
 @click.command()
@@ -54,9 +55,7 @@ from distforest.cli.progress import ProgressBars
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @cluster_options
-@click.option("--dry-run", is_flag=True,
-              help="Print the plan (tasks, tiles, disk, memory, time, where it runs); "
-                   "run nothing.")  # fmt: skip
+@dry_run_option
 @click.pass_obj
 def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, method: str,
               top_k: int | None, dense: bool, plot: str | None, overwrite: bool,
@@ -70,7 +69,7 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     given run in this process (no cluster to start; the same tasks, the same
     results).
     """
-    from distforest.cli.jobs import ProximityJob, plan_proximity_job, run_proximity_job, summary
+    from distforest.jobs.proximity import ProximityJob
 
     if dense and top_k is None:
         raise click.UsageError("--dense goes with --top-k K (without it the matrix is dense)")
@@ -86,14 +85,4 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
         dense=dense, plot=plot,
         overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
     )  # fmt: skip
-    if dry_run:
-        from distforest import location
-        from distforest.cli.plan import check_disk, show_plan
-
-        plan = plan_proximity_job(job)
-        click.echo(show_plan(plan))
-        check_disk(location.parent(out), plan.disk_bytes, replaces=out)
-        return
-    result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
-                               run_id=obj["run_id"])  # fmt: skip
-    click.echo(summary(result))
+    run_job(obj, job, dry_run)

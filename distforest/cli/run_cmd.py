@@ -6,17 +6,17 @@ when a command runs, so that ``--help`` answers at once.
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from distforest import location
-from distforest.cli.options import cluster_options, connect_kwargs
-from distforest.cli.progress import ProgressBars
+from distforest.cli.options import cluster_options, connect_kwargs, run_job
 from distforest.errors import ConfigError, DistforestError
+
+if TYPE_CHECKING:
+    pass
 
 
 @click.command()
@@ -39,8 +39,8 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
 
     PIPELINE is a file, or the name of a shipped example (main, knn, mds,
     mislabels, nightly_impute, nightly_score, outliers, simforest, smerf,
-    xforest_cluster),
-    which then reads the bundled data wherever distforest is installed.
+    xforest_cluster), which then reads the bundled data wherever distforest
+    is installed.
 
     Safe to run again: the output store is locked while a run writes it; a
     run that was killed resumes where it stopped (same config: finished
@@ -56,8 +56,8 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
       distforest run pipelines/nightly_impute.yaml --cluster cluster_configs/slurm.yaml
       distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
     """
-    from distforest.cli.pipeline import load_pipeline
     from distforest.io.tables import decimal_mark
+    from distforest.jobs.pipeline import load_pipeline
 
     pipeline, overrides = shipped_pipeline(pipeline, overrides)
     job = load_pipeline(pipeline, overrides=overrides)
@@ -68,65 +68,7 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
         given.update(job.connect)
     job.connect = connect_kwargs(given)
     with decimal_mark(job.decimal):  # every table the job reads follows input.decimal
-        _run_job(obj, job, dry_run, restart)
-
-
-def _run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool) -> None:
-    """Run (or, with ``dry_run``, describe) a loaded pipeline job."""
-    from distforest.cli.jobs import plan_proximity_job, run_locked, run_proximity_job, summary
-    from distforest.cli.knn_job import KNNJob, knn_plan, knn_summary, run_knn_job
-    from distforest.cli.plan import check_disk, show_plan, xforest_plan
-    from distforest.cli.score_job import ScoreJob, plan_score_job, run_score_job, score_summary
-    from distforest.cli.simforest_job import SimForestJob, plan_simforest_job, run_simforest_job
-    from distforest.cli.smerf_job import SmerfJob, plan_smerf_job, run_smerf_job
-    from distforest.cli.xforest_job import XForestJob, run_xforest_job
-    from distforest.io import load_table
-
-    bars = ProgressBars(enabled=not obj["quiet"])
-    if isinstance(job, ScoreJob):  # a saved model applied to new rows (model, input, score)
-        if dry_run:
-            click.echo(show_plan(plan_score_job(job)))
-            return
-        click.echo(score_summary(run_score_job(job, bars, restart=restart,
-                                               run_id=obj["run_id"])))  # fmt: skip
-        return
-    if isinstance(job, KNNJob):  # a k-NN pipeline (input, neighbors, knn)
-        if dry_run:
-            click.echo(show_plan(knn_plan(job)))
-            return
-        runner = functools.partial(run_knn_job, restart=restart, run_id=obj["run_id"])
-        click.echo(knn_summary(run_locked(job, runner, bars, obj["run_id"])))
-        return
-    if isinstance(job, SimForestJob):  # a SimForest pipeline (input, simforest, apps)
-        if dry_run:
-            click.echo(show_plan(plan_simforest_job(job)))
-            return
-        click.echo(summary(run_simforest_job(job, bars, restart=restart,
-                                             run_id=obj["run_id"])))  # fmt: skip
-        return
-    if isinstance(job, SmerfJob):  # a SMERF pipeline (input, smerf, distance)
-        if dry_run:
-            click.echo(show_plan(plan_smerf_job(job)))
-            return
-        click.echo(summary(run_smerf_job(job, bars, restart=restart, run_id=obj["run_id"])))
-        return
-    if isinstance(job, XForestJob):  # an X-Forest pipeline (input, xforest, clustering)
-        if dry_run:
-            table = load_table(job.input, target=job.target, drop=job.drop,
-                               na_values=job.na_values)  # fmt: skip
-            click.echo(show_plan(xforest_plan(job, table.n_samples, table.n_features)))
-            return
-        click.echo(summary(run_xforest_job(job, bars, restart=restart,
-                                           run_id=obj["run_id"])))  # fmt: skip
-        return
-    if dry_run:
-        plan = plan_proximity_job(job)
-        click.echo(show_plan(plan))
-        check_disk(location.parent(job.out), plan.disk_bytes)
-        return
-    result = run_proximity_job(job, progress=ProgressBars(enabled=not obj["quiet"]),
-                               restart=restart, run_id=obj["run_id"])  # fmt: skip
-    click.echo(summary(result))
+        run_job(obj, job, dry_run, restart)
 
 
 def shipped_pipeline(pipeline: str, overrides: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
@@ -172,10 +114,7 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
 
     Prints one line per file; exits 4 if any is invalid.
     """
-    from distforest.cli.jobs import ProximityJob
-    from distforest.cli.pipeline import load_pipeline
-    from distforest.cli.simforest_job import SimForestJob
-    from distforest.cli.xforest_job import XForestJob
+    from distforest.jobs.pipeline import load_pipeline
 
     bad = 0
     for path in pipelines:
@@ -187,14 +126,7 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
             continue
         apps = [a for a in ("impute", "outliers", "mislabels", "mds", "clustering")
                 if getattr(job, a, None)]  # fmt: skip
-        if isinstance(job, ProximityJob):
-            what = f"{job.method} proximity"
-        elif isinstance(job, XForestJob):
-            what = f"{job.kind} similarity (X-Forest)"
-        elif isinstance(job, SimForestJob):
-            what = f"SimForest model and {job.method} proximity"
-        else:
-            what = job.kind
+        what = job.describe()
         click.echo(f"ok      {path}: {what} of {job.input} -> {job.out}"
                    + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
     if bad:

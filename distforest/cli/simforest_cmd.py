@@ -16,11 +16,17 @@ from typing import Any
 import click
 
 from distforest import location
-from distforest.cli.options import cluster_options, input_options, seed_option, trees_option
-from distforest.cli.outputs import check_new_file, write_csv
+from distforest.cli.options import (
+    cluster_options,
+    dry_run_option,
+    input_options,
+    seed_option,
+    show,
+    trees_option,
+)
 from distforest.cli.similarity_cmd import bars, cluster_kw
-from distforest.errors import InputError, ParameterError
 from distforest.forests import constraints as C
+from distforest.jobs.outputs import check_new_file
 
 #: ``SimilarityForestClassifier().get_params()``, written out so that ``--help`` needs no
 #: estimator (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -120,12 +126,13 @@ def simforest() -> None:
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
 @input_options
+@dry_run_option
 @cluster_options
 @click.pass_context
 def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
                   distances: str | None, labels: str | None, target: str | None,
                   metric: str | None, normalize: str, out: str, overwrite: bool,
-                  drop: tuple[str, ...], na_values: tuple[str, ...],
+                  drop: tuple[str, ...], na_values: tuple[str, ...], dry_run: bool,
                   **options: Any) -> None:  # fmt: skip
     """Grow a SimForest from a similarity matrix and labels, or from a table (DATA).
 
@@ -137,53 +144,32 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
     --metric, and the model keeps the features of the objects its splits use,
     all that prediction needs.
     """
-    from distforest.cli.plan import check_size, estimate_forest_metric
-    from distforest.cli.simforest_job import metric_params, read_fit_input
-    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.simforest_model import checked_fit, save_model
     from distforest.parallel.placement import cells_of, place
-    from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
     params = {k: options.pop(k) for k in ("kind", "n_estimators", "n_pairs", "missing",
                                           "max_depth", "min_samples_leaf", "bootstrap",
                                           "random_state")}  # fmt: skip
     with ExitStack() as temporary:
-        centring = None
-        if distances is not None:
-            from distforest.io.centring import centred_matrix, double_centre
-
-            if matrix is not None or params["kind"] != "similarity":
-                raise ParameterError(
-                    "--distances is turned into similarities: give it without --similarity "
-                    "and without --kind distance (or give --similarity D --kind distance to "
-                    "order by D_ki^2 - D_kj^2 without centring)"
-                )
-            check_can_create(out, overwrite)
-            matrix = temporary.enter_context(centred_matrix(out))
-            centring = double_centre(distances, matrix, what=f"--distances {distances!r}")
-        fit_input = read_fit_input(data=data, matrix=matrix, labels=labels, target=target,
-                                   normalize=normalize, drop=drop,
-                                   na_values=na_values)  # fmt: skip
-        if matrix is not None and metric is not None:
-            raise ParameterError("--metric goes with a table DATA, not with --similarity")
-        if data is not None:
-            params["metric"], params["metric_params"] = metric_params(metric or "rbf")
-        check_can_create(out, overwrite)
-        forest = SimilarityForestClassifier(**params)
+        forest, fit_input, centring = checked_fit(
+            temporary, params, data=data, matrix=matrix, distances=distances, labels=labels,
+            target=target, metric=metric, normalize=normalize, drop=drop, na_values=na_values,
+            out=out, overwrite=overwrite)  # fmt: skip
         n = fit_input.n
-        plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
-        knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
-        check_size(f"SimForest on {n:,} objects", plan, knobs)
+        if dry_run:
+            from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
+
+            trees, cells = params["n_estimators"], cells_of(fit_input.source)
+            cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
+            show(model_fit_plan("simforest fit", str(data or distances or matrix), n, 1, cells,
+                                trees, forest.batch_size, cpu, {"model (nodes, leaves, inbag)":
+                                                                n * trees * (5 + 2 * 48)},
+                                cluster_kw(options), out), out)  # fmt: skip
+            return
         with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
             forest.fit(fit_input.source, fit_input.y)
-    attrs = dict(fit_input.attrs)
-    if centring is not None:
-        attrs.update(source=distances, centring="double")
-    rs = forest.save(out, overwrite=overwrite, attrs=attrs, complete=False)
-    if centring is not None:  # what predict needs to centre new objects' distances
-        rs.write_named("centring_means", centring.column_means,
-                       attrs={"grand_mean": centring.grand_mean})  # fmt: skip
-    rs.mark_complete()
+    save_model(forest, out, overwrite, fit_input.attrs, distances, centring)
     click.echo(
         f"SimForest of {forest.n_estimators} trees on {n} objects "
         f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
@@ -228,65 +214,15 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     objects, double-centred with the training means. A model fitted on a table takes DATA with
     the training features (the target column, if present, is ignored).
     """
-    import numpy as np
-    import pandas as pd
-
-    from distforest.cli.simforest_job import scale
-    from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.io import load_table, read_frame
-    from distforest.io.matrices import load_matrix
+    from distforest.jobs.simforest_model import predict_to_csv, read_predict_input
     from distforest.parallel.placement import cells_of, place
-    from distforest.store.run_store import RunStore
 
     start = time.perf_counter()
     check_new_file(out, overwrite)
-    forest = SimilarityForestClassifier.load(model)
-    attrs = RunStore.open(model).attrs
-    fitted_on_table = attrs.get("measure") not in ("precomputed", "function")
-    if fitted_on_table:
-        if data is None or matrix is not None or distances is not None:
-            raise ParameterError(
-                f"model {model!r} was fitted on a table: give the new rows as DATA "
-                "(not --similarity or --distances)"
-            )
-        names = attrs.get("feature_names") or []
-        frame = read_frame(data, na_values=na_values)
-        missing = [c for c in names if c not in frame.columns]
-        if missing:
-            raise InputError(
-                f"{data!r} lacks the model's feature column(s) {missing}; it needs "
-                f"{', '.join(names)}"
-            )
-        table = load_table(frame[names], min_rows=1)
-        source: Any = scale(table.X.astype(np.float64), attrs.get("scaling"))
-        n = source.shape[0]
-    temporary = ExitStack()
-    if not fitted_on_table:
-        centred = attrs.get("centring") == "double"
-        given = "--distances Q.npy" if centred else "--similarity Q.npy"
-        wanted, other = (distances, matrix) if centred else (matrix, distances)
-        if wanted is None or other is not None or data is not None:
-            raise ParameterError(
-                f"model {model!r} was fitted on a {'distance' if centred else 'similarity'} "
-                f"matrix: give {given} (test objects x training objects)"
-            )
-        if centred:
-            from distforest.io.centring import Centring, centre_new_rows, centred_matrix
-
-            means = RunStore.open(model).array("centring_means")
-            grand_mean = means.attrs["grand_mean"]
-            assert isinstance(grand_mean, float)
-            centring = Centring(np.asarray(means[...]), grand_mean)
-            matrix = temporary.enter_context(centred_matrix(out))
-            centre_new_rows(distances, centring, matrix, what=f"--distances {distances!r}")
-        source = load_matrix(matrix, f"--similarity {matrix!r}")
-        n = source.shape[0]
+    forest, source, n, temporary = read_predict_input(model, data, matrix, distances, na_values,
+                                                      out)  # fmt: skip
     with temporary, place(cells_of(source), cluster_kw(options), progress=bars(ctx)):
-        proba = forest.predict_proba(source)
-    frame = pd.DataFrame({"prediction": forest.classes_[np.argmax(proba, axis=1)]})
-    for k, label in enumerate(forest.classes_):
-        frame[f"proba_{label}"] = proba[:, k]
-    path = write_csv(frame, out)
+        path = predict_to_csv(forest, source, out)
     click.echo(f"{n} predictions in {time.perf_counter() - start:.1f} s\n  predictions:  {path}")
 
 
@@ -304,18 +240,19 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     help="Rows/columns of one tile [default: the model's].",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_context
 def simforest_proximity(
     ctx: click.Context, model: str, out: str, method: str, tile_size: int | None,
-    overwrite: bool, **options: Any,
+    overwrite: bool, dry_run: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Write the forest's proximity of its training objects as Zarr tiles.
 
     No features anywhere: the objects' final nodes in the model's trees.
     """
-    from distforest.cli.plan import check_disk, estimate_matrix
     from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.estimates import check_disk, estimate_matrix
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
@@ -323,6 +260,13 @@ def simforest_proximity(
     check_can_create(out, overwrite)
     forest = SimilarityForestClassifier.load(model)
     n, tile = forest.n_samples_, tile_size or forest.params_["tile_size"]
+    if dry_run:
+        from distforest.forests.tiles import SYMMETRIC
+        from distforest.jobs.command_plans import matrix_plan
+
+        show(matrix_plan("simforest proximity", model, n, n, 1, tile, SYMMETRIC[method],
+                         forest._fitted_cells(), cluster_kw(options), out), out)  # fmt: skip
+        return
     check_disk(location.parent(out), estimate_matrix(n, n, 1, tile, True)["disk_bytes"],
                replaces=out)  # fmt: skip
     with place(forest._fitted_cells(), cluster_kw(options), progress=bars(ctx)):

@@ -1,7 +1,7 @@
 """Commands ``distforest similarity`` and ``distforest neighbors``, and the measure options.
 
 The k-NN model commands are in :mod:`distforest.cli.knn_cmd`, k-NN pipelines
-in :mod:`distforest.cli.knn_job`; both reuse the options defined here.  The
+in :mod:`distforest.jobs.knn`; both reuse the options defined here.  The
 measures, searches and stores are imported when a command runs (``--help``
 stays quick); the option choices and defaults come from
 :mod:`distforest.forests.constraints`.
@@ -15,9 +15,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from distforest import location
-from distforest.cli.options import cluster_options, connect_kwargs, input_options, tile_size_option
+from distforest.cli.options import (
+    cluster_options,
+    connect_kwargs,
+    dry_run_option,
+    input_options,
+    show,
+    tile_size_option,
+)
 from distforest.cli.progress import ProgressBars
-from distforest.errors import InputError
 from distforest.forests.constraints import (
     ALGORITHMS,
     METRICS,
@@ -28,7 +34,7 @@ from distforest.forests.constraints import (
 )
 
 if TYPE_CHECKING:
-    from distforest.io import Table
+    pass
 
 
 METRIC_HELP = (
@@ -59,26 +65,9 @@ def k_option(default: int, help: str) -> Any:
     )
 
 
-def normalize_choice(value: str) -> str | None:
-    return None if value == "none" else value
-
-
 def cluster_kw(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("scheduler", "cluster", "workers", "threads", "memory_limit")
     return connect_kwargs({k: options.pop(k, None) for k in keys})
-
-
-def check_request(X: Table, Y: Table | None, metric: str) -> None:
-    """Refuse a bad measure or mismatched tables before any cluster starts; name the files."""
-    from distforest.forests.measures import parse_metric
-
-    parse_metric(metric)
-    if Y is not None and Y.n_features != X.n_features:
-        raise InputError(
-            f"{Y.source} has {Y.n_features} feature column(s) ({', '.join(Y.feature_names)}) but "
-            f"{X.source} has {X.n_features} ({', '.join(X.feature_names)}); give both the same "
-            "columns (--drop the others)"
-        )
 
 
 def bars(ctx: click.Context) -> ProgressBars:
@@ -95,11 +84,12 @@ def bars(ctx: click.Context) -> ProgressBars:
 @input_options
 @tile_size_option(PAIRWISE_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_context
 def similarity(ctx: click.Context, input: str, out: str, reference: str | None, metric: str,
                normalize: str, feature_range: tuple[float, float], drop: tuple[str, ...],
-               na_values: tuple[str, ...], tile_size: int, overwrite: bool,
+               na_values: tuple[str, ...], tile_size: int, overwrite: bool, dry_run: bool,
                **options: Any) -> None:  # fmt: skip
     """Write the similarity or distance matrix of the rows of INPUT to a Zarr store.
 
@@ -111,9 +101,11 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     Example:
       distforest similarity data.csv --metric cosine --normalize range --out S.zarr --drop Class
     """
-    from distforest.cli.plan import check_disk, check_size, estimate_matrix
     from distforest.forests.pairwise import pairwise
     from distforest.io import load_table
+    from distforest.jobs.estimates import check_disk, check_size, estimate_matrix
+    from distforest.jobs.inputs import check_request
+    from distforest.jobs.knn_model import normalize_choice
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create, is_unfinished
 
@@ -124,6 +116,12 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     if not is_unfinished(out):  # an interrupted run of the same request resumes
         check_can_create(out, overwrite)
     m = X.n_samples if Y is None else Y.n_samples
+    if dry_run:
+        from distforest.jobs.command_plans import matrix_plan
+
+        show(matrix_plan("similarity", str(X.source), X.n_samples, m, X.n_features, tile_size,
+                         Y is None, cells_of(X, Y), cluster_kw(options), out), out)  # fmt: skip
+        return
     need = estimate_matrix(X.n_samples, m, X.n_features, tile_size, symmetric=Y is None)
     check_size(f"the {X.n_samples:,} x {m:,} matrix of {X.source}", need, "the input sizes")
     check_disk(location.parent(out), need["disk_bytes"], replaces=out)
@@ -170,12 +168,14 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     help="Candidate rows per tile of the brute search.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_context
 def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str | None,
               metric: str, normalize: str, feature_range: tuple[float, float], algorithm: str,
               drop: tuple[str, ...], na_values: tuple[str, ...], batch_size: int | None,
-              tile_size: int, overwrite: bool, **options: Any) -> None:  # fmt: skip
+              tile_size: int, overwrite: bool, dry_run: bool,
+              **options: Any) -> None:  # fmt: skip
     """Find the k nearest rows of every row of INPUT; never forms the n x n matrix.
 
     Similarities s are ranked as distances 1 - s.
@@ -188,6 +188,8 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
 
     from distforest.forests.neighbors import top_k_neighbors
     from distforest.io import load_table
+    from distforest.jobs.inputs import check_request
+    from distforest.jobs.knn_model import normalize_choice
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create
 
@@ -196,6 +198,13 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
     check_request(X, Y, metric)
     check_can_create(out, overwrite)
+    if dry_run:
+        from distforest.jobs.command_plans import neighbors_plan
+
+        m = X.n_samples if Y is None else Y.n_samples
+        show(neighbors_plan(str(X.source), X.n_samples, m, X.n_features, k, metric, algorithm,
+                            batch_size, cells_of(X, Y), cluster_kw(options), out), out)  # fmt: skip
+        return
     with place(cells_of(X, Y), cluster_kw(options), progress=bars(ctx)):
         ds = top_k_neighbors(X, Y, k=k, metric=metric, normalize=normalize_choice(normalize),
                              feature_range=feature_range, algorithm=algorithm, store=out,

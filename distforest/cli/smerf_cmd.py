@@ -17,8 +17,6 @@ killed ``fit`` leaves no half-written model.
 
 from __future__ import annotations
 
-import secrets
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -30,16 +28,18 @@ from distforest import location
 from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
+    dry_run_option,
     input_options,
     parse_max_features,
     seed_option,
+    show,
     tile_size_option,
     trees_option,
 )
-from distforest.cli.outputs import check_new_file
 from distforest.cli.progress import ProgressBars
 from distforest.errors import StoreError
 from distforest.forests.constraints import SMERF_TILE
+from distforest.jobs.outputs import check_new_file
 
 #: ``SMERF().get_params()``, written out so that ``--help`` needs no estimator
 #: (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -99,6 +99,7 @@ def smerf() -> None:
 @seed_option("random_state: same seed, same model.")
 @tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_obj
 def fit_cmd(
@@ -111,13 +112,14 @@ def fit_cmd(
     random_state: int,
     tile_size: int,
     overwrite: bool,
+    dry_run: bool,
     **options: Any,
 ) -> None:  # fmt: skip
     """Fit SMERF on the features X (CSV with a header, no target) and distances D."""
-    from distforest.cli.plan import check_disk, estimate_smerf_model
     from distforest.forests.smerf import SMERF, input_cells
     from distforest.io import load_table
     from distforest.io.distances import load_distances
+    from distforest.jobs.estimates import check_disk, estimate_smerf_model
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
@@ -128,13 +130,23 @@ def fit_cmd(
     table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
     dist = load_distances(distances, n=table.n_samples)  # checked before any cluster starts
     need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
+    if dry_run:
+        from distforest.jobs.command_plans import model_fit_plan, smerf_fit_cpu
+
+        trees, n, d = params["n_estimators"], table.n_samples, table.n_features
+        show(model_fit_plan("smerf fit", str(table.source), n, d, input_cells(n, d), trees, None,
+                            smerf_fit_cpu(trees, n), {"model (distances, leaves, trees)": need},
+                            connect_kwargs(options), out), out)  # fmt: skip
+        return
     check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()
     cells = input_cells(table.n_samples, table.n_features)
     with place(cells, connect_kwargs(options), progress=ProgressBars(enabled=not obj["quiet"])):
         model.fit(table, dist)
     seconds = time.perf_counter() - start
-    _save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
+    from distforest.jobs.smerf import save_model
+
+    save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
     observed = dist.observed
     click.echo(
         f"SMERF: {params['n_estimators']} trees on {model.n_samples_} rows x "
@@ -142,29 +154,6 @@ def fit_cmd(
     )
     _echo_importances(model.feature_importances_, model.feature_names_in_, top=5)
     click.echo(f"  model: {location.resolved(out)}")
-
-
-def _save_model(model: Any, out: str, overwrite: bool, tile_size: int,
-                attrs: dict[str, Any]) -> None:  # fmt: skip
-    """Save under a temporary name and rename into place (object storage: in place)."""
-    from distforest.store.run_store import check_can_create
-
-    if location.is_remote(out):
-        check_can_create(out, overwrite)
-        model.save(out, overwrite=True, tile_size=tile_size, attrs=attrs)
-        return
-    target = Path(out)
-    # a fresh name: a folder of the user's beside the output is never reused nor removed
-    tmp = target.with_name(f".{target.name}.fitting-{secrets.token_hex(6)}")
-    try:
-        model.save(tmp, overwrite=True, tile_size=tile_size, attrs=attrs)
-        check_can_create(target, overwrite)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @smerf.command("predict")
@@ -179,6 +168,7 @@ def _save_model(model: Any, out: str, overwrite: bool, tile_size: int,
 @input_options
 @tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_obj
 def predict_cmd(
@@ -191,24 +181,23 @@ def predict_cmd(
     na_values: tuple[str, ...],
     tile_size: int,
     overwrite: bool,
+    dry_run: bool,
     **options: Any,
 ) -> None:  # fmt: skip
     """Learned distances between the rows of A and those of B (or the training rows)."""
-    from distforest.cli.plan import check_disk, estimate_matrix
-    from distforest.forests.smerf import SMERF
-    from distforest.io import load_table
+    from distforest.jobs.estimates import check_disk, estimate_matrix
+    from distforest.jobs.smerf import predict_inputs
     from distforest.parallel.placement import place
-    from distforest.store.run_store import check_can_create
 
-    if Path(out).resolve() == Path(model_path).resolve():
-        raise StoreError(f"--out {out!r} is the model itself; choose another path")
-    check_can_create(out, overwrite)
-    model = SMERF.load(model_path)
-    a = load_table(input, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
-    b = None
-    if against is not None:
-        b = load_table(against, drop=drop, na_values=na_values, allow_missing=False, min_rows=1)
+    model, a, b = predict_inputs(model_path, input, against, out, drop, na_values, overwrite)
     m = model.n_samples_ if b is None else b.n_samples
+    if dry_run:
+        from distforest.jobs.command_plans import matrix_plan
+
+        show(matrix_plan("smerf predict", str(a.source), a.n_samples, m, 1, tile_size, False,
+                         model._distance_cells(a.n_samples, m), connect_kwargs(options), out),
+             out)  # fmt: skip
+        return
     need = estimate_matrix(a.n_samples, m, 1, tile_size, False)["disk_bytes"]
     check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()

@@ -21,7 +21,8 @@ def status(store: str, as_json: bool) -> None:
     Exits 0 when complete, 1 when not (running now, or interrupted: run the
     same pipeline again to resume it).
     """
-    from distforest.cli.status import format_state, run_state
+    from distforest.cli.status import format_state
+    from distforest.jobs.status import run_state
     from distforest.store.run_store import RunStore
 
     state = run_state(RunStore.open(store))

@@ -1,7 +1,7 @@
 """Commands ``distforest xforest`` (beta-similarity to Zarr) and ``distforest cluster``.
 
 Only click and light modules are imported here; the job
-(:mod:`distforest.cli.xforest_job`: X-Forest, Dask, Zarr, clustering) is
+(:mod:`distforest.jobs.xforest`: X-Forest, Dask, Zarr, clustering) is
 imported when a command runs, so that ``--help`` answers at once.
 """
 
@@ -15,13 +15,14 @@ import click
 from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
+    dry_run_option,
     input_options,
+    run_job,
     seed_option,
+    show,
     tile_size_option,
     trees_option,
 )
-from distforest.cli.progress import ProgressBars
-from distforest.errors import StoreError
 from distforest.forests.constraints import CLUSTER_METHODS, MODES, SIMILARITY_KINDS
 
 #: ``XForest().get_params()``, written out so that ``--help`` needs no estimator
@@ -103,6 +104,7 @@ XFOREST_DEFAULTS: dict[str, Any] = {
 )
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
+@dry_run_option
 @cluster_options
 @click.pass_obj
 def xforest(
@@ -115,6 +117,7 @@ def xforest(
     target: str | None,
     plot: str | None,
     overwrite: bool,
+    dry_run: bool,
     **options: Any,
 ) -> None:
     """Fit X-Forest on INPUT and write its beta-similarity matrix to a Zarr store.
@@ -122,36 +125,15 @@ def xforest(
     INPUT: CSV/TSV, Parquet, .npy or Zarr, numeric features without missing
     values (use --drop for identifiers and labels).
     """
-    from distforest.cli.jobs import summary
-    from distforest.cli.xforest_job import XForestJob, run_xforest_job
+    from distforest.jobs.xforest import XForestJob
 
-    forest = {
-        k: options.pop(k)
-        for k in (
-            "n_estimators",
-            "n_directions",
-            "mode",
-            "leaf_size",
-            "beta",
-            "normalize",
-            "random_state",
-            "batch_size",
-            "tile_size",
-        )
-    }
-    job = XForestJob(
-        input=input,
-        out=out,
-        drop=drop,
-        na_values=na_values,
-        target=target,
-        forest=forest,
-        kind=kind,
-        plot=plot,
-        overwrite=overwrite,
-        connect=connect_kwargs(options),
-    )
-    click.echo(summary(run_xforest_job(job, progress=ProgressBars(enabled=not obj["quiet"]))))
+    keys = ("n_estimators", "n_directions", "mode", "leaf_size", "beta", "normalize",
+            "random_state", "batch_size", "tile_size")  # fmt: skip
+    forest = {k: options.pop(k) for k in keys}
+    job = XForestJob(input=input, out=out, drop=drop, na_values=na_values, target=target,
+                     forest=forest, kind=kind, plot=plot, overwrite=overwrite,
+                     connect=connect_kwargs(options))  # fmt: skip
+    run_job(obj, job, dry_run)
 
 
 @click.command(name="cluster")
@@ -190,43 +172,39 @@ def xforest(
 @click.option("--truth", metavar="FILE:COLUMN", help="True classes to score against.")
 @click.option("--plot", metavar="FILE.png", help="Picture of the matrix ordered by cluster.")
 @click.option("--overwrite", is_flag=True, help="Replace existing output files.")
+@dry_run_option
 @cluster_options
 def cluster_cmd(
-    store: str, kind: str, matrix_free: bool, truth: str | None, overwrite: bool, **options: Any
+    store: str,
+    kind: str,
+    matrix_free: bool,
+    truth: str | None,
+    overwrite: bool,
+    dry_run: bool,
+    **options: Any,
 ) -> None:
     """Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."""
-    from distforest.cli.outputs import check_new_file
-    from distforest.cli.xforest_job import read_truth, run_clustering
     from distforest.forests.xforest import XForest
-    from distforest.forests.xforest_similarity import SIMILARITY_NAMES
-    from distforest.parallel.placement import place
-    from distforest.store.run_store import RunStore
+    from distforest.jobs.outputs import check_new_file
+    from distforest.jobs.xforest import cluster_stored, read_truth, stored_for_clustering
 
     for path in (options["out"], options["plot"]):
         check_new_file(path, overwrite)
-    rs = RunStore.open(store, require_complete=not matrix_free)
-    name = SIMILARITY_NAMES[kind]
-    n = int(rs.attrs.get("input", {}).get("n_samples", 0))
-    if not matrix_free and name not in rs.group:
-        raise StoreError(
-            f"store {rs.path!r} has no {name}; write it with `distforest xforest "
-            f"--kind {kind}` or pass --matrix-free"
-        )
+    rs, name, n = stored_for_clustering(store, kind, matrix_free)
     labels_truth = None if truth is None else read_truth(truth, n)
+    if dry_run:
+        from distforest.jobs.command_plans import cluster_plan
+
+        cells = XForest.load(store)._fitted_cells() if matrix_free else 0
+        show(cluster_plan(options["method"], store, n, options["k"], options["n_init"],
+                          matrix_free, cells, connect_kwargs(options), options["out"]),
+             options["out"])  # fmt: skip
+        return
     start = time.perf_counter()
-    params = {
-        k: options.pop(k)
-        for k in ("method", "k", "eps", "min_samples", "n_init", "random_state", "out", "plot")
-    }
-    if matrix_free:
-        if params["plot"]:
-            raise click.UsageError("--plot needs the stored matrix; drop --matrix-free")
-        forest = XForest.load(store)
-        with place(forest._fitted_cells(), connect_kwargs(options)):
-            with forest.product_session(kind) as product:
-                written, result = run_clustering(product, params, truth=labels_truth)
-    else:
-        written, result = run_clustering(rs.dataset()[name], params, truth=labels_truth)
+    keys = ("method", "k", "eps", "min_samples", "n_init", "random_state", "out", "plot")
+    params = {k: options.pop(k) for k in keys}
+    written, result = cluster_stored(rs, name, kind, matrix_free, params, labels_truth,
+                                     connect_kwargs(options))  # fmt: skip
     click.echo(f"{params['method']} on {name} of {n} rows in {time.perf_counter() - start:.1f} s")
     if result is not None:
         click.echo("  " + "  ".join(f"{k} {v:.4f}" for k, v in result.items()))

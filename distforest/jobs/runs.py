@@ -15,13 +15,16 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from distforest import location
-from distforest.cli.report import check_reports, write_simple_report
 from distforest.errors import StoreError
+from distforest.jobs.report import check_reports, write_simple_report
 from distforest.store.lock import StoreLock
 from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
@@ -121,30 +124,78 @@ def resume_store(path: str | Path, run_id: str) -> tuple[RunStore, Stages]:
     return rs, Stages(rs)
 
 
-def run_staged(
+@dataclass
+class Stage:
+    """What a stage records when it ends (:func:`stage`): its outputs and facts."""
+
+    stages: Stages | None = None
+    outputs: dict[str, str] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def stage(name: str, stages: Stages | None = None) -> Iterator[Stage]:
+    """Time the block and record it as the finished stage ``name`` when it ends.
+
+    The block may set ``outputs`` and add ``info`` to the yielded
+    :class:`Stage`, and sets its ``stages`` when the record is created inside
+    the block (the fit stage creates the store).  A block that raises
+    records nothing: the stage runs again on resume.
+    """
+    done = Stage(stages)
+    tick = time.perf_counter()
+    yield done
+    if done.stages is None:
+        raise RuntimeError(f"stage {name!r} ended without a store to record it in")
+    done.stages.finish(name, time.perf_counter() - tick, done.outputs, **done.info)
+
+
+@dataclass
+class Run:
+    """One run of a job under :func:`run_protocol`, as its stages see it."""
+
+    run_id: str
+    #: "new" or "resume".
+    mode: str
+    #: The finished stages when resuming, else None.
+    stages: Stages | None
+    #: Whether files of this job may be replaced (overwrite, restart or resume).
+    replace: bool
+    #: The attributes a new store starts with (spec, spec hash, run ID, job, pipeline).
+    record: dict[str, Any]
+    #: The lock a dead run left and this run took over (None: none).
+    took_over: dict[str, Any] | None
+
+
+def run_protocol(
     job: Any,
     spec: dict[str, Any],
-    body: Callable[
-        [Stages | None, bool, dict[str, Any]], tuple[RunStore, Stages, dict[str, Any] | None]
-    ],
+    body: Callable[[Run], tuple[RunStore, Stages, dict[str, Any] | None]],
     result: Callable[[RunStore, dict[str, str], str], Any],
     *,
     restart: bool,
     run_id: str,
+    shortcut: Callable[[str], Any] | None = None,
+    simple_report: bool = True,
 ) -> Any:
-    """The run protocol of a job whose stages all record into one store ``job.out``.
+    """The run protocol of every job: lock, decide, stages, report, mark complete.
 
-    Under the output's lock: :func:`decide`; a complete store returns
-    ``result(rs, outputs, "already complete")`` at once; otherwise
-    ``body(stages, replace, record)`` runs the stages (``stages`` is None for
-    a new run, the finished ones when resuming; ``replace``: files of this
-    job may be replaced; ``record``: attributes a new store starts with) and
-    returns the store, its stages and what the cluster did
-    (:func:`~distforest.cli.report.cluster_facts`, or None).  Then the result
-    gets a simple report and the store is marked complete, last.
+    Under the lock of ``job.out``: ``shortcut(digest)`` may answer at once
+    (a proximity job adding a matrix to a store of the same forest); else
+    :func:`decide`.  A complete store returns ``result(rs, outputs, "already
+    complete")``; otherwise ``body(run)`` runs the stages (``run.stages`` is
+    None for a new run, the finished ones when resuming) and returns the
+    store, its stages and what the cluster did
+    (:func:`~distforest.jobs.report.cluster_facts`, or None).  The result gets
+    a simple report beside ``job.out`` (unless ``simple_report`` is False:
+    the body then writes its own report, after checking it may) and the
+    store is marked complete, last.
     """
     digest = spec_hash(spec)
     with StoreLock(job.out, run_id) as lock:
+        done = None if shortcut is None or restart else shortcut(digest)
+        if done is not None:
+            return done
         mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
         if mode == "complete":
             logger.info("%s is already complete for this job (spec %s)", job.out, digest)
@@ -155,9 +206,26 @@ def run_staged(
         record = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
                   "pipeline": job.source, "stages": {}}  # fmt: skip
         replace = job.overwrite or restart or stages is not None
-        check_reports(Path(job.out).parent, replace)
-        rs, stages, facts = body(stages, replace, record)
+        if simple_report:
+            check_reports(Path(job.out).parent, replace)
+        rs, stages, facts = body(Run(run_id, mode, stages, replace, record, lock.took_over))
         done = result(rs, stages.outputs(), "resumed" if mode == "resume" else "new")
-        done.outputs.update(write_simple_report(job, done, run_id, lock.took_over, facts))
+        if simple_report:
+            done.outputs.update(write_simple_report(job, done, run_id, lock.took_over, facts))
         rs.mark_complete()
+    return done
+
+
+def run_per_output(job: Any, body: Callable[[], Any], *, run_id: str) -> Any:
+    """The run protocol of a job whose stages each write their own store (k-NN).
+
+    Under the lock of the main output ``job.out``: each stage decides for its
+    own store (:func:`decide`: kept when complete with the same spec, written
+    again when half-written) and marks it complete when written; ``body()``
+    returns the job's result, which gets a simple report beside ``job.out``.
+    """
+    with StoreLock(job.out, run_id) as lock:
+        check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
+        done = body()
+        done.outputs.update(write_simple_report(job, done, run_id, lock.took_over))
     return done

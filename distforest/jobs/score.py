@@ -15,7 +15,7 @@ model store is opened read-only; no ``fit`` or ``tiles`` stage runs.  The
 computing is :mod:`distforest.apps.scoring` (the code of ``distforest
 score``).  The run records its stages (``score``, ``impute``) in a store of
 its own (``output.store``) and follows the protocol of
-:mod:`distforest.cli.runs`: locked, resumable by stage, not repeated once
+:mod:`distforest.jobs.runs`: locked, resumable by stage, not repeated once
 complete, a changed config refused unless ``--restart``.
 """
 
@@ -27,17 +27,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from distforest import location
 from distforest._version import __version__
-from distforest.cli.jobs import JobResult
-from distforest.cli.outputs import check_new_file, write_csv
-from distforest.cli.plan import SECONDS_PER, Plan, free_space, placement_of
-from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, StoreError
 from distforest.forests.constraints import PROXIMITY_METHODS
+from distforest.jobs.estimates import SECONDS_PER, free_space
+from distforest.jobs.outputs import check_new_file, write_csv
+from distforest.jobs.plan import Plan, placement_of
+from distforest.jobs.report import cluster_facts
+from distforest.jobs.result import JobResult
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
 
@@ -51,6 +52,9 @@ REFIT_KEYS = ("iterations", "n_estimators", "max_samples")
 @dataclass
 class ScoreJob:
     """One scoring run: the rows of ``input`` against the saved forest in ``model``."""
+
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "score"
 
     input: str
     model: str
@@ -79,10 +83,22 @@ class ScoreJob:
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
 
-    @property
-    def kind(self) -> str:
+    def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         return f"scores of new rows against the model {self.model}"
+
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): opens the model, reads the rows."""
+        return plan_score_job(self)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
+        return run_score_job(self, progress, restart=restart, run_id=run_id)
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return score_summary(result)
 
 
 def _open_model(path: str) -> Any:
@@ -120,7 +136,7 @@ def plan_score_job(job: ScoreJob) -> Plan:
                        "rows (read, not refitted; no proximity recomputed)"),
              ("input", f"{job.input}: {m:,} new rows")]  # fmt: skip
     disk: dict[str, int] = {}
-    tasks, cpu = 0, 0.0
+    cpu = 0.0
     if job.score:
         parts = ["prediction"] * (forest.task_ != "unsupervised")
         parts += ["proximity-weighted prediction"] * bool(
@@ -129,20 +145,18 @@ def plan_score_job(job: ScoreJob) -> Plan:
         parts += ["outlier score"] * bool(job.score.get("outliers", True))
         steps.append(("score", f"{', '.join(parts)} -> {job.score['out']}"))
         disk["scores (CSV)"] = m * 48
-        tasks += 2 + 8 * len(parts)
         # the outlier reference: one sparse row per training row, then per new row
         cpu += SECONDS_PER["neighbors"] * trees * (n + m)
     if job.impute:
         steps.append(("impute", f"{job.impute.get('proximity', 'rfgap')} proximity to the "
                                 f"training rows -> {job.impute['out']}"))  # fmt: skip
         disk["imputed rows (CSV)"] = m * (d + 1) * 12
-        tasks += 8
         cpu += SECONDS_PER["tile"] * trees * n * 4
     steps.append(("store", f"{job.out} (this run's stages)"))
     return Plan(
         title=f"job {job.name}: {m:,} new rows against a {n:,}-row model",
         steps=steps,
-        tasks=tasks,
+        tasks=0,  # no fit batch, no tile: rows routed, leaf sums, sparse leaf-member rows
         tiles=0,
         disk=disk,
         free_bytes=free_space(location.parent(job.out)),
@@ -168,9 +182,8 @@ def run_score_job(
     if job.impute:  # the training rows read (and checked) before anything is written
         X_train = training_features(job.model, forest, job.training, job.na_values)
 
-    def stages_of_run(
-        stages: Stages | None, replace: bool, record: dict[str, Any]
-    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
+        stages, replace, record = run.stages, run.replace, run.record
         for section in (job.score, job.impute):
             if section and (stages is None or not stages.done(_stage(section, job))):
                 check_new_file(section["out"], replace)
@@ -213,7 +226,7 @@ def run_score_job(
                          mode=mode)  # fmt: skip
 
     spec = job.spec(table.fingerprint(), forest.fit_id_)
-    return run_staged(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
+    return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
 
 
 def _stage(section: dict[str, Any], job: ScoreJob) -> str:
@@ -244,7 +257,7 @@ def score_job(
 ) -> ScoreJob:
     """A :class:`ScoreJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with a
     ``model`` key.  ``model.path`` and ``model.training`` are relative to the
     current directory (``{date}`` and ``{yesterday}`` filled in); output
     names to ``out_dir``.

@@ -16,7 +16,7 @@ distances tile by tile to the Zarr store ``distance.out`` (2-D array
 The observed D is ``smerf.distances`` (.npy or Zarr, NaN = pair not
 observed) or, without it, ``D = 1[y_a != y_b]`` of the class column
 ``input.target`` (the Gini distance: SMERF then grows classification trees).
-A run follows the protocol of :mod:`distforest.cli.runs`: locked, resumable
+A run follows the protocol of :mod:`distforest.jobs.runs`: locked, resumable
 by stage (``fit``, ``distance``), not repeated once complete.
 """
 
@@ -24,31 +24,29 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
+import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from distforest import location
 from distforest._version import __version__
-from distforest.cli.jobs import JobResult
-from distforest.cli.plan import (
-    Plan,
-    check_disk,
-    estimate_matrix,
-    estimate_smerf_model,
-    smerf_plan,
-)
-from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged
-from distforest.errors import ConfigError, ParameterError
+from distforest.errors import ConfigError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
 from distforest.io.distances import load_distances
+from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
+from distforest.jobs.plan import Plan, smerf_plan
+from distforest.jobs.report import cluster_facts
+from distforest.jobs.result import JobResult
+from distforest.jobs.result import summary as summary_lines
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -66,6 +64,9 @@ NOT_WITH_SMERF = ("forest", "proximity", "impute", "outliers", "mislabels", "mds
 @dataclass
 class SmerfJob:
     """One SMERF run: the model (``out``) and optionally a learned-distance store."""
+
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "smerf"
 
     input: str
     out: str
@@ -94,14 +95,26 @@ class SmerfJob:
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
 
-    @property
-    def kind(self) -> str:
+    def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         d = self.distance
         if d is None:
             return "SMERF model"
         rows = "out-of-bag training" if d["oob"] else d["rows"] or "training"
         return f"SMERF model and distances ({rows} rows x {d['against'] or 'training rows'})"
+
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        return plan_smerf_job(self)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
+        return run_smerf_job(self, progress, restart=restart, run_id=run_id)
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return summary_lines(result)
 
 
 def class_distances(table: Table) -> np.ndarray:
@@ -157,9 +170,8 @@ def run_smerf_job(
     fingerprints = {"X": table.fingerprint(), "D": str(D.fingerprint),
                     **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
 
-    def stages_of_run(
-        stages: Stages | None, replace: bool, record: dict[str, Any]
-    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
+        stages, replace, record = run.stages, run.replace, run.record
         n_trees = job.forest.get("n_estimators", SMERF().n_estimators)
         need = 0 if stages is not None and stages.done("fit") else estimate_smerf_model(
             table.n_samples, n_trees, D.itemsize)  # fmt: skip
@@ -179,26 +191,25 @@ def run_smerf_job(
                 model = SMERF.load(job.out, require_complete=False)
                 rs, stages = resume_store(job.out, run_id)
             else:
-                tick = time.perf_counter()
-                model = SMERF(**job.forest).fit(table, D)
-                rs = model.save(job.out, overwrite=True, attrs=record, tile_size=job.tile_size,
-                                complete=False)  # fmt: skip
-                stages = Stages(rs)
-                stages.finish("fit", time.perf_counter() - tick, {"model": rs.path},
-                              trees=int(model.seeds_.shape[0]))  # fmt: skip
+                with stage("fit") as done:
+                    model = SMERF(**job.forest).fit(table, D)
+                    rs = model.save(job.out, overwrite=True, attrs=record,
+                                    tile_size=job.tile_size, complete=False)  # fmt: skip
+                    stages = done.stages = Stages(rs)
+                    done.outputs = {"model": rs.path}
+                    done.info["trees"] = int(model.seeds_.shape[0])
             if distance_todo:
-                tick = time.perf_counter()
-                if dist["oob"]:
-                    matrix = model.oob_distance(dist["out"], tile_size=job.tile_size,
-                                                overwrite=True)  # fmt: skip
-                else:
-                    matrix = model.predict_distance(
-                        other.get("rows", table), other.get("against"), dist["out"],
-                        tile_size=job.tile_size, overwrite=True,
-                    )  # fmt: skip
-                stages.finish("distance", time.perf_counter() - tick,
-                              {"distance store": str(Path(dist["out"]).resolve())},
-                              shape=[int(s) for s in matrix.shape])  # fmt: skip
+                with stage("distance", stages) as done:
+                    if dist["oob"]:
+                        matrix = model.oob_distance(dist["out"], tile_size=job.tile_size,
+                                                    overwrite=True)  # fmt: skip
+                    else:
+                        matrix = model.predict_distance(
+                            other.get("rows", table), other.get("against"), dist["out"],
+                            tile_size=job.tile_size, overwrite=True,
+                        )  # fmt: skip
+                    done.outputs = {"distance store": str(Path(dist["out"]).resolve())}
+                    done.info["shape"] = [int(s) for s in matrix.shape]
             facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
@@ -214,7 +225,7 @@ def run_smerf_job(
                          seconds=time.perf_counter() - start,
                          outputs={**outputs, "model": rs.path}, mode=mode)  # fmt: skip
 
-    return run_staged(job, job.spec(fingerprints), stages_of_run, result, restart=restart,
+    return run_protocol(job, job.spec(fingerprints), stages_of_run, result, restart=restart,
                       run_id=run_id)  # fmt: skip
 
 
@@ -228,7 +239,7 @@ def smerf_job(
 ) -> SmerfJob:
     """A :class:`SmerfJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with a
     ``smerf`` section; checks what is particular to SMERF pipelines.  Output
     names are relative to ``out_dir``; ``smerf.distances``, ``distance.rows``
     and ``distance.against`` are relative to the current directory.
@@ -312,3 +323,41 @@ def _check_exists(path: str, key: str, source: str) -> None:
             f"{source}: {key} {path!r} does not exist (relative paths are relative to the "
             f"current directory {str(Path.cwd())!r})"
         )
+
+
+def save_model(model: Any, out: str, overwrite: bool, tile_size: int,
+                attrs: dict[str, Any]) -> None:  # fmt: skip
+    """Save under a temporary name and rename into place (object storage: in place)."""
+    from distforest.store.run_store import check_can_create
+
+    if location.is_remote(out):
+        check_can_create(out, overwrite)
+        model.save(out, overwrite=True, tile_size=tile_size, attrs=attrs)
+        return
+    target = Path(out)
+    # a fresh name: a folder of the user's beside the output is never reused nor removed
+    tmp = target.with_name(f".{target.name}.fitting-{secrets.token_hex(6)}")
+    try:
+        model.save(tmp, overwrite=True, tile_size=tile_size, attrs=attrs)
+        check_can_create(target, overwrite)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def predict_inputs(model_path: str, input: str, against: str | None, out: str,
+                   drop: tuple[str, ...], na_values: tuple[str, ...],
+                   overwrite: bool) -> tuple[SMERF, Table, Table | None]:  # fmt: skip
+    """``smerf predict``'s model and rows (A, and B or None), the output checked first."""
+    if Path(out).resolve() == Path(model_path).resolve():
+        raise StoreError(f"--out {out!r} is the model itself; choose another path")
+    check_can_create(out, overwrite)
+    model = SMERF.load(model_path)
+    rows = [None if path is None else load_table(path, drop=drop, na_values=na_values,
+                                                 allow_missing=False, min_rows=1)
+            for path in (input, against)]  # fmt: skip
+    assert rows[0] is not None
+    return model, rows[0], rows[1]

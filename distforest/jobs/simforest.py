@@ -4,7 +4,7 @@ A pipeline with a ``simforest`` section fits a :class:`SimilarityForestClassifie
 (from a table with a target and a named measure, or from a stored similarity
 matrix plus ``input.labels``), saves the model, writes the forest's proximity
 of the training objects as Zarr tiles, and optionally outlier scores and an
-MDS picture from it.  It follows the run protocol of :mod:`distforest.cli.runs`:
+MDS picture from it.  It follows the run protocol of :mod:`distforest.jobs.runs`:
 locked, resumable by stage, not repeated once complete.
 """
 
@@ -17,17 +17,12 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from distforest import location
 from distforest._version import __version__
-from distforest.cli.jobs import JobResult
-from distforest.cli.outputs import check_new_file, write_mds, write_outliers
-from distforest.cli.plan import Plan, check_disk, estimate_matrix, simforest_plan
-from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import parse_metric
@@ -35,6 +30,13 @@ from distforest.forests.simforest import METRICS, SimilarityForestClassifier
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
+from distforest.jobs.estimates import check_disk, estimate_matrix
+from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
+from distforest.jobs.plan import Plan, simforest_plan
+from distforest.jobs.report import cluster_facts
+from distforest.jobs.result import JobResult
+from distforest.jobs.result import summary as summary_lines
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
 from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore
 
@@ -148,6 +150,9 @@ def read_fit_input(
 class SimForestJob:
     """One SimForest run: the model, its proximity (in the model's store), outliers, MDS."""
 
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "simforest"
+
     input: str
     out: str
     labels: str | None = None
@@ -182,6 +187,23 @@ class SimForestJob:
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
 
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        return plan_simforest_job(self)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
+        return run_simforest_job(self, progress, restart=restart, run_id=run_id)
+
+    def describe(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        return f"SimForest model and {self.method} proximity"
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return summary_lines(result)
+
 
 def plan_simforest_job(job: SimForestJob) -> Plan:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
@@ -207,9 +229,8 @@ def run_simforest_job(
         na_values=job.na_values,
     )  # fmt: skip
 
-    def stages_of_run(
-        stages: Stages | None, replace: bool, record: dict[str, Any]
-    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
+        stages, replace, record = run.stages, run.replace, run.record
         for section in (job.outliers, job.mds):
             for key in ("out", "plot"):
                 check_new_file((section or {}).get(key), replace)
@@ -223,31 +244,28 @@ def run_simforest_job(
                 forest = SimilarityForestClassifier.load(job.out)
                 rs, stages = resume_store(job.out, run_id)
             else:
-                tick = time.perf_counter()
-                forest = SimilarityForestClassifier(**job.forest)
-                forest.fit(fit_input.source, fit_input.y)
-                rs = forest.save(job.out, overwrite=True, complete=False,
-                                 attrs={**fit_input.attrs, **record})  # fmt: skip
-                stages = Stages(rs)
-                stages.finish("fit", time.perf_counter() - tick, {"model": rs.path},
-                              evaluations=forest.n_similarity_evaluations_)  # fmt: skip
+                with stage("fit") as done:
+                    forest = SimilarityForestClassifier(**job.forest)
+                    forest.fit(fit_input.source, fit_input.y)
+                    rs = forest.save(job.out, overwrite=True, complete=False,
+                                     attrs={**fit_input.attrs, **record})  # fmt: skip
+                    stages = done.stages = Stages(rs)
+                    done.outputs = {"model": rs.path}
+                    done.info["evaluations"] = forest.n_similarity_evaluations_
             if not stages.done("proximity"):
-                tick = time.perf_counter()
-                forest.proximity(job.method, store=job.out, complete=False)
-                stages.finish("proximity", time.perf_counter() - tick)
+                with stage("proximity", stages):
+                    forest.proximity(job.method, store=job.out, complete=False)
             title = f"{job.name}: SimForest proximity"
             if job.outliers and not stages.done("outliers"):
-                tick = time.perf_counter()
-                written = write_outliers(forest, job.outliers["out"], job.outliers.get("plot"),
-                                         title)  # fmt: skip
-                stages.finish("outliers", time.perf_counter() - tick, written)
+                with stage("outliers", stages) as done:
+                    done.outputs = write_outliers(forest, job.outliers["out"],
+                                                  job.outliers.get("plot"), title)  # fmt: skip
             if job.mds and not stages.done("mds"):
-                tick = time.perf_counter()
-                written = write_mds(forest, job.mds["out"], job.mds.get("plot"),
-                                    components=job.mds.get("components", 2),
-                                    dissimilarity=job.mds.get("dissimilarity", "sqrt"),
-                                    title=title)  # fmt: skip
-                stages.finish("mds", time.perf_counter() - tick, written)
+                with stage("mds", stages) as done:
+                    done.outputs = write_mds(forest, job.mds["out"], job.mds.get("plot"),
+                                             components=job.mds.get("components", 2),
+                                             dissimilarity=job.mds.get("dissimilarity", "sqrt"),
+                                             title=title)  # fmt: skip
             facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
@@ -255,7 +273,7 @@ def run_simforest_job(
         return _result(job, rs, outputs, start, mode)
 
     spec = job.spec(fit_input.fingerprint)
-    return run_staged(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
+    return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
 
 
 def _result(job: SimForestJob, rs: RunStore, outputs: dict[str, str], start: float,
@@ -284,7 +302,7 @@ def simforest_job(
 ) -> SimForestJob:
     """A :class:`SimForestJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with a
     ``simforest`` section; ``apps`` holds the outliers and mds sections with
     their paths under ``out_dir``.
     """

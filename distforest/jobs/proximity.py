@@ -16,41 +16,43 @@ It is safe to run again:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from distforest import location
 from distforest._version import __version__
-from distforest.cli.big_input import partitioned_input
-from distforest.cli.outputs import check_new_file, write_csv, write_mds, write_outliers
-from distforest.cli.plan import Plan, check_disk, check_size, estimate, proximity_plan
-from distforest.cli.report import check_reports, write_report, write_simple_report
-from distforest.cli.runs import Stages, decide, resume_store, spec_hash
 from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
+from distforest.jobs.applications import APP_STAGES, app_stages, check_outputs
+from distforest.jobs.estimates import check_disk, check_size, estimate
+from distforest.jobs.inputs import partitioned_input
+from distforest.jobs.outputs import check_new_file
+from distforest.jobs.plan import Plan, proximity_plan
+from distforest.jobs.report import check_reports, write_report
+from distforest.jobs.result import JobResult
+from distforest.jobs.result import summary as summary_lines
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.inputs import PendingInput
-from distforest.store.lock import StoreLock
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
-
-#: Application stages, in the order they run.
-APP_STAGES = ("impute", "outliers", "mislabels", "mds")
 
 
 @dataclass
 class ProximityJob:
     """Everything one proximity run needs (already type-checked)."""
+
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "proximity"
 
     input: str
     out: str
@@ -97,20 +99,22 @@ class ProximityJob:
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
 
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        return plan_proximity_job(self)
 
-@dataclass
-class JobResult:
-    """What a finished job wrote, for the summary."""
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
+        return run_proximity_job(self, progress, restart=restart, run_id=run_id)
 
-    store: str
-    name: str
-    shape: tuple[int, int]
-    n_trees: int
-    task: str
-    seconds: float
-    outputs: dict[str, str]
-    #: "new", "resumed" or "already complete".
-    mode: str = "new"
+    def describe(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        return f"{self.method} proximity"
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return summary_lines(result)
 
 
 def run_proximity_job(
@@ -128,22 +132,12 @@ def run_proximity_job(
     if job.mislabels and isinstance(table, Table):
         require_classes(job.forest.get("task", "auto"), table.y, table.target_name, "mislabels")
     spec = job.spec(table)
-    digest = spec_hash(spec)
-    with StoreLock(job.out, run_id) as lock:
-        same_forest = None if restart else _same_forest(job, spec, digest)
-        if same_forest is not None:
-            return _add_matrix(job, same_forest, table, progress, start)
-        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
-        if mode == "complete":
-            rs = RunStore.open(job.out)
-            logger.info("%s is already complete for this job (spec %s)", job.out, digest)
-            return _result(job, rs, Stages(rs).outputs(), start, "already complete")
-        check_can_create(job.out, overwrite=True)
-        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
+
+    def stages_of_run(run: Run) -> tuple[RunStore, Stages, None]:
         # A resumed or restarted run may replace the files of its own job.
-        plan = _check_outputs(job, stages, replace=job.overwrite or restart or stages is not None)
+        plan = check_outputs(job, run.stages, replace=run.replace)
         if job.report_dir:
-            check_reports(job.report_dir, job.overwrite or restart or stages is not None)
+            check_reports(job.report_dir, run.replace)
         need = estimate(job, table.n_samples, table.n_features)
         check_size(f"the proximity job on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,})"
@@ -154,17 +148,26 @@ def run_proximity_job(
                     table.n_features)  # fmt: skip
         cells = table.n_samples * table.n_features
         with place(cells, job.connect, progress=progress, watch=True) as where:
-            forest, rs, stages = _fit_stage(job, table, stages, spec, digest, run_id)
+            forest, rs, stages = _fit_stage(job, table, run)
             _tiles_stage(job, forest, rs, stages)
-            _app_stages(job, table, forest, rs, stages, plan, where.client)
-            report = None
+            app_stages(job, table, forest, rs, stages, plan, where.client)
             if job.report_dir:
-                tick = time.perf_counter()
-                report = write_report(job, table, rs, stages.record, where.monitor, spec, digest,
-                                      run_id, mode, lock.took_over)  # fmt: skip
-                stages.finish("report", time.perf_counter() - tick, report)
-        rs.mark_complete()
-    return _result(job, rs, stages.outputs(), start, "resumed" if mode == "resume" else "new")
+                with stage("report", stages) as done:
+                    done.outputs = write_report(job, table, rs, stages.record, where.monitor,
+                                                spec, run.record["spec_hash"], run.run_id,
+                                                run.mode, run.took_over)  # fmt: skip
+        return rs, stages, None
+
+    def shortcut(digest: str) -> JobResult | None:
+        same_forest = _same_forest(job, spec, digest)
+        return None if same_forest is None else _add_matrix(job, same_forest, table, progress,
+                                                            start)  # fmt: skip
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        return _result(job, rs, outputs, start, mode)
+
+    return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id,
+                        shortcut=shortcut, simple_report=False)  # fmt: skip
 
 
 def plan_proximity_job(job: ProximityJob) -> Plan:
@@ -273,62 +276,23 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
     return _result(job, rs, outputs, start, "new")
 
 
-def run_locked(job: Any, runner: Any, progress: Any, run_id: str) -> Any:
-    """Run a job whose outputs are several stores (k-NN) under its main output's lock.
-
-    The job resumes by stage (see :func:`distforest.cli.knn_job.run_knn_job`);
-    a report is written next to its main output.
-    """
-    with StoreLock(job.out, run_id) as lock:
-        check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
-        result = runner(job, progress)
-        result.outputs.update(write_simple_report(job, result, run_id, lock.took_over))
-    return result
-
-
-def _check_outputs(job: ProximityJob, stages: Stages | None, replace: bool) -> Any:
-    """Refuse to replace files a new run would write (unless ``replace``)."""
-    plan = None
-    todo = [name for name in APP_STAGES if getattr(job, name)]
-    pending = [n for n in todo if stages is None or not stages.done(n)]
-    if "impute" in pending and job.impute is not None and partitioned_input(job.input):
-        from distforest.apps.partitioned_impute import check_output
-
-        check_output(job.impute["out"], replace)  # plan None: imputed by partitions
-    elif "impute" in pending and job.impute is not None:
-        from distforest.cli.impute_cmd import plan_imputation
-
-        plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
-                               na_values=job.na_values, overwrite=replace)  # fmt: skip
-    for name in pending:
-        for key in ("out", "plot"):
-            path = (getattr(job, name) or {}).get(key)
-            if name != "impute" and path:
-                check_new_file(path, replace)
-    if job.plot and (stages is None or not stages.done("plot")):
-        check_new_file(job.plot, replace)
-    return plan
-
-
-def _fit_stage(job, table, stages, spec, digest, run_id):
+def _fit_stage(job: ProximityJob, table: Any, run: Run) -> tuple[ProximityForest, RunStore, Stages]:
     """Fit (or, resuming, load) the forest; it runs where :func:`place` says."""
-    if stages is not None and stages.done("fit"):
-        logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
+    if run.stages is not None and run.stages.done("fit"):
+        logger.info("resuming run %s: loading the saved forest from %s", run.run_id, job.out)
         forest = ProximityForest.from_store(job.out)
-        return (forest, *resume_store(job.out, run_id))
-    tick = time.perf_counter()
-    attrs = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
-             "pipeline": job.source, "stages": {}}  # fmt: skip
-    if isinstance(table, PendingInput):  # rows into the store, trees read them there
-        forest = ProximityForest(**job.forest).fit(table.write(job.out, attrs))
-        rs = RunStore.open(job.out, mode="r+")
-    else:
-        forest = ProximityForest(**job.forest).fit(table)
-        # the spec from the store's first moment
-        rs = forest.save(job.out, overwrite=True, attrs=attrs)
-    stages = Stages(rs)
-    stages.finish("fit", time.perf_counter() - tick, trees=int(forest.leaves_.shape[1]))
-    return forest, rs, stages
+        return (forest, *resume_store(job.out, run.run_id))
+    with stage("fit") as done:
+        if isinstance(table, PendingInput):  # rows into the store, trees read them there
+            forest = ProximityForest(**job.forest).fit(table.write(job.out, run.record))
+            rs = RunStore.open(job.out, mode="r+")
+        else:
+            forest = ProximityForest(**job.forest).fit(table)
+            # the spec from the store's first moment
+            rs = forest.save(job.out, overwrite=True, attrs=run.record)
+        done.stages = Stages(rs)
+        done.info["trees"] = int(forest.leaves_.shape[1])
+    return forest, rs, done.stages
 
 
 def writes_dense(job: ProximityJob) -> bool:
@@ -343,99 +307,34 @@ def _neighbors_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore,
         return
     from distforest.forests.proximity_neighbors import write_forest_neighbors
 
-    tick = time.perf_counter()
-    stats = write_forest_neighbors(forest, rs, job.method, job.top_k)
-    if stats["skipped"]:
-        logger.info("resumed: %d of %d neighbour blocks were already written", stats["skipped"],
-                    stats["blocks"])  # fmt: skip
-    stages.finish("neighbors", time.perf_counter() - tick, None, **stats)
+    with stage("neighbors", stages) as done:
+        done.info = write_forest_neighbors(forest, rs, job.method, job.top_k)
+        if done.info["skipped"]:
+            logger.info("resumed: %d of %d neighbour blocks were already written",
+                        done.info["skipped"], done.info["blocks"])  # fmt: skip
 
 
 def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stages: Stages) -> None:
     _neighbors_stage(job, forest, rs, stages)
     if not writes_dense(job):
         return
-    tick = time.perf_counter()
-    stats = forest.write_proximity(rs, job.method)
-    if stats["skipped"]:
-        logger.info("resumed: %d of %d tiles were already written", stats["skipped"],
-                    stats["tiles"])  # fmt: skip
-    previous = stages.record.get("tiles", {})
-    stats["bytes"] += int(previous.get("bytes", 0)) if stats["skipped"] else 0
-    stages.finish("tiles", time.perf_counter() - tick, None, **stats)
+    with stage("tiles", stages) as done:
+        stats = done.info = forest.write_proximity(rs, job.method)
+        if stats["skipped"]:
+            logger.info("resumed: %d of %d tiles were already written", stats["skipped"],
+                        stats["tiles"])  # fmt: skip
+        previous = stages.record.get("tiles", {})
+        stats["bytes"] += int(previous.get("bytes", 0)) if stats["skipped"] else 0
     if job.plot and not stages.done("plot"):
         from distforest.apps.plots import plot_matrix
 
-        tick = time.perf_counter()
-        matrix = rs.dataset()[ARRAY_NAMES[job.method]]
-        codes = forest.y_ if forest.task_ == "classification" else None
-        title = f"{job.method} proximity" + (", rows by class" if codes is not None else "")
-        picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
-                              class_names=[str(c) for c in forest.classes_])  # fmt: skip
-        stages.finish("plot", time.perf_counter() - tick,
-                      {"proximity picture": location.resolved(picture)})  # fmt: skip
-
-
-def _impute_partitioned(job: ProximityJob, params: dict[str, Any], out: str,
-                        client: Any) -> tuple[Path, int]:  # fmt: skip
-    """The impute stage of a table read by partitions (apps.partitioned_impute)."""
-    from distforest.apps.impute import ProximityImputer
-    from distforest.apps.partitioned_impute import impute_partitioned
-
-    imputer = ProximityImputer(**params)
-    scope = contextlib.nullcontext() if client is None else client.as_current()
-    with scope:
-        if client is not None:
-            imputer.set_execution(client)
-        result = impute_partitioned(job.input, out, imputer, target=job.target,
-                                    drop=tuple(job.drop), na_values=tuple(job.na_values),
-                                    overwrite=True)  # fmt: skip  # checked before the run
-    return result.written, int(sum(result.missing.values()))
-
-
-def _app_stages(job, table, forest, rs, stages, plan, client) -> None:
-    for name in APP_STAGES:
-        options = getattr(job, name)
-        if not options or stages.done(name):
-            continue
-        tick = time.perf_counter()
-        info: dict[str, Any] = {}
-        if name == "impute" and options.get("from") == "proximity":
-            from distforest.apps.matrix_impute import write_imputed_from_matrix
-
-            assert plan is not None and isinstance(table, Table)  # refused by _read_input
-            written, cells = write_imputed_from_matrix(
-                rs.dataset()[ARRAY_NAMES[job.method]], table, plan.frame, plan.dest,
-                overwrite=plan.overwrite, vote=options.get("categorical_vote", "sum"),
-            )  # fmt: skip
-            outputs = {"imputed table": location.resolved(written)}
-            info["cells_imputed"] = cells
-        elif name == "impute":
-            from distforest.cli.impute_cmd import run_imputation
-
-            params = {k: v for k, v in options.items() if k != "out"}
-            params.setdefault("random_state", job.forest.get("random_state"))
-            if plan is None:  # read by partitions: filled and written by tasks
-                written, cells = _impute_partitioned(job, params, options["out"], client)
-            else:
-                imputer, _, written = run_imputation(plan, params, client)
-                cells = int(sum(imputer.n_missing_.values()))
-            outputs = {"imputed table": location.resolved(written)}
-            info["cells_imputed"] = cells
-        elif name == "outliers":
-            outputs = write_outliers(forest, options["out"], options.get("plot"),
-                                     title=f"outlier scores, {table.source}")  # fmt: skip
-        elif name == "mislabels":
-            from distforest.apps.mislabels import mislabel_scores
-
-            ranking = mislabel_scores(forest)
-            outputs = {"suspects": write_csv(ranking, options["out"])}
-            info["disagreeing_labels"] = int(ranking["disagrees"].sum())
-        else:
-            extra = {k: v for k, v in options.items() if k not in ("out", "plot")}
-            outputs = write_mds(forest, options["out"], options.get("plot"),
-                                title=f"MDS, {table.source}", **extra)  # fmt: skip
-        stages.finish(name, time.perf_counter() - tick, outputs, **info)
+        with stage("plot", stages) as done:
+            matrix = rs.dataset()[ARRAY_NAMES[job.method]]
+            codes = forest.y_ if forest.task_ == "classification" else None
+            title = f"{job.method} proximity" + (", rows by class" if codes is not None else "")
+            picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
+                                  class_names=[str(c) for c in forest.classes_])  # fmt: skip
+            done.outputs = {"proximity picture": location.resolved(picture)}
 
 
 def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: float,
@@ -453,19 +352,3 @@ def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: flo
         outputs={"store": rs.path, **outputs},
         mode=mode,
     )
-
-
-def summary(result: JobResult) -> str:
-    """A few lines telling the user what was written and how to open it."""
-    width = max(len(k) for k in result.outputs) + 1
-    how = {"new": "", "resumed": ", resumed", "already complete": ", already complete: nothing "
-           "to do (use --restart to compute it again)"}[result.mode]  # fmt: skip
-    lines = [
-        f"{result.name} {result.shape[0]} x {result.shape[1]} "
-        f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
-        *(f"  {label + ':':<{width}} {path}" for label, path in result.outputs.items()),
-        f"  {'inspect:':<{width}} distforest status {result.store}",
-        f'  {"open:":<{width}} python -c "import xarray as xr; '
-        f"print(xr.open_zarr('{result.store}')['{result.name}'])\"",
-    ]
-    return "\n".join(lines)

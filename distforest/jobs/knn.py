@@ -8,24 +8,25 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from distforest import location
 from distforest._version import __version__
 from distforest.apps.knn import WEIGHTS
-from distforest.cli.jobs import JobResult, summary
-from distforest.cli.knn_cmd import fit_and_save_model, predict_to_csv
-from distforest.cli.outputs import check_new_file
-from distforest.cli.plan import SECONDS_PER, Plan, free_space, placement_of
-from distforest.cli.runs import decide, spec_hash
-from distforest.cli.similarity_cmd import normalize_choice
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
+from distforest.jobs.estimates import SECONDS_PER, free_space
+from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, predict_to_csv
+from distforest.jobs.outputs import check_new_file
+from distforest.jobs.plan import Plan, placement_of
+from distforest.jobs.result import JobResult, summary
+from distforest.jobs.runs import decide, run_per_output, spec_hash
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -45,6 +46,9 @@ PREDICT_KEYS = ("input", "out")
 @dataclass
 class KNNJob:
     """One k-NN run: input, optional top-k neighbours store, optional model (+ predictions)."""
+
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "knn"
 
     input: str
     target: str | None = None
@@ -74,13 +78,28 @@ class KNNJob:
         """The main output: the neighbours store, else the model store."""
         return str((self.neighbors or {}).get("out") or (self.knn or {})["model"])
 
-    @property
-    def kind(self) -> str:
+    def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         parts = [f"top-{self.neighbors['k']} {self.neighbors['metric']}"] if self.neighbors else []
         if self.knn:
             parts.append(f"k-NN model ({self.knn['metric']}, k={self.knn['k']})")
         return " and ".join(parts)
+
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        return knn_plan(self)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol of a job with one store per stage
+        (:func:`~distforest.jobs.runs.run_per_output`)."""
+        run_id = run_id or uuid.uuid4().hex[:8]
+        return run_per_output(self, lambda: run_knn_job(self, progress, restart=restart,
+                                                        run_id=run_id), run_id=run_id)  # fmt: skip
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return knn_summary(result)
 
 
 def knn_job(
@@ -94,7 +113,7 @@ def knn_job(
 ) -> KNNJob:
     """A :class:`KNNJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with a
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with a
     ``neighbors`` or ``knn`` section; checks what is particular to k-NN
     pipelines (metrics, the target, ``knn.predict``).  Output names are
     relative to ``out_dir``; ``knn.predict.input`` is relative to the current
@@ -154,6 +173,12 @@ def knn_job(
 
 
 def _check_metric(metric: str, where: str, source: str, *, forest: bool) -> None:
+    if forest and metric == "smerf":  # learns from a distance matrix a pipeline cannot name
+        raise ConfigError(
+            f"{source}: {where}: 'smerf' learns from a matrix of observed distances, which a "
+            "k-NN pipeline cannot pass; fit it with `distforest knn fit TRAIN --metric smerf "
+            "--distances D.npy --out model.zarr`, or pick another metric"
+        )
     if forest and metric in FOREST_METRICS:
         return
     try:
@@ -352,7 +377,7 @@ def _shown(path: str) -> str:
 
 
 def knn_summary(result: JobResult) -> str:
-    """:func:`distforest.cli.jobs.summary` with a k-NN headline (trees only for a forest)."""
+    """:func:`distforest.jobs.proximity.summary` with a k-NN headline (trees only for a forest)."""
     lines = summary(result).splitlines()
     trees = f", {result.n_trees} trees" if result.n_trees else ""
     how = {"already complete": ", already complete: nothing to do (use --restart to compute "

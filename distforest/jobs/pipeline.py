@@ -41,211 +41,27 @@ from typing import Any
 import yaml
 
 from distforest import location
-from distforest._schema import BadValue, Checker, Key, check_mapping, load_yaml, yaml_problem
+from distforest._schema import load_yaml, yaml_problem
 from distforest.apps.impute import ProximityImputer
-from distforest.apps.mds import DISSIMILARITIES
-from distforest.cli.jobs import ProximityJob
-from distforest.cli.knn_job import KNN_CHOICES, KNNJob, knn_job
-from distforest.cli.score_job import ScoreJob, score_job
-from distforest.cli.simforest_job import SimForestJob, simforest_job
-from distforest.cli.smerf_job import SMERF_EXTRA, SmerfJob, smerf_job
-from distforest.cli.xforest_job import XFOREST_CHOICES, XForestJob, xforest_job
-from distforest.errors import ConfigError, DistforestError, ParameterError, did_you_mean
+from distforest.errors import ConfigError, DistforestError, ParameterError
 from distforest.forests import constraints as C
-from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.forests.proximity_forest import ProximityForest
-from distforest.forests.simforest import SimilarityForestClassifier
-from distforest.forests.smerf import SMERF
-from distforest.forests.xforest import XForest
+from distforest.jobs.knn import KNNJob, knn_job
+from distforest.jobs.pipeline_schema import (
+    APPS,
+    SCHEMA,
+    TOP_LEVEL,
+    apply_overrides,
+    section_of,
+    unknown_key,
+)
+from distforest.jobs.proximity import ProximityJob
+from distforest.jobs.registry import kind_of
+from distforest.jobs.score import ScoreJob, score_job
+from distforest.jobs.simforest import SimForestJob, simforest_job
+from distforest.jobs.smerf import SmerfJob, smerf_job
+from distforest.jobs.xforest import XForestJob, xforest_job
 from distforest.parallel.cluster_config import load_cluster_config
-
-_STR = (str,)
-_LIST = (list,)
-_INT = (int,)
-_BOOL = (bool,)
-_MAP = (dict,)
-
-#: ``impute.from``: the imputer's own forests (default), or the matrix the run stored.
-IMPUTE_FROM = ("forests", "proximity")
-#: section -> key -> accepted types (None: also null).
-SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "input": {
-        "path": _STR,
-        "target": _STR,
-        "labels": _STR,
-        "drop": _LIST,
-        "na_values": _LIST,
-        "id": _STR,  # proximity jobs only (checked below)
-        "decimal": _STR,
-        # fsspec options of an input URL (endpoint, profile, ...): never recorded anywhere
-        "storage_options": _MAP,
-    },
-    # checked against the estimator's own constraint table (see TABLES below)
-    "forest": dict.fromkeys(ProximityForest._parameter_constraints, ()),
-    "proximity": {"method": _STR, "top_k": _INT, "dense": _BOOL},
-    "impute": {
-        "out": _STR,
-        "iterations": _INT,
-        "n_estimators": _INT,
-        "proximity": _STR,
-        "categorical_vote": _STR,
-        "max_samples": (str, int, float),
-        "from": _STR,
-    },
-    "outliers": {"out": _STR, "plot": _STR},
-    "mislabels": {"out": _STR},
-    "mds": {"out": _STR, "plot": _STR, "components": _INT, "dissimilarity": _STR},
-    "output": {
-        "dir": _STR,
-        "store": _STR,
-        "plot": _STR,
-        "report": _BOOL,
-        "overwrite": _BOOL,
-        "storage_options": _MAP,
-    },
-    # X-Forest pipelines (input, xforest, clustering, output): cli/xforest_job.py
-    "xforest": dict.fromkeys([*XForest._parameter_constraints, "kind"], ()),
-    "clustering": {
-        **dict.fromkeys(("k", "min_samples", "n_init", "random_state"), _INT),
-        "method": _STR,
-        "eps": (float, int),
-        "out": _STR,
-        "plot": _STR,
-    },
-    # SimForest pipelines (input, simforest, proximity, outliers, mds, output):
-    # cli/simforest_job.py
-    "simforest": dict.fromkeys(
-        [*SimilarityForestClassifier._parameter_constraints, "normalize"], ()
-    ),
-    # k-NN pipelines (input, neighbors and/or knn, output): cli/knn_job.py
-    "neighbors": {"metric": _STR, "k": _INT, "normalize": _STR, "algorithm": _STR, "out": _STR},
-    "knn": {
-        **dict.fromkeys(("target", "task", "weights", "metric", "normalize", "model"), _STR),
-        **dict.fromkeys(("k", "n_estimators", "random_state"), _INT),
-        "predict": (dict,),
-    },
-    # SMERF pipelines (input, smerf, distance, output): cli/smerf_job.py
-    "smerf": dict.fromkeys([*SMERF._parameter_constraints, *SMERF_EXTRA], ()),
-    "distance": {"rows": _STR, "against": _STR, "oob": _BOOL, "out": _STR},
-    # scoring pipelines (model, input, score, impute, output): cli/score_job.py
-    "model": {"path": _STR, "training": _STR},
-    "score": {"out": _STR, "method": _STR, "proximity_prediction": _BOOL, "outliers": _BOOL},
-}
-#: Sections whose keys are an estimator's parameters: checked by its constraint table,
-#: so a pipeline accepts and refuses exactly what Python does.
-TABLES: dict[str, Mapping[str, C.Constraint]] = {
-    "forest": ProximityForest._parameter_constraints,
-    "xforest": {**XForest._parameter_constraints, "kind": C.Choice(C.SIMILARITY_KINDS)},
-    "simforest": {
-        **SimilarityForestClassifier._parameter_constraints,
-        # "rbf:GAMMA" is read by simforest_job, which checks the name
-        "metric": C.Checked("by simforest_job"),
-        "normalize": C.Choice(C.SIMFOREST_SCALINGS),
-    },
-    "smerf": {
-        **SMERF._parameter_constraints,
-        "distances": C.Checked("by smerf_job"),
-        "tile_size": C.TILE_SIZE,
-    },
-}
-TOP_LEVEL = ("name", "description", "cluster", *SCHEMA)
-REQUIRED = {
-    "input": ("path",),
-    "output": ("dir",),
-    "impute": ("out",),
-    "outliers": ("out",),
-    "mislabels": ("out",),
-    "mds": ("out",),
-    "clustering": ("method", "out"),
-    "model": ("path",),
-    "score": ("out",),
-}
-#: key path -> allowed values.
-CHOICES = {
-    "input.decimal": (".", ","),
-    "proximity.method": PROXIMITY_METHODS,
-    "score.method": PROXIMITY_METHODS,
-    "impute.proximity": C.IMPUTE_PROXIMITIES,
-    "impute.categorical_vote": C.VOTES,
-    "impute.from": IMPUTE_FROM,
-    "mds.dissimilarity": DISSIMILARITIES,
-    **XFOREST_CHOICES,
-    **KNN_CHOICES,
-}
-#: Application sections, in the order they run.
-APPS = ("impute", "outliers", "mislabels", "mds")
-
-
-def _unknown(source: str, where: str, key: str, allowed: Sequence[str]) -> ConfigError:
-    hint = did_you_mean(key, allowed)
-    return ConfigError(
-        f"{source}: unknown key {where}{key!r}{hint} (allowed: {', '.join(allowed)})"
-    )
-
-
-def _checker(name: str, key: str) -> Checker:
-    """The value check of ``name.key``: its estimator's constraint, else its types and choices."""
-    if name in TABLES:
-        constraint = TABLES[name][key]
-        return lambda value: constraint.check(f"{name}.{key}", value)
-    types = SCHEMA[name][key]
-    choices = CHOICES.get(f"{name}.{key}")
-
-    def check(value: Any) -> Any:
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise BadValue(" or ".join(t.__name__ for t in types))
-        if choices and value not in choices:
-            raise BadValue(f"one of {', '.join(choices)}", did_you_mean(value, choices)[2:])
-        return value
-
-    return check
-
-
-@functools.cache
-def _keys(name: str) -> dict[str, Key]:
-    """The schema of section ``name`` for :func:`distforest._schema.check_mapping`."""
-    required = REQUIRED.get(name, ())
-    return {key: Key(_checker(name, key), required=key in required,
-                     example=f"{name}: {{{key}: ...}}") for key in SCHEMA[name]}  # fmt: skip
-
-
-def _section(data: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
-    """Section ``name`` checked key by key (null values mean "not set")."""
-    if name not in data:
-        return {}
-    section = data.get(name) or {}
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"{source}: {name!r} must be a mapping of keys, got {section!r}")
-    given = {k: v for k, v in section.items() if v is not None}
-    try:
-        return check_mapping(given, _keys(name), where=f"in section {name!r}",
-                             prefix=f"{name}.", source=source, error=ConfigError)  # fmt: skip
-    except ParameterError as exc:  # an estimator's constraint: its own message
-        raise ConfigError(f"{source}: {exc}") from None
-
-
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str) -> None:
-    """Apply ``--set section.key=value`` overrides (values parsed as YAML scalars)."""
-    for item in overrides:
-        path, sep, text = item.partition("=")
-        parts = path.strip().split(".")
-        if not sep or len(parts) != 2 or not all(parts):
-            raise ConfigError(
-                f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. forest.n_estimators=300"
-            )
-        section, key = parts
-        if section not in SCHEMA:
-            raise _unknown(f"{source} (--set {item})", "", section, list(SCHEMA))
-        try:
-            value = load_yaml(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(
-                f"--set {item!r}: the value is not valid YAML: {yaml_problem(exc)}"
-            ) from exc
-        if not isinstance(data.get(section) or {}, Mapping):
-            raise ConfigError(f"{source}: {section!r} must be a mapping of keys")
-        data[section] = {**(data.get(section) or {}), key: value}
-
 
 #: Keys whose values name an output file or store, relative to ``output.dir``.
 OUTPUT_KEYS = ("out", "plot", "store", "model")
@@ -393,11 +209,12 @@ def load_pipeline(
 
     Returns
     -------
-    ProximityJob, or XForestJob for a file with an ``xforest`` section,
-    KNNJob for a file with a ``neighbors`` or ``knn`` section,
-    SimForestJob for a file with a ``simforest`` section, SmerfJob for a
-    file with a ``smerf`` or ``distance`` section, or ScoreJob for a file
-    with a ``model`` key (a saved forest applied to new rows)
+    Job
+        Of the file's ``kind:`` (:mod:`distforest.jobs.registry`), or, for a
+        file without one, of the kind its sections imply: KNNJob for a
+        ``neighbors`` or ``knn`` section, SmerfJob for ``smerf`` or
+        ``distance``, SimForestJob for ``simforest``, XForestJob for
+        ``xforest`` or ``clustering``, else ProximityJob.
     """
     source = str(path)
     if Path(path).exists() and not Path(path).is_file():  # a FIFO would be waited on for ever
@@ -423,14 +240,14 @@ def load_pipeline(
     apply_overrides(data, overrides, source)
     for key in data:
         if key not in TOP_LEVEL:
-            raise _unknown(source, "", str(key), list(TOP_LEVEL))
+            raise unknown_key(source, "", str(key), list(TOP_LEVEL))
     for key in ("name", "description"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ConfigError(f"{source}: {key} must be a string, got {data[key]!r}")
     for key in ("input", "output"):
         if key not in data:
             raise ConfigError(f"{source}: the section {key!r} is required")
-    sections = {name: _section(data, name, source) for name in SCHEMA}
+    sections = {name: section_of(data, name, source) for name in SCHEMA}
     _check_combinations(data, sections, source)
     day = today or _dt.date.today()
     inp, out = sections["input"], sections["output"]
@@ -464,37 +281,38 @@ def load_pipeline(
         raise ConfigError(
             f"{source}: cluster must be a cluster YAML path or {{scheduler: ADDRESS}}, got {cfg!r}"
         )
-    kinds = ("neighbors", "knn", "smerf", "distance", "simforest", "xforest", "clustering")
-    other = [kind for kind in kinds if kind in data]
-    if inp.get("id") is not None and other:
+    kind = kind_of(data, source)
+    if inp.get("id") is not None and kind not in ("proximity", "score"):
         raise ConfigError(
-            f"{source}: input.id is read by proximity jobs only, not by {other[0]!r}; remove "
-            "it (or use input.drop to leave the column out)"
+            f"{source}: input.id is read by proximity jobs only, not by {kind} pipelines; "
+            "remove it (or use input.drop to leave the column out)"
         )
-    if "model" in data or "score" in data:  # a saved forest applied to new rows
-        connect = {"scheduler": scheduler, "cluster": cluster}
-        templated = functools.partial(_templated, today=day)
-        return score_job(data, sections, input_path, out_dir, connect, source, templated)
-    if "neighbors" in data or "knn" in data:
-        connect = {"scheduler": scheduler, "cluster": cluster}
+    connect = {"scheduler": scheduler, "cluster": cluster}
+    if kind == "knn":
         templated = functools.partial(_templated, today=day)
         return knn_job(data, sections, input_path, out_dir, connect, source, templated)
-    if "smerf" in data or "distance" in data:
-        connect = {"scheduler": scheduler, "cluster": cluster}
+    if kind == "smerf":
         return smerf_job(data, sections, input_path, out_dir, connect, source)
-    if sections["proximity"].get("top_k") is not None and any(
-        k in data for k in ("simforest", "xforest", "clustering")
-    ):
+    if kind == "score":  # a saved model applied to new rows
+        templated = functools.partial(_templated, today=day)
+        return score_job(data, sections, input_path, out_dir, connect, source, templated)
+    if sections["proximity"].get("top_k") is not None and kind != "proximity":
         raise ConfigError(
             f"{source}: proximity.top_k is for random-forest proximity pipelines only; "
-            "remove it or the simforest/xforest section"
+            f"remove it or the {kind} section"
         )
-    if "simforest" in data:
-        connect = {"scheduler": scheduler, "cluster": cluster}
+    if kind == "simforest":
         return simforest_job(data, sections, input_path, out_dir, connect, source, extras)
-    if "xforest" in data or "clustering" in data:
-        connect = {"scheduler": scheduler, "cluster": cluster}
+    if kind == "xforest":
         return xforest_job(data, sections, input_path, out_dir, connect, source)
+    return _proximity_job(path, data, sections, input_path, out_dir, connect, source, extras)
+
+
+def _proximity_job(path: str | Path, data: Mapping[str, Any], sections: dict[str, dict],
+                   input_path: str, out_dir: Any, connect: dict[str, Any], source: str,
+                   extras: dict[str, dict[str, Any]]) -> ProximityJob:  # fmt: skip
+    """The job of a proximity pipeline (the kind of a file with no other kind's sections)."""
+    inp, out = sections["input"], sections["output"]
     plot = out.get("plot")
     return ProximityJob(
         input=input_path,
@@ -510,7 +328,7 @@ def load_pipeline(
         out=str(out_dir / out.get("store", "proximity.zarr")),
         plot=str(out_dir / plot) if plot else None,
         overwrite=bool(out.get("overwrite", False)),
-        connect={"scheduler": scheduler, "cluster": cluster},
+        connect=connect,
         report_dir=str(out_dir) if out.get("report", True) else None,
         name=str(data.get("name") or Path(path).stem),
         source=source,

@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -21,15 +21,17 @@ from distforest import location
 from distforest._version import __version__
 from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
-from distforest.cli.jobs import JobResult
-from distforest.cli.outputs import check_new_file, write_csv
-from distforest.cli.plan import check_disk, check_size, estimate_kmeans, estimate_xforest
-from distforest.cli.report import cluster_facts
-from distforest.cli.runs import Stages, resume_store, run_staged
-from distforest.errors import ConfigError, InputError, ParameterError
+from distforest.errors import ConfigError, InputError, ParameterError, StoreError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
+from distforest.jobs.estimates import check_disk, check_size, estimate_kmeans, estimate_xforest
+from distforest.jobs.outputs import check_new_file, write_csv
+from distforest.jobs.plan import Plan, xforest_plan
+from distforest.jobs.report import cluster_facts
+from distforest.jobs.result import JobResult
+from distforest.jobs.result import summary as summary_lines
+from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
 
@@ -39,6 +41,9 @@ logger = logging.getLogger("distforest")
 @dataclass
 class XForestJob:
     """One X-Forest run: input, forest, similarity store, optional clustering."""
+
+    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    job_kind: ClassVar[str] = "xforest"
 
     input: str
     out: str
@@ -67,6 +72,25 @@ class XForestJob:
         spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
         spec["distforest_version"] = __version__
         return json.loads(json.dumps(spec, default=str))
+
+    def plan(self) -> Plan:
+        """What the job would do (``--dry-run``): reads the input, runs nothing."""
+        table = load_table(self.input, target=self.target, drop=self.drop,
+                           na_values=self.na_values)  # fmt: skip
+        return xforest_plan(self, table.n_samples, table.n_features)
+
+    def run(self, progress: Any = None, *, restart: bool = False,
+            run_id: str | None = None) -> JobResult:  # fmt: skip
+        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
+        return run_xforest_job(self, progress, restart=restart, run_id=run_id)
+
+    def describe(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        return f"{self.kind} similarity (X-Forest)"
+
+    def summary(self, result: JobResult) -> str:
+        """The lines that tell the user what the run wrote."""
+        return summary_lines(result)
 
 
 def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -135,7 +159,7 @@ def run_xforest_job(
 ) -> JobResult:
     """Fit X-Forest, write the similarity tiles, optionally plot and cluster; resumable.
 
-    Follows the run protocol of :mod:`distforest.cli.runs`: under the
+    Follows the run protocol of :mod:`distforest.jobs.runs`: under the
     output's lock, a killed run resumes (the saved forest is loaded, finished
     tiles and stages are kept, the store ends bit-identical to an
     uninterrupted run), a complete one is not repeated, a changed spec is
@@ -148,9 +172,8 @@ def run_xforest_job(
     )
     run_id = run_id or uuid.uuid4().hex[:8]
 
-    def stages_of_run(
-        stages: Stages | None, replace: bool, record: dict[str, Any]
-    ) -> tuple[RunStore, Stages, dict[str, Any]]:
+    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
+        stages, replace, record = run.stages, run.replace, run.record
         extra = job.clustering or {}
         for path in (job.plot, extra.get("out"), extra.get("plot")):
             check_new_file(path, replace)
@@ -167,39 +190,33 @@ def run_xforest_job(
                 forest = XForest.load(job.out)
                 rs, stages = resume_store(job.out, run_id)
             else:
-                tick = time.perf_counter()
-                forest = XForest(**job.forest)
-                forest.fit(table)
-                rs = forest.save(job.out, overwrite=True, attrs=record)
-                stages = Stages(rs)
-                stages.finish("fit", time.perf_counter() - tick, trees=forest.codes_.shape[1])
-            tick = time.perf_counter()
-            stats = forest.write_similarity(rs, job.kind)
-            stages.finish("tiles", time.perf_counter() - tick, None, **stats)
+                with stage("fit") as done:
+                    forest = XForest(**job.forest)
+                    forest.fit(table)
+                    rs = forest.save(job.out, overwrite=True, attrs=record)
+                    stages = done.stages = Stages(rs)
+                    done.info["trees"] = forest.codes_.shape[1]
+            with stage("tiles", stages) as done:
+                done.info = forest.write_similarity(rs, job.kind)
             matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
             if job.plot and not stages.done("plot"):
-                tick = time.perf_counter()
-                picture = plot_matrix(matrix, job.plot, title=f"{matrix.name}, rows in input order")
-                stages.finish("plot", time.perf_counter() - tick,
-                              {"similarity picture": location.resolved(picture)})  # fmt: skip
+                with stage("plot", stages) as done:
+                    picture = plot_matrix(matrix, job.plot,
+                                          title=f"{matrix.name}, rows in input order")  # fmt: skip
+                    done.outputs = {"similarity picture": location.resolved(picture)}
             if job.clustering and not stages.done("clustering"):
-                tick = time.perf_counter()
-                truth = None if table.y is None else np.asarray(table.y)
-                written, scores = run_clustering(matrix, job.clustering, truth=truth)
-                info = (
-                    {}
-                    if scores is None
-                    else {"scores": {k: round(v, 4) for k, v in scores.items()}}
-                )
-                stages.finish("clustering", time.perf_counter() - tick, written,
-                              **info)  # fmt: skip
+                with stage("clustering", stages) as done:
+                    truth = None if table.y is None else np.asarray(table.y)
+                    done.outputs, scores = run_clustering(matrix, job.clustering, truth=truth)
+                    if scores is not None:
+                        done.info["scores"] = {k: round(v, 4) for k, v in scores.items()}
             facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         return rs, stages, facts
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         return _xforest_result(job, rs, outputs, start, mode)
 
-    return run_staged(job, job.spec(table), stages_of_run, result, restart=restart, run_id=run_id)
+    return run_protocol(job, job.spec(table), stages_of_run, result, restart=restart, run_id=run_id)
 
 
 def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], start: float,
@@ -249,7 +266,7 @@ def xforest_job(
 ) -> XForestJob:
     """An :class:`XForestJob` from a pipeline whose sections were type-checked.
 
-    Called by :func:`distforest.cli.pipeline.load_pipeline` for a file with an
+    Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with an
     ``xforest`` section; checks what is particular to X-Forest pipelines.
     Output names are relative to ``out_dir``.
     """
@@ -295,3 +312,30 @@ def xforest_job(
         name=str(data.get("name") or "xforest"),
         source=source,
     )
+
+
+def stored_for_clustering(store: str, kind: str, matrix_free: bool) -> tuple[RunStore, str, int]:
+    """``distforest cluster``'s store, the name of its similarity and its rows; a store
+    without the stored matrix (unless ``matrix_free``) is refused."""
+    rs = RunStore.open(store, require_complete=not matrix_free)
+    name = SIMILARITY_NAMES[kind]
+    if not matrix_free and name not in rs.group:
+        raise StoreError(
+            f"store {rs.path!r} has no {name}; write it with `distforest xforest "
+            f"--kind {kind}` or pass --matrix-free"
+        )
+    return rs, name, int(rs.attrs.get("input", {}).get("n_samples", 0))
+
+
+def cluster_stored(rs: RunStore, name: str, kind: str, matrix_free: bool, params: dict[str, Any],
+                   truth: np.ndarray | None, connect: dict[str, Any],
+                   ) -> tuple[dict[str, str], dict[str, float] | None]:  # fmt: skip
+    """Cluster the rows of a store: from its stored matrix, or matrix-free from its trees
+    (products where :func:`~distforest.parallel.placement.place` says)."""
+    if not matrix_free:
+        return run_clustering(rs.dataset()[name], params, truth=truth)
+    if params["plot"]:
+        raise ParameterError("--plot needs the stored matrix; drop --matrix-free")
+    forest = XForest.load(rs.path)
+    with place(forest._fitted_cells(), connect), forest.product_session(kind) as product:
+        return run_clustering(product, params, truth=truth)

@@ -21,8 +21,8 @@ import numpy as np
 
 from distforest import location
 from distforest._version import __version__
-from distforest.cli.outputs import write_text
 from distforest.errors import StoreError
+from distforest.jobs.outputs import write_text
 from distforest.parallel.cluster import engine_report
 
 PACKAGES = ("dask", "distributed", "numpy", "zarr", "xarray", "scikit-learn", "numba", "pandas")

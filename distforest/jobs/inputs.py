@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from distforest.errors import InputError
+
 #: Files larger than this are read by partitions (about 2 million cells of CSV text,
 #: the default of the ``distforest.in-process-cells`` setting, :mod:`distforest.settings`).
 PARTITIONED_BYTES = 32 * 2**20
@@ -55,3 +57,16 @@ def stored_input(source: str, target: str | None, input_kw: dict[str, Any]) -> I
                      na_values=input_kw.get("na_values", ()))  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def check_request(X: Any, Y: Any, metric: str) -> None:
+    """Refuse a bad measure or mismatched tables before any cluster starts; name the files."""
+    from distforest.forests.measures import parse_metric
+
+    parse_metric(metric)
+    if Y is not None and Y.n_features != X.n_features:
+        raise InputError(
+            f"{Y.source} has {Y.n_features} feature column(s) ({', '.join(Y.feature_names)}) but "
+            f"{X.source} has {X.n_features} ({', '.join(X.feature_names)}); give both the same "
+            "columns (--drop the others)"
+        )

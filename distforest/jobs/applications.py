@@ -1,0 +1,94 @@
+"""The application stages of a proximity job: impute, outliers, mislabels, mds.
+
+Each runs after the forest and its matrix, records itself as a stage
+(:func:`~distforest.jobs.runs.stage`) and is skipped when resuming a run that
+finished it.  Their output files are checked before any work starts
+(:func:`check_outputs`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distforest import location
+from distforest.jobs.inputs import partitioned_input
+from distforest.jobs.outputs import check_new_file, write_csv, write_mds, write_outliers
+from distforest.jobs.runs import Stage, Stages, stage
+
+#: Application stages, in the order they run.
+APP_STAGES = ("impute", "outliers", "mislabels", "mds")
+
+
+def check_outputs(job: Any, stages: Stages | None, replace: bool) -> Any:
+    """Refuse to replace files a new run would write (unless ``replace``)."""
+    plan = None
+    todo = [name for name in APP_STAGES if getattr(job, name)]
+    pending = [n for n in todo if stages is None or not stages.done(n)]
+    if "impute" in pending and job.impute is not None and partitioned_input(job.input):
+        from distforest.apps.partitioned_impute import check_output
+
+        check_output(job.impute["out"], replace)  # plan None: imputed by partitions
+    elif "impute" in pending and job.impute is not None:
+        from distforest.jobs.impute import plan_imputation
+
+        plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
+                               na_values=job.na_values, overwrite=replace)  # fmt: skip
+    for name in pending:
+        for key in ("out", "plot"):
+            path = (getattr(job, name) or {}).get(key)
+            if name != "impute" and path:
+                check_new_file(path, replace)
+    if job.plot and (stages is None or not stages.done("plot")):
+        check_new_file(job.plot, replace)
+    return plan
+
+
+def app_stages(job, table, forest, rs, stages, plan, client) -> None:
+    for name in APP_STAGES:
+        options = getattr(job, name)
+        if not options or stages.done(name):
+            continue
+        with stage(name, stages) as done:
+            _app_stage(name, options, job, table, forest, plan, client, done, rs)
+
+
+def _app_stage(name: str, options: dict[str, Any], job: Any, table: Any, forest: Any,
+               plan: Any, client: Any, done: Stage, rs: Any) -> None:  # fmt: skip
+    """One application stage (impute, outliers, mislabels, mds); records into ``done``."""
+    if name == "impute" and options.get("from") == "proximity":
+        from distforest.apps.matrix_impute import write_imputed_from_matrix
+        from distforest.forests.tiles import ARRAY_NAMES
+
+        assert plan is not None  # a table loaded whole (refused by partitions in read_input)
+        written, cells = write_imputed_from_matrix(
+            rs.dataset()[ARRAY_NAMES[job.method]], table, plan.frame, plan.dest,
+            overwrite=plan.overwrite, vote=options.get("categorical_vote", "sum"),
+        )  # fmt: skip
+        outputs = {"imputed table": location.resolved(written)}
+        done.info["cells_imputed"] = cells
+    elif name == "impute":
+        from distforest.jobs.impute import impute_stage_by_partitions, run_imputation
+
+        params = {k: v for k, v in options.items() if k != "out"}
+        params.setdefault("random_state", job.forest.get("random_state"))
+        if plan is None:  # read by partitions: filled and written by tasks
+            written, cells = impute_stage_by_partitions(job, params, options["out"], client)
+        else:
+            imputer, _, written = run_imputation(plan, params, client)
+            cells = int(sum(imputer.n_missing_.values()))
+        outputs = {"imputed table": location.resolved(written)}
+        done.info["cells_imputed"] = cells
+    elif name == "outliers":
+        outputs = write_outliers(forest, options["out"], options.get("plot"),
+                                 title=f"outlier scores, {table.source}")  # fmt: skip
+    elif name == "mislabels":
+        from distforest.apps.mislabels import mislabel_scores
+
+        ranking = mislabel_scores(forest)
+        outputs = {"suspects": write_csv(ranking, options["out"])}
+        done.info["disagreeing_labels"] = int(ranking["disagrees"].sum())
+    else:
+        extra = {k: v for k, v in options.items() if k not in ("out", "plot")}
+        outputs = write_mds(forest, options["out"], options.get("plot"),
+                            title=f"MDS, {table.source}", **extra)  # fmt: skip
+    done.outputs = outputs

@@ -1,0 +1,233 @@
+"""Imputation as a job: read and check the table, impute where placement says, write it.
+
+Shared by ``distforest impute`` and the impute stage of a proximity pipeline
+(:mod:`distforest.jobs.proximity`).  Inputs and outputs are checked by
+:func:`plan_imputation` before any cluster starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distforest._version import __version__
+from distforest.errors import InputError
+
+if TYPE_CHECKING:
+    from distforest.apps.impute import ProximityImputer
+
+
+def check_columns(columns: list[str], wanted: list[str], source: str) -> None:
+    from distforest.io.tables import check_column
+
+    for col in wanted:
+        check_column(col, columns, source)
+
+
+def impute_by_partitions(
+    input: str,
+    out: str,
+    params: dict[str, Any],
+    connect: dict[str, Any],
+    *,
+    target: str | None = None,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+    categorical: tuple[str, ...] = (),
+    overwrite: bool = False,
+) -> Any:
+    """Impute INPUT by partitions on a cluster (:mod:`distforest.apps.partitioned_impute`)."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.apps.partitioned_impute import check_output, impute_partitioned
+    from distforest.errors import ParameterError
+    from distforest.parallel.cluster import connect as connect_to
+
+    imputer = ProximityImputer(**params, categorical_features=list(categorical) or None)
+    if imputer._settings()["proximity"] != "column":
+        raise ParameterError(
+            f"--proximity {imputer.proximity} needs the whole table in this process; {input} is "
+            "read by partitions (a glob, a folder or a large file) or --out is a folder: use "
+            "--proximity column (the default), or give one file small enough to load"
+        )
+    check_output(out, overwrite)
+    with connect_to(**connect) as client, client.as_current():
+        imputer.set_execution(client)
+        return impute_partitioned(input, out, imputer, target=target, drop=tuple(drop),
+                                  na_values=tuple(na_values), overwrite=overwrite)  # fmt: skip
+
+
+def partitioned_summary(result: Any, source: str, seconds: float) -> str:
+    counts = {name: n for name, n in result.missing.items() if n}
+    lines = [
+        f"imputed {sum(counts.values())} cell(s) in {len(counts)} column(s) of {source} "
+        f"({result.shape[0]} rows x {result.shape[1]} columns) in {seconds:.1f} s, by partitions",
+        f"  forests: column proximity, fitted on {result.sample_rows} row(s), "
+        f"{result.imputer.n_iter_} iteration(s)",
+        f"  output:  {result.written}",
+    ]
+    return "\n".join(lines)
+
+
+@dataclass
+class ImputationPlan:
+    """A checked imputation: the table read, the columns split, the output allowed."""
+
+    source: str
+    frame: Any
+    features: Any
+    y: Any
+    target: str | None
+    categorical: tuple[str, ...]
+    dest: Path
+    overwrite: bool
+
+
+def plan_imputation(
+    input: str,
+    out: str,
+    *,
+    target: str | None = None,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+    categorical: tuple[str, ...] = (),
+    overwrite: bool = False,
+) -> ImputationPlan:
+    """Read INPUT and check columns and the output path, before any cluster starts."""
+    from distforest.io import read_frame
+    from distforest.io.writers import check_can_write
+
+    frame = read_frame(input, na_values=na_values)
+    columns = [str(c) for c in frame.columns]
+    frame.columns = columns
+    check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
+    dest = check_can_write(out, overwrite)
+    skip = {*drop, *([target] if target else [])}
+    features = frame[[c for c in columns if c not in skip]]
+    if features.shape[1] == 0:
+        raise InputError(f"{input}: no feature columns left after removing --target/--drop")
+    y = frame[target] if target else None
+    return ImputationPlan(str(input), frame, features, y, target, tuple(categorical), dest,
+                          overwrite)  # fmt: skip
+
+
+def run_imputation(
+    plan: ImputationPlan, params: dict[str, Any], client: Any, bars: Any = None
+) -> tuple[ProximityImputer, tuple[int, int], Path]:
+    """Impute on ``client`` and write the whole table (target and dropped columns kept)."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.io.writers import write_table
+
+    imputer = ProximityImputer(**params, categorical_features=list(plan.categorical) or None)
+    imputer.set_execution(
+        client,  # None: this process for small tables (see ProximityImputer)
+        progress=None
+        if bars is None
+        else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,
+    )
+    filled = imputer.fit_transform(plan.features, plan.y)
+    output = plan.frame.copy()
+    for position, col in enumerate(output.columns):
+        if col in filled.columns:
+            output.isetitem(position, filled[col])
+    provenance = {
+        "distforest_version": __version__,
+        "source": plan.source,
+        "params": json.loads(json.dumps(imputer.get_params(), default=str)),
+        "target": plan.target,
+        "task": imputer.task_,
+        "n_imputed": imputer.n_missing_,
+    }
+    for key in ("client", "progress"):
+        provenance["params"].pop(key, None)
+    written = write_table(
+        output, plan.dest, overwrite=plan.overwrite, attrs={"imputation": provenance}
+    )
+    return imputer, output.shape, written
+
+
+def summary(
+    imp: ProximityImputer, source: str, shape: tuple[int, int], out: Path, seconds: float
+) -> str:
+    counts = {name: n for name, n in imp.n_missing_.items() if n}
+    total = sum(counts.values())
+    lines = [
+        f"imputed {total} cell(s) in {len(counts)} column(s) of {source} "
+        f"({shape[0]} rows x {shape[1]} columns) in {seconds:.1f} s",
+        f"  forest:  {imp.task_}, {imp._settings()['n_estimators']} trees"
+        f"{' per column' if imp.proximity == 'column' else ''}, {imp.n_iter_} iteration(s), "
+        f"{imp.proximity} proximity",
+    ]
+    if counts:
+        width = max(len(n) for n in counts)
+        lines.append("  cells imputed per column:")
+        lines += [f"    {name:<{width}}  {n}" for name, n in counts.items()]
+    else:
+        lines.append("  no missing values: the output is a copy of the input")
+    fallbacks = sum(h.get("fallbacks", 0) for h in imp.history_[-1:])
+    if fallbacks:
+        lines.append(
+            f"  {fallbacks} cell(s) had no weighted neighbour and kept the median / most "
+            "frequent level"
+        )
+    lines.append(f"  output:  {out}")
+    return "\n".join(lines)
+
+
+def impute_command(
+    input: str,
+    out: str,
+    params: dict[str, Any],
+    connect: dict[str, Any],
+    *,
+    target: str | None = None,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+    categorical: tuple[str, ...] = (),
+    overwrite: bool = False,
+    progress: Any = None,
+) -> str:
+    """``distforest impute``: check, impute where placement says, write; the summary."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.apps.partitioned_impute import is_folder
+    from distforest.jobs.estimates import check_size, estimate_impute
+    from distforest.jobs.inputs import partitioned_input
+    from distforest.parallel.placement import place
+
+    start = time.perf_counter()
+    if partitioned_input(input) or is_folder(out):  # by partitions: never whole here
+        ProximityImputer(**params)._settings()  # bad values refused before any cluster
+        result = impute_by_partitions(input, out, params, connect, target=target, drop=drop,
+                                      na_values=na_values, categorical=categorical,
+                                      overwrite=overwrite)  # fmt: skip
+        return partitioned_summary(result, input, time.perf_counter() - start)
+    plan = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
+                           categorical=categorical, overwrite=overwrite)  # fmt: skip
+    checked = ProximityImputer(**params)._settings()  # bad values refused before any cluster
+    n, d = plan.features.shape
+    check_size(f"imputing {input} ({n:,} rows)", estimate_impute(n, d, checked),
+               f"--iterations ({checked['iterations']}) and --trees "
+               f"({checked['n_estimators']:,})")  # fmt: skip
+    with place(plan.features.size, connect) as where:
+        imputer, shape, written = run_imputation(plan, params, where.client, progress)
+    return summary(imputer, input, shape, written, time.perf_counter() - start)
+
+
+def impute_stage_by_partitions(job: Any, params: dict[str, Any], out: str,
+                        client: Any) -> tuple[Path, int]:  # fmt: skip
+    """The impute stage of a proximity job whose table is read by partitions."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.apps.partitioned_impute import impute_partitioned
+
+    imputer = ProximityImputer(**params)
+    scope = contextlib.nullcontext() if client is None else client.as_current()
+    with scope:
+        if client is not None:
+            imputer.set_execution(client)
+        result = impute_partitioned(job.input, out, imputer, target=job.target,
+                                    drop=tuple(job.drop), na_values=tuple(job.na_values),
+                                    overwrite=True)  # fmt: skip  # checked before the run
+    return result.written, int(sum(result.missing.values()))

@@ -1,0 +1,177 @@
+"""k-NN models as jobs' steps: check the size, fit and save a model, predict to a CSV.
+
+Shared by ``distforest knn fit|predict`` and k-NN pipelines
+(:mod:`distforest.jobs.knn`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from distforest.errors import InputError, ParameterError
+from distforest.forests.constraints import FOREST_METRICS
+from distforest.jobs.outputs import write_csv
+
+if TYPE_CHECKING:
+    from distforest.apps.knn import KNNClassifier, KNNRegressor
+
+
+def normalize_choice(value: str) -> str | None:
+    return None if value == "none" else value
+
+
+def check_distances(distances: str | None, metric: str) -> None:
+    """``--distances`` goes with ``--metric smerf`` (the observed distances it learns from)."""
+    if (distances is None) == (metric == "smerf"):
+        raise ParameterError(
+            "--metric smerf needs --distances D.npy (the observed distances of TRAIN's rows)"
+            if distances is None
+            else f"--distances is for --metric smerf, not --metric {metric}; remove it"
+        )
+
+
+def check_knn_size(table: Any, select: str | None, n_features: Any, metric: str,
+                   trees: int) -> None:  # fmt: skip
+    """Before any work: features to select at most the table's; a forest metric's trees
+    within the computing and memory limits (:func:`distforest.jobs.plan.check_size`)."""
+    from distforest.jobs.estimates import check_size, estimate_forest_metric
+
+    d = table.n_features
+    if select and isinstance(n_features, int) and not isinstance(n_features, bool):
+        if n_features > d:
+            raise ParameterError(
+                f"--n-features {n_features} is more than the {d} feature(s) of "
+                f"{table.source}; give at most {d}, a fraction, or auto"
+            )
+    if metric.split(":")[0] in FOREST_METRICS:
+        plan = estimate_forest_metric(table.n_samples, d, trees)
+        check_size(f"the k-NN forest metric on {table.source} ({table.n_samples:,} rows)",
+                   plan, f"--trees ({trees:,})")  # fmt: skip
+
+
+def fit_and_save_model(
+    table: Any,
+    task: str,
+    params: dict[str, Any],
+    out: str,
+    overwrite: bool,
+    attrs: dict[str, Any] | None = None,
+) -> tuple[KNNClassifier | KNNRegressor, str]:
+    """Fit a k-NN model on a loaded table and save it with what predicting needs.
+
+    Parameters
+    ----------
+    table : distforest.io.Table
+        With the target in ``table.y``.
+    task : {"auto", "classification", "regression"}
+    params : dict
+        :class:`KNNClassifier` / :class:`KNNRegressor` parameters.  A forest
+        metric fits its trees on the current default client (the model keeps
+        ``client=None``, so that it can be cloned by the feature selection).
+    out : str
+        Model store to create.
+    overwrite : bool
+
+    Returns
+    -------
+    model, task
+        The fitted model and the resolved task.
+    """
+    from distforest.apps.knn import KNNClassifier, KNNRegressor, save_model
+    from distforest.forests.targets import resolve_task
+
+    task = resolve_task(task, table.y, table.target_name)
+    if task not in ("classification", "regression"):
+        raise InputError(f"k-NN needs a target column to predict; got task {task!r}")
+    cls = KNNClassifier if task == "classification" else KNNRegressor
+    model = cls(**params).fit(table, table.y)
+    categories = {k: [str(v) for v in c] for k, c in table.categories.items()}
+    extra = {"target": table.target_name, "source": str(table.source), "categories": categories,
+             **(attrs or {})}  # fmt: skip
+    save_model(model, out, overwrite=overwrite, attrs=extra)
+    return model, task
+
+
+def predict_to_csv(
+    model_path: str,
+    data: str,
+    out: str,
+    drop: tuple[str, ...] = (),
+    na_values: tuple[str, ...] = (),
+) -> tuple[int, str]:
+    """Predict every row of ``data`` with a saved model; write ``row, <target>`` to a CSV.
+
+    Returns
+    -------
+    n_rows, path
+    """
+    return write_predictions(*read_for_prediction(model_path, data, drop, na_values), out)
+
+
+def read_for_prediction(
+    model_path: str, data: str, drop: tuple[str, ...] = (), na_values: tuple[str, ...] = ()
+) -> tuple[KNNClassifier | KNNRegressor, np.ndarray, dict[str, Any]]:
+    """The saved model, the model's feature columns of ``data`` and the model's attributes."""
+    from distforest.apps.knn import load_model
+    from distforest.store.run_store import RunStore
+
+    attrs = RunStore.open(model_path).attrs
+    model = load_model(model_path)
+    return model, features_of(data, attrs, model.feature_names_in_, drop, na_values), attrs
+
+
+def write_predictions(
+    model: KNNClassifier | KNNRegressor, X: np.ndarray, attrs: dict[str, Any], out: str
+) -> tuple[int, str]:
+    """Predict the rows of ``X``; write ``row, <target>`` to a CSV: ``(n_rows, path)``."""
+    import pandas as pd
+
+    prediction = model.predict(X)
+    frame = pd.DataFrame({"row": np.arange(X.shape[0]), attrs.get("target") or "prediction":
+                          prediction})  # fmt: skip
+    return X.shape[0], write_csv(frame, out)
+
+
+def features_of(
+    data: str,
+    attrs: dict[str, Any],
+    names: tuple[str, ...],
+    drop: tuple[str, ...],
+    na_values: tuple[str, ...],
+) -> np.ndarray:
+    """The model's feature columns of DATA as numbers; text labels coded as when fitted."""
+    import pandas as pd
+
+    from distforest.io import read_frame
+
+    frame = read_frame(data, na_values=na_values)
+    frame.columns = [str(c) for c in frame.columns]
+    frame = frame.drop(columns=[c for c in drop if c in frame.columns])
+    missing = [n for n in names if n not in frame.columns]
+    if missing:
+        raise InputError(
+            f"{data}: the model needs column(s) {missing} that are not there; "
+            f"available: {', '.join(list(frame.columns)[:20])}"
+        )
+    fitted = attrs.get("categories", {})
+    X = np.empty((len(frame), len(names)))
+    for j, name in enumerate(names):
+        col = frame[name]
+        if name in fitted:
+            code = {label: float(i) for i, label in enumerate(fitted[name])}
+            labels = col.astype(str).where(col.notna())
+            unseen = sorted(set(labels.dropna()) - set(code))
+            if unseen:
+                raise InputError(f"{data}: column {name!r} has label(s) {unseen[:5]} "
+                                 "not seen when the model was fitted")  # fmt: skip
+            X[:, j] = labels.map(code).astype(float).to_numpy()
+            continue
+        try:
+            X[:, j] = pd.to_numeric(col).to_numpy(dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise InputError(
+                f"{data}: column {name!r} must be numeric as when fitted: {exc}"
+            ) from None
+    return X

@@ -1,0 +1,36 @@
+"""What a finished job wrote (:class:`JobResult`) and the lines that tell the user."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class JobResult:
+    """What a finished job wrote, for the summary."""
+
+    store: str
+    name: str
+    shape: tuple[int, int]
+    n_trees: int
+    task: str
+    seconds: float
+    outputs: dict[str, str]
+    #: "new", "resumed" or "already complete".
+    mode: str = "new"
+
+
+def summary(result: JobResult) -> str:
+    """A few lines telling the user what was written and how to open it."""
+    width = max(len(k) for k in result.outputs) + 1
+    how = {"new": "", "resumed": ", resumed", "already complete": ", already complete: nothing "
+           "to do (use --restart to compute it again)"}[result.mode]  # fmt: skip
+    lines = [
+        f"{result.name} {result.shape[0]} x {result.shape[1]} "
+        f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
+        *(f"  {label + ':':<{width}} {path}" for label, path in result.outputs.items()),
+        f"  {'inspect:':<{width}} distforest status {result.store}",
+        f'  {"open:":<{width}} python -c "import xarray as xr; '
+        f"print(xr.open_zarr('{result.store}')['{result.name}'])\"",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,138 @@
+"""SimForest models for the commands: saved with their centring, new objects read as the
+model needs them, predictions written.
+
+Used by ``distforest simforest fit`` and ``distforest simforest predict``.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+
+from distforest.errors import InputError, ParameterError
+from distforest.jobs.outputs import write_csv
+
+
+def save_model(forest: Any, out: str, overwrite: bool, attrs: dict[str, Any],
+               distances: str | None, centring: Any) -> None:  # fmt: skip
+    """Save a fitted SimForest (with, for one fitted on ``distances``, the column means
+    that centre new objects' distances) and mark it complete, last."""
+    attrs = dict(attrs)
+    if centring is not None:
+        attrs.update(source=distances, centring="double")
+    rs = forest.save(out, overwrite=overwrite, attrs=attrs, complete=False)
+    if centring is not None:  # what predict needs to centre new objects' distances
+        rs.write_named("centring_means", centring.column_means,
+                       attrs={"grand_mean": centring.grand_mean})  # fmt: skip
+    rs.mark_complete()
+
+
+def checked_fit(temporary: ExitStack, params: dict[str, Any], *, data: str | None,
+                matrix: str | None, distances: str | None, labels: str | None,
+                target: str | None, metric: str | None, normalize: str,
+                drop: tuple[str, ...], na_values: tuple[str, ...], out: str,
+                overwrite: bool) -> tuple[Any, Any, Any]:  # fmt: skip
+    """``simforest fit``'s unfitted forest, its input and (for ``distances``) the centring,
+    all checked before any work; ``distances`` are double-centred into a temporary
+    similarity array beside ``out`` that ``temporary`` removes."""
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.estimates import check_size, estimate_forest_metric
+    from distforest.jobs.simforest import metric_params, read_fit_input
+    from distforest.store.run_store import check_can_create
+
+    centring = None
+    if distances is not None:
+        from distforest.io.centring import centred_matrix, double_centre
+
+        if matrix is not None or params["kind"] != "similarity":
+            raise ParameterError(
+                "--distances is turned into similarities: give it without --similarity "
+                "and without --kind distance (or give --similarity D --kind distance to "
+                "order by D_ki^2 - D_kj^2 without centring)"
+            )
+        check_can_create(out, overwrite)
+        matrix = temporary.enter_context(centred_matrix(out))
+        centring = double_centre(distances, matrix, what=f"--distances {distances!r}")
+    fit_input = read_fit_input(data=data, matrix=matrix, labels=labels, target=target,
+                               normalize=normalize, drop=drop,
+                               na_values=na_values)  # fmt: skip
+    if matrix is not None and metric is not None:
+        raise ParameterError("--metric goes with a table DATA, not with --similarity")
+    if data is not None:
+        params["metric"], params["metric_params"] = metric_params(metric or "rbf")
+    check_can_create(out, overwrite)
+    forest = SimilarityForestClassifier(**params)
+    n = fit_input.n
+    plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
+    knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
+    check_size(f"SimForest on {n:,} objects", plan, knobs)
+    return forest, fit_input, centring
+
+
+def read_predict_input(model: str, data: str | None, matrix: str | None,
+                       distances: str | None, na_values: tuple[str, ...],
+                       out: str) -> tuple[Any, Any, int, ExitStack]:  # fmt: skip
+    """The saved model, its new objects (scaled features, a similarity matrix, or centred
+    distances in a temporary array beside ``out``, removed when the returned stack closes)
+    and their number; an input that does not match how the model was fitted is refused."""
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.io import load_table, read_frame
+    from distforest.io.matrices import load_matrix
+    from distforest.jobs.simforest import scale
+    from distforest.store.run_store import RunStore
+
+    forest = SimilarityForestClassifier.load(model)
+    attrs = RunStore.open(model).attrs
+    fitted_on_table = attrs.get("measure") not in ("precomputed", "function")
+    if fitted_on_table:
+        if data is None or matrix is not None or distances is not None:
+            raise ParameterError(
+                f"model {model!r} was fitted on a table: give the new rows as DATA "
+                "(not --similarity or --distances)"
+            )
+        names = attrs.get("feature_names") or []
+        frame = read_frame(data, na_values=na_values)
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise InputError(
+                f"{data!r} lacks the model's feature column(s) {missing}; it needs "
+                f"{', '.join(names)}"
+            )
+        table = load_table(frame[names], min_rows=1)
+        source: Any = scale(table.X.astype(np.float64), attrs.get("scaling"))
+        n = source.shape[0]
+    temporary = ExitStack()
+    if not fitted_on_table:
+        centred = attrs.get("centring") == "double"
+        given = "--distances Q.npy" if centred else "--similarity Q.npy"
+        wanted, other = (distances, matrix) if centred else (matrix, distances)
+        if wanted is None or other is not None or data is not None:
+            raise ParameterError(
+                f"model {model!r} was fitted on a {'distance' if centred else 'similarity'} "
+                f"matrix: give {given} (test objects x training objects)"
+            )
+        if centred:
+            from distforest.io.centring import Centring, centre_new_rows, centred_matrix
+
+            means = RunStore.open(model).array("centring_means")
+            grand_mean = means.attrs["grand_mean"]
+            assert isinstance(grand_mean, float)
+            centring = Centring(np.asarray(means[...]), grand_mean)
+            matrix = temporary.enter_context(centred_matrix(out))
+            centre_new_rows(distances, centring, matrix, what=f"--distances {distances!r}")
+        source = load_matrix(matrix, f"--similarity {matrix!r}")
+        n = source.shape[0]
+    return forest, source, n, temporary
+
+
+def predict_to_csv(forest: Any, source: Any, out: str) -> str:
+    """Predict on the current placement; write ``prediction, proba_<label>...`` to ``out``."""
+    import pandas as pd
+
+    proba = forest.predict_proba(source)
+    frame = pd.DataFrame({"prediction": forest.classes_[np.argmax(proba, axis=1)]})
+    for k, label in enumerate(forest.classes_):
+        frame[f"proba_{label}"] = proba[:, k]
+    return write_csv(frame, out)
