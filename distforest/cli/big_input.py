@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from distforest import location
+
 #: Files larger than this are read by partitions (about 2 million cells of CSV text,
 #: the default of the ``distforest.in-process-cells`` setting, :mod:`distforest.settings`).
 PARTITIONED_BYTES = 32 * 2**20
@@ -26,7 +28,14 @@ _ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
 
 
 def partitioned_input(source: str) -> bool:
-    """Whether ``source`` is read by partitions rather than loaded whole."""
+    """Whether ``source`` is read by partitions rather than loaded whole.
+
+    A URL (``s3://...``) follows the rule of a local path, its sizes from
+    fsspec; a ``.npy`` file at a URL is read whole (it cannot be mapped).
+    """
+    if location.is_remote(source):
+        return _partitioned_url(source)
+    source = location.local(source)
     p = Path(source)
     if not p.exists():
         return glob.has_magic(source) and bool(glob.glob(source))
@@ -35,6 +44,21 @@ def partitioned_input(source: str) -> bool:
             return False  # a Zarr store: the in-memory reader opens it lazily already
         return True
     return p.stat().st_size > PARTITIONED_BYTES
+
+
+def _partitioned_url(url: str) -> bool:
+    try:
+        fs, where = location.filesystem(url)
+        fs.invalidate_cache()
+        if not fs.exists(where):
+            return glob.has_magic(where) and bool(fs.glob(where))
+        if fs.isdir(where):
+            base = where.rstrip("/")
+            return not (base.lower().endswith(".zarr")
+                        or any(fs.exists(f"{base}/{m}") for m in _ZARR_MARKERS))  # fmt: skip
+        return not where.lower().endswith(".npy") and int(fs.size(where)) > PARTITIONED_BYTES
+    except Exception:  # unreachable, refused...: the whole-table reader says it in one line
+        return False
 
 
 @contextlib.contextmanager

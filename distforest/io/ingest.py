@@ -124,6 +124,8 @@ def _read_frame(
     blocks = parts.frame.to_delayed()
     summarise = dask.delayed(summarise_partition, pure=True)
     summaries = list(_compute(*[summarise(b, text, na, target, file_col) for b in blocks]))
+    for s in summaries:  # a remote part file named by its URL, as the user gave it
+        s.file = parts.file_url(s.file)
     labels = [s.file or parts.partition_name(k) for k, s in enumerate(summaries)]
     kwargs = dict(source=parts.source, names=labels, columns=parts.columns, target=target,
                   drop=drop, text_columns=text, na=na, sep=parts.sep,
