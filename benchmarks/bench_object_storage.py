@@ -33,13 +33,49 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def request_kind(method: str, target: str) -> str:
+    """What a request line is for: ``"<where>: <METHOD> <what>"``.
+
+    ``where`` is the run lock, the input, the store's root (its attributes: stages,
+    status) or the store's array or group the object belongs to (``proximity``,
+    ``leaves``, ``forest``, ...: the phase that writes it); ``what`` is a chunk, metadata
+    (``zarr.json``) or a listing.
+    """
+    path, _, query = target.partition("?")
+    if ".lock" in path:
+        where = "lock"
+    elif "/in/" in path:
+        where = "input"
+    elif ".zarr" in path:
+        inner = path.split(".zarr", 1)[1].strip("/")
+        where = "store root" if inner in ("", "zarr.json") else inner.split("/")[0]
+    else:
+        where = "bucket" if "prefix=" in query or "list-type" in query else "other"
+    prefix = query.split("prefix=", 1)[1].split("&")[0] if "prefix=" in query else ""
+    if method == "GET" and ("list-type" in query or "prefix=" in query):
+        what = "listing"
+        if ".zarr" in prefix.replace("%2F", "/"):
+            inner = prefix.replace("%2F", "/").split(".zarr", 1)[1].strip("/")
+            where = "store root" if not inner else inner.split("/")[0]
+    elif "/c/" in path or "/c" == path[-2:]:
+        what = "chunk"
+    elif path.endswith(("zarr.json", ".zattrs", ".zgroup", ".zarray")):
+        what = "metadata"
+    else:
+        what = "object"
+    return f"{where}: {method} {what}"
+
+
 class Relay:
-    """Forward 127.0.0.1:port to ``target``, counting the bytes in each direction."""
+    """Forward 127.0.0.1:port to ``target``, counting the bytes in each direction, the
+    TCP connections and the HTTP requests (by kind, from their request lines)."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
         self.sent = self.received = 0
         self.connections = 0
+        self.requests: dict[str, int] = {}
+        self.closed_by_server = 0
         self._lock = threading.Lock()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
@@ -53,6 +89,7 @@ class Relay:
                 self.connections += 1
             threading.Thread(target=self._pump, args=(client, upstream, "sent"),
                              daemon=True).start()  # fmt: skip
+            # (responses carry "Connection: close" when the server will not keep it open)
             threading.Thread(target=self._pump, args=(upstream, client, "received"),
                              daemon=True).start()  # fmt: skip
 
@@ -62,6 +99,7 @@ class Relay:
                 dst.sendall(data)
                 with self._lock:
                     setattr(self, counter, getattr(self, counter) + len(data))
+                    self._count(data, counter)
         except OSError:
             pass
         finally:
@@ -71,9 +109,23 @@ class Relay:
                 except OSError:
                     pass
 
+    def _count(self, data: bytes, counter: str) -> None:
+        """Requests by kind (request lines) and responses closing their connection.
+        Approximate: a line split across two reads is missed (none were, checked: the
+        requests counted equal the responses' status lines)."""
+        for line in data.split(b"\r\n"):
+            if counter == "sent" and line.endswith((b" HTTP/1.1", b" HTTP/1.0")):
+                method, _, rest = line.decode("latin-1").partition(" ")
+                if method in ("GET", "PUT", "HEAD", "POST", "DELETE"):
+                    kind = request_kind(method, rest.rsplit(" ", 1)[0])
+                    self.requests[kind] = self.requests.get(kind, 0) + 1
+            elif counter == "received" and line.lower() == b"connection: close":
+                self.closed_by_server += 1
+
     def reset(self) -> None:
         with self._lock:
-            self.sent = self.received = self.connections = 0
+            self.sent = self.received = self.connections = self.closed_by_server = 0
+            self.requests = {}
 
 
 def free_port() -> int:
@@ -156,6 +208,7 @@ def main() -> None:
         s3_wall = run(["proximity", "s3://bench/in/data.parquet", *forest, "--out",
                        "s3://bench/out/p.zarr"], env)  # fmt: skip
         sent, received, connections = relay.sent, relay.received, relay.connections
+        requests, closed = dict(sorted(relay.requests.items())), relay.closed_by_server
         load_after = os.getloadavg()[0]
         fs.invalidate_cache()
         stored = int(fs.du("bench/out/p.zarr", total=True))
@@ -184,6 +237,8 @@ def main() -> None:
         "local_store_bytes": local_bytes(work / "p.zarr"),
         "s3_store_bytes": stored, "s3_objects": objects,
         "bytes_sent": sent, "bytes_received": received, "connections": connections,
+        "requests": requests, "requests_total": sum(requests.values()),
+        "responses_closing_connection": closed,
         "input_bytes": data.stat().st_size,
         "identical_proximity": identical,
         "load_average_before_after": [round(load_before, 1), round(load_after, 1)],

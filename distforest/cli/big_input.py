@@ -76,6 +76,7 @@ def stored_input(source: str, target: str | None, input_kw: dict[str, Any]) -> I
     work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
     try:
         yield ingest(source, work / "run.zarr", target=target, drop=input_kw.get("drop", ()),
-                     na_values=input_kw.get("na_values", ()))  # fmt: skip
+                     na_values=input_kw.get("na_values", ()),
+                     id=input_kw.get("id"))  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
