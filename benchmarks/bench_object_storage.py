@@ -148,8 +148,33 @@ def start_moto(port: int) -> subprocess.Popen:
     raise SystemExit("moto server did not start")
 
 
+#: Run the CLI counting the ``S3FileSystem`` instances it creates (written at exit to the
+#: file named by ``BENCH_S3FS_COUNT``): each instance has its own connection pool.
+COUNTING_MAIN = """
+import atexit, os, threading
+counts = {}
+try:
+    import s3fs
+    created = s3fs.S3FileSystem.__init__
+    def init(self, *args, **kwargs):
+        key = "async" if kwargs.get("asynchronous") else "sync"
+        counts[key] = counts.get(key, 0) + 1
+        created(self, *args, **kwargs)
+    s3fs.S3FileSystem.__init__ = init
+    def dump():
+        with open(os.environ["BENCH_S3FS_COUNT"], "w") as fh:
+            fh.write(repr(counts))
+    if os.environ.get("BENCH_S3FS_COUNT"):
+        atexit.register(dump)
+except ImportError:
+    pass
+from distforest.cli.main import main
+main()
+"""
+
+
 def run(args: list[str], env: dict[str, str]) -> float:
-    cmd = [sys.executable, "-c", "from distforest.cli.main import main; main()", "-q", *args]
+    cmd = [sys.executable, "-c", COUNTING_MAIN, "-q", *args]
     tick = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - tick
@@ -205,8 +230,11 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         local_wall = run(["proximity", str(data), *forest, "--out", str(work / "p.zarr")], env)
         relay.reset()
+        counted = work / "s3fs_instances.txt"
+        s3_env = {**env, "BENCH_S3FS_COUNT": str(counted)}
         s3_wall = run(["proximity", "s3://bench/in/data.parquet", *forest, "--out",
-                       "s3://bench/out/p.zarr"], env)  # fmt: skip
+                       "s3://bench/out/p.zarr"], s3_env)  # fmt: skip
+        instances = counted.read_text() if counted.exists() else "not counted"
         sent, received, connections = relay.sent, relay.received, relay.connections
         requests, closed = dict(sorted(relay.requests.items())), relay.closed_by_server
         load_after = os.getloadavg()[0]
@@ -239,6 +267,7 @@ def main() -> None:
         "bytes_sent": sent, "bytes_received": received, "connections": connections,
         "requests": requests, "requests_total": sum(requests.values()),
         "responses_closing_connection": closed,
+        "s3fs_instances": instances,
         "input_bytes": data.stat().st_size,
         "identical_proximity": identical,
         "load_average_before_after": [round(load_before, 1), round(load_after, 1)],
@@ -247,6 +276,58 @@ def main() -> None:
     print(json.dumps(result, indent=2))
     if opts.out:
         opts.out.write_text(markdown(result))
+
+
+#: Where requests go, grouped by the phase that mostly makes them.
+AREAS = (
+    ("run lock", ("lock",)),
+    ("input", ("input",)),
+    ("store attributes (root zarr.json: status, spec, stages)", ("store root",)),
+    (
+        "fit: forest, leaves, in-bag, coordinates, target",
+        (
+            "forest",
+            "leaves",
+            "inbag",
+            "tree",
+            "tree_importances",
+            "target",
+            "sample",
+            "sample_i",
+            "sample_j",
+        ),
+    ),
+    ("tiles: proximity matrix and its done flags", ("proximity", "done")),
+)
+
+
+def request_table(requests: dict[str, int]) -> str:
+    """Requests by area (rows) and what they touch (columns), with totals."""
+    whats = ("chunk", "metadata", "listing", "object")
+    rows: dict[str, dict[str, int]] = {}
+    for key, count in requests.items():
+        where, _, rest = key.partition(": ")
+        what = rest.split(" ", 1)[1]
+        area = next((a for a, names in AREAS if where in names), "other (zarr v2 probes, bucket)")
+        rows.setdefault(area, dict.fromkeys(whats, 0))[what] += count
+    order = [a for a, _ in AREAS if a in rows] + [a for a in rows if a not in dict(AREAS)]
+    lines = [
+        "| requests to | chunks | metadata (zarr.json) | listings | other objects (HEAD, "
+        "lock, input) | total |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for area in order:
+        c = rows[area]
+        lines.append(
+            f"| {area} | " + " | ".join(str(c[w]) for w in whats) + f" | {sum(c.values())} |"
+        )
+    total = {w: sum(rows[a][w] for a in rows) for w in whats}
+    lines.append(
+        "| **all** | "
+        + " | ".join(str(total[w]) for w in whats)
+        + f" | **{sum(total.values())}** |"
+    )
+    return "\n".join(lines)
 
 
 def markdown(r: dict) -> str:
@@ -280,8 +361,31 @@ Proximity matrices identical (every cell): **{r["identical_proximity"]}**.
 S3 / local wall time: {r["s3_wall_s"] / r["local_wall_s"]:.2f}.
 Bytes sent: the store's objects plus request headers,
 metadata writes and lock renewals; bytes received: the input file, metadata reads and
-responses.  The server shares the loaded CPUs with distforest.  Connections: TCP connections
-opened to the server (zarr opens its own S3 client per store handle).
+responses.  The server shares the loaded CPUs with distforest.
+
+## Why so many TCP connections: one per request, closed by the server
+
+The relay also reads the HTTP request lines and response headers that pass through it:
+**{r["requests_total"]} requests, {r["connections"]} TCP connections, and
+{r["responses_closing_connection"]} responses carrying `Connection: close`**.  moto's
+standalone server (werkzeug) closes the connection after every response, so each
+request opens a new one: the connection count is the request count, not a failure of
+distforest or s3fs to reuse connections.  `S3FileSystem` instances the CLI process
+created (its constructor counted, by kind): {r["s3fs_instances"]}.
+fsspec keeps one instance per set of options and process, and, for the
+asynchronous instances zarr's `FsspecStore` asks for, per thread: a worker on a cluster
+keeps one per thread for the whole run, each with its own aiobotocore connection pool,
+which keeps connections open for the next request when the server allows it; this
+benchmark cannot show that, its server never allows it.
+
+What the requests are for (from their paths):
+
+{request_table(r["requests"])}
+
+Chunks are a small part: most requests are zarr metadata (`zarr.json` read and
+checked with HEAD each time an array or group is opened, on object storage without the
+local path's cached handles) and listings (opening a group, checking a store exists).
+Each costs a round trip, whatever its size.  Not reduced here.
 """
 
 

@@ -379,9 +379,13 @@ def test_parquet_folder_and_csv_glob_on_s3_are_read_by_partitions_as_local_ones(
     folder, csvs = _put_parts(tmp_path)
     args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "2",
             "--tile-size", "256"]  # fmt: skip
-    read_whole = []
-    monkeypatch.setattr("distforest.io.tables._read_url",
-                        lambda *a, **k: read_whole.append(a) or pytest.fail("read whole"))  # fmt: skip
+    read_whole: list[object] = []  # the whole-table reader of URLs must not be called
+
+    def whole(*args: object, **kwargs: object) -> None:
+        read_whole.append(args)
+        pytest.fail(f"{args[0]} read whole")
+
+    monkeypatch.setattr("distforest.io.tables._read_url", whole)
     for name, remote_in, local_in in (
         ("parquet", "s3://bkt/parts", folder),
         ("glob", "s3://bkt/csvs/day-*.csv", csvs / "day-*.csv"),

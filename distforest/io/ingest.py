@@ -141,11 +141,11 @@ def _read_frame(
     file_col = PATH_COLUMN if parts.text else None
     blocks = parts.frame.to_delayed()
     summarise = dask.delayed(summarise_partition, pure=True)
-    todo = [summarise(b, text, na, target, file_col) for b in blocks]
+    pass1 = [summarise(b, text, na, target, file_col) for b in blocks]
     if id_col is not None:  # the same tasks read each partition once for both
-        todo += [dask.delayed(id_summary, pure=True)(b, id_col, parts.text, na) for b in blocks]
-    found = list(_compute(*todo))
-    summaries, id_summaries = found[: len(blocks)], found[len(blocks) :]
+        pass1 += [dask.delayed(id_summary, pure=True)(b, id_col, parts.text, na) for b in blocks]
+    results = list(_compute(*pass1))
+    summaries, id_summaries = results[: len(blocks)], results[len(blocks) :]
     for s in summaries:  # a remote part file named by its URL, as the user gave it
         s.file = parts.file_url(s.file)
     labels = [s.file or parts.partition_name(k) for k, s in enumerate(summaries)]
@@ -188,11 +188,11 @@ def _read_frame(
     ids = None
     if id_col is not None:
         kind = id_kind(id_summaries, encoding.lengths, id_col, parts.source, labels)
-        dtype = np.int64 if kind == "int" else object
+        id_dtype: Any = np.int64 if kind == "int" else object
         block = dask.delayed(id_block, pure=True)
         ids = da.concatenate(
             [
-                da.from_delayed(block(b, id_col, kind, parts.text), shape=(rows,), dtype=dtype)
+                da.from_delayed(block(b, id_col, kind, parts.text), shape=(rows,), dtype=id_dtype)
                 for b, rows in zip(blocks, encoding.lengths, strict=True)
             ]
         )

@@ -271,7 +271,7 @@ def write_row_ids(rs: RunStore, table: StoredTable) -> Any:
     source = rs.group[f"{INPUT_GROUP}/id"]
     assert isinstance(source, zarr.Array)
     ids = da.from_zarr(source)
-    targets = []
+    targets: list[Any] = []
     for dim in ROW_COORDS:
         arr = rs.group.create_array(dim, shape=source.shape, chunks=source.chunks,
                                     dtype=source.dtype, dimension_names=(dim,),
