@@ -434,3 +434,32 @@ def test_a_bad_value_in_a_part_on_s3_names_its_url(s3, tmp_path):
                     "--trees", "4", "--out", tmp_path / "x.zarr")  # fmt: skip
     assert result.exit_code == 3, result.output
     assert "s3://bkt/bad/b.csv" in result.output and "'#REF!'" in result.output, result.output
+
+
+def test_workers_without_s3_settings_read_the_parts_with_the_pipelines_options(
+    s3, tmp_path, client
+):
+    """On a cluster, the partitions' tasks carry the input's storage options: workers
+    that know nothing of the server read the parts themselves."""
+    _, csvs = _put_parts(tmp_path)
+    common = (
+        f"cluster: {{scheduler: '{client.scheduler.address}'}}\n"
+        "forest: {n_estimators: 6, random_state: 3, tile_size: 256}\n"
+    )
+    opts = _options(s3["AWS_ENDPOINT_URL"])
+    remote = _pipeline(tmp_path / "remote.yaml", common + (
+        f"input: {{path: 's3://bkt/csvs/day-*.csv', target: Class, id: Id, "
+        f"storage_options: {opts}}}\n"
+        f"output: {{dir: {tmp_path / 'r'}, store: run.zarr}}\n"))  # fmt: skip
+    local = _pipeline(tmp_path / "local.yaml", common + (
+        f"input: {{path: '{csvs / 'day-*.csv'}', target: Class, id: Id}}\n"
+        f"output: {{dir: {tmp_path / 'l'}, store: run.zarr}}\n"))  # fmt: skip
+    client.run(_forget_s3_settings)
+    first = invoke("run", remote)
+    assert first.exit_code == 0, first.output
+    assert any(client.run(_opened_s3).values())  # the workers read S3 themselves
+    assert invoke("run", local).exit_code == 0
+    assert _by_partitions(tmp_path / "r" / "run.zarr")
+    assert_same_arrays(tmp_path / "r" / "run.zarr", tmp_path / "l" / "run.zarr")
+    ids = arrays(tmp_path / "r" / "run.zarr")["sample"]
+    np.testing.assert_array_equal(ids[:2], [1000025, 1002945])  # the Id column, not 0, 1
