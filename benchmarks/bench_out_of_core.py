@@ -178,6 +178,22 @@ def main() -> None:
     parser.add_argument("--impute", action="store_true", help="also `distforest impute`")
     parser.add_argument("--csv", action="store_true", help="also the one-CSV input")
     parser.add_argument("--tmp", default=None, help="where to write the data")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="keep the generated data in DATA/ROWS and reuse it when present",
+    )
+    parser.add_argument(
+        "--no-outliers",
+        action="store_true",
+        help="skip the outlier configurations (with --impute: impute only)",
+    )
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add the rows to an existing --out file instead of rewriting it",
+    )
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
     parser.add_argument("--run-one", nargs=5, metavar=("CONFIG", "SRC", "WORK", "T", "JSON"))
     args = parser.parse_args()
@@ -186,17 +202,27 @@ def main() -> None:
         run_one(config, source, work, int(trees), result)
         return
     lines = []
+    load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     os.environ["PYTHONPATH"] = str(ROOT)  # the measured processes import this checkout
     for rows in args.rows:
-        where = Path(tempfile.mkdtemp(prefix="ooc-bench-", dir=args.tmp))
+        keep = args.data is not None
+        if keep:
+            where = args.data / str(rows)
+        else:
+            where = Path(tempfile.mkdtemp(prefix="ooc-bench-", dir=args.tmp))
         try:
             tick = time.perf_counter()
-            files = make_data(rows, where)
-            print(f"{rows:,} rows written in {time.perf_counter() - tick:.0f} s", flush=True)
-            configs = [("outliers-parquet-folder", files["folder"])]
-            if args.csv:
+            files = {"folder": where / "parts", "csv": where / "table.csv",
+                     "single": where / "table.parquet"}  # fmt: skip
+            if not (keep and (where / "complete").exists()):
+                shutil.rmtree(where, ignore_errors=True)
+                files = make_data(rows, where)
+                (where / "complete").touch()
+                print(f"{rows:,} rows written in {time.perf_counter() - tick:.0f} s", flush=True)
+            configs = [] if args.no_outliers else [("outliers-parquet-folder", files["folder"])]
+            if args.csv and not args.no_outliers:
                 configs.append(("outliers-csv", files["csv"]))
-            if args.before:
+            if args.before and not args.no_outliers:
                 configs.append(("outliers-in-memory", files["single"]))
             for name, source in configs:
                 work = where / name
@@ -222,19 +248,32 @@ def main() -> None:
                     cmd = ["distforest", "-q", "impute", str(source), "--target", "label",
                            "--out", out, "--workers", "2", "--threads", "1"]  # fmt: skip
                     sampled = measure(cmd)
+                    shutil.rmtree(out, ignore_errors=True)
+                    Path(out).unlink(missing_ok=True)
                     lines.append(_row(name, rows, sampled, {}))
                     print(lines[-1], flush=True)
         finally:
-            shutil.rmtree(where, ignore_errors=True)
-    if args.out:
+            if not keep:
+                shutil.rmtree(where, ignore_errors=True)
+    if args.out and args.append and args.out.exists():
+        previous = args.out.read_text().rstrip("\n")
+        args.out.write_text(
+            previous
+            + "\n"
+            + "\n".join(lines)
+            + f"\n\n(rows above appended {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: "
+            f"`python benchmarks/bench_out_of_core.py {' '.join(sys.argv[1:])}`, load before: "
+            f"{load_before})\n"
+        )
+    elif args.out:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, cwd=ROOT, check=False).stdout.strip()  # fmt: skip
         head = [
-            "# Out-of-core data path (DRAFT: shared machine)",
+            "# Out-of-core data path",
             "",
             f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit}, "
-            f"{platform.node()} ({os.cpu_count()} cores, shared with other jobs: times are "
-            "indicative only).",
+            f"{platform.node()} ({os.cpu_count()} cores); load average (1, 5, 15 min) before "
+            f"the run: {load_before} (above ~0.5 the machine was shared: times are drafts).",
             "",
             f"Command: `python benchmarks/bench_out_of_core.py {' '.join(sys.argv[1:])}`",
             "",
