@@ -161,6 +161,21 @@ def _forget_s3_settings() -> None:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
+def _set_s3_settings(env: dict[str, str]) -> None:
+    import s3fs
+
+    os.environ.update(env)
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def forgetful_workers(client, s3):
+    """The session's workers without the S3 variables for one test, restored after it
+    (other tests' tasks may run there: the session client is dask's default)."""
+    yield client
+    client.run(_set_s3_settings, s3)
+
+
 def _opened_s3() -> bool:
     import s3fs
 
@@ -168,10 +183,11 @@ def _opened_s3() -> bool:
 
 
 def test_impute_pipeline_on_s3_with_explicit_options_matches_local_and_keeps_no_secret(
-    s3, tmp_path, capfd, client
+    s3, tmp_path, capfd, forgetful_workers
 ):
     """On a cluster whose workers have no S3 variables: the pipeline's storage options
     travel with the tasks, which write the proximity tiles to the store themselves."""
+    client = forgetful_workers
     common = (
         f"cluster: {{scheduler: '{client.scheduler.address}'}}\n"
         "forest: {n_estimators: 8, random_state: 0, tile_size: 256}\n"
@@ -185,7 +201,6 @@ def test_impute_pipeline_on_s3_with_explicit_options_matches_local_and_keeps_no_
     local = _pipeline(tmp_path / "local.yaml", common + (
         f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
         f"output: {{dir: {tmp_path / 'imp'}, store: run.zarr}}\n"))  # fmt: skip
-    client.run(_forget_s3_settings)  # the workers know only what the tasks carry
     first = invoke("run", remote)
     assert first.exit_code == 0, first.output
     assert any(client.run(_opened_s3).values())  # the tile tasks wrote to S3 themselves
@@ -437,10 +452,11 @@ def test_a_bad_value_in_a_part_on_s3_names_its_url(s3, tmp_path):
 
 
 def test_workers_without_s3_settings_read_the_parts_with_the_pipelines_options(
-    s3, tmp_path, client
+    s3, tmp_path, forgetful_workers
 ):
     """On a cluster, the partitions' tasks carry the input's storage options: workers
     that know nothing of the server read the parts themselves."""
+    client = forgetful_workers
     _, csvs = _put_parts(tmp_path)
     common = (
         f"cluster: {{scheduler: '{client.scheduler.address}'}}\n"
@@ -454,7 +470,6 @@ def test_workers_without_s3_settings_read_the_parts_with_the_pipelines_options(
     local = _pipeline(tmp_path / "local.yaml", common + (
         f"input: {{path: '{csvs / 'day-*.csv'}', target: Class, id: Id}}\n"
         f"output: {{dir: {tmp_path / 'l'}, store: run.zarr}}\n"))  # fmt: skip
-    client.run(_forget_s3_settings)
     first = invoke("run", remote)
     assert first.exit_code == 0, first.output
     assert any(client.run(_opened_s3).values())  # the workers read S3 themselves
