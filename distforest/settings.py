@@ -49,6 +49,9 @@ SETTINGS: dict[str, Setting] = {
     "no-worker-timeout": Setting(
         "DISTFOREST_NO_WORKER_TIMEOUT", "seconds",
         "no worker at all for this long: the run stops, exit 75, resumable"),
+    "cluster-timeout": Setting(
+        "DISTFOREST_CLUSTER_TIMEOUT", "seconds",
+        "a cluster not reachable, or without a worker, after this long: exit 5"),
     "max-cpu-hours": Setting(
         "DISTFOREST_MAX_CPU_HOURS", "hours",
         "a job whose estimate needs more computing is refused up front (exit 2)"),

@@ -102,6 +102,31 @@ def test_xarray_to_zarr_round_trip(tmp_path: Path, frame: pd.DataFrame) -> None:
     check(load_table(zarr.open_group(str(path), mode="r"), target="t"), frame)
 
 
+def test_both_readers_find_a_zarr_tables_columns_alike(tmp_path: Path, frame: pd.DataFrame) -> None:
+    """The in-memory and the partitioned reader share one Zarr table opener (io/zarr_tables)."""
+    from distforest.io.partitions import open_partitions
+
+    path = tmp_path / "ds.zarr"
+    xr.Dataset.from_dataframe(frame[["t", "c", "b", "a"]]).to_zarr(
+        path, zarr_format=3, consolidated=False
+    )
+    group = zarr.open_group(str(path), mode="r+")
+    group.attrs["columns"] = ["c", "a", "t", "b"]  # the writer's order wins over sorting
+    parts = open_partitions(group)
+    assert parts.columns == ("c", "a", "t", "b")
+    whole = load_table(group)
+    assert tuple(whole.feature_names) == ("c", "a", "t", "b")
+    np.testing.assert_array_equal(
+        parts.frame.compute().to_numpy(dtype=float), whole.X.astype(float)
+    )
+    bad = zarr.open_group(str(tmp_path / "bad.zarr"), mode="w")
+    bad.create_array("a", shape=(3,), dtype="f8")
+    bad.create_array("b", shape=(4,), dtype="f8")  # not one table: lengths differ
+    for read in (open_partitions, load_table):
+        with pytest.raises(InputError, match="without an 'X' array could not be opened"):
+            read(bad)
+
+
 def test_in_memory_objects(frame: pd.DataFrame) -> None:
     check(load_table(frame, target="t"), frame, "<pandas.DataFrame>")
     check(load_table(frame[list(NAMES)], y=frame["t"]), frame)

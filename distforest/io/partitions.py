@@ -38,7 +38,7 @@ import pandas as pd
 
 from distforest import location
 from distforest.errors import InputError
-from distforest.io.attrs import decode_value
+from distforest.io.zarr_tables import columns_dataset, x_and_y
 
 __all__ = ["DEFAULT_BLOCKSIZE", "Partitions", "open_partitions", "sniff_delimiter"]
 
@@ -239,27 +239,12 @@ def _zarr(node: Any, source: str) -> Partitions:
 
     if isinstance(node, zarr.Array):
         return _array(da.from_zarr(node), source)
-    if "X" in node and isinstance(node["X"], zarr.Array):
-        xa = node["X"]
-        stored = decode_value(xa.attrs.get("feature_names"))
-        names = [str(c) for c in stored] if isinstance(stored, list) else None
-        y = da.from_zarr(node["y"]) if "y" in node else None
+    found = x_and_y(node)
+    if found is not None:
+        xa, names, ya = found
+        y = da.from_zarr(ya) if ya is not None else None
         return _array(da.from_zarr(xa), source, names, y)
-    import xarray as xr
-
-    try:
-        ds = xr.open_zarr(node.store, group=node.path or None, consolidated=False)
-    except Exception as exc:
-        raise InputError(
-            f"{source}: a Zarr group without an 'X' array could not be opened with "
-            f"xarray.open_zarr: {exc}; store the features as a 2-D array 'X'"
-        ) from exc
-    stored = decode_value(node.attrs.get("columns"))
-    if isinstance(stored, list) and sorted(map(str, stored)) == sorted(map(str, ds.data_vars)):
-        ds = ds[[str(c) for c in stored]]
-    else:
-        ds = ds[sorted(ds.data_vars, key=str)]
-    parts = _dataset(ds)
+    parts = _dataset(columns_dataset(node, source))
     return Partitions(parts.frame, None, parts.columns, source)
 
 

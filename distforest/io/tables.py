@@ -46,7 +46,7 @@ import pandas as pd
 
 from distforest import location
 from distforest.errors import InputError, InputTypeError, did_you_mean
-from distforest.io.attrs import decode_value
+from distforest.io.zarr_tables import columns_dataset, x_and_y
 
 __all__ = ["SUPPORTED_EXTENSIONS", "Table", "decimal_mark", "load_table", "read_frame"]
 
@@ -599,34 +599,12 @@ def _zarr(node: Any, name: str, path: Path | None = None) -> tuple[Any, str, Any
 
     if isinstance(node, zarr.Array):
         return _array(np.asarray(node[...]), name), name, None
-    if "X" in node and isinstance(node["X"], zarr.Array):
-        xa = node["X"]
-        stored = decode_value(xa.attrs.get("feature_names"))
-        names = [str(c) for c in stored] if isinstance(stored, list) else None
-        y = np.asarray(node["y"][...]) if "y" in node else None
+    found = x_and_y(node)
+    if found is not None:
+        xa, names, ya = found
+        y = np.asarray(ya[...]) if ya is not None else None
         return _array(np.asarray(xa[...]), name, names), name, y
-    import xarray as xr
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if path is not None:
-                ds = xr.open_zarr(str(path), consolidated=False)
-            else:
-                ds = xr.open_zarr(node.store, group=node.path or None, consolidated=False)
-    except Exception as exc:
-        raise InputError(
-            f"{name}: a Zarr group without an 'X' array could not be opened with "
-            f"xarray.open_zarr: {exc}; store the features as a 2-D array 'X'"
-        ) from exc
-    # a Zarr group does not record the order of its arrays: use the "columns" attribute
-    # that distforest's writer stores, else sort for a stable column order
-    stored = decode_value(node.attrs.get("columns")) if hasattr(node, "attrs") else None
-    if isinstance(stored, list) and sorted(map(str, stored)) == sorted(map(str, ds.data_vars)):
-        order = [str(c) for c in stored]
-    else:
-        order = sorted(ds.data_vars, key=str)
-    return _dataset(ds[order], name), name, None
+    return _dataset(columns_dataset(node, name, path), name), name, None
 
 
 def _encode(

@@ -12,7 +12,9 @@ a config can never name a class or module to import.  Optional backends are
 imported lazily, only when a file of that kind is checked or started.
 
 Failures are quick and say what to do: a refused connection is reported at
-once (the timeout is for a scheduler that stays silent), plain ``tcp://``
+once, a scheduler that stays silent, a scheduler file that never appears and
+a started cluster without a worker end after ``distforest.cluster-timeout``
+(:mod:`distforest.parallel.reach`), plain ``tcp://``
 off this machine needs ``insecure: true``, a script without its
 ``if __name__ == "__main__":`` guard is told so in one line, and inside a
 joblib worker or other child process no cluster is started (see
@@ -21,22 +23,23 @@ joblib worker or other child process no cluster is started (see
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
+import math
 import os
-import socket
-import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distforest._schema import BadValue
 from distforest.errors import ClusterError, ConfigError, DistforestError, ParameterError
 from distforest.parallel.cluster_config import (
     KINDS,
     ClusterConfig,
+    _check_transport,
     _parse,
+    _scheduler_address,
     _size_options,
     _split_address,
     _thaw,
@@ -47,6 +50,12 @@ from distforest.parallel.cluster_config import (
 )
 from distforest.parallel.cluster_keys import JOBQUEUE_KINDS, backend_class
 from distforest.parallel.local_cluster import in_child_process, in_dask_task, start_local
+from distforest.parallel.reach import (
+    Deadline,
+    connect_client,
+    read_scheduler_file,
+    wait_for_first_worker,
+)
 
 if TYPE_CHECKING:
     import distributed
@@ -116,14 +125,19 @@ def _jobqueue_settings(config: ClusterConfig) -> Any:
     )
 
 
-def _start_cluster(config: ClusterConfig, stack: contextlib.ExitStack) -> Any:
+def _start_cluster(config: ClusterConfig, stack: contextlib.ExitStack, limit: Deadline) -> Any:
     """Create the cluster object for every kind except ``address``.
 
     Settings the cluster reads while it runs (a dask-jobqueue file's section)
-    stay in force until ``stack`` closes.
+    stay in force until ``stack`` closes.  A local worker's ``scheduler_file``
+    is waited for here, within ``limit`` (dask's Nanny would wait for it for
+    ever, blocking the cluster's event loop); SSH connections get ``limit`` as
+    asyncssh's ``connect_timeout`` unless the file sets one.
     """
     kind = config.kind
     if kind == "local":
+        if config.options.get("scheduler_file"):
+            read_scheduler_file(str(config.options["scheduler_file"]), config.source, limit)
         try:
             return start_local(_thaw(config.options))
         except DistforestError:
@@ -135,6 +149,8 @@ def _start_cluster(config: ClusterConfig, stack: contextlib.ExitStack) -> Any:
             ) from exc
     cls = backend_class(kind)
     kwargs = _library_kwargs(config)
+    if kind == "ssh":
+        kwargs["connect_options"] = _with_connect_timeout(kwargs.get("connect_options"), limit)
     if kind in ("ssh", *JOBQUEUE_KINDS):
         # refused before anything starts (a cluster closed right after its start
         # can leave remote workers behind); checked again on the real address
@@ -161,6 +177,34 @@ def _start_cluster(config: ClusterConfig, stack: contextlib.ExitStack) -> Any:
         ) from exc
 
 
+def _with_connect_timeout(options: Any, limit: Deadline) -> Any:
+    """SSH ``connect_options`` (one mapping, or one per host) with a connect timeout."""
+    seconds = max(1, math.ceil(limit.remaining()))
+    if isinstance(options, list):
+        return [{"connect_timeout": seconds, **o} for o in options]
+    return {"connect_timeout": seconds, **(options or {})}
+
+
+def _address_of(config: ClusterConfig, limit: Deadline) -> str:
+    """A kind ``address`` config's scheduler address, read from its scheduler file if so.
+
+    An address read from a file is checked as the file's own would be
+    (plain tcp:// off this machine needs ``insecure: true``).
+    """
+    if "address" in config.options:
+        return str(config.options["address"])
+    path = str(config.options["scheduler_file"])
+    found = read_scheduler_file(path, config.source, limit)
+    try:
+        address = _scheduler_address(found)
+    except BadValue as exc:
+        raise ClusterError(
+            f"{config.source}: the scheduler file {path!r} holds {found!r}, not {exc.expected}"
+        ) from None
+    _check_transport({**config.options, "address": address}, config.source, ConfigError)
+    return address
+
+
 def _check_started_transport(config: ClusterConfig, address: str) -> None:
     """A started cluster whose scheduler is plain tcp:// off loopback needs ``insecure``."""
     scheme, host, _ = _split_address(address)
@@ -173,92 +217,6 @@ def _check_started_transport(config: ClusterConfig, address: str) -> None:
             "bind the scheduler to loopback (scheduler_options: {host: 127.0.0.1}) when every "
             "worker runs on this machine."
         )
-
-
-def _connect_client(target: Any, address: str, timeout: float, security: Any) -> Any:
-    from distributed import Client
-
-    if isinstance(target, str):
-        refused = _probe_tcp(address, min(timeout, 2.0), silence_ok=True)
-        if refused:  # refused or unknown host: say so now, not after the whole timeout
-            raise ClusterError(
-                f"could not reach the Dask scheduler at {address}: {refused}; "
-                "check the address and that the scheduler is running"
-            )
-        # dask's own client waits forever for a peer that accepts but never
-        # answers: ask the scheduler who it is first, with a deadline.
-        silent = _handshake(address, security, timeout)
-        if silent:
-            raise ClusterError(
-                f"could not reach the Dask scheduler at {address}: {silent}; check that the "
-                "address is a Dask scheduler's, and the TLS settings of the cluster file"
-            )
-    try:
-        return Client(target, timeout=timeout, security=security)
-    except Exception as exc:
-        reason = str(exc) or type(exc).__name__
-        probe = _probe_tcp(address, min(timeout, 2.0))
-        if probe:
-            reason = f"{reason} ({probe})"
-        raise ClusterError(
-            f"could not reach the Dask scheduler at {address}: {reason}; "
-            "check the address, that the scheduler is running, and firewalls"
-        ) from exc
-
-
-def _handshake(address: str, security: Any, timeout: float) -> str:
-    """Say why the scheduler at ``address`` does not answer an identity request, or ""."""
-    from distributed.comm import connect as comm_connect
-    from distributed.security import Security
-
-    args = (security or Security()).get_connection_args("client")
-
-    async def ask() -> None:
-        comm = await asyncio.wait_for(comm_connect(address, timeout=timeout, **args), timeout)
-        try:
-            await asyncio.wait_for(comm.write({"op": "identity", "reply": True}), timeout)
-            await asyncio.wait_for(comm.read(), timeout)
-        finally:
-            comm.abort()
-
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(ask())
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="distforest-handshake", daemon=True)
-    thread.start()
-    thread.join(timeout + 2.0)
-    if thread.is_alive():
-        return f"no answer within {timeout:g} s"
-    if not failure:
-        return ""
-    exc = failure[0]
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return f"connected, but no answer within {timeout:g} s"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _probe_tcp(address: str, timeout: float, *, silence_ok: bool = False) -> str:
-    """Say why a plain TCP connection to ``address`` fails, or "" if it works.
-
-    With ``silence_ok`` a connection that merely times out counts as working
-    (the client then waits its own timeout): only refusals and unknown hosts
-    are reported.
-    """
-    scheme, host, port = _split_address(address)
-    if scheme not in ("tcp", "tls") or not port.isdigit():
-        return ""
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return ""
-    except TimeoutError:
-        return "" if silence_ok else f"TCP connection to {host}:{port}: timed out"
-    except OSError as exc:
-        return f"TCP connection to {host}:{port}: {exc.strerror or exc}"
 
 
 def _close_quietly(obj: Any, what: str) -> None:
@@ -320,7 +278,7 @@ def connect(
     n_workers: int | None = None,
     threads_per_worker: int | None = None,
     memory_limit: str | None = None,
-    timeout: float = 10.0,
+    timeout: float | None = None,
     insecure: bool = False,
 ) -> Iterator[distributed.Client]:
     """Connect to (and, if needed, start) a Dask cluster for the ``with`` block.
@@ -337,9 +295,11 @@ def connect(
     n_workers, threads_per_worker, memory_limit : optional
         Override the size of a ``local`` cluster (``n_workers`` also of a
         ``kubernetes`` one).  Other kinds take their size from the file.
-    timeout : float, default 10.0
-        Seconds to wait for a silent scheduler to answer (a refused
-        connection is reported at once).
+    timeout : float, optional
+        Seconds the cluster may take to come up: a silent scheduler to
+        answer, a scheduler file to appear, a started cluster's first worker
+        to join (a refused connection is reported at once).  Default: the
+        ``distforest.cluster-timeout`` setting (60 s).
     insecure : bool, default False
         Allow ``scheduler`` to be a plain ``tcp://`` address of another
         machine (the cluster file's ``insecure: true``).  Without it, only
@@ -362,15 +322,18 @@ def connect(
         The kind needs an optional package that is not installed; the message
         gives the ``pip install 'distforest[...]'`` command.
     ClusterError
-        The scheduler could not be reached within ``timeout`` or the cluster
+        The scheduler could not be reached, its scheduler file did not
+        appear, or no worker joined within ``timeout``; or the cluster
         failed to start.
 
     Notes
     -----
     Local workers are separate processes started with ``spawn``: a script
     using this must guard its entry point with ``if __name__ == "__main__":``.
-    Batch-queue kinds (slurm, pbs, sge, lsf) submit ``jobs`` jobs and return
-    at once; tasks wait in the scheduler until the jobs start.
+    Batch-queue kinds (slurm, pbs, sge, lsf) submit ``jobs`` jobs; like every
+    started kind, the block begins once the first worker joined, and a job
+    still waiting in the queue after ``timeout`` is exit 5 (raise
+    ``distforest.cluster-timeout`` to the queue wait you accept).
 
     Examples
     --------
@@ -379,18 +342,22 @@ def connect(
     3
     """
     config = _resolve(scheduler, cluster, n_workers, threads_per_worker, memory_limit, insecure)
+    limit = Deadline.start(timeout)
     with contextlib.ExitStack() as stack:
         cluster_obj = None
         if config.kind == "address":
-            address = config.options["address"]
-            client = _connect_client(address, address, timeout, _security(config))
+            address = _address_of(config, limit)
+            client = connect_client(address, address, limit, _security(config))
+            stack.callback(_close_quietly, client, "client")
         else:
-            cluster_obj = _start_cluster(config, stack)
+            cluster_obj = _start_cluster(config, stack, limit)
             stack.callback(_close_quietly, cluster_obj, "cluster")
             address = getattr(cluster_obj, "scheduler_address", config.kind)
             _check_started_transport(config, address)
-            client = _connect_client(cluster_obj, address, timeout, None)
-        stack.callback(_close_quietly, client, "client")
+            client = connect_client(cluster_obj, address, limit, None)
+            stack.callback(_close_quietly, client, "client")
+            if config.options.get("n_workers") != 0:  # a Kubernetes cluster may start empty
+                wait_for_first_worker(client, config.kind, config.source, limit)
         _ENGINES[client] = {
             "engine": config.kind,
             "class": "distributed.Client" if cluster_obj is None else _class_name(cluster_obj),

@@ -253,7 +253,8 @@ _OWN: Mapping[str, Mapping[str, Key]] = {
         "silence_logs": Key(_log_level, default="CRITICAL"),
     },
     "address": {
-        "address": Key(_scheduler_address, required=True, example="address: tcp://10.0.0.5:8786"),
+        "address": Key(_scheduler_address, example="address: tcp://10.0.0.5:8786"),
+        "scheduler_file": Key(path_string, example="scheduler_file: scheduler.json"),
         "tls": Key(plain_mapping, schema=_TLS_SCHEMA),
         "insecure": _INSECURE,
     },
@@ -330,6 +331,24 @@ def _refuse(data: Mapping[Any, Any], kind: str, source: str, error: type[Distfor
                     f"{source}: key {prefix + str(key)!r} is accepted by the {kind!r} cluster "
                     f"class but not from a cluster file: {REFUSED[str(key)]}. Remove it."
                 )
+
+
+def _refuse_remote_scheduler_file(
+    data: Mapping[Any, Any], kind: str, source: str, error: type[DistforestError]
+) -> None:
+    """An SSH cluster's workers may not wait for a scheduler file.
+
+    They would wait for it on their hosts, for ever, and SSHCluster with them:
+    distforest cannot bound that wait.  Its workers join its own scheduler.
+    """
+    options = data.get("worker_options")
+    if kind == "ssh" and isinstance(options, Mapping) and "scheduler_file" in options:
+        raise error(
+            f"{source}: key 'worker_options.scheduler_file' is refused: the SSH cluster's "
+            "workers join the scheduler it starts, and a worker waiting on its host for a file "
+            "would hang the start. Remove it; to reach a scheduler that writes a scheduler file, "
+            "use `kind: address` with `scheduler_file:`."
+        )
 
 
 # --------------------------------------------------------------------------
@@ -435,6 +454,7 @@ def _parse(
             f"Allowed kinds: {', '.join(KINDS)}."
         )
     _refuse(data, kind, source, error)
+    _refuse_remote_scheduler_file(data, kind, source, error)
     schema = _schema(kind)
     owner = "distforest" if kind == "address" else BACKENDS[kind].attr
     options = check_mapping(
@@ -459,7 +479,11 @@ def _parse(
                 )
             options["dashboard"] = options.pop("dashboard_address")
     if kind == "address":
-        _check_transport(options, source, error)
+        _check_one_address(options, source, error)
+        if "address" in options:
+            _check_transport(options, source, error)
+        if "scheduler_file" in options and base_dir is not None:
+            options["scheduler_file"] = str(base_dir / options["scheduler_file"])
         if "tls" in options and base_dir is not None:
             options["tls"] = {
                 k: (str(base_dir / v) if k.endswith("_file") and not os.path.isabs(v) else v)
@@ -467,6 +491,25 @@ def _parse(
             }
     return ClusterConfig(
         kind=kind, options=_freeze(options), source=source, jobqueue=_freeze(jobqueue)
+    )
+
+
+def _check_one_address(
+    options: Mapping[str, Any], source: str, error: type[DistforestError]
+) -> None:
+    """Kind ``address`` names its scheduler once: ``address`` or ``scheduler_file``."""
+    given = [key for key in ("address", "scheduler_file") if key in options]
+    if len(given) == 1:
+        return
+    problem = (
+        "gives both 'address' and 'scheduler_file': keep one"
+        if given
+        else "missing required key 'address' (or 'scheduler_file')"
+    )
+    raise error(
+        f"{source}: {problem}, e.g. `address: tcp://10.0.0.5:8786`, or "
+        "`scheduler_file: scheduler.json` (the file `dask scheduler --scheduler-file` "
+        "writes; waited for up to distforest.cluster-timeout)."
     )
 
 
@@ -523,7 +566,8 @@ def load_cluster_config(path: str | Path) -> ClusterConfig:
         A YAML file shaped like those in ``cluster_configs/``, or the bare name
         of a shipped one (``"local"``, ``"slurm"``, ...; see
         :mod:`distforest.examples`) when no such file exists here.  Relative TLS
-        file paths (kind ``address``) are resolved against the file's folder.
+        and scheduler file paths (kind ``address``) are resolved against the
+        file's folder.
 
     Returns
     -------
