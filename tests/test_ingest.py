@@ -247,3 +247,43 @@ def test_categories_and_booleans_as_the_in_memory_reader(tmp_path: Path) -> None
     mem = load_table(tmp_path / "t.csv")
     assert table.categories == mem.categories == {"c": ("x", "y")}
     np.testing.assert_array_equal(_stored_X(table), mem.X.astype(np.float32))
+
+
+def test_a_hive_folder_and_a_csv_glob_at_memory_urls_read_as_on_local_disk(tmp_path):
+    """fsspec URLs go through dask's readers like local paths: the same rows, the part
+    files named by their URLs (memory:// is in-process, so the synchronous scheduler)."""
+    import dask
+    import fsspec
+
+    from distforest.jobs.inputs import partitioned_input
+
+    fs = fsspec.filesystem("memory")
+    df = _frame(90, seed=4)
+    for k, part in enumerate(_parts(df, 3)):
+        local = tmp_path / "hive" / f"year={2020 + k}"
+        local.mkdir(parents=True)
+        part.to_parquet(local / "part-0.parquet", index=False)
+        fs.put(str(local / "part-0.parquet"), f"/urlin-hive/year={2020 + k}/part-0.parquet")
+        part.to_csv(tmp_path / f"day-{k}.csv", index=False)
+        fs.put(str(tmp_path / f"day-{k}.csv"), f"/urlin-csv/day-{k}.csv")
+    try:
+        assert partitioned_input("memory://urlin-hive")
+        assert partitioned_input("memory://urlin-csv/day-*.csv")
+        assert not partitioned_input("memory://urlin-csv/day-0.csv")  # small: read whole
+        with dask.config.set(scheduler="synchronous"):
+            pairs = [("memory://urlin-hive", tmp_path / "hive"),
+                     ("memory://urlin-csv/day-*.csv", str(tmp_path / "day-*.csv"))]  # fmt: skip
+            for url, path in pairs:
+                remote = read_partitioned(url, target="label")
+                local = read_partitioned(path, target="label")
+                assert remote.encoding.features == local.encoding.features
+                np.testing.assert_array_equal(remote.X.compute(), local.X.compute())
+                np.testing.assert_array_equal(remote.y.compute(), local.y.compute())
+            bad = df.astype({"a": object})
+            bad.loc[70, "a"] = "#REF!"
+            fs.pipe_file("/urlin-csv/day-2.csv", bad.iloc[60:].to_csv(index=False).encode())
+            with pytest.raises(InputError, match=r"memory://urlin-csv/day-2\.csv"):
+                read_partitioned("memory://urlin-csv/day-*.csv", target="label")
+    finally:
+        fs.rm("/urlin-hive", recursive=True)
+        fs.rm("/urlin-csv", recursive=True)

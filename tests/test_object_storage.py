@@ -161,6 +161,21 @@ def _forget_s3_settings() -> None:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
+def _set_s3_settings(env: dict[str, str]) -> None:
+    import s3fs
+
+    os.environ.update(env)
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def forgetful_workers(client, s3):
+    """The session's workers without the S3 variables for one test, restored after it
+    (other tests' tasks may run there: the session client is dask's default)."""
+    yield client
+    client.run(_set_s3_settings, s3)
+
+
 def _opened_s3() -> bool:
     import s3fs
 
@@ -168,10 +183,11 @@ def _opened_s3() -> bool:
 
 
 def test_impute_pipeline_on_s3_with_explicit_options_matches_local_and_keeps_no_secret(
-    s3, tmp_path, capfd, client
+    s3, tmp_path, capfd, forgetful_workers
 ):
     """On a cluster whose workers have no S3 variables: the pipeline's storage options
     travel with the tasks, which write the proximity tiles to the store themselves."""
+    client = forgetful_workers
     common = (
         f"cluster: {{scheduler: '{client.scheduler.address}'}}\n"
         "forest: {n_estimators: 8, random_state: 0, tile_size: 256}\n"
@@ -185,7 +201,6 @@ def test_impute_pipeline_on_s3_with_explicit_options_matches_local_and_keeps_no_
     local = _pipeline(tmp_path / "local.yaml", common + (
         f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
         f"output: {{dir: {tmp_path / 'imp'}, store: run.zarr}}\n"))  # fmt: skip
-    client.run(_forget_s3_settings)  # the workers know only what the tasks carry
     first = invoke("run", remote)
     assert first.exit_code == 0, first.output
     assert any(client.run(_opened_s3).values())  # the tile tasks wrote to S3 themselves
@@ -341,3 +356,125 @@ def test_missing_bucket_missing_package_and_refused_credentials_are_one_line(s3,
     assert refused.exit_code == 6 and "access to s3://bkt/creds" in refused.output, refused.output
     assert "check the credentials" in refused.output and SECRET not in refused.output
     assert len(refused.output.strip().splitlines()) == 1
+
+
+# -- tables on S3 read by partitions, as local folders and globs are ----------------------
+
+
+def _put_parts(tmp_path: Path) -> tuple[Path, Path]:
+    """breast_cancer.csv as a folder of three Parquet parts and as three CSV files, on
+    local disk and (same bytes) on the S3 server."""
+    import pandas as pd
+    import s3fs
+
+    df = pd.read_csv(BC)
+    folder, csvs = tmp_path / "parts", tmp_path / "csvs"
+    folder.mkdir()
+    csvs.mkdir()
+    for k, start in enumerate(range(0, len(df), 200)):
+        piece = df.iloc[start : start + 200]
+        piece.to_parquet(folder / f"chunk-{k}.snappy", index=False)
+        piece.to_csv(csvs / f"day-{k}.csv", index=False)
+    fs = s3fs.S3FileSystem()
+    for f in [*folder.iterdir(), *csvs.iterdir()]:
+        fs.put(str(f), f"bkt/{f.parent.name}/{f.name}")
+    fs.invalidate_cache()
+    return folder, csvs
+
+
+def _by_partitions(store: str | Path) -> bool:
+    return "input" in RunStore.open(store).group  # rows the trees read, written by tasks
+
+
+def test_parquet_folder_and_csv_glob_on_s3_are_read_by_partitions_as_local_ones(
+    s3, tmp_path, monkeypatch
+):
+    from distforest.jobs import inputs as big_input
+
+    folder, csvs = _put_parts(tmp_path)
+    args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "2",
+            "--tile-size", "256"]  # fmt: skip
+    read_whole: list[object] = []  # the whole-table reader of URLs must not be called
+
+    def whole(*args: object, **kwargs: object) -> None:
+        read_whole.append(args)
+        pytest.fail(f"{args[0]} read whole")
+
+    monkeypatch.setattr("distforest.io.tables._read_url", whole)
+    for name, remote_in, local_in in (
+        ("parquet", "s3://bkt/parts", folder),
+        ("glob", "s3://bkt/csvs/day-*.csv", csvs / "day-*.csv"),
+    ):
+        assert big_input.partitioned_input(remote_in)
+        url = f"s3://bkt/out-{name}/p.zarr"
+        remote = invoke("proximity", remote_in, *args, "--out", url)
+        assert remote.exit_code == 0, remote.output
+        local = invoke("proximity", local_in, *args, "--out", tmp_path / f"{name}.zarr")
+        assert local.exit_code == 0, local.output
+        assert _by_partitions(url) and _by_partitions(tmp_path / f"{name}.zarr")
+        assert_same_arrays(url, tmp_path / f"{name}.zarr")
+        assert arrays(url)["proximity"].any()
+    assert not read_whole
+
+
+def test_a_file_on_s3_over_the_threshold_is_read_by_partitions(s3, tmp_path, monkeypatch):
+    from distforest.jobs import inputs as big_input
+
+    assert not big_input.partitioned_input("s3://bkt/in/bc.csv")  # 125 kB: read whole
+    monkeypatch.setattr(big_input, "PARTITIONED_BYTES", 10_000)
+    assert big_input.partitioned_input("s3://bkt/in/bc.csv")
+    args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "4",
+            "--tile-size", "256"]  # fmt: skip
+    url = "s3://bkt/big/p.zarr"
+    remote = invoke("proximity", "s3://bkt/in/bc.csv", *args, "--out", url)
+    assert remote.exit_code == 0, remote.output
+    local = invoke("proximity", BC, *args, "--out", tmp_path / "p.zarr")
+    assert local.exit_code == 0, local.output
+    assert _by_partitions(url) and _by_partitions(tmp_path / "p.zarr")
+    assert_same_arrays(url, tmp_path / "p.zarr")
+    attrs = RunStore.open(url).group["input"].attrs
+    assert attrs["source"] == "s3://bkt/in/bc.csv"  # the URL, not a local copy
+
+
+def test_a_bad_value_in_a_part_on_s3_names_its_url(s3, tmp_path):
+    import s3fs
+
+    rows = BC.read_text().splitlines()
+    fs = s3fs.S3FileSystem()
+    fs.pipe_file("bkt/bad/a.csv", ("\n".join(rows[:100]) + "\n").encode())
+    header, bad = rows[0], rows[100].split(",")
+    bad[2] = "#REF!"  # Cell.size
+    fs.pipe_file("bkt/bad/b.csv", ("\n".join([header, ",".join(bad)]) + "\n").encode())
+    result = invoke("proximity", "s3://bkt/bad/*.csv", "--target", "Class", "--drop", "Id",
+                    "--trees", "4", "--out", tmp_path / "x.zarr")  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "s3://bkt/bad/b.csv" in result.output and "'#REF!'" in result.output, result.output
+
+
+def test_workers_without_s3_settings_read_the_parts_with_the_pipelines_options(
+    s3, tmp_path, forgetful_workers
+):
+    """On a cluster, the partitions' tasks carry the input's storage options: workers
+    that know nothing of the server read the parts themselves."""
+    client = forgetful_workers
+    _, csvs = _put_parts(tmp_path)
+    common = (
+        f"cluster: {{scheduler: '{client.scheduler.address}'}}\n"
+        "forest: {n_estimators: 6, random_state: 3, tile_size: 256}\n"
+    )
+    opts = _options(s3["AWS_ENDPOINT_URL"])
+    remote = _pipeline(tmp_path / "remote.yaml", common + (
+        f"input: {{path: 's3://bkt/csvs/day-*.csv', target: Class, id: Id, "
+        f"storage_options: {opts}}}\n"
+        f"output: {{dir: {tmp_path / 'r'}, store: run.zarr}}\n"))  # fmt: skip
+    local = _pipeline(tmp_path / "local.yaml", common + (
+        f"input: {{path: '{csvs / 'day-*.csv'}', target: Class, id: Id}}\n"
+        f"output: {{dir: {tmp_path / 'l'}, store: run.zarr}}\n"))  # fmt: skip
+    first = invoke("run", remote)
+    assert first.exit_code == 0, first.output
+    assert any(client.run(_opened_s3).values())  # the workers read S3 themselves
+    assert invoke("run", local).exit_code == 0
+    assert _by_partitions(tmp_path / "r" / "run.zarr")
+    assert_same_arrays(tmp_path / "r" / "run.zarr", tmp_path / "l" / "run.zarr")
+    ids = arrays(tmp_path / "r" / "run.zarr")["sample"]
+    np.testing.assert_array_equal(ids[:2], [1000025, 1002945])  # the Id column, not 0, 1

@@ -124,7 +124,8 @@ def cross_proximity(
                 f"{max_in_memory} if you have the memory)"
             )
         values = matrix_in_memory(plan, cross_tile, (new, train, method, None))
-        train_rows = np.arange(n) if forest.sample_ids_ is None else forest.sample_ids_
+        train_rows = (np.arange(n) if forest.sample_ids_ is None
+                      else np.asarray(forest.sample_ids_))  # fmt: skip
         coords = {"sample_i": np.arange(n_new), "sample_j": train_rows}
         return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords, name=name,
                             attrs={"method": method, "new_rows": True})  # fmt: skip

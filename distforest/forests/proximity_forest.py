@@ -732,7 +732,7 @@ class ProximityForest(DaskEstimator):
             )
             import xarray as xr  # on use: fitting and writing tiles do without it
 
-            rows = np.arange(n) if self.sample_ids_ is None else self.sample_ids_
+            rows = np.arange(n) if self.sample_ids_ is None else np.asarray(self.sample_ids_)
             coords = {"sample_i": rows, "sample_j": rows}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip

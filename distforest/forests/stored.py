@@ -37,7 +37,13 @@ from distforest.forests.targets import encode_target, resolve_task
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import TreeBatch, TreeParams, grow_nodes
 from distforest.parallel import tasks
-from distforest.store.inputs import StoredTable, forget_inputs, input_chunk, input_rows
+from distforest.store.inputs import (
+    StoredTable,
+    forget_inputs,
+    input_chunk,
+    input_rows,
+    write_row_ids,
+)
 from distforest.store.run_store import RunStore, read_rows, write_block
 
 if TYPE_CHECKING:
@@ -133,6 +139,8 @@ def fit_stored(
         nodes = _concatenate_nodes(parts)
         offsets = np.concatenate([[0], np.cumsum(node_counts)]).astype(np.int64)
         rs.write_coordinates(n, n_trees)
+        # the rows' IDs, if any, as the row coordinates: copied by tasks, read on use
+        ids = write_row_ids(rs, table) if table.id_name is not None else None
         rs.write_forest(nodes, node_counts, seeds)
         rs.write_named("tree_importances", np.concatenate([p.importances for p in parts]))
         for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
@@ -151,8 +159,8 @@ def fit_stored(
     forest.n_features_in_ = table.n_features
     forest.feature_names_in_ = table.feature_names
     forest.categories_ = table.categories
-    forest.sample_ids_ = None  # stored and partitioned inputs: rows are numbered
-    forest.id_name_ = None
+    forest.sample_ids_ = ids  # the store's array (or None: rows are numbered)
+    forest.id_name_ = table.id_name
     forest.tree_importances_ = np.concatenate([p.importances for p in parts])
     forest.target_name_ = table.target_name
     forest.task_ = task

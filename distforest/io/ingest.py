@@ -20,6 +20,7 @@ import numpy as np
 
 from distforest.errors import InputError
 from distforest.io.partitions import PATH_COLUMN, Partitions, open_partitions
+from distforest.io.row_ids import id_block, id_kind, id_summary
 from distforest.io.summaries import (
     Encoding,
     NeedLevels,
@@ -47,6 +48,10 @@ class Ingested:
     y : dask.array.Array or None
     source : str
     partitions : Partitions
+    ids : dask.array.Array or None
+        The rows' IDs (int64, or text as objects), one block per partition.
+    id_name : str or None
+        The ID column.
     """
 
     encoding: Encoding
@@ -54,6 +59,8 @@ class Ingested:
     y: Any
     source: str
     partitions: Partitions
+    ids: Any = None
+    id_name: str | None = None
 
 
 def read_partitioned(
@@ -65,6 +72,7 @@ def read_partitioned(
     allow_missing: bool = True,
     min_rows: int = 2,
     blocksize: Any = None,
+    id: str | None = None,
 ) -> Ingested:
     """Pass 1 on the workers, the encoding decided here, pass 2 as lazy arrays.
 
@@ -82,6 +90,9 @@ def read_partitioned(
     min_rows : int
     blocksize : int or str, optional
         Bytes per CSV partition.
+    id : str, optional
+        Column of row IDs (:mod:`distforest.io.row_ids`): not a feature; read by
+        the partitions' tasks as :attr:`Ingested.ids`.
 
     Returns
     -------
@@ -95,11 +106,17 @@ def read_partitioned(
     na = tuple(str(v) for v in na_values)
     parts = open_partitions(source, na_values=na, blocksize=blocksize)
     names = list(parts.columns)
-    for col in [*map(str, drop), *([target] if target is not None else [])]:
+    id_col = None if id is None else str(id)
+    for col in [*map(str, drop), *([target] if target is not None else []),
+                *([id_col] if id_col is not None else [])]:  # fmt: skip
         check_column(col, names, parts.source)
     if parts.array is not None:
+        if id_col is not None:
+            raise InputError(f"{parts.source}: row IDs (--id {id_col}) are read from a table "
+                             "by partitions, not from a numeric array; store the IDs in a "
+                             "table column, or leave --id out")  # fmt: skip
         return _read_array(parts, target, tuple(map(str, drop)), allow_missing, min_rows)
-    return _read_frame(parts, target, tuple(map(str, drop)), na, allow_missing, min_rows)
+    return _read_frame(parts, target, tuple(map(str, drop)), na, allow_missing, min_rows, id_col)
 
 
 def _compute(*values: Any) -> tuple[Any, ...]:
@@ -115,6 +132,7 @@ def _read_frame(
     na: tuple[str, ...],
     allow_missing: bool,
     min_rows: int,
+    id_col: str | None = None,
 ) -> Ingested:
     import dask
     import dask.array as da
@@ -123,8 +141,16 @@ def _read_frame(
     file_col = PATH_COLUMN if parts.text else None
     blocks = parts.frame.to_delayed()
     summarise = dask.delayed(summarise_partition, pure=True)
-    summaries = list(_compute(*[summarise(b, text, na, target, file_col) for b in blocks]))
+    pass1 = [summarise(b, text, na, target, file_col) for b in blocks]
+    if id_col is not None:  # the same tasks read each partition once for both
+        pass1 += [dask.delayed(id_summary, pure=True)(b, id_col, parts.text, na) for b in blocks]
+    results = list(_compute(*pass1))
+    summaries, id_summaries = results[: len(blocks)], results[len(blocks) :]
+    for s in summaries:  # a remote part file named by its URL, as the user gave it
+        s.file = parts.file_url(s.file)
     labels = [s.file or parts.partition_name(k) for k, s in enumerate(summaries)]
+    if id_col is not None:
+        drop = (*drop, id_col)  # not a feature
     kwargs = dict(source=parts.source, names=labels, columns=parts.columns, target=target,
                   drop=drop, text_columns=text, na=na, sep=parts.sep,
                   allow_missing=allow_missing, min_rows=min_rows)  # fmt: skip
@@ -159,7 +185,18 @@ def _read_frame(
                 for b, rows in zip(blocks, encoding.lengths, strict=True)
             ]
         )
-    return Ingested(encoding, X, y, parts.source, parts)
+    ids = None
+    if id_col is not None:
+        kind = id_kind(id_summaries, encoding.lengths, id_col, parts.source, labels)
+        id_dtype: Any = np.int64 if kind == "int" else object
+        block = dask.delayed(id_block, pure=True)
+        ids = da.concatenate(
+            [
+                da.from_delayed(block(b, id_col, kind, parts.text), shape=(rows,), dtype=id_dtype)
+                for b, rows in zip(blocks, encoding.lengths, strict=True)
+            ]
+        )
+    return Ingested(encoding, X, y, parts.source, parts, ids, id_col)
 
 
 def _read_array(

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distforest import location
 from distforest.errors import InputError
 from distforest.io.zarr_tables import columns_dataset, x_and_y
 
@@ -77,6 +78,9 @@ class Partitions:
         Every column was read as text (CSV): numbers are parsed from strings.
     sep : str or None
         The delimiter of a text source.
+    protocol : str or None
+        The URL scheme of a source on another file system (``"s3"``): dask's
+        path column holds the files without it, :meth:`file_url` puts it back.
     """
 
     frame: Any
@@ -87,6 +91,13 @@ class Partitions:
     y: Any = None
     text: bool = False
     sep: str | None = None
+    protocol: str | None = None
+
+    def file_url(self, file: str | None) -> str | None:
+        """A part file as the user names it: with the URL scheme of a remote source."""
+        if file is None or self.protocol is None:
+            return file
+        return f"{self.protocol}://{file.lstrip('/')}"
 
     @property
     def npartitions(self) -> int:
@@ -101,16 +112,28 @@ class Partitions:
         return f"partition {k + 1} of {self.npartitions}"
 
 
+def _first_line(path: str | Path) -> str:
+    """The header line of a text file, local or at a URL (read alone, not the file)."""
+    if location.is_remote(path):
+        import fsspec
+
+        with fsspec.open(str(path), "rt", newline="", encoding="utf-8-sig",
+                         **location.options(path)) as fh:  # fmt: skip
+            return str(fh.readline())
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        return fh.readline()
+
+
 def sniff_delimiter(path: str | Path) -> str:
-    """The delimiter of a text file, from its header: the one giving the most columns.
+    """The delimiter of a text file (local or a URL), from its header: the one giving the
+    most columns.
 
     Raises
     ------
     InputError
         If the file is empty.
     """
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        first = fh.readline()
+    first = _first_line(path)
     if not first.strip():
         raise InputError(f"{path}: the file is empty (no header row)")
     widths = {d: len(next(csv.reader([first], delimiter=d))) for d in DELIMITERS}
@@ -226,6 +249,9 @@ def _zarr(node: Any, source: str) -> Partitions:
 
 
 def _open_path(path: str, na: list[str], blocksize: Any) -> Partitions:
+    if location.is_remote(path):
+        return _open_url(path, na, blocksize)
+    path = location.local(path)
     p = Path(path)
     if glob.has_magic(path) and not p.exists():
         files = sorted(glob.glob(path))
@@ -262,12 +288,53 @@ def _open_path(path: str, na: list[str], blocksize: Any) -> Partitions:
     )
 
 
+def _open_url(url: str, na: list[str], blocksize: Any) -> Partitions:
+    """A source at an fsspec URL: the same rules as a local path, read by dask's readers
+    with the URL's storage options (the tasks open the files; nothing is read here but a
+    text file's header and Parquet metadata)."""
+    name = location.display(url)
+    try:
+        fs, where = location.filesystem(url)
+        fs.invalidate_cache()
+        if glob.has_magic(where) and not fs.exists(where):
+            files = sorted(fs.glob(where))
+            if not files:
+                raise InputError(f"no file matches {name!r}; check the pattern")
+            return _text([location.Location(fs.unstrip_protocol(f), location.options(url))
+                          for f in files], name, na, blocksize)  # fmt: skip
+        if not fs.exists(where):
+            raise InputError(f"no such file: {name}; check the URL")
+        suffix = Path(where.rstrip("/")).suffix.lower()
+        if fs.isdir(where):
+            if suffix == ".zarr" or any(fs.exists(f"{where.rstrip('/')}/{m}")
+                                        for m in ("zarr.json", ".zgroup", ".zarray")):  # fmt: skip
+                import zarr
+
+                return _zarr(zarr.open(location.zarr_store(url, read_only=True), mode="r"), name)
+            return _parquet(url, name)
+        if suffix in _TEXT:
+            return _text([url], name, na, blocksize)
+        if suffix in _PARQUET:
+            return _parquet(url, name)
+    except InputError:
+        raise
+    except Exception as exc:
+        reached = location.access_error(exc, url)
+        if reached is not None:
+            raise reached from None
+        raise InputError(f"{name}: cannot read it: {location.display(exc)}") from exc
+    raise InputError(
+        f"{name}: unsupported file type {suffix or '(none)'!r} at a URL for reading by "
+        "partitions; give a CSV/TSV/TXT file or a glob of them, a Parquet file or dataset "
+        "folder, or a Zarr store"
+    )
+
+
 def _text(files: list[str], source: str, na: list[str], blocksize: Any) -> Partitions:
     import dask.dataframe as dd
 
     sep = sniff_delimiter(files[0])
-    with open(files[0], newline="", encoding="utf-8-sig") as fh:
-        header = next(csv.reader([fh.readline()], delimiter=sep))
+    header = next(csv.reader([_first_line(files[0])], delimiter=sep))
     dup = sorted({c for c in header if header.count(c) > 1})
     if dup:
         raise InputError(f"{files[0]}: duplicate column names in the header: {dup}; rename them")
@@ -281,6 +348,7 @@ def _text(files: list[str], source: str, na: list[str], blocksize: Any) -> Parti
             blocksize=blocksize,
             encoding="utf-8-sig",
             include_path_column=PATH_COLUMN,
+            storage_options=location.options(files[0]) or None,
         )
     except Exception as exc:
         raise InputError(f"{source}: cannot read as delimited text ({sep!r}-separated): "
@@ -289,16 +357,24 @@ def _text(files: list[str], source: str, na: list[str], blocksize: Any) -> Parti
     if list(columns) != [str(c) for c in header]:
         raise InputError(f"{source}: the files do not share one header ({list(columns)} "
                          f"vs {header}); give files with the same columns")  # fmt: skip
-    return Partitions(frame, None, columns, source, None, text=True, sep=sep)
+    return Partitions(frame, None, columns, source, None, text=True, sep=sep,
+                      protocol=location.protocol(files[0]) if location.is_remote(files[0])
+                      else None)  # fmt: skip
 
 
-def _parquet(p: Path, source: str) -> Partitions:
+def _parquet(p: Path | str, source: str) -> Partitions:
     import dask.dataframe as dd
     import pyarrow.dataset as pads
 
+    options = location.options(p)
     try:
-        dataset = pads.dataset(str(p), format="parquet", partitioning="hive")
-        files = tuple(dataset.files)
+        if location.is_remote(p):  # pyarrow lists the files through the fsspec file system
+            fs, where = location.filesystem(str(p))
+            dataset = pads.dataset(where, format="parquet", partitioning="hive", filesystem=fs)
+            files = tuple(fs.unstrip_protocol(f) for f in dataset.files)
+        else:
+            dataset = pads.dataset(str(p), format="parquet", partitioning="hive")
+            files = tuple(dataset.files)
     except Exception as exc:
         raise InputError(f"{source}: cannot open as a Parquet file or dataset folder: {exc}; "
                          "a folder must hold Parquet files (any names, hive folders "
@@ -306,7 +382,8 @@ def _parquet(p: Path, source: str) -> Partitions:
     if not files:
         raise InputError(f"{source}: the folder holds no Parquet file")
     try:
-        frame = dd.read_parquet(str(p), split_row_groups=False, parquet_file_extension=None)
+        frame = dd.read_parquet(str(p), split_row_groups=False, parquet_file_extension=None,
+                                storage_options=options or None)  # fmt: skip
     except Exception as exc:
         raise InputError(f"{source}: cannot read the Parquet data: {exc}") from exc
     names = files if frame.npartitions == len(files) else None

@@ -116,7 +116,7 @@ def _frame(forest: Any) -> pd.DataFrame:
     if ids is None:
         frame = pd.DataFrame({"row": np.arange(forest.n_samples_)})
     else:  # the rows' IDs first, under the ID column's name
-        frame = pd.DataFrame({forest.id_name_: ids})
+        frame = pd.DataFrame({forest.id_name_: np.asarray(ids)})  # (a store's array: read now)
     if labels is not None:
         frame["label"] = np.asarray(names, dtype=object)[labels]
     return frame

@@ -110,6 +110,13 @@ def _check_output_names(data: Mapping[str, Any], sections: dict[str, dict], out_
         check_output_name(predict["out"], "knn.predict.out", out_dir, source)
 
 
+def _found(path: str) -> bool:
+    """Whether local ``path`` exists, or is a glob (read by partitions) matching a file."""
+    import glob
+
+    return Path(path).exists() or (glob.has_magic(path) and bool(glob.glob(path)))
+
+
 def _out_dir(text: str, storage_options: dict[str, Any] | None) -> Any:
     """``output.dir`` as a Path, or as a URL carrying ``output.storage_options``
     (``out_dir / name`` works on both)."""
@@ -252,10 +259,10 @@ def load_pipeline(
     day = today or _dt.date.today()
     inp, out = sections["input"], sections["output"]
     input_path = location.with_options(_templated(inp["path"], day), inp.get("storage_options"))
-    if check_input and not location.is_remote(input_path) and not Path(input_path).exists():
+    if check_input and not location.is_remote(input_path) and not _found(input_path):
         raise ConfigError(
-            f"{source}: input.path {input_path!r} does not exist (relative paths are relative "
-            f"to the current directory {str(Path.cwd())!r})"
+            f"{source}: input.path {input_path!r} does not exist or matches no file (relative "
+            f"paths are relative to the current directory {str(Path.cwd())!r})"
         )
     out_dir = _out_dir(_templated(out["dir"], day), out.get("storage_options"))
     _check_output_names(data, sections, out_dir, source)

@@ -182,12 +182,6 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
     if not partitioned_input(job.input):
         return load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
                           id=job.id)  # fmt: skip
-    if job.id is not None:
-        raise InputError(
-            f"{job.input}: row IDs (--id {job.id}) are read from a table loaded whole, not "
-            "yet from a glob, a folder of parts or a file over 32 MB; leave --id out (rows "
-            "are then numbered) or give one smaller file"
-        )
     if job.impute and job.impute.get("from") == "proximity":
         raise InputError(
             f"{job.input}: impute.from: proximity reads the n x n matrix of a table loaded "
@@ -202,7 +196,7 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
     from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
 
     data = read_partitioned(job.input, target=job.target, drop=job.drop,
-                            na_values=job.na_values)  # fmt: skip
+                            na_values=job.na_values, id=job.id)  # fmt: skip
     return PendingInput(data)
 
 

@@ -222,7 +222,8 @@ def _markdown(report: dict[str, Any], files: dict[str, Any], out_dir: Any) -> st
         lines.append(f"| {name} | {entry.get('seconds', 0):.1f} | {notes} |")
     lines += _cluster_lines(report)
     lines += ["", "## Data", ""]
-    lines += [f"- {k.replace('_', ' ')}: {v:,}" for k, v in report["data_quality"].items()]
+    lines += [f"- {k.replace('_', ' ')}: " + ("not counted (read by partitions)" if v is None
+              else f"{v:,}") for k, v in report["data_quality"].items()]  # fmt: skip
     lines += ["", "## Outputs", ""]
     for label, size in report["bytes_written"].items():
         lines.append(f"- {label}: `{files.get(label, report['store'])}` ({_mb(size)})")

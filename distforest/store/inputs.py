@@ -5,9 +5,11 @@ Layout::
     run.zarr/
       input/
         attrs: source, feature_names, categories, target_name, target_kind,
-               target_labels, fingerprint, lengths (rows per source partition)
+               target_labels, fingerprint, lengths (rows per source partition),
+               id_name (the ID column, or null)
         X   (sample, feature) float32, chunks (rows, n_features)
         y   (sample,)          float64 / int64 values, or int32 codes of target_labels
+        id  (sample,)          the rows' IDs (int64 or text), with an ID column only
 
 :func:`ingest` reads a source by partitions (:mod:`distforest.io.ingest`)
 and writes pass 2 with ``dask.array.to_zarr``, after a rechunk so that each
@@ -43,6 +45,7 @@ __all__ = [
     "input_chunk",
     "input_rows",
     "write_ingested",
+    "write_row_ids",
 ]
 
 #: Group of the encoded input in a run store.
@@ -70,6 +73,8 @@ class StoredTable:
     fingerprint_ : str
     rows : int
         Rows per chunk of ``input/X``.
+    id_name : str or None
+        The ID column, whose values are ``input/id`` (None: rows are numbered).
     """
 
     path: str
@@ -83,6 +88,7 @@ class StoredTable:
     source: str
     fingerprint_: str
     rows: int
+    id_name: str | None = None
 
     @property
     def X_name(self) -> str:
@@ -126,7 +132,7 @@ class StoredTable:
         return cls(rs.path, int(X.shape[0]), int(X.shape[1]), tuple(a["feature_names"]),
                    {k: tuple(v) for k, v in a["categories"].items()}, a["target_name"],
                    a["target_kind"], tuple(a["target_labels"]), a["source"], a["fingerprint"],
-                   int(X.chunks[0]))  # fmt: skip
+                   int(X.chunks[0]), a.get("id_name"))  # fmt: skip
 
 
 def ingest(
@@ -141,6 +147,7 @@ def ingest(
     blocksize: Any = None,
     overwrite: bool = False,
     attrs: dict[str, Any] | None = None,
+    id: str | None = None,
 ) -> StoredTable:
     """Read ``source`` by partitions into a new run store's ``input/`` group.
 
@@ -165,6 +172,8 @@ def ingest(
         Replace an existing distforest store.
     attrs : dict, optional
         More attributes of the store.
+    id : str, optional
+        Column of row IDs, written by the tasks as ``input/id``.
 
     Returns
     -------
@@ -177,6 +186,7 @@ def ingest(
         na_values=tuple(na_values),
         allow_missing=allow_missing,
         blocksize=blocksize,
+        id=id,
     )
     return write_ingested(data, store, rows=rows, overwrite=overwrite, attrs=attrs)
 
@@ -216,6 +226,7 @@ def write_ingested(
                 "fingerprint": enc.fingerprint,
                 "lengths": list(enc.lengths),
                 "missing": dict(enc.missing),
+                "id_name": data.id_name,
             }
         )
     )
@@ -227,6 +238,11 @@ def write_ingested(
         y = group.create_array("y", shape=(n,), chunks=(rows,), dtype=data.y.dtype,
                                dimension_names=("sample",))  # fmt: skip
         targets.append((data.y.rechunk((rows,)), y))
+    if data.ids is not None:
+        ids = group.create_array("id", shape=(n,), chunks=(rows,),
+                                 dtype=str if data.ids.dtype == object else data.ids.dtype,
+                                 dimension_names=("sample",))  # fmt: skip
+        targets.append((data.ids.rechunk((rows,)), ids))
     # Rechunked to the Zarr chunks: each task writes whole chunks that no other task
     # touches (two tasks writing one chunk would lose data without an error).
     for src, _dst in targets:
@@ -236,6 +252,34 @@ def write_ingested(
     destinations: list[Any] = [dst for _, dst in targets]
     da.store(sources, destinations, lock=False)
     return StoredTable.open(rs.path)
+
+
+def write_row_ids(rs: RunStore, table: StoredTable) -> Any:
+    """Copy ``input/id`` into the store's row coordinates (``sample``, ``sample_i``,
+    ``sample_j``), by tasks, chunk by chunk; returns the ``sample`` array (a handle: the
+    IDs are read when an output needs them, not here).
+
+    Each coordinate array gets the ``id_name`` attribute, as
+    :meth:`RunStore.write_coordinates` gives IDs held in memory.
+    """
+    import dask.array as da
+
+    from distforest.store.schema import ROW_COORDS
+
+    if table.id_name is None:
+        raise StoreError(f"store {rs.path!r}: the stored input has no ID column")
+    source = rs.group[f"{INPUT_GROUP}/id"]
+    assert isinstance(source, zarr.Array)
+    ids = da.from_zarr(source)
+    targets: list[Any] = []
+    for dim in ROW_COORDS:
+        arr = rs.group.create_array(dim, shape=source.shape, chunks=source.chunks,
+                                    dtype=source.dtype, dimension_names=(dim,),
+                                    overwrite=True)  # fmt: skip
+        arr.attrs.update(encode_attrs({"id_name": table.id_name}))
+        targets.append(arr)
+    da.store([ids] * len(targets), targets, lock=False)  # same chunks: whole chunks per task
+    return rs.array("sample")
 
 
 @dataclass(frozen=True)
