@@ -338,13 +338,13 @@ def markdown(r: dict) -> str:
         f"{r['bytes_received'] / mb:.1f} MB", f"{r['connections']} |",
     ])  # fmt: skip
     before, after = r["load_average_before_after"]
-    if max(before, after) < 1.0:
+    if before < 1.0:  # "after" counts the benchmark's own processes
         load = (f"Measured once on an otherwise quiet machine (load average {before} before, "
                 f"{after} after; the runs themselves use up to 2 cores).")  # fmt: skip
     else:
         load = (f"**DRAFT (shared machine)**: load average {before} before, {after} after: "
-                "other jobs shared the 2 cores, the times are inflated and only their ratio "
-                "says something.")  # fmt: skip
+                "other jobs shared the 2 cores before it started, the times are inflated and "
+                "only their ratio says something.")  # fmt: skip
     return f"""# Object storage: proximity on a local S3 server vs local disk
 
 {load}
