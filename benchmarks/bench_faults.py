@@ -695,9 +695,10 @@ def write_report(
             f"{m['load_after']}"
             for r, m in runs.items()
         ),
-        "- **DRAFT timings**: taken while other engineers worked on the same 2 cores (see the "
-        "load averages); to be rerun on a quiet machine. Exit codes, messages and the handled "
-        "counts are not affected by load.",
+        "- timings: read each run's load average above; a run that started above ~1 shared "
+        "the 2 cores with other work and its seconds are drafts (the kill, sigkill and disk "
+        "groups of 2026-11-23 were). Exit codes, messages and the handled counts are not "
+        "affected by load.",
         "- the fast groups (yaml ... cli) are the pytest cases of issue 29 run as they are "
         "(`benchmarks/fault_cases.py`): handled = the test passes (documented exit code, one "
         "error line naming what is wrong, nothing left behind, the right numbers where it "
