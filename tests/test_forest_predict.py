@@ -241,3 +241,45 @@ def test_importances_command_ranks_the_feature_that_decides(tmp_path):
     missing = CliRunner().invoke(cli, ["-q", "importances", str(tmp_path / "t.csv"), "--out",
                                        str(tmp_path / "x.csv")])  # fmt: skip
     assert missing.exit_code == 2 and "--target" in missing.output
+
+
+def test_cross_val_score_takes_every_supervised_estimator():
+    """Every estimator with a target goes through cross_val_score (the imputer in a pipeline).
+
+    XForest (unsupervised, no ``score``) and SMERF (fitted to a distance matrix,
+    not to a target) are not scored this way: they have nothing to score against.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import KFold
+
+    from distforest import KNNClassifier, KNNRegressor, ProximityImputer
+    from distforest.forests.simforest import SimilarityForestClassifier
+
+    X, y = load_wine(return_X_y=True)
+    X_missing = X.copy()
+    X_missing[np.random.default_rng(0).random(X.shape) < 0.1] = np.nan
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    kernel = rbf_kernel(StandardScaler().fit_transform(X), gamma=0.05)  # scikit-learn slices it
+    cases = [
+        (SimilarityForestClassifier(n_estimators=10, random_state=0), kernel, y, 0.7),
+        (
+            make_pipeline(
+                StandardScaler(),
+                SimilarityForestClassifier(n_estimators=10, metric="rbf", random_state=0),
+            ),
+            X,
+            y,
+            0.8,
+        ),
+        (KNNClassifier(5, normalize="zscore"), X, y, 0.8),
+        (KNNRegressor(5, normalize="zscore"), X, X[:, 0], 0.3),
+    ]
+    imputer = ProximityImputer(2, n_estimators=5, random_state=0)
+    pipeline = make_pipeline(imputer, StandardScaler(), LogisticRegression(max_iter=500))
+    cases.append((pipeline, X_missing, y, 0.8))
+    with execution("synchronous"):
+        for estimator, features, target, floor in cases:
+            folds = KFold(3, shuffle=True, random_state=0)  # wine's rows are sorted by class
+            scores = cross_val_score(estimator, features, target, cv=folds)
+            assert scores.shape == (3,) and scores.min() > floor, (estimator, scores)
