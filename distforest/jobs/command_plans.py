@@ -31,10 +31,9 @@ def forest_app_plan(what: str, input: str, target: str | None, input_kw: dict[st
     matrix-free (``outliers``, ``mislabels``, ``mds``, ``importances``); ``files``: label ->
     path (None: not written), the first the main output."""
     from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table
+    from distforest.jobs.inputs import input_shape
 
-    table = load_table(input, target=target, **input_kw)
-    source, n, d = str(table.source), table.n_samples, table.n_features
+    source, n, d = input_shape(input, target, **input_kw)
     out = next(p for p in files.values() if p)
     params = {**ProximityForest().get_params(), **forest}
     where, threads = placement_of(n * d, connect)

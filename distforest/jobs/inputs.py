@@ -94,3 +94,37 @@ def check_request(X: Any, Y: Any, metric: str) -> None:
             f"{X.source} has {X.n_features} ({', '.join(X.feature_names)}); give both the same "
             "columns (--drop the others)"
         )
+
+
+def input_shape(
+    source: str,
+    target: str | None = None,
+    *,
+    drop: tuple[str, ...] | list[str] = (),
+    na_values: tuple[str, ...] | list[str] = (),
+    id: str | None = None,
+) -> tuple[str, int, int]:
+    """The rows and feature columns of an input, for a dry run: ``(source, n, d)``.
+
+    A table read by partitions is not loaded: a Parquet dataset's rows come from
+    its metadata, a CSV's by counting its lines in this process (a pass over the
+    text, nothing kept), and the features are its columns less the target, the
+    ID and the dropped ones.  Anything else is read as the run reads it.
+    """
+    if not partitioned_input(source):
+        from distforest.io import load_table
+
+        table = load_table(source, target=target, drop=drop, na_values=na_values, id=id)
+        return str(table.source), table.n_samples, table.n_features
+    import dask
+
+    from distforest.io.partitions import open_partitions
+
+    parts = open_partitions(source, na_values=tuple(map(str, na_values)))
+    if parts.array is not None:
+        return parts.source, int(parts.array.shape[0]), int(parts.array.shape[1])
+    not_features = {str(c) for c in (*drop, target, id) if c is not None}
+    columns = [c for c in parts.columns if c not in not_features]
+    with dask.config.set(scheduler="threads"):
+        n = len(parts.frame)
+    return parts.source, int(n), len(columns)

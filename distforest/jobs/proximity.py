@@ -33,7 +33,7 @@ from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.jobs.applications import APP_STAGES, app_stages, check_outputs
 from distforest.jobs.estimates import check_disk, check_size, estimate
-from distforest.jobs.inputs import partitioned_input
+from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.plan import Plan, proximity_plan
 from distforest.jobs.report import check_reports, write_report
@@ -172,8 +172,9 @@ def run_proximity_job(
 
 def plan_proximity_job(job: ProximityJob) -> Plan:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
-    return proximity_plan(job, table.n_samples, table.n_features)
+    _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
+                          id=job.id)  # fmt: skip
+    return proximity_plan(job, n, d)
 
 
 def _read_input(job: ProximityJob) -> Table | PendingInput:
