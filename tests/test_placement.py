@@ -334,3 +334,37 @@ def test_cluster_dry_run_plans_no_counted_task_as_the_run_runs(tmp_path, count_t
     # products (matrix-free) are not counted by either; nothing else is submitted
     assert _planned(dry.output) == _ran(count_tasks) == (0, 0)
     assert any(n == "xforest-product" for n, _ in count_tasks) == ("--matrix-free" in how)
+
+
+@pytest.mark.parametrize("form", ["parquet-folder", "csv-glob"])
+def test_dry_run_of_a_partitioned_input_counts_without_loading(tmp_path, form):
+    """A folder of parts or a glob: rows and features in the plan, the table never loaded."""
+    import distforest.io as io_module
+
+    X, y = make_classification(90, 4, random_state=0)
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"]).assign(y=y, key=np.arange(90))
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for k in range(3):
+        chunk = frame.iloc[30 * k : 30 * (k + 1)]
+        if form == "parquet-folder":
+            chunk.to_parquet(parts / f"p{k}.parquet", index=False)
+        else:
+            chunk.to_csv(parts / f"p{k}.csv", index=False)
+    source = str(parts) if form == "parquet-folder" else str(parts / "*.csv")
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(
+        f"kind: proximity\ninput:\n  path: '{source}'\n  target: y\n  drop: [d]\n  id: key\n"
+        f"forest:\n  n_estimators: 4\nproximity:\n  top_k: 5\n"
+        f"output:\n  dir: {tmp_path / 'out'}\n  store: s.zarr\n"
+    )
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the dry run loaded the table whole")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(io_module, "load_table", refuse)
+        dry = invoke("run", pipeline, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "90 rows x 3 features" in dry.output  # a, b, c: not d (dropped), y, key
+    assert not (tmp_path / "out").exists()
