@@ -109,6 +109,10 @@ def test_outlier_scores_of_new_rows_on_the_training_scale(wine):
         median, mad = np.median(ref), MAD_SCALE * np.median(np.abs(ref - np.median(ref)))
         expected[predicted == c] = (raw_new[predicted == c] - median) / mad
     np.testing.assert_allclose(got, expected, rtol=1e-6)
+    with execution("synchronous"):  # the form: outlier_scores(pf, X_new)
+        np.testing.assert_array_equal(outlier_scores(pf, X_new), got)
+        np.testing.assert_array_equal(outlier_scores(pf, X[:20], y[:20]), again)
+        np.testing.assert_array_equal(outlier_scores(pf, y), train_scores)  # labels: 1-D
     # training rows given as new rows land in their own leaves (P_ii = 1 among the
     # training rows): the same scores as R's outlier() gives them (float32 matrix tiles)
     np.testing.assert_allclose(again, train_scores[:20], atol=1e-5)

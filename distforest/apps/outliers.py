@@ -9,6 +9,8 @@ of squared within-class proximities, is ever kept.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dask.array as da
 import numpy as np
 import xarray as xr
@@ -43,24 +45,33 @@ def _labels_or_one_class(labels: np.ndarray | None, n: int) -> np.ndarray:
     return codes.astype(np.int64)
 
 
-def outlier_scores(forest, labels: np.ndarray | None = None) -> np.ndarray:
-    """Outlier score of every training row of a fitted forest, matrix-free.
+def outlier_scores(forest: Any, labels: Any = None, new_labels: Any = None) -> np.ndarray:
+    """Outlier score of every training row of a fitted forest, matrix-free, or of new rows.
 
     Sums of squared proximities come from sparse proximity rows built from
     leaf members (Breiman's original proximity), one Dask task per row block.
+    ``outlier_scores(forest, X_new)`` (a table of new rows in place of the
+    labels: two-dimensional, a DataFrame or a path) scores the new rows
+    against the training rows: :func:`outlier_scores_new_rows`.
 
     Parameters
     ----------
     forest : ProximityForest
         A fitted forest.
     labels : array-like, optional
-        Class of each row; default the forest's target for classification,
-        one class otherwise.
+        Class of each training row; default the forest's target for
+        classification, one class otherwise.  Or new rows (see above).
+    new_labels : array-like, optional
+        With new rows: the class of each (default the forest's prediction).
 
     Returns
     -------
-    ndarray of float64, shape (n_samples,)
+    ndarray of float64, shape (n_samples,) or (n_new,)
     """
+    if _are_rows(labels):
+        return outlier_scores_new_rows(forest, labels, labels=new_labels)
+    if new_labels is not None:
+        raise TypeError("new_labels goes with new rows: outlier_scores(forest, X_new, new_labels)")
     from distforest.forests.products import product_session
 
     if labels is None and forest.task_ == "classification":
@@ -71,6 +82,15 @@ def outlier_scores(forest, labels: np.ndarray | None = None) -> np.ndarray:
     with product_session(forest) as session:
         sums = session.squared_product(onehot)
     return scores_from_square_sums(sums[np.arange(codes.size), codes], codes)
+
+
+def _are_rows(value: Any) -> bool:
+    """Whether an argument is a table of rows (2-D, a DataFrame, a path), not labels."""
+    if value is None:
+        return False
+    if isinstance(value, str) or hasattr(value, "__fspath__") or hasattr(value, "columns"):
+        return True
+    return getattr(value, "ndim", np.ndim(value)) == 2
 
 
 def outlier_scores_from_matrix(
