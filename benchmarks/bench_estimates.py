@@ -41,6 +41,9 @@ CASES = [
     ("proximity (dense), 100 trees", 20_000,
      "proximity {data} --target y --trees 100 --seed 0 --out {out}/p.zarr",
      6.0, "object_storage.md, local disk (7dd7a22)"),
+    ("proximity (dense), 100 trees", 100_000,
+     "proximity {data} --target y --trees 100 --seed 0 --out {out}/p.zarr",
+     36.6, "proximity.md (2026-11-24)"),
     ("run neighbours_10m.yaml (20 trees, top-k 50)", 10_000_000,
      "run " + str(HERE / "neighbours_10m.yaml") + " --set output.dir={out}",
      945.0, "proximity_neighbors.md, 10,000,000 rows (9c32a99)"),
@@ -61,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
     parser.add_argument("--big-data", type=Path, default=Path("/tmp/oocdata/10000000/parts"),
-                        help="the 10,000,000-row Parquet folder of bench_out_of_core.py")  # fmt: skip
+                        help="the 10,000,000-row folder of bench_out_of_core.py")  # fmt: skip
     args = parser.parse_args()
     import bench_proximity
 
@@ -75,7 +78,7 @@ def main() -> None:
             if rows < 10_000_000 and not data.exists():
                 bench_proximity.make_data(rows, data)
             out = Path(tempfile.mkdtemp(dir=tmp))
-            argv = command.format(data=data, out=out).split() + ["--dry-run"]
+            argv = [*command.format(data=data, out=out).split(), "--dry-run"]
             done = subprocess.run([sys.executable, "-m", "distforest", *argv],
                                   capture_output=True, text=True, check=False)  # fmt: skip
             if done.returncode != 0:

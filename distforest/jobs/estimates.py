@@ -31,7 +31,11 @@ from distforest.parallel.tiling import TilePlan
 SECONDS_PER = {
     "fit": 1e-7,  # one tree: per row x log2(rows) x features tried per split
     "rp_fit": 1e-7,  # one X-Forest tree: per row x log2(rows)
-    "tile": 1e-8,  # one pair of rows of a forest matrix, per tree
+    "tile": 1e-8,  # one pair of rows of a forest matrix, per tree (X-Forest, SimForest, SMERF)
+    # one pair of rows of a proximity matrix (original, oob, rfgap), per tree: the tiles
+    # took 15.6 s on 2 workers at n = 100,000 with 100 trees (6e-11) and about 2 s at
+    # 20,000 (2e-10) (benchmarks/results/proximity.md, estimates.md); between the two
+    "proximity_tile": 1e-10,
     "measure": 1e-8,  # one pair of rows of a similarity matrix, per feature
     # one run each on the 699-row breast-cancer table, 100 trees, CPU time less start-up
     # (benchmarks/results/small_commands.md): a rough guide, not a calibration
@@ -116,7 +120,7 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     if top_k is not None:
         store["top-k neighbours (index, proximity)"] = n * top_k * 12
     fit_cpu = fit_seconds(trees, m, d, forest["max_features"])
-    cpu = fit_cpu + SECONDS_PER["tile"] * trees * tiles * tile * tile
+    cpu = fit_cpu + SECONDS_PER["proximity_tile"] * trees * tiles * tile * tile
     # the rows' co-leaf index (members, leaf table: up to 2 nodes a bootstrap row; the
     # leaves and in-bag counts read to build it) and one task's counters and keys
     neighbor_peak = 0.0
