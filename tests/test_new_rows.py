@@ -162,3 +162,30 @@ def test_score_command_applies_a_saved_model(tmp_path):
         np.testing.assert_array_equal(got["proximity_predicted"], forest.predict_proximity(rows))
         np.testing.assert_allclose(got["outlier"], outlier_scores_new_rows(forest, rows))
     assert (got["predicted"] == y[1::2]).mean() > 0.85
+
+
+@pytest.mark.parametrize("method", ["original", "rfgap"])
+def test_top_k_neighbours_of_new_rows_are_the_top_k_of_the_dense_cross_proximity(wine, method):
+    pf, _, _, X_new, dense = wine
+    k = 12
+    with execution("synchronous"):
+        nb = pf.proximity_neighbors(k, method, X=X_new, block_rows=7)
+        cross = pf.proximity(method, X=X_new).values  # the dense float32 values
+    assert nb["index"].shape == (25, k) and nb.attrs["rows"] == "new"
+    for i in range(25):
+        # proximity descending, ties to the smaller training row (a stable sort of -p)
+        order = np.argsort(-cross[i].astype(np.float64), kind="stable")[:k]
+        np.testing.assert_array_equal(nb["index"].values[i], order)
+        np.testing.assert_array_equal(nb["proximity"].values[i], cross[i][order])
+    np.testing.assert_allclose(nb["proximity"].values[:, 0],
+                               dense[method].max(axis=1), atol=1e-6)  # fmt: skip
+
+
+def test_top_k_neighbours_of_new_rows_refusals(wine, tmp_path):
+    from distforest.errors import ParameterError
+
+    pf, _, _, X_new, _ = wine
+    with pytest.raises(ParameterError, match="'original' or 'rfgap', got 'oob'"):
+        pf.proximity_neighbors(5, "oob", X=X_new)
+    with pytest.raises(ParameterError, match="pass store=None"):
+        pf.proximity_neighbors(5, X=X_new, store=tmp_path / "n.zarr")

@@ -750,6 +750,7 @@ class ProximityForest(DaskEstimator):
         include_self: bool = False,
         overwrite: bool = False,
         block_rows: int | None = None,
+        X: Any = None,
     ) -> xr.Dataset:
         """Every training row's ``k`` nearest rows by proximity, exact, without the n x n matrix.
 
@@ -776,6 +777,11 @@ class ProximityForest(DaskEstimator):
         block_rows : int or None
             Rows per task (and per stored chunk); None: from n (256 to 4,096,
             at least 64 tasks).  The result does not depend on it.
+        X : array-like, DataFrame or path, optional
+            New rows: each new row's ``k`` nearest training rows by the
+            proximity of :meth:`proximity` with ``X`` (``original`` or
+            ``rfgap``; a new row is out of bag in every tree), in memory
+            (``store`` None), the same values as the dense cross-proximity.
 
         Returns
         -------
@@ -783,8 +789,10 @@ class ProximityForest(DaskEstimator):
             ``index`` (sample, neighbor) int64 and ``proximity`` (sample,
             neighbor) float32; lazy and Zarr-backed when ``store`` is given.
         """
-        from distforest.forests.proximity_neighbors import forest_neighbors
+        from distforest.forests.proximity_neighbors import forest_neighbors, new_rows_neighbors
 
+        if X is not None:
+            return new_rows_neighbors(self, X, k, method, store, block_rows=block_rows)
         return forest_neighbors(self, k, method, store, include_self=include_self,
                                 overwrite=overwrite, block_rows=block_rows)  # fmt: skip
 

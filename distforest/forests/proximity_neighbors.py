@@ -435,6 +435,51 @@ def forest_neighbors(
     return stored_neighbors(rs)
 
 
+def new_rows_task(index: CoLeafIndex, leaves: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A task over new rows: out of bag in every tree, never one of the training rows."""
+    inbag = np.zeros(leaves.shape, dtype=np.uint8)
+    return neighbors_of(index, slice(0, leaves.shape[0]), leaves, inbag, k, True)
+
+
+def new_rows_neighbors(
+    forest: Any, X: Any, k: int, method: str, store: Any, *, block_rows: int | None
+) -> xr.Dataset:
+    """:meth:`ProximityForest.proximity_neighbors` of new rows (``X``): see there."""
+    from distforest.forests.new_rows import new_leaves
+
+    forest._check_fitted()
+    forest._check_method(method)
+    if method == "oob":
+        raise ParameterError(
+            "proximity_neighbors(X=...) takes method 'original' or 'rfgap', got 'oob' (a new "
+            "row is out of bag in every tree: use 'original', or proximity('oob', X=X) for "
+            "the dense matrix)"
+        )
+    if store is not None:
+        raise ParameterError(
+            f"proximity_neighbors(X=...) computes new rows' neighbours in memory, got "
+            f"store={store!r}; pass store=None (the result is n_new x k)"
+        )
+    k = check_k(k, forest.n_samples_, True)
+    check_trees(forest.leaves_.shape[1], method)
+    leaves = new_leaves(forest, X)
+    blocks = _blocks(leaves.shape[0], block_rows_for(leaves.shape[0], block_rows))
+    found = np.empty((leaves.shape[0], k), dtype=np.int64)
+    values = np.empty((leaves.shape[0], k), dtype=np.float32)
+    coleaf.warm_up()
+    index = build_index(forest.leaves_, forest.inbag_, method)
+    with forest._runner(forest._fitted_cells()) as runner:
+        shared = runner.share(index)
+        items = [(shared, leaves[rows], k) for rows in blocks]
+        for b, (block_found, block_values) in runner.run(
+            new_rows_task, items, name="neighbors-new-rows", progress=forest._report("neighbors")
+        ):
+            found[blocks[b]] = block_found
+            values[blocks[b]] = block_values
+    attrs = {"method": method, "k": k, "include_self": False, "rows": "new"}
+    return neighbors_dataset(found, values, attrs)
+
+
 def write_forest_neighbors(
     forest: Any,
     rs: RunStore,
