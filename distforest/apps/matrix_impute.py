@@ -67,7 +67,10 @@ def impute_from_matrix(
     layout = plan_columns(X, categorical, np.flatnonzero(missing.any(axis=0)).tolist())
     V = build_v(X, layout, stats)
     data = getattr(matrix, "data", matrix)
-    P = data if isinstance(data, da.Array) else da.from_array(np.asarray(data))
+    if not isinstance(data, da.Array):  # a lazy (Zarr-backed) array is read by row blocks too
+        data = da.from_array(data if hasattr(data, "shape") else np.asarray(data),
+                             chunks=(min(n, 4096), n))  # fmt: skip
+    P = data
     R = np.asarray((P[rows].astype(np.float64) @ V).compute())
     local = np.where(missing[rows], stats, X[rows])
     update_cells(local, np.arange(rows.size), missing[rows], R, layout, stats, stats, vote)
