@@ -1,7 +1,9 @@
 """Batch runs: resume after a killed driver, locks, re-runs, changed configs, reports.
 
-These run the real CLI in subprocesses (each with its own LocalCluster), as
-cron would, and compare stores byte for byte.
+A run that is killed is the real CLI in a subprocess of its own (killed with its
+process group, as a machine dies); the runs before and after it, like cron's next
+run, call the same command in this process (``run_cli``: a process start-up and
+the imports spared each time).  Stores are compared byte for byte.
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ def cli_cmd(*args: object) -> list[str]:
     return [sys.executable, "-m", "distforest", "-q", *map(str, args)]
 
 
-def run_cli(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_cmd(*args), capture_output=True, text=True, timeout=timeout)
+def run_cli(*args: object) -> subprocess.CompletedProcess:
+    """``distforest -q ARGS`` in this process: its exit code, stdout and stderr."""
+    result = CliRunner().invoke(cli, ["-q", *map(str, args)], catch_exceptions=False)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def arrays(store: Path) -> dict[str, np.ndarray]:
