@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,44 @@ def _distforest_logger() -> Iterator[None]:
     yield
     logger.handlers[:], logger.propagate, logger.disabled = [], True, False
     logger.setLevel(logging.NOTSET)
+
+
+@contextlib.contextmanager
+def no_default_client() -> Iterator[None]:
+    """Hide the session's default ``distributed`` client (and dask's scheduler setting) in a block.
+
+    distforest counts a default client as a cluster named
+    (:func:`distforest.parallel.placement.cluster_named`): with the session's
+    cluster as the default, an in-process call would run on it instead.
+    """
+    import dask
+    from distributed import client as dclient
+
+    # what distributed.get_client() looks at: the current client, then the registry
+    saved = dict(dclient._global_clients)
+    dclient._global_clients.clear()
+    token = dclient._current_client.set(None)
+    try:
+        with dask.config.set(scheduler=None):
+            yield
+    finally:
+        dclient._current_client.reset(token)
+        dclient._global_clients.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _in_process_unless_the_cluster_is_asked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that does not ask for ``client`` runs as it would alone: no default client.
+
+    Once the session's ``client`` started, it was every later test's default
+    client, so a test's in-process calls ran on the cluster or not depending on
+    the order of the tests (and slower: small tasks on two worker processes).
+    """
+    if "client" in request.fixturenames:
+        yield
+        return
+    with no_default_client():
+        yield
 
 
 @pytest.fixture(scope="session")

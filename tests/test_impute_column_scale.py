@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import no_default_client
 from test_impute import structured
 from test_impute_column import assert_matches_dense, oracle_first_iteration
 
@@ -164,10 +165,13 @@ def test_subsampled_same_bits_on_any_number_of_workers(client, monkeypatch):
     _, Xm, y, _ = structured(200, seed=7)
     new = Xm[:20].copy()
     new[:, 0] = np.nan
-    runs = [_fit(Xm, y, False, monkeypatch), _fit(Xm, y, True, monkeypatch),
-            _fit(Xm, y, False, monkeypatch, client=client)]  # fmt: skip
+    with no_default_client():  # in process, not on the session's cluster
+        runs = [_fit(Xm, y, False, monkeypatch), _fit(Xm, y, True, monkeypatch)]
+        assert not placement.cluster_named()
+    runs.append(_fit(Xm, y, False, monkeypatch, client=client))
     monkeypatch.setattr(placement, "in_process_threads", lambda: 1)  # one thread in process
-    runs.append(_fit(Xm, y, False, monkeypatch))
+    with no_default_client():
+        runs.append(_fit(Xm, y, False, monkeypatch))
     assert len({out.tobytes() for _, out in runs}) == 1
     assert len({imp.transform(new).tobytes() for imp, _ in runs}) == 1
     other = ProximityImputer(n_estimators=8, max_samples=0.5, categorical_features=[5],
