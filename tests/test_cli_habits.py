@@ -95,8 +95,8 @@ def test_ctrl_c_exits_130_in_one_line_and_the_run_resumes(tmp_path):
     with StoreLock(str(out), "test"):  # released: taken at once
         pass
     assert RunStore.open(out).status == "running"
-    again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)  # in process
-    assert again.returncode == 0, again.stderr
+    again = invoke(*args[3:])  # the same command, here (no process start-up): in process
+    assert again.exit_code == 0, again.output
     assert "resumed" in again.stdout
     assert RunStore.open(out).is_complete
 
