@@ -22,8 +22,14 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/distforest run pipelines/main.yaml --cluster cluster_configs/local.yaml
 
+# Two pytest workers (pytest-xdist) on the 2-core machines: many tests wait on a
+# subprocess, a LocalCluster start-up or the disk.  --dist loadfile keeps each test
+# file on one worker, its tests in file order as in a serial run (module fixtures
+# such as the S3 server start once).  TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
