@@ -149,7 +149,7 @@ class ProximitySimilarity(_SavedForest):
         store : str or Path
         kind : {"rf-proximity", "rfgap"}
         """
-        forest = ProximityForest.from_store(store)
+        forest = ProximityForest.load(store)
         sim = cls(kind, forest.n_estimators, forest.random_state)
         sim.forest_ = forest
         if kind == "rfgap":

@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import uuid
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -19,6 +20,7 @@ from distforest.errors import InputError, NotFittedError, ParameterError, StoreE
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.persistence import Array, Field, Persisted, as_list, as_tuple
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
@@ -55,7 +57,12 @@ def _check_classes(y: Any) -> None:
         ) from None
 
 
-class ProximityForest(DaskEstimator):
+def _class_labels(classes: Any) -> list[Any]:
+    """Class labels as JSON: numbers and text as they are, anything else as text."""
+    return [c if isinstance(c, str | int | float) else str(c) for c in classes]
+
+
+class ProximityForest(Persisted, DaskEstimator):
     """A random forest whose trees are Dask tasks and whose proximities are Zarr tiles.
 
     Parameters
@@ -522,114 +529,63 @@ class ProximityForest(DaskEstimator):
 
     # -- storing ------------------------------------------------------------
 
-    def _provenance(self) -> dict[str, Any]:
-        params = dict(self.params_)
-        params["random_state"] = self.random_state_
-        return {
-            "params": params,
-            "input": {
-                **self.input_,
-                "n_samples": self.n_samples_,
-                "n_features": self.n_features_in_,
-                "feature_names": list(self.feature_names_in_),
-                "categories": {k: [str(v) for v in c] for k, c in self.categories_.items()},
-                "target_name": self.target_name_,
-                "id_name": self.id_name_,
-            },
-            "task": self.task_,
-            "classes": [c if isinstance(c, str | int | float) else str(c) for c in self.classes_],
-            "n_trees": int(self.leaves_.shape[1]),
-            "fit_id": self.fit_id_,
-        }
+    _store_requires = ("leaves", "inbag", "forest")
+    _store_hint = "fit it again"
+    _stored_fields = (
+        Field("input", "input_", decode=lambda d: {k: d[k] for k in ("source", "fingerprint")}),
+        Field("input.n_samples", "n_samples_", decode=int),
+        Field("input.n_features", "n_features_in_", decode=int),
+        Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+        Field(
+            "input.categories",
+            "categories_",
+            encode=lambda c: {k: [str(v) for v in c[k]] for k in c},
+            decode=lambda c: {k: tuple(v) for k, v in c.items()},
+        ),
+        Field("input.target_name", "target_name_"),
+        Field("input.id_name", "id_name_", default=None),
+        Field("task", "task_"),
+        Field("classes", "classes_", encode=_class_labels, decode=as_list),
+        Field("n_trees", encode=lambda forest: int(forest.leaves_.shape[1])),
+        Field("fit_id", "fit_id_"),
+    )
+    _stored_arrays = (
+        Array("leaves", "leaves_"),
+        Array("inbag", "inbag_"),
+        # None: loaded from a store written before importances were kept
+        Array("tree_importances", "tree_importances_", rows=False, optional=True),
+        Array("target", "y_", rows=False, optional=True),
+    )
 
-    def save(
-        self, store: str | Path, *, overwrite: bool = False, attrs: dict[str, Any] | None = None
-    ) -> RunStore:
-        """Write the forest, ``leaves``, ``inbag`` and coordinates to a new store.
-
-        Parameters
-        ----------
-        store : str or Path
-            Directory of the Zarr store to create.
-        overwrite : bool
-            Replace an existing distforest store.
-        attrs : dict, optional
-            More JSON attributes, recorded as the store is created (a job's spec).
-
-        Returns
-        -------
-        RunStore
-            The store, still marked ``running`` until the caller completes it.
-        """
+    def _check_saveable(self) -> None:
         self._check_nodes("save()")
+
+    def _row_ids(self) -> dict[str, Any]:
+        return {"ids": self.sample_ids_, "id_name": self.id_name_}
+
+    def _array_attrs(self, name: str) -> dict[str, Any] | None:
+        return {"classes": _class_labels(self.classes_)} if name == "target" else None
+
+    def _save_parts(self, rs: RunStore, tile_size: int) -> None:
         assert self.nodes_ is not None  # checked
-        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
-                             overwrite=overwrite)  # fmt: skip
-        n, n_trees = self.leaves_.shape
-        rows = self.params_["tile_size"]
-        rs.write_coordinates(n, n_trees, ids=self.sample_ids_, id_name=self.id_name_)
         rs.write_forest(self.nodes_, self.node_counts_, self.seeds_)
-        rs.write_named("leaves", self.leaves_, rows=rows)
-        rs.write_named("inbag", self.inbag_, rows=rows)
-        if self.tree_importances_ is not None:  # None: loaded from an older store
-            rs.write_named("tree_importances", self.tree_importances_)
-        if self.y_ is not None:
-            rs.write_named("target", self.y_, attrs={"classes": self._provenance()["classes"]})
-        return rs
+
+    def _load_parts(self, rs: RunStore) -> None:
+        nodes = rs.read_forest()
+        self.node_counts_ = np.diff(nodes.pop("node_offset"))
+        self.seeds_ = nodes.pop("seed")
+        self.nodes_ = {f: nodes[f] for f in NODE_FIELDS}
+        self.sample_ids_ = rs.read("sample") if self.id_name_ is not None else None
 
     @classmethod
     def from_store(cls, store: str | Path) -> ProximityForest:
-        """Load a forest saved by :meth:`save` (no pickle: plain arrays and JSON).
-
-        Parameters
-        ----------
-        store : str or Path
-            A store holding ``forest/``, ``leaves`` and ``inbag`` (complete or
-            not: a run resumed after a crash loads its forest this way).
-
-        Returns
-        -------
-        ProximityForest
-            Fitted, with the same trees, leaves and proximities as the saved one.
-        """
-        rs = RunStore.open(store)
-        attrs = rs.attrs
-        missing = [a for a in ("leaves", "inbag", "forest") if a not in rs.group]
-        if missing or "fit_id" not in attrs:
-            raise StoreError(
-                f"store {rs.path!r} holds no complete forest (missing {missing or ['fit_id']}); "
-                "fit it again"
-            )
-        saved = dict(attrs["params"])
-        names = cls._get_param_names()
-        forest = cls(**{k: v for k, v in saved.items() if k in names})
-        nodes = rs.read_forest()
-        offsets = nodes.pop("node_offset")
-        inp = attrs["input"]
-        forest.n_samples_ = int(inp["n_samples"])
-        forest.n_features_in_ = int(inp["n_features"])
-        forest.feature_names_in_ = tuple(inp["feature_names"])
-        forest.categories_ = {k: tuple(v) for k, v in inp["categories"].items()}
-        forest.id_name_ = inp.get("id_name")
-        forest.sample_ids_ = rs.read("sample") if forest.id_name_ is not None else None
-        forest.target_name_ = inp["target_name"]
-        forest.task_ = attrs["task"]
-        forest.classes_ = list(attrs["classes"])
-        forest.y_ = rs.read("target") if "target" in rs.group else None
-        forest.seeds_ = nodes.pop("seed")
-        forest.random_state_ = saved["random_state"]
-        forest.leaves_ = rs.read("leaves")
-        forest.inbag_ = rs.read("inbag")
-        # stores written before importances were kept have none (feature_importances_ says so)
-        forest.tree_importances_ = (
-            rs.read("tree_importances") if "tree_importances" in rs.group else None
+        """Deprecated alias of :meth:`load` (kept for code written before ``load``)."""
+        warnings.warn(
+            "ProximityForest.load is deprecated; use ProximityForest.load(store)",
+            DeprecationWarning,
+            stacklevel=2,
         )
-        forest.node_counts_ = np.diff(offsets)
-        forest.nodes_ = {f: nodes[f] for f in NODE_FIELDS}
-        forest.input_ = {"source": inp["source"], "fingerprint": inp["fingerprint"]}
-        forest.fit_id_ = attrs["fit_id"]
-        forest.params_ = saved
-        return forest
+        return cast(ProximityForest, cls.load(store))
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
         path = store

@@ -24,6 +24,7 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.persistence import Array, Field, Persisted, as_list, as_tuple
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.xforest_similarity import (
     SIMILARITY_NAMES,
@@ -46,7 +47,7 @@ Progress = Callable[[str, int, int], None]
 NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
 
 
-class XForest(DaskEstimator):
+class XForest(Persisted, DaskEstimator):
     """Approximate random-projection trees (X-Forest) and their beta-similarity.
 
     Per tree, ``n_directions`` random unit directions are drawn; the node at
@@ -400,39 +401,24 @@ class XForest(DaskEstimator):
 
     # -- storing --------------------------------------------------------------
 
-    def _provenance(self) -> dict[str, Any]:
-        params = dict(self.params_)
-        params["random_state"] = self.random_state_
-        return {
-            "method": "xforest",
-            "params": params,
-            "input": {
-                **self.input_,
-                "n_samples": self.n_samples_,
-                "n_features": self.n_features_in_,
-                "feature_names": list(self.feature_names_in_),
-            },
-            "task": "unsupervised",
-            "n_trees": int(self.codes_.shape[1]),
-            "fit_id": self.fit_id_,
-        }
+    _store_tag = ("method", "xforest")
+    _store_hint = "use `distforest xforest` to make one"
+    _stored_fields = (
+        Field("input", "input_", decode=lambda d: {k: d[k] for k in ("source", "fingerprint")}),
+        Field("input.n_samples", "n_samples_"),
+        Field("input.n_features", "n_features_in_"),
+        Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+        Field("task", encode=lambda forest: "unsupervised"),
+        Field("n_trees", encode=lambda forest: int(forest.codes_.shape[1])),
+        Field("fit_id", "fit_id_"),
+    )
+    _stored_arrays = (
+        Array("leaves", "leaves_"),
+        Array("depth", "depth_"),
+        Array("path", "codes_"),
+    )
 
-    def save(
-        self, store: str | Path, *, overwrite: bool = False, attrs: dict[str, Any] | None = None
-    ) -> RunStore:
-        """Write the trees, ``leaves``, ``depth`` and ``path`` to a new store (no matrix).
-
-        Returns
-        -------
-        RunStore
-            Still marked ``running`` until the caller completes it.
-        """
-        self._check_fitted()
-        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
-                             overwrite=overwrite)  # fmt: skip
-        n, n_trees, _ = self.codes_.shape
-        rows = self.params_["tile_size"]
-        rs.write_coordinates(n, n_trees)
+    def _save_parts(self, rs: RunStore, tile_size: int) -> None:
         nodes = {c: np.ascontiguousarray(self.nodes_[:, k]) for k, c in enumerate(NODE_COLUMNS)}
         nodes["threshold"] = self.thresholds_
         rs.write_forest(nodes, np.diff(self.node_offset_), self.seeds_)
@@ -441,46 +427,16 @@ class XForest(DaskEstimator):
         forest.write_array("directions", self.directions_, ("direction", "feature"))
         forest.write_array("feature_min", self.feature_min_, ("feature",))
         forest.write_array("feature_scale", self.feature_scale_, ("feature",))
-        for name, values in (("leaves", self.leaves_), ("depth", self.depth_)):
-            rs.write_named(name, values, rows=rows)
-        rs.write_named("path", self.codes_, rows=rows)
-        return rs
 
-    @classmethod
-    def load(cls, store: str | Path) -> XForest:
-        """A fitted XForest from a store written by :meth:`save` or :meth:`similarity`.
-
-        Parameters
-        ----------
-        store : str or Path
-        """
-        rs = RunStore.open(store)
-        attrs = rs.attrs
-        if attrs.get("method") != "xforest":
-            raise StoreError(
-                f"{rs.path!r} was not written by XForest (method "
-                f"{attrs.get('method')!r}); use `distforest xforest` to make one"
-            )
-        params = dict(attrs["params"])
-        forest = cls(**params)
+    def _load_parts(self, rs: RunStore) -> None:
         f = rs.read_forest()
-        forest.params_ = params
-        forest.random_state_ = params["random_state"]
-        forest.n_samples_ = attrs["input"]["n_samples"]
-        forest.n_features_in_ = attrs["input"]["n_features"]
-        forest.feature_names_in_ = tuple(attrs["input"]["feature_names"])
-        forest.input_ = {k: attrs["input"][k] for k in ("source", "fingerprint")}
-        forest.fit_id_ = attrs["fit_id"]
-        forest.feature_min_, forest.feature_scale_ = f["feature_min"], f["feature_scale"]
-        forest.seeds_ = f["seed"]
-        forest.nodes_ = np.stack([f[c] for c in NODE_COLUMNS], axis=1).astype(np.int32)
-        forest.thresholds_ = f["threshold"]
-        forest.node_offset_ = f["node_offset"]
-        forest.directions_ = f["directions"]
-        forest.direction_offset_ = f["direction_offset"]
-        for name, attr in (("leaves", "leaves_"), ("depth", "depth_"), ("path", "codes_")):
-            setattr(forest, attr, rs.read(name))
-        return forest
+        self.feature_min_, self.feature_scale_ = f["feature_min"], f["feature_scale"]
+        self.seeds_ = f["seed"]
+        self.nodes_ = np.stack([f[c] for c in NODE_COLUMNS], axis=1).astype(np.int32)
+        self.thresholds_ = f["threshold"]
+        self.node_offset_ = f["node_offset"]
+        self.directions_ = f["directions"]
+        self.direction_offset_ = f["direction_offset"]
 
     def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
         path = store
