@@ -16,7 +16,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from distforest import location
-from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
@@ -24,6 +24,7 @@ from distforest.forests.persistence import Array, Field, Persisted, as_list, as_
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
+from distforest.io.in_memory import check_in_memory
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks
@@ -628,7 +629,7 @@ class ProximityForest(Persisted, DaskEstimator):
         *,
         X: Any = None,
         overwrite: bool = False,
-        max_in_memory: int = 10_000,
+        max_in_memory: int | None = None,
     ) -> xr.DataArray:
         """Pairwise proximity of the training rows, or of new rows ``X`` to them.
 
@@ -638,7 +639,8 @@ class ProximityForest(Persisted, DaskEstimator):
         :mod:`distforest.forests.new_rows`); stored as ``cross_proximity``
         (``_oob``, ``_rfgap``) in a store of its own, which holds the new
         rows' ``leaves`` too.  In memory when ``n_new * n_train`` is at most
-        ``max_in_memory ** 2``.
+        the in-memory limit
+        (:mod:`distforest.io.in_memory`).
 
         Parameters
         ----------
@@ -651,14 +653,16 @@ class ProximityForest(Persisted, DaskEstimator):
         store : str, Path or None
             Zarr store to write (tile by tile, one Dask task per tile).  The
             forest, ``leaves`` and ``inbag`` are saved with it.  ``None``
-            computes a small in-memory matrix (at most ``max_in_memory`` rows).
+            computes a small in-memory matrix (at most the in-memory limit).
         X : array-like, DataFrame, path or Table, optional
             New rows (the training features): their proximity to the
             training rows instead.
         overwrite : bool
             Replace an existing store written by another fit.
-        max_in_memory : int
-            Largest n for which ``store=None`` is allowed.
+        max_in_memory : int, optional
+            Without a store, refuse matrices of more than ``max_in_memory ** 2``
+            cells; default the ``distforest.in-memory-cells`` setting
+            (:mod:`distforest.io.in_memory`, 100,000,000 cells).
 
         Returns
         -------
@@ -677,12 +681,8 @@ class ProximityForest(Persisted, DaskEstimator):
         self._check_method(method)
         n = self.n_samples_
         if store is None:
-            if n > max_in_memory:
-                raise ParameterError(
-                    f"an in-memory proximity for n={n} rows needs {n * n * 4 / 1e9:.1f} GB; "
-                    f"pass store='proximity.zarr' to write it tile by tile (or raise "
-                    f"max_in_memory above {max_in_memory} if you have the memory)"
-                )
+            check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
+                            max_in_memory=max_in_memory)  # fmt: skip
             values = proximity_in_memory(
                 self.leaves_, self.inbag_, method, self.params_["tile_size"]
             )

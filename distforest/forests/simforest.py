@@ -41,6 +41,7 @@ from distforest.forests._estimator import DaskEstimator
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
+from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import (
     StoredMatrix,
     check_entries,
@@ -509,7 +510,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         store: str | Path | None = None,
         *,
         overwrite: bool = False,
-        max_in_memory: int = 10_000,
+        max_in_memory: int | None = None,
         tile_size: int | None = None,
         complete: bool = True,
     ) -> xr.DataArray:
@@ -528,8 +529,10 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             returns a small in-memory matrix.
         overwrite : bool
             Replace an existing distforest store.
-        max_in_memory : int
-            Largest n for ``store=None``.
+        max_in_memory : int, optional
+            Without a store, refuse matrices of more than ``max_in_memory ** 2``
+            cells; default the ``distforest.in-memory-cells`` setting
+            (:mod:`distforest.io.in_memory`, 100,000,000 cells).
         tile_size : int, optional
             Rows and columns of one tile (default: the forest's ``tile_size``).
         complete : bool
@@ -551,11 +554,8 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         n = self.n_samples_
         tile = self.params_["tile_size"] if tile_size is None else C.check_tile_size(tile_size)
         if store is None:
-            if n > max_in_memory:
-                raise ParameterError(
-                    f"an in-memory proximity of n={n} objects needs {n * n * 4 / 1e9:.1f} GB; "
-                    "pass store='proximity.zarr' to write it tile by tile"
-                )
+            check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
+                            max_in_memory=max_in_memory)  # fmt: skip
             values = proximity_in_memory(self.leaves_, self.inbag_, method, tile)
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,

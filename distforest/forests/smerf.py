@@ -48,6 +48,7 @@ from distforest.io.distances import (
     distance_values,
     load_distances,
 )
+from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import StoredMatrix
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
@@ -59,7 +60,6 @@ logger = logging.getLogger("distforest")
 #: Default rows/columns of one predicted tile (one task, one Zarr chunk).
 TILE_SIZE = C.SMERF_TILE
 #: Without a store, matrices of more cells than this are refused (400 MB of float32).
-MAX_IN_MEMORY = 100_000_000
 #: The stored name of a predicted matrix.
 DISTANCE = "distance"
 #: The stored name of the training distances inside a model.
@@ -396,11 +396,7 @@ class SMERF(Persisted, DaskEstimator):
         plan = TilePlan(n, m, C.check_tile_size(tile_size), symmetric=symmetric)
         attrs = {**attrs, "method": "smerf", "n_trees": int(self.seeds_.shape[0])}
         if store is None:
-            if n * m > MAX_IN_MEMORY:
-                raise ParameterError(
-                    f"an in-memory {n} x {m} distance matrix needs {n * m * 4 / 1e9:.1f} GB; "
-                    "pass store='distance.zarr' to write it tile by tile"
-                )
+            check_in_memory(n, m, what="distance matrix", itemsize=4, store="distance.zarr")
             values = matrix_in_memory(plan, distance_tile, (inputs,))
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(m)}
             return xr.DataArray(

@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 
 from distforest import location
-from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.persistence import Array, Field, Persisted, as_list, as_tuple
@@ -33,6 +33,7 @@ from distforest.forests.xforest_similarity import (
     store_tile,
 )
 from distforest.io import Table, load_table
+from distforest.io.in_memory import check_in_memory
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
@@ -293,7 +294,7 @@ class XForest(Persisted, DaskEstimator):
         store: str | Path | None = None,
         *,
         overwrite: bool = False,
-        max_in_memory: int = 10_000,
+        max_in_memory: int | None = None,
     ) -> xr.DataArray:
         """Pairwise similarity of the training rows.
 
@@ -306,10 +307,13 @@ class XForest(Persisted, DaskEstimator):
         store : str, Path or None
             Zarr store to write, one Dask task per upper-triangle tile (and its
             mirror).  The forest, ``depth``, ``path`` and ``leaves`` are saved
-            with it.  ``None``: an in-memory matrix (at most ``max_in_memory`` rows).
+            with it.  ``None``: an in-memory matrix (at most the in-memory limit).
         overwrite : bool
             Replace an existing store written by another fit.
-        max_in_memory : int
+        max_in_memory : int, optional
+            Without a store, refuse matrices of more than ``max_in_memory ** 2``
+            cells; default the ``distforest.in-memory-cells`` setting
+            (:mod:`distforest.io.in_memory`, 100,000,000 cells).
 
         Returns
         -------
@@ -323,12 +327,8 @@ class XForest(Persisted, DaskEstimator):
         n = self.n_samples_
         attrs = {"kind": kind, "beta": beta, "n_trees": int(self.codes_.shape[1])}
         if store is None:
-            if n > max_in_memory:
-                raise ParameterError(
-                    f"an in-memory similarity for n={n} rows needs {n * n * 4 / 1e9:.1f} GB; "
-                    "pass store='similarity.zarr' to write it tile by tile (or raise "
-                    f"max_in_memory above {max_in_memory} if you have the memory)"
-                )
+            check_in_memory(n, n, what="similarity", itemsize=4, store="similarity.zarr",
+                            max_in_memory=max_in_memory)  # fmt: skip
             plan = TilePlan(n, n, self.params_["tile_size"], symmetric=True)
             values = matrix_in_memory(plan, arrays_tile, (self.codes_, self.depth_, beta))
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
