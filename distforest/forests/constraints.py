@@ -21,17 +21,17 @@ from typing import Any, Literal, Protocol, overload
 import numpy as np
 
 from distforest.errors import ParameterError, did_you_mean
+from distforest.kernels.names import BINARY_MEASURES as BINARY_MEASURES
+from distforest.kernels.names import OUT_OF_BAG_METHODS as OUT_OF_BAG_METHODS
+from distforest.kernels.names import PROXIMITY_METHODS as PROXIMITY_METHODS
+from distforest.kernels.names import SIMFOREST_KINDS as SIMFOREST_KINDS
+from distforest.kernels.names import SIMFOREST_MISSING as SIMFOREST_MISSING
+from distforest.kernels.names import TREE_KINDS
 
 TASKS = ("auto", "classification", "regression", "unsupervised")
-KINDS = ("random-forest", "extra-trees")
-PROXIMITY_METHODS = ("original", "oob", "rfgap")
-#: Methods that weigh rows by whether they are out of bag: they need bootstrap.
-OUT_OF_BAG_METHODS = ("oob", "rfgap")
+#: The kernels own the names of what they compute (:mod:`distforest.kernels.names`).
+KINDS = TREE_KINDS
 MODES = ("x", "standard")
-#: What a SimForest's matrix holds, and where an object whose similarity is missing goes
-#: (``kernels.simtrees`` has the same tuples; a test checks them).
-SIMFOREST_KINDS = ("similarity", "distance")
-SIMFOREST_MISSING = ("stay", "both", "larger")
 #: Feature scaling before a SimForest's measure on a table.
 SIMFOREST_SCALINGS = ("zscore", "none")
 #: Clustering methods of a similarity (``apps.clustering``).
@@ -49,8 +49,6 @@ NEIGHBOR_TILE = 8192
 #: Measures of plain matrices, neighbours and k-NN (named here, computed in
 #: ``forests.measures``, so the command line can list them without loading them).
 DISTANCES = ("euclidean", "manhattan", "chebyshev", "minkowski", "mahalanobis")
-#: Measures of 0/1 features (``kernels.metrics`` has the same tuple; a test checks it).
-BINARY_MEASURES = ("russell-rao", "sokal-michener", "jaccard")
 SIMILARITIES = ("cosine", "rbf", "dot", *BINARY_MEASURES)
 METRICS = (*DISTANCES, *SIMILARITIES)
 NORMALIZATIONS = ("range", "zscore")
