@@ -23,6 +23,7 @@ attributes: loading one never runs code.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from distforest import location
 from distforest.errors import StoreError
 from distforest.store.run_store import RunStore
 
@@ -138,6 +140,7 @@ class Persisted:
     params_: dict[str, Any]
     random_state_: Any
     leaves_: Any
+    fit_id_: str
 
     # -- hooks ------------------------------------------------------------------
 
@@ -232,6 +235,27 @@ class Persisted:
         if self._save_completes if complete is None else complete:
             rs.mark_complete()
         return rs
+
+    def _same_as_stored(self, rs: RunStore) -> bool:
+        """Whether ``rs`` holds this very fit though its ``fit_id`` differs (an earlier,
+        identical fit); only a ``fit_id`` match counts unless an estimator says more."""
+        return False
+
+    def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
+        """The store of this fit to add a matrix to: found again (marked running) or saved.
+
+        A store written by this fit (same ``fit_id``, or :meth:`_same_as_stored`)
+        is reopened, so an interrupted matrix resumes; otherwise the estimator
+        is saved to a new store (refused if one exists, unless ``overwrite``).
+        """
+        if location.exists(store):
+            with contextlib.suppress(StoreError):
+                rs = RunStore.open(store, mode="r+")
+                if rs.attrs.get("fit_id") == self.fit_id_ or self._same_as_stored(rs):
+                    self.fit_id_ = rs.attrs["fit_id"]
+                    rs.mark_running()
+                    return rs
+        return self.save(store, overwrite=overwrite)
 
     @classmethod
     def _check_store(cls, rs: RunStore) -> None:

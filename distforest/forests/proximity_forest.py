@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import uuid
@@ -15,7 +14,6 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from distforest import location
 from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
@@ -587,17 +585,6 @@ class ProximityForest(Persisted, DaskEstimator):
             stacklevel=2,
         )
         return cast(ProximityForest, cls.load(store))
-
-    def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = store
-        if location.exists(path):
-            with contextlib.suppress(StoreError):
-                rs = RunStore.open(path, mode="r+")
-                if rs.attrs.get("fit_id") == self.fit_id_ or self._same_as_stored(rs):
-                    self.fit_id_ = rs.attrs["fit_id"]
-                    rs.mark_running()
-                    return rs
-        return self.save(path, overwrite=overwrite)
 
     def _same_as_stored(self, rs: RunStore) -> bool:
         """Whether ``rs`` holds this very forest, saved by an earlier fit.

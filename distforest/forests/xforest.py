@@ -438,16 +438,6 @@ class XForest(Persisted, DaskEstimator):
         self.directions_ = f["directions"]
         self.direction_offset_ = f["direction_offset"]
 
-    def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = store
-        if location.exists(path):
-            with contextlib.suppress(StoreError):
-                rs = RunStore.open(path, mode="r+")
-                if rs.attrs.get("fit_id") == self.fit_id_:
-                    rs.mark_running()
-                    return rs
-        return self.save(path, overwrite=overwrite)
-
 
 def _offsets(counts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
