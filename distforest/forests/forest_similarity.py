@@ -79,7 +79,7 @@ class _SavedForest:
         """Write the fitted forest (its own layout, no pickle) as a new, complete store."""
         if not hasattr(self, "forest_"):
             raise NotFittedError(f"call fit before saving this {type(self).__name__}")
-        self.forest_.save(store).mark_complete()
+        self.forest_.save(store, complete=True)
 
 
 class ProximitySimilarity(_SavedForest):
