@@ -27,7 +27,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -271,7 +271,7 @@ class Persisted:
         raise StoreError(f"{rs.path!r} is not a {cls.__name__} model ({why}); {cls._store_hint}")
 
     @classmethod
-    def load(cls, store: str | Path, *, require_complete: bool | None = None) -> Any:
+    def load(cls, store: str | Path, *, require_complete: bool | None = None) -> Self:
         """An estimator fitted as the one :meth:`save` wrote; it predicts exactly as that one.
 
         Parameters

@@ -584,7 +584,7 @@ class ProximityForest(Persisted, DaskEstimator):
             DeprecationWarning,
             stacklevel=2,
         )
-        return cast(ProximityForest, cls.load(store))
+        return cls.load(store)
 
     def _same_as_stored(self, rs: RunStore) -> bool:
         """Whether ``rs`` holds this very forest, saved by an earlier fit.
