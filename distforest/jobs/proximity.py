@@ -253,7 +253,7 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
     need = estimate(job, table.n_samples, table.n_features)
     check_disk(Path(job.out).parent, 0 if have else need["disk_bytes"])
     logger.info("%s holds this forest: adding its %s matrix", job.out, job.method)
-    forest = ProximityForest.from_store(job.out)
+    forest = ProximityForest.load(job.out)
     rs = RunStore.open(job.out, mode="r+")
     rs.mark_running()
     outputs: dict[str, str] = {}
@@ -275,7 +275,7 @@ def _fit_stage(job: ProximityJob, table: Any, run: Run) -> tuple[ProximityForest
     """Fit (or, resuming, load) the forest; it runs where :func:`place` says."""
     if run.stages is not None and run.stages.done("fit"):
         logger.info("resuming run %s: loading the saved forest from %s", run.run_id, job.out)
-        forest = ProximityForest.from_store(job.out)
+        forest = ProximityForest.load(job.out)
         return (forest, *resume_store(job.out, run.run_id))
     with stage("fit") as done:
         if isinstance(table, PendingInput):  # rows into the store, trees read them there

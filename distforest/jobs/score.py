@@ -113,7 +113,7 @@ def _open_model(path: str) -> Any:
             f"model {path!r} is not complete (status {rs.attrs.get('status')!r}: a run still "
             "writing it, or killed); finish that run first (run it again: it resumes)"
         )
-    return ProximityForest.from_store(path)
+    return ProximityForest.load(path)
 
 
 def _sizes(job: ScoreJob) -> tuple[Any, Any]:
