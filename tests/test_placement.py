@@ -195,8 +195,14 @@ def test_every_command_runs_a_small_table_in_process(no_cluster, tmp_path):
 # -- one plan for every dry run ---------------------------------------------------------------
 
 #: The tasks a plan counts: fit batches, neighbour searches and tiles (``*-tiles``).
-COUNTED = ("fit-trees", "xforest-trees", "simforest-fit", "smerf-trees", "neighbors",
-           "simforest-predict")
+COUNTED = (
+    "fit-trees",
+    "xforest-trees",
+    "simforest-fit",
+    "smerf-trees",
+    "neighbors",
+    "simforest-predict",
+)
 
 
 @pytest.fixture
@@ -343,6 +349,21 @@ def test_cluster_dry_run_plans_no_counted_task_as_the_run_runs(tmp_path, count_t
     # products (matrix-free) are not counted by either; nothing else is submitted
     assert _planned(dry.output) == _ran(count_tasks) == (0, 0)
     assert any(n == "xforest-product" for n, _ in count_tasks) == ("--matrix-free" in how)
+
+
+def test_score_dry_run_plans_no_counted_task_as_the_run_runs(tmp_path, count_tasks):
+    """``score`` routes new rows through a saved forest: no fit batch nor tile, planned or run."""
+    model = tmp_path / "p.zarr"
+    assert invoke("-q", "proximity", *BC_T, "--trees", 5, "--out", model).exit_code == 0
+    count_tasks.clear()
+    args = ["score", model, BC, "--drop", "Id", "--out", tmp_path / "s.csv"]
+    dry = invoke(*args, "--dry-run")
+    assert dry.exit_code == 0 and "time:" in dry.output and count_tasks == [], dry.output
+    assert "699 new rows" in dry.output and not (tmp_path / "s.csv").exists()
+    assert invoke("-q", *args).exit_code == 0
+    assert _planned(dry.output) == _ran(count_tasks) == (0, 0)
+    # it did run tasks, of kinds a plan does not count (predictions, products)
+    assert {name for name, _ in count_tasks} >= {"predict", "product"}, count_tasks
 
 
 @pytest.mark.parametrize("form", ["parquet-folder", "csv-glob"])

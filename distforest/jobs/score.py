@@ -169,6 +169,18 @@ def plan_score_job(job: ScoreJob) -> Plan:
     )
 
 
+def score_plan(model: str, input: str, id_column: str | None, method: str,
+               na_values: tuple[str, ...], connect: dict[str, Any], *,
+               out: str) -> Plan:  # fmt: skip
+    """``distforest score --dry-run``: the plan of a scoring job writing the scores to ``out``
+    (the command keeps no run store: the pipeline's store step is left out)."""
+    job = ScoreJob(input=input, model=model, out=out, id=id_column, na_values=tuple(na_values),
+                   score={"out": out, "method": method}, connect=connect, name="score")  # fmt: skip
+    plan = plan_score_job(job)
+    plan.steps = [step for step in plan.steps if step[0] != "store"]
+    return plan
+
+
 def run_score_job(
     job: ScoreJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
