@@ -39,7 +39,7 @@ from distforest.jobs.plan import Plan, proximity_plan
 from distforest.jobs.report import check_reports, write_report
 from distforest.jobs.result import JobResult
 from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
+from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore
@@ -273,11 +273,8 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
 
 def _fit_stage(job: ProximityJob, table: Any, run: Run) -> tuple[ProximityForest, RunStore, Stages]:
     """Fit (or, resuming, load) the forest; it runs where :func:`place` says."""
-    if run.stages is not None and run.stages.done("fit"):
-        logger.info("resuming run %s: loading the saved forest from %s", run.run_id, job.out)
-        forest = ProximityForest.from_store(job.out)
-        return (forest, *resume_store(job.out, run.run_id))
-    with stage("fit") as done:
+
+    def fit(done: Stage) -> tuple[ProximityForest, RunStore]:
         if isinstance(table, PendingInput):  # rows into the store, trees read them there
             forest = ProximityForest(**job.forest).fit(table.write(job.out, run.record))
             rs = RunStore.open(job.out, mode="r+")
@@ -285,9 +282,10 @@ def _fit_stage(job: ProximityJob, table: Any, run: Run) -> tuple[ProximityForest
             forest = ProximityForest(**job.forest).fit(table)
             # the spec from the store's first moment
             rs = forest.save(job.out, overwrite=True, attrs=run.record)
-        done.stages = Stages(rs)
         done.info["trees"] = int(forest.leaves_.shape[1])
-    return forest, rs, done.stages
+        return forest, rs
+
+    return load_or_fit(run, job.out, lambda: ProximityForest.from_store(job.out), fit, "forest")
 
 
 def writes_dense(job: ProximityJob) -> bool:

@@ -36,7 +36,7 @@ from distforest.jobs.plan import Plan, simforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
+from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore
 
@@ -230,7 +230,15 @@ def run_simforest_job(
     )  # fmt: skip
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        stages, replace, record = run.stages, run.replace, run.record
+        def fit(done: Stage) -> tuple[SimilarityForestClassifier, RunStore]:
+            forest = SimilarityForestClassifier(**job.forest).fit(fit_input.source, fit_input.y)
+            rs = forest.save(job.out, overwrite=True, complete=False,
+                             attrs={**fit_input.attrs, **run.record})  # fmt: skip
+            done.outputs = {"model": rs.path}
+            done.info["evaluations"] = forest.n_similarity_evaluations_
+            return forest, rs
+
+        replace = run.replace
         for section in (job.outliers, job.mds):
             for key in ("out", "plot"):
                 check_new_file((section or {}).get(key), replace)
@@ -239,19 +247,9 @@ def run_simforest_job(
         check_disk(location.parent(job.out), need, replaces=job.out)
         cells = cells_of(fit_input.source)
         with place(cells, job.connect, progress=progress, watch=True) as where:
-            if stages is not None and stages.done("fit"):
-                logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
-                forest = SimilarityForestClassifier.load(job.out)
-                rs, stages = resume_store(job.out, run_id)
-            else:
-                with stage("fit") as done:
-                    forest = SimilarityForestClassifier(**job.forest)
-                    forest.fit(fit_input.source, fit_input.y)
-                    rs = forest.save(job.out, overwrite=True, complete=False,
-                                     attrs={**fit_input.attrs, **record})  # fmt: skip
-                    stages = done.stages = Stages(rs)
-                    done.outputs = {"model": rs.path}
-                    done.info["evaluations"] = forest.n_similarity_evaluations_
+            forest, rs, stages = load_or_fit(
+                run, job.out, lambda: SimilarityForestClassifier.load(job.out), fit
+            )
             if not stages.done("proximity"):
                 with stage("proximity", stages):
                     forest.proximity(job.method, store=job.out, complete=False)

@@ -46,7 +46,7 @@ from distforest.jobs.plan import Plan, smerf_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
+from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -171,7 +171,15 @@ def run_smerf_job(
                     **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        stages, replace, record = run.stages, run.replace, run.record
+        def fit(done: Stage) -> tuple[SMERF, RunStore]:
+            model = SMERF(**job.forest).fit(table, D)
+            rs = model.save(job.out, overwrite=True, attrs=run.record, tile_size=job.tile_size,
+                            complete=False)  # fmt: skip
+            done.outputs = {"model": rs.path}
+            done.info["trees"] = int(model.seeds_.shape[0])
+            return model, rs
+
+        stages, replace = run.stages, run.replace
         n_trees = job.forest.get("n_estimators", SMERF().n_estimators)
         need = 0 if stages is not None and stages.done("fit") else estimate_smerf_model(
             table.n_samples, n_trees, D.itemsize)  # fmt: skip
@@ -186,18 +194,9 @@ def run_smerf_job(
         check_disk(location.parent(job.out), need, replaces=job.out)
         cells = input_cells(table.n_samples, table.n_features)
         with place(cells, job.connect, progress=progress, watch=True) as where:
-            if stages is not None and stages.done("fit"):
-                logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
-                model = SMERF.load(job.out, require_complete=False)
-                rs, stages = resume_store(job.out, run_id)
-            else:
-                with stage("fit") as done:
-                    model = SMERF(**job.forest).fit(table, D)
-                    rs = model.save(job.out, overwrite=True, attrs=record,
-                                    tile_size=job.tile_size, complete=False)  # fmt: skip
-                    stages = done.stages = Stages(rs)
-                    done.outputs = {"model": rs.path}
-                    done.info["trees"] = int(model.seeds_.shape[0])
+            model, rs, stages = load_or_fit(
+                run, job.out, lambda: SMERF.load(job.out, require_complete=False), fit
+            )
             if distance_todo:
                 with stage("distance", stages) as done:
                     if dist["oob"]:

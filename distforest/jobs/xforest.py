@@ -31,7 +31,7 @@ from distforest.jobs.plan import Plan, xforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
+from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
 
@@ -173,7 +173,12 @@ def run_xforest_job(
     run_id = run_id or uuid.uuid4().hex[:8]
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        stages, replace, record = run.stages, run.replace, run.record
+        def fit(done: Stage) -> tuple[XForest, RunStore]:
+            forest = XForest(**job.forest).fit(table)
+            done.info["trees"] = forest.codes_.shape[1]
+            return forest, forest.save(job.out, overwrite=True, attrs=run.record)
+
+        replace = run.replace
         extra = job.clustering or {}
         for path in (job.plot, extra.get("out"), extra.get("plot")):
             check_new_file(path, replace)
@@ -185,17 +190,8 @@ def run_xforest_job(
         if not location.is_remote(job.out):
             Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         with place(table.X.size, job.connect, progress=progress, watch=True) as where:
-            if stages is not None and stages.done("fit"):
-                logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
-                forest = XForest.load(job.out)
-                rs, stages = resume_store(job.out, run_id)
-            else:
-                with stage("fit") as done:
-                    forest = XForest(**job.forest)
-                    forest.fit(table)
-                    rs = forest.save(job.out, overwrite=True, attrs=record)
-                    stages = done.stages = Stages(rs)
-                    done.info["trees"] = forest.codes_.shape[1]
+            forest, rs, stages = load_or_fit(run, job.out, lambda: XForest.load(job.out), fit,
+                                             "forest")  # fmt: skip
             with stage("tiles", stages) as done:
                 done.info = forest.write_similarity(rs, job.kind)
             matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
