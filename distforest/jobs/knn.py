@@ -19,7 +19,7 @@ from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
 from distforest.jobs.base import TableJob, input_fields, new_run_id
-from distforest.jobs.estimates import SECONDS_PER, free_space
+from distforest.jobs.estimates import SECONDS_PER, fit_seconds, free_space
 from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, predict_to_csv
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.plan import Plan, placement_of
@@ -214,6 +214,7 @@ def knn_plan(job: KNNJob) -> Plan:
     if model:
         fit_tasks = len(plan_tree_batches(model["n_estimators"], threads, None)) if forest else 0
         tasks += fit_tasks
+        cpu += fit_seconds(model["n_estimators"], n, d) if forest else 0.0
         disk["model (rows, forest)"] = 8 * n * d + (n * model["n_estimators"] * 5 if forest else 0)
         steps.append(("model", f"k={model['k']}, {model['weights']}, {model['metric']}, "
                                f"normalize {model['normalize']}"
