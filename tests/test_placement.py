@@ -400,3 +400,19 @@ def test_dry_run_of_a_partitioned_input_counts_without_loading(tmp_path, form):
     assert dry.exit_code == 0, dry.output
     assert "90 rows x 3 features" in dry.output  # a, b, c: not d (dropped), y, key
     assert not (tmp_path / "out").exists()
+
+
+def test_impute_dry_run_of_a_glob_starts_nothing_and_writes_nothing(no_cluster, tmp_path):
+    """By partitions, ``impute`` always runs on a cluster: its dry run says so, starts none."""
+    frame = pd.read_csv(BC)
+    for k in range(2):
+        frame.iloc[350 * k : 350 * (k + 1)].to_csv(tmp_path / f"p{k}.csv", index=False)
+    dry = invoke("impute", tmp_path / "*.csv", "--target", "Class", "--drop", "Id",
+                 "--out", tmp_path / "out/", "--dry-run")  # fmt: skip
+    assert dry.exit_code == 0, dry.output
+    assert "impute: 699 rows x 9 features" in dry.output
+    assert "LocalCluster started for the run (read by partitions" in dry.output
+    assert not (tmp_path / "out").exists()
+    # 9 columns counted (an upper bound), 35 trees each in tasks of ceil(35 / 8) = 5 trees
+    # (about 8 tasks a column), at most 10 passes
+    assert _planned(dry.output) == (9 * 7 * 10, 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,10 +243,12 @@ def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str,
     from distforest.jobs.estimates import estimate_impute, free_space
     from distforest.jobs.inputs import input_shape, partitioned_input
     from distforest.jobs.plan import Plan, placement_of
+    from distforest.parallel import placement
     from distforest.parallel.tasks import plan_tree_batches
 
     checked = ProximityImputer(**params)._settings()
-    if partitioned_input(input) or is_folder(out):
+    by_parts = partitioned_input(input) or is_folder(out)
+    if by_parts:
         source, n, d = input_shape(input, target, drop=drop, na_values=na_values)
         holes = d  # which columns miss values is known once the partitions are read
     else:
@@ -254,6 +257,10 @@ def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str,
         (n, d), source = table.features.shape, input
         holes = int(table.features.isna().any().sum())
     where, threads = placement_of(n * d, connect)
+    if by_parts and not placement.cluster_named(options=connect):  # always on a cluster
+        threads = os.cpu_count() or 1
+        where = (f"on a LocalCluster started for the run (read by partitions; assuming "
+                 f"{threads} threads)")  # fmt: skip
     trees, passes, how = checked["n_estimators"], checked["iterations"], checked["proximity"]
     if how == "column":
         batches = holes * len(ProximityImputer._column_settings(checked, n).batches())
@@ -277,7 +284,9 @@ def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str,
         cpu_seconds=need["cpu_seconds"],
         threads=threads,
         where=where,
-        notes=[PRODUCTS_NOTE] if how != "column" else [],
+        notes=([PRODUCTS_NOTE] if how != "column" else [])
+        + ["  note:         read by partitions: every feature column counted as having missing "
+           "values (an upper bound)"] * by_parts,
     )  # fmt: skip
 
 
