@@ -138,7 +138,7 @@ def measure_commands(tmp: Path, tiny: bool) -> list[str]:
             wall, _ = timed(["-q", *argv])
             work = max(wall - dry_seconds, 0.01)
             lines.append(
-                f"| {name} | {rows:,} | {estimate:,.1f} | {wall:,.1f} | {dry_seconds:,.1f} | "
+                f"| {name} | {rows:,} | {estimate:,.3f} | {wall:,.1f} | {dry_seconds:,.1f} | "
                 f"{estimate / work:.2f} |"
             )
             print(lines[-1], flush=True)
