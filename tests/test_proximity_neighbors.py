@@ -223,7 +223,7 @@ def test_readme_spectral_embedding(forest) -> None:
     affinity = graph.maximum(graph.T)
     assert (affinity != affinity.T).nnz == 0
     xy = SpectralEmbedding(
-        n_components=2, affinity="precomputed", eigen_solver="lobpcg", random_state=0
+        n_components=2, affinity="precomputed", eigen_solver="amg", random_state=0
     ).fit_transform(affinity)
     assert xy.shape == (N, 2) and np.isfinite(xy).all() and xy.std(axis=0).min() > 0
     # the classes sit apart in the embedding: a 5-NN vote on it recovers most labels
