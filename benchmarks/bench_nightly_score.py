@@ -160,7 +160,7 @@ def child_phases(work: str) -> None:
 
     model = str(Path(work) / "model.zarr")
     tick = time.perf_counter()
-    forest = ProximityForest.from_store(model)
+    forest = ProximityForest.load(model)
     phase("load model", tick)
     tick = time.perf_counter()
     table = new_rows_table(forest, str(Path(work) / "new.parquet"), id_column="id")

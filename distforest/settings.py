@@ -59,6 +59,10 @@ SETTINGS: dict[str, Setting] = {
         None, "count",
         "inputs of at most this many cells (rows x features, plus n x n of an input "
         "matrix) run in this process when no cluster is named: every command and estimator"),
+    "in-memory-cells": Setting(
+        None, "count",
+        "matrices of at most this many cells are kept in memory; a larger one needs "
+        "store=... (written tile by tile) or, as an input, a Zarr store"),
     "block-cache-bytes": Setting(
         None, "bytes",
         "row blocks a worker keeps while writing a forest matrix's tiles"),

@@ -317,7 +317,7 @@ def test_the_cli_adds_another_method_of_the_same_forest_to_its_store(tmp_path):
     ds = xr.open_zarr(out)
     assert ds.attrs["status"] == "complete"
     np.testing.assert_array_equal(ds["leaves"].values, leaves)  # the same forest, not refitted
-    forest = ProximityForest.from_store(out)
+    forest = ProximityForest.load(out)
     expected = forest.proximity(method="oob").values
     np.testing.assert_allclose(ds["proximity_oob"].values, expected, rtol=1e-6)
     again = invoke(*base, "--method", "oob")

@@ -5,6 +5,12 @@ process (``execution("synchronous")``: the same tasks, no cluster per fit).
 The one check that does not run is ``check_array_api_input``: scikit-learn
 skips it unless ``SCIPY_ARRAY_API=1`` is set, and distforest's trees and
 kernels take NumPy arrays only (README, "The estimator contract").
+
+SMERF is fitted to a matrix of observed distances, ``fit(X, D)`` with ``D``
+of shape (n, n), where scikit-learn's checks pass a one-dimensional target:
+every check that fits it with such a target is listed in
+:data:`SMERF_NOT_APPLICABLE` (expected to fail, with that reason); the others
+(parameters, clone, repr, refusals before fit) run.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from sklearn.datasets import load_iris
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from distforest import (
+    SMERF,
     KNNClassifier,
     KNNRegressor,
     ProximityForest,
@@ -39,10 +46,44 @@ ESTIMATORS = [
     KNNRegressor(),
     SimilarityForestClassifier(n_estimators=5),  # precomputed: the checks pass square kernels
     SimilarityForestClassifier(n_estimators=5, metric="rbf"),
+    SMERF(n_estimators=5),
 ]
 
+_NEEDS_D = "fit(X, D) takes an n x n matrix of observed distances; the check passes a 1-D y"
+#: The checks that fit SMERF with a one-dimensional target (all refused: D must be n x n).
+SMERF_NOT_APPLICABLE = {
+    name: _NEEDS_D
+    for name in (
+        "check_fit_score_takes_y",
+        "check_estimators_overwrite_params",
+        "check_dont_overwrite_parameters",
+        "check_estimators_fit_returns_self",
+        "check_readonly_memmap_input",
+        "check_n_features_in_after_fitting",
+        "check_positive_only_tag_during_fit",
+        "check_estimators_dtypes",
+        "check_dtype_object",
+        "check_pipeline_consistency",
+        "check_estimators_nan_inf",
+        "check_estimators_pickle",
+        "check_f_contiguous_array_estimator",
+        "check_methods_sample_order_invariance",
+        "check_methods_subset_invariance",
+        "check_fit2d_1feature",
+        "check_dict_unchanged",
+        "check_fit_idempotent",
+        "check_fit_check_is_fitted",
+        "check_n_features_in",
+        "check_fit2d_predict1d",
+    )
+}
 
-@parametrize_with_checks(ESTIMATORS)
+
+def _not_applicable(estimator: object) -> dict[str, str]:
+    return SMERF_NOT_APPLICABLE if isinstance(estimator, SMERF) else {}
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_not_applicable)
 def test_scikit_learn_checks(estimator, check):
     with execution("synchronous"):
         check(estimator)

@@ -186,7 +186,7 @@ def test_saved_forest_predicts_the_same(tmp_path, cancer):
     with execution("synchronous"):
         pf = ProximityForest(12, random_state=0).fit(X, y)
         pf.save(tmp_path / "f.zarr").mark_complete()
-        back = ProximityForest.from_store(tmp_path / "f.zarr")
+        back = ProximityForest.load(tmp_path / "f.zarr")
         np.testing.assert_array_equal(back.predict_proba(X), pf.predict_proba(X))
     np.testing.assert_array_equal(back.feature_importances_, pf.feature_importances_)
     assert back.oob_score_ == pf.oob_score_

@@ -93,7 +93,7 @@ def test_readers_get_the_values_back(stores):
     ds = open_store(stores["prox"])
     assert ds.attrs["params"]["n_estimators"] == 12 and ds.attrs["classes"] == [0, 1, 2]
     assert ds["proximity"].attrs["identity"]["symmetric"] is True
-    assert ProximityForest.from_store(stores["prox"]).n_estimators == 12
+    assert ProximityForest.load(stores["prox"]).n_estimators == 12
     table = read_zarr_table(stores["table"])
     assert list(table["cat"].cat.categories) == ["u", "v"] and table["cat"].isna().iloc[2]
 

@@ -155,7 +155,7 @@ def test_score_command_applies_a_saved_model(tmp_path):
     assert scored.exit_code == 0, scored.output
     got = pd.read_csv(tmp_path / "s.csv")
     assert list(got.columns) == ["visit", "predicted", "proximity_predicted", "outlier"]
-    forest = ProximityForest.from_store(model)
+    forest = ProximityForest.load(model)
     rows = new[names]
     with execution("synchronous"):
         np.testing.assert_array_equal(got["predicted"], forest.predict(rows))

@@ -195,7 +195,14 @@ def test_every_command_runs_a_small_table_in_process(no_cluster, tmp_path):
 # -- one plan for every dry run ---------------------------------------------------------------
 
 #: The tasks a plan counts: fit batches, neighbour searches and tiles (``*-tiles``).
-COUNTED = ("fit-trees", "xforest-trees", "simforest-fit", "smerf-trees", "neighbors")
+COUNTED = (
+    "fit-trees",
+    "xforest-trees",
+    "simforest-fit",
+    "smerf-trees",
+    "neighbors",
+    "simforest-predict",
+)
 
 
 @pytest.fixture
@@ -218,9 +225,13 @@ def _planned(output: str) -> tuple[int, int]:
     return int(found.group(1).replace(",", "")), int(found.group(2).replace(",", ""))
 
 
-def _ran(seen: list[tuple[str, int]]) -> tuple[int, int]:
+def _ran(seen: list[tuple[str, int]], columns: bool = False) -> tuple[int, int]:
+    """The counted tasks and tiles of a run; ``columns``: with a column imputation's forests
+    (one run per column and pass, ``column-<j>``: counted by ``impute``'s plan, not by a
+    pipeline's, whose impute stage is noted only)."""
     tiles = sum(n for name, n in seen if name.endswith("-tiles"))
-    return sum(n for name, n in seen if name in COUNTED) + tiles, tiles
+    fits = sum(n for name, n in seen if name in COUNTED or (columns and name.startswith("column-")))
+    return fits + tiles, tiles
 
 
 def test_proximity_dry_run_plans_the_tasks_the_run_runs(tmp_path, count_tasks):
@@ -288,7 +299,13 @@ def _command_args(o: Path) -> dict[str, tuple[list, list]]:
         "knn predict euclidean": (["knn", "predict", o / "e.zarr", BC, "--out", o / "e.csv"],
                                   [[*fit_knn[:-2], "--metric", "euclidean", "--out",
                                     o / "e.zarr"]]),
+        "impute": (["impute", *BC_T, "--trees", 6, "--iterations", 1, "--out", o / "i.csv"],
+                   []),
+        "impute rfgap": (["impute", *BC_T, "--proximity", "rfgap", "--trees", 6,
+                          "--iterations", 2, "--out", o / "i.csv"], []),
         "simforest fit": (fit_sf, []),
+        "simforest predict": (["simforest", "predict", o / "sf.zarr", BC, "--drop", "Id",
+                               "--out", o / "sf.csv"], [fit_sf]),
         "simforest proximity": (["simforest", "proximity", o / "sf.zarr", "--tile-size", 256,
                                  "--out", o / "sfp.zarr"], [fit_sf]),
         "smerf fit": (fit_m, []),
@@ -313,7 +330,7 @@ def test_command_dry_run_plans_the_tasks_the_run_runs(tmp_path, count_tasks, com
     assert count_tasks == [] and set(tmp_path.iterdir()) == written  # nothing run or written
     result = invoke("-q", *args)
     assert result.exit_code == 0, result.output
-    planned, ran = _planned(dry.output), _ran(count_tasks)
+    planned, ran = _planned(dry.output), _ran(count_tasks, columns=command == "impute")
     assert planned == ran and ran[0] > 0, (planned, count_tasks)
 
 
@@ -334,6 +351,21 @@ def test_cluster_dry_run_plans_no_counted_task_as_the_run_runs(tmp_path, count_t
     # products (matrix-free) are not counted by either; nothing else is submitted
     assert _planned(dry.output) == _ran(count_tasks) == (0, 0)
     assert any(n == "xforest-product" for n, _ in count_tasks) == ("--matrix-free" in how)
+
+
+def test_score_dry_run_plans_no_counted_task_as_the_run_runs(tmp_path, count_tasks):
+    """``score`` routes new rows through a saved forest: no fit batch nor tile, planned or run."""
+    model = tmp_path / "p.zarr"
+    assert invoke("-q", "proximity", *BC_T, "--trees", 5, "--out", model).exit_code == 0
+    count_tasks.clear()
+    args = ["score", model, BC, "--drop", "Id", "--out", tmp_path / "s.csv"]
+    dry = invoke(*args, "--dry-run")
+    assert dry.exit_code == 0 and "time:" in dry.output and count_tasks == [], dry.output
+    assert "699 new rows" in dry.output and not (tmp_path / "s.csv").exists()
+    assert invoke("-q", *args).exit_code == 0
+    assert _planned(dry.output) == _ran(count_tasks) == (0, 0)
+    # it did run tasks, of kinds a plan does not count (predictions, products)
+    assert {name for name, _ in count_tasks} >= {"predict", "product"}, count_tasks
 
 
 @pytest.mark.parametrize("form", ["parquet-folder", "csv-glob"])
@@ -368,3 +400,19 @@ def test_dry_run_of_a_partitioned_input_counts_without_loading(tmp_path, form):
     assert dry.exit_code == 0, dry.output
     assert "90 rows x 3 features" in dry.output  # a, b, c: not d (dropped), y, key
     assert not (tmp_path / "out").exists()
+
+
+def test_impute_dry_run_of_a_glob_starts_nothing_and_writes_nothing(no_cluster, tmp_path):
+    """By partitions, ``impute`` always runs on a cluster: its dry run says so, starts none."""
+    frame = pd.read_csv(BC)
+    for k in range(2):
+        frame.iloc[350 * k : 350 * (k + 1)].to_csv(tmp_path / f"p{k}.csv", index=False)
+    dry = invoke("impute", tmp_path / "*.csv", "--target", "Class", "--drop", "Id",
+                 "--out", tmp_path / "out/", "--dry-run")  # fmt: skip
+    assert dry.exit_code == 0, dry.output
+    assert "impute: 699 rows x 9 features" in dry.output
+    assert "LocalCluster started for the run (read by partitions" in dry.output
+    assert not (tmp_path / "out").exists()
+    # 9 columns counted (an upper bound), 35 trees each in tasks of ceil(35 / 8) = 5 trees
+    # (about 8 tasks a column), at most 10 passes
+    assert _planned(dry.output) == (9 * 7 * 10, 0)

@@ -222,10 +222,15 @@ def test_readme_spectral_embedding(forest) -> None:
     graph = nb.neighbors.to_scipy_sparse()
     affinity = graph.maximum(graph.T)
     assert (affinity != affinity.T).nnz == 0
-    xy = SpectralEmbedding(n_components=2, affinity="precomputed", random_state=0).fit_transform(
-        affinity
-    )
+    xy = SpectralEmbedding(
+        n_components=2, affinity="precomputed", eigen_solver="amg", random_state=0
+    ).fit_transform(affinity)
     assert xy.shape == (N, 2) and np.isfinite(xy).all() and xy.std(axis=0).min() > 0
+    # the classes sit apart in the embedding: a 5-NN vote on it recovers most labels
+    from sklearn.model_selection import cross_val_score
+    from sklearn.neighbors import KNeighborsClassifier
+
+    assert cross_val_score(KNeighborsClassifier(5), xy, forest.y_, cv=3).mean() > 0.8
 
 
 @pytest.mark.parametrize("method", ["original", "oob", "rfgap"])

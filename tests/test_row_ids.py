@@ -63,7 +63,7 @@ def test_stores_and_matrices_carry_the_ids(frame, tmp_path):
     np.testing.assert_allclose(ds["proximity"].sel(sample_i="p03").values, small.values[3],
                                atol=1e-6)  # fmt: skip
     assert ds["sample"].attrs["id_name"] == "patient"
-    back = ProximityForest.from_store(tmp_path / "p.zarr")
+    back = ProximityForest.load(tmp_path / "p.zarr")
     np.testing.assert_array_equal(back.sample_ids_, frame.index.to_numpy())
     xr.open_zarr(tmp_path / "p.zarr").to_netcdf(tmp_path / "p.nc", engine="h5netcdf")
     assert list(xr.open_dataset(tmp_path / "p.nc").sample_i.values[:1]) == ["p00"]

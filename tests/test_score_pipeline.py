@@ -88,7 +88,7 @@ def test_scores_and_imputations_of_new_rows_only(model, monkeypatch):
     run = RunStore.open(tmp / "night" / "scores.zarr")
     assert run.is_complete and set(run.attrs["stages"]) == {"score", "impute"}
 
-    forest = ProximityForest.from_store(store)
+    forest = ProximityForest.load(store)
     rows = new[["grade", *NAMES]].copy()
     rows = rows[list(forest.feature_names_in_)]
     scores = pd.read_csv(tmp / "night" / "scores.csv")

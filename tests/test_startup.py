@@ -166,13 +166,17 @@ def test_cli_defaults_are_the_estimators():
     assert impute_cmd.DEFAULTS == {k: p.default for k, p in signature if k != "self"}
 
 
-def test_names_kept_by_the_kernels_are_the_constraints():
-    """Kernels cannot import forests/constraints: their copies of the names must agree."""
+def test_names_are_owned_by_the_kernels_and_imported_above():
+    """The kernels own the names (kernels.names); constraints import them, never restate them."""
     from distforest.forests import constraints as C
-    from distforest.kernels import metrics, simtrees
+    from distforest.kernels import leafsums, metrics, names, simtrees
 
-    assert metrics.BINARY_MEASURES == C.BINARY_MEASURES
-    assert simtrees.KINDS == C.SIMFOREST_KINDS and simtrees.MISSING == C.SIMFOREST_MISSING
+    assert metrics.BINARY_MEASURES is names.BINARY_MEASURES is C.BINARY_MEASURES
+    assert simtrees.KINDS is names.SIMFOREST_KINDS is C.SIMFOREST_KINDS
+    assert simtrees.MISSING is names.SIMFOREST_MISSING is C.SIMFOREST_MISSING
+    assert C.KINDS is names.TREE_KINDS and C.PROXIMITY_METHODS is names.PROXIMITY_METHODS
+    assert tuple(leafsums.METHOD_CODES) == names.PROXIMITY_METHODS
+    assert C.OUT_OF_BAG_METHODS is names.OUT_OF_BAG_METHODS
 
 
 # -- small runs in this process -------------------------------------------------------

@@ -254,6 +254,25 @@ class KNNBase(DaskEstimator):
         selector.fit(X, np.asarray(y))
         return selector.get_support()
 
+    # -- storing ------------------------------------------------------------
+
+    def save(
+        self, store: str | Path, *, overwrite: bool = False, attrs: dict[str, Any] | None = None
+    ) -> RunStore:
+        """Write the fitted model as a complete store (:func:`save_model`; no pickle)."""
+        return save_model(self, store, overwrite=overwrite, attrs=attrs)
+
+    @classmethod
+    def load(cls, store: str | Path, *, client: Any = None) -> Any:
+        """A model written by :meth:`save` (:func:`load_model`), of this class."""
+        model = load_model(store, client)
+        if not isinstance(model, cls):
+            raise StoreError(
+                f"{str(store)!r} holds a {type(model).__name__}, not a {cls.__name__}; "
+                f"load it with {type(model).__name__}.load"
+            )
+        return model
+
     # -- neighbours ---------------------------------------------------------
 
     def _check_fitted(self) -> None:

@@ -19,9 +19,12 @@ folder.  The steps, each a set of tasks over the source's partitions:
    (:meth:`ProximityImputer.transform`: new rows, the same forests, no refit;
    its stopping rule then runs per partition, so a row's value may depend on
    the partition it is in, never on the cluster).
-   A folder output gets one Parquet part per partition written by the task;
-   one CSV or Parquet file is appended chunk by chunk in partition order by
-   this process, which holds at most :data:`WINDOW` filled partitions at once.
+   Every task writes its own filled partition: a folder output gets one
+   Parquet part per partition; for one CSV or Parquet file the tasks write
+   numbered pieces next to it, and this process joins them in partition order
+   (a byte copy for CSV, one Parquet row group per piece), holding at most one
+   piece at a time.  The pieces need as much disk again as the output while
+   they are joined; each is removed once appended.
 
 Column names, order, dtypes and category labels are those of the in-memory
 path; from a CSV source, numeric columns are float64 and ``--drop`` columns
@@ -49,7 +52,6 @@ from distforest.io.summaries import Encoding, typed_partition
 
 __all__ = [
     "SAMPLE_ROWS",
-    "WINDOW",
     "PartitionedImputation",
     "check_output",
     "impute_partitioned",
@@ -61,8 +63,6 @@ logger = logging.getLogger("distforest")
 #: Rows the column forests are fitted on, at most (the forests' own default
 #: ``max_samples`` for large tables); below it every row, as in memory.
 SAMPLE_ROWS = 200_000
-#: Filled partitions computed at once when one file is written here.
-WINDOW = 4
 
 
 def is_folder(out: str | Path) -> bool:
@@ -176,14 +176,20 @@ def impute_partitioned(
     tasks = [fill(b, enc, features, s, shipped) for b, s in zip(blocks, slices, strict=True)]
     tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        if folder:
-            tmp.mkdir()
+        suffix = ".parquet" if folder else dest.suffix.lower()
+        pieces_dir = tmp if folder else tmp.with_name(tmp.name + "-pieces")
+        pieces_dir.mkdir()
+        try:
             write = dask.delayed(_write_part, pure=False)
-            counts = dask.compute(*[write(t, str(tmp / f"part-{k:05d}.parquet"))
-                                    for k, t in enumerate(tasks)])  # fmt: skip
-            n_out, width = int(sum(c[0] for c in counts)), counts[0][1]
-        else:
-            n_out, width = _stream(tasks, tmp, dest.suffix.lower())
+            paths = [str(pieces_dir / f"part-{k:05d}{suffix}") for k in range(len(tasks))]
+            counts = dask.compute(*[write(t, path, k == 0) for k, (t, path)
+                                    in enumerate(zip(tasks, paths, strict=True))])  # fmt: skip
+            if not folder:
+                _join(paths, tmp, suffix)
+        finally:
+            if not folder:
+                shutil.rmtree(pieces_dir, ignore_errors=True)
+        n_out, width = int(sum(c[0] for c in counts)), counts[0][1]
         if dest.exists():
             shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
         tmp.replace(dest)
@@ -283,34 +289,35 @@ def _fill(
     return out
 
 
-def _write_part(frame: pd.DataFrame, path: str) -> tuple[int, int]:
-    frame.to_parquet(path, index=False)
+def _write_part(frame: pd.DataFrame, path: str, first: bool) -> tuple[int, int]:
+    """One filled partition written by its task: Parquet, or CSV (the header in the first only)."""
+    if path.endswith(".csv"):
+        frame.to_csv(path, index=False, header=first)
+    else:
+        frame.to_parquet(path, index=False)
     return frame.shape
 
 
-def _stream(tasks: list[Any], tmp: Path, suffix: str) -> tuple[int, int]:
-    """Compute the filled partitions :data:`WINDOW` at a time and append them in order."""
-    import dask
+def _join(paths: list[str], dest: Path, suffix: str) -> None:
+    """The pieces appended to ``dest`` in order, one at a time, each removed once appended."""
+    if suffix == ".csv":
+        with open(dest, "wb") as out:
+            for path in paths:
+                with open(path, "rb") as piece:
+                    shutil.copyfileobj(piece, out, length=1 << 20)
+                Path(path).unlink()
+        return
+    import pyarrow.parquet as pq
 
     writer: Any = None
-    rows, width, header = 0, 0, True
     try:
-        for at in range(0, len(tasks), WINDOW):
-            for frame in dask.compute(*tasks[at : at + WINDOW]):
-                if suffix == ".csv":
-                    frame.to_csv(tmp, index=False, mode="a", header=header)
-                    header = False
-                else:
-                    import pyarrow as pa
-                    import pyarrow.parquet as pq
-
-                    table = pa.Table.from_pandas(frame, preserve_index=False)
-                    if writer is None:
-                        writer = pq.ParquetWriter(str(tmp), table.schema)
-                    writer.write_table(table.cast(writer.schema))
-                rows += len(frame)
-                width = frame.shape[1]
+        for path in paths:
+            table = pq.read_table(path)
+            if writer is None:
+                writer = pq.ParquetWriter(str(dest), table.schema)
+            writer.write_table(table.cast(writer.schema))
+            del table
+            Path(path).unlink()
     finally:
         if writer is not None:
             writer.close()
-    return rows, width

@@ -90,7 +90,7 @@ def score_rows(
     Parameters
     ----------
     forest : ProximityForest
-        Fitted with its nodes (loaded with ``ProximityForest.from_store``).
+        Fitted with its nodes (loaded with ``ProximityForest.load``).
     table : Table
         New rows (:func:`new_rows_table`).
     method : {"rfgap", "original", "oob"}

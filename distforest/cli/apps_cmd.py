@@ -239,10 +239,11 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
               show_default=True, help="Proximity weighing the training targets.")  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @input_options
+@dry_run_option
 @cluster_options
 @click.pass_obj
 def score(obj: dict, model: str, input: str, out: str, id_column: str | None, method: str,
-          overwrite: bool, **options: Any) -> None:  # fmt: skip
+          overwrite: bool, dry_run: bool, **options: Any) -> None:  # fmt: skip
     """Score INPUT's rows against a saved forest (MODEL.zarr) without refitting it.
 
     Per row: the forest's prediction, the proximity-weighted prediction from
@@ -251,12 +252,15 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     """
     from distforest.cli.options import connect_kwargs
     from distforest.jobs.fitting import score_rows
+    from distforest.jobs.score import score_plan
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
-    result, forest, table = score_rows(model, input, id_column, method,
-                                       options.pop("na_values", ()),
-                                       connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
+    how = (model, input, id_column, method, options.pop("na_values", ()),
+           connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
+    if dry_run:
+        return show(score_plan(*how, out=out), out)
+    result, forest, table = score_rows(*how)
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
             time.perf_counter() - start, written)  # fmt: skip

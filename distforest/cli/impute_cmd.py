@@ -11,12 +11,16 @@ from typing import Any
 import click
 
 from distforest.cli.options import (
+    CLUSTER_KEYS,
     cluster_options,
     connect_kwargs,
+    dry_run_option,
     input_options,
     parse_max_features,
     parse_max_samples,
+    pop_keys,
     seed_option,
+    show,
 )
 from distforest.cli.progress import ProgressBars
 from distforest.forests.constraints import IMPUTE_KINDS, IMPUTE_PROXIMITIES, TASKS, VOTES
@@ -135,24 +139,12 @@ DEFAULTS: dict[str, Any] = {
 )
 @seed_option("random_state: same seed, same imputation.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@dry_run_option
 @cluster_options
 @click.pass_context
-def impute(
-    ctx: click.Context,
-    input: str,
-    out: str,
-    target: str | None,
-    drop: tuple[str, ...],
-    na_values: tuple[str, ...],
-    categorical: tuple[str, ...],
-    overwrite: bool,
-    scheduler: str | None,
-    cluster: str | None,
-    workers: int | None,
-    threads: int | None,
-    memory_limit: str | None,
-    **params: Any,
-) -> None:
+def impute(ctx: click.Context, input: str, out: str, target: str | None, drop: tuple[str, ...],
+           na_values: tuple[str, ...], categorical: tuple[str, ...], overwrite: bool,
+           dry_run: bool, **params: Any) -> None:  # fmt: skip
     """Fill the missing values of INPUT from random-forest proximities.
 
     INPUT is a CSV/TSV, Parquet or .npy file or a Zarr store.  Each missing
@@ -172,10 +164,10 @@ def impute(
     """
     from distforest.jobs.impute import impute_command
 
-    quiet = bool((ctx.obj or {}).get("quiet", False))
-    cluster_kw = {"scheduler": scheduler, "cluster": cluster, "workers": workers,
-                  "threads": threads, "memory_limit": memory_limit}  # fmt: skip
-    bars = ProgressBars(enabled=not quiet)
-    click.echo(impute_command(input, out, params, connect_kwargs(cluster_kw), target=target,
-                              drop=drop, na_values=na_values, categorical=categorical,
-                              overwrite=overwrite, progress=bars))  # fmt: skip
+    bars = ProgressBars(enabled=not (ctx.obj or {}).get("quiet", False))
+    done = impute_command(input, out, params, connect_kwargs(pop_keys(params, CLUSTER_KEYS)),
+                          target=target, drop=drop, na_values=na_values, categorical=categorical,
+                          overwrite=overwrite, progress=bars, dry_run=dry_run)  # fmt: skip
+    if dry_run:
+        return show(done, out)
+    click.echo(done)

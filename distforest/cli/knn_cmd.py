@@ -96,8 +96,8 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
         model = {"task": task, "k": k, "weights": weights, "metric": metric,
                  "normalize": normalize, "n_estimators": n_estimators,
                  "random_state": random_state, "model": out}  # fmt: skip
-        job = KNNJob(train, target, drop, na_values, knn=model, connect=cluster_kw(options),
-                     name="knn fit")  # fmt: skip
+        job = KNNJob(input=train, target=target, drop=drop, na_values=na_values, knn=model,
+                     connect=cluster_kw(options), name="knn fit")  # fmt: skip
         show(job.plan(), out)
         return
     params = {"n_neighbors": k, "weights": weights, "metric": metric,

@@ -26,7 +26,6 @@ from distforest.cli.options import (
 )
 from distforest.cli.similarity_cmd import bars, cluster_kw
 from distforest.forests import constraints as C
-from distforest.jobs.outputs import check_new_file
 
 #: ``SimilarityForestClassifier().get_params()``, written out so that ``--help`` needs no
 #: estimator (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -199,11 +198,12 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
 @input_options
+@dry_run_option
 @cluster_options
 @click.pass_context
 def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: str | None,
                       distances: str | None, out: str, overwrite: bool,
-                      drop: tuple[str, ...], na_values: tuple[str, ...],
+                      drop: tuple[str, ...], na_values: tuple[str, ...], dry_run: bool,
                       **options: Any) -> None:  # fmt: skip
     """Predict the class of new objects with a SimForest model.
 
@@ -214,16 +214,11 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     objects, double-centred with the training means. A model fitted on a table takes DATA with
     the training features (the target column, if present, is ignored).
     """
-    from distforest.jobs.simforest_model import predict_to_csv, read_predict_input
-    from distforest.parallel.placement import cells_of, place
+    from distforest.jobs.simforest_model import predict_command
 
-    start = time.perf_counter()
-    check_new_file(out, overwrite)
-    forest, source, n, temporary = read_predict_input(model, data, matrix, distances, na_values,
-                                                      out)  # fmt: skip
-    with temporary, place(cells_of(source), cluster_kw(options), progress=bars(ctx)):
-        path = predict_to_csv(forest, source, out)
-    click.echo(f"{n} predictions in {time.perf_counter() - start:.1f} s\n  predictions:  {path}")
+    done = predict_command(model, data, matrix, distances, out, overwrite, na_values,
+                           cluster_kw(options), bars(ctx), dry_run)  # fmt: skip
+    return show(done, out) if dry_run else click.echo(done)
 
 
 @simforest.command("proximity")

@@ -21,17 +21,17 @@ from typing import Any, Literal, Protocol, overload
 import numpy as np
 
 from distforest.errors import ParameterError, did_you_mean
+from distforest.kernels.names import BINARY_MEASURES as BINARY_MEASURES
+from distforest.kernels.names import OUT_OF_BAG_METHODS as OUT_OF_BAG_METHODS
+from distforest.kernels.names import PROXIMITY_METHODS as PROXIMITY_METHODS
+from distforest.kernels.names import SIMFOREST_KINDS as SIMFOREST_KINDS
+from distforest.kernels.names import SIMFOREST_MISSING as SIMFOREST_MISSING
+from distforest.kernels.names import TREE_KINDS
 
 TASKS = ("auto", "classification", "regression", "unsupervised")
-KINDS = ("random-forest", "extra-trees")
-PROXIMITY_METHODS = ("original", "oob", "rfgap")
-#: Methods that weigh rows by whether they are out of bag: they need bootstrap.
-OUT_OF_BAG_METHODS = ("oob", "rfgap")
+#: The kernels own the names of what they compute (:mod:`distforest.kernels.names`).
+KINDS = TREE_KINDS
 MODES = ("x", "standard")
-#: What a SimForest's matrix holds, and where an object whose similarity is missing goes
-#: (``kernels.simtrees`` has the same tuples; a test checks them).
-SIMFOREST_KINDS = ("similarity", "distance")
-SIMFOREST_MISSING = ("stay", "both", "larger")
 #: Feature scaling before a SimForest's measure on a table.
 SIMFOREST_SCALINGS = ("zscore", "none")
 #: Clustering methods of a similarity (``apps.clustering``).
@@ -49,8 +49,6 @@ NEIGHBOR_TILE = 8192
 #: Measures of plain matrices, neighbours and k-NN (named here, computed in
 #: ``forests.measures``, so the command line can list them without loading them).
 DISTANCES = ("euclidean", "manhattan", "chebyshev", "minkowski", "mahalanobis")
-#: Measures of 0/1 features (``kernels.metrics`` has the same tuple; a test checks it).
-BINARY_MEASURES = ("russell-rao", "sokal-michener", "jaccard")
 SIMILARITIES = ("cosine", "rbf", "dot", *BINARY_MEASURES)
 METRICS = (*DISTANCES, *SIMILARITIES)
 NORMALIZATIONS = ("range", "zscore")
@@ -65,6 +63,11 @@ class Constraint(Protocol):
 
     def check(self, name: str, value: Any) -> Any: ...
 
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses, generated for tests (as scikit-learn's
+        ``generate_invalid_param_val``)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Int:
@@ -77,6 +80,12 @@ class Int:
     none: bool = False
     high: int | None = None
     why: str = ""
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        bad: tuple[Any, ...] = (self.low - 1, self.low + 0.5, True, str(self.low))
+        bad += () if self.none else (None,)
+        return bad + (() if self.high is None else (self.high + 1,))
 
     def check(self, name: str, value: Any) -> int | None:
         if value is None and self.none:
@@ -100,6 +109,10 @@ class Number:
     high: float
     hint: str = ""
 
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return (self.low - 1, self.high + 1, True, "1", None)
+
     def check(self, name: str, value: Any) -> float:
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
         if not ok or not self.low <= float(value) <= self.high:
@@ -115,6 +128,10 @@ class Fraction:
     """A number in (0, 1], or None when ``none``."""
 
     none: bool = True
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return (0.0, 1.5, -0.5, True, "0.5") + (() if self.none else (None,))
 
     def check(self, name: str, value: Any) -> float | None:
         if value is None and self.none:
@@ -133,6 +150,10 @@ class Choice:
     options: tuple[str, ...]
     none: bool = False
 
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests): a near miss, another type, None."""
+        return (self.options[0][:-1], 3) + (() if self.none else (None,))
+
     def check(self, name: str, value: Any) -> str | None:
         if value is None and self.none:
             return None
@@ -148,6 +169,10 @@ class Choice:
 class Bool:
     """``True`` or ``False`` only: ``"no"`` or ``0`` are not quietly taken for booleans."""
 
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return ("no", 0, 1, None)
+
     def check(self, name: str, value: Any) -> bool:
         if not isinstance(value, bool):
             if isinstance(value, np.bool_):
@@ -159,6 +184,10 @@ class Bool:
 @dataclass(frozen=True)
 class MaxFeatures:
     """scikit-learn's forms: "sqrt", "log2", "auto", None, an int >= 1 or a fraction."""
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return (0, -1, 1.5, 0.0, "half", True)
 
     def check(self, name: str, value: Any) -> int | float | str | None:
         if value is None or value in ("sqrt", "log2", "auto"):
@@ -181,6 +210,10 @@ class MaxFeatures:
 class RowsPerTree:
     """The column imputer's ``max_samples``: "auto", None, a count >= 1 or a share in (0, 1]."""
 
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return (0, -1, 1.5, "all", True)
+
     def check(self, name: str, value: Any) -> int | float | str | None:
         if value is None or (isinstance(value, str) and value == "auto"):
             return value
@@ -199,6 +232,10 @@ class RowsPerTree:
 class Seed:
     """None or a non-negative integer (a seed that can be recorded)."""
 
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return (-1, 1.5, "0", True)
+
     def check(self, name: str, value: Any) -> int | None:
         if value is None:
             return None
@@ -213,6 +250,10 @@ class Seed:
 @dataclass(frozen=True)
 class Pair:
     """A pair ``(low, high)`` of numbers with ``low < high``."""
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return ((1, 0), (0, 0), (1,), "ab", 3)
 
     def check(self, name: str, value: Any) -> tuple[float, float]:
         try:
@@ -229,6 +270,10 @@ class Checked:
     """Checked elsewhere (by the code that uses it, e.g. a metric parser): taken as is."""
 
     what: str = ""
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """None known here: the code that uses the value checks it."""
+        return ()
 
     def check(self, name: str, value: Any) -> Any:
         return value

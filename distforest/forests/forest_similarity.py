@@ -79,7 +79,7 @@ class _SavedForest:
         """Write the fitted forest (its own layout, no pickle) as a new, complete store."""
         if not hasattr(self, "forest_"):
             raise NotFittedError(f"call fit before saving this {type(self).__name__}")
-        self.forest_.save(store).mark_complete()
+        self.forest_.save(store, complete=True)
 
 
 class ProximitySimilarity(_SavedForest):
@@ -149,7 +149,7 @@ class ProximitySimilarity(_SavedForest):
         store : str or Path
         kind : {"rf-proximity", "rfgap"}
         """
-        forest = ProximityForest.from_store(store)
+        forest = ProximityForest.load(store)
         sim = cls(kind, forest.n_estimators, forest.random_state)
         sim.forest_ = forest
         if kind == "rfgap":

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from distforest.errors import ParameterError
 from distforest.forests import forest_predict
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.tiles import compute_tile
+from distforest.io.in_memory import check_in_memory
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.proximity import warm_up
 from distforest.parallel.tasks import plan_batches
@@ -99,7 +99,7 @@ def cross_proximity(
     store: str | Path | None,
     *,
     overwrite: bool,
-    max_in_memory: int,
+    max_in_memory: int | None,
 ) -> xr.DataArray:
     """The proximity of new rows to the training rows, ``(n_new, n_train)``.
 
@@ -117,12 +117,8 @@ def cross_proximity(
     plan = TilePlan(n_new, n, tile)
     name = CROSS_NAMES[method]
     if store is None:
-        if n_new * n > max_in_memory**2:
-            raise ParameterError(
-                f"an in-memory {n_new} x {n} proximity needs {n_new * n * 4 / 1e9:.1f} GB; pass "
-                f"store='cross.zarr' to write it tile by tile (or raise max_in_memory above "
-                f"{max_in_memory} if you have the memory)"
-            )
+        check_in_memory(n_new, n, what="proximity", itemsize=4, store="cross.zarr",
+                        max_in_memory=max_in_memory)  # fmt: skip
         values = matrix_in_memory(plan, cross_tile, (new, train, method, None))
         train_rows = (np.arange(n) if forest.sample_ids_ is None
                       else np.asarray(forest.sample_ids_))  # fmt: skip

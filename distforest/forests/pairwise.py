@@ -26,6 +26,7 @@ from distforest.forests import constraints as C
 from distforest.forests.measures import Measure, check_values, make_scaler, parse_metric
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
+from distforest.io.in_memory import check_in_memory
 from distforest.parallel import placement
 from distforest.parallel.execution import Progress, for_call
 from distforest.parallel.placement import cells_of
@@ -127,7 +128,7 @@ def pairwise(
     tile_size: int = C.PAIRWISE_TILE,
     dtype: str | None = None,
     overwrite: bool = False,
-    max_in_memory: int = 10_000,
+    max_in_memory: int | None = None,
     client: Any = None,
     scheduler: str | None = None,
     cluster: str | Path | None = None,
@@ -164,8 +165,10 @@ def pairwise(
         Values' type; default float32 in a store, float64 in memory.
     overwrite : bool
         Replace an existing distforest store.
-    max_in_memory : int
-        Without a store, refuse matrices with more than ``max_in_memory ** 2`` cells.
+    max_in_memory : int, optional
+        Without a store, refuse matrices of more than ``max_in_memory ** 2``
+        cells; default the ``distforest.in-memory-cells`` setting
+        (:mod:`distforest.io.in_memory`, 100,000,000 cells).
     client : distributed.Client, None or "synchronous"
         The cluster (else ``scheduler``/``cluster``, else the current client,
         else a LocalCluster for the call); ``"synchronous"`` runs the tiles in
@@ -191,11 +194,8 @@ def pairwise(
              "feature_range": list(feature_range), "symmetric": symmetric}  # fmt: skip
     plan = TilePlan(n, m, tile, symmetric=symmetric)
     if store is None:
-        if n * m > max_in_memory**2:
-            raise ParameterError(
-                f"an in-memory {n} x {m} matrix needs {n * m * 8 / 1e9:.1f} GB; pass "
-                f"store='matrix.zarr' to write it tile by tile (or raise max_in_memory)"
-            )
+        check_in_memory(n, m, what="matrix", itemsize=8, store="matrix.zarr",
+                        max_in_memory=max_in_memory)  # fmt: skip
         dtype = dtype or "float64"
         out = matrix_in_memory(plan, measure_tile, (measure, A, B, dtype), dtype=dtype)
         coords = {"sample_i": np.arange(n), "sample_j": np.arange(m)}

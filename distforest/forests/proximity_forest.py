@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import uuid
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -14,14 +14,15 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from distforest import location
-from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.persistence import Array, Field, Persisted, as_list, as_tuple
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
+from distforest.io.in_memory import check_in_memory
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
 from distforest.parallel import tasks
@@ -55,7 +56,12 @@ def _check_classes(y: Any) -> None:
         ) from None
 
 
-class ProximityForest(DaskEstimator):
+def _class_labels(classes: Any) -> list[Any]:
+    """Class labels as JSON: numbers and text as they are, anything else as text."""
+    return [c if isinstance(c, str | int | float) else str(c) for c in classes]
+
+
+class ProximityForest(Persisted, DaskEstimator):
     """A random forest whose trees are Dask tasks and whose proximities are Zarr tiles.
 
     Parameters
@@ -522,125 +528,63 @@ class ProximityForest(DaskEstimator):
 
     # -- storing ------------------------------------------------------------
 
-    def _provenance(self) -> dict[str, Any]:
-        params = dict(self.params_)
-        params["random_state"] = self.random_state_
-        return {
-            "params": params,
-            "input": {
-                **self.input_,
-                "n_samples": self.n_samples_,
-                "n_features": self.n_features_in_,
-                "feature_names": list(self.feature_names_in_),
-                "categories": {k: [str(v) for v in c] for k, c in self.categories_.items()},
-                "target_name": self.target_name_,
-                "id_name": self.id_name_,
-            },
-            "task": self.task_,
-            "classes": [c if isinstance(c, str | int | float) else str(c) for c in self.classes_],
-            "n_trees": int(self.leaves_.shape[1]),
-            "fit_id": self.fit_id_,
-        }
+    _store_requires = ("leaves", "inbag", "forest")
+    _store_hint = "fit it again"
+    _stored_fields = (
+        Field("input", "input_", decode=lambda d: {k: d[k] for k in ("source", "fingerprint")}),
+        Field("input.n_samples", "n_samples_", decode=int),
+        Field("input.n_features", "n_features_in_", decode=int),
+        Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+        Field(
+            "input.categories",
+            "categories_",
+            encode=lambda c: {k: [str(v) for v in c[k]] for k in c},
+            decode=lambda c: {k: tuple(v) for k, v in c.items()},
+        ),
+        Field("input.target_name", "target_name_"),
+        Field("input.id_name", "id_name_", default=None),
+        Field("task", "task_"),
+        Field("classes", "classes_", encode=_class_labels, decode=as_list),
+        Field("n_trees", encode=lambda forest: int(forest.leaves_.shape[1])),
+        Field("fit_id", "fit_id_"),
+    )
+    _stored_arrays = (
+        Array("leaves", "leaves_"),
+        Array("inbag", "inbag_"),
+        # None: loaded from a store written before importances were kept
+        Array("tree_importances", "tree_importances_", rows=False, optional=True),
+        Array("target", "y_", rows=False, optional=True),
+    )
 
-    def save(
-        self, store: str | Path, *, overwrite: bool = False, attrs: dict[str, Any] | None = None
-    ) -> RunStore:
-        """Write the forest, ``leaves``, ``inbag`` and coordinates to a new store.
-
-        Parameters
-        ----------
-        store : str or Path
-            Directory of the Zarr store to create.
-        overwrite : bool
-            Replace an existing distforest store.
-        attrs : dict, optional
-            More JSON attributes, recorded as the store is created (a job's spec).
-
-        Returns
-        -------
-        RunStore
-            The store, still marked ``running`` until the caller completes it.
-        """
+    def _check_saveable(self) -> None:
         self._check_nodes("save()")
+
+    def _row_ids(self) -> dict[str, Any]:
+        return {"ids": self.sample_ids_, "id_name": self.id_name_}
+
+    def _array_attrs(self, name: str) -> dict[str, Any] | None:
+        return {"classes": _class_labels(self.classes_)} if name == "target" else None
+
+    def _save_parts(self, rs: RunStore, tile_size: int) -> None:
         assert self.nodes_ is not None  # checked
-        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
-                             overwrite=overwrite)  # fmt: skip
-        n, n_trees = self.leaves_.shape
-        rows = self.params_["tile_size"]
-        rs.write_coordinates(n, n_trees, ids=self.sample_ids_, id_name=self.id_name_)
         rs.write_forest(self.nodes_, self.node_counts_, self.seeds_)
-        rs.write_named("leaves", self.leaves_, rows=rows)
-        rs.write_named("inbag", self.inbag_, rows=rows)
-        if self.tree_importances_ is not None:  # None: loaded from an older store
-            rs.write_named("tree_importances", self.tree_importances_)
-        if self.y_ is not None:
-            rs.write_named("target", self.y_, attrs={"classes": self._provenance()["classes"]})
-        return rs
+
+    def _load_parts(self, rs: RunStore) -> None:
+        nodes = rs.read_forest()
+        self.node_counts_ = np.diff(nodes.pop("node_offset"))
+        self.seeds_ = nodes.pop("seed")
+        self.nodes_ = {f: nodes[f] for f in NODE_FIELDS}
+        self.sample_ids_ = rs.read("sample") if self.id_name_ is not None else None
 
     @classmethod
     def from_store(cls, store: str | Path) -> ProximityForest:
-        """Load a forest saved by :meth:`save` (no pickle: plain arrays and JSON).
-
-        Parameters
-        ----------
-        store : str or Path
-            A store holding ``forest/``, ``leaves`` and ``inbag`` (complete or
-            not: a run resumed after a crash loads its forest this way).
-
-        Returns
-        -------
-        ProximityForest
-            Fitted, with the same trees, leaves and proximities as the saved one.
-        """
-        rs = RunStore.open(store)
-        attrs = rs.attrs
-        missing = [a for a in ("leaves", "inbag", "forest") if a not in rs.group]
-        if missing or "fit_id" not in attrs:
-            raise StoreError(
-                f"store {rs.path!r} holds no complete forest (missing {missing or ['fit_id']}); "
-                "fit it again"
-            )
-        saved = dict(attrs["params"])
-        names = cls._get_param_names()
-        forest = cls(**{k: v for k, v in saved.items() if k in names})
-        nodes = rs.read_forest()
-        offsets = nodes.pop("node_offset")
-        inp = attrs["input"]
-        forest.n_samples_ = int(inp["n_samples"])
-        forest.n_features_in_ = int(inp["n_features"])
-        forest.feature_names_in_ = tuple(inp["feature_names"])
-        forest.categories_ = {k: tuple(v) for k, v in inp["categories"].items()}
-        forest.id_name_ = inp.get("id_name")
-        forest.sample_ids_ = rs.read("sample") if forest.id_name_ is not None else None
-        forest.target_name_ = inp["target_name"]
-        forest.task_ = attrs["task"]
-        forest.classes_ = list(attrs["classes"])
-        forest.y_ = rs.read("target") if "target" in rs.group else None
-        forest.seeds_ = nodes.pop("seed")
-        forest.random_state_ = saved["random_state"]
-        forest.leaves_ = rs.read("leaves")
-        forest.inbag_ = rs.read("inbag")
-        # stores written before importances were kept have none (feature_importances_ says so)
-        forest.tree_importances_ = (
-            rs.read("tree_importances") if "tree_importances" in rs.group else None
+        """Deprecated alias of :meth:`load` (kept for code written before ``load``)."""
+        warnings.warn(
+            "ProximityForest.load is deprecated; use ProximityForest.load(store)",
+            DeprecationWarning,
+            stacklevel=2,
         )
-        forest.node_counts_ = np.diff(offsets)
-        forest.nodes_ = {f: nodes[f] for f in NODE_FIELDS}
-        forest.input_ = {"source": inp["source"], "fingerprint": inp["fingerprint"]}
-        forest.fit_id_ = attrs["fit_id"]
-        forest.params_ = saved
-        return forest
-
-    def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = store
-        if location.exists(path):
-            with contextlib.suppress(StoreError):
-                rs = RunStore.open(path, mode="r+")
-                if rs.attrs.get("fit_id") == self.fit_id_ or self._same_as_stored(rs):
-                    self.fit_id_ = rs.attrs["fit_id"]
-                    rs.mark_running()
-                    return rs
-        return self.save(path, overwrite=overwrite)
+        return cls.load(store)
 
     def _same_as_stored(self, rs: RunStore) -> bool:
         """Whether ``rs`` holds this very forest, saved by an earlier fit.
@@ -672,7 +616,7 @@ class ProximityForest(DaskEstimator):
         *,
         X: Any = None,
         overwrite: bool = False,
-        max_in_memory: int = 10_000,
+        max_in_memory: int | None = None,
     ) -> xr.DataArray:
         """Pairwise proximity of the training rows, or of new rows ``X`` to them.
 
@@ -682,7 +626,8 @@ class ProximityForest(DaskEstimator):
         :mod:`distforest.forests.new_rows`); stored as ``cross_proximity``
         (``_oob``, ``_rfgap``) in a store of its own, which holds the new
         rows' ``leaves`` too.  In memory when ``n_new * n_train`` is at most
-        ``max_in_memory ** 2``.
+        the in-memory limit
+        (:mod:`distforest.io.in_memory`).
 
         Parameters
         ----------
@@ -695,14 +640,16 @@ class ProximityForest(DaskEstimator):
         store : str, Path or None
             Zarr store to write (tile by tile, one Dask task per tile).  The
             forest, ``leaves`` and ``inbag`` are saved with it.  ``None``
-            computes a small in-memory matrix (at most ``max_in_memory`` rows).
+            computes a small in-memory matrix (at most the in-memory limit).
         X : array-like, DataFrame, path or Table, optional
             New rows (the training features): their proximity to the
             training rows instead.
         overwrite : bool
             Replace an existing store written by another fit.
-        max_in_memory : int
-            Largest n for which ``store=None`` is allowed.
+        max_in_memory : int, optional
+            Without a store, refuse matrices of more than ``max_in_memory ** 2``
+            cells; default the ``distforest.in-memory-cells`` setting
+            (:mod:`distforest.io.in_memory`, 100,000,000 cells).
 
         Returns
         -------
@@ -721,12 +668,8 @@ class ProximityForest(DaskEstimator):
         self._check_method(method)
         n = self.n_samples_
         if store is None:
-            if n > max_in_memory:
-                raise ParameterError(
-                    f"an in-memory proximity for n={n} rows needs {n * n * 4 / 1e9:.1f} GB; "
-                    f"pass store='proximity.zarr' to write it tile by tile (or raise "
-                    f"max_in_memory above {max_in_memory} if you have the memory)"
-                )
+            check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
+                            max_in_memory=max_in_memory)  # fmt: skip
             values = proximity_in_memory(
                 self.leaves_, self.inbag_, method, self.params_["tile_size"]
             )

@@ -39,7 +39,9 @@ from distforest.errors import InputError, NotFittedError, ParameterError, StoreE
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.measures import Measure, parse_metric
+from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
+from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import (
     StoredMatrix,
     check_entries,
@@ -145,7 +147,21 @@ def _as_objects(X: Any) -> Any:
     return arr
 
 
-class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
+def _measure_spec(measure: Measure | str | None) -> str | dict[str, Any]:
+    """A measure as saved: its spec, or ``"precomputed"`` / ``"function"``."""
+    if isinstance(measure, Measure):
+        return measure.spec
+    return "precomputed" if measure is None else "function"
+
+
+def _measure_of(spec: Any) -> Measure | str | None:
+    """The measure of a saved spec (a function is named ``"function"``, not code)."""
+    if spec == "precomputed":
+        return None
+    return "function" if spec == "function" else parse_metric(spec)
+
+
+class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
     """A classification forest grown from pairwise similarities (or distances) only.
 
     Parameters
@@ -494,7 +510,7 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         store: str | Path | None = None,
         *,
         overwrite: bool = False,
-        max_in_memory: int = 10_000,
+        max_in_memory: int | None = None,
         tile_size: int | None = None,
         complete: bool = True,
     ) -> xr.DataArray:
@@ -513,8 +529,10 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
             returns a small in-memory matrix.
         overwrite : bool
             Replace an existing distforest store.
-        max_in_memory : int
-            Largest n for ``store=None``.
+        max_in_memory : int, optional
+            Without a store, refuse matrices of more than ``max_in_memory ** 2``
+            cells; default the ``distforest.in-memory-cells`` setting
+            (:mod:`distforest.io.in_memory`, 100,000,000 cells).
         tile_size : int, optional
             Rows and columns of one tile (default: the forest's ``tile_size``).
         complete : bool
@@ -536,11 +554,8 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
         n = self.n_samples_
         tile = self.params_["tile_size"] if tile_size is None else C.check_tile_size(tile_size)
         if store is None:
-            if n > max_in_memory:
-                raise ParameterError(
-                    f"an in-memory proximity of n={n} objects needs {n * n * 4 / 1e9:.1f} GB; "
-                    "pass store='proximity.zarr' to write it tile by tile"
-                )
+            check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
+                            max_in_memory=max_in_memory)  # fmt: skip
             values = proximity_in_memory(self.leaves_, self.inbag_, method, tile)
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
@@ -569,122 +584,53 @@ class SimilarityForestClassifier(ClassifierMixin, DaskEstimator):
 
     # -- storing ------------------------------------------------------------
 
-    def _provenance(self) -> dict[str, Any]:
-        params = {k: v for k, v in self.params_.items() if k != "metric_params"}
-        params["random_state"] = self.random_state_
-        spec = self.measure_.spec if isinstance(self.measure_, Measure) else None
-        return {
-            "model": "simforest",
-            "params": params,
-            "fit_id": self.fit_id_,
-            "kind": self.kind_,
-            "measure": spec
-            if spec is not None
-            else ("precomputed" if self.measure_ is None else "function"),
-            "classes": [c.item() if hasattr(c, "item") else c for c in self.classes_],
-            "n_samples": self.n_samples_,
-            "n_features": getattr(self, "n_features_in_", None),
-            "n_evaluations": [int(t.n_evaluations) for t in self.trees_],
-        }
+    _store_tag = ("model", "simforest")
+    _store_requires = ("forest",)
+    _store_hint = "write one with `distforest simforest fit ... --out model.zarr`"
+    _unstored_params = ("metric_params",)
+    _save_completes = True
+    _stored_fields = (
+        Field("fit_id", "fit_id_"),
+        Field("kind", "kind_"),
+        # a function is not saved: pass it again to predict
+        Field("measure", "measure_", encode=_measure_spec, decode=_measure_of),
+        Field("classes", "classes_", encode=plain_items, decode=np.asarray),
+        Field("n_samples", "n_samples_", decode=int),
+        Field("n_features", "n_features_in_", decode=int, default=UNSET),
+        Field("n_evaluations", encode=lambda f: [int(t.n_evaluations) for t in f.trees_]),
+    )
+    _stored_arrays = (
+        Array("leaves", "leaves_"),
+        Array("inbag", "inbag_"),
+        Array("target", "y_", rows=False),
+        Array("pair_ids", "pair_ids_", rows=False),
+        # the pair objects' features, for a named measure: all that prediction needs
+        Array("pair_objects", "pair_objects_", rows=False, optional=True, keep=numeric),
+    )
 
     def _write_rows(self, rs: RunStore) -> None:
-        tile = self.params_["tile_size"]
         rs.write_coordinates(self.n_samples_, len(self.trees_))
-        rs.write_named("leaves", self.leaves_, rows=tile)
-        rs.write_named("inbag", self.inbag_, rows=tile)
-        rs.write_named("target", self.y_)
+        self._write_arrays(rs, self.params_["tile_size"], ("leaves", "inbag", "target"))
 
-    def save(
-        self,
-        store: str | Path,
-        *,
-        overwrite: bool = False,
-        attrs: dict[str, Any] | None = None,
-        complete: bool = True,
-    ) -> RunStore:
-        """Write the model as plain Zarr arrays (no pickle).
-
-        The store holds the flat node arrays of every tree (``forest/``), the
-        pair objects' training ids (``pair_ids``) and, for a named measure,
-        their features (``pair_objects``): all that prediction needs.  A
-        function is not saved; pass it again to ``predict``.
-
-        Parameters
-        ----------
-        store : str or Path
-        overwrite : bool
-            Replace an existing distforest store.
-        attrs : dict, optional
-            More JSON attributes, recorded as the store is created (a job's spec).
-        complete : bool
-            Mark the store complete (a pipeline marks it when all its stages are done).
-
-        Returns
-        -------
-        RunStore
-        """
-        self._check_fitted()
-        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
-                             overwrite=overwrite)  # fmt: skip
+    def _save_parts(self, rs: RunStore, tile_size: int) -> None:
         nodes = {f: np.concatenate([getattr(t, f) for t in self.trees_]) for f in NODE_FIELDS}
         rs.write_forest(nodes, np.array([t.n_nodes for t in self.trees_]), self.seeds_)
-        self._write_rows(rs)
-        rs.write_named("pair_ids", self.pair_ids_)
-        if self.pair_objects_ is not None and self.pair_objects_.dtype.kind in "fiub":
-            rs.write_named("pair_objects", self.pair_objects_)
-        if complete:
-            rs.mark_complete()
-        return rs
 
-    @classmethod
-    def load(cls, store: str | Path) -> SimilarityForestClassifier:
-        """Read a model written by :meth:`save`; it predicts exactly as the saved one.
-
-        Parameters
-        ----------
-        store : str or Path
-
-        Returns
-        -------
-        SimilarityForestClassifier
-        """
-        rs = RunStore.open(store)
-        attrs = rs.attrs
-        if attrs.get("model") != "simforest" or "forest" not in rs.group:
-            raise StoreError(
-                f"{str(store)!r} is not a SimForest model (model {attrs.get('model')!r}); "
-                "write one with `distforest simforest fit ... --out model.zarr`"
-            )
-        saved = dict(attrs["params"])
-        names = cls._get_param_names()
-        forest = cls(**{k: v for k, v in saved.items() if k in names})
+    def _load_parts(self, rs: RunStore) -> None:
         nodes = rs.read_forest()
         offsets = nodes.pop("node_offset")
-        seeds = nodes.pop("seed")
-        leaves, inbag = rs.read("leaves"), rs.read("inbag")
+        self.seeds_ = nodes.pop("seed")
+        n_evaluations = rs.attrs["n_evaluations"]
         trees = []
         for t in range(len(offsets) - 1):
             part = slice(int(offsets[t]), int(offsets[t + 1]))
             trees.append(SimTree(
                 **{f: nodes[f][part] for f in NODE_FIELDS},
-                inbag=inbag[:, t].astype(np.int32), leaves=leaves[:, t],
-                n_evaluations=int(attrs["n_evaluations"][t]), missing=saved["missing"],
-                kind=attrs["kind"],
+                inbag=self.inbag_[:, t].astype(np.int32), leaves=self.leaves_[:, t],
+                n_evaluations=int(n_evaluations[t]), missing=self.params_["missing"],
+                kind=self.kind_,
             ))  # fmt: skip
-        spec = attrs["measure"]
-        measure: Measure | str | None = None
-        if spec not in ("precomputed", "function"):
-            measure = parse_metric(spec)
-        elif spec == "function":
-            measure = "function"
-        objects = rs.read("pair_objects") if "pair_objects" in rs.group else None
-        if attrs.get("n_features") is not None:
-            forest.n_features_in_ = int(attrs["n_features"])
-        forest._set_fitted(trees, np.asarray(attrs["classes"]), rs.read("target"), measure,
-                           None, attrs["kind"], saved)  # fmt: skip
-        forest.pair_objects_ = objects
-        forest.pair_ids_ = rs.read("pair_ids")
-        forest.random_state_ = saved["random_state"]
-        forest.seeds_ = seeds
-        forest.fit_id_ = attrs["fit_id"]
-        return forest
+        pair_ids, objects = self.pair_ids_, self.pair_objects_
+        self._set_fitted(trees, self.classes_, self.y_, self.measure_, None, self.kind_,
+                         self.params_)  # fmt: skip
+        self.pair_ids_, self.pair_objects_ = pair_ids, objects

@@ -38,6 +38,7 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.persistence import UNSET, Array, Field, Persisted, as_list, as_tuple
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
 from distforest.io.distances import (
@@ -47,6 +48,7 @@ from distforest.io.distances import (
     distance_values,
     load_distances,
 )
+from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import StoredMatrix
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
@@ -58,7 +60,6 @@ logger = logging.getLogger("distforest")
 #: Default rows/columns of one predicted tile (one task, one Zarr chunk).
 TILE_SIZE = C.SMERF_TILE
 #: Without a store, matrices of more cells than this are refused (400 MB of float32).
-MAX_IN_MEMORY = 100_000_000
 #: The stored name of a predicted matrix.
 DISTANCE = "distance"
 #: The stored name of the training distances inside a model.
@@ -106,7 +107,7 @@ def grow_trees(
     return K.grow_batch(X, distance_values(D), seeds, params)
 
 
-class SMERF(DaskEstimator):
+class SMERF(Persisted, DaskEstimator):
     """Similarity and Metric Random Forest: learn a distance from X and an observed D.
 
     Parameters
@@ -395,11 +396,7 @@ class SMERF(DaskEstimator):
         plan = TilePlan(n, m, C.check_tile_size(tile_size), symmetric=symmetric)
         attrs = {**attrs, "method": "smerf", "n_trees": int(self.seeds_.shape[0])}
         if store is None:
-            if n * m > MAX_IN_MEMORY:
-                raise ParameterError(
-                    f"an in-memory {n} x {m} distance matrix needs {n * m * 4 / 1e9:.1f} GB; "
-                    "pass store='distance.zarr' to write it tile by tile"
-                )
+            check_in_memory(n, m, what="distance matrix", itemsize=4, store="distance.zarr")
             values = matrix_in_memory(plan, distance_tile, (inputs,))
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(m)}
             return xr.DataArray(
@@ -421,65 +418,40 @@ class SMERF(DaskEstimator):
 
     # -- storing --------------------------------------------------------------
 
-    def _provenance(self) -> dict[str, Any]:
-        params = dict(self.params_)
-        params["random_state"] = self.random_state_
-        return {
-            "method": "smerf",
-            "params": params,
-            "input": {
-                **self.input_,
-                "n_samples": self.n_samples_,
-                "n_features": self.n_features_in_,
-                "feature_names": list(self.feature_names_in_),
-            },
-            "task": "distance learning",
-            "n_trees": int(self.seeds_.shape[0]),
-            "fit_id": self.fit_id_,
-        }
+    _store_tag = ("method", "smerf")
+    _store_requires = (TRAIN_DISTANCE,)
+    _store_hint = "make one with `distforest smerf fit` or SMERF.save"
+    _save_completes = True
+    _load_requires_complete = True  # load(require_complete=False): a pipeline's unfinished store
+    _default_tile_size = TILE_SIZE
+    _stored_fields = (
+        Field("input", "input_", decode=lambda d: {k: d[k] for k in ("source", "fingerprint")}),
+        Field("input.n_samples", "n_samples_"),
+        Field("input.n_features", "n_features_in_"),
+        Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+        Field("task", encode=lambda model: "distance learning"),
+        Field("n_trees", encode=lambda model: int(model.seeds_.shape[0])),
+        Field("fit_id", "fit_id_"),
+        # a model saved before the mean was recorded measures it once (_load_parts)
+        Field("mean_distance", "mean_distance_", decode=float, default=UNSET, model_only=True),
+    )
+    _stored_arrays = (
+        Array("feature_importances", "feature_importances_", rows=False),
+        Array("leaves", "leaves_"),
+        Array("inbag", "inbag_", dtype="uint16"),
+    )
 
-    def save(
-        self,
-        store: str | Path,
-        *,
-        overwrite: bool = False,
-        attrs: dict[str, Any] | None = None,
-        tile_size: int = TILE_SIZE,
-        complete: bool = True,
-    ) -> RunStore:
-        """Write the model as plain Zarr arrays (no pickle), self-contained.
-
-        The store holds the flat trees under ``forest/`` (node columns,
-        projections, leaf members, per-tree importances), ``leaves`` and
-        ``inbag`` of the training rows, ``feature_importances`` and the
-        observed training distances ``train_distance`` (compressed), so that
-        :meth:`load` predicts without the original D.
-
-        Parameters
-        ----------
-        store : str or Path
-        overwrite : bool
-            Replace an existing distforest store.
-        attrs : dict, optional
-            More JSON attributes, recorded as the store is created (a job's spec).
-        tile_size : int
-            Rows of one chunk of the row arrays and of ``train_distance``.
-        complete : bool
-            Mark the store complete (a pipeline marks it when all its stages are done).
-
-        Returns
-        -------
-        RunStore
-        """
+    def _check_saveable(self) -> None:
         self._check_fitted()
         if self.inbag_.max(initial=0) > np.iinfo(np.uint8).max:
             raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
-        rs = RunStore.create(store, overwrite=overwrite, attrs={
-            **self._provenance(), "mean_distance": self.mean_distance_, **(attrs or {})
-        })  # fmt: skip
+
+    def _save_parts(self, rs: RunStore, tile_size: int) -> None:
+        """The flat trees under ``forest/`` (node columns, projections, leaf members,
+        per-tree importances) and the observed training distances ``train_distance``
+        (compressed, by blocks of ``tile_size`` rows), so that :meth:`load` predicts
+        without the original D."""
         f = self.forest_
-        n, n_trees = self.leaves_.shape
-        rs.write_coordinates(n, n_trees)
         rs.write_forest(f.nodes, np.diff(f.node_offset), self.seeds_)
         forest = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
         forest.write_array("proj_feature", f.proj_feature, ("projection",))
@@ -487,50 +459,23 @@ class SMERF(DaskEstimator):
         forest.write_array("leaf_members", f.leaf_members, ("member",),
                            chunks=(1 << 20,))  # fmt: skip
         forest.write_array("tree_importances", f.importances, ("tree", "feature"))
-        rs.write_named("feature_importances", self.feature_importances_)
-        rs.write_named("leaves", self.leaves_, rows=tile_size)
-        rs.write_named("inbag", self.inbag_, rows=tile_size)
+        n = int(self.n_samples_)
         dist = self.distances_
         arr = rs.create_matrix(TRAIN_DISTANCE, n, n, tile_size, dtype=str(dist.dtype))
         for start, block in distance_blocks(dist, tile_size):  # a file: never read whole
             arr[start : start + block.shape[0]] = block
-        if complete:
-            rs.mark_complete()
-        return rs
 
-    @classmethod
-    def load(cls, store: str | Path, *, require_complete: bool = True) -> SMERF:
-        """A fitted SMERF from a store written by :meth:`save`.
-
-        ``require_complete=False`` also reads a store whose later stages a
-        pipeline has not finished (the model itself was written whole).
-        """
-        rs = RunStore.open(store, require_complete=require_complete)
-        attrs = rs.attrs
-        if attrs.get("method") != "smerf" or TRAIN_DISTANCE not in rs.group:
-            raise StoreError(
-                f"{rs.path!r} is not a SMERF model (method {attrs.get('method')!r}); make one "
-                "with `distforest smerf fit` or SMERF.save"
-            )
-        params = dict(attrs["params"])
-        model = cls(**params)
+    def _load_parts(self, rs: RunStore) -> None:
         f = rs.read_forest()
-        model.params_ = params
-        model.random_state_ = params["random_state"]
-        inp = attrs["input"]
-        model.n_samples_, model.n_features_in_ = inp["n_samples"], inp["n_features"]
-        model.feature_names_in_ = tuple(inp["feature_names"])
-        model.input_ = {k: inp[k] for k in ("source", "fingerprint")}
-        model.fit_id_ = attrs["fit_id"]
-        model.seeds_ = f["seed"]
+        self.seeds_ = f["seed"]
+        n = int(self.n_samples_)
         # the model's own copy of D, read once by each process that predicts
-        stored = StoredMatrix(rs.path, TRAIN_DISTANCE, (model.n_samples_, model.n_samples_))
-        if "mean_distance" in attrs:
-            model.distances_ = StoredDistances.of(stored)
-            model.mean_distance_ = float(attrs["mean_distance"])
+        stored = StoredMatrix(rs.path, TRAIN_DISTANCE, (n, n))
+        if hasattr(self, "mean_distance_"):
+            self.distances_ = StoredDistances.of(stored)
         else:  # a model saved before the mean was recorded: measure it once
             checked = load_distances(stored, what=f"{rs.path}/{TRAIN_DISTANCE}")
-            model.distances_, model.mean_distance_ = checked.values, checked.mean
+            self.distances_, self.mean_distance_ = checked.values, checked.mean
         forest = K.FlatForest(
             nodes={c: f[c] for c in K.NODE_COLUMNS},
             node_offset=f["node_offset"],
@@ -539,5 +484,4 @@ class SMERF(DaskEstimator):
             leaf_members=f["leaf_members"],
             importances=f["tree_importances"],
         )
-        model._set_forest(forest, rs.read("leaves"), rs.read("inbag").astype(np.uint16))
-        return model
+        self._set_forest(forest, self.leaves_, self.inbag_)

@@ -21,9 +21,10 @@ import numpy as np
 import xarray as xr
 
 from distforest import location
-from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.persistence import Array, Field, Persisted, as_list, as_tuple
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.xforest_similarity import (
     SIMILARITY_NAMES,
@@ -32,6 +33,7 @@ from distforest.forests.xforest_similarity import (
     store_tile,
 )
 from distforest.io import Table, load_table
+from distforest.io.in_memory import check_in_memory
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
@@ -46,7 +48,7 @@ Progress = Callable[[str, int, int], None]
 NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
 
 
-class XForest(DaskEstimator):
+class XForest(Persisted, DaskEstimator):
     """Approximate random-projection trees (X-Forest) and their beta-similarity.
 
     Per tree, ``n_directions`` random unit directions are drawn; the node at
@@ -292,7 +294,7 @@ class XForest(DaskEstimator):
         store: str | Path | None = None,
         *,
         overwrite: bool = False,
-        max_in_memory: int = 10_000,
+        max_in_memory: int | None = None,
     ) -> xr.DataArray:
         """Pairwise similarity of the training rows.
 
@@ -305,10 +307,13 @@ class XForest(DaskEstimator):
         store : str, Path or None
             Zarr store to write, one Dask task per upper-triangle tile (and its
             mirror).  The forest, ``depth``, ``path`` and ``leaves`` are saved
-            with it.  ``None``: an in-memory matrix (at most ``max_in_memory`` rows).
+            with it.  ``None``: an in-memory matrix (at most the in-memory limit).
         overwrite : bool
             Replace an existing store written by another fit.
-        max_in_memory : int
+        max_in_memory : int, optional
+            Without a store, refuse matrices of more than ``max_in_memory ** 2``
+            cells; default the ``distforest.in-memory-cells`` setting
+            (:mod:`distforest.io.in_memory`, 100,000,000 cells).
 
         Returns
         -------
@@ -322,12 +327,8 @@ class XForest(DaskEstimator):
         n = self.n_samples_
         attrs = {"kind": kind, "beta": beta, "n_trees": int(self.codes_.shape[1])}
         if store is None:
-            if n > max_in_memory:
-                raise ParameterError(
-                    f"an in-memory similarity for n={n} rows needs {n * n * 4 / 1e9:.1f} GB; "
-                    "pass store='similarity.zarr' to write it tile by tile (or raise "
-                    f"max_in_memory above {max_in_memory} if you have the memory)"
-                )
+            check_in_memory(n, n, what="similarity", itemsize=4, store="similarity.zarr",
+                            max_in_memory=max_in_memory)  # fmt: skip
             plan = TilePlan(n, n, self.params_["tile_size"], symmetric=True)
             values = matrix_in_memory(plan, arrays_tile, (self.codes_, self.depth_, beta))
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
@@ -400,39 +401,24 @@ class XForest(DaskEstimator):
 
     # -- storing --------------------------------------------------------------
 
-    def _provenance(self) -> dict[str, Any]:
-        params = dict(self.params_)
-        params["random_state"] = self.random_state_
-        return {
-            "method": "xforest",
-            "params": params,
-            "input": {
-                **self.input_,
-                "n_samples": self.n_samples_,
-                "n_features": self.n_features_in_,
-                "feature_names": list(self.feature_names_in_),
-            },
-            "task": "unsupervised",
-            "n_trees": int(self.codes_.shape[1]),
-            "fit_id": self.fit_id_,
-        }
+    _store_tag = ("method", "xforest")
+    _store_hint = "use `distforest xforest` to make one"
+    _stored_fields = (
+        Field("input", "input_", decode=lambda d: {k: d[k] for k in ("source", "fingerprint")}),
+        Field("input.n_samples", "n_samples_"),
+        Field("input.n_features", "n_features_in_"),
+        Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+        Field("task", encode=lambda forest: "unsupervised"),
+        Field("n_trees", encode=lambda forest: int(forest.codes_.shape[1])),
+        Field("fit_id", "fit_id_"),
+    )
+    _stored_arrays = (
+        Array("leaves", "leaves_"),
+        Array("depth", "depth_"),
+        Array("path", "codes_"),
+    )
 
-    def save(
-        self, store: str | Path, *, overwrite: bool = False, attrs: dict[str, Any] | None = None
-    ) -> RunStore:
-        """Write the trees, ``leaves``, ``depth`` and ``path`` to a new store (no matrix).
-
-        Returns
-        -------
-        RunStore
-            Still marked ``running`` until the caller completes it.
-        """
-        self._check_fitted()
-        rs = RunStore.create(store, attrs={**self._provenance(), **(attrs or {})},
-                             overwrite=overwrite)  # fmt: skip
-        n, n_trees, _ = self.codes_.shape
-        rows = self.params_["tile_size"]
-        rs.write_coordinates(n, n_trees)
+    def _save_parts(self, rs: RunStore, tile_size: int) -> None:
         nodes = {c: np.ascontiguousarray(self.nodes_[:, k]) for k, c in enumerate(NODE_COLUMNS)}
         nodes["threshold"] = self.thresholds_
         rs.write_forest(nodes, np.diff(self.node_offset_), self.seeds_)
@@ -441,56 +427,16 @@ class XForest(DaskEstimator):
         forest.write_array("directions", self.directions_, ("direction", "feature"))
         forest.write_array("feature_min", self.feature_min_, ("feature",))
         forest.write_array("feature_scale", self.feature_scale_, ("feature",))
-        for name, values in (("leaves", self.leaves_), ("depth", self.depth_)):
-            rs.write_named(name, values, rows=rows)
-        rs.write_named("path", self.codes_, rows=rows)
-        return rs
 
-    @classmethod
-    def load(cls, store: str | Path) -> XForest:
-        """A fitted XForest from a store written by :meth:`save` or :meth:`similarity`.
-
-        Parameters
-        ----------
-        store : str or Path
-        """
-        rs = RunStore.open(store)
-        attrs = rs.attrs
-        if attrs.get("method") != "xforest":
-            raise StoreError(
-                f"{rs.path!r} was not written by XForest (method "
-                f"{attrs.get('method')!r}); use `distforest xforest` to make one"
-            )
-        params = dict(attrs["params"])
-        forest = cls(**params)
+    def _load_parts(self, rs: RunStore) -> None:
         f = rs.read_forest()
-        forest.params_ = params
-        forest.random_state_ = params["random_state"]
-        forest.n_samples_ = attrs["input"]["n_samples"]
-        forest.n_features_in_ = attrs["input"]["n_features"]
-        forest.feature_names_in_ = tuple(attrs["input"]["feature_names"])
-        forest.input_ = {k: attrs["input"][k] for k in ("source", "fingerprint")}
-        forest.fit_id_ = attrs["fit_id"]
-        forest.feature_min_, forest.feature_scale_ = f["feature_min"], f["feature_scale"]
-        forest.seeds_ = f["seed"]
-        forest.nodes_ = np.stack([f[c] for c in NODE_COLUMNS], axis=1).astype(np.int32)
-        forest.thresholds_ = f["threshold"]
-        forest.node_offset_ = f["node_offset"]
-        forest.directions_ = f["directions"]
-        forest.direction_offset_ = f["direction_offset"]
-        for name, attr in (("leaves", "leaves_"), ("depth", "depth_"), ("path", "codes_")):
-            setattr(forest, attr, rs.read(name))
-        return forest
-
-    def _open_or_create(self, store: str | Path, overwrite: bool) -> RunStore:
-        path = store
-        if location.exists(path):
-            with contextlib.suppress(StoreError):
-                rs = RunStore.open(path, mode="r+")
-                if rs.attrs.get("fit_id") == self.fit_id_:
-                    rs.mark_running()
-                    return rs
-        return self.save(path, overwrite=overwrite)
+        self.feature_min_, self.feature_scale_ = f["feature_min"], f["feature_scale"]
+        self.seeds_ = f["seed"]
+        self.nodes_ = np.stack([f[c] for c in NODE_COLUMNS], axis=1).astype(np.int32)
+        self.thresholds_ = f["threshold"]
+        self.node_offset_ = f["node_offset"]
+        self.directions_ = f["directions"]
+        self.direction_offset_ = f["direction_offset"]
 
 
 def _offsets(counts: list[np.ndarray]) -> np.ndarray:

@@ -27,9 +27,7 @@ import zarr
 
 from distforest import settings
 from distforest.errors import InputError
-
-#: Largest Dask or xarray matrix (bytes) turned into a NumPy array; bigger ones must be on disk.
-MAX_IN_MEMORY_BYTES = 2 * 1024**3
+from distforest.io.in_memory import fits_in_memory, in_memory_cells
 
 #: Array names tried, in order, in a Zarr group holding several arrays.
 PREFERRED_NAMES = ("similarity", "distance", "S", "D", "Q", "matrix")
@@ -275,10 +273,11 @@ def load_matrix(source: Any, what: str = "the matrix") -> np.ndarray | StoredMat
     else:
         data: Any = getattr(source, "data", None) if hasattr(source, "dims") else source
         if hasattr(data, "compute") and hasattr(data, "chunks"):  # dask
-            nbytes = int(np.prod(data.shape)) * data.dtype.itemsize
-            if nbytes > MAX_IN_MEMORY_BYTES:
+            if not fits_in_memory(*data.shape):
+                nbytes = int(np.prod(data.shape)) * data.dtype.itemsize
                 raise InputError(
-                    f"{what} is a Dask array of {nbytes / 1e9:.1f} GB; write it to Zarr by rows "
+                    f"{what} is a Dask array of {nbytes / 1e9:.1f} GB, above the in-memory "
+                    f"limit of {in_memory_cells():,} cells; write it to Zarr by rows "
                     "first (array.rechunk((1, -1)).to_zarr('S.zarr')) and pass the path, so "
                     "tasks read only the rows they need"
                 )

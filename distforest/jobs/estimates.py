@@ -237,13 +237,26 @@ def estimate_kmeans(n: int, k: int, n_init: int, iterations: int) -> dict[str, A
     }
 
 
-def estimate_impute(n: int, d: int, params: dict[str, Any]) -> dict[str, Any]:
-    """Disk, memory and computing of ``params["iterations"]`` forest refits on ``n x d``."""
+def estimate_impute(n: int, d: int, params: dict[str, Any], columns: int | None = None
+                    ) -> dict[str, Any]:  # fmt: skip
+    """Disk, memory and computing of ``params["iterations"]`` passes on ``n x d``.
+
+    A pass of ``proximity: column`` fits one forest per column with missing
+    values (``columns``; None: all ``d``) on the others; the other proximities
+    refit one forest on all columns.  Column passes may stop earlier
+    (missForest's rule): the time is an upper bound.
+    """
     trees, iterations = int(params["n_estimators"]), int(params["iterations"])
+    max_features = params.get("max_features", "auto")
+    if params.get("proximity") == "column":
+        per_pass = (d if columns is None else columns) * fit_seconds(trees, n, max(d - 1, 1),
+                                                                     max_features)  # fmt: skip
+    else:
+        per_pass = fit_seconds(trees, n, d, max_features)
     return {
         "disk_bytes": 12 * n * (d + 2),
         "memory_bytes": 2 * n * trees * 5 + 6 * 8 * n * d,
-        "cpu_seconds": iterations * fit_seconds(trees, n, d, params.get("max_features", "auto")),
+        "cpu_seconds": iterations * per_pass,
     }
 
 

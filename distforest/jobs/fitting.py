@@ -104,7 +104,7 @@ def score_rows(model: str, input: str, id_column: str | None, method: str,
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.parallel.placement import place
 
-    forest = ProximityForest.from_store(model)
+    forest = ProximityForest.load(model)
     table = new_rows_table(forest, input, id_column=id_column, na_values=na_values)
     with place(table.X.size, connect):
         result = scores_of(forest, table, method=method)

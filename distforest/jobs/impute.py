@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,8 +190,10 @@ def impute_command(
     categorical: tuple[str, ...] = (),
     overwrite: bool = False,
     progress: Any = None,
-) -> str:
-    """``distforest impute``: check, impute where placement says, write; the summary."""
+    dry_run: bool = False,
+) -> Any:
+    """``distforest impute``: check, impute where placement says, write; the summary
+    (``dry_run``: the :class:`~distforest.jobs.plan.Plan`, nothing run or written)."""
     from distforest.apps.impute import ProximityImputer
     from distforest.apps.partitioned_impute import is_folder
     from distforest.jobs.estimates import check_size, estimate_impute
@@ -198,6 +201,10 @@ def impute_command(
     from distforest.parallel.placement import place
 
     start = time.perf_counter()
+    if dry_run:
+        return impute_plan(input, out, params, connect, target=target, drop=drop,
+                           na_values=na_values, categorical=categorical,
+                           overwrite=overwrite)  # fmt: skip
     if partitioned_input(input) or is_folder(out):  # by partitions: never whole here
         ProximityImputer(**params)._settings()  # bad values refused before any cluster
         result = impute_by_partitions(input, out, params, connect, target=target, drop=drop,
@@ -208,12 +215,79 @@ def impute_command(
                            categorical=categorical, overwrite=overwrite)  # fmt: skip
     checked = ProximityImputer(**params)._settings()  # bad values refused before any cluster
     n, d = plan.features.shape
-    check_size(f"imputing {input} ({n:,} rows)", estimate_impute(n, d, checked),
+    holes = int(plan.features.isna().any().sum())
+    check_size(f"imputing {input} ({n:,} rows)", estimate_impute(n, d, checked, holes),
                f"--iterations ({checked['iterations']}) and --trees "
                f"({checked['n_estimators']:,})")  # fmt: skip
     with place(plan.features.size, connect) as where:
         imputer, shape, written = run_imputation(plan, params, where.client, progress)
     return summary(imputer, input, shape, written, time.perf_counter() - start)
+
+
+def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str, Any], *,
+                target: str | None = None, drop: tuple[str, ...] = (),
+                na_values: tuple[str, ...] = (), categorical: tuple[str, ...] = (),
+                overwrite: bool = False) -> Any:  # fmt: skip
+    """The :class:`~distforest.jobs.plan.Plan` of ``distforest impute --dry-run``.
+
+    Its tasks are the fit batches of every pass: one forest per column with
+    missing values for ``proximity: column`` (at most ``iterations`` passes:
+    missForest's rule may stop earlier), one forest on all columns for the
+    others.  Their products are noted, not counted.  A table read by
+    partitions is not loaded: every feature column is counted as missing values.
+    """
+    from distforest import location
+    from distforest.apps.impute import ProximityImputer
+    from distforest.apps.partitioned_impute import is_folder
+    from distforest.jobs.command_plans import PRODUCTS_NOTE
+    from distforest.jobs.estimates import estimate_impute, free_space
+    from distforest.jobs.inputs import input_shape, partitioned_input
+    from distforest.jobs.plan import Plan, placement_of
+    from distforest.parallel import placement
+    from distforest.parallel.tasks import plan_tree_batches
+
+    checked = ProximityImputer(**params)._settings()
+    by_parts = partitioned_input(input) or is_folder(out)
+    if by_parts:
+        source, n, d = input_shape(input, target, drop=drop, na_values=na_values)
+        holes = d  # which columns miss values is known once the partitions are read
+    else:
+        table = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
+                                categorical=categorical, overwrite=overwrite)  # fmt: skip
+        (n, d), source = table.features.shape, input
+        holes = int(table.features.isna().any().sum())
+    where, threads = placement_of(n * d, connect)
+    if by_parts and not placement.cluster_named(options=connect):  # always on a cluster
+        threads = os.cpu_count() or 1
+        where = (f"on a LocalCluster started for the run (read by partitions; assuming "
+                 f"{threads} threads)")  # fmt: skip
+    trees, passes, how = checked["n_estimators"], checked["iterations"], checked["proximity"]
+    if how == "column":
+        batches = holes * len(ProximityImputer._column_settings(checked, n).batches())
+        forests = f"{trees} trees for each of {holes} column(s) with missing values"
+    else:
+        batches = len(plan_tree_batches(trees, threads, checked["batch_size"]))
+        forests, passes = f"{trees} trees on all columns", passes if holes else 1
+    need = estimate_impute(n, d, checked, holes)
+    return Plan(
+        title=f"impute: {n:,} rows x {d} features",
+        steps=[("input", source),
+               ("forests", f"{how} proximity: {forests}, "
+                           + (f"at most {passes} pass(es)" if how == "column"
+                              else f"{passes} pass(es)")),
+               ("writes", str(out))],
+        tasks=passes * batches,
+        tiles=0,
+        disk={"imputed table": need["disk_bytes"]},
+        free_bytes=free_space(location.parent(out)),
+        worker_bytes=need["memory_bytes"],
+        cpu_seconds=need["cpu_seconds"],
+        threads=threads,
+        where=where,
+        notes=([PRODUCTS_NOTE] if how != "column" else [])
+        + ["  note:         read by partitions: every feature column counted as having missing "
+           "values (an upper bound)"] * by_parts,
+    )  # fmt: skip
 
 
 def impute_stage_by_partitions(job: Any, params: dict[str, Any], out: str,

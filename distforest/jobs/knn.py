@@ -6,22 +6,20 @@ A :class:`KNNJob` is built from YAML by :func:`knn_job`, previewed by
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from distforest import location
-from distforest._version import __version__
 from distforest.apps.knn import WEIGHTS
 from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
-from distforest.jobs.estimates import SECONDS_PER, free_space
+from distforest.jobs.base import TableJob, input_fields, new_run_id
+from distforest.jobs.estimates import SECONDS_PER, fit_seconds, free_space
 from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, predict_to_csv
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.plan import Plan, placement_of
@@ -43,35 +41,24 @@ NOT_WITH_KNN = ("forest", "proximity", "impute", "outliers", "mislabels", "mds",
 PREDICT_KEYS = ("input", "out")
 
 
-@dataclass
-class KNNJob:
+@dataclass(kw_only=True)
+class KNNJob(TableJob):
     """One k-NN run: input, optional top-k neighbours store, optional model (+ predictions)."""
 
-    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
     job_kind: ClassVar[str] = "knn"
 
-    input: str
-    target: str | None = None
-    drop: tuple[str, ...] = ()
-    na_values: tuple[str, ...] = ()
-    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
-    decimal: str | None = None
     #: ``{"metric", "k", "normalize", "algorithm", "out"}`` (``out`` a store path).
     neighbors: dict[str, Any] | None = None
     #: ``{"task", "k", "weights", "metric", "normalize", "n_estimators",
     #: "random_state", "model", "predict": {"input", "out"}}``.
     knn: dict[str, Any] | None = None
-    overwrite: bool = False
-    connect: dict[str, Any] = field(default_factory=dict)
     name: str = "knn"
 
     def spec(self, table: Any) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "neighbors", "knn")
-        spec = {k: v for k, v in asdict(self).items() if k in keep}
-        spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
-        spec["distforest_version"] = __version__
-        return json.loads(json.dumps(spec, default=str))
+        return self.spec_of(keep, input={"source": table.source,
+                                         "fingerprint": table.fingerprint()})  # fmt: skip
 
     @property
     def out(self) -> str:
@@ -85,20 +72,8 @@ class KNNJob:
             parts.append(f"k-NN model ({self.knn['metric']}, k={self.knn['k']})")
         return " and ".join(parts)
 
-    def plan(self) -> Plan:
-        """What the job would do (``--dry-run``): reads the input, runs nothing."""
-        return knn_plan(self)
-
-    def run(self, progress: Any = None, *, restart: bool = False,
-            run_id: str | None = None) -> JobResult:  # fmt: skip
-        """Run the job under the run protocol of a job with one store per stage
-        (:func:`~distforest.jobs.runs.run_per_output`)."""
-        run_id = run_id or uuid.uuid4().hex[:8]
-        return run_per_output(self, lambda: run_knn_job(self, progress, restart=restart,
-                                                        run_id=run_id), run_id=run_id)  # fmt: skip
-
     def summary(self, result: JobResult) -> str:
-        """The lines that tell the user what the run wrote."""
+        """The lines that tell the user what the run wrote (a k-NN headline)."""
         return knn_summary(result)
 
 
@@ -161,9 +136,7 @@ def knn_job(
     return KNNJob(
         input=input_path,
         target=target,
-        drop=tuple(inp.get("drop") or ()),
-        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
-        decimal=inp.get("decimal"),
+        **input_fields(inp),
         neighbors=neighbors,
         knn=model,
         overwrite=bool(sections["output"].get("overwrite", False)),
@@ -215,13 +188,14 @@ def _predict_section(section: Any, out_dir: Path, source: str, today_path: Any) 
     return {"input": path, "out": str(out_dir / section["out"])}
 
 
+@KNNJob.plans
 def knn_plan(job: KNNJob) -> Plan:
     """What ``distforest run --dry-run`` shows for a k-NN pipeline: reads the inputs, runs
     nothing."""
     from distforest.forests.neighbors import query_batch_size, resolve_algorithm
     from distforest.parallel.tasks import plan_batches, plan_tree_batches
 
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    table = load_table(job.input, **job.table_kw())
     n, d = table.n_samples, table.n_features
     nb, model = job.neighbors, job.knn
     forest = model is not None and model["metric"] in FOREST_METRICS
@@ -240,6 +214,7 @@ def knn_plan(job: KNNJob) -> Plan:
     if model:
         fit_tasks = len(plan_tree_batches(model["n_estimators"], threads, None)) if forest else 0
         tasks += fit_tasks
+        cpu += fit_seconds(model["n_estimators"], n, d) if forest else 0.0
         disk["model (rows, forest)"] = 8 * n * d + (n * model["n_estimators"] * 5 if forest else 0)
         steps.append(("model", f"k={model['k']}, {model['weights']}, {model['metric']}, "
                                f"normalize {model['normalize']}"
@@ -270,6 +245,16 @@ def knn_plan(job: KNNJob) -> Plan:
     )
 
 
+@KNNJob.runs
+def run_knn_protocol(job: KNNJob, progress: Any = None, *, restart: bool = False,
+                     run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Run the job under the run protocol of a job with one store per stage
+    (:func:`~distforest.jobs.runs.run_per_output`)."""
+    run_id = run_id or new_run_id()
+    return run_per_output(job, lambda: run_knn_job(job, progress, restart=restart,
+                                                   run_id=run_id), run_id=run_id)  # fmt: skip
+
+
 def run_knn_job(
     job: KNNJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -284,7 +269,7 @@ def run_knn_job(
     search or a forest metric.
     """
     start = time.perf_counter()
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values)
+    table = load_table(job.input, **job.table_kw())
     spec = job.spec(table)
     digest = spec_hash(spec)
     record = {"spec": spec, "spec_hash": digest, "job": job.name, "run_id": run_id}

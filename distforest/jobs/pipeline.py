@@ -46,6 +46,7 @@ from distforest.apps.impute import ProximityImputer
 from distforest.errors import ConfigError, DistforestError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.proximity_forest import ProximityForest
+from distforest.jobs.base import input_fields
 from distforest.jobs.knn import KNNJob, knn_job
 from distforest.jobs.pipeline_schema import (
     APPS,
@@ -317,17 +318,15 @@ def load_pipeline(
 
 def _proximity_job(path: str | Path, data: Mapping[str, Any], sections: dict[str, dict],
                    input_path: str, out_dir: Any, connect: dict[str, Any], source: str,
-                   extras: dict[str, dict[str, Any]]) -> ProximityJob:  # fmt: skip
+                   extras: dict[str, Any]) -> ProximityJob:  # fmt: skip
     """The job of a proximity pipeline (the kind of a file with no other kind's sections)."""
     inp, out = sections["input"], sections["output"]
     plot = out.get("plot")
     return ProximityJob(
         input=input_path,
         target=inp.get("target"),
-        drop=tuple(inp.get("drop") or ()),
-        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
+        **input_fields(inp),
         id=inp.get("id"),
-        decimal=inp.get("decimal"),
         forest=dict(sections["forest"]),
         method=sections["proximity"].get("method", "original"),
         top_k=sections["proximity"].get("top_k"),

@@ -114,6 +114,8 @@ def show_plan(plan: Plan) -> str:
 
 
 def _seconds(seconds: float) -> str:
+    if seconds < 1:  # three decimals: a small job's estimate is still a number to compare
+        return f"{seconds:.3f} s"
     if seconds < 60:
         return f"{seconds:.1f} s"
     if seconds < 3600:

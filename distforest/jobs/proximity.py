@@ -16,30 +16,27 @@ It is safe to run again:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from distforest import location
-from distforest._version import __version__
 from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
 from distforest.jobs.applications import APP_STAGES, app_stages, check_outputs
+from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import check_disk, check_size, estimate
 from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.plan import Plan, proximity_plan
 from distforest.jobs.report import check_reports, write_report
 from distforest.jobs.result import JobResult
-from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
+from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore
@@ -47,30 +44,20 @@ from distforest.store.run_store import RunStore
 logger = logging.getLogger("distforest")
 
 
-@dataclass
-class ProximityJob:
+@dataclass(kw_only=True)
+class ProximityJob(ForestJob):
     """Everything one proximity run needs (already type-checked)."""
 
-    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
     job_kind: ClassVar[str] = "proximity"
 
-    input: str
-    out: str
-    target: str | None = None
-    drop: tuple[str, ...] = ()
-    na_values: tuple[str, ...] = ()
     #: Column of row IDs (the stores' ``sample`` coordinates, the CSVs' first column).
     id: str | None = None
-    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
-    decimal: str | None = None
-    forest: dict[str, Any] = field(default_factory=dict)
     method: str = "original"
     #: Write each row's ``top_k`` proximity neighbours instead of the n x n matrix.
     top_k: int | None = None
     #: With ``top_k``: write the n x n matrix as well.
     dense: bool = False
     plot: str | None = None
-    overwrite: bool = False
     #: ``{"out": csv, "plot": png}`` to also write outlier scores.
     outliers: dict[str, Any] | None = None
     #: ``{"out": csv}`` to rank suspected mislabels.
@@ -79,44 +66,25 @@ class ProximityJob:
     mds: dict[str, Any] | None = None
     #: ``{"out": path, "iterations": 5, "n_estimators": 100, ...}`` to impute the input.
     impute: dict[str, Any] | None = None
-    #: Keyword arguments of :func:`distforest.parallel.cluster.connect`.
-    connect: dict[str, Any] = field(default_factory=dict)
     #: Directory for ``report.json`` and ``report.md`` (None: no report).
     report_dir: str | None = None
     name: str = "proximity"
-    #: The pipeline file the job came from, if any.
-    source: str | None = None
 
     def spec(self, table: Table | PendingInput) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
-        keep = ("target", "drop", "na_values", "forest", "method", "plot", *APP_STAGES)
-        spec = {k: v for k, v in asdict(self).items() if k in keep}
-        if self.id is not None:  # (absent otherwise: earlier runs keep their spec)
-            spec["id"] = self.id
-        if self.top_k is not None:  # (only then: the spec of a dense-only job is unchanged)
-            spec["top_k"], spec["dense"] = self.top_k, self.dense
-        spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
-        spec["distforest_version"] = __version__
-        return json.loads(json.dumps(spec, default=str))
-
-    def plan(self) -> Plan:
-        """What the job would do (``--dry-run``): reads the input, runs nothing."""
-        return plan_proximity_job(self)
-
-    def run(self, progress: Any = None, *, restart: bool = False,
-            run_id: str | None = None) -> JobResult:  # fmt: skip
-        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
-        return run_proximity_job(self, progress, restart=restart, run_id=run_id)
+        keep: tuple[str, ...] = ("target", "drop", "na_values", "forest", "method", "plot",
+                                 *APP_STAGES)  # fmt: skip
+        # id and top-k only when given: the specs of earlier runs are unchanged
+        keep += ("id",) * (self.id is not None) + ("top_k", "dense") * (self.top_k is not None)
+        return self.spec_of(keep, input={"source": table.source,
+                                         "fingerprint": table.fingerprint()})  # fmt: skip
 
     def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         return f"{self.method} proximity"
 
-    def summary(self, result: JobResult) -> str:
-        """The lines that tell the user what the run wrote."""
-        return summary_lines(result)
 
-
+@ProximityJob.runs
 def run_proximity_job(
     job: ProximityJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -127,7 +95,7 @@ def run_proximity_job(
     resuming and re-running.
     """
     start = time.perf_counter()
-    run_id = run_id or uuid.uuid4().hex[:8]
+    run_id = run_id or new_run_id()
     table = _read_input(job)
     if job.mislabels and isinstance(table, Table):
         require_classes(job.forest.get("task", "auto"), table.y, table.target_name, "mislabels")
@@ -170,6 +138,7 @@ def run_proximity_job(
                         shortcut=shortcut, simple_report=False)  # fmt: skip
 
 
+@ProximityJob.plans
 def plan_proximity_job(job: ProximityJob) -> Plan:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
     _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
@@ -181,8 +150,7 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
     """The job's table: loaded whole, or (a glob, a folder of parts, a large file) its
     partitions' summaries only, the encoded rows written into the job's store later."""
     if not partitioned_input(job.input):
-        return load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
-                          id=job.id)  # fmt: skip
+        return load_table(job.input, **job.table_kw(), id=job.id)
     if job.impute and job.impute.get("from") == "proximity":
         raise InputError(
             f"{job.input}: impute.from: proximity reads the n x n matrix of a table loaded "
@@ -253,7 +221,7 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
     need = estimate(job, table.n_samples, table.n_features)
     check_disk(Path(job.out).parent, 0 if have else need["disk_bytes"])
     logger.info("%s holds this forest: adding its %s matrix", job.out, job.method)
-    forest = ProximityForest.from_store(job.out)
+    forest = ProximityForest.load(job.out)
     rs = RunStore.open(job.out, mode="r+")
     rs.mark_running()
     outputs: dict[str, str] = {}
@@ -273,11 +241,8 @@ def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
 
 def _fit_stage(job: ProximityJob, table: Any, run: Run) -> tuple[ProximityForest, RunStore, Stages]:
     """Fit (or, resuming, load) the forest; it runs where :func:`place` says."""
-    if run.stages is not None and run.stages.done("fit"):
-        logger.info("resuming run %s: loading the saved forest from %s", run.run_id, job.out)
-        forest = ProximityForest.from_store(job.out)
-        return (forest, *resume_store(job.out, run.run_id))
-    with stage("fit") as done:
+
+    def fit(done: Stage) -> tuple[ProximityForest, RunStore]:
         if isinstance(table, PendingInput):  # rows into the store, trees read them there
             forest = ProximityForest(**job.forest).fit(table.write(job.out, run.record))
             rs = RunStore.open(job.out, mode="r+")
@@ -285,9 +250,10 @@ def _fit_stage(job: ProximityJob, table: Any, run: Run) -> tuple[ProximityForest
             forest = ProximityForest(**job.forest).fit(table)
             # the spec from the store's first moment
             rs = forest.save(job.out, overwrite=True, attrs=run.record)
-        done.stages = Stages(rs)
         done.info["trees"] = int(forest.leaves_.shape[1])
-    return forest, rs, done.stages
+        return forest, rs
+
+    return load_or_fit(run, job.out, lambda: ProximityForest.load(job.out), fit, "forest")
 
 
 def writes_dense(job: ProximityJob) -> bool:

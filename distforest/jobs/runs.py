@@ -167,6 +167,31 @@ class Run:
     took_over: dict[str, Any] | None
 
 
+def load_or_fit(run: Run, out: str, load: Callable[[], Any],
+                fit: Callable[[Stage], tuple[Any, RunStore]],
+                what: str = "model") -> tuple[Any, RunStore, Stages]:  # fmt: skip
+    """The fit stage of every job: the saved model when resuming, else a new one, saved.
+
+    When ``run`` resumes a run whose fit stage finished, ``load()`` reads the
+    model from ``out`` and the store is reopened for this run
+    (:func:`resume_store`).  Otherwise ``fit(done)`` fits the model, saves it
+    to ``out`` (the store records ``run.record`` from its first moment) and
+    returns ``(model, store)``; it may add outputs and facts to ``done``, the
+    :class:`Stage` recorded as ``fit`` in that store when it returns.
+
+    Returns
+    -------
+    (model, store, stages)
+    """
+    if run.stages is not None and run.stages.done("fit"):
+        logger.info("resuming run %s: loading the saved %s from %s", run.run_id, what, out)
+        return (load(), *resume_store(out, run.run_id))
+    with stage("fit") as done:
+        model, rs = fit(done)
+        done.stages = Stages(rs)
+    return model, rs, done.stages
+
+
 def run_protocol(
     job: Any,
     spec: dict[str, Any],

@@ -21,18 +21,16 @@ complete, a changed config refused unless ``--restart``.
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from distforest import location
-from distforest._version import __version__
 from distforest.errors import ConfigError, StoreError
 from distforest.forests.constraints import PROXIMITY_METHODS
+from distforest.jobs.base import JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER, free_space
 from distforest.jobs.outputs import check_new_file, write_csv
 from distforest.jobs.plan import Plan, placement_of
@@ -49,52 +47,33 @@ NOT_WITH_MODEL = ("forest", "proximity", "outliers", "mislabels", "mds", "xfores
 REFIT_KEYS = ("iterations", "n_estimators", "max_samples")
 
 
-@dataclass
-class ScoreJob:
+@dataclass(kw_only=True)
+class ScoreJob(JobBase):
     """One scoring run: the rows of ``input`` against the saved forest in ``model``."""
 
-    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
     job_kind: ClassVar[str] = "score"
 
-    input: str
     model: str
     #: This run's own store (its spec and stages), not the model's.
     out: str
     #: The table the model was fitted on (for imputation); None: the one the model records.
     training: str | None = None
     id: str | None = None
-    na_values: tuple[str, ...] = ()
-    decimal: str | None = None
     #: ``{"out": csv, "method": "rfgap", "proximity_prediction": bool, "outliers": bool}``.
     score: dict[str, Any] | None = None
     #: ``{"out": csv, "proximity": "rfgap", "categorical_vote": "sum"}``.
     impute: dict[str, Any] | None = None
-    overwrite: bool = False
-    connect: dict[str, Any] = field(default_factory=dict)
     name: str = "score"
-    source: str | None = None
 
     def spec(self, fingerprint: str, fit_id: str) -> dict[str, Any]:
         """What determines the results: the model's fit, the rows, the options."""
-        keep = ("id", "na_values", "score", "impute", "training")
-        spec = {k: v for k, v in asdict(self).items() if k in keep}
-        spec["model"] = {"path": self.model, "fit_id": fit_id}
-        spec["input"] = {"source": self.input, "fingerprint": fingerprint}
-        spec["distforest_version"] = __version__
-        return json.loads(json.dumps(spec, default=str))
+        return self.spec_of(("id", "na_values", "score", "impute", "training"),
+                            model={"path": self.model, "fit_id": fit_id},
+                            input={"source": self.input, "fingerprint": fingerprint})  # fmt: skip
 
     def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         return f"scores of new rows against the model {self.model}"
-
-    def plan(self) -> Plan:
-        """What the job would do (``--dry-run``): opens the model, reads the rows."""
-        return plan_score_job(self)
-
-    def run(self, progress: Any = None, *, restart: bool = False,
-            run_id: str | None = None) -> JobResult:  # fmt: skip
-        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
-        return run_score_job(self, progress, restart=restart, run_id=run_id)
 
     def summary(self, result: JobResult) -> str:
         """The lines that tell the user what the run wrote."""
@@ -113,7 +92,7 @@ def _open_model(path: str) -> Any:
             f"model {path!r} is not complete (status {rs.attrs.get('status')!r}: a run still "
             "writing it, or killed); finish that run first (run it again: it resumes)"
         )
-    return ProximityForest.from_store(path)
+    return ProximityForest.load(path)
 
 
 def _sizes(job: ScoreJob) -> tuple[Any, Any]:
@@ -126,6 +105,7 @@ def _sizes(job: ScoreJob) -> tuple[Any, Any]:
     return forest, table
 
 
+@ScoreJob.plans
 def plan_score_job(job: ScoreJob) -> Plan:
     """What the job would do (``--dry-run``): opens the model, reads the rows, runs nothing."""
     forest, table = _sizes(job)
@@ -169,6 +149,19 @@ def plan_score_job(job: ScoreJob) -> Plan:
     )
 
 
+def score_plan(model: str, input: str, id_column: str | None, method: str,
+               na_values: tuple[str, ...], connect: dict[str, Any], *,
+               out: str) -> Plan:  # fmt: skip
+    """``distforest score --dry-run``: the plan of a scoring job writing the scores to ``out``
+    (the command keeps no run store: the pipeline's store step is left out)."""
+    job = ScoreJob(input=input, model=model, out=out, id=id_column, na_values=tuple(na_values),
+                   score={"out": out, "method": method}, connect=connect, name="score")  # fmt: skip
+    plan = plan_score_job(job)
+    plan.steps = [step for step in plan.steps if step[0] != "store"]
+    return plan
+
+
+@ScoreJob.runs
 def run_score_job(
     job: ScoreJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -176,7 +169,7 @@ def run_score_job(
     from distforest.apps.scoring import impute_rows, score_rows, training_features
 
     start = time.perf_counter()
-    run_id = run_id or uuid.uuid4().hex[:8]
+    run_id = run_id or new_run_id()
     forest, table = _sizes(job)
     X_train = None
     if job.impute:  # the training rows read (and checked) before anything is written
@@ -316,8 +309,7 @@ def score_job(
         out=str(out_dir / out.get("store", "scores.zarr")),
         training=templated(training) if training else None,
         id=inp.get("id"),
-        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
-        decimal=inp.get("decimal"),
+        **input_fields(inp, table=False),
         score=score,
         impute=impute,
         overwrite=bool(out.get("overwrite", False)),

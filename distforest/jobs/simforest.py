@@ -11,18 +11,15 @@ locked, resumable by stage, not repeated once complete.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from distforest import location
-from distforest._version import __version__
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import parse_metric
@@ -30,13 +27,13 @@ from distforest.forests.simforest import METRICS, SimilarityForestClassifier
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
+from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix
 from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
 from distforest.jobs.plan import Plan, simforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
+from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import cells_of, place
 from distforest.store.run_store import RunStore
 
@@ -146,32 +143,22 @@ def read_fit_input(
     return FitInput(X, np.asarray(table.y), X.shape[0], table.fingerprint(), attrs)
 
 
-@dataclass
-class SimForestJob:
-    """One SimForest run: the model, its proximity (in the model's store), outliers, MDS."""
+@dataclass(kw_only=True)
+class SimForestJob(ForestJob):
+    """One SimForest run: the model, its proximity (in the model's store), outliers, MDS.
 
-    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    Its ``forest`` holds keyword arguments of :class:`SimilarityForestClassifier`.
+    """
+
     job_kind: ClassVar[str] = "simforest"
 
-    input: str
-    out: str
     labels: str | None = None
-    target: str | None = None
-    drop: tuple[str, ...] = ()
-    na_values: tuple[str, ...] = ()
-    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
-    decimal: str | None = None
-    #: Keyword arguments of :class:`SimilarityForestClassifier`.
-    forest: dict[str, Any] = field(default_factory=dict)
     normalize: str = "zscore"
     method: str = "original"
     #: ``{"out": csv, "plot": png}`` sections, paths already under the output dir.
     outliers: dict[str, Any] | None = None
     mds: dict[str, Any] | None = None
-    overwrite: bool = False
-    connect: dict[str, Any] = field(default_factory=dict)
     name: str = "simforest"
-    source: str | None = None
 
     @property
     def matrix_input(self) -> bool:
@@ -182,55 +169,46 @@ class SimForestJob:
         """What determines the results: hashed to recognise the same job."""
         keep = ("labels", "target", "drop", "na_values", "forest", "normalize", "method",
                 "outliers", "mds")  # fmt: skip
-        spec = {k: v for k, v in asdict(self).items() if k in keep}
-        spec["input"] = {"source": self.input, "fingerprint": fingerprint}
-        spec["distforest_version"] = __version__
-        return json.loads(json.dumps(spec, default=str))
-
-    def plan(self) -> Plan:
-        """What the job would do (``--dry-run``): reads the input, runs nothing."""
-        return plan_simforest_job(self)
-
-    def run(self, progress: Any = None, *, restart: bool = False,
-            run_id: str | None = None) -> JobResult:  # fmt: skip
-        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
-        return run_simforest_job(self, progress, restart=restart, run_id=run_id)
+        return self.spec_of(keep, input={"source": self.input, "fingerprint": fingerprint})
 
     def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         return f"SimForest model and {self.method} proximity"
 
-    def summary(self, result: JobResult) -> str:
-        """The lines that tell the user what the run wrote."""
-        return summary_lines(result)
+    def read_input(self) -> FitInput:
+        """What the model is fitted on, read from the job's files."""
+        matrix = self.input if self.matrix_input else None
+        return read_fit_input(data=None if matrix else self.input, matrix=matrix,
+                              labels=self.labels, target=self.target, normalize=self.normalize,
+                              drop=self.drop, na_values=self.na_values)  # fmt: skip
 
 
+@SimForestJob.plans
 def plan_simforest_job(job: SimForestJob) -> Plan:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
-    fit_input = read_fit_input(
-        data=None if job.matrix_input else job.input,
-        matrix=job.input if job.matrix_input else None,
-        labels=job.labels, target=job.target, normalize=job.normalize, drop=job.drop,
-        na_values=job.na_values,
-    )  # fmt: skip
+    fit_input = job.read_input()
     return simforest_plan(job, fit_input.n, cells_of(fit_input.source))
 
 
+@SimForestJob.runs
 def run_simforest_job(
     job: SimForestJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
     """Fit, save, write the proximity and the applications; resumable by stage."""
     start = time.perf_counter()
-    run_id = run_id or uuid.uuid4().hex[:8]
-    fit_input = read_fit_input(
-        data=None if job.matrix_input else job.input,
-        matrix=job.input if job.matrix_input else None,
-        labels=job.labels, target=job.target, normalize=job.normalize, drop=job.drop,
-        na_values=job.na_values,
-    )  # fmt: skip
+    run_id = run_id or new_run_id()
+    fit_input = job.read_input()
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        stages, replace, record = run.stages, run.replace, run.record
+        def fit(done: Stage) -> tuple[SimilarityForestClassifier, RunStore]:
+            forest = SimilarityForestClassifier(**job.forest).fit(fit_input.source, fit_input.y)
+            rs = forest.save(job.out, overwrite=True, complete=False,
+                             attrs={**fit_input.attrs, **run.record})  # fmt: skip
+            done.outputs = {"model": rs.path}
+            done.info["evaluations"] = forest.n_similarity_evaluations_
+            return forest, rs
+
+        replace = run.replace
         for section in (job.outliers, job.mds):
             for key in ("out", "plot"):
                 check_new_file((section or {}).get(key), replace)
@@ -239,19 +217,9 @@ def run_simforest_job(
         check_disk(location.parent(job.out), need, replaces=job.out)
         cells = cells_of(fit_input.source)
         with place(cells, job.connect, progress=progress, watch=True) as where:
-            if stages is not None and stages.done("fit"):
-                logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
-                forest = SimilarityForestClassifier.load(job.out)
-                rs, stages = resume_store(job.out, run_id)
-            else:
-                with stage("fit") as done:
-                    forest = SimilarityForestClassifier(**job.forest)
-                    forest.fit(fit_input.source, fit_input.y)
-                    rs = forest.save(job.out, overwrite=True, complete=False,
-                                     attrs={**fit_input.attrs, **record})  # fmt: skip
-                    stages = done.stages = Stages(rs)
-                    done.outputs = {"model": rs.path}
-                    done.info["evaluations"] = forest.n_similarity_evaluations_
+            forest, rs, stages = load_or_fit(
+                run, job.out, lambda: SimilarityForestClassifier.load(job.out), fit
+            )
             if not stages.done("proximity"):
                 with stage("proximity", stages):
                     forest.proximity(job.method, store=job.out, complete=False)
@@ -338,9 +306,7 @@ def simforest_job(
         out=str(out_dir / out.get("store", "simforest.zarr")),
         labels=labels,
         target=inp.get("target"),
-        drop=tuple(inp.get("drop") or ()),
-        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
-        decimal=inp.get("decimal"),
+        **input_fields(inp),
         forest=forest,
         normalize=normalize,
         method=sections["proximity"].get("method", "original"),

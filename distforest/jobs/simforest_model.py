@@ -136,3 +136,60 @@ def predict_to_csv(forest: Any, source: Any, out: str) -> str:
     for k, label in enumerate(forest.classes_):
         frame[f"proba_{label}"] = proba[:, k]
     return write_csv(frame, out)
+
+
+def predict_plan(forest: Any, source: Any, model: str, out: str, connect: dict[str, Any]) -> Any:
+    """The :class:`~distforest.jobs.plan.Plan` of ``simforest predict --dry-run``: one task
+    per block of test objects (as :meth:`SimilarityForestClassifier.predict_proba` cuts them)."""
+    import math
+
+    from distforest import location
+    from distforest.forests.simforest import BLOCK_BYTES
+    from distforest.jobs.estimates import SECONDS_PER, free_space
+    from distforest.jobs.plan import Plan, placement_of
+    from distforest.parallel.placement import cells_of
+    from distforest.parallel.tasks import plan_batches
+
+    _, function, n, per_row = forest._test_source(source, None)
+    blocks = len(plan_batches(n, max(1, min(n, BLOCK_BYTES // (8 * max(1, per_row))))))
+    where, threads = placement_of(cells_of(source), connect)
+    width = 1 if function is None else int(np.shape(source)[1])  # values read per similarity
+    trees, classes = len(forest.trees_), len(forest.classes_)
+    return Plan(
+        title=f"simforest predict: {n:,} objects against a {forest.n_samples_:,}-object model",
+        steps=[("input", model), ("predict", f"{trees} trees in {blocks} task(s)"),
+               ("writes", str(out))],
+        tasks=blocks,
+        tiles=0,
+        disk={"predictions (CSV)": n * 24 * (1 + classes)},
+        free_bytes=free_space(location.parent(out)),
+        worker_bytes=8 * cells_of(source) + 8 * n * classes,
+        # one similarity per node on the way down each tree (two objects of its pair)
+        cpu_seconds=SECONDS_PER["measure"] * n * trees * 2 * width
+        * math.log2(max(forest.n_samples_, 2)),
+        threads=threads,
+        where=where,
+    )  # fmt: skip
+
+
+def predict_command(model: str, data: str | None, matrix: str | None, distances: str | None,
+                    out: str, overwrite: bool, na_values: tuple[str, ...],
+                    connect: dict[str, Any], progress: Any = None,
+                    dry_run: bool = False) -> Any:  # fmt: skip
+    """``distforest simforest predict``: the predictions written and the summary line, or
+    (``dry_run``) the plan, nothing written."""
+    import time
+
+    from distforest.jobs.outputs import check_new_file
+    from distforest.parallel.placement import cells_of, place
+
+    start = time.perf_counter()
+    check_new_file(out, overwrite)
+    forest, source, n, temporary = read_predict_input(model, data, matrix, distances, na_values,
+                                                      out)  # fmt: skip
+    with temporary:
+        if dry_run:
+            return predict_plan(forest, source, model, out, connect)
+        with place(cells_of(source), connect, progress=progress):
+            path = predict_to_csv(forest, source, out)
+    return f"{n} predictions in {time.perf_counter() - start:.1f} s\n  predictions:  {path}"

@@ -22,31 +22,28 @@ by stage (``fit``, ``distance``), not repeated once complete.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shutil
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from distforest import location
-from distforest._version import __version__
 from distforest.errors import ConfigError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
 from distforest.io.distances import load_distances
+from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
 from distforest.jobs.plan import Plan, smerf_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
+from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -61,39 +58,26 @@ NOT_WITH_SMERF = ("forest", "proximity", "impute", "outliers", "mislabels", "mds
                   "clustering", "simforest", "neighbors", "knn")  # fmt: skip
 
 
-@dataclass
-class SmerfJob:
-    """One SMERF run: the model (``out``) and optionally a learned-distance store."""
+@dataclass(kw_only=True)
+class SmerfJob(ForestJob):
+    """One SMERF run: the model (``out``) and optionally a learned-distance store.
 
-    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    Its ``forest`` holds keyword arguments of :class:`SMERF`.
+    """
+
     job_kind: ClassVar[str] = "smerf"
 
-    input: str
-    out: str
     #: The observed distances (.npy or Zarr); None: 1[y_a != y_b] of ``target``.
     distances: str | None = None
-    target: str | None = None
-    drop: tuple[str, ...] = ()
-    na_values: tuple[str, ...] = ()
-    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
-    decimal: str | None = None
-    #: Keyword arguments of :class:`SMERF`.
-    forest: dict[str, Any] = field(default_factory=dict)
     tile_size: int = C.SMERF_TILE
     #: ``{"out": store, "rows": path or None, "against": path or None, "oob": bool}``.
     distance: dict[str, Any] | None = None
-    overwrite: bool = False
-    connect: dict[str, Any] = field(default_factory=dict)
     name: str = "smerf"
-    source: str | None = None
 
     def spec(self, fingerprints: dict[str, str]) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("distances", "target", "drop", "na_values", "forest", "tile_size", "distance")
-        spec = {k: v for k, v in asdict(self).items() if k in keep}
-        spec["input"] = {"source": self.input, "fingerprints": fingerprints}
-        spec["distforest_version"] = __version__
-        return json.loads(json.dumps(spec, default=str))
+        return self.spec_of(keep, input={"source": self.input, "fingerprints": fingerprints})
 
     def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
@@ -103,19 +87,6 @@ class SmerfJob:
         rows = "out-of-bag training" if d["oob"] else d["rows"] or "training"
         return f"SMERF model and distances ({rows} rows x {d['against'] or 'training rows'})"
 
-    def plan(self) -> Plan:
-        """What the job would do (``--dry-run``): reads the input, runs nothing."""
-        return plan_smerf_job(self)
-
-    def run(self, progress: Any = None, *, restart: bool = False,
-            run_id: str | None = None) -> JobResult:  # fmt: skip
-        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
-        return run_smerf_job(self, progress, restart=restart, run_id=run_id)
-
-    def summary(self, result: JobResult) -> str:
-        """The lines that tell the user what the run wrote."""
-        return summary_lines(result)
-
 
 def class_distances(table: Table) -> np.ndarray:
     """``D = 1[y_a != y_b]`` (float32) of the table's target: the Gini distance."""
@@ -123,10 +94,10 @@ def class_distances(table: Table) -> np.ndarray:
     return (y[:, None] != y[None, :]).astype(np.float32)
 
 
+@SmerfJob.plans
 def plan_smerf_job(job: SmerfJob) -> Plan:
     """What the job would do (``--dry-run``): reads the inputs' sizes, runs nothing."""
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
-                       allow_missing=False)  # fmt: skip
+    table = load_table(job.input, **job.table_kw(), allow_missing=False)
     n = table.n_samples
     itemsize = 4  # the class distances are float32
     if job.distances is not None:
@@ -142,6 +113,7 @@ def plan_smerf_job(job: SmerfJob) -> Plan:
     return smerf_plan(job, n, table.n_features, itemsize, matrix)
 
 
+@SmerfJob.runs
 def run_smerf_job(
     job: SmerfJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -151,9 +123,8 @@ def run_smerf_job(
     the disk space planned, before a cluster is started or a file written.
     """
     start = time.perf_counter()
-    run_id = run_id or uuid.uuid4().hex[:8]
-    table = load_table(job.input, target=job.target, drop=job.drop, na_values=job.na_values,
-                       allow_missing=False)  # fmt: skip
+    run_id = run_id or new_run_id()
+    table = load_table(job.input, **job.table_kw(), allow_missing=False)
     if job.distances is not None:
         what = f"smerf.distances {job.distances!r}"
         D = load_distances(job.distances, n=table.n_samples, what=what, fingerprint=True)
@@ -171,7 +142,15 @@ def run_smerf_job(
                     **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        stages, replace, record = run.stages, run.replace, run.record
+        def fit(done: Stage) -> tuple[SMERF, RunStore]:
+            model = SMERF(**job.forest).fit(table, D)
+            rs = model.save(job.out, overwrite=True, attrs=run.record, tile_size=job.tile_size,
+                            complete=False)  # fmt: skip
+            done.outputs = {"model": rs.path}
+            done.info["trees"] = int(model.seeds_.shape[0])
+            return model, rs
+
+        stages, replace = run.stages, run.replace
         n_trees = job.forest.get("n_estimators", SMERF().n_estimators)
         need = 0 if stages is not None and stages.done("fit") else estimate_smerf_model(
             table.n_samples, n_trees, D.itemsize)  # fmt: skip
@@ -186,18 +165,9 @@ def run_smerf_job(
         check_disk(location.parent(job.out), need, replaces=job.out)
         cells = input_cells(table.n_samples, table.n_features)
         with place(cells, job.connect, progress=progress, watch=True) as where:
-            if stages is not None and stages.done("fit"):
-                logger.info("resuming run %s: loading the saved model from %s", run_id, job.out)
-                model = SMERF.load(job.out, require_complete=False)
-                rs, stages = resume_store(job.out, run_id)
-            else:
-                with stage("fit") as done:
-                    model = SMERF(**job.forest).fit(table, D)
-                    rs = model.save(job.out, overwrite=True, attrs=record,
-                                    tile_size=job.tile_size, complete=False)  # fmt: skip
-                    stages = done.stages = Stages(rs)
-                    done.outputs = {"model": rs.path}
-                    done.info["trees"] = int(model.seeds_.shape[0])
+            model, rs, stages = load_or_fit(
+                run, job.out, lambda: SMERF.load(job.out, require_complete=False), fit
+            )
             if distance_todo:
                 with stage("distance", stages) as done:
                     if dist["oob"]:
@@ -304,9 +274,7 @@ def smerf_job(
         out=store,
         distances=distances,
         target=target,
-        drop=tuple(inp.get("drop") or ()),
-        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
-        decimal=inp.get("decimal"),
+        **input_fields(inp),
         forest=forest,
         tile_size=tile_size,
         distance=distance,

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,79 +17,57 @@ import pandas as pd
 import xarray as xr
 
 from distforest import location
-from distforest._version import __version__
 from distforest.apps import clustering
 from distforest.apps.plots import plot_matrix
 from distforest.errors import ConfigError, InputError, ParameterError, StoreError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
+from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, check_size, estimate_kmeans, estimate_xforest
 from distforest.jobs.outputs import check_new_file, write_csv
 from distforest.jobs.plan import Plan, xforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.result import summary as summary_lines
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol, stage
+from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import place
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
 
 
-@dataclass
-class XForestJob:
-    """One X-Forest run: input, forest, similarity store, optional clustering."""
+@dataclass(kw_only=True)
+class XForestJob(ForestJob):
+    """One X-Forest run: input, forest, similarity store, optional clustering.
 
-    #: The ``kind:`` of its pipeline files (:mod:`distforest.jobs.registry`).
+    Its ``target`` is a class column: left out of the features, used only to
+    score clusters.
+    """
+
     job_kind: ClassVar[str] = "xforest"
 
-    input: str
-    out: str
-    drop: tuple[str, ...] = ()
-    na_values: tuple[str, ...] = ()
-    #: Decimal mark of numbers in text inputs (``input.decimal``); None: decided per column.
-    decimal: str | None = None
-    #: A class column: left out of the features, used only to score clusters.
-    target: str | None = None
-    #: Keyword arguments of :class:`XForest`.
-    forest: dict[str, Any] = field(default_factory=dict)
     kind: str = "beta"
     plot: str | None = None
-    overwrite: bool = False
     #: ``{"method": ..., "k": ..., "eps": ..., "out": labels.csv, "plot": png}``.
     clustering: dict[str, Any] | None = None
-    connect: dict[str, Any] = field(default_factory=dict)
     name: str = "xforest"
-    #: The pipeline file the job came from, if any.
-    source: str | None = None
 
     def spec(self, table: Table) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "kind", "plot", "clustering")
-        spec = {k: v for k, v in asdict(self).items() if k in keep}
-        spec["input"] = {"source": table.source, "fingerprint": table.fingerprint()}
-        spec["distforest_version"] = __version__
-        return json.loads(json.dumps(spec, default=str))
-
-    def plan(self) -> Plan:
-        """What the job would do (``--dry-run``): reads the input, runs nothing."""
-        table = load_table(self.input, target=self.target, drop=self.drop,
-                           na_values=self.na_values)  # fmt: skip
-        return xforest_plan(self, table.n_samples, table.n_features)
-
-    def run(self, progress: Any = None, *, restart: bool = False,
-            run_id: str | None = None) -> JobResult:  # fmt: skip
-        """Run the job under the run protocol (:func:`~distforest.jobs.runs.run_protocol`)."""
-        return run_xforest_job(self, progress, restart=restart, run_id=run_id)
+        return self.spec_of(keep, input={"source": table.source,
+                                         "fingerprint": table.fingerprint()})  # fmt: skip
 
     def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         return f"{self.kind} similarity (X-Forest)"
 
-    def summary(self, result: JobResult) -> str:
-        """The lines that tell the user what the run wrote."""
-        return summary_lines(result)
+
+@XForestJob.plans
+def plan_xforest_job(job: XForestJob) -> Plan:
+    """What the job would do (``--dry-run``): reads the input, runs nothing."""
+    table = load_table(job.input, **job.table_kw())
+    return xforest_plan(job, table.n_samples, table.n_features)
 
 
 def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -154,6 +131,7 @@ def run_clustering(
     return written, result
 
 
+@XForestJob.runs
 def run_xforest_job(
     job: XForestJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
@@ -167,13 +145,16 @@ def run_xforest_job(
     are found before any cluster is started.
     """
     start = time.perf_counter()
-    table = load_table(
-        job.input, target=job.target, drop=job.drop, na_values=job.na_values, allow_missing=False
-    )
-    run_id = run_id or uuid.uuid4().hex[:8]
+    table = load_table(job.input, **job.table_kw(), allow_missing=False)
+    run_id = run_id or new_run_id()
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        stages, replace, record = run.stages, run.replace, run.record
+        def fit(done: Stage) -> tuple[XForest, RunStore]:
+            forest = XForest(**job.forest).fit(table)
+            done.info["trees"] = forest.codes_.shape[1]
+            return forest, forest.save(job.out, overwrite=True, attrs=run.record)
+
+        replace = run.replace
         extra = job.clustering or {}
         for path in (job.plot, extra.get("out"), extra.get("plot")):
             check_new_file(path, replace)
@@ -185,17 +166,8 @@ def run_xforest_job(
         if not location.is_remote(job.out):
             Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         with place(table.X.size, job.connect, progress=progress, watch=True) as where:
-            if stages is not None and stages.done("fit"):
-                logger.info("resuming run %s: loading the saved forest from %s", run_id, job.out)
-                forest = XForest.load(job.out)
-                rs, stages = resume_store(job.out, run_id)
-            else:
-                with stage("fit") as done:
-                    forest = XForest(**job.forest)
-                    forest.fit(table)
-                    rs = forest.save(job.out, overwrite=True, attrs=record)
-                    stages = done.stages = Stages(rs)
-                    done.info["trees"] = forest.codes_.shape[1]
+            forest, rs, stages = load_or_fit(run, job.out, lambda: XForest.load(job.out), fit,
+                                             "forest")  # fmt: skip
             with stage("tiles", stages) as done:
                 done.info = forest.write_similarity(rs, job.kind)
             matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
@@ -299,9 +271,7 @@ def xforest_job(
     return XForestJob(
         input=input_path,
         out=str(out_dir / out.get("store", "similarity.zarr")),
-        drop=tuple(inp.get("drop") or ()),
-        na_values=tuple(str(v) for v in inp.get("na_values") or ()),
-        decimal=inp.get("decimal"),
+        **input_fields(inp),
         target=inp.get("target"),
         forest=forest,
         kind=kind,

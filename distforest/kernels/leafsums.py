@@ -34,9 +34,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from distforest.kernels.names import PROXIMITY_METHODS
 from distforest.kernels.proximity import leaf_order
 
-METHOD_CODES = {"original": 0, "oob": 1, "rfgap": 2}
+METHOD_CODES = {name: code for code, name in enumerate(PROXIMITY_METHODS)}
 
 
 @njit(nogil=True, cache=True)

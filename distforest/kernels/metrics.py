@@ -34,10 +34,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from distforest.kernels.names import BINARY_MEASURES
+
 #: Index used for an empty slot of a top-k list (fewer candidates than k).
 NO_NEIGHBOUR = -1
-
-BINARY_MEASURES = ("russell-rao", "sokal-michener", "jaccard")
 
 
 def binary_counts(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:

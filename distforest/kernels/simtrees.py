@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from distforest.errors import InputError, ParameterError
+from distforest.kernels.names import SIMFOREST_KINDS, SIMFOREST_MISSING
 from distforest.kernels.simsplit import (
     GO_STAY,
     children_keys,
@@ -55,8 +56,8 @@ from distforest.kernels.simsplit import (
 )
 
 Fetch = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-KINDS = ("similarity", "distance")
-MISSING = ("stay", "both", "larger")
+KINDS = SIMFOREST_KINDS
+MISSING = SIMFOREST_MISSING
 
 
 @dataclass(frozen=True)
