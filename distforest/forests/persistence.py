@@ -339,3 +339,16 @@ def plain_items(values: Any) -> list[Any]:
 def numeric(values: np.ndarray) -> bool:
     """Whether an array holds numbers (text or objects are not stored)."""
     return bool(values.dtype.kind in "fiub")
+
+
+def _source_and_fingerprint(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: record[k] for k in ("source", "fingerprint")}
+
+
+#: What a store records of the table a model was fitted on (the forests' first fields).
+INPUT_FIELDS = (
+    Field("input", "input_", decode=_source_and_fingerprint),
+    Field("input.n_samples", "n_samples_", decode=int),
+    Field("input.n_features", "n_features_in_", decode=int),
+    Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+)

@@ -18,7 +18,7 @@ from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.persistence import Array, Field, Persisted, as_list, as_tuple
+from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted, as_list
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
@@ -531,10 +531,7 @@ class ProximityForest(Persisted, DaskEstimator):
     _store_requires = ("leaves", "inbag", "forest")
     _store_hint = "fit it again"
     _stored_fields = (
-        Field("input", "input_", decode=lambda d: {k: d[k] for k in ("source", "fingerprint")}),
-        Field("input.n_samples", "n_samples_", decode=int),
-        Field("input.n_features", "n_features_in_", decode=int),
-        Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+        *INPUT_FIELDS,
         Field(
             "input.categories",
             "categories_",

@@ -38,7 +38,13 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.persistence import UNSET, Array, Field, Persisted, as_list, as_tuple
+from distforest.forests.persistence import (
+    INPUT_FIELDS,
+    UNSET,
+    Array,
+    Field,
+    Persisted,
+)
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
 from distforest.io.distances import (
@@ -425,10 +431,7 @@ class SMERF(Persisted, DaskEstimator):
     _load_requires_complete = True  # load(require_complete=False): a pipeline's unfinished store
     _default_tile_size = TILE_SIZE
     _stored_fields = (
-        Field("input", "input_", decode=lambda d: {k: d[k] for k in ("source", "fingerprint")}),
-        Field("input.n_samples", "n_samples_"),
-        Field("input.n_features", "n_features_in_"),
-        Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+        *INPUT_FIELDS,
         Field("task", encode=lambda model: "distance learning"),
         Field("n_trees", encode=lambda model: int(model.seeds_.shape[0])),
         Field("fit_id", "fit_id_"),

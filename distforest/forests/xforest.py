@@ -24,7 +24,7 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.persistence import Array, Field, Persisted, as_list, as_tuple
+from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.xforest_similarity import (
     SIMILARITY_NAMES,
@@ -404,10 +404,7 @@ class XForest(Persisted, DaskEstimator):
     _store_tag = ("method", "xforest")
     _store_hint = "use `distforest xforest` to make one"
     _stored_fields = (
-        Field("input", "input_", decode=lambda d: {k: d[k] for k in ("source", "fingerprint")}),
-        Field("input.n_samples", "n_samples_"),
-        Field("input.n_features", "n_features_in_"),
-        Field("input.feature_names", "feature_names_in_", encode=as_list, decode=as_tuple),
+        *INPUT_FIELDS,
         Field("task", encode=lambda forest: "unsupervised"),
         Field("n_trees", encode=lambda forest: int(forest.codes_.shape[1])),
         Field("fit_id", "fit_id_"),
