@@ -109,7 +109,7 @@ class Execution:
             bound = replace(
                 self, client=SYNCHRONOUS if client is None else client, scheduler=None, cluster=None
             )
-            with use_execution(bound):
+            with use_execution(bound), _dask_current(client):
                 yield Runner(client)
 
 
@@ -156,7 +156,22 @@ def execution(
     >>> with Client() as c, distforest.execution(client=c):  # doctest: +SKIP
     ...     GridSearchCV(KNNClassifier(), grid).fit(X, y)
     """
-    return use_execution(Execution(client, scheduler, cluster, progress))
+    return _execution_block(Execution(client, scheduler, cluster, progress))
+
+
+@contextlib.contextmanager
+def _execution_block(exe: Execution) -> Iterator[Execution]:
+    """``exe`` current for a block; a client given is also dask's current one (see
+    :meth:`Execution.runner`)."""
+    with use_execution(exe), _dask_current(exe.client):
+        yield exe
+
+
+def _dask_current(client: Any) -> contextlib.AbstractContextManager[Any]:
+    """``client.as_current()`` for a distributed client: dask's own computations in the
+    block (readers, ``da.store``) go to it even when it is not the default client."""
+    as_current = getattr(client, "as_current", None)
+    return contextlib.nullcontext() if as_current is None else as_current()
 
 
 class Runner:

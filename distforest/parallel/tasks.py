@@ -352,7 +352,7 @@ class _Watchdog:
         """
         from distributed import as_completed
 
-        watched = as_completed(futures)
+        watched = as_completed(futures, loop=self.client.loop)  # not the default client's
         last_progress = last_check = time.monotonic()
         workerless_since: float | None = None
         while not watched.is_empty():
