@@ -125,13 +125,14 @@ def _frame(forest: Any) -> pd.DataFrame:
 def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[str, str]:
     """Outlier scores to CSV (and a picture); returns what was written."""
     from distforest.apps.outliers import outlier_scores
-    from distforest.apps.plots import plot_scores
 
     scores = outlier_scores(forest)
     frame = _frame(forest)
     frame["outlier"] = scores
     written = {"outlier scores": write_csv(frame, out)}
     if plot:
+        from distforest.apps.plots import plot_scores  # matplotlib: only for a picture
+
         labels, names = class_labels(forest)
         picture = plot_scores(scores, plot, labels=labels, class_names=names,
                               threshold=OUTLIER_THRESHOLD, title=title)  # fmt: skip
@@ -151,7 +152,6 @@ def write_mds(
     """MDS coordinates to CSV (and a scatter with outliers circled)."""
     from distforest.apps.mds import mds
     from distforest.apps.outliers import outlier_scores
-    from distforest.apps.plots import plot_embedding
 
     coordinates, _ = mds(forest, components, dissimilarity=dissimilarity)
     frame = _frame(forest)
@@ -159,6 +159,8 @@ def write_mds(
         frame[f"dim{k + 1}"] = coordinates[:, k]
     written = {"MDS coordinates": write_csv(frame, out)}
     if plot and components >= 2:
+        from distforest.apps.plots import plot_embedding  # matplotlib: only for a picture
+
         labels, names = class_labels(forest)
         marked = outlier_scores(forest) > OUTLIER_THRESHOLD
         picture = plot_embedding(coordinates, plot, labels=labels, class_names=names,

@@ -18,7 +18,6 @@ import xarray as xr
 
 from distforest import location
 from distforest.apps import clustering
-from distforest.apps.plots import plot_matrix
 from distforest.errors import ConfigError, InputError, ParameterError, StoreError
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
@@ -119,6 +118,8 @@ def run_clustering(
         result = clustering.scores(truth, labels)
     written = {"cluster labels": write_csv(frame, options["out"])}
     if options.get("plot") and isinstance(similarity, xr.DataArray):
+        from distforest.apps.plots import plot_matrix  # matplotlib: only for a picture
+
         codes, names = _cluster_labels_for_plot(labels)
         picture = plot_matrix(
             similarity,
@@ -173,6 +174,8 @@ def run_xforest_job(
             matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
             if job.plot and not stages.done("plot"):
                 with stage("plot", stages) as done:
+                    from distforest.apps.plots import plot_matrix
+
                     picture = plot_matrix(matrix, job.plot,
                                           title=f"{matrix.name}, rows in input order")  # fmt: skip
                     done.outputs = {"similarity picture": location.resolved(picture)}
