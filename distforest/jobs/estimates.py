@@ -31,16 +31,21 @@ from distforest.parallel.tiling import TilePlan
 SECONDS_PER = {
     "fit": 1e-7,  # one tree: per row x log2(rows) x features tried per split
     "rp_fit": 1e-7,  # one X-Forest tree: per row x log2(rows)
-    "tile": 1e-8,  # one pair of rows of a forest matrix, per tree (X-Forest, SimForest, SMERF)
+    # one pair of rows of a forest matrix, per tree (X-Forest, SimForest, SMERF); 1e-8 made
+    # X-Forest's estimate 14x its time at 3,000 rows (estimates.md)
+    "tile": 7e-10,
     # one pair of rows of a proximity matrix (original, oob, rfgap), per tree: the tiles
     # took 15.6 s on 2 workers at n = 100,000 with 100 trees (6e-11) and about 2 s at
     # 20,000 (2e-10) (benchmarks/results/proximity.md, estimates.md); between the two
     "proximity_tile": 1e-10,
     "measure": 1e-8,  # one pair of rows of a similarity matrix, per feature
-    # one run each on the 699-row breast-cancer table, 100 trees, CPU time less start-up
-    # (benchmarks/results/small_commands.md): a rough guide, not a calibration
-    "sim_fit": 1.2e-5,  # one SimForest tree: per object x log2(objects) x pairs tried
-    "smerf_fit": 3e-8,  # one SMERF tree: per row pair x log2(rows)
+    # calibrated on one quiet run each (benchmarks/results/estimates.md, 2026-11-26: the
+    # earlier constants, 1.2e-5, 3e-8 and 1e-8, were 9-18x too high at the larger size)
+    "sim_fit": 7e-7,  # one SimForest tree: per object x log2(objects) x pairs tried
+    "smerf_fit": 3e-9,  # one SMERF tree: per row pair x log2(rows)
+    # share of fit_seconds that a column forest of the column imputation takes (12.5x too
+    # high before, with 10 passes counted where the stopping rule ran 3)
+    "column_fit_share": 0.3,
     # one row's top-k proximity neighbours, per tree, when trees grow on all n rows:
     # 0.55 us measured at n = 20,000 and 1.2 us at n = 100,000 (100 trees, k = 50, a busy
     # machine), rounded up.  Trees grown on m < n rows have leaves n / m times as crowded:
@@ -50,6 +55,8 @@ SECONDS_PER = {
     "neighbors": 2e-6,
 }
 
+#: Passes of the column imputation counted (its stopping rule ended every measured run at 3).
+EXPECTED_COLUMN_PASSES = 4
 #: Bytes per tree node as stored (children, feature, threshold, flags, counts).
 _NODE_BYTES = 29
 #: Share of distinct rows in a bootstrap sample (1 - 1/e).
@@ -251,6 +258,10 @@ def estimate_impute(n: int, d: int, params: dict[str, Any], columns: int | None 
     if params.get("proximity") == "column":
         per_pass = (d if columns is None else columns) * fit_seconds(trees, n, max(d - 1, 1),
                                                                      max_features)  # fmt: skip
+        # missForest's rule usually stops after 3-4 passes; column trees (regression on
+        # half the features) ran COLUMN_FIT_SHARE of fit_seconds' time (estimates.md)
+        iterations = min(iterations, EXPECTED_COLUMN_PASSES)
+        per_pass *= SECONDS_PER["column_fit_share"]
     else:
         per_pass = fit_seconds(trees, n, d, max_features)
     return {
