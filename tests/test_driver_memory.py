@@ -5,9 +5,11 @@ processes) and reads the driver's own peak RSS (``resource.getrusage``; the
 workers are other processes).  Measured on the 2-core machine at 2026-11-26:
 the partitioned path peaked at 654 MB (276 MB of it is importing distforest,
 dask and scikit-learn), the in-memory path (pandas reads the folder,
-load_table encodes it in the driver) at 1,135 MB.  In a fresh clone, whose numba
-cache is cold (the driver compiles kernels too), the partitioned path peaked at
-933 MB.  The bound sits between.
+load_table encodes it in the driver) at 1,135 MB.  The driver also compiles
+numba kernels when their cache is cold (a fresh clone: 933-1,182 MB, the
+compiler's memory, not the table's), so a small untimed run warms the cache
+first (with an empty numba cache the measured run then peaked at 656 MB).  The
+bound sits between.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 #: Driver peak RSS allowed (MB): above the partitioned path, below the in-memory one.
-BOUND_MB = 1_050
+BOUND_MB = 900
 
 
 @pytest.mark.slow
@@ -41,11 +43,18 @@ def test_driver_peak_rss_below_bound(tmp_path: Path) -> None:
         df.to_parquet(folder / f"part-{k}.parquet", index=False)
         del X, df
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    run = subprocess.run(
-        [sys.executable, str(HERE / "driver_memory.py"), str(folder), str(tmp_path / "s.zarr"),
-         "partitions"],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
+    small = tmp_path / "small"
+    small.mkdir()
+    for k in range(2):  # the same kinds of columns, 2,000 rows: compiles what the run uses
+        pd.read_parquet(folder / f"part-{k}.parquet").head(1000).to_parquet(
+            small / f"part-{k}.parquet", index=False
+        )
+    for source, store in ((small, "warm.zarr"), (folder, "s.zarr")):
+        run = subprocess.run(
+            [sys.executable, str(HERE / "driver_memory.py"), str(source), str(tmp_path / store),
+             "partitions"],
+            capture_output=True, text=True, env=env, timeout=600, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["peak_mb"] < BOUND_MB, result

@@ -168,10 +168,14 @@ def _execution_block(exe: Execution) -> Iterator[Execution]:
 
 
 def _dask_current(client: Any) -> contextlib.AbstractContextManager[Any]:
-    """``client.as_current()`` for a distributed client: dask's own computations in the
-    block (readers, ``da.store``) go to it even when it is not the default client."""
-    as_current = getattr(client, "as_current", None)
-    return contextlib.nullcontext() if as_current is None else as_current()
+    """For a distributed client, dask's own computations in the block (readers,
+    ``da.store``) go to it even when it is not the default client; a scheduler function
+    set in dask's config (a wrapper of the user's) is kept."""
+    import dask
+
+    if getattr(client, "get", None) is None or callable(dask.config.get("scheduler", None)):
+        return contextlib.nullcontext()
+    return dask.config.set(scheduler=client.get)
 
 
 class Runner:
