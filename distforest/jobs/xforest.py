@@ -17,8 +17,8 @@ import pandas as pd
 import xarray as xr
 
 from distforest import location
-from distforest.apps import clustering
 from distforest.errors import ConfigError, InputError, ParameterError, StoreError
+from distforest.forests import constraints as C
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
@@ -85,6 +85,8 @@ def check_clustering(method: str, params: dict[str, Any], n: int) -> None:
             f"k={k:,} clusters is more than the {n:,} rows to cluster; give k at most {n:,}"
         )
     if n and method == "kernel-kmeans":
+        from distforest.apps import clustering  # scipy's and scikit-learn's solvers: when used
+
         n_init = int(params.get("n_init", 10))
         plan = estimate_kmeans(n, int(k or 1), n_init, clustering.KMEANS_MAX_ITER)
         check_size(f"kernel k-means of {n:,} rows", plan, f"n_init ({n_init:,} restarts)")
@@ -109,6 +111,8 @@ def run_clustering(
         for k in ("k", "eps", "min_samples", "n_init", "random_state")
         if options.get(k) is not None
     }
+    from distforest.apps import clustering
+
     check_clustering(options["method"], params, int(getattr(similarity, "shape", (0,))[0]))
     labels = clustering.cluster(similarity, options["method"], **params)
     frame = pd.DataFrame({"row": np.arange(labels.size), "cluster": labels})
@@ -226,7 +230,7 @@ def read_truth(spec: str, n: int) -> np.ndarray:
 
 
 #: Allowed values of X-Forest pipeline keys (merged into the pipeline's CHOICES).
-XFOREST_CHOICES = {"clustering.method": clustering.METHODS}
+XFOREST_CHOICES = {"clustering.method": C.CLUSTER_METHODS}
 #: Sections of a proximity pipeline that an X-Forest pipeline must not have.
 NOT_WITH_XFOREST = ("forest", "proximity", "impute", "outliers", "mislabels", "mds")
 
