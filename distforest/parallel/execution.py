@@ -168,14 +168,17 @@ def _execution_block(exe: Execution) -> Iterator[Execution]:
 
 
 def _dask_current(client: Any) -> contextlib.AbstractContextManager[Any]:
-    """For a distributed client, dask's own computations in the block (readers,
-    ``da.store``) go to it even when it is not the default client; a scheduler function
-    set in dask's config (a wrapper of the user's) is kept."""
+    """For a distributed client, ``client.as_current()``: dask's own computations in the
+    block (readers, ``da.store``) go to it even when it is not the default client.  A
+    scheduler function set in dask's config (a wrapper of the user's) is kept.  (Not
+    ``dask.config.set(scheduler=client.get)``: dask's config is sent to every worker
+    process started later, and a bound method there stops a nanny from restarting one.)"""
     import dask
 
-    if getattr(client, "get", None) is None or callable(dask.config.get("scheduler", None)):
+    as_current = getattr(client, "as_current", None)
+    if as_current is None or callable(dask.config.get("scheduler", None)):
         return contextlib.nullcontext()
-    return dask.config.set(scheduler=client.get)
+    return as_current()
 
 
 class Runner:
