@@ -73,8 +73,11 @@ def test_ctrl_c_exits_130_in_one_line_and_the_run_resumes(tmp_path):
 
     out = tmp_path / "p.zarr"
     args = [sys.executable, "-m", "distforest", "proximity", str(DATA / "breast_cancer.csv"),
-            "--target", "Class", "--drop", "Id", "--trees", "100", "--tile-size", "32",
+            "--target", "Class", "--drop", "Id", "--trees", "300", "--tile-size", "16",
             "--out", str(out)]  # fmt: skip
+    # ~1,000 tiles of 300 trees on one worker: the tiles stage lasts long enough for the
+    # signal to arrive during it (with 100 trees and 32-row tiles a quiet machine could
+    # finish before it: exit 0)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([*args, "--workers", "1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env,

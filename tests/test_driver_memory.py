@@ -42,7 +42,10 @@ def test_driver_peak_rss_below_bound(tmp_path: Path) -> None:
         df["label"] = np.where(X[:, 0] + X[:, 1] > 0, "a", "b")
         df.to_parquet(folder / f"part-{k}.parquet", index=False)
         del X, df
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    # its own numba cache, filled by the small run (an earlier test of the same process
+    # may have left NUMBA_CACHE_DIR pointing at a cache that is gone: every kernel would
+    # then be compiled again in the measured run, and the JIT's memory measured)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "NUMBA_CACHE_DIR": str(tmp_path / "jit")}
     small = tmp_path / "small"
     small.mkdir()
     for k in range(2):  # the same kinds of columns, 2,000 rows: compiles what the run uses
