@@ -65,6 +65,10 @@ def test_a_mistyped_command_gets_a_suggestion():
 # -- Ctrl-C ------------------------------------------------------------------------
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_exits_130_in_one_line_and_the_run_resumes(tmp_path):
     """SIGINT to the whole process group, as a terminal's Ctrl-C, while tiles are written."""
@@ -79,9 +83,11 @@ def test_ctrl_c_exits_130_in_one_line_and_the_run_resumes(tmp_path):
     # signal to arrive during it (with 100 trees and 32-row tiles a quiet machine could
     # finish before it: exit 0)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # as from a terminal: SIGINT not ignored (a pytest worker may ignore it, and an ignored
+    # signal stays ignored in the child, which would then never see the Ctrl-C)
     proc = subprocess.Popen([*args, "--workers", "1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True, preexec_fn=_sigint_default)  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:  # wait for the tiles stage
         if (out / "done").exists():
