@@ -48,8 +48,11 @@ def _labels_or_one_class(labels: np.ndarray | None, n: int) -> np.ndarray:
 def outlier_scores(forest: Any, labels: Any = None, new_labels: Any = None) -> np.ndarray:
     """Outlier score of every training row of a fitted forest, matrix-free, or of new rows.
 
-    Sums of squared proximities come from sparse proximity rows built from
-    leaf members (Breiman's original proximity), one Dask task per row block.
+    Sums of squared within-class proximities (Breiman's original proximity)
+    come from :func:`distforest.forests.square_sums.square_sums`: sparse
+    proximity rows from leaf members while leaves are small, else sums over
+    pairs of trees (trees grown on a sample and applied to many rows), the
+    same floats either way.
     ``outlier_scores(forest, X_new)`` (a table of new rows in place of the
     labels: two-dimensional, a DataFrame or a path) scores the new rows
     against the training rows: :func:`outlier_scores_new_rows`.
@@ -72,16 +75,12 @@ def outlier_scores(forest: Any, labels: Any = None, new_labels: Any = None) -> n
         return outlier_scores_new_rows(forest, labels, labels=new_labels)
     if new_labels is not None:
         raise TypeError("new_labels goes with new rows: outlier_scores(forest, X_new, new_labels)")
-    from distforest.forests.products import product_session
+    from distforest.forests.square_sums import square_sums
 
     if labels is None and forest.task_ == "classification":
         labels = forest.y_
     codes = _labels_or_one_class(labels, forest.n_samples_)
-    onehot = np.zeros((codes.size, codes.max() + 1))
-    onehot[np.arange(codes.size), codes] = 1.0
-    with product_session(forest) as session:
-        sums = session.squared_product(onehot)
-    return scores_from_square_sums(sums[np.arange(codes.size), codes], codes)
+    return scores_from_square_sums(square_sums(forest, codes), codes)
 
 
 def _are_rows(value: Any) -> bool:

@@ -216,6 +216,17 @@ class ProximityProducts:
             shared = (np.ascontiguousarray(leaves.T), np.ascontiguousarray(inbag.T))
         self.session = ProductSession(runner, _proximity_part, shared, self.n_trees, batch_size)
         self._index: Any = None
+        self.stored_leaves = where[0] if self._stored else None
+
+    @property
+    def runner(self) -> Runner:
+        """The runner the session's tasks run on."""
+        return self.session.runner
+
+    @property
+    def leaves_t(self) -> Any:
+        """The ``(T, n)`` leaves as the tasks take them (a handle, or a :class:`StoredArray`)."""
+        return self.session._shared[0]
 
     def product(
         self,

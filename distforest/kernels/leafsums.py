@@ -190,7 +190,9 @@ def _squared_product(leaves, sorted_leaves, order, V, rows):  # pragma: no cover
     out = np.zeros((rows.shape[0], k), dtype=np.float64)
     count = np.zeros(n, dtype=np.int32)
     touched = np.empty(n, dtype=np.int64)
-    inv = 1.0 / n_trees
+    # integer weights c_ij^2 (exact sums when V holds integers, e.g. a one-hot), scaled by
+    # 1 / T^2 once at the end: the same floats as the tree-pair sums of kernels.pairsums
+    scale = 1.0 / (n_trees * n_trees)
     for r in range(rows.shape[0]):
         i = rows[r]
         n_touched = 0
@@ -206,11 +208,12 @@ def _squared_product(leaves, sorted_leaves, order, V, rows):  # pragma: no cover
                 count[j] += 1
         for q in range(n_touched):
             j = touched[q]
-            p = count[j] * inv
-            w = p * p
+            w = float(count[j] * count[j])
             for c in range(k):
                 out[r, c] += w * V[j, c]
             count[j] = 0
+        for c in range(k):
+            out[r, c] *= scale
     return out
 
 
@@ -234,7 +237,11 @@ def squared_product(
 
     Each row's proximity row is built from the members of its leaves (it is
     sparse when leaves are small), squared and multiplied with ``V``: the
-    cost is the number of (tree, leaf-mate) pairs, never n per row.
+    cost is the number of (tree, leaf-mate) pairs, never n per row.  The
+    squared counts ``c_ij^2`` are summed and the sum multiplied by ``1 / T^2``
+    once: exact before the scaling when ``V`` holds small integers (a one-hot
+    of classes), so it equals :func:`distforest.kernels.pairsums.pair_square_sums`
+    times the same scale, bit for bit.
 
     Parameters
     ----------

@@ -1,0 +1,197 @@
+"""Each training row's sum of squared within-class proximities (for outlier scores).
+
+``S_i = sum_{j of i's class} P_ij^2`` with ``P_ij = c_ij / T`` (Breiman's
+proximity, ``c_ij`` the trees in which i and j share a leaf) has two exact
+methods, both summing the integers ``c_ij^2`` and scaling by ``1 / T^2`` once,
+so they give the same floats:
+
+- ``"leaf-mates"``: per row, walk its leaf-mates in every tree
+  (:func:`distforest.kernels.leafsums.squared_product`); the work is the
+  number of co-leaf events, ``sum_t sum_leaves size^2``, about ``T n^2 / L``
+  for ``L`` leaves a tree: cheap while leaves are small, quadratic in ``n``
+  when trees grown on a fixed sample are applied to more and more rows.  Each
+  worker holds all leaves and an inverted index of them (13 bytes a row and tree).
+- ``"tree-pairs"``: per pair of trees, group the rows by (leaf, class, leaf)
+  (:func:`distforest.kernels.pairsums.pair_square_sums`); the work is
+  ``T (T + 1) / 2 * n`` whatever the leaf sizes, one task per pair of tree
+  blocks reading only the leaves of its two blocks.
+
+:func:`choose_method` decides from the forest alone (rows, trees, nodes per
+tree), never from the cluster, so a forest always takes the same path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distforest.kernels import pairsums
+from distforest.parallel.execution import Runner
+from distforest.parallel.tasks import plan_batches
+from distforest.store.run_store import task_array
+
+#: The two methods of :func:`square_sums`.
+METHODS = ("leaf-mates", "tree-pairs")
+
+#: Core-seconds of one co-leaf event of the leaf-mate walk and of one row of one pair of
+#: trees of the tree-pair sums (measured: benchmarks/results/out_of_core.md, outliers).
+SECONDS_PER_COLEAF = 2e-8
+SECONDS_PER_PAIR_ROW = 2e-8
+
+#: Bytes of leaves a tree-pair task reads (its two blocks of trees): sets the block size.
+BLOCK_PAIR_BYTES = 1_000_000_000
+
+#: Where the leaves of a stored forest are copied in blocks of trees while the sums run.
+BY_TREE_ARRAY = "scratch/leaves_by_tree"
+
+
+def coleaf_events(n: int, node_counts: np.ndarray) -> float:
+    """Co-leaf events of the leaf-mate walk, from the forest's nodes (a lower bound).
+
+    A tree of ``m`` nodes has ``(m + 1) / 2`` leaves; ``n`` rows in ``L``
+    leaves make at least ``n^2 / L`` (row, leaf-mate) events, as many when
+    the leaves are equal.
+    """
+    leaves = (np.asarray(node_counts, dtype=np.float64) + 1.0) / 2.0
+    return float(np.sum(float(n) * float(n) / np.maximum(leaves, 1.0)))
+
+
+def pair_rows(n: int, trees: int) -> float:
+    """Rows times pairs of trees ``t <= s`` of the tree-pair sums."""
+    return float(n) * trees * (trees + 1) / 2
+
+
+def choose_method(n: int, node_counts: np.ndarray) -> str:
+    """The cheaper method for a forest of ``len(node_counts)`` trees applied to ``n`` rows.
+
+    Deterministic: the forest's sizes only (never the cluster nor where the leaves are).
+    """
+    walk = SECONDS_PER_COLEAF * coleaf_events(n, node_counts)
+    pairs = SECONDS_PER_PAIR_ROW * pair_rows(n, len(node_counts))
+    return "tree-pairs" if pairs < walk else "leaf-mates"
+
+
+def block_trees(n: int, trees: int) -> int:
+    """Trees per block of the tree-pair tasks: two blocks within :data:`BLOCK_PAIR_BYTES`,
+    and at least four blocks (ten tasks) when there are trees enough."""
+    by_memory = max(1, BLOCK_PAIR_BYTES // (2 * 4 * max(n, 1)))
+    return int(max(1, min(by_memory, math.ceil(trees / 4))))
+
+
+@dataclass(frozen=True)
+class TreeBlocks:
+    """Leaves stored trees first, ``(T, n)`` in chunks of whole blocks of trees."""
+
+    path: str
+    name: str
+
+    def read(self, trees: slice) -> np.ndarray:
+        return np.asarray(task_array(self.path, self.name, "r")[trees])
+
+
+def _pair_task(
+    a: slice, b: slice, leaves_t: np.ndarray | TreeBlocks, codes: np.ndarray
+) -> np.ndarray:
+    """One pair of tree blocks' part of the sums (int64, one per row)."""
+    if isinstance(leaves_t, TreeBlocks):
+        first = leaves_t.read(a)
+        second = first if a == b else leaves_t.read(b)
+    else:
+        first, second = leaves_t[a], leaves_t[b]
+    return pairsums.pair_square_sums(first, second, codes, a == b)
+
+
+def tree_pair_sums(
+    runner: Runner, leaves_t: Any, codes: np.ndarray, n_trees: int, block: int
+) -> np.ndarray:
+    """``sum_{j of i's class} c_ij^2`` for every row, as int64, one task per pair of blocks.
+
+    ``leaves_t``: a handle of the ``(T, n)`` leaves shared with the workers, or
+    :class:`TreeBlocks`.  The parts are integers: added in any order, the result
+    is the same whatever the blocks.
+    """
+    pairsums.warm_up()
+    blocks = plan_batches(n_trees, block)
+    codes_handle = runner.share(np.ascontiguousarray(codes, dtype=np.int32))
+    items = [
+        (a, b, leaves_t, codes_handle)
+        for k, a in enumerate(blocks)
+        for b in blocks[k:]
+    ]
+    total = np.zeros(codes.shape[0], dtype=np.int64)
+    for _, part in runner.run(_pair_task, items, name="tree-pair-sums"):
+        total += part
+    return total
+
+
+def _copy_by_tree(leaves: Any, path: str, block: int) -> TreeBlocks:
+    """The stored leaves ``(n, T)`` copied trees first in chunks of ``block`` trees (dask)."""
+    import dask.array as da
+
+    from distforest import location
+
+    n, _ = leaves.shape
+    by_tree = da.from_zarr(leaves).T.rechunk((block, n))
+    by_tree.to_zarr(location.zarr_store(path), component=BY_TREE_ARRAY, overwrite=True)
+    return TreeBlocks(path, BY_TREE_ARRAY)
+
+
+def _drop_copy(path: str) -> None:
+    import zarr
+
+    from distforest import location
+
+    group = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
+    if "scratch" in group:
+        del group["scratch"]
+
+
+def square_sums(
+    forest: Any, codes: np.ndarray, *, method: str = "auto", block: int | None = None
+) -> np.ndarray:
+    """``sum_{j of i's class} P_ij^2`` for every training row of a fitted forest.
+
+    Parameters
+    ----------
+    forest : ProximityForest
+        Fitted.
+    codes : ndarray of int, shape (n_samples,)
+        Class code of every row, ``0 .. k - 1`` (all 0: one class).
+    method : {"auto", "leaf-mates", "tree-pairs"}
+        ``"auto"``: :func:`choose_method`.  Both give the same floats.
+    block : int, optional
+        Trees per block of the tree-pair tasks (default :func:`block_trees`);
+        changes no result.
+
+    Returns
+    -------
+    ndarray of float64, shape (n_samples,)
+    """
+    from distforest.errors import ParameterError
+    from distforest.forests.products import product_session
+
+    n, n_trees = forest.leaves_.shape
+    if method == "auto":
+        method = choose_method(n, forest.node_counts_)
+    if method not in METHODS:
+        raise ParameterError(f"method must be 'auto' or one of {METHODS}; got {method!r}")
+    codes = np.asarray(codes, dtype=np.int64)
+    with product_session(forest) as products:
+        if method == "leaf-mates":
+            onehot = np.zeros((n, int(codes.max()) + 1))
+            onehot[np.arange(n), codes] = 1.0
+            return products.squared_product(onehot)[np.arange(n), codes]
+        block = block or block_trees(n, n_trees)
+        where = products.stored_leaves
+        if where is None:
+            counts = tree_pair_sums(products.runner, products.leaves_t, codes, n_trees, block)
+        else:
+            try:
+                source = _copy_by_tree(forest.leaves_, where[0], block)
+                counts = tree_pair_sums(products.runner, source, codes, n_trees, block)
+            finally:
+                _drop_copy(where[0])
+    return counts.astype(np.float64) * (1.0 / (n_trees * n_trees))
