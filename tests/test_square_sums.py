@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +26,8 @@ def dense_square_sums(leaves: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def blocked(leaves_t: np.ndarray, codes: np.ndarray, size: int) -> np.ndarray:
-    edges = list(range(0, leaves_t.shape[0], size)) + [leaves_t.shape[0]]
-    blocks = [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    edges = [*range(0, leaves_t.shape[0], size), leaves_t.shape[0]]
+    blocks = [slice(a, b) for a, b in itertools.pairwise(edges)]
     total = np.zeros(codes.size, dtype=np.int64)
     for k, a in enumerate(blocks):
         for b in blocks[k:]:

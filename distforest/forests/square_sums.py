@@ -37,9 +37,18 @@ from distforest.store.run_store import task_array
 METHODS = ("leaf-mates", "tree-pairs")
 
 #: Core-seconds of one co-leaf event of the leaf-mate walk and of one row of one pair of
-#: trees of the tree-pair sums (measured: benchmarks/results/out_of_core.md, outliers).
-SECONDS_PER_COLEAF = 2e-8
-SECONDS_PER_PAIR_ROW = 2e-8
+#: trees of the tree-pair sums, measured on this 2-core machine under load (2 threads,
+#: 100 trees): the walk 2.0e-8 s wall an event at 20,000 rows and 3.6e-8 at 200,000 (a
+#: counter of n rows touched at random: slower as n grows), the pairs 8.7e-9 and 7.6e-9
+#: s wall a pair row (benchmarks/results/out_of_core.md, "outlier scores").
+SECONDS_PER_COLEAF = 5e-8
+SECONDS_PER_PAIR_ROW = 1.6e-8
+#: Co-leaf events over the ``n^2 / L`` of equal leaves: leaf sizes are uneven (measured
+#: 4.2 to 6.6 on trees grown on all rows and on 5-20 % samples).
+COLEAF_SKEW = 5.0
+#: Distinct in-bag rows a leaf of a fully grown tree holds (about 4.2 measured at
+#: 200,000 rows, classification): the leaves a tree has, for plans made before a fit.
+ROWS_PER_LEAF = 4.0
 
 #: Bytes of leaves a tree-pair task reads (its two blocks of trees): sets the block size.
 BLOCK_PAIR_BYTES = 1_000_000_000
@@ -49,14 +58,14 @@ BY_TREE_ARRAY = "scratch/leaves_by_tree"
 
 
 def coleaf_events(n: int, node_counts: np.ndarray) -> float:
-    """Co-leaf events of the leaf-mate walk, from the forest's nodes (a lower bound).
+    """Co-leaf events of the leaf-mate walk (an estimate from the forest's nodes).
 
     A tree of ``m`` nodes has ``(m + 1) / 2`` leaves; ``n`` rows in ``L``
-    leaves make at least ``n^2 / L`` (row, leaf-mate) events, as many when
-    the leaves are equal.
+    leaves make ``n^2 / L`` (row, leaf-mate) events when the leaves are
+    equal, about :data:`COLEAF_SKEW` times as many as they are.
     """
     leaves = (np.asarray(node_counts, dtype=np.float64) + 1.0) / 2.0
-    return float(np.sum(float(n) * float(n) / np.maximum(leaves, 1.0)))
+    return COLEAF_SKEW * float(np.sum(float(n) * float(n) / np.maximum(leaves, 1.0)))
 
 
 def pair_rows(n: int, trees: int) -> float:
@@ -79,6 +88,27 @@ def block_trees(n: int, trees: int) -> int:
     and at least four blocks (ten tasks) when there are trees enough."""
     by_memory = max(1, BLOCK_PAIR_BYTES // (2 * 4 * max(n, 1)))
     return int(max(1, min(by_memory, math.ceil(trees / 4))))
+
+
+def plan(n: int, trees: int, rows_per_tree: int, min_samples_leaf: int = 1,
+         threads_per_worker: int = 1) -> dict[str, Any]:  # fmt: skip
+    """Method, core-seconds and a worker's peak bytes of the sums, before the forest exists.
+
+    The trees' leaves are guessed from the rows each grows on
+    (:data:`ROWS_PER_LEAF` distinct in-bag rows a leaf); the run decides from
+    the fitted forest's nodes (:func:`choose_method`).
+    """
+    leaves = max(1.0, 0.632 * rows_per_tree / (ROWS_PER_LEAF * max(1, min_samples_leaf)))
+    nodes = np.full(trees, 2 * leaves - 1)
+    method = choose_method(n, nodes)
+    if method == "leaf-mates":  # all leaves, in-bag counts and the leaf index in each worker
+        seconds = SECONDS_PER_COLEAF * coleaf_events(n, nodes)
+        peak = 13 * n * trees + 16 * n * threads_per_worker
+    else:  # per task: its two blocks of trees, the kernel's order and counters, the result
+        seconds = SECONDS_PER_PAIR_ROW * pair_rows(n, trees)
+        block = block_trees(n, trees)
+        peak = threads_per_worker * (2 * 4 * block * n + 40 * n)
+    return {"method": method, "cpu_seconds": seconds, "worker_bytes": int(peak)}
 
 
 @dataclass(frozen=True)
@@ -116,11 +146,7 @@ def tree_pair_sums(
     pairsums.warm_up()
     blocks = plan_batches(n_trees, block)
     codes_handle = runner.share(np.ascontiguousarray(codes, dtype=np.int32))
-    items = [
-        (a, b, leaves_t, codes_handle)
-        for k, a in enumerate(blocks)
-        for b in blocks[k:]
-    ]
+    items = [(a, b, leaves_t, codes_handle) for k, a in enumerate(blocks) for b in blocks[k:]]
     total = np.zeros(codes.shape[0], dtype=np.int64)
     for _, part in runner.run(_pair_task, items, name="tree-pair-sums"):
         total += part
@@ -149,6 +175,15 @@ def _drop_copy(path: str) -> None:
         del group["scratch"]
 
 
+def _node_counts(forest: Any) -> np.ndarray:
+    """Nodes per tree: the forest's, or as many as its in-memory leaves need (SimForest)."""
+    counts = getattr(forest, "node_counts_", None)
+    if counts is not None:
+        return np.asarray(counts)
+    leaves = np.asarray(forest.leaves_)
+    return np.array([2 * np.unique(leaves[:, t]).size - 1 for t in range(leaves.shape[1])])
+
+
 def square_sums(
     forest: Any, codes: np.ndarray, *, method: str = "auto", block: int | None = None
 ) -> np.ndarray:
@@ -175,7 +210,7 @@ def square_sums(
 
     n, n_trees = forest.leaves_.shape
     if method == "auto":
-        method = choose_method(n, forest.node_counts_)
+        method = choose_method(n, _node_counts(forest))
     if method not in METHODS:
         raise ParameterError(f"method must be 'auto' or one of {METHODS}; got {method!r}")
     codes = np.asarray(codes, dtype=np.int64)

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from distforest import location
+from distforest.forests.square_sums import plan as square_sums_plan
 from distforest.jobs import estimates
 from distforest.jobs.estimates import SECONDS_PER, estimate_matrix, fit_seconds
 from distforest.jobs.plan import Plan, placement_of
@@ -41,6 +42,17 @@ def forest_app_plan(what: str, input: str, target: str | None, input_kw: dict[st
     fit_tasks = len(plan_tree_batches(trees, threads, params["batch_size"] or None))
     per_file = {"pictures": 300_000}
     disk = {label: per_file.get(label, n * 64) for label, path in files.items() if path}
+    rows = estimates.rows_per_tree(n, params)
+    cpu = fit_seconds(trees, rows, d, params["max_features"])
+    # the matrix-free products share every tree's leaves and in-bag counts with each worker
+    products = n * trees * 9
+    notes = [PRODUCTS_NOTE]
+    if what in ("outliers", "mislabels"):  # the sums of squared proximities (square_sums)
+        sums = square_sums_plan(n, trees, rows, int(params["min_samples_leaf"]))
+        cpu += sums["cpu_seconds"]
+        notes.insert(0, f"  outliers:     {sums['method']} sums of squared proximities")
+        if what == "outliers":  # mislabels also runs an RF-GAP product (all leaves)
+            products = sums["worker_bytes"]
     return Plan(
         title=f"{what}: {n:,} rows x {d} features",
         steps=[("input", source), ("forest", f"{trees} trees in {fit_tasks} tasks"),
@@ -49,11 +61,11 @@ def forest_app_plan(what: str, input: str, target: str | None, input_kw: dict[st
         tiles=0,
         disk=disk,
         free_bytes=estimates.free_space(location.parent(out)),
-        worker_bytes=3 * 8 * n * d + n * trees * 9 + 8 * n * (d + 4) * 2,
-        cpu_seconds=fit_seconds(trees, n, d, params["max_features"]),
+        worker_bytes=3 * 8 * n * d + products + 8 * n * (d + 4) * 2,
+        cpu_seconds=cpu,
         threads=threads,
         where=where,
-        notes=[PRODUCTS_NOTE],
+        notes=notes,
     )  # fmt: skip
 
 

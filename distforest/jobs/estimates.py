@@ -146,7 +146,17 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     kept_max = int(settings.get("block-cache-bytes"))
     blocks_kept = min(kept_max, math.ceil(n / tile) * tile * trees * 12)
     tile_peak = 2 * tile * trees * 9 + 3 * 4 * tile * tile + blocks_kept
-    product_peak = n * trees * 9 + 8 * n * (d + 4) * 2
+    # matrix-free products share every tree's leaves and in-bag counts with each worker; the
+    # outlier scores' sums over pairs of trees read two blocks of trees a task (square_sums)
+    products = n * trees * 9
+    if job.outliers or job.mislabels:
+        from distforest.forests.square_sums import plan as square_sums_plan
+
+        sums = square_sums_plan(n, trees, m, leaf)
+        cpu += sums["cpu_seconds"]
+        if not (job.impute or job.mislabels or job.mds):  # no other product
+            products = sums["worker_bytes"]
+    product_peak = products + 8 * n * (d + 4) * 2
     return {
         "rows": n,
         "features": d,
