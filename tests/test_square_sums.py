@@ -123,3 +123,13 @@ def test_store_path_and_cluster_give_the_memory_results(client, tmp_path: Path) 
         np.testing.assert_array_equal(scores, outlier_scores(mem))
     rs = RunStore.open(stored.path)
     assert "scratch" not in rs.group  # the copy by trees is gone
+
+
+def test_plan_before_the_fit() -> None:
+    big = ss.plan(10_000_000, 100, 200_000)  # the default forest on 10,000,000 rows
+    assert big["method"] == "tree-pairs"
+    assert big["worker_bytes"] < 2e9  # two blocks of trees, not all leaves and their index
+    assert big["cpu_seconds"] == pytest.approx(ss.SECONDS_PER_PAIR_ROW * 1e7 * 5050)
+    many_trees = ss.plan(10_000, 500, 10_000)  # small leaves, many trees
+    assert many_trees["method"] == "leaf-mates"
+    assert many_trees["worker_bytes"] >= 13 * 10_000 * 500
