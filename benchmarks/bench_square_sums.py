@@ -1,0 +1,61 @@
+"""Both methods of the outlier scores' sums of squared proximities, timed, run by hand.
+
+Calibrates ``SECONDS_PER_COLEAF``, ``SECONDS_PER_PAIR_ROW`` and ``COLEAF_SKEW`` of
+:mod:`distforest.forests.square_sums`: fits a forest in this process on the first
+``--n`` rows of a Parquet table, counts the co-leaf events exactly (sum over trees of
+the squared leaf populations) next to the estimate from the nodes, and times the
+leaf-mate walk and the tree-pair sums (in this process, on its threads), checking
+that both give the same floats.
+
+    python benchmarks/bench_square_sums.py /tmp/oocdata/1000000/table.parquet \\
+        --target label --n 200000 --max-samples 0.2 --trees 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+
+from distforest import ProximityForest, execution
+from distforest.forests import square_sums as ss
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("table")
+    parser.add_argument("--target", default="label")
+    parser.add_argument("--n", type=int, default=200_000)
+    parser.add_argument("--max-samples", type=float, default=None)
+    parser.add_argument("--trees", type=int, default=100)
+    args = parser.parse_args()
+    X = pd.read_parquet(args.table).iloc[: args.n]
+    y = X.pop(args.target)
+    with execution(client="synchronous"):
+        forest = ProximityForest(
+            n_estimators=args.trees, max_samples=args.max_samples, random_state=0
+        ).fit_leaves(X, y)
+        codes = np.asarray(forest.y_)
+        leaves = np.asarray(forest.leaves_)
+        events = sum(float((np.bincount(leaves[:, t]) ** 2).sum()) for t in range(args.trees))
+        estimate = ss.coleaf_events(args.n, forest.node_counts_)
+        start = time.perf_counter()
+        pairs = ss.square_sums(forest, codes, method="tree-pairs")
+        t_pairs = time.perf_counter() - start
+        start = time.perf_counter()
+        walk = ss.square_sums(forest, codes, method="leaf-mates")
+        t_walk = time.perf_counter() - start
+    assert np.array_equal(pairs, walk)
+    rows = ss.pair_rows(args.n, args.trees)
+    print(f"n={args.n:,} trees={args.trees} max_samples={args.max_samples}")
+    print(f"co-leaf events {events:.3g} (estimate {estimate:.3g}, skew counted "
+          f"{ss.COLEAF_SKEW}: true/estimate {events / estimate:.2f})")  # fmt: skip
+    print(f"tree-pairs {t_pairs:.1f} s wall: {t_pairs / rows:.3g} s a pair row")
+    print(f"leaf-mates {t_walk:.1f} s wall: {t_walk / events:.3g} s an event")
+    print(f"chosen: {ss.choose_method(args.n, forest.node_counts_)}")
+
+
+if __name__ == "__main__":
+    main()
