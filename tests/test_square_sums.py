@@ -93,7 +93,7 @@ def test_choose_method_follows_leaf_crowding() -> None:
     small_leaves = np.full(trees, 2 * 5_000 - 1)  # 5,000 leaves a tree
     assert ss.choose_method(10_000, small_leaves) == "leaf-mates"  # 2 rows a leaf
     assert ss.choose_method(10_000_000, small_leaves) == "tree-pairs"  # 2,000 rows a leaf
-    assert ss.coleaf_events(100, np.array([199, 99])) == pytest.approx(100 + 200)
+    assert ss.coleaf_events(100, np.array([199, 99])) == pytest.approx(ss.COLEAF_SKEW * (100 + 200))
 
 
 def test_store_path_and_cluster_give_the_memory_results(client, tmp_path: Path) -> None:
