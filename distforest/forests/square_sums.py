@@ -40,9 +40,11 @@ METHODS = ("leaf-mates", "tree-pairs")
 #: trees of the tree-pair sums, measured on this 2-core machine under load (2 threads,
 #: 100 trees): the walk 2.0e-8 s wall an event at 20,000 rows and 3.6e-8 at 200,000 (a
 #: counter of n rows touched at random: slower as n grows), the pairs 8.7e-9 and 7.6e-9
-#: s wall a pair row (benchmarks/results/out_of_core.md, "outlier scores").
+#: s wall a pair row, 1.5-1.9e-8 s for one task alone, and 2.4e-8 s on 10,000,000 rows of
+#: random leaves (the worst case for its gathers), rounded up (benchmarks/results/
+#: out_of_core.md, "outlier scores").
 SECONDS_PER_COLEAF = 5e-8
-SECONDS_PER_PAIR_ROW = 1.6e-8
+SECONDS_PER_PAIR_ROW = 2e-8
 #: Co-leaf events over the ``n^2 / L`` of equal leaves: leaf sizes are uneven (measured
 #: 4.2 to 6.6 on trees grown on all rows and on 5-20 % samples).
 COLEAF_SKEW = 5.0
