@@ -96,7 +96,9 @@ def test_choose_method_follows_leaf_crowding() -> None:
     assert ss.coleaf_events(100, np.array([199, 99])) == pytest.approx(ss.COLEAF_SKEW * (100 + 200))
 
 
-def test_store_path_and_cluster_give_the_memory_results(client, tmp_path: Path) -> None:
+def test_store_path_and_cluster_give_the_memory_results(
+    client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sklearn.datasets import make_classification
 
     X, y = make_classification(n_samples=600, n_features=5, n_informative=3, n_classes=3,
@@ -117,8 +119,15 @@ def test_store_path_and_cluster_give_the_memory_results(client, tmp_path: Path) 
         on_store = ss.square_sums(sto, sto.y_, method="tree-pairs", block=2)
         on_cluster = ss.square_sums(mem, mem.y_, method="tree-pairs", block=4)
         scores = outlier_scores(sto)
+
+        def read_only(*args: object) -> None:
+            raise PermissionError("read-only store")
+
+        monkeypatch.setattr(ss, "_copy_by_tree", read_only)  # no copy: columns of the leaves
+        uncopied = ss.square_sums(sto, sto.y_, method="tree-pairs", block=4)
     np.testing.assert_array_equal(on_store, expected)
     np.testing.assert_array_equal(on_cluster, expected)
+    np.testing.assert_array_equal(uncopied, expected)
     with execution(client="synchronous"):
         np.testing.assert_array_equal(scores, outlier_scores(mem))
     rs = RunStore.open(stored.path)

@@ -115,13 +115,22 @@ def plan(n: int, trees: int, rows_per_tree: int, min_samples_leaf: int = 1,
 
 @dataclass(frozen=True)
 class TreeBlocks:
-    """Leaves stored trees first, ``(T, n)`` in chunks of whole blocks of trees."""
+    """Stored leaves a task reads by blocks of trees, ``(T_b, n)``.
+
+    ``by_tree``: stored trees first in chunks of whole blocks (the copy); else
+    the forest's own ``(n, T)`` leaves, read column by column (every chunk read
+    by every task: the fallback when the store cannot be written).
+    """
 
     path: str
     name: str
+    by_tree: bool = True
 
     def read(self, trees: slice) -> np.ndarray:
-        return np.asarray(task_array(self.path, self.name, "r")[trees])
+        arr = task_array(self.path, self.name, "r")
+        if self.by_tree:
+            return np.asarray(arr[trees])
+        return np.ascontiguousarray(np.asarray(arr[:, trees]).T)
 
 
 def _pair_task(
@@ -228,7 +237,11 @@ def square_sums(
         else:
             try:
                 source = _copy_by_tree(forest.leaves_, where[0], block)
+            except PermissionError:  # a store this user may only read (a shared model)
+                source = TreeBlocks(*where, by_tree=False)
+            try:
                 counts = tree_pair_sums(products.runner, source, codes, n_trees, block)
             finally:
-                _drop_copy(where[0])
+                if source.by_tree:
+                    _drop_copy(where[0])
     return counts.astype(np.float64) * (1.0 / (n_trees * n_trees))
