@@ -53,6 +53,7 @@ def test_a_folder_given_to_a_whole_table_reader_says_which_commands_read_folders
     folder = tmp_path / "export"
     folder.mkdir()
     pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]}).to_parquet(folder / "part-0.parquet")
-    with pytest.raises(InputError, match=r"export is a folder: this reader takes one table "
-                       r"whole.*by partitions, on the workers, by the commands `proximity`"):  # fmt: skip
+    expected = (r"export is a folder: this reader takes one table whole.*by partitions, on the "
+                r"workers, by the commands `proximity`")  # fmt: skip
+    with pytest.raises(InputError, match=expected):
         load_table(folder)
