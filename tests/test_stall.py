@@ -177,7 +177,7 @@ def test_dask_computation_with_no_worker_left_stops(small_cluster, monkeypatch):
         time.sleep(0.05)
     start = time.monotonic()
     with (
-        pytest.raises(StalledError, match="no worker left for .* while dask computed") as err,
+        pytest.raises(StalledError, match=r"no worker left for .* while dask computed") as err,
         distforest.execution(client=client),
     ):
         da.ones(10, chunks=5).sum().compute()
