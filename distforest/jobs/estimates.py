@@ -31,16 +31,12 @@ from distforest.parallel.tiling import TilePlan
 SECONDS_PER = {
     "fit": 1e-7,  # one tree: per row x log2(rows) x features tried per split
     "rp_fit": 1e-7,  # one X-Forest tree: per row x log2(rows)
-    # one pair of rows of a forest matrix, per tree (X-Forest, SimForest, SMERF); 1e-8 made
-    # X-Forest's estimate 14x its time at 3,000 rows (estimates.md)
-    "tile": 7e-10,
-    # one pair of rows of a proximity matrix (original, oob, rfgap), per tree: the tiles
-    # took 15.6 s on 2 workers at n = 100,000 with 100 trees (6e-11) and about 2 s at
-    # 20,000 (2e-10) (benchmarks/results/proximity.md, estimates.md); between the two
+    "tile": 7e-10,  # a pair of rows of a forest matrix, per tree (X-Forest, SimForest, SMERF)
+    # a pair of rows of a proximity matrix, per tree: tiles measured 6e-11 at n = 100,000
+    # and 2e-10 at 20,000 (benchmarks/results/proximity.md, estimates.md); between the two
     "proximity_tile": 1e-10,
     "measure": 1e-8,  # one pair of rows of a similarity matrix, per feature
-    # calibrated on one quiet run each (benchmarks/results/estimates.md, 2026-11-26: the
-    # earlier constants, 1.2e-5, 3e-8 and 1e-8, were 9-18x too high at the larger size)
+    # calibrated on one quiet run each (benchmarks/results/estimates.md, 2026-11-26)
     "sim_fit": 7e-7,  # one SimForest tree: per object x log2(objects) x pairs tried
     "smerf_fit": 3e-9,  # one SMERF tree: per row pair x log2(rows)
     # share of fit_seconds that a column forest of the column imputation takes (12.5x too
