@@ -138,6 +138,28 @@ def test_resume_after_partial_blocks(forest, tmp_path) -> None:
     np.testing.assert_array_equal(again["proximity"].values, expected[1])
 
 
+@pytest.mark.parametrize("method", ["original", "oob", "rfgap"])
+def test_store_from_memory_rows_is_the_same(forest, tmp_path, monkeypatch, method) -> None:
+    """In process, the index built from the forest's rows in memory writes the bits that
+    tasks building it from the store write (two threads, small blocks)."""
+    written = []
+    for name, rows in (("store", None), ("memory", (forest.leaves_, forest.inbag_))):
+        rs = forest.save(tmp_path / f"{name}.zarr")
+        if rows is not None:  # the store's leaves are then never read
+            monkeypatch.setattr(pn, "read_rows", None)
+        runner = Runner(None, 2)
+        try:
+            stats = pn.write_neighbors(runner, rs, method, 15, block_rows=61, rows=rows,
+                                       identity={"fit_id": forest.fit_id_})  # fmt: skip
+        finally:
+            runner.close()
+        assert stats["blocks"] == 7 and stats["skipped"] == 0
+        written.append(pn.stored_neighbors(RunStore.open(tmp_path / f"{name}.zarr")))
+    np.testing.assert_array_equal(written[1]["index"].values, written[0]["index"].values)
+    np.testing.assert_array_equal(written[1]["proximity"].values.view(np.uint32),
+                                  written[0]["proximity"].values.view(np.uint32))  # fmt: skip
+
+
 def test_to_csr(forest, dense) -> None:
     with distforest.execution(client="synchronous"):
         ds = forest.proximity_neighbors(N - 1, "oob")
