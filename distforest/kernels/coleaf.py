@@ -298,16 +298,22 @@ def block_neighbors(  # pragma: no cover - numba
     bits = np.empty(1, dtype=np.float32)
     bits_u = bits.view(np.uint32)
     words = masks.shape[1]
-    for a in range(b):
+    # rows in the order of their leaf in the first tree: rows of near leaves (the
+    # node ids of one subtree are near) share leaves in other trees too, so a row
+    # finds more of its member lists still in the cache from the rows just before
+    # it (each row's result depends on that row alone, not on the order)
+    order = np.argsort(q_leaves[:, 0].copy(), kind="mergesort") if n_trees else np.arange(b)
+    for a in order:
         i = first_row + a
         n_touched = 0
         n_used = 0
         for t in range(min(AHEAD, n_trees)):
-            _ask_for_leaf(members, member_offset, leaf_offset, leaf_start, q_leaves, a, t)
+            if method == ORIGINAL or q_inbag[a, t] == 0:
+                _ask_for_leaf(members, member_offset, leaf_offset, leaf_start, q_leaves, a, t)
         for t in range(n_trees):
-            if t + AHEAD < n_trees:
-                _ask_for_leaf(members, member_offset, leaf_offset, leaf_start, q_leaves, a,
-                              t + AHEAD)  # fmt: skip
+            u = t + AHEAD  # (the trees a row skips are not asked for)
+            if u < n_trees and (method == ORIGINAL or q_inbag[a, u] == 0):
+                _ask_for_leaf(members, member_offset, leaf_offset, leaf_start, q_leaves, a, u)
             if method != ORIGINAL and q_inbag[a, t] != 0:
                 continue
             slot = leaf_offset[t] + q_leaves[a, t]
