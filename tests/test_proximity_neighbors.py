@@ -61,6 +61,17 @@ def test_top_k_equals_dense(forest, dense, method, k) -> None:
     assert (ds["index"].values != np.arange(N)[:, None]).all()  # self excluded
 
 
+def test_more_than_254_trees(forest) -> None:
+    """From 255 trees on, the kernel counts trees in 16 bits, not 8: the same top k."""
+    X, y = make_classification(80, 5, n_informative=3, random_state=2)
+    with distforest.execution(client="synchronous"):
+        big = ProximityForest(300, random_state=4).fit(X, y)
+        for method in ("original", "oob", "rfgap"):
+            ds = big.proximity_neighbors(20, method)
+            assert_same(ds, dense_top_k(big.proximity(method).values, 20, include_self=False))
+    assert big.leaves_.shape[1] == 300
+
+
 def test_ties_and_zero_fill(forest, dense) -> None:
     """k beyond the non-zero proximities: the zero rows follow by row number."""
     k = N - 1

@@ -286,10 +286,40 @@ def block_neighbors(  # pragma: no cover - numba
     index : ndarray of int64, shape (b, k)
     proximity : ndarray of float32, shape (b, k)
     """
+    # the per-row tree counters in one byte when they fit (half the cache they take)
+    size = n if method != RFGAP else 1
+    if q_leaves.shape[1] < 255:
+        counts8 = np.zeros(size, dtype=np.uint8)
+        return _block_neighbors(method, first_row, q_leaves, q_inbag, members, weights,
+                                member_offset, leaf_offset, leaf_start, masks, n, k,
+                                include_self, counts8)  # fmt: skip
+    counts16 = np.zeros(size, dtype=np.uint16)
+    return _block_neighbors(method, first_row, q_leaves, q_inbag, members, weights,
+                            member_offset, leaf_offset, leaf_start, masks, n, k, include_self,
+                            counts16)  # fmt: skip
+
+
+@njit(nogil=True, cache=True)
+def _block_neighbors(  # pragma: no cover - numba
+    method,
+    first_row,
+    q_leaves,
+    q_inbag,
+    members,
+    weights,
+    member_offset,
+    leaf_offset,
+    leaf_start,
+    masks,
+    n,
+    k,
+    include_self,
+    counts,
+):
+    """:func:`block_neighbors` with zeroed tree counters ``counts`` (n,), uint8 or uint16."""
     b, n_trees = q_leaves.shape
     index = np.empty((b, k), dtype=np.int64)
     proximity = np.empty((b, k), dtype=np.float32)
-    counts = np.zeros(n if method != RFGAP else 1, dtype=np.uint16)
     hist = np.zeros(n_trees + 1, dtype=np.int64)
     keys = np.empty(n, dtype=np.uint64)
     sums = np.zeros(n if method == RFGAP else 1, dtype=np.float64)
