@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,54 +45,107 @@ from _measure import machine_info  # noqa: E402
 from bench_startup import extract, git  # noqa: E402
 
 BC = str(ROOT / "distforest" / "data" / "breast_cancer.csv")
-BC_T = f"{BC} --target Class --drop Id"
-BC_X = f"{BC} --drop Id --drop Class --drop Bare.nuclei"
-#: Complete rows for the measures of k-NN and SimForest.
-BC_C = f"{BC_T} --drop Bare.nuclei"
-#: Label -> command line ({o}: the scratch directory of this variant and run).
-COMMANDS = {
-    "proximity": f"proximity {BC_T} --out {{o}}/p.zarr",
-    "impute": f"impute {BC_T} --out {{o}}/imp.csv",
-    "outliers": f"outliers {BC_T} --out {{o}}/out.csv",
-    "mislabels": f"mislabels {BC_T} --out {{o}}/mis.csv",
-    "mds": f"mds {BC_T} --out {{o}}/mds.csv",
-    "xforest": f"xforest {BC_X} --out {{o}}/x.zarr",
-    "cluster --method spectral": "cluster {o}/x.zarr --method spectral --k 2 --out {o}/cl.csv",
-    "similarity": f"similarity {BC_X} --out {{o}}/s.zarr",
-    "neighbors": f"neighbors {BC_X} --out {{o}}/nn.zarr",
-    "knn fit": f"knn fit {BC_C} --out {{o}}/knn.zarr",
-    "knn predict": f"knn predict {{o}}/knn.zarr {BC} --out {{o}}/knn.csv",
-    "knn fit --metric rf-proximity": f"knn fit {BC_C} --metric rf-proximity --out {{o}}/knnf.zarr",
-    "knn predict (rf-proximity model)": f"knn predict {{o}}/knnf.zarr {BC} --out {{o}}/knnf.csv",
-    "simforest fit": f"simforest fit {BC_C} --out {{o}}/sf.zarr",
-    "simforest predict": f"simforest predict {{o}}/sf.zarr {BC} --drop Id --out {{o}}/sf.csv",
-    "smerf fit": f"smerf fit {BC_X} --distances {{o}}/D.npy --out {{o}}/sm.zarr",
-    "smerf predict": f"smerf predict {{o}}/sm.zarr {BC_X} --out {{o}}/smd.zarr",
+
+
+@dataclass(frozen=True)
+class Data:
+    """A small table and how each command reads it."""
+
+    #: The CSV file (``{o}``: the scratch directory; a table written there by ``prepare``).
+    path: str
+    #: Options for the supervised commands (target and columns to drop).
+    target: str
+    #: Options dropping what is not a complete numeric feature (X-Forest, SMERF, measures).
+    features: str
+    #: Of those, the columns that are features (SMERF's observed distances use them).
+    drop: tuple[str, ...]
+    #: Options of ``simforest predict`` on the whole table.
+    predict: str
+    describe: str
+
+
+TABLES = {
+    "bundled": Data(
+        BC,
+        "--target Class --drop Id",
+        "--drop Id --drop Class --drop Bare.nuclei",
+        ("Id", "Class", "Bare.nuclei"),
+        "--drop Id",
+        "distforest/data/breast_cancer.csv, 699 rows (Id dropped; Bare.nuclei too for "
+        "xforest, cluster, similarity, neighbors, knn, simforest, smerf)",
+    ),
+    "sklearn": Data(
+        "{o}/wdbc.csv",
+        "--target target",
+        "--drop target",
+        ("target",),
+        "",
+        "scikit-learn's `load_breast_cancer()` (the Wisconsin diagnostic table, 569 rows x 30 "
+        "features, no missing values) written as CSV with its class as `target`",
+    ),
 }
+
+
+def commands(data: Data) -> dict[str, str]:
+    """Label -> command line ({o}: the scratch directory of this variant and run)."""
+    t = f"{data.path} {data.target}"
+    x = f"{data.path} {data.features}"
+    c = t if data.features == "--drop target" else f"{t} --drop Bare.nuclei"
+    return {
+        "proximity": f"proximity {t} --out {{o}}/p.zarr",
+        "impute": f"impute {t} --out {{o}}/imp.csv",
+        "outliers": f"outliers {t} --out {{o}}/out.csv",
+        "mislabels": f"mislabels {t} --out {{o}}/mis.csv",
+        "mds": f"mds {t} --out {{o}}/mds.csv",
+        "xforest": f"xforest {x} --out {{o}}/x.zarr",
+        "cluster --method spectral": "cluster {o}/x.zarr --method spectral --k 2 --out {o}/cl.csv",
+        "similarity": f"similarity {x} --out {{o}}/s.zarr",
+        "neighbors": f"neighbors {x} --out {{o}}/nn.zarr",
+        "knn fit": f"knn fit {c} --out {{o}}/knn.zarr",
+        "knn predict": f"knn predict {{o}}/knn.zarr {data.path} --out {{o}}/knn.csv",
+        "knn fit --metric rf-proximity": f"knn fit {c} --metric rf-proximity --out {{o}}/knnf.zarr",
+        "knn predict (rf-proximity model)":
+            f"knn predict {{o}}/knnf.zarr {data.path} --out {{o}}/knnf.csv",
+        "simforest fit": f"simforest fit {c} --out {{o}}/sf.zarr",
+        "simforest predict":
+            f"simforest predict {{o}}/sf.zarr {data.path} {data.predict} --out {{o}}/sf.csv",
+        "smerf fit": f"smerf fit {x} --distances {{o}}/D.npy --out {{o}}/sm.zarr",
+        "smerf predict": f"smerf predict {{o}}/sm.zarr {x} --out {{o}}/smd.zarr",
+    }  # fmt: skip
+
+
+COMMANDS = commands(TABLES["bundled"])
 CLUSTER_LINE = "distforest.parallel.cluster: cluster:"
 
 
-def distances(into: Path) -> None:
-    """SMERF's observed distances: Euclidean, of the numeric columns used by ``BC_X``."""
+def prepare(data: Data, into: Path) -> None:
+    """Write the table (if it is generated) and SMERF's observed distances: Euclidean, of
+    the features the X-Forest / SMERF commands use."""
     import numpy as np
     import pandas as pd
 
-    X = pd.read_csv(BC).drop(columns=["Id", "Class", "Bare.nuclei"]).to_numpy(float)
+    path = Path(data.path.format(o=into))
+    if not path.exists():
+        from sklearn.datasets import load_breast_cancer
+
+        frame = load_breast_cancer(as_frame=True).frame
+        frame.to_csv(path, index=False)
+    X = pd.read_csv(path).drop(columns=list(data.drop)).to_numpy(float)
     D = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
     np.save(into / "D.npy", D)
 
 
-def run_all(tree: Path, scratch: Path) -> dict[str, tuple[float, float, bool]]:
+def run_all(tree: Path, scratch: Path, data: Data) -> dict[str, tuple[float, float, bool]]:
     """Every command once, in order: label -> (wall s, CPU s, cluster started).
 
     CPU: user + system time of the process and its children (workers included),
     less sensitive than wall time to other processes on a shared machine.
     """
     scratch.mkdir(parents=True)
-    distances(scratch)
+    prepare(data, scratch)
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONWARNINGS": "ignore"}
     out = {}
-    for label, cmd in COMMANDS.items():
+    for label, cmd in commands(data).items():
         argv = [sys.executable, "-m", "distforest", *cmd.format(o=scratch).split()]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
@@ -175,6 +229,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", help="commit to compare with (e.g. the branch point)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--table",
+        choices=sorted(TABLES),
+        default="bundled",
+        help="the bundled 699-row table or scikit-learn's 569-row one",
+    )
     parser.add_argument("--tree", type=Path, default=ROOT, help="tree measured as 'after'")
     parser.add_argument(
         "--checks",
@@ -184,6 +244,7 @@ def main() -> None:
     parser.add_argument("--checks-timeout", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "small_commands.md")
     args = parser.parse_args()
+    data = TABLES[args.table]
     with tempfile.TemporaryDirectory(prefix="bench-small-") as tmp:
         scratch = Path(tmp)
         variants = {"after": args.tree}
@@ -194,7 +255,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, tuple[float, float, bool]]]] = {v: [] for v in variants}
         for rep in range(args.repeat):
             for variant, tree in variants.items():
-                runs[variant].append(run_all(tree, scratch / f"{variant}-{rep}"))
+                runs[variant].append(run_all(tree, scratch / f"{variant}-{rep}", data))
         checks = (
             {v: check_estimators(t, args.checks_timeout) for v, t in variants.items()}
             if args.checks
@@ -231,9 +292,9 @@ def main() -> None:
         f"- Commit measured (after): {head}"
         + (f"; before: {args.base} (its `distforest/` first on PYTHONPATH)" if before else ""),
         "- Command: `.venv/bin/python benchmarks/bench_small_commands.py"
-        f"{' --base ' + args.base if before else ''} --repeat {args.repeat}`",
-        "- Data: distforest/data/breast_cancer.csv, 699 rows (Id dropped; Bare.nuclei too "
-        "for xforest, cluster, similarity, neighbors, knn, simforest, smerf). Default "
+        f"{' --base ' + args.base if before else ''} --repeat {args.repeat}"
+        f"{'' if args.table == 'bundled' else ' --table ' + args.table}`",
+        f"- Data: {data.describe}. Default "
         "options, no cluster option. Wall time of the whole process (start included) and "
         "CPU time (user + system, the process and its children), medians of "
         f"{args.repeat} runs; 'cluster': whether a run started or reached a Dask cluster.",

@@ -108,14 +108,34 @@ def distances(into):
     np.save(into / "D.npy", np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)))
 
 
+def largest_difference(a, b):
+    """Of two CSV files of the same shape: the largest absolute and relative difference of
+    their numeric cells (None when the shapes or columns differ)."""
+    import pandas as pd
+
+    A, B = pd.read_csv(a), pd.read_csv(b)
+    if A.shape != B.shape or list(A.columns) != list(B.columns):
+        return None
+    x = A.select_dtypes("number").to_numpy(float)
+    y = B.select_dtypes("number").to_numpy(float)
+    if x.shape != y.shape or not x.size:
+        return None
+    gap = np.abs(x - y)
+    scale = np.maximum(np.abs(x), np.abs(y))
+    relative = np.where(scale > 0, gap / np.where(scale > 0, scale, 1), 0.0)
+    return float(np.nanmax(gap)), float(np.nanmax(relative))
+
+
 def compare(a, b):
     """Every store's arrays and every CSV's bytes of two output directories."""
-    same, old, new = {}, [], []
+    same, old, new, gaps = {}, [], [], {}
     for path in sorted(a.iterdir()):
         if path.suffix == ".csv":
             same[path.name] = (b / path.name).exists() and (
                 path.read_bytes() == (b / path.name).read_bytes()
             )
+            if (b / path.name).exists() and not same[path.name]:
+                gaps[path.name] = largest_difference(path, b / path.name)
         elif path.suffix == ".zarr":
             A, B = arrays(path), arrays(b / path.name)
             same.update({f"{path.name}/{k}": A[k].tobytes() == B[k].tobytes()
@@ -128,6 +148,7 @@ def compare(a, b):
         "differ": [k for k, v in same.items() if not v],
         "only_old": old,
         "only_new": new,
+        "largest_difference": gaps,
     }
 
 
@@ -153,13 +174,19 @@ lines = [
     f"- Date: {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')}",
     f"- Command: `.venv/bin/python benchmarks/bit_identity.py {OLD_REV}`",
     "",
-    "| job | identical | arrays and files compared | differ | only in old | only in new |",
-    "|---|---|---:|---|---|---|",
+    "| job | identical | arrays and files compared | differ | only in old | only in new "
+    "| largest difference (absolute, relative) |",
+    "|---|---|---:|---|---|---|---|",
 ]
 for name, r in result.items():
     lines.append(
         f"| {name} | {r['identical']} | {r['compared']} | "
-        f"{r.get('differ', '')} | {r.get('only_old', '')} | {r.get('only_new', '')} |"
+        f"{r.get('differ', '')} | {r.get('only_old', '')} | {r.get('only_new', '')} | "
+        + "; ".join(
+            f"{k}: {v[0]:.3g}, {v[1]:.3g}" if v else f"{k}: shapes differ"
+            for k, v in r["largest_difference"].items()
+        )
+        + " |"
     )
 (ROOT / "benchmarks" / "results" / "bit_identity.md").write_text("\n".join(lines) + "\n")
 print(json.dumps(result, indent=1))

@@ -47,3 +47,13 @@ def test_no_matrix_with_inf_is_marked_complete(tmp_path):
     with pytest.raises(InputError, match=r"distance\[.*\] is inf.*rescale"):
         pairwise(X, store=tmp_path / "d.zarr", tile_size=16, client="synchronous")
     assert not RunStore.open(tmp_path / "d.zarr").is_complete
+
+
+def test_a_folder_given_to_a_whole_table_reader_says_which_commands_read_folders(tmp_path):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]}).to_parquet(folder / "part-0.parquet")
+    expected = (r"export is a folder: this reader takes one table whole.*by partitions, on the "
+                r"workers, by the commands `proximity`")  # fmt: skip
+    with pytest.raises(InputError, match=expected):
+        load_table(folder)

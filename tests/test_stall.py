@@ -158,3 +158,39 @@ def test_a_scatter_that_never_ends_stops_with_exit_75(client, monkeypatch):
     with pytest.raises(StalledError) as err:
         tasks.scatter(client, np.zeros(10))
     assert err.value.exit_code == 75
+
+
+def test_dask_computation_with_no_worker_left_stops(small_cluster, monkeypatch):
+    """dask's own computations (readers, ``da.store``) in an execution block are guarded too:
+    no endless wait, exit 75; a future the user made before the block is left alone."""
+    import dask.array as da
+
+    import distforest
+
+    cluster, client = small_cluster
+    monkeypatch.setenv("DISTFOREST_NO_WORKER_TIMEOUT", "1")
+    users = client.submit(_slow, 0.0)
+    assert users.result() == 0.0
+    cluster.scale(0)
+    deadline = time.time() + 10
+    while client.scheduler_info()["workers"] and time.time() < deadline:
+        time.sleep(0.05)
+    start = time.monotonic()
+    with (
+        pytest.raises(StalledError, match=r"no worker left for .* while dask computed") as err,
+        distforest.execution(client=client),
+    ):
+        da.ones(10, chunks=5).sum().compute()
+    assert err.value.exit_code == 75
+    assert time.monotonic() - start < 15
+    assert users.status == "lost"  # its data left with the worker; not cancelled by the guard
+
+
+def test_dask_computation_in_a_block_still_works(small_cluster):
+    import dask.array as da
+
+    import distforest
+
+    _, client = small_cluster
+    with distforest.execution(client=client):
+        assert float(da.ones(10, chunks=5).sum().compute()) == 10.0

@@ -135,6 +135,28 @@ def test_small_imputation_loads_no_cluster_store_or_jit_module(breast_cancer_csv
     assert out.exists()
 
 
+@pytest.mark.parametrize("command", ["xforest", "smerf fit"])
+def test_small_model_runs_load_neither_xarray_nor_matplotlib(command, breast_cancer_csv,
+                                                             tmp_path):  # fmt: skip
+    """A small ``xforest`` or ``smerf fit`` writes its store without xarray (opened only to
+    read a matrix back) or matplotlib (only for a picture): 0.3-0.5 s of start-up."""
+    import pandas as pd
+
+    X = pd.read_csv(breast_cancer_csv).drop(columns=["Id", "Class", "Bare.nuclei"])
+    X = X.head(60)
+    X.to_csv(tmp_path / "x.csv", index=False)
+    values = X.to_numpy(float)
+    np.save(tmp_path / "d.npy", np.sqrt(((values[:, None] - values[None]) ** 2).sum(-1)))
+    out = tmp_path / "out.zarr"
+    args = [*command.split(), str(tmp_path / "x.csv"), "--trees", "4", "--out", str(out)]
+    if command == "smerf fit":
+        args += ["--distances", str(tmp_path / "d.npy")]
+    code = f"from distforest.cli.main import cli\ncli({args!r}, standalone_mode=False)\n"
+    loaded = loaded_after(code)
+    assert "xarray" not in loaded and "matplotlib" not in loaded, loaded
+    assert "zarr" in loaded and (out / "zarr.json").exists()  # (the probe fails otherwise)
+
+
 def test_not_fitted_error_is_one_class_and_sklearns():
     from sklearn.exceptions import NotFittedError as SklearnNotFitted
 

@@ -29,10 +29,9 @@ import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import xarray as xr
 
 from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
@@ -61,11 +60,13 @@ from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 logger = logging.getLogger("distforest")
 
 #: Default rows/columns of one predicted tile (one task, one Zarr chunk).
 TILE_SIZE = C.SMERF_TILE
-#: Without a store, matrices of more cells than this are refused (400 MB of float32).
 #: The stored name of a predicted matrix.
 DISTANCE = "distance"
 #: The stored name of the training distances inside a model.
@@ -405,6 +406,8 @@ class SMERF(Persisted, DaskEstimator):
             check_in_memory(n, m, what="distance matrix", itemsize=4, store="distance.zarr")
             values = matrix_in_memory(plan, distance_tile, (inputs,))
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(m)}
+            import xarray as xr  # on use: fitting and storing need none of it
+
             return xr.DataArray(
                 values, dims=("sample_i", "sample_j"), coords=coords, name=DISTANCE, attrs=attrs
             )

@@ -15,10 +15,9 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import xarray as xr
 
 from distforest import location
 from distforest.errors import InputError, NotFittedError, StoreError
@@ -38,6 +37,9 @@ from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 logger = logging.getLogger("distforest")
 
@@ -332,6 +334,8 @@ class XForest(Persisted, DaskEstimator):
             plan = TilePlan(n, n, self.params_["tile_size"], symmetric=True)
             values = matrix_in_memory(plan, arrays_tile, (self.codes_, self.depth_, beta))
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
+            import xarray as xr  # on use: fitting and storing need none of it
+
             return xr.DataArray(
                 values, dims=("sample_i", "sample_j"), coords=coords, name=name, attrs=attrs
             )

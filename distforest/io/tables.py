@@ -428,6 +428,15 @@ def _read_path(
             f"{name}: not a regular file (a pipe, socket or device); write the data to a file "
             "and give its path"
         )
+    if path.is_dir():
+        raise InputError(
+            f"{name} is a folder: this reader takes one table whole, from a file "
+            f"({', '.join(sorted(SUPPORTED_EXTENSIONS))}; a .zarr store is a folder). A folder "
+            "of table parts (or a glob) is read by partitions, on the workers, by the commands "
+            "`proximity`, `impute`, `outliers`, `mislabels`, `mds` and their pipelines, and in "
+            "Python by `distforest.store.inputs.ingest(folder, store)` for a ProximityForest; "
+            "here, give one file"
+        )
     if suffix not in SUPPORTED_EXTENSIONS or suffix == ".zarr":
         raise InputError(
             f"{name}: unsupported file type {suffix or '(none)'!r}; supported: "

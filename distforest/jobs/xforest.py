@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from distforest import location
 from distforest.errors import ConfigError, InputError, ParameterError, StoreError
@@ -121,6 +120,8 @@ def run_clustering(
         frame["truth"] = truth
         result = clustering.scores(truth, labels)
     written = {"cluster labels": write_csv(frame, options["out"])}
+    import xarray as xr  # here: only a run that clusters needs it
+
     if options.get("plot") and isinstance(similarity, xr.DataArray):
         from distforest.apps.plots import plot_matrix  # matplotlib: only for a picture
 
@@ -175,15 +176,18 @@ def run_xforest_job(
                                              "forest")  # fmt: skip
             with stage("tiles", stages) as done:
                 done.info = forest.write_similarity(rs, job.kind)
-            matrix = rs.dataset()[SIMILARITY_NAMES[job.kind]]
-            if job.plot and not stages.done("plot"):
+            # opened (xarray) only for a picture or a clustering
+            matrix = (
+                rs.dataset()[SIMILARITY_NAMES[job.kind]] if job.plot or job.clustering else None
+            )
+            if matrix is not None and job.plot and not stages.done("plot"):
                 with stage("plot", stages) as done:
                     from distforest.apps.plots import plot_matrix
 
                     picture = plot_matrix(matrix, job.plot,
                                           title=f"{matrix.name}, rows in input order")  # fmt: skip
                     done.outputs = {"similarity picture": location.resolved(picture)}
-            if job.clustering and not stages.done("clustering"):
+            if matrix is not None and job.clustering and not stages.done("clustering"):
                 with stage("clustering", stages) as done:
                     truth = None if table.y is None else np.asarray(table.y)
                     done.outputs, scores = run_clustering(matrix, job.clustering, truth=truth)

@@ -293,18 +293,52 @@ def n_candidates(max_features: int | float | str | None, d: int) -> int:
 
 def draw_candidates(
     rng: np.random.Generator, d: int, k: int, oblique: bool
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The node's candidate projections (features, weights), drawn as the module says."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The node's candidate projections, drawn as the module says.
+
+    Returns
+    -------
+    features : ndarray of int64
+    weights : ndarray of float64
+        Candidate ``c`` is ``features[starts[c]:starts[c + 1]]`` with those weights.
+    starts : ndarray of int64, shape (k + 1,)
+    """
     if not oblique:
         feats = np.arange(d) if k == d else rng.choice(d, k, replace=False)
-        return [(np.array([f], dtype=np.int64), np.ones(1)) for f in feats]
-    out = []
+        return feats.astype(np.int64), np.ones(k), np.arange(k + 1, dtype=np.int64)
+    features, weights = [], []
     for _ in range(k):
         c = min(d, 1 + int(rng.poisson(OBLIQUE_EXTRA)))
-        feats = rng.choice(d, c, replace=False).astype(np.int64)
-        weights = np.where(rng.random(c) < 0.5, -1.0, 1.0)
-        out.append((feats, weights))
-    return out
+        features.append(rng.choice(d, c, replace=False).astype(np.int64))
+        weights.append(np.where(rng.random(c) < 0.5, -1.0, 1.0))
+    starts = _offsets([f.shape[0] for f in features])
+    return np.concatenate(features), np.concatenate(weights), starts
+
+
+@njit(nogil=True, cache=True)
+def best_split(
+    X, D, rows, rowsum, rowcnt, min_leaf, features, weights, starts
+):  # pragma: no cover - numba
+    """The best cut over a node's candidates, in candidate order (ties keep the first).
+
+    Returns
+    -------
+    value, threshold : float
+        As :func:`sweep_feature` (``inf, nan`` if no candidate can cut).
+    candidate : int
+        Its index (-1 if none).
+    x : ndarray, shape (m,)
+        The node's values of that candidate.
+    """
+    best, threshold, chosen = np.inf, np.nan, -1
+    values = np.empty(0)
+    for c in range(starts.shape[0] - 1):
+        lo, hi = starts[c], starts[c + 1]
+        x = project(X, rows, features[lo:hi], weights[lo:hi])
+        value, thr = sweep_feature(x, D, rows, rowsum, rowcnt, min_leaf)
+        if better(value, best):
+            best, threshold, chosen, values = value, thr, c, x
+    return best, threshold, chosen, values
 
 
 def bootstrap_rows(rng: np.random.Generator, n: int, bootstrap: bool) -> np.ndarray:
@@ -364,21 +398,19 @@ def grow_tree(
         can_split = count > 0 and hi > lo and m >= 2 * min_samples_leaf
         if max_depth is not None and depth >= max_depth:
             can_split = False
-        best: tuple[float, float, int] = (np.inf, np.nan, -1)
-        candidates = draw_candidates(rng, d, k, oblique) if can_split else []
-        values = np.empty(0)
-        for c, (feats, weights) in enumerate(candidates):
-            x = project(X, rows, feats, weights)
-            value, thr = sweep_feature(x, D, rows, rowsum, rowcnt, min_samples_leaf)
-            if better(value, best[0]):
-                best, values = (value, thr, c), x
-        if best[2] < 0:
+        if not can_split:
             members[v] = rows
             continue
-        feats, weights = candidates[best[2]]
-        threshold[v], proj[v] = best[1], (feats, weights)
-        importances[feats] += (m / n_root) * (node_mean - best[0]) / feats.shape[0]
-        go_left = values <= best[1]
+        features, weights, starts = draw_candidates(rng, d, k, oblique)
+        value, thr, c, values = best_split(X, D, rows, rowsum, rowcnt, min_samples_leaf,
+                                           features, weights, starts)  # fmt: skip
+        if c < 0:
+            members[v] = rows
+            continue
+        feats = features[starts[c] : starts[c + 1]]
+        threshold[v], proj[v] = thr, (feats, weights[starts[c] : starts[c + 1]])
+        importances[feats] += (m / n_root) * (node_mean - value) / feats.shape[0]
+        go_left = values <= thr
         # depth first, left child first: push right, then left
         stack.append((rows[~go_left], depth + 1, v, True))
         stack.append((rows[go_left], depth + 1, v, False))

@@ -167,18 +167,25 @@ def _execution_block(exe: Execution) -> Iterator[Execution]:
         yield exe
 
 
-def _dask_current(client: Any) -> contextlib.AbstractContextManager[Any]:
+@contextlib.contextmanager
+def _dask_current(client: Any) -> Iterator[None]:
     """For a distributed client, ``client.as_current()``: dask's own computations in the
-    block (readers, ``da.store``) go to it even when it is not the default client.  A
-    scheduler function set in dask's config (a wrapper of the user's) is kept.  (Not
+    block (readers, ``da.store``) go to it even when it is not the default client, and are
+    guarded against a cluster without workers (:func:`~distforest.parallel.tasks.watch_workers`).
+    A scheduler function set in dask's config (a wrapper of the user's) is kept.  (Not
     ``dask.config.set(scheduler=client.get)``: dask's config is sent to every worker
     process started later, and a bound method there stops a nanny from restarting one.)"""
     import dask
 
     as_current = getattr(client, "as_current", None)
-    if as_current is None or callable(dask.config.get("scheduler", None)):
-        return contextlib.nullcontext()
-    return as_current()
+    if as_current is None:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        if not callable(dask.config.get("scheduler", None)):
+            stack.enter_context(as_current())
+        stack.enter_context(tasks.watch_workers(client))
+        yield
 
 
 class Runner:

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from distforest.parallel import tasks
 from distforest.parallel.execution import (
     SYNCHRONOUS,
     Execution,
@@ -218,6 +219,7 @@ def place(
         threads = sum(client.nthreads().values())
         logger.info("cluster: %d workers, %d threads", len(client.nthreads()), threads)
         stack.enter_context(use_execution(Execution(client, progress=progress)))
+        stack.enter_context(tasks.watch_workers(client))  # dask's own computations too
         yield Placement(client, monitor, threads)
 
 

@@ -1,13 +1,18 @@
-"""Worker start-up: the imports every task needs, begun in the background.
+"""Worker start-up: the imports every task needs, done before the worker takes tasks.
 
 A fresh worker process imports scikit-learn (with scipy), numba and Zarr the
 first time a task needs them: about 2 s of CPU, otherwise paid inside the
 first fit (a cold fit of 20,000 rows took 1.9x a warm one).  distforest's
 LocalCluster loads this module as a worker ``preload``: :func:`dask_setup`
-starts the imports on a background thread and returns at once, so the
-worker registers as fast as before and the imports overlap the driver's own
-work (reading and checking the input, sending it).  A task that arrives
-early simply waits on the import lock for what it needs.
+imports them as the worker starts, before it registers.
+
+Not on a background thread (as once): two threads importing one package whose
+modules import each other (Zarr's do) can each get the other's half-initialised
+module, and Python then raises ``ImportError: cannot import name ... from
+partially initialized module``.  That happened to a worker reading a message
+(a task holding a Zarr array) while the background thread imported Zarr: the
+worker's connection handler died with it, and the run waited on a worker that
+would never answer.
 
 It also holds the worker classes of a local cluster without dashboard
 (:class:`NannyWithoutHTTP`, :class:`WorkerWithoutHTTP`): dask's workers serve
@@ -21,7 +26,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import threading
 from typing import Any
 
 from distributed import Nanny, Worker
@@ -42,8 +46,8 @@ def import_modules(modules: tuple[str, ...] = MODULES) -> None:
 
 
 def dask_setup(worker: Any) -> None:
-    """distributed's preload hook: start the imports and return at once."""
-    threading.Thread(target=import_modules, name="distforest-preload", daemon=True).start()
+    """distributed's preload hook: the imports, before the worker takes any task."""
+    import_modules()
 
 
 class WorkerWithoutHTTP(Worker):

@@ -7,8 +7,10 @@ workers there are or in which order tasks finish.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -385,6 +387,58 @@ class _Watchdog:
                     f"{watched.count()} task(s) "
                     "waiting; the run stops here and can be resumed by running it again"
                 )
+
+
+@contextlib.contextmanager
+def watch_workers(client: Client) -> Iterator[None]:
+    """Guard dask's own computations in a block (readers, ``da.store``, ``dask.compute``).
+
+    :func:`run_tasks` watches its futures itself; a computation dask submits
+    (``client.get``) would wait for ever on a cluster with no worker left.  A
+    thread of this block looks at the workers every second: with none for the
+    ``distforest.no-worker-timeout`` setting's seconds (plus two, so that
+    :func:`run_tasks` stops first when it is the one waiting), it cancels the
+    futures made in the block, and the block raises :class:`StalledError`
+    (exit 75) instead of the cancellation.  Futures made before the block (a
+    user's) are left alone.
+    """
+    from distributed import Future
+
+    patience = float(settings.get("no-worker-timeout")) + 2 * _Watchdog.POLL
+    before = set(client.futures)
+    stop = threading.Event()
+    tripped: list[float] = []
+
+    def watch() -> None:
+        since: float | None = None
+        while not stop.wait(_Watchdog.POLL):
+            try:
+                workers = client.scheduler_info().get("workers")
+            except Exception:  # the client is closing: nothing left to guard
+                return
+            now = time.monotonic()
+            since = None if workers else since or now
+            if since is not None and now - since > patience:
+                tripped.append(now - since)
+                mine: list[Future] = [Future(key, client) for key in set(client.futures) - before]
+                client.cancel(mine)
+                return
+
+    thread = threading.Thread(target=watch, name="distforest-worker-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    except Exception as exc:
+        if tripped and not isinstance(exc, StalledError):
+            raise StalledError(
+                f"no worker left for {tripped[0]:.0f} s while dask computed (workers keep "
+                "dying?); the run stops here and can be resumed by running it again (exit "
+                "75: try later)"
+            ) from exc
+        raise
+    finally:
+        stop.set()
+        thread.join()
 
 
 def plan_tiles(n: int, tile: int, *, symmetric: bool) -> list[tuple[slice, slice]]:
