@@ -61,6 +61,17 @@ def test_top_k_equals_dense(forest, dense, method, k) -> None:
     assert (ds["index"].values != np.arange(N)[:, None]).all()  # self excluded
 
 
+def test_more_than_254_trees(forest) -> None:
+    """From 255 trees on, the kernel counts trees in 16 bits, not 8: the same top k."""
+    X, y = make_classification(80, 5, n_informative=3, random_state=2)
+    with distforest.execution(client="synchronous"):
+        big = ProximityForest(300, random_state=4).fit(X, y)
+        for method in ("original", "oob", "rfgap"):
+            ds = big.proximity_neighbors(20, method)
+            assert_same(ds, dense_top_k(big.proximity(method).values, 20, include_self=False))
+    assert big.leaves_.shape[1] == 300
+
+
 def test_ties_and_zero_fill(forest, dense) -> None:
     """k beyond the non-zero proximities: the zero rows follow by row number."""
     k = N - 1
@@ -136,6 +147,28 @@ def test_resume_after_partial_blocks(forest, tmp_path) -> None:
     again = pn.stored_neighbors(RunStore.open(path))
     np.testing.assert_array_equal(again["index"].values, expected[0])
     np.testing.assert_array_equal(again["proximity"].values, expected[1])
+
+
+@pytest.mark.parametrize("method", ["original", "oob", "rfgap"])
+def test_store_from_memory_rows_is_the_same(forest, tmp_path, monkeypatch, method) -> None:
+    """In process, the index built from the forest's rows in memory writes the bits that
+    tasks building it from the store write (two threads, small blocks)."""
+    written = []
+    for name, rows in (("store", None), ("memory", (forest.leaves_, forest.inbag_))):
+        rs = forest.save(tmp_path / f"{name}.zarr")
+        if rows is not None:  # the store's leaves are then never read
+            monkeypatch.setattr(pn, "read_rows", None)
+        runner = Runner(None, 2)
+        try:
+            stats = pn.write_neighbors(runner, rs, method, 15, block_rows=61, rows=rows,
+                                       identity={"fit_id": forest.fit_id_})  # fmt: skip
+        finally:
+            runner.close()
+        assert stats["blocks"] == 7 and stats["skipped"] == 0
+        written.append(pn.stored_neighbors(RunStore.open(tmp_path / f"{name}.zarr")))
+    np.testing.assert_array_equal(written[1]["index"].values, written[0]["index"].values)
+    np.testing.assert_array_equal(written[1]["proximity"].values.view(np.uint32),
+                                  written[0]["proximity"].values.view(np.uint32))  # fmt: skip
 
 
 def test_to_csr(forest, dense) -> None:

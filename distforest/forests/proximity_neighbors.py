@@ -232,6 +232,20 @@ def store_task(path: str, method: str, write: str, block: int, rows: slice, k: i
     index = _cache.get(path, method, write)
     leaves = read_rows(path, "leaves", rows)
     inbag = read_rows(path, "inbag", rows)
+    return _store_block(path, block, index, rows, leaves, inbag, k, include_self)
+
+
+def memory_store_task(index: CoLeafIndex, path: str, block: int, rows: slice, k: int,
+                      include_self: bool) -> int:  # fmt: skip
+    """:func:`store_task` in the driver's process: the index and the rows from memory."""
+    assert index.leaves is not None and index.inbag is not None
+    return _store_block(path, block, index, rows, index.leaves[rows], index.inbag[rows], k,
+                        include_self)  # fmt: skip
+
+
+def _store_block(path: str, block: int, index: CoLeafIndex, rows: slice, leaves: np.ndarray,
+                 inbag: np.ndarray, k: int, include_self: bool) -> int:  # fmt: skip
+    """Write the neighbours of ``rows`` and mark their block done; the bytes written."""
     found, values = neighbors_of(index, rows, leaves, inbag, k, include_self)
     write_block(path, INDEX, (rows, slice(None)), found)
     write_block(path, PROXIMITY, (rows, slice(None)), values)
@@ -244,6 +258,24 @@ def store_task(path: str, method: str, write: str, block: int, rows: slice, k: i
 
 def _blocks(n: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _warm_up_quietly() -> None:
+    with contextlib.suppress(Exception):  # an error shows again where warm_up() is awaited
+        coleaf.warm_up()
+
+
+def warm_up_soon() -> threading.Thread:
+    """Start loading (or compiling) the kernels on a thread of this process and return it.
+
+    For a caller that fits a forest first: the fit's trees run outside the
+    GIL (or on workers), so the load is hidden; :func:`write_neighbors` still
+    calls :func:`~distforest.kernels.coleaf.warm_up`, which then finds them ready
+    (or waits for numba's compiler lock).
+    """
+    thread = threading.Thread(target=_warm_up_quietly, name="distforest-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def compute_neighbors(
@@ -309,12 +341,16 @@ def write_neighbors(
     block_rows: int | None = None,
     identity: Mapping[str, Any],
     progress: ProgressCallback | None = None,
+    rows: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, int]:
     """Write every row's top-k neighbours into a store holding ``leaves`` and ``inbag``.
 
     Blocks already marked in ``done/neighbors_index`` by an earlier call with
     the same ``identity``, ``k``, ``include_self`` and block size are skipped.
     The worker processes build the index from the store themselves (once each).
+    When the tasks run in this process and ``rows`` (the store's ``leaves``
+    and ``inbag``, already in memory) is given, the index is built once from
+    them instead, and no task reads the store.
 
     Returns
     -------
@@ -333,10 +369,17 @@ def write_neighbors(
     pending = [b for b in range(len(blocks)) if not done[b, 0]]
     coleaf.warm_up()  # compile once here, not in every worker at once
     write = uuid.uuid4().hex
-    items = [(rs.path, method, write, b, blocks[b], k, include_self) for b in pending]
+    task: Any = store_task
+    items: list[tuple[Any, ...]] = [(rs.path, method, write, b, blocks[b], k, include_self)
+                                    for b in pending]  # fmt: skip
+    if runner.in_process and rows is not None and pending and \
+            all(isinstance(a, np.ndarray) for a in rows):  # fmt: skip
+        index = build_index(*rows, method, keep_rows=True)
+        task, items = memory_store_task, [(index, rs.path, b, blocks[b], k, include_self)
+                                          for b in pending]  # fmt: skip
     stats = {"blocks": len(blocks), "skipped": len(blocks) - len(pending), "bytes": 0}
     try:
-        for _, written in runner.run(store_task, items, name="neighbors", progress=progress):
+        for _, written in runner.run(task, items, name="neighbors", progress=progress):
             stats["bytes"] += written
     finally:
         with contextlib.suppress(Exception):  # only memory is at stake: never mask an error
@@ -505,6 +548,7 @@ def write_forest_neighbors(
         return write_neighbors(
             runner, rs, method, k, include_self=include_self, block_rows=block_rows,
             identity={"fit_id": forest.fit_id_}, progress=forest._report("neighbors"),
+            rows=(forest.leaves_, forest.inbag_),
         )  # fmt: skip
 
 

@@ -27,10 +27,18 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from distforest.kernels.prefetch import LINE_INT32, prefetch
+
 #: Method codes of :func:`block_neighbors`.
 ORIGINAL, OOB, RFGAP = 0, 1, 2
 
 _LOW32 = np.uint64(0xFFFFFFFF)
+
+#: The kernel asks for the member list of the tree this many trees ahead of the
+#: one it counts, and for at most this many of its first members (see
+#: :mod:`distforest.kernels.prefetch`; measured on 100,000 rows, 100 trees: the
+#: counting pass 25-30 % faster than without).
+AHEAD, AHEAD_MEMBERS = 4, 8 * LINE_INT32
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -181,6 +189,18 @@ def oob_masks(inbag):  # pragma: no cover - numba
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _ask_for_leaf(  # pragma: no cover - numba
+    members, member_offset, leaf_offset, leaf_start, q_leaves, a, t
+):
+    """Prefetch the first members of row ``a``'s leaf in tree ``t``."""
+    slot = leaf_offset[t] + q_leaves[a, t]
+    s = member_offset[t] + leaf_start[slot]
+    e = min(member_offset[t] + leaf_start[slot + 1], s + AHEAD_MEMBERS)
+    for p in range(s, e, LINE_INT32):
+        prefetch(members, p)  # type: ignore[call-arg]  # (numba passes the typing context)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _popcount(x):  # pragma: no cover - numba
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
     x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
@@ -266,10 +286,40 @@ def block_neighbors(  # pragma: no cover - numba
     index : ndarray of int64, shape (b, k)
     proximity : ndarray of float32, shape (b, k)
     """
+    # the per-row tree counters in one byte when they fit (half the cache they take)
+    size = n if method != RFGAP else 1
+    if q_leaves.shape[1] < 255:
+        counts8 = np.zeros(size, dtype=np.uint8)
+        return _block_neighbors(method, first_row, q_leaves, q_inbag, members, weights,
+                                member_offset, leaf_offset, leaf_start, masks, n, k,
+                                include_self, counts8)  # fmt: skip
+    counts16 = np.zeros(size, dtype=np.uint16)
+    return _block_neighbors(method, first_row, q_leaves, q_inbag, members, weights,
+                            member_offset, leaf_offset, leaf_start, masks, n, k, include_self,
+                            counts16)  # fmt: skip
+
+
+@njit(nogil=True, cache=True)
+def _block_neighbors(  # pragma: no cover - numba
+    method,
+    first_row,
+    q_leaves,
+    q_inbag,
+    members,
+    weights,
+    member_offset,
+    leaf_offset,
+    leaf_start,
+    masks,
+    n,
+    k,
+    include_self,
+    counts,
+):
+    """:func:`block_neighbors` with zeroed tree counters ``counts`` (n,), uint8 or uint16."""
     b, n_trees = q_leaves.shape
     index = np.empty((b, k), dtype=np.int64)
     proximity = np.empty((b, k), dtype=np.float32)
-    counts = np.zeros(n if method != RFGAP else 1, dtype=np.uint16)
     hist = np.zeros(n_trees + 1, dtype=np.int64)
     keys = np.empty(n, dtype=np.uint64)
     sums = np.zeros(n if method == RFGAP else 1, dtype=np.float64)
@@ -278,11 +328,22 @@ def block_neighbors(  # pragma: no cover - numba
     bits = np.empty(1, dtype=np.float32)
     bits_u = bits.view(np.uint32)
     words = masks.shape[1]
-    for a in range(b):
+    # rows in the order of their leaf in the first tree: rows of near leaves (the
+    # node ids of one subtree are near) share leaves in other trees too, so a row
+    # finds more of its member lists still in the cache from the rows just before
+    # it (each row's result depends on that row alone, not on the order)
+    order = np.argsort(q_leaves[:, 0].copy(), kind="mergesort") if n_trees else np.arange(b)
+    for a in order:
         i = first_row + a
         n_touched = 0
         n_used = 0
+        for t in range(min(AHEAD, n_trees)):
+            if method == ORIGINAL or q_inbag[a, t] == 0:
+                _ask_for_leaf(members, member_offset, leaf_offset, leaf_start, q_leaves, a, t)
         for t in range(n_trees):
+            u = t + AHEAD  # (the trees a row skips are not asked for)
+            if u < n_trees and (method == ORIGINAL or q_inbag[a, u] == 0):
+                _ask_for_leaf(members, member_offset, leaf_offset, leaf_start, q_leaves, a, u)
             if method != ORIGINAL and q_inbag[a, t] != 0:
                 continue
             slot = leaf_offset[t] + q_leaves[a, t]
