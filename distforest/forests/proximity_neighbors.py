@@ -260,24 +260,6 @@ def _blocks(n: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
 
-def _warm_up_quietly() -> None:
-    with contextlib.suppress(Exception):  # an error shows again where warm_up() is awaited
-        coleaf.warm_up()
-
-
-def warm_up_soon() -> threading.Thread:
-    """Start loading (or compiling) the kernels on a thread of this process and return it.
-
-    For a caller that fits a forest first: the fit's trees run outside the
-    GIL (or on workers), so the load is hidden; :func:`write_neighbors` still
-    calls :func:`~distforest.kernels.coleaf.warm_up`, which then finds them ready
-    (or waits for numba's compiler lock).
-    """
-    thread = threading.Thread(target=_warm_up_quietly, name="distforest-warm-up", daemon=True)
-    thread.start()
-    return thread
-
-
 def compute_neighbors(
     runner: Runner,
     leaves: np.ndarray,

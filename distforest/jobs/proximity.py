@@ -115,10 +115,6 @@ def run_proximity_job(
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
         cells = table.n_samples * table.n_features
-        if job.top_k is not None and not (run.stages and run.stages.done("neighbors")):
-            from distforest.forests.proximity_neighbors import warm_up_soon
-
-            warm_up_soon()  # while the forest is fitted
         with place(cells, job.connect, progress=progress, watch=True) as where:
             forest, rs, stages = _fit_stage(job, table, run)
             _tiles_stage(job, forest, rs, stages)
