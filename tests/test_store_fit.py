@@ -11,8 +11,9 @@ import pytest
 from distforest import ProximityForest, execution
 from distforest.apps.mislabels import mislabel_scores
 from distforest.apps.outliers import outlier_scores
+from distforest.forests.stored import StoredNodes
 from distforest.store.inputs import ingest
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, chunk_aligned
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,7 @@ def test_same_trees_from_memory_and_store(table, tmp_path: Path, params: dict) -
         sto = ProximityForest(**params, random_state=5, tile_size=100).fit(stored)
     np.testing.assert_array_equal(np.asarray(sto.leaves_), mem.leaves_)
     np.testing.assert_array_equal(np.asarray(sto.inbag_), mem.inbag_)
+    assert isinstance(sto.nodes_, StoredNodes)  # read from the store on use, not held here
     for name, values in mem.nodes_.items():
         np.testing.assert_array_equal(sto.nodes_[name], values, err_msg=name)
     assert sto.classes_ == mem.classes_
@@ -136,6 +138,8 @@ def test_a_later_fit_on_the_same_store_is_not_read_silently(table, tmp_path: Pat
         ProximityForest(n_estimators=3, random_state=1).fit(stored)  # replaces the leaves
         with pytest.raises(StoreError, match="belong to another fit"):
             outlier_scores(first)
+        with pytest.raises(StoreError, match="belongs to another fit"):
+            first.nodes_["threshold"]  # its trees were replaced too
 
 
 def test_proximity_neighbors_from_the_store(table, tmp_path: Path) -> None:
@@ -148,3 +152,40 @@ def test_proximity_neighbors_from_the_store(table, tmp_path: Path) -> None:
         expected = mem.proximity_neighbors(5)
     np.testing.assert_array_equal(found["index"].values, expected["index"].values)
     np.testing.assert_array_equal(found["proximity"].values, expected["proximity"].values)
+
+
+@pytest.mark.parametrize("sizes", [[3, 4, 9, 1], [5, 5], [12], [1, 1, 1], [0, 6, 0, 4]])
+def test_chunk_aligned_blocks_cover_the_pieces_in_whole_chunks(sizes: list[int]) -> None:
+    pieces = [np.arange(sum(sizes[:k]), sum(sizes[: k + 1])) for k in range(len(sizes))]
+    blocks = list(chunk_aligned(iter(pieces), 5))
+    lengths = [len(b) for _, b in blocks]
+    assert [start for start, _ in blocks] == [sum(lengths[:i]) for i in range(len(blocks))]
+    assert all(start % 5 == 0 for start, _ in blocks)
+    assert all(len(b) % 5 == 0 for _, b in blocks[:-1])
+    joined = np.concatenate([b for _, b in blocks]) if blocks else np.empty(0)
+    np.testing.assert_array_equal(joined, np.arange(sum(sizes)))
+
+
+def test_joined_forest_equals_the_forest_written_whole(tmp_path: Path) -> None:
+    """Batches joined a few nodes at a time give the arrays ``write_forest`` writes."""
+    rng = np.random.default_rng(0)
+    counts = np.array([7, 3, 11, 5, 2])
+    batches = [counts[:2], counts[2:3], counts[3:]]
+    whole = {"threshold": rng.normal(size=counts.sum()),
+             "value": rng.normal(size=(counts.sum(), 3)).astype(np.float32),
+             "feature": rng.integers(0, 9, counts.sum()).astype(np.int32)}  # fmt: skip
+    a = RunStore.create(tmp_path / "a.zarr", attrs={})
+    a.write_forest(whole, counts, np.arange(5))
+    b = RunStore.create(tmp_path / "b.zarr", attrs={})
+    edges = np.concatenate([[0], np.cumsum([c.sum() for c in batches])])
+    for k in range(len(batches)):
+        b.group.require_group("fit").require_group(f"nodes_{k}")
+        for name, values in whole.items():
+            b.group[f"fit/nodes_{k}"].create_array(name, data=values[edges[k] : edges[k + 1]])
+    b.join_forest([f"fit/nodes_{k}" for k in range(3)], counts, np.arange(5), chunk=4)
+    left, right = a.read_forest(), b.read_forest()
+    assert left.keys() == right.keys()
+    for name in left:
+        np.testing.assert_array_equal(right[name], left[name], err_msg=name)
+        assert right[name].dtype == left[name].dtype
+    assert b.array("forest/value").chunks == (4, 3)

@@ -6,6 +6,7 @@ import json
 import logging
 import uuid
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -323,7 +324,9 @@ class ProximityForest(Persisted, DaskEstimator):
         self.inbag_ = inbag
         self.node_counts_ = np.concatenate([b.node_counts for b in parts])
         self.tree_importances_: np.ndarray | None = importances
-        self.nodes_ = _concatenate_nodes(parts) if keep_nodes else None
+        self.nodes_: Mapping[str, np.ndarray] | None = (
+            _concatenate_nodes(parts) if keep_nodes else None
+        )
         self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
         self.fit_id_ = uuid.uuid4().hex
         self.params_ = params

@@ -25,9 +25,11 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 import uuid
 import weakref
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -35,7 +37,7 @@ import numpy as np
 
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import TreeBatch, TreeParams, grow_nodes
+from distforest.kernels.trees import NODE_FIELDS, TreeBatch, TreeParams, grow_nodes
 from distforest.parallel import tasks
 from distforest.store.inputs import (
     StoredTable,
@@ -44,7 +46,7 @@ from distforest.store.inputs import (
     input_rows,
     write_row_ids,
 )
-from distforest.store.run_store import RunStore, read_rows, write_block
+from distforest.store.run_store import RunStore, read_rows, write_block, write_group
 
 if TYPE_CHECKING:
     from distforest.forests.proximity_forest import ProximityForest
@@ -58,10 +60,70 @@ ROUTE_ROWS = 65_536
 
 
 @dataclass(frozen=True)
-class _Nodes:
-    """The forest's flat node arrays, sent to each worker once as one object."""
+class _ForestRef:
+    """Where the routing tasks read the forest (``forest/`` of the store): each worker
+    process reads it once per fit (``token``) and keeps it for its tasks."""
 
-    nodes: dict[str, np.ndarray]
+    path: str
+    token: str
+
+
+#: The forest a worker process read for the routing tasks: (path, token) -> nodes.
+_forests: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+_forests_lock = threading.Lock()
+
+
+def _forest_nodes(ref: _ForestRef) -> dict[str, np.ndarray]:
+    key = (ref.path, ref.token)
+    with _forests_lock:
+        if key not in _forests:
+            _forests.clear()
+            nodes = RunStore.open(ref.path).read_forest()
+            nodes.pop("seed", None)
+            _forests[key] = nodes
+        return _forests[key]
+
+
+def _forget_fit_arrays() -> None:
+    """Drop what the fit's tasks kept in this process (input rows, the forest)."""
+    forget_inputs()
+    with _forests_lock:
+        _forests.clear()
+
+
+@dataclass(frozen=True)
+class StoredNodes(Mapping[str, np.ndarray]):
+    """The node arrays of a forest fitted into a store, read from it on use.
+
+    The driver of a stored fit never holds the forest (hundreds of megabytes of
+    nodes at a million rows); routing new rows or saving elsewhere reads it.
+    A later fit into the same store replaced it: reading then raises
+    :class:`~distforest.errors.StoreError`.
+    """
+
+    path: str
+    fit_id: str
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in NODE_FIELDS:
+            raise KeyError(name)
+        rs = RunStore.open(self.path)
+        if rs.attrs.get("fit_id") != self.fit_id:
+            from distforest.errors import StoreError
+
+            raise StoreError(
+                f"the forest in {self.path!r} belongs to another fit (fit_id "
+                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id!r}): a store holds one "
+                "forest, and a later fit on the same stored table replaced this one's; fit "
+                "this forest again"
+            )
+        return np.asarray(rs.array(f"forest/{name}")[...])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(NODE_FIELDS)
+
+    def __len__(self) -> int:
+        return len(NODE_FIELDS)
 
 
 def _grow_task(
@@ -70,12 +132,13 @@ def _grow_task(
     X = input_rows(path)
     grown = grow_nodes(X, y, seeds, params)
     write_block(path, f"{FIT_GROUP}/inbag_{batch}", (slice(None), slice(None)), grown.inbag)
-    return grown.nodes_only()
+    write_group(path, f"{FIT_GROUP}/nodes_{batch}", grown.nodes)  # joined by the driver
+    return replace(grown.nodes_only(), nodes={})
 
 
-def _route_task(path: str, forest: _Nodes, n_batches: int, rows: slice) -> int:
+def _route_task(path: str, forest: _ForestRef, n_batches: int, rows: slice) -> int:
     X = input_chunk(path, rows)
-    leaves = apply_nodes(X, forest.nodes)
+    leaves = apply_nodes(X, _forest_nodes(forest))
     inbag = np.concatenate(
         [read_rows(path, f"{FIT_GROUP}/inbag_{k}", rows) for k in range(n_batches)], axis=1
     )
@@ -134,26 +197,24 @@ def fit_stored(
                                   progress=forest._report("fit")):  # fmt: skip
             parts[i] = part
         node_counts = np.concatenate([p.node_counts for p in parts])
-        from distforest.forests.proximity_forest import _concatenate_nodes
-
-        nodes = _concatenate_nodes(parts)
-        offsets = np.concatenate([[0], np.cumsum(node_counts)]).astype(np.int64)
         rs.write_coordinates(n, n_trees)
         # the rows' IDs, if any, as the row coordinates: copied by tasks, read on use
         ids = write_row_ids(rs, table) if table.id_name is not None else None
-        rs.write_forest(nodes, node_counts, seeds)
+        # the tasks wrote their trees; joined here a chunk at a time, never held whole
+        rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))], node_counts,
+                       seeds)  # fmt: skip
         rs.write_named("tree_importances", np.concatenate([p.importances for p in parts]))
         for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
             rs.group.create_array(name, shape=(n, n_trees), chunks=(min(n, tile), n_trees),
                                   dtype=dtype, dimension_names=("sample", "tree"),
                                   overwrite=True)  # fmt: skip
-        shared = runner.share(_Nodes({**nodes, "node_offset": offsets}))
+        shared = _ForestRef(str(table.path), uuid.uuid4().hex)  # each worker reads it once
         step = max(tile, ROUTE_ROWS // tile * tile)
         blocks = [slice(s, min(s + step, n)) for s in range(0, n, step)]
         route = [(table.path, shared, len(batches), b) for b in blocks]
         for _ in runner.run(_route_task, route, name="leaves", progress=forest._report("leaves")):
             pass
-        runner.everywhere(forget_inputs)
+        runner.everywhere(_forget_fit_arrays)
     del rs.group[FIT_GROUP]
     forest.n_samples_ = n
     forest.n_features_in_ = table.n_features
@@ -169,9 +230,9 @@ def fit_stored(
     forest.seeds_ = seeds
     forest.random_state_ = entropy
     forest.node_counts_ = node_counts
-    forest.nodes_ = nodes
     forest.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
     forest.fit_id_ = uuid.uuid4().hex
+    forest.nodes_ = StoredNodes(str(table.path), forest.fit_id_)
     forest.params_ = params
     # the store's arrays, read on use (np.asarray) or by the workers (the products)
     forest.leaves_ = cast(np.ndarray, rs.array("leaves"))

@@ -28,9 +28,9 @@ import shutil
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import zarr
@@ -572,6 +572,35 @@ class RunStore:
             dims = ("node",) if values.ndim == 1 else ("node", "output")
             sub.write_array(name, values, dims, chunks=(chunk, *values.shape[1:]))
 
+    def join_forest(
+        self, parts: Sequence[str], node_counts: np.ndarray, seeds: np.ndarray,
+        chunk: int = 1 << 20,
+    ) -> None:  # fmt: skip
+        """Write ``forest/`` (the layout of :meth:`write_forest`) from the node arrays that
+        tasks wrote in groups ``parts`` (one per batch of trees, in tree order).
+
+        Copied a chunk (``chunk`` nodes, as :meth:`write_forest` stores them) at a time:
+        this process never holds the forest (hundreds of megabytes of nodes at a million
+        rows).
+        """
+        forest = self.group.require_group("forest")
+        sub = RunStore(location.join(self.path, "forest"), forest)
+        offset = np.concatenate([[0], np.cumsum(node_counts)]).astype(np.int64)
+        sub.write_array("node_offset", offset, ("tree_edge",))
+        sub.write_array("seed", np.asarray(seeds, dtype=np.uint64), ("tree",))
+        groups = [self.subgroup(part) for part in parts]
+        total = int(offset[-1])
+        for name, first in groups[0].arrays():
+            rest = tuple(first.shape[1:])
+            dims = ("node",) if not rest else ("node", "output")
+            target = forest.create_array(
+                name, shape=(total, *rest), chunks=(max(1, min(chunk, total)), *rest),
+                dtype=first.dtype, dimension_names=dims, overwrite=True,
+            )  # fmt: skip
+            pieces = (np.asarray(cast(zarr.Array, g[name])[...]) for g in groups)
+            for start, block in chunk_aligned(pieces, chunk):
+                target[start : start + block.shape[0]] = block
+
     # -- reading ----------------------------------------------------------
 
     def dataset(self) -> xr.Dataset:
@@ -683,6 +712,36 @@ def task_array(path: str, name: str, mode: Literal["r", "r+"]) -> zarr.Array:
 def read_rows(path: str, name: str, rows: slice) -> np.ndarray:
     """Read rows ``rows`` of array ``name`` of the store at ``path``."""
     return np.asarray(task_array(path, name, "r")[rows])
+
+
+def chunk_aligned(pieces: Iterator[np.ndarray], chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, block)`` of the pieces joined end to end, cut at multiples of ``chunk`` rows
+    (the last block may be shorter): whole chunks to write, at most a chunk and a piece held.
+    """
+    start, held, size = 0, [], 0
+    for piece in pieces:
+        held.append(piece)
+        size += piece.shape[0]
+        if size >= chunk:
+            joined = np.concatenate(held)
+            whole = size // chunk * chunk
+            yield start, joined[:whole]
+            start, held, size = start + whole, [joined[whole:]], size - whole
+    if size:
+        yield start, np.concatenate(held)
+
+
+def write_group(path: str, name: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write whole arrays into a new group ``name`` of the store at ``path`` (from a task:
+    no other task writes that group)."""
+    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
+    group = root.require_group(name)
+    for key, values in arrays.items():
+        arr = group.create_array(key, shape=values.shape, dtype=values.dtype,
+                                 chunks=tuple(max(1, s) for s in values.shape),
+                                 overwrite=True)  # fmt: skip
+        if values.size:
+            arr[...] = values
 
 
 def write_block(path: str, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
