@@ -142,3 +142,43 @@ def test_plan_before_the_fit() -> None:
     many_trees = ss.plan(10_000, 500, 10_000)  # small leaves, many trees
     assert many_trees["method"] == "leaf-mates"
     assert many_trees["worker_bytes"] >= 13 * 10_000 * 500
+
+
+@pytest.mark.parametrize("labels", [
+    np.array([0, 2, 1, 1, 0, 2]),  # already codes: used as they are
+    np.array([0, 2, 2, 0]),  # a gap: coded as np.unique does
+    np.array([3, 5, 3, 9]),
+    np.array([-1, 4, -1, 0]),
+    np.array([0.5, 2.0, 0.5]),
+    np.array(["b", "a", "c", "a"]),
+    np.array([7, 7, 7], dtype=np.uint8),
+])  # fmt: skip
+def test_class_codes_are_numpy_unique_inverse(labels):
+    from distforest.apps.outliers import _labels_or_one_class
+
+    codes = _labels_or_one_class(labels, labels.size)
+    expected = np.unique(labels, return_inverse=True)[1]
+    np.testing.assert_array_equal(codes, expected)
+    assert codes.dtype == np.int64
+
+
+def test_codes_of_a_forest_target_are_not_copied():
+    from distforest.apps.outliers import _labels_or_one_class
+
+    y = np.array([0, 1, 2, 1, 0], dtype=np.int64)
+    assert _labels_or_one_class(y, y.size) is y
+
+
+def test_scores_in_place_equal_the_copying_ones():
+    from distforest.apps.outliers import scores_from_square_sums
+
+    rng = np.random.default_rng(3)
+    sums = rng.random(50) * 4
+    sums[[3, 17]] = 0.0
+    labels = rng.integers(0, 3, 50)
+    copied = scores_from_square_sums(sums, labels)
+    assert sums[3] == 0.0  # the input left alone
+    np.testing.assert_array_equal(scores_from_square_sums(sums.copy(), labels, overwrite=True),
+                                  copied)  # fmt: skip
+    raw = 50 / np.where(sums == 0, 1.0, sums)  # the formula
+    np.testing.assert_array_equal(np.isfinite(copied), np.isfinite(raw))

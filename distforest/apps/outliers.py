@@ -31,17 +31,36 @@ def standardise_by_class(raw: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return scores
 
 
-def scores_from_square_sums(square_sums: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Outlier scores from each row's sum of squared within-class proximities."""
+def scores_from_square_sums(
+    square_sums: np.ndarray, labels: np.ndarray, *, overwrite: bool = False
+) -> np.ndarray:
+    """Outlier scores from each row's sum of squared within-class proximities.
+
+    ``overwrite=True`` computes the raw values in ``square_sums`` itself (float64):
+    one vector of n less at once, which at ten million rows is 80 MB of the driver.
+    """
     n = square_sums.shape[0]
-    raw = n / np.where(square_sums == 0, 1.0, square_sums)
+    sums = square_sums if overwrite else np.array(square_sums, dtype=np.float64)
+    sums[sums == 0] = 1.0
+    raw = np.divide(n, sums, out=sums)
     return standardise_by_class(raw, labels)
 
 
 def _labels_or_one_class(labels: np.ndarray | None, n: int) -> np.ndarray:
+    """Class codes ``0 .. k - 1`` in the order of the sorted labels (``np.unique``'s).
+
+    Labels that already are those codes (a forest's target) are used as they
+    are: at ten million rows ``np.unique`` would sort them, and hold three
+    copies, on the driver.
+    """
     if labels is None:
         return np.zeros(n, dtype=np.int64)
-    _, codes = np.unique(np.asarray(labels), return_inverse=True)
+    values = np.asarray(labels)
+    if values.dtype.kind in "iu" and values.size and 0 <= values.min() and values.max() < n:
+        present = np.flatnonzero(np.bincount(values))
+        if present[-1] == present.size - 1:  # every code 0 .. k-1 is used
+            return values.astype(np.int64, copy=False)
+    _, codes = np.unique(values, return_inverse=True)
     return codes.astype(np.int64)
 
 
@@ -80,7 +99,7 @@ def outlier_scores(forest: Any, labels: Any = None, new_labels: Any = None) -> n
     if labels is None and forest.task_ == "classification":
         labels = forest.y_
     codes = _labels_or_one_class(labels, forest.n_samples_)
-    return scores_from_square_sums(square_sums(forest, codes), codes)
+    return scores_from_square_sums(square_sums(forest, codes), codes, overwrite=True)
 
 
 def _are_rows(value: Any) -> bool:

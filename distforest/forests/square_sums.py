@@ -244,4 +244,6 @@ def square_sums(
             finally:
                 if source.by_tree:
                     _drop_copy(where[0])
-    return counts.astype(np.float64) * (1.0 / (n_trees * n_trees))
+    out = counts.astype(np.float64)
+    out *= 1.0 / (n_trees * n_trees)  # in place: one n-vector less on the driver
+    return out
