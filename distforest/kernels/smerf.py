@@ -52,6 +52,7 @@ abstains gets ``fallback`` (the mean of all observed D).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -291,6 +292,15 @@ def n_candidates(max_features: int | float | str | None, d: int) -> int:
     return min(d, int(max_features))
 
 
+@functools.cache
+def _single_features(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Weights (ones) and starts of ``k`` one-feature candidates, made once (read-only)."""
+    weights, starts = np.ones(k), np.arange(k + 1, dtype=np.int64)
+    weights.setflags(write=False)
+    starts.setflags(write=False)
+    return weights, starts
+
+
 def draw_candidates(
     rng: np.random.Generator, d: int, k: int, oblique: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -305,7 +315,7 @@ def draw_candidates(
     """
     if not oblique:
         feats = np.arange(d) if k == d else rng.choice(d, k, replace=False)
-        return feats.astype(np.int64), np.ones(k), np.arange(k + 1, dtype=np.int64)
+        return (feats.astype(np.int64), *_single_features(k))
     features, weights = [], []
     for _ in range(k):
         c = min(d, 1 + int(rng.poisson(OBLIQUE_EXTRA)))
@@ -386,15 +396,20 @@ def grow_tree(
         if parent >= 0:
             (right if is_right else left)[parent] = v
         m = rows.shape[0]
-        rowsum, rowcnt, lo, hi = node_sums(D, rows)
-        count = rowcnt.sum()
-        node_mean = rowsum.sum() / count if count > 0 else np.nan
         left.append(-1)
         right.append(-1)
         threshold.append(np.nan)
-        objective.append(float(node_mean))
         size.append(m)
         proj.append(empty)
+        if m == 1:  # a leaf; its mean is its own (observed) distance, as node_sums gives it
+            own = D[rows[0], rows[0]]
+            objective.append(0.0 + float(own) if own == own else np.nan)
+            members[v] = rows
+            continue
+        rowsum, rowcnt, lo, hi = node_sums(D, rows)
+        count = rowcnt.sum()
+        node_mean = rowsum.sum() / count if count > 0 else np.nan
+        objective.append(float(node_mean))
         can_split = count > 0 and hi > lo and m >= 2 * min_samples_leaf
         if max_depth is not None and depth >= max_depth:
             can_split = False
