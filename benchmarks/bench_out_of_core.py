@@ -194,6 +194,11 @@ def main() -> None:
         action="store_true",
         help="add the rows to an existing --out file instead of rewriting it",
     )
+    parser.add_argument(
+        "--skip-folder",
+        action="store_true",
+        help="no outlier run on the Parquet folder (e.g. only --csv)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
     parser.add_argument("--run-one", nargs=5, metavar=("CONFIG", "SRC", "WORK", "T", "JSON"))
     args = parser.parse_args()
@@ -219,7 +224,11 @@ def main() -> None:
                 files = make_data(rows, where)
                 (where / "complete").touch()
                 print(f"{rows:,} rows written in {time.perf_counter() - tick:.0f} s", flush=True)
-            configs = [] if args.no_outliers else [("outliers-parquet-folder", files["folder"])]
+            configs = (
+                []
+                if args.no_outliers or args.skip_folder
+                else [("outliers-parquet-folder", files["folder"])]
+            )
             if args.csv and not args.no_outliers:
                 configs.append(("outliers-csv", files["csv"]))
             if args.before and not args.no_outliers:
