@@ -438,7 +438,8 @@ def watch_workers(client: Client) -> Iterator[None]:
         raise
     finally:
         stop.set()
-        thread.join()
+        # a call to a dying scheduler may hang: the thread is a daemon, not waited for long
+        thread.join(timeout=2 * _Watchdog.POLL)
 
 
 def plan_tiles(n: int, tile: int, *, symmetric: bool) -> list[tuple[slice, slice]]:
