@@ -23,8 +23,28 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def _pair_sums(leaves_a, leaves_b, by_class, codes, same):  # pragma: no cover - numba
+def _rows_by_class(codes):  # pragma: no cover - numba
+    """The rows ordered by class, stably (a counting sort: the codes are 0 .. k-1)."""
+    n = codes.shape[0]
+    top = 0
+    for i in range(n):
+        top = max(top, codes[i])
+    starts = np.zeros(top + 2, dtype=np.int64)
+    for i in range(n):
+        starts[codes[i] + 1] += 1
+    for c in range(top + 1):
+        starts[c + 1] += starts[c]
+    order = np.empty(n, dtype=np.int32)
+    for i in range(n):
+        order[starts[codes[i]]] = i
+        starts[codes[i]] += 1
+    return order
+
+
+@njit(nogil=True, cache=True)
+def _pair_sums(leaves_a, leaves_b, codes, same):  # pragma: no cover - numba
     n_a, n = leaves_a.shape
+    by_class = _rows_by_class(codes)
     n_b = leaves_b.shape[0]
     out = np.zeros(n, dtype=np.int64)
     top_a = 0
@@ -96,7 +116,7 @@ def pair_square_sums(
     leaves_a, leaves_b : ndarray of int, shape (T_a, n), (T_b, n)
         Leaves of all the training rows in the trees of each block, trees first.
     codes : ndarray of int, shape (n,)
-        Class code of every row (all 0: one class).
+        Class code of every row, ``0 .. k - 1`` (all 0: one class).
     same : bool
         Both blocks are the same trees: the pairs ``t <= s`` of the block
         (``t = s`` once, ``t < s`` twice); else every ``(t, s)`` twice.
@@ -108,12 +128,9 @@ def pair_square_sums(
         blocks ``a <= b`` of a partition of the trees gives
         ``sum_{j of i's class} c_ij^2`` exactly.
     """
-    codes = np.asarray(codes)
-    by_class = np.argsort(codes, kind="stable").astype(np.int32)
     return _pair_sums(
         np.ascontiguousarray(leaves_a, dtype=np.int32),
         np.ascontiguousarray(leaves_b, dtype=np.int32),
-        by_class,
         np.ascontiguousarray(codes, dtype=np.int32),
         bool(same),
     )
