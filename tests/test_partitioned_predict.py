@@ -94,3 +94,38 @@ def test_bad_partition_leaves_no_output(tables, client) -> None:
     missing = invoke("-q", "knn", "predict", model, bad, "--out", out, "--drop", "a",
                      "--scheduler", client.scheduler.address)  # fmt: skip
     assert missing.exit_code == 3 and "'a'" in missing.output, missing.output
+
+
+@pytest.mark.parametrize("ids", [False, True])
+def test_score_by_partitions_as_the_whole_file(tmp_path, client, ids: bool) -> None:
+    """``distforest score`` of a Parquet folder and of a CSV glob: the whole file's CSV."""
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True)
+    names = [f"f{j}" for j in range(X.shape[1])]
+    train = pd.DataFrame(X[::2], columns=names).assign(kind=y[::2])
+    new = pd.DataFrame(X[1::2], columns=names).assign(visit=[f"v{i}" for i in range(89)])
+    new["extra"] = "ignored"
+    train.to_csv(tmp_path / "train.csv", index=False)
+    new.to_csv(tmp_path / "new.csv", index=False)
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "text").mkdir()
+    for k, cut in enumerate(np.array_split(np.arange(89), 3)):
+        new.iloc[cut].to_parquet(tmp_path / "parts" / f"p{k}.parquet", index=False)
+        new.iloc[cut].to_csv(tmp_path / "text" / f"day-{k}.csv", index=False)
+    model = tmp_path / "model.zarr"
+    fitted = invoke("-q", "proximity", tmp_path / "train.csv", "--target", "kind", "--trees", "9",
+                    "--out", model)  # fmt: skip
+    assert fitted.exit_code == 0, fitted.output
+    id_args = ["--id", "visit"] if ids else []
+    whole = invoke("-q", "score", model, tmp_path / "new.csv", *id_args, "--out",
+                   tmp_path / "whole.csv")  # fmt: skip
+    assert whole.exit_code == 0, whole.output
+    expected = (tmp_path / "whole.csv").read_text()
+    for source in (tmp_path / "parts", tmp_path / "text" / "day-*.csv"):
+        out = tmp_path / "parts.csv"
+        result = invoke("-q", "score", model, source, *id_args, "--out", out, "--overwrite",
+                        "--scheduler", client.scheduler.address)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "by partitions" in result.output, result.output
+        assert out.read_text() == expected, source
