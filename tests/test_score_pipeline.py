@@ -217,3 +217,36 @@ def test_a_large_model_scores_against_a_fixed_sample_of_its_rows(monkeypatch):
         mad = outliers.MAD_SCALE * np.median(np.abs(values - median))
         everyone[predicted == c] = (raw_new[predicted == c] - median) / mad
     assert not np.allclose(got, everyone, rtol=1e-3)
+
+
+def test_nightly_pipeline_over_a_folder_of_parts(model, monkeypatch):
+    """The same pipeline over tonight's export as a folder of Parquet parts: scored and
+    imputed by partitions, the same CSV files as from the one file."""
+    from distforest.jobs import partitioned_predict
+
+    tmp, store, _ = model
+    stages: list[str] = []
+    by_parts = partitioned_predict.rows_to_csv
+
+    def counted(model_path, rows, out, what, options):
+        stages.append(what)
+        return by_parts(model_path, rows, out, what, options)
+
+    monkeypatch.setattr(partitioned_predict, "rows_to_csv", counted)
+    whole = CliRunner().invoke(cli, ["-q", "run", str(_pipeline(tmp, store, "one-file"))])
+    assert whole.exit_code == 0, whole.output
+    folder = tmp / "export"
+    folder.mkdir()
+    table = pd.read_csv(tmp / "new.csv")
+    for k, cut in enumerate(np.array_split(np.arange(len(table)), 4)):
+        table.iloc[cut].to_parquet(folder / f"part-{k}.parquet", index=False)
+    spec = yaml.safe_load(_pipeline(tmp, store, "by-parts").read_text())
+    spec["input"]["path"] = str(folder)
+    (tmp / "by-parts.yaml").write_text(yaml.safe_dump(spec))
+    parts = CliRunner().invoke(cli, ["-q", "run", str(tmp / "by-parts.yaml")])
+    assert parts.exit_code == 0, parts.output
+    assert stages == ["score", "impute"]  # only the folder went by partitions
+    for name in ("scores.csv", "imputed.csv"):
+        assert (tmp / "by-parts" / name).read_text() == (tmp / "one-file" / name).read_text()
+    run = RunStore.open(tmp / "by-parts" / "scores.zarr")
+    assert run.is_complete and set(run.attrs["stages"]) == {"score", "impute"}

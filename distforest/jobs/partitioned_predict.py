@@ -30,6 +30,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -40,17 +41,19 @@ from distforest import location
 from distforest.errors import InputError
 from distforest.io.partitions import PATH_COLUMN
 
-#: Models read by this process's tasks, by path (a worker reads a model once).
-_models: dict[str, Any] = {}
-_models_lock = threading.Lock()
+#: What this process's tasks read of one model (the model, its training features), by
+#: (path, what): a worker reads each once; another model's entries are dropped.
+_models: dict[tuple[str, str], Any] = {}
+_models_lock = threading.RLock()  # loading the training features reads the model
 
 
-def _model(path: str, load: Callable[[str], Any]) -> Any:
+def _model(path: str, load: Callable[[str], Any], what: str = "model") -> Any:
     with _models_lock:
-        if path not in _models:
-            _models.clear()
-            _models[path] = load(path)
-        return _models[path]
+        if (path, what) not in _models:
+            for key in [k for k in _models if k[0] != path]:
+                del _models[key]
+            _models[path, what] = load(path)
+        return _models[path, what]
 
 
 def _knn_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...],
@@ -72,32 +75,130 @@ def _knn_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...],
     return pd.DataFrame({"row": rows, attrs.get("target") or "prediction": prediction})
 
 
-def _score_rows(model_path: str, encoding: Any, id_column: str | None, method: str,
-                frame: Any, start: int, part: str) -> Any:  # fmt: skip
-    """One partition scored against a saved forest (``distforest score``'s columns)."""
-    from distforest.apps.scoring import new_rows_table, score_rows
+@dataclass(frozen=True)
+class NewRows:
+    """New rows read by partitions for a saved forest (pass 1 done): what a scoring
+    pipeline needs of its table before any work (rows, cells, fingerprint)."""
+
+    data: Any  # distforest.io.ingest.Ingested
+    id_column: str | None
+
+    @property
+    def n_samples(self) -> int:
+        return self.data.encoding.n_samples
+
+    @property
+    def cells(self) -> int:
+        return self.n_samples * len(self.data.encoding.features)
+
+    def fingerprint(self) -> str:
+        return str(self.data.encoding.fingerprint)
+
+
+def read_new_rows(forest: Any, data: str, id_column: str | None,
+                  na_values: tuple[str, ...]) -> NewRows:  # fmt: skip
+    """Pass 1 over ``data``'s partitions, for the forest's feature columns (and the IDs).
+
+    Raises
+    ------
+    InputError
+        A feature column of the model (or the ID column) is not there, or a
+        value of those columns cannot be read (named with its file and row).
+    """
+    from distforest.io.ingest import read_partitioned
+    from distforest.io.partitions import open_partitions
+
+    names = [str(c) for c in forest.feature_names_in_]
+    columns = open_partitions(data, na_values=na_values).columns
+    absent = [c for c in [*names, *([id_column] if id_column else [])] if c not in columns]
+    if absent:
+        raise InputError(f"{data}: the model needs column(s) {absent} that are not there; "
+                         f"available: {', '.join(list(columns)[:20])}")  # fmt: skip
+    other = tuple(c for c in columns if c not in names and c != id_column)
+    ingested = read_partitioned(data, drop=other, na_values=na_values, min_rows=1, id=id_column)
+    return NewRows(ingested, id_column)
+
+
+def _new_table(model_path: str, encoding: Any, id_column: str | None, frame: Any,
+               part: str) -> tuple[Any, Any]:  # fmt: skip
+    """The saved forest (read once per worker) and one partition as its new rows' table."""
+    from distforest.apps.scoring import new_rows_table
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io.summaries import typed_partition
-    from distforest.parallel.execution import execution
 
     typed = typed_partition(frame, encoding)
-    if not len(typed):
-        return None
     forest = _model(model_path, ProximityForest.load)
+    if not len(typed):
+        return forest, None
     try:
-        table = new_rows_table(forest, typed, id_column=id_column)
+        return forest, new_rows_table(forest, typed, id_column=id_column)
     except InputError as exc:
         raise InputError(f"{part}: {exc}") from None
-    with execution(client="synchronous"):  # in this worker: it is one task of many
-        result = score_rows(forest, table, method=method)
-    if id_column is None:
+
+
+def _numbered(result: Any, id_column: str | None, start: int) -> Any:
+    if id_column is None:  # the rows' numbers in the whole table
         result["row"] += start
     return result
 
 
+def _score_rows(model_path: str, encoding: Any, id_column: str | None, options: dict[str, Any],
+                frame: Any, start: int, part: str) -> Any:  # fmt: skip
+    """One partition scored against a saved forest (``distforest score``'s columns)."""
+    from distforest.apps.scoring import score_rows
+    from distforest.parallel.execution import execution
+
+    forest, table = _new_table(model_path, encoding, id_column, frame, part)
+    if table is None:
+        return None
+    with execution(client="synchronous"):  # in this worker: it is one task of many
+        return _numbered(score_rows(forest, table, **options), id_column, start)
+
+
+def _training(model_path: str, training: str | None, na_values: tuple[str, ...]) -> Any:
+    from distforest.apps.scoring import training_features
+    from distforest.forests.proximity_forest import ProximityForest
+
+    forest = _model(model_path, ProximityForest.load)
+    return training_features(model_path, forest, training, na_values)
+
+
+def _impute_rows(model_path: str, encoding: Any, id_column: str | None, options: dict[str, Any],
+                 frame: Any, start: int, part: str) -> Any:  # fmt: skip
+    """One partition's missing cells filled from the model's training rows (a task)."""
+    from distforest.apps.scoring import impute_rows
+    from distforest.parallel.execution import execution
+
+    forest, table = _new_table(model_path, encoding, id_column, frame, part)
+    if table is None:
+        return None
+    X_train = _model(model_path, partial(_training, training=options["training"],
+                                         na_values=options["na_values"]), "training")  # fmt: skip
+    with execution(client="synchronous"):  # in this worker: it is one task of many
+        imputed, cells = impute_rows(forest, table, X_train, method=options["method"],
+                                     vote=options["vote"])  # fmt: skip
+    imputed.attrs["cells"] = cells  # counted by the caller
+    return _numbered(imputed, id_column, start)
+
+
+def rows_to_csv(model_path: str, rows: NewRows, out: str, what: str,
+                options: dict[str, Any]) -> tuple[int, str, int]:  # fmt: skip
+    """Score (``what="score"``, ``options`` of :func:`~distforest.apps.scoring.score_rows`)
+    or impute (``"impute"``: method, vote, training, na_values) the new rows by
+    partitions into the CSV ``out``: ``(rows, path, cells filled)``."""
+    data = rows.data
+    blocks = data.partitions.frame.to_delayed()
+    starts = np.concatenate([[0], np.cumsum(data.encoding.lengths)]).astype(np.int64)
+    labels = [data.partitions.partition_name(k) for k in range(len(blocks))]
+    work = _score_rows if what == "score" else _impute_rows
+    return _write_pieces(blocks, starts, labels,
+                         partial(work, model_path, data.encoding, rows.id_column, options),
+                         out)  # fmt: skip
+
+
 def _piece(work: Callable[..., Any], frame: Any, start: int, piece: str, part: str) -> Any:
     """A task: one partition's rows through ``work``, written as a piece without header;
-    returns ``(rows, columns)``."""
+    returns ``(rows, columns, cells filled)``."""
     frame.columns = [str(c) for c in frame.columns]
     if PATH_COLUMN in frame.columns:  # a CSV partition: its file is in each row
         if len(frame):
@@ -105,14 +206,15 @@ def _piece(work: Callable[..., Any], frame: Any, start: int, piece: str, part: s
         frame = frame.drop(columns=PATH_COLUMN)
     out = work(frame, start, part)
     if out is None:
-        return 0, None
+        return 0, None, 0
     out.to_csv(piece, index=False, header=False)
-    return len(out), list(out.columns)
+    return len(out), list(out.columns), int(out.attrs.get("cells", 0))
 
 
 def _write_pieces(blocks: list[Any], starts: np.ndarray, names: list[str],
-                  work: Callable[..., Any], out: str) -> tuple[int, str]:  # fmt: skip
-    """Run ``work`` over the partitions, join the pieces under a header into ``out``."""
+                  work: Callable[..., Any], out: str) -> tuple[int, str, int]:  # fmt: skip
+    """Run ``work`` over the partitions, join the pieces under a header into ``out``:
+    ``(rows, path, cells filled)``."""
     import dask
     import pandas as pd
 
@@ -128,12 +230,12 @@ def _write_pieces(blocks: list[Any], starts: np.ndarray, names: list[str],
         task = dask.delayed(_piece, pure=False)
         done = dask.compute(*[task(work, block, int(starts[k]), paths[k], names[k])
                               for k, block in enumerate(blocks)])  # fmt: skip
-        columns = next((c for _, c in done if c is not None), None)
+        columns = next((c for _, c, _ in done if c is not None), None)
         if columns is None:
             raise InputError("the input has no rows; give a table with at least one row")
         header = str(folder / "header.csv")
         pd.DataFrame(columns=columns).to_csv(header, index=False)
-        join_pieces([header] + [p for p, (n, _) in zip(paths, done, strict=True) if n],
+        join_pieces([header] + [p for p, (n, _, _) in zip(paths, done, strict=True) if n],
                     partial_file, ".csv")  # fmt: skip
         if remote:  # one upload of the joined file
             fs, where = location.filesystem(out)
@@ -146,7 +248,8 @@ def _write_pieces(blocks: list[Any], starts: np.ndarray, names: list[str],
             partial_file.unlink()
         if remote:
             shutil.rmtree(dest.parent, ignore_errors=True)
-    return int(sum(n for n, _ in done)), out if remote else str(dest)
+    total, cells = int(sum(d[0] for d in done)), int(sum(d[2] for d in done))
+    return total, (out if remote else str(dest)), cells
 
 
 def predict_partitioned(model_path: str, data: str, out: str, drop: tuple[str, ...],
@@ -177,35 +280,21 @@ def predict_partitioned(model_path: str, data: str, out: str, drop: tuple[str, .
     lengths = dask.compute(*[dask.delayed(len)(b) for b in blocks])
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     labels = [parts.partition_name(k) for k in range(len(blocks))]
-    return _write_pieces(blocks, starts, labels, partial(_knn_rows, model_path, attrs, names),
-                         out)  # fmt: skip
+    n, path, _ = _write_pieces(blocks, starts, labels,
+                               partial(_knn_rows, model_path, attrs, names), out)  # fmt: skip
+    return n, path
 
 
 def score_partitioned(model_path: str, data: str, out: str, id_column: str | None,
                       method: str, na_values: tuple[str, ...]) -> tuple[int, str]:  # fmt: skip
     """``distforest score`` of a DATA read by partitions: ``(rows, path)``.
 
-    A first pass of summaries (:func:`~distforest.io.ingest.read_partitioned`)
-    types the model's feature columns (and the ID column) as the in-memory
-    reader would; then one task per partition scores it.
+    A first pass of summaries (:func:`read_new_rows`) types the model's feature
+    columns (and the ID column) as the in-memory reader would; then one task per
+    partition scores it.
     """
     from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io.ingest import read_partitioned
-    from distforest.io.partitions import open_partitions
 
-    forest = ProximityForest.load(model_path)
-    names = [str(c) for c in forest.feature_names_in_]
-    columns = open_partitions(data, na_values=na_values).columns
-    absent = [c for c in [*names, *([id_column] if id_column else [])] if c not in columns]
-    if absent:
-        raise InputError(f"{data}: the model needs column(s) {absent} that are not there; "
-                         f"available: {', '.join(list(columns)[:20])}")  # fmt: skip
-    other = tuple(c for c in columns if c not in names and c != id_column)
-    data_in = read_partitioned(data, drop=other, na_values=na_values, min_rows=1, id=id_column)
-    frame = data_in.partitions.frame
-    blocks = frame.to_delayed()
-    starts = np.concatenate([[0], np.cumsum(data_in.encoding.lengths)]).astype(np.int64)
-    labels = [data_in.partitions.partition_name(k) for k in range(len(blocks))]
-    del forest
-    work = partial(_score_rows, model_path, data_in.encoding, id_column, method)
-    return _write_pieces(blocks, starts, labels, work, out)
+    rows = read_new_rows(ProximityForest.load(model_path), data, id_column, na_values)
+    n, path, _ = rows_to_csv(model_path, rows, out, "score", {"method": method})
+    return n, path

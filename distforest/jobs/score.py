@@ -96,10 +96,16 @@ def _open_model(path: str) -> Any:
 
 
 def _sizes(job: ScoreJob) -> tuple[Any, Any]:
-    """The model (loaded) and the new rows (read, columns matched)."""
+    """The model (loaded) and the new rows (read, columns matched; a glob, a folder of
+    parts or a large file: summarised by partitions, :class:`NewRows`)."""
     from distforest.apps.scoring import new_rows_table
+    from distforest.jobs.inputs import partitioned_input
 
     forest = _open_model(job.model)
+    if partitioned_input(job.input):
+        from distforest.jobs.partitioned_predict import read_new_rows
+
+        return forest, read_new_rows(forest, job.input, job.id, job.na_values)
     table = new_rows_table(forest, job.input, id_column=job.id, na_values=job.na_values,
                            decimal=job.decimal)  # fmt: skip
     return forest, table
@@ -171,6 +177,7 @@ def run_score_job(
     start = time.perf_counter()
     run_id = run_id or new_run_id()
     forest, table = _sizes(job)
+    by_parts = not hasattr(table, "X")  # read by partitions: tasks score and write them
     X_train = None
     if job.impute:  # the training rows read (and checked) before anything is written
         X_train = training_features(job.model, forest, job.training, job.na_values)
@@ -187,27 +194,37 @@ def run_score_job(
                 Path(job.out).parent.mkdir(parents=True, exist_ok=True)
             rs = RunStore.create(job.out, attrs={**record, "model": job.model}, overwrite=True)
             stages = Stages(rs)
-        cells = forest._fitted_cells() + int(table.X.size)
+        cells = forest._fitted_cells() + (table.cells if by_parts else int(table.X.size))
         with place(cells, job.connect, progress=progress, watch=True) as where:
             if job.score and not stages.done("score"):
                 tick = time.perf_counter()
                 options = job.score
-                scores = score_rows(forest, table, method=options.get("method", "rfgap"),
-                                    proximity_prediction=options.get("proximity_prediction", True),
-                                    outliers=options.get("outliers", True))  # fmt: skip
-                stages.finish("score", time.perf_counter() - tick,
-                              {"scores": write_csv(scores, options["out"])},
+                how = {"method": options.get("method", "rfgap"),
+                       "proximity_prediction": options.get("proximity_prediction", True),
+                       "outliers": options.get("outliers", True)}  # fmt: skip
+                if by_parts:
+                    written = _by_parts(job, table, "score", options["out"], how)[0]
+                else:
+                    written = write_csv(score_rows(forest, table, **how), options["out"])
+                stages.finish("score", time.perf_counter() - tick, {"scores": written},
                               rows=table.n_samples)  # fmt: skip
             if job.impute and not stages.done("impute"):
                 tick = time.perf_counter()
                 options = job.impute
                 assert X_train is not None  # read above when there is an impute section
-                imputed, cells_filled = impute_rows(
-                    forest, table, X_train, method=options.get("proximity", "rfgap"),
-                    vote=options.get("categorical_vote", "sum"),
-                )  # fmt: skip
-                stages.finish("impute", time.perf_counter() - tick,
-                              {"imputed rows": write_csv(imputed, options["out"])},
+                method = options.get("proximity", "rfgap")
+                vote = options.get("categorical_vote", "sum")
+                if by_parts:
+                    written, cells_filled = _by_parts(
+                        job, table, "impute", options["out"],
+                        {"method": method, "vote": vote, "training": job.training,
+                         "na_values": job.na_values},
+                    )  # fmt: skip
+                else:
+                    imputed, cells_filled = impute_rows(forest, table, X_train, method=method,
+                                                        vote=vote)  # fmt: skip
+                    written = write_csv(imputed, options["out"])
+                stages.finish("impute", time.perf_counter() - tick, {"imputed rows": written},
                               cells_imputed=cells_filled)  # fmt: skip
             facts = cluster_facts(where.monitor)
         return rs, stages, facts
@@ -220,6 +237,16 @@ def run_score_job(
 
     spec = job.spec(table.fingerprint(), forest.fit_id_)
     return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
+
+
+def _by_parts(job: ScoreJob, rows: Any, what: str, out: str,
+              options: dict[str, Any]) -> tuple[str, int]:  # fmt: skip
+    """A stage over new rows read by partitions, on dask's current scheduler (the run's
+    cluster): ``(path written, cells filled)``."""
+    from distforest.jobs.partitioned_predict import rows_to_csv
+
+    _, written, cells = rows_to_csv(job.model, rows, out, what, options)
+    return written, cells
 
 
 def _stage(section: dict[str, Any], job: ScoreJob) -> str:
