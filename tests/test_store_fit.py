@@ -83,6 +83,30 @@ def test_proximity_outliers_mislabels_identical(table, client, tmp_path: Path) -
     assert RunStore.open(stored.path).is_complete
 
 
+def test_products_reading_batches_of_trees(table, tmp_path: Path, monkeypatch) -> None:
+    """A stored forest too large to keep whole in a worker: each product task reads its
+    batch of trees from the store, with the same results."""
+    from distforest.forests import products
+    from distforest.store import inputs
+
+    df, folder = table
+    with execution(client="synchronous"):
+        stored = ingest(folder, tmp_path / "run.zarr", target="cls", rows=100)
+        mem = ProximityForest(n_estimators=9, random_state=2).fit(df.drop(columns="cls"),
+                                                                  df["cls"])  # fmt: skip
+        sto = ProximityForest(n_estimators=9, random_state=2).fit(stored)
+        monkeypatch.setattr(products, "WHOLE_FOREST_BYTES", 0)
+        inputs.forget_inputs()
+        pd.testing.assert_frame_equal(mislabel_scores(sto), mislabel_scores(mem))
+        for method in ("original", "oob"):
+            np.testing.assert_array_equal(
+                sto.predict_proximity(df.drop(columns="cls"), method),
+                mem.predict_proximity(df.drop(columns="cls"), method),
+            )
+    # in-bag counts are read by the products only: never kept whole here
+    assert not [key for key in inputs._cache if key[1] == "inbag"]
+
+
 def test_rows_per_tree_default_on_large_tables() -> None:
     from distforest.forests.proximity_forest import AUTO_ROWS_PER_TREE, LARGE_FOREST_ROWS
     from distforest.kernels.trees import bootstrap_counts

@@ -9,7 +9,7 @@ of squared within-class proximities, is ever kept.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import dask.array as da
 import numpy as np
@@ -71,7 +71,9 @@ def outlier_scores(forest: Any, labels: Any = None, new_labels: Any = None) -> n
     come from :func:`distforest.forests.square_sums.square_sums`: sparse
     proximity rows from leaf members while leaves are small, else sums over
     pairs of trees (trees grown on a sample and applied to many rows), the
-    same floats either way.
+    same floats either way.  A forest fitted from a store, with its own
+    labels, is scored by row chunks on the workers
+    (:mod:`distforest.apps.stored_outliers`): the same floats again.
     ``outlier_scores(forest, X_new)`` (a table of new rows in place of the
     labels: two-dimensional, a DataFrame or a path) scores the new rows
     against the training rows: :func:`outlier_scores_new_rows`.
@@ -96,8 +98,14 @@ def outlier_scores(forest: Any, labels: Any = None, new_labels: Any = None) -> n
         raise TypeError("new_labels goes with new rows: outlier_scores(forest, X_new, new_labels)")
     from distforest.forests.square_sums import square_sums
 
-    if labels is None and forest.task_ == "classification":
-        labels = forest.y_
+    if labels is None:
+        from distforest.apps.stored_outliers import scores_by_chunks, stored_path
+
+        path = stored_path(forest)  # a forest fitted from a store: scored by row chunks
+        if path is not None:
+            return cast(np.ndarray, scores_by_chunks(forest, path))
+        if forest.task_ == "classification":
+            labels = forest.y_
     codes = _labels_or_one_class(labels, forest.n_samples_)
     return scores_from_square_sums(square_sums(forest, codes), codes, overwrite=True)
 

@@ -49,6 +49,7 @@ from distforest.errors import InputError, ParameterError, StoreError
 from distforest.io.ingest import read_partitioned
 from distforest.io.partitions import PATH_COLUMN
 from distforest.io.summaries import Encoding, typed_partition
+from distforest.io.writers import join_pieces
 
 __all__ = [
     "SAMPLE_ROWS",
@@ -185,7 +186,7 @@ def impute_partitioned(
             counts = dask.compute(*[write(t, path, k == 0) for k, (t, path)
                                     in enumerate(zip(tasks, paths, strict=True))])  # fmt: skip
             if not folder:
-                _join(paths, tmp, suffix)
+                join_pieces(paths, tmp, suffix)
         finally:
             if not folder:
                 shutil.rmtree(pieces_dir, ignore_errors=True)
@@ -296,28 +297,3 @@ def _write_part(frame: pd.DataFrame, path: str, first: bool) -> tuple[int, int]:
     else:
         frame.to_parquet(path, index=False)
     return frame.shape
-
-
-def _join(paths: list[str], dest: Path, suffix: str) -> None:
-    """The pieces appended to ``dest`` in order, one at a time, each removed once appended."""
-    if suffix == ".csv":
-        with open(dest, "wb") as out:
-            for path in paths:
-                with open(path, "rb") as piece:
-                    shutil.copyfileobj(piece, out, length=1 << 20)
-                Path(path).unlink()
-        return
-    import pyarrow.parquet as pq
-
-    writer: Any = None
-    try:
-        for path in paths:
-            table = pq.read_table(path)
-            if writer is None:
-                writer = pq.ParquetWriter(str(dest), table.schema)
-            writer.write_table(table.cast(writer.schema))
-            del table
-            Path(path).unlink()
-    finally:
-        if writer is not None:
-            writer.close()

@@ -28,6 +28,7 @@ from distforest.kernels import leafsums
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
 from distforest.store.inputs import input_rows
+from distforest.store.run_store import task_array
 
 #: Tasks per product: the trees are cut into this many batches.
 PRODUCT_TASKS = 8
@@ -109,25 +110,45 @@ class ProductSession:
 # -- proximity forests ------------------------------------------------------------
 
 
+#: Bytes of a stored forest's leaves and in-bag counts (5 a row and tree) up to which each
+#: worker keeps them whole for its product tasks; above, a task reads only its batch of
+#: trees (every chunk read by every task, a batch held: 10,000,000 rows and 100 trees are
+#: 5 GB whole, twice that while transposed, against 0.6 GB a batch).
+WHOLE_FOREST_BYTES = 1 << 30
+
+
 @dataclass(frozen=True)
 class StoredArray:
-    """An array of a run store that tasks read themselves (never sent by the driver).
+    """An array ``(n, T)`` of a run store that tasks read themselves (never sent by the driver).
 
-    Each worker process reads it once, transposed to ``(T, n)``
-    (:func:`~distforest.store.inputs.input_rows`), and shares it between its tasks.
+    ``whole``: each worker process reads it once, transposed to ``(T, n)``
+    (:func:`~distforest.store.inputs.input_rows`), and shares it between its
+    tasks; else each task reads the trees it needs (:meth:`trees`).
     """
 
     path: str
     name: str
+    whole: bool = True
 
     def read(self) -> np.ndarray:
         """The array, transposed and C-ordered (from this process's copy)."""
         return input_rows(self.path, self.name, transpose=True)
 
+    def trees(self, trees: slice) -> np.ndarray:
+        """Trees ``trees`` of the array, ``(T_b, n)`` C-ordered."""
+        if self.whole:
+            return self.read()[trees]
+        return np.ascontiguousarray(np.asarray(task_array(self.path, self.name, "r")[:, trees]).T)
+
 
 def _held(value: Any) -> Any:
     """A task's argument: arrays as given, :class:`StoredArray` read in this process."""
     return value.read() if isinstance(value, StoredArray) else value
+
+
+def _batch(value: Any, trees: slice) -> np.ndarray:
+    """Trees ``trees`` of a ``(T, n)`` array or a :class:`StoredArray`."""
+    return value.trees(trees) if isinstance(value, StoredArray) else value[trees]
 
 
 def stored_location(arr: Any) -> tuple[str, str] | None:
@@ -162,7 +183,7 @@ def _proximity_part(
     dst_leaves_t: np.ndarray | None,
     rows: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    src_leaves, src_inbag = _held(leaves_t)[trees], _held(inbag_t)[trees]
+    src_leaves, src_inbag = _batch(leaves_t, trees), _batch(inbag_t, trees)
     if dst_leaves_t is not None:
         dst_leaves = dst_leaves_t[trees]
         dst_inbag = np.zeros_like(dst_leaves, dtype=np.uint8)
@@ -209,7 +230,8 @@ class ProximityProducts:
         if where[0] is not None and where[1] is not None:
             # a forest fitted from a store: the workers read its leaves, this process never
             self._stored = True
-            shared = (StoredArray(*where[0]), StoredArray(*where[1]))
+            whole = 5 * self.n_samples * self.n_trees <= WHOLE_FOREST_BYTES
+            shared = (StoredArray(*where[0], whole), StoredArray(*where[1], whole))
         else:
             self._stored = False
             leaves, inbag = np.asarray(leaves), np.asarray(inbag)

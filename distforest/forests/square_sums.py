@@ -31,7 +31,7 @@ import numpy as np
 from distforest.kernels import pairsums
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
-from distforest.store.run_store import task_array
+from distforest.store.run_store import task_array, write_block
 
 #: The two methods of :func:`square_sums`.
 METHODS = ("leaf-mates", "tree-pairs")
@@ -57,6 +57,12 @@ BLOCK_PAIR_BYTES = 1_000_000_000
 
 #: Where the leaves of a stored forest are copied in blocks of trees while the sums run.
 BY_TREE_ARRAY = "scratch/leaves_by_tree"
+#: Each tree-pair task's integer sums (one row per task), when the sums stay in the store.
+PARTS_ARRAY = "scratch/pair_sums"
+#: The sums of a stored forest, float64 per row, written by tasks (:func:`stored_square_sums`).
+SUMS_ARRAY = "scratch/square_sums"
+#: Rows per chunk of the per-row arrays above, and per task that reads them.
+ROWS_PER_CHUNK = 1 << 20
 
 
 def coleaf_events(n: int, node_counts: np.ndarray) -> float:
@@ -133,16 +139,48 @@ class TreeBlocks:
         return np.ascontiguousarray(np.asarray(arr[:, trees]).T)
 
 
+@dataclass(frozen=True)
+class StoredCodes:
+    """Class codes of the rows that tasks read from a store (``name`` None: one class)."""
+
+    path: str
+    name: str | None
+    n: int
+
+    def read(self, rows: slice = slice(None)) -> np.ndarray:
+        """The codes of ``rows`` (int32)."""
+        if self.name is None:
+            return np.zeros(len(range(*rows.indices(self.n))), dtype=np.int32)
+        return np.asarray(task_array(self.path, self.name, "r")[rows], dtype=np.int32)
+
+
 def _pair_task(
-    a: slice, b: slice, leaves_t: np.ndarray | TreeBlocks, codes: np.ndarray
-) -> np.ndarray:
-    """One pair of tree blocks' part of the sums (int64, one per row)."""
+    a: slice,
+    b: slice,
+    leaves_t: np.ndarray | TreeBlocks,
+    codes: np.ndarray | StoredCodes,
+    row: int | None = None,
+) -> np.ndarray | None:
+    """One pair of tree blocks' part of the sums (int64, one per row); with ``row``, written
+    as that row of :data:`PARTS_ARRAY` instead of returned."""
     if isinstance(leaves_t, TreeBlocks):
         first = leaves_t.read(a)
         second = first if a == b else leaves_t.read(b)
     else:
         first, second = leaves_t[a], leaves_t[b]
-    return pairsums.pair_square_sums(first, second, codes, a == b)
+    if isinstance(codes, StoredCodes):
+        codes = codes.read()
+    part = pairsums.pair_square_sums(first, second, codes, a == b)
+    if row is None:
+        return part
+    assert isinstance(leaves_t, TreeBlocks)
+    write_block(leaves_t.path, PARTS_ARRAY, (slice(row, row + 1), slice(None)), part[None])
+    return None
+
+
+def _pair_items(n_trees: int, block: int, leaves_t: Any, codes: Any) -> list[tuple[Any, ...]]:
+    blocks = plan_batches(n_trees, block)
+    return [(a, b, leaves_t, codes) for k, a in enumerate(blocks) for b in blocks[k:]]
 
 
 def tree_pair_sums(
@@ -155,13 +193,72 @@ def tree_pair_sums(
     is the same whatever the blocks.
     """
     pairsums.warm_up()
-    blocks = plan_batches(n_trees, block)
     codes_handle = runner.share(np.ascontiguousarray(codes, dtype=np.int32))
-    items = [(a, b, leaves_t, codes_handle) for k, a in enumerate(blocks) for b in blocks[k:]]
+    items = _pair_items(n_trees, block, leaves_t, codes_handle)
     total = np.zeros(codes.shape[0], dtype=np.int64)
     for _, part in runner.run(_pair_task, items, name="tree-pair-sums"):
         total += part
     return total
+
+
+def _reduce_task(path: str, rows: slice, n_parts: int, n_trees: int) -> None:
+    """Rows ``rows`` of :data:`SUMS_ARRAY`: the tasks' integer parts added, scaled once."""
+    counts = np.asarray(task_array(path, PARTS_ARRAY, "r")[:, rows]).sum(axis=0)
+    out = counts.astype(np.float64)
+    out *= 1.0 / (n_trees * n_trees)  # as square_sums: the same floats
+    write_block(path, SUMS_ARRAY, (rows,), out)
+
+
+def row_chunks(n: int) -> list[slice]:
+    """Row slices of the chunks of the per-row scratch arrays."""
+    return [slice(s, min(s + ROWS_PER_CHUNK, n)) for s in range(0, n, ROWS_PER_CHUNK)]
+
+
+def stored_square_sums(forest: Any, codes: StoredCodes, *, block: int | None = None) -> None:
+    """:func:`square_sums` of a forest fitted from a store, written to its
+    :data:`SUMS_ARRAY` by tasks (the driver holds no vector of n).
+
+    The tree-pair tasks write their integer parts to :data:`PARTS_ARRAY`, and
+    tasks over row chunks add them; with the leaf-mate walk (small forests,
+    chosen by :func:`choose_method`) the sums are computed as
+    :func:`square_sums` does and written from here.  The same floats either way.
+
+    Raises
+    ------
+    PermissionError
+        The store cannot be written (the caller computes in memory instead).
+    """
+    import zarr
+
+    from distforest import location
+    from distforest.forests.products import product_session
+
+    n, n_trees = forest.leaves_.shape
+    path = codes.path
+    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
+    chunk = min(max(n, 1), ROWS_PER_CHUNK)
+    root.create_array(SUMS_ARRAY, shape=(n,), chunks=(chunk,), dtype="float64", overwrite=True)
+    if choose_method(n, _node_counts(forest)) == "leaf-mates":
+        sums = square_sums(forest, codes.read(), method="leaf-mates")
+        for rows in row_chunks(n):
+            write_block(path, SUMS_ARRAY, (rows,), sums[rows])
+        return
+    block = block or block_trees(n, n_trees)
+    with product_session(forest) as products:
+        pairsums.warm_up()
+        source = _copy_by_tree(forest.leaves_, path, block)
+        try:
+            items = _pair_items(n_trees, block, source, codes)
+            root.create_array(PARTS_ARRAY, shape=(len(items), n), chunks=(1, chunk),
+                              dtype="int64", overwrite=True)  # fmt: skip
+            work = [(*item, row) for row, item in enumerate(items)]
+            for _ in products.runner.run(_pair_task, work, name="tree-pair-sums"):
+                pass
+            reduce = [(path, rows, len(items), n_trees) for rows in row_chunks(n)]
+            for _ in products.runner.run(_reduce_task, reduce, name="tree-pair-totals"):
+                pass
+        finally:
+            drop_scratch(path, BY_TREE_ARRAY, PARTS_ARRAY)
 
 
 def _copy_by_tree(leaves: Any, path: str, block: int) -> TreeBlocks:
@@ -176,13 +273,18 @@ def _copy_by_tree(leaves: Any, path: str, block: int) -> TreeBlocks:
     return TreeBlocks(path, BY_TREE_ARRAY)
 
 
-def _drop_copy(path: str) -> None:
+def drop_scratch(path: str, *names: str) -> None:
+    """Remove scratch arrays ``names`` (all of ``scratch/`` when none are named)."""
     import zarr
 
     from distforest import location
 
     group = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
-    if "scratch" in group:
+    for name in names or ("scratch",):
+        if name in group:
+            del group[name]
+    scratch = group.get("scratch")
+    if isinstance(scratch, zarr.Group) and not list(scratch.keys()):
         del group["scratch"]
 
 
@@ -243,7 +345,7 @@ def square_sums(
                 counts = tree_pair_sums(products.runner, source, codes, n_trees, block)
             finally:
                 if source.by_tree:
-                    _drop_copy(where[0])
+                    drop_scratch(where[0], BY_TREE_ARRAY)
     out = counts.astype(np.float64)
     out *= 1.0 / (n_trees * n_trees)  # in place: one n-vector less on the driver
     return out

@@ -126,10 +126,22 @@ class StoredNodes(Mapping[str, np.ndarray]):
         return len(NODE_FIELDS)
 
 
+def _label_codes(table: StoredTable, n_classes: int) -> np.ndarray:
+    """``input/y`` (label codes) read a chunk at a time into int16 (int32 for many classes)."""
+    y = RunStore.open(table.path).array("input/y")
+    codes = np.empty(table.n_samples, dtype=np.int16 if n_classes <= 1 << 15 else np.int32)
+    step = int(y.chunks[0])
+    for start in range(0, table.n_samples, step):
+        codes[start : start + step] = y[start : start + step]
+    return codes
+
+
 def _grow_task(
     path: str, y: np.ndarray | None, seeds: np.ndarray, params: TreeParams, batch: int
 ) -> TreeBatch:
     X = input_rows(path)
+    if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64, as in memory
+        y = y.astype(np.int64)
     grown = grow_nodes(X, y, seeds, params)
     write_block(path, f"{FIT_GROUP}/inbag_{batch}", (slice(None), slice(None)), grown.inbag)
     write_group(path, f"{FIT_GROUP}/nodes_{batch}", grown.nodes)  # joined by the driver
@@ -165,16 +177,20 @@ def fit_stored(
         ``tree_params_of(task, n_classes) -> (TreeParams, task)``, the estimator's
         own translation of its parameters (so both paths grow the same trees).
     """
-    y_raw = table.read_y()
-    task = resolve_task(params["task"], y_raw, table.target_name)
-    if task == "classification" and table.target_kind == "labels":
-        # codes of the sorted labels: what encode_target gives, without sorting n strings
-        codes = np.asarray(RunStore.open(table.path).array("input/y")[...])
-        y_fit: np.ndarray | None = codes.astype(np.int64)
+    labels = table.target_kind == "labels"
+    if labels:  # the distinct labels decide the task as all n of them would
+        task = resolve_task(params["task"], np.asarray(table.target_labels, dtype=object),
+                            table.target_name)  # fmt: skip
+    if labels and task == "classification":
+        # codes of the sorted labels, what encode_target gives, read by chunks into the
+        # smallest type (the driver keeps them: 2 bytes a row, not an 8-byte code and a label)
+        y_fit: np.ndarray | None = _label_codes(table, len(table.target_labels))
         classes = list(table.target_labels)
     else:
+        y_raw = table.read_y()
+        task = resolve_task(params["task"], y_raw, table.target_name)
         y_fit, classes = encode_target(task, y_raw)
-    del y_raw
+        del y_raw
     tree_params: TreeParams = tree_params_of(task, len(classes))
     n_trees = params["n_estimators"]
     entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)

@@ -353,3 +353,29 @@ def read_zarr_table(path: str | Path) -> pd.DataFrame:
                 series = series.astype(dtype)
         data[name] = series
     return pd.DataFrame(data, columns=columns)
+
+
+def join_pieces(paths: list[str], dest: Path, suffix: str) -> None:
+    """Files written by tasks (CSV pieces, the header in the first only, or Parquet files)
+    appended to ``dest`` in order, one at a time, each removed once appended."""
+    if suffix == ".csv":
+        with open(dest, "wb") as out:
+            for path in paths:
+                with open(path, "rb") as piece:
+                    shutil.copyfileobj(piece, out, length=1 << 20)
+                Path(path).unlink()
+        return
+    import pyarrow.parquet as pq
+
+    writer: Any = None
+    try:
+        for path in paths:
+            table = pq.read_table(path)
+            if writer is None:
+                writer = pq.ParquetWriter(str(dest), table.schema)
+            writer.write_table(table.cast(writer.schema))
+            del table
+            Path(path).unlink()
+    finally:
+        if writer is not None:
+            writer.close()

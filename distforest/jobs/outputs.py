@@ -125,7 +125,11 @@ def _frame(forest: Any) -> pd.DataFrame:
 def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[str, str]:
     """Outlier scores to CSV (and a picture); returns what was written."""
     from distforest.apps.outliers import outlier_scores
+    from distforest.apps.stored_outliers import stored_path, write_scores_csv
 
+    store = None if plot or location.is_remote(out) else stored_path(forest)
+    if store is not None:  # scored and written by tasks, chunk by chunk
+        return {"outlier scores": write_scores_csv(forest, store, out)}
     scores = outlier_scores(forest)
     frame = _frame(forest)
     frame["outlier"] = scores
