@@ -251,9 +251,9 @@ def main() -> None:
     """Entry point of the ``distforest`` console script (``python -m distforest`` too).
 
     The process ends with the command, so it is spared Python's last collection
-    passes over every object it holds (most of them the modules of scikit-learn,
-    numba, pandas, Zarr: 0.6 s of the 24 s of ``proximity --top-k 50`` on
-    100,000 rows): :func:`spare_exit_collection`.
+    passes over every object it holds, most of them the modules of scikit-learn,
+    numba, pandas and Zarr (:func:`spare_exit_collection`): measured, the exit
+    of ``proximity`` took 0.6-0.8 s, on 569 rows as on 100,000, and now 0.1 s.
     """
     try:
         cli(prog_name="distforest")
