@@ -223,14 +223,19 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
     onehot = np.zeros((train.size, train.max() + 1))
     onehot[np.arange(train.size), train] = 1.0
     ref = reference_rows(train, REFERENCE_ROWS)  # (read now: tests lower it)
+    kept = forest.__dict__.get("_outlier_reference")  # the same for every call on this fit
     with product_session(forest) as session:
-        if ref.size == train.size:
+        if kept is not None and kept[0] == (forest.fit_id_, ref.size):
+            train_sums = kept[1]
+        elif ref.size == train.size:
             train_sums = session.squared_product(onehot)[np.arange(train.size), train]
         else:  # the sampled training rows as queries: their own sparse rows, self included
             leaves = forest.leaves_  # a Zarr array when the forest was fitted from a store
             rows = leaves.oindex[ref, :] if hasattr(leaves, "oindex") else leaves[ref]
             queries = session.squared_product(onehot, new_leaves=np.asarray(rows))
             train_sums = queries[np.arange(ref.size), train[ref]]
+        # kept for the next call (a worker scoring partition after partition)
+        forest.__dict__["_outlier_reference"] = ((forest.fit_id_, ref.size), train_sums)
         if method == "original":  # sparse rows from leaf members: no n_new x n tile
             sums = session.squared_product(onehot, new_leaves=new_leaves(forest, X))
     if method != "original":

@@ -129,8 +129,7 @@ def order_statistics(runner: Any, values: RawValues, ranks: dict[int, list[int]]
     for key, s in state.items():  # every bit known: the prefix is the value
         if s[0] == order_stats.KEY_BITS:
             result[key] = float(order_stats.key_values(np.array([s[1]], dtype=np.uint64))[0])
-    wanted = sorted({(c, s[0], s[1]) for key, s in state.items() if key not in result
-                     for c in (key[0],)})  # fmt: skip
+    wanted = sorted({(key[0], s[0], s[1]) for key, s in state.items() if key not in result})
     if wanted:
         members: list[list[np.ndarray]] = [[] for _ in wanted]
         for _, found in runner.run(_gather_task, [(values, rows, wanted) for rows in chunks],

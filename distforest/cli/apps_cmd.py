@@ -249,18 +249,46 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     Per row: the forest's prediction, the proximity-weighted prediction from
     the training targets, and the outlier score on the training rows' scale.
     The model's proximities are not recomputed: only the new rows' leaves.
+    A glob, a folder of parts or a file over 32 MB is read by partitions on the
+    cluster: each task scores its partition and writes a piece of the CSV.
     """
     from distforest.cli.options import connect_kwargs
     from distforest.jobs.fitting import score_rows
+    from distforest.jobs.inputs import partitioned_input
     from distforest.jobs.score import score_plan
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
     how = (model, input, id_column, method, options.pop("na_values", ()),
            connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
+    if partitioned_input(input):  # a glob, a folder of parts, a large file: by partitions
+        _score_partitioned(*how, out=out, dry_run=dry_run)
+        return
     if dry_run:
         return show(score_plan(*how, out=out), out)
     result, forest, table = score_rows(*how)
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
             time.perf_counter() - start, written)  # fmt: skip
+
+
+def _score_partitioned(model: str, input: str, id_column: str | None, method: str,
+                       na_values: tuple[str, ...], connect: dict[str, Any], *, out: str,
+                       dry_run: bool) -> None:  # fmt: skip
+    """``score`` of an INPUT read by partitions, on the named cluster (or a LocalCluster)."""
+    from distforest.jobs.partitioned_predict import score_partitioned
+    from distforest.parallel.cluster import connect as connect_to
+
+    start = time.perf_counter()
+    if dry_run:
+        from distforest.io.partitions import open_partitions
+
+        parts = open_partitions(input, na_values=na_values)
+        click.echo(f"score of {parts.source} against {model}: read by partitions, a pass of "
+                   f"summaries then {parts.npartitions} tasks that each score a partition with "
+                   f"the forest (read once per worker) and write a piece of {out}, joined in "
+                   "order")  # fmt: skip
+        return
+    with connect_to(**connect) as client, client.as_current():
+        n, written = score_partitioned(model, input, out, id_column, method, na_values)
+    _report(f"scored {n} rows by partitions", time.perf_counter() - start, {"scores": written})

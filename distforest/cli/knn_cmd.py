@@ -144,14 +144,20 @@ def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
 
     DATA needs the model's feature columns (in any order); the target column
     and other columns are ignored.  The neighbour search runs in this process
-    for small inputs and no cluster option, else on the (named) cluster.
+    for small inputs and no cluster option, else on the (named) cluster.  A glob,
+    a folder of parts or a file over 32 MB is read by partitions on the cluster:
+    each task predicts its partition and writes a piece of the CSV.
     """
+    from distforest.jobs.inputs import partitioned_input
     from distforest.jobs.knn_model import read_for_prediction, write_predictions
     from distforest.jobs.outputs import check_new_file
     from distforest.parallel.placement import cells_of, place
 
     start = time.perf_counter()
     check_new_file(out, overwrite)
+    if partitioned_input(data):  # a glob, a folder of parts, a large file: by partitions
+        _predict_partitioned(model_path, data, out, drop, na_values, dry_run, options)
+        return
     model, X, attrs = read_for_prediction(model_path, data, drop, na_values)
     if dry_run:
         from distforest.jobs.command_plans import neighbors_plan
@@ -165,6 +171,28 @@ def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
     with place(cells_of(X, model.X_fit_), cluster_kw(options)):
         n, written = write_predictions(model, X, attrs, out)
     click.echo(f"predicted {n} rows in {time.perf_counter() - start:.1f} s\n"
+               f"  predictions: {written}")  # fmt: skip
+
+
+def _predict_partitioned(model_path: str, data: str, out: str, drop: tuple[str, ...],
+                         na_values: tuple[str, ...], dry_run: bool,
+                         options: dict[str, Any]) -> None:  # fmt: skip
+    """``knn predict`` of a DATA read by partitions, on the named cluster (or a LocalCluster)."""
+    from distforest.jobs.partitioned_predict import predict_partitioned
+    from distforest.parallel.cluster import connect
+
+    start = time.perf_counter()
+    if dry_run:
+        from distforest.io.partitions import open_partitions
+
+        parts = open_partitions(data, na_values=na_values)
+        click.echo(f"knn predict of {parts.source}: read by partitions, {parts.npartitions} "
+                   "tasks that each read a partition, predict its rows with the model (read "
+                   f"once per worker) and write a piece of {out}, joined in order")  # fmt: skip
+        return
+    with connect(**cluster_kw(options)) as client, client.as_current():
+        n, written = predict_partitioned(model_path, data, out, drop, na_values)
+    click.echo(f"predicted {n} rows by partitions in {time.perf_counter() - start:.1f} s\n"
                f"  predictions: {written}")  # fmt: skip
 
 

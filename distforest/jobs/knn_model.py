@@ -15,6 +15,8 @@ from distforest.forests.constraints import FOREST_METRICS
 from distforest.jobs.outputs import write_csv
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from distforest.apps.knn import KNNClassifier, KNNRegressor
 
 
@@ -107,6 +109,12 @@ def predict_to_csv(
     -------
     n_rows, path
     """
+    from distforest.jobs.inputs import partitioned_input
+
+    if partitioned_input(data):  # read by partitions: predicted and written by tasks
+        from distforest.jobs.partitioned_predict import predict_partitioned
+
+        return predict_partitioned(model_path, data, out, drop, na_values)
     return write_predictions(*read_for_prediction(model_path, data, drop, na_values), out)
 
 
@@ -142,19 +150,39 @@ def features_of(
     na_values: tuple[str, ...],
 ) -> np.ndarray:
     """The model's feature columns of DATA as numbers; text labels coded as when fitted."""
-    import pandas as pd
-
     from distforest.io import read_frame
 
     frame = read_frame(data, na_values=na_values)
     frame.columns = [str(c) for c in frame.columns]
     frame = frame.drop(columns=[c for c in drop if c in frame.columns])
-    missing = [n for n in names if n not in frame.columns]
+    check_columns(data, list(frame.columns), names)
+    return feature_matrix(frame, data, attrs, names)
+
+
+def check_columns(data: str, columns: list[str], names: tuple[str, ...]) -> None:
+    """Refuse DATA without all of the model's feature columns (naming them)."""
+    missing = [n for n in names if n not in columns]
     if missing:
         raise InputError(
             f"{data}: the model needs column(s) {missing} that are not there; "
-            f"available: {', '.join(list(frame.columns)[:20])}"
+            f"available: {', '.join(columns[:20])}"
         )
+
+
+def feature_matrix(
+    frame: pd.DataFrame,
+    data: str,
+    attrs: dict[str, Any],
+    names: tuple[str, ...],
+    first_row: int = 0,
+) -> np.ndarray:
+    """The model's feature columns of ``frame`` as float64; labels coded as when fitted.
+
+    ``data`` names the table (or its part file) in messages, and ``first_row`` is
+    the number of the frame's first row in the whole table (rows counted from 0).
+    """
+    import pandas as pd
+
     fitted = attrs.get("categories", {})
     X = np.empty((len(frame), len(names)))
     for j, name in enumerate(names):
@@ -170,8 +198,12 @@ def features_of(
             continue
         try:
             X[:, j] = pd.to_numeric(col).to_numpy(dtype=float)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError):
+            bad = np.flatnonzero(pd.to_numeric(col, errors="coerce").isna().to_numpy()
+                                 & col.notna().to_numpy())  # fmt: skip
+            at = int(bad[0]) if bad.size else 0
             raise InputError(
-                f"{data}: column {name!r} must be numeric as when fitted: {exc}"
+                f"{data}: column {name!r} must be numeric as when fitted, but row "
+                f"{first_row + at} holds {col.iloc[at]!r}; fix or remove that value"
             ) from None
     return X

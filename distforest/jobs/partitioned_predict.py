@@ -1,0 +1,211 @@
+"""Predictions and scores of new rows read by partitions: the driver never holds DATA.
+
+``distforest knn predict MODEL DATA`` and ``distforest score MODEL DATA``
+(with DATA a glob, a folder of parts or a large file,
+:func:`distforest.jobs.inputs.partitioned_input`) run as:
+
+1. the model's feature columns are checked against the columns dask's reader
+   finds (before any work), and one task per partition counts its rows, so
+   each partition knows the global number of its first row (``score`` types
+   the columns with a first pass of summaries instead, as ``impute`` does:
+   :func:`~distforest.io.ingest.read_partitioned`);
+2. one task per partition reads it, turns it into the model's features as the
+   in-memory path does (a bad value named with its part file, column and
+   row), predicts or scores it in its worker with the model read once per
+   worker process, and writes its piece of the CSV;
+3. this process writes the header and appends the pieces in partition order
+   to a temporary file beside the output, renamed onto it at the end: nothing
+   is left under the output's name if a step fails.
+
+A row's prediction or score depends on that row and the model only, so the
+file is the in-memory command's, row for row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distforest import location
+from distforest.errors import InputError
+from distforest.io.partitions import PATH_COLUMN
+
+#: Models read by this process's tasks, by path (a worker reads a model once).
+_models: dict[str, Any] = {}
+_models_lock = threading.Lock()
+
+
+def _model(path: str, load: Callable[[str], Any]) -> Any:
+    with _models_lock:
+        if path not in _models:
+            _models.clear()
+            _models[path] = load(path)
+        return _models[path]
+
+
+def _knn_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...],
+              frame: Any, start: int, part: str) -> Any:  # fmt: skip
+    """``row, <target>`` of one partition, predicted by a saved k-NN model."""
+    import pandas as pd
+
+    from distforest.apps.knn import load_model
+    from distforest.jobs.knn_model import feature_matrix
+    from distforest.parallel.execution import execution
+
+    X = feature_matrix(frame, part, attrs, names, start)
+    if X.shape[0] == 0:  # an empty part still has its place
+        prediction: Any = np.empty(0)
+    else:
+        with execution(client="synchronous"):  # in this worker: it is one task of many
+            prediction = _model(model_path, load_model).predict(X)
+    rows = np.arange(start, start + X.shape[0])
+    return pd.DataFrame({"row": rows, attrs.get("target") or "prediction": prediction})
+
+
+def _score_rows(model_path: str, encoding: Any, id_column: str | None, method: str,
+                frame: Any, start: int, part: str) -> Any:  # fmt: skip
+    """One partition scored against a saved forest (``distforest score``'s columns)."""
+    from distforest.apps.scoring import new_rows_table, score_rows
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io.summaries import typed_partition
+    from distforest.parallel.execution import execution
+
+    typed = typed_partition(frame, encoding)
+    if not len(typed):
+        return None
+    forest = _model(model_path, ProximityForest.load)
+    try:
+        table = new_rows_table(forest, typed, id_column=id_column)
+    except InputError as exc:
+        raise InputError(f"{part}: {exc}") from None
+    with execution(client="synchronous"):  # in this worker: it is one task of many
+        result = score_rows(forest, table, method=method)
+    if id_column is None:
+        result["row"] += start
+    return result
+
+
+def _piece(work: Callable[..., Any], frame: Any, start: int, piece: str, part: str) -> Any:
+    """A task: one partition's rows through ``work``, written as a piece without header;
+    returns ``(rows, columns)``."""
+    frame.columns = [str(c) for c in frame.columns]
+    if PATH_COLUMN in frame.columns:  # a CSV partition: its file is in each row
+        if len(frame):
+            part = str(frame[PATH_COLUMN].iloc[0])
+        frame = frame.drop(columns=PATH_COLUMN)
+    out = work(frame, start, part)
+    if out is None:
+        return 0, None
+    out.to_csv(piece, index=False, header=False)
+    return len(out), list(out.columns)
+
+
+def _write_pieces(blocks: list[Any], starts: np.ndarray, names: list[str],
+                  work: Callable[..., Any], out: str) -> tuple[int, str]:  # fmt: skip
+    """Run ``work`` over the partitions, join the pieces under a header into ``out``."""
+    import dask
+    import pandas as pd
+
+    from distforest.io.writers import join_pieces
+
+    remote = location.is_remote(out)
+    dest = Path(tempfile.mkdtemp()) / "rows.csv" if remote else Path(out).resolve()
+    folder = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.pieces")
+    partial_file = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.partial")
+    folder.mkdir(parents=True)
+    try:
+        paths = [str(folder / f"part-{k:06d}.csv") for k in range(len(blocks))]
+        task = dask.delayed(_piece, pure=False)
+        done = dask.compute(*[task(work, block, int(starts[k]), paths[k], names[k])
+                              for k, block in enumerate(blocks)])  # fmt: skip
+        columns = next((c for _, c in done if c is not None), None)
+        if columns is None:
+            raise InputError("the input has no rows; give a table with at least one row")
+        header = str(folder / "header.csv")
+        pd.DataFrame(columns=columns).to_csv(header, index=False)
+        join_pieces([header] + [p for p, (n, _) in zip(paths, done, strict=True) if n],
+                    partial_file, ".csv")  # fmt: skip
+        if remote:  # one upload of the joined file
+            fs, where = location.filesystem(out)
+            fs.put_file(str(partial_file), where)
+        else:
+            os.replace(partial_file, dest)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            partial_file.unlink()
+        if remote:
+            shutil.rmtree(dest.parent, ignore_errors=True)
+    return int(sum(n for n, _ in done)), out if remote else str(dest)
+
+
+def predict_partitioned(model_path: str, data: str, out: str, drop: tuple[str, ...],
+                        na_values: tuple[str, ...]) -> tuple[int, str]:  # fmt: skip
+    """Predict every row of ``data`` with a saved k-NN model by partitions into the CSV
+    ``out``: ``(rows, path)``.  Runs on dask's current scheduler (the command's cluster).
+
+    Raises
+    ------
+    InputError
+        DATA lacks a feature column of the model, or holds a value that is not
+        a number where the model has one (or a label it was not fitted with).
+    """
+    import dask
+
+    from distforest.io.partitions import open_partitions
+    from distforest.jobs.knn_model import check_columns
+    from distforest.store.run_store import RunStore
+
+    attrs = RunStore.open(model_path, require_complete=True).attrs
+    names = tuple(str(c) for c in attrs["feature_names"])
+    parts = open_partitions(data, na_values=na_values)
+    if parts.frame is None:
+        raise InputError(f"{parts.source}: a numeric array has no column names; give a table")
+    check_columns(parts.source, [c for c in parts.columns if c not in drop], names)
+    keep = [*names, PATH_COLUMN] if PATH_COLUMN in parts.frame.columns else list(names)
+    blocks = parts.frame[keep].to_delayed()
+    lengths = dask.compute(*[dask.delayed(len)(b) for b in blocks])
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    labels = [parts.partition_name(k) for k in range(len(blocks))]
+    return _write_pieces(blocks, starts, labels, partial(_knn_rows, model_path, attrs, names),
+                         out)  # fmt: skip
+
+
+def score_partitioned(model_path: str, data: str, out: str, id_column: str | None,
+                      method: str, na_values: tuple[str, ...]) -> tuple[int, str]:  # fmt: skip
+    """``distforest score`` of a DATA read by partitions: ``(rows, path)``.
+
+    A first pass of summaries (:func:`~distforest.io.ingest.read_partitioned`)
+    types the model's feature columns (and the ID column) as the in-memory
+    reader would; then one task per partition scores it.
+    """
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io.ingest import read_partitioned
+    from distforest.io.partitions import open_partitions
+
+    forest = ProximityForest.load(model_path)
+    names = [str(c) for c in forest.feature_names_in_]
+    columns = open_partitions(data, na_values=na_values).columns
+    absent = [c for c in [*names, *([id_column] if id_column else [])] if c not in columns]
+    if absent:
+        raise InputError(f"{data}: the model needs column(s) {absent} that are not there; "
+                         f"available: {', '.join(list(columns)[:20])}")  # fmt: skip
+    other = tuple(c for c in columns if c not in names and c != id_column)
+    data_in = read_partitioned(data, drop=other, na_values=na_values, min_rows=1, id=id_column)
+    frame = data_in.partitions.frame
+    blocks = frame.to_delayed()
+    starts = np.concatenate([[0], np.cumsum(data_in.encoding.lengths)]).astype(np.int64)
+    labels = [data_in.partitions.partition_name(k) for k in range(len(blocks))]
+    del forest
+    work = partial(_score_rows, model_path, data_in.encoding, id_column, method)
+    return _write_pieces(blocks, starts, labels, work, out)
