@@ -14,11 +14,13 @@ subprocess:
    --top-k K --out nb.zarr --overwrite`` under ``/usr/bin/time -v`` while the
    summed RSS of the whole process tree (CLI + Dask workers) is sampled
    (``benchmarks/_measure.py``): wall time and peak RSS end to end.
-2. A phase profile of the same code path: LocalCluster start, fit, save, the
-   neighbours stage (``write_forest_neighbors``) and, for n <= --check-max-n,
-   an exactness check of all three methods against the top k of the dense
-   matrix, computed block by block from the same leaves (the tile functions
-   of the dense path).
+2. A phase profile of the same steps, placed as the command places them (in
+   process up to ``distforest.in-process-cells`` input cells, 100,000 x 20
+   included; else on a LocalCluster): fit, save, the neighbours stage
+   (``write_forest_neighbors``; its numba warm-up timed apart) and, for
+   n <= --check-max-n, an exactness check of all three methods against the top
+   k of the dense matrix, computed block by block from the same leaves (the
+   tile functions of the dense path).
 3. forestgeom's exact sparse proximity matrix in RAM (``bench_proximity.py``'s
    child, in the peers' own environment), for n <= --forestgeom-max-n.
 
@@ -100,21 +102,26 @@ def _dense_oracle_check(leaves: Any, inbag: Any, k: int, runner: Any) -> dict[st
 
 
 def child_profile(data: str, trees: int, k: int, seed: int, store: str, check: bool) -> None:
+    """The command's steps, timed one by one, placed as the command places them (in this
+    process up to ``distforest.in-process-cells`` input cells, else on a LocalCluster)."""
     t0 = time.perf_counter()
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.forests.proximity_neighbors import write_forest_neighbors
     from distforest.io import load_table
-    from distforest.parallel.cluster import connect
+    from distforest.kernels import coleaf
+    from distforest.parallel.placement import place, runner
 
     out: dict[str, Any] = {"imports_s": time.perf_counter() - t0}
     t = time.perf_counter()
     table = load_table(data, target="y")
     out["load_s"] = time.perf_counter() - t
+    cells = table.n_samples * table.n_features
     t = time.perf_counter()
-    with connect() as client:
+    with place(cells, {}) as where:
         out["cluster_start_s"] = time.perf_counter() - t
-        out["threads"] = sum(client.nthreads().values())
-        forest = ProximityForest(n_estimators=trees, random_state=seed).set_execution(client)
+        out["threads"] = where.threads
+        out["placement"] = "in process" if where.in_process else "LocalCluster"
+        forest = ProximityForest(n_estimators=trees, random_state=seed)
         t = time.perf_counter()
         forest.fit(table)
         out["fit_s"] = time.perf_counter() - t
@@ -122,13 +129,14 @@ def child_profile(data: str, trees: int, k: int, seed: int, store: str, check: b
         rs = forest.save(store, overwrite=True)
         out["save_s"] = time.perf_counter() - t
         t = time.perf_counter()
+        coleaf.warm_up()  # (part of the neighbours stage: timed apart)
+        out["numba_warm_up_s"] = time.perf_counter() - t
         stats = write_forest_neighbors(forest, rs, "original", k)
         out["neighbors_s"] = time.perf_counter() - t
         out["neighbor_blocks"] = stats["blocks"]
         if check:
-            from distforest.parallel.execution import Runner
-
-            out["exact"] = _dense_oracle_check(forest.leaves_, forest.inbag_, k, Runner(client))
+            with runner(cells) as run:
+                out["exact"] = _dense_oracle_check(forest.leaves_, forest.inbag_, k, run)
         t = time.perf_counter()
     out["cluster_close_s"] = time.perf_counter() - t
     _emit(out)
@@ -226,15 +234,18 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             lines.append(f"- n = {r['n']:,}: " + ", ".join(
                 f"{m} {'equal' if v['exact'] else 'DIFFERENT'} (in memory {v['in_memory_s']:.1f} s)"
                 for m, v in exact.items()))  # fmt: skip
-    lines += ["", "## Phases (profile run, same code path)", "",
-              "| n | imports | load | cluster start | fit | save | neighbours | blocks |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += ["", "## Phases (profile run: the command's steps, placed as the command places "
+              "them)", "",
+              "| n | placement | imports | load | cluster start | fit | save | neighbours "
+              "(numba warm-up) | blocks |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in results:
         p = r.get("profile", {})
         lines.append(
-            f"| {r['n']:,} | {_s(p.get('imports_s'))} | {_s(p.get('load_s'))} | "
-            f"{_s(p.get('cluster_start_s'))} | {_s(p.get('fit_s'))} | {_s(p.get('save_s'))} | "
-            f"{_s(p.get('neighbors_s'))} | {p.get('neighbor_blocks', '-')} |"
+            f"| {r['n']:,} | {p.get('placement', '-')} | {_s(p.get('imports_s'))} | "
+            f"{_s(p.get('load_s'))} | {_s(p.get('cluster_start_s'))} | {_s(p.get('fit_s'))} | "
+            f"{_s(p.get('save_s'))} | {_s(p.get('neighbors_s'))} "
+            f"({_s(p.get('numba_warm_up_s'))}) | {p.get('neighbor_blocks', '-')} |"
         )
     lines += ["", "## Goals", ""]
     for r in results:
