@@ -141,7 +141,13 @@ def run_one(config: str, source: str, work: str, trees: int, result: str) -> Non
             phases["fit"] = fitted
         tick = time.perf_counter()
         out = Path(work) / "outliers.csv"
-        if data is not None:  # what `distforest outliers` runs: scored and written by tasks
+        if config.startswith("mislabels"):  # what `distforest mislabels` runs
+            from distforest.apps.mislabels import mislabel_scores
+            from distforest.jobs.outputs import write_csv
+
+            write_csv(mislabel_scores(forest), str(Path(work) / "mislabels.csv"))
+            phases["mislabels and CSV"] = time.perf_counter() - tick
+        elif data is not None:  # what `distforest outliers` runs: scored and written by tasks
             write_outliers(forest, str(out), None, title=source)
             phases["scores and CSV"] = time.perf_counter() - tick
         else:
@@ -203,6 +209,11 @@ def main() -> None:
         help="add the rows to an existing --out file instead of rewriting it",
     )
     parser.add_argument(
+        "--mislabels",
+        action="store_true",
+        help="only `distforest mislabels` on the Parquet folder (its ranked CSV)",
+    )
+    parser.add_argument(
         "--skip-folder",
         action="store_true",
         help="no outlier run on the Parquet folder (e.g. only --csv)",
@@ -241,6 +252,8 @@ def main() -> None:
                 configs.append(("outliers-csv", files["csv"]))
             if args.before and not args.no_outliers:
                 configs.append(("outliers-in-memory", files["single"]))
+            if args.mislabels:
+                configs = [("mislabels-parquet-folder", files["folder"])]
             for name, source in configs:
                 work = where / name
                 work.mkdir()
