@@ -20,11 +20,7 @@ in memory.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
-import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,35 +218,19 @@ def stored_path(forest: Any) -> str | None:
     return where[0]
 
 
-@contextlib.contextmanager
-def _pieces_folder(dest: Path) -> Iterator[Path]:
-    folder = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.pieces")
-    folder.mkdir(parents=True)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def write_scores_csv(forest: Any, path: str, out: str) -> str:
     """The outlier CSV (ID or ``row``, ``label``, ``outlier``) written by tasks in pieces,
     joined into ``out`` through a temporary file and a rename; returns ``out`` resolved."""
     from distforest.forests.products import stored_location
-    from distforest.io.writers import join_pieces
+    from distforest.io.writers import pieces_beside, publish_pieces
 
     dest = Path(out).resolve()
     ids = getattr(forest, "sample_ids_", None)
     names = (tuple(str(c) for c in forest.classes_)
              if forest.task_ == "classification" else None)  # fmt: skip
-    with _pieces_folder(dest) as folder:
+    with pieces_beside(dest) as folder:
         where = None if ids is None else stored_location(ids)
         pieces = CsvPieces(str(folder), where, forest.id_name_ if where else "row", names)
         scores_by_chunks(forest, path, pieces)
-        paths = sorted(str(p) for p in folder.glob("part-*.csv"))
-        partial = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.partial")
-        try:
-            join_pieces(paths, partial, ".csv")
-            os.replace(partial, dest)
-        finally:
-            partial.unlink(missing_ok=True)
+        publish_pieces(sorted(str(p) for p in folder.glob("part-*.csv")), dest)
     return str(dest)

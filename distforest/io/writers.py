@@ -379,3 +379,25 @@ def join_pieces(paths: list[str], dest: Path, suffix: str) -> None:
     finally:
         if writer is not None:
             writer.close()
+
+
+@contextlib.contextmanager
+def pieces_beside(dest: Path) -> Iterator[Path]:
+    """A new hidden folder beside ``dest`` where tasks write their pieces, removed at the end."""
+    folder = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.pieces")
+    folder.mkdir(parents=True)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def publish_pieces(paths: list[str], dest: Path) -> None:
+    """CSV pieces appended in order to a temporary file beside ``dest``, then renamed onto
+    it: nothing is left under ``dest``'s name if joining fails."""
+    partial = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.partial")
+    try:
+        join_pieces(paths, partial, ".csv")
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)

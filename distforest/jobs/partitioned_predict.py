@@ -23,9 +23,6 @@ file is the in-memory command's, row for row.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
 import shutil
 import tempfile
 import threading
@@ -218,34 +215,27 @@ def _write_pieces(blocks: list[Any], starts: np.ndarray, names: list[str],
     import dask
     import pandas as pd
 
-    from distforest.io.writers import join_pieces
+    from distforest.io.writers import pieces_beside, publish_pieces
 
     remote = location.is_remote(out)
     dest = Path(tempfile.mkdtemp()) / "rows.csv" if remote else Path(out).resolve()
-    folder = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.pieces")
-    partial_file = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.partial")
-    folder.mkdir(parents=True)
     try:
-        paths = [str(folder / f"part-{k:06d}.csv") for k in range(len(blocks))]
-        task = dask.delayed(_piece, pure=False)
-        done = dask.compute(*[task(work, block, int(starts[k]), paths[k], names[k])
-                              for k, block in enumerate(blocks)])  # fmt: skip
-        columns = next((c for _, c, _ in done if c is not None), None)
-        if columns is None:
-            raise InputError("the input has no rows; give a table with at least one row")
-        header = str(folder / "header.csv")
-        pd.DataFrame(columns=columns).to_csv(header, index=False)
-        join_pieces([header] + [p for p, (n, _, _) in zip(paths, done, strict=True) if n],
-                    partial_file, ".csv")  # fmt: skip
+        with pieces_beside(dest) as folder:
+            paths = [str(folder / f"part-{k:06d}.csv") for k in range(len(blocks))]
+            task = dask.delayed(_piece, pure=False)
+            done = dask.compute(*[task(work, block, int(starts[k]), paths[k], names[k])
+                                  for k, block in enumerate(blocks)])  # fmt: skip
+            columns = next((c for _, c, _ in done if c is not None), None)
+            if columns is None:
+                raise InputError("the input has no rows; give a table with at least one row")
+            header = str(folder / "header.csv")
+            pd.DataFrame(columns=columns).to_csv(header, index=False)
+            publish_pieces([header] + [p for p, (n, _, _) in zip(paths, done, strict=True) if n],
+                           dest)  # fmt: skip
         if remote:  # one upload of the joined file
             fs, where = location.filesystem(out)
-            fs.put_file(str(partial_file), where)
-        else:
-            os.replace(partial_file, dest)
+            fs.put_file(str(dest), where)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            partial_file.unlink()
         if remote:
             shutil.rmtree(dest.parent, ignore_errors=True)
     total, cells = int(sum(d[0] for d in done)), int(sum(d[2] for d in done))
