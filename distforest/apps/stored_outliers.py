@@ -21,6 +21,7 @@ in memory.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,14 +64,16 @@ class RawValues:
 
 @dataclass(frozen=True)
 class CsvPieces:
-    """Where score tasks write their CSV pieces, and what goes beside the score."""
+    """Where tasks write their CSV pieces (ID or ``row``, ``label``, then ``columns``)."""
 
     folder: str
     id_location: tuple[str, str] | None
     id_name: str
     class_names: tuple[str, ...] | None
+    columns: tuple[str, ...] = ("outlier",)
 
-    def write(self, k: int, rows: slice, codes: np.ndarray, scores: np.ndarray) -> None:
+    def write(self, k: int, rows: slice, codes: np.ndarray, values: np.ndarray) -> None:
+        """Piece ``k`` (the header in piece 0 only): ``values`` one column or one a name."""
         import pandas as pd
 
         if self.id_location is None:
@@ -80,7 +83,9 @@ class CsvPieces:
         frame = pd.DataFrame({self.id_name: ids})
         if self.class_names is not None:
             frame["label"] = np.asarray(self.class_names, dtype=object)[codes]
-        frame["outlier"] = scores
+        for name, column in zip(self.columns, np.reshape(values, (len(frame), -1)).T,
+                                strict=True):  # fmt: skip
+            frame[name] = column
         frame.to_csv(Path(self.folder) / f"part-{k:06d}.csv", index=False, header=k == 0)
 
 
@@ -218,9 +223,11 @@ def stored_path(forest: Any) -> str | None:
     return where[0]
 
 
-def write_scores_csv(forest: Any, path: str, out: str) -> str:
-    """The outlier CSV (ID or ``row``, ``label``, ``outlier``) written by tasks in pieces,
-    joined into ``out`` through a temporary file and a rename; returns ``out`` resolved."""
+def csv_by_pieces(forest: Any, out: str, columns: tuple[str, ...],
+                  fill: Callable[[CsvPieces], Any]) -> str:  # fmt: skip
+    """A CSV of the training rows (ID or ``row``, ``label``, ``columns``) whose pieces
+    ``fill(pieces)`` has tasks write, joined into ``out`` through a temporary file and a
+    rename; returns ``out`` resolved."""
     from distforest.forests.products import stored_location
     from distforest.io.writers import pieces_beside, publish_pieces
 
@@ -230,7 +237,11 @@ def write_scores_csv(forest: Any, path: str, out: str) -> str:
              if forest.task_ == "classification" else None)  # fmt: skip
     with pieces_beside(dest) as folder:
         where = None if ids is None else stored_location(ids)
-        pieces = CsvPieces(str(folder), where, forest.id_name_ if where else "row", names)
-        scores_by_chunks(forest, path, pieces)
+        fill(CsvPieces(str(folder), where, forest.id_name_ if where else "row", names, columns))
         publish_pieces(sorted(str(p) for p in folder.glob("part-*.csv")), dest)
     return str(dest)
+
+
+def write_scores_csv(forest: Any, path: str, out: str) -> str:
+    """The outlier CSV (ID or ``row``, ``label``, ``outlier``) written by tasks in pieces."""
+    return csv_by_pieces(forest, out, ("outlier",), lambda p: scores_by_chunks(forest, path, p))

@@ -208,6 +208,12 @@ def _squared_task(
     return leafsums.squared_product(query, index[0], index[1], V, rows)
 
 
+def stored_squared_rows(leaves_t: StoredArray, V: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of ``(P * P) @ V`` of a stored forest, computed in a task's process
+    (the leaves and their index read there once)."""
+    return _squared_task(leaves_t, None, V, rows)
+
+
 class ProximityProducts:
     """Repeated ``P @ V`` for one fitted proximity forest.
 
@@ -249,6 +255,11 @@ class ProximityProducts:
     def leaves_t(self) -> Any:
         """The ``(T, n)`` leaves as the tasks take them (a handle, or a :class:`StoredArray`)."""
         return self.session._shared[0]
+
+    @property
+    def inbag_t(self) -> Any:
+        """The ``(T, n)`` in-bag counts as the tasks take them (see :attr:`leaves_t`)."""
+        return self.session._shared[1]
 
     def product(
         self,

@@ -156,7 +156,13 @@ def write_mds(
     """MDS coordinates to CSV (and a scatter with outliers circled)."""
     from distforest.apps.mds import mds
     from distforest.apps.outliers import outlier_scores
+    from distforest.apps.stored_mds import write_mds_csv
+    from distforest.apps.stored_outliers import stored_path
 
+    store = None if plot or location.is_remote(out) else stored_path(forest)
+    if store is not None:  # solved and written by tasks, chunk by chunk
+        csv = write_mds_csv(forest, store, out, components, dissimilarity)
+        return {"MDS coordinates": csv}
     coordinates, _ = mds(forest, components, dissimilarity=dissimilarity)
     frame = _frame(forest)
     for k in range(components):
