@@ -37,7 +37,7 @@ from distforest.apps.stored_outliers import CsvPieces, csv_by_pieces
 from distforest.errors import ParameterError
 from distforest.forests.products import PRODUCT_TASKS, add_in_order, stored_squared_rows
 from distforest.forests.square_sums import StoredCodes, drop_scratch
-from distforest.kernels import leafsums
+from distforest.kernels import leafsums, row_blocks
 from distforest.parallel.tasks import plan_batches
 from distforest.store.run_store import task_array, write_block
 
@@ -88,34 +88,6 @@ class Scratch:
 
     def chunks(self) -> list[slice]:
         return [slice(s, min(s + self.chunk, self.n)) for s in range(0, self.n, self.chunk)]
-
-
-def _times(A: np.ndarray, M: np.ndarray) -> np.ndarray:
-    """``A @ M`` with each row's terms added in column order (the same floats for a row
-    whatever the other rows: no BLAS blocking over rows)."""
-    out = np.zeros((A.shape[0], M.shape[1]))
-    for i in range(A.shape[1]):
-        out += A[:, i, None] * M[i]
-    return out
-
-
-def _grain_stats(Z: np.ndarray, Q: np.ndarray, grain: int) -> tuple[np.ndarray, ...]:
-    """Per group of ``grain`` rows: column sums of Z, ``Q^T Z`` and ``Z^T Z``."""
-    groups = range(0, Z.shape[0], grain)
-    sums = np.stack([Z[s : s + grain].sum(axis=0) for s in groups])
-    qz = np.stack(
-        [
-            np.ascontiguousarray(Q[s : s + grain]).T @ np.ascontiguousarray(Z[s : s + grain])
-            for s in groups
-        ]
-    )
-    zz = np.stack(
-        [
-            np.ascontiguousarray(Z[s : s + grain]).T @ np.ascontiguousarray(Z[s : s + grain])
-            for s in groups
-        ]
-    )
-    return sums, qz, zz
 
 
 def _start_block(rows: slice, width: int) -> np.ndarray:
@@ -178,26 +150,26 @@ def _chunk_task(
         Z = s.read(source[1], rows, slice(source[2], source[3]))
     for mean, h in steps:
         Z = Z - mean
-        Z = Z - _times(Q, h)
+        Z = Z - row_blocks.ordered_product(Q, h)
     if transform is not None:
-        Z = _times(Z, transform)
+        Z = row_blocks.ordered_product(Z, transform)
     if dest is not None:
         s.write(BASIS, (rows, slice(*dest)), Z)
         s.write(BLOCK, (rows, slice(0, dest[1] - dest[0])), Z)
-    return _grain_stats(Z, Q, s.grain)
+    return row_blocks.grain_sums(Z, Q, s.grain)
 
 
 def _restart_task(s: Scratch, rows: slice, m: int, Y: np.ndarray, last: tuple[int, int]) -> None:
     """Rows ``rows`` of the restarted basis: the Ritz vectors ``Q Y``, then the last block."""
     Q = s.read(BASIS, rows, slice(0, m))
-    kept = _times(Q, Y)
+    kept = row_blocks.ordered_product(Q, Y)
     tail = s.read(BASIS, rows, slice(*last))
     s.write(BASIS, (rows, slice(0, Y.shape[1] + tail.shape[1])), np.hstack([kept, tail]))
 
 
 def _largest_task(s: Scratch, rows: slice, m: int, Y: np.ndarray) -> tuple[np.ndarray, ...]:
     """Each Ritz vector's first largest absolute entry in the chunk, and its value."""
-    U = _times(s.read(BASIS, rows, slice(0, m)), Y)
+    U = row_blocks.ordered_product(s.read(BASIS, rows, slice(0, m)), Y)
     where = np.abs(U).argmax(axis=0)
     values = U[where, np.arange(U.shape[1])]
     return np.abs(values), values
@@ -214,7 +186,7 @@ def _coordinates_task(
 ) -> np.ndarray | None:
     """Rows ``rows`` of the coordinates ``Q Y`` (``Y`` scaled and signed): returned, or
     written as piece ``j`` of the CSV."""
-    X = _times(s.read(BASIS, rows, slice(0, m)), Y)
+    X = row_blocks.ordered_product(s.read(BASIS, rows, slice(0, m)), Y)
     if pieces is None:
         return X
     pieces.write(j, rows, codes.read(rows), X)
@@ -384,7 +356,7 @@ def _create_scratch(s: Scratch, width: int, block: int, batches: int) -> None:
 
     root = zarr.open_group(location.zarr_store(s.path), mode="r+", use_consolidated=False)
     for name, shape, chunks in (
-        (BASIS, (s.n, width), (s.chunk, width)),
+        (BASIS, (s.n, width), (s.chunk, block)),  # column blocks: a block written whole
         (BLOCK, (s.n, block), (s.chunk, block)),
         (PRODUCT, (s.n, block), (s.chunk, block)),
         (PARTS, (batches, s.n, block), (1, s.chunk, block)),
@@ -424,6 +396,7 @@ def mds_by_chunks(
     codes = StoredCodes(path, "target" if forest.task_ == "classification" else None, n)
     try:
         with product_session(forest) as products:
+            row_blocks.warm_up()
             lanczos = _Lanczos(products.runner, s, products, n_components, dissimilarity, tol)
             _create_scratch(s, lanczos.width, lanczos.block, len(lanczos.batches))
             Y, theta, m = lanczos.solve()
