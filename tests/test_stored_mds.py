@@ -145,3 +145,35 @@ def test_driver_holds_no_vector_of_n(tmp_path, client) -> None:
         by_chunks = peak_of(lambda: write_mds(forest, str(tmp_path / "m.csv"), None))
     assert by_chunks < arpack / 3, (by_chunks, arpack)
     assert (tmp_path / "m.csv").read_bytes() == (tmp_path / "warm.csv").read_bytes()
+
+
+def test_cli_on_a_parquet_folder_writes_the_in_memory_csv(tmp_path, monkeypatch, client) -> None:
+    """``distforest mds`` on a folder of Parquet parts (fitted from a store: the chunked
+    path) writes the IDs, labels and coordinates of the same command on the whole file
+    (fitted in memory: ARPACK), the coordinates to 1e-6 of their scale."""
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+
+    frame = _table(300, ids=True)
+    (tmp_path / "parts").mkdir()
+    for k in range(3):
+        frame.iloc[k * 100 : (k + 1) * 100].to_parquet(tmp_path / f"parts/p{k}.parquet")
+    frame.to_parquet(tmp_path / "whole.parquet", index=False)
+    calls: list[int] = []
+    real = stored_mds.mds_by_chunks
+    monkeypatch.setattr(stored_mds, "mds_by_chunks",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))  # fmt: skip
+    common = ["--target", "label", "--id", "key", "--trees", "5", "--components", "3",
+              "--scheduler", client.scheduler.address]  # fmt: skip
+    for name, source in (("p.csv", "parts"), ("w.csv", "whole.parquet")):
+        result = CliRunner().invoke(cli, ["-q", "mds", str(tmp_path / source), *common,
+                                          "--out", str(tmp_path / name)])  # fmt: skip
+        assert result.exit_code == 0, result.output
+    assert calls == [1]  # the folder only
+    by_parts, whole = pd.read_csv(tmp_path / "p.csv"), pd.read_csv(tmp_path / "w.csv")
+    assert list(by_parts.columns) == ["key", "label", "dim1", "dim2", "dim3"]
+    pd.testing.assert_frame_equal(by_parts[["key", "label"]], whole[["key", "label"]])
+    dims = ["dim1", "dim2", "dim3"]
+    scale = np.abs(whole[dims].to_numpy()).max()
+    np.testing.assert_allclose(by_parts[dims], whole[dims], atol=1e-6 * scale)

@@ -258,6 +258,8 @@ class _Lanczos:
         dl = d[live]
         values, vectors = np.linalg.eigh(G[np.ix_(live, live)] / np.outer(dl, dl))
         values, vectors = values[::-1], vectors[:, ::-1]
+        if values[0] <= 0:  # nothing left but rounding
+            return X, C
         keep = np.flatnonzero(values > DEPENDENT * values[0])[:room]
         root = np.sqrt(values[keep])
         X = np.zeros((w, keep.size))
