@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
+from conftest import no_default_client
 
 from distforest import ProximityForest
 from distforest.apps import stored_mds
@@ -118,7 +119,8 @@ def test_csv_written_by_tasks(tmp_path, monkeypatch) -> None:
 def test_driver_holds_no_vector_of_n(tmp_path, client) -> None:
     """On a cluster, the driver's traced allocations (the scheduler's included) while the
     stored path solves and writes the CSV peak at less than a third of ARPACK's on the same
-    forest (ncv = 20 vectors of n, the products' results, the coordinates' frame)."""
+    forest (ncv = 20 vectors of n, the products' results, the coordinates' frame); the CSV
+    is the same bytes run again and run in this process."""
     import tracemalloc
 
     from distforest import execution
@@ -145,6 +147,9 @@ def test_driver_holds_no_vector_of_n(tmp_path, client) -> None:
         by_chunks = peak_of(lambda: write_mds(forest, str(tmp_path / "m.csv"), None))
     assert by_chunks < arpack / 3, (by_chunks, arpack)
     assert (tmp_path / "m.csv").read_bytes() == (tmp_path / "warm.csv").read_bytes()
+    with no_default_client():  # the tasks in this process instead of two workers
+        write_mds(forest, str(tmp_path / "here.csv"), None)
+    assert (tmp_path / "here.csv").read_bytes() == (tmp_path / "warm.csv").read_bytes()
 
 
 def test_cli_on_a_parquet_folder_writes_the_in_memory_csv(tmp_path, monkeypatch, client) -> None:
