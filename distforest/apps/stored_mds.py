@@ -81,12 +81,15 @@ class Scratch:
     n_trees: int
 
     def read(self, name: str, rows: slice, cols: slice) -> np.ndarray:
+        """A region of a 2-D scratch array, as float64."""
         return np.asarray(task_array(self.path, name, "r")[rows, cols], dtype=np.float64)
 
     def write(self, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
+        """Write a region (whole chunks of rows: this task's alone)."""
         write_block(self.path, name, region, values)
 
     def chunks(self) -> list[slice]:
+        """The row chunks, one task each."""
         return [slice(s, min(s + self.chunk, self.n)) for s in range(0, self.n, self.chunk)]
 
 
@@ -101,11 +104,12 @@ def _start_block(rows: slice, width: int) -> np.ndarray:
     return np.concatenate(blocks)[offset : offset + rows.stop - rows.start]
 
 
-def _tree_task(s: Scratch, batch: int, trees: slice, leaves: Any, inbag: Any, width: int) -> None:
+def _tree_task(s: Scratch, batch: int, trees: slice, leaves: Any, width: int) -> None:
     """One batch of trees' leaf sums of the block (``P @ V`` before the division by T)."""
     V = s.read(BLOCK, slice(None), slice(0, width))
-    src_leaves, src_inbag = leaves.trees(trees), inbag.trees(trees)
-    sums, _ = leafsums.leaf_product(src_leaves, src_inbag, V, src_leaves, src_inbag, "original")
+    src = leaves.trees(trees)
+    unused = np.zeros(src.shape, dtype=np.uint8)  # Breiman's P weighs no row by its in-bag count
+    sums, _ = leafsums.leaf_product(src, unused, V, src, unused, "original")
     s.write(PARTS, (slice(batch, batch + 1), slice(None), slice(0, width)), sums[None])
 
 
@@ -234,8 +238,8 @@ class _Lanczos:
     def _product(self, last: tuple[int, int]) -> None:
         """The block's product parts (and squared rows): tree batches, then row chunks."""
         width = last[1] - last[0]
-        leaves, inbag = self.products.leaves_t, self.products.inbag_t
-        items = [(self.s, b, trees, leaves, inbag, width) for b, trees in enumerate(self.batches)]
+        leaves = self.products.leaves_t
+        items = [(self.s, b, trees, leaves, width) for b, trees in enumerate(self.batches)]
         for _ in self.runner.run(_tree_task, items, name="mds-products"):
             pass
         if self.dissimilarity == "linear":

@@ -256,11 +256,6 @@ class ProximityProducts:
         """The ``(T, n)`` leaves as the tasks take them (a handle, or a :class:`StoredArray`)."""
         return self.session._shared[0]
 
-    @property
-    def inbag_t(self) -> Any:
-        """The ``(T, n)`` in-bag counts as the tasks take them (see :attr:`leaves_t`)."""
-        return self.session._shared[1]
-
     def product(
         self,
         V: np.ndarray,
