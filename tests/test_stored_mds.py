@@ -182,3 +182,13 @@ def test_cli_on_a_parquet_folder_writes_the_in_memory_csv(tmp_path, monkeypatch,
     dims = ["dim1", "dim2", "dim3"]
     scale = np.abs(whole[dims].to_numpy()).max()
     np.testing.assert_allclose(by_parts[dims], whole[dims], atol=1e-6 * scale)
+
+
+def test_no_convergence_is_an_error_and_leaves_no_scratch(tmp_path, monkeypatch) -> None:
+    from distforest.errors import ParameterError
+
+    monkeypatch.setattr(stored_mds, "MAX_PRODUCTS", 1)
+    forest = _stored_forest(tmp_path, 200, trees=4)
+    with pytest.raises(ParameterError, match="did not converge to tol=1e-08 in 1 block"):
+        _by_chunks(forest, tmp_path, 2, "sqrt")
+    assert "scratch" not in zarr.open_group(str(tmp_path / "run.zarr"), mode="r")

@@ -323,11 +323,9 @@ class _Lanczos:
         H = self.H
         while True:
             if self.products_done >= MAX_PRODUCTS:
-                from distforest.errors import StalledError
-
-                raise StalledError(
+                raise ParameterError(
                     f"MDS did not converge to tol={self.tol:g} in {MAX_PRODUCTS} block products"
-                    "; ask for a larger tol or fewer components"
+                    f" ({self.k} components); ask for a larger tol or fewer components"
                 )
             self._product(last)
             source = ("product", last[1] - last[0], len(self.batches), self.dissimilarity)
