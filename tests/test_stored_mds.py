@@ -192,3 +192,39 @@ def test_no_convergence_is_an_error_and_leaves_no_scratch(tmp_path, monkeypatch)
     with pytest.raises(ParameterError, match="did not converge to tol=1e-08 in 1 block"):
         _by_chunks(forest, tmp_path, 2, "sqrt")
     assert "scratch" not in zarr.open_group(str(tmp_path / "run.zarr"), mode="r")
+
+
+def test_pipeline_mds_stage_on_a_parquet_folder(tmp_path, monkeypatch) -> None:
+    """A job's mds stage on a folder of Parquet parts takes the chunked path and writes the
+    coordinates of the same job on the whole file (ARPACK) to 1e-6 of their scale."""
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+
+    frame = _table(300)
+    (tmp_path / "parts").mkdir()
+    for k in range(3):
+        frame.iloc[k * 100 : (k + 1) * 100].to_parquet(tmp_path / f"parts/p{k}.parquet")
+    frame.to_parquet(tmp_path / "whole.parquet", index=False)
+    calls: list[int] = []
+    real = stored_mds.mds_by_chunks
+    monkeypatch.setattr(stored_mds, "mds_by_chunks",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))  # fmt: skip
+    for name, source in (("parts", "parts"), ("whole", "whole.parquet")):
+        job = tmp_path / f"{name}.yaml"
+        job.write_text(
+            f"input: {{path: {tmp_path / source}, target: label}}\n"
+            "forest: {n_estimators: 5, random_state: 0}\n"
+            "mds: {out: mds.csv}\n"
+            f"output: {{dir: {tmp_path / ('out-' + name)}, store: run.zarr}}\n"
+        )
+        result = CliRunner().invoke(cli, ["-q", "run", str(job)])
+        assert result.exit_code == 0, result.output
+    assert calls == [1]  # the folder only
+    by_parts = pd.read_csv(tmp_path / "out-parts/mds.csv")
+    whole = pd.read_csv(tmp_path / "out-whole/mds.csv")
+    assert list(by_parts.columns) == ["row", "label", "dim1", "dim2"]
+    pd.testing.assert_frame_equal(by_parts[["row", "label"]], whole[["row", "label"]])
+    scale = np.abs(whole[["dim1", "dim2"]].to_numpy()).max()
+    np.testing.assert_allclose(by_parts[["dim1", "dim2"]], whole[["dim1", "dim2"]],
+                               atol=1e-6 * scale)  # fmt: skip
