@@ -143,7 +143,7 @@ def fits(tmp_path_factory) -> dict[bool, tuple[ProximityForest, ProximityForest]
 
 
 @pytest.mark.parametrize("ids", [False, True])
-@pytest.mark.parametrize("chunk", [64, 500, 1 << 20])
+@pytest.mark.parametrize("chunk", [128, 500, 1 << 20])
 def test_chunked_csv_equals_in_memory(fits, tmp_path, monkeypatch, ids: bool, chunk: int) -> None:
     """The CSV written by tasks by ranges is byte for byte the in-memory ranking's (and the
     one distforest wrote before), with many chunks and ranges or one; scratch removed."""
@@ -164,7 +164,7 @@ def test_chunked_csv_equals_in_memory(fits, tmp_path, monkeypatch, ids: bool, ch
     assert not list(tmp_path.glob(".chunks.csv*"))  # no pieces or partial file left
 
 
-@pytest.mark.parametrize("chunk", [50, 300])
+@pytest.mark.parametrize("chunk", [100, 300])
 def test_tied_scores_stay_in_row_order(fits, tmp_path, monkeypatch, chunk: int) -> None:
     """Without the outlier term most scores tie (every row whose label gets all the votes):
     ties larger than a chunk, ranked in row order, the same bytes as pandas' sort."""
@@ -183,9 +183,9 @@ def test_tied_scores_stay_in_row_order(fits, tmp_path, monkeypatch, chunk: int) 
     pd.testing.assert_frame_equal(summary.head, expected.head(3))
 
 
-def test_command_by_partitions_equals_the_whole_file(tmp_path, monkeypatch, client) -> None:
-    """``distforest mislabels`` on a Parquet folder takes the chunked path and prints and
-    writes what the whole file's in-memory run does."""
+def test_command_and_stage_by_partitions_equal_whole_file(tmp_path, monkeypatch, client) -> None:
+    """``distforest mislabels`` and a pipeline's mislabels stage on a Parquet folder take the
+    chunked path and write (and the command prints) what the whole file's in-memory run does."""
     rng = np.random.default_rng(4)
     n = 400
     frame = pd.DataFrame(rng.standard_normal((n, 3)), columns=["a", "b", "c"])
@@ -216,6 +216,19 @@ def test_command_by_partitions_equals_the_whole_file(tmp_path, monkeypatch, clie
         assert runs[name].exit_code == 0, runs[name].output
     assert len(calls) == 1  # the folder by chunks, the whole file in memory
     assert (tmp_path / "parts.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    job = tmp_path / "job.yaml"  # the pipeline's stage: the same path, the same file
+    job.write_text(
+        f"input: {{path: {folder}, target: label}}\n"
+        "forest: {n_estimators: 8, random_state: 3}\n"
+        "mislabels: {out: suspects.csv}\n"
+        f"output: {{dir: {tmp_path / 'out'}, store: run.zarr}}\n"
+        f"cluster: {{scheduler: {client.scheduler.address}}}\n"
+    )
+    with dask.config.set({"temporary-directory": str(tmp_path)}):
+        ran = CliRunner().invoke(cli, ["-q", "run", str(job)], catch_exceptions=False)
+    assert ran.exit_code == 0, ran.output
+    assert len(calls) == 2
+    assert (tmp_path / "out" / "suspects.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
     table = [line for line in runs["parts"].output.splitlines() if line.lstrip()[:1].isdigit()]
     assert len(table) == 4 and table[0] in runs["whole"].output
 
@@ -254,3 +267,17 @@ def test_driver_holds_no_table_of_n(tmp_path, client, monkeypatch) -> None:
         by_chunks = peak_of(lambda: write_mislabels(forest, str(tmp_path / "c.csv")))
     assert by_chunks < in_memory / 3, (by_chunks, in_memory)
     assert (tmp_path / "c.csv").read_bytes() == (tmp_path / "m.csv").read_bytes()
+
+
+def test_a_regression_forest_is_refused_before_any_work(tmp_path) -> None:
+    from distforest.errors import ParameterError
+
+    frame = _table(200).assign(label=lambda f: f["x0"] * 2.0)
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    forest = ProximityForest(n_estimators=3, random_state=0).fit(
+        ingest(str(tmp_path / "t.csv"), tmp_path / "run.zarr", target="label")
+    )
+    assert forest.task_ == "regression" and stored_path(forest) is not None
+    with pytest.raises(ParameterError, match="classification forest"):
+        write_mislabels(forest, str(tmp_path / "s.csv"))
+    assert not (tmp_path / "s.csv").exists()

@@ -10,6 +10,7 @@ ties (a small weight measured best: benchmarks/results/mislabels.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,15 @@ def _rank01(values: np.ndarray) -> np.ndarray:
     """Ranks scaled to [0, 1] (ties get their mean rank)."""
     ranks = pd.Series(values).rank(method="average").to_numpy()
     return (ranks - 1) / max(1, len(values) - 1)
+
+
+def require_classification(forest: Any) -> None:
+    """Refuse a forest that is not a classification forest (:class:`ParameterError`)."""
+    if getattr(forest, "task_", None) != "classification":
+        raise ParameterError(
+            "mislabel detection needs a classification forest (fit with the labels to check); "
+            f"got task {getattr(forest, 'task_', None)!r}"
+        )
 
 
 def mislabel_scores(forest, *, outlier_weight: float = OUTLIER_WEIGHT) -> pd.DataFrame:
@@ -48,11 +58,7 @@ def mislabel_scores(forest, *, outlier_weight: float = OUTLIER_WEIGHT) -> pd.Dat
     """
     from distforest.forests.products import product_session
 
-    if getattr(forest, "task_", None) != "classification":
-        raise ParameterError(
-            "mislabel detection needs a classification forest (fit with the labels to check); "
-            f"got task {getattr(forest, 'task_', None)!r}"
-        )
+    require_classification(forest)
     codes = forest.y_
     n_classes = len(forest.classes_)
     onehot = np.zeros((codes.size, n_classes))

@@ -31,7 +31,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distforest.apps.mislabels import OUTLIER_WEIGHT, RankingSummary, ranking_frame
+from distforest.apps.mislabels import (
+    OUTLIER_WEIGHT,
+    RankingSummary,
+    ranking_frame,
+    require_classification,
+)
 from distforest.apps.stored_outliers import ScratchScores, scores_by_chunks
 from distforest.apps.stored_ranks import (
     DescendingOrder,
@@ -133,6 +138,7 @@ def rank_by_chunks(forest: Any, path: str, pieces: Pieces,
     range, in order, the header in piece 0) into ``pieces.folder``."""
     from distforest.forests.products import product_session
 
+    require_classification(forest)
     n, k = int(forest.n_samples_), len(forest.classes_)
     chunk = square_sums.ROWS_PER_CHUNK
     chunks = row_chunks(n, chunk)
