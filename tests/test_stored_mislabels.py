@@ -79,6 +79,8 @@ def test_descending_order_by_ranges(tmp_path, monkeypatch, chunk: int) -> None:
     assert np.array_equal(np.concatenate([r["row"] for r in ranges]), expected)
     assert np.array_equal(np.concatenate([r["extra"] for r in ranges]), extra[expected])
     keys = [set(r["key"].tolist()) for r in ranges]
+    assert [stored_ranks.order_chunk(c) for c in (97, 1 << 16, 1 << 20, 10**6, 65537)] == [
+        97, 1 << 16, 1 << 16, 62500, 1]  # fmt: skip
     assert all(not (a & b) for i, a in enumerate(keys) for b in keys[i + 1 :])
     assert max(len(r["row"]) for r in ranges) >= 800  # the tie stayed in one range
 

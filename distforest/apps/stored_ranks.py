@@ -22,7 +22,6 @@ The driver holds a few numbers a chunk (samples, slice bounds), never a vector o
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,9 +88,12 @@ def sort_chunks(runner: Any, columns: list[SortedChunks]) -> None:
 
 
 def order_chunk(chunk: int) -> int:
-    """Rows per chunk of the ordered copies: ``chunk`` itself up to :data:`ORDER_CHUNK`, else
-    the largest divisor of it within that (each task writes whole chunks)."""
-    return chunk if chunk <= ORDER_CHUNK else math.gcd(chunk, ORDER_CHUNK)
+    """Rows per chunk of the ordered copies: the largest divisor of ``chunk`` up to
+    :data:`ORDER_CHUNK` (each task writes whole chunks)."""
+    parts = -(-chunk // ORDER_CHUNK)
+    while chunk % parts:
+        parts += 1
+    return chunk // parts
 
 
 @dataclass(frozen=True)
