@@ -1,0 +1,145 @@
+"""``knn fit`` of a TRAIN read by partitions: the one-file fit's model, written by tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import zarr
+from click.testing import CliRunner
+
+from distforest.cli.main import cli
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("knnfit")
+    rng = np.random.default_rng(7)
+    n = 700
+    frame = pd.DataFrame(rng.standard_normal((n, 3)) * [1.0, 30.0, 0.01], columns=["a", "b", "c"])
+    frame["kind"] = rng.choice(["w", "u", "v"], n)  # a categorical feature
+    frame["y"] = np.where(frame["a"] + (frame["kind"] == "u") > 0.3, "yes", "no")
+    frame["price"] = frame["a"] * 3 + rng.standard_normal(n)  # a numeric target
+    frame["grade"] = rng.integers(0, 4, n)  # an integer target of few values
+    frame.to_csv(root / "train.csv", index=False)
+    frame.iloc[500:].to_csv(root / "data.csv", index=False)
+    (root / "parts").mkdir()
+    (root / "text").mkdir()
+    for k, cut in enumerate(np.array_split(np.arange(n), 4)):
+        frame.iloc[cut].to_parquet(root / "parts" / f"chunk-{k}.pq.data")  # of any name
+        frame.iloc[cut].to_csv(root / "text" / f"day-{k}.csv", index=False)
+    return {"root": root, "train": root / "train.csv", "data": root / "data.csv",
+            "parts": root / "parts", "glob": root / "text" / "day-*.csv"}  # fmt: skip
+
+
+def _arrays(model: Path) -> dict[str, np.ndarray]:
+    group = zarr.open_group(str(model), mode="r")
+    return {name: np.asarray(arr[...]) for name, arr in group.arrays()}
+
+
+def _attrs(model: Path) -> dict:
+    attrs = dict(zarr.open_group(str(model), mode="r").attrs)
+    keep = ("model", "params", "measure", "classes", "feature_names", "target", "categories")
+    return {k: v for k, v in attrs.items() if k in keep}
+
+
+CASES = [
+    ("y", ["--metric", "euclidean"]),
+    ("y", ["--metric", "manhattan", "--normalize", "range", "--weights", "distance"]),
+    ("price", ["--metric", "rbf", "--k", "3"]),
+    ("grade", ["--metric", "cosine", "--normalize", "range", "--feature-range", "-1", "2"]),
+]
+
+
+@pytest.mark.parametrize(("target", "options"), CASES)
+def test_parts_fit_the_one_file_model(tables, client, target: str, options: list[str]) -> None:
+    root = tables["root"]
+    tag = f"{target}-{options[1]}-{len(options)}"
+    whole = root / f"whole-{tag}.zarr"
+    fit = invoke("-q", "knn", "fit", tables["train"], "--target", target, "--out", whole, *options)
+    assert fit.exit_code == 0, fit.output
+    expected = root / f"whole-{tag}.csv"
+    assert invoke("-q", "knn", "predict", whole, tables["data"], "--out", expected).exit_code == 0
+    for source in ("parts", "glob"):
+        model = root / f"{source}-{tag}.zarr"
+        result = invoke("-q", "knn", "fit", tables[source], "--target", target, "--out", model,
+                        *options, "--scheduler", client.scheduler.address)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "read by partitions" in result.output
+        saved, reference = _arrays(model), _arrays(whole)
+        assert sorted(saved) == sorted(reference)
+        for name, values in reference.items():  # the same saved arrays, bit for bit
+            assert saved[name].dtype == values.dtype, name
+            np.testing.assert_array_equal(saved[name], values, err_msg=name)
+        assert _attrs(model) == _attrs(whole)
+        predicted = root / f"{source}-{tag}.csv"
+        assert invoke("-q", "knn", "predict", model, tables["data"], "--out",
+                      predicted).exit_code == 0  # fmt: skip
+        assert predicted.read_bytes() == expected.read_bytes()
+
+
+def test_zscore_by_parts_matches_to_rounding(tables, client) -> None:
+    root = tables["root"]
+    whole, parts = root / "z-whole.zarr", root / "z-parts.zarr"
+    assert invoke("-q", "knn", "fit", tables["train"], "--target", "y", "--normalize", "zscore",
+                  "--out", whole).exit_code == 0  # fmt: skip
+    result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--normalize", "zscore",
+                    "--out", parts, "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    saved, reference = _arrays(parts), _arrays(whole)
+    for name, values in reference.items():
+        np.testing.assert_allclose(saved[name], values, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
+    root = tables["root"]
+    bad = root / "bad"
+    bad.mkdir()
+    frame = pd.read_csv(tables["train"])
+    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 5)):
+        part = frame.iloc[cut].copy()
+        if k == 3:
+            part.loc[part.index[7], "b"] = np.nan  # euclidean needs complete rows
+        part.to_parquet(bad / f"part-{k}.parquet")
+    first = int(np.array_split(np.arange(len(frame)), 5)[3][0]) + 7
+    out = root / "bad.zarr"
+    result = invoke("-q", "knn", "fit", bad, "--target", "y", "--out", out,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "part-3.parquet" in result.output and "'b'" in result.output
+    assert f"row {first}" in result.output
+    assert not out.exists()  # no half-written model
+    text = root / "bad-text"
+    text.mkdir()
+    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 5)):
+        part = frame.iloc[cut].astype({"c": object})
+        if k == 3:
+            part.loc[part.index[2], "c"] = "oops"  # a stray string in a numeric column
+        part.to_csv(text / f"t-{k}.csv", index=False)
+    result = invoke("-q", "knn", "fit", text / "t-*.csv", "--target", "y", "--out", out,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "t-3.csv" in result.output and "'c'" in result.output and "oops" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (["--select", "forward"], "--select"),
+        (["--metric", "rf-proximity"], "rf-proximity"),
+        (["--metric", "mahalanobis"], "mahalanobis"),
+    ],
+)
+def test_whole_table_options_are_refused(tables, options: list[str], words: str) -> None:
+    out = tables["root"] / "refused.zarr"
+    result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--out", out, *options)
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "read by partitions" in result.output
+    assert not out.exists()
