@@ -143,3 +143,48 @@ def test_whole_table_options_are_refused(tables, options: list[str], words: str)
     assert result.exit_code == 2, result.output
     assert words in result.output and "read by partitions" in result.output
     assert not out.exists()
+
+
+PIPELINE = """kind: knn
+input:
+  path: {input}
+  target: y
+knn:
+  k: 4
+  weights: distance
+  metric: euclidean
+  normalize: range
+  model: model.zarr
+  predict:
+    input: {data}
+    out: predictions.csv
+output:
+  dir: {out}
+"""
+
+
+def test_pipeline_model_from_parts_is_the_one_file_model(tables, client) -> None:
+    root = tables["root"]
+    outputs = {}
+    for source in ("train", "parts"):
+        out = root / f"pipeline-{source}"
+        path = root / f"{source}.yaml"
+        path.write_text(PIPELINE.format(input=tables[source], data=tables["data"], out=out))
+        result = invoke("-q", "run", path, "--scheduler", client.scheduler.address)
+        assert result.exit_code == 0, result.output
+        outputs[source] = out
+    saved, reference = _arrays(outputs["parts"] / "model.zarr"), _arrays(outputs["train"] /
+                                                                         "model.zarr")  # fmt: skip
+    assert sorted(saved) == sorted(reference)
+    for name, values in reference.items():
+        np.testing.assert_array_equal(saved[name], values, err_msg=name)
+    expected = (outputs["train"] / "predictions.csv").read_bytes()
+    assert (outputs["parts"] / "predictions.csv").read_bytes() == expected
+    again = invoke("-q", "run", root / "parts.yaml", "--scheduler", client.scheduler.address)
+    assert again.exit_code == 0 and "already complete" in again.output, again.output
+    plan = invoke("run", root / "parts.yaml", "--dry-run")
+    assert plan.exit_code == 0 and "700 rows" in plan.output, plan.output
+    with_neighbors = PIPELINE.format(input=tables["parts"], data=tables["data"], out=root / "nb")
+    (root / "nb.yaml").write_text(with_neighbors + "neighbors:\n  k: 3\n")
+    refused = invoke("-q", "run", root / "nb.yaml", "--scheduler", client.scheduler.address)
+    assert refused.exit_code == 3 and "neighbors stage" in refused.output, refused.output

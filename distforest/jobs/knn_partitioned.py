@@ -191,6 +191,16 @@ def _targets_block(y: np.ndarray, classes: np.ndarray | None, labels: bool,
     return values
 
 
+def read_training(source: str, target: str | None, drop: tuple[str, ...] = (),
+                  na_values: tuple[str, ...] = ()) -> Any:  # fmt: skip
+    """Pass 1 over the training table's partitions (on the current dask scheduler): its
+    :class:`~distforest.io.ingest.Ingested`, the features as float64 rows."""
+    from distforest.io.ingest import read_partitioned
+
+    return read_partitioned(source, target=target, drop=drop, na_values=na_values,
+                            dtype=np.float64)  # fmt: skip
+
+
 def fit_partitioned(
     source: str,
     target: str,
@@ -227,17 +237,21 @@ def fit_partitioned(
     InputError
         A bad value, named with its part file, column and row of the table.
     """
+    check_partitioned_fit(source, params)
+    return fit_ingested(read_training(source, target, drop, na_values), task, params, out,
+                        overwrite, attrs)  # fmt: skip
+
+
+def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwrite: bool,
+                 attrs: dict[str, Any] | None = None) -> tuple[Any, str, int]:  # fmt: skip
+    """:func:`fit_partitioned` of a table whose pass 1 is done (:func:`read_training`)."""
     import dask.array as da
 
     from distforest.apps.knn import KNNClassifier, KNNRegressor, model_attrs
     from distforest.apps.knn import write_fitted_parameters as write_parameters
     from distforest.forests.measures import parse_metric
-    from distforest.io.ingest import read_partitioned
     from distforest.store.run_store import RunStore
 
-    check_partitioned_fit(source, params)
-    data = read_partitioned(source, target=target, drop=drop, na_values=na_values,
-                            dtype=np.float64)  # fmt: skip
     enc = data.encoding
     n, d = enc.n_samples, len(enc.features)
     task, classes = _task_and_classes(data, task)
