@@ -145,7 +145,7 @@ def _fit_partitioned(train: str, target: str, task: str, params: dict[str, Any],
         return
     with connect(**cluster_kw(options)) as client, client.as_current():
         model, task, n = fit_partitioned(train, target, task, params, out, overwrite, drop,
-                                         na_values)  # fmt: skip
+                                         na_values, client=client)  # fmt: skip
     click.echo(
         f"k-NN {task} model (k={model.n_neighbors}, {model.weights}, {model.metric}, normalize "
         f"{model.normalize or 'none'}) on {n} rows read by partitions in "

@@ -323,9 +323,12 @@ def run_knn_job(
                           "normalize": normalize_choice(model["normalize"]),
                           "n_estimators": model["n_estimators"],
                           "random_state": model["random_state"]}  # fmt: skip
-                fit = fit_ingested if by_parts else fit_and_save_model
-                task = fit(getattr(table, "data", table), model["task"], params, model["model"],
-                           True, attrs={**record, "predictions": None})[1]  # fmt: skip
+                if isinstance(table, PendingInput):
+                    task = fit_ingested(table.data, model["task"], params, model["model"], True,
+                                        {**record, "predictions": None}, client)[1]  # fmt: skip
+                else:
+                    task = fit_and_save_model(table, model["task"], params, model["model"],
+                                              True, {**record, "predictions": None})[1]  # fmt: skip
                 if predict:
                     _, written = predict_to_csv(model["model"], predict["input"], predict["out"],
                                                 job.drop, job.na_values)  # fmt: skip

@@ -26,6 +26,8 @@ bit.  What needs every row at once in memory is refused here
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,8 @@ from distforest.forests.targets import MAX_AUTO_CLASSES, resolve_task
 
 #: Rows per chunk of the saved ``X_fit`` and ``y_fit`` of a model fitted by partitions.
 MODEL_ROWS = 20_000
+#: Forest metrics whose forest is grown from rows in a run store (a ProximityForest's).
+STORED_FORESTS = ("rf-proximity", "rfgap")
 
 
 def whole_table_reason(params: dict[str, Any]) -> str | None:
@@ -45,9 +49,9 @@ def whole_table_reason(params: dict[str, Any]) -> str | None:
     if params.get("select") is not None:
         return ("--select cross-validates k-NN models on subsets of the rows (scikit-learn's "
                 "SequentialFeatureSelector takes one array)")  # fmt: skip
-    if metric.split(":")[0] in FOREST_METRICS:
+    if metric in FOREST_METRICS and metric not in STORED_FORESTS:
         return (f"--metric {metric} grows its forest on the training rows held in this process "
-                "(the forest similarities take one array)")  # fmt: skip
+                "(only rf-proximity and rfgap grow theirs from rows in a store)")  # fmt: skip
     if metric == "mahalanobis" and "VI" not in (params.get("metric_params") or {}):
         return "--metric mahalanobis estimates its inverse covariance from all rows at once"
     return None
@@ -170,7 +174,8 @@ def _rows_block(X: np.ndarray, scaler: Any, measure: Any, names: tuple[str, ...]
     k = block_info[0]["chunk-location"][0]
     if scaler is not None and len(X):
         X = np.ascontiguousarray(scaler.transform(X), dtype=np.float64)
-    check_values(measure, X, part_names[k], names, int(starts[k]))
+    if measure is not None:  # (a forest metric takes any values its trees take)
+        check_values(measure, X, part_names[k], names, int(starts[k]))
     return X
 
 
@@ -211,6 +216,7 @@ def fit_partitioned(
     drop: tuple[str, ...] = (),
     na_values: tuple[str, ...] = (),
     attrs: dict[str, Any] | None = None,
+    client: Any = None,
 ) -> tuple[Any, str, int]:
     """Fit a k-NN model on ``source`` read by partitions and save it; on the current
     dask scheduler (the command's cluster).
@@ -223,6 +229,8 @@ def fit_partitioned(
         As :func:`distforest.jobs.knn_model.fit_and_save_model`.
     drop, na_values
         As :func:`distforest.io.load_table`.
+    client : distributed.Client, optional
+        Where a forest metric (:data:`STORED_FORESTS`) grows its trees.
 
     Returns
     -------
@@ -239,16 +247,18 @@ def fit_partitioned(
     """
     check_partitioned_fit(source, params)
     return fit_ingested(read_training(source, target, drop, na_values), task, params, out,
-                        overwrite, attrs)  # fmt: skip
+                        overwrite, attrs, client)  # fmt: skip
 
 
 def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwrite: bool,
-                 attrs: dict[str, Any] | None = None) -> tuple[Any, str, int]:  # fmt: skip
+                 attrs: dict[str, Any] | None = None,
+                 client: Any = None) -> tuple[Any, str, int]:  # fmt: skip
     """:func:`fit_partitioned` of a table whose pass 1 is done (:func:`read_training`)."""
     import dask.array as da
 
     from distforest.apps.knn import KNNClassifier, KNNRegressor, model_attrs
     from distforest.apps.knn import write_fitted_parameters as write_parameters
+    from distforest.forests.forest_similarity import make_similarity
     from distforest.forests.measures import parse_metric
     from distforest.store.run_store import RunStore
 
@@ -265,9 +275,11 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
     names = tuple(str(c) for c in enc.features)
     model.n_features_in_, model.feature_names_in_ = d, names
     model.support_ = np.ones(d, dtype=bool)
-    model.similarity_ = None
+    forest = model.metric in STORED_FORESTS
+    model.similarity_ = make_similarity(model.metric, model.n_estimators, model.random_state)
     model.scaler_ = _fitted_scaler(model.normalize, model.feature_range, data.X)
-    model.measure_ = parse_metric(model.metric, model.metric_params).fitted(np.empty((0, d)))
+    model.measure_ = None if forest else parse_metric(model.metric, model.metric_params).fitted(
+        np.empty((0, d)))  # fmt: skip
     if classes is not None:
         model.classes_ = classes
     starts = np.concatenate([[0], np.cumsum(enc.lengths)]).astype(np.int64)
@@ -291,9 +303,42 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
         # rechunked to the Zarr chunks: each task writes whole chunks no other task touches
         sources: list[Any] = [X.rechunk((rows, d)), y.rechunk((rows,))]
         da.store(sources, [X_fit, y_fit], lock=False)
-        write_parameters(model, rs)
+        # a forest grown from X_fit, as the one-file fit grows it from its rows
+        with _grown_forest(data, X_fit, model, client) if forest else contextlib.nullcontext():
+            write_parameters(model, rs)
     except BaseException:
         location.remove_tree(rs.path)  # no half-written model left under OUT
         raise
     rs.mark_complete()
     return model, task, n
+
+
+@contextlib.contextmanager
+def _grown_forest(data: Any, X_fit: Any, model: Any, client: Any) -> Iterator[None]:
+    """Grow the metric's ProximityForest from the model's rows (``X_fit``, float32 as the
+    trees read them) and the targets in a temporary run store; inside the block the
+    model's similarity holds it (its leaves the store's arrays, copied by tasks when the
+    model is saved); the store is removed after.
+
+    The store names the features ``0 .. d-1`` with no categories and no target name,
+    as the one-file fit's forest sees its array.
+    """
+    from dataclasses import replace
+
+    import dask.array as da
+
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.jobs.inputs import temporary_store
+    from distforest.parallel.execution import execution
+    from distforest.store.inputs import write_ingested
+
+    d = int(X_fit.shape[1])
+    encoding = replace(data.encoding, features=tuple(str(j) for j in range(d)), categories={},
+                       target=None)  # fmt: skip
+    rows = replace(data, encoding=encoding, X=da.from_zarr(X_fit).astype(np.float32))
+    with temporary_store() as path, execution(client):
+        stored = write_ingested(rows, path)
+        model.similarity_.forest_ = ProximityForest(
+            n_estimators=model.n_estimators, random_state=model.random_state
+        ).fit(stored)
+        yield
