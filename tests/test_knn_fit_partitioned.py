@@ -102,17 +102,25 @@ def test_parts_fit_the_one_file_model(tables, client, target: str, options: list
         assert predicted.read_bytes() == expected.read_bytes()
 
 
-def test_zscore_by_parts_matches_to_rounding(tables, client) -> None:
+@pytest.mark.parametrize(
+    "options", [["--normalize", "zscore"], ["--metric", "mahalanobis", "--normalize", "range"]]
+)
+def test_merged_moments_match_to_rounding(tables, client, options: list[str]) -> None:
     root = tables["root"]
-    whole, parts = root / "z-whole.zarr", root / "z-parts.zarr"
-    assert invoke("-q", "knn", "fit", tables["train"], "--target", "y", "--normalize", "zscore",
+    whole, parts = root / f"m-whole-{options[1]}.zarr", root / f"m-parts-{options[1]}.zarr"
+    assert invoke("-q", "knn", "fit", tables["train"], "--target", "y", *options,
                   "--out", whole).exit_code == 0  # fmt: skip
-    result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--normalize", "zscore",
+    result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", *options,
                     "--out", parts, "--scheduler", client.scheduler.address)  # fmt: skip
     assert result.exit_code == 0, result.output
     saved, reference = _arrays(parts), _arrays(whole)
+    assert sorted(saved) == sorted(reference)
     for name, values in reference.items():
-        np.testing.assert_allclose(saved[name], values, rtol=1e-12, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(saved[name], values, rtol=1e-10, atol=1e-12, err_msg=name)
+    expected, got = root / f"m-whole-{options[1]}.csv", root / f"m-parts-{options[1]}.csv"
+    for model, out in ((whole, expected), (parts, got)):
+        assert invoke("-q", "knn", "predict", model, tables["data"], "--out", out).exit_code == 0
+    assert got.read_bytes() == expected.read_bytes()
 
 
 def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
@@ -152,7 +160,7 @@ def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
     [
         (["--select", "forward"], "--select"),
         (["--metric", "beta"], "beta"),
-        (["--metric", "mahalanobis"], "mahalanobis"),
+        (["--metric", "simforest"], "simforest"),
     ],
 )
 def test_whole_table_options_are_refused(tables, options: list[str], words: str) -> None:

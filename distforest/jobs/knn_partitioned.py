@@ -18,16 +18,18 @@ glob, a folder of parts or a large file
 
 A k-NN model is its training rows: the saved arrays hold the values the
 one-file fit saves (``range`` min/max are exact by parts), so predictions
-are the same.  ``zscore``'s mean and variance are merged from the
-partitions' moments: equal to the one-file fit's to rounding, not bit for
-bit.  What needs every row at once in memory is refused here
-(:data:`WHOLE_TABLE`).
+are the same.  ``zscore``'s mean and variance and ``mahalanobis``'s
+covariance are merged from the partitions' moments: equal to the one-file
+fit's to rounding, not bit for bit.  ``rf-proximity`` and ``rfgap`` grow
+their forest from a temporary run store (:data:`STORED_FORESTS`).  What
+needs every row at once in memory is refused (:func:`whole_table_reason`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -52,8 +54,6 @@ def whole_table_reason(params: dict[str, Any]) -> str | None:
     if metric in FOREST_METRICS and metric not in STORED_FORESTS:
         return (f"--metric {metric} grows its forest on the training rows held in this process "
                 "(only rf-proximity and rfgap grow theirs from rows in a store)")  # fmt: skip
-    if metric == "mahalanobis" and "VI" not in (params.get("metric_params") or {}):
-        return "--metric mahalanobis estimates its inverse covariance from all rows at once"
     return None
 
 
@@ -92,6 +92,44 @@ def _moments(X: np.ndarray) -> np.ndarray:
         mean = np.where(count > 0, np.nansum(X, axis=0) / np.maximum(count, 1), 0.0)
     m2 = np.nansum((X - mean) ** 2, axis=0)
     return np.vstack([count, mean, m2])
+
+
+def _scatter(X: np.ndarray, scaler: Any) -> tuple[int, np.ndarray, np.ndarray]:
+    """A task: a partition's rows (scaled), their mean and their scatter matrix."""
+    if scaler is not None and len(X):
+        X = scaler.transform(X)
+    if not len(X):
+        return 0, np.zeros(X.shape[1]), np.zeros((X.shape[1], X.shape[1]))
+    mean = X.mean(axis=0)
+    centred = X - mean
+    return len(X), mean, centred.T @ centred
+
+
+def _fitted_measure(metric: str, params: dict[str, Any] | None, X: Any, scaler: Any) -> Any:
+    """The measure fitted on the model's rows: ``mahalanobis``'s inverse covariance from the
+    partitions' scatter matrices (Chan et al.'s merge; equal to one-file fit's to rounding)."""
+    import dask
+
+    from distforest.forests.measures import parse_metric
+
+    d = int(X.shape[1])
+    measure = parse_metric(metric, params)
+    if measure.name != "mahalanobis" or measure.VI is not None:
+        return measure.fitted(np.empty((0, d)))  # rbf's gamma; the values checked by tasks
+    parts = dask.compute(*[dask.delayed(_scatter)(b, scaler) for b in X.to_delayed()[:, 0]])
+    n, mean, m2 = 0, np.zeros(d), np.zeros((d, d))
+    for count, m, s in parts:
+        if count:
+            delta = m - mean
+            m2 = m2 + s + np.outer(delta, delta) * n * count / (n + count)
+            mean = mean + delta * count / (n + count)
+            n += count
+    if n < 2:
+        raise InputError("mahalanobis needs at least 2 reference rows for a covariance")
+    cov = m2 / (n - 1)
+    # missing values make it NaN: the rows' tasks then say where they are
+    VI = np.linalg.pinv(cov) if np.isfinite(cov).all() else np.full((d, d), np.nan)
+    return replace(measure, VI=VI)
 
 
 def _fitted_scaler(normalize: str | None, feature_range: Any, X: Any) -> Any:
@@ -259,7 +297,6 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
     from distforest.apps.knn import KNNClassifier, KNNRegressor, model_attrs
     from distforest.apps.knn import write_fitted_parameters as write_parameters
     from distforest.forests.forest_similarity import make_similarity
-    from distforest.forests.measures import parse_metric
     from distforest.store.run_store import RunStore
 
     enc = data.encoding
@@ -278,8 +315,8 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
     forest = model.metric in STORED_FORESTS
     model.similarity_ = make_similarity(model.metric, model.n_estimators, model.random_state)
     model.scaler_ = _fitted_scaler(model.normalize, model.feature_range, data.X)
-    model.measure_ = None if forest else parse_metric(model.metric, model.metric_params).fitted(
-        np.empty((0, d)))  # fmt: skip
+    model.measure_ = None if forest else _fitted_measure(model.metric, model.metric_params,
+                                                         data.X, model.scaler_)  # fmt: skip
     if classes is not None:
         model.classes_ = classes
     starts = np.concatenate([[0], np.cumsum(enc.lengths)]).astype(np.int64)
@@ -323,8 +360,6 @@ def _grown_forest(data: Any, X_fit: Any, model: Any, client: Any) -> Iterator[No
     The store names the features ``0 .. d-1`` with no categories and no target name,
     as the one-file fit's forest sees its array.
     """
-    from dataclasses import replace
-
     import dask.array as da
 
     from distforest.forests.proximity_forest import ProximityForest
