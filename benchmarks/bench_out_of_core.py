@@ -17,7 +17,8 @@ each Dask worker, and the sum over the process tree), with a LocalCluster of
 - ``impute-parquet-folder`` / ``impute-csv`` (``--impute``, ``--csv``):
   ``distforest impute`` reading by partitions (column forests fitted on a
   sample of at most 200,000 rows, partitions filled and written by tasks);
-  ``impute-in-memory`` (``--impute --before``): the Parquet file read whole.
+  ``impute-in-memory`` (``--impute --before``): the Parquet file read whole;
+  ``--impute-proximity rfimpute`` (or another) for the one-forest modes.
 
 Phases (seconds): ingest (pass 1 + pass 2 into ``input/X``), fit (trees),
 leaves (rows routed by chunks), application (outlier scores) and write, or both as one phase
@@ -191,6 +192,11 @@ def main() -> None:
     parser.add_argument("--before", action="store_true", help="also today's in-memory path")
     parser.add_argument("--impute", action="store_true", help="also `distforest impute`")
     parser.add_argument("--csv", action="store_true", help="also the one-CSV input")
+    parser.add_argument(
+        "--impute-proximity",
+        default="column",
+        help="the --proximity of the impute runs (default column; e.g. rfimpute)",
+    )
     parser.add_argument("--tmp", default=None, help="where to write the data")
     parser.add_argument(
         "--data",
@@ -276,7 +282,10 @@ def main() -> None:
                                  str(where / "imputed.parquet")))  # fmt: skip
                 for name, source, out in runs:
                     cmd = ["distforest", "-q", "impute", str(source), "--target", "label",
-                           "--out", out, "--workers", "2", "--threads", "1"]  # fmt: skip
+                           "--out", out, "--workers", "2", "--threads", "1",
+                           "--proximity", args.impute_proximity]  # fmt: skip
+                    if args.impute_proximity != "column":
+                        name = name.replace("impute-", f"impute {args.impute_proximity}-", 1)
                     sampled = measure(cmd)
                     shutil.rmtree(out, ignore_errors=True)
                     Path(out).unlink(missing_ok=True)

@@ -7,7 +7,6 @@ from pathlib import Path
 import dask
 import numpy as np
 import pandas as pd
-import pytest
 from click.testing import CliRunner
 
 from distforest import ProximityForest, execution
@@ -92,16 +91,9 @@ def test_proximity_job_on_a_folder(tmp_path: Path) -> None:
 
 def test_job_impute_stage_on_parts(tmp_path: Path) -> None:
     """A job's impute stage reads a folder of parts by partitions (column proximity)."""
-    from distforest.errors import InputError
     from distforest.jobs.proximity import ProximityJob, run_proximity_job
 
     folder, whole = _export(tmp_path)
-    rfimpute = {"out": str(tmp_path / "i.csv"), "proximity": "rfimpute"}
-    job = ProximityJob(input=str(folder), out=str(tmp_path / "p.zarr"), target="label",
-                       impute=rfimpute)  # fmt: skip
-    with pytest.raises(InputError, match="uses proximity: column"):
-        run_proximity_job(job)
-    assert not (tmp_path / "p.zarr").exists()
     job = ProximityJob(input=str(folder), out=str(tmp_path / "p.zarr"), target="label",
                        forest={"n_estimators": 4, "random_state": 1},
                        impute={"out": str(tmp_path / "i.csv"), "n_estimators": 4,

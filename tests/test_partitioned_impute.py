@@ -133,12 +133,57 @@ def test_bad_value_in_partition_3_exits_3_writes_nothing(client, tmp_path: Path)
     assert os.listdir(tmp_path) and not out.exists()
 
 
-def test_rfimpute_by_partitions_is_refused(tmp_path: Path) -> None:
-    folder = _folder(_table(n=50), tmp_path / "parts")
-    res = CliRunner().invoke(cli, ["impute", str(folder), "--out", str(tmp_path / "o.csv"),
-                                   "--proximity", "rfimpute"])  # fmt: skip
-    assert res.exit_code == 2
-    assert "--proximity column" in res.output and not (tmp_path / "o.csv").exists()
+#: rfImpute's settings at test size (R's rules otherwise: random-forest trees, its mtry).
+RF_SMALL = {"proximity": "rfimpute", "n_estimators": 6, "batch_size": 6, "iterations": 2}
+
+
+def test_rfimpute_by_partitions_equals_in_memory(client, tmp_path: Path) -> None:
+    """Sample bound >= n: rfImpute of a folder of parts is the in-memory result, byte for byte."""
+    folder = _folder(_table(n=300, seed=4), tmp_path / "parts")
+    frame = pd.read_parquet(folder)
+    with execution(client="synchronous"):
+        filled = ProximityImputer(**RF_SMALL, random_state=3).fit_transform(
+            frame[FEATURES], frame["cls"]
+        )
+    expected = frame.copy()
+    for position, col in enumerate(expected.columns):
+        if col in filled.columns:
+            expected.isetitem(position, filled[col])
+    expected.to_csv(tmp_path / "mem.csv", index=False)
+    imp = ProximityImputer(**RF_SMALL, random_state=3).set_execution(client)
+    with client.as_current():
+        result = impute_partitioned(str(folder), str(tmp_path / "one.csv"), imp, target="cls")
+    assert result.sample_rows == 300
+    assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "mem.csv").read_bytes()
+
+
+@pytest.mark.parametrize("proximity", ["rfimpute", "rfgap"])
+def test_one_forest_modes_above_the_sample_are_new_rows(client, tmp_path: Path,
+                                                        proximity: str) -> None:  # fmt: skip
+    """Sample bound < n: each partition is filled as ``transform`` fills it in memory, by
+    the imputer fitted on the same sample (the oracle), and observed cells never change."""
+    from distforest.apps.partitioned_impute import _sample
+
+    df = _table(n=600, seed=6)
+    folder = _folder(df, tmp_path / "parts", parts=3)
+    params = {**RF_SMALL, "proximity": proximity}
+    sample = df.iloc[_sample(len(df), 150, 8)].reset_index(drop=True)
+    with execution(client="synchronous"):
+        oracle = ProximityImputer(**params, random_state=8).fit(sample[FEATURES], sample["cls"])
+        expected = pd.concat([oracle.transform(df.iloc[rows][FEATURES].reset_index(drop=True))
+                              for rows in np.array_split(np.arange(len(df)), 3)],
+                             ignore_index=True)  # fmt: skip
+    imp = ProximityImputer(**params, random_state=8).set_execution(client)
+    with client.as_current():
+        result = impute_partitioned(str(folder), f"{tmp_path / 'out'}/", imp, target="cls",
+                                    sample_rows=150)  # fmt: skip
+    assert result.sample_rows == 150
+    got = pd.read_parquet(tmp_path / "out")
+    assert got[FEATURES].notna().all().all()
+    pd.testing.assert_frame_equal(got[FEATURES], expected, check_exact=True)
+    observed = df[FEATURES].notna().to_numpy()
+    np.testing.assert_array_equal(got[FEATURES].to_numpy()[observed],
+                                  df[FEATURES].to_numpy()[observed])  # fmt: skip
 
 
 @pytest.mark.parametrize("out", ["o.zarr"])

@@ -1,4 +1,4 @@
-"""Column imputation of a table read by partitions: the driver never holds the table.
+"""Imputation of a table read by partitions: the driver never holds the table.
 
 The engine of ``distforest impute`` for a glob, a folder or a large file
 (:func:`distforest.jobs.inputs.partitioned_input`) and for an output
@@ -7,7 +7,7 @@ folder.  The steps, each a set of tasks over the source's partitions:
 1. **Pass 1** (:func:`~distforest.io.ingest.read_partitioned`): summaries
    only; every check of the in-memory reader, naming part file, column and
    row.  A bad value stops here, before anything is written.
-2. **Sample.**  The column forests are fitted on at most ``sample_rows``
+2. **Sample.**  The imputer (any ``proximity``) is fitted on at most ``sample_rows``
    rows (:data:`SAMPLE_ROWS` by default), drawn without replacement from
    ``random_state`` and read by one task per partition that holds some of
    them.  With ``sample_rows >= n`` the sample is the whole table in order
@@ -15,9 +15,11 @@ folder.  The steps, each a set of tasks over the source's partitions:
 3. **Fill and write by partitions.**  Each task types its partition as the
    in-memory reader would (:func:`~distforest.io.summaries.typed_partition`)
    and fills its missing cells: from the fitted result when the sample is the
-   whole table, else by the fitted column forests
-   (:meth:`ProximityImputer.transform`: new rows, the same forests, no refit;
-   its stopping rule then runs per partition, so a row's value may depend on
+   whole table, else as new rows by the fitted forests
+   (:meth:`ProximityImputer.transform`, no refit: ``column`` routes them through
+   its column forests, the one-forest modes such as ``rfimpute`` weight the
+   sample's observed values by the rows' proximities to it, the products run in
+   the task; ``column``'s stopping rule then runs per partition, so a row's value may depend on
    the partition it is in, never on the cluster).
    Every task writes its own filled partition: a folder output gets one
    Parquet part per partition; for one CSV or Parquet file the tasks write
@@ -35,6 +37,7 @@ Nothing is left under the output's name if any step fails.
 
 from __future__ import annotations
 
+import copy
 import logging
 import shutil
 import uuid
@@ -117,7 +120,7 @@ def impute_partitioned(
         A folder (ends in ``/`` or exists): one Parquet part per partition;
         else one ``.csv`` or ``.parquet`` file.
     imputer : ProximityImputer
-        Unfitted, ``proximity="column"``; its execution runs the forests.
+        Unfitted, any ``proximity``; its execution runs the forests.
     target, drop, na_values
         As ``distforest impute``.
     sample_rows : int
@@ -130,11 +133,6 @@ def impute_partitioned(
     """
     import dask
 
-    if imputer.proximity != "column":
-        raise ParameterError(
-            f"--proximity {imputer.proximity} needs the whole table in memory; a table read by "
-            "partitions is imputed with --proximity column (the default)"
-        )
     if sample_rows < 1:
         raise ParameterError(f"sample_rows must be at least 1, got {sample_rows}")
     folder = is_folder(out)
@@ -167,9 +165,12 @@ def impute_partitioned(
     if whole:
         slices = [filled.iloc[starts[k] : starts[k + 1]] for k in range(len(blocks))]
         shipped: Any = None
-    else:
-        if imputer.forest_ is None:  # grow the kept forests again here, once, if fit kept none
-            imputer._routing_columns(imputer._settings())
+    else:  # new rows for the fitted forests, which are grown again here, once, if fit kept none
+        params = imputer._settings()
+        if imputer.forest_ is None:
+            imputer._routing_columns(params)
+        else:
+            imputer._routing_forest(params)
         slices = [None] * len(blocks)
         shipped = _ship(_light(imputer))
     del filled, sample
@@ -243,14 +244,20 @@ def _sample(n: int, size: int, random_state: Any) -> np.ndarray:
 
 
 def _light(imputer: Any) -> Any:
-    """The fitted imputer without its training rows (what ``transform`` of new rows needs)."""
-    import copy
+    """The fitted imputer as ``transform`` of new rows needs it.
+
+    ``column`` routes new rows through its column forests alone, so the training
+    rows are dropped; the one-forest modes weight the training rows' observed
+    values, so they keep them (the sample, not the table).  A partition is never
+    "the training data".
+    """
     from dataclasses import replace
 
     light = copy.copy(imputer)
-    light._train = replace(imputer._train, X=imputer._train.X[:0])
+    if imputer.forest_ is None:
+        light._train = replace(imputer._train, X=imputer._train.X[:0])
     light._imputed = imputer._imputed[:0]
-    light._fingerprint = None  # a partition is never "the training data"
+    light._fingerprint = None
     return light
 
 
@@ -281,8 +288,9 @@ def _fill(
 ) -> pd.DataFrame:
     """One partition typed, its feature columns filled (a task)."""
     out = typed_partition(part, encoding, PATH_COLUMN)
-    if filled is None:
-        filled = imputer.transform(out[features])
+    if filled is None:  # products of the one-forest modes run here, never as tasks of tasks
+        here = copy.copy(imputer).set_execution("synchronous")
+        filled = here.transform(out[features])
     filled = filled.reset_index(drop=True)
     for position, col in enumerate(out.columns):
         if col in filled.columns:

@@ -44,16 +44,10 @@ def impute_by_partitions(
     """Impute INPUT by partitions on a cluster (:mod:`distforest.apps.partitioned_impute`)."""
     from distforest.apps.impute import ProximityImputer
     from distforest.apps.partitioned_impute import check_output, impute_partitioned
-    from distforest.errors import ParameterError
     from distforest.parallel.cluster import connect as connect_to
 
     imputer = ProximityImputer(**params, categorical_features=list(categorical) or None)
-    if imputer._settings()["proximity"] != "column":
-        raise ParameterError(
-            f"--proximity {imputer.proximity} needs the whole table in this process; {input} is "
-            "read by partitions (a glob, a folder or a large file) or --out is a folder: use "
-            "--proximity column (the default), or give one file small enough to load"
-        )
+    imputer._settings()  # bad values refused before any cluster
     check_output(out, overwrite)
     with connect_to(**connect) as client, client.as_current():
         imputer.set_execution(client)
@@ -66,7 +60,7 @@ def partitioned_summary(result: Any, source: str, seconds: float) -> str:
     lines = [
         f"imputed {sum(counts.values())} cell(s) in {len(counts)} column(s) of {source} "
         f"({result.shape[0]} rows x {result.shape[1]} columns) in {seconds:.1f} s, by partitions",
-        f"  forests: column proximity, fitted on {result.sample_rows} row(s), "
+        f"  forests: {result.imputer.proximity} proximity, fitted on {result.sample_rows} row(s), "
         f"{result.imputer.n_iter_} iteration(s)",
         f"  output:  {result.written}",
     ]

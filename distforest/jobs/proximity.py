@@ -156,12 +156,6 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
             f"{job.input}: impute.from: proximity reads the n x n matrix of a table loaded "
             "whole, not of a glob, a folder of parts or a file over 32 MB; remove impute.from"
         )
-    if job.impute and job.impute.get("proximity", "column") != "column":
-        raise InputError(
-            f"{job.input}: the impute stage of a table read by partitions (a glob, a folder "
-            f"of parts or a file over 32 MB) uses proximity: column, not "
-            f"{job.impute['proximity']!r}; drop that option or give one small file"
-        )
     from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
 
     data = read_partitioned(job.input, target=job.target, drop=job.drop,
