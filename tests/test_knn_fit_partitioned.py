@@ -214,3 +214,22 @@ def test_pipeline_model_from_parts_is_the_one_file_model(tables, client) -> None
     (root / "nb.yaml").write_text(with_neighbors + "neighbors:\n  k: 3\n")
     refused = invoke("-q", "run", root / "nb.yaml", "--scheduler", client.scheduler.address)
     assert refused.exit_code == 3 and "neighbors stage" in refused.output, refused.output
+
+
+def test_a_model_of_many_rows_predicts_by_partitions(tables, client, monkeypatch) -> None:
+    """A model whose rows are larger than a file read by partitions is read by the
+    workers, whatever the size of DATA (here the bound is lowered to 0 bytes)."""
+    from distforest.jobs import knn_model
+
+    root = tables["root"]
+    model = root / "many-rows.zarr"
+    assert invoke("-q", "knn", "fit", tables["train"], "--target", "y", "--out",
+                  model).exit_code == 0  # fmt: skip
+    expected, got = root / "many-rows-whole.csv", root / "many-rows-parts.csv"
+    first = invoke("-q", "knn", "predict", model, tables["data"], "--out", expected)
+    assert first.exit_code == 0 and "by partitions" not in first.output, first.output
+    monkeypatch.setattr(knn_model, "MODEL_BYTES", 0)
+    result = invoke("-q", "knn", "predict", model, tables["data"], "--out", got,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 0 and "by partitions" in result.output, result.output
+    assert got.read_bytes() == expected.read_bytes()

@@ -192,16 +192,21 @@ def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
     and other columns are ignored.  The neighbour search runs in this process
     for small inputs and no cluster option, else on the (named) cluster.  A glob,
     a folder of parts or a file over 32 MB is read by partitions on the cluster:
-    each task predicts its partition and writes a piece of the CSV.
+    each task predicts its partition and writes a piece of the CSV; so is any
+    DATA for a model whose training rows take more than 32 MB.
     """
-    from distforest.jobs.inputs import partitioned_input
-    from distforest.jobs.knn_model import read_for_prediction, write_predictions
+    from distforest.jobs.knn_model import (
+        predicts_by_partitions,
+        read_for_prediction,
+        write_predictions,
+    )
     from distforest.jobs.outputs import check_new_file
     from distforest.parallel.placement import cells_of, place
 
     start = time.perf_counter()
     check_new_file(out, overwrite)
-    if partitioned_input(data):  # a glob, a folder of parts, a large file: by partitions
+    if predicts_by_partitions(model_path, data):  # a glob, a folder of parts, a large file
+        # (or a model of more rows than such a file): by partitions, on the cluster
         _predict_partitioned(model_path, data, out, drop, na_values, dry_run, options)
         return
     model, X, attrs = read_for_prediction(model_path, data, drop, na_values)
