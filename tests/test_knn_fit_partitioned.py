@@ -233,3 +233,28 @@ def test_a_model_of_many_rows_predicts_by_partitions(tables, client, monkeypatch
                     "--scheduler", client.scheduler.address)  # fmt: skip
     assert result.exit_code == 0 and "by partitions" in result.output, result.output
     assert got.read_bytes() == expected.read_bytes()
+
+
+def test_a_hive_partitioned_folder_fits(tables, client) -> None:
+    """``day=.../`` folders: the partition key becomes a (categorical) feature column."""
+    root = tables["root"]
+    hive = root / "hive"
+    frame = pd.read_csv(tables["train"])[["a", "b", "y"]]
+    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 3)):
+        (hive / f"day=d{k}").mkdir(parents=True)
+        frame.iloc[cut].to_parquet(hive / f"day=d{k}" / "part.parquet")
+    out = root / "hive.zarr"
+    plan = invoke("knn", "fit", hive, "--target", "y", "--out", out, "--dry-run")
+    assert plan.exit_code == 0 and "3 tasks" in plan.output and not out.exists(), plan.output
+    result = invoke("-q", "knn", "fit", hive, "--target", "y", "--out", out,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    from distforest.store.run_store import RunStore
+
+    attrs = RunStore.open(out).attrs
+    assert attrs["feature_names"] == ["a", "b", "day"]
+    assert attrs["categories"] == {"day": ["d0", "d1", "d2"]}
+    X_fit = np.asarray(zarr.open_group(str(out), mode="r")["X_fit"][...])
+    np.testing.assert_array_equal(X_fit[:, :2], frame[["a", "b"]].to_numpy())
+    days = np.repeat([0.0, 1.0, 2.0], [len(c) for c in np.array_split(np.arange(len(frame)), 3)])
+    np.testing.assert_array_equal(X_fit[:, 2], days)
