@@ -258,3 +258,16 @@ def test_a_hive_partitioned_folder_fits(tables, client) -> None:
     np.testing.assert_array_equal(X_fit[:, :2], frame[["a", "b"]].to_numpy())
     days = np.repeat([0.0, 1.0, 2.0], [len(c) for c in np.array_split(np.arange(len(frame)), 3)])
     np.testing.assert_array_equal(X_fit[:, 2], days)
+
+
+def test_forest_metric_within_the_computing_limit(tables, client) -> None:
+    import dask
+
+    out = tables["root"] / "too-big.zarr"
+    with dask.config.set({"distforest.max-cpu-hours": 1e-9}):
+        result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--metric",
+                        "rf-proximity", "--out", out, "--scheduler",
+                        client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "--trees" in result.output and "700 rows" in result.output
+    assert not out.exists()

@@ -436,7 +436,8 @@ def _read_path(
             "`proximity`, `impute`, `outliers`, `mislabels`, `mds`, `knn fit` (a measure, "
             "rf-proximity or rfgap), `knn predict`, `score` and their pipelines, and in "
             "Python by `distforest.store.inputs.ingest(folder, store)` for a ProximityForest; "
-            "here, give one file"
+            "the others (`xforest`, `simforest`, `smerf`, `similarity`, `neighbors`) hold "
+            "every row, or every row's leaves, in this process: here, give one file"
         )
     if suffix not in SUPPORTED_EXTENSIONS or suffix == ".zarr":
         raise InputError(

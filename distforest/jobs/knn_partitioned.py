@@ -297,10 +297,15 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
     from distforest.apps.knn import KNNClassifier, KNNRegressor, model_attrs
     from distforest.apps.knn import write_fitted_parameters as write_parameters
     from distforest.forests.forest_similarity import make_similarity
+    from distforest.jobs.knn_model import check_knn_size
+    from distforest.store.inputs import PendingInput
     from distforest.store.run_store import RunStore
 
     enc = data.encoding
     n, d = enc.n_samples, len(enc.features)
+    # a forest metric's trees within the computing and memory limits, as from one file
+    check_knn_size(PendingInput(data), None, "auto", str(params.get("metric")),
+                   int(params.get("n_estimators", 100)))  # fmt: skip
     task, classes = _task_and_classes(data, task)
     model: Any = (KNNClassifier if task == "classification" else KNNRegressor)(**params)
     model._validated()
