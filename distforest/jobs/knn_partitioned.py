@@ -28,6 +28,7 @@ needs every row at once in memory is refused (:func:`whole_table_reason`).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -76,12 +77,11 @@ def _distinct(y: np.ndarray) -> np.ndarray | None:
 
 def _min_max(X: np.ndarray) -> np.ndarray:
     """A task: a partition's column minima and maxima (NaN ignored), shape (2, d)."""
-    import warnings
-
+    if not len(X):
+        return np.full((2, X.shape[1]), np.nan)
     with warnings.catch_warnings():  # an all-missing column: NaN, as scikit-learn's
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.vstack([np.nanmin(X, axis=0), np.nanmax(X, axis=0)]) if len(X) else \
-            np.full((2, X.shape[1]), np.nan)  # fmt: skip
+        return np.vstack([np.nanmin(X, axis=0), np.nanmax(X, axis=0)])
 
 
 def _moments(X: np.ndarray) -> np.ndarray:
@@ -145,8 +145,6 @@ def _fitted_scaler(normalize: str | None, feature_range: Any, X: Any) -> Any:
     if normalize == "range":  # min and max by parts are exact: fitted on the two rows
         parts = dask.compute(*[dask.delayed(_min_max)(b) for b in blocks])
         found = np.vstack(parts)
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             bounds = np.vstack([np.nanmin(found[0::2], axis=0), np.nanmax(found[1::2], axis=0)])
@@ -164,9 +162,13 @@ def _fitted_scaler(normalize: str | None, feature_range: Any, X: Any) -> Any:
         m2 = m2 + s + delta**2 * count * share
         count = total
     scaler.mean_ = mean
-    scaler.var_ = m2 / np.maximum(count, 1)
-    scale = np.sqrt(scaler.var_)
-    scale[scale < 10 * np.finfo(np.float64).eps] = 1.0  # a constant column is left as it is
+    scaler.var_ = var = m2 / np.maximum(count, 1)
+    # a constant column is left as it is, by scikit-learn's rule: a variance within the
+    # rounding of its sums, or a scale too small to divide by
+    eps = np.finfo(np.float64).eps
+    scale = np.sqrt(var)
+    constant = (var <= count * eps * var + (count * mean * eps) ** 2) | (scale < 10 * eps)
+    scale[constant] = 1.0
     scaler.scale_ = scale
     scaler.n_samples_seen_ = int(X.shape[0])
     scaler.n_features_in_ = int(X.shape[1])
@@ -184,7 +186,7 @@ def _task_and_classes(data: Any, task: str) -> tuple[str, np.ndarray | None]:
     else:
         found = dask.compute(*[dask.delayed(_distinct)(b) for b in data.y.to_delayed()])
         many = any(f is None for f in found)
-        values = None if many else np.unique(np.concatenate([f for f in found if f.size]))
+        values = None if many else np.unique(np.concatenate([np.empty(0, data.y.dtype), *found]))
         if values is None and task == "classification":  # every class, as asked
             values = np.unique(data.y.map_blocks(np.unique, dtype=data.y.dtype).compute())
     if values is None:  # more distinct values than a classifier's auto cap
