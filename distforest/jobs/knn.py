@@ -297,7 +297,8 @@ def run_knn_job(
     shape: tuple[int, int] = (table.n_samples, 0)
     n_trees, what = 0, []
     with contextlib.ExitStack() as stack:
-        if by_parts:  # the fit's tasks read the partitions on the workers
+        work = any(todo.values()) or bool(predict and not location.exists(predict["out"]))
+        if by_parts and work:  # the fit's tasks read the partitions on the workers
             from distforest.parallel.cluster import connect
 
             client = stack.enter_context(connect(**job.connect))
