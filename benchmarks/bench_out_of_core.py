@@ -191,8 +191,8 @@ def _row(name: str, rows: int, sampled: dict[str, Any], phases: dict[str, float]
 def _knn_runs(rows: int, folder: Path, where: Path, trees: int) -> list[str]:
     """``distforest knn fit`` of the folder by partitions: euclidean on the complete
     columns, rf-proximity on all; one table row each."""
-    missing = [f"x{j:02d}" for j in MISSING_COLUMNS]
-    runs = [("knn fit euclidean (CLI, by partitions)", ["--drop", *missing]),
+    drop = [word for j in MISSING_COLUMNS for word in ("--drop", f"x{j:02d}")]
+    runs = [("knn fit euclidean (CLI, by partitions)", drop),
             (f"knn fit rf-proximity, {trees} trees (CLI, by partitions)",
              ["--metric", "rf-proximity", "--trees", str(trees)])]  # fmt: skip
     lines = []
