@@ -146,10 +146,9 @@ def run_one(config: str, source: str, work: str, trees: int, result: str) -> Non
         tick = time.perf_counter()
         out = Path(work) / "outliers.csv"
         if config.startswith("mislabels"):  # what `distforest mislabels` runs
-            from distforest.apps.mislabels import mislabel_scores
-            from distforest.jobs.outputs import write_csv
+            from distforest.jobs.outputs import write_mislabels
 
-            write_csv(mislabel_scores(forest), str(Path(work) / "mislabels.csv"))
+            write_mislabels(forest, str(Path(work) / "mislabels.csv"))
             phases["mislabels and CSV"] = time.perf_counter() - tick
         elif data is not None:  # what `distforest outliers` runs: scored and written by tasks
             write_outliers(forest, str(out), None, title=source)

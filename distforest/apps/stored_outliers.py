@@ -9,9 +9,10 @@ vector of n rows on the driver:
    ``|raw - median|``, are found exactly by radix selection over the row
    chunks (:mod:`distforest.kernels.order_stats`): tasks return counts of 65,536
    buckets a class and round, and the few values of the last bucket;
-3. tasks score their chunk and either return it or write it as a piece of
-   the CSV (ID or row number, label, score), which the driver appends to the
-   output file a megabyte at a time.
+3. tasks score their chunk and return it, or hand it to a sink: a piece of
+   the CSV (ID or row number, label, score; :class:`CsvPieces`, which the
+   driver appends to the output file a megabyte at a time), or a scratch
+   array of the store (:class:`ScratchScores`, for the mislabel ranking).
 
 Used when the forest's leaves are in a local store that can be written and
 the labels are the forest's own (or there are none); anything else is scored
@@ -23,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from distforest.forests.square_sums import (
     stored_square_sums,
 )
 from distforest.kernels import order_stats
-from distforest.store.run_store import read_rows
+from distforest.store.run_store import read_rows, write_block
 
 #: Candidates of a class left in the bucket below which they are gathered and sorted.
 GATHER_LIMIT = 1 << 18
@@ -59,6 +60,25 @@ class RawValues:
         if self.center is not None:
             raw = np.abs(raw - self.center[codes])
         return raw, codes
+
+
+class ScoreSink(Protocol):
+    """Where a score task leaves its chunk's scores (instead of returning them)."""
+
+    def write(self, k: int, rows: slice, codes: np.ndarray, scores: np.ndarray) -> None:
+        """Keep chunk ``k``: rows ``rows``, their class codes and scores."""
+
+
+@dataclass(frozen=True)
+class ScratchScores:
+    """Scores written into rows of array ``name`` of the store at ``path`` (made beforehand,
+    chunked as :func:`~distforest.forests.square_sums.row_chunks`)."""
+
+    path: str
+    name: str
+
+    def write(self, k: int, rows: slice, codes: np.ndarray, scores: np.ndarray) -> None:
+        write_block(self.path, self.name, (rows,), scores)
 
 
 @dataclass(frozen=True)
@@ -157,19 +177,19 @@ def _count_task(codes: StoredCodes, rows: slice, k: int) -> np.ndarray:
 
 
 def _score_task(values: RawValues, rows: slice, center: np.ndarray, scale: np.ndarray,
-                k: int, pieces: CsvPieces | None) -> np.ndarray | None:  # fmt: skip
+                k: int, sink: ScoreSink | None) -> np.ndarray | None:  # fmt: skip
     raw, codes = values.read(rows)
     scores = (raw - center[codes]) / scale[codes]
-    if pieces is None:
+    if sink is None:
         return scores
-    pieces.write(k, rows, codes, scores)
+    sink.write(k, rows, codes, scores)
     return None
 
 
-def scores_by_chunks(forest: Any, path: str, pieces: CsvPieces | None = None) -> np.ndarray | None:
+def scores_by_chunks(forest: Any, path: str, sink: ScoreSink | None = None) -> np.ndarray | None:
     """Outlier scores of the training rows of a forest fitted from the store at ``path``.
 
-    Returns the scores, or (with ``pieces``) None once every chunk's CSV piece is written.
+    Returns the scores, or (with ``sink``) None once every chunk is written to it.
     """
     from distforest.apps.outliers import MAD_SCALE
     from distforest.forests.products import product_session
@@ -191,13 +211,13 @@ def scores_by_chunks(forest: Any, path: str, pieces: CsvPieces | None = None) ->
             medians = class_medians(runner, raw, sizes)
             mads = MAD_SCALE * class_medians(runner, RawValues(codes, n, medians), sizes)
             scale = np.where(mads > 0, mads, 1.0)
-            items = [(raw, rows, medians, scale, j, pieces) for j, rows in enumerate(chunks)]
+            items = [(raw, rows, medians, scale, j, sink) for j, rows in enumerate(chunks)]
             parts: list[Any] = [None] * len(items)
             for j, part in runner.run(_score_task, items, name="outlier-scores"):
                 parts[j] = part
     finally:
         drop_scratch(path, SUMS_ARRAY)
-    return None if pieces is not None else np.concatenate(parts)
+    return None if sink is not None else np.concatenate(parts)
 
 
 def stored_path(forest: Any) -> str | None:

@@ -27,6 +27,7 @@ from distforest.jobs.outputs import (
     check_new_file,
     write_csv,
     write_mds,
+    write_mislabels,
     write_outliers,
 )
 
@@ -127,7 +128,6 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
     """
     if target is None:
         raise click.UsageError("mislabels needs --target COLUMN (the labels to check)")
-    from distforest.apps.mislabels import mislabel_scores
     from distforest.forests.targets import require_classes
 
     check_new_file(out, overwrite)
@@ -140,13 +140,11 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
     start = time.perf_counter()
     files: dict[str, str | None] = {"suspects": out}
     with _fit(obj, input, target, options, classes, files) as (_, forest):
-        ranking = mislabel_scores(forest)
-    written = {"suspects": write_csv(ranking, out)}
+        written, ranking = write_mislabels(forest, out, top)
     if top:
-        click.echo(ranking.head(top).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    n_dis = int(ranking["disagrees"].sum())
-    _report(f"ranked {len(ranking)} rows; {n_dis} out-of-bag votes disagree with the label",
-            time.perf_counter() - start, written)  # fmt: skip
+        click.echo(ranking.head.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    _report(f"ranked {ranking.rows} rows; {ranking.disagrees} out-of-bag votes disagree with "
+            "the label", time.perf_counter() - start, written)  # fmt: skip
 
 
 @click.command()

@@ -28,7 +28,7 @@ from distforest.kernels import leafsums
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
 from distforest.store.inputs import input_rows
-from distforest.store.run_store import task_array
+from distforest.store.run_store import task_array, write_block
 
 #: Tasks per product: the trees are cut into this many batches.
 PRODUCT_TASKS = 8
@@ -101,10 +101,21 @@ class ProductSession:
         """The ``index``-th shared array, back in this process."""
         return self.runner.gather(self._shared[index])
 
+    @property
+    def n_batches(self) -> int:
+        """Tree batches (tasks) of a product."""
+        return len(self._batches)
+
     def sum(self, *args: Any, name: str = "product") -> Any:
         """Sum of ``part(batch, *shared, *args)`` over all tree batches, in batch order."""
         items = [(b, *self._shared, *args) for b in self._batches]
         return add_in_order(self.runner.run(self.part, items, name=name))
+
+    def each(self, func: Callable[..., Any], *args: Any, name: str) -> Iterator[tuple[int, Any]]:
+        """``func(batch, *shared, *args, index)`` for every tree batch, as they finish: for
+        parts the tasks keep (write to a store) instead of returning."""
+        items = [(b, *self._shared, *args, i) for i, b in enumerate(self._batches)]
+        return self.runner.run(func, items, name=name)
 
 
 # -- proximity forests ------------------------------------------------------------
@@ -192,6 +203,40 @@ def _proximity_part(
     else:
         dst_leaves, dst_inbag = src_leaves, src_inbag
     return leafsums.leaf_product(src_leaves, src_inbag, V, dst_leaves, dst_inbag, method)
+
+
+#: Scratch arrays of :meth:`ProximityProducts.product_to_store`, under its group name: the
+#: batches' unnormalised sums ``(batches, n, k)`` and counts ``(batches, n)``.
+PART_SUMS, PART_NORMS = "sums", "norms"
+
+
+def _stored_part(
+    trees: slice,
+    leaves_t: StoredArray,
+    inbag_t: StoredArray,
+    V: Any,
+    method: str,
+    group: str,
+    index: int,
+) -> None:
+    """One tree batch's part of ``P @ V`` (``V.read()`` in this task), written to the store."""
+    sums, norm = _proximity_part(trees, leaves_t, inbag_t, V.read(), method, None, None)
+    where = (slice(index, index + 1), slice(None))
+    write_block(leaves_t.path, f"{group}/{PART_SUMS}", where, sums[None])
+    write_block(leaves_t.path, f"{group}/{PART_NORMS}", where, norm[None])
+
+
+def stored_product_rows(path: str, group: str, rows: slice) -> np.ndarray:
+    """Rows ``rows`` of a product left in the store by :meth:`ProximityProducts.product_to_store`:
+    the batches' parts added in batch order, as :func:`add_in_order` adds them, then
+    normalised (the same floats as :meth:`ProximityProducts.product`)."""
+    sums_array = task_array(path, f"{group}/{PART_SUMS}", "r")
+    norms_array = task_array(path, f"{group}/{PART_NORMS}", "r")
+    sums, norm = np.array(sums_array[0, rows]), np.array(norms_array[0, rows])
+    for b in range(1, sums_array.shape[0]):
+        sums += sums_array[b, rows]
+        norm += norms_array[b, rows]
+    return leafsums.normalise(sums, norm)
 
 
 def _squared_task(
@@ -285,6 +330,27 @@ class ProximityProducts:
         sums, norm = self.session.sum(V_handle, method, dst, rows)
         result = leafsums.normalise(sums, norm)
         return result[:, 0] if flat else result
+
+    def product_to_store(self, V: Any, k: int, method: str, group: str) -> None:
+        """``P @ V`` of a forest fitted from a store, left in that store: each tree batch's
+        task reads ``V`` itself (``V.read()``: float64, shape ``(n, k)``) and writes its part
+        into scratch arrays under ``group``; nothing of n rows comes to this process.  Rows
+        are read back with :func:`stored_product_rows`.
+        """
+        from distforest.forests.square_sums import scratch_array
+
+        if self.stored_leaves is None:
+            from distforest.errors import ParameterError
+
+            raise ParameterError(
+                "product_to_store needs a forest fitted from a store (its leaves in the store); "
+                "use product() for a forest held in memory"
+            )
+        path, batches, n = self.stored_leaves[0], self.session.n_batches, self.n_samples
+        scratch_array(path, f"{group}/{PART_SUMS}", (batches, n, k), "float64", rows_axis=1)
+        scratch_array(path, f"{group}/{PART_NORMS}", (batches, n), "float64", rows_axis=1)
+        for _ in self.session.each(_stored_part, V, method, group, name="product-parts"):
+            pass
 
     def squared_product(
         self, V: np.ndarray, *, block: int = 65536, new_leaves: np.ndarray | None = None

@@ -209,9 +209,26 @@ def _reduce_task(path: str, rows: slice, n_parts: int, n_trees: int) -> None:
     write_block(path, SUMS_ARRAY, (rows,), out)
 
 
-def row_chunks(n: int) -> list[slice]:
-    """Row slices of the chunks of the per-row scratch arrays."""
-    return [slice(s, min(s + ROWS_PER_CHUNK, n)) for s in range(0, n, ROWS_PER_CHUNK)]
+def scratch_array(path: str, name: str, shape: tuple[int, ...], dtype: Any,
+                  rows_axis: int = 0, chunk: int | None = None) -> None:  # fmt: skip
+    """A new (replaced) scratch array of the store at ``path`` whose axis ``rows_axis`` holds
+    the rows in chunks of ``chunk`` (default :data:`ROWS_PER_CHUNK`) and the other axes
+    one a chunk (axis 0 before the rows) or whole (after them)."""
+    import zarr
+
+    from distforest import location
+
+    rows = min(max(shape[rows_axis], 1), chunk or ROWS_PER_CHUNK)
+    chunks = (*(1 for _ in shape[:rows_axis]), rows, *(max(s, 1) for s in shape[rows_axis + 1 :]))
+    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
+    root.create_array(name, shape=shape, chunks=chunks, dtype=dtype, overwrite=True)
+
+
+def row_chunks(n: int, chunk: int | None = None) -> list[slice]:
+    """Row slices of the chunks of the per-row scratch arrays (of ``chunk`` rows, default
+    :data:`ROWS_PER_CHUNK`; the last shorter)."""
+    size = chunk or ROWS_PER_CHUNK
+    return [slice(s, min(s + size, n)) for s in range(0, n, size)]
 
 
 def stored_square_sums(forest: Any, codes: StoredCodes, *, block: int | None = None) -> None:
@@ -228,16 +245,11 @@ def stored_square_sums(forest: Any, codes: StoredCodes, *, block: int | None = N
     PermissionError
         The store cannot be written (the caller computes in memory instead).
     """
-    import zarr
-
-    from distforest import location
     from distforest.forests.products import product_session
 
     n, n_trees = forest.leaves_.shape
     path = codes.path
-    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
-    chunk = min(max(n, 1), ROWS_PER_CHUNK)
-    root.create_array(SUMS_ARRAY, shape=(n,), chunks=(chunk,), dtype="float64", overwrite=True)
+    scratch_array(path, SUMS_ARRAY, (n,), "float64")
     if choose_method(n, _node_counts(forest)) == "leaf-mates":
         sums = square_sums(forest, codes.read(), method="leaf-mates")
         for rows in row_chunks(n):
@@ -249,8 +261,7 @@ def stored_square_sums(forest: Any, codes: StoredCodes, *, block: int | None = N
         source = _copy_by_tree(forest.leaves_, path, block)
         try:
             items = _pair_items(n_trees, block, source, codes)
-            root.create_array(PARTS_ARRAY, shape=(len(items), n), chunks=(1, chunk),
-                              dtype="int64", overwrite=True)  # fmt: skip
+            scratch_array(path, PARTS_ARRAY, (len(items), n), "int64", rows_axis=1)
             work = [(*item, row) for row, item in enumerate(items)]
             for _ in products.runner.run(_pair_task, work, name="tree-pair-sums"):
                 pass

@@ -12,7 +12,12 @@ from typing import Any
 
 from distforest import location
 from distforest.jobs.inputs import partitioned_input
-from distforest.jobs.outputs import check_new_file, write_csv, write_mds, write_outliers
+from distforest.jobs.outputs import (
+    check_new_file,
+    write_mds,
+    write_mislabels,
+    write_outliers,
+)
 from distforest.jobs.runs import Stage, Stages, stage
 
 #: Application stages, in the order they run.
@@ -82,11 +87,8 @@ def _app_stage(name: str, options: dict[str, Any], job: Any, table: Any, forest:
         outputs = write_outliers(forest, options["out"], options.get("plot"),
                                  title=f"outlier scores, {table.source}")  # fmt: skip
     elif name == "mislabels":
-        from distforest.apps.mislabels import mislabel_scores
-
-        ranking = mislabel_scores(forest)
-        outputs = {"suspects": write_csv(ranking, options["out"])}
-        done.info["disagreeing_labels"] = int(ranking["disagrees"].sum())
+        outputs, summary = write_mislabels(forest, options["out"])
+        done.info["disagreeing_labels"] = summary.disagrees
     else:
         extra = {k: v for k, v in options.items() if k not in ("out", "plot")}
         outputs = write_mds(forest, options["out"], options.get("plot"),

@@ -144,6 +144,24 @@ def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[
     return written
 
 
+def write_mislabels(forest: Any, out: str, top: int = 0) -> tuple[dict[str, str], Any]:
+    """The ranked suspects to CSV; returns what was written and the ranking's
+    :class:`~distforest.apps.mislabels.RankingSummary` (with its ``top`` first rows)."""
+    from distforest.apps.mislabels import RankingSummary, mislabel_scores, require_classification
+    from distforest.apps.stored_outliers import stored_path
+
+    require_classification(forest)
+    store = None if location.is_remote(out) else stored_path(forest)
+    if store is not None:  # ranked and written by tasks, chunk by chunk
+        from distforest.apps.stored_mislabels import write_ranking_csv
+
+        written, summary = write_ranking_csv(forest, store, out, top)
+        return {"suspects": written}, summary
+
+    ranking = mislabel_scores(forest)
+    return {"suspects": write_csv(ranking, out)}, RankingSummary.of(ranking, top)
+
+
 def write_mds(
     forest: Any,
     out: str,

@@ -64,3 +64,20 @@ def narrow(counts: np.ndarray, rank: int) -> tuple[int, int, int]:
     bucket = int(np.searchsorted(below, rank, side="right"))
     before = int(below[bucket - 1]) if bucket else 0
     return bucket, rank - before, int(counts[bucket])
+
+
+def tie_counts(sorted_values: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How many of ``sorted_values`` (ascending) are less than, and equal to, each of
+    ``values`` (float comparison: ``-0.0`` equals ``0.0``)."""
+    less = np.searchsorted(sorted_values, values, side="left")
+    return less, np.searchsorted(sorted_values, values, side="right") - less
+
+
+def average_ranks(less: np.ndarray, equal: np.ndarray) -> np.ndarray:
+    """1-based ranks, a tie's values all getting its mean rank, from the counts of values
+    less than and equal to each (itself included): as ``pandas`` ``rank(method="average")``
+    computes them, the tied ranks' integer sum divided by their count."""
+    less = np.asarray(less, dtype=np.int64)
+    equal = np.asarray(equal, dtype=np.int64)
+    total = equal * less + equal * (equal + 1) // 2
+    return total / equal
