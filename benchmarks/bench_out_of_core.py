@@ -14,6 +14,9 @@ each Dask worker, and the sum over the process tree), with a LocalCluster of
   (``write_outliers``: tasks score row chunks and write the CSV in pieces);
 - ``outliers-in-memory`` (``--before``): today's path, pandas reads the
   Parquet file in the driver and ``load_table`` encodes it there;
+- ``knn fit`` (``--knn``): ``distforest knn fit`` of the Parquet folder by
+  partitions, euclidean on the complete columns (``--drop`` the three with
+  missing values) and ``rf-proximity`` on all (``--trees``);
 - ``impute-parquet-folder`` / ``impute-csv`` (``--impute``, ``--csv``):
   ``distforest impute`` reading by partitions (column forests fitted on a
   sample of at most 200,000 rows, partitions filled and written by tasks);
@@ -184,6 +187,25 @@ def _row(name: str, rows: int, sampled: dict[str, Any], phases: dict[str, float]
             f"{split} |")  # fmt: skip
 
 
+def _knn_runs(rows: int, folder: Path, where: Path, trees: int) -> list[str]:
+    """``distforest knn fit`` of the folder by partitions: euclidean on the complete
+    columns, rf-proximity on all; one table row each."""
+    drop = [word for j in MISSING_COLUMNS for word in ("--drop", f"x{j:02d}")]
+    runs = [("knn fit euclidean (CLI, by partitions)", drop),
+            (f"knn fit rf-proximity, {trees} trees (CLI, by partitions)",
+             ["--metric", "rf-proximity", "--trees", str(trees)])]  # fmt: skip
+    lines = []
+    for name, options in runs:
+        out = where / "knn.zarr"
+        cmd = ["distforest", "-q", "knn", "fit", str(folder), "--target", "label", "--out",
+               str(out), "--workers", "2", "--threads", "1", *options]  # fmt: skip
+        sampled = measure(cmd)
+        shutil.rmtree(out, ignore_errors=True)
+        lines.append(_row(name, rows, sampled, {}))
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
@@ -223,6 +245,7 @@ def main() -> None:
         action="store_true",
         help="no outlier run on the Parquet folder (e.g. only --csv)",
     )
+    parser.add_argument("--knn", action="store_true", help="only `distforest knn fit`")
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
     parser.add_argument("--run-one", nargs=5, metavar=("CONFIG", "SRC", "WORK", "T", "JSON"))
     args = parser.parse_args()
@@ -259,6 +282,9 @@ def main() -> None:
                 configs.append(("outliers-in-memory", files["single"]))
             if args.mislabels:
                 configs = [("mislabels-parquet-folder", files["folder"])]
+            if args.knn:
+                configs = []
+                lines += _knn_runs(rows, files["folder"], where, args.trees)
             for name, source in configs:
                 work = where / name
                 work.mkdir()

@@ -492,6 +492,17 @@ def save_model(
         More JSON attributes to record (e.g. the input's target column).
     """
     model._check_fitted()
+    rs = RunStore.create(path, attrs=model_attrs(model, attrs), overwrite=overwrite)
+    rs.write_array("X_fit", model.X_fit_, ("sample", "feature"))
+    rs.write_array("y_fit", model.y_fit_, ("sample",))
+    write_fitted_parameters(model, rs)
+    rs.mark_complete()
+    return rs
+
+
+def model_attrs(model: KNNBase, attrs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON attributes of a model store: the model's kind, parameters, measure,
+    features and classes, with ``attrs`` (refuses a metric that would be code)."""
     forest = model.similarity_ is not None
     if forest and model.metric not in C.FOREST_METRICS:
         raise ParameterError(
@@ -501,7 +512,7 @@ def save_model(
     measure: Measure | None = model.measure_
     params = {k: v for k, v in model.get_params().items() if k != "metric_params"}
     params["feature_range"] = list(params["feature_range"])
-    attrs = {
+    return {
         "model": type(model).__name__,
         "model_schema": MODEL_SCHEMA,
         "params": json.loads(json.dumps(params, default=str)),
@@ -513,20 +524,21 @@ def save_model(
         "classes": [c.item() if hasattr(c, "item") else c for c in getattr(model, "classes_", [])],
         **(attrs or {}),
     }
-    rs = RunStore.create(path, attrs=attrs, overwrite=overwrite)
-    rs.write_array("X_fit", model.X_fit_, ("sample", "feature"))
-    rs.write_array("y_fit", model.y_fit_, ("sample",))
+
+
+def write_fitted_parameters(model: KNNBase, rs: RunStore) -> None:
+    """Write what a model learned besides its rows into the store ``rs``: the kept
+    features, the Mahalanobis VI, the scaler's fields and the metric's forest."""
     rs.write_array("support", model.support_.astype(np.uint8), ("feature_in",))
+    measure: Measure | None = model.measure_
     if measure is not None and measure.VI is not None:
         rs.write_array("mahalanobis_VI", measure.VI, ("feature", "feature_j"))
     if model.scaler_ is not None and model.normalize is not None:
         for name in _SCALER_FIELDS[model.normalize]:
             rs.write_array(f"scaler_{name}", getattr(model.scaler_, name), ("feature",))
-    if forest:
+    if model.similarity_ is not None:
         saved: Any = model.similarity_  # a forest similarity: it has save()
         saved.save(location.join(rs.path, FOREST_GROUP))
-    rs.mark_complete()
-    return rs
 
 
 def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegressor:

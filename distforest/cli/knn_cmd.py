@@ -75,6 +75,11 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     small TRAIN, else on the named cluster or a LocalCluster) and saved in the
     model store, which `knn predict` reads.
 
+    A glob, a folder of parts or a file over 32 MB is read by partitions on
+    the cluster and written into the model store by tasks (a measure,
+    rf-proximity or rfgap, without --select: the others need every row in
+    memory at once).
+
     \b
     Example:
       distforest knn fit train.csv --target price --k 3 --weights distance \\
@@ -82,11 +87,23 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     """
     from distforest.io import load_table
     from distforest.jobs import knn_model
+    from distforest.jobs.inputs import partitioned_input
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
     knn_model.check_distances(distances, metric)
+    params = {"n_neighbors": k, "weights": weights, "metric": metric,
+              "normalize": knn_model.normalize_choice(normalize), "feature_range": feature_range,
+              "algorithm": algorithm, "select": select,
+              "n_features_to_select": _n_features(n_features), "n_estimators": n_estimators,
+              "random_state": random_state}  # fmt: skip
+    if distances is not None:
+        params["metric_params"] = {"distances": distances}
+    if partitioned_input(train):  # a glob, a folder of parts, a large file: by partitions
+        _fit_partitioned(train, target, task, params, out, overwrite, drop, na_values, dry_run,
+                         options)  # fmt: skip
+        return
     table = load_table(train, target=target, drop=drop, na_values=na_values)
     check_can_create(out, overwrite)
     knn_model.check_knn_size(table, select, _n_features(n_features), metric, n_estimators)
@@ -100,13 +117,6 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
                      connect=cluster_kw(options), name="knn fit")  # fmt: skip
         show(job.plan(), out)
         return
-    params = {"n_neighbors": k, "weights": weights, "metric": metric,
-              "normalize": knn_model.normalize_choice(normalize), "feature_range": feature_range,
-              "algorithm": algorithm, "select": select,
-              "n_features_to_select": _n_features(n_features), "n_estimators": n_estimators,
-              "random_state": random_state}  # fmt: skip
-    if distances is not None:
-        params["metric_params"] = {"distances": distances}
     tasks = metric in FOREST_METRICS or select is not None  # else the fit only keeps the rows
     with place(table.X.size if tasks else 0, cluster_kw(options)):
         model, task = knn_model.fit_and_save_model(table, task, params, out, overwrite)
@@ -116,6 +126,42 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
         f"{table.n_samples} rows in {time.perf_counter() - start:.1f} s\n"
         f"  features: {', '.join(kept)}\n  model:    {out}"
     )
+
+
+def _fit_partitioned(train: str, target: str, task: str, params: dict[str, Any], out: str,
+                     overwrite: bool, drop: tuple[str, ...], na_values: tuple[str, ...],
+                     dry_run: bool, options: dict[str, Any]) -> None:  # fmt: skip
+    """``knn fit`` of a TRAIN read by partitions, on the named cluster (or a LocalCluster)."""
+    from distforest.jobs.knn_partitioned import check_partitioned_fit, fit_partitioned
+    from distforest.parallel.cluster import connect
+    from distforest.store.run_store import check_can_create
+
+    start = time.perf_counter()
+    check_partitioned_fit(train, params)
+    check_can_create(out, overwrite)
+    if dry_run:
+        _show_partitions("knn fit", train, na_values, "each summarise a partition, then tasks "
+                         "that each encode, scale and check a partition's rows and write them "
+                         f"into {out}")  # fmt: skip
+        return
+    with connect(**cluster_kw(options)) as client, client.as_current():
+        model, task, n = fit_partitioned(train, target, task, params, out, overwrite, drop,
+                                         na_values, client=client)  # fmt: skip
+    click.echo(
+        f"k-NN {task} model (k={model.n_neighbors}, {model.weights}, {model.metric}, normalize "
+        f"{model.normalize or 'none'}) on {n} rows read by partitions in "
+        f"{time.perf_counter() - start:.1f} s\n"
+        f"  features: {', '.join(model.feature_names_in_)}\n  model:    {out}"
+    )
+
+
+def _show_partitions(what: str, data: str, na_values: tuple[str, ...], tasks: str) -> None:
+    """The dry run of a command reading ``data`` by partitions: what its tasks do."""
+    from distforest.io.partitions import open_partitions
+
+    parts = open_partitions(data, na_values=na_values)
+    click.echo(f"{what} of {parts.source}: read by partitions, {parts.npartitions} tasks that "
+               f"{tasks}")  # fmt: skip
 
 
 def _n_features(value: str) -> str | int | float:
@@ -146,16 +192,21 @@ def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
     and other columns are ignored.  The neighbour search runs in this process
     for small inputs and no cluster option, else on the (named) cluster.  A glob,
     a folder of parts or a file over 32 MB is read by partitions on the cluster:
-    each task predicts its partition and writes a piece of the CSV.
+    each task predicts its partition and writes a piece of the CSV; so is any
+    DATA for a model whose training rows take more than 32 MB.
     """
-    from distforest.jobs.inputs import partitioned_input
-    from distforest.jobs.knn_model import read_for_prediction, write_predictions
+    from distforest.jobs.knn_model import (
+        predicts_by_partitions,
+        read_for_prediction,
+        write_predictions,
+    )
     from distforest.jobs.outputs import check_new_file
     from distforest.parallel.placement import cells_of, place
 
     start = time.perf_counter()
     check_new_file(out, overwrite)
-    if partitioned_input(data):  # a glob, a folder of parts, a large file: by partitions
+    if predicts_by_partitions(model_path, data):  # a glob, a folder of parts, a large file
+        # (or a model of more rows than such a file): by partitions, on the cluster
         _predict_partitioned(model_path, data, out, drop, na_values, dry_run, options)
         return
     model, X, attrs = read_for_prediction(model_path, data, drop, na_values)
@@ -183,12 +234,9 @@ def _predict_partitioned(model_path: str, data: str, out: str, drop: tuple[str, 
 
     start = time.perf_counter()
     if dry_run:
-        from distforest.io.partitions import open_partitions
-
-        parts = open_partitions(data, na_values=na_values)
-        click.echo(f"knn predict of {parts.source}: read by partitions, {parts.npartitions} "
-                   "tasks that each read a partition, predict its rows with the model (read "
-                   f"once per worker) and write a piece of {out}, joined in order")  # fmt: skip
+        _show_partitions("knn predict", data, na_values, "each read a partition, predict its "
+                         "rows with the model (read once per worker) and write a piece of "
+                         f"{out}, joined in order")  # fmt: skip
         return
     with connect(**cluster_kw(options)) as client, client.as_current():
         n, written = predict_partitioned(model_path, data, out, drop, na_values)

@@ -227,17 +227,23 @@ def parse_metric(metric: str | Measure, params: dict[str, Any] | None = None) ->
 
 
 def check_values(
-    measure: Measure, X: np.ndarray, what: str, names: Sequence[str] | None = None
+    measure: Measure,
+    X: np.ndarray,
+    what: str,
+    names: Sequence[str] | None = None,
+    first_row: int = 0,
 ) -> None:
     """Raise :class:`InputError` for values the measure cannot use (NaN, inf, non-binary).
 
-    ``what`` names the input (its file, or ``"X"``); ``names`` its columns.
+    ``what`` names the input (its file, or ``"X"``); ``names`` its columns;
+    ``first_row`` is the number of ``X``'s first row in the whole table.
     """
     if X.size and not np.isfinite(X).all():
         rows, cols = np.nonzero(~np.isfinite(X))
         column = repr(names[cols[0]]) if names is not None else str(cols[0])
         raise InputError(
-            f"{what} has {rows.size} missing or infinite value(s) (first at row {rows[0]}, "
+            f"{what} has {rows.size} missing or infinite value(s) (first at row "
+            f"{first_row + rows[0]}, "
             f"column {column}); {measure.name} needs complete rows: impute them first "
             "(distforest impute) or drop those rows"
         )
@@ -247,7 +253,9 @@ def check_values(
             rows, cols = np.nonzero(bad)
             raise InputError(
                 f"{measure.name} needs binary 0/1 data but {what} has {X[rows[0], cols[0]]!r} "
-                f"at row {rows[0]}, column {cols[0]}; recode the features as 0/1"
+                f"at row {first_row + rows[0]}, column "
+                f"{repr(names[cols[0]]) if names is not None else cols[0]}; recode the "
+                "features as 0/1"
             )
     if measure.VI is not None and measure.VI.shape != (X.shape[1], X.shape[1]):
         raise ParameterError(

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import numpy as np
+import zarr
 
 from distforest import location
 from distforest.errors import StoreError
@@ -192,6 +193,9 @@ class Persisted:
             if spec.keep is not None and not spec.keep(value):
                 continue
             rows = {"rows": tile_size} if spec.rows else {}
+            if isinstance(value, zarr.Array):  # a stored fit's leaves: copied a chunk at a time
+                rs.copy_named(spec.name, value, attrs=self._array_attrs(spec.name), **rows)
+                continue
             rs.write_named(spec.name, np.asarray(value), attrs=self._array_attrs(spec.name), **rows)
 
     def save(

@@ -52,6 +52,8 @@ class Ingested:
         The rows' IDs (int64, or text as objects), one block per partition.
     id_name : str or None
         The ID column.
+    part_names : tuple of str
+        How messages name each partition: its part file, else its number.
     """
 
     encoding: Encoding
@@ -61,6 +63,7 @@ class Ingested:
     partitions: Partitions
     ids: Any = None
     id_name: str | None = None
+    part_names: tuple[str, ...] = ()
 
 
 def read_partitioned(
@@ -73,6 +76,7 @@ def read_partitioned(
     min_rows: int = 2,
     blocksize: Any = None,
     id: str | None = None,
+    dtype: Any = np.float32,
 ) -> Ingested:
     """Pass 1 on the workers, the encoding decided here, pass 2 as lazy arrays.
 
@@ -93,6 +97,9 @@ def read_partitioned(
     id : str, optional
         Column of row IDs (:mod:`distforest.io.row_ids`): not a feature; read by
         the partitions' tasks as :attr:`Ingested.ids`.
+    dtype : numpy dtype, default float32
+        Of the encoded features: float32 as the trees read them, or float64,
+        the values :func:`~distforest.io.load_table` gives (for k-NN models).
 
     Returns
     -------
@@ -115,8 +122,9 @@ def read_partitioned(
             raise InputError(f"{parts.source}: row IDs (--id {id_col}) are read from a table "
                              "by partitions, not from a numeric array; store the IDs in a "
                              "table column, or leave --id out")  # fmt: skip
-        return _read_array(parts, target, tuple(map(str, drop)), allow_missing, min_rows)
-    return _read_frame(parts, target, tuple(map(str, drop)), na, allow_missing, min_rows, id_col)
+        return _read_array(parts, target, tuple(map(str, drop)), allow_missing, min_rows, dtype)
+    return _read_frame(parts, target, tuple(map(str, drop)), na, allow_missing, min_rows, id_col,
+                       dtype)  # fmt: skip
 
 
 def _compute(*values: Any) -> tuple[Any, ...]:
@@ -133,6 +141,7 @@ def _read_frame(
     allow_missing: bool,
     min_rows: int,
     id_col: str | None = None,
+    dtype: Any = np.float32,
 ) -> Ingested:
     import dask
     import dask.array as da
@@ -171,7 +180,7 @@ def _read_frame(
     encode = dask.delayed(encode_partition, pure=True)
     X = da.concatenate(
         [
-            da.from_delayed(encode(b, encoding), shape=(rows, d), dtype=np.float32)
+            da.from_delayed(encode(b, encoding, dtype), shape=(rows, d), dtype=dtype)
             for b, rows in zip(blocks, encoding.lengths, strict=True)
         ]
     )
@@ -196,7 +205,7 @@ def _read_frame(
                 for b, rows in zip(blocks, encoding.lengths, strict=True)
             ]
         )
-    return Ingested(encoding, X, y, parts.source, parts, ids, id_col)
+    return Ingested(encoding, X, y, parts.source, parts, ids, id_col, tuple(labels))
 
 
 def _read_array(
@@ -205,6 +214,7 @@ def _read_array(
     drop: tuple[str, ...],
     allow_missing: bool,
     min_rows: int,
+    dtype: Any = np.float32,
 ) -> Ingested:
     import dask
 
@@ -220,7 +230,7 @@ def _read_array(
     encoding = decide(summaries, source=parts.source, names=labels, columns=parts.columns,
                       target=None, drop=drop, text_columns=(), na=(), sep=None,
                       allow_missing=allow_missing, min_rows=min_rows)  # fmt: skip
-    X = arr[:, keep].astype(np.float32)
+    X = arr[:, keep].astype(dtype)
     y = parts.y
     if y is not None:
         # a stored target is O(n): checked whole, as load_table does
@@ -236,4 +246,4 @@ def _read_array(
         y = da.from_array(values, chunks=(X.chunks[0],))
         encoding = replace(encoding, target="y", target_kind=kind,
                            target_labels=tuple(labels_t))  # fmt: skip
-    return Ingested(encoding, X, y, parts.source, parts)
+    return Ingested(encoding, X, y, parts.source, parts, part_names=tuple(labels))

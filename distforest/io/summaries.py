@@ -592,16 +592,16 @@ def _column_numbers(
     return out
 
 
-def encode_partition(part: pd.DataFrame, encoding: Encoding) -> np.ndarray:
+def encode_partition(part: pd.DataFrame, encoding: Encoding, dtype: Any = np.float32) -> np.ndarray:
     """Pass 2: the features of one partition as float32 (runs in a task).
 
     Returns
     -------
-    ndarray of float32, shape (rows, n_features)
-        The values :func:`distforest.io.load_table` gives, as the trees read
-        them (float64 first, then float32).
+    ndarray of ``dtype``, shape (rows, n_features)
+        The values :func:`distforest.io.load_table` gives (float64), as the
+        trees read them (float32) by default.
     """
-    out = np.empty((len(part), len(encoding.features)), dtype=np.float32)
+    out = np.empty((len(part), len(encoding.features)), dtype=dtype)
     for j, col in enumerate(encoding.features):
         text = col in encoding.text_columns
         out[:, j] = _column_numbers(part[col], encoding.columns[col], encoding.na, text)

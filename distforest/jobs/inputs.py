@@ -63,24 +63,32 @@ def _partitioned_url(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def stored_input(source: str, target: str | None, input_kw: dict[str, Any]) -> Iterator[Any]:
-    """Ingest ``source`` into a temporary run store for a block; yields its StoredTable.
-
-    The store is made under dask's ``temporary-directory`` (else the system's)
-    and removed when the block ends, also on errors.
-    """
+def temporary_store() -> Iterator[Path]:
+    """The path of a run store to create in a new folder, removed when the block ends
+    (also on errors); under dask's ``temporary-directory`` (else the system's)."""
     import dask
-
-    from distforest.store.inputs import ingest
 
     parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
     work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
     try:
-        yield ingest(source, work / "run.zarr", target=target, drop=input_kw.get("drop", ()),
-                     na_values=input_kw.get("na_values", ()),
-                     id=input_kw.get("id"))  # fmt: skip
+        yield work / "run.zarr"
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def stored_input(source: str, target: str | None, input_kw: dict[str, Any]) -> Iterator[Any]:
+    """Ingest ``source`` into a temporary run store for a block; yields its StoredTable.
+
+    The store is made by :func:`temporary_store` and removed when the block ends,
+    also on errors.
+    """
+    from distforest.store.inputs import ingest
+
+    with temporary_store() as path:
+        yield ingest(source, path, target=target, drop=input_kw.get("drop", ()),
+                     na_values=input_kw.get("na_values", ()),
+                     id=input_kw.get("id"))  # fmt: skip
 
 
 def check_request(X: Any, Y: Any, metric: str) -> None:

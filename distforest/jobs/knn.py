@@ -6,6 +6,7 @@ A :class:`KNNJob` is built from YAML by :func:`knn_job`, previewed by
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,19 +14,22 @@ from typing import Any, ClassVar
 
 from distforest import location
 from distforest.apps.knn import WEIGHTS
-from distforest.errors import ConfigError, ParameterError
+from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.io import load_table
 from distforest.jobs.base import TableJob, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER, fit_seconds, free_space
+from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, predict_to_csv
+from distforest.jobs.knn_partitioned import check_partitioned_fit, fit_ingested, read_training
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.plan import Plan, placement_of
 from distforest.jobs.result import JobResult, summary
 from distforest.jobs.runs import decide, run_per_output, spec_hash
 from distforest.parallel.placement import place
+from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore, check_can_create
 
 KNN_CHOICES = {
@@ -195,11 +199,11 @@ def knn_plan(job: KNNJob) -> Plan:
     from distforest.forests.neighbors import query_batch_size, resolve_algorithm
     from distforest.parallel.tasks import plan_batches, plan_tree_batches
 
-    table = load_table(job.input, **job.table_kw())
-    n, d = table.n_samples, table.n_features
+    _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
     nb, model = job.neighbors, job.knn
     forest = model is not None and model["metric"] in FOREST_METRICS
-    where, threads = placement_of(table.X.size if nb or forest else 0, job.connect)
+    tasks_fit = forest or partitioned_input(job.input)  # a fit by partitions: tasks
+    where, threads = placement_of(n * d if nb or tasks_fit else 0, job.connect)
     steps: list[tuple[str, str]] = [("input", f"{job.input} (target {job.target or '-'})")]
     tasks, disk, cpu = 0, {}, 0.0
     if nb:
@@ -221,8 +225,8 @@ def knn_plan(job: KNNJob) -> Plan:
                                + (f", {fit_tasks} fit tasks" if forest else "")
                                + f" -> {model['model']}"))  # fmt: skip
         if model.get("predict"):
-            m = load_table(model["predict"]["input"], drop=job.drop,
-                           na_values=job.na_values).n_samples  # fmt: skip
+            m = input_shape(model["predict"]["input"], drop=job.drop,
+                            na_values=job.na_values)[1]  # fmt: skip
             algorithm = "brute" if forest else resolve_algorithm("auto", parse_metric(
                 model["metric"]), d)  # fmt: skip
             batches = len(plan_batches(m, query_batch_size(m, n, algorithm, forest, threads)))
@@ -269,7 +273,8 @@ def run_knn_job(
     search or a forest metric.
     """
     start = time.perf_counter()
-    table = load_table(job.input, **job.table_kw())
+    by_parts = partitioned_input(job.input)
+    table = _partitioned_table(job) if by_parts else load_table(job.input, **job.table_kw())
     spec = job.spec(table)
     digest = spec_hash(spec)
     record = {"spec": spec, "spec_hash": digest, "job": job.name, "run_id": run_id}
@@ -291,8 +296,16 @@ def run_knn_job(
     outputs: dict[str, str] = {}
     shape: tuple[int, int] = (table.n_samples, 0)
     n_trees, what = 0, []
-    with place(table.X.size if needed else 0, job.connect, progress=progress) as where:
-        client = where.client
+    with contextlib.ExitStack() as stack:
+        work = any(todo.values()) or bool(predict and not location.exists(predict["out"]))
+        if by_parts and work:  # the fit's tasks read the partitions on the workers
+            from distforest.parallel.cluster import connect
+
+            client = stack.enter_context(connect(**job.connect))
+            stack.enter_context(client.as_current())
+        else:
+            cells = table.n_samples * table.n_features if needed else 0
+            client = stack.enter_context(place(cells, job.connect, progress=progress)).client
         if nb:
             if todo["neighbors"]:
                 top_k_neighbors(table, k=nb["k"], metric=nb["metric"],
@@ -311,8 +324,12 @@ def run_knn_job(
                           "normalize": normalize_choice(model["normalize"]),
                           "n_estimators": model["n_estimators"],
                           "random_state": model["random_state"]}  # fmt: skip
-                task = fit_and_save_model(table, model["task"], params, model["model"], True,
-                                          attrs={**record, "predictions": None})[1]  # fmt: skip
+                if isinstance(table, PendingInput):
+                    task = fit_ingested(table.data, model["task"], params, model["model"], True,
+                                        {**record, "predictions": None}, client)[1]  # fmt: skip
+                else:
+                    task = fit_and_save_model(table, model["task"], params, model["model"],
+                                              True, {**record, "predictions": None})[1]  # fmt: skip
                 if predict:
                     _, written = predict_to_csv(model["model"], predict["input"], predict["out"],
                                                 job.drop, job.na_values)  # fmt: skip
@@ -343,6 +360,19 @@ def run_knn_job(
         outputs=outputs,
         mode=mode,
     )
+
+
+def _partitioned_table(job: KNNJob) -> PendingInput:
+    """The job's table read by partitions: pass 1 (summaries) only; refuses a stage that
+    needs every row in memory."""
+    if job.neighbors:
+        raise InputError(
+            f"{job.input} is read by partitions (a glob, a folder of parts or a file over 32 "
+            "MB), but the neighbors stage searches all rows against all rows held in this "
+            "process; remove the neighbors section, or give one file that fits in memory"
+        )
+    check_partitioned_fit(job.input, {"metric": (job.knn or {}).get("metric", "euclidean")})
+    return PendingInput(read_training(job.input, job.target, job.drop, job.na_values))
 
 
 def _stage_todo(path: str, spec: dict[str, Any], digest: str, *, restart: bool,

@@ -12,12 +12,18 @@ import numpy as np
 
 from distforest.errors import InputError, ParameterError
 from distforest.forests.constraints import FOREST_METRICS
+from distforest.jobs.inputs import PARTITIONED_BYTES, partitioned_input
 from distforest.jobs.outputs import write_csv
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from distforest.apps.knn import KNNClassifier, KNNRegressor
+
+
+#: A model whose training rows take more bytes is read by the workers only (as a file of
+#: that size would be): ``knn predict`` then runs by partitions whatever DATA's size.
+MODEL_BYTES = PARTITIONED_BYTES
 
 
 def normalize_choice(value: str) -> str | None:
@@ -109,13 +115,23 @@ def predict_to_csv(
     -------
     n_rows, path
     """
-    from distforest.jobs.inputs import partitioned_input
-
-    if partitioned_input(data):  # read by partitions: predicted and written by tasks
+    if predicts_by_partitions(model_path, data):  # predicted and written by tasks
         from distforest.jobs.partitioned_predict import predict_partitioned
 
         return predict_partitioned(model_path, data, out, drop, na_values)
     return write_predictions(*read_for_prediction(model_path, data, drop, na_values), out)
+
+
+def predicts_by_partitions(model_path: str, data: str) -> bool:
+    """Whether ``knn predict`` runs by partitions on the workers: for a DATA read by
+    partitions, or a model whose training rows are larger than such a file (a model
+    fitted from a large table is read by the workers, not here)."""
+    from distforest.store.run_store import RunStore
+
+    if partitioned_input(data):
+        return True
+    rows = RunStore.open(model_path, require_complete=True).array("X_fit")
+    return int(np.prod(rows.shape)) * rows.dtype.itemsize > MODEL_BYTES
 
 
 def read_for_prediction(

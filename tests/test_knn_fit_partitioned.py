@@ -1,0 +1,275 @@
+"""``knn fit`` of a TRAIN read by partitions: the one-file fit's model, written by tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import zarr
+from click.testing import CliRunner
+
+from distforest.cli.main import cli
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("knnfit")
+    rng = np.random.default_rng(7)
+    n = 700
+    frame = pd.DataFrame(rng.standard_normal((n, 3)) * [1.0, 30.0, 0.01], columns=["a", "b", "c"])
+    frame["kind"] = rng.choice(["w", "u", "v"], n)  # a categorical feature
+    frame["k"] = 1000.1  # a constant: left as it is by both scalers
+    frame["y"] = np.where(frame["a"] + (frame["kind"] == "u") > 0.3, "yes", "no")
+    frame["price"] = frame["a"] * 3 + rng.standard_normal(n)  # a numeric target
+    frame["grade"] = rng.integers(0, 4, n)  # an integer target of few values
+    frame.to_csv(root / "train.csv", index=False)
+    frame.iloc[500:].to_csv(root / "data.csv", index=False)
+    (root / "parts").mkdir()
+    (root / "text").mkdir()
+    for k, cut in enumerate(np.array_split(np.arange(n), 4)):
+        frame.iloc[cut].to_parquet(root / "parts" / f"chunk-{k}.pq.data")  # of any name
+        frame.iloc[cut].to_csv(root / "text" / f"day-{k}.csv", index=False)
+    return {"root": root, "train": root / "train.csv", "data": root / "data.csv",
+            "parts": root / "parts", "glob": root / "text" / "day-*.csv"}  # fmt: skip
+
+
+def _arrays(model: Path) -> dict[str, np.ndarray]:
+    """Every array of a store, its groups' too (a forest metric's forest)."""
+    group = zarr.open_group(str(model), mode="r")
+    return {name: np.asarray(arr[...]) for name, arr in group.arrays()} | {
+        f"{name}/{key}": values
+        for name, sub in group.groups()
+        for key, values in _arrays(model / name).items()
+    }
+
+
+def _attrs(model: Path) -> dict:
+    attrs = dict(zarr.open_group(str(model), mode="r").attrs)
+    keep = ("model", "params", "measure", "classes", "feature_names", "target", "categories")
+    return {k: v for k, v in attrs.items() if k in keep}
+
+
+CASES = [  # (target, options, the inputs read by partitions)
+    ("y", ["--metric", "euclidean"], ("parts", "glob")),
+    ("y", ["--metric", "manhattan", "--normalize", "range", "--weights", "distance"], ("parts",)),
+    ("price", ["--metric", "rbf", "--k", "3"], ("glob",)),
+    (
+        "grade",
+        ["--metric", "cosine", "--normalize", "range", "--feature-range", "-1", "2"],
+        ("parts",),
+    ),
+    ("y", ["--metric", "rf-proximity", "--trees", "6", "--seed", "3"], ("parts", "glob")),
+    (
+        "price",
+        ["--metric", "rfgap", "--trees", "5", "--seed", "1", "--normalize", "range"],
+        ("parts",),
+    ),
+]
+
+
+@pytest.mark.parametrize(("target", "options", "sources"), CASES)
+def test_parts_fit_the_one_file_model(tables, client, target: str, options: list[str],
+                                      sources: tuple[str, ...]) -> None:  # fmt: skip
+    root = tables["root"]
+    tag = f"{target}-{options[1]}-{len(options)}"
+    whole = root / f"whole-{tag}.zarr"
+    fit = invoke("-q", "knn", "fit", tables["train"], "--target", target, "--out", whole, *options)
+    assert fit.exit_code == 0, fit.output
+    expected = root / f"whole-{tag}.csv"
+    assert invoke("-q", "knn", "predict", whole, tables["data"], "--out", expected).exit_code == 0
+    for source in sources:
+        model = root / f"{source}-{tag}.zarr"
+        result = invoke("-q", "knn", "fit", tables[source], "--target", target, "--out", model,
+                        *options, "--scheduler", client.scheduler.address)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "read by partitions" in result.output
+        saved, reference = _arrays(model), _arrays(whole)
+        assert sorted(saved) == sorted(reference)
+        for name, values in reference.items():  # the same saved arrays, bit for bit
+            # (a forest grown from a store keeps its class codes in the smallest type)
+            if name != "metric_forest/target":
+                assert saved[name].dtype == values.dtype, name
+            np.testing.assert_array_equal(saved[name], values, err_msg=name)
+        assert _attrs(model) == _attrs(whole)
+        predicted = root / f"{source}-{tag}.csv"
+        assert invoke("-q", "knn", "predict", model, tables["data"], "--out",
+                      predicted).exit_code == 0  # fmt: skip
+        assert predicted.read_bytes() == expected.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "options", [["--normalize", "zscore"], ["--metric", "mahalanobis", "--normalize", "range"]]
+)
+def test_merged_moments_match_to_rounding(tables, client, options: list[str]) -> None:
+    root = tables["root"]
+    whole, parts = root / f"m-whole-{options[1]}.zarr", root / f"m-parts-{options[1]}.zarr"
+    assert invoke("-q", "knn", "fit", tables["train"], "--target", "y", *options,
+                  "--out", whole).exit_code == 0  # fmt: skip
+    result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", *options,
+                    "--out", parts, "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    saved, reference = _arrays(parts), _arrays(whole)
+    assert sorted(saved) == sorted(reference)
+    for name, values in reference.items():
+        # (atol: the constant column 1000.1 centred is 1e-13 or 1e-12, by the sums' rounding)
+        np.testing.assert_allclose(saved[name], values, rtol=1e-10, atol=1e-10, err_msg=name)
+    expected, got = root / f"m-whole-{options[1]}.csv", root / f"m-parts-{options[1]}.csv"
+    for model, out in ((whole, expected), (parts, got)):
+        assert invoke("-q", "knn", "predict", model, tables["data"], "--out", out).exit_code == 0
+    assert got.read_bytes() == expected.read_bytes()
+
+
+def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
+    root = tables["root"]
+    bad = root / "bad"
+    bad.mkdir()
+    frame = pd.read_csv(tables["train"])
+    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 5)):
+        part = frame.iloc[cut].copy()
+        if k == 3:
+            part.loc[part.index[7], "b"] = np.nan  # euclidean needs complete rows
+        part.to_parquet(bad / f"part-{k}.parquet")
+    first = int(np.array_split(np.arange(len(frame)), 5)[3][0]) + 7
+    out = root / "bad.zarr"
+    result = invoke("-q", "knn", "fit", bad, "--target", "y", "--out", out,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "part-3.parquet" in result.output and "'b'" in result.output
+    assert f"row {first}" in result.output
+    assert not out.exists()  # no half-written model
+    text = root / "bad-text"
+    text.mkdir()
+    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 5)):
+        part = frame.iloc[cut].astype({"c": object})
+        if k == 3:
+            part.loc[part.index[2], "c"] = "oops"  # a stray string in a numeric column
+        part.to_csv(text / f"t-{k}.csv", index=False)
+    result = invoke("-q", "knn", "fit", text / "t-*.csv", "--target", "y", "--out", out,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "t-3.csv" in result.output and "'c'" in result.output and "oops" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (["--select", "forward"], "--select"),
+        (["--metric", "beta"], "beta"),
+        (["--metric", "simforest"], "simforest"),
+    ],
+)
+def test_whole_table_options_are_refused(tables, options: list[str], words: str) -> None:
+    out = tables["root"] / "refused.zarr"
+    result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--out", out, *options)
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "read by partitions" in result.output
+    assert not out.exists()
+
+
+PIPELINE = """kind: knn
+input:
+  path: {input}
+  target: y
+knn:
+  k: 4
+  weights: distance
+  metric: euclidean
+  normalize: range
+  model: model.zarr
+  predict:
+    input: {data}
+    out: predictions.csv
+output:
+  dir: {out}
+"""
+
+
+def test_pipeline_model_from_parts_is_the_one_file_model(tables, client) -> None:
+    root = tables["root"]
+    outputs = {}
+    for source in ("train", "parts"):
+        out = root / f"pipeline-{source}"
+        path = root / f"{source}.yaml"
+        path.write_text(PIPELINE.format(input=tables[source], data=tables["data"], out=out))
+        result = invoke("-q", "run", path, "--scheduler", client.scheduler.address)
+        assert result.exit_code == 0, result.output
+        outputs[source] = out
+    saved, reference = _arrays(outputs["parts"] / "model.zarr"), _arrays(outputs["train"] /
+                                                                         "model.zarr")  # fmt: skip
+    assert sorted(saved) == sorted(reference)
+    for name, values in reference.items():
+        np.testing.assert_array_equal(saved[name], values, err_msg=name)
+    expected = (outputs["train"] / "predictions.csv").read_bytes()
+    assert (outputs["parts"] / "predictions.csv").read_bytes() == expected
+    again = invoke("-q", "run", root / "parts.yaml", "--scheduler", client.scheduler.address)
+    assert again.exit_code == 0 and "already complete" in again.output, again.output
+    plan = invoke("run", root / "parts.yaml", "--dry-run")
+    assert plan.exit_code == 0 and "700 rows" in plan.output, plan.output
+    with_neighbors = PIPELINE.format(input=tables["parts"], data=tables["data"], out=root / "nb")
+    (root / "nb.yaml").write_text(with_neighbors + "neighbors:\n  k: 3\n")
+    refused = invoke("-q", "run", root / "nb.yaml", "--scheduler", client.scheduler.address)
+    assert refused.exit_code == 3 and "neighbors stage" in refused.output, refused.output
+
+
+def test_a_model_of_many_rows_predicts_by_partitions(tables, client, monkeypatch) -> None:
+    """A model whose rows are larger than a file read by partitions is read by the
+    workers, whatever the size of DATA (here the bound is lowered to 0 bytes)."""
+    from distforest.jobs import knn_model
+
+    root = tables["root"]
+    model = root / "many-rows.zarr"
+    assert invoke("-q", "knn", "fit", tables["train"], "--target", "y", "--out",
+                  model).exit_code == 0  # fmt: skip
+    expected, got = root / "many-rows-whole.csv", root / "many-rows-parts.csv"
+    first = invoke("-q", "knn", "predict", model, tables["data"], "--out", expected)
+    assert first.exit_code == 0 and "by partitions" not in first.output, first.output
+    monkeypatch.setattr(knn_model, "MODEL_BYTES", 0)
+    result = invoke("-q", "knn", "predict", model, tables["data"], "--out", got,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 0 and "by partitions" in result.output, result.output
+    assert got.read_bytes() == expected.read_bytes()
+
+
+def test_a_hive_partitioned_folder_fits(tables, client) -> None:
+    """``day=.../`` folders: the partition key becomes a (categorical) feature column."""
+    root = tables["root"]
+    hive = root / "hive"
+    frame = pd.read_csv(tables["train"])[["a", "b", "y"]]
+    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 3)):
+        (hive / f"day=d{k}").mkdir(parents=True)
+        frame.iloc[cut].to_parquet(hive / f"day=d{k}" / "part.parquet")
+    out = root / "hive.zarr"
+    plan = invoke("knn", "fit", hive, "--target", "y", "--out", out, "--dry-run")
+    assert plan.exit_code == 0 and "3 tasks" in plan.output and not out.exists(), plan.output
+    result = invoke("-q", "knn", "fit", hive, "--target", "y", "--out", out,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    from distforest.store.run_store import RunStore
+
+    attrs = RunStore.open(out).attrs
+    assert attrs["feature_names"] == ["a", "b", "day"]
+    assert attrs["categories"] == {"day": ["d0", "d1", "d2"]}
+    X_fit = np.asarray(zarr.open_group(str(out), mode="r")["X_fit"][...])
+    np.testing.assert_array_equal(X_fit[:, :2], frame[["a", "b"]].to_numpy())
+    days = np.repeat([0.0, 1.0, 2.0], [len(c) for c in np.array_split(np.arange(len(frame)), 3)])
+    np.testing.assert_array_equal(X_fit[:, 2], days)
+
+
+def test_forest_metric_within_the_computing_limit(tables, client) -> None:
+    import dask
+
+    out = tables["root"] / "too-big.zarr"
+    with dask.config.set({"distforest.max-cpu-hours": 1e-9}):
+        result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--metric",
+                        "rf-proximity", "--out", out, "--scheduler",
+                        client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "--trees" in result.output and "700 rows" in result.output
+    assert not out.exists()
