@@ -17,6 +17,9 @@ each Dask worker, and the sum over the process tree), with a LocalCluster of
 - ``knn fit`` (``--knn``): ``distforest knn fit`` of the Parquet folder by
   partitions, euclidean on the complete columns (``--drop`` the three with
   missing values) and ``rf-proximity`` on all (``--trees``);
+- ``mislabels-parquet-folder`` (``--mislabels``) / ``mds-parquet-folder`` (``--mds``):
+  the forest grown from the store, then ``distforest mislabels``' ranked CSV or
+  ``distforest mds``' coordinates as the commands write them (by row chunks);
 - ``impute-parquet-folder`` / ``impute-csv`` (``--impute``, ``--csv``):
   ``distforest impute`` reading by partitions (column forests fitted on a
   sample of at most 200,000 rows, partitions filled and written by tasks);
@@ -150,6 +153,11 @@ def run_one(config: str, source: str, work: str, trees: int, result: str) -> Non
 
             write_mislabels(forest, str(Path(work) / "mislabels.csv"))
             phases["mislabels and CSV"] = time.perf_counter() - tick
+        elif config.startswith("mds"):  # what `distforest mds` runs
+            from distforest.jobs.outputs import write_mds
+
+            write_mds(forest, str(Path(work) / "mds.csv"), None)
+            phases["MDS and CSV"] = time.perf_counter() - tick
         elif data is not None:  # what `distforest outliers` runs: scored and written by tasks
             write_outliers(forest, str(out), None, title=source)
             phases["scores and CSV"] = time.perf_counter() - tick
@@ -241,6 +249,11 @@ def main() -> None:
         help="only `distforest mislabels` on the Parquet folder (its ranked CSV)",
     )
     parser.add_argument(
+        "--mds",
+        action="store_true",
+        help="only `distforest mds` on the Parquet folder (its coordinates CSV)",
+    )
+    parser.add_argument(
         "--skip-folder",
         action="store_true",
         help="no outlier run on the Parquet folder (e.g. only --csv)",
@@ -282,6 +295,8 @@ def main() -> None:
                 configs.append(("outliers-in-memory", files["single"]))
             if args.mislabels:
                 configs = [("mislabels-parquet-folder", files["folder"])]
+            if args.mds:
+                configs = [("mds-parquet-folder", files["folder"])]
             if args.knn:
                 configs = []
                 lines += _knn_runs(rows, files["folder"], where, args.trees)
