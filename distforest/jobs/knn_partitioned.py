@@ -219,6 +219,11 @@ def _rows_block(X: np.ndarray, scaler: Any, measure: Any, names: tuple[str, ...]
     return X
 
 
+def _checked(block: np.ndarray) -> None:
+    """A task: nothing (its input block's checks have run)."""
+    return None
+
+
 def _targets_block(y: np.ndarray, classes: np.ndarray | None, labels: bool,
                    part_names: tuple[str, ...], starts: np.ndarray, target: str,
                    block_info: Any = None) -> np.ndarray:  # fmt: skip
@@ -294,6 +299,7 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
                  attrs: dict[str, Any] | None = None,
                  client: Any = None) -> tuple[Any, str, int]:  # fmt: skip
     """:func:`fit_partitioned` of a table whose pass 1 is done (:func:`read_training`)."""
+    import dask
     import dask.array as da
 
     from distforest.apps.knn import KNNClassifier, KNNRegressor, model_attrs
@@ -334,6 +340,10 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
     y = data.y.map_blocks(_targets_block, classes, enc.target_kind == "labels", part_names,
                           starts, str(enc.target),
                           dtype=np.int64 if classes is not None else np.float64)  # fmt: skip
+    # every check runs before anything is written: a task failing while others write
+    # would leave their chunks behind the removal of the half-written model
+    blocks = (*X.to_delayed().ravel(), *y.to_delayed().ravel())
+    dask.compute(*[dask.delayed(_checked)(b) for b in blocks])
     categories = {k: [str(v) for v in c] for k, c in enc.categories.items()}
     extra = {"target": enc.target, "source": str(data.source), "categories": categories,
              **(attrs or {})}  # fmt: skip
