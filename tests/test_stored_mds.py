@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import zarr
 from conftest import no_default_client
+from tracing import traced_peak
 
 from distforest import ProximityForest
 from distforest.apps import stored_mds
@@ -121,8 +122,6 @@ def test_driver_holds_no_vector_of_n(tmp_path, client) -> None:
     stored path solves and writes the CSV peak at less than a third of ARPACK's on the same
     forest (ncv = 20 vectors of n, the products' results, the coordinates' frame); the CSV
     is the same bytes run again and run in this process."""
-    import tracemalloc
-
     from distforest import execution
 
     n = 40_000
@@ -131,20 +130,12 @@ def test_driver_holds_no_vector_of_n(tmp_path, client) -> None:
     frame["label"] = np.where(frame["a"] + 0.5 * rng.standard_normal(n) > 0, "x", "y")
     frame.to_parquet(tmp_path / "t.parquet", index=False)
 
-    def peak_of(call) -> int:
-        tracemalloc.start()
-        try:
-            call()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-
     with execution(client=client):
         stored = ingest(str(tmp_path / "t.parquet"), tmp_path / "run.zarr", target="label")
         forest = ProximityForest(n_estimators=3, max_depth=6, random_state=0).fit(stored)
         write_mds(forest, str(tmp_path / "warm.csv"), None)  # imports, numba
-        arpack = peak_of(lambda: mds(forest, 2))
-        by_chunks = peak_of(lambda: write_mds(forest, str(tmp_path / "m.csv"), None))
+        arpack = traced_peak(lambda: mds(forest, 2))
+        by_chunks = traced_peak(lambda: write_mds(forest, str(tmp_path / "m.csv"), None))
     assert by_chunks < arpack / 3, (by_chunks, arpack)
     assert (tmp_path / "m.csv").read_bytes() == (tmp_path / "warm.csv").read_bytes()
     with no_default_client():  # the tasks in this process instead of two workers

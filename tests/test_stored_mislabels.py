@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import zarr
 from click.testing import CliRunner
+from tracing import traced_peak
 
 from distforest import ProximityForest
 from distforest.apps import stored_mislabels, stored_ranks
@@ -239,8 +240,6 @@ def test_driver_holds_no_table_of_n(tmp_path, client, monkeypatch) -> None:
     """Ranking a stored forest on a cluster (four chunks and ranges) and writing its CSV: the
     driver's traced allocations (the scheduler's included) peak at well under what the
     in-memory ranking takes (one-hot labels, probabilities, ranks, a table of n rows)."""
-    import tracemalloc
-
     from distforest import execution
     from distforest.apps import stored_outliers
 
@@ -253,20 +252,12 @@ def test_driver_holds_no_table_of_n(tmp_path, client, monkeypatch) -> None:
     frame["label"] = np.where(frame["a"] + rng.standard_normal(n) > 0, "x", "y")
     frame.to_parquet(tmp_path / "t.parquet", index=False)
 
-    def peak_of(call) -> int:
-        tracemalloc.start()
-        try:
-            call()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-
     with execution(client=client):
         stored = ingest(str(tmp_path / "t.parquet"), tmp_path / "run.zarr", target="label")
         forest = ProximityForest(n_estimators=3, max_depth=6, random_state=0).fit(stored)
         write_mislabels(forest, str(tmp_path / "warm.csv"))  # imports, numba
-        in_memory = peak_of(lambda: write_csv(mislabel_scores(forest), str(tmp_path / "m.csv")))
-        by_chunks = peak_of(lambda: write_mislabels(forest, str(tmp_path / "c.csv")))
+        in_memory = traced_peak(lambda: write_csv(mislabel_scores(forest), str(tmp_path / "m.csv")))
+        by_chunks = traced_peak(lambda: write_mislabels(forest, str(tmp_path / "c.csv")))
     assert by_chunks < in_memory / 3, (by_chunks, in_memory)
     assert (tmp_path / "c.csv").read_bytes() == (tmp_path / "m.csv").read_bytes()
 

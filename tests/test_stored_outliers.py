@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
+from tracing import traced_peak
 
 from distforest import ProximityForest
 from distforest.apps import stored_outliers
@@ -129,8 +130,6 @@ def test_driver_holds_no_vector_of_n(tmp_path, client, monkeypatch) -> None:
     allocations (the scheduler's included) peak at less than half of what scoring the same
     forest in memory takes (codes, integer sums, raw values, scores: vectors of n; the
     chunked path's own part is fixed: 65,536 bucket counts a class and round)."""
-    import tracemalloc
-
     from distforest import execution
 
     monkeypatch.setattr(square_sums, "choose_method", lambda n, counts: "tree-pairs")
@@ -141,20 +140,12 @@ def test_driver_holds_no_vector_of_n(tmp_path, client, monkeypatch) -> None:
     frame["label"] = np.where(frame["a"] > 0, "x", "y")
     frame.to_parquet(tmp_path / "t.parquet", index=False)
 
-    def peak_of(call) -> int:
-        tracemalloc.start()
-        try:
-            call()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-
     with execution(client=client):
         stored = ingest(str(tmp_path / "t.parquet"), tmp_path / "run.zarr", target="label")
         forest = ProximityForest(n_estimators=3, max_depth=6, random_state=0).fit(stored)
         write_outliers(forest, str(tmp_path / "warm.csv"), None, "t")  # imports, numba
         labels = np.asarray(forest.y_)  # given labels: scored in memory
-        in_memory = peak_of(lambda: outlier_scores(forest, labels))
-        by_chunks = peak_of(lambda: write_outliers(forest, str(tmp_path / "o.csv"), None, "t"))
+        in_memory = traced_peak(lambda: outlier_scores(forest, labels))
+        by_chunks = traced_peak(lambda: write_outliers(forest, str(tmp_path / "o.csv"), None, "t"))
     assert by_chunks < in_memory / 2, (by_chunks, in_memory)
     assert (tmp_path / "o.csv").read_bytes() == (tmp_path / "warm.csv").read_bytes()
