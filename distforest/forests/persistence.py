@@ -163,6 +163,12 @@ class Persisted:
     def _load_parts(self, rs: RunStore) -> None:
         """Read what the declarations do not say (the trees), once fields and arrays are set."""
 
+    @classmethod
+    def _loaded_array(cls, rs: RunStore, name: str) -> Any:
+        """Declared array ``name`` as :meth:`load` sets it: read whole, unless an
+        estimator keeps some as the store's Zarr arrays (read on use)."""
+        return rs.read(name)
+
     # -- the one implementation -------------------------------------------------
 
     def _provenance(self, *, model: bool = False) -> dict[str, Any]:
@@ -312,7 +318,7 @@ class Persisted:
             setattr(est, field.attr, value)
         for spec in cls._stored_arrays:
             if spec.name in rs.group:
-                value = rs.read(spec.name)
+                value = cls._loaded_array(rs, spec.name)
                 setattr(est, spec.attr, value if spec.dtype is None else value.astype(spec.dtype))
             elif spec.optional or spec.keep is not None:
                 setattr(est, spec.attr, None)

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -46,7 +46,7 @@ from distforest.store.inputs import (
     input_rows,
     write_row_ids,
 )
-from distforest.store.run_store import RunStore, read_rows, write_block, write_group
+from distforest.store.run_store import RunStore, read_rows, task_array, write_block, write_group
 
 if TYPE_CHECKING:
     from distforest.forests.proximity_forest import ProximityForest
@@ -259,6 +259,11 @@ def fit_stored(
     return forest
 
 
+def is_dask_frame(X: Any) -> bool:
+    """Whether ``X`` is a ``dask.dataframe.DataFrame`` (without importing dask)."""
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "columns")
+
+
 #: Temporary stores of forests fitted on a dask DataFrame, removed with their forest.
 _TEMPORARY: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
 
@@ -269,9 +274,29 @@ def fit_dask_frame(
     """Fit on a ``dask.dataframe.DataFrame`` without computing it in this process.
 
     The frame is read by partitions on the workers into a temporary run store
-    (under dask's ``temporary-directory``, else the system's), removed when the
-    forest is garbage-collected or fitted again.  The target must be a column
-    of the frame, named by ``y``.
+    (:func:`fit_on_temporary_store`).  The target must be a column of the
+    frame, named by ``y``.
+    """
+    return fit_on_temporary_store(
+        forest, frame, y,
+        lambda table: fit_stored(forest, table, params,
+                                 lambda t, k: tree_params_of(t, k, table.n_samples)),
+    )  # fmt: skip
+
+
+def fit_on_temporary_store(
+    forest: Any,
+    frame: Any,
+    y: Any,
+    fit: Callable[[StoredTable], Any],
+    *,
+    allow_missing: bool = True,
+) -> Any:
+    """``fit(table)`` on a dask DataFrame ingested by partitions into a temporary run store.
+
+    The store (under dask's ``temporary-directory``, else the system's) is
+    removed when ``forest`` is garbage-collected or fitted again this way, or
+    at once if the fit fails.  ``y`` names the target column, if any.
     """
     import dask
 
@@ -286,8 +311,8 @@ def fit_dask_frame(
     parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
     work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
     try:
-        table = ingest(frame, work / "run.zarr", target=y)
-        fit_stored(forest, table, params, lambda t, k: tree_params_of(t, k, table.n_samples))
+        table = ingest(frame, work / "run.zarr", target=y, allow_missing=allow_missing)
+        fitted = fit(table)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -295,4 +320,41 @@ def fit_dask_frame(
     if old is not None:
         old()
     _TEMPORARY[forest] = weakref.finalize(forest, shutil.rmtree, str(work), True)
-    return forest
+    return fitted
+
+
+def _gather_task(path: str, sources: dict[str, list[str]], rows: slice) -> int:
+    for name, parts in sources.items():
+        target = task_array(path, name, "r+")
+        out = np.zeros((rows.stop - rows.start, *target.shape[1:]), dtype=target.dtype)
+        col = 0
+        for part in parts:
+            block = read_rows(path, part, rows)
+            out[(slice(None), slice(col, col + block.shape[1]),
+                 *(slice(0, s) for s in block.shape[2:]))] = block  # fmt: skip
+            col += block.shape[1]
+        write_block(path, name, (rows, *(slice(None),) * (out.ndim - 1)), out)
+    return int(rows.stop - rows.start)
+
+
+def gather_batches(
+    runner: Any,
+    path: str,
+    sources: Mapping[str, list[str]],
+    blocks: list[slice],
+    *,
+    progress: Any = None,
+) -> None:
+    """Join per-batch arrays of the store at ``path`` side by side, by tasks over row blocks.
+
+    For each ``target, parts`` of ``sources``, array ``target`` (created
+    beforehand, shape ``(n, T, ...)``) receives the batches' arrays ``parts``
+    (``(n, T_k, ...)`` each) one after the other along axis 1; a part narrower
+    in a later axis is padded with zeros (the path-code words of a batch of
+    shallower trees).  One task per block of rows: ``blocks`` must cover whole
+    chunks of every target (one writer per chunk), and the driver holds none
+    of the rows.
+    """
+    items = [(path, dict(sources), block) for block in blocks]
+    for _ in runner.run(_gather_task, items, name="gather", progress=progress):
+        pass

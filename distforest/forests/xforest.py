@@ -15,15 +15,17 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
+import zarr
 
 from distforest import location
 from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted
+from distforest.forests.stored import is_dask_frame
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.xforest_similarity import (
     SIMILARITY_NAMES,
@@ -36,6 +38,7 @@ from distforest.io.in_memory import check_in_memory
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
+from distforest.store.inputs import StoredTable
 from distforest.store.run_store import RunStore
 
 if TYPE_CHECKING:
@@ -151,8 +154,14 @@ class XForest(Persisted, DaskEstimator):
 
         Parameters
         ----------
-        X : path, array-like, DataFrame, dask/xarray/zarr object or Table
-            Features without missing values.
+        X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
+            Features without missing values.  A
+            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
+            from its store, and the fitted rows' arrays are written there
+            (:mod:`distforest.forests.xforest_stored`); a
+            ``dask.dataframe.DataFrame`` is read by partitions into a temporary
+            store first, never computed in this process.  Both hold float32
+            features: the same trees as a fit in memory of the same float32 values.
         y : ignored
             Accepted for scikit-learn compatibility; X-Forest is unsupervised.
 
@@ -161,6 +170,18 @@ class XForest(Persisted, DaskEstimator):
         self
         """
         params = self._validated()
+        if isinstance(X, StoredTable):
+            from distforest.forests.xforest_stored import fit_stored
+
+            return fit_stored(self, X, params)
+        if is_dask_frame(X):  # read by partitions on the workers, never computed here
+            from distforest.forests.stored import fit_on_temporary_store
+            from distforest.forests.xforest_stored import fit_stored
+
+            return cast(XForest, fit_on_temporary_store(
+                self, X, None, lambda table: fit_stored(self, table, params),
+                allow_missing=False,
+            ))  # fmt: skip
         table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
         if np.isnan(table.X).any():
             raise InputError(
@@ -202,15 +223,25 @@ class XForest(Persisted, DaskEstimator):
         codes = np.zeros((table.n_samples, n_trees, words), dtype=np.uint64)
         for b, part in zip(batches, parts, strict=True):
             codes[:, b, : part.codes.shape[2]] = part.codes
-        self.n_samples_ = table.n_samples
-        self.n_features_in_ = table.n_features
-        self.feature_names_in_ = table.feature_names
-        self.feature_min_, self.feature_scale_ = lo, scale
-        self.seeds_ = seeds
-        self.random_state_ = entropy
         self.leaves_ = np.concatenate([p.leaves for p in parts], axis=1)
         self.depth_ = np.concatenate([p.depth for p in parts], axis=1)
         self.codes_ = codes
+        return self._fitted(table, params, parts, (lo, scale), (entropy, seeds))
+
+    def _fitted(
+        self,
+        table: Table | StoredTable,
+        params: dict[str, Any],
+        parts: list[rptrees.GrownBatch],
+        normalisation: tuple[np.ndarray, np.ndarray],
+        seeding: tuple[int, np.ndarray],
+    ) -> XForest:
+        """Set the fitted attributes but the rows' arrays (``leaves_``, ``depth_``, ``codes_``)."""
+        self.n_samples_ = table.n_samples
+        self.n_features_in_ = table.n_features
+        self.feature_names_in_ = table.feature_names
+        self.feature_min_, self.feature_scale_ = normalisation
+        self.random_state_, self.seeds_ = seeding
         self.nodes_ = np.concatenate([p.nodes for p in parts])
         self.thresholds_ = np.concatenate([p.thresholds for p in parts])
         self.node_offset_ = _offsets([p.node_counts for p in parts])
@@ -286,7 +317,16 @@ class XForest(Persisted, DaskEstimator):
         """
         beta = self._beta(kind)
         _, depth, codes = self.paths(X_query)
-        return betasim.similarity_block(codes, depth, self.codes_, self.depth_, beta)
+        if not isinstance(self.codes_, zarr.Array):
+            return betasim.similarity_block(codes, depth, self.codes_, self.depth_, beta)
+        # a stored fit: the fitted rows' codes read a chunk at a time, never whole here
+        step = int(self.codes_.chunks[0])
+        blocks = [
+            betasim.similarity_block(codes, depth, self.codes_[s : s + step],
+                                     self.depth_[s : s + step], beta)
+            for s in range(0, self.n_samples_, step)
+        ]  # fmt: skip
+        return np.concatenate(blocks, axis=1) if blocks else np.zeros((len(depth), 0), np.float32)
 
     # -- matrices -------------------------------------------------------------
 
@@ -428,6 +468,11 @@ class XForest(Persisted, DaskEstimator):
         forest.write_array("directions", self.directions_, ("direction", "feature"))
         forest.write_array("feature_min", self.feature_min_, ("feature",))
         forest.write_array("feature_scale", self.feature_scale_, ("feature",))
+
+    @classmethod
+    def _loaded_array(cls, rs: RunStore, name: str) -> Any:
+        # a fit from a stored table keeps its (n, T) arrays in the store: read on use
+        return rs.array(name) if rs.attrs.get("store_input") else rs.read(name)
 
     def _load_parts(self, rs: RunStore) -> None:
         f = rs.read_forest()

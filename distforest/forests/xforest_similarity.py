@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from distforest.errors import InputError
-from distforest.forests.products import ProductSession
+from distforest.forests.products import (
+    WHOLE_FOREST_BYTES,
+    ProductSession,
+    StoredArray,
+    stored_location,
+)
 from distforest.kernels import betasim
 from distforest.parallel.execution import Runner
 from distforest.store.run_store import read_rows
@@ -48,7 +53,7 @@ def arrays_tile(codes: np.ndarray, depth: np.ndarray, beta: float, rows: slice, 
 
 def _product_part(
     trees: slice,
-    leaves_t: np.ndarray,
+    leaves_t: np.ndarray | StoredArray,
     node_depth: np.ndarray,
     parent: np.ndarray,
     offsets: np.ndarray,
@@ -56,8 +61,9 @@ def _product_part(
     beta: float,
 ) -> np.ndarray:
     a, b = offsets[trees.start], offsets[trees.stop]
+    leaves = leaves_t.trees(trees) if isinstance(leaves_t, StoredArray) else leaves_t[trees]
     return betasim.phi_product(
-        leaves_t[trees],
+        leaves,
         node_depth[a:b],
         parent[a:b],
         offsets[trees.start : trees.stop + 1] - a,
@@ -91,8 +97,15 @@ class SimilarityProduct:
         self.n_trees = forest.leaves_.shape[1]
         self.shape = (forest.n_samples_, forest.n_samples_)
         betasim.warm_up()
+        where = stored_location(forest.leaves_)
+        leaves: np.ndarray | StoredArray
+        if where is not None:  # a stored fit: the workers read its leaves, this process never
+            whole = 4 * self.shape[0] * self.n_trees <= WHOLE_FOREST_BYTES
+            leaves = StoredArray(*where, whole)
+        else:
+            leaves = np.ascontiguousarray(forest.leaves_.T)
         shared = (
-            np.ascontiguousarray(forest.leaves_.T),
+            leaves,
             np.ascontiguousarray(forest.nodes_[:, 1]),
             np.ascontiguousarray(forest.nodes_[:, 0]),
             forest.node_offset_,

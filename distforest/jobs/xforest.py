@@ -23,12 +23,14 @@ from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, check_size, estimate_kmeans, estimate_xforest
+from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file, write_csv
 from distforest.jobs.plan import Plan, xforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import place
+from distforest.store.inputs import PendingInput, StoredTable
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -50,7 +52,7 @@ class XForestJob(ForestJob):
     clustering: dict[str, Any] | None = None
     name: str = "xforest"
 
-    def spec(self, table: Table) -> dict[str, Any]:
+    def spec(self, table: Table | PendingInput) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "kind", "plot", "clustering")
         return self.spec_of(keep, input={"source": table.source,
@@ -63,9 +65,27 @@ class XForestJob(ForestJob):
 
 @XForestJob.plans
 def plan_xforest_job(job: XForestJob) -> Plan:
-    """What the job would do (``--dry-run``): reads the input, runs nothing."""
-    table = load_table(job.input, **job.table_kw())
-    return xforest_plan(job, table.n_samples, table.n_features)
+    """What the job would do (``--dry-run``): reads the input's shape, runs nothing."""
+    _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
+    return xforest_plan(job, n, d)
+
+
+def _read_input(job: XForestJob) -> Table | PendingInput:
+    """The job's table: loaded whole, or (a glob, a folder of parts, a large file) its
+    partitions' summaries only, the encoded rows written into the job's store later."""
+    if not partitioned_input(job.input):
+        return load_table(job.input, **job.table_kw(), allow_missing=False)
+    from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
+
+    return PendingInput(read_partitioned(job.input, **job.table_kw(), allow_missing=False))
+
+
+def _truth(table: Table | PendingInput, out: str) -> np.ndarray | None:
+    """The target column (classes to score clusters against), or None; a partitioned
+    input's from the job's store, without its features."""
+    if isinstance(table, Table):
+        return None if table.y is None else np.asarray(table.y)
+    return StoredTable.open(out).read_y()
 
 
 def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -151,11 +171,15 @@ def run_xforest_job(
     are found before any cluster is started.
     """
     start = time.perf_counter()
-    table = load_table(job.input, **job.table_kw(), allow_missing=False)
+    table = _read_input(job)
     run_id = run_id or new_run_id()
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
         def fit(done: Stage) -> tuple[XForest, RunStore]:
+            if isinstance(table, PendingInput):  # rows into the store, trees read them there
+                forest = XForest(**job.forest).fit(table.write(job.out, run.record))
+                done.info["trees"] = int(forest.codes_.shape[1])
+                return forest, RunStore.open(job.out, mode="r+")
             forest = XForest(**job.forest).fit(table)
             done.info["trees"] = forest.codes_.shape[1]
             return forest, forest.save(job.out, overwrite=True, attrs=run.record)
@@ -171,7 +195,8 @@ def run_xforest_job(
         check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         if not location.is_remote(job.out):
             Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-        with place(table.X.size, job.connect, progress=progress, watch=True) as where:
+        cells = table.n_samples * table.n_features
+        with place(cells, job.connect, progress=progress, watch=True) as where:
             forest, rs, stages = load_or_fit(run, job.out, lambda: XForest.load(job.out), fit,
                                              "forest")  # fmt: skip
             with stage("tiles", stages) as done:
@@ -189,7 +214,7 @@ def run_xforest_job(
                     done.outputs = {"similarity picture": location.resolved(picture)}
             if matrix is not None and job.clustering and not stages.done("clustering"):
                 with stage("clustering", stages) as done:
-                    truth = None if table.y is None else np.asarray(table.y)
+                    truth = _truth(table, job.out)
                     done.outputs, scores = run_clustering(matrix, job.clustering, truth=truth)
                     if scores is not None:
                         done.info["scores"] = {k: round(v, 4) for k, v in scores.items()}

@@ -1,0 +1,204 @@
+"""Fit an :class:`~distforest.forests.xforest.XForest` on a table in a run store.
+
+The driver never holds the table nor the rows' (n, T) arrays: it sends tasks
+the store's path.
+
+1. **Normalisation.**  One task per chunk of ``input/X`` returns the chunk's
+   column minima and maxima (float64, exact for float32 values) and its
+   first missing cell; the driver takes the minimum and maximum over the
+   chunks, the same float64 values as ``X.min(axis=0)`` and ``np.ptp`` in
+   memory.
+2. **Trees.**  One task per batch of trees (the same batches and seeds as in
+   memory).  Each worker process reads ``input/X`` once and normalises it
+   once per fit (shared by its tasks), grows its batch with
+   :func:`~distforest.kernels.rptrees.grow_batch` (the same trees, bit for
+   bit), writes its rows' leaves, depths and path codes into arrays of its
+   own (``fit/leaves_<k>``, ``fit/depth_<k>``, ``fit/path_<k>``: one writer
+   each) and returns only the nodes.  Each batch has its own number of
+   path-code words; the widest decides the stored ``path``.
+3. **Gather by row chunks.**  One task per block of whole chunks reads the
+   batches' rows and writes ``leaves``, ``depth`` and ``path`` (narrower
+   batches padded with zero words, as in memory;
+   :func:`~distforest.forests.stored.gather_batches`).
+
+The store then holds what :meth:`XForest.save` writes; the estimator's
+``leaves_``, ``depth_`` and ``codes_`` are the store's Zarr arrays (read on
+use).  The nodes (about ``2 n / leaf_size`` a tree) are still joined in the
+driver, as in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import zarr
+
+from distforest import location
+from distforest.errors import InputError
+from distforest.forests.stored import FIT_GROUP, ROUTE_ROWS, gather_batches
+from distforest.kernels import rptrees
+from distforest.parallel import tasks
+from distforest.store.inputs import StoredTable, input_chunk
+from distforest.store.run_store import RunStore, task_array
+
+if TYPE_CHECKING:
+    from distforest.forests.xforest import XForest
+
+logger = logging.getLogger("distforest")
+
+#: The rows' arrays a fit writes, per batch then gathered: (name, dtype).
+ROW_ARRAYS = (("leaves", "int32"), ("depth", "int32"), ("path", "uint64"))
+
+#: The normalised rows a worker process keeps for one fit: (path, token) -> rows.
+_normalised: dict[tuple[str, str], np.ndarray] = {}
+_normalised_lock = threading.Lock()
+
+
+def _chunk_range(path: str, rows: slice) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
+    """Column minima and maxima (float64) of rows ``rows`` of ``input/X``, and the first
+    missing cell ``(row, column)`` (global row), if any."""
+    X = input_chunk(path, rows)
+    missing = np.isnan(X)
+    if missing.any():
+        row, col = np.argwhere(missing)[0]
+        return np.empty(0), np.empty(0), (int(rows.start + row), int(col))
+    return X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64), None
+
+
+def _normalisation(
+    forest: XForest, runner: Any, table: StoredTable, normalize: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(min, scale)`` of the features from the chunks' ranges; missing cells refused."""
+    items = [(table.path, rows) for rows in table.chunks()]
+    parts: list[Any] = [None] * len(items)
+    for i, part in runner.run(_chunk_range, items, name="xforest-ranges"):
+        parts[i] = part
+    missing = [p[2] for p in parts if p[2] is not None]
+    if missing:
+        row, col = min(missing)
+        raise InputError(
+            f"{table.source}: X-Forest needs complete data, but column "
+            f"{table.feature_names[col]!r} is missing at row {row:,}; impute the missing "
+            "values first, e.g. `distforest impute`"
+        )
+    d = table.n_features
+    if not normalize:
+        return np.zeros(d), np.ones(d)
+    lo = np.minimum.reduce([p[0] for p in parts]) if parts else np.zeros(d)
+    hi = np.maximum.reduce([p[1] for p in parts]) if parts else np.zeros(d)
+    scale = hi - lo  # np.ptp: max - min, in float64
+    return lo, np.where(scale > 0, scale, 1.0)
+
+
+def _rows(path: str, token: str, lo: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(X - min) / scale`` of every row, read and computed once per process and fit."""
+    key = (str(path), token)
+    with _normalised_lock:
+        if key not in _normalised:
+            _normalised.clear()
+            X = np.asarray(task_array(path, "input/X", "r")[...], dtype=np.float64)
+            X -= lo
+            X /= scale
+            X.setflags(write=False)
+            _normalised[key] = X
+        return _normalised[key]
+
+
+def _forget() -> None:
+    with _normalised_lock:
+        _normalised.clear()
+
+
+def _write_rows(path: str, name: str, values: np.ndarray, rows: int) -> None:
+    """Create array ``name`` of the store at ``path`` (this task its one writer) and fill it."""
+    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
+    chunks = (max(1, min(rows, values.shape[0])), *(max(1, s) for s in values.shape[1:]))
+    arr = root.create_array(name, shape=values.shape, chunks=chunks, dtype=values.dtype,
+                            overwrite=True)  # fmt: skip
+    if values.size:
+        arr[...] = values
+
+
+def _grow_task(
+    path: str,
+    token: str,
+    lo: np.ndarray,
+    scale: np.ndarray,
+    seeds: np.ndarray,
+    n_directions: int,
+    leaf_size: int,
+    standard: bool,
+    batch: int,
+    rows: int,
+) -> rptrees.GrownBatch:
+    grown = rptrees.grow_batch(_rows(path, token, lo, scale), seeds, n_directions, leaf_size,
+                               standard)  # fmt: skip
+    for name, values in (("leaves", grown.leaves), ("depth", grown.depth),
+                         ("path", grown.codes)):  # fmt: skip
+        _write_rows(path, f"{FIT_GROUP}/{name}_{batch}", values, rows)
+    width, words = grown.codes.shape[1:]
+    return replace(grown, leaves=np.empty((0, width), np.int32),
+                   depth=np.empty((0, width), np.int32),
+                   codes=np.empty((0, width, words), np.uint64))  # fmt: skip
+
+
+def fit_stored(forest: XForest, table: StoredTable, params: dict[str, Any]) -> XForest:
+    """Fit ``forest`` on ``table`` (see the module docstring); returns it, fitted.
+
+    Parameters
+    ----------
+    forest : XForest
+    table : StoredTable
+        Its store is written: the fitted arrays and the forest go there.
+    params : dict
+        The forest's validated parameters.
+    """
+    n, d, n_trees = table.n_samples, table.n_features, params["n_estimators"]
+    tile = params["tile_size"]
+    entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
+    standard = params["mode"] == "standard"
+    rptrees.warm_up()
+    rs = RunStore.open(table.path, mode="r+")
+    rs.mark_running()
+    with forest._runner(n * d) as runner:
+        lo, scale = _normalisation(forest, runner, table, params["normalize"])
+        batch_size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
+        batches = tasks.plan_batches(n_trees, batch_size)
+        logger.info("growing %d X-Forest trees on %d x %d from %s in %d tasks", n_trees, n, d,
+                    table.path, len(batches))  # fmt: skip
+        rs.group.require_group(FIT_GROUP)
+        token = uuid.uuid4().hex  # each worker reads and normalises the rows once
+        grow = (params["n_directions"], params["leaf_size"], standard)
+        items = [(table.path, token, lo, scale, seeds[b], *grow, k, tile)
+                 for k, b in enumerate(batches)]  # fmt: skip
+        parts: list[Any] = [None] * len(batches)
+        for i, part in runner.run(_grow_task, items, name="xforest-trees",
+                                  progress=forest._report("fit")):  # fmt: skip
+            parts[i] = part
+        runner.everywhere(_forget)
+        words = max(p.codes.shape[2] for p in parts)
+        rs.write_coordinates(n, n_trees)
+        for name, dtype in ROW_ARRAYS:
+            shape = (n, n_trees, words) if name == "path" else (n, n_trees)
+            dims = ("sample", "tree", "path_word") if name == "path" else ("sample", "tree")
+            rs.group.create_array(name, shape=shape, chunks=(max(1, min(n, tile)), *shape[1:]),
+                                  dtype=dtype, dimension_names=dims, overwrite=True)  # fmt: skip
+        step = max(tile, ROUTE_ROWS // tile * tile)
+        blocks = [slice(s, min(s + step, n)) for s in range(0, n, step)]
+        sources = {name: [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))]
+                   for name, _ in ROW_ARRAYS}  # fmt: skip
+        gather_batches(runner, table.path, sources, blocks, progress=forest._report("gather"))
+    del rs.group[FIT_GROUP]
+    forest._fitted(table, params, parts, (lo, scale), (entropy, seeds))
+    # the store's arrays, read on use (np.asarray, by rows) or by the workers (tiles, products)
+    forest.leaves_ = cast(np.ndarray, rs.array("leaves"))
+    forest.depth_ = cast(np.ndarray, rs.array("depth"))
+    forest.codes_ = cast(np.ndarray, rs.array("path"))
+    forest._save_parts(rs, tile)
+    rs.update_attrs(**forest._provenance(model=True), store_input=True)
+    return forest
