@@ -97,10 +97,11 @@ def test_store_backed_forest_serves_every_use(tables, client, tmp_path):
     params = {"n_estimators": 8, "tile_size": 64, "random_state": 1}
     query = frame.to_numpy()[:9] + 0.25
     V = np.random.default_rng(0).standard_normal((len(frame), 2))
-    with execution(client=client):
+    with execution(client="synchronous"):
         memory = XForest(**params).fit(frame)
         stored = XForest(**params).fit(ingest(tables["parts"], tmp_path / "run.zarr",
                                               drop=["cls"], rows=100))  # fmt: skip
+    with execution(client=client):  # the workers read the stored leaves and codes
         np.testing.assert_array_equal(stored.cross_similarity(query),
                                       memory.cross_similarity(query))  # fmt: skip
         np.testing.assert_array_equal(stored.product(V), memory.product(V))
@@ -200,3 +201,23 @@ def test_bad_value_in_a_part_names_file_column_row(tables, client):
     assert result.exit_code == 3, result.output
     assert "t-3.csv" in result.output and "'c'" in result.output and "oops" in result.output
     assert not out.exists() or not RunStore.open(out).is_complete
+
+
+def test_driver_holds_no_rows_arrays(client, tmp_path):
+    """The stored fit's driver allocates less than a quarter of the rows' (n, T) arrays
+    (leaves, depth, one word of path code: 16 bytes a row and tree); in memory, more."""
+    from tracing import traced_peak
+
+    from distforest.kernels import rptrees
+
+    n, trees = 30_000, 24
+    frame = pd.DataFrame(np.random.default_rng(1).standard_normal((n, 3)).astype(np.float32),
+                         columns=["a", "b", "c"])  # fmt: skip
+    params = {"n_estimators": trees, "leaf_size": 200, "random_state": 0}
+    rptrees.warm_up()
+    with execution(client=client):
+        table = ingest(frame, tmp_path / "run.zarr")
+        stored = traced_peak(lambda: XForest(**params).fit(table))
+        memory = traced_peak(lambda: XForest(**params).fit(frame))
+    rows_arrays = 16 * n * trees
+    assert stored < rows_arrays / 4 < rows_arrays < memory, (stored, memory)

@@ -172,9 +172,11 @@ def fit_stored(forest: XForest, table: StoredTable, params: dict[str, Any]) -> X
         logger.info("growing %d X-Forest trees on %d x %d from %s in %d tasks", n_trees, n, d,
                     table.path, len(batches))  # fmt: skip
         rs.group.require_group(FIT_GROUP)
+        # the batches' arrays in chunks of the gathering blocks: one chunk read per block
+        step = max(tile, ROUTE_ROWS // tile * tile)
         token = uuid.uuid4().hex  # each worker reads and normalises the rows once
         grow = (params["n_directions"], params["leaf_size"], standard)
-        items = [(table.path, token, lo, scale, seeds[b], *grow, k, tile)
+        items = [(table.path, token, lo, scale, seeds[b], *grow, k, step)
                  for k, b in enumerate(batches)]  # fmt: skip
         parts: list[Any] = [None] * len(batches)
         for i, part in runner.run(_grow_task, items, name="xforest-trees",
@@ -188,7 +190,6 @@ def fit_stored(forest: XForest, table: StoredTable, params: dict[str, Any]) -> X
             dims = ("sample", "tree", "path_word") if name == "path" else ("sample", "tree")
             rs.group.create_array(name, shape=shape, chunks=(max(1, min(n, tile)), *shape[1:]),
                                   dtype=dtype, dimension_names=dims, overwrite=True)  # fmt: skip
-        step = max(tile, ROUTE_ROWS // tile * tile)
         blocks = [slice(s, min(s + step, n)) for s in range(0, n, step)]
         sources = {name: [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))]
                    for name, _ in ROW_ARRAYS}  # fmt: skip
