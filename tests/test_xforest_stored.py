@@ -143,6 +143,16 @@ def test_command_on_parts_writes_the_one_file_store(tables, client):
     assert RunStore.open(parts).is_complete
     again = invoke("xforest", tables["parts"], "--out", parts, *options)
     assert again.exit_code == 0 and "already complete" in again.output, again.output
+    # interrupted after the fit, one tile left to write: resumed from the stored forest
+    rs = RunStore.open(parts, mode="r+")
+    rs.update_attrs(stages={"fit": rs.attrs["stages"]["fit"]})
+    rs.group["done/beta_similarity"][1, 2] = 0
+    rs.group["beta_similarity"][128:256, 256:] = 0
+    rs.mark_running()
+    resumed = invoke("xforest", tables["parts"], "--out", parts, *options)
+    assert resumed.exit_code == 0 and "resumed" in resumed.output, resumed.output
+    assert RunStore.open(parts).attrs["stages"]["tiles"]["skipped"] == 5
+    assert _arrays(parts)["beta_similarity"] == a["beta_similarity"]
     dry = invoke("xforest", tables["parts"], "--out", root / "dry.zarr", "--dry-run", *options)
     assert dry.exit_code == 0 and "360" in dry.output, dry.output
     assert not (root / "dry.zarr").exists()

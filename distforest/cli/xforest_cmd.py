@@ -123,7 +123,8 @@ def xforest(
     """Fit X-Forest on INPUT and write its beta-similarity matrix to a Zarr store.
 
     INPUT: CSV/TSV, Parquet, .npy or Zarr, numeric features without missing
-    values (use --drop for identifiers and labels).
+    values (use --drop for identifiers and labels).  A glob of files, a folder
+    of Parquet parts or a file over 32 MB is read by partitions on the workers.
     """
     from distforest.jobs.xforest import XForestJob
 
