@@ -153,6 +153,17 @@ def test_command_on_parts_writes_the_one_file_store(tables, client):
     assert resumed.exit_code == 0 and "resumed" in resumed.output, resumed.output
     assert RunStore.open(parts).attrs["stages"]["tiles"]["skipped"] == 5
     assert _arrays(parts)["beta_similarity"] == a["beta_similarity"]
+    # matrix-free clustering: the workers read the stored leaves (the driver loads no n x T)
+    assert isinstance(XForest.load(parts).leaves_, zarr.Array)
+    labels = []
+    for store in (whole, parts):
+        out = root / f"{store.stem}-labels.csv"
+        result = invoke("-q", "cluster", store, "--method", "spectral", "--k", "3",
+                        "--matrix-free", "--seed", "0", "--out", out,
+                        "--scheduler", client.scheduler.address)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        labels.append(out.read_bytes())
+    assert labels[0] == labels[1]
     dry = invoke("xforest", tables["parts"], "--out", root / "dry.zarr", "--dry-run", *options)
     assert dry.exit_code == 0 and "360" in dry.output, dry.output
     assert not (root / "dry.zarr").exists()

@@ -196,6 +196,7 @@ def fit_stored(forest: XForest, table: StoredTable, params: dict[str, Any]) -> X
         gather_batches(runner, table.path, sources, blocks, progress=forest._report("gather"))
     del rs.group[FIT_GROUP]
     forest._fitted(table, params, parts, (lo, scale), (entropy, seeds))
+    del parts  # the batches' nodes, joined: not held twice while the forest is saved
     # the store's arrays, read on use (np.asarray, by rows) or by the workers (tiles, products)
     forest.leaves_ = cast(np.ndarray, rs.array("leaves"))
     forest.depth_ = cast(np.ndarray, rs.array("depth"))
