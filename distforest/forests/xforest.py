@@ -33,6 +33,7 @@ from distforest.forests.xforest_similarity import (
     arrays_tile,
     store_tile,
 )
+from distforest.forests.xforest_stored import NODE_COLUMNS, StoredNodes
 from distforest.io import Table, load_table
 from distforest.io.in_memory import check_in_memory
 from distforest.kernels import betasim, rptrees
@@ -48,9 +49,6 @@ logger = logging.getLogger("distforest")
 
 #: ``progress(stage, done, total)``; stages are "fit", "tiles" and "product".
 Progress = Callable[[str, int, int], None]
-
-#: Columns of the flat node array, as stored under ``forest/``.
-NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
 
 
 class XForest(Persisted, DaskEstimator):
@@ -293,8 +291,8 @@ class XForest(Persisted, DaskEstimator):
         Xn = (table.X - self.feature_min_) / self.feature_scale_
         return rptrees.route_forest(
             Xn,
-            self.nodes_,
-            self.thresholds_,
+            np.asarray(self.nodes_),  # (a stored fit's: read here)
+            np.asarray(self.thresholds_),
             self.node_offset_,
             self.directions_,
             self.direction_offset_,
@@ -461,8 +459,12 @@ class XForest(Persisted, DaskEstimator):
 
     def _save_parts(self, rs: RunStore, tile_size: int) -> None:
         nodes = {c: np.ascontiguousarray(self.nodes_[:, k]) for k, c in enumerate(NODE_COLUMNS)}
-        nodes["threshold"] = self.thresholds_
+        nodes["threshold"] = np.asarray(self.thresholds_)
         rs.write_forest(nodes, np.diff(self.node_offset_), self.seeds_)
+        self._save_directions(rs)
+
+    def _save_directions(self, rs: RunStore) -> None:
+        """Write ``forest/``'s directions and normalisation (the nodes are written)."""
         forest = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
         forest.write_array("direction_offset", self.direction_offset_, ("tree_edge",))
         forest.write_array("directions", self.directions_, ("direction", "feature"))
@@ -475,11 +477,18 @@ class XForest(Persisted, DaskEstimator):
         return rs.array(name) if rs.attrs.get("store_input") else rs.read(name)
 
     def _load_parts(self, rs: RunStore) -> None:
-        f = rs.read_forest()
+        stored = bool(rs.attrs.get("store_input"))  # a stored fit's nodes: read on use
+        node_arrays = (*NODE_COLUMNS, "threshold") if stored else ()
+        f = {name: np.asarray(arr[...]) for name, arr in rs.subgroup("forest").arrays()
+             if name not in node_arrays}  # fmt: skip
         self.feature_min_, self.feature_scale_ = f["feature_min"], f["feature_scale"]
         self.seeds_ = f["seed"]
-        self.nodes_ = np.stack([f[c] for c in NODE_COLUMNS], axis=1).astype(np.int32)
-        self.thresholds_ = f["threshold"]
+        if stored:
+            self.nodes_ = cast(np.ndarray, StoredNodes(rs.path))
+            self.thresholds_ = cast(np.ndarray, rs.array("forest/threshold"))
+        else:
+            self.nodes_ = np.stack([f[c] for c in NODE_COLUMNS], axis=1).astype(np.int32)
+            self.thresholds_ = f["threshold"]
         self.node_offset_ = f["node_offset"]
         self.directions_ = f["directions"]
         self.direction_offset_ = f["direction_offset"]

@@ -21,6 +21,7 @@ from distforest.forests.products import (
     StoredArray,
     stored_location,
 )
+from distforest.forests.xforest_stored import StoredNodes
 from distforest.kernels import betasim
 from distforest.parallel.execution import Runner
 from distforest.store.run_store import read_rows
@@ -54,18 +55,21 @@ def arrays_tile(codes: np.ndarray, depth: np.ndarray, beta: float, rows: slice, 
 def _product_part(
     trees: slice,
     leaves_t: np.ndarray | StoredArray,
-    node_depth: np.ndarray,
-    parent: np.ndarray,
+    node_depth: np.ndarray | StoredArray,
+    parent: np.ndarray | StoredArray,
     offsets: np.ndarray,
     V: np.ndarray,
     beta: float,
 ) -> np.ndarray:
     a, b = offsets[trees.start], offsets[trees.stop]
     leaves = leaves_t.trees(trees) if isinstance(leaves_t, StoredArray) else leaves_t[trees]
+    # a stored fit's nodes: read once per process
+    depth = node_depth.read() if isinstance(node_depth, StoredArray) else node_depth
+    up = parent.read() if isinstance(parent, StoredArray) else parent
     return betasim.phi_product(
         leaves,
-        node_depth[a:b],
-        parent[a:b],
+        depth[a:b],
+        up[a:b],
         offsets[trees.start : trees.stop + 1] - a,
         V,
         beta,
@@ -104,12 +108,14 @@ class SimilarityProduct:
             leaves = StoredArray(*where, whole)
         else:
             leaves = np.ascontiguousarray(forest.leaves_.T)
-        shared = (
-            leaves,
-            np.ascontiguousarray(forest.nodes_[:, 1]),
-            np.ascontiguousarray(forest.nodes_[:, 0]),
-            forest.node_offset_,
-        )
+        nodes: tuple[Any, Any]
+        if isinstance(forest.nodes_, StoredNodes):  # the workers read them from the store
+            path = forest.nodes_.path
+            nodes = (StoredArray(path, "forest/depth"), StoredArray(path, "forest/parent"))
+        else:
+            nodes = (np.ascontiguousarray(forest.nodes_[:, 1]),
+                     np.ascontiguousarray(forest.nodes_[:, 0]))  # fmt: skip
+        shared = (leaves, *nodes, forest.node_offset_)
         self.session = ProductSession(runner, _product_part, shared, self.n_trees, batch_size)
 
     def __call__(self, V: Any) -> np.ndarray:

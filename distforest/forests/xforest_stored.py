@@ -23,8 +23,10 @@ the store's path.
 
 The store then holds what :meth:`XForest.save` writes; the estimator's
 ``leaves_``, ``depth_`` and ``codes_`` are the store's Zarr arrays (read on
-use).  The nodes (about ``2 n / leaf_size`` a tree) are still joined in the
-driver, as in memory.
+use).  The tasks write their trees' nodes too (``fit/nodes_<k>``), joined into
+``forest/`` a chunk at a time; ``nodes_`` and ``thresholds_`` read them from
+there on use (:class:`StoredNodes`).  Only the directions (a few per tree;
+one per split node in ``standard`` mode) pass through the driver.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -44,19 +46,53 @@ from distforest.forests.stored import FIT_GROUP, ROUTE_ROWS, gather_batches
 from distforest.kernels import rptrees
 from distforest.parallel import tasks
 from distforest.store.inputs import StoredTable, input_chunk
-from distforest.store.run_store import RunStore, task_array
+from distforest.store.run_store import RunStore, task_array, write_group
 
 if TYPE_CHECKING:
     from distforest.forests.xforest import XForest
 
 logger = logging.getLogger("distforest")
 
+#: Columns of the flat node array, as stored under ``forest/``.
+NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
 #: The rows' arrays a fit writes, per batch then gathered: (name, dtype).
 ROW_ARRAYS = (("leaves", "int32"), ("depth", "int32"), ("path", "uint64"))
 
 #: The normalised rows a worker process keeps for one fit: (path, token) -> rows.
 _normalised: dict[tuple[str, str], np.ndarray] = {}
 _normalised_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class StoredNodes:
+    """The ``(total_nodes, 5)`` node array of a forest fitted into a store, read on use.
+
+    Its columns are the 1-D arrays :data:`NODE_COLUMNS` of the store's
+    ``forest/`` group: ``nodes[:, k]`` reads one column, ``np.asarray(nodes)``
+    all of them (to route new rows), and tasks read the ones they need
+    themselves (the products).
+    """
+
+    path: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(total_nodes, 5)``."""
+        return (int(task_array(self.path, "forest/parent", "r").shape[0]), len(NODE_COLUMNS))
+
+    def column(self, k: int) -> np.ndarray:
+        """Column ``k`` (``NODE_COLUMNS[k]``) of every node."""
+        return np.asarray(task_array(self.path, f"forest/{NODE_COLUMNS[k]}", "r")[...])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        nodes = np.stack([self.column(k) for k in range(len(NODE_COLUMNS))], axis=1)
+        return nodes if dtype is None else nodes.astype(dtype)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, tuple) and len(key) == 2 and key[0] == slice(None):
+            if isinstance(key[1], int | np.integer):
+                return self.column(int(key[1]))
+        return np.asarray(self)[key]
 
 
 def _chunk_range(path: str, rows: slice) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
@@ -141,10 +177,14 @@ def _grow_task(
     for name, values in (("leaves", grown.leaves), ("depth", grown.depth),
                          ("path", grown.codes)):  # fmt: skip
         _write_rows(path, f"{FIT_GROUP}/{name}_{batch}", values, rows)
+    nodes = {c: np.ascontiguousarray(grown.nodes[:, k]) for k, c in enumerate(NODE_COLUMNS)}
+    write_group(path, f"{FIT_GROUP}/nodes_{batch}", {**nodes, "threshold": grown.thresholds})
     width, words = grown.codes.shape[1:]
     return replace(grown, leaves=np.empty((0, width), np.int32),
                    depth=np.empty((0, width), np.int32),
-                   codes=np.empty((0, width, words), np.uint64))  # fmt: skip
+                   codes=np.empty((0, width, words), np.uint64),
+                   nodes=np.empty((0, len(NODE_COLUMNS)), np.int32),
+                   thresholds=np.empty(0))  # fmt: skip
 
 
 def fit_stored(forest: XForest, table: StoredTable, params: dict[str, Any]) -> XForest:
@@ -194,13 +234,17 @@ def fit_stored(forest: XForest, table: StoredTable, params: dict[str, Any]) -> X
         sources = {name: [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))]
                    for name, _ in ROW_ARRAYS}  # fmt: skip
         gather_batches(runner, table.path, sources, blocks, progress=forest._report("gather"))
+    # the tasks wrote their trees' nodes; joined here a chunk at a time, never held whole
+    rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))],
+                   np.concatenate([p.node_counts for p in parts]), seeds)  # fmt: skip
     del rs.group[FIT_GROUP]
     forest._fitted(table, params, parts, (lo, scale), (entropy, seeds))
-    del parts  # the batches' nodes, joined: not held twice while the forest is saved
+    forest.nodes_ = cast(np.ndarray, StoredNodes(str(table.path)))
+    forest.thresholds_ = cast(np.ndarray, rs.array("forest/threshold"))
     # the store's arrays, read on use (np.asarray, by rows) or by the workers (tiles, products)
     forest.leaves_ = cast(np.ndarray, rs.array("leaves"))
     forest.depth_ = cast(np.ndarray, rs.array("depth"))
     forest.codes_ = cast(np.ndarray, rs.array("path"))
-    forest._save_parts(rs, tile)
+    forest._save_directions(rs)
     rs.update_attrs(**forest._provenance(model=True), store_input=True)
     return forest
