@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from distforest import execution
 from distforest.cli.main import cli
+from distforest.errors import InputError
 from distforest.forests.xforest import XForest
 from distforest.store.inputs import ingest
 from distforest.store.run_store import RunStore
@@ -90,6 +91,15 @@ def test_fit_from_parts_and_dask_frame_equals_fit_in_memory(tables, tmp_path, da
     assert rs.array("path").chunks == (params["tile_size"], params["n_estimators"],
                                        memory.codes_.shape[2])  # fmt: skip
     assert "fit" not in rs.group  # the batches' arrays are gone
+
+
+def test_missing_value_in_a_stored_table_is_named(tables, tmp_path):
+    frame = tables["blobs"].drop(columns="cls")
+    frame.loc[250, "c"] = np.nan
+    with execution(client="synchronous"):
+        table = ingest(frame, tmp_path / "run.zarr", rows=64)  # missing values allowed here
+        with pytest.raises(InputError, match=r"column 'c' is missing at row 251 \(counted"):
+            XForest(n_estimators=2).fit(table)
 
 
 def test_store_backed_forest_serves_every_use(tables, client, tmp_path):

@@ -119,8 +119,8 @@ def _normalisation(
         row, col = min(missing)
         raise InputError(
             f"{table.source}: X-Forest needs complete data, but column "
-            f"{table.feature_names[col]!r} is missing at row {row:,}; impute the missing "
-            "values first, e.g. `distforest impute`"
+            f"{table.feature_names[col]!r} is missing at row {row + 1:,} (counted from 1); "
+            "impute the missing values first, e.g. `distforest impute`"
         )
     d = table.n_features
     if not normalize:
