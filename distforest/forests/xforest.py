@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("distforest")
 
-#: ``progress(stage, done, total)``; stages are "fit", "tiles" and "product".
+#: ``progress(stage, done, total)``; stages are "fit", "gather" (a stored fit), "tiles"
+#: and "product".
 Progress = Callable[[str, int, int], None]
 
 

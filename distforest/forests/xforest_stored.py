@@ -13,8 +13,9 @@ the store's path.
    once per fit (shared by its tasks), grows its batch with
    :func:`~distforest.kernels.rptrees.grow_batch` (the same trees, bit for
    bit), writes its rows' leaves, depths and path codes into arrays of its
-   own (``fit/leaves_<k>``, ``fit/depth_<k>``, ``fit/path_<k>``: one writer
-   each) and returns only the nodes.  Each batch has its own number of
+   own (``fit/leaves_<k>``, ``fit/depth_<k>``, ``fit/path_<k>``, and its
+   trees' nodes in ``fit/nodes_<k>``: one writer each) and returns only the
+   node counts and directions.  Each batch has its own number of
    path-code words; the widest decides the stored ``path``.
 3. **Gather by row chunks.**  One task per block of whole chunks reads the
    batches' rows and writes ``leaves``, ``depth`` and ``path`` (narrower
