@@ -685,5 +685,6 @@ def warm_up() -> None:
                        {"max_features": None, "oblique": True})  # fmt: skip
         leaves = apply(f, X)
         inbag = inbag_counts(f, 3)
-        tile_distance(D.astype(dtype), leaves, leaves, f.node_offset, f.leaf_start,
-                      f.leaf_members, True, inbag, inbag, 0.0)  # fmt: skip
+        for counts in (inbag, inbag.astype(np.uint8)):  # uint8: a stored fit's in-bag counts
+            tile_distance(D.astype(dtype), leaves, leaves, f.node_offset, f.leaf_start,
+                          f.leaf_members, True, counts, counts, 0.0)  # fmt: skip
