@@ -350,7 +350,7 @@ class SMERF(Persisted, DaskEstimator):
 
     def predict_distance(
         self,
-        X_a: Any,
+        X_a: Any = None,
         X_b: Any = None,
         store: str | Path | None = None,
         *,
@@ -361,8 +361,9 @@ class SMERF(Persisted, DaskEstimator):
 
         Parameters
         ----------
-        X_a : array-like, path or Table
-            Rows of the matrix (``sample_i``).
+        X_a : array-like, path or Table, optional
+            Rows of the matrix (``sample_i``); None: the training rows (their
+            leaves as fitted, not routed again).
         X_b : array-like, path or Table, optional
             Columns (``sample_j``); None: the training rows.
         store : str or Path, optional
@@ -381,7 +382,7 @@ class SMERF(Persisted, DaskEstimator):
             Dims ``(sample_i, sample_j)``, float32, named ``distance``.
         """
         self._check_fitted()
-        leaves_a = K.apply(self.forest_, self._rows(X_a, "X_a"))
+        leaves_a = self.leaves_ if X_a is None else K.apply(self.forest_, self._rows(X_a, "X_a"))
         leaves_b = self.leaves_ if X_b is None else K.apply(self.forest_, self._rows(X_b, "X_b"))
         none = np.zeros((1, 1), dtype=np.uint16)
         inputs = self._inputs(leaves_a, leaves_b, none, none, oob=False)
