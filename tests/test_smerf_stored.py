@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from distforest import execution
 from distforest.cli.main import cli
 from distforest.errors import InputError
+from distforest.forests import constraints as C
 from distforest.forests.smerf import SMERF
 from distforest.io import distances
 from distforest.io.distances import StoredDistances, clear_cache, load_distances
@@ -354,3 +355,35 @@ def test_pipeline_on_a_folder_is_the_one_file_pipeline(parts):
     assert sorted(stores["parts"]) == sorted(stores["csv"])
     for name, values in stores["csv"].items():
         np.testing.assert_array_equal(stores["parts"][name], values, err_msg=name)
+
+
+def test_the_driver_never_reads_a_whole_per_row_array(client, tmp_path, monkeypatch):
+    n, trees = 300, 6
+    monkeypatch.setattr(C, "SMERF_TILE", 64)  # chunks of 64 rows of leaves and inbag
+    X, D = _data(n, seed=2, missing=0.0)
+    stored = ingest(pd.DataFrame(X, columns=list("abcde")), tmp_path / "run.zarr",
+                    dtype=np.float64, rows=100)  # fmt: skip
+    reads: dict[str, int] = {}
+    getitem = zarr.Array.__getitem__
+
+    def counting(self, key):
+        out = getitem(self, key)
+        reads[self.path] = max(reads.get(self.path, 0), int(np.size(out)))
+        return out
+
+    monkeypatch.setattr(zarr.Array, "__getitem__", counting)
+    with execution(client):
+        model = SMERF(n_estimators=trees, random_state=0).fit(stored, D)
+        model.oob_distance(store=tmp_path / "oob.zarr", tile_size=128)
+        model.save(tmp_path / "model.zarr", tile_size=128)
+    monkeypatch.undo()
+    assert "leaves" in reads  # opened here (shapes, the save's copy plan) ...
+    # ... but read in chunks of rows by the tasks, never whole in this process
+    assert max(reads.get(name, 0) for name in ("leaves", "inbag")) < n * trees
+    assert reads.get("input/X", 0) == 0  # the features: only the workers read them
+    with execution("synchronous"):
+        memory = SMERF(n_estimators=trees, random_state=0).fit(X, D)
+        want = memory.oob_distance().values
+    got = zarr.open_group(str(tmp_path / "oob.zarr"), mode="r")["distance"][...]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(SMERF.load(tmp_path / "model.zarr").leaves_, memory.leaves_)

@@ -99,7 +99,7 @@ class SmerfJob(ForestJob):
         return f"SMERF model and distances ({rows} rows x {d['against'] or 'training rows'})"
 
 
-def class_distances(y: np.ndarray) -> np.ndarray:
+def class_distances(y: np.ndarray | None) -> np.ndarray:
     """``D = 1[y_a != y_b]`` (float32) of a target ``y``: the Gini distance."""
     y = np.asarray(y)
     return (y[:, None] != y[None, :]).astype(np.float32)
