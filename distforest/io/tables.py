@@ -434,11 +434,11 @@ def _read_path(
             f"({', '.join(sorted(SUPPORTED_EXTENSIONS))}; a .zarr store is a folder). A folder "
             "of table parts (or a glob) is read by partitions, on the workers, by the commands "
             "`proximity`, `impute`, `outliers`, `mislabels`, `mds`, `knn fit` (a measure, "
-            "rf-proximity or rfgap), `knn predict`, `score`, `smerf fit` and their pipelines, "
-            "and in Python by `distforest.store.inputs.ingest(folder, store)` for a "
-            "ProximityForest or SMERF; the others (`xforest`, `simforest`, `smerf predict`, "
-            "`similarity`, `neighbors`) hold "
-            "every row, or every row's leaves, in this process: here, give one file"
+            "rf-proximity or rfgap), `knn predict`, `score`, `similarity`, `neighbors`, "
+            "`smerf fit` and their pipelines, and in Python by "
+            "`distforest.store.inputs.ingest(folder, store)` for a ProximityForest or SMERF; "
+            "the others (`xforest`, `simforest`, `smerf predict`) hold every row, or every "
+            "row's leaves, in this process: here, give one file"
         )
     if suffix not in SUPPORTED_EXTENSIONS or suffix == ".zarr":
         raise InputError(
