@@ -387,3 +387,21 @@ def test_the_driver_never_reads_a_whole_per_row_array(client, tmp_path, monkeypa
     got = zarr.open_group(str(tmp_path / "oob.zarr"), mode="r")["distance"][...]
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(SMERF.load(tmp_path / "model.zarr").leaves_, memory.leaves_)
+
+
+def test_joining_batches_frees_each_part_as_it_goes():
+    X, D = _data(80, seed=4)
+    batches = [np.array([1, 2], dtype=np.uint64), np.array([3], dtype=np.uint64)]
+
+    def grown() -> list[K.FlatForest]:
+        return [K.grow_batch(X, D, seeds, {"oblique": True}) for seeds in batches]
+
+    want = K.concatenate(grown())
+    parts = grown()
+    got = K.concatenate(parts, consume=True)
+    for col in K.NODE_COLUMNS:
+        np.testing.assert_array_equal(got.nodes[col], want.nodes[col])
+        assert all(p.nodes[col].size == 0 for p in parts)  # dropped once joined
+    for name in ("node_offset", "proj_feature", "proj_weight", "leaf_members", "importances"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+    assert all(p.leaf_members.size == 0 and p.importances.shape == (0, 5) for p in parts)

@@ -271,7 +271,7 @@ class SMERF(Persisted, DaskEstimator):
                 grow_trees, items, name="smerf-trees", progress=self._report("fit")
             ):
                 parts[i] = part
-        forest = K.concatenate(parts)
+        forest = K.concatenate(parts, consume=True)  # never the parts and the forest whole
         return self._fitted(
             forest, K.apply(forest, table.X), K.inbag_counts(forest, table.n_samples),
             n_samples=table.n_samples, feature_names=table.feature_names, seeds=seeds,

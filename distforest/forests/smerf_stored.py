@@ -154,7 +154,7 @@ def fit_stored(model: SMERF, table: StoredTable, D: Any, params: dict[str, Any])
         runner.everywhere(forget_inputs)
     del rs.group[FIT_GROUP]
     model._fitted(
-        K.concatenate(parts), rows["leaves"], rows["inbag"], n_samples=n,
+        K.concatenate(parts, consume=True), rows["leaves"], rows["inbag"], n_samples=n,
         feature_names=table.feature_names, seeds=seeds, entropy=entropy, dist=dist,
         input_={"source": table.source, "fingerprint": table.fingerprint()}, params=params,
         fit_id=fit_id,
