@@ -48,9 +48,13 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     # halves of ever smaller values: trees deeper than 64 levels in some batches only
     x = 0.5 ** np.random.default_rng(0).permutation(120).astype(np.float64)
     deep = pd.DataFrame({"x": x, "one": np.ones(120)})
+    # float64 values no float32 holds: equal to memory from a store of float64 rows only
+    noisy = pd.DataFrame(X * (1 + 1e-9 * rng.standard_normal(X.shape)), columns=["a", "b", "c"])
+    assert (noisy.to_numpy(np.float32).astype(np.float64) != noisy.to_numpy()).all()
     return {"root": root, "blobs": blobs, "csv": root / "blobs.csv",
             "parts": _parts(blobs, root / "export", 4), "deep": deep,
-            "deep_parts": _parts(deep, root / "deep", 3)}  # fmt: skip
+            "deep_parts": _parts(deep, root / "deep", 3), "noisy": noisy,
+            "noisy_parts": _parts(noisy, root / "noisy", 5)}  # fmt: skip
 
 
 def _same_forest(stored: XForest, memory: XForest) -> None:
@@ -60,24 +64,27 @@ def _same_forest(stored: XForest, memory: XForest) -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "params"),
-    [
-        ("blobs", {"n_estimators": 7, "batch_size": 2, "tile_size": 64}),
-        ("blobs", {"n_estimators": 4, "mode": "standard", "normalize": False, "tile_size": 100}),
-        ("deep", {"n_estimators": 6, "batch_size": 1, "n_directions": 1, "leaf_size": 1,
-                  "tile_size": 32, "random_state": 0}),
+    ("data", "dtype", "params"),
+    [  # (float32 rows, ingest's default, hold the float32 values of "blobs" exactly)
+        ("blobs", np.float32, {"n_estimators": 7, "batch_size": 2, "tile_size": 64}),
+        ("noisy", np.float64, {"n_estimators": 4, "mode": "standard", "normalize": False,
+                               "tile_size": 100}),
+        ("noisy", np.float64, {"n_estimators": 5, "n_directions": 3, "tile_size": 16}),
+        ("deep", np.float64, {"n_estimators": 6, "batch_size": 1, "n_directions": 1,
+                              "leaf_size": 1, "tile_size": 32, "random_state": 0}),
     ],
 )  # fmt: skip
-def test_fit_from_parts_and_dask_frame_equals_fit_in_memory(tables, tmp_path, data, params):
+def test_fit_from_parts_and_dask_frame_equals_fit_in_memory(tables, tmp_path, data, dtype,
+                                                            params):  # fmt: skip
     import dask.dataframe as dd
 
     frame = tables[data].drop(columns=["cls"], errors="ignore")
-    folder = tables["parts" if data == "blobs" else "deep_parts"]
+    folder = tables["parts" if data == "blobs" else f"{data}_parts"]
     params = {"random_state": 3, **params}
     with execution(client="synchronous"):
         memory = XForest(**params).fit(frame)
         table = ingest(folder, tmp_path / "run.zarr", drop=["cls"] if data == "blobs" else (),
-                       rows=48)  # fmt: skip
+                       rows=48, dtype=dtype)  # fmt: skip
         stored = XForest(**params).fit(table)
         lazy = XForest(**params).fit(dd.from_pandas(frame, npartitions=3))
     if data == "deep":  # batches of one tree: 1 and 2 words of path code side by side

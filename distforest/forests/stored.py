@@ -28,7 +28,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -264,8 +264,87 @@ def is_dask_frame(X: Any) -> bool:
     return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "columns")
 
 
-#: Temporary stores of forests fitted on a dask DataFrame, removed with their forest.
+def _gather_task(path: str, parts: tuple[str, ...], name: str, rows: slice) -> int:
+    target = task_array(path, name, "r+")
+    block = np.zeros((rows.stop - rows.start, *target.shape[1:]), dtype=target.dtype)
+    col = 0
+    for part in parts:
+        values = read_rows(path, part, rows)
+        block[(slice(None), slice(col, col + values.shape[1]),
+               *(slice(0, s) for s in values.shape[2:]))] = values  # fmt: skip
+        col += values.shape[1]
+    write_block(path, name, (rows, *(slice(None),) * (block.ndim - 1)), block)
+    return int(rows.stop - rows.start)
+
+
+def gather_batches(
+    runner: Any,
+    path: str,
+    parts: list[str],
+    name: str,
+    dtype: str,
+    chunk_rows: int,
+    *,
+    dims: tuple[str, ...] = ("sample", "tree"),
+    progress: Any = None,
+) -> Any:
+    """Join per-batch ``(n, w_k, ...)`` arrays of a store into one ``(n, sum w_k, ...)`` array.
+
+    Array ``name`` (dims ``dims``, chunks of ``chunk_rows`` whole rows) is
+    created in the store at ``path`` and written by row-block tasks of whole chunks
+    (about :data:`ROUTE_ROWS` rows each), each reading its rows of every part: one
+    writer per Zarr chunk, and no process holds the whole array.  Parts of more
+    than two dims are joined along the second; a part narrower in a later dim
+    is padded with zeros (the path-code words of a batch of shallower trees).
+
+    Returns
+    -------
+    zarr.Array
+        The joined array (read on use).
+    """
+    rs = RunStore.open(path, mode="r+")
+    shapes = [tuple(int(s) for s in rs.array(part).shape) for part in parts]
+    n = shapes[0][0]
+    width = sum(shape[1] for shape in shapes)
+    rest = tuple(max(shape[k] for shape in shapes) for k in range(2, len(shapes[0])))
+    chunk = max(1, min(n, chunk_rows))
+    rs.group.create_array(name, shape=(n, width, *rest), chunks=(chunk, width, *rest),
+                          dtype=dtype, dimension_names=dims, overwrite=True)  # fmt: skip
+    step = max(chunk, ROUTE_ROWS // chunk * chunk)
+    items = [(path, tuple(parts), name, slice(s, min(s + step, n))) for s in range(0, n, step)]
+    for _ in runner.run(_gather_task, items, name=f"gather-{name}", progress=progress):
+        pass
+    return rs.array(name)
+
+
+#: Temporary stores of estimators fitted on a dask DataFrame, removed with their estimator.
 _TEMPORARY: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
+
+
+def fit_in_temporary_store(owner: Any, frame: Any, fit: Any, **ingest_kw: Any) -> Any:
+    """Ingest ``frame`` (by partitions, on the workers) into a temporary run store and
+    call ``fit(table)`` with its :class:`StoredTable`; returns ``owner``.
+
+    The store is made under dask's ``temporary-directory`` (else the system's) and
+    removed when ``owner`` (the fitted estimator, whose arrays live there) is
+    garbage-collected or fitted again; at once if the fit fails.
+    """
+    import dask
+
+    from distforest.store.inputs import ingest
+
+    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
+    try:
+        fit(ingest(frame, work / "run.zarr", **ingest_kw))
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    old = _TEMPORARY.pop(owner, None)
+    if old is not None:
+        old()
+    _TEMPORARY[owner] = weakref.finalize(owner, shutil.rmtree, str(work), True)
+    return owner
 
 
 def fit_dask_frame(
@@ -274,87 +353,18 @@ def fit_dask_frame(
     """Fit on a ``dask.dataframe.DataFrame`` without computing it in this process.
 
     The frame is read by partitions on the workers into a temporary run store
-    (:func:`fit_on_temporary_store`).  The target must be a column of the
-    frame, named by ``y``.
+    (:func:`fit_in_temporary_store`).  The target must be a column of the frame,
+    named by ``y``.
     """
-    return fit_on_temporary_store(
-        forest, frame, y,
-        lambda table: fit_stored(forest, table, params,
-                                 lambda t, k: tree_params_of(t, k, table.n_samples)),
-    )  # fmt: skip
-
-
-def fit_on_temporary_store(
-    forest: Any,
-    frame: Any,
-    y: Any,
-    fit: Callable[[StoredTable], Any],
-    *,
-    allow_missing: bool = True,
-) -> Any:
-    """``fit(table)`` on a dask DataFrame ingested by partitions into a temporary run store.
-
-    The store (under dask's ``temporary-directory``, else the system's) is
-    removed when ``forest`` is garbage-collected or fitted again this way, or
-    at once if the fit fails.  ``y`` names the target column, if any.
-    """
-    import dask
-
     from distforest.errors import InputError
-    from distforest.store.inputs import ingest
 
     if y is not None and not isinstance(y, str):
         raise InputError(
             f"the target of a dask DataFrame must be one of its columns: pass y='<column>' "
             f"(got a {type(y).__name__}); or X.assign(target=...) first"
         )
-    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
-    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
-    try:
-        table = ingest(frame, work / "run.zarr", target=y, allow_missing=allow_missing)
-        fitted = fit(table)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    old = _TEMPORARY.pop(forest, None)
-    if old is not None:
-        old()
-    _TEMPORARY[forest] = weakref.finalize(forest, shutil.rmtree, str(work), True)
-    return fitted
 
+    def fit(table: StoredTable) -> None:
+        fit_stored(forest, table, params, lambda t, k: tree_params_of(t, k, table.n_samples))
 
-def _gather_task(path: str, sources: dict[str, list[str]], rows: slice) -> int:
-    for name, parts in sources.items():
-        target = task_array(path, name, "r+")
-        out = np.zeros((rows.stop - rows.start, *target.shape[1:]), dtype=target.dtype)
-        col = 0
-        for part in parts:
-            block = read_rows(path, part, rows)
-            out[(slice(None), slice(col, col + block.shape[1]),
-                 *(slice(0, s) for s in block.shape[2:]))] = block  # fmt: skip
-            col += block.shape[1]
-        write_block(path, name, (rows, *(slice(None),) * (out.ndim - 1)), out)
-    return int(rows.stop - rows.start)
-
-
-def gather_batches(
-    runner: Any,
-    path: str,
-    sources: Mapping[str, list[str]],
-    blocks: list[slice],
-    *,
-    progress: Any = None,
-) -> None:
-    """Join per-batch arrays of the store at ``path`` side by side, by tasks over row blocks.
-
-    For each ``target, parts`` of ``sources``, array ``target`` (created
-    beforehand, shape ``(n, T, ...)``) receives the batches' arrays ``parts``
-    (``(n, T_k, ...)`` each) one after the other along axis 1; a part narrower
-    in a later axis is padded with zeros (the path-code words of a batch of
-    shallower trees).  One task per block of rows: ``blocks`` must cover whole
-    chunks of every target (one writer per chunk), and the driver holds none
-    of the rows.
-    """
-    items = [(path, dict(sources), block) for block in blocks]
-    for _ in runner.run(_gather_task, items, name="gather", progress=progress):
-        pass
+    return cast("ProximityForest", fit_in_temporary_store(forest, frame, fit, target=y))

@@ -159,8 +159,9 @@ class XForest(Persisted, DaskEstimator):
             from its store, and the fitted rows' arrays are written there
             (:mod:`distforest.forests.xforest_stored`); a
             ``dask.dataframe.DataFrame`` is read by partitions into a temporary
-            store first, never computed in this process.  Both hold float32
-            features: the same trees as a fit in memory of the same float32 values.
+            store of float64 rows first, never computed in this process: the
+            same trees as in memory (from a table ingested as float32, the
+            default of ``ingest``, the trees of those float32 values).
         y : ignored
             Accepted for scikit-learn compatibility; X-Forest is unsupervised.
 
@@ -174,12 +175,12 @@ class XForest(Persisted, DaskEstimator):
 
             return fit_stored(self, X, params)
         if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            from distforest.forests.stored import fit_on_temporary_store
+            from distforest.forests.stored import fit_in_temporary_store
             from distforest.forests.xforest_stored import fit_stored
 
-            return cast(XForest, fit_on_temporary_store(
-                self, X, None, lambda table: fit_stored(self, table, params),
-                allow_missing=False,
+            return cast(XForest, fit_in_temporary_store(
+                self, X, lambda table: fit_stored(self, table, params), allow_missing=False,
+                dtype=np.float64,  # the float64 rows a fit in memory sees
             ))  # fmt: skip
         table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
         if np.isnan(table.X).any():

@@ -224,17 +224,13 @@ def fit_stored(forest: XForest, table: StoredTable, params: dict[str, Any]) -> X
                                   progress=forest._report("fit")):  # fmt: skip
             parts[i] = part
         runner.everywhere(_forget)
-        words = max(p.codes.shape[2] for p in parts)
         rs.write_coordinates(n, n_trees)
+        batch_arrays = range(len(batches))
         for name, dtype in ROW_ARRAYS:
-            shape = (n, n_trees, words) if name == "path" else (n, n_trees)
             dims = ("sample", "tree", "path_word") if name == "path" else ("sample", "tree")
-            rs.group.create_array(name, shape=shape, chunks=(max(1, min(n, tile)), *shape[1:]),
-                                  dtype=dtype, dimension_names=dims, overwrite=True)  # fmt: skip
-        blocks = [slice(s, min(s + step, n)) for s in range(0, n, step)]
-        sources = {name: [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))]
-                   for name, _ in ROW_ARRAYS}  # fmt: skip
-        gather_batches(runner, table.path, sources, blocks, progress=forest._report("gather"))
+            gather_batches(runner, table.path, [f"{FIT_GROUP}/{name}_{k}" for k in batch_arrays],
+                           name, dtype, tile, dims=dims,
+                           progress=forest._report("gather"))  # fmt: skip
     # the tasks wrote their trees' nodes; joined here a chunk at a time, never held whole
     rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))],
                    np.concatenate([p.node_counts for p in parts]), seeds)  # fmt: skip

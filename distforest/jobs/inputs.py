@@ -16,10 +16,13 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distforest import location
 from distforest.errors import InputError
+
+if TYPE_CHECKING:
+    from distforest.store.inputs import PendingInput
 
 #: Files larger than this are read by partitions (about 2 million cells of CSV text,
 #: the default of the ``distforest.in-process-cells`` setting, :mod:`distforest.settings`).
@@ -89,6 +92,23 @@ def stored_input(source: str, target: str | None, input_kw: dict[str, Any]) -> I
         yield ingest(source, path, target=target, drop=input_kw.get("drop", ()),
                      na_values=input_kw.get("na_values", ()),
                      id=input_kw.get("id"))  # fmt: skip
+
+
+def read_by_parts(source: str, target: str | None, drop: tuple[str, ...],
+                  na_values: tuple[str, ...]) -> PendingInput:  # fmt: skip
+    """Pass 1 of a feature table read by partitions (on the current dask scheduler): every
+    check of :func:`~distforest.io.load_table` (missing values refused), the features
+    encoded as the float64 values it gives; the rows are written later
+    (:meth:`~distforest.store.inputs.PendingInput.write`).  For the estimators that fit
+    the float64 rows in memory (SMERF, X-Forest): the same values from the store."""
+    import numpy as np
+
+    from distforest.io.ingest import read_partitioned
+    from distforest.store.inputs import PendingInput
+
+    return PendingInput(read_partitioned(source, target=target, drop=drop,
+                                         na_values=na_values, allow_missing=False,
+                                         dtype=np.float64))  # fmt: skip
 
 
 def check_request(X: Any, Y: Any, metric: str) -> None:

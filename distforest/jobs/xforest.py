@@ -23,7 +23,7 @@ from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, check_size, estimate_kmeans, estimate_xforest
-from distforest.jobs.inputs import input_shape, partitioned_input
+from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts
 from distforest.jobs.outputs import check_new_file, write_csv
 from distforest.jobs.plan import Plan, xforest_plan
 from distforest.jobs.report import cluster_facts
@@ -75,9 +75,7 @@ def _read_input(job: XForestJob) -> Table | PendingInput:
     partitions' summaries only, the encoded rows written into the job's store later."""
     if not partitioned_input(job.input):
         return load_table(job.input, **job.table_kw(), allow_missing=False)
-    from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
-
-    return PendingInput(read_partitioned(job.input, **job.table_kw(), allow_missing=False))
+    return read_by_parts(job.input, job.target, job.drop, job.na_values)
 
 
 def _truth(table: Table | PendingInput, out: str) -> np.ndarray | None:
