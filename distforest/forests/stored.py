@@ -28,7 +28,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -273,6 +273,23 @@ def fit_dask_frame(
     forest is garbage-collected or fitted again.  The target must be a column
     of the frame, named by ``y``.
     """
+    return fit_in_temporary_store(
+        forest, frame, y,
+        lambda table: fit_stored(forest, table, params,
+                                 lambda t, k: tree_params_of(t, k, table.n_samples)),
+    )  # fmt: skip
+
+
+def fit_in_temporary_store(
+    estimator: Any, frame: Any, y: Any, fit: Callable[[StoredTable], Any]
+) -> Any:
+    """``fit(table)`` of a dask DataFrame ingested on the workers into a temporary store.
+
+    The store (under dask's ``temporary-directory``, else the system's) is
+    removed when ``estimator`` is garbage-collected or fitted this way again,
+    or at once if ``fit`` fails.  ``y`` names the target column.  Returns
+    what ``fit`` returns.
+    """
     import dask
 
     from distforest.errors import InputError
@@ -287,12 +304,48 @@ def fit_dask_frame(
     work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
     try:
         table = ingest(frame, work / "run.zarr", target=y)
-        fit_stored(forest, table, params, lambda t, k: tree_params_of(t, k, table.n_samples))
+        fitted = fit(table)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    old = _TEMPORARY.pop(forest, None)
+    old = _TEMPORARY.pop(estimator, None)
     if old is not None:
         old()
-    _TEMPORARY[forest] = weakref.finalize(forest, shutil.rmtree, str(work), True)
-    return forest
+    _TEMPORARY[estimator] = weakref.finalize(estimator, shutil.rmtree, str(work), True)
+    return fitted
+
+
+def _join_task(path: str, parts: tuple[str, ...], name: str, rows: slice) -> int:
+    block = np.concatenate([read_rows(path, part, rows) for part in parts], axis=1)
+    write_block(path, name, (rows, slice(None)), block)
+    return int(rows.stop - rows.start)
+
+
+def join_columns(
+    runner: Any,
+    rs: RunStore,
+    name: str,
+    parts: list[str],
+    *,
+    dtype: str,
+    rows: int,
+    dims: tuple[str, str] = ("sample", "tree"),
+    progress: Any = None,
+) -> Any:
+    """Array ``name`` of ``rs``: its ``(n, w_k)`` arrays ``parts`` side by side, by tasks.
+
+    What per-batch tasks wrote (each tree batch's per-row arrays) becomes one
+    ``(n, sum w_k)`` array, chunked by ``rows`` rows; one task per block of
+    whole chunks (about :data:`ROUTE_ROWS` rows) reads those rows of every part
+    and writes them (one writer per Zarr chunk).  The driver only creates the
+    array.  Returns it (a handle, read on use).
+    """
+    n = int(rs.array(parts[0]).shape[0])
+    width = sum(int(rs.array(part).shape[1]) for part in parts)
+    rs.group.create_array(name, shape=(n, width), chunks=(max(1, min(n, rows)), width),
+                          dtype=dtype, dimension_names=dims, overwrite=True)  # fmt: skip
+    step = max(rows, ROUTE_ROWS // rows * rows)
+    items = [(rs.path, tuple(parts), name, slice(s, min(s + step, n))) for s in range(0, n, step)]
+    for _ in runner.run(_join_task, items, name=f"join-{name}", progress=progress):
+        pass
+    return rs.array(name)
