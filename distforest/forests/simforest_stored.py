@@ -42,8 +42,8 @@ import numpy as np
 
 from distforest.errors import InputError, ParameterError
 from distforest.forests.measures import Measure
-from distforest.io.attrs import decode_attrs
 from distforest.forests.stored import fit_in_temporary_store, join_columns
+from distforest.io.attrs import decode_attrs
 from distforest.kernels.simfetch import fetch_function
 from distforest.kernels.simtrees import SimTree, SimTreeParams, grow_tree
 from distforest.parallel import tasks
@@ -286,7 +286,8 @@ def fit_frame(
     forest: SimilarityForestClassifier, frame: Any, y: Any = None, similarity: Any = None
 ) -> SimilarityForestClassifier:
     """Fit on a ``dask.dataframe.DataFrame`` (``y`` names its label column) read by
-    partitions into a temporary store (:func:`~distforest.forests.stored.fit_in_temporary_store`)."""
+    partitions into a temporary store
+    (:func:`~distforest.forests.stored.fit_in_temporary_store`)."""
     if y is None:
         raise InputError(
             "the labels of a dask DataFrame must be one of its columns: pass y='<column>'"
