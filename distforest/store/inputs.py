@@ -230,7 +230,9 @@ def write_ingested(
             }
         )
     )
-    X = group.create_array("X", shape=(n, d), chunks=(rows, d), dtype="float32",
+    # float32 as the trees read them; float64 if pass 2 encodes so (a measure's exact values)
+    dtype = "float64" if data.X.dtype == np.float64 else "float32"
+    X = group.create_array("X", shape=(n, d), chunks=(rows, d), dtype=dtype,
                            dimension_names=("sample", "feature"), fill_value=np.nan)  # fmt: skip
     X.attrs.update(encode_attrs({"feature_names": list(enc.features)}))
     targets = [(data.X.rechunk((rows, d)), X)]

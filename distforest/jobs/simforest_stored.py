@@ -1,0 +1,163 @@
+"""SimForest fits of a table read by partitions, for ``distforest simforest fit`` and pipelines.
+
+A glob, a folder of part files or a file over 32 MB
+(:func:`~distforest.jobs.inputs.partitioned_input`) is summarised by
+partitions on the workers (pass 1: the checks of the in-memory reader, a bad
+value named by its file, column and row), written into a temporary run store
+as float64 (the values the in-memory reader gives), z-scored as in memory
+(:func:`~distforest.forests.simforest_stored.column_moments`) and fitted
+from there (:func:`~distforest.forests.simforest_stored.fit_table`).  The
+model is then saved where the command or job keeps it, its per-row arrays
+copied a chunk at a time; the fitted estimator reads them there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from distforest.errors import InputError, ParameterError
+from distforest.jobs.inputs import temporary_store
+from distforest.store.inputs import PendingInput
+from distforest.store.run_store import RunStore
+
+if TYPE_CHECKING:
+    from distforest.forests.simforest import SimilarityForestClassifier
+
+
+def read_pending(
+    data: str, target: str, drop: tuple[str, ...] = (), na_values: tuple[str, ...] = ()
+) -> PendingInput:
+    """Pass 1 of a table read by partitions (summaries only), checked as
+    :func:`~distforest.jobs.simforest.read_fit_input` checks a table loaded whole."""
+    from distforest.io.ingest import read_partitioned
+
+    pending = PendingInput(
+        read_partitioned(data, target=target, drop=drop, na_values=na_values,
+                         allow_missing=False, dtype=np.float64)  # fmt: skip
+    )
+    categories = pending.data.encoding.categories
+    if categories:
+        raise InputError(
+            f"{data!r}: column(s) {sorted(categories)} hold text; a SimForest measure "
+            "needs numeric features (drop them with --drop, or encode them as numbers)"
+        )
+    return pending
+
+
+def input_attrs(pending: PendingInput, target: str) -> dict[str, Any]:
+    """What a model records of its table (the in-memory fit's attributes; the scaling
+    is added when the fit computes it)."""
+    enc = pending.data.encoding
+    return {"source": pending.source, "feature_names": [str(c) for c in enc.features],
+            "target_name": target}  # fmt: skip
+
+
+def fit_and_save(
+    forest: SimilarityForestClassifier,
+    pending: PendingInput,
+    normalize: str,
+    attrs: dict[str, Any],
+    save: Callable[[SimilarityForestClassifier, dict[str, Any]], RunStore],
+) -> RunStore:
+    """Write ``pending`` into a temporary store, fit ``forest`` there, ``save(forest, attrs)``.
+
+    ``normalize="zscore"`` scales the features by the columns' mean and
+    standard deviation (float64, computed as in memory: the same model).
+    ``save`` writes the model store (its ``attrs`` get the scaling); the
+    forest's ``leaves_`` and ``inbag_`` are then that store's arrays, and the
+    temporary store is removed.  Returns the model store.
+    """
+    from distforest.forests.simforest_stored import column_moments, fit_table
+
+    with temporary_store() as path:
+        table = pending.write(path, {})
+        scaling = None
+        if normalize == "zscore":
+            mean, std = column_moments(forest, table)
+            scaling = {"mean": mean.tolist(), "scale": np.where(std > 0, std, 1.0).tolist()}
+        given = None if scaling is None else (np.asarray(scaling["mean"]),
+                                              np.asarray(scaling["scale"]))  # fmt: skip
+        fit_table(forest, table, scaling=given)
+        rs = save(forest, {**attrs, "scaling": scaling})
+        forest.leaves_, forest.inbag_ = rs.array("leaves"), rs.array("inbag")
+    return rs
+
+
+def check_table_request(matrix: str | None, distances: str | None, labels: str | None,
+                        target: str | None) -> None:  # fmt: skip
+    """A table DATA takes --target, not a matrix, distances or labels."""
+    if matrix is not None or distances is not None:
+        raise ParameterError(
+            "give either --similarity S.npy with --labels, or a table DATA with --target "
+            "(not both, not neither)"
+        )
+    if target is None or labels is not None:
+        raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
+
+
+def fit_command(
+    params: dict[str, Any],
+    *,
+    data: str,
+    target: str | None,
+    metric: str | None,
+    normalize: str,
+    drop: tuple[str, ...],
+    na_values: tuple[str, ...],
+    out: str,
+    overwrite: bool,
+    connect: dict[str, Any],
+    progress: Any = None,
+    dry_run: bool = False,
+) -> Any:
+    """``distforest simforest fit DATA`` of a table read by partitions: the summary line,
+    or (``dry_run``) the plan, from the input's shape only (nothing read whole)."""
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.estimates import check_size, estimate_forest_metric
+    from distforest.jobs.simforest import metric_params
+    from distforest.store.run_store import check_can_create
+
+    start = time.perf_counter()
+    assert target is not None
+    params["metric"], params["metric_params"] = metric_params(metric or "rbf")
+    check_can_create(out, overwrite)
+    forest = SimilarityForestClassifier(**params)
+    forest._validated()
+    trees = params["n_estimators"]
+    if dry_run:
+        from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
+        from distforest.jobs.inputs import input_shape
+
+        source, n, d = input_shape(data, target, drop=drop, na_values=na_values)
+        cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
+        return model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
+                              forest.batch_size, cpu,
+                              {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
+                              connect, out)  # fmt: skip
+    from distforest.parallel.cluster import connect as connect_to
+    from distforest.parallel.execution import execution
+
+    with connect_to(**connect) as client, execution(client), client.as_current():
+        pending = read_pending(data, target, drop, na_values)
+        n = pending.n_samples
+        plan = estimate_forest_metric(n, 1, trees * params["n_pairs"])
+        knobs = f"--trees ({trees:,}) and --pairs ({params['n_pairs']:,})"
+        check_size(f"SimForest on {n:,} objects", plan, knobs)
+        forest.set_execution(client, progress=progress)
+
+        def save(fitted: Any, attrs: dict[str, Any]) -> RunStore:
+            return fitted.save(out, overwrite=overwrite, attrs=attrs, complete=False)
+
+        rs = fit_and_save(forest, pending, normalize, input_attrs(pending, target), save)
+    rs.mark_complete()
+    evaluations = forest.n_similarity_evaluations_
+    return (
+        f"SimForest of {trees} trees on {n} objects read by partitions "
+        f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
+        f"{evaluations} similarities evaluated ({evaluations / trees / n:.1f} per object per "
+        f"tree)\n  model:  {out}"
+    )
