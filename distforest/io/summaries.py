@@ -406,8 +406,11 @@ def decide(
         if not allow_missing:
             count = sum(p.columns[col].missing for p in parts)
             if count:
-                raise InputError(f"{source}: missing values (NaN) in columns {col!r} ({count}); "
-                                 "impute them first, e.g. `distforest impute`")  # fmt: skip
+                k = next(k for k, p in enumerate(parts) if p.columns[col].missing)
+                first = where(k, parts[k].columns[col].first_missing)
+                raise InputError(f"{source}: missing values (NaN) in columns {col!r} ({count}; "
+                                 f"the first at {first}, counted from 1); impute them first, "
+                                 "e.g. `distforest impute`")  # fmt: skip
     kind, labels = (None, ())
     if target is not None:
         kind, labels = _decide_target(target, [p.columns[target] for p in parts], where, source)
