@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -35,10 +35,9 @@ def read_pending(
     :func:`~distforest.jobs.simforest.read_fit_input` checks a table loaded whole."""
     from distforest.io.ingest import read_partitioned
 
-    pending = PendingInput(
-        read_partitioned(data, target=target, drop=drop, na_values=na_values,
-                         allow_missing=False, dtype=np.float64)  # fmt: skip
-    )
+    pending = PendingInput(read_partitioned(data, target=target, drop=drop,
+                                            na_values=na_values, allow_missing=False,
+                                            dtype=np.float64))  # fmt: skip
     categories = pending.data.encoding.categories
     if categories:
         raise InputError(
@@ -83,7 +82,8 @@ def fit_and_save(
                                               np.asarray(scaling["scale"]))  # fmt: skip
         fit_table(forest, table, scaling=given)
         rs = save(forest, {**attrs, "scaling": scaling})
-        forest.leaves_, forest.inbag_ = rs.array("leaves"), rs.array("inbag")
+        # the saved arrays, read on use (Zarr arrays where the in-memory fit has ndarrays)
+        forest.leaves_, forest.inbag_ = cast(Any, rs.array("leaves")), cast(Any, rs.array("inbag"))
     return rs
 
 
