@@ -42,7 +42,7 @@ import numpy as np
 
 from distforest.errors import InputError, ParameterError
 from distforest.forests.measures import Measure
-from distforest.forests.stored import fit_in_temporary_store, join_columns
+from distforest.forests.stored import _label_codes, fit_in_temporary_store, join_columns
 from distforest.io.attrs import decode_attrs
 from distforest.kernels.simfetch import fetch_function
 from distforest.kernels.simtrees import SimTree, SimTreeParams, grow_tree
@@ -191,6 +191,18 @@ def _pair_rows(rows: Rows, ids: np.ndarray) -> np.ndarray:
     return cast(np.ndarray, (values.astype(np.float64) - mean) / scale)
 
 
+def _classes(table: StoredTable) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, codes)`` as the in-memory fit's ``np.unique`` gives them; text labels
+    are stored as codes of their sorted values, read a chunk at a time (never as labels)."""
+    from distforest.forests.simforest import class_codes
+
+    if table.target_kind != "labels":
+        return class_codes(table.read_y(), table.n_samples)
+    classes = np.empty(len(table.target_labels), dtype=object)
+    classes[:] = list(table.target_labels)
+    return classes, _label_codes(table, len(classes))
+
+
 def fit_table(
     forest: SimilarityForestClassifier,
     table: StoredTable,
@@ -215,8 +227,6 @@ def fit_table(
         Features scaled as ``(X - mean) / scale`` in float64 before the measure
         (a command's ``--normalize zscore``).
     """
-    from distforest.forests.simforest import class_codes
-
     if y is not None:
         raise InputError(
             f"{table.source} is a stored table: its labels were read with it "
@@ -237,7 +247,7 @@ def fit_table(
     _check_table(table, measure)
     measure = measure.fitted(np.empty((0, table.n_features)))  # rbf: gamma from the width
     n, n_trees, tile = table.n_samples, params["n_estimators"], params["tile_size"]
-    classes, codes = class_codes(table.read_y(), n)
+    classes, codes = _classes(table)
     tree_params = forest._tree_params(params, measure.kind)
     entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
     rows = Rows(str(table.path), uuid.uuid4().hex, scaling)
