@@ -139,7 +139,8 @@ def test_driver_does_not_hold_the_rows_arrays(tmp_path, client) -> None:
     frame = pd.DataFrame(rng.standard_normal((n, 3)).astype(np.float32), columns=list("abc"))
     frame["label"] = np.where(frame["a"] > 0, "p", "q")
     table = ingest(frame, tmp_path / "big.zarr", target="label")
-    forest = SimilarityForestClassifier(n_estimators=trees, metric="rbf", max_depth=2,
+    forest = SimilarityForestClassifier(n_estimators=trees, metric="rbf", max_depth=1,
+                                        batch_size=100,
                                         random_state=0).set_execution(client)  # fmt: skip
     peak = traced_peak(lambda: forest.fit(table))
     rows = n * trees * (4 + 1)  # leaves int32 + inbag uint8
