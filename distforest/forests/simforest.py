@@ -76,6 +76,8 @@ NODE_FIELDS = (
 BLOCK_BYTES = 64 * 1024**2
 
 Similarity = Callable[[Any, Any], Any]
+#: The per-row arrays of a loaded or stored tree (the forest's ``leaves_``/``inbag_`` hold them).
+NO_ROWS = np.empty(0, dtype=np.int32)
 
 
 def _grow_batch(
@@ -227,8 +229,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
     classes_ : ndarray
         Labels as given to ``fit``.
     trees_ : list of SimTree
+        The trees' nodes (their own ``leaves``/``inbag`` are empty after
+        :meth:`load` or a fit from a stored table: see ``leaves_``/``inbag_``).
     leaves_, inbag_ : ndarray, shape (n_samples, n_estimators)
-        Final node and bootstrap count of every training object in every tree.
+        Final node and bootstrap count of every training object in every tree
+        (the store's Zarr arrays, read on use, after a fit from a stored table).
     n_similarity_evaluations_ : int
         Similarities requested while growing all trees.
     n_samples_ : int
@@ -658,11 +663,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             part = slice(int(offsets[t]), int(offsets[t + 1]))
             trees.append(SimTree(
                 **{f: nodes[f][part] for f in NODE_FIELDS},
-                inbag=self.inbag_[:, t].astype(np.int32), leaves=self.leaves_[:, t],
+                inbag=NO_ROWS, leaves=NO_ROWS,  # the rows' arrays are leaves_ and inbag_
                 n_evaluations=int(n_evaluations[t]), missing=self.params_["missing"],
                 kind=self.kind_,
             ))  # fmt: skip
         pair_ids, objects = self.pair_ids_, self.pair_objects_
         self._set_fitted(trees, self.classes_, self.y_, self.measure_, None, self.kind_,
-                         self.params_)  # fmt: skip
+                         self.params_, rows=(self.leaves_, self.inbag_))  # fmt: skip
         self.pair_ids_, self.pair_objects_ = pair_ids, objects

@@ -42,6 +42,7 @@ import numpy as np
 
 from distforest.errors import InputError, ParameterError
 from distforest.forests.measures import Measure
+from distforest.forests.simforest import NO_ROWS
 from distforest.forests.stored import _label_codes, fit_in_temporary_store, join_columns
 from distforest.io.attrs import decode_attrs
 from distforest.kernels.simfetch import fetch_function
@@ -63,7 +64,6 @@ logger = logging.getLogger("distforest")
 
 #: Group of the per-batch arrays while fitting (removed afterwards).
 FIT_GROUP = "simforest_fit"
-_EMPTY = np.empty(0, dtype=np.int32)
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def _grow_task(
     write_block(rows.path, f"{FIT_GROUP}/leaves_{batch}", everything, leaves)
     inbag = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
     write_block(rows.path, f"{FIT_GROUP}/inbag_{batch}", everything, inbag)
-    return [replace(t, leaves=_EMPTY, inbag=_EMPTY) for t in trees]
+    return [replace(t, leaves=NO_ROWS, inbag=NO_ROWS) for t in trees]
 
 
 def _moments_task(path: str, chunks: list[slice]) -> tuple[np.ndarray, np.ndarray]:
