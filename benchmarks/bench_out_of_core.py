@@ -17,6 +17,8 @@ each Dask worker, and the sum over the process tree), with a LocalCluster of
 - ``knn fit`` (``--knn``): ``distforest knn fit`` of the Parquet folder by
   partitions, euclidean on the complete columns (``--drop`` the three with
   missing values) and ``rf-proximity`` on all (``--trees``);
+- ``neighbors`` (``--neighbors``): ``distforest neighbors`` of the Parquet folder
+  by partitions, k=10 Euclidean neighbours on five complete columns (a k-d tree);
 - ``mislabels-parquet-folder`` (``--mislabels``) / ``mds-parquet-folder`` (``--mds``):
   the forest grown from the store, then ``distforest mislabels``' ranked CSV or
   ``distforest mds``' coordinates as the commands write them (by row chunks);
@@ -214,6 +216,22 @@ def _knn_runs(rows: int, folder: Path, where: Path, trees: int) -> list[str]:
     return lines
 
 
+def _neighbors_runs(rows: int, folder: Path, where: Path, keep: int = 5) -> list[str]:
+    """``distforest neighbors`` of the folder by partitions: k=10 Euclidean neighbours on
+    the first ``keep`` complete columns (a k-d tree), written by tasks as they arrive."""
+    complete = [j for j in range(20) if j not in MISSING_COLUMNS]
+    drop = ["--drop", "label"] + [word for j in range(20) if j not in complete[:keep]
+                                  for word in ("--drop", f"x{j:02d}")]  # fmt: skip
+    out = where / "neighbors.zarr"
+    cmd = ["distforest", "-q", "neighbors", str(folder), "--k", "10", "--out", str(out),
+           "--workers", "2", "--threads", "1", *drop]  # fmt: skip
+    sampled = measure(cmd)
+    shutil.rmtree(out, ignore_errors=True)
+    line = _row(f"neighbors k=10, {keep} features (CLI, by partitions)", rows, sampled, {})
+    print(line, flush=True)
+    return [line]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
@@ -259,6 +277,9 @@ def main() -> None:
         help="no outlier run on the Parquet folder (e.g. only --csv)",
     )
     parser.add_argument("--knn", action="store_true", help="only `distforest knn fit`")
+    parser.add_argument(
+        "--neighbors", action="store_true", help="only `distforest neighbors` (k-d tree)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
     parser.add_argument("--run-one", nargs=5, metavar=("CONFIG", "SRC", "WORK", "T", "JSON"))
     args = parser.parse_args()
@@ -300,6 +321,9 @@ def main() -> None:
             if args.knn:
                 configs = []
                 lines += _knn_runs(rows, files["folder"], where, args.trees)
+            if args.neighbors:
+                configs = []
+                lines += _neighbors_runs(rows, files["folder"], where)
             for name, source in configs:
                 work = where / name
                 work.mkdir()

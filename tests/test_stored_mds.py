@@ -219,3 +219,38 @@ def test_pipeline_mds_stage_on_a_parquet_folder(tmp_path, monkeypatch) -> None:
     scale = np.abs(whole[["dim1", "dim2"]].to_numpy()).max()
     np.testing.assert_allclose(by_parts[["dim1", "dim2"]], whole[["dim1", "dim2"]],
                                atol=1e-6 * scale)  # fmt: skip
+
+
+def test_scratch_estimate_is_the_scratch_made(tmp_path, monkeypatch) -> None:
+    """The dry run's MDS scratch (``scratch_bytes``) is the bytes of the arrays the run
+    makes; a dry run on a folder of parts lists it beside the temporary store."""
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+    from distforest.jobs.estimates import size_text
+
+    made: list[int] = []
+    create = stored_mds._create_scratch
+
+    def counted(s, width, block, batches):
+        create(s, width, block, batches)
+        group = zarr.open_group(str(tmp_path / "run.zarr"), mode="r")["scratch"]
+        made.append(sum(8 * int(np.prod(a.shape)) for _, a in group.arrays()))
+
+    monkeypatch.setattr(stored_mds, "_create_scratch", counted)
+    forest = _stored_forest(tmp_path, 900, trees=7)
+    write_mds(forest, str(tmp_path / "m.csv"), None, components=3)
+    assert made == [stored_mds.scratch_bytes(900, 3, 7)]
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for k, cut in enumerate(np.array_split(np.arange(900), 3)):
+        _table(900).iloc[cut].to_parquet(parts / f"p{k}.parquet")
+    args = ["mds", str(parts), "--target", "label", "--out", str(tmp_path / "d.csv"),
+            "--trees", "7", "--components", "3", "--dry-run"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert f"MDS scratch (removed after) {size_text(made[0])}" in " ".join(result.output.split())
+    assert "temporary store" in result.output
+    one_file = CliRunner().invoke(cli, [*args[:1], str(tmp_path / "t.csv"), *args[2:]])
+    assert one_file.exit_code == 0, one_file.output
+    assert "MDS scratch" not in one_file.output  # fitted in memory

@@ -353,6 +353,15 @@ class _Lanczos:
                 last, cols = (keep, keep + width), keep + width
 
 
+def scratch_bytes(n: int, n_components: int, n_trees: int) -> int:
+    """Bytes of the scratch arrays :func:`mds_by_chunks` makes in the run store (removed at
+    the end): the Lanczos basis, three blocks and the tree batches' partial products."""
+    block = min(n_components + BLOCK_EXTRA, n - 1)
+    width = max(MAX_BASIS, 4 * block) + block
+    batches = len(plan_batches(n_trees, max(1, -(-n_trees // PRODUCT_TASKS))))
+    return 8 * n * (width + 3 * block + batches * block)
+
+
 def _create_scratch(s: Scratch, width: int, block: int, batches: int) -> None:
     import zarr
 

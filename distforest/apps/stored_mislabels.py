@@ -50,6 +50,14 @@ from distforest.forests.products import stored_product_rows
 from distforest.forests.square_sums import StoredCodes, drop_scratch, row_chunks, scratch_array
 from distforest.store.run_store import read_rows, task_array, write_block
 
+
+def scratch_bytes(n: int, n_classes: int) -> int:
+    """Bytes of the scratch arrays of :func:`rank_by_chunks` at their largest (removed at
+    the end): the RF-GAP votes (a float64 a class), then five score columns, two sorted
+    copies, the sort keys and row numbers."""
+    return 8 * n * max(n_classes + 1, 5 + 2 + 2)
+
+
 #: The scratch group of the ranking, and its arrays.
 GROUP = "scratch/mislabels"
 PRODUCT = f"{GROUP}/rfgap"

@@ -51,12 +51,13 @@ def _fit(
     options: dict,
     check: Any = None,
     files: dict[str, str | None] | None = None,
+    components: int = 2,
 ):
     from distforest.cli.options import connect_kwargs
     from distforest.jobs.fitting import fitted_forest
 
     if options.pop("dry_run", False):
-        _dry_run(input, target, options, files or {})
+        _dry_run(input, target, options, files or {}, components)
     return fitted_forest(
         input,
         target,
@@ -69,7 +70,7 @@ def _fit(
 
 
 def _dry_run(input: str, target: str | None, options: dict,
-             files: dict[str, str | None]) -> None:  # fmt: skip
+             files: dict[str, str | None], components: int = 2) -> None:  # fmt: skip
     """Print the command's plan and exit 0 (``--dry-run``): the input read, nothing run."""
     from distforest.cli.options import connect_kwargs
     from distforest.jobs.command_plans import forest_app_plan
@@ -79,7 +80,7 @@ def _dry_run(input: str, target: str | None, options: dict,
                            {k: options.get(k, ()) for k in ("drop", "na_values")},
                            {k: options[k] for k in FOREST_KEYS if k in options},
                            connect_kwargs({k: options.get(k) for k in CLUSTER_KEYS}),
-                           files)  # fmt: skip
+                           files, components)  # fmt: skip
     show(plan, next(p for p in files.values() if p))
     ctx.exit(0)
 
@@ -171,7 +172,7 @@ def mds(obj: dict, input: str, target: str | None, out: str, components: int,
         check_new_file(path, overwrite)
     start = time.perf_counter()
     files = {"MDS coordinates": out, "pictures": plot}
-    with _fit(obj, input, target, options, files=files) as (table, forest):
+    with _fit(obj, input, target, options, files=files, components=components) as (table, forest):
         title = f"MDS of {dissimilarity} dissimilarity, {table.source}"
         written = write_mds(forest, out, plot, components=components,
                             dissimilarity=dissimilarity, title=title)  # fmt: skip

@@ -9,7 +9,9 @@ stays quick); the option choices and defaults come from
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -74,6 +76,28 @@ def bars(ctx: click.Context) -> ProgressBars:
     return ProgressBars(enabled=not (ctx.obj or {}).get("quiet", False))
 
 
+@contextlib.contextmanager
+def rows_by_partitions(ctx: click.Context, connect: dict[str, Any], input: str,
+                       reference: str | None, metric: str, normalize: str,
+                       feature_range: tuple[float, float], drop: tuple[str, ...],
+                       na_values: tuple[str, ...]) -> Iterator[tuple[Any, Any, Any]]:  # fmt: skip
+    """On the command's cluster: the rows of INPUT (and --reference) read by partitions,
+    scaled and checked, in a temporary store (:mod:`distforest.jobs.partitioned_rows`)."""
+    from distforest.jobs.knn_model import normalize_choice
+    from distforest.jobs.partitioned_rows import stored_rows
+    from distforest.parallel.cluster import connect as connect_to
+    from distforest.parallel.execution import execution
+
+    with (
+        connect_to(**connect) as client,
+        execution(client, progress=bars(ctx)),  # the tiles / searches and ...
+        client.as_current(),  # ... the partitions' tasks run on this cluster
+        stored_rows(input, reference, metric=metric, normalize=normalize_choice(normalize),
+                    feature_range=feature_range, drop=drop, na_values=na_values) as rows,
+    ):  # fmt: skip
+        yield rows
+
+
 @click.command("similarity")
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
@@ -96,6 +120,8 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     Tile by tile, one Dask task per tile; never the whole matrix in memory.
     Normalisation and Mahalanobis' covariance are fitted on the reference
     rows (--reference, else INPUT).  Use --drop for the target and identifiers.
+    A glob, a folder of table parts or a file over 32 MB is read by partitions
+    on the workers (also for --reference); this process never holds the rows.
 
     \b
     Example:
@@ -106,10 +132,32 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     from distforest.jobs.estimates import check_disk, check_size, estimate_matrix
     from distforest.jobs.inputs import check_request
     from distforest.jobs.knn_model import normalize_choice
+    from distforest.jobs.partitioned_rows import by_partitions, input_sizes
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create, is_unfinished
 
     start = time.perf_counter()
+    if by_partitions(input, reference):  # the driver never holds the rows
+        connect = cluster_kw(options)
+        source, n, m, d = input_sizes(input, reference, drop, na_values)
+        if not is_unfinished(out):
+            check_can_create(out, overwrite)
+        if dry_run:
+            from distforest.jobs.command_plans import matrix_plan
+
+            show(matrix_plan("similarity", source, n, m, d, tile_size, reference is None,
+                             (n + m) * d, connect, out), out)  # fmt: skip
+            return
+        need = estimate_matrix(n, m, d, tile_size, symmetric=reference is None)
+        check_size(f"the {n:,} x {m:,} matrix of {source}", need, "the input sizes")
+        check_disk(location.parent(out), need["disk_bytes"], replaces=out)
+        with rows_by_partitions(ctx, connect, input, reference, metric, normalize,
+                                feature_range, drop, na_values) as (measure, X, Y):  # fmt: skip
+            M = pairwise(X, Y, metric=measure, normalize=normalize_choice(normalize),
+                         feature_range=feature_range, store=out, tile_size=tile_size,
+                         overwrite=overwrite)  # fmt: skip
+        _said_matrix(M, out, tile_size, start)
+        return
     X = load_table(input, drop=drop, na_values=na_values)
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
     check_request(X, Y, metric)
@@ -129,6 +177,10 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
         M = pairwise(X, Y, metric=metric, normalize=normalize_choice(normalize),
                      feature_range=feature_range, store=out, tile_size=tile_size,
                      overwrite=overwrite)  # fmt: skip
+    _said_matrix(M, out, tile_size, start)
+
+
+def _said_matrix(M: Any, out: str, tile_size: int, start: float) -> None:
     click.echo(
         f"{M.name} ({M.attrs['metric']}) of {M.shape[0]} x {M.shape[1]} rows in "
         f"{time.perf_counter() - start:.1f} s\n  store:  {out}"
@@ -178,22 +230,42 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
               **options: Any) -> None:  # fmt: skip
     """Find the k nearest rows of every row of INPUT; never forms the n x n matrix.
 
-    Similarities s are ranked as distances 1 - s.
+    Similarities s are ranked as distances 1 - s.  A glob, a folder of table
+    parts or a file over 32 MB is read by partitions on the workers (also for
+    --reference), and each task's neighbours are written as they arrive: this
+    process holds neither the rows nor the n x k answers.
 
     \b
     Example:
       distforest neighbors data.csv --metric euclidean --k 10 --out knn.zarr
     """
-    import xarray as xr
-
     from distforest.forests.neighbors import top_k_neighbors
     from distforest.io import load_table
     from distforest.jobs.inputs import check_request
     from distforest.jobs.knn_model import normalize_choice
+    from distforest.jobs.partitioned_rows import by_partitions, input_sizes
     from distforest.parallel.placement import cells_of, place
     from distforest.store.run_store import check_can_create
 
     start = time.perf_counter()
+    if by_partitions(input, reference):  # the driver never holds the rows nor n x k
+        connect = cluster_kw(options)
+        check_can_create(out, overwrite)
+        if dry_run:
+            from distforest.jobs.command_plans import neighbors_plan
+
+            source, n, m, d = input_sizes(input, reference, drop, na_values)
+            show(neighbors_plan(source, n, m, d, k, metric, algorithm, batch_size, (n + m) * d,
+                                connect, out), out)  # fmt: skip
+            return
+        with rows_by_partitions(ctx, connect, input, reference, metric, normalize,
+                                feature_range, drop, na_values) as (measure, X, Y):  # fmt: skip
+            ds = top_k_neighbors(X, Y, k=k, metric=measure, normalize=normalize_choice(normalize),
+                                 feature_range=feature_range, algorithm=algorithm, store=out,
+                                 overwrite=overwrite, batch_size=batch_size,
+                                 tile_size=tile_size)  # fmt: skip
+        _said_neighbors(ds, k, out, start)
+        return
     X = load_table(input, drop=drop, na_values=na_values)
     Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
     check_request(X, Y, metric)
@@ -210,6 +282,12 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
                              feature_range=feature_range, algorithm=algorithm, store=out,
                              overwrite=overwrite, batch_size=batch_size,
                              tile_size=tile_size)  # fmt: skip
+    _said_neighbors(ds, k, out, start)
+
+
+def _said_neighbors(ds: Any, k: int, out: str, start: float) -> None:
+    import xarray as xr
+
     assert isinstance(ds, xr.Dataset)  # a store was given
     params = ds.attrs["params"]
     click.echo(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from distforest import location
 from distforest.errors import ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import Measure
@@ -32,6 +34,7 @@ from distforest.kernels import metrics as metric_kernels
 from distforest.parallel import placement, tasks
 from distforest.parallel.execution import Progress, for_call
 from distforest.parallel.placement import cells_of
+from distforest.store.inputs import StoredRows
 from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
@@ -42,6 +45,8 @@ KD_TREE_MAX_FEATURES = 15
 GRAM_MIN_FEATURES = 13
 #: Query rows per matrix product of the brute search (a 64 x tile block stays in cache).
 GRAM_ROWS = 64
+#: Rows per chunk of a neighbours store.
+NEIGHBOR_ROWS = 65536
 #: Safety factor on the rounding bound of the product form (see :func:`_gram_search`).
 GRAM_SLACK = 8.0
 
@@ -211,6 +216,8 @@ def neighbors_task(
     ``rows`` is a slice (brute tiles) or an array of row numbers (tree
     searches take their queries in a space-filling-curve order).
     """
+    if isinstance(reference, StoredRows):  # rows in a store: read once per worker
+        reference = reference.rows()
     Q = np.ascontiguousarray(queries[rows])
     if spec.algorithm in ("kd_tree", "ball_tree"):
         ids = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
@@ -244,9 +251,27 @@ def query_batch_size(nq: int, n_ref: int, algorithm: str, forest: bool, threads:
     return min(cap, tasks.default_batch_size(nq, threads))
 
 
-def search(
-    queries: np.ndarray,
-    reference: np.ndarray,
+def search(queries: np.ndarray, reference: np.ndarray, k: int, **options: Any) -> Neighbors:
+    """Nearest neighbours of prepared (normalised, fitted) data; see :func:`top_k_neighbors`.
+
+    ``options`` are those of :func:`search_into`; the answers are kept here.
+    """
+    nq, width = queries.shape[0], C.check_int("k", k)
+    distances = np.empty((nq, width))
+    indices = np.empty((nq, width), dtype=np.int64)
+
+    def keep(rows: Any, d: np.ndarray, idx: np.ndarray) -> None:
+        distances[rows] = d
+        indices[rows] = idx
+
+    search_into(keep, queries, reference, k, **options)
+    return Neighbors(distances, indices)
+
+
+def search_into(
+    sink: Callable[[Any, np.ndarray, np.ndarray], None],
+    queries: Any,
+    reference: Any,
     k: int,
     *,
     measure: Measure | None = None,
@@ -259,11 +284,14 @@ def search(
     scheduler: str | None = None,
     cluster: str | Path | None = None,
     progress: Progress | None = None,
-) -> Neighbors:
-    """Nearest neighbours of prepared (normalised, fitted) data; see :func:`top_k_neighbors`.
+) -> None:
+    """The search of :func:`search`, each task's answer given to ``sink(rows, distances,
+    indices)`` as it arrives (in the driver; nothing is kept).
 
     ``similarity`` (an object with ``cross_similarity(Q)``) replaces
-    ``measure``; distances are then ``1 - s``.
+    ``measure``; distances are then ``1 - s``.  ``queries`` and ``reference``
+    may be :class:`~distforest.store.inputs.StoredRows` (the tasks read them;
+    the queries are then taken in row order: ``rows`` are slices).
     """
     k = C.check_int("k", k)
     n_ref = reference.shape[0]
@@ -286,7 +314,7 @@ def search(
             batch_size = query_batch_size(nq, n_ref, algorithm, similarity is not None,
                                           s.threads())  # fmt: skip
         batches: list[Any] = tasks.plan_batches(nq, C.check_int("batch_size", batch_size))
-        if algorithm != "brute" and nq > 1:
+        if algorithm != "brute" and nq > 1 and not isinstance(queries, StoredRows):
             # near queries together: each task walks the same branches of the tree
             order = metric_kernels.morton_order(queries)
             batches = [order[b] for b in batches]
@@ -297,16 +325,12 @@ def search(
         items = [(shared, ref, qs, rows) for rows in batches]
         logger.info("k=%d neighbours of %d rows among %d by %s in %d tasks",
                     k, nq, n_ref, algorithm, len(items))  # fmt: skip
-        distances = np.empty((nq, k))
-        indices = np.empty((nq, k), dtype=np.int64)
         try:
             for i, (d, idx) in s.run(neighbors_task, items, name="neighbors",
                                      progress=exe.stage("knn")):  # fmt: skip
-                distances[batches[i]] = d
-                indices[batches[i]] = idx
+                sink(batches[i], d, idx)
         finally:
             _TREES.pop(spec.token, None)
-    return Neighbors(distances, indices)
 
 
 def top_k_neighbors(
@@ -370,13 +394,14 @@ def top_k_neighbors(
     measure, A, B, _ = prepare(X, Y, metric, metric_params, normalize, feature_range)
     if store is not None:
         check_can_create(store, overwrite)
-    result = search(
-        A, B, k, measure=measure, algorithm=algorithm, exclude_self=Y is None,
-        batch_size=batch_size, tile_size=tile_size, client=client, scheduler=scheduler,
-        cluster=cluster, progress=progress,
-    )  # fmt: skip
+    options = dict(measure=measure, algorithm=algorithm, exclude_self=Y is None,
+                   batch_size=batch_size, tile_size=tile_size, client=client,
+                   scheduler=scheduler, cluster=cluster, progress=progress)  # fmt: skip
     if store is None:
-        return result
+        if isinstance(A, StoredRows):
+            raise ParameterError("rows in a store give their neighbours in a store: pass store=")
+        return search(A, B, k, **options)
+    result = None if isinstance(A, StoredRows) else search(A, B, k, **options)
     params = {
         "metric": measure.spec,
         "kind": measure.kind,
@@ -389,11 +414,28 @@ def top_k_neighbors(
     rs = RunStore.create(store, attrs={"params": params, "input": _describe(X, A, B),
                                        **(attrs or {})}, overwrite=overwrite)  # fmt: skip
     n = A.shape[0]
-    rows = min(n, 65536)
+    rows = min(n, NEIGHBOR_ROWS)
     rs.write_named("sample", np.arange(n, dtype=np.int64))
     rs.write_array("neighbor", np.arange(k, dtype=np.int64), ("neighbor",))
     dims = ("sample", "neighbor")
-    rs.write_array("neighbor_index", result.indices, dims, chunks=(rows, k))
-    rs.write_array("neighbor_distance", result.distances, dims, chunks=(rows, k))
+    if result is not None:
+        rs.write_array("neighbor_index", result.indices, dims, chunks=(rows, k))
+        rs.write_array("neighbor_distance", result.distances, dims, chunks=(rows, k))
+    else:  # each task's rows written as they arrive: the driver never holds n x k
+        index, distance = (
+            rs.group.create_array(name, shape=(n, k), chunks=(rows, k), dtype=dtype,
+                                  dimension_names=dims, overwrite=True)
+            for name, dtype in (("neighbor_index", "int64"), ("neighbor_distance", "float64"))
+        )  # fmt: skip
+
+        def write(rows: Any, d: np.ndarray, idx: np.ndarray) -> None:
+            index[rows] = idx
+            distance[rows] = d
+
+        try:
+            search_into(write, A, B, k, **options)
+        except BaseException:
+            location.remove_tree(rs.path)  # no half-written store left at STORE
+            raise
     rs.mark_complete()
     return rs.dataset()

@@ -31,6 +31,7 @@ from distforest.parallel import placement
 from distforest.parallel.execution import Progress, for_call
 from distforest.parallel.placement import cells_of
 from distforest.parallel.tiling import TilePlan
+from distforest.store.inputs import StoredRows
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -76,8 +77,12 @@ def prepare(
     metric_params: dict[str, Any] | None,
     normalize: str | None,
     feature_range: tuple[float, float],
-) -> tuple[Measure, np.ndarray, np.ndarray, Any]:
+) -> tuple[Measure, Any, Any, Any]:
     """Parse the measure, load and normalise both sides, fit the measure on the reference.
+
+    :class:`~distforest.store.inputs.StoredRows` (``X``, and ``Y`` if given) are
+    used as they are: rows written into a store already scaled by ``normalize``
+    and checked, with ``metric`` a measure already fitted on the reference.
 
     Returns
     -------
@@ -86,6 +91,8 @@ def prepare(
         ``Y`` is None), the fitted scaler or None.
     """
     measure = parse_metric(metric, metric_params)
+    if isinstance(X, StoredRows):  # rows scaled (by ``normalize``) and checked when written
+        return measure, X, X if Y is None else Y, None
     A, names = as_matrix(X, "X")
     B = A
     check_values(measure, A, _what(X, "X"), names)
@@ -236,11 +243,13 @@ def _open_for(store: str | Path, identity: dict[str, Any], overwrite: bool) -> R
     return rs
 
 
-def _describe(X: Any, A: np.ndarray, B: np.ndarray) -> dict[str, Any]:
+def _describe(X: Any, A: Any, B: Any) -> dict[str, Any]:
     """The ``input`` attribute of a store: source, sizes, fingerprint of the rows."""
     out: dict[str, Any] = {"source": getattr(X, "source", f"<{type(X).__name__}>"),
                            "n_samples": int(A.shape[0]), "n_features": int(A.shape[1]),
                            "n_reference": int(B.shape[0])}  # fmt: skip
     if isinstance(X, Table):
         out["fingerprint"] = X.fingerprint()
+    elif isinstance(X, StoredRows) and X.fingerprint:
+        out["fingerprint"] = X.fingerprint
     return out

@@ -434,11 +434,11 @@ def _read_path(
             f"({', '.join(sorted(SUPPORTED_EXTENSIONS))}; a .zarr store is a folder). A folder "
             "of table parts (or a glob) is read by partitions, on the workers, by the commands "
             "`proximity`, `impute`, `outliers`, `mislabels`, `mds`, `knn fit` (a measure, "
-            "rf-proximity or rfgap), `knn predict`, `score`, `simforest fit` (a table) and "
-            "their pipelines, and in Python by `distforest.store.inputs.ingest(folder, store)` "
-            "for a ProximityForest or a SimForest; "
-            "the others (`xforest`, `smerf`, `similarity`, `neighbors`) hold "
-            "every row, or every row's leaves, in this process: here, give one file"
+            "rf-proximity or rfgap), `knn predict`, `score`, `similarity`, `neighbors`, "
+            "`simforest fit` (a table) and their pipelines, and in Python by "
+            "`distforest.store.inputs.ingest(folder, store)` for a ProximityForest or a "
+            "SimForest; the others (`xforest`, `smerf`) hold every "
+            "row, or every row's leaves, in this process: here, give one file"
         )
     if suffix not in SUPPORTED_EXTENSIONS or suffix == ".zarr":
         raise InputError(

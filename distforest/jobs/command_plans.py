@@ -27,12 +27,16 @@ PRODUCTS_NOTE = ("  note:         plus one product task per batch of trees and i
 
 def forest_app_plan(what: str, input: str, target: str | None, input_kw: dict[str, Any],
                     forest: dict[str, Any], connect: dict[str, Any],
-                    files: dict[str, str | None]) -> Plan:  # fmt: skip
+                    files: dict[str, str | None], components: int = 2) -> Plan:  # fmt: skip
     """The plan of a command that fits a proximity forest on ``input`` and answers
     matrix-free (``outliers``, ``mislabels``, ``mds``, ``importances``); ``files``: label ->
-    path (None: not written), the first the main output."""
+    path (None: not written), the first the main output; ``components`` of ``mds``.
+
+    A table read by partitions adds the temporary run store its forest is fitted
+    in (and the scratch arrays ``mislabels`` and ``mds`` make there) to the disk.
+    """
     from distforest.forests.proximity_forest import ProximityForest
-    from distforest.jobs.inputs import input_shape
+    from distforest.jobs.inputs import input_shape, partitioned_input
 
     source, n, d = input_shape(input, target, **input_kw)
     out = next(p for p in files.values() if p)
@@ -43,6 +47,8 @@ def forest_app_plan(what: str, input: str, target: str | None, input_kw: dict[st
     per_file = {"pictures": 300_000}
     disk = {label: per_file.get(label, n * 64) for label, path in files.items() if path}
     rows = estimates.rows_per_tree(n, params)
+    if partitioned_input(input):
+        disk.update(temporary_store_bytes(what, n, d, trees, components))
     cpu = fit_seconds(trees, rows, d, params["max_features"])
     # the matrix-free products share every tree's leaves and in-bag counts with each worker
     products = n * trees * 9
@@ -90,6 +96,25 @@ def matrix_plan(what: str, source: str, n: int, m: int, d: int, tile_size: int,
         threads=threads,
         where=where,
     )  # fmt: skip
+
+
+def temporary_store_bytes(what: str, n: int, d: int, trees: int,
+                          components: int = 2) -> dict[str, int]:  # fmt: skip
+    """The disk a forest command on a table read by partitions takes besides its outputs:
+    the temporary run store (in dask's temporary directory, removed at the end) and the
+    scratch arrays of ``mislabels`` (two classes; 8 bytes a row more per class above eight)
+    and ``mds``."""
+    need = {"temporary store (rows, leaves; removed after)":
+            n * (4 * d + 8) + n * trees * (4 + 1 + 1)}  # fmt: skip
+    if what == "mislabels":
+        from distforest.apps.stored_mislabels import scratch_bytes
+
+        need["ranking scratch (removed after)"] = scratch_bytes(n, 2)
+    if what == "mds":
+        from distforest.apps.stored_mds import scratch_bytes as mds_scratch_bytes
+
+        need["MDS scratch (removed after)"] = mds_scratch_bytes(n, components, trees)
+    return need
 
 
 def model_fit_plan(what: str, source: str, n: int, d: int, cells: int, trees: int,

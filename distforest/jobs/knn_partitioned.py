@@ -105,7 +105,7 @@ def _scatter(X: np.ndarray, scaler: Any) -> tuple[int, np.ndarray, np.ndarray]:
     return len(X), mean, centred.T @ centred
 
 
-def _fitted_measure(metric: str, params: dict[str, Any] | None, X: Any, scaler: Any) -> Any:
+def fitted_measure(metric: str, params: dict[str, Any] | None, X: Any, scaler: Any) -> Any:
     """The measure fitted on the model's rows: ``mahalanobis``'s inverse covariance from the
     partitions' scatter matrices (Chan et al.'s merge; equal to one-file fit's to rounding)."""
     import dask
@@ -132,7 +132,7 @@ def _fitted_measure(metric: str, params: dict[str, Any] | None, X: Any, scaler: 
     return replace(measure, VI=VI)
 
 
-def _fitted_scaler(normalize: str | None, feature_range: Any, X: Any) -> Any:
+def fitted_scaler(normalize: str | None, feature_range: Any, X: Any) -> Any:
     """The scikit-learn scaler of ``normalize``, fitted from per-partition summaries."""
     import dask
 
@@ -224,6 +224,34 @@ def _checked(block: np.ndarray) -> None:
     return None
 
 
+def check_blocks(*arrays: Any) -> None:
+    """Compute every block of these lazy arrays, keeping nothing: their checks run
+    (on the current dask scheduler) before anything is written."""
+    import dask
+
+    blocks = [b for a in arrays for b in a.to_delayed().ravel()]
+    dask.compute(*[dask.delayed(_checked)(b) for b in blocks])
+
+
+def _parts(data: Any) -> tuple[tuple[str, ...], np.ndarray]:
+    """The names of a table's partitions (part files) and their first global rows."""
+    lengths = data.encoding.lengths
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    names = data.part_names or tuple(data.partitions.partition_name(k)
+                                     for k in range(len(lengths)))  # fmt: skip
+    return names, starts
+
+
+def scaled_rows(data: Any, scaler: Any, measure: Any) -> Any:
+    """A table's rows as a model sees them, lazy (one task per partition): float64,
+    scaled by ``scaler``, checked for ``measure`` (a bad value named with its part
+    file, column and global row)."""
+    part_names, starts = _parts(data)
+    names = tuple(str(c) for c in data.encoding.features)
+    return data.X.map_blocks(_rows_block, scaler, measure, names, part_names, starts,
+                             dtype=np.float64)  # fmt: skip
+
+
 def _targets_block(y: np.ndarray, classes: np.ndarray | None, labels: bool,
                    part_names: tuple[str, ...], starts: np.ndarray, target: str,
                    block_info: Any = None) -> np.ndarray:  # fmt: skip
@@ -299,7 +327,6 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
                  attrs: dict[str, Any] | None = None,
                  client: Any = None) -> tuple[Any, str, int]:  # fmt: skip
     """:func:`fit_partitioned` of a table whose pass 1 is done (:func:`read_training`)."""
-    import dask
     import dask.array as da
 
     from distforest.apps.knn import KNNClassifier, KNNRegressor, model_attrs
@@ -327,23 +354,19 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
     model.support_ = np.ones(d, dtype=bool)
     forest = model.metric in STORED_FORESTS
     model.similarity_ = make_similarity(model.metric, model.n_estimators, model.random_state)
-    model.scaler_ = _fitted_scaler(model.normalize, model.feature_range, data.X)
-    model.measure_ = None if forest else _fitted_measure(model.metric, model.metric_params,
+    model.scaler_ = fitted_scaler(model.normalize, model.feature_range, data.X)
+    model.measure_ = None if forest else fitted_measure(model.metric, model.metric_params,
                                                          data.X, model.scaler_)  # fmt: skip
     if classes is not None:
         model.classes_ = classes
-    starts = np.concatenate([[0], np.cumsum(enc.lengths)]).astype(np.int64)
-    part_names = data.part_names or tuple(data.partitions.partition_name(k)
-                                          for k in range(len(enc.lengths)))  # fmt: skip
-    X = data.X.map_blocks(_rows_block, model.scaler_, model.measure_, names, part_names, starts,
-                          dtype=np.float64)  # fmt: skip
+    part_names, starts = _parts(data)
+    X = scaled_rows(data, model.scaler_, model.measure_)
     y = data.y.map_blocks(_targets_block, classes, enc.target_kind == "labels", part_names,
                           starts, str(enc.target),
                           dtype=np.int64 if classes is not None else np.float64)  # fmt: skip
     # every check runs before anything is written: a task failing while others write
     # would leave their chunks behind the removal of the half-written model
-    blocks = (*X.to_delayed().ravel(), *y.to_delayed().ravel())
-    dask.compute(*[dask.delayed(_checked)(b) for b in blocks])
+    check_blocks(X, y)
     categories = {k: [str(v) for v in c] for k, c in enc.categories.items()}
     extra = {"target": enc.target, "source": str(data.source), "categories": categories,
              **(attrs or {})}  # fmt: skip

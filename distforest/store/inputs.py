@@ -376,6 +376,40 @@ def input_chunk(path: str, rows: slice, name: str = f"{INPUT_GROUP}/X") -> np.nd
     return np.asarray(task_array(path, name, "r")[rows])
 
 
+@dataclass(frozen=True)
+class StoredRows:
+    """Rows of a store's 2-D array, read whole once per worker process by the tasks.
+
+    A task indexes it as an array (``rows[a:b]``, ``np.asarray(rows)``): the
+    first use in a process reads the array (:func:`input_rows`), later ones
+    share that copy.  The object itself is a path and a name: sending it to
+    tasks moves no rows, and the driver never reads them.
+    """
+
+    path: str
+    name: str
+    shape: tuple[int, int]
+    #: Where the rows came from and a hash of them (the table's), for messages and records.
+    source: str = ""
+    fingerprint: str = ""
+
+    @classmethod
+    def of(cls, path: str | Path, name: str, source: str = "", fingerprint: str = "") -> StoredRows:
+        """The rows of array ``name`` in the store at ``path``."""
+        arr = task_array(str(path), name, "r")
+        return cls(str(path), name, (int(arr.shape[0]), int(arr.shape[1])), source, fingerprint)
+
+    def rows(self) -> np.ndarray:
+        """All the rows (this process's shared, read-only copy)."""
+        return input_rows(self.path, self.name)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self.rows()[key]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.rows() if dtype is None else self.rows().astype(dtype)
+
+
 def forget_inputs() -> None:
     """Drop the rows kept by :func:`input_rows` (call on every worker when done)."""
     with _cache_lock:
