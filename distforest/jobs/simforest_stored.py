@@ -13,14 +13,17 @@ copied a chunk at a time; the fitted estimator reads them there.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from distforest.errors import InputError, ParameterError
 from distforest.jobs.inputs import temporary_store
+from distforest.parallel import placement
 from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore
 
@@ -134,19 +137,24 @@ def fit_command(
 
         source, n, d = input_shape(data, target, drop=drop, na_values=na_values)
         cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
-        return model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
+        plan = model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
                               forest.batch_size, cpu,
                               {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
                               connect, out)  # fmt: skip
+        if placement.runs_in_process(n * d, options=connect):  # by partitions: on a cluster
+            threads = os.cpu_count() or 1
+            return replace(plan, threads=threads, where=f"on a LocalCluster started for the "
+                           f"run (read by partitions; assuming {threads} threads)")  # fmt: skip
+        return plan
     from distforest.parallel.cluster import connect as connect_to
     from distforest.parallel.execution import execution
 
     with connect_to(**connect) as client, execution(client), client.as_current():
         pending = read_pending(data, target, drop, na_values)
         n = pending.n_samples
-        plan = estimate_forest_metric(n, 1, trees * params["n_pairs"])
+        need = estimate_forest_metric(n, 1, trees * params["n_pairs"])
         knobs = f"--trees ({trees:,}) and --pairs ({params['n_pairs']:,})"
-        check_size(f"SimForest on {n:,} objects", plan, knobs)
+        check_size(f"SimForest on {n:,} objects", need, knobs)
         forest.set_execution(client, progress=progress)
 
         def save(fitted: Any, attrs: dict[str, Any]) -> RunStore:
