@@ -15,6 +15,7 @@ from distforest.apps.outliers import outlier_scores
 from distforest.cli.main import cli
 from distforest.forests.simforest import NODE_FIELDS, SimilarityForestClassifier
 from distforest.store.inputs import ingest
+from distforest.store.run_store import RunStore
 from tests.tracing import traced_peak
 
 N = 600
@@ -243,4 +244,20 @@ def test_pipeline_on_parts_writes_the_one_file_outputs(tables, client) -> None:
         assert result.exit_code == 0, result.output
     whole, parts = root / "run-csv", root / "run-parts"
     _same_arrays(parts / "model.zarr", whole / "model.zarr")
-    assert (parts / "outliers.csv").read_bytes() == (whole / "outliers.csv").read_bytes()
+    expected = (whole / "outliers.csv").read_bytes()
+    assert (parts / "outliers.csv").read_bytes() == expected
+    # killed before its last stage: resumed with the model's leaves left in its store
+    RunStore.open(parts / "model.zarr", mode="r+").mark_running()
+    (parts / "outliers.csv").unlink()
+    result = invoke("-q", "run", root / "parts.yaml", "--scheduler", client.scheduler.address)
+    assert result.exit_code == 0 and "resumed" in result.output, result.output
+    assert (parts / "outliers.csv").read_bytes() == expected
+    lazy = SimilarityForestClassifier.load(parts / "model.zarr", rows_in_store=True)
+    assert isinstance(lazy.leaves_, zarr.Array)
+    np.testing.assert_array_equal(lazy.leaves_, _arrays(whole / "model.zarr")["leaves"])
+    proximity = root / "prox.zarr"  # `simforest proximity` copies the stored leaves by tasks
+    result = invoke("-q", "simforest", "proximity", parts / "model.zarr", "--out", proximity,
+                    "--method", "oob")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(_arrays(proximity)["proximity_oob"],
+                                  _arrays(whole / "model.zarr")["proximity_oob"])  # fmt: skip

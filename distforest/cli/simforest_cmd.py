@@ -264,7 +264,7 @@ def simforest_proximity(
 
     start = time.perf_counter()
     check_can_create(out, overwrite)
-    forest = SimilarityForestClassifier.load(model)
+    forest = SimilarityForestClassifier.load(model, rows_in_store=True)  # copied by tasks
     n, tile = forest.n_samples_, tile_size or forest.params_["tile_size"]
     if dry_run:
         from distforest.forests.tiles import SYMMETRIC

@@ -275,7 +275,13 @@ class Persisted:
         raise StoreError(f"{rs.path!r} is not a {cls.__name__} model ({why}); {cls._store_hint}")
 
     @classmethod
-    def load(cls, store: str | Path, *, require_complete: bool | None = None) -> Self:
+    def load(
+        cls,
+        store: str | Path,
+        *,
+        require_complete: bool | None = None,
+        rows_in_store: bool = False,
+    ) -> Self:
         """An estimator fitted as the one :meth:`save` wrote; it predicts exactly as that one.
 
         Parameters
@@ -284,6 +290,10 @@ class Persisted:
         require_complete : bool, optional
             Refuse a store still marked running.  Default: the estimator's
             habit (a forest's own store is read while its job resumes).
+        rows_in_store : bool
+            Leave the per-row arrays (leaves, in-bag counts) in the store: the
+            estimator's attributes are its Zarr arrays, read on use, as after a
+            fit from a stored table (this process does not hold them).
         """
         must = cls._load_requires_complete if require_complete is None else require_complete
         rs = RunStore.open(store, require_complete=must)
@@ -311,7 +321,9 @@ class Persisted:
                 value = field.decode(value)
             setattr(est, field.attr, value)
         for spec in cls._stored_arrays:
-            if spec.name in rs.group:
+            if spec.name in rs.group and spec.rows and rows_in_store and spec.dtype is None:
+                setattr(est, spec.attr, rs.array(spec.name))
+            elif spec.name in rs.group:
                 value = rs.read(spec.name)
                 setattr(est, spec.attr, value if spec.dtype is None else value.astype(spec.dtype))
             elif spec.optional or spec.keep is not None:

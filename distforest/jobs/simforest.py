@@ -245,8 +245,11 @@ def run_simforest_job(
         cells = _cells(fit_input)
         with place(cells, job.connect, progress=progress, watch=True) as where:
             forest, rs, stages = load_or_fit(
-                run, job.out, lambda: SimilarityForestClassifier.load(job.out), fit
-            )
+                # resumed: a model fitted by partitions keeps its leaves in its store
+                run, job.out,
+                lambda: SimilarityForestClassifier.load(job.out, rows_in_store=job.partitioned),
+                fit,
+            )  # fmt: skip
             if not stages.done("proximity"):
                 with stage("proximity", stages):
                     forest.proximity(job.method, store=job.out, complete=False)
