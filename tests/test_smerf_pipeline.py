@@ -35,7 +35,7 @@ def test_shipped_pipeline_runs_resumes_and_is_not_repeated(tmp_path):
     assert stored.encoding["chunks"] == (256, 256)
     table = load_table(IONOSPHERE, target="Class")
     with execution("synchronous"):  # the oracle: the estimator itself, same parameters
-        ref = SMERF(n_estimators=12, random_state=0).fit(table, class_distances(table))
+        ref = SMERF(n_estimators=12, random_state=0).fit(table, class_distances(table.y))
         expected = ref.oob_distance().values
     np.testing.assert_array_equal(stored.values, expected)
     model = SMERF.load(out / "model.zarr")

@@ -13,6 +13,12 @@ the disk (the model holds D; the predicted matrix is counted uncompressed)
 stops it with exit code 6.  The model is built under a
 temporary name and renamed into place only when complete, so a failed or
 killed ``fit`` leaves no half-written model.
+
+``fit`` on an X that is a glob, a folder of parts or a file over 32 MB reads
+it by partitions on the workers (a named cluster, else a LocalCluster): the
+checks run on the partitions (a bad value names its part file, column and
+row), the rows go into a temporary store that the tree tasks read, and the
+model is the one the same rows in one file give.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -120,6 +126,8 @@ def fit_cmd(
     from distforest.io import load_table
     from distforest.io.distances import load_distances
     from distforest.jobs.estimates import check_disk, estimate_smerf_model
+    from distforest.jobs.inputs import input_shape, partitioned_input
+    from distforest.jobs.smerf import save_model
     from distforest.parallel.placement import place
     from distforest.store.run_store import check_can_create
 
@@ -127,26 +135,38 @@ def fit_cmd(
     params = {k: options.pop(k) for k in SMERF_KEYS}
     model = SMERF(**params, random_state=random_state)
     model._validated()
-    table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
-    dist = load_distances(distances, n=table.n_samples)  # checked before any cluster starts
-    need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
+    by_parts = partitioned_input(input)  # a glob, a folder of parts, a large file
     if dry_run:
         from distforest.jobs.command_plans import model_fit_plan, smerf_fit_cpu
 
-        trees, n, d = params["n_estimators"], table.n_samples, table.n_features
-        show(model_fit_plan("smerf fit", str(table.source), n, d, input_cells(n, d), trees, None,
+        if by_parts:  # not loaded: rows from the metadata or a count of the lines
+            source, n, d = input_shape(input, drop=drop, na_values=na_values)
+        else:
+            table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
+            source, n, d = str(table.source), table.n_samples, table.n_features
+        dist = load_distances(distances, n=n)
+        need = estimate_smerf_model(n, params["n_estimators"], dist.itemsize)
+        trees = params["n_estimators"]
+        show(model_fit_plan("smerf fit", source, n, d, input_cells(n, d), trees, None,
                             smerf_fit_cpu(trees, n), {"model (distances, leaves, trees)": need},
                             connect_kwargs(options), out), out)  # fmt: skip
         return
-    check_disk(location.parent(out), need, replaces=out)
     start = time.perf_counter()
-    cells = input_cells(table.n_samples, table.n_features)
-    with place(cells, connect_kwargs(options), progress=ProgressBars(enabled=not obj["quiet"])):
-        model.fit(table, dist)
+    bars = ProgressBars(enabled=not obj["quiet"])
+    if by_parts:
+        dist = _fit_by_parts(model, input, distances, out, overwrite, tile_size, drop,
+                             na_values, connect_kwargs(options), bars)  # fmt: skip
+        click.echo(f"  features of {input} read by partitions on the workers")
+    else:
+        table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
+        dist = load_distances(distances, n=table.n_samples)  # checked before any cluster starts
+        need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
+        check_disk(location.parent(out), need, replaces=out)
+        cells = input_cells(table.n_samples, table.n_features)
+        with place(cells, connect_kwargs(options), progress=bars):
+            model.fit(table, dist)
+        save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
     seconds = time.perf_counter() - start
-    from distforest.jobs.smerf import save_model
-
-    save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
     observed = dist.observed
     click.echo(
         f"SMERF: {params['n_estimators']} trees on {model.n_samples_} rows x "
@@ -154,6 +174,29 @@ def fit_cmd(
     )
     _echo_importances(model.feature_importances_, model.feature_names_in_, top=5)
     click.echo(f"  model: {location.resolved(out)}")
+
+
+def _fit_by_parts(model: Any, input: str, distances: str, out: str, overwrite: bool,
+                  tile_size: int, drop: tuple[str, ...], na_values: tuple[str, ...],
+                  connect: dict[str, Any], bars: Any) -> Any:  # fmt: skip
+    """``smerf fit`` of an X read by partitions, on the named cluster (or a LocalCluster):
+    pass 1 (every check) and D's check before anything is written, the rows into a
+    temporary store, the fit from there, the model saved; returns the checked D."""
+    from distforest.io.distances import load_distances
+    from distforest.jobs.estimates import check_disk, estimate_smerf_model
+    from distforest.jobs.inputs import temporary_store
+    from distforest.jobs.smerf import read_by_parts, save_model
+    from distforest.parallel.cluster import connect as connect_to
+
+    with connect_to(**connect) as client, client.as_current():
+        pending = read_by_parts(input, None, drop, na_values)
+        dist = load_distances(distances, n=pending.n_samples)
+        need = estimate_smerf_model(pending.n_samples, model.n_estimators, dist.itemsize)
+        check_disk(location.parent(out), need, replaces=out)
+        with temporary_store() as path:
+            model.set_execution(client, progress=bars).fit(pending.write(path, {}), dist)
+            save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
+    return dist
 
 
 @smerf.command("predict")

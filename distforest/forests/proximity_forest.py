@@ -20,6 +20,7 @@ from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted, as_list
+from distforest.forests.stored import is_dask_frame
 from distforest.forests.targets import encode_target, resolve_task
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
@@ -271,7 +272,7 @@ class ProximityForest(Persisted, DaskEstimator):
             return fit_stored(
                 self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples)
             )
-        if _is_dask_frame(X):  # read by partitions on the workers, never computed here
+        if is_dask_frame(X):  # read by partitions on the workers, never computed here
             from distforest.forests.stored import fit_dask_frame
 
             return fit_dask_frame(
@@ -822,11 +823,6 @@ class ProximityForest(Persisted, DaskEstimator):
                 attrs={"n_trees": int(self.leaves_.shape[1])},
                 progress=self._report("tiles"),
             )  # fmt: skip
-
-
-def _is_dask_frame(X: Any) -> bool:
-    """Whether ``X`` is a ``dask.dataframe.DataFrame`` (without importing dask)."""
-    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "columns")
 
 
 def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:

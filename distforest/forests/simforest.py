@@ -40,7 +40,7 @@ from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
-from distforest.forests.proximity_forest import _is_dask_frame
+from distforest.forests.stored import is_dask_frame
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
 from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import (
@@ -334,7 +334,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             from distforest.forests.simforest_stored import fit_table
 
             return fit_table(self, X, y, similarity)
-        if _is_dask_frame(X):  # read by partitions on the workers, never computed here
+        if is_dask_frame(X):  # read by partitions on the workers, never computed here
             from distforest.forests.simforest_stored import fit_frame
 
             return fit_frame(self, X, y, similarity)

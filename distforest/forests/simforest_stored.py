@@ -15,7 +15,7 @@ never holds the rows nor the ``(n, T)`` per-row arrays:
    each) and returns the nodes only.
 2. **Per-row arrays by row chunks.**  Tasks join the batches' arrays into the
    ``(n, T)`` ``leaves`` and ``inbag``, each writing whole chunks
-   (:func:`~distforest.forests.stored.join_columns`).
+   (:func:`~distforest.forests.stored.gather_batches`).
 
 The store then holds what :meth:`SimilarityForestClassifier.save` writes
 (forest, leaves, inbag, target, pair objects, coordinates, provenance), so
@@ -43,7 +43,7 @@ import numpy as np
 from distforest.errors import InputError, ParameterError
 from distforest.forests.measures import Measure
 from distforest.forests.simforest import NO_ROWS
-from distforest.forests.stored import _label_codes, fit_in_temporary_store, join_columns
+from distforest.forests.stored import _label_codes, fit_in_temporary_store, gather_batches
 from distforest.io.attrs import decode_attrs
 from distforest.kernels.simfetch import fetch_function
 from distforest.kernels.simtrees import SimTree, SimTreeParams, grow_tree
@@ -272,9 +272,10 @@ def fit_table(
                                   progress=forest._report("fit")):  # fmt: skip
             trees[batches[i]] = part
         runner.everywhere(_forget_rows)
+        parts = range(len(batches))
         arrays = tuple(
-            join_columns(runner, rs, name, [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))],
-                         dtype=dtype, rows=tile, progress=forest._report("leaves"))
+            gather_batches(runner, rs.path, [f"{FIT_GROUP}/{name}_{k}" for k in parts], name,
+                           dtype, tile, progress=forest._report("leaves"))
             for name, dtype in (("leaves", "int32"), ("inbag", "uint8"))
         )  # fmt: skip
     del rs.group[FIT_GROUP]
@@ -298,12 +299,13 @@ def fit_frame(
     """Fit on a ``dask.dataframe.DataFrame`` (``y`` names its label column) read by
     partitions into a temporary store
     (:func:`~distforest.forests.stored.fit_in_temporary_store`)."""
-    if y is None:
+    if not isinstance(y, str):
         raise InputError(
-            "the labels of a dask DataFrame must be one of its columns: pass y='<column>'"
+            "the labels of a dask DataFrame must be one of its columns: pass y='<column>' "
+            f"(got {type(y).__name__}); or X.assign(label=...) first"
         )
-    return cast(
-        "SimilarityForestClassifier",
-        fit_in_temporary_store(forest, frame, y,
-                               lambda table: fit_table(forest, table, None, similarity)),
-    )  # fmt: skip
+
+    def fit(table: StoredTable) -> None:
+        fit_table(forest, table, None, similarity)
+
+    return cast("SimilarityForestClassifier", fit_in_temporary_store(forest, frame, fit, target=y))

@@ -21,6 +21,11 @@ and then only referred to: each worker reads it once for all its tasks
 (:class:`distforest.io.distances.StoredDistances`), and :meth:`SMERF.save`
 copies it into the model block by block, so the driver never holds it whole.
 A loaded model refers to its own ``train_distance`` the same way.
+
+Features given as a :class:`~distforest.store.inputs.StoredTable` (or a
+``dask.dataframe.DataFrame``, ingested on the workers) are read by the tree
+tasks from the store, and the per-row ``leaves_`` and ``inbag_`` stay there
+as Zarr arrays (:mod:`distforest.forests.smerf_stored`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from distforest.forests.persistence import (
     Field,
     Persisted,
 )
+from distforest.forests.stored import is_dask_frame
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
 from distforest.io.distances import (
@@ -58,6 +64,7 @@ from distforest.io.matrices import StoredMatrix
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
+from distforest.store.inputs import StoredTable
 from distforest.store.run_store import RunStore
 
 if TYPE_CHECKING:
@@ -152,9 +159,11 @@ class SMERF(Persisted, DaskEstimator):
     seeds_ : ndarray of uint64, shape (n_estimators,)
     random_state_ : int
     leaves_ : ndarray of int32, shape (n_samples, n_estimators)
-        Leaf (node id local to its tree) of every training row.
+        Leaf (node id local to its tree) of every training row (fitted from a
+        stored table: the store's Zarr array, read on use).
     inbag_ : ndarray of uint16, shape (n_samples, n_estimators)
-        Bootstrap count of every training row in every tree.
+        Bootstrap count of every training row in every tree (fitted from a
+        stored table: the store's uint8 Zarr array).
     forest_ : distforest.kernels.smerf.FlatForest
     distances_ : ndarray or StoredDistances, shape (n_samples, n_samples)
         The observed training distances (NaN = not observed): the array given
@@ -199,8 +208,12 @@ class SMERF(Persisted, DaskEstimator):
 
         Parameters
         ----------
-        X : path, array-like, DataFrame, dask/xarray/zarr object or Table
-            n rows of numeric features without missing values.
+        X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
+            n rows of numeric features without missing values.  A
+            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
+            from its store (and ``leaves_``, ``inbag_`` are written there); a
+            ``dask.dataframe.DataFrame`` is read by partitions on the workers
+            into a temporary store, never computed here.
         D : path (.npy or Zarr), numpy, dask, xarray or zarr array, or Distances
             Observed symmetric dissimilarities of the rows of X, shape (n, n)
             (may be negative, e.g. minus a similarity); NaN marks a pair not
@@ -213,6 +226,14 @@ class SMERF(Persisted, DaskEstimator):
         self
         """
         params = self._validated()
+        if isinstance(X, StoredTable):
+            from distforest.forests.smerf_stored import fit_stored
+
+            return fit_stored(self, X, D, params)
+        if is_dask_frame(X):  # read by partitions on the workers, never computed here
+            from distforest.forests.smerf_stored import fit_dask_frame
+
+            return fit_dask_frame(self, X, D, params)
         table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
         if np.isnan(table.X).any():
             raise InputError(
@@ -250,18 +271,33 @@ class SMERF(Persisted, DaskEstimator):
                 grow_trees, items, name="smerf-trees", progress=self._report("fit")
             ):
                 parts[i] = part
-        forest = K.concatenate(parts)
-        self.n_samples_ = table.n_samples
-        self.n_features_in_ = table.n_features
-        self.feature_names_in_ = table.feature_names
+        forest = K.concatenate(parts, consume=True)  # never the parts and the forest whole
+        return self._fitted(
+            forest, K.apply(forest, table.X), K.inbag_counts(forest, table.n_samples),
+            n_samples=table.n_samples, feature_names=table.feature_names, seeds=seeds,
+            entropy=entropy, dist=dist,
+            input_={"source": table.source, "fingerprint": table.fingerprint()}, params=params,
+            fit_id=uuid.uuid4().hex,
+        )  # fmt: skip
+
+    def _fitted(
+        self, forest: K.FlatForest, leaves: Any, inbag: Any, *, n_samples: int,
+        feature_names: tuple[str, ...], seeds: np.ndarray, entropy: int, dist: Distances,
+        input_: dict[str, Any], params: dict[str, Any], fit_id: str,
+    ) -> SMERF:  # fmt: skip
+        """Set the fitted attributes (``leaves``, ``inbag``: arrays, or a stored fit's Zarr
+        arrays); returns self."""
+        self.n_samples_ = n_samples
+        self.n_features_in_ = len(feature_names)
+        self.feature_names_in_ = feature_names
         self.seeds_ = seeds
         self.random_state_ = entropy
         self.distances_ = dist.values
         self.mean_distance_ = dist.mean
-        self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
+        self.input_ = input_
         self.params_ = params
-        self.fit_id_ = uuid.uuid4().hex
-        self._set_forest(forest, K.apply(forest, table.X), K.inbag_counts(forest, table.n_samples))
+        self.fit_id_ = fit_id
+        self._set_forest(forest, leaves, inbag)
         return self
 
     def _set_forest(self, forest: K.FlatForest, leaves: np.ndarray, inbag: np.ndarray) -> None:
@@ -314,7 +350,7 @@ class SMERF(Persisted, DaskEstimator):
 
     def predict_distance(
         self,
-        X_a: Any,
+        X_a: Any = None,
         X_b: Any = None,
         store: str | Path | None = None,
         *,
@@ -325,8 +361,9 @@ class SMERF(Persisted, DaskEstimator):
 
         Parameters
         ----------
-        X_a : array-like, path or Table
-            Rows of the matrix (``sample_i``).
+        X_a : array-like, path or Table, optional
+            Rows of the matrix (``sample_i``); None: the training rows (their
+            leaves as fitted, not routed again).
         X_b : array-like, path or Table, optional
             Columns (``sample_j``); None: the training rows.
         store : str or Path, optional
@@ -345,7 +382,7 @@ class SMERF(Persisted, DaskEstimator):
             Dims ``(sample_i, sample_j)``, float32, named ``distance``.
         """
         self._check_fitted()
-        leaves_a = K.apply(self.forest_, self._rows(X_a, "X_a"))
+        leaves_a = self.leaves_ if X_a is None else K.apply(self.forest_, self._rows(X_a, "X_a"))
         leaves_b = self.leaves_ if X_b is None else K.apply(self.forest_, self._rows(X_b, "X_b"))
         none = np.zeros((1, 1), dtype=np.uint16)
         inputs = self._inputs(leaves_a, leaves_b, none, none, oob=False)
@@ -383,6 +420,9 @@ class SMERF(Persisted, DaskEstimator):
         return self._matrix(inputs, True, store, tile_size, overwrite, {"columns": "oob"})
 
     def _inputs(self, leaves_a, leaves_b, inbag_a, inbag_b, *, oob: bool) -> TileInputs:
+        from distforest.forests.smerf_stored import check_own_rows
+
+        check_own_rows(self)  # a stored fit's leaves: still this fit's
         f = self.forest_
         return TileInputs(
             D=self.distances_, leaves_a=leaves_a, leaves_b=leaves_b, inbag_a=inbag_a,
@@ -449,7 +489,8 @@ class SMERF(Persisted, DaskEstimator):
 
     def _check_saveable(self) -> None:
         self._check_fitted()
-        if self.inbag_.max(initial=0) > np.iinfo(np.uint8).max:
+        inbag = self.inbag_  # a stored fit's is uint8 already
+        if isinstance(inbag, np.ndarray) and inbag.max(initial=0) > np.iinfo(np.uint8).max:
             raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
 
     def _save_parts(self, rs: RunStore, tile_size: int) -> None:

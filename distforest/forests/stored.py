@@ -28,7 +28,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -259,8 +259,81 @@ def fit_stored(
     return forest
 
 
-#: Temporary stores of forests fitted on a dask DataFrame, removed with their forest.
+def is_dask_frame(X: Any) -> bool:
+    """Whether ``X`` is a ``dask.dataframe.DataFrame`` (without importing dask)."""
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "columns")
+
+
+def _gather_task(path: str, parts: tuple[str, ...], name: str, rows: slice) -> int:
+    block = np.concatenate([read_rows(path, part, rows) for part in parts], axis=1)
+    write_block(path, name, (rows, slice(None)), block)
+    return int(rows.stop - rows.start)
+
+
+def gather_batches(
+    runner: Any,
+    path: str,
+    parts: list[str],
+    name: str,
+    dtype: str,
+    chunk_rows: int,
+    *,
+    progress: Any = None,
+) -> Any:
+    """Join per-batch ``(n, w_k)`` arrays of a store into one ``(n, sum w_k)`` array.
+
+    Array ``name`` (dims ``sample, tree``, chunks of ``chunk_rows`` whole rows) is
+    created in the store at ``path`` and written by row-block tasks of whole chunks
+    (about :data:`ROUTE_ROWS` rows each), each reading its rows of every part: one
+    writer per Zarr chunk, and no process holds the whole array.
+
+    Returns
+    -------
+    zarr.Array
+        The joined array (read on use).
+    """
+    rs = RunStore.open(path, mode="r+")
+    first = rs.array(parts[0])
+    n = int(first.shape[0])
+    width = sum(int(rs.array(part).shape[1]) for part in parts)
+    chunk = max(1, min(n, chunk_rows))
+    rs.group.create_array(name, shape=(n, width), chunks=(chunk, width), dtype=dtype,
+                          dimension_names=("sample", "tree"), overwrite=True)  # fmt: skip
+    step = max(chunk, ROUTE_ROWS // chunk * chunk)
+    items = [(path, tuple(parts), name, slice(s, min(s + step, n))) for s in range(0, n, step)]
+    for _ in runner.run(_gather_task, items, name=f"gather-{name}", progress=progress):
+        pass
+    return rs.array(name)
+
+
+#: Temporary stores of estimators fitted on a dask DataFrame, removed with their estimator.
 _TEMPORARY: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
+
+
+def fit_in_temporary_store(owner: Any, frame: Any, fit: Any, **ingest_kw: Any) -> Any:
+    """Ingest ``frame`` (by partitions, on the workers) into a temporary run store and
+    call ``fit(table)`` with its :class:`StoredTable`; returns ``owner``.
+
+    The store is made under dask's ``temporary-directory`` (else the system's) and
+    removed when ``owner`` (the fitted estimator, whose arrays live there) is
+    garbage-collected or fitted again; at once if the fit fails.
+    """
+    import dask
+
+    from distforest.store.inputs import ingest
+
+    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
+    try:
+        fit(ingest(frame, work / "run.zarr", **ingest_kw))
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    old = _TEMPORARY.pop(owner, None)
+    if old is not None:
+        old()
+    _TEMPORARY[owner] = weakref.finalize(owner, shutil.rmtree, str(work), True)
+    return owner
 
 
 def fit_dask_frame(
@@ -269,83 +342,18 @@ def fit_dask_frame(
     """Fit on a ``dask.dataframe.DataFrame`` without computing it in this process.
 
     The frame is read by partitions on the workers into a temporary run store
-    (under dask's ``temporary-directory``, else the system's), removed when the
-    forest is garbage-collected or fitted again.  The target must be a column
-    of the frame, named by ``y``.
+    (:func:`fit_in_temporary_store`).  The target must be a column of the frame,
+    named by ``y``.
     """
-    return fit_in_temporary_store(
-        forest, frame, y,
-        lambda table: fit_stored(forest, table, params,
-                                 lambda t, k: tree_params_of(t, k, table.n_samples)),
-    )  # fmt: skip
-
-
-def fit_in_temporary_store(
-    estimator: Any, frame: Any, y: Any, fit: Callable[[StoredTable], Any]
-) -> Any:
-    """``fit(table)`` of a dask DataFrame ingested on the workers into a temporary store.
-
-    The store (under dask's ``temporary-directory``, else the system's) is
-    removed when ``estimator`` is garbage-collected or fitted this way again,
-    or at once if ``fit`` fails.  ``y`` names the target column.  Returns
-    what ``fit`` returns.
-    """
-    import dask
-
     from distforest.errors import InputError
-    from distforest.store.inputs import ingest
 
     if y is not None and not isinstance(y, str):
         raise InputError(
             f"the target of a dask DataFrame must be one of its columns: pass y='<column>' "
             f"(got a {type(y).__name__}); or X.assign(target=...) first"
         )
-    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
-    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
-    try:
-        table = ingest(frame, work / "run.zarr", target=y)
-        fitted = fit(table)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    old = _TEMPORARY.pop(estimator, None)
-    if old is not None:
-        old()
-    _TEMPORARY[estimator] = weakref.finalize(estimator, shutil.rmtree, str(work), True)
-    return fitted
 
+    def fit(table: StoredTable) -> None:
+        fit_stored(forest, table, params, lambda t, k: tree_params_of(t, k, table.n_samples))
 
-def _join_task(path: str, parts: tuple[str, ...], name: str, rows: slice) -> int:
-    block = np.concatenate([read_rows(path, part, rows) for part in parts], axis=1)
-    write_block(path, name, (rows, slice(None)), block)
-    return int(rows.stop - rows.start)
-
-
-def join_columns(
-    runner: Any,
-    rs: RunStore,
-    name: str,
-    parts: list[str],
-    *,
-    dtype: str,
-    rows: int,
-    dims: tuple[str, str] = ("sample", "tree"),
-    progress: Any = None,
-) -> Any:
-    """Array ``name`` of ``rs``: its ``(n, w_k)`` arrays ``parts`` side by side, by tasks.
-
-    What per-batch tasks wrote (each tree batch's per-row arrays) becomes one
-    ``(n, sum w_k)`` array, chunked by ``rows`` rows; one task per block of
-    whole chunks (about :data:`ROUTE_ROWS` rows) reads those rows of every part
-    and writes them (one writer per Zarr chunk).  The driver only creates the
-    array.  Returns it (a handle, read on use).
-    """
-    n = int(rs.array(parts[0]).shape[0])
-    width = sum(int(rs.array(part).shape[1]) for part in parts)
-    rs.group.create_array(name, shape=(n, width), chunks=(max(1, min(n, rows)), width),
-                          dtype=dtype, dimension_names=dims, overwrite=True)  # fmt: skip
-    step = max(rows, ROUTE_ROWS // rows * rows)
-    items = [(rs.path, tuple(parts), name, slice(s, min(s + step, n))) for s in range(0, n, step)]
-    for _ in runner.run(_join_task, items, name=f"join-{name}", progress=progress):
-        pass
-    return rs.array(name)
+    return cast("ProximityForest", fit_in_temporary_store(forest, frame, fit, target=y))

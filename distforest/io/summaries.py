@@ -407,10 +407,10 @@ def decide(
             count = sum(p.columns[col].missing for p in parts)
             if count:
                 k = next(k for k, p in enumerate(parts) if p.columns[col].missing)
-                first = where(k, parts[k].columns[col].first_missing)
-                raise InputError(f"{source}: missing values (NaN) in columns {col!r} ({count}; "
-                                 f"the first at {first}, counted from 1); impute them first, "
-                                 "e.g. `distforest impute`")  # fmt: skip
+                first = parts[k].columns[col].first_missing  # (-1: not recorded)
+                at = f", the first at {where(k, first)} (counted from 1)" if first >= 0 else ""
+                raise InputError(f"{source}: missing values (NaN) in columns {col!r} ({count})"
+                                 f"{at}; impute them first, e.g. `distforest impute`")  # fmt: skip
     kind, labels = (None, ())
     if target is not None:
         kind, labels = _decide_target(target, [p.columns[target] for p in parts], where, source)

@@ -435,9 +435,9 @@ def _read_path(
             "of table parts (or a glob) is read by partitions, on the workers, by the commands "
             "`proximity`, `impute`, `outliers`, `mislabels`, `mds`, `knn fit` (a measure, "
             "rf-proximity or rfgap), `knn predict`, `score`, `similarity`, `neighbors`, "
-            "`simforest fit` (a table) and their pipelines, and in Python by "
-            "`distforest.store.inputs.ingest(folder, store)` for a ProximityForest or a "
-            "SimForest; the others (`xforest`, `smerf`) hold every "
+            "`smerf fit`, `simforest fit` (a table) and their pipelines, and in Python by "
+            "`distforest.store.inputs.ingest(folder, store)` for a ProximityForest, SMERF or "
+            "SimForest; the others (`xforest`, `simforest predict`, `smerf predict`) hold every "
             "row, or every row's leaves, in this process: here, give one file"
         )
     if suffix not in SUPPORTED_EXTENSIONS or suffix == ".zarr":

@@ -18,10 +18,19 @@ observed) or, without it, ``D = 1[y_a != y_b]`` of the class column
 ``input.target`` (the Gini distance: SMERF then grows classification trees).
 A run follows the protocol of :mod:`distforest.jobs.runs`: locked, resumable
 by stage (``fit``, ``distance``), not repeated once complete.
+
+An ``input.path`` that is a glob, a folder of parts or a file over 32 MB
+(:func:`~distforest.jobs.inputs.partitioned_input`) is read by partitions:
+pass 1 (every check, named with its part file, column and row) before
+anything is written, then the rows are encoded as float64 into a temporary
+run store that the trees read (:mod:`distforest.forests.smerf_stored`),
+removed when the run ends.  The ``distance`` rows (``rows``, ``against``)
+are read whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import shutil
@@ -37,14 +46,16 @@ from distforest.errors import ConfigError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
-from distforest.io.distances import load_distances
+from distforest.io.distances import Distances, load_distances
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
+from distforest.jobs.inputs import input_shape, partitioned_input, temporary_store
 from distforest.jobs.plan import Plan, smerf_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
 from distforest.parallel.placement import place
+from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore, check_can_create
 
 logger = logging.getLogger("distforest")
@@ -88,17 +99,33 @@ class SmerfJob(ForestJob):
         return f"SMERF model and distances ({rows} rows x {d['against'] or 'training rows'})"
 
 
-def class_distances(table: Table) -> np.ndarray:
-    """``D = 1[y_a != y_b]`` (float32) of the table's target: the Gini distance."""
-    y = np.asarray(table.y)
+def class_distances(y: np.ndarray | None) -> np.ndarray:
+    """``D = 1[y_a != y_b]`` (float32) of a target ``y``: the Gini distance."""
+    y = np.asarray(y)
     return (y[:, None] != y[None, :]).astype(np.float32)
+
+
+def read_by_parts(source: str, target: str | None, drop: tuple[str, ...],
+                  na_values: tuple[str, ...]) -> PendingInput:  # fmt: skip
+    """Pass 1 of a feature table read by partitions (on the current dask scheduler): every
+    check of :func:`~distforest.io.load_table` (missing values refused), the features
+    encoded as the float64 values it gives; the rows are written later
+    (:meth:`PendingInput.write`)."""
+    from distforest.io.ingest import read_partitioned
+
+    return PendingInput(read_partitioned(source, target=target, drop=drop,
+                                         na_values=na_values, allow_missing=False,
+                                         dtype=np.float64))  # fmt: skip
 
 
 @SmerfJob.plans
 def plan_smerf_job(job: SmerfJob) -> Plan:
     """What the job would do (``--dry-run``): reads the inputs' sizes, runs nothing."""
-    table = load_table(job.input, **job.table_kw(), allow_missing=False)
-    n = table.n_samples
+    if partitioned_input(job.input):  # not loaded: the rows from metadata or line counts
+        _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
+    else:
+        table = load_table(job.input, **job.table_kw(), allow_missing=False)
+        n, d = table.n_samples, table.n_features
     itemsize = 4  # the class distances are float32
     if job.distances is not None:
         itemsize = load_distances(job.distances, n=n, what=f"smerf.distances {job.distances!r}",
@@ -110,7 +137,7 @@ def plan_smerf_job(job: SmerfJob) -> Plan:
                 for key in ("rows", "against") if dist.get(key)}  # fmt: skip
         n_a, n_b = rows.get("rows", n), rows.get("against", n)
         matrix = (n_a, n_b, bool(dist["oob"]))
-    return smerf_plan(job, n, table.n_features, itemsize, matrix)
+    return smerf_plan(job, n, d, itemsize, matrix)
 
 
 @SmerfJob.runs
@@ -124,12 +151,17 @@ def run_smerf_job(
     """
     start = time.perf_counter()
     run_id = run_id or new_run_id()
-    table = load_table(job.input, **job.table_kw(), allow_missing=False)
+    table: Table | PendingInput
+    if partitioned_input(job.input):  # summaries only: the rows go into a temporary store
+        table = read_by_parts(job.input, job.target, job.drop, job.na_values)
+    else:
+        table = load_table(job.input, **job.table_kw(), allow_missing=False)
+    D: Distances | None = None  # None: the class distances of a table read by partitions
     if job.distances is not None:
         what = f"smerf.distances {job.distances!r}"
         D = load_distances(job.distances, n=table.n_samples, what=what, fingerprint=True)
-    else:
-        D = load_distances(class_distances(table), fingerprint=True)
+    elif isinstance(table, Table):
+        D = load_distances(class_distances(table.y), fingerprint=True)
     dist = job.distance or {}
     other = {
         key: load_table(
@@ -138,12 +170,24 @@ def run_smerf_job(
         for key in ("rows", "against")
         if dist.get(key)
     }
-    fingerprints = {"X": table.fingerprint(), "D": str(D.fingerprint),
+    # (class distances of a table read by partitions: fixed by its fingerprint and target)
+    fingerprints = {"X": table.fingerprint(), "D": "class distances" if D is None
+                    else str(D.fingerprint),
                     **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
+        with contextlib.ExitStack() as stack:  # a temporary input store lives for the run
+            return run_stages(run, stack)
+
+    def run_stages(run: Run, stack: contextlib.ExitStack) -> tuple[RunStore, Stages,
+                                                                    dict[str, Any]]:  # fmt: skip
         def fit(done: Stage) -> tuple[SMERF, RunStore]:
-            model = SMERF(**job.forest).fit(table, D)
+            if isinstance(table, PendingInput):  # the rows into a store, the trees read there
+                stored = table.write(stack.enter_context(temporary_store()), {})
+                dist = D if D is not None else load_distances(class_distances(stored.read_y()))
+                model = SMERF(**job.forest).fit(stored, dist)
+            else:
+                model = SMERF(**job.forest).fit(table, D)
             rs = model.save(job.out, overwrite=True, attrs=run.record, tile_size=job.tile_size,
                             complete=False)  # fmt: skip
             done.outputs = {"model": rs.path}
@@ -153,7 +197,7 @@ def run_smerf_job(
         stages, replace = run.stages, run.replace
         n_trees = job.forest.get("n_estimators", SMERF().n_estimators)
         need = 0 if stages is not None and stages.done("fit") else estimate_smerf_model(
-            table.n_samples, n_trees, D.itemsize)  # fmt: skip
+            table.n_samples, n_trees, 4 if D is None else D.itemsize)  # fmt: skip
         distance_todo = bool(dist) and (stages is None or not stages.done("distance"))
         if distance_todo:
             check_can_create(dist["out"], overwrite=replace)
@@ -174,8 +218,8 @@ def run_smerf_job(
                         matrix = model.oob_distance(dist["out"], tile_size=job.tile_size,
                                                     overwrite=True)  # fmt: skip
                     else:
-                        matrix = model.predict_distance(
-                            other.get("rows", table), other.get("against"), dist["out"],
+                        matrix = model.predict_distance(  # no rows: the training rows' leaves
+                            other.get("rows"), other.get("against"), dist["out"],
                             tile_size=job.tile_size, overwrite=True,
                         )  # fmt: skip
                     done.outputs = {"distance store": str(Path(dist["out"]).resolve())}

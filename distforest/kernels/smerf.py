@@ -513,17 +513,28 @@ def flatten(trees: list[SmerfTree]) -> FlatForest:
     )
 
 
-def concatenate(parts: list[FlatForest]) -> FlatForest:
-    """Join flat forests (batches of trees) in order."""
+def concatenate(parts: list[FlatForest], *, consume: bool = False) -> FlatForest:
+    """Join flat forests (batches of trees) in order.
+
+    With ``consume``, each array of the parts is dropped from them (replaced by
+    an empty one) as soon as it is joined, so that the joined forest and the
+    parts are never both held whole: the peak is the forest plus one column.
+    """
     counts = np.concatenate([np.diff(p.node_offset) for p in parts])
-    return FlatForest(
-        nodes={c: np.concatenate([p.nodes[c] for p in parts]) for c in NODE_COLUMNS},
-        node_offset=_offsets(counts),
-        proj_feature=np.concatenate([p.proj_feature for p in parts]),
-        proj_weight=np.concatenate([p.proj_weight for p in parts]),
-        leaf_members=np.concatenate([p.leaf_members for p in parts]),
-        importances=np.concatenate([p.importances for p in parts]),
-    )
+
+    nodes: dict[str, np.ndarray] = {}
+    for c in NODE_COLUMNS:
+        nodes[c] = np.concatenate([p.nodes[c] for p in parts])
+        if consume:
+            for p in parts:
+                p.nodes[c] = nodes[c][:0]
+    arrays: dict[str, np.ndarray] = {}
+    for name in ("proj_feature", "proj_weight", "leaf_members", "importances"):
+        arrays[name] = np.concatenate([getattr(p, name) for p in parts])
+        if consume:
+            for p in parts:
+                setattr(p, name, arrays[name][:0])
+    return FlatForest(nodes=nodes, node_offset=_offsets(counts), **arrays)
 
 
 def grow_batch(X: np.ndarray, D: np.ndarray, seeds: np.ndarray, params: dict) -> FlatForest:
@@ -685,5 +696,6 @@ def warm_up() -> None:
                        {"max_features": None, "oblique": True})  # fmt: skip
         leaves = apply(f, X)
         inbag = inbag_counts(f, 3)
-        tile_distance(D.astype(dtype), leaves, leaves, f.node_offset, f.leaf_start,
-                      f.leaf_members, True, inbag, inbag, 0.0)  # fmt: skip
+        for counts in (inbag, inbag.astype(np.uint8)):  # uint8: a stored fit's in-bag counts
+            tile_distance(D.astype(dtype), leaves, leaves, f.node_offset, f.leaf_start,
+                          f.leaf_members, True, counts, counts, 0.0)  # fmt: skip

@@ -7,7 +7,7 @@ Layout::
         attrs: source, feature_names, categories, target_name, target_kind,
                target_labels, fingerprint, lengths (rows per source partition),
                id_name (the ID column, or null)
-        X   (sample, feature) float32, chunks (rows, n_features)
+        X   (sample, feature) float32 (float64 if so encoded), chunks (rows, n_features)
         y   (sample,)          float64 / int64 values, or int32 codes of target_labels
         id  (sample,)          the rows' IDs (int64 or text), with an ID column only
 
@@ -148,6 +148,7 @@ def ingest(
     overwrite: bool = False,
     attrs: dict[str, Any] | None = None,
     id: str | None = None,
+    dtype: Any = np.float32,
 ) -> StoredTable:
     """Read ``source`` by partitions into a new run store's ``input/`` group.
 
@@ -174,6 +175,9 @@ def ingest(
         More attributes of the store.
     id : str, optional
         Column of row IDs, written by the tasks as ``input/id``.
+    dtype : numpy dtype, default float32
+        Of ``input/X``: float32 as the trees read them, or float64, the values
+        :func:`~distforest.io.load_table` gives (SMERF grows its trees on those).
 
     Returns
     -------
@@ -187,6 +191,7 @@ def ingest(
         allow_missing=allow_missing,
         blocksize=blocksize,
         id=id,
+        dtype=dtype,
     )
     return write_ingested(data, store, rows=rows, overwrite=overwrite, attrs=attrs)
 
@@ -230,9 +235,8 @@ def write_ingested(
             }
         )
     )
-    # float32 as the trees read them; float64 if pass 2 encodes so (a measure's exact values)
-    dtype = "float64" if data.X.dtype == np.float64 else "float32"
-    X = group.create_array("X", shape=(n, d), chunks=(rows, d), dtype=dtype,
+    # float32 as the trees read them; float64 when pass 1 encoded float64 (SMERF, k-NN)
+    X = group.create_array("X", shape=(n, d), chunks=(rows, d), dtype=data.X.dtype,
                            dimension_names=("sample", "feature"), fill_value=np.nan)  # fmt: skip
     X.attrs.update(encode_attrs({"feature_names": list(enc.features)}))
     targets = [(data.X.rechunk((rows, d)), X)]
