@@ -173,6 +173,24 @@ def test_cli_parts_fit_the_one_file_model(tables, client) -> None:
         assert invoke("-q", "simforest", "predict", model, tables["csv"], "--out",
                       predicted).exit_code == 0  # fmt: skip
         assert predicted.read_bytes() == expected.read_bytes()
+    # new rows read by partitions: one task per part writes its piece of the same CSV
+    for source in ("parts", "glob"):
+        predicted = root / f"by-parts-{source}.csv"
+        result = invoke("-q", "simforest", "predict", whole, tables[source], "--out", predicted,
+                        "--scheduler", client.scheduler.address)  # fmt: skip
+        assert result.exit_code == 0 and "read by partitions" in result.output, result.output
+        assert predicted.read_bytes() == expected.read_bytes()
+    gaps = root / "gaps"
+    gaps.mkdir()
+    frame = pd.read_csv(tables["csv"])
+    frame.loc[203, "d"] = np.nan
+    for k, cut in enumerate(np.array_split(np.arange(N), 3)):
+        frame.iloc[cut].to_parquet(gaps / f"g-{k}.parquet")
+    result = invoke("-q", "simforest", "predict", whole, gaps, "--out", root / "gaps.csv",
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "g-1.parquet" in result.output and "'d'" in result.output, result.output
+    assert "row 204 " in result.output and not (root / "gaps.csv").exists()
     dry = invoke("simforest", "fit", tables["parts"], *options, "--out", root / "dry.zarr",
                  "--dry-run")  # fmt: skip
     assert dry.exit_code == 0, dry.output

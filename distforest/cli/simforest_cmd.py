@@ -223,13 +223,14 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     model's pair objects are read); one fitted with --distances takes
     --distances Q, all of each test object's distances to the training
     objects, double-centred with the training means. A model fitted on a table takes DATA with
-    the training features (the target column, if present, is ignored).
+    the training features (the target column, if present, is ignored); a glob, a folder of
+    parts or a file over 32 MB is predicted by partitions on the cluster.
     """
     from distforest.jobs.simforest_model import predict_command
 
     done = predict_command(model, data, matrix, distances, out, overwrite, na_values,
                            cluster_kw(options), bars(ctx), dry_run)  # fmt: skip
-    return show(done, out) if dry_run else click.echo(done)
+    return show(done, out) if dry_run and not isinstance(done, str) else click.echo(done)
 
 
 @simforest.command("proximity")
