@@ -141,8 +141,10 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
     model keeps the column means, so that predict takes --distances too).
     With DATA, similarities between rows are computed on the fly by
     --metric, and the model keeps the features of the objects its splits use,
-    all that prediction needs.
+    all that prediction needs. A glob, a folder of parts or a file over 32 MB
+    is read by partitions on the cluster (the same model as from one file).
     """
+    from distforest.jobs.inputs import partitioned_input
     from distforest.jobs.simforest_model import checked_fit, save_model
     from distforest.parallel.placement import cells_of, place
 
@@ -150,6 +152,15 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
     params = {k: options.pop(k) for k in ("kind", "n_estimators", "n_pairs", "missing",
                                           "max_depth", "min_samples_leaf", "bootstrap",
                                           "random_state")}  # fmt: skip
+    if data is not None and partitioned_input(data):  # a glob, a folder of parts, a large file
+        from distforest.jobs.simforest_stored import check_table_request, fit_command
+
+        check_table_request(matrix, distances, labels, target)
+        done = fit_command(params, data=data, target=target, metric=metric, normalize=normalize,
+                           drop=drop, na_values=na_values, out=out, overwrite=overwrite,
+                           connect=cluster_kw(options), progress=bars(ctx),
+                           dry_run=dry_run)  # fmt: skip
+        return show(done, out) if dry_run else click.echo(done)
     with ExitStack() as temporary:
         forest, fit_input, centring = checked_fit(
             temporary, params, data=data, matrix=matrix, distances=distances, labels=labels,
@@ -212,13 +223,14 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     model's pair objects are read); one fitted with --distances takes
     --distances Q, all of each test object's distances to the training
     objects, double-centred with the training means. A model fitted on a table takes DATA with
-    the training features (the target column, if present, is ignored).
+    the training features (the target column, if present, is ignored); a glob, a folder of
+    parts or a file over 32 MB is predicted by partitions on the cluster.
     """
     from distforest.jobs.simforest_model import predict_command
 
     done = predict_command(model, data, matrix, distances, out, overwrite, na_values,
                            cluster_kw(options), bars(ctx), dry_run)  # fmt: skip
-    return show(done, out) if dry_run else click.echo(done)
+    return show(done, out) if dry_run and not isinstance(done, str) else click.echo(done)
 
 
 @simforest.command("proximity")
@@ -253,7 +265,7 @@ def simforest_proximity(
 
     start = time.perf_counter()
     check_can_create(out, overwrite)
-    forest = SimilarityForestClassifier.load(model)
+    forest = SimilarityForestClassifier.load(model, rows_in_store=True)  # copied by tasks
     n, tile = forest.n_samples_, tile_size or forest.params_["tile_size"]
     if dry_run:
         from distforest.forests.tiles import SYMMETRIC

@@ -164,10 +164,10 @@ class Persisted:
         """Read what the declarations do not say (the trees), once fields and arrays are set."""
 
     @classmethod
-    def _loaded_array(cls, rs: RunStore, name: str) -> Any:
-        """Declared array ``name`` as :meth:`load` sets it: read whole, unless an
-        estimator keeps some as the store's Zarr arrays (read on use)."""
-        return rs.read(name)
+    def _rows_in_store(cls, rs: RunStore) -> bool:
+        """Whether :meth:`load` leaves the per-row arrays of ``rs`` in the store even
+        unasked (``rows_in_store``): an estimator's habit for its stored fits."""
+        return False
 
     # -- the one implementation -------------------------------------------------
 
@@ -281,7 +281,13 @@ class Persisted:
         raise StoreError(f"{rs.path!r} is not a {cls.__name__} model ({why}); {cls._store_hint}")
 
     @classmethod
-    def load(cls, store: str | Path, *, require_complete: bool | None = None) -> Self:
+    def load(
+        cls,
+        store: str | Path,
+        *,
+        require_complete: bool | None = None,
+        rows_in_store: bool = False,
+    ) -> Self:
         """An estimator fitted as the one :meth:`save` wrote; it predicts exactly as that one.
 
         Parameters
@@ -290,6 +296,10 @@ class Persisted:
         require_complete : bool, optional
             Refuse a store still marked running.  Default: the estimator's
             habit (a forest's own store is read while its job resumes).
+        rows_in_store : bool
+            Leave the per-row arrays (leaves, in-bag counts) in the store: the
+            estimator's attributes are its Zarr arrays, read on use, as after a
+            fit from a stored table (this process does not hold them).
         """
         must = cls._load_requires_complete if require_complete is None else require_complete
         rs = RunStore.open(store, require_complete=must)
@@ -316,9 +326,12 @@ class Persisted:
             if value is not None and field.decode is not None:
                 value = field.decode(value)
             setattr(est, field.attr, value)
+        rows_in_store = rows_in_store or cls._rows_in_store(rs)
         for spec in cls._stored_arrays:
-            if spec.name in rs.group:
-                value = cls._loaded_array(rs, spec.name)
+            if spec.name in rs.group and spec.rows and rows_in_store and spec.dtype is None:
+                setattr(est, spec.attr, rs.array(spec.name))
+            elif spec.name in rs.group:
+                value = rs.read(spec.name)
                 setattr(est, spec.attr, value if spec.dtype is None else value.astype(spec.dtype))
             elif spec.optional or spec.keep is not None:
                 setattr(est, spec.attr, None)

@@ -40,6 +40,7 @@ from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
+from distforest.forests.stored import is_dask_frame
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
 from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import (
@@ -59,6 +60,7 @@ from distforest.kernels.simtrees import (
 )
 from distforest.parallel import tasks
 from distforest.parallel.placement import cells_of
+from distforest.store.inputs import StoredTable
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -74,6 +76,8 @@ NODE_FIELDS = (
 BLOCK_BYTES = 64 * 1024**2
 
 Similarity = Callable[[Any, Any], Any]
+#: The per-row arrays of a loaded or stored tree (the forest's ``leaves_``/``inbag_`` hold them).
+NO_ROWS = np.empty(0, dtype=np.int32)
 
 
 def _grow_batch(
@@ -161,6 +165,21 @@ def _measure_of(spec: Any) -> Measure | str | None:
     return "function" if spec == "function" else parse_metric(spec)
 
 
+def class_codes(y: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, codes)`` of ``n`` labels (scikit-learn's checks, at least two classes)."""
+    check_classification_targets(y)
+    labels = column_or_1d(y, warn=True)
+    if labels.shape[0] != n:
+        raise InputError(
+            f"y has {labels.shape[0]} labels but there are {n} objects; give one label per "
+            "object, in the order of the matrix rows"
+        )
+    classes, codes = np.unique(labels, return_inverse=True)
+    if classes.shape[0] < 2:
+        raise InputError(f"y has one class only ({classes[0]!r}); a classifier needs at least two")
+    return classes, codes
+
+
 class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
     """A classification forest grown from pairwise similarities (or distances) only.
 
@@ -210,8 +229,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
     classes_ : ndarray
         Labels as given to ``fit``.
     trees_ : list of SimTree
+        The trees' nodes (their own ``leaves``/``inbag`` are empty after
+        :meth:`load` or a fit from a stored table: see ``leaves_``/``inbag_``).
     leaves_, inbag_ : ndarray, shape (n_samples, n_estimators)
-        Final node and bootstrap count of every training object in every tree.
+        Final node and bootstrap count of every training object in every tree
+        (the store's Zarr arrays, read on use, after a fit from a stored table).
     n_similarity_evaluations_ : int
         Similarities requested while growing all trees.
     n_samples_ : int
@@ -283,16 +305,21 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         C.check_choice("metric", name, METRICS[1:])
         return parse_metric(name, params["metric_params"])
 
-    def fit(self, X: Any, y: Any, similarity: Any = None) -> SimilarityForestClassifier:
+    def fit(self, X: Any, y: Any = None, similarity: Any = None) -> SimilarityForestClassifier:
         """Grow the trees, one Dask task per batch.
 
         Parameters
         ----------
-        X : array-like, path, Zarr, xarray or Dask array
+        X : array-like, path, Zarr, xarray or Dask array, StoredTable or dask DataFrame
             With ``metric="precomputed"`` and no ``similarity``: the n x n
             similarity (or distance) matrix, NaN where not observed.
             Otherwise the n objects (feature rows for a named measure, any
-            sequence for a function).
+            sequence for a function).  With a named measure, a
+            :class:`~distforest.store.inputs.StoredTable` (labels in its
+            ``input/y``) or a ``dask.dataframe.DataFrame`` (``y`` names its
+            label column) is read by the tasks, never whole by this process
+            (:mod:`distforest.forests.simforest_stored`): the same trees, and
+            ``leaves_``/``inbag_`` are the store's Zarr arrays.
         y : array-like of shape (n,)
             Class labels, at least two classes.
         similarity : callable or str, optional
@@ -303,6 +330,14 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         -------
         self
         """
+        if isinstance(X, StoredTable):
+            from distforest.forests.simforest_stored import fit_table
+
+            return fit_table(self, X, y, similarity)
+        if is_dask_frame(X):  # read by partitions on the workers, never computed here
+            from distforest.forests.simforest_stored import fit_frame
+
+            return fit_frame(self, X, y, similarity)
         params = self._validated()
         measure = self._measure(similarity, params)
         kind = params["kind"]
@@ -323,23 +358,8 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         else:
             objects = source = _as_objects(X)
             n = len(source)
-        check_classification_targets(y)
-        labels = column_or_1d(y, warn=True)
-        if labels.shape[0] != n:
-            raise InputError(
-                f"y has {labels.shape[0]} labels but there are {n} objects; give one label per "
-                "object, in the order of the matrix rows"
-            )
-        classes, codes = np.unique(labels, return_inverse=True)
-        if classes.shape[0] < 2:
-            raise InputError(
-                f"y has one class only ({classes[0]!r}); a classifier needs at least two"
-            )
-        tree_params = SimTreeParams(
-            n_pairs=params["n_pairs"], kind=kind, max_depth=params["max_depth"],
-            min_samples_leaf=params["min_samples_leaf"], missing=params["missing"],
-            bootstrap=params["bootstrap"],
-        )  # fmt: skip
+        classes, codes = class_codes(y, n)
+        tree_params = self._tree_params(params, kind)
         n_trees = params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         function = None if measure is None else getattr(measure, "values", measure)
@@ -362,6 +382,15 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self.fit_id_ = uuid.uuid4().hex
         return self
 
+    @staticmethod
+    def _tree_params(params: dict[str, Any], kind: str) -> SimTreeParams:
+        """The trees' settings (the same whatever the input's home)."""
+        return SimTreeParams(
+            n_pairs=params["n_pairs"], kind=kind, max_depth=params["max_depth"],
+            min_samples_leaf=params["min_samples_leaf"], missing=params["missing"],
+            bootstrap=params["bootstrap"],
+        )  # fmt: skip
+
     def _set_fitted(
         self,
         trees: list[SimTree],
@@ -371,7 +400,10 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         objects: Any,
         kind: str,
         params: dict[str, Any],
+        rows: tuple[Any, Any] | None = None,
     ) -> None:
+        """The fitted attributes; ``rows``: ``(leaves, inbag)`` given (a stored fit's
+        Zarr arrays) instead of taken from the trees."""
         self.trees_ = trees
         self.classes_ = classes
         self.y_ = codes.astype(np.int64)
@@ -379,8 +411,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self.n_samples_ = int(codes.shape[0])
         self.kind_ = kind
         self.measure_ = measure
-        self.leaves_ = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
-        self.inbag_ = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
+        if rows is None:
+            self.leaves_ = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
+            self.inbag_ = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
+        else:
+            self.leaves_, self.inbag_ = rows
         self.n_similarity_evaluations_ = int(sum(t.n_evaluations for t in trees))
         ids = np.concatenate([np.concatenate([t.pair_i, t.pair_j]) for t in trees])
         self.pair_ids_ = np.unique(ids[ids >= 0])
@@ -556,7 +591,9 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         if store is None:
             check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
                             max_in_memory=max_in_memory)  # fmt: skip
-            values = proximity_in_memory(self.leaves_, self.inbag_, method, tile)
+            # (a stored fit's leaves are Zarr arrays: a matrix this small has small ones)
+            leaves, inbag = np.asarray(self.leaves_), np.asarray(self.inbag_)
+            values = proximity_in_memory(leaves, inbag, method, tile)
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(n)}
             return xr.DataArray(values, dims=("sample_i", "sample_j"), coords=coords,
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
@@ -626,11 +663,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             part = slice(int(offsets[t]), int(offsets[t + 1]))
             trees.append(SimTree(
                 **{f: nodes[f][part] for f in NODE_FIELDS},
-                inbag=self.inbag_[:, t].astype(np.int32), leaves=self.leaves_[:, t],
+                inbag=NO_ROWS, leaves=NO_ROWS,  # the rows' arrays are leaves_ and inbag_
                 n_evaluations=int(n_evaluations[t]), missing=self.params_["missing"],
                 kind=self.kind_,
             ))  # fmt: skip
         pair_ids, objects = self.pair_ids_, self.pair_objects_
         self._set_fitted(trees, self.classes_, self.y_, self.measure_, None, self.kind_,
-                         self.params_)  # fmt: skip
+                         self.params_, rows=(self.leaves_, self.inbag_))  # fmt: skip
         self.pair_ids_, self.pair_objects_ = pair_ids, objects

@@ -474,9 +474,9 @@ class XForest(Persisted, DaskEstimator):
         forest.write_array("feature_scale", self.feature_scale_, ("feature",))
 
     @classmethod
-    def _loaded_array(cls, rs: RunStore, name: str) -> Any:
+    def _rows_in_store(cls, rs: RunStore) -> bool:
         # a fit from a stored table keeps its (n, T) arrays in the store: read on use
-        return rs.array(name) if rs.attrs.get("store_input") else rs.read(name)
+        return bool(rs.attrs.get("store_input"))
 
     def _load_parts(self, rs: RunStore) -> None:
         stored = bool(rs.attrs.get("store_input"))  # a stored fit's nodes: read on use

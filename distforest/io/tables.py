@@ -435,10 +435,10 @@ def _read_path(
             "of table parts (or a glob) is read by partitions, on the workers, by the commands "
             "`proximity`, `impute`, `outliers`, `mislabels`, `mds`, `knn fit` (a measure, "
             "rf-proximity or rfgap), `knn predict`, `score`, `similarity`, `neighbors`, "
-            "`smerf fit`, `xforest` and their pipelines, and in Python by "
-            "`distforest.store.inputs.ingest(folder, store)` for a ProximityForest, SMERF or "
-            "XForest; the others (`simforest`, `smerf predict`) hold every row, or every "
-            "row's leaves, in this process: here, give one file"
+            "`smerf fit`, `simforest fit` (a table), `simforest predict`, `xforest` and their "
+            "pipelines, and in Python by `distforest.store.inputs.ingest(folder, store)` for a "
+            "ProximityForest, SMERF, SimForest or XForest; the others (`smerf predict`) "
+            "hold every row, or every row's leaves, in this process: here, give one file"
         )
     if suffix not in SUPPORTED_EXTENSIONS or suffix == ".zarr":
         raise InputError(

@@ -29,12 +29,15 @@ from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix
+from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
 from distforest.jobs.plan import Plan, simforest_plan
 from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
+from distforest.jobs.simforest_stored import fit_and_save, input_attrs, read_pending
 from distforest.parallel.placement import cells_of, place
+from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -175,8 +178,20 @@ class SimForestJob(ForestJob):
         """What the job computes, for ``distforest validate``."""
         return f"SimForest model and {self.method} proximity"
 
+    @property
+    def partitioned(self) -> bool:
+        """Whether the input is a table read by partitions (a glob, a folder of parts,
+        a file over 32 MB)."""
+        return not self.matrix_input and partitioned_input(self.input)
+
     def read_input(self) -> FitInput:
-        """What the model is fitted on, read from the job's files."""
+        """What the model is fitted on, read from the job's files (a table read by
+        partitions: its summaries, a :class:`~distforest.store.inputs.PendingInput`)."""
+        if self.partitioned:
+            assert self.target is not None
+            pending = read_pending(self.input, self.target, self.drop, self.na_values)
+            return FitInput(pending, np.empty(0), pending.n_samples, pending.fingerprint(),
+                            input_attrs(pending, self.target))  # fmt: skip
         matrix = self.input if self.matrix_input else None
         return read_fit_input(data=None if matrix else self.input, matrix=matrix,
                               labels=self.labels, target=self.target, normalize=self.normalize,
@@ -186,6 +201,9 @@ class SimForestJob(ForestJob):
 @SimForestJob.plans
 def plan_simforest_job(job: SimForestJob) -> Plan:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
+    if job.partitioned:  # the shape only: nothing read whole
+        _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
+        return simforest_plan(job, n, n * d)
     fit_input = job.read_input()
     return simforest_plan(job, fit_input.n, cells_of(fit_input.source))
 
@@ -201,9 +219,18 @@ def run_simforest_job(
 
     def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
         def fit(done: Stage) -> tuple[SimilarityForestClassifier, RunStore]:
-            forest = SimilarityForestClassifier(**job.forest).fit(fit_input.source, fit_input.y)
-            rs = forest.save(job.out, overwrite=True, complete=False,
-                             attrs={**fit_input.attrs, **run.record})  # fmt: skip
+            forest = SimilarityForestClassifier(**job.forest)
+            if isinstance(fit_input.source, PendingInput):  # fitted from a temporary store
+
+                def save(fitted: SimilarityForestClassifier, attrs: dict[str, Any]) -> RunStore:
+                    return fitted.save(job.out, overwrite=True, complete=False,
+                                       attrs={**attrs, **run.record})  # fmt: skip
+
+                rs = fit_and_save(forest, fit_input.source, job.normalize, fit_input.attrs, save)
+            else:
+                forest.fit(fit_input.source, fit_input.y)
+                rs = forest.save(job.out, overwrite=True, complete=False,
+                                 attrs={**fit_input.attrs, **run.record})  # fmt: skip
             done.outputs = {"model": rs.path}
             done.info["evaluations"] = forest.n_similarity_evaluations_
             return forest, rs
@@ -215,11 +242,14 @@ def run_simforest_job(
         tile = job.forest.get("tile_size", SimilarityForestClassifier().tile_size)
         need = estimate_matrix(fit_input.n, fit_input.n, 1, tile, True)["disk_bytes"]
         check_disk(location.parent(job.out), need, replaces=job.out)
-        cells = cells_of(fit_input.source)
+        cells = _cells(fit_input)
         with place(cells, job.connect, progress=progress, watch=True) as where:
             forest, rs, stages = load_or_fit(
-                run, job.out, lambda: SimilarityForestClassifier.load(job.out), fit
-            )
+                # resumed: a model fitted by partitions keeps its leaves in its store
+                run, job.out,
+                lambda: SimilarityForestClassifier.load(job.out, rows_in_store=job.partitioned),
+                fit,
+            )  # fmt: skip
             if not stages.done("proximity"):
                 with stage("proximity", stages):
                     forest.proximity(job.method, store=job.out, complete=False)
@@ -242,6 +272,13 @@ def run_simforest_job(
 
     spec = job.spec(fit_input.fingerprint)
     return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
+
+
+def _cells(fit_input: FitInput) -> int:
+    """Input cells of the fit (a table read by partitions: rows x features)."""
+    if isinstance(fit_input.source, PendingInput):
+        return fit_input.source.n_samples * fit_input.source.n_features
+    return cells_of(fit_input.source)
 
 
 def _result(job: SimForestJob, rs: RunStore, outputs: dict[str, str], start: float,

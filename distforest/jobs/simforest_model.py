@@ -127,15 +127,19 @@ def read_predict_input(model: str, data: str | None, matrix: str | None,
     return forest, source, n, temporary
 
 
-def predict_to_csv(forest: Any, source: Any, out: str) -> str:
-    """Predict on the current placement; write ``prediction, proba_<label>...`` to ``out``."""
+def prediction_frame(forest: Any, proba: np.ndarray) -> Any:
+    """``prediction, proba_<label>...`` of class probabilities, one row per object."""
     import pandas as pd
 
-    proba = forest.predict_proba(source)
     frame = pd.DataFrame({"prediction": forest.classes_[np.argmax(proba, axis=1)]})
     for k, label in enumerate(forest.classes_):
         frame[f"proba_{label}"] = proba[:, k]
-    return write_csv(frame, out)
+    return frame
+
+
+def predict_to_csv(forest: Any, source: Any, out: str) -> str:
+    """Predict on the current placement; write ``prediction, proba_<label>...`` to ``out``."""
+    return write_csv(prediction_frame(forest, forest.predict_proba(source)), out)
 
 
 def predict_plan(forest: Any, source: Any, model: str, out: str, connect: dict[str, Any]) -> Any:
@@ -185,6 +189,13 @@ def predict_command(model: str, data: str | None, matrix: str | None, distances:
 
     start = time.perf_counter()
     check_new_file(out, overwrite)
+    if data is not None and matrix is None and distances is None:
+        from distforest.jobs.inputs import partitioned_input
+
+        if partitioned_input(data):  # a glob, a folder of parts, a large file
+            from distforest.jobs.simforest_stored import predict_partitioned
+
+            return predict_partitioned(model, data, out, na_values, connect, dry_run)
     forest, source, n, temporary = read_predict_input(model, data, matrix, distances, na_values,
                                                       out)  # fmt: skip
     with temporary:
