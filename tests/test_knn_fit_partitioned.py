@@ -70,6 +70,19 @@ CASES = [  # (target, options, the inputs read by partitions)
         ["--metric", "rfgap", "--trees", "5", "--seed", "1", "--normalize", "range"],
         ("parts",),
     ),
+    # X-Forest (unsupervised: a numeric target too) and SimForest (class labels: text,
+    # or integers) grown from float64 rows in a store
+    (
+        "price",
+        ["--metric", "beta", "--trees", "5", "--seed", "2", "--normalize", "range"],
+        ("parts",),
+    ),
+    ("y", ["--metric", "simforest", "--trees", "5", "--seed", "4"], ("parts",)),
+    (
+        "grade",
+        ["--metric", "simforest", "--trees", "4", "--seed", "5", "--normalize", "range"],
+        ("parts",),
+    ),
 ]
 
 
@@ -161,8 +174,7 @@ def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
     ("options", "words"),
     [
         (["--select", "forward"], "--select"),
-        (["--metric", "beta"], "beta"),
-        (["--metric", "simforest"], "simforest"),
+        (["--metric", "smerf", "--distances", "D.npy"], "leaf's in-bag rows"),
     ],
 )
 def test_whole_table_options_are_refused(tables, options: list[str], words: str) -> None:
@@ -171,6 +183,58 @@ def test_whole_table_options_are_refused(tables, options: list[str], words: str)
     assert result.exit_code == 2, result.output
     assert words in result.output and "read by partitions" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("metric", "per_row"),
+    [("beta", {"leaves", "depth", "path"}), ("simforest", {"leaves", "inbag"})],
+)
+def test_forest_saved_by_chunks(tables, client, monkeypatch, metric: str,
+                                per_row: set[str]) -> None:  # fmt: skip
+    """The metric's forest is saved from its store: its (n, T) arrays copied by tasks,
+    none written from this process (every array it writes has fewer than n rows)."""
+    from distforest.jobs.knn_partitioned import fit_partitioned
+    from distforest.store.run_store import RunStore
+
+    written: list[tuple[str, tuple[int, ...]]] = []
+    copied: list[str] = []
+    for method in ("write_named", "write_array"):
+        original = getattr(RunStore, method)
+
+        def spy(self, name, values, *args, _original=original, **kwargs):
+            written.append((name, np.shape(values)))
+            return _original(self, name, values, *args, **kwargs)
+
+        monkeypatch.setattr(RunStore, method, spy)
+    copy = RunStore.copy_named
+
+    def copy_spy(self, name, source, **kwargs):
+        copied.append(name)
+        return copy(self, name, source, **kwargs)
+
+    monkeypatch.setattr(RunStore, "copy_named", copy_spy)
+    out = tables["root"] / f"chunks-{metric}.zarr"
+    params = {"metric": metric, "n_estimators": 3, "random_state": 0}
+    with client.as_current():
+        _, task, n = fit_partitioned(str(tables["parts"]), "y", "auto", params, str(out),
+                                         False, client=client)  # fmt: skip
+    assert (task, n) == ("classification", 700)
+    assert set(copied) == per_row
+    assert written and all(len(shape) < 2 or shape[0] < n for _, shape in written), written
+    leaves = zarr.open_group(str(out / "metric_forest"), mode="r")["leaves"]
+    assert leaves.shape == (n, 3)
+
+
+def test_simforest_regression_is_refused_as_from_one_file(tables, client) -> None:
+    """A numeric target: SimForest needs class labels, by partitions as from one file."""
+    root = tables["root"]
+    options = ["--target", "price", "--task", "regression", "--metric", "simforest"]
+    whole = invoke("-q", "knn", "fit", tables["train"], *options, "--out", root / "sf-r1.zarr")
+    parts = invoke("-q", "knn", "fit", tables["parts"], *options, "--out", root / "sf-r2.zarr",
+                   "--scheduler", client.scheduler.address)  # fmt: skip
+    assert whole.exit_code == parts.exit_code == 2, (whole.output, parts.output)
+    assert "needs class labels" in parts.output and "KNNRegressor" in parts.output
+    assert not (root / "sf-r2.zarr").exists()
 
 
 PIPELINE = """kind: knn

@@ -198,10 +198,9 @@ class KNNBase(DaskEstimator):
         with use_execution(self._current_execution()):  # clones made here run there too
             self._fit_here(X, y, y_fit)
 
-    def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
-        self._validated()
-        similarity = make_similarity(self.metric, self.n_estimators, self.random_state,
-                                     self.metric_params)  # fmt: skip
+    def _check_similarity(self, similarity: Any) -> None:
+        """Refuse a forest ``similarity`` this model cannot grow: SMERF with ``select``,
+        a classification forest for a regressor."""
         if self.metric == "smerf" and self.select is not None:
             raise ParameterError(
                 f"select={self.select!r} cross-validates on subsets of the rows, but "
@@ -215,6 +214,12 @@ class KNNBase(DaskEstimator):
                 "KNNClassifier for labels, or for regression a forest metric without classes "
                 "('rf-proximity', 'rfgap', 'beta') or a measure such as 'rbf'"
             )
+
+    def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
+        self._validated()
+        similarity = make_similarity(self.metric, self.n_estimators, self.random_state,
+                                     self.metric_params)  # fmt: skip
+        self._check_similarity(similarity)
         X, names = as_matrix(X, "X")
         if X.shape[0] != y_fit.shape[0]:
             raise InputError(f"X has {X.shape[0]} rows but y has {y_fit.shape[0]} values")

@@ -75,6 +75,13 @@ class _SavedForest:
 
     forest_: Any
 
+    def new_forest(self) -> Any:
+        """The unfitted forest this similarity grows, with its parameters: ``fit`` fits it
+        on the rows given; a caller may fit it on a
+        :class:`~distforest.store.inputs.StoredTable` instead (rows and labels in a store)
+        and set it as ``forest_``."""
+        raise NotImplementedError  # pragma: no cover - every similarity defines it
+
     def save(self, store: str | Path) -> None:
         """Write the fitted forest (its own layout, no pickle) as a new, complete store."""
         if not hasattr(self, "forest_"):
@@ -108,13 +115,15 @@ class ProximitySimilarity(_SavedForest):
         self.random_state = random_state
         self.forest_params = forest_params
 
+    def new_forest(self) -> ProximityForest:
+        """The unfitted :class:`ProximityForest` (see :meth:`_SavedForest.new_forest`)."""
+        return ProximityForest(
+            n_estimators=self.n_estimators, random_state=self.random_state, **self.forest_params
+        )
+
     def fit(self, X: Any, y: Any = None) -> ProximitySimilarity:
         """Fit the forest (supervised when ``y`` is given)."""
-        self.forest_ = ProximityForest(
-            n_estimators=self.n_estimators,
-            random_state=self.random_state,
-            **self.forest_params,
-        ).fit(X, y)
+        self.forest_ = self.new_forest().fit(X, y)
         if self.kind == "rfgap":
             self.leaf_mass_table_ = _leaf_mass_table(self.forest_)
         return self
@@ -182,10 +191,13 @@ class BetaSimilarity(_SavedForest):
         self.n_estimators = n_estimators
         self.random_state = random_state
 
+    def new_forest(self) -> XForest:
+        """The unfitted :class:`XForest` (see :meth:`_SavedForest.new_forest`)."""
+        return XForest(n_estimators=self.n_estimators, random_state=self.random_state)
+
     def fit(self, X: Any, y: Any = None) -> BetaSimilarity:
         """Fit an :class:`XForest` on ``X`` (``y`` is ignored)."""
-        self.forest_ = XForest(n_estimators=self.n_estimators, random_state=self.random_state)
-        self.forest_.fit(np.asarray(X, dtype=np.float64))
+        self.forest_ = self.new_forest().fit(np.asarray(X, dtype=np.float64))
         return self
 
     def cross_similarity(self, X_query: Any) -> np.ndarray:
@@ -250,13 +262,18 @@ class SimForestSimilarity(_SavedForest):
                 "the 'simforest' similarity works on feature rows; metric='precomputed' has no "
                 "query features to compare: use 'rbf', 'cosine', 'dot' or 'euclidean'"
             )
-        self.forest_ = SimilarityForestClassifier(
+        self.forest_ = self.new_forest().fit(np.asarray(X, dtype=np.float64), y)
+        return self
+
+    def new_forest(self) -> SimilarityForestClassifier:
+        """The unfitted :class:`SimilarityForestClassifier` (see
+        :meth:`_SavedForest.new_forest`; a stored table carries its labels)."""
+        return SimilarityForestClassifier(
             n_estimators=self.n_estimators,
             random_state=self.random_state,
             metric=self.metric,
             **self.forest_params,
-        ).fit(np.asarray(X, dtype=np.float64), y)
-        return self
+        )
 
     def cross_similarity(self, X_query: Any) -> np.ndarray:
         """Share of the trees where each query row ends with each training row, (n_query, n_fit).
@@ -313,10 +330,15 @@ class SMERFDistance(_SavedForest):
                 "pass metric_params={'distances': D} (an n x n matrix or a .npy/Zarr path; "
                 "on the command line, knn fit --distances D.npy)"
             )
-        self.forest_ = SMERF(
-            n_estimators=self.n_estimators, random_state=self.random_state, **self.forest_params
-        ).fit(np.asarray(X, dtype=np.float64), self.distances)
+        self.forest_ = self.new_forest().fit(np.asarray(X, dtype=np.float64), self.distances)
         return self
+
+    def new_forest(self) -> SMERF:
+        """The unfitted :class:`SMERF` (see :meth:`_SavedForest.new_forest`; its fit takes
+        ``distances`` too)."""
+        return SMERF(
+            n_estimators=self.n_estimators, random_state=self.random_state, **self.forest_params
+        )
 
     def cross_distance(self, X_query: Any) -> np.ndarray:
         """Learned distance of each query row to each training row, (n_query, n_fit).
