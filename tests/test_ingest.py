@@ -71,6 +71,31 @@ def test_csv_glob_and_blocks(tmp_path: Path) -> None:
     _same_as_memory(table, df, "label")
 
 
+def test_parquet_glob_local_and_at_a_url(tmp_path: Path) -> None:
+    """A glob of Parquet files is read as Parquet (it was read as CSV text), its files
+    named in messages; a glob matching Parquet and text files is refused."""
+    import dask
+    import fsspec
+
+    df = _frame(90, seed=5)
+    fs = fsspec.filesystem("memory")
+    for k, part in enumerate(_parts(df, 3)):
+        part.to_parquet(tmp_path / f"p-{k}.parquet", index=False)
+        fs.put(str(tmp_path / f"p-{k}.parquet"), f"/pqglob/p-{k}.parquet")
+    try:
+        table = ingest(str(tmp_path / "p-*.parquet"), tmp_path / "run.zarr", target="label")
+        _same_as_memory(table, df, "label")
+        with dask.config.set(scheduler="synchronous"):
+            remote = read_partitioned("memory://pqglob/p-*.parquet", target="label")
+            np.testing.assert_array_equal(remote.X.compute(), _stored_X(table))
+            assert remote.part_names[2].endswith("pqglob/p-2.parquet")
+    finally:
+        fs.rm("/pqglob", recursive=True)
+    df.iloc[:5].to_csv(tmp_path / "p-9.csv", index=False)
+    with pytest.raises(InputError, match=r"matches Parquet files and others \(e\.g\. .*p-9\.csv"):
+        read_partitioned(str(tmp_path / "p-*"))
+
+
 def test_semicolon_csv_with_decimal_commas(tmp_path: Path) -> None:
     path = tmp_path / "eu.csv"
     path.write_text("x;y;k\n-0,026;1;a\n3,5;2;b\n7;3;a\n")

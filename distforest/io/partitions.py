@@ -257,6 +257,8 @@ def _open_path(path: str, na: list[str], blocksize: Any) -> Partitions:
         files = sorted(glob.glob(path))
         if not files:
             raise InputError(f"no file matches {path!r}; check the pattern")
+        if _parquet_files(files, path):
+            return _parquet(files, path)
         return _text(files, path, na, blocksize)
     if not p.exists():
         raise InputError(f"no such file: {path} (resolved to {os.path.realpath(p)}); "
@@ -300,8 +302,11 @@ def _open_url(url: str, na: list[str], blocksize: Any) -> Partitions:
             files = sorted(fs.glob(where))
             if not files:
                 raise InputError(f"no file matches {name!r}; check the pattern")
-            return _text([location.Location(fs.unstrip_protocol(f), location.options(url))
-                          for f in files], name, na, blocksize)  # fmt: skip
+            urls: list[Any] = [location.Location(fs.unstrip_protocol(f), location.options(url))
+                    for f in files]  # fmt: skip
+            if _parquet_files(files, name):
+                return _parquet(urls, name)
+            return _text(urls, name, na, blocksize)
         if not fs.exists(where):
             raise InputError(f"no such file: {name}; check the URL")
         suffix = Path(where.rstrip("/")).suffix.lower()
@@ -362,16 +367,35 @@ def _text(files: list[str], source: str, na: list[str], blocksize: Any) -> Parti
                       else None)  # fmt: skip
 
 
-def _parquet(p: Path | str, source: str) -> Partitions:
+def _parquet_files(files: list[str], source: str) -> bool:
+    """Whether the files a glob matched are Parquet files (else text); a mix is refused."""
+    parquet = [Path(str(f)).suffix.lower() in _PARQUET for f in files]
+    if any(parquet) and not all(parquet):
+        text = files[parquet.index(False)]
+        raise InputError(f"{source} matches Parquet files and others (e.g. {text}); give a "
+                         "pattern that matches one kind, e.g. '*.parquet'")  # fmt: skip
+    return all(parquet)
+
+
+def _parquet(p: Path | str | list[Any], source: str) -> Partitions:
+    """A Parquet file, a dataset folder (hive folders allowed) or the files of a glob."""
     import dask.dataframe as dd
     import pyarrow.dataset as pads
 
-    options = location.options(p)
+    first = p[0] if isinstance(p, list) else p
+    options = location.options(first)
     try:
-        if location.is_remote(p):  # pyarrow lists the files through the fsspec file system
-            fs, where = location.filesystem(str(p))
-            dataset = pads.dataset(where, format="parquet", partitioning="hive", filesystem=fs)
+        if location.is_remote(first):  # pyarrow lists the files through the fsspec file system
+            fs, where = location.filesystem(str(first))
+            if isinstance(p, list):  # a glob's files: no hive folders to read
+                listed = [location.filesystem(str(f))[1] for f in p]
+                dataset = pads.dataset(listed, format="parquet", filesystem=fs)
+            else:
+                dataset = pads.dataset(where, format="parquet", partitioning="hive", filesystem=fs)
             files = tuple(fs.unstrip_protocol(f) for f in dataset.files)
+        elif isinstance(p, list):
+            dataset = pads.dataset([str(f) for f in p], format="parquet")
+            files = tuple(dataset.files)
         else:
             dataset = pads.dataset(str(p), format="parquet", partitioning="hive")
             files = tuple(dataset.files)
@@ -382,7 +406,8 @@ def _parquet(p: Path | str, source: str) -> Partitions:
     if not files:
         raise InputError(f"{source}: the folder holds no Parquet file")
     try:
-        frame = dd.read_parquet(str(p), split_row_groups=False, parquet_file_extension=None,
+        where_read: Any = [str(f) for f in p] if isinstance(p, list) else str(p)
+        frame = dd.read_parquet(where_read, split_row_groups=False, parquet_file_extension=None,
                                 storage_options=options or None)  # fmt: skip
     except Exception as exc:
         raise InputError(f"{source}: cannot read the Parquet data: {exc}") from exc
