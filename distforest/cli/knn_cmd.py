@@ -76,9 +76,9 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     model store, which `knn predict` reads.
 
     A glob, a folder of parts or a file over 32 MB is read by partitions on
-    the cluster and written into the model store by tasks (a measure,
-    rf-proximity or rfgap, without --select: the others need every row in
-    memory at once).
+    the cluster and written into the model store by tasks (a measure or a
+    forest similarity, without --select; smerf is refused: its trees keep
+    every leaf's in-bag rows in this process).
 
     \b
     Example:
