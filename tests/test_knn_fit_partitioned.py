@@ -29,6 +29,12 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     frame["price"] = frame["a"] * 3 + rng.standard_normal(n)  # a numeric target
     frame["grade"] = rng.integers(0, 4, n)  # an integer target of few values
     frame.to_csv(root / "train.csv", index=False)
+    # SMERF's observed distances of the rows (a fifth not observed), in TRAIN's order
+    points = frame[["a", "c"]].to_numpy() * [1.0, 100.0]
+    D = np.sqrt(((points[:, None, :] - points[None, :, :]) ** 2).sum(axis=2))
+    hidden = np.triu(rng.random((n, n)) < 0.2, 1)
+    D[hidden | hidden.T] = np.nan
+    np.save(root / "D.npy", D)
     frame.iloc[500:].to_csv(root / "data.csv", index=False)
     (root / "parts").mkdir()
     (root / "text").mkdir()
@@ -36,7 +42,8 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         frame.iloc[cut].to_parquet(root / "parts" / f"chunk-{k}.pq.data")  # of any name
         frame.iloc[cut].to_csv(root / "text" / f"day-{k}.csv", index=False)
     return {"root": root, "train": root / "train.csv", "data": root / "data.csv",
-            "parts": root / "parts", "glob": root / "text" / "day-*.csv"}  # fmt: skip
+            "parts": root / "parts", "glob": root / "text" / "day-*.csv",
+            "D.npy": root / "D.npy"}  # fmt: skip
 
 
 def _arrays(model: Path) -> dict[str, np.ndarray]:
@@ -53,6 +60,31 @@ def _attrs(model: Path) -> dict:
     attrs = dict(zarr.open_group(str(model), mode="r").attrs)
     keep = ("model", "params", "measure", "classes", "feature_names", "target", "categories")
     return {k: v for k, v in attrs.items() if k in keep}
+
+
+@pytest.fixture
+def driver_writes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """What this process writes into stores: arrays it holds (``written``: name and
+    shape) and arrays copied from another store by tasks (``copied``: names)."""
+    from distforest.store.run_store import RunStore
+
+    seen: dict[str, list] = {"written": [], "copied": []}
+    for method in ("write_named", "write_array"):
+        original = getattr(RunStore, method)
+
+        def spy(self, name, values, *args, _original=original, **kwargs):
+            seen["written"].append((name, np.shape(values)))
+            return _original(self, name, values, *args, **kwargs)
+
+        monkeypatch.setattr(RunStore, method, spy)
+    copy = RunStore.copy_named
+
+    def copy_spy(self, name, source, **kwargs):
+        seen["copied"].append(name)
+        return copy(self, name, source, **kwargs)
+
+    monkeypatch.setattr(RunStore, "copy_named", copy_spy)
+    return seen
 
 
 CASES = [  # (target, options, the inputs read by partitions)
@@ -78,6 +110,8 @@ CASES = [  # (target, options, the inputs read by partitions)
         ("parts",),
     ),
     ("y", ["--metric", "simforest", "--trees", "5", "--seed", "4"], ("parts",)),
+    # SMERF: its distances stay the user's file (copied into the model by blocks)
+    ("y", ["--metric", "smerf", "--distances", "D.npy", "--trees", "4", "--seed", "6"], ("parts",)),
     (
         "grade",
         ["--metric", "simforest", "--trees", "4", "--seed", "5", "--normalize", "range"],
@@ -87,9 +121,11 @@ CASES = [  # (target, options, the inputs read by partitions)
 
 
 @pytest.mark.parametrize(("target", "options", "sources"), CASES)
-def test_parts_fit_the_one_file_model(tables, client, target: str, options: list[str],
+def test_parts_fit_the_one_file_model(tables, client, driver_writes, target: str,
+                                      options: list[str],
                                       sources: tuple[str, ...]) -> None:  # fmt: skip
     root = tables["root"]
+    options = [str(tables[o]) if o == "D.npy" else o for o in options]
     tag = f"{target}-{options[1]}-{len(options)}"
     whole = root / f"whole-{tag}.zarr"
     fit = invoke("-q", "knn", "fit", tables["train"], "--target", target, "--out", whole, *options)
@@ -98,10 +134,22 @@ def test_parts_fit_the_one_file_model(tables, client, target: str, options: list
     assert invoke("-q", "knn", "predict", whole, tables["data"], "--out", expected).exit_code == 0
     for source in sources:
         model = root / f"{source}-{tag}.zarr"
+        driver_writes["written"].clear()
+        driver_writes["copied"].clear()
         result = invoke("-q", "knn", "fit", tables[source], "--target", target, "--out", model,
                         *options, "--scheduler", client.scheduler.address)  # fmt: skip
         assert result.exit_code == 0, result.output
         assert "read by partitions" in result.output
+        if (model / "metric_forest").exists():  # the forest's (n, T) arrays copied by tasks
+            assert {"leaves", "inbag" if "beta" not in options else "path"} <= set(
+                driver_writes["copied"]
+            ), driver_writes
+            per_row = (
+                len(pd.read_csv(tables["train"])),
+                int(options[options.index("--trees") + 1]),
+            )
+            held = [w for w in driver_writes["written"] if w[1][:2] == per_row]
+            assert not held and driver_writes["written"], held
         saved, reference = _arrays(model), _arrays(whole)
         assert sorted(saved) == sorted(reference)
         for name, values in reference.items():  # the same saved arrays, bit for bit
@@ -174,7 +222,7 @@ def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
     ("options", "words"),
     [
         (["--select", "forward"], "--select"),
-        (["--metric", "smerf", "--distances", "D.npy"], "leaf's in-bag rows"),
+        (["--metric", "smerf", "--distances", "D.npy", "--select", "forward"], "--select"),
     ],
 )
 def test_whole_table_options_are_refused(tables, options: list[str], words: str) -> None:
@@ -185,44 +233,25 @@ def test_whole_table_options_are_refused(tables, options: list[str], words: str)
     assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    ("metric", "per_row"),
-    [("beta", {"leaves", "depth", "path"}), ("simforest", {"leaves", "inbag"})],
-)
-def test_forest_saved_by_chunks(tables, client, monkeypatch, metric: str,
-                                per_row: set[str]) -> None:  # fmt: skip
-    """The metric's forest is saved from its store: its (n, T) arrays copied by tasks,
-    none written from this process (every array it writes has fewer than n rows)."""
-    from distforest.jobs.knn_partitioned import fit_partitioned
-    from distforest.store.run_store import RunStore
+def test_every_forest_metric_has_its_row_type() -> None:
+    from distforest.forests.constraints import FOREST_METRICS
+    from distforest.jobs.knn_partitioned import STORED_FORESTS
 
-    written: list[tuple[str, tuple[int, ...]]] = []
-    copied: list[str] = []
-    for method in ("write_named", "write_array"):
-        original = getattr(RunStore, method)
+    assert sorted(STORED_FORESTS) == sorted(FOREST_METRICS)
 
-        def spy(self, name, values, *args, _original=original, **kwargs):
-            written.append((name, np.shape(values)))
-            return _original(self, name, values, *args, **kwargs)
 
-        monkeypatch.setattr(RunStore, method, spy)
-    copy = RunStore.copy_named
-
-    def copy_spy(self, name, source, **kwargs):
-        copied.append(name)
-        return copy(self, name, source, **kwargs)
-
-    monkeypatch.setattr(RunStore, "copy_named", copy_spy)
-    out = tables["root"] / f"chunks-{metric}.zarr"
-    params = {"metric": metric, "n_estimators": 3, "random_state": 0}
-    with client.as_current():
-        _, task, n = fit_partitioned(str(tables["parts"]), "y", "auto", params, str(out),
-                                         False, client=client)  # fmt: skip
-    assert (task, n) == ("classification", 700)
-    assert set(copied) == per_row
-    assert written and all(len(shape) < 2 or shape[0] < n for _, shape in written), written
-    leaves = zarr.open_group(str(out / "metric_forest"), mode="r")["leaves"]
-    assert leaves.shape == (n, 3)
+def test_smerf_distances_of_other_rows_are_refused(tables, client) -> None:
+    """D must have one row per training row: exit 3, and no model left behind."""
+    root = tables["root"]
+    short = root / "D-short.npy"
+    np.save(short, np.load(tables["D.npy"])[:699, :699])
+    out = root / "smerf-short.zarr"
+    result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--metric", "smerf",
+                    "--distances", short, "--trees", "2", "--out", out,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "D is 699 x 699" in result.output and "700 rows" in result.output, result.output
+    assert not out.exists()
 
 
 def test_simforest_regression_is_refused_as_from_one_file(tables, client) -> None:

@@ -76,9 +76,8 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     model store, which `knn predict` reads.
 
     A glob, a folder of parts or a file over 32 MB is read by partitions on
-    the cluster and written into the model store by tasks (a measure or a
-    forest similarity, without --select; smerf is refused: its trees keep
-    every leaf's in-bag rows in this process).
+    the cluster and written into the model store by tasks (any metric;
+    --select is refused: it cross-validates on one array in memory).
 
     \b
     Example:

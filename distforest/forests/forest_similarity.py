@@ -53,6 +53,7 @@ from distforest.forests.smerf import SMERF
 from distforest.forests.xforest import XForest
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
 from distforest.parallel.execution import SYNCHRONOUS, execution
+from distforest.store.inputs import StoredTable
 
 FOREST_METRICS = C.FOREST_METRICS
 
@@ -76,11 +77,29 @@ class _SavedForest:
     forest_: Any
 
     def new_forest(self) -> Any:
-        """The unfitted forest this similarity grows, with its parameters: ``fit`` fits it
-        on the rows given; a caller may fit it on a
-        :class:`~distforest.store.inputs.StoredTable` instead (rows and labels in a store)
-        and set it as ``forest_``."""
+        """The unfitted forest this similarity grows, with its parameters."""
         raise NotImplementedError  # pragma: no cover - every similarity defines it
+
+    def fit_table(self, table: StoredTable) -> Any:
+        """Grow the forest from rows (and labels) in a run store, read by the forest's
+        tasks: the forest :meth:`fit` grows from those rows, when the store holds them in
+        the type ``fit`` gives its forest.  The forest's per-row arrays stay the store's
+        (its ``save`` copies them a chunk at a time); save it before the store goes.
+
+        Parameters
+        ----------
+        table : StoredTable
+
+        Returns
+        -------
+        self
+        """
+        self.forest_ = self.new_forest().fit(table, *self._stored_fit_args())
+        return self
+
+    def _stored_fit_args(self) -> tuple[Any, ...]:
+        """What the forest's fit takes after a stored table (SMERF: the distances)."""
+        return ()
 
     def save(self, store: str | Path) -> None:
         """Write the fitted forest (its own layout, no pickle) as a new, complete store."""
@@ -324,14 +343,18 @@ class SMERFDistance(_SavedForest):
 
     def fit(self, X: Any, y: Any = None) -> SMERFDistance:
         """Grow a SMERF on ``X`` and the observed ``distances`` (``y`` is not used)."""
+        self.forest_ = self.new_forest().fit(np.asarray(X, dtype=np.float64),
+                                             *self._stored_fit_args())  # fmt: skip
+        return self
+
+    def _stored_fit_args(self) -> tuple[Any, ...]:
         if self.distances is None:
             raise ParameterError(
                 "metric='smerf' learns a distance from the training rows' observed distances: "
                 "pass metric_params={'distances': D} (an n x n matrix or a .npy/Zarr path; "
                 "on the command line, knn fit --distances D.npy)"
             )
-        self.forest_ = self.new_forest().fit(np.asarray(X, dtype=np.float64), self.distances)
-        return self
+        return (self.distances,)
 
     def new_forest(self) -> SMERF:
         """The unfitted :class:`SMERF` (see :meth:`_SavedForest.new_forest`; its fit takes

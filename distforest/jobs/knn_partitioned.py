@@ -20,9 +20,11 @@ A k-NN model is its training rows: the saved arrays hold the values the
 one-file fit saves (``range`` min/max are exact by parts), so predictions
 are the same.  ``zscore``'s mean and variance and ``mahalanobis``'s
 covariance are merged from the partitions' moments: equal to the one-file
-fit's to rounding, not bit for bit.  The forest metrics ``rf-proximity``,
-``rfgap``, ``beta`` and ``simforest`` grow their forest from a temporary run
-store written from ``X_fit`` (:data:`STORED_FORESTS`, :func:`_grown_forest`).
+fit's to rounding, not bit for bit.  The forest metrics (``rf-proximity``,
+``rfgap``, ``beta``, ``simforest``, ``smerf``) grow their forest from a
+temporary run store written from ``X_fit`` (:data:`STORED_FORESTS`,
+:func:`_grown_forest`); ``smerf``'s distances stay the user's file, read by
+the tree tasks and copied into the model by blocks, as from one file.
 What needs every row at once in memory is refused (:func:`whole_table_reason`).
 """
 
@@ -38,33 +40,27 @@ import numpy as np
 
 from distforest import location
 from distforest.errors import InputError, ParameterError
-from distforest.forests.constraints import FOREST_METRICS
 from distforest.forests.targets import MAX_AUTO_CLASSES, resolve_task
 
 #: Rows per chunk of the saved ``X_fit`` and ``y_fit`` of a model fitted by partitions.
 MODEL_ROWS = 20_000
-#: Forest metrics whose forest is grown from rows in a run store, with the type of those
+#: Every forest metric (its forest grown from rows in a run store), with the type of those
 #: rows: the one the forest's fit converts an array to (a ProximityForest's trees read
-#: float32; the beta and simforest similarities give their forest float64 rows).
+#: float32; the beta, simforest and smerf similarities give their forest float64 rows).
 STORED_FORESTS: dict[str, type[np.floating[Any]]] = {
     "rf-proximity": np.float32,
     "rfgap": np.float32,
     "beta": np.float64,
     "simforest": np.float64,
+    "smerf": np.float64,
 }
 
 
 def whole_table_reason(params: dict[str, Any]) -> str | None:
     """Why these k-NN parameters need the whole training table in memory (None: they don't)."""
-    metric = str(params.get("metric", "euclidean"))
     if params.get("select") is not None:
         return ("--select cross-validates k-NN models on subsets of the rows (scikit-learn's "
                 "SequentialFeatureSelector takes one array)")  # fmt: skip
-    if metric == "smerf":  # its stored fit keeps (n_estimators x n) leaf members here
-        return ("--metric smerf grows a SMERF whose trees keep every leaf's in-bag rows (about "
-                "rows x trees int64 values) in this process, even grown from a store")  # fmt: skip
-    if metric in FOREST_METRICS and metric not in STORED_FORESTS:
-        return f"--metric {metric} grows its forest on the training rows held in this process"
     return None
 
 
@@ -363,7 +359,8 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
     model.n_features_in_, model.feature_names_in_ = d, names
     model.support_ = np.ones(d, dtype=bool)
     forest = model.metric in STORED_FORESTS
-    model.similarity_ = make_similarity(model.metric, model.n_estimators, model.random_state)
+    model.similarity_ = make_similarity(model.metric, model.n_estimators, model.random_state,
+                                        model.metric_params)  # fmt: skip
     model._check_similarity(model.similarity_)  # simforest needs classes
     model.scaler_ = fitted_scaler(model.normalize, model.feature_range, data.X)
     model.measure_ = None if forest else fitted_measure(model.metric, model.metric_params,
@@ -403,7 +400,7 @@ def fit_ingested(data: Any, task: str, params: dict[str, Any], out: str, overwri
 
 @contextlib.contextmanager
 def _grown_forest(data: Any, X_fit: Any, model: Any, client: Any) -> Iterator[None]:
-    """Grow the metric's forest (the similarity's ``new_forest``) from the model's rows
+    """Grow the metric's forest (the similarity's ``fit_table``) from the model's rows
     (``X_fit``, as the type :data:`STORED_FORESTS` gives) and the targets (labels as
     codes of the sorted labels) in a temporary run store; inside the block the model's
     similarity holds it (its per-row arrays the store's, copied by tasks a chunk at a
@@ -425,5 +422,5 @@ def _grown_forest(data: Any, X_fit: Any, model: Any, client: Any) -> Iterator[No
                    X=da.from_zarr(X_fit).astype(STORED_FORESTS[model.metric]))  # fmt: skip
     with temporary_store() as path, execution(client):
         stored = write_ingested(rows, path)
-        model.similarity_.forest_ = model.similarity_.new_forest().fit(stored)
+        model.similarity_.fit_table(stored)
         yield
