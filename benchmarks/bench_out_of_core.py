@@ -16,7 +16,8 @@ each Dask worker, and the sum over the process tree), with a LocalCluster of
   Parquet file in the driver and ``load_table`` encodes it there;
 - ``knn fit`` (``--knn``): ``distforest knn fit`` of the Parquet folder by
   partitions, euclidean on the complete columns (``--drop`` the three with
-  missing values) and ``rf-proximity`` on all (``--trees``);
+  missing values) and ``rf-proximity`` on all (``--trees``); ``--knn-metrics``
+  chooses others (``beta``, ``simforest``: complete columns; ``rfgap``);
 - ``neighbors`` (``--neighbors``): ``distforest neighbors`` of the Parquet folder
   by partitions, k=10 Euclidean neighbours on five complete columns (a k-d tree);
 - ``mislabels-parquet-folder`` (``--mislabels``) / ``mds-parquet-folder`` (``--mds``):
@@ -197,13 +198,20 @@ def _row(name: str, rows: int, sampled: dict[str, Any], phases: dict[str, float]
             f"{split} |")  # fmt: skip
 
 
-def _knn_runs(rows: int, folder: Path, where: Path, trees: int) -> list[str]:
-    """``distforest knn fit`` of the folder by partitions: euclidean on the complete
-    columns, rf-proximity on all; one table row each."""
+def _knn_runs(rows: int, folder: Path, where: Path, trees: int,
+              metrics: tuple[str, ...] = ("euclidean", "rf-proximity")) -> list[str]:  # fmt: skip
+    """``distforest knn fit`` of the folder by partitions, one table row per metric:
+    euclidean, beta and simforest on the complete columns (they refuse missing values),
+    rf-proximity and rfgap on all."""
     drop = [word for j in MISSING_COLUMNS for word in ("--drop", f"x{j:02d}")]
-    runs = [("knn fit euclidean (CLI, by partitions)", drop),
-            (f"knn fit rf-proximity, {trees} trees (CLI, by partitions)",
-             ["--metric", "rf-proximity", "--trees", str(trees)])]  # fmt: skip
+    runs = []
+    for metric in metrics:
+        if metric == "euclidean":
+            runs.append(("knn fit euclidean (CLI, by partitions)", drop))
+            continue
+        columns = [] if metric in ("rf-proximity", "rfgap") else drop
+        runs.append((f"knn fit {metric}, {trees} trees (CLI, by partitions)",
+                     ["--metric", metric, "--trees", str(trees), *columns]))  # fmt: skip
     lines = []
     for name, options in runs:
         out = where / "knn.zarr"
@@ -278,6 +286,13 @@ def main() -> None:
     )
     parser.add_argument("--knn", action="store_true", help="only `distforest knn fit`")
     parser.add_argument(
+        "--knn-metrics",
+        nargs="+",
+        default=["euclidean", "rf-proximity"],
+        choices=["euclidean", "rf-proximity", "rfgap", "beta", "simforest"],
+        help="the metrics of --knn",
+    )
+    parser.add_argument(
         "--neighbors", action="store_true", help="only `distforest neighbors` (k-d tree)"
     )
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
@@ -320,7 +335,8 @@ def main() -> None:
                 configs = [("mds-parquet-folder", files["folder"])]
             if args.knn:
                 configs = []
-                lines += _knn_runs(rows, files["folder"], where, args.trees)
+                lines += _knn_runs(rows, files["folder"], where, args.trees,
+                                   tuple(args.knn_metrics))  # fmt: skip
             if args.neighbors:
                 configs = []
                 lines += _neighbors_runs(rows, files["folder"], where)

@@ -84,7 +84,8 @@ class _SavedForest:
         """Grow the forest from rows (and labels) in a run store, read by the forest's
         tasks: the forest :meth:`fit` grows from those rows, when the store holds them in
         the type ``fit`` gives its forest.  The forest's per-row arrays stay the store's
-        (its ``save`` copies them a chunk at a time); save it before the store goes.
+        (its ``save`` copies them a chunk at a time): save it before the store goes, and
+        load the saved similarity to compare new rows (:func:`load_similarity`).
 
         Parameters
         ----------
@@ -94,11 +95,11 @@ class _SavedForest:
         -------
         self
         """
-        self.forest_ = self.new_forest().fit(table, *self._stored_fit_args())
+        self.forest_ = self.new_forest().fit(table, *self._forest_fit_args())
         return self
 
-    def _stored_fit_args(self) -> tuple[Any, ...]:
-        """What the forest's fit takes after a stored table (SMERF: the distances)."""
+    def _forest_fit_args(self) -> tuple[Any, ...]:
+        """What the forest's fit takes after the rows (SMERF: the distances)."""
         return ()
 
     def save(self, store: str | Path) -> None:
@@ -344,10 +345,10 @@ class SMERFDistance(_SavedForest):
     def fit(self, X: Any, y: Any = None) -> SMERFDistance:
         """Grow a SMERF on ``X`` and the observed ``distances`` (``y`` is not used)."""
         self.forest_ = self.new_forest().fit(np.asarray(X, dtype=np.float64),
-                                             *self._stored_fit_args())  # fmt: skip
+                                             *self._forest_fit_args())  # fmt: skip
         return self
 
-    def _stored_fit_args(self) -> tuple[Any, ...]:
+    def _forest_fit_args(self) -> tuple[Any, ...]:
         if self.distances is None:
             raise ParameterError(
                 "metric='smerf' learns a distance from the training rows' observed distances: "

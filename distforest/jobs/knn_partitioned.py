@@ -25,7 +25,8 @@ fit's to rounding, not bit for bit.  The forest metrics (``rf-proximity``,
 temporary run store written from ``X_fit`` (:data:`STORED_FORESTS`,
 :func:`_grown_forest`); ``smerf``'s distances stay the user's file, read by
 the tree tasks and copied into the model by blocks, as from one file.
-What needs every row at once in memory is refused (:func:`whole_table_reason`).
+``--select``, which needs every row at once in memory, is refused
+(:func:`whole_table_reason`).
 """
 
 from __future__ import annotations
