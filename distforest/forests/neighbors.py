@@ -415,13 +415,18 @@ def top_k_neighbors(
                                        **(attrs or {})}, overwrite=overwrite)  # fmt: skip
     n = A.shape[0]
     rows = min(n, NEIGHBOR_ROWS)
-    rs.write_named("sample", np.arange(n, dtype=np.int64))
     rs.write_array("neighbor", np.arange(k, dtype=np.int64), ("neighbor",))
     dims = ("sample", "neighbor")
     if result is not None:
+        rs.write_named("sample", np.arange(n, dtype=np.int64))
         rs.write_array("neighbor_index", result.indices, dims, chunks=(rows, k))
         rs.write_array("neighbor_distance", result.distances, dims, chunks=(rows, k))
     else:  # each task's rows written as they arrive: the driver never holds n x k
+        sample: Any = rs.group.create_array(
+            "sample", shape=(n,), chunks=(rows,), dtype="int64", dimension_names=("sample",)
+        )
+        for start in range(0, n, rows):  # the row numbers too, a chunk at a time
+            sample[start : start + rows] = np.arange(start, min(start + rows, n))
         index, distance = (
             rs.group.create_array(name, shape=(n, k), chunks=(rows, k), dtype=dtype,
                                   dimension_names=dims, overwrite=True)
