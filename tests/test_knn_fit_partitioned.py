@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
+from bad_parts import write_bad_parts
 from click.testing import CliRunner
 
 from distforest.cli.main import cli
@@ -189,14 +190,9 @@ def test_merged_moments_match_to_rounding(tables, client, options: list[str]) ->
 def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
     root = tables["root"]
     bad = root / "bad"
-    bad.mkdir()
     frame = pd.read_csv(tables["train"])
-    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 5)):
-        part = frame.iloc[cut].copy()
-        if k == 3:
-            part.loc[part.index[7], "b"] = np.nan  # euclidean needs complete rows
-        part.to_parquet(bad / f"part-{k}.parquet")
-    first = int(np.array_split(np.arange(len(frame)), 5)[3][0]) + 7
+    # euclidean needs complete rows
+    first = write_bad_parts(frame, bad, column="b", row=7, value=np.nan)
     out = root / "bad.zarr"
     result = invoke("-q", "knn", "fit", bad, "--target", "y", "--out", out,
                     "--scheduler", client.scheduler.address)  # fmt: skip
@@ -204,13 +200,8 @@ def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
     assert "part-3.parquet" in result.output and "'b'" in result.output
     assert f"row {first}" in result.output
     assert not out.exists()  # no half-written model
-    text = root / "bad-text"
-    text.mkdir()
-    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 5)):
-        part = frame.iloc[cut].astype({"c": object})
-        if k == 3:
-            part.loc[part.index[2], "c"] = "oops"  # a stray string in a numeric column
-        part.to_csv(text / f"t-{k}.csv", index=False)
+    text = root / "bad-text"  # a stray string in a numeric column
+    write_bad_parts(frame, text, column="c", row=2, value="oops", kind="csv")
     result = invoke("-q", "knn", "fit", text / "t-*.csv", "--target", "y", "--out", out,
                     "--scheduler", client.scheduler.address)  # fmt: skip
     assert result.exit_code == 3, result.output

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
+from bad_parts import write_bad_parts
 from click.testing import CliRunner
 
 from distforest.cli.main import cli
@@ -126,15 +127,9 @@ def test_zscore_matches_to_rounding(tables, client) -> None:
 def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
     root = tables["root"]
     bad = root / "bad"
-    bad.mkdir()
     frame = pd.read_csv(tables["all"])
-    cuts = np.array_split(np.arange(len(frame)), 5)
-    for k, cut in enumerate(cuts):
-        part = frame.iloc[cut].copy()
-        if k == 3:
-            part.loc[part.index[7], "b"] = np.nan  # a measure needs complete rows
-        part.to_parquet(bad / f"part-{k}.parquet")
-    first = int(cuts[3][0]) + 7
+    # a measure needs complete rows
+    first = write_bad_parts(frame, bad, column="b", row=7, value=np.nan)
     for command in ("similarity", "neighbors"):
         out = root / f"bad-{command}.zarr"
         result = invoke("-q", command, bad, "--out", out, "--drop", "y",

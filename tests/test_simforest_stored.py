@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
+from bad_parts import write_bad_parts
 from click.testing import CliRunner
 
 from distforest.apps.outliers import outlier_scores
@@ -200,28 +201,18 @@ def test_cli_parts_fit_the_one_file_model(tables, client) -> None:
 def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
     root = tables["root"]
     frame = pd.read_csv(tables["csv"])
-    cuts = np.array_split(np.arange(N), 5)
     out = root / "bad.zarr"
     bad = root / "bad"
-    bad.mkdir()
-    for k, cut in enumerate(cuts):
-        part = frame.iloc[cut].copy()
-        if k == 3:
-            part.loc[part.index[7], "b"] = np.nan  # a measure needs complete rows
-        part.to_parquet(bad / f"part-{k}.parquet")
+    # a measure needs complete rows
+    first = write_bad_parts(frame, bad, column="b", row=7, value=np.nan)
     result = invoke("-q", "simforest", "fit", bad, "--target", "label", "--trees", "3",
                     "--out", out, "--scheduler", client.scheduler.address)  # fmt: skip
     assert result.exit_code == 3, result.output
     assert "part-3.parquet" in result.output and "'b'" in result.output
-    assert f"row {int(cuts[3][0]) + 7 + 1} " in result.output  # counted from 1
+    assert f"row {first + 1} " in result.output  # counted from 1
     assert not out.exists()
-    text = root / "bad-text"
-    text.mkdir()
-    for k, cut in enumerate(cuts):
-        part = frame.iloc[cut].astype({"c": object})
-        if k == 3:
-            part.loc[part.index[2], "c"] = "oops"  # a stray string in a numeric column
-        part.to_csv(text / f"t-{k}.csv", index=False)
+    text = root / "bad-text"  # a stray string in a numeric column
+    write_bad_parts(frame, text, column="c", row=2, value="oops", kind="csv")
     result = invoke("-q", "simforest", "fit", text / "t-*.csv", "--target", "label",
                     "--out", out, "--scheduler", client.scheduler.address)  # fmt: skip
     assert result.exit_code == 3, result.output

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
+from bad_parts import write_bad_parts
 from click.testing import CliRunner
 
 from distforest import execution
@@ -213,27 +214,17 @@ def test_bad_value_in_a_part_names_file_column_row(tables, client):
     root = tables["root"]
     frame = tables["blobs"]
     bad = root / "bad"
-    bad.mkdir()
-    cuts = np.array_split(np.arange(len(frame)), 5)
-    for k, cut in enumerate(cuts):
-        part = frame.iloc[cut].copy()
-        if k == 3:
-            part.loc[part.index[5], "b"] = np.nan  # X-Forest needs complete rows
-        part.to_parquet(bad / f"part-{k}.parquet", index=False)
+    # X-Forest needs complete rows
+    first = write_bad_parts(frame, bad, column="b", row=5, value=np.nan)
     out = root / "bad.zarr"
     result = invoke("-q", "xforest", bad, "--drop", "cls", "--trees", "3", "--out", out,
                     "--scheduler", client.scheduler.address)  # fmt: skip
     assert result.exit_code == 3, result.output
     assert "part-3.parquet" in result.output and "'b'" in result.output, result.output
-    assert f"row {int(cuts[3][0]) + 6} of the table" in result.output, result.output  # from 1
+    assert f"row {first + 1} of the table" in result.output, result.output  # from 1
     assert not out.exists() or not RunStore.open(out).is_complete
-    text = root / "bad-text"
-    text.mkdir()
-    for k, cut in enumerate(cuts):
-        part = frame.iloc[cut].astype({"c": object})
-        if k == 3:
-            part.loc[part.index[2], "c"] = "oops"  # a stray string in a numeric column
-        part.to_csv(text / f"t-{k}.csv", index=False)
+    text = root / "bad-text"  # a stray string in a numeric column
+    write_bad_parts(frame, text, column="c", row=2, value="oops", kind="csv")
     result = invoke("-q", "xforest", text / "t-*.csv", "--drop", "cls", "--trees", "3",
                     "--out", out, "--scheduler", client.scheduler.address)  # fmt: skip
     assert result.exit_code == 3, result.output
