@@ -33,7 +33,6 @@ chunks in order and sums them row after row, as numpy sums along axis 0.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
@@ -54,6 +53,7 @@ from distforest.store.inputs import (
     forget_inputs,
     input_chunk,
     input_rows,
+    scaled_rows,
 )
 from distforest.store.run_store import RunStore, task_array, write_block
 
@@ -79,32 +79,12 @@ class Rows:
     scaling: tuple[np.ndarray, np.ndarray] | None = None
 
 
-#: Scaled rows a worker process keeps for its tree tasks: (path, token) -> rows.
-_scaled: dict[tuple[str, str], np.ndarray] = {}
-_scaled_lock = threading.Lock()
-
-
 def _objects(rows: Rows) -> np.ndarray:
     """The training objects of a tree task (read, and scaled, once per process)."""
     if rows.scaling is None:
         return input_rows(rows.path)
-    key = (rows.path, rows.token)
-    with _scaled_lock:
-        if key not in _scaled:
-            _scaled.clear()
-            raw = np.asarray(task_array(rows.path, f"{INPUT_GROUP}/X", "r")[...])
-            mean, scale = rows.scaling
-            values = (raw.astype(np.float64) - mean) / scale
-            values.setflags(write=False)
-            _scaled[key] = values
-        return _scaled[key]
-
-
-def _forget_rows() -> None:
-    """Drop the rows the fit's tasks kept in this process."""
-    forget_inputs()
-    with _scaled_lock:
-        _scaled.clear()
+    mean, scale = rows.scaling
+    return scaled_rows(rows.path, rows.token, mean, scale)
 
 
 def _grow_task(
@@ -271,7 +251,7 @@ def fit_table(
         for i, part in runner.run(_grow_task, items, name="simforest-fit",
                                   progress=forest._report("fit")):  # fmt: skip
             trees[batches[i]] = part
-        runner.everywhere(_forget_rows)
+        runner.everywhere(forget_inputs)
         parts = range(len(batches))
         arrays = tuple(
             gather_batches(runner, rs.path, [f"{FIT_GROUP}/{name}_{k}" for k in parts], name,

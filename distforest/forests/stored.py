@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-import threading
 import uuid
 import weakref
 from collections.abc import Iterator, Mapping
@@ -44,6 +43,7 @@ from distforest.store.inputs import (
     forget_inputs,
     input_chunk,
     input_rows,
+    per_fit,
     write_row_ids,
 )
 from distforest.store.run_store import RunStore, read_rows, task_array, write_block, write_group
@@ -68,27 +68,15 @@ class _ForestRef:
     token: str
 
 
-#: The forest a worker process read for the routing tasks: (path, token) -> nodes.
-_forests: dict[tuple[str, str], dict[str, np.ndarray]] = {}
-_forests_lock = threading.Lock()
-
-
 def _forest_nodes(ref: _ForestRef) -> dict[str, np.ndarray]:
-    key = (ref.path, ref.token)
-    with _forests_lock:
-        if key not in _forests:
-            _forests.clear()
-            nodes = RunStore.open(ref.path).read_forest()
-            nodes.pop("seed", None)
-            _forests[key] = nodes
-        return _forests[key]
+    """The forest's nodes, read once per worker process and fit (:func:`per_fit`)."""
 
+    def read() -> dict[str, np.ndarray]:
+        nodes = RunStore.open(ref.path).read_forest()
+        nodes.pop("seed", None)
+        return nodes
 
-def _forget_fit_arrays() -> None:
-    """Drop what the fit's tasks kept in this process (input rows, the forest)."""
-    forget_inputs()
-    with _forests_lock:
-        _forests.clear()
+    return cast(dict[str, np.ndarray], per_fit("forest", ref.path, ref.token, read))
 
 
 @dataclass(frozen=True)
@@ -230,7 +218,7 @@ def fit_stored(
         route = [(table.path, shared, len(batches), b) for b in blocks]
         for _ in runner.run(_route_task, route, name="leaves", progress=forest._report("leaves")):
             pass
-        runner.everywhere(_forget_fit_arrays)
+        runner.everywhere(forget_inputs)
     del rs.group[FIT_GROUP]
     forest.n_samples_ = n
     forest.n_features_in_ = table.n_features

@@ -33,7 +33,6 @@ one per split node in ``standard`` mode) pass through the driver.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
@@ -46,7 +45,7 @@ from distforest.errors import InputError
 from distforest.forests.stored import FIT_GROUP, ROUTE_ROWS, gather_batches
 from distforest.kernels import rptrees
 from distforest.parallel import tasks
-from distforest.store.inputs import StoredTable, input_chunk
+from distforest.store.inputs import StoredTable, forget_inputs, input_chunk, scaled_rows
 from distforest.store.run_store import RunStore, task_array, write_group
 
 if TYPE_CHECKING:
@@ -58,10 +57,6 @@ logger = logging.getLogger("distforest")
 NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
 #: The rows' arrays a fit writes, per batch then gathered: (name, dtype).
 ROW_ARRAYS = (("leaves", "int32"), ("depth", "int32"), ("path", "uint64"))
-
-#: The normalised rows a worker process keeps for one fit: (path, token) -> rows.
-_normalised: dict[tuple[str, str], np.ndarray] = {}
-_normalised_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -132,25 +127,6 @@ def _normalisation(
     return lo, np.where(scale > 0, scale, 1.0)
 
 
-def _rows(path: str, token: str, lo: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """``(X - min) / scale`` of every row, read and computed once per process and fit."""
-    key = (str(path), token)
-    with _normalised_lock:
-        if key not in _normalised:
-            _normalised.clear()
-            X = np.asarray(task_array(path, "input/X", "r")[...], dtype=np.float64)
-            X -= lo
-            X /= scale
-            X.setflags(write=False)
-            _normalised[key] = X
-        return _normalised[key]
-
-
-def _forget() -> None:
-    with _normalised_lock:
-        _normalised.clear()
-
-
 def _write_rows(path: str, name: str, values: np.ndarray, rows: int) -> None:
     """Create array ``name`` of the store at ``path`` (this task its one writer) and fill it."""
     root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
@@ -173,7 +149,7 @@ def _grow_task(
     batch: int,
     rows: int,
 ) -> rptrees.GrownBatch:
-    grown = rptrees.grow_batch(_rows(path, token, lo, scale), seeds, n_directions, leaf_size,
+    grown = rptrees.grow_batch(scaled_rows(path, token, lo, scale), seeds, n_directions, leaf_size,
                                standard)  # fmt: skip
     for name, values in (("leaves", grown.leaves), ("depth", grown.depth),
                          ("path", grown.codes)):  # fmt: skip
@@ -223,7 +199,7 @@ def fit_stored(forest: XForest, table: StoredTable, params: dict[str, Any]) -> X
         for i, part in runner.run(_grow_task, items, name="xforest-trees",
                                   progress=forest._report("fit")):  # fmt: skip
             parts[i] = part
-        runner.everywhere(_forget)
+        runner.everywhere(forget_inputs)
         rs.write_coordinates(n, n_trees)
         batch_arrays = range(len(batches))
         for name, dtype in ROW_ARRAYS:

@@ -24,6 +24,7 @@ worker process and shared by its tasks) or :func:`input_chunk`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -414,7 +415,42 @@ class StoredRows:
         return self.rows() if dtype is None else self.rows().astype(dtype)
 
 
+#: Values a worker process keeps for the tasks of one fit: (kind, path, token) -> value.
+_per_fit: dict[tuple[str, str, str], Any] = {}
+_per_fit_lock = threading.Lock()
+
+
+def per_fit(kind: str, path: str, token: str, make: Callable[[], Any]) -> Any:
+    """``make()`` computed once per worker process for the fit ``token`` on the store at
+    ``path`` and shared by that fit's tasks; a new fit drops the previous one's value of
+    the same ``kind`` (the rows it scaled, the forest it read)."""
+    key = (kind, str(path), token)
+    with _per_fit_lock:
+        if key not in _per_fit:
+            for old in [k for k in _per_fit if k[0] == kind]:
+                del _per_fit[old]
+            _per_fit[key] = make()
+        return _per_fit[key]
+
+
+def scaled_rows(path: str, token: str, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(X - shift) / scale`` in float64 of the store's ``input/X``, read and computed once
+    per worker process and fit (:func:`per_fit`), read-only."""
+
+    def make() -> np.ndarray:
+        X = np.asarray(task_array(path, f"{INPUT_GROUP}/X", "r")[...], dtype=np.float64)
+        X -= shift
+        X /= scale
+        X.setflags(write=False)
+        return X
+
+    return per_fit("scaled rows", path, token, make)
+
+
 def forget_inputs() -> None:
-    """Drop the rows kept by :func:`input_rows` (call on every worker when done)."""
+    """Drop the rows kept by :func:`input_rows` and the values kept by :func:`per_fit`
+    (call on every worker when done)."""
     with _cache_lock:
         _cache.clear()
+    with _per_fit_lock:
+        _per_fit.clear()
