@@ -103,6 +103,16 @@ class BusyError(StoreError):
     exit_code = 7
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (systemd, Slurm, ``kill``): handled as Ctrl-C is, exit 143 (128 + 15).
+
+    A ``KeyboardInterrupt`` so that every ``with`` block and cleanup that handles
+    Ctrl-C (locks released, no half-written chunk kept) handles it the same way.
+    """
+
+    exit_code = 143
+
+
 class ChangedMeaningWarning(FutureWarning):
     """A name that meant something else in earlier versions (the message names the old mode).
 

@@ -269,6 +269,7 @@ class ProximityForest(Persisted, DaskEstimator):
                 )
             from distforest.forests.stored import fit_stored
 
+            C.check_against_data(params, X.n_samples, X.n_features)
             return fit_stored(
                 self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples)
             )
@@ -284,6 +285,8 @@ class ProximityForest(Persisted, DaskEstimator):
         task = resolve_task(params["task"], table.y, table.target_name)
         if task == "classification":
             _check_classes(table.y)
+        C.check_against_data(params, table.n_samples, table.n_features)
+        _warn_empty_features(table)
         y_fit, classes = encode_target(task, table.y)
         tree_params = self._tree_params(params, task, len(classes), table.n_samples)
         n_trees = params["n_estimators"]
@@ -835,3 +838,17 @@ def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:
     for field in NODE_FIELDS:
         nodes[field] = np.concatenate([b.nodes.pop(field) for b in parts])
     return nodes
+
+
+def _warn_empty_features(table: Table) -> None:
+    """One warning naming the features with no value at all (no tree can split on them)."""
+    empty = np.isnan(table.X).all(axis=0) if table.n_samples else np.zeros(0, dtype=bool)
+    if empty.any():
+        names = [table.feature_names[j] for j in np.flatnonzero(empty)]
+        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+        warnings.warn(
+            f"{len(names)} feature(s) have no value in any row ({shown}): no tree can split on "
+            "them; drop them (--drop) or check the input",
+            UserWarning,
+            stacklevel=3,
+        )
