@@ -309,8 +309,9 @@ class _Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.shown = location.display(path)
-        #: Seconds one request may take in all (an object store that never answers a PUT).
-        self.deadline = location.request_deadline(path)
+        #: ``timeout=`` of every request (an object store that never answers a PUT), if any.
+        seconds = location.request_deadline(path)
+        self.deadline = {} if seconds is None else {"timeout": seconds}
         try:
             self.fs, self.key = location.filesystem(path)
         except Exception as exc:
@@ -327,14 +328,14 @@ class _Lease:
     def _create(self, key: str, data: bytes) -> bool:
         """Create ``key`` if absent: True if this call made it."""
         try:
-            self.fs.pipe_file(key, data, mode="create", timeout=self.deadline)
+            self.fs.pipe_file(key, data, mode="create", **self.deadline)
         except FileExistsError:
             return False
         return True
 
     def _read(self) -> tuple[bytes, dict[str, Any] | None] | None:
         try:
-            raw = bytes(self.fs.cat_file(self.key, timeout=self.deadline))
+            raw = bytes(self.fs.cat_file(self.key, **self.deadline))
         except FileNotFoundError:
             return None
         return raw, _parse(raw)
@@ -381,7 +382,7 @@ class _Lease:
         for _ in range(3):
             if self._create(self.key, self._record()):
                 if self._create(self.key, self._record()):  # the server ignored If-None-Match
-                    self.fs.rm_file(self.key, timeout=self.deadline)
+                    self.fs.rm_file(self.key, **self.deadline)
                     raise StoreError(
                         f"cannot lock {location.display(self.store)}: the server accepted a "
                         "second create-if-absent write of the same object (it ignores "
@@ -416,7 +417,7 @@ class _Lease:
             if not self._create(self.marker, json.dumps(self.holder).encode()):
                 self.marker = None
                 raise self._busy(holder)  # another run is taking it over
-            self.fs.pipe_file(self.key, self._record(), timeout=self.deadline)
+            self.fs.pipe_file(self.key, self._record(), **self.deadline)
             return holder
         raise self._busy(None)
 
@@ -427,7 +428,7 @@ class _Lease:
                 if seen is None or seen[1] is None or seen[1].get("token") != self.token:
                     logger.error("lost the lock %s: another run took it over", self.shown)
                     return
-                self.fs.pipe_file(self.key, self._record(), timeout=self.deadline)
+                self.fs.pipe_file(self.key, self._record(), **self.deadline)
             except Exception as exc:  # keep trying: the lease has some slack
                 logger.warning("could not renew the lock %s: %s", self.shown, exc)
 
@@ -440,6 +441,6 @@ class _Lease:
         with contextlib.suppress(Exception):
             seen = self._read()
             if seen is not None and seen[1] is not None and seen[1].get("token") == self.token:
-                self.fs.rm_file(self.key, timeout=self.deadline)
+                self.fs.rm_file(self.key, **self.deadline)
             if self.marker is not None:
-                self.fs.rm_file(self.marker, timeout=self.deadline)
+                self.fs.rm_file(self.marker, **self.deadline)
