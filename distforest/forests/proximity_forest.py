@@ -257,8 +257,9 @@ class ProximityForest(Persisted, DaskEstimator):
         tree_params = self._tree_params(params, task, len(classes), source.n_samples)
         n, n_trees = source.n_samples, params["n_estimators"]
         with self._runner(n * source.n_features) as runner:
-            sink = open_sink(n, n_trees, store=source.store_path,
-                             chunk_rows=params["tile_size"])  # fmt: skip
+            # the rows' store, else memory by the in-memory rule, else a store of this forest's
+            sink = open_sink(n, n_trees, store=source.store_path, chunk_rows=params["tile_size"],
+                             owner=self)  # fmt: skip
             fit = fit_forest(
                 source, partial(grow_forest_batch, params=tree_params, keep_nodes=keep_nodes),
                 y=y_fit, n_trees=n_trees, random_state=params["random_state"],
@@ -633,7 +634,7 @@ class ProximityForest(Persisted, DaskEstimator):
             check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
                             max_in_memory=max_in_memory)  # fmt: skip
             values = proximity_in_memory(
-                self.leaves_, self.inbag_, method, self.params_["tile_size"]
+                np.asarray(self.leaves_), np.asarray(self.inbag_), method, self.params_["tile_size"]
             )
             import xarray as xr  # on use: fitting and writing tiles do without it
 

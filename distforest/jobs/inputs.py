@@ -47,21 +47,6 @@ def temporary_store() -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def stored_input(source: str, target: str | None, input_kw: dict[str, Any]) -> Iterator[Any]:
-    """Ingest ``source`` into a temporary run store for a block; yields its StoredTable.
-
-    The store is made by :func:`temporary_store` and removed when the block ends,
-    also on errors.
-    """
-    from distforest.store.inputs import ingest
-
-    with temporary_store() as path:
-        yield ingest(source, path, target=target, drop=input_kw.get("drop", ()),
-                     na_values=input_kw.get("na_values", ()),
-                     id=input_kw.get("id"))  # fmt: skip
-
-
 def read_by_parts(source: str, target: str | None, drop: tuple[str, ...],
                   na_values: tuple[str, ...]) -> PendingInput:  # fmt: skip
     """Pass 1 of a feature table read by partitions (on the current dask scheduler): every

@@ -11,9 +11,9 @@ order and the first that can open the input does:
 ``dask-frame``                a ``dask.dataframe.DataFrame``: read by partitions
                               on the workers into a temporary run store
 ``parts``                     a glob, a folder of parts (not a Zarr store), a large
-                              file or such a URL, when read by partitions
-                              (``partitions=True``, or ``None`` and the size rule
-                              of :func:`by_partitions`): into a temporary store
+                              file or such a URL (:func:`by_partitions`, unless
+                              ``partitions=False``): read by partitions into a
+                              temporary store
 ``memory``                    anything else :func:`distforest.io.load_table`
                               reads (a NumPy array, a DataFrame, a path read
                               whole, a dask array, xarray, zarr, a ``Table``)
@@ -79,8 +79,8 @@ class ReadOptions:
     allow_missing : bool
     partitions : bool or None
         Read a path by partitions into a store (True), whole into memory
-        (False), or by its size (None: :func:`by_partitions`).  A dask
-        DataFrame is always read by partitions.
+        (False), or by the rule of :func:`by_partitions` (None: a glob, a folder
+        of parts, a large file).  A dask DataFrame is always read by partitions.
     rows : int
         Rows per chunk of an ingested ``input/X``.
     dtype : numpy dtype
@@ -92,7 +92,7 @@ class ReadOptions:
     na_values: tuple[str, ...] = ()
     id: str | None = None
     allow_missing: bool = True
-    partitions: bool | None = False
+    partitions: bool | None = None
     rows: int = INPUT_ROWS
     dtype: Any = np.float32
     extra: dict[str, Any] = field(default_factory=dict)
@@ -208,12 +208,12 @@ class _Parts(Opener):
         return bool(options.partitions) or by_partitions(str(X))
 
     def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
-        if y is not None:
+        if y is not None and not isinstance(y, str):
             raise InputError(
-                f"{X}: a table read by partitions takes its target from a column: pass "
-                "target='<column>' instead of y"
+                f"{X} is read by partitions: its target must be one of its columns: pass "
+                f"y='<column>' (got a {type(y).__name__})"
             )
-        return _ingest_temporary(str(X), options.target, options, owner)
+        return _ingest_temporary(str(X), y if y is not None else options.target, options, owner)
 
 
 class _Memory(Opener):
@@ -253,7 +253,7 @@ def open_source(
     na_values: tuple[str, ...] | list[str] = (),
     id: str | None = None,
     allow_missing: bool = True,
-    partitions: bool | None = False,
+    partitions: bool | None = None,
     rows: int = INPUT_ROWS,
     dtype: Any = np.float32,
 ) -> RowSource:
@@ -266,16 +266,18 @@ def open_source(
         folder of parts / URL, a DataFrame, a NumPy or dask array, xarray or
         zarr object, or a :class:`~distforest.io.Table`.
     y : array-like, str or None
-        A separate target (in memory), or the target column of a dask DataFrame.
+        A separate target (in memory), or the target column of an input read by
+        partitions (a dask DataFrame, a folder of parts).
     owner : object, optional
         What a temporary store (an input read by partitions) lives as long as:
         the fitted estimator whose arrays are in it.  None: the returned source.
         A new temporary store of the same owner replaces its previous one.
     target, drop, na_values, id, allow_missing
         As :func:`distforest.io.load_table`.
-    partitions : bool or None, default False
-        Read a path by partitions (True), whole (False, the estimators'
-        default), or by its size (None: :func:`by_partitions`, the commands').
+    partitions : bool or None, default None
+        Read a path by partitions (True), whole (False), or by the rule of
+        :func:`by_partitions` (None: a glob, a folder of parts or a large file
+        by partitions, another file whole).
     rows : int
         Rows per chunk of an ingested store.
     dtype : numpy dtype, default float32
