@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from distforest.errors import ParameterError
 
@@ -60,7 +60,8 @@ def fitted_forest(
             ) as stored,
         ):
             forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
-            yield stored, forest.fit(stored)
+            # partitions=True: always a StoredTable
+            yield cast("StoredTable", stored), forest.fit(stored)
         return
     table = load_table(source, target=target, **input_kw)
     if check is not None:
