@@ -10,15 +10,14 @@ its start-up time).
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distforest.errors import InputError
 from distforest.store import source as source_rule
+from distforest.store.temporary import temporary_store
+
+__all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "partitioned_input",
+           "read_by_parts", "temporary_store"]  # fmt: skip
 
 if TYPE_CHECKING:
     from distforest.store.inputs import PendingInput
@@ -31,20 +30,6 @@ def partitioned_input(source: str) -> bool:
     """Whether ``source`` is read by partitions rather than loaded whole
     (:func:`distforest.store.source.by_partitions`, files above :data:`PARTITIONED_BYTES`)."""
     return source_rule.by_partitions(source, PARTITIONED_BYTES)
-
-
-@contextlib.contextmanager
-def temporary_store() -> Iterator[Path]:
-    """The path of a run store to create in a new folder, removed when the block ends
-    (also on errors); under dask's ``temporary-directory`` (else the system's)."""
-    import dask
-
-    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
-    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
-    try:
-        yield work / "run.zarr"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def read_by_parts(source: str, target: str | None, drop: tuple[str, ...],

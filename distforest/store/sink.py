@@ -26,12 +26,8 @@ row-block tasks (:func:`gather_batches`).  The trees' nodes go the same way
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +39,7 @@ from distforest.io.in_memory import fits_in_memory
 from distforest.kernels.trees import NODE_FIELDS
 from distforest.store.inputs import write_row_ids
 from distforest.store.run_store import RunStore, read_rows, task_array, write_block, write_group
+from distforest.store.temporary import new_folder, tie
 
 __all__ = [
     "FIT_GROUP",
@@ -293,10 +290,6 @@ def _join_padded(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return out
 
 
-#: Temporary stores of sinks, by owner: removed when the owner is collected.
-_TEMPORARY: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
-
-
 def open_sink(
     n: int,
     width: int,
@@ -326,15 +319,9 @@ def open_sink(
         return RowSink(n, str(store), chunk_rows)
     if fits_in_memory(n, width, max_in_memory) or owner is None:
         return RowSink(n, None, chunk_rows)
-    import dask
-
-    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
-    work = Path(tempfile.mkdtemp(prefix="distforest-results-", dir=parent))
+    work = new_folder("distforest-results-")
     rs = RunStore.create(work / "run.zarr", attrs={})
-    old = _TEMPORARY.pop(owner, None)
-    if old is not None:
-        old()
-    _TEMPORARY[owner] = weakref.finalize(owner, shutil.rmtree, str(work), True)
+    tie(owner, work)
     return RowSink(n, rs.path, chunk_rows)
 
 

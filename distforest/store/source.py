@@ -30,8 +30,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import shutil
-import tempfile
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +42,7 @@ from distforest.errors import InputError
 from distforest.io.source import MemoryRows, RowSource
 from distforest.io.tables import Table
 from distforest.store.inputs import INPUT_GROUP, INPUT_ROWS, StoredTable
+from distforest.store.temporary import new_folder, release, tie
 
 __all__ = [
     "OPENERS",
@@ -316,25 +315,11 @@ def opened(X: Any, y: Any = None, *, owner: Any = None, **options: Any) -> Itera
         release(source)
 
 
-#: Temporary stores by their owner: removed when the owner is collected or released.
-_TEMPORARY: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
-
-
-def release(owner: Any) -> None:
-    """Remove the temporary store of ``owner`` now (nothing if it has none)."""
-    done = _TEMPORARY.pop(owner, None)
-    if done is not None:
-        done()
-
-
 def _ingest_temporary(X: Any, target: str | None, options: ReadOptions, owner: Any) -> StoredTable:
     """Ingest ``X`` by partitions (on the workers) into a new temporary run store."""
-    import dask
-
     from distforest.store.inputs import ingest
 
-    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
-    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
+    work = new_folder()
     try:
         table = ingest(X, work / "run.zarr", target=target, drop=options.drop,
                        na_values=options.na_values, allow_missing=options.allow_missing,
@@ -342,7 +327,5 @@ def _ingest_temporary(X: Any, target: str | None, options: ReadOptions, owner: A
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    key = table if owner is None else owner
-    release(key)
-    _TEMPORARY[key] = weakref.finalize(key, shutil.rmtree, str(work), True)
+    tie(table if owner is None else owner, work)
     return table
