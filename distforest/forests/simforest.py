@@ -14,9 +14,18 @@ similarities (or distances) between objects, from one of three sources:
 
 The trees (:mod:`distforest.kernels.simtrees`) are grown in batches, one Dask
 task per batch, each from its own seed: the forest is the same on any number
-of workers.  The training objects' final nodes (``leaves_``) and bootstrap
-counts (``inbag_``) feed the same proximity tiles, products and applications
-as a proximity forest's (outliers, MDS).
+of workers and from any home of the objects.  The training objects' final
+nodes (``leaves_``) and bootstrap counts (``inbag_``) feed the same proximity
+tiles, products and applications as a proximity forest's (outliers, MDS).
+
+Feature rows in a run store (a :class:`~distforest.store.inputs.StoredTable`,
+or a ``dask.dataframe.DataFrame`` ingested into a temporary one) take the same
+growing with a named measure: each worker process reads ``input/X`` once
+(scaled once by a command's z-score), and each task writes its trees' final
+nodes and bootstrap counts into arrays of its own batch, joined by row chunks
+into the store's ``leaves`` and ``inbag`` (``leaves_``/``inbag_`` are those Zarr
+arrays): the driver never holds the rows nor an ``(n, T)`` array.  The trees'
+nodes stay in this process, as prediction needs them.
 """
 
 from __future__ import annotations
@@ -25,8 +34,9 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import xarray as xr
@@ -40,8 +50,14 @@ from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
-from distforest.forests.stored import is_dask_frame
+from distforest.forests.stored import (
+    _label_codes,
+    fit_in_temporary_store,
+    gather_batches,
+    is_dask_frame,
+)
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
+from distforest.io.attrs import decode_attrs
 from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import (
     StoredMatrix,
@@ -60,8 +76,14 @@ from distforest.kernels.simtrees import (
 )
 from distforest.parallel import tasks
 from distforest.parallel.placement import cells_of
-from distforest.store.inputs import StoredTable
-from distforest.store.run_store import RunStore
+from distforest.store.inputs import (
+    INPUT_GROUP,
+    StoredTable,
+    forget_inputs,
+    input_rows,
+    scaled_rows,
+)
+from distforest.store.run_store import RunStore, task_array, write_block
 
 logger = logging.getLogger("distforest")
 
@@ -74,10 +96,31 @@ NODE_FIELDS = (
 )  # fmt: skip
 #: Memory for one prediction task's block of a test x train matrix.
 BLOCK_BYTES = 64 * 1024**2
+#: Group of a stored fit's per-batch arrays while fitting (removed afterwards).
+FIT_GROUP = "simforest_fit"
 
 Similarity = Callable[[Any, Any], Any]
 #: The per-row arrays of a loaded or stored tree (the forest's ``leaves_``/``inbag_`` hold them).
 NO_ROWS = np.empty(0, dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The objects of a stored table as a tree task reads them: the store's ``input/X``,
+    scaled by ``(X - mean) / scale`` (float64, as a command scales a table in memory)
+    when ``scaling`` is given; read (and scaled) once per worker process and fit
+    (``token``)."""
+
+    path: str
+    token: str
+    scaling: tuple[np.ndarray, np.ndarray] | None = None
+
+    def read(self) -> np.ndarray:
+        """The training objects."""
+        if self.scaling is None:
+            return input_rows(self.path)
+        mean, scale = self.scaling
+        return scaled_rows(self.path, self.token, mean, scale)
 
 
 def _grow_batch(
@@ -87,13 +130,76 @@ def _grow_batch(
     seeds: np.ndarray,
     params: SimTreeParams,
     n_classes: int,
+    batch: int | None = None,
 ) -> list[SimTree]:
-    """One task: grow the trees of ``seeds`` (``source`` is S, or the objects for ``function``)."""
+    """One task: grow the trees of ``seeds`` (``source`` is S, the objects for
+    ``function``, or a store's :class:`Rows`).  ``batch`` given (rows in a store): the
+    trees' final nodes and bootstrap counts are written into the store's arrays of that
+    batch (one writer each) and the trees come back without them."""
     if function is None:
         fetch = fetch_rows(open_matrix(source))
     else:
-        fetch = fetch_function(function, source)
-    return [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
+        fetch = fetch_function(function, source.read() if isinstance(source, Rows) else source)
+    trees = [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
+    if batch is None or not isinstance(source, Rows):
+        return trees
+    everything = (slice(None), slice(None))
+    leaves = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
+    write_block(source.path, f"{FIT_GROUP}/leaves_{batch}", everything, leaves)
+    inbag = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
+    write_block(source.path, f"{FIT_GROUP}/inbag_{batch}", everything, inbag)
+    return [replace(t, leaves=NO_ROWS, inbag=NO_ROWS) for t in trees]
+
+
+def _batch_arrays(rs: RunStore, n: int, batches: list[slice], tile: int) -> None:
+    """Create a stored fit's per-batch final-node and bootstrap arrays (one writer each)."""
+    group = rs.group.require_group(FIT_GROUP)
+    for k, b in enumerate(batches):
+        for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
+            group.create_array(f"{name}_{k}", shape=(n, b.stop - b.start),
+                               chunks=(min(n, tile), b.stop - b.start), dtype=dtype,
+                               overwrite=True)  # fmt: skip
+
+
+def _check_table(table: StoredTable, measure: Measure) -> None:
+    """Refuse what the in-memory fit refuses: text columns, missing values, no labels."""
+    if table.categories:
+        raise InputError(
+            f"{table.source}: column(s) {sorted(table.categories)} hold text; a SimForest "
+            "measure needs numeric features (drop them, or encode them as numbers)"
+        )
+    attrs = decode_attrs(RunStore.open(table.path).subgroup(INPUT_GROUP).attrs)
+    missing = {str(k): int(v) for k, v in dict(attrs.get("missing") or {}).items() if v}
+    if missing:
+        raise InputError(
+            f"{table.source} has missing values ({missing}); {measure.name} needs complete "
+            "rows: impute them first (distforest impute) or drop those rows"
+        )
+    if not table.has_target:
+        raise InputError(
+            f"{table.source} was stored without a target: ingest it with target='<label "
+            "column>' to fit a classifier"
+        )
+
+
+def _pair_rows(rows: Rows, ids: np.ndarray) -> np.ndarray:
+    """The pair objects' rows (scaled as the tasks scale them)."""
+    arr = task_array(rows.path, f"{INPUT_GROUP}/X", "r")
+    values = np.asarray(arr.get_orthogonal_selection((ids, slice(None))))
+    if rows.scaling is None:
+        return values
+    mean, scale = rows.scaling
+    return cast(np.ndarray, (values.astype(np.float64) - mean) / scale)
+
+
+def _classes(table: StoredTable) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, codes)`` as the in-memory fit's ``np.unique`` gives them; text labels
+    are stored as codes of their sorted values, read a chunk at a time (never as labels)."""
+    if table.target_kind != "labels":
+        return class_codes(table.read_y(), table.n_samples)
+    classes = np.empty(len(table.target_labels), dtype=object)
+    classes[:] = list(table.target_labels)
+    return classes, _label_codes(table, len(classes))
 
 
 def _test_block(
@@ -317,9 +423,9 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             sequence for a function).  With a named measure, a
             :class:`~distforest.store.inputs.StoredTable` (labels in its
             ``input/y``) or a ``dask.dataframe.DataFrame`` (``y`` names its
-            label column) is read by the tasks, never whole by this process
-            (:mod:`distforest.forests.simforest_stored`): the same trees, and
-            ``leaves_``/``inbag_`` are the store's Zarr arrays.
+            label column) is read by the tasks, never whole by this process:
+            the same trees, and ``leaves_``/``inbag_`` are the store's Zarr
+            arrays.
         y : array-like of shape (n,)
             Class labels, at least two classes.
         similarity : callable or str, optional
@@ -331,13 +437,9 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self
         """
         if isinstance(X, StoredTable):
-            from distforest.forests.simforest_stored import fit_table
-
-            return fit_table(self, X, y, similarity)
+            return self.fit_table(X, y, similarity)
         if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            from distforest.forests.simforest_stored import fit_frame
-
-            return fit_frame(self, X, y, similarity)
+            return self._fit_frame(X, y, similarity)
         params = self._validated()
         measure = self._measure(similarity, params)
         kind = params["kind"]
@@ -359,28 +461,149 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             objects = source = _as_objects(X)
             n = len(source)
         classes, codes = class_codes(y, n)
-        tree_params = self._tree_params(params, kind)
-        n_trees = params["n_estimators"]
+        function = cast(
+            "Similarity | None", None if measure is None else getattr(measure, "values", measure)
+        )
+        trees = self._grow(params, source, function, codes, len(classes), kind,
+                           cells_of(source))  # fmt: skip
+        self._set_fitted(trees, classes, codes, measure, objects, kind, params)
+        return self
+
+    def fit_table(
+        self,
+        table: StoredTable,
+        y: Any = None,
+        similarity: Any = None,
+        *,
+        scaling: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> SimilarityForestClassifier:
+        """Fit on feature rows kept in a run store, with a named measure (the fit of a
+        :class:`~distforest.store.inputs.StoredTable` given to :meth:`fit`).
+
+        The tasks read ``input/X`` (once per worker process, scaled once when
+        ``scaling`` is given) and write their trees' final nodes and bootstrap
+        counts into arrays of the batch's own; row-block tasks join those into
+        the store's ``(n, T)`` ``leaves`` and ``inbag``
+        (:func:`~distforest.forests.stored.gather_batches`).  The store then
+        holds what :meth:`save` writes, and ``leaves_``/``inbag_`` are its Zarr
+        arrays; the trees' nodes stay here, as prediction needs them.
+
+        Parameters
+        ----------
+        table : StoredTable
+            Feature rows in ``input/X``, labels in ``input/y``.
+        y : None
+            The labels are the table's; giving them again is refused.
+        similarity : str, optional
+            A measure name, as for :meth:`fit`.
+        scaling : (mean, scale), optional
+            Features scaled as ``(X - mean) / scale`` in float64 before the
+            measure (a command's ``--normalize zscore``).
+
+        Returns
+        -------
+        self
+        """
+        if y is not None:
+            raise InputError(
+                f"{table.source} is a stored table: its labels were read with it "
+                f"({table.target_name!r}); do not pass y as well"
+            )
+        params = self._validated()
+        if callable(similarity):
+            raise ParameterError(
+                "a stored table is fitted with a named measure (metric='rbf', 'cosine', 'dot' "
+                "or 'euclidean'), not a similarity function: load the objects to use a function"
+            )
+        measure = self._measure(similarity, params)
+        if not isinstance(measure, Measure):
+            raise ParameterError(
+                f"{table.source} holds feature rows, not a similarity matrix: give "
+                "metric='rbf', 'cosine', 'dot' or 'euclidean'"
+            )
+        _check_table(table, measure)
+        measure = measure.fitted(np.empty((0, table.n_features)))  # rbf: gamma from the width
+        n, tile = table.n_samples, params["tile_size"]
+        classes, codes = _classes(table)
+        rows = Rows(str(table.path), uuid.uuid4().hex, scaling)
+        rs = RunStore.open(table.path, mode="r+")
+        rs.mark_running()
+        trees = self._grow(params, rows, measure.values, codes, len(classes), measure.kind,
+                           n * table.n_features, rs)  # fmt: skip
+        arrays = (rs.array("leaves"), rs.array("inbag"))
+        self._set_fitted(trees, classes, codes, measure, None, measure.kind, params, rows=arrays)
+        pair_objects: Any = _pair_rows(rows, self.pair_ids_)
+        self.pair_objects_ = pair_objects
+        self.n_features_in_ = table.n_features
+        # the store becomes this model's (what save writes), so its matrices go there
+        rs.write_coordinates(n, params["n_estimators"])
+        self._save_parts(rs, tile)
+        self._write_arrays(rs, tile, ("target", "pair_ids", "pair_objects"))
+        rs.update_attrs(**self._provenance(model=True), store_input=True)
+        return self
+
+    def _fit_frame(self, frame: Any, y: Any, similarity: Any) -> SimilarityForestClassifier:
+        """Fit on a ``dask.dataframe.DataFrame`` (``y`` names its label column) read by
+        partitions into a temporary store
+        (:func:`~distforest.forests.stored.fit_in_temporary_store`)."""
+        if not isinstance(y, str):
+            raise InputError(
+                "the labels of a dask DataFrame must be one of its columns: pass y='<column>' "
+                f"(got {type(y).__name__}); or X.assign(label=...) first"
+            )
+
+        def fit(table: StoredTable) -> None:
+            self.fit_table(table, None, similarity)
+
+        return cast("SimilarityForestClassifier",
+                    fit_in_temporary_store(self, frame, fit, target=y))  # fmt: skip
+
+    def _grow(
+        self,
+        params: dict[str, Any],
+        source: Any,
+        function: Similarity | None,
+        codes: np.ndarray,
+        n_classes: int,
+        kind: str,
+        cells: int,
+        rs: RunStore | None = None,
+    ) -> list[SimTree]:
+        """The one growing of the trees, one task per batch on the same seeds and batches
+        whatever holds the objects: ``source`` is S, the objects, or a store's
+        :class:`Rows`.  With ``rs`` (the store of those rows), the tasks write the
+        trees' per-object arrays into it, joined into ``leaves`` and ``inbag`` here, and
+        return the nodes only."""
+        n, n_trees = codes.shape[0], params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        function = None if measure is None else getattr(measure, "values", measure)
+        tree_params = self._tree_params(params, kind)
         trees: list[SimTree] = [None] * n_trees  # type: ignore[list-item]
-        with self._runner(cells_of(source)) as runner:
+        with self._runner(cells) as runner:
             size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
             batches = tasks.plan_batches(n_trees, size)
             logger.info("growing %d SimForest trees on %d objects in %d tasks",
                         n_trees, n, len(batches))  # fmt: skip
-            shared = source if isinstance(source, StoredMatrix) else runner.share(source)
+            if rs is not None:
+                _batch_arrays(rs, n, batches, params["tile_size"])
+            shared = source if isinstance(source, StoredMatrix | Rows) else runner.share(source)
             y_shared = runner.share(codes.astype(np.int64))
-            items = [(shared, function, y_shared, seeds[b], tree_params, len(classes))
-                     for b in batches]  # fmt: skip
+            items = [(shared, function, y_shared, seeds[b], tree_params, n_classes,
+                      None if rs is None else k) for k, b in enumerate(batches)]  # fmt: skip
             for i, part in runner.run(_grow_batch, items, name="simforest-fit",
                                       progress=self._report("fit")):  # fmt: skip
                 trees[batches[i]] = part
-        self._set_fitted(trees, classes, codes, measure, objects, kind, params)
+            if rs is not None:
+                runner.everywhere(forget_inputs)
+                for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
+                    gather_batches(runner, rs.path,
+                                   [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))],
+                                   name, dtype, params["tile_size"],
+                                   progress=self._report("leaves"))  # fmt: skip
+                del rs.group[FIT_GROUP]
         self.random_state_ = entropy
         self.seeds_ = seeds
         self.fit_id_ = uuid.uuid4().hex
-        return self
+        return trees
 
     @staticmethod
     def _tree_params(params: dict[str, Any], kind: str) -> SimTreeParams:
