@@ -24,8 +24,9 @@ growing with a named measure: each worker process reads ``input/X`` once
 (scaled once by a command's z-score), and each task writes its trees' final
 nodes and bootstrap counts into arrays of its own batch, joined by row chunks
 into the store's ``leaves`` and ``inbag`` (``leaves_``/``inbag_`` are those Zarr
-arrays): the driver never holds the rows nor an ``(n, T)`` array.  The trees'
-nodes stay in this process, as prediction needs them.
+arrays).  The tasks write their trees' nodes too, joined into the store's
+``forest/`` (``trees_`` is then a :class:`StoredTrees`, read by the prediction
+tasks): the driver never holds the rows, an ``(n, T)`` array or the trees.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -81,9 +82,10 @@ from distforest.store.inputs import (
     StoredTable,
     forget_inputs,
     input_rows,
+    per_fit,
     scaled_rows,
 )
-from distforest.store.run_store import RunStore, task_array, write_block
+from distforest.store.run_store import RunStore, task_array, write_block, write_group
 
 logger = logging.getLogger("distforest")
 
@@ -131,11 +133,11 @@ def _grow_batch(
     params: SimTreeParams,
     n_classes: int,
     batch: int | None = None,
-) -> list[SimTree]:
+) -> list[SimTree] | _Grown:
     """One task: grow the trees of ``seeds`` (``source`` is S, the objects for
     ``function``, or a store's :class:`Rows`).  ``batch`` given (rows in a store): the
-    trees' final nodes and bootstrap counts are written into the store's arrays of that
-    batch (one writer each) and the trees come back without them."""
+    trees' final nodes, bootstrap counts and nodes are written into the store's arrays
+    of that batch (one writer each) and only a summary comes back (:class:`_Grown`)."""
     if function is None:
         fetch = fetch_rows(open_matrix(source))
     else:
@@ -148,7 +150,110 @@ def _grow_batch(
     write_block(source.path, f"{FIT_GROUP}/leaves_{batch}", everything, leaves)
     inbag = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
     write_block(source.path, f"{FIT_GROUP}/inbag_{batch}", everything, inbag)
-    return [replace(t, leaves=NO_ROWS, inbag=NO_ROWS) for t in trees]
+    write_group(source.path, f"{FIT_GROUP}/nodes_{batch}", _node_arrays(trees))
+    return _Grown(np.array([t.n_nodes for t in trees], dtype=np.int64),
+                  np.array([t.n_evaluations for t in trees], dtype=np.int64),
+                  _pair_ids(trees))  # fmt: skip
+
+
+def _node_arrays(trees: list[SimTree]) -> dict[str, np.ndarray]:
+    """The trees' node arrays, concatenated (the layout of ``forest/``)."""
+    return {f: np.concatenate([getattr(t, f) for t in trees]) for f in NODE_FIELDS}
+
+
+def _pair_ids(trees: list[SimTree]) -> np.ndarray:
+    """The objects the trees' splits compare, sorted, once each."""
+    ids = np.concatenate([np.concatenate([t.pair_i, t.pair_j]) for t in trees])
+    return np.unique(ids[ids >= 0])
+
+
+def _evaluations(trees: list[SimTree] | StoredTrees) -> list[int]:
+    """The similarities each tree evaluated while growing."""
+    if isinstance(trees, StoredTrees):
+        return [int(v) for v in trees.n_evaluations]
+    return [int(t.n_evaluations) for t in trees]
+
+
+def _copy_forest(path: str, rs: RunStore) -> None:
+    """The ``forest/`` group of the store at ``path`` copied into ``rs`` a chunk at a time
+    (the same arrays, chunks and attributes)."""
+    source = RunStore.open(path).subgroup("forest")
+    forest = rs.group.require_group("forest")
+    for name, arr in source.arrays():
+        target = forest.create_array(name, shape=arr.shape, chunks=arr.chunks, dtype=arr.dtype,
+                                     dimension_names=getattr(arr.metadata, "dimension_names",
+                                                             None),
+                                     overwrite=True)  # fmt: skip
+        target.attrs.update(arr.attrs.asdict())
+        step = max(1, int(arr.chunks[0]))
+        for start in range(0, int(arr.shape[0]), step):
+            target[start : start + step] = arr[start : start + step]
+
+
+def _trees_of(nodes: dict[str, np.ndarray], n_evaluations: Any, missing: str,
+              kind: str) -> list[SimTree]:  # fmt: skip
+    """The trees of a store's ``forest/`` arrays (without their per-object arrays)."""
+    offsets = nodes["node_offset"]
+    trees = []
+    for t in range(len(offsets) - 1):
+        part = slice(int(offsets[t]), int(offsets[t + 1]))
+        trees.append(SimTree(
+            **{f: nodes[f][part] for f in NODE_FIELDS},
+            inbag=NO_ROWS, leaves=NO_ROWS,  # the rows' arrays are leaves_ and inbag_
+            n_evaluations=int(n_evaluations[t]), missing=missing, kind=kind,
+        ))  # fmt: skip
+    return trees
+
+
+@dataclass(frozen=True)
+class _Grown:
+    """What a tree task of a stored fit returns: its trees' node counts and similarity
+    evaluations, and the objects their splits compare (the nodes are in the store)."""
+
+    node_counts: np.ndarray
+    n_evaluations: np.ndarray
+    pair_ids: np.ndarray
+
+
+@dataclass(frozen=True)
+class StoredTrees:
+    """The trees of a SimForest fitted into a store (its ``forest/`` group), never held
+    by the driver: the tasks that predict read them, once per worker process.
+
+    ``fit_id`` names the fit: a later fit into the same store replaced them, and
+    reading them then is refused.
+    """
+
+    path: str
+    fit_id: str
+    n_evaluations: np.ndarray
+    missing: str
+    kind: str
+
+    def __len__(self) -> int:
+        return len(self.n_evaluations)
+
+    def __iter__(self) -> Iterator[SimTree]:
+        """The trees, read from the store on use (here: not kept)."""
+        return iter(self.read())
+
+    def __getitem__(self, k: int) -> SimTree:
+        return self.read()[k]
+
+    def read(self) -> list[SimTree]:
+        """The trees, read from the store (refused if a later fit replaced them)."""
+        rs = RunStore.open(self.path)
+        if rs.attrs.get("fit_id") != self.fit_id:
+            raise StoreError(
+                f"the trees in {self.path!r} belong to another fit (fit_id "
+                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id!r}): a later fit on "
+                "the same stored table replaced them; fit this forest again"
+            )
+        return _trees_of(rs.read_forest(), self.n_evaluations, self.missing, self.kind)
+
+    def load(self) -> list[SimTree]:
+        """The trees, read once per worker process and fit (the tasks that predict)."""
+        return cast(list[SimTree], per_fit("simforest trees", self.path, self.fit_id, self.read))
 
 
 def _batch_arrays(rs: RunStore, n: int, batches: list[slice], tile: int) -> None:
@@ -207,7 +312,7 @@ def _test_block(
     source: Any,
     function: Similarity | None,
     rows: slice,
-    trees: list[SimTree],
+    trees: list[SimTree] | StoredTrees,
     pair_ids: np.ndarray,
     pair_objects: Any,
     *extra: Any,
@@ -218,6 +323,8 @@ def _test_block(
     the pair objects; ``per_block`` is :func:`predict_forest` (class
     probabilities) or :func:`apply_forest` (nodes).
     """
+    if isinstance(trees, StoredTrees):
+        trees = trees.load()
     if function is None:
         fetch = fetch_columns(open_matrix(source)[rows])
     else:
@@ -334,9 +441,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
     ----------
     classes_ : ndarray
         Labels as given to ``fit``.
-    trees_ : list of SimTree
+    trees_ : list of SimTree, or StoredTrees
         The trees' nodes (their own ``leaves``/``inbag`` are empty after
-        :meth:`load` or a fit from a stored table: see ``leaves_``/``inbag_``).
+        :meth:`load`: see ``leaves_``/``inbag_``); after a fit from a stored
+        table, a :class:`StoredTrees` (the store's ``forest/``, read by the
+        tasks that predict).
     leaves_, inbag_ : ndarray, shape (n_samples, n_estimators)
         Final node and bootstrap count of every training object in every tree
         (the store's Zarr arrays, read on use, after a fit from a stored table).
@@ -484,9 +593,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         ``scaling`` is given) and write their trees' final nodes and bootstrap
         counts into arrays of the batch's own; row-block tasks join those into
         the store's ``(n, T)`` ``leaves`` and ``inbag``
-        (:func:`~distforest.forests.stored.gather_batches`).  The store then
-        holds what :meth:`save` writes, and ``leaves_``/``inbag_`` are its Zarr
-        arrays; the trees' nodes stay here, as prediction needs them.
+        (:func:`~distforest.forests.stored.gather_batches`), and their trees'
+        nodes, joined into the store's ``forest/`` a chunk at a time.  The store
+        then holds what :meth:`save` writes: ``leaves_``/``inbag_`` are its Zarr
+        arrays and ``trees_`` a :class:`StoredTrees` that the prediction tasks
+        read; this process never holds the rows, an ``(n, T)`` array or the trees.
 
         Parameters
         ----------
@@ -568,12 +679,13 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         kind: str,
         cells: int,
         rs: RunStore | None = None,
-    ) -> list[SimTree]:
+    ) -> list[SimTree] | StoredTrees:
         """The one growing of the trees, one task per batch on the same seeds and batches
         whatever holds the objects: ``source`` is S, the objects, or a store's
         :class:`Rows`.  With ``rs`` (the store of those rows), the tasks write the
         trees' per-object arrays into it, joined into ``leaves`` and ``inbag`` here, and
-        return the nodes only."""
+        their nodes, joined into ``forest/``: the trees are then :class:`StoredTrees`
+        (and ``pair_ids_`` is set from the tasks' summaries)."""
         n, n_trees = codes.shape[0], params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         tree_params = self._tree_params(params, kind)
@@ -589,21 +701,33 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             y_shared = runner.share(codes.astype(np.int64))
             items = [(shared, function, y_shared, seeds[b], tree_params, n_classes,
                       None if rs is None else k) for k, b in enumerate(batches)]  # fmt: skip
+            parts: list[Any] = [None] * len(batches)
             for i, part in runner.run(_grow_batch, items, name="simforest-fit",
                                       progress=self._report("fit")):  # fmt: skip
-                trees[batches[i]] = part
-            if rs is not None:
+                parts[i] = part
+            if rs is None:
+                for b, part in zip(batches, parts, strict=True):
+                    trees[b] = part
+            else:
                 runner.everywhere(forget_inputs)
                 for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
                     gather_batches(runner, rs.path,
                                    [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))],
                                    name, dtype, params["tile_size"],
                                    progress=self._report("leaves"))  # fmt: skip
+                # the tasks wrote the trees' nodes; joined a chunk at a time, never held here
+                rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))],
+                               np.concatenate([g.node_counts for g in parts]), seeds)  # fmt: skip
                 del rs.group[FIT_GROUP]
         self.random_state_ = entropy
         self.seeds_ = seeds
         self.fit_id_ = uuid.uuid4().hex
-        return trees
+        if rs is None:
+            return trees
+        self.pair_ids_ = np.unique(np.concatenate([g.pair_ids for g in parts]))
+        return StoredTrees(rs.path, self.fit_id_,
+                           np.concatenate([g.n_evaluations for g in parts]),
+                           tree_params.missing, kind)  # fmt: skip
 
     @staticmethod
     def _tree_params(params: dict[str, Any], kind: str) -> SimTreeParams:
@@ -616,7 +740,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
 
     def _set_fitted(
         self,
-        trees: list[SimTree],
+        trees: list[SimTree] | StoredTrees,
         classes: np.ndarray,
         codes: np.ndarray,
         measure: Any,
@@ -634,14 +758,14 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self.n_samples_ = int(codes.shape[0])
         self.kind_ = kind
         self.measure_ = measure
-        if rows is None:
+        if rows is not None:
+            self.leaves_, self.inbag_ = rows
+        elif not isinstance(trees, StoredTrees):
             self.leaves_ = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
             self.inbag_ = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
-        else:
-            self.leaves_, self.inbag_ = rows
-        self.n_similarity_evaluations_ = int(sum(t.n_evaluations for t in trees))
-        ids = np.concatenate([np.concatenate([t.pair_i, t.pair_j]) for t in trees])
-        self.pair_ids_ = np.unique(ids[ids >= 0])
+        self.n_similarity_evaluations_ = sum(_evaluations(trees))
+        if not isinstance(trees, StoredTrees):  # (a stored fit's: from its tasks' summaries)
+            self.pair_ids_ = _pair_ids(trees)
         self.pair_objects_ = None if objects is None else objects[self.pair_ids_]
         self.params_ = params
 
@@ -720,7 +844,10 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         out = np.empty((n, like.shape[1]), dtype=like.dtype)
         with self._runner(cells_of(source)) as runner:
             shared = source if isinstance(source, StoredMatrix) else runner.share(source)
-            trees = runner.share(self.trees_)
+            # a stored fit's trees: the tasks read them from the store
+            trees = (
+                self.trees_ if isinstance(self.trees_, StoredTrees) else runner.share(self.trees_)
+            )
             items = [(per_block, shared, function, b, trees, self.pair_ids_, self.pair_objects_,
                       *extra) for b in blocks]  # fmt: skip
             for i, part in runner.run(_test_block, items, name=f"simforest-{stage}",
@@ -857,7 +984,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         Field("classes", "classes_", encode=plain_items, decode=np.asarray),
         Field("n_samples", "n_samples_", decode=int),
         Field("n_features", "n_features_in_", decode=int, default=UNSET),
-        Field("n_evaluations", encode=lambda f: [int(t.n_evaluations) for t in f.trees_]),
+        Field("n_evaluations", encode=lambda f: _evaluations(f.trees_)),
     )
     _stored_arrays = (
         Array("leaves", "leaves_"),
@@ -873,23 +1000,17 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self._write_arrays(rs, self.params_["tile_size"], ("leaves", "inbag", "target"))
 
     def _save_parts(self, rs: RunStore, tile_size: int) -> None:
-        nodes = {f: np.concatenate([getattr(t, f) for t in self.trees_]) for f in NODE_FIELDS}
-        rs.write_forest(nodes, np.array([t.n_nodes for t in self.trees_]), self.seeds_)
+        trees = self.trees_
+        if isinstance(trees, StoredTrees):  # in a store: copied from there a chunk at a time
+            if trees.path != rs.path:
+                _copy_forest(trees.path, rs)
+            return
+        rs.write_forest(_node_arrays(trees), np.array([t.n_nodes for t in trees]), self.seeds_)
 
     def _load_parts(self, rs: RunStore) -> None:
         nodes = rs.read_forest()
-        offsets = nodes.pop("node_offset")
-        self.seeds_ = nodes.pop("seed")
-        n_evaluations = rs.attrs["n_evaluations"]
-        trees = []
-        for t in range(len(offsets) - 1):
-            part = slice(int(offsets[t]), int(offsets[t + 1]))
-            trees.append(SimTree(
-                **{f: nodes[f][part] for f in NODE_FIELDS},
-                inbag=NO_ROWS, leaves=NO_ROWS,  # the rows' arrays are leaves_ and inbag_
-                n_evaluations=int(n_evaluations[t]), missing=self.params_["missing"],
-                kind=self.kind_,
-            ))  # fmt: skip
+        self.seeds_ = nodes["seed"]
+        trees = _trees_of(nodes, rs.attrs["n_evaluations"], self.params_["missing"], self.kind_)
         pair_ids, objects = self.pair_ids_, self.pair_objects_
         self._set_fitted(trees, self.classes_, self.y_, self.measure_, None, self.kind_,
                          self.params_, rows=(self.leaves_, self.inbag_))  # fmt: skip

@@ -35,7 +35,7 @@ from distforest import location
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import parse_metric
-from distforest.forests.simforest import METRICS, SimilarityForestClassifier
+from distforest.forests.simforest import METRICS, SimilarityForestClassifier, StoredTrees
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
@@ -247,8 +247,10 @@ def fit_and_save(
                                               np.asarray(scaling["scale"]))  # fmt: skip
         forest.fit_table(table, scaling=given)
         rs = save(forest, {**attrs, "scaling": scaling})
-        # the saved arrays, read on use (Zarr arrays where the in-memory fit has ndarrays)
+        # the saved arrays and trees, read on use (where the in-memory fit holds them)
         forest.leaves_, forest.inbag_ = cast(Any, rs.array("leaves")), cast(Any, rs.array("inbag"))
+        if isinstance(forest.trees_, StoredTrees):
+            forest.trees_ = replace(forest.trees_, path=rs.path)
     return rs
 
 
