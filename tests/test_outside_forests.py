@@ -252,3 +252,80 @@ def test_lightgbm_and_xgboost_files(tmp_path, classification) -> None:
         np.testing.assert_array_equal(
             outside_forest(load_model(tmp_path / name)).leaves(X), outside_forest(booster).leaves(X)
         )
+
+
+# -- every answer from a model fitted elsewhere --------------------------------
+
+
+def _oob_oracle(leaves: np.ndarray, inbag: np.ndarray) -> np.ndarray:
+    same = leaves[:, None, :] == leaves[None, :, :]
+    out = (inbag == 0)[:, None, :] & (inbag == 0)[None, :, :]
+    both = out.sum(axis=2)
+    return np.divide((same & out).sum(axis=2), both, out=np.zeros(both.shape), where=both > 0)
+
+
+def test_from_model_answers_match_dense_oracles(classification) -> None:
+    from distforest import ProximityForest
+    from distforest.apps.outliers import outlier_scores
+
+    X, y = classification
+    model = RandomForestClassifier(n_estimators=12, min_samples_leaf=2, random_state=4).fit(X, y)
+    pf = ProximityForest.from_model(model, X, y)
+    leaves = model.apply(X)
+    inbag = np.column_stack([np.bincount(s, minlength=N) for s in model.estimators_samples_])
+    dense = _dense_original(leaves)
+    np.testing.assert_allclose(pf.proximity().values, dense, atol=1e-6)
+    np.testing.assert_allclose(pf.proximity("oob").values, _oob_oracle(leaves, inbag), atol=1e-6)
+    # Top-k neighbours: the k largest of each dense row, self excluded, ties to the smaller row.
+    k = 5
+    got = pf.proximity_neighbors(k)["index"].values
+    for i in (0, 17, 101):
+        row = dense[i].copy()
+        row[i] = -1
+        order = np.lexsort((np.arange(N), -row))[:k]
+        np.testing.assert_array_equal(got[i], order)
+    # Outlier scores (R's formula) from the dense matrix, per class.
+    raw = np.empty(N)
+    for c in np.unique(y):
+        members = y == c
+        raw[members] = N / (dense[np.ix_(members, members)] ** 2).sum(axis=1)
+    scores = outlier_scores(pf)
+    for c in np.unique(y):
+        members = y == c
+        med = np.median(raw[members])
+        mad = 1.4826 * np.median(np.abs(raw[members] - med))
+        np.testing.assert_allclose(scores[members], (raw[members] - med) / mad, rtol=1e-5)
+
+
+def test_from_model_refuses_oob_when_bagging_is_unknown(regression) -> None:
+    from distforest import ProximityForest
+
+    lgb = pytest.importorskip("lightgbm")
+    X, y = regression
+    model = lgb.LGBMRegressor(n_estimators=4, subsample=0.5, subsample_freq=1, verbose=-1)
+    pf = ProximityForest.from_model(model.fit(X, y), X, y)
+    with pytest.raises(ParameterError, match=r"in-bag counts.*subsample=0\.5"):
+        pf.proximity("rfgap")
+    leaves = model.predict(X, pred_leaf=True)
+    np.testing.assert_allclose(pf.proximity().values, _dense_original(leaves), atol=1e-6)
+
+
+def test_from_model_by_partitions_same_bytes(tmp_path, classification) -> None:
+    pd = pytest.importorskip("pandas")
+    from distforest import ProximityForest
+
+    X, y = classification
+    X = np.nan_to_num(X)
+    model = RandomForestClassifier(n_estimators=6, random_state=1).fit(X, y)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(label=y)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for p, rows in enumerate(np.array_split(np.arange(N), 4)):
+        frame.iloc[rows].to_parquet(folder / f"part-{p}.parquet", index=False)
+    in_memory = ProximityForest.from_model(model, X, y)
+    by_parts = ProximityForest.from_model(model, str(folder), "label")
+    np.testing.assert_array_equal(np.asarray(by_parts.leaves_), np.asarray(in_memory.leaves_))
+    np.testing.assert_array_equal(np.asarray(by_parts.inbag_), np.asarray(in_memory.inbag_))
+    np.testing.assert_array_equal(
+        by_parts.proximity("rfgap").values, in_memory.proximity("rfgap").values
+    )

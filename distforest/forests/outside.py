@@ -27,12 +27,18 @@ in-bag counts.
 
 from __future__ import annotations
 
+import copy
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from distforest.errors import InputError, ParameterError
+
+#: LightGBM's and XGBoost's boosters are not safe to predict from in two threads at
+#: once (a worker runs several tasks in threads): their calls take turns.
+_BOOSTER_LOCK = threading.Lock()
 
 #: Weightings that read in-bag counts (refused where the model's bagging is unknown).
 NEEDS_INBAG = ("oob", "rfgap")
@@ -60,12 +66,15 @@ class OutsideForest:
     n_trees: int
     no_inbag: str | None
 
-    def leaves(self, X: Any) -> np.ndarray:
-        """Leaf of each row of ``X`` in every tree, shape (n, n_trees), int32."""
-        return _LEAVES[self.family](self.model, X)
+    def leaves(self, X: Any, trees: slice | None = None) -> np.ndarray:
+        """Leaf of each row of ``X`` in every tree (or in ``trees``), int32, shape (n, trees)."""
+        trees = slice(0, self.n_trees) if trees is None else trees
+        return _LEAVES[self.family](self.model, X, trees)
 
-    def inbag(self, n_samples: int, sample_weight: np.ndarray | None = None) -> np.ndarray:
-        """In-bag counts of the ``n_samples`` training rows, shape (n_samples, n_trees), uint8.
+    def inbag(
+        self, n_samples: int, sample_weight: np.ndarray | None = None, trees: slice | None = None
+    ) -> np.ndarray:
+        """In-bag counts of the ``n_samples`` training rows, shape (n_samples, trees), uint8.
 
         Parameters
         ----------
@@ -75,15 +84,23 @@ class OutsideForest:
         sample_weight : ndarray or None
             The weights given to the model's ``fit`` (scikit-learn draws a
             weighted bootstrap when they are given).
+        trees : slice or None
+            The trees (default all).
         """
         if self.no_inbag is not None:
             raise ParameterError(
                 f"the in-bag counts of this {type(self.model).__name__} cannot be known: "
                 f"{self.no_inbag}; use method='original', 'kerf' or 'boosted'"
             )
-        if self.family != "sklearn-bagging" or not getattr(self.model, "bootstrap", False):
-            return np.ones((n_samples, self.n_trees), dtype=np.uint8)
-        return _bootstrap_counts(self.model, n_samples, sample_weight)
+        picked = range(self.n_trees)[slice(0, self.n_trees) if trees is None else trees]
+        if not self.bootstrap:
+            return np.ones((n_samples, len(picked)), dtype=np.uint8)
+        return _bootstrap_counts(self.model, n_samples, sample_weight, picked)
+
+    @property
+    def bootstrap(self) -> bool:
+        """Whether some rows are out of bag in some trees (OOB and RF-GAP are defined)."""
+        return self.family == "sklearn-bagging" and bool(getattr(self.model, "bootstrap", False))
 
     def check_method(self, method: str) -> None:
         """Refuse a weighting that needs in-bag counts this model cannot give."""
@@ -177,7 +194,9 @@ def _sklearn_forest(model: Any) -> OutsideForest:
     )
 
 
-def _bootstrap_counts(model: Any, n_samples: int, sample_weight: np.ndarray | None) -> np.ndarray:
+def _bootstrap_counts(
+    model: Any, n_samples: int, sample_weight: np.ndarray | None, trees: range
+) -> np.ndarray:
     """scikit-learn's bootstrap replayed: each tree draws from its own ``random_state``."""
     fitted_n = getattr(model, "_n_samples", n_samples)
     if fitted_n != n_samples:
@@ -188,16 +207,16 @@ def _bootstrap_counts(model: Any, n_samples: int, sample_weight: np.ndarray | No
     n_boot = getattr(model, "_n_samples_bootstrap", None) or n_samples
     if sample_weight is None:
         sample_weight = getattr(model, "_sample_weight", None)
-    counts = np.zeros((n_samples, len(model.estimators_)), dtype=np.uint8)
-    for t, tree in enumerate(model.estimators_):
-        rng = np.random.RandomState(tree.random_state)
+    counts = np.zeros((n_samples, len(trees)), dtype=np.uint8)
+    for k, t in enumerate(trees):
+        rng = np.random.RandomState(model.estimators_[t].random_state)
         if sample_weight is None:
             drawn = rng.randint(0, n_samples, n_boot)
         else:
             p = np.asarray(sample_weight, dtype=np.float64)
             drawn = rng.choice(n_samples, n_boot, replace=True, p=p / p.sum())
         column = np.bincount(drawn, minlength=n_samples)
-        counts[:, t] = np.minimum(column, np.iinfo(np.uint8).max)
+        counts[:, k] = np.minimum(column, np.iinfo(np.uint8).max)
     return counts
 
 
@@ -234,37 +253,51 @@ def _as_rows(X: Any) -> Any:
     return X if hasattr(X, "iloc") else np.asarray(X)
 
 
-def _sklearn_leaves(model: Any, X: Any) -> np.ndarray:
-    leaves = np.asarray(model.apply(_as_rows(X)))
-    return leaves.reshape(leaves.shape[0], -1).astype(np.int32)
+def _sklearn_leaves(model: Any, X: Any, trees: slice) -> np.ndarray:
+    rows = np.asarray(_as_rows(X), dtype=np.float32)
+    estimators = np.asarray(model.estimators_, dtype=object).reshape(-1)[trees]
+    columns = [tree.apply(rows) for tree in estimators]
+    return np.column_stack(columns).astype(np.int32) if columns else np.empty((len(rows), 0))
 
 
-def _hgb_leaves(model: Any, X: Any) -> np.ndarray:
+def _hgb_leaves(model: Any, X: Any, trees: slice) -> np.ndarray:
     rows = model._preprocess_X(_as_rows(X), reset=False)
     known, f_idx_map = model._bin_mapper.make_known_categories_bitsets()
     columns = []
-    for stage in model._predictors:
-        for predictor in stage:
-            # The predictor returns its leaves' values: give each leaf its own index.
-            original = predictor.nodes["value"].copy()
-            predictor.nodes["value"] = np.arange(len(original), dtype=original.dtype)
-            try:
-                columns.append(predictor.predict(rows, known, f_idx_map, 1))
-            finally:
-                predictor.nodes["value"] = original
+    for predictor in [p for stage in model._predictors for p in stage][trees]:
+        # The predictor returns its leaves' values: a copy whose leaves hold their index.
+        indexed = copy.copy(predictor)
+        indexed.nodes = predictor.nodes.copy()
+        indexed.nodes["value"] = np.arange(len(indexed.nodes), dtype=indexed.nodes["value"].dtype)
+        columns.append(indexed.predict(rows, known, f_idx_map, 1))
     return np.column_stack(columns).astype(np.int32)
 
 
-def _lightgbm_leaves(booster: Any, X: Any) -> np.ndarray:
-    return np.asarray(booster.predict(_as_rows(X), pred_leaf=True), dtype=np.int32)
+def _iterations(trees: slice, per_iteration: int) -> tuple[int, int]:
+    """The boosting iterations that hold ``trees`` (a library routes whole iterations)."""
+    return trees.start // per_iteration, -(-trees.stop // per_iteration)
 
 
-def _xgboost_leaves(booster: Any, X: Any) -> np.ndarray:
+def _lightgbm_leaves(booster: Any, X: Any, trees: slice) -> np.ndarray:
+    k = int(booster.num_model_per_iteration())
+    first, last = _iterations(trees, k)
+    with _BOOSTER_LOCK:
+        leaves = booster.predict(_as_rows(X), pred_leaf=True, start_iteration=first,
+                                 num_iteration=last - first)  # fmt: skip
+    leaves = np.asarray(leaves).reshape(len(leaves), -1)
+    return leaves[:, trees.start - first * k : trees.stop - first * k].astype(np.int32)
+
+
+def _xgboost_leaves(booster: Any, X: Any, trees: slice) -> np.ndarray:
     import xgboost
 
-    leaves = booster.predict(xgboost.DMatrix(_as_rows(X)), pred_leaf=True)
-    leaves = np.asarray(leaves)
-    return leaves.reshape(leaves.shape[0], -1).astype(np.int32)
+    k = max(1, len(booster.get_dump()) // max(1, booster.num_boosted_rounds()))
+    first, last = _iterations(trees, k)
+    matrix = xgboost.DMatrix(_as_rows(X))
+    with _BOOSTER_LOCK:
+        leaves = booster.predict(matrix, pred_leaf=True, iteration_range=(first, last))
+    leaves = np.asarray(leaves).reshape(matrix.num_row(), -1)
+    return leaves[:, trees.start - first * k : trees.stop - first * k].astype(np.int32)
 
 
 _LEAVES = {
@@ -382,3 +415,41 @@ def boosted_tree_weights(values: np.ndarray) -> np.ndarray:
     if total == 0:
         return np.full(values.shape[1], 1.0 / values.shape[1])
     return np.asarray(weights / total, dtype=np.float64)
+
+
+# -- the fit driver's grower of an outside forest ------------------------------
+
+
+def route_batch(
+    X: np.ndarray,
+    y: np.ndarray | None,
+    seeds: np.ndarray,
+    *,
+    forest: OutsideForest,
+    tree_of_seed: dict[int, int],
+    sample_weight: np.ndarray | None = None,
+) -> Any:
+    """The fit driver's grower for a model fitted elsewhere: nothing grows, rows are routed.
+
+    The driver plans one seed per tree; ``tree_of_seed`` maps the batch's seeds back to
+    the model's trees (batches are contiguous ranges of trees).  Returns the batch's
+    rows' leaves and in-bag counts, as a grown batch of distforest's own trees does.
+    """
+    from distforest.forests.fit_driver import GrownBatch
+
+    first = tree_of_seed[int(seeds[0])]
+    trees = slice(first, first + len(seeds))
+    leaves = forest.leaves(X, trees)
+    if forest.no_inbag is None:
+        inbag = forest.inbag(len(X), sample_weight, trees)
+    else:  # unknown: kept as every row in bag; the methods that would read it are refused
+        inbag = np.ones(leaves.shape, dtype=np.uint8)
+    return GrownBatch(
+        rows={"leaves": leaves, "inbag": inbag},
+        # No nodes are kept (the model routes new rows) and no importances are
+        # measured here (the model has its own): NaN.
+        trees={
+            "node_counts": np.zeros(len(seeds), dtype=np.int64),
+            "importances": np.full((len(seeds), X.shape[1]), np.nan),
+        },
+    )
