@@ -7,8 +7,8 @@ Each page is read as a list of fenced blocks, in order:
   (click's test runner);
 - ```` ```python ```` blocks: executed in order in one namespace per page, as a
   notebook would;
-- ```` ```text ```` blocks: the output the page claims for the block just
-  before it; the test finds it in that block's output, lines in order, ``...``
+- ```` ```text ```` blocks right after a run block: the output the page claims
+  for that block; the test finds it in that block's output, lines in order, ``...``
   standing for any text (a whole line of ``...``: any lines);
 - other languages (``yaml``, ``cron``, ``ini``, plain fences) are not run, and
   may not hold a ``distforest`` command line (it would be one nobody runs).
@@ -112,12 +112,13 @@ class Block:
     lang: str
     text: str
     not_run: str | None  # the reason, for a block marked as not run
+    follows: bool  # only blank lines between the previous block and this one
 
 
 def _blocks(path: Path) -> list[Block]:
     """The fenced blocks of a Markdown page, in order."""
     text = path.read_text(encoding="utf-8")
-    found = []
+    found, end = [], 0
     for m in re.finditer(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", text, re.S | re.M):
         before = text[: m.start()].rstrip("\n")
         mark = NOT_RUN.search(before[before.rfind("<!--") :]) if before.endswith("-->") else None
@@ -128,7 +129,9 @@ def _blocks(path: Path) -> list[Block]:
             pytest.fail(f"{path.name}:{before.count(chr(10)) + 1}: a block marked as not run "
                         "without a reason")  # fmt: skip
         found.append(Block(path.name, text[: m.start()].count("\n") + 2, m.group(1).strip(),
-                           m.group(2), mark.group("reason") if mark else None))  # fmt: skip
+                           m.group(2), mark.group("reason") if mark else None,
+                           not text[end : m.start()].strip()))  # fmt: skip
+        end = m.end()
     return found
 
 
@@ -236,7 +239,7 @@ class _Page:
                 output = "".join(self.command(n, line) for n, line in _command_lines(block))
             elif block.lang == "python":
                 output = self.python(block)
-            elif block.lang == "text" and output is not None:
+            elif block.lang == "text" and block.follows and output is not None:
                 assert _claimed(block.text).search(output), (
                     f"{self.where(block.line)}: the output the page claims is not the output "
                     f"of the block before it.\nclaimed:\n{block.text}\ngot:\n{output[-3000:]}"
@@ -366,7 +369,7 @@ X, y = complete.drop(columns=["Class"]).to_numpy(), complete["Class"].to_numpy()
 """,
     "from distforest import XForest": """
 complete = pd.read_csv(DATA / "ionosphere.csv")
-X = complete.drop(columns=["Class"]).to_numpy()
+X, y = complete.drop(columns=["Class"]).to_numpy(), complete["Class"].to_numpy()
 X_new = X[:5]
 V = np.random.default_rng(0).normal(size=(len(X), 2))
 """,
