@@ -281,8 +281,9 @@ def test_the_readme_runs_as_written(tmp_path, monkeypatch):
     page = _Page(README, as_written=True, namespace={})
     not_run = page.run(_blocks(README))
     assert page.ran >= 8
-    # the set-up commands, the virtualenv and a real Slurm cluster, each with its reason
-    assert len(not_run) == 3, not_run
+    # the set-up commands, the virtualenv, a real Slurm cluster and the benchmarks,
+    # each with its reason
+    assert len(not_run) == 4, not_run
 
 
 def test_the_readme_links_resolve():
