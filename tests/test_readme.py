@@ -40,9 +40,10 @@ this, the test changes:
   starts a real one);
 - the shell: ``$(date +%F)`` becomes today's date and a glob its matches, as
   the shell would make them;
-- Python blocks: the names a block uses without making them (``X``, ``y``,
-  ``V``, ...) are made by :data:`PYTHON_SETUP` before it, and the blocks run
-  inside ``distforest.execution("synchronous")``.
+- Python blocks: the two names that stand for the reader's own things (a
+  scheduler's address, a folder of exports) are made by :data:`PYTHON_SETUP`
+  before their block, and the blocks run inside
+  ``distforest.execution("synchronous")``.
 
 A line fails the test when its exit code is not 0 (or, for lines listed in
 :data:`EXPECTED_EXIT`, not the documented one).
@@ -177,9 +178,11 @@ class _Page:
 
     def command(self, number: int, line: str) -> str:
         assert not re.search(r"\s\[[^\]]*\]", line), (
-            f"{self.where(number)}: `[...]` in a command line does not paste into a shell: {line}")
+            f"{self.where(number)}: `[...]` in a command line does not paste into a shell: {line}"
+        )
         assert not re.search(r"(?<=\s)[\w.-]+(?:\|[\w.-]+)+(?=\s|$)", line), (
-            f"{self.where(number)}: `a|b` in a command line is a shell pipe: {line}")
+            f"{self.where(number)}: `a|b` in a command line is a shell pipe: {line}"
+        )
         args = self.runnable(line).split()
         assert args[0] == "distforest", f"{self.where(number)}: not a distforest command: {line}"
         args = args[1:]
@@ -247,7 +250,8 @@ class _Page:
             else:
                 assert not re.search(r"^\s*distforest ", block.text, re.M), (
                     f"{self.where(block.line)}: a distforest command in a `{block.lang}` "
-                    "block, which the test does not run (make it bash, or mark it not run)")
+                    "block, which the test does not run (make it bash, or mark it not run)"
+                )
                 output = None
         return not_run
 
@@ -330,60 +334,15 @@ def test_the_docs_page_runs(name, tmp_path, monkeypatch, session_cluster, client
 
 
 #: First line of a docs/ Python block -> the code that makes the names it uses, run
-#: before it.  The blocks of a page run in order in one namespace (a notebook
-#: session), so later blocks also see what earlier ones made (``pf``).
+#: before it: names that stand for the reader's own (a scheduler's address, a folder
+#: of exports).  Every other block makes its data itself from the bundled tables or
+#: the example files, or uses what an earlier block of its page made (the blocks of a
+#: page run in order in one namespace, a notebook session).
 PYTHON_SETUP: dict[str, str] = {
-    "from distforest import ProximityForest, open_store": """
-table = pd.read_csv(DATA / "breast_cancer.csv")
-X, y = table.drop(columns=["Id", "Class"]), table["Class"]
-V = np.random.default_rng(0).normal(size=(len(X), 2))
-X_new = X.iloc[:5]
-""",
-    'clf = ProximityForest(task="classification", random_state=0).fit(X, y)': """
-from distforest import ProximityForest
-from sklearn.model_selection import GridSearchCV, cross_val_score
-table = pd.read_csv(DATA / "breast_cancer.csv")
-X, y = table.drop(columns=["Id", "Class"]), table["Class"]
-X_new = X.iloc[:5]
-X_test, y_test = X.iloc[-50:], y.iloc[-50:]
-v = X.iloc[:, 0].fillna(0).to_numpy(dtype=float)
-""",
-    "pf.proximity(X_new)                                 # (n_new, n_train), in memory when small": """
-pf = ProximityForest(n_estimators=12, random_state=0).fit(X, y)
-""",
-    "from distforest import ProximityImputer": """
-df = table.drop(columns=["Id"])
-new_rows = df.iloc[20:30]
-""",
     "import distforest": """
 from distforest import ProximityForest
 scheduler_address = SCHEDULER
 X_small, y_small = X.iloc[:100], y.iloc[:100]
-""",
-    "nb = pf.proximity_neighbors(50, method=\"rfgap\")            # in memory: xarray.Dataset": """
-from distforest import ProximityForest
-pf = ProximityForest(n_estimators=12, random_state=0).fit(X, y)
-""",
-    "from distforest.forests.pairwise import pairwise": """
-complete = pd.read_csv(DATA / "ionosphere.csv")
-X, y = complete.drop(columns=["Class"]).to_numpy(), complete["Class"].to_numpy()
-""",
-    "from distforest import XForest": """
-complete = pd.read_csv(DATA / "ionosphere.csv")
-X, y = complete.drop(columns=["Class"]).to_numpy(), complete["Class"].to_numpy()
-X_new = X[:5]
-V = np.random.default_rng(0).normal(size=(len(X), 2))
-""",
-    "from distforest import SimilarityForestClassifier": """
-from sklearn.metrics.pairwise import rbf_kernel
-complete = pd.read_csv(DATA / "ionosphere.csv")
-X, y = complete.drop(columns=["Class"]).to_numpy(), complete["Class"].to_numpy()
-objects = (X - X.mean(axis=0)) / (X.std(axis=0) + 1e-12)
-S = rbf_kernel(objects[:200], gamma=0.05)
-Q = rbf_kernel(objects[200:], objects[:200], gamma=0.05)
-y = y[:200]
-objects = objects[:200]
-my_function = lambda a, b: rbf_kernel(a, b, gamma=0.05)
 """,
     "from distforest import ProximityForest": """
 import dask.dataframe as dd
@@ -392,12 +351,5 @@ parts = pd.read_csv(DATA / "ionosphere.csv").rename(columns={"Class": "label"}).
 parts.iloc[:180].to_parquet("exports/part-0.parquet")
 parts.iloc[180:].to_parquet("exports/part-1.parquet")
 dask_frame = dd.from_pandas(parts, npartitions=2)
-""",
-    "from distforest import SMERF": """
-complete = pd.read_csv(DATA / "ionosphere.csv")
-features, labels = complete.drop(columns=["Class", "V2"]).to_numpy(), complete["Class"].to_numpy()
-X = features[:120]
-D = (labels[:120, None] != labels[None, :120]).astype(float)
-A, B = features[120:130], features[130:140]
 """,
 }
