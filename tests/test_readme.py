@@ -353,3 +353,35 @@ parts.iloc[180:].to_parquet("exports/part-1.parquet")
 dask_frame = dd.from_pandas(parts, npartitions=2)
 """,
 }
+
+
+def test_a_line_that_does_not_paste_fails(tmp_path):
+    page = _Page(README, as_written=True, namespace={})
+    for line in ("distforest impute data.csv --out x.csv [--proximity column]",
+                 "distforest impute data.csv --proximity column|rfimpute --out x.csv"):  # fmt: skip
+        with pytest.raises(AssertionError, match="shell"):
+            page.command(1, line)
+    with pytest.raises(AssertionError, match="not a distforest command"):
+        page.command(1, "ls -l")
+
+
+def test_a_claimed_output_must_match_in_order():
+    claimed = _claimed("store:   .../p.zarr\nstatus:  complete\n...\ntiles:   1 of 1 written\n")
+    good = "store:   /tmp/x/p.zarr\nstatus:  complete\njob: a\nstages: b\ntiles:   1 of 1 written\n"
+    assert claimed.search(good)
+    assert not claimed.search(good.replace("complete", "running"))
+    assert not claimed.search(
+        "status:  complete\nstore:   /tmp/x/p.zarr\ntiles:   1 of 1 written\n"
+    )
+
+
+def test_a_mark_without_a_reason_or_an_unknown_comment_fails(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- not run by x:  -->\n```bash\ndistforest info a.zarr\n```\n")
+    with pytest.raises(pytest.fail.Exception, match="without a reason"):
+        _blocks(page)
+    page.write_text("<!-- skip -->\n```bash\ndistforest info a.zarr\n```\n")
+    with pytest.raises(pytest.fail.Exception, match="not run by"):
+        _blocks(page)
+    page.write_text("<!-- not run by x: no server -->\n```bash\ndistforest info a.zarr\n```\n")
+    assert [b.not_run for b in _blocks(page)] == ["no server"]
