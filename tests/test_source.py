@@ -68,6 +68,12 @@ def test_each_kind_of_input_opens_as_its_source(frame, folder, tmp_path) -> None
     del owner
     gc.collect()
     assert not Path(lazy.path).exists()  # removed with its owner
+    alone = open_source(str(folder), "cls")  # no owner: the source owns its store
+    path = Path(alone.path)
+    assert path.exists()
+    del alone
+    gc.collect()
+    assert not path.exists()
 
 
 def test_a_target_given_twice_is_refused(folder, tmp_path) -> None:
