@@ -25,7 +25,7 @@ from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table
 from distforest.io.in_memory import check_in_memory
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch
+from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, grow_nodes
 from distforest.store.run_store import RunStore
 from distforest.store.sink import open_sink
 from distforest.store.source import open_source
@@ -266,7 +266,8 @@ class ProximityForest(Persisted, DaskEstimator):
                 batch_size=params["batch_size"], runner=runner, sink=sink,
                 row_results={"leaves": ("int32", ("sample", "tree")),
                              "inbag": ("uint8", ("sample", "tree"))},
-                keep_nodes=keep_nodes, progress=self._report("fit"),
+                keep_nodes=keep_nodes, router=route_forest_rows, routed=("leaves",),
+                progress=self._report("fit"),
                 join_progress=self._report("leaves"),
             )  # fmt: skip
         self.n_samples_ = n
@@ -789,15 +790,30 @@ class ProximityForest(Persisted, DaskEstimator):
 
 def grow_forest_batch(
     X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, *, params: TreeParams,
-    keep_nodes: bool,
+    keep_nodes: bool, route: bool = True,
 ) -> GrownBatch:  # fmt: skip
     """The fit driver's grower of a :class:`ProximityForest`: one batch of trees, its rows'
-    leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`)."""
+    leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`); with
+    ``route=False`` the in-bag counts only (:func:`~distforest.kernels.trees.grow_nodes`,
+    the same trees: :func:`route_forest_rows` gives the leaves by row chunks)."""
     if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64 codes
         y = y.astype(np.int64, copy=False)
+    if not route:
+        grown = grow_nodes(X, y, seeds, params)
+        return GrownBatch(
+            rows={"inbag": grown.inbag},
+            trees={"node_counts": grown.node_counts, "importances": grown.importances},
+            nodes=grown.nodes,
+        )
     batch = fit_tree_batch(X, y, seeds, params, keep_nodes)
     return GrownBatch(
         rows={"leaves": batch.leaves, "inbag": batch.inbag},
         trees={"node_counts": batch.node_counts, "importances": batch.importances},
         nodes=batch.nodes,
     )
+
+
+def route_forest_rows(X: np.ndarray, nodes: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The fit driver's router of a :class:`ProximityForest`: the leaves of a chunk of rows
+    in every tree (scikit-learn's rule, :func:`~distforest.kernels.apply.apply_nodes`)."""
+    return {"leaves": apply_nodes(X, dict(nodes))}
