@@ -191,14 +191,16 @@ class ProximityForest(Persisted, DaskEstimator):
         Parameters
         ----------
         X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
-            Features (any input :func:`distforest.io.load_table` reads).  A
-            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
-            from its store; a ``dask.dataframe.DataFrame`` is read by partitions
-            into a temporary store (``y`` then names its target column), never
-            computed in this process.
-        y : array-like or None
-            Target; None for an unsupervised forest (or when ``X`` is a
-            :class:`~distforest.io.Table` carrying it).
+            Features: anything :func:`distforest.store.source.open_source` opens.
+            Rows in a store (a :class:`~distforest.store.inputs.StoredTable`, a
+            run store's path) are read by the tasks from there, and the
+            results (leaves, in-bag counts, the forest) are written into that
+            store; a ``dask.dataframe.DataFrame``, a glob, a folder of parts or
+            a large file are read by partitions into a temporary store of this
+            forest (``y`` then names the target column), never whole in this
+            process.
+        y : array-like, str or None
+            Target; None for an unsupervised forest (or when ``X`` carries it).
 
         Returns
         -------
