@@ -25,7 +25,7 @@ from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table
 from distforest.io.in_memory import check_in_memory
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch
+from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, grow_nodes
 from distforest.store.run_store import RunStore
 from distforest.store.sink import open_sink
 from distforest.store.source import open_source
@@ -191,14 +191,16 @@ class ProximityForest(Persisted, DaskEstimator):
         Parameters
         ----------
         X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
-            Features (any input :func:`distforest.io.load_table` reads).  A
-            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
-            from its store; a ``dask.dataframe.DataFrame`` is read by partitions
-            into a temporary store (``y`` then names its target column), never
-            computed in this process.
-        y : array-like or None
-            Target; None for an unsupervised forest (or when ``X`` is a
-            :class:`~distforest.io.Table` carrying it).
+            Features: anything :func:`distforest.store.source.open_source` opens.
+            Rows in a store (a :class:`~distforest.store.inputs.StoredTable`, a
+            run store's path) are read by the tasks from there, and the
+            results (leaves, in-bag counts, the forest) are written into that
+            store; a ``dask.dataframe.DataFrame``, a glob, a folder of parts or
+            a large file are read by partitions into a temporary store of this
+            forest (``y`` then names the target column), never whole in this
+            process.
+        y : array-like, str or None
+            Target; None for an unsupervised forest (or when ``X`` carries it).
 
         Returns
         -------
@@ -266,7 +268,8 @@ class ProximityForest(Persisted, DaskEstimator):
                 batch_size=params["batch_size"], runner=runner, sink=sink,
                 row_results={"leaves": ("int32", ("sample", "tree")),
                              "inbag": ("uint8", ("sample", "tree"))},
-                keep_nodes=keep_nodes, progress=self._report("fit"),
+                keep_nodes=keep_nodes, router=route_forest_rows, routed=("leaves",),
+                progress=self._report("fit"),
                 join_progress=self._report("leaves"),
             )  # fmt: skip
         self._take_fit(source, fit, params, task, y_fit, classes)
@@ -883,15 +886,30 @@ class ProximityForest(Persisted, DaskEstimator):
 
 def grow_forest_batch(
     X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, *, params: TreeParams,
-    keep_nodes: bool,
+    keep_nodes: bool, route: bool = True,
 ) -> GrownBatch:  # fmt: skip
     """The fit driver's grower of a :class:`ProximityForest`: one batch of trees, its rows'
-    leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`)."""
+    leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`); with
+    ``route=False`` the in-bag counts only (:func:`~distforest.kernels.trees.grow_nodes`,
+    the same trees: :func:`route_forest_rows` gives the leaves by row chunks)."""
     if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64 codes
         y = y.astype(np.int64, copy=False)
+    if not route:
+        grown = grow_nodes(X, y, seeds, params)
+        return GrownBatch(
+            rows={"inbag": grown.inbag},
+            trees={"node_counts": grown.node_counts, "importances": grown.importances},
+            nodes=grown.nodes,
+        )
     batch = fit_tree_batch(X, y, seeds, params, keep_nodes)
     return GrownBatch(
         rows={"leaves": batch.leaves, "inbag": batch.inbag},
         trees={"node_counts": batch.node_counts, "importances": batch.importances},
         nodes=batch.nodes,
     )
+
+
+def route_forest_rows(X: np.ndarray, nodes: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The fit driver's router of a :class:`ProximityForest`: the leaves of a chunk of rows
+    in every tree (scikit-learn's rule, :func:`~distforest.kernels.apply.apply_nodes`)."""
+    return {"leaves": apply_nodes(X, dict(nodes))}
