@@ -174,22 +174,6 @@ def _evaluations(trees: list[SimTree] | StoredTrees) -> list[int]:
     return [int(t.n_evaluations) for t in trees]
 
 
-def _copy_forest(path: str, rs: RunStore) -> None:
-    """The ``forest/`` group of the store at ``path`` copied into ``rs`` a chunk at a time
-    (the same arrays, chunks and attributes)."""
-    source = RunStore.open(path).subgroup("forest")
-    forest = rs.group.require_group("forest")
-    for name, arr in source.arrays():
-        target = forest.create_array(name, shape=arr.shape, chunks=arr.chunks, dtype=arr.dtype,
-                                     dimension_names=getattr(arr.metadata, "dimension_names",
-                                                             None),
-                                     overwrite=True)  # fmt: skip
-        target.attrs.update(arr.attrs.asdict())
-        step = max(1, int(arr.chunks[0]))
-        for start in range(0, int(arr.shape[0]), step):
-            target[start : start + step] = arr[start : start + step]
-
-
 def _trees_of(nodes: dict[str, np.ndarray], n_evaluations: Any, missing: str,
               kind: str) -> list[SimTree]:  # fmt: skip
     """The trees of a store's ``forest/`` arrays (without their per-object arrays)."""
@@ -1003,7 +987,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         trees = self.trees_
         if isinstance(trees, StoredTrees):  # in a store: copied from there a chunk at a time
             if trees.path != rs.path:
-                _copy_forest(trees.path, rs)
+                rs.copy_group("forest", RunStore.open(trees.path).subgroup("forest"))
             return
         rs.write_forest(_node_arrays(trees), np.array([t.n_nodes for t in trees]), self.seeds_)
 
