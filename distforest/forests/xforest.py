@@ -499,7 +499,7 @@ class XForest(Persisted, DaskEstimator):
 
         Returns
         -------
-        ndarray of float32, shape (n_query, n_samples_)
+        ndarray of float32, shape (n_query, n_samples): one column per fitted row
             ``S[q, i] = mean_t beta ** edges_t(q, i)``.
         """
         beta = self._beta(kind)
