@@ -17,20 +17,8 @@ import pytest
 KNOWN = [
     {"distforest.io.encoding", "distforest.io.tables"},
     {"distforest.forests.products", "distforest.forests.square_sums"},
-    {"distforest.forests.smerf", "distforest.forests.smerf_stored"},
-    {"distforest.forests.simforest", "distforest.forests.simforest_stored"},
-    {
-        "distforest.forests.xforest",
-        "distforest.forests.xforest_similarity",
-        "distforest.forests.xforest_stored",
-    },
     {"distforest.apps.outliers", "distforest.apps.stored_outliers"},
     {"distforest.jobs.knn_model", "distforest.jobs.partitioned_predict"},
-    {
-        "distforest.jobs.simforest",
-        "distforest.jobs.simforest_model",
-        "distforest.jobs.simforest_stored",
-    },
 ]
 
 

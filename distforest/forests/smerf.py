@@ -31,7 +31,7 @@ read by each worker process once; each tree task routes every training row
 through its trees and writes their leaves and in-bag counts into arrays of
 the batch's own (``smerf-fit/leaves_<k>``, ``smerf-fit/inbag_<k>``, one writer
 each); row-block tasks join them into whole chunks of ``leaves`` (int32) and
-``inbag`` (uint8) (:func:`~distforest.forests.stored.gather_batches`), which
+``inbag`` (uint8) (:func:`~distforest.store.sink.gather_batches`), which
 ``leaves_`` and ``inbag_`` then are, read on use, never an n x T copy in the
 driver.  The tasks write their flat trees too (nodes, split projections and
 every leaf's in-bag members, about ``n_estimators x n`` int64 members), joined
@@ -64,7 +64,6 @@ from distforest.forests.persistence import (
     Field,
     Persisted,
 )
-from distforest.forests.stored import fit_in_temporary_store, gather_batches, is_dask_frame
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
 from distforest.io.attrs import decode_attrs
@@ -77,11 +76,14 @@ from distforest.io.distances import (
 )
 from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import StoredMatrix
+from distforest.io.source import RowSource
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import INPUT_GROUP, StoredTable, forget_inputs, input_rows, per_fit
+from distforest.store.inputs import INPUT_GROUP, forget_inputs, input_rows, per_fit
 from distforest.store.run_store import RunStore, write_block, write_group
+from distforest.store.sink import gather_batches
+from distforest.store.source import opened
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -269,16 +271,16 @@ def _joined_forest(path: str, n_batches: int, joined: K.FlatForest, seeds: np.nd
     return StoredForest(rs.path, fit_id, joined.node_offset, joined.importances)
 
 
-def _check_complete(table: Table | StoredTable) -> None:
+def _check_complete(table: RowSource) -> None:
     """Refuse features with missing values (a stored table: from its summaries)."""
-    if isinstance(table, Table):
-        if np.isnan(table.X).any():
+    if table.store_path is None:
+        if any(np.isnan(table.read_rows(rows, np.float64)).any() for rows in table.chunks()):
             raise InputError(
                 f"{table.source}: SMERF needs complete features; impute the missing values "
                 "first, e.g. `distforest impute`"
             )
         return
-    attrs = decode_attrs(RunStore.open(table.path).subgroup(INPUT_GROUP).attrs)
+    attrs = decode_attrs(RunStore.open(table.store_path).subgroup(INPUT_GROUP).attrs)
     missing = {k: int(v) for k, v in (attrs.get("missing") or {}).items() if int(v)}
     if missing:
         shown = ", ".join(f"{k!r} ({v})" for k, v in list(missing.items())[:5])
@@ -394,14 +396,12 @@ class SMERF(Persisted, DaskEstimator):
         self
         """
         params = self._validated()
-        if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            fit_in_temporary_store(self, X, lambda table: self._grow(table, D, params),
-                                   allow_missing=False, dtype=np.float64)  # fmt: skip
-            return self
-        return self._grow(X if isinstance(X, Table | StoredTable)
-                          else load_table(X, allow_missing=False), D, params)  # fmt: skip
+        # rows read by partitions go to a temporary store of float64 rows (the values a
+        # fit in memory sees) living as long as this model
+        with opened(X, owner=self, allow_missing=False, dtype=np.float64) as source:
+            return self._grow(source, D, params)
 
-    def _grow(self, table: Table | StoredTable, D: Any, params: dict[str, Any]) -> SMERF:
+    def _grow(self, table: RowSource, D: Any, params: dict[str, Any]) -> SMERF:
         """The one fit (see the module docstring): rows in memory or in a store, the
         rows' leaves and in-bag counts kept where the rows are."""
         _check_complete(table)
@@ -418,7 +418,7 @@ class SMERF(Persisted, DaskEstimator):
                        for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap",
                                  "oblique")}  # fmt: skip
         K.warm_up()  # compile once here, not in every worker at the same time
-        path = str(table.path) if isinstance(table, StoredTable) else None
+        path = table.store_path
         fit_id = uuid.uuid4().hex
         with self._runner(input_cells(n, d)) as runner:
             batches = tasks.plan_batches(
@@ -431,7 +431,8 @@ class SMERF(Persisted, DaskEstimator):
             values = dist.values
             # a file is passed as a reference: each worker reads it once (never the driver)
             d_h = values if isinstance(values, StoredDistances) else runner.share(values)
-            rows = runner.share(table.X) if isinstance(table, Table) else path
+            X = table.read_rows(slice(None), np.float64) if path is None else None
+            rows = path if X is None else runner.share(X)
             items = [(rows, d_h, seeds[b], tree_params, None if path is None else k)
                      for k, b in enumerate(batches)]  # fmt: skip
             parts: list[Any] = [None] * len(batches)
@@ -442,8 +443,8 @@ class SMERF(Persisted, DaskEstimator):
                 leaves, inbag = _gathered(runner, path, n, len(batches), fit_id)
         forest: K.FlatForest | StoredForest
         forest = K.concatenate(parts, consume=True)  # never the parts and the forest whole
-        if isinstance(table, Table):
-            leaves, inbag = K.apply(forest, table.X), K.inbag_counts(forest, n)
+        if X is not None:
+            leaves, inbag = K.apply(forest, X), K.inbag_counts(forest, n)
         elif path is not None:  # the tasks wrote the trees: joined there, not held here
             forest = _joined_forest(path, len(batches), forest, seeds, fit_id)
         return self._fitted(
