@@ -2,11 +2,11 @@
 
 Usage (from the repository root)::
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_mds_solvers.py TMPDIR N OTHER_MDS_PY
+    python -m benchmarks mds_solvers --rows N --other OTHER_MDS_PY [--tmp DIR]
 
-``OTHER_MDS_PY``: a file defining ``mds(forest, k, dissimilarity=...)`` (the
+``--other``: a file defining ``mds(forest, k, dissimilarity=...)`` (the
 ARPACK solver of ``distforest/apps/mds.py`` before this change, e.g. from
-``git show 1bc6a2d:distforest/apps/mds.py``).  Fits one forest of N rows on
+``git show 1bc6a2d:distforest/apps/mds.py``).  Fits one forest of ``--rows`` rows on
 the numpy array and one from a store of the same CSV (10 trees, in this
 process), times each solver (after a warm run) and prints whether the
 in-memory and stored runs of this tree give the same bytes and how far the
@@ -15,7 +15,9 @@ other solver's coordinates are.
 
 import importlib.util
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,6 +25,9 @@ import pandas as pd
 from distforest import ProximityForest, execution
 from distforest.apps.mds import mds
 from distforest.store.inputs import ingest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import parser as make_parser
 
 
 def timed(solver, forest, dissimilarity):
@@ -61,4 +66,9 @@ def main(tmp: str, n: int, other_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    options = make_parser(__doc__)
+    options.add_argument("--rows", type=int, default=600, help="rows of the table")
+    options.add_argument("--other", required=True, help="a file defining the other mds()")
+    options.add_argument("--tmp", default=None, help="folder for the CSV and store")
+    args = options.parse_args()
+    main(args.tmp or tempfile.mkdtemp(prefix="mds-solvers-"), args.rows, args.other)
