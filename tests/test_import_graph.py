@@ -16,7 +16,6 @@ import pytest
 #: to be turned into a plain test then.
 KNOWN = [
     {"distforest.io.encoding", "distforest.io.tables"},
-    {"distforest.forests.products", "distforest.forests.square_sums"},
     {"distforest.forests.smerf", "distforest.forests.smerf_stored"},
     {"distforest.forests.simforest", "distforest.forests.simforest_stored"},
     {
@@ -24,7 +23,6 @@ KNOWN = [
         "distforest.forests.xforest_similarity",
         "distforest.forests.xforest_stored",
     },
-    {"distforest.apps.outliers", "distforest.apps.stored_outliers"},
     {"distforest.jobs.knn_model", "distforest.jobs.partitioned_predict"},
     {
         "distforest.jobs.simforest",
