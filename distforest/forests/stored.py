@@ -162,7 +162,7 @@ def fit_stored(
     params : dict
         The forest's validated parameters.
     tree_params_of : callable
-        ``tree_params_of(task, n_classes) -> (TreeParams, task)``, the estimator's
+        ``tree_params_of(task, classes) -> TreeParams``, the estimator's
         own translation of its parameters (so both paths grow the same trees).
     """
     labels = table.target_kind == "labels"
@@ -179,7 +179,7 @@ def fit_stored(
         task = resolve_task(params["task"], y_raw, table.target_name)
         y_fit, classes = encode_target(task, y_raw)
         del y_raw
-    tree_params: TreeParams = tree_params_of(task, len(classes))
+    tree_params: TreeParams = tree_params_of(task, classes)
     n_trees = params["n_estimators"]
     entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
     n, tile = table.n_samples, params["tile_size"]
