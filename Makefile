@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean test-cluster
+.PHONY: run test lint bench clean test-cluster docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
+
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(VENV)/.installed $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
@@ -39,8 +43,14 @@ lint: $(VENV)/.installed-test
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# The documentation site (Sphinx, pydata-sphinx-theme) in docs/_build/html, warnings as
+# errors; the gallery's examples run during the build (a few seconds each).
+docs: $(VENV)/.installed-docs
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
 clean:
-	rm -rf results/ .pytest_cache
+	rm -rf results/ .pytest_cache docs/_build docs/generated docs/auto_examples
 
 # Real engines on this machine (a standalone dask scheduler, SSH, single-node
 # Slurm), started and stopped by the script; needs root for apt-get and the

@@ -27,7 +27,6 @@ Writes ``benchmarks/results/fit_speed.md`` (and ``.json``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -38,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from _measure import machine_info, machine_line, package_versions
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -261,7 +263,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--sizes", default="20000", help="comma-separated row counts")
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)

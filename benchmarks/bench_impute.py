@@ -48,7 +48,6 @@ import datetime as dt
 import fcntl
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -60,6 +59,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import driver_peak_bytes
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -508,7 +511,7 @@ def report(
     load: tuple[str, str],
 ) -> str:
     table, stats = main_table(main)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    peak = driver_peak_bytes() / 1024**2
     ratio = np.array(stats["time_ratio"])
     gain = np.array(stats["knn_gain"])
     out = [
@@ -643,7 +646,7 @@ def write_cli_only(folder: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "imputation.md")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per scenario")

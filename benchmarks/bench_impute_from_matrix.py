@@ -23,7 +23,6 @@ each run (the whole pipeline: fit, matrix, imputation).  Results:
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import subprocess
@@ -37,6 +36,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import machine_info, machine_line, package_versions
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results" / "impute_from_matrix.md"
@@ -78,7 +78,7 @@ def _run(work: Path, data: Path, target: str, drop: list[str], impute: dict, see
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--rate", type=float, default=0.1)
     parser.add_argument("--workdir", default="/tmp/dfbench-impute-matrix")

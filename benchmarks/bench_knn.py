@@ -42,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import RESULT_PREFIX, machine_info, package_versions, run_measured
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -350,7 +351,7 @@ def render(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--part", choices=["accuracy", "topk", "all"], default="all")
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--trees", type=int, default=100)

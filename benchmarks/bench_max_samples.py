@@ -15,9 +15,9 @@ Writes a Markdown table to ``benchmarks/results/max_samples.md`` (with
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,9 +25,12 @@ import numpy as np
 from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import parser as make_parser
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = make_parser(__doc__)
     parser.add_argument("--n", type=int, default=250_000, help="training rows")
     parser.add_argument("--trees", type=int, default=25)
     parser.add_argument("--sizes", default="all,100000,50000,20000,10000")

@@ -15,7 +15,6 @@ score adds to the out-of-bag vote.  Writes ``benchmarks/results/mislabels.md``.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import machine_info, package_versions
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -42,7 +42,7 @@ def main() -> None:
     from distforest import ProximityForest, load_table
     from distforest.apps.mislabels import OUTLIER_WEIGHT, mislabel_scores
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--trees", type=int, default=200)
     args = parser.parse_args()

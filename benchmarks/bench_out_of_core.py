@@ -39,7 +39,6 @@ leaves (rows routed by chunks), application (outlier scores) and write, or both 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -53,6 +52,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _measure import parser as make_parser  # noqa: E402
+
 ROOT = HERE.parent
 GB = 1e9
 FEATURES = 20
@@ -182,7 +184,6 @@ def run_one(config: str, source: str, work: str, trees: int, result: str) -> Non
 
 
 def measure(cmd: list[str]) -> dict[str, Any]:
-    sys.path.insert(0, str(HERE))
     from rss_by_process import sample
 
     return sample(cmd)
@@ -241,7 +242,7 @@ def _neighbors_runs(rows: int, folder: Path, where: Path, keep: int = 5) -> list
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--before", action="store_true", help="also today's in-memory path")

@@ -26,7 +26,6 @@ and ``pipeline.json``.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import json
@@ -42,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import GB, machine_info, package_versions, run_measured
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -182,7 +182,7 @@ def scenario(name: str, pipeline: Path, out: Path, wd: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dfpipe"))

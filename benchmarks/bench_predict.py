@@ -20,7 +20,6 @@ against.  ProximityForest runs in this process (``execution("synchronous")``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -32,6 +31,8 @@ from sklearn.model_selection import train_test_split
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _measure import parser as make_parser  # noqa: E402
+
 sys.path.insert(0, str(HERE.parent))
 
 from bench_impute import SETS, load  # noqa: E402
@@ -59,7 +60,7 @@ def one_set(X: np.ndarray, y: np.ndarray, seeds: int, trees: int) -> dict[str, l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--data", type=Path, default=HERE.parent.parent / "shared" / "data")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trees", type=int, default=100)

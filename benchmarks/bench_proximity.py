@@ -57,6 +57,7 @@ from _measure import (
     package_versions,
     run_measured,
 )
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -1057,7 +1058,7 @@ def _run_label(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument(
         "--sizes",
         default="5000,20000,100000",

@@ -42,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import RESULT_PREFIX, machine_info, machine_line, package_versions, run_measured
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -270,7 +271,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--sizes", default="20000,100000,1000000")
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--k", type=int, default=50)

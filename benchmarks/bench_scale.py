@@ -41,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import GB, machine_info, package_versions, run_measured
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -164,7 +165,7 @@ def merge_previous(runs: list[dict], previous: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--trees", type=int, help="default: the imputer's; 100 elsewhere")
     parser.add_argument("--kind", choices=["random-forest", "extra-trees"])

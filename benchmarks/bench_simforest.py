@@ -20,12 +20,10 @@ similarities; 4 edit distance between DNA sequences; 5 bootstrap on/off
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -49,6 +47,10 @@ from distforest.kernels.simfetch import (
     fetch_rows,
 )
 from distforest.kernels.simtrees import SimTreeParams, grow_forest, grow_tree, predict_forest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import driver_peak_bytes
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 DATA = Path(os.environ.get("DISTFOREST_DATA", HERE.parents[1] / "shared" / "data"))
@@ -370,7 +372,7 @@ def part_scale(sizes, n_trees):
             "evaluations_over_n_log2_n": float(np.mean(evals) / (n * math.log2(n))),
             "nodes": summary(nodes),
             "max_depth": summary(depth),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mb": driver_peak_bytes() / 2**20,
         }
         print(n, out[str(n)], flush=True)
     return out
@@ -519,7 +521,7 @@ def render(result: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--parts", default="1,2,3,4,6")

@@ -50,6 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import GB, RESULT_PREFIX, machine_info, machine_line, package_versions, run_measured
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -289,7 +290,7 @@ def stage(name: str, argv: list[str], workdir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)

@@ -13,8 +13,9 @@ that both give the same floats.
 
 from __future__ import annotations
 
-import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,9 +23,12 @@ import pandas as pd
 from distforest import ProximityForest, execution
 from distforest.forests import square_sums as ss
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import parser as make_parser
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = make_parser(__doc__)
     parser.add_argument("table")
     parser.add_argument("--target", default="label")
     parser.add_argument("--n", type=int, default=200_000)

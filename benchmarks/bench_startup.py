@@ -21,10 +21,8 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -37,7 +35,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _measure import machine_info  # noqa: E402
+from _measure import machine_info, run_timed  # noqa: E402
+from _measure import parser as make_parser  # noqa: E402
 
 DATA = ROOT / "distforest" / "data" / "breast_cancer.csv"
 DISTFOREST = Path(sys.executable).parent / "distforest"  # the console script of this venv
@@ -62,14 +61,9 @@ def run_once(argv: list[str], pythonpath: Path, scratch: Path) -> tuple[float, f
     out = scratch / f"p-{time.monotonic_ns()}.zarr"
     argv = [a.replace("{out}", str(out)) for a in argv]
     env = {**os.environ, "PYTHONPATH": str(pythonpath), "PYTHONWARNINGS": "ignore"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(argv, env=env, cwd=scratch, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)  # fmt: skip
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _, wall, cpu = run_timed(argv, env=env, cwd=scratch, check=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
     shutil.rmtree(out, ignore_errors=True)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
 
 
@@ -87,7 +81,7 @@ def extract(ref: str, into: Path) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--base", help="commit to compare with (e.g. the branch point)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "startup.md")

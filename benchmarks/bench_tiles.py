@@ -27,7 +27,6 @@ Prints one JSON line with every number (and ``uptime`` before and after).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -39,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_proximity as bp
+from _measure import parser as make_parser
 
 
 def _uptime() -> str:
@@ -169,7 +169,7 @@ def one_tile(run: Path, n: int, tile: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--tile", type=int, default=2048)

@@ -261,8 +261,8 @@ def test_dask_reads_the_distforest_section_from_its_environment():
     assert out.stdout.split() == ["12.5", "9"], out.stderr
 
 
-def test_the_readme_settings_table_lists_every_setting_with_its_default():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_settings_table_lists_every_setting_with_its_default():
+    text = (ROOT / "docs" / "clusters.md").read_text(encoding="utf-8")
     rows = [line for line in text.splitlines() if line.startswith("| `distforest.")]
     assert len(rows) == len(settings.SETTINGS)
     for row, (name, setting) in zip(rows, settings.SETTINGS.items(), strict=True):

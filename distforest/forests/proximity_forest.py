@@ -4,32 +4,31 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.fit_driver import GrownBatch, fit_forest
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted, as_list
-from distforest.forests.stored import is_dask_frame
-from distforest.forests.targets import encode_target, resolve_task
+from distforest.forests.targets import fit_target
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
-from distforest.io import Table, load_table
+from distforest.io import Table
 from distforest.io.in_memory import check_in_memory
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
-from distforest.parallel import tasks
-from distforest.store.inputs import StoredTable
+from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch
 from distforest.store.run_store import RunStore
+from distforest.store.sink import open_sink
+from distforest.store.source import open_source
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -46,16 +45,6 @@ AUTO_ROWS_PER_TREE = 200_000
 def _may_be_classifier(forest: ProximityForest) -> bool:
     """Whether ``forest`` may give class probabilities (a classifier, or not fitted yet)."""
     return getattr(forest, "task_", forest.task) in ("auto", "classification")
-
-
-def _check_classes(y: Any) -> None:
-    """A classification target must hold classes (scikit-learn's rule and words)."""
-    try:
-        check_classification_targets(y)
-    except ValueError as exc:
-        raise InputError(
-            f"{exc}; for a numeric target use task='regression' (or task='auto')"
-        ) from None
 
 
 def _check_weights(sample_weight: Any, n: int, task: str) -> np.ndarray:
@@ -256,11 +245,13 @@ class ProximityForest(Persisted, DaskEstimator):
         y : array-like or None
             Target; None for an unsupervised forest (or when ``X`` is a
             :class:`~distforest.io.Table` carrying it).
+
         sample_weight : array-like of shape (n_samples,) or None
-            Non-negative row weights (supervised forests, rows in memory):
-            each tree weighs a row by its in-bag count times its weight (times
-            its class weight), as scikit-learn's forests; the out-of-bag
-            estimates and importances come from these trees.
+            Non-negative row weights (supervised forests): each tree weighs a
+            row by its in-bag count times its weight (times its class weight),
+            as scikit-learn's forests did before 1.9 (1.9 draws the bootstrap in
+            proportion to the weights instead); the out-of-bag estimates and
+            importances come from these trees.
 
         Returns
         -------
@@ -343,86 +334,53 @@ class ProximityForest(Persisted, DaskEstimator):
         self, X: Any, y: Any, *, keep_nodes: bool, sample_weight: Any = None
     ) -> ProximityForest:
         params = self._validated()
-        if sample_weight is not None and (isinstance(X, StoredTable) or is_dask_frame(X)):
-            raise InputError(
-                "sample_weight is taken for rows in memory only, not for a stored table or "
-                "a dask DataFrame; use class_weight or a per-class max_samples instead"
-            )
-        if isinstance(X, StoredTable):
-            if y is not None:
-                raise InputError(
-                    f"{X.source} is a stored table: its target was read with it "
-                    f"({X.target_name!r}); do not pass y as well"
-                )
-            from distforest.forests.stored import fit_stored
-
-            return fit_stored(
-                self, X, params, lambda t, c: self._tree_params(params, t, c, X.n_samples)
-            )
-        if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            from distforest.forests.stored import fit_dask_frame
-
-            return fit_dask_frame(
-                self, X, y, params, lambda t, c, n: self._tree_params(params, t, c, n)
-            )
-        if len(getattr(y, "shape", ())) == 2 and y.shape[1] == 1:
+        if not isinstance(y, str) and len(getattr(y, "shape", ())) == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)  # a column vector: scikit-learn's warning, then 1-D
-        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
-        task = resolve_task(params["task"], table.y, table.target_name)
-        if task == "classification":
-            _check_classes(table.y)
-        y_fit, classes = encode_target(task, table.y)
-        tree_params = self._tree_params(params, task, classes, table.n_samples)
-        weight = None
+        source = open_source(X, y, owner=self)
+        task, y_fit, classes = fit_target(params["task"], source)
+        tree_params = self._tree_params(params, task, classes, source.n_samples)
+        weights = {}  # bound to the grower: absent without weights (the same tasks as before)
         if sample_weight is not None:
-            weight = _check_weights(sample_weight, table.n_samples, task)
-        n_trees = params["n_estimators"]
-        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        n = table.n_samples
-        leaves = np.empty((n, n_trees), dtype=np.int32)
-        inbag = np.empty((n, n_trees), dtype=np.uint8)
-        with self._runner(table.X.size) as runner:
-            batches = tasks.plan_tree_batches(n_trees, runner.threads(), params["batch_size"])
-            logger.info(
-                "fitting %d %s trees on %d x %d in %d tasks",
-                n_trees, task, n, table.n_features, len(batches),
+            weights["sample_weight"] = _check_weights(sample_weight, source.n_samples, task)
+        n, n_trees = source.n_samples, params["n_estimators"]
+        with self._runner(n * source.n_features) as runner:
+            # the rows' store, else memory by the in-memory rule, else a store of this forest's
+            sink = open_sink(n, n_trees, store=source.store_path, chunk_rows=params["tile_size"],
+                             owner=self)  # fmt: skip
+            fit = fit_forest(
+                source, partial(grow_forest_batch, params=tree_params, keep_nodes=keep_nodes,
+                                **weights),
+                y=y_fit, n_trees=n_trees, random_state=params["random_state"],
+                batch_size=params["batch_size"], runner=runner, sink=sink,
+                row_results={"leaves": ("int32", ("sample", "tree")),
+                             "inbag": ("uint8", ("sample", "tree"))},
+                keep_nodes=keep_nodes, progress=self._report("fit"),
+                join_progress=self._report("leaves"),
             )  # fmt: skip
-            X_future = runner.share(tree_input(table.X))  # float32 once, not in every tree
-            y_future = None if y_fit is None else runner.share(y_fit)
-            more = () if weight is None else (runner.share(weight),)
-            items = [(X_future, y_future, seeds[b], tree_params, keep_nodes, *more)
-                     for b in batches]  # fmt: skip
-            parts: list[Any] = [None] * len(batches)
-            importances = np.empty((n_trees, table.n_features), dtype=np.float64)
-            for i, batch in runner.run(
-                fit_tree_batch, items, name="fit-trees", progress=self._report("fit")
-            ):
-                leaves[:, batches[i]] = batch.leaves
-                inbag[:, batches[i]] = batch.inbag
-                importances[batches[i]] = batch.importances
-                parts[i] = batch.nodes_only()  # the copied leaves need not be kept twice
         self.n_samples_ = n
-        self.n_features_in_ = table.n_features
-        self.feature_names_in_ = table.feature_names
-        self.categories_ = table.categories
-        self.sample_ids_ = table.ids
-        self.id_name_ = table.id_name
-        self.target_name_ = table.target_name
+        self.n_features_in_ = source.n_features
+        self.feature_names_in_ = source.feature_names
+        self.categories_ = source.categories
+        self.sample_ids_ = fit.sample_ids
+        self.id_name_ = source.id_name
+        self.target_name_ = source.target_name
         self.task_ = task
         self.classes_ = classes
         self.y_ = y_fit
-        self.seeds_ = seeds
-        self.random_state_ = entropy
-        self.leaves_ = leaves
-        self.inbag_ = inbag
-        self.node_counts_ = np.concatenate([b.node_counts for b in parts])
-        self.tree_importances_: np.ndarray | None = importances
-        self.nodes_: Mapping[str, np.ndarray] | None = (
-            _concatenate_nodes(parts) if keep_nodes else None
-        )
-        self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
-        self.fit_id_ = uuid.uuid4().hex
+        self.seeds_ = fit.seeds
+        self.random_state_ = fit.random_state
+        self.leaves_ = fit.rows["leaves"]
+        self.inbag_ = fit.rows["inbag"]
+        self.node_counts_ = fit.trees["node_counts"]
+        self.tree_importances_: np.ndarray | None = fit.trees["importances"]
+        self.nodes_: Mapping[str, np.ndarray] | None = fit.nodes
+        self.input_ = {"source": source.source, "fingerprint": source.fingerprint()}
+        self.fit_id_ = fit.fit_id
         self.params_ = params
+        if fit.store is not None:  # the store holds what save() writes
+            rs = RunStore.open(fit.store, mode="r+")
+            self._write_arrays(rs, params["tile_size"], names=("tree_importances", "target"))
+            rs.update_attrs(**self._provenance(), store_input=True)
         return self
 
     def apply(self, X: Any) -> np.ndarray:
@@ -764,7 +722,7 @@ class ProximityForest(Persisted, DaskEstimator):
             check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
                             max_in_memory=max_in_memory)  # fmt: skip
             values = proximity_in_memory(
-                self.leaves_, self.inbag_, method, self.params_["tile_size"]
+                np.asarray(self.leaves_), np.asarray(self.inbag_), method, self.params_["tile_size"]
             )
             import xarray as xr  # on use: fitting and writing tiles do without it
 
@@ -917,13 +875,17 @@ class ProximityForest(Persisted, DaskEstimator):
             )  # fmt: skip
 
 
-def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:
-    """Join the batches' node arrays field by field, freeing each part as it goes.
-
-    A forest on a million rows has over a hundred million nodes; joining
-    all fields at once would hold the whole forest twice in the driver.
-    """
-    nodes = {}
-    for field in NODE_FIELDS:
-        nodes[field] = np.concatenate([b.nodes.pop(field) for b in parts])
-    return nodes
+def grow_forest_batch(
+    X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, *, params: TreeParams,
+    keep_nodes: bool, sample_weight: np.ndarray | None = None,
+) -> GrownBatch:  # fmt: skip
+    """The fit driver's grower of a :class:`ProximityForest`: one batch of trees, its rows'
+    leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`)."""
+    if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64 codes
+        y = y.astype(np.int64, copy=False)
+    batch = fit_tree_batch(X, y, seeds, params, keep_nodes, sample_weight)
+    return GrownBatch(
+        rows={"leaves": batch.leaves, "inbag": batch.inbag},
+        trees={"node_counts": batch.node_counts, "importances": batch.importances},
+        nodes=batch.nodes,
+    )

@@ -22,10 +22,22 @@ and then only referred to: each worker reads it once for all its tasks
 copies it into the model block by block, so the driver never holds it whole.
 A loaded model refers to its own ``train_distance`` the same way.
 
-Features given as a :class:`~distforest.store.inputs.StoredTable` (or a
-``dask.dataframe.DataFrame``, ingested on the workers) are read by the tree
-tasks from the store, and the per-row ``leaves_`` and ``inbag_`` stay there
-as Zarr arrays (:mod:`distforest.forests.smerf_stored`).
+One fit, whatever holds the features: one task per batch of trees on the
+same seeds and batches, the same trees bit for bit.  Rows in memory are shared
+once and the rows' leaves and in-bag counts are computed here from the joined
+trees.  Rows in a store (a :class:`~distforest.store.inputs.StoredTable`, or a
+``dask.dataframe.DataFrame`` ingested on the workers into a temporary one) are
+read by each worker process once; each tree task routes every training row
+through its trees and writes their leaves and in-bag counts into arrays of
+the batch's own (``smerf-fit/leaves_<k>``, ``smerf-fit/inbag_<k>``, one writer
+each); row-block tasks join them into whole chunks of ``leaves`` (int32) and
+``inbag`` (uint8) (:func:`~distforest.forests.stored.gather_batches`), which
+``leaves_`` and ``inbag_`` then are, read on use, never an n x T copy in the
+driver.  The driver still holds the flat trees (nodes, split projections and
+every leaf's in-bag members, about ``n_estimators x n`` int64 members), as the
+tile tasks need them whole.  A later fit on the same stored table replaces
+``leaves`` and ``inbag``: the earlier model then refuses to predict from them
+(its ``fit_id``).
 """
 
 from __future__ import annotations
@@ -49,9 +61,10 @@ from distforest.forests.persistence import (
     Field,
     Persisted,
 )
-from distforest.forests.stored import is_dask_frame
+from distforest.forests.stored import fit_in_temporary_store, gather_batches, is_dask_frame
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
+from distforest.io.attrs import decode_attrs
 from distforest.io.distances import (
     Distances,
     StoredDistances,
@@ -64,8 +77,8 @@ from distforest.io.matrices import StoredMatrix
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import StoredTable
-from distforest.store.run_store import RunStore
+from distforest.store.inputs import INPUT_GROUP, StoredTable, forget_inputs, input_rows
+from distforest.store.run_store import RunStore, write_block
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -78,6 +91,10 @@ TILE_SIZE = C.SMERF_TILE
 DISTANCE = "distance"
 #: The stored name of the training distances inside a model.
 TRAIN_DISTANCE = "train_distance"
+#: Group of a stored fit's per-batch leaves and in-bag counts (removed afterwards).
+FIT_GROUP = "smerf-fit"
+#: The per-row arrays of a stored fit, at the store's root: (name, dtype).
+ROW_ARRAYS = (("leaves", "int32"), ("inbag", "uint8"))
 
 
 def input_cells(n_samples: int, n_features: int) -> int:
@@ -114,11 +131,69 @@ def distance_tile(inputs: TileInputs, rows: slice, cols: slice) -> np.ndarray:
     )  # fmt: skip
 
 
-def grow_trees(
-    X: np.ndarray, D: np.ndarray | StoredDistances, seeds: np.ndarray, params: dict[str, Any]
-) -> K.FlatForest:
-    """Task function: the trees of ``seeds`` (D in memory, or read once per worker)."""
-    return K.grow_batch(X, distance_values(D), seeds, params)
+def _grow_task(
+    rows: np.ndarray | str, D: np.ndarray | StoredDistances, seeds: np.ndarray,
+    params: dict[str, Any], batch: int | None,
+) -> K.FlatForest:  # fmt: skip
+    """Task: the trees of ``seeds`` on rows in memory, or on a store's ``input/X`` (``rows``
+    its path; read once per worker process) whose leaves and in-bag counts the task
+    writes into the batch's own arrays (``smerf-fit/leaves_<batch>``, ``inbag_<batch>``)."""
+    if isinstance(rows, np.ndarray):
+        return K.grow_batch(rows, distance_values(D), seeds, params)
+    X = np.array(input_rows(rows), dtype=np.float64)  # this task's own (writable) copy
+    forest = K.grow_batch(X, distance_values(D), seeds, params)
+    inbag = K.inbag_counts(forest, X.shape[0])
+    if inbag.max(initial=0) > np.iinfo(np.uint8).max:
+        raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
+    everything = (slice(None), slice(None))
+    write_block(rows, f"{FIT_GROUP}/leaves_{batch}", everything, K.apply(forest, X))
+    write_block(rows, f"{FIT_GROUP}/inbag_{batch}", everything, inbag.astype(np.uint8))
+    return forest
+
+
+def _batch_arrays(path: str, n: int, batches: list[slice]) -> None:
+    """Create a stored fit's per-batch leaves and in-bag arrays (one writer each)."""
+    group = RunStore.open(path, mode="r+").group.require_group(FIT_GROUP)
+    chunk = max(1, min(n, C.SMERF_TILE))
+    for k, b in enumerate(batches):
+        for name, dtype in ROW_ARRAYS:
+            group.create_array(f"{name}_{k}", shape=(n, b.stop - b.start),
+                               chunks=(chunk, b.stop - b.start), dtype=dtype,
+                               overwrite=True)  # fmt: skip
+
+
+def _gathered(runner: Any, path: str, n: int, n_batches: int, fit_id: str) -> tuple[Any, Any]:
+    """A stored fit's ``leaves`` and ``inbag``, joined from the batches' arrays by row
+    chunks (the per-batch arrays removed), tagged with the fit's id; read on use."""
+    rs = RunStore.open(path, mode="r+")
+    chunk = max(1, min(n, C.SMERF_TILE))
+    rows = {}
+    for name, dtype in ROW_ARRAYS:
+        per_batch = [f"{FIT_GROUP}/{name}_{k}" for k in range(n_batches)]
+        rows[name] = gather_batches(runner, path, per_batch, name, dtype, chunk)
+        rows[name].attrs.update({"fit_id": fit_id})
+    runner.everywhere(forget_inputs)
+    del rs.group[FIT_GROUP]
+    return rows["leaves"], rows["inbag"]
+
+
+def _check_complete(table: Table | StoredTable) -> None:
+    """Refuse features with missing values (a stored table: from its summaries)."""
+    if isinstance(table, Table):
+        if np.isnan(table.X).any():
+            raise InputError(
+                f"{table.source}: SMERF needs complete features; impute the missing values "
+                "first, e.g. `distforest impute`"
+            )
+        return
+    attrs = decode_attrs(RunStore.open(table.path).subgroup(INPUT_GROUP).attrs)
+    missing = {k: int(v) for k, v in (attrs.get("missing") or {}).items() if int(v)}
+    if missing:
+        shown = ", ".join(f"{k!r} ({v})" for k, v in list(missing.items())[:5])
+        raise InputError(
+            f"{table.source}: SMERF needs complete features, but columns have missing values: "
+            f"{shown}; impute them first, e.g. `distforest impute`"
+        )
 
 
 class SMERF(Persisted, DaskEstimator):
@@ -226,58 +301,60 @@ class SMERF(Persisted, DaskEstimator):
         self
         """
         params = self._validated()
-        if isinstance(X, StoredTable):
-            from distforest.forests.smerf_stored import fit_stored
-
-            return fit_stored(self, X, D, params)
         if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            from distforest.forests.smerf_stored import fit_dask_frame
+            fit_in_temporary_store(self, X, lambda table: self._grow(table, D, params),
+                                   allow_missing=False, dtype=np.float64)  # fmt: skip
+            return self
+        return self._grow(X if isinstance(X, Table | StoredTable)
+                          else load_table(X, allow_missing=False), D, params)  # fmt: skip
 
-            return fit_dask_frame(self, X, D, params)
-        table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
-        if np.isnan(table.X).any():
+    def _grow(self, table: Table | StoredTable, D: Any, params: dict[str, Any]) -> SMERF:
+        """The one fit (see the module docstring): rows in memory or in a store, the
+        rows' leaves and in-bag counts kept where the rows are."""
+        _check_complete(table)
+        n, d = table.n_samples, table.n_features
+        dist = D if isinstance(D, Distances) else load_distances(D, n=n)
+        if dist.shape[0] != n:
             raise InputError(
-                f"{table.source}: SMERF needs complete features; impute the missing values "
-                "first, e.g. `distforest impute`"
-            )
-        dist = D if isinstance(D, Distances) else load_distances(D, n=table.n_samples)
-        if dist.shape[0] != table.n_samples:
-            raise InputError(
-                f"D has {dist.shape[0]} rows but X has {table.n_samples}; D must have one row "
-                "and one column per row of X, in the same order"
+                f"D has {dist.shape[0]} rows but X ({table.source}) has {n}; D must have one "
+                "row and one column per row of X, in the same order"
             )
         n_trees = params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        tree_params = {
-            k: params[k]
-            for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap", "oblique")
-        }
+        tree_params = {k: params[k]
+                       for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap",
+                                 "oblique")}  # fmt: skip
         K.warm_up()  # compile once here, not in every worker at the same time
-        with self._runner(input_cells(table.n_samples, table.n_features)) as runner:
+        path = str(table.path) if isinstance(table, StoredTable) else None
+        fit_id = uuid.uuid4().hex
+        with self._runner(input_cells(n, d)) as runner:
             batches = tasks.plan_batches(
                 n_trees, tasks.default_batch_size(n_trees, runner.threads())
             )
-            logger.info(
-                "growing %d SMERF trees on %d x %d in %d tasks",
-                n_trees, table.n_samples, table.n_features, len(batches),
-            )  # fmt: skip
+            if path is not None:
+                _batch_arrays(path, n, batches)
+            logger.info("growing %d SMERF trees on %d x %d from %s in %d tasks", n_trees, n, d,
+                        table.source, len(batches))  # fmt: skip
             values = dist.values
             # a file is passed as a reference: each worker reads it once (never the driver)
             d_h = values if isinstance(values, StoredDistances) else runner.share(values)
-            x_h = runner.share(table.X)
-            items = [(x_h, d_h, seeds[b], tree_params) for b in batches]
+            rows = runner.share(table.X) if isinstance(table, Table) else path
+            items = [(rows, d_h, seeds[b], tree_params, None if path is None else k)
+                     for k, b in enumerate(batches)]  # fmt: skip
             parts: list[Any] = [None] * len(batches)
-            for i, part in runner.run(
-                grow_trees, items, name="smerf-trees", progress=self._report("fit")
-            ):
+            for i, part in runner.run(_grow_task, items, name="smerf-trees",
+                                      progress=self._report("fit")):  # fmt: skip
                 parts[i] = part
+            if path is not None:
+                leaves, inbag = _gathered(runner, path, n, len(batches), fit_id)
         forest = K.concatenate(parts, consume=True)  # never the parts and the forest whole
+        if isinstance(table, Table):
+            leaves, inbag = K.apply(forest, table.X), K.inbag_counts(forest, n)
         return self._fitted(
-            forest, K.apply(forest, table.X), K.inbag_counts(forest, table.n_samples),
-            n_samples=table.n_samples, feature_names=table.feature_names, seeds=seeds,
+            forest, leaves, inbag, n_samples=n, feature_names=table.feature_names, seeds=seeds,
             entropy=entropy, dist=dist,
             input_={"source": table.source, "fingerprint": table.fingerprint()}, params=params,
-            fit_id=uuid.uuid4().hex,
+            fit_id=fit_id,
         )  # fmt: skip
 
     def _fitted(
@@ -420,15 +497,25 @@ class SMERF(Persisted, DaskEstimator):
         return self._matrix(inputs, True, store, tile_size, overwrite, {"columns": "oob"})
 
     def _inputs(self, leaves_a, leaves_b, inbag_a, inbag_b, *, oob: bool) -> TileInputs:
-        from distforest.forests.smerf_stored import check_own_rows
-
-        check_own_rows(self)  # a stored fit's leaves: still this fit's
+        self._check_own_rows()  # a stored fit's leaves: still this fit's
         f = self.forest_
         return TileInputs(
             D=self.distances_, leaves_a=leaves_a, leaves_b=leaves_b, inbag_a=inbag_a,
             inbag_b=inbag_b, node_offset=f.node_offset, leaf_start=f.leaf_start,
             leaf_members=f.leaf_members, oob=oob, fallback=self.mean_distance_,
         )  # fmt: skip
+
+    def _check_own_rows(self) -> None:
+        """Refuse store-backed ``leaves_`` that a later fit on the same store replaced."""
+        import zarr
+
+        leaves = self.leaves_
+        if isinstance(leaves, zarr.Array) and leaves.attrs.get("fit_id") != self.fit_id_:
+            raise StoreError(
+                f"the leaves of this SMERF in {leaves.store} belong to another fit (fit_id "
+                f"{leaves.attrs.get('fit_id')!r}, this model {self.fit_id_!r}): a later fit on "
+                "the same stored table replaced them; fit this model again"
+            )
 
     def _matrix(
         self,
