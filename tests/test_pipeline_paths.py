@@ -66,3 +66,20 @@ def test_validate_from_another_folder(project, monkeypatch):
     monkeypatch.chdir(elsewhere)
     result = CliRunner().invoke(cli, ["validate", str(folder / "p.yaml")])
     assert result.exit_code == 0, result.output
+
+
+def test_examples_copied_elsewhere_validate_from_the_parent_folder(tmp_path, monkeypatch, recwarn):
+    """The issue's case: ``distforest examples ex`` then ``validate ex/pipelines/*.yaml``."""
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+
+    copied = CliRunner().invoke(cli, ["-q", "examples", str(tmp_path / "ex")])
+    assert copied.exit_code == 0, copied.output
+    monkeypatch.chdir(tmp_path)
+    files = sorted(str(p) for p in (tmp_path / "ex" / "pipelines").glob("*.yaml"))
+    result = CliRunner().invoke(cli, ["validate", *files])
+    assert result.exit_code == 0, result.output
+    job = load_pipeline(tmp_path / "ex" / "pipelines" / "main.yaml")
+    assert Path(job.out).resolve().is_relative_to((tmp_path / "ex").resolve())
+    assert not [w for w in recwarn if "relative to the working directory" in str(w.message)]

@@ -152,6 +152,12 @@ def _from_folder(text: str, key: str, folder: Path | None, source: str, *,
     return text if keep_missing else mine
 
 
+def _input_of(text: str, *, today: _dt.date, folder: Path | None, source: str) -> str:
+    """A path a job reads besides ``input.path`` (``knn.predict.input``, ``model.path``):
+    dates filled in, read from the pipeline's folder (:func:`_from_folder`)."""
+    return _from_folder(_templated(text, today), "path", folder, source)
+
+
 def _out_dir(text: str, storage_options: dict[str, Any] | None) -> Any:
     """``output.dir`` as a Path, or as a URL carrying ``output.storage_options``
     (``out_dir / name`` works on both)."""
@@ -234,12 +240,17 @@ def _check_impute_from_matrix(sections: dict[str, dict], top_k: int | None, sour
 def _pipeline_folder(path: str | Path) -> Path | None:
     """The folder a pipeline's relative paths are read from: the YAML file's own.
 
-    None (the working directory, as before) for the shipped pipelines run by
-    name (``distforest run main``): their outputs go where the command runs.
+    The example pipelines (a ``pipelines/`` folder next to ``distforest/data/``:
+    the repository, or a copy made by ``distforest examples DIR``) name their
+    paths relative to that examples folder, the parent.  None (the working
+    directory, as before) for the shipped pipelines of an installed package run
+    by name (``distforest run main``): their outputs go where the command runs.
     """
     from distforest import examples
 
     folder = Path(path).parent
+    if folder.name == "pipelines" and (folder.parent / "distforest" / "data").is_dir():
+        return folder.parent
     shipped = examples.shipped_dir("pipelines")
     if shipped is not None and folder.resolve() == shipped.resolve():
         return None
@@ -352,12 +363,12 @@ def load_pipeline(
         )
     connect = {"scheduler": scheduler, "cluster": cluster}
     if kind == "knn":
-        templated = functools.partial(_templated, today=day)
+        templated = functools.partial(_input_of, today=day, folder=folder, source=source)
         return knn_job(data, sections, input_path, out_dir, connect, source, templated)
     if kind == "smerf":
         return smerf_job(data, sections, input_path, out_dir, connect, source)
     if kind == "score":  # a saved model applied to new rows
-        templated = functools.partial(_templated, today=day)
+        templated = functools.partial(_input_of, today=day, folder=folder, source=source)
         return score_job(data, sections, input_path, out_dir, connect, source, templated)
     if sections["proximity"].get("top_k") is not None and kind != "proximity":
         raise ConfigError(
