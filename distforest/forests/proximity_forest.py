@@ -47,6 +47,24 @@ def _may_be_classifier(forest: ProximityForest) -> bool:
     return getattr(forest, "task_", forest.task) in ("auto", "classification")
 
 
+def _check_weights(sample_weight: Any, n: int, task: str) -> np.ndarray:
+    """``sample_weight`` checked by scikit-learn's rule: n non-negative finite numbers."""
+    from sklearn.utils.validation import _check_sample_weight
+
+    if task == "unsupervised":
+        raise InputError(
+            "sample_weight needs a target: an unsupervised forest weighs its rows against "
+            "their synthetic copies; pass y, or fit without sample_weight"
+        )
+    try:
+        return _check_sample_weight(sample_weight, np.empty((n, 0)), dtype=np.float64,
+                                    ensure_non_negative=True)  # fmt: skip
+    except ValueError as exc:
+        raise InputError(
+            f"sample_weight: {exc}; pass {n:,} finite weights >= 0, one per row"
+        ) from None
+
+
 def _class_labels(classes: Any) -> list[Any]:
     """Class labels as JSON: numbers and text as they are, anything else as text."""
     return [c if isinstance(c, str | int | float) else str(c) for c in classes]
@@ -69,18 +87,36 @@ class ProximityForest(Persisted, DaskEstimator):
     max_features : {"auto", "sqrt", "log2"}, int, float or None, default "auto"
         Features tried per split; ``auto`` is ``sqrt`` for classification and
         unsupervised forests and all features for regression.
+    criterion : {"auto", "gini", "entropy", "log_loss", "squared_error", \
+"absolute_error", "friedman_mse", "poisson"}, default "auto"
+        scikit-learn's split criterion; ``auto``: ``gini`` for classification
+        and unsupervised forests, ``squared_error`` for regression.
+    min_samples_split : int or float, default 2
+        As scikit-learn's: rows (or a fraction of them) a node needs to be split.
     min_samples_leaf : int, default 1
     max_depth : int or None, default None
+    max_leaf_nodes : int or None, default None
+        Grow each tree best-first up to this many leaves (scikit-learn's).
+    min_impurity_decrease : float, default 0.0
+        Split a node only if the weighted impurity decreases this much (scikit-learn's).
     bootstrap : bool, default True
         Bootstrap rows for each tree.  In-bag counts are always recorded.
-    max_samples : float or None, default None
-        Bootstrap size as a fraction of the rows.  ``None``: n rows per tree
+    max_samples : int, float, mapping or None, default None
+        Bootstrap size: a count of rows, a fraction of the rows, or (classification)
+        a mapping class -> rows of that class drawn for every tree, with
+        replacement (R randomForest's ``sampsize`` with ``strata=y``; every class
+        must be given).  ``None``: n rows per tree
         (Breiman's bootstrap) on up to ``LARGE_FOREST_ROWS`` rows; on more,
         ``AUTO_ROWS_PER_TREE`` rows per tree (as Spark's ``subsamplingRate``
         and H2O's ``sample_rate``), so that a tree's size and time stop
         growing with n (every row is still routed through every tree; the
         rows a tree did not draw are out of bag for it).  Measured cost:
         ``benchmarks/results/max_samples.md``.
+    class_weight : {"balanced", "balanced_subsample"}, mapping or None, default None
+        Class weights multiplying each tree's row weights (classification), as
+        scikit-learn's forests: ``balanced`` weighs classes by ``n / (k * count)``,
+        ``balanced_subsample`` computes that on each tree's bootstrap sample, a
+        mapping gives a weight per class label (1 for a class not given).
     batch_size : int or None, default None
         Trees per Dask task; ``None`` plans batches that shrink towards the
         end (at most a quarter of a worker thread's share each), so that the
@@ -140,10 +176,15 @@ class ProximityForest(Persisted, DaskEstimator):
         task: str = "auto",
         kind: str = "random-forest",
         max_features: int | float | str | None = "auto",
+        criterion: str = "auto",
+        min_samples_split: int | float = 2,
         min_samples_leaf: int = 1,
         max_depth: int | None = None,
+        max_leaf_nodes: int | None = None,
+        min_impurity_decrease: float = 0.0,
         bootstrap: bool = True,
-        max_samples: float | None = None,
+        max_samples: int | float | Mapping[Any, int] | None = None,
+        class_weight: str | Mapping[Any, float] | None = None,
         batch_size: int | None = None,
         tile_size: int = 2048,
         random_state: int | None = None,
@@ -152,10 +193,15 @@ class ProximityForest(Persisted, DaskEstimator):
         self.task = task
         self.kind = kind
         self.max_features = max_features
+        self.criterion = criterion
+        self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf
         self.max_depth = max_depth
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_impurity_decrease = min_impurity_decrease
         self.bootstrap = bootstrap
         self.max_samples = max_samples
+        self.class_weight = class_weight
         self.batch_size = batch_size
         self.tile_size = tile_size
         self.random_state = random_state
@@ -185,7 +231,7 @@ class ProximityForest(Persisted, DaskEstimator):
 
     # -- fitting ------------------------------------------------------------
 
-    def fit(self, X: Any, y: Any = None) -> ProximityForest:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> ProximityForest:
         """Fit the forest, one Dask task per batch of trees.
 
         Parameters
@@ -202,11 +248,18 @@ class ProximityForest(Persisted, DaskEstimator):
         y : array-like, str or None
             Target; None for an unsupervised forest (or when ``X`` carries it).
 
+        sample_weight : array-like of shape (n_samples,) or None
+            Non-negative row weights (supervised forests): each tree weighs a
+            row by its in-bag count times its weight (times its class weight),
+            as scikit-learn's forests did before 1.9 (1.9 draws the bootstrap in
+            proportion to the weights instead); the out-of-bag estimates and
+            importances come from these trees.
+
         Returns
         -------
         self
         """
-        return self._fit(X, y, keep_nodes=True)
+        return self._fit(X, y, keep_nodes=True, sample_weight=sample_weight)
 
     def fit_leaves(self, X: Any, y: Any = None) -> ProximityForest:
         """Fit as :meth:`fit` but keep only the training rows' ``leaves_`` and ``inbag_``.
@@ -231,14 +284,37 @@ class ProximityForest(Persisted, DaskEstimator):
         return self._fit(X, y, keep_nodes=False)
 
     @staticmethod
-    def _tree_params(params: dict[str, Any], task: str, n_classes: int, n: int) -> TreeParams:
+    def _tree_params(params: dict[str, Any], task: str, classes: list[Any], n: int) -> TreeParams:
         """The trees' settings for ``task`` on ``n`` rows (the same whatever the input's home)."""
+        n_classes = len(classes)
         max_samples = params["max_samples"]
         if max_samples is None and params["bootstrap"] and n > LARGE_FOREST_ROWS:
             max_samples = AUTO_ROWS_PER_TREE / n
+        if isinstance(max_samples, int) and max_samples > n:
+            raise InputError(
+                f"max_samples={max_samples} rows per tree, but the input has only {n:,} rows; "
+                "give at most n, or a fraction such as max_samples=0.5"
+            )
         max_features = params["max_features"]
         if max_features == "auto":
             max_features = 1.0 if task == "regression" else "sqrt"
+        C.check_criterion(params["criterion"], task)
+        per_class = isinstance(max_samples, Mapping)
+        class_weight = params["class_weight"]
+        for name, given in (("class_weight", class_weight is not None),
+                            ("max_samples per class", per_class)):  # fmt: skip
+            if given and task != "classification":
+                raise ParameterError(
+                    f"{name} needs a classification forest, but the task is {task!r}; "
+                    f"pass a class target (task='classification') or remove {name}"
+                )
+        rows_per_class = None
+        if per_class:
+            rows_per_class = tuple(C.per_class_codes("max_samples", max_samples, classes, True))
+            max_samples = None
+        if isinstance(class_weight, Mapping):
+            codes = C.per_class_codes("class_weight", class_weight, classes, False)
+            class_weight = tuple(enumerate(codes))
         return TreeParams(
             task=cast(Task, task),  # resolve_task returns one of Task's values
             kind=params["kind"],
@@ -248,22 +324,34 @@ class ProximityForest(Persisted, DaskEstimator):
             bootstrap=params["bootstrap"],
             max_samples=max_samples,
             n_classes=n_classes if task == "classification" else 2,
+            min_samples_split=params["min_samples_split"],
+            max_leaf_nodes=params["max_leaf_nodes"],
+            min_impurity_decrease=params["min_impurity_decrease"],
+            criterion=None if params["criterion"] == "auto" else params["criterion"],
+            class_weight=class_weight,
+            rows_per_class=rows_per_class,
         )
 
-    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
+    def _fit(
+        self, X: Any, y: Any, *, keep_nodes: bool, sample_weight: Any = None
+    ) -> ProximityForest:
         params = self._validated()
         if not isinstance(y, str) and len(getattr(y, "shape", ())) == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)  # a column vector: scikit-learn's warning, then 1-D
         source = open_source(X, y, owner=self)
         task, y_fit, classes = fit_target(params["task"], source)
-        tree_params = self._tree_params(params, task, len(classes), source.n_samples)
+        tree_params = self._tree_params(params, task, classes, source.n_samples)
+        weights = {}  # bound to the grower: absent without weights (the same tasks as before)
+        if sample_weight is not None:
+            weights["sample_weight"] = _check_weights(sample_weight, source.n_samples, task)
         n, n_trees = source.n_samples, params["n_estimators"]
         with self._runner(n * source.n_features) as runner:
             # the rows' store, else memory by the in-memory rule, else a store of this forest's
             sink = open_sink(n, n_trees, store=source.store_path, chunk_rows=params["tile_size"],
                              owner=self)  # fmt: skip
             fit = fit_forest(
-                source, partial(grow_forest_batch, params=tree_params, keep_nodes=keep_nodes),
+                source, partial(grow_forest_batch, params=tree_params, keep_nodes=keep_nodes,
+                                **weights),
                 y=y_fit, n_trees=n_trees, random_state=params["random_state"],
                 batch_size=params["batch_size"], runner=runner, sink=sink,
                 row_results={"leaves": ("int32", ("sample", "tree")),
@@ -886,7 +974,7 @@ class ProximityForest(Persisted, DaskEstimator):
 
 def grow_forest_batch(
     X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, *, params: TreeParams,
-    keep_nodes: bool, route: bool = True,
+    keep_nodes: bool, route: bool = True, sample_weight: np.ndarray | None = None,
 ) -> GrownBatch:  # fmt: skip
     """The fit driver's grower of a :class:`ProximityForest`: one batch of trees, its rows'
     leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`); with
@@ -895,13 +983,13 @@ def grow_forest_batch(
     if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64 codes
         y = y.astype(np.int64, copy=False)
     if not route:
-        grown = grow_nodes(X, y, seeds, params)
+        grown = grow_nodes(X, y, seeds, params, sample_weight)
         return GrownBatch(
             rows={"inbag": grown.inbag},
             trees={"node_counts": grown.node_counts, "importances": grown.importances},
             nodes=grown.nodes,
         )
-    batch = fit_tree_batch(X, y, seeds, params, keep_nodes)
+    batch = fit_tree_batch(X, y, seeds, params, keep_nodes, sample_weight)
     return GrownBatch(
         rows={"leaves": batch.leaves, "inbag": batch.inbag},
         trees={"node_counts": batch.node_counts, "importances": batch.importances},
