@@ -205,7 +205,8 @@ def _where(path: Any) -> tuple[str, str]:
     ``file://`` removed), a URL without its credentials; a trailing ``/`` dropped."""
     if location.is_remote(path):
         return "url", location.display(path).rstrip("/")
-    return "local", str(Path(os.path.expanduser(location.local(path))).resolve())
+    # (realpath, not Path.resolve: a loop of links is the reader's to report, not an error here)
+    return "local", os.path.realpath(os.path.expanduser(location.local(path)))
 
 
 def _within(inner: str, outer: str) -> bool:
