@@ -49,6 +49,8 @@ ROOT = HERE.parent
 #: Where results are written: ``$DISTFOREST_BENCH_RESULTS`` or benchmarks/results.
 RESULTS_ENV = "DISTFOREST_BENCH_RESULTS"
 RESULTS = Path(os.environ.get(RESULTS_ENV) or HERE / "results")
+#: The UCI tables some scripts read: ``$DISTFOREST_DATA`` or ``shared/data`` beside the checkout.
+DATA = Path(os.environ.get("DISTFOREST_DATA") or ROOT.parent / "shared" / "data")
 TIME_BIN = "/usr/bin/time"
 SAMPLE_EVERY = 0.2
 RESULT_PREFIX = "BENCH-RESULT "
@@ -212,6 +214,21 @@ class TreeSampler(ProcessSampler):
     @property
     def peak_at(self) -> float:
         return self.peak_tree_at_s
+
+
+def descendants(pid: int | None = None) -> list[Any]:
+    """The live descendants of ``pid`` (default: this process) as ``psutil.Process``."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_rss_now(pid: int | None = None) -> int:
+    """The summed RSS of a process and its descendants, now (bytes): one sample."""
+    return ProcessSampler(pid).sample()
 
 
 def driver_peak_bytes() -> int:
@@ -627,21 +644,24 @@ def write_result(
     return js, md
 
 
-def write_markdown(path: Path | str, body: str, *, title: str, command: str | None = None,
-                   data: Any = None) -> Path:  # fmt: skip
-    """Write a script's own Markdown report under the common header, and its JSON twin.
+def write_markdown(path: Path | str, body: str, *, title: str | None = None,
+                   command: str | None = None, data: Any = None) -> Path:  # fmt: skip
+    """Write a script's own Markdown report with the common header, and its JSON twin.
 
-    For reports whose tables a script lays out itself: ``body`` follows the
-    header (date, machine, command, commit, load); ``PATH.json`` keeps the
-    header and ``data``.  ``path`` is taken relative to :data:`RESULTS` when
-    it is a bare name.
+    For reports whose tables a script lays out itself: the header (date,
+    machine, command, commit, load) goes under the body's ``# `` title line
+    (or ``title``); with ``data``, ``PATH.json`` keeps the header and ``data``.
+    A bare file name is taken in :data:`RESULTS`.
     """
     path = Path(path)
     if not path.is_absolute() and path.parent == Path("."):
         path = Path(os.environ.get(RESULTS_ENV) or RESULTS) / path
     path.parent.mkdir(parents=True, exist_ok=True)
-    head = header(title, command)
-    path.write_text(header_markdown(head) + "\n" + body.strip() + "\n")
+    lines = body.strip().splitlines()
+    if title is None and lines and lines[0].startswith("# "):
+        title, lines = lines[0][2:], lines[1:]
+    head = header(title or path.stem, command)
+    path.write_text(header_markdown(head) + "\n".join(lines).strip("\n") + "\n")
     if data is not None:
         path.with_suffix(".json").write_text(
             json.dumps({**head, "data": data}, indent=1, default=str) + "\n"

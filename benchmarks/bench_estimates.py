@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from _measure import parser as make_parser  # noqa: E402
+from _measure import write_markdown  # noqa: E402
 
 #: (name, rows, command after ``distforest``, measured wall seconds, where it was measured).
 #: ``{data}`` is the bench_proximity data file of ``rows`` rows, ``{out}`` a fresh folder.
@@ -203,7 +204,7 @@ def main() -> None:
             "| command | rows | estimate (s) | measured (s) | estimate / measured | measured in |",
             "|---|---:|---:|---:|---:|---|",
         ]
-        args.out.write_text("\n".join(head + rows_out) + "\n")
+        write_markdown(args.out, "\n".join(head + rows_out) + "\n")
 
 
 def _append(path: Path, rows: list[str]) -> None:

@@ -39,10 +39,12 @@ from typing import Any
 from _measure import machine_info, machine_line, package_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import RESULTS as RESULTS_DIR
 from _measure import parser as make_parser
+from _measure import write_markdown
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+RESULTS = RESULTS_DIR
 
 
 def load() -> float:
@@ -299,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     meta["notes"] = args.note
     meta["baselines"] = {title: merge(files.split(",")) for title, files in args.baseline}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    Path(args.out + ".md").write_text(render(results, meta))
+    write_markdown(Path(args.out + ".md"), render(results, meta))
     print(render(results, meta))
 
 

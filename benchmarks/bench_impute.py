@@ -61,7 +61,12 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import driver_peak_bytes
+from _measure import DATA as SHARED_DATA
+from _measure import RESULTS as RESULTS_DIR
+from _measure import (
+    driver_peak_bytes,
+    write_markdown,
+)
 from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
@@ -623,7 +628,7 @@ def write_cli_only(folder: Path, out: Path) -> None:
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()  # fmt: skip
     secs = ", ".join(f"{x:.2f}" for x in cli["seconds"])
-    out.write_text(
+    write_markdown(out,
         "\n".join([
             "# Imputation from the command line on a 200-row table",
             "",
@@ -647,8 +652,8 @@ def write_cli_only(folder: Path, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = make_parser(__doc__)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "imputation.md")
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "imputation.md")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per scenario")
     parser.add_argument("--satellite-seeds", type=int, default=1)
     parser.add_argument("--variant-seeds", type=int, default=1)
@@ -726,7 +731,7 @@ def main(argv: list[str] | None = None) -> None:
         if DISCUSSION in previous:  # keep the hand-written discussion of an earlier run
             text += "\n" + previous[previous.index(DISCUSSION) :]
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        write_markdown(args.out, text)
         print(f"wrote {args.out}", flush=True)
 
     # the small sets first, Satellite (by far the slowest) last: a run cut short by the

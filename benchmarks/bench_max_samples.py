@@ -27,6 +27,7 @@ from sklearn.ensemble import RandomForestClassifier
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import parser as make_parser
+from _measure import write_markdown
 
 
 def main() -> None:
@@ -74,7 +75,7 @@ def main() -> None:
             label = f"{args.n:,} (all)" if size == "all" else f"{int(size):,}"
             lines.append(f"| {label} | {acc:.4f} | {acc - full[1]:+.4f} | {seconds:.1f} | "
                          f"{nodes:,.0f} |")  # fmt: skip
-        Path(args.out).write_text("\n".join(lines) + "\n")
+        write_markdown(Path(args.out), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import RESULTS as RESULTS_DIR
 from _measure import (
     Measure,
     emit,
@@ -59,13 +60,14 @@ from _measure import (
     machine_line,
     package_versions,
     run_measured,
+    write_markdown,
 )
 from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS_MD = HERE / "results" / "nightly_score.md"
-RESULTS_JSON = HERE / "results" / "nightly_score.json"
+RESULTS_MD = RESULTS_DIR / "nightly_score.md"
+RESULTS_JSON = RESULTS_DIR / "nightly_score.json"
 GB = 1e9
 MISSING_COLUMNS = ("f0", "f5", "f9")
 
@@ -266,7 +268,7 @@ def main() -> None:
         "dense_cross_matrix_bytes": dense_bytes,
     }
     RESULTS_JSON.write_text(json.dumps(result, indent=2) + "\n")
-    RESULTS_MD.write_text(_markdown(result))
+    write_markdown(RESULTS_MD, _markdown(result))
     print(RESULTS_MD.read_text())
 
 

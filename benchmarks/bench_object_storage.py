@@ -32,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _measure import parser as make_parser  # noqa: E402
+from _measure import write_markdown  # noqa: E402
 
 
 def request_kind(method: str, target: str) -> str:
@@ -276,7 +277,7 @@ def main() -> None:
     }  # fmt: skip
     print(json.dumps(result, indent=2))
     if opts.out:
-        opts.out.write_text(markdown(result))
+        write_markdown(opts.out, markdown(result))
 
 
 #: Where requests go, grouped by the phase that mostly makes them.

@@ -54,6 +54,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _measure import parser as make_parser  # noqa: E402
+from _measure import write_markdown  # noqa: E402
 
 ROOT = HERE.parent
 GB = 1e9
@@ -377,13 +378,14 @@ def main() -> None:
                 shutil.rmtree(where, ignore_errors=True)
     if args.out and args.append and args.out.exists():
         previous = args.out.read_text().rstrip("\n")
-        args.out.write_text(
+        write_markdown(
+            args.out,
             previous
             + "\n"
             + "\n".join(lines)
             + f"\n\n(rows above appended {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: "
             f"`python benchmarks/bench_out_of_core.py {' '.join(sys.argv[1:])}`, load before: "
-            f"{load_before})\n"
+            f"{load_before})\n",
         )
     elif args.out:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -405,7 +407,7 @@ def main() -> None:
             "| configuration | rows | exit | wall (s) | driver | worker (max) | tree | phases |",
             "|---|---:|---:|---:|---:|---:|---:|---|",
         ]
-        args.out.write_text("\n".join(head + lines) + "\n")
+        write_markdown(args.out, "\n".join(head + lines) + "\n")
 
 
 if __name__ == "__main__":

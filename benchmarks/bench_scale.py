@@ -40,11 +40,18 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import GB, machine_info, package_versions, run_measured
+from _measure import (
+    GB,
+    machine_info,
+    package_versions,
+    run_measured,
+    write_markdown,
+)
+from _measure import RESULTS as RESULTS_DIR
 from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = RESULTS_DIR
 #: Hand-written observations appended to the table (kept across reruns).
 NOTES = RESULTS / "scale_notes.md"
 
@@ -243,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     (RESULTS / "scale.json").write_text(
         json.dumps({"meta": meta, "runs": runs}, indent=2, default=str)
     )
-    (RESULTS / "scale.md").write_text(render(meta, runs))
+    write_markdown((RESULTS / "scale.md"), render(meta, runs))
     print((RESULTS / "scale.md").read_text())
     shutil.rmtree(wd, ignore_errors=True)
 

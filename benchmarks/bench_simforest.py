@@ -49,11 +49,13 @@ from distforest.kernels.simfetch import (
 from distforest.kernels.simtrees import SimTreeParams, grow_forest, grow_tree, predict_forest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import DATA as SHARED_DATA
+from _measure import RESULTS as RESULTS_DIR
 from _measure import driver_peak_bytes
 from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
-DATA = Path(os.environ.get("DISTFOREST_DATA", HERE.parents[1] / "shared" / "data"))
+DATA = SHARED_DATA
 if not DATA.exists():
     DATA = Path("/work/shared/data")
 GAMMAS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # times 1 / n_features
@@ -528,7 +530,7 @@ def main() -> None:
     ap.add_argument("--edit-objects", type=int, default=1500)
     ap.add_argument("--edit-reps", type=int, default=5)
     ap.add_argument("--scale-sizes", default="10000,100000")
-    ap.add_argument("--out", default=str(HERE / "results" / "simforest.json"))
+    ap.add_argument("--out", default=str(RESULTS_DIR / "simforest.json"))
     ap.add_argument("--render", help="only print the markdown tables of this JSON result")
     args = ap.parse_args()
     if args.render:

@@ -38,7 +38,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _measure import machine_info, run_timed  # noqa: E402
+from _measure import RESULTS as RESULTS_DIR  # noqa: E402
+from _measure import (  # noqa: E402
+    machine_info,
+    run_timed,
+    write_markdown,
+)
 from _measure import parser as make_parser  # noqa: E402
 from bench_startup import extract, git  # noqa: E402
 
@@ -235,7 +240,7 @@ def main() -> None:
         help="also time check_estimator on every estimator (once per variant)",
     )
     parser.add_argument("--checks-timeout", type=float, default=300.0)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "small_commands.md")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "small_commands.md")
     args = parser.parse_args()
     data = TABLES[args.table]
     with tempfile.TemporaryDirectory(prefix="bench-small-") as tmp:
@@ -327,7 +332,7 @@ def main() -> None:
                 cells += [f"{seconds:.1f}", f"{cpu:.1f}" if cpu >= 0 else "-",
                           str(clusters) if clusters >= 0 else "-", outcome]  # fmt: skip
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    args.out.write_text("\n".join(lines) + "\n")
+    write_markdown(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -70,13 +70,18 @@ from sklearn.neighbors import kneighbors_graph
 from distforest import SMERF, execution
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import Measure, write_result
+from _measure import RESULTS as RESULTS_DIR
+from _measure import (
+    Measure,
+    write_markdown,
+    write_result,
+)
 from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "results" / "smerf.json"
-REPORT = HERE / "results" / "smerf.md"
+RESULTS = RESULTS_DIR / "smerf.json"
+REPORT = RESULTS_DIR / "smerf.md"
 SETTINGS = ("regression", "bilinear", "radial", "swissroll")
 SIZES = (20, 40, 80, 160, 320)
 N_TEST = 200
@@ -618,7 +623,7 @@ def main() -> None:
         run_speed(sizes, args.trees, args.workers, args.predict_rows, save)
     if args.part not in ("render", "speed"):
         _write(data, args.part)
-    REPORT.write_text(render(data) + _notes())
+    write_markdown(REPORT, render(data) + _notes())
 
 
 def _write(data: dict[str, Any], part: str) -> None:
@@ -626,7 +631,7 @@ def _write(data: dict[str, Any], part: str) -> None:
     data[part]["about"] = _about()
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=1) + "\n")
-    REPORT.write_text(render(data) + _notes())
+    write_markdown(REPORT, render(data) + _notes())
 
 
 def _notes() -> str:

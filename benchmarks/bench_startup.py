@@ -35,7 +35,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _measure import machine_info, run_timed  # noqa: E402
+from _measure import RESULTS as RESULTS_DIR  # noqa: E402
+from _measure import (  # noqa: E402
+    machine_info,
+    run_timed,
+    write_markdown,
+)
 from _measure import parser as make_parser  # noqa: E402
 
 DATA = ROOT / "distforest" / "data" / "breast_cancer.csv"
@@ -84,7 +89,7 @@ def main() -> None:
     parser = make_parser(__doc__)
     parser.add_argument("--base", help="commit to compare with (e.g. the branch point)")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "startup.md")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "startup.md")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
@@ -149,7 +154,7 @@ def main() -> None:
     for (label, variant), runs in times.items():
         text = ", ".join(f"{w:.2f}/{c:.2f}" for w, c in runs)
         lines.append(f"- `{label}` [{variant}]: {text}")
-    args.out.write_text("\n".join(lines) + "\n")
+    write_markdown(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 
 

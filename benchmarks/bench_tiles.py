@@ -67,10 +67,9 @@ def fitted_store(wd: Path, n: int, trees: int) -> Path:
 
 
 def _worker_cpu() -> float:
-    import psutil
+    from _measure import cpu_seconds
 
-    t = psutil.Process().cpu_times()
-    return t.user + t.system
+    return cpu_seconds()
 
 
 def _fresh_copy(fitted: Path, run: Path) -> Any:

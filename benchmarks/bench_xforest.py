@@ -54,6 +54,7 @@ from _measure import (
     machine_info,
     package_versions,
     run_measured,
+    write_markdown,
     write_result,
 )
 from _measure import parser as make_parser
@@ -719,7 +720,7 @@ def main(argv: list[str] | None = None) -> None:
             }
             RESULTS.mkdir(exist_ok=True)
             JSON_PATH.write_text(json.dumps(results, indent=1, default=float))
-            MD_PATH.write_text(render(results))
+            write_markdown(MD_PATH, render(results))
             print(f"part {name} done in {results[name]['seconds']:.0f} s", flush=True)
     print(f"wrote {MD_PATH}")
 

@@ -54,7 +54,7 @@ def test_the_runner_lists_every_script_of_benchmarks():
 
 
 def test_an_unknown_benchmark_is_refused_with_the_names():
-    with pytest.raises(SystemExit, match="no benchmark named 'nope'.*xforest"):
+    with pytest.raises(SystemExit, match=r"no benchmark named 'nope'.*xforest"):
         RUNNER.run("nope", [])
 
 
@@ -111,9 +111,9 @@ def test_measure_sees_the_driver_a_child_and_each_phase(tmp_path):
 
 
 def test_run_measured_reads_the_command_and_its_result_line(tmp_path):
-    code = ("import numpy as np, time, sys; sys.path.insert(0, %r); import _measure; "
-            "a = np.ones(120 * 2**20 // 8); a[:] = 3; time.sleep(0.6); "
-            "_measure.emit({'sum': float(a[:10].sum())})") % str(BENCH)  # fmt: skip
+    code = (f"import numpy as np, time, sys; sys.path.insert(0, {str(BENCH)!r}); "
+            "import _measure; a = np.ones(120 * 2**20 // 8); a[:] = 3; time.sleep(0.6); "
+            "_measure.emit({'sum': float(a[:10].sum())})")  # fmt: skip
     r = _measure.run_measured([sys.executable, "-c", code], tmp_path, "tiny")
     assert r["returncode"] == 0 and r["child"] == {"sum": 30.0}
     driver = [p for p in r["processes"] if p["role"] == "driver"]

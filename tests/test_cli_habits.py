@@ -88,14 +88,23 @@ def test_ctrl_c_exits_130_in_one_line_and_the_run_resumes(tmp_path):
     proc = subprocess.Popen([*args, "--workers", "1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True, preexec_fn=_sigint_default)  # fmt: skip
-    deadline = time.monotonic() + 120
+    # generous waits: with other pytest workers (and other jobs) on two cores, the start-up
+    # and the fit take several times as long as alone
+    deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None:  # wait for the tiles stage
         if (out / "done").exists():
             break
         time.sleep(0.05)
     assert proc.poll() is None, ("the run ended before its tiles stage", proc.communicate())
+    if not (out / "done").exists():
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"the run reached no tiles stage in 400 s: {proc.communicate()}")
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"no exit 300 s after Ctrl-C: {proc.communicate()}")
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     errors = [line for line in err.splitlines() if line.startswith("distforest:")]

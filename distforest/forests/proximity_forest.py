@@ -18,14 +18,14 @@ from distforest.errors import InputError, NotFittedError, ParameterError, StoreE
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.fit_driver import GrownBatch, fit_forest
+from distforest.forests.fit_driver import ForestFit, GrownBatch, fit_forest
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted, as_list
 from distforest.forests.targets import fit_target
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table
 from distforest.io.in_memory import check_in_memory
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch
+from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, grow_nodes
 from distforest.store.run_store import RunStore
 from distforest.store.sink import open_sink
 from distforest.store.source import open_source
@@ -237,14 +237,16 @@ class ProximityForest(Persisted, DaskEstimator):
         Parameters
         ----------
         X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
-            Features (any input :func:`distforest.io.load_table` reads).  A
-            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
-            from its store; a ``dask.dataframe.DataFrame`` is read by partitions
-            into a temporary store (``y`` then names its target column), never
-            computed in this process.
-        y : array-like or None
-            Target; None for an unsupervised forest (or when ``X`` is a
-            :class:`~distforest.io.Table` carrying it).
+            Features: anything :func:`distforest.store.source.open_source` opens.
+            Rows in a store (a :class:`~distforest.store.inputs.StoredTable`, a
+            run store's path) are read by the tasks from there, and the
+            results (leaves, in-bag counts, the forest) are written into that
+            store; a ``dask.dataframe.DataFrame``, a glob, a folder of parts or
+            a large file are read by partitions into a temporary store of this
+            forest (``y`` then names the target column), never whole in this
+            process.
+        y : array-like, str or None
+            Target; None for an unsupervised forest (or when ``X`` carries it).
 
         sample_weight : array-like of shape (n_samples,) or None
             Non-negative row weights (supervised forests): each tree weighs a
@@ -354,9 +356,103 @@ class ProximityForest(Persisted, DaskEstimator):
                 batch_size=params["batch_size"], runner=runner, sink=sink,
                 row_results={"leaves": ("int32", ("sample", "tree")),
                              "inbag": ("uint8", ("sample", "tree"))},
-                keep_nodes=keep_nodes, progress=self._report("fit"),
+                keep_nodes=keep_nodes, router=route_forest_rows, routed=("leaves",),
+                progress=self._report("fit"),
                 join_progress=self._report("leaves"),
             )  # fmt: skip
+        self._take_fit(source, fit, params, task, y_fit, classes)
+        if fit.store is not None:  # the store holds what save() writes
+            rs = RunStore.open(fit.store, mode="r+")
+            self._write_arrays(rs, params["tile_size"], names=("tree_importances", "target"))
+            rs.update_attrs(**self._provenance(), store_input=True)
+        return self
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        X: Any,
+        y: Any = None,
+        *,
+        sample_weight: Any = None,
+        tile_size: int = 2048,
+    ) -> ProximityForest:
+        """A fitted forest from a model fitted elsewhere, on its training rows ``X``.
+
+        Every row is routed through the model's trees by tasks (a folder of parts
+        or a large file is read by partitions: the driver never holds it), into
+        the same ``leaves`` / ``inbag`` arrays a forest grown here has; every
+        answer then works from it (proximities, neighbours, outliers, MDS).
+
+        Parameters
+        ----------
+        model : fitted estimator or booster
+            A scikit-learn ``RandomForest*``, ``ExtraTrees*``, ``GradientBoosting*``
+            or ``HistGradientBoosting*`` model, a LightGBM or an XGBoost model
+            (see :mod:`distforest.forests.outside`).
+        X : array-like, DataFrame, path, folder of parts or dask DataFrame
+            The rows the model was fitted on, in the same order (the in-bag counts
+            of a scikit-learn bootstrap are replayed for those rows), numeric
+            features as the model saw them.
+        y : array-like, str or None
+            The target (a column name when ``X`` is read from files); needed by
+            the answers that use classes (outliers by class, mislabels).
+        sample_weight : array-like or None
+            The weights the model was fitted with (scikit-learn draws a weighted
+            bootstrap when they are given).
+        tile_size : int, default 2048
+            Rows per tile of the matrices.
+
+        Returns
+        -------
+        ProximityForest
+            Fitted, without tree nodes: :meth:`apply` and :meth:`predict` of new
+            rows are the model's own.  Out-of-bag and RF-GAP proximities are
+            refused where the model's bagging cannot be replayed.
+        """
+        from distforest.forests.outside import outside_forest, route_batch
+        from distforest.parallel import tasks as plan
+
+        forest = outside_forest(model)
+        self = cls(n_estimators=forest.n_trees, bootstrap=forest.bootstrap,
+                   max_features=None, tile_size=tile_size)  # fmt: skip
+        params = self._validated()
+        source = open_source(X, y, owner=self)
+        if source.categories:
+            raise InputError(
+                f"{source.source} has text columns {sorted(source.categories)}; a model "
+                "fitted elsewhere is given the numeric features it was fitted on: encode "
+                "them as you did for the model and pass the numeric table"
+            )
+        task, y_fit, classes = (
+            fit_target("auto", source) if source.target_name or y is not None
+            else ("unsupervised", None, [])
+        )  # fmt: skip
+        weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        _, seeds = plan.plan_seeds(0, forest.n_trees)
+        grower = partial(route_batch, forest=forest, sample_weight=weights,
+                         tree_of_seed={int(s): t for t, s in enumerate(seeds)})  # fmt: skip
+        n = source.n_samples
+        with self._runner(n * source.n_features) as runner:
+            sink = open_sink(n, forest.n_trees, store=source.store_path, chunk_rows=tile_size,
+                             owner=self)  # fmt: skip
+            fit = fit_forest(
+                source, grower, y=None, n_trees=forest.n_trees, random_state=0,
+                batch_size=None, runner=runner, sink=sink,
+                row_results={"leaves": ("int32", ("sample", "tree")),
+                             "inbag": ("uint8", ("sample", "tree"))},
+                keep_nodes=False, dtype=np.float64, progress=self._report("route"),
+                join_progress=self._report("leaves"),
+            )  # fmt: skip
+        self._take_fit(source, fit, params, task, y_fit, classes)
+        self.model_ = model
+        self.no_inbag_ = forest.no_inbag
+        return self
+
+    def _take_fit(self, source: Any, fit: ForestFit, params: dict[str, Any], task: str,
+                  y_fit: np.ndarray | None, classes: list[Any]) -> None:  # fmt: skip
+        """Set the fitted attributes once, from the fit driver's result."""
+        n = source.n_samples
         self.n_samples_ = n
         self.n_features_in_ = source.n_features
         self.feature_names_in_ = source.feature_names
@@ -377,11 +473,6 @@ class ProximityForest(Persisted, DaskEstimator):
         self.input_ = {"source": source.source, "fingerprint": source.fingerprint()}
         self.fit_id_ = fit.fit_id
         self.params_ = params
-        if fit.store is not None:  # the store holds what save() writes
-            rs = RunStore.open(fit.store, mode="r+")
-            self._write_arrays(rs, params["tile_size"], names=("tree_importances", "target"))
-            rs.update_attrs(**self._provenance(), store_input=True)
-        return self
 
     def apply(self, X: Any) -> np.ndarray:
         """Leaf of each row of ``X`` in every tree, from the flattened forest.
@@ -566,6 +657,12 @@ class ProximityForest(Persisted, DaskEstimator):
     def _check_method(self, method: str) -> None:
         """A proximity method this fitted forest can give (out-of-bag ones need bootstrap)."""
         C.check_choice("method", method, C.PROXIMITY_METHODS)
+        why = getattr(self, "no_inbag_", None)  # a model fitted elsewhere, bagging unknown
+        if why is not None and method in C.OUT_OF_BAG_METHODS:
+            raise ParameterError(
+                f"method={method!r} needs each row's in-bag counts, and those of this "
+                f"{type(self.model_).__name__} cannot be known: {why}; use method='original'"
+            )
         C.check_out_of_bag(method, bool(self.params_["bootstrap"]))
 
     def _check_fitted(self) -> None:
@@ -877,15 +974,30 @@ class ProximityForest(Persisted, DaskEstimator):
 
 def grow_forest_batch(
     X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, *, params: TreeParams,
-    keep_nodes: bool, sample_weight: np.ndarray | None = None,
+    keep_nodes: bool, route: bool = True, sample_weight: np.ndarray | None = None,
 ) -> GrownBatch:  # fmt: skip
     """The fit driver's grower of a :class:`ProximityForest`: one batch of trees, its rows'
-    leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`)."""
+    leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`); with
+    ``route=False`` the in-bag counts only (:func:`~distforest.kernels.trees.grow_nodes`,
+    the same trees: :func:`route_forest_rows` gives the leaves by row chunks)."""
     if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64 codes
         y = y.astype(np.int64, copy=False)
+    if not route:
+        grown = grow_nodes(X, y, seeds, params, sample_weight)
+        return GrownBatch(
+            rows={"inbag": grown.inbag},
+            trees={"node_counts": grown.node_counts, "importances": grown.importances},
+            nodes=grown.nodes,
+        )
     batch = fit_tree_batch(X, y, seeds, params, keep_nodes, sample_weight)
     return GrownBatch(
         rows={"leaves": batch.leaves, "inbag": batch.inbag},
         trees={"node_counts": batch.node_counts, "importances": batch.importances},
         nodes=batch.nodes,
     )
+
+
+def route_forest_rows(X: np.ndarray, nodes: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The fit driver's router of a :class:`ProximityForest`: the leaves of a chunk of rows
+    in every tree (scikit-learn's rule, :func:`~distforest.kernels.apply.apply_nodes`)."""
+    return {"leaves": apply_nodes(X, dict(nodes))}
