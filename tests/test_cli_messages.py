@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -50,3 +51,37 @@ def test_quiet_drops_the_nannys_shutdown_lines():
     finally:
         nanny.removeHandler(handler)
         setup_logging(quiet=False, verbose=False)
+
+
+def _suggested(output: str) -> list[str]:
+    """The command lines a message suggests (between backquotes, starting 'distforest')."""
+    import re
+
+    return [m for m in re.findall(r"`([^`]+)`", output) if m.startswith("distforest ")]
+
+
+def test_a_changed_pipeline_suggests_a_command_run_has_and_it_works(tmp_path):
+    import shlex
+
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+
+    bc = Path(__file__).resolve().parents[1] / "distforest" / "data" / "breast_cancer.csv"
+    yaml = tmp_path / "p.yaml"
+    body = (
+        f"input: {{path: {bc}, target: Class, drop: [Id]}}\n"
+        "forest: {n_estimators: TREES, random_state: 0}\n"
+        f"output: {{dir: {tmp_path / 'out'}, store: run.zarr}}\n"
+    )
+    yaml.write_text(body.replace("TREES", "4"))
+    first = CliRunner().invoke(cli, ["-q", "run", str(yaml)], catch_exceptions=False)
+    assert first.exit_code == 0, first.output
+    yaml.write_text(body.replace("TREES", "5"))
+    refused = CliRunner().invoke(cli, ["-q", "run", str(yaml)], catch_exceptions=False)
+    assert refused.exit_code == 6 and "--overwrite" not in refused.output, refused.output
+    commands = _suggested(refused.output)
+    assert commands, refused.output
+    for line in commands:
+        done = CliRunner().invoke(cli, ["-q", *shlex.split(line)[1:]], catch_exceptions=False)
+        assert done.exit_code == 0, (line, done.output)
