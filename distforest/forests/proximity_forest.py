@@ -341,7 +341,7 @@ class ProximityForest(Persisted, DaskEstimator):
         source = open_source(X, y, owner=self)
         task, y_fit, classes = fit_target(params["task"], source)
         tree_params = self._tree_params(params, task, classes, source.n_samples)
-        # bound to the grower only when given: without weights, the same tasks as before
+        # bound to the grower: absent without weights (the same tasks as before)
         weights: dict[str, Any] = {}
         if sample_weight is not None:
             weights["sample_weight"] = _check_weights(sample_weight, source.n_samples, task)
