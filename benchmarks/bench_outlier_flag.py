@@ -63,11 +63,11 @@ def main() -> None:
         scores = outlier_scores(forest)
         labels = np.zeros(len(X), dtype=int) if y is None else np.asarray(y)
         fence = 100 * float(far_out(scores, labels).mean())
-        quantiles = np.percentile(scores, [50, 90, 99])
+        quantiles = " / ".join(f"{v:.1f}" for v in np.percentile(scores, [50, 90, 99]))
         rows.append({"table": name, "rows": len(X),
                      "flagged, score > 10 (%)": round(100 * float(np.mean(scores > 10)), 2),
                      "flagged, log far-out fence (%)": round(fence, 2),
-                     "score p50 / p90 / p99": " / ".join(f"{v:.1f}" for v in quantiles)})  # fmt: skip
+                     "score p50 / p90 / p99": quantiles})  # fmt: skip
         print(rows[-1], flush=True)
     write_result("outlier_flag", rows, title="The outlier flag on clean data (before)",
                  notes=__doc__.split("\n\n")[1])  # fmt: skip
