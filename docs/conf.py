@@ -23,7 +23,7 @@ from distforest import __version__  # noqa: E402
 
 project = "distforest"
 author = "the distforest authors"
-copyright = "the distforest authors"  # noqa: A001
+copyright = "the distforest authors"
 version = release = __version__
 
 extensions = [
@@ -39,8 +39,9 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "examples/README.rst", "auto_examples/*.ipynb",
-                    "auto_examples/*.py", "auto_examples/*.zip", "auto_examples/*.json"]  # fmt: skip
+exclude_patterns = ["_build", "examples/README.rst"] + [
+    f"auto_examples/*.{ext}" for ext in ("ipynb", "py", "zip", "json")
+]
 
 # Markdown: heading anchors so that pages can link to sections (page.md#settings).
 myst_heading_anchors = 3
@@ -56,13 +57,14 @@ numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 
 
-def _skip_member(app, what, name, obj, skip, options):  # noqa: ARG001 (Sphinx's signature)
+def _skip_member(app, what, name, obj, skip, options):
     """Leave out scikit-learn's generated metadata-routing setters (set_fit_request, ...)."""
     return True if name.startswith("set_") and name.endswith("_request") else skip
 
 
-def setup(app):  # noqa: D103 (Sphinx's hook)
+def setup(app):
     app.connect("autodoc-skip-member", _skip_member)
+
 
 intersphinx_mapping = {
     "python": ("https://docs.python.org/3", None),

@@ -10,28 +10,6 @@ circle of a module is what it imports (upstream) that also imports it
 from __future__ import annotations
 
 import grimp
-import pytest
-
-#: Circles other changes remove; the test is strict: it fails once they are all gone,
-#: to be turned into a plain test then.
-KNOWN = [
-    {"distforest.io.encoding", "distforest.io.tables"},
-    {"distforest.forests.products", "distforest.forests.square_sums"},
-    {"distforest.forests.smerf", "distforest.forests.smerf_stored"},
-    {"distforest.forests.simforest", "distforest.forests.simforest_stored"},
-    {
-        "distforest.forests.xforest",
-        "distforest.forests.xforest_similarity",
-        "distforest.forests.xforest_stored",
-    },
-    {"distforest.apps.outliers", "distforest.apps.stored_outliers"},
-    {"distforest.jobs.knn_model", "distforest.jobs.partitioned_predict"},
-    {
-        "distforest.jobs.simforest",
-        "distforest.jobs.simforest_model",
-        "distforest.jobs.simforest_stored",
-    },
-]
 
 
 def import_circles(package: str) -> list[set[str]]:
@@ -65,13 +43,6 @@ def test_finds_a_circle(tmp_path, monkeypatch) -> None:
     assert import_circles("circlepkg") == [{"circlepkg.a", "circlepkg.b", "circlepkg.c"}]
 
 
-def test_no_new_import_circle() -> None:
-    """Meanwhile: no circle beyond the known ones (nor a known one grown)."""
-    new = [sorted(c) for c in import_circles("distforest") if c not in KNOWN]
-    assert not new, f"new import circles: {new}"
-
-
-@pytest.mark.xfail(strict=True, reason="circles that other changes remove: see KNOWN")
 def test_no_import_circle() -> None:
     circles = import_circles("distforest")
-    assert not circles, f"import circles left: {[sorted(c) for c in circles]}"
+    assert not circles, f"import circles: {[sorted(c) for c in circles]}"

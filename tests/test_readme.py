@@ -7,8 +7,8 @@ Each page is read as a list of fenced blocks, in order:
   (click's test runner);
 - ```` ```python ```` blocks: executed in order in one namespace per page, as a
   notebook would;
-- ```` ```text ```` blocks: the output the page claims for the block just
-  before it; the test finds it in that block's output, lines in order, ``...``
+- ```` ```text ```` blocks right after a run block: the output the page claims
+  for that block; the test finds it in that block's output, lines in order, ``...``
   standing for any text (a whole line of ``...``: any lines);
 - other languages (``yaml``, ``cron``, ``ini``, plain fences) are not run, and
   may not hold a ``distforest`` command line (it would be one nobody runs).
@@ -40,9 +40,10 @@ this, the test changes:
   starts a real one);
 - the shell: ``$(date +%F)`` becomes today's date and a glob its matches, as
   the shell would make them;
-- Python blocks: the names a block uses without making them (``X``, ``y``,
-  ``V``, ...) are made by :data:`PYTHON_SETUP` before it, and the blocks run
-  inside ``distforest.execution("synchronous")``.
+- Python blocks: the two names that stand for the reader's own things (a
+  scheduler's address, a folder of exports) are made by :data:`PYTHON_SETUP`
+  before their block, and the blocks run inside
+  ``distforest.execution("synchronous")``.
 
 A line fails the test when its exit code is not 0 (or, for lines listed in
 :data:`EXPECTED_EXIT`, not the documented one).
@@ -112,12 +113,13 @@ class Block:
     lang: str
     text: str
     not_run: str | None  # the reason, for a block marked as not run
+    follows: bool  # only blank lines between the previous block and this one
 
 
 def _blocks(path: Path) -> list[Block]:
     """The fenced blocks of a Markdown page, in order."""
     text = path.read_text(encoding="utf-8")
-    found = []
+    found, end = [], 0
     for m in re.finditer(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", text, re.S | re.M):
         before = text[: m.start()].rstrip("\n")
         mark = NOT_RUN.search(before[before.rfind("<!--") :]) if before.endswith("-->") else None
@@ -128,7 +130,9 @@ def _blocks(path: Path) -> list[Block]:
             pytest.fail(f"{path.name}:{before.count(chr(10)) + 1}: a block marked as not run "
                         "without a reason")  # fmt: skip
         found.append(Block(path.name, text[: m.start()].count("\n") + 2, m.group(1).strip(),
-                           m.group(2), mark.group("reason") if mark else None))  # fmt: skip
+                           m.group(2), mark.group("reason") if mark else None,
+                           not text[end : m.start()].strip()))  # fmt: skip
+        end = m.end()
     return found
 
 
@@ -174,9 +178,11 @@ class _Page:
 
     def command(self, number: int, line: str) -> str:
         assert not re.search(r"\s\[[^\]]*\]", line), (
-            f"{self.where(number)}: `[...]` in a command line does not paste into a shell: {line}")
+            f"{self.where(number)}: `[...]` in a command line does not paste into a shell: {line}"
+        )
         assert not re.search(r"(?<=\s)[\w.-]+(?:\|[\w.-]+)+(?=\s|$)", line), (
-            f"{self.where(number)}: `a|b` in a command line is a shell pipe: {line}")
+            f"{self.where(number)}: `a|b` in a command line is a shell pipe: {line}"
+        )
         args = self.runnable(line).split()
         assert args[0] == "distforest", f"{self.where(number)}: not a distforest command: {line}"
         args = args[1:]
@@ -236,7 +242,7 @@ class _Page:
                 output = "".join(self.command(n, line) for n, line in _command_lines(block))
             elif block.lang == "python":
                 output = self.python(block)
-            elif block.lang == "text" and output is not None:
+            elif block.lang == "text" and block.follows and output is not None:
                 assert _claimed(block.text).search(output), (
                     f"{self.where(block.line)}: the output the page claims is not the output "
                     f"of the block before it.\nclaimed:\n{block.text}\ngot:\n{output[-3000:]}"
@@ -244,7 +250,8 @@ class _Page:
             else:
                 assert not re.search(r"^\s*distforest ", block.text, re.M), (
                     f"{self.where(block.line)}: a distforest command in a `{block.lang}` "
-                    "block, which the test does not run (make it bash, or mark it not run)")
+                    "block, which the test does not run (make it bash, or mark it not run)"
+                )
                 output = None
         return not_run
 
@@ -278,8 +285,9 @@ def test_the_readme_runs_as_written(tmp_path, monkeypatch):
     page = _Page(README, as_written=True, namespace={})
     not_run = page.run(_blocks(README))
     assert page.ran >= 8
-    # the set-up commands, the virtualenv and a real Slurm cluster, each with its reason
-    assert len(not_run) == 3, not_run
+    # the set-up commands, the virtualenv, a real Slurm cluster and the benchmarks,
+    # each with its reason
+    assert len(not_run) == 4, not_run
 
 
 def test_the_readme_links_resolve():
@@ -326,60 +334,15 @@ def test_the_docs_page_runs(name, tmp_path, monkeypatch, session_cluster, client
 
 
 #: First line of a docs/ Python block -> the code that makes the names it uses, run
-#: before it.  The blocks of a page run in order in one namespace (a notebook
-#: session), so later blocks also see what earlier ones made (``pf``).
+#: before it: names that stand for the reader's own (a scheduler's address, a folder
+#: of exports).  Every other block makes its data itself from the bundled tables or
+#: the example files, or uses what an earlier block of its page made (the blocks of a
+#: page run in order in one namespace, a notebook session).
 PYTHON_SETUP: dict[str, str] = {
-    "from distforest import ProximityForest, open_store": """
-table = pd.read_csv(DATA / "breast_cancer.csv")
-X, y = table.drop(columns=["Id", "Class"]), table["Class"]
-V = np.random.default_rng(0).normal(size=(len(X), 2))
-X_new = X.iloc[:5]
-""",
-    'clf = ProximityForest(task="classification", random_state=0).fit(X, y)': """
-from distforest import ProximityForest
-from sklearn.model_selection import GridSearchCV, cross_val_score
-table = pd.read_csv(DATA / "breast_cancer.csv")
-X, y = table.drop(columns=["Id", "Class"]), table["Class"]
-X_new = X.iloc[:5]
-X_test, y_test = X.iloc[-50:], y.iloc[-50:]
-v = X.iloc[:, 0].fillna(0).to_numpy(dtype=float)
-""",
-    "pf.proximity(X_new)                                 # (n_new, n_train), in memory when small": """
-pf = ProximityForest(n_estimators=12, random_state=0).fit(X, y)
-""",
-    "from distforest import ProximityImputer": """
-df = table.drop(columns=["Id"])
-new_rows = df.iloc[20:30]
-""",
     "import distforest": """
 from distforest import ProximityForest
 scheduler_address = SCHEDULER
 X_small, y_small = X.iloc[:100], y.iloc[:100]
-""",
-    "nb = pf.proximity_neighbors(50, method=\"rfgap\")            # in memory: xarray.Dataset": """
-from distforest import ProximityForest
-pf = ProximityForest(n_estimators=12, random_state=0).fit(X, y)
-""",
-    "from distforest.forests.pairwise import pairwise": """
-complete = pd.read_csv(DATA / "ionosphere.csv")
-X, y = complete.drop(columns=["Class"]).to_numpy(), complete["Class"].to_numpy()
-""",
-    "from distforest import XForest": """
-complete = pd.read_csv(DATA / "ionosphere.csv")
-X = complete.drop(columns=["Class"]).to_numpy()
-X_new = X[:5]
-V = np.random.default_rng(0).normal(size=(len(X), 2))
-""",
-    "from distforest import SimilarityForestClassifier": """
-from sklearn.metrics.pairwise import rbf_kernel
-complete = pd.read_csv(DATA / "ionosphere.csv")
-X, y = complete.drop(columns=["Class"]).to_numpy(), complete["Class"].to_numpy()
-objects = (X - X.mean(axis=0)) / (X.std(axis=0) + 1e-12)
-S = rbf_kernel(objects[:200], gamma=0.05)
-Q = rbf_kernel(objects[200:], objects[:200], gamma=0.05)
-y = y[:200]
-objects = objects[:200]
-my_function = lambda a, b: rbf_kernel(a, b, gamma=0.05)
 """,
     "from distforest import ProximityForest": """
 import dask.dataframe as dd
@@ -389,11 +352,36 @@ parts.iloc[:180].to_parquet("exports/part-0.parquet")
 parts.iloc[180:].to_parquet("exports/part-1.parquet")
 dask_frame = dd.from_pandas(parts, npartitions=2)
 """,
-    "from distforest import SMERF": """
-complete = pd.read_csv(DATA / "ionosphere.csv")
-features, labels = complete.drop(columns=["Class", "V2"]).to_numpy(), complete["Class"].to_numpy()
-X = features[:120]
-D = (labels[:120, None] != labels[None, :120]).astype(float)
-A, B = features[120:130], features[130:140]
-""",
 }
+
+
+def test_a_line_that_does_not_paste_fails(tmp_path):
+    page = _Page(README, as_written=True, namespace={})
+    for line in ("distforest impute data.csv --out x.csv [--proximity column]",
+                 "distforest impute data.csv --proximity column|rfimpute --out x.csv"):  # fmt: skip
+        with pytest.raises(AssertionError, match="shell"):
+            page.command(1, line)
+    with pytest.raises(AssertionError, match="not a distforest command"):
+        page.command(1, "ls -l")
+
+
+def test_a_claimed_output_must_match_in_order():
+    claimed = _claimed("store:   .../p.zarr\nstatus:  complete\n...\ntiles:   1 of 1 written\n")
+    good = "store:   /tmp/x/p.zarr\nstatus:  complete\njob: a\nstages: b\ntiles:   1 of 1 written\n"
+    assert claimed.search(good)
+    assert not claimed.search(good.replace("complete", "running"))
+    assert not claimed.search(
+        "status:  complete\nstore:   /tmp/x/p.zarr\ntiles:   1 of 1 written\n"
+    )
+
+
+def test_a_mark_without_a_reason_or_an_unknown_comment_fails(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- not run by x:  -->\n```bash\ndistforest info a.zarr\n```\n")
+    with pytest.raises(pytest.fail.Exception, match="without a reason"):
+        _blocks(page)
+    page.write_text("<!-- skip -->\n```bash\ndistforest info a.zarr\n```\n")
+    with pytest.raises(pytest.fail.Exception, match="not run by"):
+        _blocks(page)
+    page.write_text("<!-- not run by x: no server -->\n```bash\ndistforest info a.zarr\n```\n")
+    assert [b.not_run for b in _blocks(page)] == ["no server"]

@@ -68,6 +68,12 @@ def test_each_kind_of_input_opens_as_its_source(frame, folder, tmp_path) -> None
     del owner
     gc.collect()
     assert not Path(lazy.path).exists()  # removed with its owner
+    alone = open_source(str(folder), "cls")  # no owner: the source owns its store
+    path = Path(alone.path)
+    assert path.exists()
+    del alone
+    gc.collect()
+    assert not path.exists()
 
 
 def test_a_target_given_twice_is_refused(folder, tmp_path) -> None:
@@ -140,3 +146,17 @@ def test_results_too_large_for_memory_go_to_a_store(frame) -> None:
     del big
     gc.collect()
     assert not Path(path).exists()  # the forest's temporary store goes with it
+
+
+def test_a_forest_fits_a_folder_of_parts_as_its_table(frame, folder) -> None:
+    """A folder of parts (refused by ProximityForest.fit before the one source) and a glob
+    give the forest of the DataFrame, bit for bit."""
+    X, y = frame.drop(columns="cls"), frame["cls"]
+    with execution(client="synchronous"):
+        mem = ProximityForest(n_estimators=5, random_state=8, tile_size=128).fit(X, y)
+        for given in (str(folder), str(folder / "p*.parquet")):
+            parts = ProximityForest(n_estimators=5, random_state=8, tile_size=128).fit(given, "cls")
+            np.testing.assert_array_equal(np.asarray(parts.leaves_), mem.leaves_)
+            np.testing.assert_array_equal(np.asarray(parts.inbag_), mem.inbag_)
+            np.testing.assert_array_equal(parts.predict_proba(X), mem.predict_proba(X))
+            assert parts.classes_ == mem.classes_

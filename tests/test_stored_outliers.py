@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,7 +19,7 @@ from distforest.kernels import order_stats
 from distforest.parallel.execution import Runner
 from distforest.store import scratch
 from distforest.store.inputs import ingest
-from distforest.store.scratch import StoredColumn
+from distforest.store.scratch import HeldColumn, StoredColumn
 
 
 def test_sortable_keys_order_as_the_floats() -> None:
@@ -44,10 +46,12 @@ def _sums_store(tmp_path, sums: np.ndarray, codes: np.ndarray) -> square_sums.St
     return square_sums.StoredCodes(str(tmp_path / "s.zarr"), "target", codes.size)
 
 
+@pytest.mark.parametrize("held", [False, True])
 @pytest.mark.parametrize("gather", [1, 40, 1 << 18])
-def test_class_medians_equal_numpy(tmp_path, monkeypatch, gather: int) -> None:
+def test_class_medians_equal_numpy(tmp_path, monkeypatch, gather: int, held: bool) -> None:
     """Several rounds of buckets (a tiny gather limit), ties, odd and even class sizes,
-    a class of one row and an absent class: np.median's values, bit for bit."""
+    a class of one row and an absent class, the values in a store or held in memory:
+    np.median's values, bit for bit."""
     monkeypatch.setattr(outliers, "GATHER_LIMIT", gather)
     monkeypatch.setattr(scratch, "ROWS_PER_CHUNK", 97)
     rng = np.random.default_rng(3)
@@ -56,8 +60,10 @@ def test_class_medians_equal_numpy(tmp_path, monkeypatch, gather: int) -> None:
     codes[:2] = [4, 1]  # class 4: one row; class 2: none
     sums = rng.integers(1, 60, size=n) / 400.0  # many ties
     sums[5] = 0.0  # counted as 1
-    source = _sums_store(tmp_path, sums, codes)
-    sums_column = StoredColumn(source.path, square_sums.SUMS_ARRAY)
+    source: Any = _sums_store(tmp_path, sums, codes)
+    sums_column: Any = StoredColumn(source.path, square_sums.SUMS_ARRAY)
+    if held:
+        source, sums_column = HeldColumn(codes), HeldColumn(sums)
     values = outliers.RawValues(sums_column, source, n)
     sizes = np.bincount(codes, minlength=5)
     medians = outliers.class_medians(Runner(None), values, sizes)

@@ -33,14 +33,16 @@ of n rows on the driver), else held in memory (:class:`Scratch`):
   by chunks), and returned or written as CSV pieces.
 
 This method replaced ARPACK (``scipy.sparse.linalg.eigsh``) for rows held in
-memory too: the two agree to about 1e-6 of the coordinates' scale at the
-default ``tol`` (not bit for bit), and on small data the block method was
-measured no slower (``benchmarks/results/mds_small.md``).
+memory too, so that a forest gives the same floats wherever its rows are: the
+two agree to about 1e-8 of the coordinates' scale at the default ``tol`` (not
+bit for bit).  On small data it is slower for ``sqrt`` (a few seconds at
+20,000 rows) and faster for ``linear`` from about 20,000 rows
+(``benchmarks/results/mds_small.md``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,8 +59,7 @@ from distforest.forests.square_sums import StoredCodes
 from distforest.kernels import leafsums, row_blocks
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
-from distforest.store.run_store import task_array, write_block
-from distforest.store.scratch import drop_scratch
+from distforest.store.scratch import ScratchSpace
 
 DISSIMILARITIES = ("sqrt", "linear")
 
@@ -93,64 +94,46 @@ SQUARED = "scratch/mds_squared"
 
 @dataclass(frozen=True)
 class Scratch:
-    """The scratch arrays of one run (what the tasks need to find them): in the run store
-    at ``path``, or (``path`` None) held in this process's ``held`` arrays, whose tasks then
-    run in this process."""
+    """The scratch arrays of one run (what the tasks need to find them), in ``space``: the
+    run store, or arrays held in this process (whose tasks then run in this process)."""
 
-    path: str | None
+    space: ScratchSpace
     n: int
     chunk: int
     grain: int
     n_trees: int
-    held: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def in_store(self) -> bool:
+        """Whether the arrays are in a store (tasks anywhere open them)."""
+        return self.space.path is not None
 
     def read(self, name: str, rows: slice, cols: slice) -> np.ndarray:
         """A region of a 2-D scratch array, as float64 (a copy)."""
-        if self.path is None:
-            return np.array(self.held[name][rows, cols], dtype=np.float64)
-        return np.asarray(task_array(self.path, name, "r")[rows, cols], dtype=np.float64)
+        return np.array(self.space.read(name, (rows, cols)), dtype=np.float64)
 
     def part(self, batch: int, rows: slice, width: int) -> np.ndarray:
         """Rows ``rows`` of tree batch ``batch``'s part of the block's product."""
-        if self.path is None:
-            return self.held[PARTS][batch, rows, :width]
-        return np.asarray(task_array(self.path, PARTS, "r")[batch, rows, :width])
+        return self.space.read(PARTS, (batch, rows, slice(0, width)))
 
     def write(self, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
         """Write a region (whole chunks of rows: this task's alone)."""
-        if self.path is None:
-            self.held[name][region] = values
-        else:
-            write_block(self.path, name, region, values)
+        self.space.write(name, region, values)
 
     def create(self, width: int, block: int, batches: int) -> None:
-        """Make the scratch arrays (``batches`` parts of a product)."""
-        shapes = {
-            BASIS: ((self.n, width), (self.chunk, block)),  # column blocks: a block written whole
-            BLOCK: ((self.n, block), (self.chunk, block)),
-            PRODUCT: ((self.n, block), (self.chunk, block)),
-            PARTS: ((batches, self.n, block), (1, self.chunk, block)),
-            SQUARED: ((self.n, block), (self.chunk, block)),
-        }
-        if self.path is None:
-            self.held.update({name: np.zeros(shape) for name, (shape, _) in shapes.items()})
-            return
-        import zarr
-
-        from distforest import location
-
-        root = zarr.open_group(location.zarr_store(self.path), mode="r+", use_consolidated=False)
-        for name, (shape, chunks) in shapes.items():
-            root.create_array(
-                name, shape=shape, chunks=chunks, dtype="float64", compressors=None, overwrite=True
-            )
+        """Make the scratch arrays (``batches`` parts of a product), raw doubles."""
+        for name, shape, chunks in (
+            (BASIS, (self.n, width), (self.chunk, block)),  # column blocks: a block written whole
+            (BLOCK, (self.n, block), (self.chunk, block)),
+            (PRODUCT, (self.n, block), (self.chunk, block)),
+            (PARTS, (batches, self.n, block), (1, self.chunk, block)),
+            (SQUARED, (self.n, block), (self.chunk, block)),
+        ):
+            self.space.create(name, shape, "float64", chunks=chunks, compressed=False)
 
     def drop(self) -> None:
         """Remove the scratch arrays."""
-        if self.path is None:
-            self.held.clear()
-        else:
-            drop_scratch(self.path, BASIS, BLOCK, PRODUCT, PARTS, SQUARED)
+        self.space.drop(BASIS, BLOCK, PRODUCT, PARTS, SQUARED)
 
     def chunks(self) -> list[slice]:
         """The row chunks, one task each."""
@@ -279,7 +262,7 @@ class _Lanczos:
         self, runner: Runner, s: Scratch, products: Any, k: int, dissimilarity: str, tol: float
     ) -> None:
         # scratch held in this process: its row tasks run here (the tree products do not)
-        self.runner = runner if s.path is not None else Runner(None)
+        self.runner = runner if s.in_store else Runner(None)
         self.s, self.products = s, products
         self.k, self.dissimilarity, self.tol = k, dissimilarity, tol
         n = s.n
@@ -292,7 +275,7 @@ class _Lanczos:
         self.batches = plan_batches(s.n_trees, max(1, -(-s.n_trees // PRODUCT_TASKS)))
         #: Parts of a product the row tasks add: one a tree batch in a store; in memory the
         #: batches are added in batch order as they arrive (the same floats: see _product).
-        self.parts = len(self.batches) if s.path is not None else 1
+        self.parts = len(self.batches) if s.in_store else 1
         self.products_done = 0
 
     # -- rounds of tasks --------------------------------------------------------------
@@ -319,7 +302,7 @@ class _Lanczos:
         """The block's product parts (and squared rows): tree batches, then row chunks."""
         width = last[1] - last[0]
         leaves = self.products.leaves_t
-        if self.s.path is None:  # on the product session's runner, the parts added here
+        if not self.s.in_store:  # on the product session's runner, the parts added here
             V = self.s.read(BLOCK, slice(None), slice(0, width))
             # the batches' sum, added to zeros by the row tasks: the store's floats (a sum
             # whose every part is -0.0 is the only one that differs, and 0.0 + -0.0 is 0.0)
@@ -510,7 +493,8 @@ def mds_by_chunks(
     if not 1 <= n_components < n - 1:
         raise ParameterError(f"n_components must be in [1, {n - 2}], got {n_components!r}")
     chunk = max(GRAIN, ROWS_PER_CHUNK // GRAIN * GRAIN)
-    s = Scratch(path, n, min(chunk, -(-n // GRAIN) * GRAIN), GRAIN, int(forest.leaves_.shape[1]))
+    rows = min(chunk, -(-n // GRAIN) * GRAIN)
+    s = Scratch(ScratchSpace(path), n, rows, GRAIN, int(forest.leaves_.shape[1]))
     codes: Any = None
     if pieces is not None:
         assert path is not None, "CSV pieces are written from a store"

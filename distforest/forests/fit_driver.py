@@ -38,9 +38,9 @@ from distforest.io.source import RowSource
 from distforest.parallel import tasks
 from distforest.parallel.execution import Runner
 from distforest.store.inputs import forget_inputs
-from distforest.store.sink import RowSink, SinkHandle
+from distforest.store.sink import ROUTE_ROWS, ForestRef, RowSink, SinkHandle
 
-__all__ = ["ForestFit", "Grower", "GrownBatch", "fit_forest"]
+__all__ = ["ForestFit", "Grower", "GrownBatch", "Router", "fit_forest"]
 
 logger = logging.getLogger("distforest")
 
@@ -110,10 +110,22 @@ class ForestFit:
     store: str | None
 
 
+#: ``router(X_chunk, nodes) -> {name: (rows, T) array}``: the per-row results of a chunk
+#: of rows routed through the joined forest (``nodes`` with ``node_offset``).
+Router = Callable[[np.ndarray, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
 def _grow_task(
-    grower: Grower, rows: Any, y: np.ndarray | None, seeds: np.ndarray, k: int, out: SinkHandle
+    grower: Callable[..., GrownBatch],
+    rows: Any,
+    y: np.ndarray | None,
+    seeds: np.ndarray,
+    k: int,
+    out: SinkHandle,
+    route: bool,
 ) -> GrownBatch:
-    grown = grower(np.asarray(rows), y, seeds)
+    X = np.asarray(rows)
+    grown = grower(X, y, seeds) if route else grower(X, y, seeds, route=False)
     return GrownBatch(
         rows=out.put_batch(k, grown.rows) or {},
         trees=grown.trees,
@@ -121,9 +133,16 @@ def _grow_task(
     )
 
 
+def _route_task(
+    router: Router, rows: Any, forest: ForestRef, block: slice, out: SinkHandle
+) -> dict[str, np.ndarray | None]:
+    routed = router(np.asarray(rows[block]), forest.nodes())
+    return {name: out.put_rows(name, block, values) for name, values in routed.items()}
+
+
 def fit_forest(
     source: RowSource,
-    grower: Grower,
+    grower: Callable[..., GrownBatch],
     *,
     y: np.ndarray | None,
     n_trees: int,
@@ -134,6 +153,8 @@ def fit_forest(
     row_results: Mapping[str, tuple[Any, tuple[str, ...]]],
     keep_nodes: bool = True,
     dtype: Any = np.float32,
+    router: Router | None = None,
+    routed: tuple[str, ...] = (),
     progress: tasks.ProgressCallback | None = None,
     join_progress: tasks.ProgressCallback | None = None,
 ) -> ForestFit:
@@ -144,6 +165,8 @@ def fit_forest(
     source : RowSource
     grower : callable
         ``grower(X, y, seeds) -> GrownBatch`` (picklable: it runs on the workers).
+        With a ``router``, it is also called as ``grower(X, y, seeds, route=False)``:
+        then it leaves out the per-row results the router gives.
     y : ndarray or None
         The target as the trees fit it (codes or floats), sent once per worker.
     n_trees : int
@@ -155,13 +178,23 @@ def fit_forest(
     sink : RowSink
         Where per-row results and nodes go (memory, or a run store).
     row_results : mapping
-        Per-row result name -> ``(dtype, dims)`` (the grower's ``rows`` keys).
+        Per-row result name -> ``(dtype, dims)`` (the grower's ``rows`` keys, and the
+        router's).
     keep_nodes : bool, default True
-        Join the trees' nodes (``ForestFit.nodes``); False: the grower keeps none.
+        Give the trees' nodes back (``ForestFit.nodes``); False: none are kept (a
+        router still reads them from the store while routing).
     dtype : numpy dtype, default float32
-        Of the rows the grower sees.
+        Of the rows the grower and the router see.
+    router : callable, optional
+        ``router(X_chunk, nodes) -> {name: (rows, T)}``.  For a sink in a store: the
+        trees are grown without routing the rows, the forest is joined into the
+        store, and tasks of about :data:`~distforest.store.sink.ROUTE_ROWS` rows
+        route their chunk through every tree (no task holds a batch's results for
+        every row).  A sink in memory routes while growing, whatever ``router``.
+    routed : tuple of str
+        The names of ``row_results`` the router gives.
     progress, join_progress : callable, optional
-        ``(done, total)`` of the growing tasks and of the joining ones.
+        ``(done, total)`` of the growing tasks and of the routing and joining ones.
 
     Returns
     -------
@@ -172,24 +205,40 @@ def fit_forest(
     batches = tasks.plan_tree_batches(n_trees, runner.threads(), batch_size)
     logger.info("fitting %d trees on %d x %d from %s in %d tasks", n_trees, n,
                 source.n_features, source.source, len(batches))  # fmt: skip
-    sink.expect_batches(n_trees, row_results)
+    routing = router is not None and not sink.in_memory
+    by_rows = {name: row_results[name] for name in routed} if routing else {}
+    sink.expect_batches(n_trees, {k: v for k, v in row_results.items() if k not in by_rows})
     rows = source.rows_handle(runner.share, dtype)
     y_shared = None if y is None else runner.share(y)
     out = sink.handle()
-    items = [(grower, rows, y_shared, seeds[b], k, out) for k, b in enumerate(batches)]
+    items = [(grower, rows, y_shared, seeds[b], k, out, not routing) for k, b in enumerate(batches)]
     trees: list[Mapping[str, np.ndarray]] = [{}] * len(batches)
     for k, grown in runner.run(_grow_task, items, name="fit-trees", progress=progress):
         sink.place_batch(k, batches[k], grown.rows)
         sink.place_nodes(k, grown.nodes)
         trees[k] = grown.trees
-    del rows, y_shared
+    del y_shared
     per_tree = {name: np.concatenate([t[name] for t in trees]) for name in trees[0]}
     fit_id = uuid.uuid4().hex
     ids = sink.coordinates(n_trees, source)
     nodes = (sink.join_nodes(per_tree["node_counts"], seeds, fit_id)
-             if keep_nodes and "node_counts" in per_tree else None)  # fmt: skip
+             if (keep_nodes or routing) and "node_counts" in per_tree else None)  # fmt: skip
     joined = sink.join_batches(runner, progress=join_progress)
+    if routing:
+        assert router is not None and sink.path is not None  # routing says so
+        for name, (dtype_r, dims) in by_rows.items():
+            joined[name] = sink.create(name, (n, n_trees), dtype_r, dims)
+        chunk = max(1, min(n, sink.chunk_rows))
+        step = max(chunk, ROUTE_ROWS // chunk * chunk)
+        forest = ForestRef(sink.path, fit_id)  # each worker reads it once
+        blocks = [slice(s, min(s + step, n)) for s in range(0, n, step)]
+        route = [(router, rows, forest, block, out) for block in blocks]
+        for i, result in runner.run(_route_task, route, name="leaves", progress=join_progress):
+            for name, values in result.items():
+                sink.place_rows(name, blocks[i], values)
+    del rows
     sink.close()
-    if source.store_path is not None:  # the rows each worker kept for this fit
+    if source.store_path is not None or routing:  # the rows and forest workers kept
         runner.everywhere(forget_inputs)
-    return ForestFit(seeds, entropy, batches, joined, per_tree, nodes, ids, fit_id, sink.path)
+    return ForestFit(seeds, entropy, batches, joined, per_tree, nodes if keep_nodes else None,
+                     ids, fit_id, sink.path)  # fmt: skip

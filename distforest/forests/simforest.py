@@ -51,12 +51,6 @@ from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
-from distforest.forests.stored import (
-    _label_codes,
-    fit_in_temporary_store,
-    gather_batches,
-    is_dask_frame,
-)
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
 from distforest.io.attrs import decode_attrs
 from distforest.io.in_memory import check_in_memory
@@ -86,6 +80,8 @@ from distforest.store.inputs import (
     scaled_rows,
 )
 from distforest.store.run_store import RunStore, task_array, write_block, write_group
+from distforest.store.sink import gather_batches
+from distforest.store.source import is_dask_frame, opened
 
 logger = logging.getLogger("distforest")
 
@@ -172,22 +168,6 @@ def _evaluations(trees: list[SimTree] | StoredTrees) -> list[int]:
     if isinstance(trees, StoredTrees):
         return [int(v) for v in trees.n_evaluations]
     return [int(t.n_evaluations) for t in trees]
-
-
-def _copy_forest(path: str, rs: RunStore) -> None:
-    """The ``forest/`` group of the store at ``path`` copied into ``rs`` a chunk at a time
-    (the same arrays, chunks and attributes)."""
-    source = RunStore.open(path).subgroup("forest")
-    forest = rs.group.require_group("forest")
-    for name, arr in source.arrays():
-        target = forest.create_array(name, shape=arr.shape, chunks=arr.chunks, dtype=arr.dtype,
-                                     dimension_names=getattr(arr.metadata, "dimension_names",
-                                                             None),
-                                     overwrite=True)  # fmt: skip
-        target.attrs.update(arr.attrs.asdict())
-        step = max(1, int(arr.chunks[0]))
-        for start in range(0, int(arr.shape[0]), step):
-            target[start : start + step] = arr[start : start + step]
 
 
 def _trees_of(nodes: dict[str, np.ndarray], n_evaluations: Any, missing: str,
@@ -304,7 +284,7 @@ def _classes(table: StoredTable) -> tuple[np.ndarray, np.ndarray]:
         return class_codes(table.read_y(), table.n_samples)
     classes = np.empty(len(table.target_labels), dtype=object)
     classes[:] = list(table.target_labels)
-    return classes, _label_codes(table, len(classes))
+    return classes, table.read_codes()
 
 
 def _test_block(
@@ -593,7 +573,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         ``scaling`` is given) and write their trees' final nodes and bootstrap
         counts into arrays of the batch's own; row-block tasks join those into
         the store's ``(n, T)`` ``leaves`` and ``inbag``
-        (:func:`~distforest.forests.stored.gather_batches`), and their trees'
+        (:func:`~distforest.store.sink.gather_batches`), and their trees'
         nodes, joined into the store's ``forest/`` a chunk at a time.  The store
         then holds what :meth:`save` writes: ``leaves_``/``inbag_`` are its Zarr
         arrays and ``trees_`` a :class:`StoredTrees` that the prediction tasks
@@ -655,19 +635,16 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
 
     def _fit_frame(self, frame: Any, y: Any, similarity: Any) -> SimilarityForestClassifier:
         """Fit on a ``dask.dataframe.DataFrame`` (``y`` names its label column) read by
-        partitions into a temporary store
-        (:func:`~distforest.forests.stored.fit_in_temporary_store`)."""
+        partitions into a temporary store living as long as this forest
+        (:func:`~distforest.store.source.opened`)."""
         if not isinstance(y, str):
             raise InputError(
                 "the labels of a dask DataFrame must be one of its columns: pass y='<column>' "
                 f"(got {type(y).__name__}); or X.assign(label=...) first"
             )
 
-        def fit(table: StoredTable) -> None:
-            self.fit_table(table, None, similarity)
-
-        return cast("SimilarityForestClassifier",
-                    fit_in_temporary_store(self, frame, fit, target=y))  # fmt: skip
+        with opened(frame, owner=self, target=y) as source:
+            return self.fit_table(cast(StoredTable, source), None, similarity)
 
     def _grow(
         self,
@@ -1003,7 +980,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         trees = self.trees_
         if isinstance(trees, StoredTrees):  # in a store: copied from there a chunk at a time
             if trees.path != rs.path:
-                _copy_forest(trees.path, rs)
+                rs.copy_group("forest", RunStore.open(trees.path).subgroup("forest"))
             return
         rs.write_forest(_node_arrays(trees), np.array([t.n_nodes for t in trees]), self.seeds_)
 

@@ -28,7 +28,7 @@ One fit, whatever holds the rows; only where the rows' arrays go differs:
 3. **Rows' arrays.**  In memory, joined here.  In a store, gathered by row
    chunks (one task per block of whole chunks writes ``leaves``, ``depth``
    and ``path``, narrower batches padded with zero words;
-   :func:`~distforest.forests.stored.gather_batches`) and the nodes joined
+   :func:`~distforest.store.sink.gather_batches`) and the nodes joined
    into ``forest/`` a chunk at a time: the store then holds what
    :meth:`XForest.save` writes, ``leaves_``, ``depth_`` and ``codes_`` are its
    Zarr arrays and ``nodes_``, ``thresholds_`` read it on use
@@ -54,13 +54,6 @@ from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted
-from distforest.forests.stored import (
-    FIT_GROUP,
-    ROUTE_ROWS,
-    fit_in_temporary_store,
-    gather_batches,
-    is_dask_frame,
-)
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.xforest_similarity import (
     SIMILARITY_NAMES,
@@ -70,11 +63,14 @@ from distforest.forests.xforest_similarity import (
 )
 from distforest.io import Table, load_table
 from distforest.io.in_memory import check_in_memory
+from distforest.io.source import RowSource
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import StoredTable, forget_inputs, input_chunk, scaled_rows
+from distforest.store.inputs import forget_inputs, input_chunk, scaled_rows
 from distforest.store.run_store import RunStore, task_array, write_group
+from distforest.store.sink import FIT_GROUP, ROUTE_ROWS, gather_batches
+from distforest.store.source import opened
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -155,19 +151,18 @@ def _chunk_range(path: str, rows: slice) -> tuple[np.ndarray, np.ndarray,
     return _column_range(input_chunk(path, rows), rows.start)
 
 
-def _normalisation(
-    runner: Any, table: Table | StoredTable, normalize: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(min, scale)`` of the features from the row chunks' ranges (rows in memory: one
-    chunk, here; a store's: one task per chunk), exact in float64 (``np.ptp`` is max - min);
+def _normalisation(runner: Any, table: RowSource, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(min, scale)`` of the features from the row chunks' ranges (rows in memory: read
+    here; a store's: one task per chunk), exact in float64 (``np.ptp`` is max - min);
     missing cells refused, the first one named."""
-    if isinstance(table, StoredTable):
-        items = [(table.path, rows) for rows in table.chunks()]
+    if table.store_path is not None:
+        items = [(table.store_path, rows) for rows in table.chunks()]
         parts: list[Any] = [None] * len(items)
         for i, part in runner.run(_chunk_range, items, name="xforest-ranges"):
             parts[i] = part
     else:
-        parts = [_column_range(table.X, 0)]
+        parts = [_column_range(table.read_rows(rows, np.float64), rows.start)
+                 for rows in table.chunks()]  # fmt: skip
     missing = [p[2] for p in parts if p[2] is not None]
     if missing:
         row, col = min(missing)
@@ -333,9 +328,10 @@ class XForest(Persisted, DaskEstimator):
             from its store, and those arrays (and the trees' nodes) are written
             there, read on use; a ``dask.dataframe.DataFrame`` is read by
             partitions into a temporary store of float64 rows first, never
-            computed in this process.  The same trees either way (from a table
-            ingested as float32, the default of ``ingest``, the trees of those
-            float32 values).
+            computed in this process, as is a path to a glob, a folder of parts or
+            a large file (:func:`~distforest.store.source.open_source` decides).
+            The same trees either way (from a table ingested as float32, the
+            default of ``ingest``, the trees of those float32 values).
         y : ignored
             Accepted for scikit-learn compatibility; X-Forest is unsupervised.
 
@@ -344,22 +340,19 @@ class XForest(Persisted, DaskEstimator):
         self
         """
         params = self._validated()
-        if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            return cast(XForest, fit_in_temporary_store(
-                self, X, lambda table: self._grow(table, params), allow_missing=False,
-                dtype=np.float64,  # the float64 rows a fit in memory sees
-            ))  # fmt: skip
-        return self._grow(X if isinstance(X, Table | StoredTable)
-                          else load_table(X, allow_missing=False), params)  # fmt: skip
+        # rows read by partitions go to a temporary store of float64 rows (the values a
+        # fit in memory sees) living as long as this forest
+        with opened(X, owner=self, allow_missing=False, dtype=np.float64) as source:
+            return self._grow(source, params)
 
-    def _grow(self, table: Table | StoredTable, params: dict[str, Any]) -> XForest:
+    def _grow(self, table: RowSource, params: dict[str, Any]) -> XForest:
         """The one fit (see the module docstring): rows in memory or in a store, the
         rows' arrays and the nodes kept where the rows are."""
         n, d, n_trees = table.n_samples, table.n_features, params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         grow = (params["n_directions"], params["leaf_size"], params["mode"] == "standard")
         rptrees.warm_up()
-        path = str(table.path) if isinstance(table, StoredTable) else None
+        path = table.store_path
         rs = None
         if path is not None:
             rs = RunStore.open(path, mode="r+")
@@ -372,10 +365,10 @@ class XForest(Persisted, DaskEstimator):
             logger.info("growing %d X-Forest trees on %d x %d from %s in %d tasks", n_trees, n,
                         d, table.source, len(batches))  # fmt: skip
             rows: Any
-            if isinstance(table, Table):
-                rows = runner.share((table.X - lo) / scale)
+            if path is None:
+                rows = runner.share((table.read_rows(slice(None), np.float64) - lo) / scale)
             else:  # each worker reads and normalises the rows once
-                rows = _ScaledRows(str(table.path), uuid.uuid4().hex, lo, scale)
+                rows = _ScaledRows(path, uuid.uuid4().hex, lo, scale)
             # a store's batch arrays in chunks of the gathering blocks: one read per block
             step = max(params["tile_size"], ROUTE_ROWS // params["tile_size"] * params["tile_size"])
             items = [(rows, seeds[b], *grow, None if path is None else (path, k, step))

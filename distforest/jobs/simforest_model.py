@@ -209,7 +209,7 @@ def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...]
     """``prediction, proba_<label>...`` of one partition by a saved SimForest (read once
     per worker, its per-row arrays left in its store)."""
     from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.jobs.knn_model import feature_matrix
+    from distforest.jobs.model_columns import feature_matrix
     from distforest.jobs.partitioned_predict import _model
     from distforest.jobs.simforest import scale
     from distforest.parallel.execution import execution
@@ -239,7 +239,7 @@ def predict_partitioned(model: str, data: str, out: str, na_values: tuple[str, .
     import dask
 
     from distforest.io.partitions import PATH_COLUMN, open_partitions
-    from distforest.jobs.knn_model import check_columns
+    from distforest.jobs.model_columns import check_columns
     from distforest.jobs.partitioned_predict import _write_pieces
     from distforest.parallel.cluster import connect as connect_to
     from distforest.store.run_store import RunStore

@@ -445,6 +445,8 @@ class StoredRows:
         return input_rows(self.path, self.name)
 
     def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, slice):  # a chunk: from this process's copy if read, else alone
+            return input_chunk(self.path, key, self.name)
         return self.rows()[key]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

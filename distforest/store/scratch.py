@@ -19,19 +19,32 @@ import numpy as np
 ROWS_PER_CHUNK = 1 << 20
 
 
-def scratch_array(path: str, name: str, shape: tuple[int, ...], dtype: Any,
-                  rows_axis: int = 0, chunk: int | None = None) -> None:  # fmt: skip
+def scratch_array(
+    path: str,
+    name: str,
+    shape: tuple[int, ...],
+    dtype: Any,
+    rows_axis: int = 0,
+    chunk: int | None = None,
+    *,
+    chunks: tuple[int, ...] | None = None,
+    compressed: bool = True,
+) -> None:
     """A new (replaced) scratch array of the store at ``path`` whose axis ``rows_axis`` holds
     the rows in chunks of ``chunk`` (default :data:`ROWS_PER_CHUNK`) and the other axes
-    one a chunk (axis 0 before the rows) or whole (after them)."""
+    one a chunk (axis 0 before the rows) or whole (after them); or chunked as ``chunks``.
+    ``compressed=False``: stored raw (blocks of doubles that are rewritten often)."""
     import zarr
 
     from distforest import location
 
-    rows = min(max(shape[rows_axis], 1), chunk or ROWS_PER_CHUNK)
-    chunks = (*(1 for _ in shape[:rows_axis]), rows, *(max(s, 1) for s in shape[rows_axis + 1 :]))
+    if chunks is None:
+        rows = min(max(shape[rows_axis], 1), chunk or ROWS_PER_CHUNK)
+        chunks = (*(1 for _ in shape[:rows_axis]), rows,
+                  *(max(s, 1) for s in shape[rows_axis + 1 :]))  # fmt: skip
     root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
-    root.create_array(name, shape=shape, chunks=chunks, dtype=dtype, overwrite=True)
+    extra: dict[str, Any] = {} if compressed else {"compressors": None}
+    root.create_array(name, shape=shape, chunks=chunks, dtype=dtype, overwrite=True, **extra)
 
 
 def row_chunks(n: int, chunk: int | None = None) -> list[slice]:
@@ -99,20 +112,21 @@ class ScratchSpace:
     held: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     def create(self, name: str, shape: tuple[int, ...], dtype: Any, rows_axis: int = 0,
-               chunk: int | None = None) -> None:  # fmt: skip
-        """A new (replaced) array, as :func:`scratch_array` makes it."""
+               chunk: int | None = None, **layout: Any) -> None:  # fmt: skip
+        """A new (replaced) array, as :func:`scratch_array` makes it (``layout``: its
+        ``chunks`` and ``compressed``)."""
         if self.path is None:
             self.held[name] = np.zeros(shape, dtype=dtype)
         else:
-            scratch_array(self.path, name, shape, dtype, rows_axis, chunk)
+            scratch_array(self.path, name, shape, dtype, rows_axis, chunk, **layout)
 
-    def read(self, name: str, rows: slice) -> np.ndarray:
-        """Rows ``rows`` of array ``name``."""
+    def read(self, name: str, region: slice | tuple[slice | int, ...]) -> np.ndarray:
+        """Region ``region`` (rows, or a slice or index of each axis) of array ``name``."""
         if self.path is None:
-            return self.held[name][rows]
-        from distforest.store.run_store import read_rows
+            return self.held[name][region]
+        from distforest.store.run_store import task_array
 
-        return read_rows(self.path, name, rows)
+        return np.asarray(task_array(self.path, name, "r")[region])
 
     def write(self, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
         """Write ``region`` of array ``name`` (whole chunks: this task's alone)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -37,13 +37,14 @@ from distforest import location
 from distforest.errors import StoreError
 from distforest.io.in_memory import fits_in_memory
 from distforest.kernels.trees import NODE_FIELDS
-from distforest.store.inputs import write_row_ids
+from distforest.store.inputs import per_fit, write_row_ids
 from distforest.store.run_store import RunStore, read_rows, task_array, write_block, write_group
 from distforest.store.temporary import new_folder, tie
 
 __all__ = [
     "FIT_GROUP",
     "ROUTE_ROWS",
+    "ForestRef",
     "RowSink",
     "SinkHandle",
     "StoredNodes",
@@ -356,6 +357,25 @@ class StoredNodes(Mapping[str, np.ndarray]):
 
     def __len__(self) -> int:
         return len(NODE_FIELDS)
+
+
+@dataclass(frozen=True)
+class ForestRef:
+    """Where tasks read a forest joined into a store (``forest/``): each worker process
+    reads it once per fit (``token``) and keeps it for that fit's tasks."""
+
+    path: str
+    token: str
+
+    def nodes(self) -> dict[str, np.ndarray]:
+        """The forest's node arrays with ``node_offset`` (:func:`per_fit`), read-only."""
+
+        def read() -> dict[str, np.ndarray]:
+            nodes = RunStore.open(self.path).read_forest()
+            nodes.pop("seed", None)
+            return nodes
+
+        return cast(dict[str, np.ndarray], per_fit("forest", self.path, self.token, read))
 
 
 def _gather_task(path: str, parts: tuple[str, ...], name: str, rows: slice) -> int:

@@ -20,8 +20,9 @@ from typing import Any
 
 __all__ = ["new_folder", "release", "temporary_store", "tie"]
 
-#: The folder of each owner's temporary store, removed when the owner is collected.
-_FOLDERS: weakref.WeakKeyDictionary[Any, weakref.finalize] = weakref.WeakKeyDictionary()
+#: The removal of each owner's temporary folder, by ``id(owner)`` (owners need not be
+#: hashable: a source with a dict of categories is one); an entry leaves with its owner.
+_FOLDERS: dict[int, weakref.finalize] = {}
 
 
 def new_folder(prefix: str = "distforest-input-") -> Path:
@@ -32,16 +33,21 @@ def new_folder(prefix: str = "distforest-input-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
+def _remove(key: int, folder: str) -> None:
+    _FOLDERS.pop(key, None)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def tie(owner: Any, folder: Path) -> None:
     """Remove ``folder`` when ``owner`` is garbage-collected (or released); the owner's
     previous folder, if any, is removed now."""
     release(owner)
-    _FOLDERS[owner] = weakref.finalize(owner, shutil.rmtree, str(folder), True)
+    _FOLDERS[id(owner)] = weakref.finalize(owner, _remove, id(owner), str(folder))
 
 
 def release(owner: Any) -> None:
     """Remove the temporary folder of ``owner`` now (nothing if it has none)."""
-    done = _FOLDERS.pop(owner, None)
+    done = _FOLDERS.get(id(owner))
     if done is not None:
         done()
 
