@@ -524,7 +524,7 @@ def _read_url(url: str, na: list[str], decimal: str | None = None) -> tuple[Any,
             raise reached from None
         if isinstance(exc, FileNotFoundError):
             raise InputError(f"no such file: {name}; check the URL") from None
-        raise InputError(f"{name}: cannot read it: {location.display(exc)}") from exc
+        raise InputError(f"{name}: cannot read it: {location.why(exc)}") from exc
 
 
 def _read_text(path: Path, name: str, na: list[str], decimal: str | None) -> pd.DataFrame:

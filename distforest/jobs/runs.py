@@ -6,7 +6,7 @@ finished *stages*.  Running the same job again resumes a half-written store
 (finished stages and tiles are kept, the result is bit-identical to an
 uninterrupted run) or does nothing for a complete one; a changed spec is
 refused unless the user asks to restart or overwrite.  Jobs hold the output's
-lock (:mod:`distforest.store.lock`) for the whole run.
+lock and the lock of its folder (:mod:`distforest.store.lock`) for the whole run.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 
 from distforest import location
 from distforest.errors import StoreError
+from distforest.jobs.outputs import check_job_inputs_read_only
 from distforest.jobs.report import check_reports, write_simple_report
-from distforest.store.lock import StoreLock
+from distforest.store.lock import StoreLock, folder_lock
 from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
 logger = logging.getLogger("distforest")
@@ -224,7 +225,8 @@ def run_protocol(
     store is marked complete, last.
     """
     digest = spec_hash(spec)
-    with StoreLock(job.out, run_id) as lock:
+    check_job_inputs_read_only(job)
+    with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
         done = None if shortcut is None or restart else shortcut(digest)
         if done is not None:
             return done
@@ -257,7 +259,8 @@ def run_per_output(job: Any, body: Callable[[], Any], *, run_id: str) -> Any:
     again when half-written) and marks it complete when written; ``body()``
     returns the job's result, which gets a simple report beside ``job.out``.
     """
-    with StoreLock(job.out, run_id) as lock:
+    check_job_inputs_read_only(job)
+    with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
         check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
         done = body()
         done.outputs.update(write_simple_report(job, done, run_id, lock.took_over))
