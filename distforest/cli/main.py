@@ -304,6 +304,11 @@ def main() -> None:
     numba, pandas and Zarr (:func:`spare_exit_collection`): measured, the exit
     of ``proximity`` took 0.6-0.8 s, on 569 rows as on 100,000, and now 0.1 s.
     """
+    import warnings
+
+    from distforest.cli.progress import show_warning
+
+    warnings.showwarning = show_warning
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)  # handled as Ctrl-C is: exit 143
     try:

@@ -344,9 +344,8 @@ class ProximityForest(Persisted, DaskEstimator):
             _warn_empty_features(source.table)  # type: ignore[attr-defined]
         task, y_fit, classes = fit_target(params["task"], source)
         tree_params = self._tree_params(params, task, classes, source.n_samples)
-        weights: dict[
-            str, Any
-        ] = {}  # bound to the grower: absent without weights (the same tasks as before)
+        # bound to the grower: absent without weights (the same tasks as before)
+        weights: dict[str, Any] = {}
         if sample_weight is not None:
             weights["sample_weight"] = _check_weights(sample_weight, source.n_samples, task)
         n, n_trees = source.n_samples, params["n_estimators"]

@@ -50,13 +50,15 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
 
 
 def decide(out: str | Path, spec: dict[str, Any], digest: str, *, restart: bool = False,
-           overwrite: bool = False) -> str:  # fmt: skip
+           overwrite: bool = False, pipeline: str | None = "PIPELINE") -> str:  # fmt: skip
     """``new``, ``resume`` or ``complete`` for the run store at ``out``.
 
     Same spec hash: ``complete`` when the store is complete, else ``resume``.
     A different hash is refused (:class:`StoreError`, listing what changed)
     unless ``restart`` or ``overwrite``; a path that is not a distforest
-    store is never replaced.
+    store is never replaced.  The refusal names the fixes of the caller:
+    ``pipeline`` (the YAML file) for ``distforest run``, None for a command
+    (which has ``--overwrite``).
     """
     path = out
     if not location.exists(path) or is_half_created(path):
@@ -77,11 +79,16 @@ def decide(out: str | Path, spec: dict[str, Any], digest: str, *, restart: bool 
         return "new"
     changes = changed_keys(rs.attrs.get("spec") or {}, spec) or ["(no spec recorded)"]
     state = "a complete run" if rs.is_complete else "a half-written run"
+    if pipeline is None:
+        fix = "pass --overwrite to replace it, or write to another --out"
+    else:
+        fix = (
+            f"start over with `distforest run {pipeline} --restart` (or set output.overwrite: "
+            "true in the pipeline), or write to another output.dir"
+        )
     raise StoreError(
         f"{path} already exists and holds {state} of a different job (spec {old}, this job "
-        f"{digest}); changed: {'; '.join(changes[:6])}.  Replace it with --overwrite "
-        "(output.overwrite: true in a pipeline) or start over with `run --restart`, or write "
-        "to another output"
+        f"{digest}); changed: {'; '.join(changes[:6])}; {fix}"
     )
 
 
@@ -223,7 +230,8 @@ def run_protocol(
         done = None if shortcut is None or restart else shortcut(digest)
         if done is not None:
             return done
-        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
+        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite,
+                      pipeline=getattr(job, "source", None))  # fmt: skip
         if mode == "complete":
             logger.info("%s is already complete for this job (spec %s)", job.out, digest)
             rs = RunStore.open(job.out)

@@ -31,7 +31,7 @@ import contextlib
 import glob
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -94,7 +94,6 @@ class ReadOptions:
     partitions: bool | None = None
     rows: int = INPUT_ROWS
     dtype: Any = np.float32
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Opener:
@@ -232,7 +231,7 @@ class _Memory(Opener):
             return MemoryRows(X)
         table = load_table(X, y=y, target=options.target, drop=options.drop,
                            na_values=options.na_values, id=options.id,
-                           allow_missing=options.allow_missing, **options.extra)  # fmt: skip
+                           allow_missing=options.allow_missing)  # fmt: skip
         return MemoryRows(table)
 
 
