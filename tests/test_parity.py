@@ -251,12 +251,12 @@ COMMANDS = {  # command: (its arguments after INPUT, output suffix, frame)
 }
 
 
-def _run(data: dict[str, Any], command: str, kind: str, client: Any) -> Path:
+def _run(data: dict[str, Any], command: str, kind: str, cluster_address: str) -> Path:
     """Run ``command`` once on the file kind ``kind`` (on the session's cluster: no
     LocalCluster started per command) and return its output."""
     root = data["root"]
     args, suffix, which = COMMANDS[command]
-    args = (*args, "--scheduler", client.scheduler.address)
+    args = (*args, "--scheduler", cluster_address)
     out = root / f"{command}-{kind}.{suffix}"
     if not out.exists():
         source = data["files"][which][kind]
@@ -271,11 +271,11 @@ def _run(data: dict[str, Any], command: str, kind: str, client: Any) -> Path:
 
 @pytest.mark.parametrize("kind", FILE_KINDS[1:])
 @pytest.mark.parametrize("command", COMMANDS)
-def test_commands(data, client, command: str, kind: str) -> None:
+def test_commands(data, cluster_address, command: str, kind: str) -> None:
     """(c) each command's output on Parquet, a folder and a glob: the one-CSV run's bytes
     (CSV files byte for byte, Zarr arrays equal)."""
-    expected = _run(data, command, "csv", client)
-    got = _run(data, command, kind, client)
+    expected = _run(data, command, "csv", cluster_address)
+    got = _run(data, command, kind, cluster_address)
     if COMMANDS[command][1] == "csv":
         assert got.read_bytes() == expected.read_bytes()
         return
@@ -284,11 +284,11 @@ def test_commands(data, client, command: str, kind: str) -> None:
     assert np.array_equal(have["proximity"][...], want["proximity"][...])
 
 
-def test_command_csv_is_the_numpy_run(data, client, reference) -> None:
+def test_command_csv_is_the_numpy_run(data, cluster_address, reference) -> None:
     """The one-CSV command run itself agrees with the numpy-array fit (its outlier
     scores and its proximity matrix), so every file kind does."""
-    scores = pd.read_csv(_run(data, "outliers", "csv", client))
+    scores = pd.read_csv(_run(data, "outliers", "csv", cluster_address))
     assert list(scores["label"]) == list(data["frames"]["labelled"]["label"])
     np.testing.assert_array_equal(scores["outlier"].to_numpy(), reference["outliers"])
-    store = RunStore.open(_run(data, "proximity", "csv", client), require_complete=True)
+    store = RunStore.open(_run(data, "proximity", "csv", cluster_address), require_complete=True)
     np.testing.assert_array_equal(store.dataset()["proximity"].values, reference["original"])

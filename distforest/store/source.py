@@ -193,7 +193,11 @@ def _by_partitions_url(url: str, limit: int) -> bool:
             return not (base.lower().endswith(".zarr")
                         or any(fs.exists(f"{base}/{m}") for m in _ZARR_MARKERS))  # fmt: skip
         return not where.lower().endswith(".npy") and int(fs.size(where)) > limit
-    except Exception:  # unreachable, refused...: the whole-table reader says it in one line
+    except Exception as exc:  # refused...: the whole-table reader says it in one line
+        if location.is_deadline(exc):  # but a store that does not answer is not asked again
+            reached = location.access_error(exc, url)
+            if reached is not None:
+                raise reached from None
         return False
 
 
