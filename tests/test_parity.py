@@ -6,6 +6,9 @@ DataFrame, a dask DataFrame, one CSV file, one Parquet file, a folder of Parquet
 glob of CSV parts and a ``memory://`` URL; :func:`distforest.store.source.open_source`
 decides the kind of each, and the forests, the outlier scores and the commands must not
 see a difference.
+
+A kind an estimator refuses, or fits with another dtype, is a strict xfail naming the
+difference: fixing it turns the case into an XPASS, which fails until the mark goes.
 """
 
 from __future__ import annotations
