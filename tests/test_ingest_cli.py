@@ -10,7 +10,6 @@ import pandas as pd
 from click.testing import CliRunner
 
 from distforest import ProximityForest, execution
-from distforest.apps.outliers import outlier_scores
 from distforest.cli.main import cli
 
 
@@ -34,25 +33,6 @@ def _export(tmp_path: Path, bad: bool = False) -> tuple[Path, Path]:
     whole = tmp_path / "whole.parquet"
     df.to_parquet(whole, index=False)
     return folder, whole
-
-
-def test_outliers_of_a_folder_equal_the_in_memory_ones(tmp_path: Path, cluster_address) -> None:
-    folder, whole = _export(tmp_path)
-    # on the session's cluster (worker processes, as --workers would start)
-    common = ("--target", "label", "--trees", "12", "--seed", "3", "--scheduler", cluster_address)
-    with dask.config.set({"temporary-directory": str(tmp_path)}):
-        by_parts = invoke("-q", "outliers", folder, *common, "--out", tmp_path / "p.csv")
-    assert by_parts.exit_code == 0, by_parts.output
-    df = pd.read_parquet(whole)
-    with execution(client="synchronous"):  # what the command does with a table in memory
-        forest = ProximityForest(n_estimators=12, random_state=3).fit(
-            df.drop(columns="label"), df["label"]
-        )
-        expected = outlier_scores(forest)
-    scores = pd.read_csv(tmp_path / "p.csv")
-    assert list(scores["label"]) == list(df["label"])
-    np.testing.assert_array_equal(scores["outlier"].to_numpy(), expected)
-    assert not list(tmp_path.glob("distforest-input-*"))  # the temporary store is gone
 
 
 def test_bad_value_in_partition_3_of_5_exits_3(tmp_path: Path) -> None:

@@ -1,0 +1,297 @@
+"""Every input kind gives the bytes of the numpy-array run.
+
+One table (float32 values written in full, so the CSV text, the Parquet float64 and the
+float32 a forest reads are the same numbers) is handed over as a numpy array, a pandas
+DataFrame, a dask DataFrame, one CSV file, one Parquet file, a folder of Parquet parts, a
+glob of CSV parts and a ``memory://`` URL; :func:`distforest.store.source.open_source`
+decides the kind of each, and the forests, the outlier scores and the commands must not
+see a difference.
+
+A kind an estimator refuses, or fits with another dtype, is a strict xfail naming the
+difference: fixing it turns the case into an XPASS, which fails until the mark goes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask
+import fsspec
+import numpy as np
+import pandas as pd
+import pytest
+import zarr
+from click.testing import CliRunner
+
+from distforest import ProximityForest, execution
+from distforest.apps.outliers import outlier_scores
+from distforest.cli.main import cli
+from distforest.forests.simforest import SimilarityForestClassifier
+from distforest.forests.smerf import SMERF
+from distforest.forests.xforest import XForest
+from distforest.store.run_store import RunStore
+
+N = 240
+FEATURES = ["a", "b", "c", "d"]
+TREES = 8
+KINDS = ("numpy", "pandas", "dask", "csv", "parquet", "folder", "glob", "memory")
+FILE_KINDS = ("csv", "parquet", "folder", "glob")
+
+
+def _frames() -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(11)
+    cls = rng.integers(0, 3, N)
+    centers = np.array([[0.0, 0.0, 0.0, 0.0], [2.0, 1.5, 0.5, -1.0], [0.0, 3.0, -2.0, 1.0]])
+    X = (centers[cls] + rng.standard_normal((N, 4))).astype(np.float32).astype(np.float64)
+    labelled = pd.DataFrame(X, columns=FEATURES)
+    labelled["label"] = np.array(["p", "q", "r"])[cls]
+    labelled.loc[::17, "label"] = "q"  # a few rows of the wrong class for mislabels
+    holes = labelled.copy()
+    holes.loc[::9, "b"] = np.nan
+    holes.loc[::13, "d"] = np.nan
+    return {"labelled": labelled, "features": labelled[FEATURES].copy(), "holes": holes}
+
+
+def _write(frame: pd.DataFrame, root: Path, name: str) -> dict[str, str]:
+    """The file kinds of one frame: paths (and a ``memory://`` URL) as strings."""
+    root.mkdir()
+    frame.to_csv(root / "one.csv", index=False)
+    frame.to_parquet(root / "one.parquet", index=False)
+    (root / "folder").mkdir()
+    (root / "glob").mkdir()
+    for k, cut in enumerate(np.array_split(np.arange(len(frame)), 3)):
+        frame.iloc[cut].to_parquet(root / "folder" / f"part-{k}.parquet", index=False)
+        frame.iloc[cut].to_csv(root / "glob" / f"part-{k}.csv", index=False)
+    url = f"memory://parity/{name}.csv"
+    with fsspec.open(url, "w") as f:
+        frame.to_csv(f, index=False)
+    return {"csv": str(root / "one.csv"), "parquet": str(root / "one.parquet"),
+            "folder": str(root / "folder"), "glob": str(root / "glob" / "part-*.csv"),
+            "memory": url}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The frames and their files, written once for the module."""
+    root = tmp_path_factory.mktemp("parity")
+    frames = _frames()
+    files = {name: _write(frame, root / name, name) for name, frame in frames.items()}
+    return {"root": root, "frames": frames, "files": files}
+
+
+def _input(data: dict[str, Any], kind: str, which: str, target: str | None) -> tuple[Any, Any]:
+    """(X, y) of the ``which`` frame as input kind ``kind``; ``y`` names the column for
+    the kinds that hold it."""
+    frame = data["frames"][which]
+    if kind in ("numpy", "pandas"):
+        X = frame.drop(columns=[target]) if target else frame
+        y = frame[target].to_numpy() if target else None
+        return (X.to_numpy() if kind == "numpy" else X), y
+    if kind == "dask":
+        import dask.dataframe as dd
+
+        return dd.from_pandas(frame, npartitions=3), target
+    return data["files"][which][kind], target
+
+
+def _kinds(refused: dict[str, str] | None = None) -> list[Any]:
+    """KINDS as parameters; a refused kind is a strict xfail with its reason."""
+    refused = refused or {}
+    return [
+        pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=refused[k]))
+        if k in refused
+        else k
+        for k in KINDS
+    ]
+
+
+def _proximity_products(forest: ProximityForest, X: np.ndarray) -> dict[str, np.ndarray]:
+    out = {"leaves": np.asarray(forest.leaves_[...]), "inbag": np.asarray(forest.inbag_[...])}
+    for method in ("original", "oob", "rfgap"):
+        out[method] = np.asarray(forest.proximity(method).values)
+    out["predict_proba"] = forest.predict_proba(X)
+    out["outliers"] = outlier_scores(forest)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(data: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The numpy-array run of ProximityForest: fit products and outlier scores."""
+    X, y = _input(data, "numpy", "labelled", "label")
+    with execution("synchronous"):
+        forest = ProximityForest(n_estimators=TREES, random_state=5).fit(X, y)
+        return _proximity_products(forest, X)
+
+
+_Y_NAME = (
+    "a target column named by y is refused for one small file or URL (read whole as "
+    "MemoryRows: 'y must be 1-D, got shape ()'), though taken for a folder, a glob and a "
+    "dask DataFrame"
+)
+
+
+@pytest.mark.parametrize("kind", _kinds(dict.fromkeys(("csv", "parquet", "memory"), _Y_NAME)))
+def test_proximity_forest_and_outlier_scores(data, reference, kind: str) -> None:
+    """(a) leaves, inbag, proximity original/oob/rfgap, predict_proba; (b) outlier scores."""
+    X, y = _input(data, kind, "labelled", "label")
+    rows = data["frames"]["labelled"][FEATURES].to_numpy()
+    with execution("synchronous"):
+        forest = ProximityForest(n_estimators=TREES, random_state=5).fit(X, y)
+        got = _proximity_products(forest, rows)
+    assert sorted(got) == sorted(reference)
+    for name, expected in reference.items():
+        assert got[name].dtype == expected.dtype, name
+        np.testing.assert_array_equal(got[name], expected, err_msg=f"{kind}: {name}")
+
+
+# -- other forests ---------------------------------------------------------------------
+
+XFOREST = ("leaves_", "depth_", "codes_", "nodes_", "thresholds_", "node_offset_",
+           "directions_", "direction_offset_", "feature_min_", "feature_scale_",
+           "seeds_")  # fmt: skip
+
+
+def _xforest(X: Any) -> dict[str, np.ndarray]:
+    forest = XForest(n_estimators=TREES, random_state=3).fit(X)
+    return {name: np.asarray(getattr(forest, name)[...]) for name in XFOREST}
+
+
+def _simforest(X: Any, y: Any) -> dict[str, np.ndarray]:
+    forest = SimilarityForestClassifier(n_estimators=TREES, metric="rbf", random_state=3)
+    forest.fit(X, y)
+    rows = np.asarray(forest.leaves_[...])
+    out = {"leaves": rows, "inbag": np.asarray(forest.inbag_[...])}
+    for name in ("classes_", "y_", "pair_ids_", "pair_objects_", "seeds_"):
+        out[name] = np.asarray(getattr(forest, name))
+    out["original"] = np.asarray(forest.proximity("original").values)
+    return out
+
+
+def _distances(n: int) -> np.ndarray:
+    g = np.random.default_rng(2).standard_normal(n)
+    return (g[:, None] - g[None, :]) ** 2
+
+
+def _smerf(X: Any) -> dict[str, np.ndarray]:
+    model = SMERF(n_estimators=TREES, random_state=4, min_samples_leaf=2).fit(X, _distances(N))
+    f = model.forest_
+    return {"leaves": np.asarray(model.leaves_[...]), "inbag": np.asarray(model.inbag_[...]),
+            "leaf_members": f.leaf_members, "proj_feature": f.proj_feature,
+            "proj_weight": f.proj_weight, "node_offset": f.node_offset,
+            "feature_importances": model.feature_importances_, "seeds": model.seeds_}  # fmt: skip
+
+
+FORESTS = {
+    "xforest": (_xforest, "features", None),
+    "simforest": (_simforest, "labelled", "label"),
+    "smerf": (_smerf, "features", None),
+}
+_PATH_AS_OBJECTS = (
+    "SimilarityForestClassifier.fit takes a path as the objects themselves (ValueError: could "
+    "not convert string to float) instead of opening it with open_source"
+)
+_SMERF_INBAG = (
+    "SMERF fitted by partitions keeps inbag_ as uint8, the in-memory fit as uint16 (values equal)"
+)
+REFUSED: dict[str, dict[str, str]] = {
+    "xforest": {},
+    "simforest": {
+        "dask": "SimilarityForestClassifier from a dask DataFrame keeps pair_objects_ as "
+        "float32, from numpy float64 rows as float64 (values equal)",
+        **dict.fromkeys((*FILE_KINDS, "memory"), _PATH_AS_OBJECTS),
+    },
+    "smerf": dict.fromkeys(("dask", "folder", "glob"), _SMERF_INBAG),
+}
+
+
+@pytest.fixture(scope="module")
+def forest_references(data: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    out = {}
+    with execution("synchronous"):
+        for name, (fit, which, target) in FORESTS.items():
+            X, y = _input(data, "numpy", which, target)
+            out[name] = fit(X, y) if target else fit(X)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("forest", "kind"),
+    [
+        pytest.param(f, k, marks=pytest.mark.xfail(strict=True, reason=REFUSED[f][k]))
+        if k in REFUSED[f]
+        else (f, k)
+        for f in FORESTS
+        for k in KINDS
+    ],
+)
+def test_other_forests(data, forest_references, forest: str, kind: str) -> None:
+    """(d) X-Forest, a similarity forest of a named measure and SMERF."""
+    fit, which, target = FORESTS[forest]
+    X, y = _input(data, kind, which, target)
+    with execution("synchronous"):
+        got = fit(X, y) if target else fit(X)
+    expected = forest_references[forest]
+    assert sorted(got) == sorted(expected)
+    for name, values in expected.items():
+        assert got[name].dtype == values.dtype, name
+        np.testing.assert_array_equal(got[name], values, err_msg=f"{forest} {kind}: {name}")
+
+
+# -- commands --------------------------------------------------------------------------
+
+COMMON = ("--trees", str(TREES), "--seed", "5")
+COMMANDS = {  # command: (its arguments after INPUT, output suffix, frame)
+    "proximity": (("--target", "label", *COMMON), "zarr", "labelled"),
+    "outliers": (("--target", "label", *COMMON), "csv", "labelled"),
+    "mds": (("--target", "label", *COMMON), "csv", "labelled"),
+    "mislabels": (("--target", "label", *COMMON, "--top", "20"), "csv", "labelled"),
+    "impute": (
+        ("--target", "label", "--trees", str(TREES), "--iterations", "2", "--seed", "5"),
+        "csv",
+        "holes",
+    ),
+}
+
+
+def _run(data: dict[str, Any], command: str, kind: str, cluster_address: str) -> Path:
+    """Run ``command`` once on the file kind ``kind`` (on the session's cluster: no
+    LocalCluster started per command) and return its output."""
+    root = data["root"]
+    args, suffix, which = COMMANDS[command]
+    args = (*args, "--scheduler", cluster_address)
+    out = root / f"{command}-{kind}.{suffix}"
+    if not out.exists():
+        source = data["files"][which][kind]
+        scratch = root / f"tmp-{command}-{kind}"
+        scratch.mkdir()
+        with dask.config.set({"temporary-directory": str(scratch)}):
+            result = CliRunner().invoke(cli, ["-q", command, source, *args, "--out", str(out)])
+        assert result.exit_code == 0, (command, kind, result.output, result.exception)
+        assert not list(scratch.iterdir())  # no temporary store left behind
+    return out
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS[1:])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_commands(data, cluster_address, command: str, kind: str) -> None:
+    """(c) each command's output on Parquet, a folder and a glob: the one-CSV run's bytes
+    (CSV files byte for byte, Zarr arrays equal)."""
+    expected = _run(data, command, "csv", cluster_address)
+    got = _run(data, command, kind, cluster_address)
+    if COMMANDS[command][1] == "csv":
+        assert got.read_bytes() == expected.read_bytes()
+        return
+    want = zarr.open_group(str(expected), mode="r")
+    have = zarr.open_group(str(got), mode="r")
+    assert np.array_equal(have["proximity"][...], want["proximity"][...])
+
+
+def test_command_csv_is_the_numpy_run(data, cluster_address, reference) -> None:
+    """The one-CSV command run itself agrees with the numpy-array fit (its outlier
+    scores and its proximity matrix), so every file kind does."""
+    scores = pd.read_csv(_run(data, "outliers", "csv", cluster_address))
+    assert list(scores["label"]) == list(data["frames"]["labelled"]["label"])
+    np.testing.assert_array_equal(scores["outlier"].to_numpy(), reference["outliers"])
+    store = RunStore.open(_run(data, "proximity", "csv", cluster_address), require_complete=True)
+    np.testing.assert_array_equal(store.dataset()["proximity"].values, reference["original"])
