@@ -124,14 +124,7 @@ def reference(data: dict[str, Any]) -> dict[str, np.ndarray]:
         return _proximity_products(forest, X)
 
 
-_Y_NAME = (
-    "a target column named by y is refused for one small file or URL (read whole as "
-    "MemoryRows: 'y must be 1-D, got shape ()'), though taken for a folder, a glob and a "
-    "dask DataFrame"
-)
-
-
-@pytest.mark.parametrize("kind", _kinds(dict.fromkeys(("csv", "parquet", "memory"), _Y_NAME)))
+@pytest.mark.parametrize("kind", _kinds())
 def test_proximity_forest_and_outlier_scores(data, reference, kind: str) -> None:
     """(a) leaves, inbag, proximity original/oob/rfgap, predict_proba; (b) outlier scores."""
     X, y = _input(data, kind, "labelled", "label")

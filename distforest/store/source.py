@@ -31,7 +31,7 @@ import contextlib
 import glob
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -229,6 +229,8 @@ class _Memory(Opener):
 
         if isinstance(X, Table) and y is None:
             return MemoryRows(X)
+        if isinstance(y, str) and isinstance(X, str | Path):  # a file's column, as for parts
+            y, options = None, replace(options, target=y)
         table = load_table(X, y=y, target=options.target, drop=options.drop,
                            na_values=options.na_values, id=options.id,
                            allow_missing=options.allow_missing)  # fmt: skip
