@@ -1142,7 +1142,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.render_only:
         saved = json.loads(RESULTS_JSON.read_text())
         write_markdown(RESULTS_MD, render(saved["results"], saved["meta"]))
-        print(f"wrote {RESULTS_MD.relative_to(ROOT)}", flush=True)
+        print(f"wrote {RESULTS_MD}", flush=True)
         return
 
     if not Path(TIME_BIN).exists():
@@ -1195,7 +1195,7 @@ def main(argv: list[str] | None = None) -> None:
         RESULTS_JSON.write_text(
             json.dumps({"meta": meta, "results": results}, indent=1, default=str)
         )
-    print(f"wrote {RESULTS_MD.relative_to(ROOT)}", flush=True)
+    print(f"wrote {RESULTS_MD}", flush=True)
 
 
 if __name__ == "__main__":

@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         RESULTS_JSON.write_text(json.dumps({"meta": meta, "results": results}, indent=1,
                                            default=str))  # fmt: skip
         write_markdown(RESULTS_MD, render(results, meta))
-    print(f"wrote {RESULTS_MD.relative_to(ROOT)}", flush=True)
+    print(f"wrote {RESULTS_MD}", flush=True)
 
 
 if __name__ == "__main__":
