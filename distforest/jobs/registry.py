@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from distforest.errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
-    from distforest.jobs.plan import Plan
     from distforest.jobs.result import JobResult
+    from distforest.jobs.stages import Pipeline
 
 
 class Job(Protocol):
@@ -34,7 +34,7 @@ class Job(Protocol):
     def out(self) -> str:
         """The main output (the store the job's lock guards)."""
 
-    def plan(self) -> Plan:
+    def plan(self) -> Pipeline:
         """What the job would do: tasks, tiles, bytes, memory, time (``--dry-run``)."""
 
     def run(self, progress: Any = None, *, restart: bool = False,

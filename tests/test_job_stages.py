@@ -1,0 +1,87 @@
+"""A job is a list of stages (issue 39): for every kind of job, the dry run prints the
+stages the run executes, writes nothing, the run writes its report, and a second run on
+the same output while the first holds it is refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from distforest.cli.main import cli
+from distforest.errors import BusyError
+from distforest.store.lock import StoreLock
+from distforest.store.run_store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Shipped pipeline -> (its store under output.dir, --set items that keep it small).
+KINDS = {
+    "main": ("breast_cancer.zarr", ["forest.n_estimators=6", "forest.tile_size=256",
+                          "impute.n_estimators=5", "impute.iterations=1"]),
+    "xforest_cluster": ("ionosphere_xforest.zarr", ["xforest.n_estimators=6"]),
+    "simforest": ("model.zarr", ["simforest.n_estimators=4"]),
+    "smerf": ("model.zarr", ["smerf.n_estimators=4"]),
+}  # fmt: skip
+
+
+def _args(tmp_path: Path, pipeline: str) -> list[str]:
+    sets = [f"output.dir={tmp_path / 'out'}", *KINDS[pipeline][1]]
+    return [str(ROOT / "pipelines" / f"{pipeline}.yaml"), *(a for s in sets for a in ("--set", s))]
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` and the digest of its bytes."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def _planned_stages(output: str) -> list[tuple[str, int]]:
+    """(name, tasks) of each stage the dry run printed."""
+    names = re.findall(r"^    \d+\. (\w+):", output, flags=re.M)
+    tasks = [int(t.replace(",", "")) for t in re.findall(r"^ {20}([\d,]+) tasks, about", output,
+                                                         flags=re.M)]  # fmt: skip
+    assert len(names) == len(tasks) > 0, output
+    return list(zip(names, tasks, strict=True))
+
+
+@pytest.mark.parametrize("pipeline", list(KINDS))
+def test_the_dry_run_prints_the_stages_the_run_executes(tmp_path, monkeypatch, pipeline):
+    monkeypatch.chdir(ROOT)  # the shipped pipelines name their input relative to the root
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("kept\n")
+    before = _tree(tmp_path)
+    dry = CliRunner().invoke(cli, ["run", *_args(tmp_path, pipeline), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert _tree(tmp_path) == before  # nothing written, nothing changed
+    planned = _planned_stages(dry.output)
+
+    store = tmp_path / "out" / KINDS[pipeline][0]
+    with StoreLock(store, "other-run"):  # another live run holds the output
+        busy = CliRunner().invoke(cli, ["-q", "run", *_args(tmp_path, pipeline)])
+    assert busy.exit_code == BusyError.exit_code, busy.output
+    assert "other-run" in busy.output or "lock" in busy.output.lower(), busy.output
+    assert not store.exists()
+
+    result = CliRunner().invoke(cli, ["-q", "run", *_args(tmp_path, pipeline)])
+    assert result.exit_code == 0, result.output
+    record = RunStore.open(store).attrs["stages"]
+    ran = [(name, entry["planned_tasks"]) for name, entry in record.items()
+           if "planned_tasks" in entry]  # fmt: skip
+    assert ran == planned  # the same stages, in the same order, with the same tasks
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [n for n in report["stages"] if n in dict(planned)] == [n for n, _ in planned]
+    for name, _ in planned:  # each stage's estimate beside its measurement
+        entry = report["stages"][name]
+        assert entry["seconds"] >= 0 and entry["process_peak_bytes"] > 0
+        assert set(entry["estimate"]) == {"cpu_seconds", "worker_bytes"}
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| stage | seconds | estimate (core-s) |" in md
+    assert all(f"| {name} |" in md for name, _ in planned)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "kept\n"
