@@ -19,8 +19,16 @@ from distforest.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Shipped pipeline -> (its store under output.dir, --set items that keep it small).
+BC = ROOT / "distforest" / "data" / "breast_cancer.csv"
+#: A pipeline of each kind that ships none: name -> its YAML.
+WRITTEN = {
+    "similarity": f"kind: similarity\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
+                  "similarity: {metric: euclidean, normalize: range, tile_size: 128}\n"
+                  "output: {dir: OUT, store: similarity.zarr}\n",
+}  # fmt: skip
+#: Pipeline -> (its store under output.dir, --set items that keep it small).
 KINDS = {
+    "similarity": ("similarity.zarr", []),
     "main": ("breast_cancer.zarr", ["forest.n_estimators=6", "forest.tile_size=256",
                           "impute.n_estimators=5", "impute.iterations=1"]),
     "xforest_cluster": ("ionosphere_xforest.zarr", ["xforest.n_estimators=6"]),
@@ -31,7 +39,12 @@ KINDS = {
 
 def _args(tmp_path: Path, pipeline: str) -> list[str]:
     sets = [f"output.dir={tmp_path / 'out'}", *KINDS[pipeline][1]]
-    return [str(ROOT / "pipelines" / f"{pipeline}.yaml"), *(a for s in sets for a in ("--set", s))]
+    path = ROOT / "pipelines" / f"{pipeline}.yaml"
+    if pipeline in WRITTEN:
+        path = tmp_path / f"{pipeline}.yaml"
+        if not path.exists():
+            path.write_text(WRITTEN[pipeline].replace("OUT", str(tmp_path / "out")))
+    return [str(path), *(a for s in sets for a in ("--set", s))]
 
 
 def _tree(folder: Path) -> dict[str, str]:
@@ -54,6 +67,7 @@ def _planned_stages(output: str) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("pipeline", list(KINDS))
 def test_the_dry_run_prints_the_stages_the_run_executes(tmp_path, monkeypatch, pipeline):
     monkeypatch.chdir(ROOT)  # the shipped pipelines name their input relative to the root
+    _args(tmp_path, pipeline)  # (a pipeline written by the test: written now, before)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("kept\n")
     before = _tree(tmp_path)
@@ -85,3 +99,26 @@ def test_the_dry_run_prints_the_stages_the_run_executes(tmp_path, monkeypatch, p
     assert "| stage | seconds | estimate (core-s) |" in md
     assert all(f"| {name} |" in md for name, _ in planned)
     assert (tmp_path / "out" / "notes.txt").read_text() == "kept\n"
+
+
+def test_the_similarity_command_and_its_pipeline_write_the_same_bytes(tmp_path):
+    """The command builds the job spec the pipeline loader reads: the same matrix bytes."""
+    command = tmp_path / "command" / "similarity.zarr"
+    args = ["similarity", str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
+            "--metric", "euclidean", "--normalize", "range", "--tile-size", "128",
+            "--out", str(command)]  # fmt: skip
+    result = CliRunner().invoke(cli, ["-q", *args])
+    assert result.exit_code == 0, result.output
+    run = CliRunner().invoke(cli, ["-q", "run", *_args(tmp_path, "similarity")])
+    assert run.exit_code == 0, run.output
+    piped = tmp_path / "out" / "similarity.zarr"
+
+    def chunks(store: Path) -> dict[str, str]:
+        return {k: v for k, v in _tree(store).items() if "/c/" in k}  # the arrays' chunks
+
+    assert chunks(command) == chunks(piped) and len(chunks(command)) > 10
+    a, b = RunStore.open(command).attrs, RunStore.open(piped).attrs
+    assert a["spec"]["metric"] == b["spec"]["metric"] == "euclidean"
+    assert (command.parent / "report.json").exists()  # the command reports too
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 0 and "already complete" in again.output, again.output

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from distforest import location
 from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     dry_run_option,
     input_options,
+    run_job,
     show,
     tile_size_option,
 )
@@ -122,70 +122,19 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     rows (--reference, else INPUT).  Use --drop for the target and identifiers.
     A glob, a folder of table parts or a file over 32 MB is read by partitions
     on the workers (also for --reference); this process never holds the rows.
+    Safe to run again: an interrupted run resumes, a finished one is not repeated.
 
     \b
     Example:
       distforest similarity data.csv --metric cosine --normalize range --out S.zarr --drop Class
     """
-    from distforest.forests.pairwise import pairwise
-    from distforest.io import load_table
-    from distforest.jobs.estimates import check_disk, check_size, estimate_matrix
-    from distforest.jobs.inputs import check_request
-    from distforest.jobs.knn_model import normalize_choice
-    from distforest.jobs.partitioned_rows import by_partitions, input_sizes
-    from distforest.parallel.placement import cells_of, place
-    from distforest.store.run_store import check_can_create, is_unfinished
+    from distforest.jobs.similarity import SimilarityJob
 
-    start = time.perf_counter()
-    if by_partitions(input, reference):  # the driver never holds the rows
-        connect = cluster_kw(options)
-        source, n, m, d = input_sizes(input, reference, drop, na_values)
-        if not is_unfinished(out):
-            check_can_create(out, overwrite)
-        if dry_run:
-            from distforest.jobs.command_plans import matrix_plan
-
-            show(matrix_plan("similarity", source, n, m, d, tile_size, reference is None,
-                             (n + m) * d, connect, out), out)  # fmt: skip
-            return
-        need = estimate_matrix(n, m, d, tile_size, symmetric=reference is None)
-        check_size(f"the {n:,} x {m:,} matrix of {source}", need, "the input sizes")
-        check_disk(location.parent(out), need["disk_bytes"], replaces=out)
-        with rows_by_partitions(ctx, connect, input, reference, metric, normalize,
-                                feature_range, drop, na_values) as (measure, X, Y):  # fmt: skip
-            M = pairwise(X, Y, metric=measure, normalize=normalize_choice(normalize),
-                         feature_range=feature_range, store=out, tile_size=tile_size,
-                         overwrite=overwrite)  # fmt: skip
-        _said_matrix(M, out, tile_size, start)
-        return
-    X = load_table(input, drop=drop, na_values=na_values)
-    Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
-    check_request(X, Y, metric)
-    if not is_unfinished(out):  # an interrupted run of the same request resumes
-        check_can_create(out, overwrite)
-    m = X.n_samples if Y is None else Y.n_samples
-    if dry_run:
-        from distforest.jobs.command_plans import matrix_plan
-
-        show(matrix_plan("similarity", str(X.source), X.n_samples, m, X.n_features, tile_size,
-                         Y is None, cells_of(X, Y), cluster_kw(options), out), out)  # fmt: skip
-        return
-    need = estimate_matrix(X.n_samples, m, X.n_features, tile_size, symmetric=Y is None)
-    check_size(f"the {X.n_samples:,} x {m:,} matrix of {X.source}", need, "the input sizes")
-    check_disk(location.parent(out), need["disk_bytes"], replaces=out)
-    with place(cells_of(X, Y), cluster_kw(options), progress=bars(ctx)):
-        M = pairwise(X, Y, metric=metric, normalize=normalize_choice(normalize),
-                     feature_range=feature_range, store=out, tile_size=tile_size,
-                     overwrite=overwrite)  # fmt: skip
-    _said_matrix(M, out, tile_size, start)
-
-
-def _said_matrix(M: Any, out: str, tile_size: int, start: float) -> None:
-    click.echo(
-        f"{M.name} ({M.attrs['metric']}) of {M.shape[0]} x {M.shape[1]} rows in "
-        f"{time.perf_counter() - start:.1f} s\n  store:  {out}"
-        f" (array {M.name!r}, dims sample_i, sample_j, tiles {tile_size} x {tile_size})"
-    )
+    job = SimilarityJob(input=input, out=out, reference=reference, metric=metric,
+                        normalize=normalize, feature_range=feature_range, drop=drop,
+                        na_values=na_values, tile_size=tile_size, overwrite=overwrite,
+                        connect=cluster_kw(options))  # fmt: skip
+    run_job(ctx.obj or {"quiet": False}, job, dry_run)
 
 
 @click.command("neighbors")

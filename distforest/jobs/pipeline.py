@@ -60,6 +60,7 @@ from distforest.jobs.proximity import ProximityJob
 from distforest.jobs.registry import kind_of
 from distforest.jobs.score import ScoreJob, score_job
 from distforest.jobs.simforest import SimForestJob, simforest_job
+from distforest.jobs.similarity import SimilarityJob, similarity_job
 from distforest.jobs.smerf import SmerfJob, smerf_job
 from distforest.jobs.xforest import XForestJob, xforest_job
 from distforest.parallel.cluster_config import load_cluster_config
@@ -202,7 +203,7 @@ def load_pipeline(
     today: _dt.date | None = None,
     overrides: Sequence[str] = (),
     check_input: bool = True,
-) -> ProximityJob | XForestJob | KNNJob | SimForestJob | SmerfJob | ScoreJob:
+) -> ProximityJob | XForestJob | KNNJob | SimForestJob | SmerfJob | ScoreJob | SimilarityJob:
     """Read and check a pipeline YAML.
 
     Parameters
@@ -301,6 +302,8 @@ def load_pipeline(
         return knn_job(data, sections, input_path, out_dir, connect, source, templated)
     if kind == "smerf":
         return smerf_job(data, sections, input_path, out_dir, connect, source)
+    if kind == "similarity":
+        return similarity_job(data, sections, input_path, out_dir, connect, source)
     if kind == "score":  # a saved model applied to new rows
         templated = functools.partial(_templated, today=day)
         return score_job(data, sections, input_path, out_dir, connect, source, templated)

@@ -1,6 +1,6 @@
 """The job kinds: one registry keyed by the ``kind:`` of a pipeline file.
 
-Every kind of job (proximity, xforest, simforest, knn, smerf, score) is a dataclass
+Every kind of job (proximity, xforest, simforest, knn, smerf, score, similarity) is a dataclass
 that follows :class:`Job`: its pipeline sections (the config schema, checked
 by :mod:`distforest.jobs.pipeline_schema`), ``plan()`` for ``--dry-run``,
 ``run()`` under the run protocol of :mod:`distforest.jobs.runs` and
@@ -69,6 +69,7 @@ KINDS: dict[str, Kind] = {
              ("input", "simforest", "proximity", "outliers", "mds", "output")),
         Kind("xforest", ("xforest", "clustering"), ("input", "xforest", "clustering", "output")),
         Kind("score", ("model", "score"), ("model", "input", "score", "impute", "output")),
+        Kind("similarity", ("similarity",), ("input", "similarity", "output")),
         Kind("proximity", (),
              ("input", "forest", "proximity", "impute", "outliers", "mislabels", "mds",
               "output")),

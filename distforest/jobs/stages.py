@@ -19,6 +19,9 @@ from typing import Any
 
 from distforest import location
 
+#: The input cells of a job whose rows are read by partitions: always on a cluster.
+ON_A_CLUSTER = 2**62
+
 #: ``run(ctx)`` of a stage: does the work, may set ``ctx.done.outputs`` / ``ctx.done.info``.
 StageFunction = Callable[[Any], None]
 
@@ -202,6 +205,10 @@ def placement_of(cells: int, options: dict[str, Any]) -> tuple[str, int]:
     from distforest.parallel import placement
 
     limit = placement.in_process_cells()
+    if cells >= ON_A_CLUSTER and not placement.cluster_named(options=options):
+        threads = os.cpu_count() or 1
+        return (f"on a LocalCluster started for the run (rows read by partitions; assuming "
+                f"{threads} threads)", threads)  # fmt: skip
     if placement.runs_in_process(cells, options=options):
         threads = placement.in_process_threads()
         return (f"in this process on {threads} threads ({cells:,} input cells, at most "
