@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean test-cluster
+.PHONY: run test lint bench clean test-cluster docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
+
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(VENV)/.installed $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
@@ -25,10 +29,11 @@ run: $(VENV)/.installed
 # Two pytest workers (pytest-xdist) on the 2-core machines: many tests wait on a
 # subprocess, a LocalCluster start-up or the disk.  --dist loadfile keeps each test
 # file on one worker, its tests in file order as in a serial run (module fixtures
-# such as the S3 server start once).  TEST_WORKERS=0 (the default) runs serially:
-# with two workers, fresh-clone runs failed three process-level tests (Ctrl-C, driver
-# memory, a stalled ingest) that pass alone; `make test TEST_WORKERS=2` for speed.
-TEST_WORKERS ?= 0
+# such as the S3 server start once).  The process-level tests (Ctrl-C, driver
+# memory, killed workers and drivers) use their own temporary folders, ports and
+# numba caches and wait long enough for a loaded machine.  TEST_WORKERS=0 runs
+# serially; TEST_WORKERS=auto one worker per core.
+TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
@@ -39,8 +44,20 @@ lint: $(VENV)/.installed-test
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# The documentation site (Sphinx, pydata-sphinx-theme) in docs/_build/html, warnings as
+# errors; the gallery's examples run during the build (a few seconds each).
+docs: $(VENV)/.installed-docs
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
 clean:
-	rm -rf results/ .pytest_cache
+	rm -rf results/ .pytest_cache docs/_build docs/generated docs/auto_examples
+
+# One benchmark: `make bench` lists them, `make bench NAME=xforest ARGS="--parts stored"`
+# runs one (the same as `python -m benchmarks NAME ARGS`; see benchmarks/README.md).
+# By hand only: most take minutes to hours and want a quiet machine.
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m benchmarks $(NAME) $(ARGS)
 
 # Real engines on this machine (a standalone dask scheduler, SSH, single-node
 # Slurm), started and stopped by the script; needs root for apt-get and the

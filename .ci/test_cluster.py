@@ -207,11 +207,11 @@ def _schedulers(candidates: list[str], timeout: float = 3.0) -> list[str]:
     ``Client`` waits there until the server closes, that is until the run
     ends, so every candidate is first asked who it is, with a deadline.
     """
-    from distforest.parallel.cluster import _handshake
+    from distforest.parallel.reach import handshake
 
     answering = []
     for address in candidates:
-        why = _handshake(address, None, timeout)
+        why = handshake(address, None, timeout)
         if not why:
             answering.append(address)
     return answering

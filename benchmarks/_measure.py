@@ -1,69 +1,391 @@
-"""Measuring helpers shared by the benchmark scripts (run by hand, never in CI).
+"""The one measuring module of the benchmarks: every script measures and reports through it.
 
-A command runs in its own process under ``/usr/bin/time -v`` while a thread
-samples the summed RSS of its whole process tree (the CLI and its Dask
-worker processes); CPU used by other processes during the run is reported,
-because a busy machine spoils the timings.
+What it measures
+    * a command in its own process (:func:`run_measured`): wall time, CPU,
+      ``/usr/bin/time -v``'s peak RSS of the command, the peak RSS of each
+      process of its tree (the CLI, its Dask nannies and workers) and the peak
+      of their sum, the CPU other processes used meanwhile;
+    * a block of Python in this process (:class:`Measure`): wall time, the
+      driver's peak RSS, the per-process and whole-tree peaks of this process
+      and its children (a LocalCluster's workers), and named phases, each with
+      its wall time and tree peak;
+    * the machine (:func:`machine_info`, :func:`machine_load`) and the code
+      (:func:`package_versions`, :func:`commit`).
+
+What it writes
+    :func:`write_result` writes ``NAME.json`` and ``NAME.md`` in
+    :data:`RESULTS`: the date, the machine, the exact command, the commit, the
+    load and one table of rows (the JSON holds every field, the Markdown the
+    chosen columns), then the script's own notes.
+
+:func:`parser` is every script's argument parser (the options common to all
+are ``--results``).  ``python -m benchmarks`` lists and runs the scripts.
+
+Only this module samples memory (psutil) or reads ``getrusage``.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime as _dt
 import json
 import os
 import platform
 import re
+import resource
+import shlex
 import subprocess
+import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+#: Where results are written: ``$DISTFOREST_BENCH_RESULTS`` or benchmarks/results.
+RESULTS_ENV = "DISTFOREST_BENCH_RESULTS"
+RESULTS = Path(os.environ.get(RESULTS_ENV) or HERE / "results")
+#: The UCI tables some scripts read: ``$DISTFOREST_DATA`` or ``shared/data`` beside the checkout.
+DATA = Path(os.environ.get("DISTFOREST_DATA") or ROOT.parent / "shared" / "data")
 TIME_BIN = "/usr/bin/time"
 SAMPLE_EVERY = 0.2
 RESULT_PREFIX = "BENCH-RESULT "
 GB = 1e9
+MB = 2**20
 
 
-class TreeSampler(threading.Thread):
-    """Sample the summed RSS of every descendant of ``pid`` every 0.2 s."""
+# -- memory of a process tree ------------------------------------------------------------
 
-    def __init__(self, pid: int) -> None:
+
+def role(cmdline: Sequence[str], parent_is_root: bool, is_root: bool) -> str:
+    """What a process of a measured tree is: driver, worker, nanny or other."""
+    text = " ".join(cmdline)
+    if is_root:
+        return "driver"
+    if "spawn_main" in text or "multiprocessing" in text:
+        return "worker"
+    if "nanny" in text.lower():
+        return "nanny"
+    return "driver" if parent_is_root else "other"
+
+
+class ProcessSampler(threading.Thread):
+    """Sample the RSS of a process tree every :data:`SAMPLE_EVERY` seconds.
+
+    Parameters
+    ----------
+    pid
+        The tree's root (default: this process).
+    include_root
+        Count the root itself (``False`` for a ``/usr/bin/time`` wrapper: its
+        direct child is then the ``driver``).
+
+    Attributes
+    ----------
+    peak_tree_bytes, peak_tree_at_s
+        The largest summed RSS of the tree and when it was seen (s from start).
+    processes
+        ``pid -> {"pid", "role", "command", "peak_bytes", "cpu_s"}``.
+    """
+
+    def __init__(self, pid: int | None = None, include_root: bool = True) -> None:
         super().__init__(daemon=True)
-        self.pid = pid
+        self.pid = os.getpid() if pid is None else pid
+        self.include_root = include_root
         self.stop = threading.Event()
-        self.peak_sum = 0
+        self.peak_tree_bytes = 0
+        self.peak_tree_at_s = 0.0
         self.peak_procs = 0
-        self.peak_at = 0.0
         self.samples = 0
+        self.processes: dict[int, dict[str, Any]] = {}
+        self._cpu0: dict[int, float] = {}
+        self._window_peak = 0
+        self._window_root = 0
+        self._lock = threading.Lock()
         self.t0 = time.perf_counter()
 
-    def run(self) -> None:
+    def sample(self) -> int:
+        """Take one sample now; return the tree's summed RSS (bytes)."""
         import psutil
 
         try:
             root = psutil.Process(self.pid)
+            procs = root.children(recursive=True)
         except psutil.NoSuchProcess:
-            return
-        while not self.stop.is_set():
+            return 0
+        if self.include_root:
+            procs = [root, *procs]
+        total, count, root_rss = 0, 0, 0
+        for p in procs:
             try:
-                procs = root.children(recursive=True)
-            except psutil.NoSuchProcess:
-                break
-            total, count = 0, 0
-            for p in procs:
-                try:
-                    total += p.memory_info().rss
-                    count += 1
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
+                with p.oneshot():
+                    rss = p.memory_info().rss
+                    times = p.cpu_times()
+                    if p.pid not in self.processes:
+                        parent = p.ppid()
+                        self.processes[p.pid] = {
+                            "pid": p.pid,
+                            "role": role(
+                                p.cmdline(),
+                                parent == self.pid and not self.include_root,
+                                p.pid == self.pid and self.include_root,
+                            ),
+                            "command": " ".join(p.cmdline())[:200],
+                            "peak_bytes": 0,
+                            "cpu_s": 0.0,
+                        }
+                        self._cpu0[p.pid] = times.user + times.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            record = self.processes[p.pid]
+            record["peak_bytes"] = max(record["peak_bytes"], rss)
+            record["cpu_s"] = times.user + times.system - self._cpu0[p.pid]
+            total += rss
+            count += 1
+            if p.pid == self.pid:
+                root_rss = rss
+        with self._lock:
             self.samples += 1
-            if total > self.peak_sum:
-                self.peak_sum = total
-                self.peak_at = time.perf_counter() - self.t0
+            self._window_peak = max(self._window_peak, total)
+            self._window_root = max(self._window_root, root_rss)
+            if total > self.peak_tree_bytes:
+                self.peak_tree_bytes = total
+                self.peak_tree_at_s = time.perf_counter() - self.t0
             self.peak_procs = max(self.peak_procs, count)
+        return total
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.sample()
             self.stop.wait(SAMPLE_EVERY)
+
+    def take_peak(self) -> int:
+        """The tree's peak since the last call (a phase's peak); starts a new window."""
+        return self.take_peaks()[0]
+
+    def take_peaks(self) -> tuple[int, int]:
+        """The tree's and the root's peaks since the last call; starts a new window."""
+        now = self.sample()
+        with self._lock:
+            peaks = (max(self._window_peak, now), self._window_root)
+            self._window_peak, self._window_root = now, 0
+        return peaks
+
+    def finish(self) -> None:
+        """Stop sampling (after one last sample)."""
+        self.stop.set()
+        if self.is_alive():
+            self.join()
+        self.sample()
+
+    def tree_cpu_s(self) -> float:
+        """CPU seconds the sampled processes used while sampled."""
+        return sum(r["cpu_s"] for r in self.processes.values())
+
+    def per_process(self) -> list[dict[str, Any]]:
+        """Every process seen, largest peak first."""
+        return sorted(self.processes.values(), key=lambda r: -r["peak_bytes"])
+
+    def summary(self) -> dict[str, Any]:
+        """The peaks as one JSON-ready dict."""
+        return {
+            "peak_rss_tree_bytes": self.peak_tree_bytes,
+            "peak_rss_tree_at_s": self.peak_tree_at_s,
+            "peak_procs": self.peak_procs,
+            "rss_samples": self.samples,
+            "processes": self.per_process(),
+        }
+
+
+class TreeSampler(ProcessSampler):
+    """Deprecated: :class:`ProcessSampler` of a wrapper's descendants (``peak_sum``...)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(pid, include_root=False)
+
+    @property
+    def peak_sum(self) -> int:
+        return self.peak_tree_bytes
+
+    @property
+    def peak_at(self) -> float:
+        return self.peak_tree_at_s
+
+
+def descendants(pid: int | None = None) -> list[Any]:
+    """The live descendants of ``pid`` (default: this process) as ``psutil.Process``."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_rss_now(pid: int | None = None) -> int:
+    """The summed RSS of a process and its descendants, now (bytes): one sample."""
+    return ProcessSampler(pid).sample()
+
+
+def driver_peak_bytes() -> int:
+    """This process's own peak RSS since it started (bytes; the kernel's high-water mark)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def children_peak_bytes() -> int:
+    """The largest peak RSS of this process's waited-for children (bytes)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+
+
+def cpu_seconds(children: bool = False) -> float:
+    """User + system CPU seconds of this process (or of its waited-for children)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run_timed(
+    argv: Sequence[str], **kwargs: Any
+) -> tuple[subprocess.CompletedProcess, float, float]:
+    """``subprocess.run(argv, **kwargs)``, its wall seconds and its CPU seconds (children too)."""
+    before = cpu_seconds(children=True)
+    start = time.perf_counter()
+    done = subprocess.run(list(argv), **kwargs)
+    wall = time.perf_counter() - start
+    return done, wall, cpu_seconds(children=True) - before
+
+
+# -- the machine's load ----------------------------------------------------------------
+
+
+def _busy_cpu_s() -> float:
+    import psutil
+
+    t = psutil.cpu_times()
+    return (
+        sum(t)
+        - t.idle
+        - getattr(t, "iowait", 0.0)
+        - getattr(t, "guest", 0.0)
+        - getattr(t, "guest_nice", 0.0)
+    )
+
+
+def machine_load() -> dict[str, float]:
+    """The load averages (1, 5, 15 min) and the number of CPUs."""
+    one, five, fifteen = os.getloadavg()
+    return {"load_1m": one, "load_5m": five, "load_15m": fifteen, "cpus": os.cpu_count() or 1}
+
+
+def wait_for_quiet(max_wait: float, threshold: float = 0.10) -> float:
+    """Wait until other processes use under ``threshold`` of the CPUs; return the wait."""
+    import psutil
+
+    start = time.perf_counter()
+    quiet_checks = 0
+    told = False
+    while time.perf_counter() - start < max_wait:
+        busy = psutil.cpu_percent(interval=2.0) / 100
+        quiet_checks = quiet_checks + 1 if busy < threshold else 0
+        if quiet_checks >= 2:
+            break
+        if busy >= threshold and not told:
+            print(f"  waiting for the machine to be quiet ({busy:.0%} busy) ...", flush=True)
+            told = True
+    return time.perf_counter() - start
+
+
+def _foreign(busy_s: float, ours_s: float, wall_s: float, label: str) -> dict[str, float]:
+    foreign = max(0.0, busy_s - ours_s)
+    share = foreign / max(wall_s, 1e-9) / (os.cpu_count() or 1)
+    if share > 0.05:
+        print(f"  [{label}] WARNING: other processes used {share:.0%} of the CPUs during this run",
+              flush=True)  # fmt: skip
+    return {"system_busy_cpu_s": busy_s, "foreign_cpu_s": foreign, "foreign_load": share}
+
+
+# -- measuring a block of Python in this process -------------------------------------------
+
+
+class Measure:
+    """Measure a block of this process: wall time, memory (driver, processes, tree), phases.
+
+    Examples
+    --------
+    >>> with Measure("fit") as m:                      # doctest: +SKIP
+    ...     with m.phase("ingest"):
+    ...         ingest(...)
+    ...     with m.phase("fit"):
+    ...         forest.fit(...)
+    >>> m.result["phases"][1]["wall_s"]                # doctest: +SKIP
+
+    Each phase records its wall time and the peaks (sampled every
+    :data:`SAMPLE_EVERY` s) of this process (``peak_rss_driver_bytes``) and of
+    its tree (``peak_rss_tree_bytes``); the whole block adds the kernel's
+    high-water mark of this process (``driver_peak_bytes``, since it started).
+    """
+
+    def __init__(self, label: str = "run") -> None:
+        self.label = label
+        self.result: dict[str, Any] = {"label": label, "phases": []}
+        self._sampler: ProcessSampler | None = None
+
+    def __enter__(self) -> Measure:
+        self.result["load_start"] = machine_load()
+        self._busy0 = _busy_cpu_s()
+        self._sampler = ProcessSampler()
+        self._sampler.start()
+        self._sampler.take_peak()
+        self._t0 = time.perf_counter()
+        return self
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[dict[str, Any]]:
+        """Time one named phase: wall, CPU of the tree, peak RSS of this process and the tree."""
+        assert self._sampler is not None, "use phase() inside `with Measure(...)`"
+        self._sampler.take_peaks()
+        record: dict[str, Any] = {"name": name}
+        cpu0 = self._sampler.tree_cpu_s()
+        start = time.perf_counter()
+        try:
+            yield record
+        finally:
+            record["wall_s"] = time.perf_counter() - start
+            tree, driver = self._sampler.take_peaks()
+            record["peak_rss_tree_bytes"], record["peak_rss_driver_bytes"] = tree, driver
+            record["cpu_s"] = self._sampler.tree_cpu_s() - cpu0
+            self.result["phases"].append(record)
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._t0
+        assert self._sampler is not None
+        self._sampler.finish()
+        busy = _busy_cpu_s() - self._busy0
+        self.result.update(
+            wall_s=wall,
+            driver_peak_bytes=driver_peak_bytes(),
+            load_end=machine_load(),
+            **self._sampler.summary(),
+            **_foreign(busy, self._sampler.tree_cpu_s(), wall, self.label),
+        )
+
+
+def measured(label: str, fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """Call ``fn(*args, **kwargs)`` under :class:`Measure`; return its value and the measure."""
+    with Measure(label) as m:
+        value = fn(*args, **kwargs)
+    return value, m.result
+
+
+def emit(result: dict[str, Any]) -> None:
+    """Print a child's result as the one line :func:`run_measured` reads back."""
+    print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
+
+
+# -- measuring a command in its own process ------------------------------------------------
 
 
 def _parse_time_v(text: str) -> dict[str, Any]:
@@ -86,37 +408,6 @@ def _parse_time_v(text: str) -> dict[str, Any]:
     return out
 
 
-def _busy_cpu_s() -> float:
-    import psutil
-
-    t = psutil.cpu_times()
-    return (
-        sum(t)
-        - t.idle
-        - getattr(t, "iowait", 0.0)
-        - getattr(t, "guest", 0.0)
-        - getattr(t, "guest_nice", 0.0)
-    )
-
-
-def wait_for_quiet(max_wait: float, threshold: float = 0.10) -> float:
-    """Wait until other processes use under ``threshold`` of the CPUs; return the wait."""
-    import psutil
-
-    start = time.perf_counter()
-    quiet_checks = 0
-    told = False
-    while time.perf_counter() - start < max_wait:
-        busy = psutil.cpu_percent(interval=2.0) / 100
-        quiet_checks = quiet_checks + 1 if busy < threshold else 0
-        if quiet_checks >= 2:
-            break
-        if busy >= threshold and not told:
-            print(f"  waiting for the machine to be quiet ({busy:.0%} busy) ...", flush=True)
-            told = True
-    return time.perf_counter() - start
-
-
 def run_measured(
     cmd: list[str],
     cwd: Path,
@@ -124,23 +415,32 @@ def run_measured(
     max_wait: float = 0.0,
     timeout: float | None = None,
     stderr_path: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run ``cmd`` under ``/usr/bin/time -v`` while sampling the process tree's RSS.
+    """Run ``cmd`` under ``/usr/bin/time -v`` while sampling its process tree's RSS.
 
-    Also measures the CPU time used by processes outside the tree during the
-    run (``foreign_cpu_s``): other work on the machine makes the numbers
-    unreliable.  With ``stderr_path`` the command's stderr goes to that file
-    as it runs (so another thread can follow its log lines).
+    Returns wall and CPU time, the command's own peak RSS
+    (``max_rss_single_bytes``, from ``time -v``), the tree's summed peak
+    (``peak_rss_tree_bytes``), each process's peak (``processes``, the command
+    itself as ``driver``), the CPU that processes outside the tree used
+    meanwhile (``foreign_cpu_s``), the load before and after, and the
+    ``BENCH-RESULT`` line the command printed (``child``, see :func:`emit`).
+    With ``stderr_path`` the command's stderr goes to that file as it runs.
+    Without ``/usr/bin/time`` the command runs bare (no CPU times).
     """
-    time_file = cwd / f"{label}.time.txt"
-    full = [TIME_BIN, "-v", "-o", str(time_file), *cmd]
+    fd, name = tempfile.mkstemp(prefix=f"{label}.", suffix=".time.txt")
+    os.close(fd)
+    time_file = Path(name)
+    wrapped = Path(TIME_BIN).exists()
+    full = [TIME_BIN, "-v", "-o", str(time_file), *cmd] if wrapped else list(cmd)
     waited = wait_for_quiet(max_wait) if max_wait > 0 else 0.0
-    print(f"  [{label}] {' '.join(cmd)}", flush=True)
+    print(f"  [{label}] {shlex.join(cmd)}", flush=True)
+    load_start = machine_load()
     busy0 = _busy_cpu_s()
     start = time.perf_counter()
-    err = open(stderr_path, "w") if stderr_path else subprocess.PIPE
-    proc = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=err, text=True)
-    sampler = TreeSampler(proc.pid)
+    err: Any = open(stderr_path, "w") if stderr_path else subprocess.PIPE
+    proc = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    sampler = ProcessSampler(proc.pid, include_root=not wrapped)
     sampler.start()
     timed_out = False
     try:
@@ -161,27 +461,19 @@ def run_measured(
         "returncode": proc.returncode,
         "timed_out": timed_out,
         "waited_for_quiet_s": waited,
-        "system_busy_cpu_s": busy,
         "wall_s_perf": wall,
-        "peak_rss_tree_bytes": sampler.peak_sum,
-        "peak_rss_tree_at_s": sampler.peak_at,
-        "peak_procs": sampler.peak_procs,
-        "rss_samples": sampler.samples,
+        "load_start": load_start,
+        "load_end": machine_load(),
+        **sampler.summary(),
         "stdout": stdout,
         "stderr_tail": stderr[-3000:],
     }
-    if time_file.exists():
+    if wrapped and time_file.exists():
         result.update(_parse_time_v(time_file.read_text()))
+    time_file.unlink(missing_ok=True)
     result.setdefault("wall_s", wall)
-    ours = result.get("user_s", 0.0) + result.get("sys_s", 0.0)
-    result["foreign_cpu_s"] = max(0.0, busy - ours)
-    result["foreign_load"] = result["foreign_cpu_s"] / wall / (os.cpu_count() or 1)
-    if result["foreign_load"] > 0.05:
-        print(
-            f"  [{label}] WARNING: other processes used {result['foreign_load']:.0%} of the "
-            "CPUs during this run",
-            flush=True,
-        )
+    ours = result.get("user_s", 0.0) + result.get("sys_s", 0.0) or sampler.tree_cpu_s()
+    result.update(_foreign(busy, ours, wall, label))
     for line in stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
             result["child"] = json.loads(line[len(RESULT_PREFIX) :])
@@ -189,13 +481,32 @@ def run_measured(
         print(f"  [{label}] FAILED (exit {proc.returncode}):\n{stderr[-3000:]}", flush=True)
     else:
         print(
-            f"  [{label}] {result['wall_s']:.1f} s, peak RSS (tree) {sampler.peak_sum / GB:.2f} GB",
+            f"  [{label}] {result['wall_s']:.1f} s, peak RSS (tree) "
+            f"{sampler.peak_tree_bytes / GB:.2f} GB",
             flush=True,
         )
     return result
 
 
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    for p in [*root.children(recursive=True), root]:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+# -- the machine and the code ------------------------------------------------------------
+
+
 def machine_info() -> dict[str, Any]:
+    """CPU model, cores, memory, kernel and Python of this machine."""
     mem = {}
     for line in Path("/proc/meminfo").read_text().splitlines():
         key, value = line.split(":", 1)
@@ -225,57 +536,151 @@ def machine_line(m: dict[str, Any]) -> str:
     )
 
 
+def commit() -> str:
+    """The checkout's short commit, with ``+`` when distforest/ has uncommitted changes."""
+    try:
+        git = ["git", "-C", str(ROOT)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run([*git, "status", "--porcelain", "distforest"], capture_output=True,
+                               text=True, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" (+ uncommitted changes)" if dirty else "")
+
+
 def package_versions() -> dict[str, str]:
+    """Versions of distforest and the libraries it measures, and the commit."""
     from importlib.metadata import PackageNotFoundError, version
 
-    names = [
-        "distforest",
-        "numpy",
-        "scikit-learn",
-        "numba",
-        "zarr",
-        "numcodecs",
-        "dask",
-        "distributed",
-        "xarray",
-        "pandas",
-        "pyarrow",
-        "psutil",
-    ]
+    names = ["distforest", "numpy", "scikit-learn", "numba", "zarr", "numcodecs", "dask",
+             "distributed", "xarray", "pandas", "pyarrow", "psutil"]  # fmt: skip
     out = {}
     for name in names:
         try:
             out[name] = version(name)
         except PackageNotFoundError:
             out[name] = "not installed"
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "distforest"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        out["distforest git"] = commit + (" (+ uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        pass
+    out["distforest git"] = commit()
     return out
 
 
-def _kill_tree(pid: int) -> None:
-    import psutil
+# -- one result format ---------------------------------------------------------------------
 
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    for p in [*root.children(recursive=True), root]:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+
+def the_command() -> str:
+    """The exact command that is running (as ``python -m benchmarks`` or the script)."""
+    return os.environ.get("DISTFOREST_BENCH_COMMAND") or shlex.join([sys.executable, *sys.argv])
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A Markdown table of ``rows`` (the keys of the first row, or ``columns``)."""
+    if not rows:
+        return "(no rows)\n"
+    cols = list(columns) if columns else list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def header(title: str, command: str | None = None) -> dict[str, Any]:
+    """The facts every result starts with: date, machine, command, commit, versions, load."""
+    return {
+        "title": title,
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_info(),
+        "command": command or the_command(),
+        "commit": commit(),
+        "versions": package_versions(),
+        "load": machine_load(),
+    }
+
+
+def header_markdown(head: dict[str, Any]) -> str:
+    """The header of :func:`header` as Markdown lines."""
+    load = head["load"]
+    return "\n".join([
+        f"# {head['title']}",
+        "",
+        f"- Date: {head['date']}",
+        machine_line(head["machine"]),
+        f"- Command: `{head['command']}`",
+        f"- Commit: {head['commit']}",
+        f"- Load when written: {load['load_1m']:.2f} {load['load_5m']:.2f} "
+        f"{load['load_15m']:.2f} (1, 5, 15 min) on {load['cpus']} CPUs",
+        "",
+    ])  # fmt: skip
+
+
+def write_result(
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    *,
+    title: str | None = None,
+    columns: Sequence[str] | None = None,
+    notes: str = "",
+    data: Any = None,
+    command: str | None = None,
+    results: Path | None = None,
+) -> tuple[Path, Path]:
+    """Write ``NAME.json`` and ``NAME.md`` (header, table of ``rows``, ``notes``).
+
+    ``data`` is anything else worth keeping (JSON only).  Returns the two paths.
+    """
+    folder = Path(results or os.environ.get(RESULTS_ENV) or RESULTS)
+    folder.mkdir(parents=True, exist_ok=True)
+    head = header(title or name, command)
+    js, md = folder / f"{name}.json", folder / f"{name}.md"
+    js.write_text(json.dumps({**head, "rows": list(rows), "data": data}, indent=1, default=str)
+                  + "\n")  # fmt: skip
+    text = header_markdown(head) + "\n" + markdown_table(rows, columns)
+    md.write_text(text + ("\n" + notes.strip() + "\n" if notes.strip() else ""))
+    return js, md
+
+
+def write_markdown(path: Path | str, body: str, *, title: str | None = None,
+                   command: str | None = None, data: Any = None) -> Path:  # fmt: skip
+    """Write a script's own Markdown report with the common header, and its JSON twin.
+
+    For reports whose tables a script lays out itself: the header (date,
+    machine, command, commit, load) goes under the body's ``# `` title line
+    (or ``title``); with ``data``, ``PATH.json`` keeps the header and ``data``.
+    A bare file name is taken in :data:`RESULTS`.
+    """
+    path = Path(path)
+    if not path.is_absolute() and path.parent == Path("."):
+        path = Path(os.environ.get(RESULTS_ENV) or RESULTS) / path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = body.strip().splitlines()
+    if title is None and lines and lines[0].startswith("# "):
+        title, lines = lines[0][2:], lines[1:]
+    head = header(title or path.stem, command)
+    path.write_text(header_markdown(head) + "\n".join(lines).strip("\n") + "\n")
+    if data is not None:
+        path.with_suffix(".json").write_text(
+            json.dumps({**head, "data": data}, indent=1, default=str) + "\n"
+        )
+    return path
+
+
+# -- arguments -----------------------------------------------------------------------------
+
+
+def parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
+    """Every benchmark's argument parser: described by the first line of the script's docstring.
+
+    Results go to :data:`RESULTS`; ``python -m benchmarks --results DIR NAME``
+    (or ``$DISTFOREST_BENCH_RESULTS``) sends them elsewhere, child processes
+    included.
+    """
+    text = (doc or "").strip()
+    kwargs.setdefault("description", text.splitlines()[0] if text else None)
+    kwargs.setdefault("epilog", "Run as: python -m benchmarks NAME [options]; results in "
+                      f"${RESULTS_ENV} or benchmarks/results.")  # fmt: skip
+    return argparse.ArgumentParser(**kwargs)

@@ -36,7 +36,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _measure import GB, machine_info, machine_line, run_measured  # noqa: E402
+from _measure import (  # noqa: E402
+    GB,
+    machine_info,
+    machine_line,
+    run_measured,
+    write_markdown,
+)
+from _measure import parser as make_parser  # noqa: E402
 
 SAMPLE = 20_000
 
@@ -76,7 +83,7 @@ def embed(store: str, solver: str, out: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--data", type=Path, help="a Parquet table with target column y")
     parser.add_argument("--store", type=Path, help="an existing neighbours store (skips step 1)")
     parser.add_argument("--k", type=int, default=50)
@@ -149,7 +156,7 @@ def main() -> None:
     report = "\n".join(text) + "\n"
     print(report)
     if args.out:
-        args.out.write_text(report)
+        write_markdown(args.out, report)
 
 
 if __name__ == "__main__":

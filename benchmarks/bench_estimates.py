@@ -19,7 +19,6 @@ two minutes on 2 cores, and appends their estimate / measured table to
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import platform
 import re
@@ -31,6 +30,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from _measure import parser as make_parser  # noqa: E402
+from _measure import write_markdown  # noqa: E402
 
 #: (name, rows, command after ``distforest``, measured wall seconds, where it was measured).
 #: ``{data}`` is the bench_proximity data file of ``rows`` rows, ``{out}`` a fresh folder.
@@ -146,7 +147,7 @@ def measure_commands(tmp: Path, tiny: bool) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
     parser.add_argument("--big-data", type=Path, default=Path("/tmp/oocdata/10000000/parts"),
                         help="the 10,000,000-row folder of bench_out_of_core.py")  # fmt: skip
@@ -203,7 +204,7 @@ def main() -> None:
             "| command | rows | estimate (s) | measured (s) | estimate / measured | measured in |",
             "|---|---:|---:|---:|---:|---|",
         ]
-        args.out.write_text("\n".join(head + rows_out) + "\n")
+        write_markdown(args.out, "\n".join(head + rows_out) + "\n")
 
 
 def _append(path: Path, rows: list[str]) -> None:

@@ -39,7 +39,6 @@ the rerun completes with the same bytes as an uninterrupted run.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import errno
 import json
@@ -61,6 +60,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))
 from _measure import machine_info, package_versions  # noqa: E402
+from _measure import parser as make_parser  # noqa: E402
 from fault_cases import FAST_GROUPS, describe, run_group  # noqa: E402
 from kill_loop import (  # noqa: E402
     BC,
@@ -746,7 +746,7 @@ def write_report(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--groups", default=",".join(GROUPS))
     parser.add_argument("--calibrate", action="store_true")
     parser.add_argument("--work", default="/tmp/distforest_bench_faults")

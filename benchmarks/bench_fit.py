@@ -27,7 +27,6 @@ Writes ``benchmarks/results/fit_speed.md`` (and ``.json``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -39,8 +38,13 @@ from typing import Any
 
 from _measure import machine_info, machine_line, package_versions
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import RESULTS as RESULTS_DIR
+from _measure import parser as make_parser
+from _measure import write_markdown
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+RESULTS = RESULTS_DIR
 
 
 def load() -> float:
@@ -261,7 +265,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--sizes", default="20000", help="comma-separated row counts")
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
@@ -297,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     meta["notes"] = args.note
     meta["baselines"] = {title: merge(files.split(",")) for title, files in args.baseline}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    Path(args.out + ".md").write_text(render(results, meta))
+    write_markdown(Path(args.out + ".md"), render(results, meta))
     print(render(results, meta))
 
 

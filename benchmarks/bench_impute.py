@@ -48,7 +48,6 @@ import datetime as dt
 import fcntl
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -60,6 +59,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import DATA as SHARED_DATA
+from _measure import RESULTS as RESULTS_DIR
+from _measure import (
+    driver_peak_bytes,
+    write_markdown,
+)
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -508,7 +516,7 @@ def report(
     load: tuple[str, str],
 ) -> str:
     table, stats = main_table(main)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    peak = driver_peak_bytes() / 1024**2
     ratio = np.array(stats["time_ratio"])
     gain = np.array(stats["knn_gain"])
     out = [
@@ -620,7 +628,7 @@ def write_cli_only(folder: Path, out: Path) -> None:
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()  # fmt: skip
     secs = ", ".join(f"{x:.2f}" for x in cli["seconds"])
-    out.write_text(
+    write_markdown(out,
         "\n".join([
             "# Imputation from the command line on a 200-row table",
             "",
@@ -643,9 +651,9 @@ def write_cli_only(folder: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "imputation.md")
+    parser = make_parser(__doc__)
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "imputation.md")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per scenario")
     parser.add_argument("--satellite-seeds", type=int, default=1)
     parser.add_argument("--variant-seeds", type=int, default=1)
@@ -723,7 +731,7 @@ def main(argv: list[str] | None = None) -> None:
         if DISCUSSION in previous:  # keep the hand-written discussion of an earlier run
             text += "\n" + previous[previous.index(DISCUSSION) :]
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        write_markdown(args.out, text)
         print(f"wrote {args.out}", flush=True)
 
     # the small sets first, Satellite (by far the slowest) last: a run cut short by the

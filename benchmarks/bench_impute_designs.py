@@ -33,7 +33,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -47,7 +46,13 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-
+from _measure import DATA as SHARED_DATA  # noqa: E402
+from _measure import RESULTS as RESULTS_DIR  # noqa: E402
+from _measure import (  # noqa: E402
+    driver_peak_bytes,
+    write_markdown,
+)
+from _measure import parser as make_parser  # noqa: E402
 from bench_impute import (  # noqa: E402  (benchmarks/ is not a package)
     SETS,
     _load,
@@ -222,13 +227,13 @@ def write(out: Path, runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> 
     body = "\n".join(lines)
     if DISCUSSION in previous:
         body += "\n" + previous[previous.index(DISCUSSION) :]
-    out.write_text(body)
+    write_markdown(out, body)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "impute_designs.md")
+    parser = make_parser(__doc__)
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "impute_designs.md")
     parser.add_argument("--sets", default=",".join(s.name for s in SETS))
     parser.add_argument("--rates", default="20", help="MCAR rates in percent, e.g. 10,20,30")
     parser.add_argument("--seeds", type=int, default=1)
@@ -255,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
         "commit": commit(),
         "load": [_load(load_start), _load(os.getloadavg())],
         "wall": time.perf_counter() - start,
-        "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        "rss": driver_peak_bytes() / 1024**2,
         "machine": machine(),
         "versions": versions(),
     })  # fmt: skip

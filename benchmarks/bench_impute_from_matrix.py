@@ -23,7 +23,6 @@ each run (the whole pipeline: fit, matrix, imputation).  Results:
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import subprocess
@@ -36,10 +35,17 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine_info, machine_line, package_versions
+from _measure import RESULTS as RESULTS_DIR
+from _measure import (
+    machine_info,
+    machine_line,
+    package_versions,
+    write_markdown,
+)
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results" / "impute_from_matrix.md"
+RESULTS = RESULTS_DIR / "impute_from_matrix.md"
 DATA = {
     "breast_cancer": ("Class", ["Id"], ["?"]),
     "ionosphere": ("Class", [], []),
@@ -78,7 +84,7 @@ def _run(work: Path, data: Path, target: str, drop: list[str], impute: dict, see
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--rate", type=float, default=0.1)
     parser.add_argument("--workdir", default="/tmp/dfbench-impute-matrix")
@@ -133,7 +139,7 @@ def main() -> None:
               "|---|---:|---|---:|---:|---:|"]  # fmt: skip
     lines += [f"| {r.data} | {r.seed} | {r.mode} | {r.nrmse:.4f} | {r.seconds:.1f} | "
               f"{r.stage:.2f} |" for r in table.itertuples()]  # fmt: skip
-    RESULTS.write_text("\n".join(lines) + "\n")
+    write_markdown(RESULTS, "\n".join(lines) + "\n")
     print(RESULTS.read_text())
 
 

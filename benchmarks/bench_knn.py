@@ -41,13 +41,22 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import RESULT_PREFIX, machine_info, package_versions, run_measured
+from _measure import DATA as SHARED_DATA
+from _measure import (
+    RESULT_PREFIX,
+    machine_info,
+    package_versions,
+    run_measured,
+    write_markdown,
+)
+from _measure import RESULTS as RESULTS_DIR
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-DATA = ROOT.parent / "shared" / "data"
-RESULTS_MD = HERE / "results" / "knn.md"
-RESULTS_JSON = HERE / "results" / "knn.json"
+DATA = SHARED_DATA
+RESULTS_MD = RESULTS_DIR / "knn.md"
+RESULTS_JSON = RESULTS_DIR / "knn.json"
 K = 10
 N_FEATURES = 3
 
@@ -350,7 +359,7 @@ def render(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--part", choices=["accuracy", "topk", "all"], default="all")
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--trees", type=int, default=100)
@@ -385,13 +394,14 @@ def main(argv: list[str] | None = None) -> None:
             state["meta"][part] = meta
             RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
             RESULTS_JSON.write_text(json.dumps(state, indent=1))
-            RESULTS_MD.write_text(
+            write_markdown(
+                RESULTS_MD,
                 render(
                     state["meta"],
                     state.get("accuracy", []),
                     state.get("topk", []),
                     state.get("history"),
-                )
+                ),
             )
 
         return _save

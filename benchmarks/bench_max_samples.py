@@ -15,9 +15,9 @@ Writes a Markdown table to ``benchmarks/results/max_samples.md`` (with
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,9 +25,13 @@ import numpy as np
 from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import parser as make_parser
+from _measure import write_markdown
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = make_parser(__doc__)
     parser.add_argument("--n", type=int, default=250_000, help="training rows")
     parser.add_argument("--trees", type=int, default=25)
     parser.add_argument("--sizes", default="all,100000,50000,20000,10000")
@@ -71,7 +75,7 @@ def main() -> None:
             label = f"{args.n:,} (all)" if size == "all" else f"{int(size):,}"
             lines.append(f"| {label} | {acc:.4f} | {acc - full[1]:+.4f} | {seconds:.1f} | "
                          f"{nodes:,.0f} |")  # fmt: skip
-        Path(args.out).write_text("\n".join(lines) + "\n")
+        write_markdown(Path(args.out), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

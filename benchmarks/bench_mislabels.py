@@ -15,7 +15,6 @@ score adds to the out-of-bag vote.  Writes ``benchmarks/results/mislabels.md``.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import sys
 from pathlib import Path
@@ -23,10 +22,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine_info, package_versions
+from _measure import DATA as SHARED_DATA
+from _measure import RESULTS as RESULTS_DIR
+from _measure import (
+    machine_info,
+    package_versions,
+    write_markdown,
+)
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 SETS = [
     ("BreastCancer", "Class", ["Id"]),
     ("Vehicle", "Class", []),
@@ -42,7 +48,7 @@ def main() -> None:
     from distforest import ProximityForest, load_table
     from distforest.apps.mislabels import OUTLIER_WEIGHT, mislabel_scores
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--trees", type=int, default=200)
     args = parser.parse_args()
@@ -93,8 +99,8 @@ def main() -> None:
         lines.append(f"| {name} | {n} | {k} | " + " | ".join(cells) + " |")
     means = np.mean([p.mean(axis=0) for *_, p in rows], axis=0)
     lines.append("| mean | | | " + " | ".join(f"{v:.3f}" for v in means) + " |")
-    out = ROOT / "benchmarks" / "results" / "mislabels.md"
-    out.write_text("\n".join(lines) + "\n")
+    out = RESULTS_DIR / "mislabels.md"
+    write_markdown(out, "\n".join(lines) + "\n")
     print(out.read_text())
 
 

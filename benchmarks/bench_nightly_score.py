@@ -40,70 +40,44 @@ Results: ``benchmarks/results/nightly_score.md`` and ``.json``.
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import os
 import shutil
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import RESULT_PREFIX, machine_info, machine_line, package_versions, run_measured
+from _measure import RESULTS as RESULTS_DIR
+from _measure import (
+    Measure,
+    emit,
+    machine_info,
+    machine_line,
+    package_versions,
+    run_measured,
+    write_markdown,
+)
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS_MD = HERE / "results" / "nightly_score.md"
-RESULTS_JSON = HERE / "results" / "nightly_score.json"
+RESULTS_MD = RESULTS_DIR / "nightly_score.md"
+RESULTS_JSON = RESULTS_DIR / "nightly_score.json"
 GB = 1e9
 MISSING_COLUMNS = ("f0", "f5", "f9")
 
 
-def _emit(result: dict[str, Any]) -> None:
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+_emit = emit
 
 
 def _self_cmd(child: str, **kwargs: Any) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--child", child,
             "--child-args", json.dumps(kwargs)]  # fmt: skip
-
-
-class PhaseRSS(threading.Thread):
-    """Peak summed RSS of this process and its children, per phase (sampled every 0.1 s)."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.peak = 0
-        self.stop = threading.Event()
-
-    @staticmethod
-    def now() -> int:
-        """The summed RSS of this process and its children, now."""
-        import psutil
-
-        me, total = psutil.Process(), 0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return total
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            self.peak = max(self.peak, self.now())
-            self.stop.wait(0.1)
-
-    def take(self) -> int:
-        """The peak since the last call (a phase shorter than a sample: its end), and
-        start over from the current RSS."""
-        current = self.now()
-        peak, self.peak = max(self.peak, current), current
-        return peak
 
 
 # -- children -------------------------------------------------------------------------
@@ -149,42 +123,34 @@ def child_phases(work: str) -> None:
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.parallel.placement import place
 
-    sampler = PhaseRSS()
-    sampler.start()
     phases: dict[str, dict[str, float]] = {}
-
-    def phase(name: str, tick: float) -> None:
-        phases[name] = {"seconds": round(time.perf_counter() - tick, 2),
-                        "peak_rss_gb": round(sampler.take() / GB, 3)}  # fmt: skip
-        print(f"  {name}: {phases[name]}", flush=True)
-
     model = str(Path(work) / "model.zarr")
-    tick = time.perf_counter()
-    forest = ProximityForest.load(model)
-    phase("load model", tick)
-    tick = time.perf_counter()
-    table = new_rows_table(forest, str(Path(work) / "new.parquet"), id_column="id")
-    phase("read new rows", tick)
-    tick = time.perf_counter()
-    # where the pipeline runs it: placement by the model's size (a LocalCluster when large)
-    with place(forest._fitted_cells() + int(table.X.size), {}) as where:
-        phase("start cluster" if where.client is not None else "placement (in process)", tick)
-        tick = time.perf_counter()
-        predicted = forest.predict(table)
-        phase("predict", tick)
-        tick = time.perf_counter()
-        forest.predict_proximity(table, "rfgap")
-        phase("proximity-weighted prediction", tick)
-        tick = time.perf_counter()
-        outlier_scores_new_rows(forest, table, labels=predicted)
-        phase("outlier scores (training reference + new rows)", tick)
-        tick = time.perf_counter()
-        X_train = training_features(model, forest)
-        phase("read training features", tick)
-        tick = time.perf_counter()
-        impute_rows(forest, table, X_train, method="rfgap")
-        phase("impute", tick)
-    sampler.stop.set()
+    with Measure("phases") as m, contextlib.ExitStack() as stack:
+        with m.phase("load model"):
+            forest = ProximityForest.load(model)
+        with m.phase("read new rows"):
+            table = new_rows_table(forest, str(Path(work) / "new.parquet"), id_column="id")
+        # where the pipeline runs it: placement by the model's size (a LocalCluster when large)
+        with m.phase("start cluster") as starting:
+            where = stack.enter_context(place(forest._fitted_cells() + int(table.X.size), {}))
+        if where.client is None:
+            starting["name"] = "placement (in process)"
+        with m.phase("predict"):
+            predicted = forest.predict(table)
+        with m.phase("proximity-weighted prediction"):
+            forest.predict_proximity(table, "rfgap")
+        with m.phase("outlier scores (training reference + new rows)"):
+            outlier_scores_new_rows(forest, table, labels=predicted)
+        with m.phase("read training features"):
+            X_train = training_features(model, forest)
+        with m.phase("impute"):
+            impute_rows(forest, table, X_train, method="rfgap")
+    for record in m.result["phases"]:
+        phases[record["name"]] = {
+            "seconds": round(record["wall_s"], 2),
+            "peak_rss_gb": round(record["peak_rss_tree_bytes"] / GB, 3),
+        }
+        print(f"  {record['name']}: {phases[record['name']]}", flush=True)
     _emit({"phases": phases})
 
 
@@ -245,7 +211,7 @@ def _summary(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--n-model", type=int, default=1_000_000)
     parser.add_argument("--n-new", type=int, default=100_000)
     parser.add_argument("--trees", type=int, default=100)
@@ -302,7 +268,7 @@ def main() -> None:
         "dense_cross_matrix_bytes": dense_bytes,
     }
     RESULTS_JSON.write_text(json.dumps(result, indent=2) + "\n")
-    RESULTS_MD.write_text(_markdown(result))
+    write_markdown(RESULTS_MD, _markdown(result))
     print(RESULTS_MD.read_text())
 
 

@@ -15,7 +15,6 @@ cloud object store's latency or bandwidth would give.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -31,6 +30,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _measure import parser as make_parser  # noqa: E402
+from _measure import write_markdown  # noqa: E402
 
 
 def request_kind(method: str, target: str) -> str:
@@ -188,7 +190,7 @@ def local_bytes(path: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--trees", type=int, default=100)
@@ -275,7 +277,7 @@ def main() -> None:
     }  # fmt: skip
     print(json.dumps(result, indent=2))
     if opts.out:
-        opts.out.write_text(markdown(result))
+        write_markdown(opts.out, markdown(result))
 
 
 #: Where requests go, grouped by the phase that mostly makes them.

@@ -39,7 +39,6 @@ leaves (rows routed by chunks), application (outlier scores) and write, or both 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -53,6 +52,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _measure import parser as make_parser  # noqa: E402
+from _measure import write_markdown  # noqa: E402
+
 ROOT = HERE.parent
 GB = 1e9
 FEATURES = 20
@@ -182,7 +185,6 @@ def run_one(config: str, source: str, work: str, trees: int, result: str) -> Non
 
 
 def measure(cmd: list[str]) -> dict[str, Any]:
-    sys.path.insert(0, str(HERE))
     from rss_by_process import sample
 
     return sample(cmd)
@@ -241,7 +243,7 @@ def _neighbors_runs(rows: int, folder: Path, where: Path, keep: int = 5) -> list
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--before", action="store_true", help="also today's in-memory path")
@@ -376,13 +378,14 @@ def main() -> None:
                 shutil.rmtree(where, ignore_errors=True)
     if args.out and args.append and args.out.exists():
         previous = args.out.read_text().rstrip("\n")
-        args.out.write_text(
+        write_markdown(
+            args.out,
             previous
             + "\n"
             + "\n".join(lines)
             + f"\n\n(rows above appended {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: "
             f"`python benchmarks/bench_out_of_core.py {' '.join(sys.argv[1:])}`, load before: "
-            f"{load_before})\n"
+            f"{load_before})\n",
         )
     elif args.out:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -404,7 +407,7 @@ def main() -> None:
             "| configuration | rows | exit | wall (s) | driver | worker (max) | tree | phases |",
             "|---|---:|---:|---:|---:|---:|---:|---|",
         ]
-        args.out.write_text("\n".join(head + lines) + "\n")
+        write_markdown(args.out, "\n".join(head + lines) + "\n")
 
 
 if __name__ == "__main__":

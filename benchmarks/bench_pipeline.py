@@ -26,7 +26,6 @@ and ``pipeline.json``.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import json
@@ -41,10 +40,19 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import GB, machine_info, package_versions, run_measured
+from _measure import (
+    GB,
+    descendants,
+    machine_info,
+    package_versions,
+    run_measured,
+    write_markdown,
+)
+from _measure import RESULTS as RESULTS_DIR
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = RESULTS_DIR
 SCENARIOS = ("clean", "worker killed in fit", "worker killed in tiles")
 
 
@@ -70,7 +78,7 @@ def write_pipeline(data: Path, out: Path, trees: int, path: Path) -> Path:
         "proximity: {method: original}\n"
         "impute: {out: imputed.parquet, iterations: 3}\n"
         "outliers: {out: outliers.csv}\n"
-        f"output: {{dir: {out}, store: run.zarr}}\n"
+        f"output: {{dir: {out}, store: run.zarr}}\n",
     )
     return path
 
@@ -89,12 +97,8 @@ class Killer(threading.Thread):
     def workers(self) -> list[Any]:
         import psutil
 
-        try:
-            procs = psutil.Process(self.parent_pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
         out = []
-        for p in procs:
+        for p in descendants(self.parent_pid):
             try:
                 cmd = " ".join(p.cmdline())
             except psutil.Error:
@@ -182,7 +186,7 @@ def scenario(name: str, pipeline: Path, out: Path, wd: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dfpipe"))
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     (RESULTS / "pipeline.json").write_text(
         json.dumps({"meta": meta, "runs": runs}, indent=2, default=str)
     )
-    (RESULTS / "pipeline.md").write_text(render(meta, runs))
+    write_markdown((RESULTS / "pipeline.md"), render(meta, runs))
     print((RESULTS / "pipeline.md").read_text())
     shutil.rmtree(wd, ignore_errors=True)
 

@@ -20,7 +20,6 @@ against.  ProximityForest runs in this process (``execution("synchronous")``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -32,6 +31,11 @@ from sklearn.model_selection import train_test_split
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _measure import DATA as SHARED_DATA  # noqa: E402
+from _measure import RESULTS as RESULTS_DIR  # noqa: E402
+from _measure import parser as make_parser  # noqa: E402
+from _measure import write_markdown  # noqa: E402
+
 sys.path.insert(0, str(HERE.parent))
 
 from bench_impute import SETS, load  # noqa: E402
@@ -59,11 +63,11 @@ def one_set(X: np.ndarray, y: np.ndarray, seeds: int, trees: int) -> dict[str, l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=HERE.parent.parent / "shared" / "data")
+    parser = make_parser(__doc__)
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trees", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "predict.md")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "predict.md")
     args = parser.parse_args()
     rows, raw = [], {}
     for ds in SETS:
@@ -100,7 +104,7 @@ def main() -> None:
         f"{np.max(np.abs(oob)):.2f}.",
         "",
     ]
-    args.out.write_text("\n".join(lines))
+    write_markdown(args.out, "\n".join(lines))
     args.out.with_suffix(".json").write_text(json.dumps(raw, indent=1))
     print("\n".join(lines))
 

@@ -56,12 +56,15 @@ from _measure import (
     machine_info,
     package_versions,
     run_measured,
+    write_markdown,
 )
+from _measure import RESULTS as RESULTS_DIR
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS_MD = HERE / "results" / "proximity.md"
-RESULTS_JSON = HERE / "results" / "proximity.json"
+RESULTS_MD = RESULTS_DIR / "proximity.md"
+RESULTS_JSON = RESULTS_DIR / "proximity.json"
 N_FEATURES = 20
 GB = 1e9
 #: Goals (issue 14): n = 20k no slower than forestgeom end to end; n = 100k within
@@ -1057,7 +1060,7 @@ def _run_label(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument(
         "--sizes",
         default="5000,20000,100000",
@@ -1138,7 +1141,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.render_only:
         saved = json.loads(RESULTS_JSON.read_text())
-        RESULTS_MD.write_text(render(saved["results"], saved["meta"]))
+        write_markdown(RESULTS_MD, render(saved["results"], saved["meta"]))
         print(f"wrote {RESULTS_MD.relative_to(ROOT)}", flush=True)
         return
 
@@ -1188,7 +1191,7 @@ def main(argv: list[str] | None = None) -> None:
         res["run"] = _run_label(meta)
         measured_now.append(res)
         results = sorted([*earlier, *measured_now], key=lambda r: r["n"])
-        RESULTS_MD.write_text(render(results, meta))
+        write_markdown(RESULTS_MD, render(results, meta))
         RESULTS_JSON.write_text(
             json.dumps({"meta": meta, "results": results}, indent=1, default=str)
         )

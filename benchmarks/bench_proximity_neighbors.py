@@ -41,12 +41,21 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import RESULT_PREFIX, machine_info, machine_line, package_versions, run_measured
+from _measure import (
+    RESULT_PREFIX,
+    machine_info,
+    machine_line,
+    package_versions,
+    run_measured,
+    write_markdown,
+)
+from _measure import RESULTS as RESULTS_DIR
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS_MD = HERE / "results" / "proximity_neighbors.md"
-RESULTS_JSON = HERE / "results" / "proximity_neighbors.json"
+RESULTS_MD = RESULTS_DIR / "proximity_neighbors.md"
+RESULTS_JSON = RESULTS_DIR / "proximity_neighbors.json"
 GB = 1e9
 #: Goals (issue 24).
 GOAL_RATIO_N, GOAL_RATIO, GOAL_RSS_GB = 100_000, 0.35, 1.5
@@ -270,7 +279,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--sizes", default="20000,100000,1000000")
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--k", type=int, default=50)
@@ -307,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         results.append(bench_size(n, args))
         RESULTS_JSON.write_text(json.dumps({"meta": meta, "results": results}, indent=1,
                                            default=str))  # fmt: skip
-        RESULTS_MD.write_text(render(results, meta))
+        write_markdown(RESULTS_MD, render(results, meta))
     print(f"wrote {RESULTS_MD.relative_to(ROOT)}", flush=True)
 
 

@@ -40,10 +40,18 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import GB, machine_info, package_versions, run_measured
+from _measure import (
+    GB,
+    machine_info,
+    package_versions,
+    run_measured,
+    write_markdown,
+)
+from _measure import RESULTS as RESULTS_DIR
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = RESULTS_DIR
 #: Hand-written observations appended to the table (kept across reruns).
 NOTES = RESULTS / "scale_notes.md"
 
@@ -164,7 +172,7 @@ def merge_previous(runs: list[dict], previous: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--trees", type=int, help="default: the imputer's; 100 elsewhere")
     parser.add_argument("--kind", choices=["random-forest", "extra-trees"])
@@ -242,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     (RESULTS / "scale.json").write_text(
         json.dumps({"meta": meta, "runs": runs}, indent=2, default=str)
     )
-    (RESULTS / "scale.md").write_text(render(meta, runs))
+    write_markdown((RESULTS / "scale.md"), render(meta, runs))
     print((RESULTS / "scale.md").read_text())
     shutil.rmtree(wd, ignore_errors=True)
 

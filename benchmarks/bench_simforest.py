@@ -20,12 +20,10 @@ similarities; 4 edit distance between DNA sequences; 5 bootstrap on/off
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -50,8 +48,14 @@ from distforest.kernels.simfetch import (
 )
 from distforest.kernels.simtrees import SimTreeParams, grow_forest, grow_tree, predict_forest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import DATA as SHARED_DATA
+from _measure import RESULTS as RESULTS_DIR
+from _measure import driver_peak_bytes
+from _measure import parser as make_parser
+
 HERE = Path(__file__).resolve().parent
-DATA = Path(os.environ.get("DISTFOREST_DATA", HERE.parents[1] / "shared" / "data"))
+DATA = SHARED_DATA
 if not DATA.exists():
     DATA = Path("/work/shared/data")
 GAMMAS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # times 1 / n_features
@@ -370,7 +374,7 @@ def part_scale(sizes, n_trees):
             "evaluations_over_n_log2_n": float(np.mean(evals) / (n * math.log2(n))),
             "nodes": summary(nodes),
             "max_depth": summary(depth),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mb": driver_peak_bytes() / 2**20,
         }
         print(n, out[str(n)], flush=True)
     return out
@@ -519,14 +523,14 @@ def render(result: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--parts", default="1,2,3,4,6")
     ap.add_argument("--edit-objects", type=int, default=1500)
     ap.add_argument("--edit-reps", type=int, default=5)
     ap.add_argument("--scale-sizes", default="10000,100000")
-    ap.add_argument("--out", default=str(HERE / "results" / "simforest.json"))
+    ap.add_argument("--out", default=str(RESULTS_DIR / "simforest.json"))
     ap.add_argument("--render", help="only print the markdown tables of this JSON result")
     args = ap.parse_args()
     if args.render:

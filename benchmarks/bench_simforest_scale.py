@@ -49,10 +49,21 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import GB, RESULT_PREFIX, machine_info, machine_line, package_versions, run_measured
+from _measure import (
+    GB,
+    RESULT_PREFIX,
+    machine_info,
+    machine_line,
+    package_versions,
+    run_measured,
+    tree_rss_now,
+    write_markdown,
+)
+from _measure import RESULTS as RESULTS_DIR
+from _measure import parser as make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = RESULTS_DIR
 GAMMA = 0.2
 N_FEATURES = 5
 N_CLASSES = 3
@@ -98,20 +109,6 @@ def tree_stats(trees: list[Any], n: int) -> dict[str, Any]:
         "depth_mean": float(depth.mean()),
         "depth_max": int(depth.max()),
     }
-
-
-def tree_rss() -> int:
-    """Summed RSS of this process and its descendants (the driver and its Dask workers)."""
-    import psutil
-
-    me = psutil.Process()
-    total = 0
-    for p in [me, *me.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 def report(result: dict[str, Any]) -> None:
@@ -260,7 +257,7 @@ def child_stored(n: int, trees: int, workers: int, path: Path) -> None:
     check_io = {k: v - io0[k] for k, v in proc_io().items()}
     client = start_cluster(workers)
     warm_up(client)
-    idle_rss = tree_rss()
+    idle_rss = tree_rss_now()
     w0 = client.run(proc_io)
     io0, t0 = proc_io(), time.perf_counter()
     forest = SimilarityForestClassifier(n_estimators=trees, random_state=0)
@@ -289,7 +286,7 @@ def stage(name: str, argv: list[str], workdir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)
@@ -307,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.render:
         saved = json.loads((RESULTS / "simforest_scale.json").read_text())
-        write_markdown(saved["meta"], saved["runs"])
+        write_report(saved["meta"], saved["runs"])
         return
     if args.child:
         kind, *rest = args.child
@@ -352,17 +349,17 @@ def main(argv: list[str] | None = None) -> None:
     done = {r["stage"] for r in runs}
     runs = [r for r in previous if r["stage"] not in done] + runs
     out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=2, default=str))
-    write_markdown(meta, runs)
+    write_report(meta, runs)
     shutil.rmtree(wd, ignore_errors=True)
 
 
-def write_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+def write_report(meta: dict[str, Any], runs: list[dict[str, Any]]) -> None:
     """The tables, followed by the hand-written reading of the previous file (kept)."""
     md = RESULTS / "simforest_scale.md"
     reading = ""
     if md.exists() and READING in md.read_text():
         reading = md.read_text()[md.read_text().index(READING) :]
-    md.write_text(render(meta, runs) + ("\n" + reading if reading else ""))
+    write_markdown(md, render(meta, runs) + ("\n" + reading if reading else ""))
     print(md.read_text())
 
 

@@ -24,16 +24,13 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +38,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _measure import machine_info  # noqa: E402
+from _measure import RESULTS as RESULTS_DIR  # noqa: E402
+from _measure import (  # noqa: E402
+    machine_info,
+    run_timed,
+    write_markdown,
+)
+from _measure import parser as make_parser  # noqa: E402
 from bench_startup import extract, git  # noqa: E402
 
 BC = str(ROOT / "distforest" / "data" / "breast_cancer.csv")
@@ -147,12 +150,7 @@ def run_all(tree: Path, scratch: Path, data: Data) -> dict[str, tuple[float, flo
     out = {}
     for label, cmd in commands(data).items():
         argv = [sys.executable, "-m", "distforest", *cmd.format(o=scratch).split()]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        r = subprocess.run(argv, env=env, cwd=scratch, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        r, wall, cpu = run_timed(argv, env=env, cwd=scratch, capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"{label} failed ({r.returncode}): {r.stderr[-1500:]}")
         out[label] = (wall, cpu, CLUSTER_LINE in r.stderr)
@@ -176,8 +174,9 @@ def counting(**kw):
 cluster.connect = counting
 from sklearn.utils.estimator_checks import check_estimator
 import distforest
-import resource
-start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+sys.path.insert(0, {benchmarks!r})
+from _measure import cpu_seconds
+start, cpu = time.perf_counter(), cpu_seconds()
 # SMERF's fit takes (X, D): the checks that fit it with a 1-D y are listed in the suite
 sys.path.insert(0, {tests!r})
 from test_estimator_contract import SMERF_NOT_APPLICABLE
@@ -191,8 +190,7 @@ try:
         f" ({{xfailed}} listed as not applicable)" if xfailed else "")
 except Exception as exc:
     outcome = type(exc).__name__ + ": " + str(exc).splitlines()[0][:120]
-now = resource.getrusage(resource.RUSAGE_SELF)
-used = now.ru_utime - cpu.ru_utime + now.ru_stime - cpu.ru_stime
+used = cpu_seconds() - cpu
 print("RESULT", time.perf_counter() - start, used, len(started), outcome)
 """
 
@@ -226,7 +224,7 @@ def check_estimators(tree: Path, timeout: float) -> dict[str, tuple[float, float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--base", help="commit to compare with (e.g. the branch point)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
@@ -242,7 +240,7 @@ def main() -> None:
         help="also time check_estimator on every estimator (once per variant)",
     )
     parser.add_argument("--checks-timeout", type=float, default=300.0)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "small_commands.md")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "small_commands.md")
     args = parser.parse_args()
     data = TABLES[args.table]
     with tempfile.TemporaryDirectory(prefix="bench-small-") as tmp:
@@ -334,7 +332,7 @@ def main() -> None:
                 cells += [f"{seconds:.1f}", f"{cpu:.1f}" if cpu >= 0 else "-",
                           str(clusters) if clusters >= 0 else "-", outcome]  # fmt: skip
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    args.out.write_text("\n".join(lines) + "\n")
+    write_markdown(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 
 

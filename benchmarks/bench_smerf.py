@@ -6,7 +6,14 @@ Run by hand, never in CI, from the repository root on a committed tree::
     python benchmarks/bench_smerf.py links [--reps 5] [--trees 100]
     python benchmarks/bench_smerf.py speed [--sizes 2000,5000,20000] [--trees 100]
                                            [--predict-rows 5000]
+    python benchmarks/bench_smerf.py stored [--input stored,memory] [--rows 6000]
+                                            [--features 20] [--trees 20]
     python benchmarks/bench_smerf.py render      # tables + plots from the JSON
+
+(or ``python -m benchmarks smerf PART [options]``).  ``stored`` measures the
+driver's memory of a fit by input kind (``--input``: a folder of Parquet parts
+ingested into a run store, or a DataFrame in memory) and writes
+``benchmarks/results/smerf_stored.{json,md}``.
 
 Writes ``benchmarks/results/smerf.json`` (every part keeps its own key) and
 the generated tables of ``benchmarks/results/smerf.md``; plots go to
@@ -43,11 +50,10 @@ the swiss roll also an Isomap-style geodesic distance (shortest paths in the
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -63,10 +69,19 @@ from sklearn.neighbors import kneighbors_graph
 
 from distforest import SMERF, execution
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import RESULTS as RESULTS_DIR
+from _measure import (
+    Measure,
+    write_markdown,
+    write_result,
+)
+from _measure import parser as make_parser
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "results" / "smerf.json"
-REPORT = HERE / "results" / "smerf.md"
+RESULTS = RESULTS_DIR / "smerf.json"
+REPORT = RESULTS_DIR / "smerf.md"
 SETTINGS = ("regression", "bilinear", "radial", "swissroll")
 SIZES = (20, 40, 80, 160, 320)
 N_TEST = 200
@@ -281,9 +296,9 @@ def _speed_child(n: int, trees: int, workers: int, tile: int, out: str, pred_row
     ``fit`` checks it block by block and each worker reads it once (SMERF grows
     trees on D in memory, in each worker).
     Prediction: ``pred_rows`` new rows against the n training rows.
-    Peak RSS: of all processes together, and of each process on its own.
+    Peak RSS: of all processes together, and of each process on its own
+    (:class:`_measure.Measure`).
     """
-    import psutil
     import zarr
     from distributed import Client, LocalCluster
 
@@ -297,64 +312,29 @@ def _speed_child(n: int, trees: int, workers: int, tile: int, out: str, pred_row
         block = r[start : start + tile, None] - r[None, :]
         arr[start : start + tile] = (block**2).astype(np.float32)
     del block
-    peak = [0]
-    per_process: dict[int, int] = {}
-
-    def sample(procs: list[Any]) -> None:
-        total = 0
-        for p in procs:
-            try:
-                rss = p.memory_info().rss
-            except psutil.Error:
-                continue
-            total += rss
-            per_process[p.pid] = max(per_process.get(p.pid, 0), rss)
-        peak[0] = max(peak[0], total)
-
-    import threading
-
-    stop = threading.Event()
-    me = psutil.Process()
-
-    def loop() -> None:
-        while not stop.is_set():
-            sample([me, *me.children(recursive=True)])
-            time.sleep(0.2)
-
-    def cpu() -> float:
-        """CPU seconds (user + system) of this process and the workers so far."""
-        total = 0.0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as lc:
-        with Client(lc) as client:
-            t0, c0 = time.perf_counter(), cpu()
-            model = SMERF(n_estimators=trees, random_state=0).set_execution(client).fit(X, d_path)
-            fit_s, fit_cpu = time.perf_counter() - t0, cpu() - c0
-            Q = rng.uniform(-1, 1, size=(min(n, pred_rows), 20))
-            t0, c0 = time.perf_counter(), cpu()
-            model.predict_distance(Q, store=out, tile_size=tile, overwrite=True)
-            pred_s, pred_cpu = time.perf_counter() - t0, cpu() - c0
-    stop.set()
-    thread.join()
-    print(json.dumps({"n": n, "trees": trees, "workers": workers, "fit_seconds": fit_s,
-                      "predict_seconds": pred_s, "pred_rows": Q.shape[0],
-                      "fit_cpu_seconds": fit_cpu, "predict_cpu_seconds": pred_cpu,
-                      "cells_per_second": Q.shape[0] * n / pred_s, "d_source": "zarr",
-                      "peak_rss_bytes": peak[0], "tile_size": tile,
-                      "max_rss_driver_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "peak_rss_driver_bytes": per_process.get(me.pid, 0),
+    with Measure("speed") as m:
+        with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as lc:
+            with Client(lc) as client:
+                with m.phase("fit") as fit:
+                    model = SMERF(n_estimators=trees, random_state=0).set_execution(client)
+                    model.fit(X, d_path)
+                Q = rng.uniform(-1, 1, size=(min(n, pred_rows), 20))
+                with m.phase("predict") as pred:
+                    model.predict_distance(Q, store=out, tile_size=tile, overwrite=True)
+    r = m.result
+    processes = r["processes"]
+    driver = next(p for p in processes if p["role"] == "driver")
+    cpu = {p["name"]: p["cpu_s"] for p in r["phases"]}
+    print(json.dumps({"n": n, "trees": trees, "workers": workers, "fit_seconds": fit["wall_s"],
+                      "predict_seconds": pred["wall_s"], "pred_rows": Q.shape[0],
+                      "fit_cpu_seconds": cpu["fit"], "predict_cpu_seconds": cpu["predict"],
+                      "cells_per_second": Q.shape[0] * n / pred["wall_s"], "d_source": "zarr",
+                      "peak_rss_bytes": r["peak_rss_tree_bytes"], "tile_size": tile,
+                      "max_rss_driver_kb": r["driver_peak_bytes"] // 1024,
+                      "peak_rss_driver_bytes": driver["peak_bytes"],
                       "peak_rss_other_bytes": sorted(
-                          (v for k, v in per_process.items() if k != me.pid), reverse=True),
-                      }))  # fmt: skip
+                          (p["peak_bytes"] for p in processes if p is not driver), reverse=True),
+                      "phases": r["phases"]}))  # fmt: skip
 
 
 def run_speed(sizes: tuple[int, ...], trees: int, workers: int, pred_rows: int,
@@ -374,6 +354,66 @@ def run_speed(sizes: tuple[int, ...], trees: int, workers: int, pred_rows: int,
         print(f"speed n={n}: {row}", file=sys.stderr, flush=True)
         save({"rows": rows})
     return {"rows": rows}
+
+
+# -- the fit's driver memory by input kind ------------------------------------------------
+
+
+def run_stored(inputs: list[str], n: int, d: int, trees: int) -> list[dict[str, Any]]:
+    """Driver memory of a SMERF fit from a folder of Parquet parts (``stored``) or in memory.
+
+    A 2-worker LocalCluster (one thread each) runs every fit; D is a ``.npy``
+    file, read once by each worker.  Per input kind: the fit's wall time, the
+    driver's and the process tree's peak RSS during ``fit`` (the ingest runs
+    before it), and the sizes of what the fitted model keeps on the driver
+    (the forest's node columns and leaf members) or in the store.
+    """
+    import tempfile
+
+    import pandas as pd
+    from distributed import Client, LocalCluster
+
+    from distforest.io.distances import load_distances
+    from distforest.store.inputs import ingest
+
+    rng = np.random.default_rng(0)
+    X = np.round(rng.uniform(-1, 1, (n, d)), 6)
+    g = X[:, 0] ** 2 + X[:, 1]
+    work = tempfile.mkdtemp(prefix="bench-smerf-stored-")
+    np.save(f"{work}/D.npy", ((g[:, None] - g[None, :]) ** 2 / 2).astype(np.float32))
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(d)])
+    os.mkdir(f"{work}/parts")
+    for k, cut in enumerate(np.array_split(np.arange(n), 5)):
+        frame.iloc[cut].to_parquet(f"{work}/parts/p{k}.parquet")
+    rows = []
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        Measure("smerf stored") as m,
+    ):
+        dist = load_distances(f"{work}/D.npy", n=n)
+        with execution(client), client.as_current():
+            SMERF(n_estimators=2).fit(frame.iloc[:300], np.zeros((300, 300), np.float32))  # warm
+            for kind in inputs:
+                data: Any = frame
+                if kind == "stored":
+                    data = ingest(f"{work}/parts", f"{work}/run.zarr", allow_missing=False,
+                                  dtype=np.float64)  # fmt: skip
+                with m.phase(f"fit {kind}") as phase:
+                    model = SMERF(n_estimators=trees, random_state=0).fit(data, dist)
+                f = model.forest_
+                rows.append({
+                    "input": kind, "rows": n, "features": d, "trees": trees,
+                    "fit_s": round(phase["wall_s"], 1),
+                    "driver_peak_mb": round(phase["peak_rss_driver_bytes"] / 1e6),
+                    "tree_peak_mb": round(phase["peak_rss_tree_bytes"] / 1e6),
+                    "forest_nodes_mb": round(sum(v.nbytes for v in f.nodes.values()) / 1e6, 1),
+                    "leaf_members_mb": round(f.leaf_members.nbytes / 1e6, 1),
+                    "leaves_inbag_mb": round((model.leaves_.nbytes + model.inbag_.nbytes) / 1e6, 2),
+                    "leaves_kind": type(model.leaves_).__name__,
+                })  # fmt: skip
+                print(rows[-1], file=sys.stderr, flush=True)
+    return rows
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -526,8 +566,9 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("simulations", "links", "speed", "render", "_speed"))
+    parser = make_parser(__doc__)
+    parser.add_argument("part", choices=("simulations", "links", "speed", "stored", "render",
+                                         "_speed"))  # fmt: skip
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--sizes", default=None)
@@ -535,7 +576,24 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--predict-rows", type=int, default=5000,
                         help="speed: new rows predicted against the n training rows")  # fmt: skip
+    parser.add_argument(
+        "--input",
+        default="stored,memory",
+        help="stored: the input kinds to fit from, of stored (a folder of "
+        "Parquet parts ingested into a run store) and memory (a DataFrame)",
+    )
+    parser.add_argument("--rows", type=int, default=6000, help="stored: rows")
+    parser.add_argument("--features", type=int, default=20, help="stored: features")
     args = parser.parse_args()
+    if args.part == "stored":
+        kinds = [k for k in args.input.split(",") if k]
+        if not kinds or set(kinds) - {"stored", "memory"}:
+            parser.error(f"--input {args.input!r}: give stored, memory or stored,memory")
+        rows = run_stored(kinds, args.rows, args.features, args.trees)
+        notes = inspect.cleandoc(run_stored.__doc__ or "").split("\n\n", 1)[1]
+        title = "SMERF: the fit's driver memory by input kind"
+        write_result("smerf_stored", rows, title=title, notes=notes)
+        return
     if args.part == "_speed":
         _speed_child(args.n, args.trees, args.workers, 1024, "/tmp/smerf_speed_prediction.zarr",
                      args.predict_rows)  # fmt: skip
@@ -565,7 +623,7 @@ def main() -> None:
         run_speed(sizes, args.trees, args.workers, args.predict_rows, save)
     if args.part not in ("render", "speed"):
         _write(data, args.part)
-    REPORT.write_text(render(data) + _notes())
+    write_markdown(REPORT, render(data) + _notes())
 
 
 def _write(data: dict[str, Any], part: str) -> None:
@@ -573,7 +631,7 @@ def _write(data: dict[str, Any], part: str) -> None:
     data[part]["about"] = _about()
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=1) + "\n")
-    REPORT.write_text(render(data) + _notes())
+    write_markdown(REPORT, render(data) + _notes())
 
 
 def _notes() -> str:

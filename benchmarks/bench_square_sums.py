@@ -13,8 +13,9 @@ that both give the same floats.
 
 from __future__ import annotations
 
-import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,9 +23,13 @@ import pandas as pd
 from distforest import ProximityForest, execution
 from distforest.forests import square_sums as ss
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import parser as make_parser
+from _measure import write_result
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = make_parser(__doc__)
     parser.add_argument("table")
     parser.add_argument("--target", default="label")
     parser.add_argument("--n", type=int, default=200_000)
@@ -49,12 +54,16 @@ def main() -> None:
         t_walk = time.perf_counter() - start
     assert np.array_equal(pairs, walk)
     rows = ss.pair_rows(args.n, args.trees)
-    print(f"n={args.n:,} trees={args.trees} max_samples={args.max_samples}")
-    print(f"co-leaf events {events:.3g} (estimate {estimate:.3g}, skew counted "
-          f"{ss.COLEAF_SKEW}: true/estimate {events / estimate:.2f})")  # fmt: skip
-    print(f"tree-pairs {t_pairs:.1f} s wall: {t_pairs / rows:.3g} s a pair row")
-    print(f"leaf-mates {t_walk:.1f} s wall: {t_walk / events:.3g} s an event")
-    print(f"chosen: {ss.choose_method(args.n, forest.node_counts_)}")
+    n = len(codes)
+    rows = ss.pair_rows(n, args.trees)
+    chosen = ss.choose_method(n, forest.node_counts_)
+    row = {"rows": n, "trees": args.trees, "max_samples": args.max_samples,
+           "co-leaf events": events, "estimate": estimate, "true/estimate": events / estimate,
+           "tree-pairs s": t_pairs, "s a pair row": t_pairs / rows, "leaf-mates s": t_walk,
+           "s an event": t_walk / events, "chosen": chosen}  # fmt: skip
+    _, md = write_result("square_sums", [row], title="Sums of squared proximities: both methods",
+                         notes=f"Skew counted in the estimate: {ss.COLEAF_SKEW}.")  # fmt: skip
+    print(md.read_text())
 
 
 if __name__ == "__main__":

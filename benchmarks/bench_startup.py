@@ -21,10 +21,8 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -37,7 +35,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _measure import machine_info  # noqa: E402
+from _measure import RESULTS as RESULTS_DIR  # noqa: E402
+from _measure import (  # noqa: E402
+    machine_info,
+    run_timed,
+    write_markdown,
+)
+from _measure import parser as make_parser  # noqa: E402
 
 DATA = ROOT / "distforest" / "data" / "breast_cancer.csv"
 DISTFOREST = Path(sys.executable).parent / "distforest"  # the console script of this venv
@@ -62,14 +66,9 @@ def run_once(argv: list[str], pythonpath: Path, scratch: Path) -> tuple[float, f
     out = scratch / f"p-{time.monotonic_ns()}.zarr"
     argv = [a.replace("{out}", str(out)) for a in argv]
     env = {**os.environ, "PYTHONPATH": str(pythonpath), "PYTHONWARNINGS": "ignore"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(argv, env=env, cwd=scratch, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)  # fmt: skip
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _, wall, cpu = run_timed(argv, env=env, cwd=scratch, check=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
     shutil.rmtree(out, ignore_errors=True)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
 
 
@@ -87,10 +86,10 @@ def extract(ref: str, into: Path) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = make_parser(__doc__)
     parser.add_argument("--base", help="commit to compare with (e.g. the branch point)")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "startup.md")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "startup.md")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
@@ -155,7 +154,7 @@ def main() -> None:
     for (label, variant), runs in times.items():
         text = ", ".join(f"{w:.2f}/{c:.2f}" for w, c in runs)
         lines.append(f"- `{label}` [{variant}]: {text}")
-    args.out.write_text("\n".join(lines) + "\n")
+    write_markdown(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -27,7 +27,6 @@ Prints one JSON line with every number (and ``uptime`` before and after).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -39,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_proximity as bp
+from _measure import parser as make_parser
 
 
 def _uptime() -> str:
@@ -67,10 +67,9 @@ def fitted_store(wd: Path, n: int, trees: int) -> Path:
 
 
 def _worker_cpu() -> float:
-    import psutil
+    from _measure import cpu_seconds
 
-    t = psutil.Process().cpu_times()
-    return t.user + t.system
+    return cpu_seconds()
 
 
 def _fresh_copy(fitted: Path, run: Path) -> Any:
@@ -169,7 +168,7 @@ def one_tile(run: Path, n: int, tile: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--tile", type=int, default=2048)

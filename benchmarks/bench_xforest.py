@@ -6,6 +6,9 @@ kept until it is run again) and ``benchmarks/results/xforest.md``::
     python benchmarks/bench_xforest.py                       # every part
     python benchmarks/bench_xforest.py --parts accuracy,sweeps
     python benchmarks/bench_xforest.py --parts scale --scale-sizes 25000,50000
+    python benchmarks/bench_xforest.py --parts stored --input stored,memory --stored-rows 200000
+
+(or ``python -m benchmarks xforest [options]``).
 
 Parts:
 
@@ -19,12 +22,16 @@ Parts:
 - ``scale``: dense beta-similarity of n rows and T = 200 trees written to Zarr
   by the estimator on a LocalCluster (2 workers), in its own process: wall time,
   peak RSS of the process tree; plus the tile kernel's pair-tree throughput.
+- ``stored`` (only when named): the driver's memory of a fit by input kind
+  (``--input``: a Parquet folder ingested into a run store, or read by pandas
+  into memory); writes ``benchmarks/results/xforest_stored.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import inspect
 import json
 import os
 import shutil
@@ -38,10 +45,21 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import GB, RESULT_PREFIX, machine_info, package_versions, run_measured
+from _measure import (
+    GB,
+    RESULT_PREFIX,
+    RESULTS,
+    Measure,
+    emit,
+    machine_info,
+    package_versions,
+    run_measured,
+    write_markdown,
+    write_result,
+)
+from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
 JSON_PATH = RESULTS / "xforest.json"
 MD_PATH = RESULTS / "xforest.md"
 PARTS = ("accuracy", "sweeps", "build", "scale")
@@ -528,6 +546,84 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def part_stored(inputs: list[str], rows: int, features: int, trees: int, workdir: Path
+                ) -> list[dict[str, Any]]:  # fmt: skip
+    """X-Forest fitted from a Parquet folder (``stored``) or in memory: the driver's memory.
+
+    Each input kind runs in its own process with a LocalCluster of two
+    single-thread workers: ``memory`` reads the folder with pandas, fits and
+    saves the forest to a store; ``stored`` ingests the folder into a run store
+    and fits from it (the trees, rows' arrays and nodes written by the tasks).
+    Reported: the read (or ingest) and fit seconds, the driver's peak RSS
+    during the fit and the process tree's.
+    """
+    import pandas as pd
+
+    folder = workdir / "stored" / "parts"
+    shutil.rmtree(folder.parent, ignore_errors=True)
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((rows, features)).astype(np.float32)
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(features)])
+    for k, cut in enumerate(np.array_split(np.arange(rows), 8)):
+        frame.iloc[cut].to_parquet(folder / f"part-{k}.parquet", index=False)
+    del X, frame
+    out = []
+    for kind in inputs:
+        cmd = [sys.executable, __file__, "--child-stored", kind, "--stored-trees", str(trees),
+               "--workdir", str(workdir)]  # fmt: skip
+        r = run_measured(cmd, workdir, f"stored-{kind}")
+        if r["returncode"] != 0:
+            raise SystemExit(f"the {kind} fit failed:\n{r['stderr_tail']}")
+        child = r["child"]
+        out.append({"input": kind, "rows": rows, "features": features, "trees": trees,
+                    "read_s": round(child["read_s"], 1), "fit_s": round(child["fit_s"], 1),
+                    "driver_peak_fit_mb": round(child["driver_peak_fit_bytes"] / 1e6),
+                    "driver_peak_mb": round(r["max_rss_single_bytes"] / 1e6)
+                    if "max_rss_single_bytes" in r else None,
+                    "tree_peak_mb": round(r["peak_rss_tree_bytes"] / 1e6)})  # fmt: skip
+    return out
+
+
+def stored_child(kind: str, trees: int, workdir: Path) -> None:
+    """One input kind of :func:`part_stored`, in this process."""
+    import pandas as pd
+    from distributed import Client, LocalCluster
+
+    from distforest import execution
+    from distforest.forests.xforest import XForest
+    from distforest.store.inputs import ingest
+
+    folder, work = workdir / "stored" / "parts", workdir / "stored"
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,  # fmt: skip
+        Client(cluster) as client,
+        execution(client=client),
+        Measure(f"xforest {kind}") as m,
+    ):
+        with m.phase("read") as read:
+            table: object = (ingest(str(folder), str(work / "run.zarr"), overwrite=True)
+                             if kind == "stored" else pd.read_parquet(folder))  # fmt: skip
+        with m.phase("fit") as fit:
+            forest = XForest(n_estimators=trees, random_state=0).fit(table)
+            if kind == "memory":
+                forest.save(str(work / "memory.zarr"))
+    emit(
+        {
+            "read_s": read["wall_s"],
+            "fit_s": fit["wall_s"],
+            "driver_peak_fit_bytes": fit["peak_rss_driver_bytes"],
+            "phases": m.result["phases"],
+        }
+    )
+
+
 def _stamp(part: dict[str, Any]) -> str:
     return (
         f"Run {part['date']} at commit {part.get('git', '?')} (took {part['seconds']:.0f} s); "
@@ -537,20 +633,53 @@ def _stamp(part: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default=",".join(PARTS))
+    parser = make_parser(__doc__)
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"of {', '.join(PARTS)} and stored (not run by default)",
+    )
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--sweep-seeds", type=int, default=3)
     parser.add_argument("--trees", type=int, default=1280)
     parser.add_argument("--scale-sizes", default="25000,50000")
     parser.add_argument("--scale-trees", type=int, default=200)
     parser.add_argument("--workdir", default="/tmp/xforest_bench")
+    parser.add_argument(
+        "--input",
+        default="stored,memory",
+        help="stored: the input kinds to fit from, of stored (a Parquet folder "
+        "ingested into a run store) and memory (pandas reads the folder)",
+    )
+    parser.add_argument("--stored-rows", type=int, default=200_000)
+    parser.add_argument("--stored-features", type=int, default=10)
+    parser.add_argument("--stored-trees", type=int, default=50)
     parser.add_argument("--child-scale", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child-stored", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     workdir = Path(args.workdir)
     if args.child_scale:
         scale_child(args.child_scale, args.scale_trees, workdir)
         return
+    if args.child_stored:
+        stored_child(args.child_stored, args.stored_trees, workdir)
+        return
+    if "stored" in args.parts.split(","):
+        kinds = [k for k in args.input.split(",") if k]
+        if not kinds or set(kinds) - {"stored", "memory"}:
+            parser.error(f"--input {args.input!r}: give stored, memory or stored,memory")
+        workdir.mkdir(parents=True, exist_ok=True)
+        rows = part_stored(kinds, args.stored_rows, args.stored_features, args.stored_trees,
+                           workdir)  # fmt: skip
+        write_result(
+            "xforest_stored",
+            rows,
+            title="X-Forest: the driver's memory by input kind",
+            notes=inspect.cleandoc(part_stored.__doc__ or "").split("\n\n", 1)[1],
+        )
+        args.parts = ",".join(p for p in args.parts.split(",") if p != "stored")
+        if not args.parts:
+            return
     results = json.loads(JSON_PATH.read_text()) if JSON_PATH.exists() else {}
     results["meta"] = {"machine": machine_info(), "versions": package_versions()}
     command = "python benchmarks/bench_xforest.py " + " ".join(argv or sys.argv[1:])
@@ -591,7 +720,7 @@ def main(argv: list[str] | None = None) -> None:
             }
             RESULTS.mkdir(exist_ok=True)
             JSON_PATH.write_text(json.dumps(results, indent=1, default=float))
-            MD_PATH.write_text(render(results))
+            write_markdown(MD_PATH, render(results))
             print(f"part {name} done in {results[name]['seconds']:.0f} s", flush=True)
     print(f"wrote {MD_PATH}")
 

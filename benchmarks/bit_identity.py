@@ -2,18 +2,17 @@
 
 Usage (from the repository root, on a committed tree)::
 
-    .venv/bin/python benchmarks/bit_identity.py 0f849da
+    python -m benchmarks bit_identity 0f849da
 
 Checks out the older commit in a temporary git worktree, runs each job with
 both trees (same venv, ``PYTHONPATH`` selecting the tree), compares every
 stored array (``done/`` records aside) or output file, and writes
-``benchmarks/results/bit_identity.md``.  Arrays are compared as readers see
+``benchmarks/results/bit_identity.{json,md}``.  Arrays are compared as readers see
 them: integer counts with a CF ``scale_factor`` (the proximity since
 schema_version 2) are decoded first, so a store of either layout compares by
 its values.
 """
 
-import datetime as _dt
 import json
 import os
 import subprocess
@@ -27,10 +26,13 @@ import zarr
 from distforest.io.matrices import decode
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _measure import commit, write_result  # noqa: E402
+from _measure import parser as make_parser  # noqa: E402
+
 PY = sys.executable
 BC = str(ROOT / "distforest" / "data" / "breast_cancer.csv")
 ION = str(ROOT / "distforest" / "data" / "ionosphere.csv")
-OLD_REV = sys.argv[1] if len(sys.argv) > 1 else "0f849da"
 
 
 def run(tree, out, args):
@@ -56,9 +58,6 @@ def arrays(store):
     return out
 
 
-base = Path(tempfile.mkdtemp(prefix="bitid-"))
-OLD = str(base / "old")
-subprocess.run(["git", "worktree", "add", "-q", "--detach", OLD, OLD_REV], cwd=ROOT, check=True)
 BC_ARGS = f"{BC} --target Class --drop Id"
 #: The breast-cancer features without the column with missing values (complete rows).
 BC_X = f"{BC} --drop Id --drop Class --drop Bare.nuclei"
@@ -152,41 +151,47 @@ def compare(a, b):
     }
 
 
-result = {}
-for name, commands in JOBS.items():
-    outs = {}
-    for tree in (OLD, str(ROOT)):
-        o = base / name / ("old" if tree == OLD else "new")
-        o.mkdir(parents=True)
-        distances(o)
-        for cmd in commands:
-            run(tree, o, cmd.format(o=o).split())
-        outs[tree] = o
-    result[name] = compare(outs[OLD], outs[str(ROOT)])
-    print(name, result[name]["identical"], flush=True)
-subprocess.run(["git", "worktree", "remove", "--force", OLD], cwd=ROOT, check=True)
-head = subprocess.run(
-    ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-).stdout.strip()
-lines = [
-    f"# Bit identity: {OLD_REV} vs {head}",
-    "",
-    f"- Date: {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')}",
-    f"- Command: `.venv/bin/python benchmarks/bit_identity.py {OLD_REV}`",
-    "",
-    "| job | identical | arrays and files compared | differ | only in old | only in new "
-    "| largest difference (absolute, relative) |",
-    "|---|---|---:|---|---|---|---|",
-]
-for name, r in result.items():
-    lines.append(
-        f"| {name} | {r['identical']} | {r['compared']} | "
-        f"{r.get('differ', '')} | {r.get('only_old', '')} | {r.get('only_new', '')} | "
-        + "; ".join(
-            f"{k}: {v[0]:.3g}, {v[1]:.3g}" if v else f"{k}: shapes differ"
-            for k, v in r["largest_difference"].items()
-        )
-        + " |"
-    )
-(ROOT / "benchmarks" / "results" / "bit_identity.md").write_text("\n".join(lines) + "\n")
-print(json.dumps(result, indent=1))
+def main(argv: list[str] | None = None) -> None:
+    parser = make_parser(__doc__)
+    parser.add_argument("old", nargs="?", default="0f849da", help="the older commit")
+    old_rev = parser.parse_args(argv).old
+    base = Path(tempfile.mkdtemp(prefix="bitid-"))
+    old = str(base / "old")
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", old, old_rev], cwd=ROOT,
+                   check=True)  # fmt: skip
+    result = {}
+    try:
+        for name, commands in JOBS.items():
+            outs = {}
+            for tree in (old, str(ROOT)):
+                o = base / name / ("old" if tree == old else "new")
+                o.mkdir(parents=True)
+                distances(o)
+                for cmd in commands:
+                    run(tree, o, cmd.format(o=o).split())
+                outs[tree] = o
+            result[name] = compare(outs[old], outs[str(ROOT)])
+            print(name, result[name]["identical"], flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", old], cwd=ROOT, check=True)
+    rows = [
+        {
+            "job": name,
+            "identical": r["identical"],
+            "arrays and files compared": r["compared"],
+            "differ": r.get("differ", ""),
+            "only in old": r.get("only_old", ""),
+            "only in new": r.get("only_new", ""),
+            "largest difference (absolute, relative)": "; ".join(
+                f"{k}: {v[0]:.3g}, {v[1]:.3g}" if v else f"{k}: shapes differ"
+                for k, v in r["largest_difference"].items()
+            ),
+        }
+        for name, r in result.items()
+    ]
+    write_result("bit_identity", rows, title=f"Bit identity: {old_rev} vs {commit()}", data=result)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,86 +3,54 @@
 Run by hand around one command (a ``distforest`` CLI call and its Dask
 workers), e.g.::
 
-    python benchmarks/rss_by_process.py --out /tmp/rss.json -- \\
+    python -m benchmarks rss_by_process --out /tmp/rss.json -- \\
         distforest -q impute data.parquet --target y --out imputed.parquet
 
 Prints (and writes with ``--out``) the wall time, the exit code, the peak of
 the summed RSS of the tree with the time it happened, and each process's own
 peak with its role: ``driver`` (the command itself), ``worker`` (a Dask
-worker process), ``nanny`` or ``other``.
+worker process), ``nanny`` or ``other``.  The measuring is
+:func:`_measure.run_measured`'s, as for every benchmark.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 from typing import Any
 
-SAMPLE_EVERY = 0.2
-GB = 1e9
-
-
-def role(cmdline: list[str], root: int, pid: int) -> str:
-    """What a process of the tree is, from its command line."""
-    text = " ".join(cmdline)
-    if pid == root:
-        return "driver"
-    if "spawn_main" in text or "multiprocessing" in text:
-        return "worker"
-    if "nanny" in text.lower():
-        return "nanny"
-    return "other"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import GB, parser, run_measured
 
 
 def sample(cmd: list[str]) -> dict[str, Any]:
     """Run ``cmd`` and follow the RSS of it and its descendants until it ends."""
-    import psutil
-
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd)
-    root = psutil.Process(proc.pid)
-    peaks: dict[int, dict[str, Any]] = {}
-    peak_sum, peak_at = 0, 0.0
-    while proc.poll() is None:
-        try:
-            procs = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            break
-        total = 0
-        for p in procs:
-            try:
-                rss = p.memory_info().rss
-                if p.pid not in peaks:
-                    peaks[p.pid] = {"role": role(p.cmdline(), proc.pid, p.pid), "peak_bytes": 0}
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            total += rss
-            peaks[p.pid]["peak_bytes"] = max(peaks[p.pid]["peak_bytes"], rss)
-        if total > peak_sum:
-            peak_sum, peak_at = total, time.perf_counter() - start
-        time.sleep(SAMPLE_EVERY)
+    with tempfile.TemporaryDirectory() as scratch:
+        r = run_measured(cmd, Path.cwd(), "rss", stderr_path=Path(scratch) / "stderr.txt")
     return {
         "command": cmd,
-        "returncode": proc.wait(),
-        "wall_s": time.perf_counter() - start,
-        "peak_tree_bytes": peak_sum,
-        "peak_tree_at_s": peak_at,
-        "processes": sorted(peaks.values(), key=lambda r: -r["peak_bytes"]),
+        "returncode": r["returncode"],
+        "wall_s": r["wall_s"],
+        "peak_tree_bytes": r["peak_rss_tree_bytes"],
+        "peak_tree_at_s": r["peak_rss_tree_at_s"],
+        "processes": r["processes"],
+        "load_start": r["load_start"],
+        "load_end": r["load_end"],
+        "foreign_cpu_s": r["foreign_cpu_s"],
     }
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="also write the summary here (JSON)")
-    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command")
-    args = parser.parse_args(argv)
+    p = parser(__doc__)
+    p.add_argument("--out", type=Path, help="also write the summary here (JSON)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command")
+    args = p.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        parser.error("give the command to measure after --")
+        p.error("give the command to measure after --")
     result = sample(cmd)
     per = ", ".join(f"{r['role']} {r['peak_bytes'] / GB:.2f}" for r in result["processes"][:6])
     print(f"exit {result['returncode']}, wall {result['wall_s']:.1f} s, peak tree "

@@ -87,6 +87,17 @@ def client() -> Iterator[Client]:
 
 
 @pytest.fixture(scope="session")
+def cluster_address(client: Client) -> str:
+    """The session cluster's scheduler address, for a CLI run that needs a cluster, any cluster.
+
+    ``--scheduler ADDRESS`` instead of ``--workers 2`` spares the run the start of a
+    LocalCluster of its own (two worker processes, seconds each on two cores); the
+    tests of ``--workers`` itself (the CLI's own LocalCluster) keep it.
+    """
+    return str(client.scheduler.address)
+
+
+@pytest.fixture(scope="session")
 def small_classification() -> tuple[np.ndarray, np.ndarray]:
     """300 x 8 three-class data with a few missing values."""
     from sklearn.datasets import make_classification

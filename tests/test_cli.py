@@ -183,8 +183,10 @@ def test_unreachable_scheduler_fails_fast(tmp_path):
     assert not (tmp_path / "x.zarr").exists()
 
 
-def test_outliers_mds_and_mislabels_commands(breast_cancer_csv, tmp_path):
-    common = ("--target", "Class", "--drop", "Id", "--trees", "30", "--workers", "2")
+def test_outliers_mds_and_mislabels_commands(breast_cancer_csv, tmp_path, cluster_address):
+    # on the session's cluster: --workers (the CLI's own LocalCluster) is
+    # test_proximity_end_to_end_on_bundled_data's and test_same_seed_same_matrix_from_the_cli's
+    common = ("--target", "Class", "--drop", "Id", "--trees", "30", "--scheduler", cluster_address)
     result = invoke("-q", "outliers", breast_cancer_csv, *common, "--out", tmp_path / "o.csv",
                     "--plot", tmp_path / "o.png")  # fmt: skip
     assert result.exit_code == 0, result.output

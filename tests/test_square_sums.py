@@ -169,16 +169,27 @@ def test_codes_of_a_forest_target_are_not_copied():
     assert _labels_or_one_class(y, y.size) is y
 
 
-def test_scores_in_place_equal_the_copying_ones():
-    from distforest.apps.outliers import scores_from_square_sums
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_scores_from_square_sums_equal_numpy_medians(monkeypatch, chunk):
+    """The chunked scores of sums held in memory (one chunk, or many) leave the input alone
+    and equal, bit for bit, ``(raw - np.median) / (1.4826 * np.median |raw - median|)``
+    computed class by class."""
+    from distforest.apps.outliers import MAD_SCALE, scores_from_square_sums
+    from distforest.store import scratch
 
+    if chunk:
+        monkeypatch.setattr(scratch, "ROWS_PER_CHUNK", chunk)
     rng = np.random.default_rng(3)
     sums = rng.random(50) * 4
     sums[[3, 17]] = 0.0
     labels = rng.integers(0, 3, 50)
-    copied = scores_from_square_sums(sums, labels)
+    got = scores_from_square_sums(sums, labels)
     assert sums[3] == 0.0  # the input left alone
-    np.testing.assert_array_equal(scores_from_square_sums(sums.copy(), labels, overwrite=True),
-                                  copied)  # fmt: skip
     raw = 50 / np.where(sums == 0, 1.0, sums)  # the formula
-    np.testing.assert_array_equal(np.isfinite(copied), np.isfinite(raw))
+    expected = np.empty(50)
+    for level in range(3):
+        values = raw[labels == level]
+        median = np.median(values)
+        mad = MAD_SCALE * np.median(np.abs(values - median))
+        expected[labels == level] = (values - median) / (mad if mad > 0 else 1.0)
+    assert np.array_equal(got.view(np.uint64), expected.view(np.uint64))

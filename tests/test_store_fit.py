@@ -112,14 +112,14 @@ def test_rows_per_tree_default_on_large_tables() -> None:
     from distforest.kernels.trees import bootstrap_counts
 
     params = ProximityForest()._validated()
-    small = ProximityForest._tree_params(params, "classification", 2, LARGE_FOREST_ROWS)
+    small = ProximityForest._tree_params(params, "classification", [0, 1], LARGE_FOREST_ROWS)
     assert small.max_samples is None  # today's bootstrap of n rows, unchanged
     n = 3 * LARGE_FOREST_ROWS
-    large = ProximityForest._tree_params(params, "classification", 2, n)
+    large = ProximityForest._tree_params(params, "classification", [0, 1], n)
     assert bootstrap_counts(np.random.default_rng(0), n, large).sum() == AUTO_ROWS_PER_TREE
-    chosen = ProximityForest._tree_params({**params, "max_samples": 0.5}, "regression", 0, n)
+    chosen = ProximityForest._tree_params({**params, "max_samples": 0.5}, "regression", [], n)
     assert chosen.max_samples == 0.5  # the user's choice wins
-    whole = ProximityForest._tree_params({**params, "bootstrap": False}, "regression", 0, n)
+    whole = ProximityForest._tree_params({**params, "bootstrap": False}, "regression", [], n)
     assert whole.max_samples is None  # no bootstrap: every row once
 
 

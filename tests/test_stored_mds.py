@@ -1,5 +1,5 @@
-"""MDS of a stored forest by row chunks: the dense eigendecomposition, ARPACK's answer,
-the same floats whatever the chunk size, a CSV written by tasks, a small driver."""
+"""MDS by row chunks, in a store or in memory: the dense eigendecomposition, the same floats
+whatever the chunk size and wherever the scratch is, a CSV written by tasks, a small driver."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from conftest import no_default_client
 from tracing import traced_peak
 
 from distforest import ProximityForest
-from distforest.apps import stored_mds
+from distforest.apps import mds as chunked
 from distforest.apps.mds import mds
-from distforest.apps.stored_outliers import stored_path
+from distforest.apps.outliers import stored_path
 from distforest.jobs.outputs import write_mds
 from distforest.store.inputs import ingest
 
@@ -43,8 +43,18 @@ def _signed(vectors: np.ndarray) -> np.ndarray:
     return vectors * np.sign(vectors[where, np.arange(vectors.shape[1])])
 
 
+def _spy(calls: list[bool], real):
+    """``real`` recording whether each call keeps its scratch in a store."""
+
+    def spy(*args, **kwargs):
+        calls.append(args[1] is not None)
+        return real(*args, **kwargs)
+
+    return spy
+
+
 def _by_chunks(forest, tmp_path, k: int, dissimilarity: str, tol: float = 1e-8):
-    return stored_mds.mds_by_chunks(forest, str(tmp_path / "run.zarr"), k,
+    return chunked.mds_by_chunks(forest, str(tmp_path / "run.zarr"), k,
                                     dissimilarity=dissimilarity, tol=tol)  # fmt: skip
 
 
@@ -52,9 +62,9 @@ def _by_chunks(forest, tmp_path, k: int, dissimilarity: str, tol: float = 1e-8):
 def test_equals_dense_eigendecomposition(tmp_path, monkeypatch, dissimilarity: str) -> None:
     """At n = 60 (the basis reaches n - 1 columns: restarts and the cap both happen with a
     small basis): B built from the dense proximity, numpy's eigh."""
-    monkeypatch.setattr(stored_mds, "GRAIN", 8)
-    monkeypatch.setattr(stored_mds, "ROWS_PER_CHUNK", 16)
-    monkeypatch.setattr(stored_mds, "MAX_BASIS", 24)
+    monkeypatch.setattr(chunked, "GRAIN", 8)
+    monkeypatch.setattr(chunked, "ROWS_PER_CHUNK", 16)
+    monkeypatch.setattr(chunked, "MAX_BASIS", 24)
     forest = _stored_forest(tmp_path, 60, trees=6)
     leaves = np.asarray(forest.leaves_)
     P = (leaves[:, None, :] == leaves[None, :, :]).mean(axis=2)
@@ -70,18 +80,32 @@ def test_equals_dense_eigendecomposition(tmp_path, monkeypatch, dissimilarity: s
 
 
 @pytest.mark.parametrize("dissimilarity", ["sqrt", "linear"])
-def test_agrees_with_arpack_and_chunks_change_nothing(tmp_path, monkeypatch,
-                                                     dissimilarity: str) -> None:  # fmt: skip
-    """600 rows: ARPACK's eigenvalues to rtol 1e-6 and coordinates to 1e-6 of their
-    scale (both at the default tol 1e-8), and the same floats with chunks of 100 and 300 rows
-    and one chunk (a grain of 100 rows)."""
-    monkeypatch.setattr(stored_mds, "GRAIN", 100)
+def test_same_floats_in_memory_in_a_store_and_by_any_chunks(tmp_path, monkeypatch,
+                                                           dissimilarity: str) -> None:  # fmt: skip
+    """600 rows: the dense eigendecomposition's eigenvalues to rtol 1e-6 and coordinates to
+    1e-6 of their scale (the default tol 1e-8), and the same floats with the scratch in the
+    store (chunks of 100 and 300 rows and one chunk, a grain of 100 rows), held in memory
+    for the same forest, and for the forest fitted on the numpy array (the parity of the
+    former in-memory ARPACK solver and this one, folded in: one method now)."""
+    monkeypatch.setattr(chunked, "GRAIN", 100)
     forest = _stored_forest(tmp_path, 600)
-    reference, reference_values = mds(forest, 3, dissimilarity=dissimilarity)
+    leaves = np.asarray(forest.leaves_)
+    P = (leaves[:, None, :] == leaves[None, :, :]).mean(axis=2)
+    J = np.eye(600) - 1.0 / 600
+    B = 0.5 * J @ P @ J if dissimilarity == "sqrt" else J @ P @ J - 0.5 * J @ (P * P) @ J
+    dense_values, vectors = np.linalg.eigh(B)
+    reference_values = dense_values[::-1][:3]
+    reference = _signed(vectors[:, ::-1][:, :3]) * np.sqrt(reference_values)
     results = []
     for rows in (100, 300, 1 << 20):
-        monkeypatch.setattr(stored_mds, "ROWS_PER_CHUNK", rows)
+        monkeypatch.setattr(chunked, "ROWS_PER_CHUNK", rows)
         results.append(_by_chunks(forest, tmp_path, 3, dissimilarity))
+    frame = _table(600)
+    in_memory = ProximityForest(n_estimators=10, random_state=0).fit(
+        frame.drop(columns="label").to_numpy(), frame["label"].to_numpy()
+    )
+    results.append(chunked.mds_by_chunks(forest, None, 3, dissimilarity=dissimilarity))
+    results.append(mds(in_memory, 3, dissimilarity=dissimilarity))
     coordinates, values = results[0]
     np.testing.assert_allclose(values, reference_values, rtol=1e-6)
     scale = np.abs(reference).max()
@@ -92,15 +116,15 @@ def test_agrees_with_arpack_and_chunks_change_nothing(tmp_path, monkeypatch,
 
 
 def test_csv_written_by_tasks(tmp_path, monkeypatch) -> None:
-    """write_mds on a stored forest takes the chunked path: the CSV's ID, label and dims
-    columns are the in-memory CSV's, the coordinates ARPACK's to 1e-6 of their scale."""
-    monkeypatch.setattr(stored_mds, "GRAIN", 64)
-    monkeypatch.setattr(stored_mds, "ROWS_PER_CHUNK", 256)
+    """write_mds on a stored forest has tasks write the CSV: the CSV's ID, label and dims
+    columns are those of the coordinates returned, to 1e-6 of their scale."""
+    monkeypatch.setattr(chunked, "GRAIN", 64)
+    monkeypatch.setattr(chunked, "ROWS_PER_CHUNK", 256)
     forest = _stored_forest(tmp_path, 900, ids=True)
     assert stored_path(forest) is not None
     calls: list[int] = []
-    real = stored_mds.mds_by_chunks
-    monkeypatch.setattr(stored_mds, "mds_by_chunks",
+    real = chunked.mds_by_chunks
+    monkeypatch.setattr(chunked, "mds_by_chunks",
                         lambda *a, **kw: calls.append(1) or real(*a, **kw))  # fmt: skip
     out = tmp_path / "mds.csv"
     assert write_mds(forest, str(out), None, components=2) == {"MDS coordinates": str(out)}
@@ -119,9 +143,9 @@ def test_csv_written_by_tasks(tmp_path, monkeypatch) -> None:
 
 def test_driver_holds_no_vector_of_n(tmp_path, client) -> None:
     """On a cluster, the driver's traced allocations (the scheduler's included) while the
-    stored path solves and writes the CSV peak at less than a third of ARPACK's on the same
-    forest (ncv = 20 vectors of n, the products' results, the coordinates' frame); the CSV
-    is the same bytes run again and run in this process."""
+    scratch in the store solves and writes the CSV peak at less than a third of the same
+    method's with its scratch held in memory on the same forest (the basis, blocks and
+    product: vectors of n); the CSV is the same bytes run again."""
     from distforest import execution
 
     n = 40_000
@@ -134,9 +158,9 @@ def test_driver_holds_no_vector_of_n(tmp_path, client) -> None:
         stored = ingest(str(tmp_path / "t.parquet"), tmp_path / "run.zarr", target="label")
         forest = ProximityForest(n_estimators=3, max_depth=6, random_state=0).fit(stored)
         write_mds(forest, str(tmp_path / "warm.csv"), None)  # imports, numba
-        arpack = traced_peak(lambda: mds(forest, 2))
+        held = traced_peak(lambda: chunked.mds_by_chunks(forest, None, 2))
         by_chunks = traced_peak(lambda: write_mds(forest, str(tmp_path / "m.csv"), None))
-    assert by_chunks < arpack / 3, (by_chunks, arpack)
+    assert by_chunks < held / 3, (by_chunks, held)
     assert (tmp_path / "m.csv").read_bytes() == (tmp_path / "warm.csv").read_bytes()
     with no_default_client():  # the tasks in this process instead of two workers
         write_mds(forest, str(tmp_path / "here.csv"), None)
@@ -144,9 +168,9 @@ def test_driver_holds_no_vector_of_n(tmp_path, client) -> None:
 
 
 def test_cli_on_a_parquet_folder_writes_the_in_memory_csv(tmp_path, monkeypatch, client) -> None:
-    """``distforest mds`` on a folder of Parquet parts (fitted from a store: the chunked
-    path) writes the IDs, labels and coordinates of the same command on the whole file
-    (fitted in memory: ARPACK), the coordinates to 1e-6 of their scale."""
+    """``distforest mds`` on a folder of Parquet parts (fitted from a store: its scratch
+    there) writes the CSV of the same command on the whole file (fitted in memory: its
+    scratch held in memory), the same floats."""
     from click.testing import CliRunner
 
     from distforest.cli.main import cli
@@ -157,28 +181,24 @@ def test_cli_on_a_parquet_folder_writes_the_in_memory_csv(tmp_path, monkeypatch,
         frame.iloc[k * 100 : (k + 1) * 100].to_parquet(tmp_path / f"parts/p{k}.parquet")
     frame.to_parquet(tmp_path / "whole.parquet", index=False)
     calls: list[int] = []
-    real = stored_mds.mds_by_chunks
-    monkeypatch.setattr(stored_mds, "mds_by_chunks",
-                        lambda *a, **kw: calls.append(1) or real(*a, **kw))  # fmt: skip
+    real = chunked.mds_by_chunks
+    monkeypatch.setattr(chunked, "mds_by_chunks", _spy(calls, real))
     common = ["--target", "label", "--id", "key", "--trees", "5", "--components", "3",
               "--scheduler", client.scheduler.address]  # fmt: skip
     for name, source in (("p.csv", "parts"), ("w.csv", "whole.parquet")):
         result = CliRunner().invoke(cli, ["-q", "mds", str(tmp_path / source), *common,
                                           "--out", str(tmp_path / name)])  # fmt: skip
         assert result.exit_code == 0, result.output
-    assert calls == [1]  # the folder only
+    assert calls == [True, False]  # the folder's scratch in its store, the file's in memory
     by_parts, whole = pd.read_csv(tmp_path / "p.csv"), pd.read_csv(tmp_path / "w.csv")
     assert list(by_parts.columns) == ["key", "label", "dim1", "dim2", "dim3"]
-    pd.testing.assert_frame_equal(by_parts[["key", "label"]], whole[["key", "label"]])
-    dims = ["dim1", "dim2", "dim3"]
-    scale = np.abs(whole[dims].to_numpy()).max()
-    np.testing.assert_allclose(by_parts[dims], whole[dims], atol=1e-6 * scale)
+    pd.testing.assert_frame_equal(by_parts, whole, check_exact=True)
 
 
 def test_no_convergence_is_an_error_and_leaves_no_scratch(tmp_path, monkeypatch) -> None:
     from distforest.errors import ParameterError
 
-    monkeypatch.setattr(stored_mds, "MAX_PRODUCTS", 1)
+    monkeypatch.setattr(chunked, "MAX_PRODUCTS", 1)
     forest = _stored_forest(tmp_path, 200, trees=4)
     with pytest.raises(ParameterError, match="did not converge to tol=1e-08 in 1 block"):
         _by_chunks(forest, tmp_path, 2, "sqrt")
@@ -186,8 +206,9 @@ def test_no_convergence_is_an_error_and_leaves_no_scratch(tmp_path, monkeypatch)
 
 
 def test_pipeline_mds_stage_on_a_parquet_folder(tmp_path, monkeypatch) -> None:
-    """A job's mds stage on a folder of Parquet parts takes the chunked path and writes the
-    coordinates of the same job on the whole file (ARPACK) to 1e-6 of their scale."""
+    """A job's mds stage on a folder of Parquet parts keeps its scratch in the store and
+    writes the CSV of the same job on the whole file (its scratch in memory), the same
+    floats."""
     from click.testing import CliRunner
 
     from distforest.cli.main import cli
@@ -198,9 +219,8 @@ def test_pipeline_mds_stage_on_a_parquet_folder(tmp_path, monkeypatch) -> None:
         frame.iloc[k * 100 : (k + 1) * 100].to_parquet(tmp_path / f"parts/p{k}.parquet")
     frame.to_parquet(tmp_path / "whole.parquet", index=False)
     calls: list[int] = []
-    real = stored_mds.mds_by_chunks
-    monkeypatch.setattr(stored_mds, "mds_by_chunks",
-                        lambda *a, **kw: calls.append(1) or real(*a, **kw))  # fmt: skip
+    real = chunked.mds_by_chunks
+    monkeypatch.setattr(chunked, "mds_by_chunks", _spy(calls, real))
     for name, source in (("parts", "parts"), ("whole", "whole.parquet")):
         job = tmp_path / f"{name}.yaml"
         job.write_text(
@@ -211,14 +231,11 @@ def test_pipeline_mds_stage_on_a_parquet_folder(tmp_path, monkeypatch) -> None:
         )
         result = CliRunner().invoke(cli, ["-q", "run", str(job)])
         assert result.exit_code == 0, result.output
-    assert calls == [1]  # the folder only
+    assert calls == [True, False]  # the folder's scratch in its store, the file's in memory
     by_parts = pd.read_csv(tmp_path / "out-parts/mds.csv")
     whole = pd.read_csv(tmp_path / "out-whole/mds.csv")
     assert list(by_parts.columns) == ["row", "label", "dim1", "dim2"]
-    pd.testing.assert_frame_equal(by_parts[["row", "label"]], whole[["row", "label"]])
-    scale = np.abs(whole[["dim1", "dim2"]].to_numpy()).max()
-    np.testing.assert_allclose(by_parts[["dim1", "dim2"]], whole[["dim1", "dim2"]],
-                               atol=1e-6 * scale)  # fmt: skip
+    pd.testing.assert_frame_equal(by_parts, whole, check_exact=True)
 
 
 def test_scratch_estimate_is_the_scratch_made(tmp_path, monkeypatch) -> None:
@@ -230,17 +247,17 @@ def test_scratch_estimate_is_the_scratch_made(tmp_path, monkeypatch) -> None:
     from distforest.jobs.estimates import size_text
 
     made: list[int] = []
-    create = stored_mds._create_scratch
+    create = chunked.Scratch.create
 
     def counted(s, width, block, batches):
         create(s, width, block, batches)
         group = zarr.open_group(str(tmp_path / "run.zarr"), mode="r")["scratch"]
         made.append(sum(8 * int(np.prod(a.shape)) for _, a in group.arrays()))
 
-    monkeypatch.setattr(stored_mds, "_create_scratch", counted)
+    monkeypatch.setattr(chunked.Scratch, "create", counted)
     forest = _stored_forest(tmp_path, 900, trees=7)
     write_mds(forest, str(tmp_path / "m.csv"), None, components=3)
-    assert made == [stored_mds.scratch_bytes(900, 3, 7)]
+    assert made == [chunked.scratch_bytes(900, 3, 7)]
     parts = tmp_path / "parts"
     parts.mkdir()
     for k, cut in enumerate(np.array_split(np.arange(900), 3)):

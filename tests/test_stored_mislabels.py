@@ -1,4 +1,5 @@
-"""Mislabels of a stored forest by row chunks: exact ranks, the order by ranges, the same CSV."""
+"""Mislabels by row chunks, in a store or in memory: exact ranks, the order by ranges, the
+same CSV."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ from click.testing import CliRunner
 from tracing import traced_peak
 
 from distforest import ProximityForest
-from distforest.apps import stored_mislabels, stored_ranks
+from distforest.apps import mislabels, ranking
 from distforest.apps.mislabels import mislabel_scores
-from distforest.apps.outliers import outlier_scores
-from distforest.apps.stored_outliers import stored_path
+from distforest.apps.outliers import outlier_scores, stored_path
 from distforest.cli.main import cli
 from distforest.forests import square_sums
 from distforest.jobs.outputs import write_csv, write_mislabels
 from distforest.kernels import order_stats
 from distforest.parallel.execution import Runner
+from distforest.store import scratch
 from distforest.store.inputs import ingest
+from distforest.store.scratch import ScratchSpace
 
 
 def _store(tmp_path, **columns: np.ndarray) -> str:
@@ -41,46 +43,49 @@ def test_average_ranks_equal_pandas() -> None:
     assert np.array_equal(order_stats.average_ranks(less, equal), expected)
 
 
+@pytest.mark.parametrize("held", [False, True])
 @pytest.mark.parametrize("chunk", [97, 1000, 5000])
-def test_ranks_by_chunks_equal_pandas(tmp_path, chunk: int) -> None:
-    """Ranks of values kept by chunks (sorted copies, counts over every chunk) equal pandas'
-    ``rank(method="average")`` scaled as the in-memory ranking scales it."""
+def test_ranks_by_chunks_equal_pandas(tmp_path, chunk: int, held: bool) -> None:
+    """Ranks of values kept by chunks (sorted copies, counts over every chunk; in a store or
+    held in memory) equal pandas' ``rank(method="average")`` scaled as the former in-memory
+    ranking scaled it."""
     rng = np.random.default_rng(1)
     n = 2001
     values = np.where(rng.random(n) < 0.5, rng.integers(0, 9, n) / 3.0, rng.random(n))
     values[:40] = 0.0  # a tie across chunks
-    path = _store(tmp_path, v=values)
-    column = stored_ranks.SortedChunks(path, "v", "v_sorted", n, chunk)
-    stored_ranks.sort_chunks(Runner(None), [column])
-    got = np.concatenate([column.ranks01(rows) for rows in square_sums.row_chunks(n, chunk)])
+    space = ScratchSpace(None, {"v": values}) if held else ScratchSpace(_store(tmp_path, v=values))
+    column = ranking.SortedChunks(space, "v", "v_sorted", n, chunk)
+    ranking.sort_chunks(Runner(None), [column])
+    got = np.concatenate([column.ranks01(rows) for rows in scratch.row_chunks(n, chunk)])
     expected = (pd.Series(values).rank(method="average").to_numpy() - 1) / (n - 1)
     assert np.array_equal(got, expected)
 
 
+@pytest.mark.parametrize("held", [False, True])
 @pytest.mark.parametrize("chunk", [97, 640])
-def test_descending_order_by_ranges(tmp_path, monkeypatch, chunk: int) -> None:
+def test_descending_order_by_ranges(tmp_path, monkeypatch, chunk: int, held: bool) -> None:
     """Ranges cut at sampled keys, each gathered and sorted, joined in range order: the
     whole (key descending, row ascending) order; each key in one range only."""
-    monkeypatch.setattr(stored_ranks, "SAMPLES_PER_CHUNK", 7)  # few samples: uneven ranges
+    monkeypatch.setattr(ranking, "SAMPLES_PER_CHUNK", 7)  # few samples: uneven ranges
     rng = np.random.default_rng(2)
     n = 3000
     key = rng.integers(0, 50, n) / 4.0
     key[100:900] = 3.0  # a tie of more rows than a chunk
     extra = rng.standard_normal(n)
-    path = _store(tmp_path)
-    order = stored_ranks.DescendingOrder(path, "order", n, chunk)
+    space = ScratchSpace(None) if held else ScratchSpace(_store(tmp_path))
+    order = ranking.DescendingOrder(space, "order", n, chunk)
     order.create({"extra": "float64"})
     samples = [order.write(rows, key[rows], {"extra": extra[rows]})
-               for rows in square_sums.row_chunks(n, chunk)]  # fmt: skip
-    points = stored_ranks.split_points(samples, len(samples))
+               for rows in scratch.row_chunks(n, chunk)]  # fmt: skip
+    points = ranking.split_points(samples, len(samples))
     assert points.size > 3 and np.all(np.diff(points) < 0)
-    bounds = stored_ranks.range_bounds(Runner(None), order, points)
+    bounds = ranking.range_bounds(Runner(None), order, points)
     ranges = [order.gather(["extra"], bounds, r) for r in range(points.size + 1)]
     expected = np.lexsort((np.arange(n), -key))
     assert np.array_equal(np.concatenate([r["row"] for r in ranges]), expected)
     assert np.array_equal(np.concatenate([r["extra"] for r in ranges]), extra[expected])
     keys = [set(r["key"].tolist()) for r in ranges]
-    assert [stored_ranks.order_chunk(c) for c in (97, 1 << 16, 1 << 20, 10**6, 65537)] == [
+    assert [ranking.order_chunk(c) for c in (97, 1 << 16, 1 << 20, 10**6, 65537)] == [
         97, 1 << 16, 1 << 16, 62500, 1]  # fmt: skip
     assert all(not (a & b) for i, a in enumerate(keys) for b in keys[i + 1 :])
     assert max(len(r["row"]) for r in ranges) >= 800  # the tie stayed in one range
@@ -150,7 +155,7 @@ def fits(tmp_path_factory) -> dict[bool, tuple[ProximityForest, ProximityForest]
 def test_chunked_csv_equals_in_memory(fits, tmp_path, monkeypatch, ids: bool, chunk: int) -> None:
     """The CSV written by tasks by ranges is byte for byte the in-memory ranking's (and the
     one distforest wrote before), with many chunks and ranges or one; scratch removed."""
-    monkeypatch.setattr(square_sums, "ROWS_PER_CHUNK", chunk)
+    monkeypatch.setattr(scratch, "ROWS_PER_CHUNK", chunk)
     stored, memory = fits[ids]
     path = stored_path(stored)
     assert path is not None and stored_path(memory) is None
@@ -171,24 +176,31 @@ def test_chunked_csv_equals_in_memory(fits, tmp_path, monkeypatch, ids: bool, ch
 def test_tied_scores_stay_in_row_order(fits, tmp_path, monkeypatch, chunk: int) -> None:
     """Without the outlier term most scores tie (every row whose label gets all the votes):
     ties larger than a chunk, ranked in row order, the same bytes as pandas' sort."""
-    monkeypatch.setattr(square_sums, "ROWS_PER_CHUNK", chunk)
+    monkeypatch.setattr(scratch, "ROWS_PER_CHUNK", chunk)
     stored, memory = fits[False]
     folder = tmp_path / "pieces"
     folder.mkdir()
-    pieces = stored_mislabels.Pieces(str(folder), np.asarray(stored.classes_, dtype=object),
-                                      None, 3)  # fmt: skip
-    summary = stored_mislabels.rank_by_chunks(stored, stored_path(stored), pieces, 0.0)
+    classes = np.asarray(stored.classes_, dtype=object)
+    tables = mislabels.Tables(classes, None, str(folder), 3)
+    heads, _ = mislabels.rank_by_chunks(stored, ScratchSpace(stored_path(stored)), tables, 0.0)
     got = "".join(p.read_text() for p in sorted(folder.glob("part-*.csv")))
     expected = _old_ranking(memory, 0.0)
     assert expected["score"].value_counts().max() > chunk  # the test has its ties
     assert got == expected.to_csv(index=False)
-    assert summary.rows == len(expected)
-    pd.testing.assert_frame_equal(summary.head, expected.head(3))
+    assert len(heads) > 1  # several ranges
+    head = pd.concat([h for h in heads if len(h)], ignore_index=True).head(3)
+    pd.testing.assert_frame_equal(head, expected.head(3))
+    # the same chunks held in memory (the forest fitted on the array): the same table
+    held = mislabels.Tables(classes, None)
+    frames, _ = mislabels.rank_by_chunks(memory, ScratchSpace(None), held, 0.0)
+    assert len(frames) == len(heads)
+    assert pd.concat(frames, ignore_index=True).to_csv(index=False) == got
 
 
 def test_command_and_stage_by_partitions_equal_whole_file(tmp_path, monkeypatch, client) -> None:
-    """``distforest mislabels`` and a pipeline's mislabels stage on a Parquet folder take the
-    chunked path and write (and the command prints) what the whole file's in-memory run does."""
+    """``distforest mislabels`` and a pipeline's mislabels stage on a Parquet folder keep
+    their scratch in the store and write (and the command prints) what the whole file's run
+    (its scratch in memory) does."""
     rng = np.random.default_rng(4)
     n = 400
     frame = pd.DataFrame(rng.standard_normal((n, 3)), columns=["a", "b", "c"])
@@ -199,13 +211,13 @@ def test_command_and_stage_by_partitions_equal_whole_file(tmp_path, monkeypatch,
         frame.iloc[k * 100 : (k + 1) * 100].to_parquet(folder / f"p{k}.parquet", index=False)
     frame.to_parquet(tmp_path / "whole.parquet", index=False)
     calls = []
-    original = stored_mislabels.rank_by_chunks
+    original = mislabels.rank_by_chunks
 
     def counted(*args, **kwargs):
-        calls.append(args[1])
+        calls.append(args[1].path is not None)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(stored_mislabels, "rank_by_chunks", counted)
+    monkeypatch.setattr(mislabels, "rank_by_chunks", counted)
     common = ["--target", "label", "--trees", "8", "--seed", "3", "--top", "4"]
     runs = {}
     for name, source in (("parts", folder), ("whole", tmp_path / "whole.parquet")):
@@ -217,7 +229,7 @@ def test_command_and_stage_by_partitions_equal_whole_file(tmp_path, monkeypatch,
                 catch_exceptions=False,
             )  # fmt: skip
         assert runs[name].exit_code == 0, runs[name].output
-    assert len(calls) == 1  # the folder by chunks, the whole file in memory
+    assert calls == [True, False]  # the folder's scratch in its store, the whole file's held
     assert (tmp_path / "parts.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
     job = tmp_path / "job.yaml"  # the pipeline's stage: the same path, the same file
     job.write_text(
@@ -230,7 +242,7 @@ def test_command_and_stage_by_partitions_equal_whole_file(tmp_path, monkeypatch,
     with dask.config.set({"temporary-directory": str(tmp_path)}):
         ran = CliRunner().invoke(cli, ["-q", "run", str(job)], catch_exceptions=False)
     assert ran.exit_code == 0, ran.output
-    assert len(calls) == 2
+    assert calls == [True, False, True]
     assert (tmp_path / "out" / "suspects.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
     table = [line for line in runs["parts"].output.splitlines() if line.lstrip()[:1].isdigit()]
     assert len(table) == 4 and table[0] in runs["whole"].output
@@ -241,11 +253,11 @@ def test_driver_holds_no_table_of_n(tmp_path, client, monkeypatch) -> None:
     driver's traced allocations (the scheduler's included) peak at well under what the
     in-memory ranking takes (one-hot labels, probabilities, ranks, a table of n rows)."""
     from distforest import execution
-    from distforest.apps import stored_outliers
+    from distforest.apps import outliers
 
-    monkeypatch.setattr(square_sums, "ROWS_PER_CHUNK", 1 << 15)
+    monkeypatch.setattr(scratch, "ROWS_PER_CHUNK", 1 << 15)
     monkeypatch.setattr(square_sums, "choose_method", lambda n, counts: "tree-pairs")
-    monkeypatch.setattr(stored_outliers, "GATHER_LIMIT", 1000)  # at scale: 262,144 a class
+    monkeypatch.setattr(outliers, "GATHER_LIMIT", 1000)  # at scale: 262,144 a class
     n = 100_000
     rng = np.random.default_rng(1)
     frame = pd.DataFrame(rng.standard_normal((n, 3)), columns=["a", "b", "c"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,13 +11,15 @@ import zarr
 from tracing import traced_peak
 
 from distforest import ProximityForest
-from distforest.apps import stored_outliers
+from distforest.apps import outliers
 from distforest.apps.outliers import MAD_SCALE, outlier_scores
 from distforest.forests import square_sums
 from distforest.jobs.outputs import write_outliers
 from distforest.kernels import order_stats
 from distforest.parallel.execution import Runner
+from distforest.store import scratch
 from distforest.store.inputs import ingest
+from distforest.store.scratch import HeldColumn, StoredColumn
 
 
 def test_sortable_keys_order_as_the_floats() -> None:
@@ -42,28 +46,33 @@ def _sums_store(tmp_path, sums: np.ndarray, codes: np.ndarray) -> square_sums.St
     return square_sums.StoredCodes(str(tmp_path / "s.zarr"), "target", codes.size)
 
 
+@pytest.mark.parametrize("held", [False, True])
 @pytest.mark.parametrize("gather", [1, 40, 1 << 18])
-def test_class_medians_equal_numpy(tmp_path, monkeypatch, gather: int) -> None:
+def test_class_medians_equal_numpy(tmp_path, monkeypatch, gather: int, held: bool) -> None:
     """Several rounds of buckets (a tiny gather limit), ties, odd and even class sizes,
-    a class of one row and an absent class: np.median's values, bit for bit."""
-    monkeypatch.setattr(stored_outliers, "GATHER_LIMIT", gather)
-    monkeypatch.setattr(square_sums, "ROWS_PER_CHUNK", 97)
+    a class of one row and an absent class, the values in a store or held in memory:
+    np.median's values, bit for bit."""
+    monkeypatch.setattr(outliers, "GATHER_LIMIT", gather)
+    monkeypatch.setattr(scratch, "ROWS_PER_CHUNK", 97)
     rng = np.random.default_rng(3)
     n = 1001
     codes = rng.choice([0, 1, 3], size=n, p=[0.6, 0.399, 0.001])
     codes[:2] = [4, 1]  # class 4: one row; class 2: none
     sums = rng.integers(1, 60, size=n) / 400.0  # many ties
     sums[5] = 0.0  # counted as 1
-    source = _sums_store(tmp_path, sums, codes)
-    values = stored_outliers.RawValues(source, n)
+    source: Any = _sums_store(tmp_path, sums, codes)
+    sums_column: Any = StoredColumn(source.path, square_sums.SUMS_ARRAY)
+    if held:
+        source, sums_column = HeldColumn(codes), HeldColumn(sums)
+    values = outliers.RawValues(sums_column, source, n)
     sizes = np.bincount(codes, minlength=5)
-    medians = stored_outliers.class_medians(Runner(None), values, sizes)
+    medians = outliers.class_medians(Runner(None), values, sizes)
     raw = n / np.where(sums == 0, 1.0, sums)
     for c in range(5):
         if sizes[c]:
             assert medians[c] == np.median(raw[codes == c]), c
-    deviations = stored_outliers.class_medians(
-        Runner(None), stored_outliers.RawValues(source, n, medians), sizes
+    deviations = outliers.class_medians(
+        Runner(None), outliers.RawValues(sums_column, source, n, medians), sizes
     )
     for c in np.flatnonzero(sizes):
         expected = np.median(np.abs(raw[codes == c] - np.median(raw[codes == c])))
@@ -86,8 +95,8 @@ def _table(n: int = 1500, ids: bool = False) -> pd.DataFrame:
 def test_stored_scores_and_csv_equal_in_memory(tmp_path, monkeypatch, method: str) -> None:
     """Scores of a forest fitted from a store (by chunks) equal the in-memory forest's,
     and the CSV written by tasks is byte for byte the one written from memory."""
-    monkeypatch.setattr(stored_outliers, "GATHER_LIMIT", 50)
-    monkeypatch.setattr(square_sums, "ROWS_PER_CHUNK", 400)
+    monkeypatch.setattr(outliers, "GATHER_LIMIT", 50)
+    monkeypatch.setattr(scratch, "ROWS_PER_CHUNK", 400)
     monkeypatch.setattr(square_sums, "choose_method", lambda n, counts: method)
     frame = _table(ids=True)
     frame.to_csv(tmp_path / "t.csv", index=False)
@@ -97,8 +106,8 @@ def test_stored_scores_and_csv_equal_in_memory(tmp_path, monkeypatch, method: st
     memory = ProximityForest(n_estimators=12, random_state=0).fit(
         frame.drop(columns=["label", "key"]), frame["label"]
     )
-    assert stored_outliers.stored_path(stored) is not None
-    assert stored_outliers.stored_path(memory) is None
+    assert outliers.stored_path(stored) is not None
+    assert outliers.stored_path(memory) is None
     expected = outlier_scores(memory)
     assert np.array_equal(outlier_scores(stored), expected)
     out = tmp_path / "scores.csv"
@@ -111,7 +120,7 @@ def test_stored_scores_and_csv_equal_in_memory(tmp_path, monkeypatch, method: st
 
 def test_stored_scores_unsupervised_and_median_formula(tmp_path, monkeypatch) -> None:
     """One class (no target): scores by chunks against the formula on the dense proximity."""
-    monkeypatch.setattr(square_sums, "ROWS_PER_CHUNK", 128)
+    monkeypatch.setattr(scratch, "ROWS_PER_CHUNK", 128)
     frame = _table(300).drop(columns="label")
     frame.to_csv(tmp_path / "t.csv", index=False)
     forest = ProximityForest(n_estimators=8, random_state=1).fit(
@@ -133,7 +142,7 @@ def test_driver_holds_no_vector_of_n(tmp_path, client, monkeypatch) -> None:
     from distforest import execution
 
     monkeypatch.setattr(square_sums, "choose_method", lambda n, counts: "tree-pairs")
-    monkeypatch.setattr(stored_outliers, "GATHER_LIMIT", 1000)  # at scale: 262,144 a class
+    monkeypatch.setattr(outliers, "GATHER_LIMIT", 1000)  # at scale: 262,144 a class
     n = 300_000
     rng = np.random.default_rng(1)
     frame = pd.DataFrame(rng.standard_normal((n, 3)), columns=["a", "b", "c"])

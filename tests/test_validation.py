@@ -48,7 +48,10 @@ def test_every_parameter_has_a_constraint(cls):
         (lambda: ProximityForest(n_estimators=0), "n_estimators must be an integer >= 1, got 0"),
         (lambda: ProximityForest(n_estimators=True), "n_estimators must be an integer"),
         (lambda: ProximityForest(kind="extra-tree"), "did you mean 'extra-trees'"),
-        (lambda: ProximityForest(max_samples=1.5), r"max_samples must be a number in \(0, 1\]"),
+        (
+            lambda: ProximityForest(max_samples=1.5),
+            r"max_samples must be None, an integer >= 1 .*a fraction in \(0, 1\]",
+        ),
         (lambda: ProximityImputer(proximity="rf-gap"), "did you mean 'rfgap'"),
         (lambda: KNNClassifier(feature_range=(1, 0)), "feature_range must have low < high"),
         (lambda: KNNClassifier(select_cv=1), "select_cv must be an integer >= 2"),

@@ -673,7 +673,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
 
         Returns
         -------
-        ndarray of object, shape (n_features_in_,)
+        ndarray of object, shape (n_features,): one name per input feature
         """
         self._check_fitted()
         fitted = [str(c) for c in self.feature_names_in_]

@@ -5,45 +5,207 @@ included, a zero sum counted as 1), then per class
 ``(raw - median) / MAD`` with ``MAD = 1.4826 * median |raw - median|``.
 Without classes every row is in one class.  Only one number per row, the sum
 of squared within-class proximities, is ever kept.
+
+One algorithm, by row chunks, whether the rows are in memory or in a store:
+
+1. each row's sum of squared within-class proximities
+   (:func:`~distforest.forests.square_sums.square_sums`; for a forest fitted
+   from a store, written to the store by tasks,
+   :func:`~distforest.forests.square_sums.stored_square_sums`);
+2. each class's median of ``raw = n / sum``, then its median of
+   ``|raw - median|``, found exactly by radix selection over the row chunks
+   (:mod:`distforest.kernels.order_stats`): tasks return counts of 65,536
+   buckets a class and round, and the few values of the last bucket (a class
+   of at most :data:`GATHER_LIMIT` rows is gathered at once: on rows held in
+   memory that is one sort, the values ``np.median`` takes);
+3. tasks score their chunk and return it, or hand it to a sink
+   (:mod:`distforest.apps.sinks`): a piece of the CSV, or a scratch array of
+   the store (for the mislabel ranking).
+
+Rows held in memory are a few chunks of one array (:class:`~distforest.store.
+scratch.HeldColumn`) scored in this process; a stored forest's are chunks of
+a scratch array scored by tasks on the workers, with no vector of n rows on
+the driver.  The same floats either way.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+import os
+from dataclasses import dataclass, replace
+from typing import Any
 
 import dask.array as da
 import numpy as np
 import xarray as xr
 
+from distforest.apps.sinks import CsvPieces, ScoreSink, csv_by_pieces
+from distforest.forests.square_sums import SUMS_ARRAY, StoredCodes
+from distforest.kernels import order_stats
+from distforest.parallel.execution import Runner
+from distforest.store.scratch import Column, HeldColumn, StoredColumn, drop_scratch, row_chunks
+
 #: Consistency constant of the median absolute deviation (as R's ``mad``).
 MAD_SCALE = 1.4826
+#: Candidates of a class left in the bucket below which they are gathered and sorted.
+GATHER_LIMIT = 1 << 18
 
 
-def standardise_by_class(raw: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """``(raw - median) / MAD`` within each class; a zero MAD divides by 1."""
-    scores = np.empty_like(raw, dtype=np.float64)
-    for level in np.unique(labels):
-        members = labels == level
-        values = raw[members]
-        median = np.median(values)
-        mad = MAD_SCALE * np.median(np.abs(values - median))
-        scores[members] = (values - median) / (mad if mad > 0 else 1.0)
-    return scores
+@dataclass(frozen=True)
+class RawValues:
+    """The rows' raw outlier values (``n / sum``, a zero sum counted as 1) a task reads by
+    rows; with ``center`` (one per class), ``|raw - center[class]|`` instead.
 
-
-def scores_from_square_sums(
-    square_sums: np.ndarray, labels: np.ndarray, *, overwrite: bool = False
-) -> np.ndarray:
-    """Outlier scores from each row's sum of squared within-class proximities.
-
-    ``overwrite=True`` computes the raw values in ``square_sums`` itself (float64):
-    one vector of n less at once, which at ten million rows is 80 MB of the driver.
+    ``rows``: how many rows the columns hold (default ``n``; fewer for a sample
+    of the training rows, whose raw values still divide the training rows' ``n``).
     """
-    n = square_sums.shape[0]
-    sums = square_sums if overwrite else np.array(square_sums, dtype=np.float64)
-    sums[sums == 0] = 1.0
-    raw = np.divide(n, sums, out=sums)
-    return standardise_by_class(raw, labels)
+
+    sums: Column
+    codes: Column
+    n: int
+    center: np.ndarray | None = None
+    rows: int | None = None
+
+    def chunks(self) -> list[slice]:
+        """The row chunks tasks read."""
+        return row_chunks(self.n if self.rows is None else self.rows)
+
+    def read(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """Values and class codes of ``rows``."""
+        sums = np.array(self.sums.read(rows), dtype=np.float64)
+        sums[sums == 0] = 1.0
+        raw = np.divide(self.n, sums, out=sums)
+        codes = self.codes.read(rows)
+        if self.center is not None:
+            raw = np.abs(raw - self.center[codes])
+        return raw, codes
+
+
+def _bucket_task(values: RawValues, rows: slice, queries: list[tuple[int, int, int]]) -> np.ndarray:
+    raw, codes = values.read(rows)
+    counts = np.zeros((len(queries), order_stats.BUCKETS), dtype=np.int64)
+    for q, (c, known, prefix) in enumerate(queries):
+        keys = order_stats.sortable_keys(raw[codes == c])
+        counts[q] = order_stats.bucket_counts(keys, known, prefix)
+    return counts
+
+
+def _gather_task(values: RawValues, rows: slice,
+                 queries: list[tuple[int, int, int]]) -> list[np.ndarray]:  # fmt: skip
+    raw, codes = values.read(rows)
+    return [order_stats.prefix_members(order_stats.sortable_keys(raw[codes == c]), known, prefix)
+            for c, known, prefix in queries]  # fmt: skip
+
+
+def order_statistics(runner: Runner, values: RawValues, ranks: dict[int, list[int]],
+                     sizes: np.ndarray) -> dict[tuple[int, int], float]:  # fmt: skip
+    """The ``rank``-th smallest (0-based) value of each class, exactly, by row chunks.
+
+    ``ranks``: class -> ranks wanted; ``sizes``: rows of each class.
+    """
+    state = {(c, r): [0, 0, r, int(sizes[c])] for c, wanted in ranks.items() for r in wanted}
+    chunks = values.chunks()
+    while True:
+        open_ = sorted({(c, s[0], s[1]) for (c, _), s in state.items()
+                        if s[3] > GATHER_LIMIT and s[0] < order_stats.KEY_BITS})  # fmt: skip
+        if not open_:
+            break
+        totals = np.zeros((len(open_), order_stats.BUCKETS), dtype=np.int64)
+        for _, counts in runner.run(_bucket_task, [(values, rows, open_) for rows in chunks],
+                                    name="outlier-medians"):  # fmt: skip
+            totals += counts
+        for (c, _), s in state.items():
+            if (c, s[0], s[1]) in open_:
+                bucket, s[2], s[3] = order_stats.narrow(totals[open_.index((c, s[0], s[1]))], s[2])
+                s[0], s[1] = s[0] + order_stats.BITS, (s[1] << order_stats.BITS) | bucket
+    result: dict[tuple[int, int], float] = {}
+    for key, s in state.items():  # every bit known: the prefix is the value
+        if s[0] == order_stats.KEY_BITS:
+            result[key] = float(order_stats.key_values(np.array([s[1]], dtype=np.uint64))[0])
+    wanted = sorted({(key[0], s[0], s[1]) for key, s in state.items() if key not in result})
+    if wanted:
+        members: list[list[np.ndarray]] = [[] for _ in wanted]
+        for _, found in runner.run(_gather_task, [(values, rows, wanted) for rows in chunks],
+                                   name="outlier-medians"):  # fmt: skip
+            for q, keys in enumerate(found):
+                members[q].append(keys)
+        joined = [np.sort(np.concatenate(m)) for m in members]
+        for key, s in state.items():
+            if key not in result:
+                keys = joined[wanted.index((key[0], s[0], s[1]))]
+                result[key] = float(order_stats.key_values(keys[s[2] : s[2] + 1])[0])
+    return result
+
+
+def class_medians(runner: Runner, values: RawValues, sizes: np.ndarray) -> np.ndarray:
+    """Each class's median (``np.median``'s: the mean of the middle two for an even count)."""
+    ranks = {c: sorted({(int(m) - 1) // 2, int(m) // 2}) for c, m in enumerate(sizes) if m}
+    found = order_statistics(runner, values, ranks, sizes)
+    medians = np.zeros(len(sizes), dtype=np.float64)
+    for c, m in enumerate(sizes):
+        if m:
+            low, high = np.float64(found[c, (m - 1) // 2]), np.float64(found[c, m // 2])
+            medians[c] = low if m % 2 else (low + high) / 2
+    return medians
+
+
+def _count_task(codes: Column, rows: slice, k: int) -> np.ndarray:
+    return np.bincount(codes.read(rows), minlength=k)
+
+
+def class_sizes(runner: Runner, values: RawValues, k: int) -> np.ndarray:
+    """Rows of each of the ``k`` classes, counted by row chunks."""
+    sizes = np.zeros(k, dtype=np.int64)
+    items = [(values.codes, rows, k) for rows in values.chunks()]
+    for _, counts in runner.run(_count_task, items, name="outlier-classes"):
+        sizes += counts[:k]
+    return sizes
+
+
+def centre_and_scale(runner: Runner, values: RawValues, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each class's median of the raw values and its MAD (1 where the MAD is 0)."""
+    sizes = class_sizes(runner, values, k)
+    medians = class_medians(runner, values, sizes)
+    mads = MAD_SCALE * class_medians(runner, replace(values, center=medians), sizes)
+    return medians, np.where(mads > 0, mads, 1.0)
+
+
+def _score_task(values: RawValues, rows: slice, center: np.ndarray, scale: np.ndarray,
+                k: int, sink: ScoreSink | None) -> np.ndarray | None:  # fmt: skip
+    raw, codes = values.read(rows)
+    scores = (raw - center[codes]) / scale[codes]
+    if sink is None:
+        return scores
+    sink.write(k, rows, codes, scores)
+    return None
+
+
+def standardised(runner: Runner, values: RawValues, k: int,
+                 sink: ScoreSink | None = None) -> np.ndarray | None:  # fmt: skip
+    """``(raw - median) / MAD`` of every row within its class (``k`` classes), by row chunks.
+
+    Returns the scores, or (with ``sink``) None once every chunk is written to it.
+    """
+    medians, scale = centre_and_scale(runner, values, k)
+    chunks = values.chunks()
+    items = [(values, rows, medians, scale, j, sink) for j, rows in enumerate(chunks)]
+    parts: list[Any] = [None] * len(items)
+    for j, part in runner.run(_score_task, items, name="outlier-scores"):
+        parts[j] = part
+    if sink is not None:
+        return None
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def scores_from_square_sums(square_sums: np.ndarray, labels: Any = None) -> np.ndarray:
+    """Outlier scores from each row's sum of squared within-class proximities (in memory).
+
+    ``labels``: each row's class (None: one class).
+    The input is left as it is; the raw values are made a chunk at a time.
+    """
+    codes = _labels_or_one_class(labels, np.shape(square_sums)[0])
+    values = RawValues(HeldColumn(np.asarray(square_sums)), HeldColumn(codes), codes.size)
+    k = int(codes.max()) + 1 if codes.size else 1
+    return np.asarray(standardised(Runner(None), values, k))
 
 
 def _labels_or_one_class(labels: np.ndarray | None, n: int) -> np.ndarray:
@@ -72,8 +234,8 @@ def outlier_scores(forest: Any, labels: Any = None, new_labels: Any = None) -> n
     proximity rows from leaf members while leaves are small, else sums over
     pairs of trees (trees grown on a sample and applied to many rows), the
     same floats either way.  A forest fitted from a store, with its own
-    labels, is scored by row chunks on the workers
-    (:mod:`distforest.apps.stored_outliers`): the same floats again.
+    labels, keeps its sums in the store and is scored by tasks over its row
+    chunks (:func:`scores_by_chunks`): the same floats again.
     ``outlier_scores(forest, X_new)`` (a table of new rows in place of the
     labels: two-dimensional, a DataFrame or a path) scores the new rows
     against the training rows: :func:`outlier_scores_new_rows`.
@@ -99,15 +261,13 @@ def outlier_scores(forest: Any, labels: Any = None, new_labels: Any = None) -> n
     from distforest.forests.square_sums import square_sums
 
     if labels is None:
-        from distforest.apps.stored_outliers import scores_by_chunks, stored_path
-
-        path = stored_path(forest)  # a forest fitted from a store: scored by row chunks
+        path = stored_path(forest)  # a forest fitted from a store: its sums stay there
         if path is not None:
-            return cast(np.ndarray, scores_by_chunks(forest, path))
+            return np.asarray(scores_by_chunks(forest, path))
         if forest.task_ == "classification":
             labels = forest.y_
     codes = _labels_or_one_class(labels, forest.n_samples_)
-    return scores_from_square_sums(square_sums(forest, codes), codes, overwrite=True)
+    return scores_from_square_sums(square_sums(forest, codes), codes)
 
 
 def _are_rows(value: Any) -> bool:
@@ -242,14 +402,57 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
         sums = squared_sums(forest, X, train, method)
     new_codes = np.zeros(sums.shape[0], dtype=np.int64) if new is None else new
     n = forest.n_samples_
-    raw_train = n / np.where(train_sums == 0, 1.0, train_sums)
+    reference = RawValues(HeldColumn(train_sums), HeldColumn(train[ref]), n, rows=ref.size)
+    medians, scale = centre_and_scale(Runner(None), reference, int(train.max()) + 1)
     own = sums[np.arange(sums.shape[0]), new_codes]
     raw_new = n / np.where(own == 0, 1.0, own)
-    scores = np.empty(raw_new.shape)
-    for level in np.unique(new_codes):
-        values = raw_train[train[ref] == level]
-        median = np.median(values)
-        mad = MAD_SCALE * np.median(np.abs(values - median))
-        members = new_codes == level
-        scores[members] = (raw_new[members] - median) / (mad if mad > 0 else 1.0)
-    return scores
+    return (raw_new - medians[new_codes]) / scale[new_codes]
+
+
+def scores_by_chunks(forest: Any, path: str, sink: ScoreSink | None = None) -> np.ndarray | None:
+    """Outlier scores of the training rows of a forest fitted from the store at ``path``,
+    its sums written to the store and scored by tasks over its row chunks.
+
+    Returns the scores, or (with ``sink``) None once every chunk is written to it.
+    """
+    from distforest.forests.products import product_session
+    from distforest.forests.square_sums import stored_square_sums
+
+    n = int(forest.n_samples_)
+    classification = forest.task_ == "classification"
+    codes = StoredCodes(path, "target" if classification else None, n)
+    k = len(forest.classes_) if classification else 1
+    try:
+        stored_square_sums(forest, codes)
+        with product_session(forest) as session:
+            values = RawValues(StoredColumn(path, SUMS_ARRAY), codes, n)
+            return standardised(session.runner, values, k, sink)
+    finally:
+        drop_scratch(path, SUMS_ARRAY)
+
+
+def stored_path(forest: Any) -> str | None:
+    """The local store of a forest fitted from a store, if its scores can be made there."""
+    from distforest.forests.products import stored_location
+
+    where = stored_location(forest.leaves_)
+    if where is None or not os.access(where[0], os.W_OK):
+        return None
+    ids = getattr(forest, "sample_ids_", None)
+    if ids is not None and stored_location(ids) is None:  # IDs held in memory
+        return None
+    if forest.task_ == "classification":
+        from distforest.store.run_store import RunStore
+
+        if "target" not in RunStore.open(where[0]).group:
+            return None
+    return where[0]
+
+
+def write_scores_csv(forest: Any, path: str, out: str) -> str:
+    """The outlier CSV (ID or ``row``, ``label``, ``outlier``) written by tasks in pieces."""
+
+    def fill(pieces: CsvPieces) -> None:
+        scores_by_chunks(forest, path, pieces)
+
+    return csv_by_pieces(forest, out, ("outlier",), fill)

@@ -15,6 +15,7 @@ from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     dry_run_option,
+    id_option,
     input_options,
     parse_max_features,
     parse_max_samples,
@@ -61,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "Omit for an unsupervised forest.",
 )
 @input_options
+@id_option("copied to the output unchanged")
 @click.option(
     "--categorical",
     multiple=True,
@@ -144,7 +146,7 @@ DEFAULTS: dict[str, Any] = {
 @click.pass_context
 def impute(ctx: click.Context, input: str, out: str, target: str | None, drop: tuple[str, ...],
            na_values: tuple[str, ...], categorical: tuple[str, ...], overwrite: bool,
-           dry_run: bool, **params: Any) -> None:  # fmt: skip
+           dry_run: bool, id_column: str | None, **params: Any) -> None:  # fmt: skip
     """Fill the missing values of INPUT from random-forest proximities.
 
     INPUT is a CSV/TSV, Parquet or .npy file or a Zarr store.  Each missing
@@ -167,7 +169,8 @@ def impute(ctx: click.Context, input: str, out: str, target: str | None, drop: t
     bars = ProgressBars(enabled=not (ctx.obj or {}).get("quiet", False))
     done = impute_command(input, out, params, connect_kwargs(pop_keys(params, CLUSTER_KEYS)),
                           target=target, drop=drop, na_values=na_values, categorical=categorical,
-                          overwrite=overwrite, progress=bars, dry_run=dry_run)  # fmt: skip
+                          overwrite=overwrite, progress=bars, dry_run=dry_run,
+                          id=id_column)  # fmt: skip
     if dry_run:
         return show(done, out)
     click.echo(done)

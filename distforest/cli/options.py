@@ -25,8 +25,15 @@ FOREST_KEYS = (
     "n_estimators",
     "kind",
     "max_features",
+    "criterion",
+    "min_samples_split",
     "min_samples_leaf",
     "max_depth",
+    "max_leaf_nodes",
+    "min_impurity_decrease",
+    "bootstrap",
+    "max_samples",
+    "class_weight",
     "random_state",
     "batch_size",
 )
@@ -93,11 +100,16 @@ def input_options(func: Callable[..., Any]) -> Callable[..., Any]:
 FOREST_DEFAULTS: dict[str, Any] = {
     "batch_size": None,
     "bootstrap": True,
+    "class_weight": None,
+    "criterion": "auto",
     "kind": "random-forest",
     "max_depth": None,
     "max_features": "auto",
+    "max_leaf_nodes": None,
     "max_samples": None,
+    "min_impurity_decrease": 0.0,
     "min_samples_leaf": 1,
+    "min_samples_split": 2,
     "n_estimators": 100,
     "random_state": None,
     "task": "auto",
@@ -124,15 +136,58 @@ def parse_max_samples(
     return _parse_number(value, "max_samples", C.RowsPerTree())
 
 
+def parse_forest_max_samples(
+    ctx: click.Context | None, param: click.Parameter | None, value: Any
+) -> int | float | dict[str, int] | None:
+    """The forest's ``--max-samples``: a count, a fraction, or ``CLASS:ROWS,...`` per class."""
+    if value is None or (isinstance(value, str) and value.lower() in ("all", "none")):
+        return None
+    return _parse_number(_per_class_word(value), "max_samples", C.MaxSamples())
+
+
+def parse_class_weight(
+    ctx: click.Context | None, param: click.Parameter | None, value: Any
+) -> str | dict[str, float] | None:
+    """``--class-weight``: balanced, balanced_subsample, or ``CLASS:WEIGHT,...``."""
+    if value is None or (isinstance(value, str) and value.lower() == "none"):
+        return None
+    return _parse_number(_per_class_word(value), "class_weight", C.ClassWeight())
+
+
+def _per_class_word(value: Any) -> Any:
+    """``a:50,b:50`` as a mapping of numbers; any other word as it is."""
+    if not isinstance(value, str) or ":" not in value:
+        return value
+    pairs = [item.rpartition(":") for item in value.split(",")]
+    try:
+        return {label.strip(): _number(v.strip()) for label, _, v in pairs}
+    except ValueError:
+        raise click.BadParameter(
+            f"expected CLASS:NUMBER[,CLASS:NUMBER...], e.g. yes:100,no:100, got {value!r}"
+        ) from None
+
+
+def parse_split_size(
+    ctx: click.Context | None, param: click.Parameter | None, value: Any
+) -> int | float:
+    """``--min-samples-split``: an integer >= 2 or a fraction in (0, 1]."""
+    return _parse_number(value, "min_samples_split", C.SplitSize())
+
+
+def _number(word: str) -> int | float:
+    try:
+        return int(word)
+    except ValueError:
+        return float(word)
+
+
 def _parse_number(value: Any, name: str, constraint: C.Constraint) -> Any:
     """A command-line word read as an int, else a float, else kept; then checked."""
     if isinstance(value, str):
-        for kind in (int, float):
-            try:
-                value = kind(value)
-                break
-            except ValueError:
-                pass
+        try:
+            value = _number(value)
+        except ValueError:
+            pass
     try:
         return constraint.check(name, value)
     except ParameterError as exc:
@@ -171,9 +226,30 @@ def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Deco
         click.option("--max-features", default=str(d["max_features"]), show_default=True,
                      callback=parse_max_features,
                      help="Features tried per split: auto, sqrt, log2, an integer or a fraction."),
+        click.option("--criterion", type=click.Choice(C.CRITERIA), default=d["criterion"],
+                     show_default=True,
+                     help="Split criterion (scikit-learn's); auto: gini for classes, "
+                          "squared_error for values."),
+        click.option("--min-samples-split", default=str(d["min_samples_split"]),
+                     show_default=True, callback=parse_split_size,
+                     help="Rows a node needs to be split: an integer >= 2 or a fraction."),
         click.option("--min-samples-leaf", type=click.IntRange(min=1),
                      default=d["min_samples_leaf"], show_default=True),
         click.option("--max-depth", type=click.IntRange(min=1), default=d["max_depth"]),
+        click.option("--max-leaf-nodes", type=click.IntRange(min=2), default=d["max_leaf_nodes"],
+                     help="Grow each tree best-first up to this many leaves."),
+        click.option("--min-impurity-decrease", type=click.FloatRange(min=0.0),
+                     default=d["min_impurity_decrease"], show_default=True,
+                     help="Split only if the weighted impurity decreases this much."),
+        click.option("--bootstrap/--no-bootstrap", default=d["bootstrap"], show_default=True,
+                     help="Draw each tree's rows with replacement (else every row, once)."),
+        click.option("--max-samples", default=None, callback=parse_forest_max_samples,
+                     help="Rows drawn per tree: a count, a fraction, or per class "
+                          "(R's sampsize) CLASS:ROWS,... [default: n, 200,000 above "
+                          "500,000 rows]."),
+        click.option("--class-weight", default=None, callback=parse_class_weight,
+                     help="balanced, balanced_subsample, or CLASS:WEIGHT,... "
+                          "(scikit-learn's class_weight)."),
         seed_option(),
         click.option("--batch-size", type=click.IntRange(min=1), default=d["batch_size"],
                      help="Trees per task [default: about 4 tasks per worker thread]."),

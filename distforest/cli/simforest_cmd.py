@@ -153,7 +153,7 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
                                           "max_depth", "min_samples_leaf", "bootstrap",
                                           "random_state")}  # fmt: skip
     if data is not None and partitioned_input(data):  # a glob, a folder of parts, a large file
-        from distforest.jobs.simforest_stored import check_table_request, fit_command
+        from distforest.jobs.simforest import check_table_request, fit_command
 
         check_table_request(matrix, distances, labels, target)
         done = fit_command(params, data=data, target=target, metric=metric, normalize=normalize,

@@ -14,7 +14,7 @@ methods and ``bootstrap``) are functions here too, called where they apply.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, overload
 
@@ -111,7 +111,8 @@ class Number:
 
     def bad_values(self) -> tuple[Any, ...]:
         """Values :meth:`check` refuses (for tests)."""
-        return (self.low - 1, self.high + 1, True, "1", None)
+        above = () if np.isinf(self.high) else (self.high + 1,)
+        return (self.low - 1, *above, True, "1", None)
 
     def check(self, name: str, value: Any) -> float:
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
@@ -206,6 +207,107 @@ class MaxFeatures:
         )
 
 
+def _count_or_fraction(value: Any, low: int) -> int | float | None:
+    """``value`` as an integer count >= ``low`` or a fraction in (0, 1]; else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value) if int(value) >= low else None
+    return float(value) if 0 < float(value) <= 1 else None
+
+
+@dataclass(frozen=True)
+class SplitSize:
+    """scikit-learn's ``min_samples_split``: an integer >= 2 or a fraction in (0, 1]."""
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return (1, 0, 1.5, 0.0, "2", True, None)
+
+    def check(self, name: str, value: Any) -> int | float:
+        size = _count_or_fraction(value, 2)
+        if size is not None:
+            return size
+        raise ParameterError(
+            f"{name} must be an integer >= 2 or a fraction in (0, 1] of the rows, got {value!r}"
+        )
+
+
+def _per_class(name: str, value: Mapping[Any, Any], low: float, what: str) -> dict[Any, Any]:
+    """A mapping class label -> number >= ``low`` (integers when ``what`` says so)."""
+    if not value:
+        raise ParameterError(f"{name} as a mapping needs at least one class, got {{}}")
+    out: dict[Any, Any] = {}
+    for label, v in value.items():
+        whole = isinstance(v, numbers.Integral)
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and float(v) >= low
+        if not ok or (what == "count" and not whole):
+            kind = "an integer >= 1" if what == "count" else f"a number >= {low:g}"
+            raise ParameterError(
+                f"{name}[{label!r}] must be {kind}, got {value!r}; "
+                "one value per class label, e.g. {'a': 50, 'b': 50}"
+            )
+        out[label] = int(v) if what == "count" else float(v)
+    return out
+
+
+@dataclass(frozen=True)
+class MaxSamples:
+    """The forest's ``max_samples``: None, a count >= 1, a fraction in (0, 1], or a
+    mapping class -> count (R randomForest's ``sampsize`` with ``strata`` the target:
+    so many rows of each class drawn with replacement for every tree)."""
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return (0, -1, 1.5, 0.0, "half", True, {}, {"a": 0}, {"a": 1.5})
+
+    def check(self, name: str, value: Any) -> int | float | dict[Any, int] | None:
+        if value is None:
+            return None
+        if isinstance(value, Mapping):
+            return _per_class(name, value, 1, "count")
+        size = _count_or_fraction(value, 1)
+        if size is not None:
+            return size
+        raise ParameterError(
+            f"{name} must be None, an integer >= 1 (rows per tree), a fraction in (0, 1] of "
+            f"the rows or a mapping class -> rows per tree, got {value!r}"
+        )
+
+
+#: ``class_weight``'s named forms (scikit-learn's).
+CLASS_WEIGHTS = ("balanced", "balanced_subsample")
+
+
+@dataclass(frozen=True)
+class ClassWeight:
+    """scikit-learn's forests' ``class_weight``: None, "balanced", "balanced_subsample"
+    or a mapping class -> weight >= 0."""
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return ("balance", 3, True, {}, {"a": -1.0}, {"a": "x"})
+
+    def check(self, name: str, value: Any) -> str | dict[Any, float] | None:
+        if value is None:
+            return None
+        if isinstance(value, Mapping):
+            return _per_class(name, value, 0.0, "weight")
+        if isinstance(value, str) and value in CLASS_WEIGHTS:
+            return value
+        raise ParameterError(
+            f"{name} must be None, 'balanced', 'balanced_subsample' or a mapping class -> "
+            f"weight, got {value!r}{did_you_mean(value, CLASS_WEIGHTS)}"
+        )
+
+
+#: Split criteria of scikit-learn's trees, by the task they serve ("auto": gini for
+#: classification and unsupervised forests, squared_error for regression).
+CLASSIFICATION_CRITERIA = ("gini", "entropy", "log_loss")
+REGRESSION_CRITERIA = ("squared_error", "absolute_error", "friedman_mse", "poisson")
+CRITERIA = ("auto", *CLASSIFICATION_CRITERIA, *REGRESSION_CRITERIA)
+
+
 @dataclass(frozen=True)
 class RowsPerTree:
     """The column imputer's ``max_samples``: "auto", None, a count >= 1 or a share in (0, 1]."""
@@ -288,10 +390,15 @@ FOREST_CONSTRAINTS: dict[str, Constraint] = {
     "task": Choice(TASKS),
     "kind": Choice(KINDS),
     "max_features": MaxFeatures(),
+    "criterion": Choice(CRITERIA),
+    "min_samples_split": SplitSize(),
     "min_samples_leaf": Int(1),
     "max_depth": Int(1, none=True),
+    "max_leaf_nodes": Int(2, none=True),
+    "min_impurity_decrease": Number(0.0, float("inf")),
     "bootstrap": Bool(),
-    "max_samples": Fraction(),
+    "max_samples": MaxSamples(),
+    "class_weight": ClassWeight(),
     "batch_size": Int(1, none=True),
     "tile_size": TILE_SIZE,
     "random_state": Seed(),
@@ -337,6 +444,48 @@ def check_bootstrap(bootstrap: bool, max_samples: float | None) -> None:
             f"max_samples={max_samples!r} cannot be set when bootstrap=False (it is the size "
             "of each tree's bootstrap sample); remove max_samples or set bootstrap=True"
         )
+
+
+def check_criterion(criterion: str, task: str) -> None:
+    """A split criterion of the task's trees (a regression criterion needs regression)."""
+    regression = task == "regression"
+    fits = CLASSIFICATION_CRITERIA if not regression else REGRESSION_CRITERIA
+    if criterion != "auto" and criterion not in fits:
+        raise ParameterError(
+            f"criterion={criterion!r} is for {'classification' if regression else 'regression'}"
+            f" trees, but the task is {task!r}; use one of {', '.join(map(repr, fits))} "
+            "or criterion='auto'"
+        )
+
+
+def per_class_codes(
+    name: str, given: Mapping[Any, float], classes: Sequence[Any], every: bool
+) -> list[Any]:
+    """A mapping class label -> value as one value per class code (the sorted classes).
+
+    A key matches a class equal to it or written the same (``"1"`` for ``1``: YAML
+    and the command line give text).  ``every``: each class must be given (else 1.0).
+    """
+    by_text = {str(c): k for k, c in enumerate(classes)}
+    values: list[float | None] = [None if every else 1.0] * len(classes)
+    for label, value in given.items():
+        code = by_text.get(str(label))
+        if code is None:
+            quote = "; YAML reads yes/no/on/off as booleans: quote the label" * (
+                isinstance(label, bool)
+            )
+            raise ParameterError(
+                f"{name} names class {label!r}, which is not in the target; its classes are "
+                f"{', '.join(map(repr, classes))}{quote}"
+            )
+        values[code] = value
+    missing = [c for c, v in zip(classes, values, strict=True) if v is None]
+    if missing:
+        raise ParameterError(
+            f"{name} gives no value for class(es) {', '.join(map(repr, missing))}; give one for "
+            f"every class, e.g. {name}={{{', '.join(f'{c!r}: 100' for c in classes[:3])}}}"
+        )
+    return [int(v) if every else float(v) for v in values if v is not None]
 
 
 def check_out_of_bag(method: str, bootstrap: bool, where: str = "method") -> None:

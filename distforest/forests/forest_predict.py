@@ -33,7 +33,7 @@ from distforest.parallel import tasks
 from distforest.parallel.execution import Runner
 
 if TYPE_CHECKING:
-    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.forests.fitted import FittedForest
 
 #: Most rows one prediction task routes (a block of rows x trees of leaves at a time).
 ROWS_PER_TASK = 65_536
@@ -45,7 +45,7 @@ NO_OOB_WARNING = (
 )
 
 
-def check_supervised(forest: ProximityForest, what: str) -> None:
+def check_supervised(forest: FittedForest, what: str) -> None:
     """Raise unless ``forest`` is fitted with a target (and kept its nodes)."""
     forest._check_nodes(what)
     if forest.task_ == "unsupervised":
@@ -58,7 +58,7 @@ def check_supervised(forest: ProximityForest, what: str) -> None:
 # -- new rows ------------------------------------------------------------------
 
 
-def _fitted_with_names(forest: ProximityForest) -> bool:
+def _fitted_with_names(forest: FittedForest) -> bool:
     """Whether the training columns had names of their own (not an array's 0..d-1)."""
     names = tuple(forest.feature_names_in_)
     return names != tuple(str(i) for i in range(len(names)))
@@ -73,7 +73,7 @@ def _frame_names(X: Any) -> list[str] | None:
     return [str(c) for c in names] if names and all(isinstance(c, str) for c in names) else None
 
 
-def check_feature_names(forest: ProximityForest, X: Any) -> None:
+def check_feature_names(forest: FittedForest, X: Any) -> None:
     """scikit-learn's feature-name rules for new rows (same messages as its estimators).
 
     A DataFrame must have the training columns in the training order; a
@@ -115,7 +115,7 @@ def check_feature_names(forest: ProximityForest, X: Any) -> None:
     raise InputError(message)
 
 
-def new_rows(forest: ProximityForest, X: Any) -> np.ndarray:
+def new_rows(forest: FittedForest, X: Any) -> np.ndarray:
     """New rows as the trees read them: the training columns, codes and float32.
 
     Categorical columns are coded with the training labels (a level not seen
@@ -178,20 +178,20 @@ def _recode(codes: np.ndarray, labels: Any, known: Any, feature: str) -> np.ndar
     return out
 
 
-def _forest_arrays(forest: ProximityForest) -> tuple[np.ndarray, ...]:
+def _forest_arrays(forest: FittedForest) -> tuple[np.ndarray, ...]:
     """``node_offset``, ``value`` and the routing arrays, in :func:`mean_leaf_value`'s order."""
     assert forest.nodes_ is not None  # callers check
     offsets = np.concatenate([[0], np.cumsum(forest.node_counts_)]).astype(np.int64)
     return (offsets, forest.nodes_["value"], *(forest.nodes_[f] for f in ROUTING_FIELDS))
 
 
-def runner_for(forest: ProximityForest, cells: int) -> contextlib.AbstractContextManager[Runner]:
+def runner_for(forest: FittedForest, cells: int) -> contextlib.AbstractContextManager[Runner]:
     """Where work on ``cells`` input cells of new rows runs: this process (threads) when
     small and no cluster was asked for, else the forest's execution."""
     return forest._runner(cells)
 
 
-def predict_values(forest: ProximityForest, X: Any) -> np.ndarray:
+def predict_values(forest: FittedForest, X: Any) -> np.ndarray:
     """Mean leaf value of every new row: class probabilities, or the prediction (k = 1).
 
     One task per block of at most :data:`ROWS_PER_TASK` rows; small inputs
@@ -220,7 +220,7 @@ def predict_values(forest: ProximityForest, X: Any) -> np.ndarray:
     return values
 
 
-def decode_classes(forest: ProximityForest, proba: np.ndarray) -> np.ndarray:
+def decode_classes(forest: FittedForest, proba: np.ndarray) -> np.ndarray:
     """The class labels of the most probable classes (the first one on ties)."""
     return np.asarray(forest.classes_)[np.argmax(proba, axis=1)]
 
@@ -228,7 +228,7 @@ def decode_classes(forest: ProximityForest, proba: np.ndarray) -> np.ndarray:
 # -- training rows out of bag -----------------------------------------------
 
 
-def oob_values(forest: ProximityForest) -> np.ndarray:
+def oob_values(forest: FittedForest) -> np.ndarray:
     """Mean value of each training row's leaf over the trees where it is out of bag.
 
     Rows in bag in every tree get zeros (with scikit-learn's warning).
@@ -252,7 +252,7 @@ def oob_values(forest: ProximityForest) -> np.ndarray:
     return sums / np.maximum(counts, 1)[:, None]
 
 
-def oob_score(forest: ProximityForest, values: np.ndarray) -> float:
+def oob_score(forest: FittedForest, values: np.ndarray) -> float:
     """Accuracy (classification) or R² (regression) of the out-of-bag estimates."""
     from sklearn.metrics import accuracy_score, r2_score
 

@@ -37,7 +37,7 @@ from distforest.store.schema import matrix_encoding
 if TYPE_CHECKING:
     import xarray as xr
 
-    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.forests.fitted import FittedForest
 
 #: Store name of each method's cross matrix (layouts in :mod:`distforest.store.schema`).
 CROSS_NAMES = {
@@ -47,7 +47,7 @@ CROSS_NAMES = {
 }
 
 
-def new_leaves(forest: ProximityForest, X: Any) -> np.ndarray:
+def new_leaves(forest: FittedForest, X: Any) -> np.ndarray:
     """Leaves of new rows (the training columns, categories coded as in fit).
 
     Returns
@@ -61,7 +61,7 @@ def new_leaves(forest: ProximityForest, X: Any) -> np.ndarray:
     return apply_nodes(X32, {"node_offset": offsets, **nodes})
 
 
-def new_row_arrays(forest: ProximityForest, leaves: np.ndarray) -> dict[str, np.ndarray]:
+def new_row_arrays(forest: FittedForest, leaves: np.ndarray) -> dict[str, np.ndarray]:
     """What a tile needs of the new rows: leaves, in-bag counts (none) and leaf masses.
 
     ``leaf_mass[i, t]`` is the in-bag total of the training rows in new row
@@ -93,7 +93,7 @@ def cross_tile(
 
 
 def cross_proximity(
-    forest: ProximityForest,
+    forest: FittedForest,
     X: Any,
     method: str,
     store: str | Path | None,
@@ -159,7 +159,7 @@ def _square_sums_task(
     return out
 
 
-def squared_sums(forest: ProximityForest, X: Any, classes: np.ndarray, method: str) -> np.ndarray:
+def squared_sums(forest: FittedForest, X: Any, classes: np.ndarray, method: str) -> np.ndarray:
     """Each new row's sum of squared proximities to the training rows of each class.
 
     One task per block of ``tile_size`` new rows; a task holds one tile of
@@ -196,7 +196,7 @@ def squared_sums(forest: ProximityForest, X: Any, classes: np.ndarray, method: s
     return out
 
 
-def proximity_weights(forest: ProximityForest, X: Any, method: str) -> np.ndarray:
+def proximity_weights(forest: FittedForest, X: Any, method: str) -> np.ndarray:
     """Proximity-weighted target of new rows: class weights (rows sum to 1) or values.
 
     ``sum_j P_ij v_j / sum_j P_ij`` over the training rows j, with ``v_j`` the

@@ -29,6 +29,7 @@ from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
 from distforest.store.inputs import input_rows
 from distforest.store.run_store import task_array, write_block
+from distforest.store.scratch import scratch_array
 
 #: Tasks per product: the trees are cut into this many batches.
 PRODUCT_TASKS = 8
@@ -157,7 +158,7 @@ def _held(value: Any) -> Any:
     return value.read() if isinstance(value, StoredArray) else value
 
 
-def _batch(value: Any, trees: slice) -> np.ndarray:
+def tree_batch(value: Any, trees: slice) -> np.ndarray:
     """Trees ``trees`` of a ``(T, n)`` array or a :class:`StoredArray`."""
     return value.trees(trees) if isinstance(value, StoredArray) else value[trees]
 
@@ -194,7 +195,7 @@ def _proximity_part(
     dst_leaves_t: np.ndarray | None,
     rows: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    src_leaves, src_inbag = _batch(leaves_t, trees), _batch(inbag_t, trees)
+    src_leaves, src_inbag = tree_batch(leaves_t, trees), tree_batch(inbag_t, trees)
     if dst_leaves_t is not None:
         dst_leaves = dst_leaves_t[trees]
         dst_inbag = np.zeros_like(dst_leaves, dtype=np.uint8)
@@ -343,8 +344,6 @@ class ProximityProducts:
         into scratch arrays under ``group``; nothing of n rows comes to this process.  Rows
         are read back with :func:`stored_product_rows`.
         """
-        from distforest.forests.square_sums import scratch_array
-
         if self.stored_leaves is None:
             from distforest.errors import ParameterError
 

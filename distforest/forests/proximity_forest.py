@@ -4,32 +4,31 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from distforest.errors import InputError, NotFittedError, StoreError
+from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.fit_driver import ForestFit, GrownBatch, fit_forest
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted, as_list
-from distforest.forests.stored import is_dask_frame
-from distforest.forests.targets import encode_target, resolve_task
+from distforest.forests.targets import fit_target
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
-from distforest.io import Table, load_table
+from distforest.io import Table
 from distforest.io.in_memory import check_in_memory
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, tree_input
-from distforest.parallel import tasks
-from distforest.store.inputs import StoredTable
+from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, grow_nodes
 from distforest.store.run_store import RunStore
+from distforest.store.sink import open_sink
+from distforest.store.source import open_source
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -48,13 +47,21 @@ def _may_be_classifier(forest: ProximityForest) -> bool:
     return getattr(forest, "task_", forest.task) in ("auto", "classification")
 
 
-def _check_classes(y: Any) -> None:
-    """A classification target must hold classes (scikit-learn's rule and words)."""
+def _check_weights(sample_weight: Any, n: int, task: str) -> np.ndarray:
+    """``sample_weight`` checked by scikit-learn's rule: n non-negative finite numbers."""
+    from sklearn.utils.validation import _check_sample_weight
+
+    if task == "unsupervised":
+        raise InputError(
+            "sample_weight needs a target: an unsupervised forest weighs its rows against "
+            "their synthetic copies; pass y, or fit without sample_weight"
+        )
     try:
-        check_classification_targets(y)
+        return _check_sample_weight(sample_weight, np.empty((n, 0)), dtype=np.float64,
+                                    ensure_non_negative=True)  # fmt: skip
     except ValueError as exc:
         raise InputError(
-            f"{exc}; for a numeric target use task='regression' (or task='auto')"
+            f"sample_weight: {exc}; pass {n:,} finite weights >= 0, one per row"
         ) from None
 
 
@@ -80,18 +87,36 @@ class ProximityForest(Persisted, DaskEstimator):
     max_features : {"auto", "sqrt", "log2"}, int, float or None, default "auto"
         Features tried per split; ``auto`` is ``sqrt`` for classification and
         unsupervised forests and all features for regression.
+    criterion : {"auto", "gini", "entropy", "log_loss", "squared_error", \
+"absolute_error", "friedman_mse", "poisson"}, default "auto"
+        scikit-learn's split criterion; ``auto``: ``gini`` for classification
+        and unsupervised forests, ``squared_error`` for regression.
+    min_samples_split : int or float, default 2
+        As scikit-learn's: rows (or a fraction of them) a node needs to be split.
     min_samples_leaf : int, default 1
     max_depth : int or None, default None
+    max_leaf_nodes : int or None, default None
+        Grow each tree best-first up to this many leaves (scikit-learn's).
+    min_impurity_decrease : float, default 0.0
+        Split a node only if the weighted impurity decreases this much (scikit-learn's).
     bootstrap : bool, default True
         Bootstrap rows for each tree.  In-bag counts are always recorded.
-    max_samples : float or None, default None
-        Bootstrap size as a fraction of the rows.  ``None``: n rows per tree
+    max_samples : int, float, mapping or None, default None
+        Bootstrap size: a count of rows, a fraction of the rows, or (classification)
+        a mapping class -> rows of that class drawn for every tree, with
+        replacement (R randomForest's ``sampsize`` with ``strata=y``; every class
+        must be given).  ``None``: n rows per tree
         (Breiman's bootstrap) on up to ``LARGE_FOREST_ROWS`` rows; on more,
         ``AUTO_ROWS_PER_TREE`` rows per tree (as Spark's ``subsamplingRate``
         and H2O's ``sample_rate``), so that a tree's size and time stop
         growing with n (every row is still routed through every tree; the
         rows a tree did not draw are out of bag for it).  Measured cost:
         ``benchmarks/results/max_samples.md``.
+    class_weight : {"balanced", "balanced_subsample"}, mapping or None, default None
+        Class weights multiplying each tree's row weights (classification), as
+        scikit-learn's forests: ``balanced`` weighs classes by ``n / (k * count)``,
+        ``balanced_subsample`` computes that on each tree's bootstrap sample, a
+        mapping gives a weight per class label (1 for a class not given).
     batch_size : int or None, default None
         Trees per Dask task; ``None`` plans batches that shrink towards the
         end (at most a quarter of a worker thread's share each), so that the
@@ -151,10 +176,15 @@ class ProximityForest(Persisted, DaskEstimator):
         task: str = "auto",
         kind: str = "random-forest",
         max_features: int | float | str | None = "auto",
+        criterion: str = "auto",
+        min_samples_split: int | float = 2,
         min_samples_leaf: int = 1,
         max_depth: int | None = None,
+        max_leaf_nodes: int | None = None,
+        min_impurity_decrease: float = 0.0,
         bootstrap: bool = True,
-        max_samples: float | None = None,
+        max_samples: int | float | Mapping[Any, int] | None = None,
+        class_weight: str | Mapping[Any, float] | None = None,
         batch_size: int | None = None,
         tile_size: int = 2048,
         random_state: int | None = None,
@@ -163,10 +193,15 @@ class ProximityForest(Persisted, DaskEstimator):
         self.task = task
         self.kind = kind
         self.max_features = max_features
+        self.criterion = criterion
+        self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf
         self.max_depth = max_depth
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_impurity_decrease = min_impurity_decrease
         self.bootstrap = bootstrap
         self.max_samples = max_samples
+        self.class_weight = class_weight
         self.batch_size = batch_size
         self.tile_size = tile_size
         self.random_state = random_state
@@ -196,26 +231,35 @@ class ProximityForest(Persisted, DaskEstimator):
 
     # -- fitting ------------------------------------------------------------
 
-    def fit(self, X: Any, y: Any = None) -> ProximityForest:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> ProximityForest:
         """Fit the forest, one Dask task per batch of trees.
 
         Parameters
         ----------
         X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
-            Features (any input :func:`distforest.io.load_table` reads).  A
-            :class:`~distforest.store.inputs.StoredTable` is read by the tasks
-            from its store; a ``dask.dataframe.DataFrame`` is read by partitions
-            into a temporary store (``y`` then names its target column), never
-            computed in this process.
-        y : array-like or None
-            Target; None for an unsupervised forest (or when ``X`` is a
-            :class:`~distforest.io.Table` carrying it).
+            Features: anything :func:`distforest.store.source.open_source` opens.
+            Rows in a store (a :class:`~distforest.store.inputs.StoredTable`, a
+            run store's path) are read by the tasks from there, and the
+            results (leaves, in-bag counts, the forest) are written into that
+            store; a ``dask.dataframe.DataFrame``, a glob, a folder of parts or
+            a large file are read by partitions into a temporary store of this
+            forest (``y`` then names the target column), never whole in this
+            process.
+        y : array-like, str or None
+            Target; None for an unsupervised forest (or when ``X`` carries it).
+
+        sample_weight : array-like of shape (n_samples,) or None
+            Non-negative row weights (supervised forests): each tree weighs a
+            row by its in-bag count times its weight (times its class weight),
+            as scikit-learn's forests did before 1.9 (1.9 draws the bootstrap in
+            proportion to the weights instead); the out-of-bag estimates and
+            importances come from these trees.
 
         Returns
         -------
         self
         """
-        return self._fit(X, y, keep_nodes=True)
+        return self._fit(X, y, keep_nodes=True, sample_weight=sample_weight)
 
     def fit_leaves(self, X: Any, y: Any = None) -> ProximityForest:
         """Fit as :meth:`fit` but keep only the training rows' ``leaves_`` and ``inbag_``.
@@ -240,14 +284,37 @@ class ProximityForest(Persisted, DaskEstimator):
         return self._fit(X, y, keep_nodes=False)
 
     @staticmethod
-    def _tree_params(params: dict[str, Any], task: str, n_classes: int, n: int) -> TreeParams:
+    def _tree_params(params: dict[str, Any], task: str, classes: list[Any], n: int) -> TreeParams:
         """The trees' settings for ``task`` on ``n`` rows (the same whatever the input's home)."""
+        n_classes = len(classes)
         max_samples = params["max_samples"]
         if max_samples is None and params["bootstrap"] and n > LARGE_FOREST_ROWS:
             max_samples = AUTO_ROWS_PER_TREE / n
+        if isinstance(max_samples, int) and max_samples > n:
+            raise InputError(
+                f"max_samples={max_samples} rows per tree, but the input has only {n:,} rows; "
+                "give at most n, or a fraction such as max_samples=0.5"
+            )
         max_features = params["max_features"]
         if max_features == "auto":
             max_features = 1.0 if task == "regression" else "sqrt"
+        C.check_criterion(params["criterion"], task)
+        per_class = isinstance(max_samples, Mapping)
+        class_weight = params["class_weight"]
+        for name, given in (("class_weight", class_weight is not None),
+                            ("max_samples per class", per_class)):  # fmt: skip
+            if given and task != "classification":
+                raise ParameterError(
+                    f"{name} needs a classification forest, but the task is {task!r}; "
+                    f"pass a class target (task='classification') or remove {name}"
+                )
+        rows_per_class = None
+        if per_class:
+            rows_per_class = tuple(C.per_class_codes("max_samples", max_samples, classes, True))
+            max_samples = None
+        if isinstance(class_weight, Mapping):
+            codes = C.per_class_codes("class_weight", class_weight, classes, False)
+            class_weight = tuple(enumerate(codes))
         return TreeParams(
             task=cast(Task, task),  # resolve_task returns one of Task's values
             kind=params["kind"],
@@ -257,81 +324,155 @@ class ProximityForest(Persisted, DaskEstimator):
             bootstrap=params["bootstrap"],
             max_samples=max_samples,
             n_classes=n_classes if task == "classification" else 2,
+            min_samples_split=params["min_samples_split"],
+            max_leaf_nodes=params["max_leaf_nodes"],
+            min_impurity_decrease=params["min_impurity_decrease"],
+            criterion=None if params["criterion"] == "auto" else params["criterion"],
+            class_weight=class_weight,
+            rows_per_class=rows_per_class,
         )
 
-    def _fit(self, X: Any, y: Any, *, keep_nodes: bool) -> ProximityForest:
+    def _fit(
+        self, X: Any, y: Any, *, keep_nodes: bool, sample_weight: Any = None
+    ) -> ProximityForest:
         params = self._validated()
-        if isinstance(X, StoredTable):
-            if y is not None:
-                raise InputError(
-                    f"{X.source} is a stored table: its target was read with it "
-                    f"({X.target_name!r}); do not pass y as well"
-                )
-            from distforest.forests.stored import fit_stored
-
-            return fit_stored(
-                self, X, params, lambda t, k: self._tree_params(params, t, k, X.n_samples)
-            )
-        if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            from distforest.forests.stored import fit_dask_frame
-
-            return fit_dask_frame(
-                self, X, y, params, lambda t, k, n: self._tree_params(params, t, k, n)
-            )
-        if len(getattr(y, "shape", ())) == 2 and y.shape[1] == 1:
+        if not isinstance(y, str) and len(getattr(y, "shape", ())) == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)  # a column vector: scikit-learn's warning, then 1-D
-        table = X if isinstance(X, Table) and y is None else load_table(X, y=y)
-        task = resolve_task(params["task"], table.y, table.target_name)
-        if task == "classification":
-            _check_classes(table.y)
-        y_fit, classes = encode_target(task, table.y)
-        tree_params = self._tree_params(params, task, len(classes), table.n_samples)
-        n_trees = params["n_estimators"]
-        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        n = table.n_samples
-        leaves = np.empty((n, n_trees), dtype=np.int32)
-        inbag = np.empty((n, n_trees), dtype=np.uint8)
-        with self._runner(table.X.size) as runner:
-            batches = tasks.plan_tree_batches(n_trees, runner.threads(), params["batch_size"])
-            logger.info(
-                "fitting %d %s trees on %d x %d in %d tasks",
-                n_trees, task, n, table.n_features, len(batches),
+        source = open_source(X, y, owner=self)
+        task, y_fit, classes = fit_target(params["task"], source)
+        tree_params = self._tree_params(params, task, classes, source.n_samples)
+        weights = {}  # bound to the grower: absent without weights (the same tasks as before)
+        if sample_weight is not None:
+            weights["sample_weight"] = _check_weights(sample_weight, source.n_samples, task)
+        n, n_trees = source.n_samples, params["n_estimators"]
+        with self._runner(n * source.n_features) as runner:
+            # the rows' store, else memory by the in-memory rule, else a store of this forest's
+            sink = open_sink(n, n_trees, store=source.store_path, chunk_rows=params["tile_size"],
+                             owner=self)  # fmt: skip
+            fit = fit_forest(
+                source, partial(grow_forest_batch, params=tree_params, keep_nodes=keep_nodes,
+                                **weights),
+                y=y_fit, n_trees=n_trees, random_state=params["random_state"],
+                batch_size=params["batch_size"], runner=runner, sink=sink,
+                row_results={"leaves": ("int32", ("sample", "tree")),
+                             "inbag": ("uint8", ("sample", "tree"))},
+                keep_nodes=keep_nodes, router=route_forest_rows, routed=("leaves",),
+                progress=self._report("fit"),
+                join_progress=self._report("leaves"),
             )  # fmt: skip
-            X_future = runner.share(tree_input(table.X))  # float32 once, not in every tree
-            y_future = None if y_fit is None else runner.share(y_fit)
-            items = [(X_future, y_future, seeds[b], tree_params, keep_nodes) for b in batches]
-            parts: list[Any] = [None] * len(batches)
-            importances = np.empty((n_trees, table.n_features), dtype=np.float64)
-            for i, batch in runner.run(
-                fit_tree_batch, items, name="fit-trees", progress=self._report("fit")
-            ):
-                leaves[:, batches[i]] = batch.leaves
-                inbag[:, batches[i]] = batch.inbag
-                importances[batches[i]] = batch.importances
-                parts[i] = batch.nodes_only()  # the copied leaves need not be kept twice
+        self._take_fit(source, fit, params, task, y_fit, classes)
+        if fit.store is not None:  # the store holds what save() writes
+            rs = RunStore.open(fit.store, mode="r+")
+            self._write_arrays(rs, params["tile_size"], names=("tree_importances", "target"))
+            rs.update_attrs(**self._provenance(), store_input=True)
+        return self
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        X: Any,
+        y: Any = None,
+        *,
+        sample_weight: Any = None,
+        tile_size: int = 2048,
+    ) -> ProximityForest:
+        """A fitted forest from a model fitted elsewhere, on its training rows ``X``.
+
+        Every row is routed through the model's trees by tasks (a folder of parts
+        or a large file is read by partitions: the driver never holds it), into
+        the same ``leaves`` / ``inbag`` arrays a forest grown here has; every
+        answer then works from it (proximities, neighbours, outliers, MDS).
+
+        Parameters
+        ----------
+        model : fitted estimator or booster
+            A scikit-learn ``RandomForest*``, ``ExtraTrees*``, ``GradientBoosting*``
+            or ``HistGradientBoosting*`` model, a LightGBM or an XGBoost model
+            (see :mod:`distforest.forests.outside`).
+        X : array-like, DataFrame, path, folder of parts or dask DataFrame
+            The rows the model was fitted on, in the same order (the in-bag counts
+            of a scikit-learn bootstrap are replayed for those rows), numeric
+            features as the model saw them.
+        y : array-like, str or None
+            The target (a column name when ``X`` is read from files); needed by
+            the answers that use classes (outliers by class, mislabels).
+        sample_weight : array-like or None
+            The weights the model was fitted with (scikit-learn draws a weighted
+            bootstrap when they are given).
+        tile_size : int, default 2048
+            Rows per tile of the matrices.
+
+        Returns
+        -------
+        ProximityForest
+            Fitted, without tree nodes: :meth:`apply` and :meth:`predict` of new
+            rows are the model's own.  Out-of-bag and RF-GAP proximities are
+            refused where the model's bagging cannot be replayed.
+        """
+        from distforest.forests.outside import outside_forest, route_batch
+        from distforest.parallel import tasks as plan
+
+        forest = outside_forest(model)
+        self = cls(n_estimators=forest.n_trees, bootstrap=forest.bootstrap,
+                   max_features=None, tile_size=tile_size)  # fmt: skip
+        params = self._validated()
+        source = open_source(X, y, owner=self)
+        if source.categories:
+            raise InputError(
+                f"{source.source} has text columns {sorted(source.categories)}; a model "
+                "fitted elsewhere is given the numeric features it was fitted on: encode "
+                "them as you did for the model and pass the numeric table"
+            )
+        task, y_fit, classes = (
+            fit_target("auto", source) if source.target_name or y is not None
+            else ("unsupervised", None, [])
+        )  # fmt: skip
+        weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        _, seeds = plan.plan_seeds(0, forest.n_trees)
+        grower = partial(route_batch, forest=forest, sample_weight=weights,
+                         tree_of_seed={int(s): t for t, s in enumerate(seeds)})  # fmt: skip
+        n = source.n_samples
+        with self._runner(n * source.n_features) as runner:
+            sink = open_sink(n, forest.n_trees, store=source.store_path, chunk_rows=tile_size,
+                             owner=self)  # fmt: skip
+            fit = fit_forest(
+                source, grower, y=None, n_trees=forest.n_trees, random_state=0,
+                batch_size=None, runner=runner, sink=sink,
+                row_results={"leaves": ("int32", ("sample", "tree")),
+                             "inbag": ("uint8", ("sample", "tree"))},
+                keep_nodes=False, dtype=np.float64, progress=self._report("route"),
+                join_progress=self._report("leaves"),
+            )  # fmt: skip
+        self._take_fit(source, fit, params, task, y_fit, classes)
+        self.model_ = model
+        self.no_inbag_ = forest.no_inbag
+        return self
+
+    def _take_fit(self, source: Any, fit: ForestFit, params: dict[str, Any], task: str,
+                  y_fit: np.ndarray | None, classes: list[Any]) -> None:  # fmt: skip
+        """Set the fitted attributes once, from the fit driver's result."""
+        n = source.n_samples
         self.n_samples_ = n
-        self.n_features_in_ = table.n_features
-        self.feature_names_in_ = table.feature_names
-        self.categories_ = table.categories
-        self.sample_ids_ = table.ids
-        self.id_name_ = table.id_name
-        self.target_name_ = table.target_name
+        self.n_features_in_ = source.n_features
+        self.feature_names_in_ = source.feature_names
+        self.categories_ = source.categories
+        self.sample_ids_ = fit.sample_ids
+        self.id_name_ = source.id_name
+        self.target_name_ = source.target_name
         self.task_ = task
         self.classes_ = classes
         self.y_ = y_fit
-        self.seeds_ = seeds
-        self.random_state_ = entropy
-        self.leaves_ = leaves
-        self.inbag_ = inbag
-        self.node_counts_ = np.concatenate([b.node_counts for b in parts])
-        self.tree_importances_: np.ndarray | None = importances
-        self.nodes_: Mapping[str, np.ndarray] | None = (
-            _concatenate_nodes(parts) if keep_nodes else None
-        )
-        self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
-        self.fit_id_ = uuid.uuid4().hex
+        self.seeds_ = fit.seeds
+        self.random_state_ = fit.random_state
+        self.leaves_ = fit.rows["leaves"]
+        self.inbag_ = fit.rows["inbag"]
+        self.node_counts_ = fit.trees["node_counts"]
+        self.tree_importances_: np.ndarray | None = fit.trees["importances"]
+        self.nodes_: Mapping[str, np.ndarray] | None = fit.nodes
+        self.input_ = {"source": source.source, "fingerprint": source.fingerprint()}
+        self.fit_id_ = fit.fit_id
         self.params_ = params
-        return self
 
     def apply(self, X: Any) -> np.ndarray:
         """Leaf of each row of ``X`` in every tree, from the flattened forest.
@@ -516,6 +657,12 @@ class ProximityForest(Persisted, DaskEstimator):
     def _check_method(self, method: str) -> None:
         """A proximity method this fitted forest can give (out-of-bag ones need bootstrap)."""
         C.check_choice("method", method, C.PROXIMITY_METHODS)
+        why = getattr(self, "no_inbag_", None)  # a model fitted elsewhere, bagging unknown
+        if why is not None and method in C.OUT_OF_BAG_METHODS:
+            raise ParameterError(
+                f"method={method!r} needs each row's in-bag counts, and those of this "
+                f"{type(self.model_).__name__} cannot be known: {why}; use method='original'"
+            )
         C.check_out_of_bag(method, bool(self.params_["bootstrap"]))
 
     def _check_fitted(self) -> None:
@@ -672,7 +819,7 @@ class ProximityForest(Persisted, DaskEstimator):
             check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
                             max_in_memory=max_in_memory)  # fmt: skip
             values = proximity_in_memory(
-                self.leaves_, self.inbag_, method, self.params_["tile_size"]
+                np.asarray(self.leaves_), np.asarray(self.inbag_), method, self.params_["tile_size"]
             )
             import xarray as xr  # on use: fitting and writing tiles do without it
 
@@ -825,13 +972,32 @@ class ProximityForest(Persisted, DaskEstimator):
             )  # fmt: skip
 
 
-def _concatenate_nodes(parts: list[Any]) -> dict[str, np.ndarray]:
-    """Join the batches' node arrays field by field, freeing each part as it goes.
+def grow_forest_batch(
+    X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, *, params: TreeParams,
+    keep_nodes: bool, route: bool = True, sample_weight: np.ndarray | None = None,
+) -> GrownBatch:  # fmt: skip
+    """The fit driver's grower of a :class:`ProximityForest`: one batch of trees, its rows'
+    leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`); with
+    ``route=False`` the in-bag counts only (:func:`~distforest.kernels.trees.grow_nodes`,
+    the same trees: :func:`route_forest_rows` gives the leaves by row chunks)."""
+    if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64 codes
+        y = y.astype(np.int64, copy=False)
+    if not route:
+        grown = grow_nodes(X, y, seeds, params, sample_weight)
+        return GrownBatch(
+            rows={"inbag": grown.inbag},
+            trees={"node_counts": grown.node_counts, "importances": grown.importances},
+            nodes=grown.nodes,
+        )
+    batch = fit_tree_batch(X, y, seeds, params, keep_nodes, sample_weight)
+    return GrownBatch(
+        rows={"leaves": batch.leaves, "inbag": batch.inbag},
+        trees={"node_counts": batch.node_counts, "importances": batch.importances},
+        nodes=batch.nodes,
+    )
 
-    A forest on a million rows has over a hundred million nodes; joining
-    all fields at once would hold the whole forest twice in the driver.
-    """
-    nodes = {}
-    for field in NODE_FIELDS:
-        nodes[field] = np.concatenate([b.nodes.pop(field) for b in parts])
-    return nodes
+
+def route_forest_rows(X: np.ndarray, nodes: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The fit driver's router of a :class:`ProximityForest`: the leaves of a chunk of rows
+    in every tree (scikit-learn's rule, :func:`~distforest.kernels.apply.apply_nodes`)."""
+    return {"leaves": apply_nodes(X, dict(nodes))}

@@ -14,9 +14,19 @@ similarities (or distances) between objects, from one of three sources:
 
 The trees (:mod:`distforest.kernels.simtrees`) are grown in batches, one Dask
 task per batch, each from its own seed: the forest is the same on any number
-of workers.  The training objects' final nodes (``leaves_``) and bootstrap
-counts (``inbag_``) feed the same proximity tiles, products and applications
-as a proximity forest's (outliers, MDS).
+of workers and from any home of the objects.  The training objects' final
+nodes (``leaves_``) and bootstrap counts (``inbag_``) feed the same proximity
+tiles, products and applications as a proximity forest's (outliers, MDS).
+
+Feature rows in a run store (a :class:`~distforest.store.inputs.StoredTable`,
+or a ``dask.dataframe.DataFrame`` ingested into a temporary one) take the same
+growing with a named measure: each worker process reads ``input/X`` once
+(scaled once by a command's z-score), and each task writes its trees' final
+nodes and bootstrap counts into arrays of its own batch, joined by row chunks
+into the store's ``leaves`` and ``inbag`` (``leaves_``/``inbag_`` are those Zarr
+arrays).  The tasks write their trees' nodes too, joined into the store's
+``forest/`` (``trees_`` is then a :class:`StoredTrees`, read by the prediction
+tasks): the driver never holds the rows, an ``(n, T)`` array or the trees.
 """
 
 from __future__ import annotations
@@ -24,9 +34,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import xarray as xr
@@ -40,8 +51,8 @@ from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
-from distforest.forests.stored import is_dask_frame
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
+from distforest.io.attrs import decode_attrs
 from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import (
     StoredMatrix,
@@ -60,8 +71,17 @@ from distforest.kernels.simtrees import (
 )
 from distforest.parallel import tasks
 from distforest.parallel.placement import cells_of
-from distforest.store.inputs import StoredTable
-from distforest.store.run_store import RunStore
+from distforest.store.inputs import (
+    INPUT_GROUP,
+    StoredTable,
+    forget_inputs,
+    input_rows,
+    per_fit,
+    scaled_rows,
+)
+from distforest.store.run_store import RunStore, task_array, write_block, write_group
+from distforest.store.sink import gather_batches
+from distforest.store.source import is_dask_frame, opened
 
 logger = logging.getLogger("distforest")
 
@@ -74,10 +94,31 @@ NODE_FIELDS = (
 )  # fmt: skip
 #: Memory for one prediction task's block of a test x train matrix.
 BLOCK_BYTES = 64 * 1024**2
+#: Group of a stored fit's per-batch arrays while fitting (removed afterwards).
+FIT_GROUP = "simforest_fit"
 
 Similarity = Callable[[Any, Any], Any]
 #: The per-row arrays of a loaded or stored tree (the forest's ``leaves_``/``inbag_`` hold them).
 NO_ROWS = np.empty(0, dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The objects of a stored table as a tree task reads them: the store's ``input/X``,
+    scaled by ``(X - mean) / scale`` (float64, as a command scales a table in memory)
+    when ``scaling`` is given; read (and scaled) once per worker process and fit
+    (``token``)."""
+
+    path: str
+    token: str
+    scaling: tuple[np.ndarray, np.ndarray] | None = None
+
+    def read(self) -> np.ndarray:
+        """The training objects."""
+        if self.scaling is None:
+            return input_rows(self.path)
+        mean, scale = self.scaling
+        return scaled_rows(self.path, self.token, mean, scale)
 
 
 def _grow_batch(
@@ -87,13 +128,163 @@ def _grow_batch(
     seeds: np.ndarray,
     params: SimTreeParams,
     n_classes: int,
-) -> list[SimTree]:
-    """One task: grow the trees of ``seeds`` (``source`` is S, or the objects for ``function``)."""
+    batch: int | None = None,
+) -> list[SimTree] | _Grown:
+    """One task: grow the trees of ``seeds`` (``source`` is S, the objects for
+    ``function``, or a store's :class:`Rows`).  ``batch`` given (rows in a store): the
+    trees' final nodes, bootstrap counts and nodes are written into the store's arrays
+    of that batch (one writer each) and only a summary comes back (:class:`_Grown`)."""
     if function is None:
         fetch = fetch_rows(open_matrix(source))
     else:
-        fetch = fetch_function(function, source)
-    return [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
+        fetch = fetch_function(function, source.read() if isinstance(source, Rows) else source)
+    trees = [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
+    if batch is None or not isinstance(source, Rows):
+        return trees
+    everything = (slice(None), slice(None))
+    leaves = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
+    write_block(source.path, f"{FIT_GROUP}/leaves_{batch}", everything, leaves)
+    inbag = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
+    write_block(source.path, f"{FIT_GROUP}/inbag_{batch}", everything, inbag)
+    write_group(source.path, f"{FIT_GROUP}/nodes_{batch}", _node_arrays(trees))
+    return _Grown(np.array([t.n_nodes for t in trees], dtype=np.int64),
+                  np.array([t.n_evaluations for t in trees], dtype=np.int64),
+                  _pair_ids(trees))  # fmt: skip
+
+
+def _node_arrays(trees: list[SimTree]) -> dict[str, np.ndarray]:
+    """The trees' node arrays, concatenated (the layout of ``forest/``)."""
+    return {f: np.concatenate([getattr(t, f) for t in trees]) for f in NODE_FIELDS}
+
+
+def _pair_ids(trees: list[SimTree]) -> np.ndarray:
+    """The objects the trees' splits compare, sorted, once each."""
+    ids = np.concatenate([np.concatenate([t.pair_i, t.pair_j]) for t in trees])
+    return np.unique(ids[ids >= 0])
+
+
+def _evaluations(trees: list[SimTree] | StoredTrees) -> list[int]:
+    """The similarities each tree evaluated while growing."""
+    if isinstance(trees, StoredTrees):
+        return [int(v) for v in trees.n_evaluations]
+    return [int(t.n_evaluations) for t in trees]
+
+
+def _trees_of(nodes: dict[str, np.ndarray], n_evaluations: Any, missing: str,
+              kind: str) -> list[SimTree]:  # fmt: skip
+    """The trees of a store's ``forest/`` arrays (without their per-object arrays)."""
+    offsets = nodes["node_offset"]
+    trees = []
+    for t in range(len(offsets) - 1):
+        part = slice(int(offsets[t]), int(offsets[t + 1]))
+        trees.append(SimTree(
+            **{f: nodes[f][part] for f in NODE_FIELDS},
+            inbag=NO_ROWS, leaves=NO_ROWS,  # the rows' arrays are leaves_ and inbag_
+            n_evaluations=int(n_evaluations[t]), missing=missing, kind=kind,
+        ))  # fmt: skip
+    return trees
+
+
+@dataclass(frozen=True)
+class _Grown:
+    """What a tree task of a stored fit returns: its trees' node counts and similarity
+    evaluations, and the objects their splits compare (the nodes are in the store)."""
+
+    node_counts: np.ndarray
+    n_evaluations: np.ndarray
+    pair_ids: np.ndarray
+
+
+@dataclass(frozen=True)
+class StoredTrees:
+    """The trees of a SimForest fitted into a store (its ``forest/`` group), never held
+    by the driver: the tasks that predict read them, once per worker process.
+
+    ``fit_id`` names the fit: a later fit into the same store replaced them, and
+    reading them then is refused.
+    """
+
+    path: str
+    fit_id: str
+    n_evaluations: np.ndarray
+    missing: str
+    kind: str
+
+    def __len__(self) -> int:
+        return len(self.n_evaluations)
+
+    def __iter__(self) -> Iterator[SimTree]:
+        """The trees, read from the store on use (here: not kept)."""
+        return iter(self.read())
+
+    def __getitem__(self, k: int) -> SimTree:
+        return self.read()[k]
+
+    def read(self) -> list[SimTree]:
+        """The trees, read from the store (refused if a later fit replaced them)."""
+        rs = RunStore.open(self.path)
+        if rs.attrs.get("fit_id") != self.fit_id:
+            raise StoreError(
+                f"the trees in {self.path!r} belong to another fit (fit_id "
+                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id!r}): a later fit on "
+                "the same stored table replaced them; fit this forest again"
+            )
+        return _trees_of(rs.read_forest(), self.n_evaluations, self.missing, self.kind)
+
+    def load(self) -> list[SimTree]:
+        """The trees, read once per worker process and fit (the tasks that predict)."""
+        return cast(list[SimTree], per_fit("simforest trees", self.path, self.fit_id, self.read))
+
+
+def _batch_arrays(rs: RunStore, n: int, batches: list[slice], tile: int) -> None:
+    """Create a stored fit's per-batch final-node and bootstrap arrays (one writer each)."""
+    group = rs.group.require_group(FIT_GROUP)
+    for k, b in enumerate(batches):
+        for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
+            group.create_array(f"{name}_{k}", shape=(n, b.stop - b.start),
+                               chunks=(min(n, tile), b.stop - b.start), dtype=dtype,
+                               overwrite=True)  # fmt: skip
+
+
+def _check_table(table: StoredTable, measure: Measure) -> None:
+    """Refuse what the in-memory fit refuses: text columns, missing values, no labels."""
+    if table.categories:
+        raise InputError(
+            f"{table.source}: column(s) {sorted(table.categories)} hold text; a SimForest "
+            "measure needs numeric features (drop them, or encode them as numbers)"
+        )
+    attrs = decode_attrs(RunStore.open(table.path).subgroup(INPUT_GROUP).attrs)
+    missing = {str(k): int(v) for k, v in dict(attrs.get("missing") or {}).items() if v}
+    if missing:
+        raise InputError(
+            f"{table.source} has missing values ({missing}); {measure.name} needs complete "
+            "rows: impute them first (distforest impute) or drop those rows"
+        )
+    if not table.has_target:
+        raise InputError(
+            f"{table.source} was stored without a target: ingest it with target='<label "
+            "column>' to fit a classifier"
+        )
+
+
+def _pair_rows(rows: Rows, ids: np.ndarray) -> np.ndarray:
+    """The pair objects' rows (scaled as the tasks scale them)."""
+    arr = task_array(rows.path, f"{INPUT_GROUP}/X", "r")
+    values = np.asarray(arr.get_orthogonal_selection((ids, slice(None))))
+    if rows.scaling is None:
+        return values
+    mean, scale = rows.scaling
+    return cast(np.ndarray, (values.astype(np.float64) - mean) / scale)
+
+
+def _classes(table: StoredTable) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, codes)`` as the in-memory fit's ``np.unique`` gives them; text labels
+    are stored as codes of their sorted values, read a chunk at a time (never as labels)."""
+    if table.target_kind != "labels":
+        return class_codes(table.read_y(), table.n_samples)
+    classes = np.empty(len(table.target_labels), dtype=object)
+    classes[:] = list(table.target_labels)
+    return classes, table.read_codes()
 
 
 def _test_block(
@@ -101,7 +292,7 @@ def _test_block(
     source: Any,
     function: Similarity | None,
     rows: slice,
-    trees: list[SimTree],
+    trees: list[SimTree] | StoredTrees,
     pair_ids: np.ndarray,
     pair_objects: Any,
     *extra: Any,
@@ -112,6 +303,8 @@ def _test_block(
     the pair objects; ``per_block`` is :func:`predict_forest` (class
     probabilities) or :func:`apply_forest` (nodes).
     """
+    if isinstance(trees, StoredTrees):
+        trees = trees.load()
     if function is None:
         fetch = fetch_columns(open_matrix(source)[rows])
     else:
@@ -228,9 +421,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
     ----------
     classes_ : ndarray
         Labels as given to ``fit``.
-    trees_ : list of SimTree
+    trees_ : list of SimTree, or StoredTrees
         The trees' nodes (their own ``leaves``/``inbag`` are empty after
-        :meth:`load` or a fit from a stored table: see ``leaves_``/``inbag_``).
+        :meth:`load`: see ``leaves_``/``inbag_``); after a fit from a stored
+        table, a :class:`StoredTrees` (the store's ``forest/``, read by the
+        tasks that predict).
     leaves_, inbag_ : ndarray, shape (n_samples, n_estimators)
         Final node and bootstrap count of every training object in every tree
         (the store's Zarr arrays, read on use, after a fit from a stored table).
@@ -317,9 +512,9 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             sequence for a function).  With a named measure, a
             :class:`~distforest.store.inputs.StoredTable` (labels in its
             ``input/y``) or a ``dask.dataframe.DataFrame`` (``y`` names its
-            label column) is read by the tasks, never whole by this process
-            (:mod:`distforest.forests.simforest_stored`): the same trees, and
-            ``leaves_``/``inbag_`` are the store's Zarr arrays.
+            label column) is read by the tasks, never whole by this process:
+            the same trees, and ``leaves_``/``inbag_`` are the store's Zarr
+            arrays.
         y : array-like of shape (n,)
             Class labels, at least two classes.
         similarity : callable or str, optional
@@ -331,13 +526,9 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self
         """
         if isinstance(X, StoredTable):
-            from distforest.forests.simforest_stored import fit_table
-
-            return fit_table(self, X, y, similarity)
+            return self.fit_table(X, y, similarity)
         if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            from distforest.forests.simforest_stored import fit_frame
-
-            return fit_frame(self, X, y, similarity)
+            return self._fit_frame(X, y, similarity)
         params = self._validated()
         measure = self._measure(similarity, params)
         kind = params["kind"]
@@ -359,28 +550,161 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             objects = source = _as_objects(X)
             n = len(source)
         classes, codes = class_codes(y, n)
-        tree_params = self._tree_params(params, kind)
-        n_trees = params["n_estimators"]
+        function = cast(
+            "Similarity | None", None if measure is None else getattr(measure, "values", measure)
+        )
+        trees = self._grow(params, source, function, codes, len(classes), kind,
+                           cells_of(source))  # fmt: skip
+        self._set_fitted(trees, classes, codes, measure, objects, kind, params)
+        return self
+
+    def fit_table(
+        self,
+        table: StoredTable,
+        y: Any = None,
+        similarity: Any = None,
+        *,
+        scaling: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> SimilarityForestClassifier:
+        """Fit on feature rows kept in a run store, with a named measure (the fit of a
+        :class:`~distforest.store.inputs.StoredTable` given to :meth:`fit`).
+
+        The tasks read ``input/X`` (once per worker process, scaled once when
+        ``scaling`` is given) and write their trees' final nodes and bootstrap
+        counts into arrays of the batch's own; row-block tasks join those into
+        the store's ``(n, T)`` ``leaves`` and ``inbag``
+        (:func:`~distforest.store.sink.gather_batches`), and their trees'
+        nodes, joined into the store's ``forest/`` a chunk at a time.  The store
+        then holds what :meth:`save` writes: ``leaves_``/``inbag_`` are its Zarr
+        arrays and ``trees_`` a :class:`StoredTrees` that the prediction tasks
+        read; this process never holds the rows, an ``(n, T)`` array or the trees.
+
+        Parameters
+        ----------
+        table : StoredTable
+            Feature rows in ``input/X``, labels in ``input/y``.
+        y : None
+            The labels are the table's; giving them again is refused.
+        similarity : str, optional
+            A measure name, as for :meth:`fit`.
+        scaling : (mean, scale), optional
+            Features scaled as ``(X - mean) / scale`` in float64 before the
+            measure (a command's ``--normalize zscore``).
+
+        Returns
+        -------
+        self
+        """
+        if y is not None:
+            raise InputError(
+                f"{table.source} is a stored table: its labels were read with it "
+                f"({table.target_name!r}); do not pass y as well"
+            )
+        params = self._validated()
+        if callable(similarity):
+            raise ParameterError(
+                "a stored table is fitted with a named measure (metric='rbf', 'cosine', 'dot' "
+                "or 'euclidean'), not a similarity function: load the objects to use a function"
+            )
+        measure = self._measure(similarity, params)
+        if not isinstance(measure, Measure):
+            raise ParameterError(
+                f"{table.source} holds feature rows, not a similarity matrix: give "
+                "metric='rbf', 'cosine', 'dot' or 'euclidean'"
+            )
+        _check_table(table, measure)
+        measure = measure.fitted(np.empty((0, table.n_features)))  # rbf: gamma from the width
+        n, tile = table.n_samples, params["tile_size"]
+        classes, codes = _classes(table)
+        rows = Rows(str(table.path), uuid.uuid4().hex, scaling)
+        rs = RunStore.open(table.path, mode="r+")
+        rs.mark_running()
+        trees = self._grow(params, rows, measure.values, codes, len(classes), measure.kind,
+                           n * table.n_features, rs)  # fmt: skip
+        arrays = (rs.array("leaves"), rs.array("inbag"))
+        self._set_fitted(trees, classes, codes, measure, None, measure.kind, params, rows=arrays)
+        pair_objects: Any = _pair_rows(rows, self.pair_ids_)
+        self.pair_objects_ = pair_objects
+        self.n_features_in_ = table.n_features
+        # the store becomes this model's (what save writes), so its matrices go there
+        rs.write_coordinates(n, params["n_estimators"])
+        self._save_parts(rs, tile)
+        self._write_arrays(rs, tile, ("target", "pair_ids", "pair_objects"))
+        rs.update_attrs(**self._provenance(model=True), store_input=True)
+        return self
+
+    def _fit_frame(self, frame: Any, y: Any, similarity: Any) -> SimilarityForestClassifier:
+        """Fit on a ``dask.dataframe.DataFrame`` (``y`` names its label column) read by
+        partitions into a temporary store living as long as this forest
+        (:func:`~distforest.store.source.opened`)."""
+        if not isinstance(y, str):
+            raise InputError(
+                "the labels of a dask DataFrame must be one of its columns: pass y='<column>' "
+                f"(got {type(y).__name__}); or X.assign(label=...) first"
+            )
+
+        with opened(frame, owner=self, target=y) as source:
+            return self.fit_table(cast(StoredTable, source), None, similarity)
+
+    def _grow(
+        self,
+        params: dict[str, Any],
+        source: Any,
+        function: Similarity | None,
+        codes: np.ndarray,
+        n_classes: int,
+        kind: str,
+        cells: int,
+        rs: RunStore | None = None,
+    ) -> list[SimTree] | StoredTrees:
+        """The one growing of the trees, one task per batch on the same seeds and batches
+        whatever holds the objects: ``source`` is S, the objects, or a store's
+        :class:`Rows`.  With ``rs`` (the store of those rows), the tasks write the
+        trees' per-object arrays into it, joined into ``leaves`` and ``inbag`` here, and
+        their nodes, joined into ``forest/``: the trees are then :class:`StoredTrees`
+        (and ``pair_ids_`` is set from the tasks' summaries)."""
+        n, n_trees = codes.shape[0], params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        function = None if measure is None else getattr(measure, "values", measure)
+        tree_params = self._tree_params(params, kind)
         trees: list[SimTree] = [None] * n_trees  # type: ignore[list-item]
-        with self._runner(cells_of(source)) as runner:
+        with self._runner(cells) as runner:
             size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
             batches = tasks.plan_batches(n_trees, size)
             logger.info("growing %d SimForest trees on %d objects in %d tasks",
                         n_trees, n, len(batches))  # fmt: skip
-            shared = source if isinstance(source, StoredMatrix) else runner.share(source)
+            if rs is not None:
+                _batch_arrays(rs, n, batches, params["tile_size"])
+            shared = source if isinstance(source, StoredMatrix | Rows) else runner.share(source)
             y_shared = runner.share(codes.astype(np.int64))
-            items = [(shared, function, y_shared, seeds[b], tree_params, len(classes))
-                     for b in batches]  # fmt: skip
+            items = [(shared, function, y_shared, seeds[b], tree_params, n_classes,
+                      None if rs is None else k) for k, b in enumerate(batches)]  # fmt: skip
+            parts: list[Any] = [None] * len(batches)
             for i, part in runner.run(_grow_batch, items, name="simforest-fit",
                                       progress=self._report("fit")):  # fmt: skip
-                trees[batches[i]] = part
-        self._set_fitted(trees, classes, codes, measure, objects, kind, params)
+                parts[i] = part
+            if rs is None:
+                for b, part in zip(batches, parts, strict=True):
+                    trees[b] = part
+            else:
+                runner.everywhere(forget_inputs)
+                for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
+                    gather_batches(runner, rs.path,
+                                   [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))],
+                                   name, dtype, params["tile_size"],
+                                   progress=self._report("leaves"))  # fmt: skip
+                # the tasks wrote the trees' nodes; joined a chunk at a time, never held here
+                rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))],
+                               np.concatenate([g.node_counts for g in parts]), seeds)  # fmt: skip
+                del rs.group[FIT_GROUP]
         self.random_state_ = entropy
         self.seeds_ = seeds
         self.fit_id_ = uuid.uuid4().hex
-        return self
+        if rs is None:
+            return trees
+        self.pair_ids_ = np.unique(np.concatenate([g.pair_ids for g in parts]))
+        return StoredTrees(rs.path, self.fit_id_,
+                           np.concatenate([g.n_evaluations for g in parts]),
+                           tree_params.missing, kind)  # fmt: skip
 
     @staticmethod
     def _tree_params(params: dict[str, Any], kind: str) -> SimTreeParams:
@@ -393,7 +717,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
 
     def _set_fitted(
         self,
-        trees: list[SimTree],
+        trees: list[SimTree] | StoredTrees,
         classes: np.ndarray,
         codes: np.ndarray,
         measure: Any,
@@ -411,14 +735,14 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self.n_samples_ = int(codes.shape[0])
         self.kind_ = kind
         self.measure_ = measure
-        if rows is None:
+        if rows is not None:
+            self.leaves_, self.inbag_ = rows
+        elif not isinstance(trees, StoredTrees):
             self.leaves_ = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
             self.inbag_ = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
-        else:
-            self.leaves_, self.inbag_ = rows
-        self.n_similarity_evaluations_ = int(sum(t.n_evaluations for t in trees))
-        ids = np.concatenate([np.concatenate([t.pair_i, t.pair_j]) for t in trees])
-        self.pair_ids_ = np.unique(ids[ids >= 0])
+        self.n_similarity_evaluations_ = sum(_evaluations(trees))
+        if not isinstance(trees, StoredTrees):  # (a stored fit's: from its tasks' summaries)
+            self.pair_ids_ = _pair_ids(trees)
         self.pair_objects_ = None if objects is None else objects[self.pair_ids_]
         self.params_ = params
 
@@ -497,7 +821,10 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         out = np.empty((n, like.shape[1]), dtype=like.dtype)
         with self._runner(cells_of(source)) as runner:
             shared = source if isinstance(source, StoredMatrix) else runner.share(source)
-            trees = runner.share(self.trees_)
+            # a stored fit's trees: the tasks read them from the store
+            trees = (
+                self.trees_ if isinstance(self.trees_, StoredTrees) else runner.share(self.trees_)
+            )
             items = [(per_block, shared, function, b, trees, self.pair_ids_, self.pair_objects_,
                       *extra) for b in blocks]  # fmt: skip
             for i, part in runner.run(_test_block, items, name=f"simforest-{stage}",
@@ -634,7 +961,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         Field("classes", "classes_", encode=plain_items, decode=np.asarray),
         Field("n_samples", "n_samples_", decode=int),
         Field("n_features", "n_features_in_", decode=int, default=UNSET),
-        Field("n_evaluations", encode=lambda f: [int(t.n_evaluations) for t in f.trees_]),
+        Field("n_evaluations", encode=lambda f: _evaluations(f.trees_)),
     )
     _stored_arrays = (
         Array("leaves", "leaves_"),
@@ -650,23 +977,17 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self._write_arrays(rs, self.params_["tile_size"], ("leaves", "inbag", "target"))
 
     def _save_parts(self, rs: RunStore, tile_size: int) -> None:
-        nodes = {f: np.concatenate([getattr(t, f) for t in self.trees_]) for f in NODE_FIELDS}
-        rs.write_forest(nodes, np.array([t.n_nodes for t in self.trees_]), self.seeds_)
+        trees = self.trees_
+        if isinstance(trees, StoredTrees):  # in a store: copied from there a chunk at a time
+            if trees.path != rs.path:
+                rs.copy_group("forest", RunStore.open(trees.path).subgroup("forest"))
+            return
+        rs.write_forest(_node_arrays(trees), np.array([t.n_nodes for t in trees]), self.seeds_)
 
     def _load_parts(self, rs: RunStore) -> None:
         nodes = rs.read_forest()
-        offsets = nodes.pop("node_offset")
-        self.seeds_ = nodes.pop("seed")
-        n_evaluations = rs.attrs["n_evaluations"]
-        trees = []
-        for t in range(len(offsets) - 1):
-            part = slice(int(offsets[t]), int(offsets[t + 1]))
-            trees.append(SimTree(
-                **{f: nodes[f][part] for f in NODE_FIELDS},
-                inbag=NO_ROWS, leaves=NO_ROWS,  # the rows' arrays are leaves_ and inbag_
-                n_evaluations=int(n_evaluations[t]), missing=self.params_["missing"],
-                kind=self.kind_,
-            ))  # fmt: skip
+        self.seeds_ = nodes["seed"]
+        trees = _trees_of(nodes, rs.attrs["n_evaluations"], self.params_["missing"], self.kind_)
         pair_ids, objects = self.pair_ids_, self.pair_objects_
         self._set_fitted(trees, self.classes_, self.y_, self.measure_, None, self.kind_,
                          self.params_, rows=(self.leaves_, self.inbag_))  # fmt: skip

@@ -22,10 +22,25 @@ and then only referred to: each worker reads it once for all its tasks
 copies it into the model block by block, so the driver never holds it whole.
 A loaded model refers to its own ``train_distance`` the same way.
 
-Features given as a :class:`~distforest.store.inputs.StoredTable` (or a
-``dask.dataframe.DataFrame``, ingested on the workers) are read by the tree
-tasks from the store, and the per-row ``leaves_`` and ``inbag_`` stay there
-as Zarr arrays (:mod:`distforest.forests.smerf_stored`).
+One fit, whatever holds the features: one task per batch of trees on the
+same seeds and batches, the same trees bit for bit.  Rows in memory are shared
+once and the rows' leaves and in-bag counts are computed here from the joined
+trees.  Rows in a store (a :class:`~distforest.store.inputs.StoredTable`, or a
+``dask.dataframe.DataFrame`` ingested on the workers into a temporary one) are
+read by each worker process once; each tree task routes every training row
+through its trees and writes their leaves and in-bag counts into arrays of
+the batch's own (``smerf-fit/leaves_<k>``, ``smerf-fit/inbag_<k>``, one writer
+each); row-block tasks join them into whole chunks of ``leaves`` (int32) and
+``inbag`` (uint8) (:func:`~distforest.store.sink.gather_batches`), which
+``leaves_`` and ``inbag_`` then are, read on use, never an n x T copy in the
+driver.  The tasks write their flat trees too (nodes, split projections and
+every leaf's in-bag members, about ``n_estimators x n`` int64 members), joined
+into the store's ``forest/`` a chunk at a time: ``forest_`` is then a
+:class:`StoredForest`, read on use (routing new rows reads the nodes, each
+tile task's worker reads the leaves' members once), never held by the driver.
+A later fit on the same stored table replaces ``leaves``, ``inbag`` and
+``forest/``: the earlier model then refuses to predict from them (its
+``fit_id``).
 """
 
 from __future__ import annotations
@@ -34,7 +49,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -49,9 +64,9 @@ from distforest.forests.persistence import (
     Field,
     Persisted,
 )
-from distforest.forests.stored import is_dask_frame
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
+from distforest.io.attrs import decode_attrs
 from distforest.io.distances import (
     Distances,
     StoredDistances,
@@ -61,11 +76,14 @@ from distforest.io.distances import (
 )
 from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import StoredMatrix
+from distforest.io.source import RowSource
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import StoredTable
-from distforest.store.run_store import RunStore
+from distforest.store.inputs import INPUT_GROUP, forget_inputs, input_rows, per_fit
+from distforest.store.run_store import RunStore, write_block, write_group
+from distforest.store.sink import gather_batches
+from distforest.store.source import opened
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -78,6 +96,10 @@ TILE_SIZE = C.SMERF_TILE
 DISTANCE = "distance"
 #: The stored name of the training distances inside a model.
 TRAIN_DISTANCE = "train_distance"
+#: Group of a stored fit's per-batch leaves and in-bag counts (removed afterwards).
+FIT_GROUP = "smerf-fit"
+#: The per-row arrays of a stored fit, at the store's root: (name, dtype).
+ROW_ARRAYS = (("leaves", "int32"), ("inbag", "uint8"))
 
 
 def input_cells(n_samples: int, n_features: int) -> int:
@@ -95,9 +117,9 @@ class TileInputs:
     leaves_b: np.ndarray
     inbag_a: np.ndarray
     inbag_b: np.ndarray
-    node_offset: np.ndarray
-    leaf_start: np.ndarray
-    leaf_members: np.ndarray
+    #: ``(node_offset, leaf_start, leaf_members)`` of the trees, or a stored fit's
+    #: trees, which each worker reads once (:meth:`StoredForest.tile_arrays`).
+    trees: tuple[np.ndarray, np.ndarray, np.ndarray] | StoredForest
     oob: bool
     fallback: float
 
@@ -105,20 +127,167 @@ class TileInputs:
 def distance_tile(inputs: TileInputs, rows: slice, cols: slice) -> np.ndarray:
     """Tile function of the tile service: predicted distances of ``rows`` x ``cols``."""
     oob = inputs.oob
+    trees = inputs.trees
+    node_offset, leaf_start, leaf_members = (
+        trees.tile_arrays() if isinstance(trees, StoredForest) else trees
+    )
     return K.tile_distance(
-        distance_values(inputs.D), inputs.leaves_a[rows], inputs.leaves_b[cols], inputs.node_offset,
-        inputs.leaf_start, inputs.leaf_members, oob,
+        distance_values(inputs.D), inputs.leaves_a[rows], inputs.leaves_b[cols], node_offset,
+        leaf_start, leaf_members, oob,
         inputs.inbag_a[rows] if oob else inputs.inbag_a,
         inputs.inbag_b[cols] if oob else inputs.inbag_b,
         inputs.fallback,
     )  # fmt: skip
 
 
-def grow_trees(
-    X: np.ndarray, D: np.ndarray | StoredDistances, seeds: np.ndarray, params: dict[str, Any]
-) -> K.FlatForest:
-    """Task function: the trees of ``seeds`` (D in memory, or read once per worker)."""
-    return K.grow_batch(X, distance_values(D), seeds, params)
+#: The arrays of a stored fit's ``forest/`` that are not one value per node: (name, dims).
+FOREST_ARRAYS = (("proj_feature", ("projection",)), ("proj_weight", ("projection",)),
+                 ("leaf_members", ("member",)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StoredForest:
+    """The flat trees of a SMERF fitted into a store (its ``forest/``), never held by the
+    driver: attributes as :class:`~distforest.kernels.smerf.FlatForest`'s, read on use
+    (routing new rows reads the nodes and projections, not the leaves' members), and the
+    tile tasks read what they need once per worker process (:meth:`tile_arrays`).
+
+    ``fit_id`` names the fit: a later fit into the same store replaced the trees, and
+    reading them then is refused.
+    """
+
+    path: str
+    fit_id: str
+    node_offset: np.ndarray
+    importances: np.ndarray
+
+    def _array(self, name: str) -> np.ndarray:
+        rs = RunStore.open(self.path)
+        fitted = rs.array("leaves").attrs.get("fit_id")
+        if fitted != self.fit_id:
+            raise StoreError(
+                f"the trees of this SMERF in {self.path!r} belong to another fit (fit_id "
+                f"{fitted!r}, this model {self.fit_id!r}): a later fit on the same stored "
+                "table replaced them; fit this model again"
+            )
+        return np.asarray(rs.array(f"forest/{name}")[...])
+
+    @property
+    def nodes(self) -> dict[str, np.ndarray]:
+        """:data:`~distforest.kernels.smerf.NODE_COLUMNS`, read from the store."""
+        return {c: self._array(c) for c in K.NODE_COLUMNS}
+
+    @property
+    def proj_feature(self) -> np.ndarray:
+        return self._array("proj_feature")
+
+    @property
+    def proj_weight(self) -> np.ndarray:
+        return self._array("proj_weight")
+
+    @property
+    def leaf_members(self) -> np.ndarray:
+        return self._array("leaf_members")
+
+    @property
+    def proj_start(self) -> np.ndarray:
+        return K.offsets(self._array("proj_count"))
+
+    @property
+    def leaf_start(self) -> np.ndarray:
+        return K.offsets(self._array("leaf_size"))
+
+    def tile_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(node_offset, leaf_start, leaf_members)``, read once per process and fit."""
+        return cast(tuple[np.ndarray, np.ndarray, np.ndarray], per_fit(
+            "smerf trees", self.path, self.fit_id,
+            lambda: (self.node_offset, self.leaf_start, self.leaf_members)))  # fmt: skip
+
+
+def _grow_task(
+    rows: np.ndarray | str, D: np.ndarray | StoredDistances, seeds: np.ndarray,
+    params: dict[str, Any], batch: int | None,
+) -> K.FlatForest:  # fmt: skip
+    """Task: the trees of ``seeds`` on rows in memory, or on a store's ``input/X`` (``rows``
+    its path; read once per worker process) whose leaves and in-bag counts the task
+    writes into the batch's own arrays (``smerf-fit/leaves_<batch>``, ``inbag_<batch>``)."""
+    if isinstance(rows, np.ndarray):
+        return K.grow_batch(rows, distance_values(D), seeds, params)
+    X = np.array(input_rows(rows), dtype=np.float64)  # this task's own (writable) copy
+    forest = K.grow_batch(X, distance_values(D), seeds, params)
+    inbag = K.inbag_counts(forest, X.shape[0])
+    if inbag.max(initial=0) > np.iinfo(np.uint8).max:
+        raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
+    everything = (slice(None), slice(None))
+    write_block(rows, f"{FIT_GROUP}/leaves_{batch}", everything, K.apply(forest, X))
+    write_block(rows, f"{FIT_GROUP}/inbag_{batch}", everything, inbag.astype(np.uint8))
+    # the trees too, joined by the driver a chunk at a time: only offsets and importances back
+    write_group(rows, f"{FIT_GROUP}/nodes_{batch}", forest.nodes)
+    write_group(rows, f"{FIT_GROUP}/trees_{batch}",
+                {name: getattr(forest, name) for name, _ in FOREST_ARRAYS})  # fmt: skip
+    return K.FlatForest(nodes={c: v[:0] for c, v in forest.nodes.items()},
+                        node_offset=forest.node_offset,
+                        **{name: getattr(forest, name)[:0] for name, _ in FOREST_ARRAYS},
+                        importances=forest.importances)  # fmt: skip
+
+
+def _batch_arrays(path: str, n: int, batches: list[slice]) -> None:
+    """Create a stored fit's per-batch leaves and in-bag arrays (one writer each)."""
+    group = RunStore.open(path, mode="r+").group.require_group(FIT_GROUP)
+    chunk = max(1, min(n, C.SMERF_TILE))
+    for k, b in enumerate(batches):
+        for name, dtype in ROW_ARRAYS:
+            group.create_array(f"{name}_{k}", shape=(n, b.stop - b.start),
+                               chunks=(chunk, b.stop - b.start), dtype=dtype,
+                               overwrite=True)  # fmt: skip
+
+
+def _gathered(runner: Any, path: str, n: int, n_batches: int, fit_id: str) -> tuple[Any, Any]:
+    """A stored fit's ``leaves`` and ``inbag``, joined from the batches' arrays by row
+    chunks, tagged with the fit's id; read on use."""
+    chunk = max(1, min(n, C.SMERF_TILE))
+    rows = {}
+    for name, dtype in ROW_ARRAYS:
+        per_batch = [f"{FIT_GROUP}/{name}_{k}" for k in range(n_batches)]
+        rows[name] = gather_batches(runner, path, per_batch, name, dtype, chunk)
+        rows[name].attrs.update({"fit_id": fit_id})
+    runner.everywhere(forget_inputs)
+    return rows["leaves"], rows["inbag"]
+
+
+def _joined_forest(path: str, n_batches: int, joined: K.FlatForest, seeds: np.ndarray,
+                   fit_id: str) -> StoredForest:  # fmt: skip
+    """A stored fit's trees, written by the tasks, joined into ``forest/`` (the layout of
+    :meth:`SMERF.save`) a chunk at a time (the per-batch arrays removed)."""
+    rs = RunStore.open(path, mode="r+")
+    batches = range(n_batches)
+    rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in batches], np.diff(joined.node_offset),
+                   seeds)  # fmt: skip
+    for name, dims in FOREST_ARRAYS:
+        rs.join_arrays(f"forest/{name}", [f"{FIT_GROUP}/trees_{k}/{name}" for k in batches], dims)
+    forest = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
+    forest.write_array("tree_importances", joined.importances, ("tree", "feature"))
+    del rs.group[FIT_GROUP]
+    return StoredForest(rs.path, fit_id, joined.node_offset, joined.importances)
+
+
+def _check_complete(table: RowSource) -> None:
+    """Refuse features with missing values (a stored table: from its summaries)."""
+    if table.store_path is None:
+        if any(np.isnan(table.read_rows(rows, np.float64)).any() for rows in table.chunks()):
+            raise InputError(
+                f"{table.source}: SMERF needs complete features; impute the missing values "
+                "first, e.g. `distforest impute`"
+            )
+        return
+    attrs = decode_attrs(RunStore.open(table.store_path).subgroup(INPUT_GROUP).attrs)
+    missing = {k: int(v) for k, v in (attrs.get("missing") or {}).items() if int(v)}
+    if missing:
+        shown = ", ".join(f"{k!r} ({v})" for k, v in list(missing.items())[:5])
+        raise InputError(
+            f"{table.source}: SMERF needs complete features, but columns have missing values: "
+            f"{shown}; impute them first, e.g. `distforest impute`"
+        )
 
 
 class SMERF(Persisted, DaskEstimator):
@@ -164,7 +333,8 @@ class SMERF(Persisted, DaskEstimator):
     inbag_ : ndarray of uint16, shape (n_samples, n_estimators)
         Bootstrap count of every training row in every tree (fitted from a
         stored table: the store's uint8 Zarr array).
-    forest_ : distforest.kernels.smerf.FlatForest
+    forest_ : distforest.kernels.smerf.FlatForest or StoredForest
+        The trees (fitted from a stored table: the store's ``forest/``, read on use).
     distances_ : ndarray or StoredDistances, shape (n_samples, n_samples)
         The observed training distances (NaN = not observed): the array given
         to ``fit``, or, for D given as a file (and for a loaded model), a
@@ -226,62 +396,66 @@ class SMERF(Persisted, DaskEstimator):
         self
         """
         params = self._validated()
-        if isinstance(X, StoredTable):
-            from distforest.forests.smerf_stored import fit_stored
+        # rows read by partitions go to a temporary store of float64 rows (the values a
+        # fit in memory sees) living as long as this model
+        with opened(X, owner=self, allow_missing=False, dtype=np.float64) as source:
+            return self._grow(source, D, params)
 
-            return fit_stored(self, X, D, params)
-        if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            from distforest.forests.smerf_stored import fit_dask_frame
-
-            return fit_dask_frame(self, X, D, params)
-        table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
-        if np.isnan(table.X).any():
+    def _grow(self, table: RowSource, D: Any, params: dict[str, Any]) -> SMERF:
+        """The one fit (see the module docstring): rows in memory or in a store, the
+        rows' leaves and in-bag counts kept where the rows are."""
+        _check_complete(table)
+        n, d = table.n_samples, table.n_features
+        dist = D if isinstance(D, Distances) else load_distances(D, n=n)
+        if dist.shape[0] != n:
             raise InputError(
-                f"{table.source}: SMERF needs complete features; impute the missing values "
-                "first, e.g. `distforest impute`"
-            )
-        dist = D if isinstance(D, Distances) else load_distances(D, n=table.n_samples)
-        if dist.shape[0] != table.n_samples:
-            raise InputError(
-                f"D has {dist.shape[0]} rows but X has {table.n_samples}; D must have one row "
-                "and one column per row of X, in the same order"
+                f"D has {dist.shape[0]} rows but X ({table.source}) has {n}; D must have one "
+                "row and one column per row of X, in the same order"
             )
         n_trees = params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        tree_params = {
-            k: params[k]
-            for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap", "oblique")
-        }
+        tree_params = {k: params[k]
+                       for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap",
+                                 "oblique")}  # fmt: skip
         K.warm_up()  # compile once here, not in every worker at the same time
-        with self._runner(input_cells(table.n_samples, table.n_features)) as runner:
+        path = table.store_path
+        fit_id = uuid.uuid4().hex
+        with self._runner(input_cells(n, d)) as runner:
             batches = tasks.plan_batches(
                 n_trees, tasks.default_batch_size(n_trees, runner.threads())
             )
-            logger.info(
-                "growing %d SMERF trees on %d x %d in %d tasks",
-                n_trees, table.n_samples, table.n_features, len(batches),
-            )  # fmt: skip
+            if path is not None:
+                _batch_arrays(path, n, batches)
+            logger.info("growing %d SMERF trees on %d x %d from %s in %d tasks", n_trees, n, d,
+                        table.source, len(batches))  # fmt: skip
             values = dist.values
             # a file is passed as a reference: each worker reads it once (never the driver)
             d_h = values if isinstance(values, StoredDistances) else runner.share(values)
-            x_h = runner.share(table.X)
-            items = [(x_h, d_h, seeds[b], tree_params) for b in batches]
+            X = table.read_rows(slice(None), np.float64) if path is None else None
+            rows = path if X is None else runner.share(X)
+            items = [(rows, d_h, seeds[b], tree_params, None if path is None else k)
+                     for k, b in enumerate(batches)]  # fmt: skip
             parts: list[Any] = [None] * len(batches)
-            for i, part in runner.run(
-                grow_trees, items, name="smerf-trees", progress=self._report("fit")
-            ):
+            for i, part in runner.run(_grow_task, items, name="smerf-trees",
+                                      progress=self._report("fit")):  # fmt: skip
                 parts[i] = part
+            if path is not None:
+                leaves, inbag = _gathered(runner, path, n, len(batches), fit_id)
+        forest: K.FlatForest | StoredForest
         forest = K.concatenate(parts, consume=True)  # never the parts and the forest whole
+        if X is not None:
+            leaves, inbag = K.apply(forest, X), K.inbag_counts(forest, n)
+        elif path is not None:  # the tasks wrote the trees: joined there, not held here
+            forest = _joined_forest(path, len(batches), forest, seeds, fit_id)
         return self._fitted(
-            forest, K.apply(forest, table.X), K.inbag_counts(forest, table.n_samples),
-            n_samples=table.n_samples, feature_names=table.feature_names, seeds=seeds,
+            forest, leaves, inbag, n_samples=n, feature_names=table.feature_names, seeds=seeds,
             entropy=entropy, dist=dist,
             input_={"source": table.source, "fingerprint": table.fingerprint()}, params=params,
-            fit_id=uuid.uuid4().hex,
+            fit_id=fit_id,
         )  # fmt: skip
 
     def _fitted(
-        self, forest: K.FlatForest, leaves: Any, inbag: Any, *, n_samples: int,
+        self, forest: K.FlatForest | StoredForest, leaves: Any, inbag: Any, *, n_samples: int,
         feature_names: tuple[str, ...], seeds: np.ndarray, entropy: int, dist: Distances,
         input_: dict[str, Any], params: dict[str, Any], fit_id: str,
     ) -> SMERF:  # fmt: skip
@@ -300,7 +474,9 @@ class SMERF(Persisted, DaskEstimator):
         self._set_forest(forest, leaves, inbag)
         return self
 
-    def _set_forest(self, forest: K.FlatForest, leaves: np.ndarray, inbag: np.ndarray) -> None:
+    def _set_forest(
+        self, forest: K.FlatForest | StoredForest, leaves: np.ndarray, inbag: np.ndarray
+    ) -> None:
         self.forest_ = forest
         self.leaves_ = leaves
         self.inbag_ = inbag
@@ -335,6 +511,11 @@ class SMERF(Persisted, DaskEstimator):
             raise InputError(f"{what} ({table.source}): rows with missing values cannot be routed")
         return table.X
 
+    def _route(self, X: Any, what: str) -> np.ndarray:
+        """Leaves of the rows of ``X`` (a stored fit's trees: nodes and projections read
+        from the store on use)."""
+        return K.apply(cast(K.FlatForest, self.forest_), self._rows(X, what))
+
     def apply(self, X: Any) -> np.ndarray:
         """Leaf of every row of ``X`` in every tree.
 
@@ -344,7 +525,7 @@ class SMERF(Persisted, DaskEstimator):
             Node ids local to their tree.
         """
         self._check_fitted()
-        return K.apply(self.forest_, self._rows(X, "X"))
+        return self._route(X, "X")
 
     # -- matrices -------------------------------------------------------------
 
@@ -382,8 +563,8 @@ class SMERF(Persisted, DaskEstimator):
             Dims ``(sample_i, sample_j)``, float32, named ``distance``.
         """
         self._check_fitted()
-        leaves_a = self.leaves_ if X_a is None else K.apply(self.forest_, self._rows(X_a, "X_a"))
-        leaves_b = self.leaves_ if X_b is None else K.apply(self.forest_, self._rows(X_b, "X_b"))
+        leaves_a = self.leaves_ if X_a is None else self._route(X_a, "X_a")
+        leaves_b = self.leaves_ if X_b is None else self._route(X_b, "X_b")
         none = np.zeros((1, 1), dtype=np.uint16)
         inputs = self._inputs(leaves_a, leaves_b, none, none, oob=False)
         what = "training rows" if X_b is None else "X_b"
@@ -420,15 +601,25 @@ class SMERF(Persisted, DaskEstimator):
         return self._matrix(inputs, True, store, tile_size, overwrite, {"columns": "oob"})
 
     def _inputs(self, leaves_a, leaves_b, inbag_a, inbag_b, *, oob: bool) -> TileInputs:
-        from distforest.forests.smerf_stored import check_own_rows
-
-        check_own_rows(self)  # a stored fit's leaves: still this fit's
+        self._check_own_rows()  # a stored fit's leaves: still this fit's
         f = self.forest_
+        trees = f if isinstance(f, StoredForest) else (f.node_offset, f.leaf_start, f.leaf_members)
         return TileInputs(
             D=self.distances_, leaves_a=leaves_a, leaves_b=leaves_b, inbag_a=inbag_a,
-            inbag_b=inbag_b, node_offset=f.node_offset, leaf_start=f.leaf_start,
-            leaf_members=f.leaf_members, oob=oob, fallback=self.mean_distance_,
+            inbag_b=inbag_b, trees=trees, oob=oob, fallback=self.mean_distance_,
         )  # fmt: skip
+
+    def _check_own_rows(self) -> None:
+        """Refuse store-backed ``leaves_`` that a later fit on the same store replaced."""
+        import zarr
+
+        leaves = self.leaves_
+        if isinstance(leaves, zarr.Array) and leaves.attrs.get("fit_id") != self.fit_id_:
+            raise StoreError(
+                f"the leaves of this SMERF in {leaves.store} belong to another fit (fit_id "
+                f"{leaves.attrs.get('fit_id')!r}, this model {self.fit_id_!r}): a later fit on "
+                "the same stored table replaced them; fit this model again"
+            )
 
     def _matrix(
         self,
@@ -445,6 +636,8 @@ class SMERF(Persisted, DaskEstimator):
         if store is None:
             check_in_memory(n, m, what="distance matrix", itemsize=4, store="distance.zarr")
             values = matrix_in_memory(plan, distance_tile, (inputs,))
+            if isinstance(inputs.trees, StoredForest):
+                forget_inputs()  # the stored trees this process read for the tiles
             coords = {"sample_i": np.arange(n), "sample_j": np.arange(m)}
             import xarray as xr  # on use: fitting and storing need none of it
 
@@ -462,6 +655,8 @@ class SMERF(Persisted, DaskEstimator):
                 identity={"fit_id": self.fit_id_, **attrs}, attrs=attrs,
                 progress=self._report("tiles"),
             )  # fmt: skip
+            if isinstance(inputs.trees, StoredForest):
+                runner.everywhere(forget_inputs)  # the stored trees each worker read
         rs.mark_complete()
         return rs.dataset()[DISTANCE]
 
@@ -499,13 +694,17 @@ class SMERF(Persisted, DaskEstimator):
         (compressed, by blocks of ``tile_size`` rows), so that :meth:`load` predicts
         without the original D."""
         f = self.forest_
-        rs.write_forest(f.nodes, np.diff(f.node_offset), self.seeds_)
-        forest = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
-        forest.write_array("proj_feature", f.proj_feature, ("projection",))
-        forest.write_array("proj_weight", f.proj_weight, ("projection",))
-        forest.write_array("leaf_members", f.leaf_members, ("member",),
-                           chunks=(1 << 20,))  # fmt: skip
-        forest.write_array("tree_importances", f.importances, ("tree", "feature"))
+        if isinstance(f, StoredForest):  # in a store: copied from there a chunk at a time
+            if f.path != rs.path:
+                rs.copy_group("forest", RunStore.open(f.path).subgroup("forest"))
+        else:
+            rs.write_forest(f.nodes, np.diff(f.node_offset), self.seeds_)
+            forest = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
+            forest.write_array("proj_feature", f.proj_feature, ("projection",))
+            forest.write_array("proj_weight", f.proj_weight, ("projection",))
+            forest.write_array("leaf_members", f.leaf_members, ("member",),
+                               chunks=(1 << 20,))  # fmt: skip
+            forest.write_array("tree_importances", f.importances, ("tree", "feature"))
         n = int(self.n_samples_)
         dist = self.distances_
         arr = rs.create_matrix(TRAIN_DISTANCE, n, n, tile_size, dtype=str(dist.dtype))

@@ -32,6 +32,7 @@ from distforest.kernels import pairsums
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
 from distforest.store.run_store import task_array, write_block
+from distforest.store.scratch import drop_scratch, row_chunks, scratch_array
 
 #: The two methods of :func:`square_sums`.
 METHODS = ("leaf-mates", "tree-pairs")
@@ -61,8 +62,6 @@ BY_TREE_ARRAY = "scratch/leaves_by_tree"
 PARTS_ARRAY = "scratch/pair_sums"
 #: The sums of a stored forest, float64 per row, written by tasks (:func:`stored_square_sums`).
 SUMS_ARRAY = "scratch/square_sums"
-#: Rows per chunk of the per-row arrays above, and per task that reads them.
-ROWS_PER_CHUNK = 1 << 20
 
 
 def coleaf_events(n: int, node_counts: np.ndarray) -> float:
@@ -209,28 +208,6 @@ def _reduce_task(path: str, rows: slice, n_parts: int, n_trees: int) -> None:
     write_block(path, SUMS_ARRAY, (rows,), out)
 
 
-def scratch_array(path: str, name: str, shape: tuple[int, ...], dtype: Any,
-                  rows_axis: int = 0, chunk: int | None = None) -> None:  # fmt: skip
-    """A new (replaced) scratch array of the store at ``path`` whose axis ``rows_axis`` holds
-    the rows in chunks of ``chunk`` (default :data:`ROWS_PER_CHUNK`) and the other axes
-    one a chunk (axis 0 before the rows) or whole (after them)."""
-    import zarr
-
-    from distforest import location
-
-    rows = min(max(shape[rows_axis], 1), chunk or ROWS_PER_CHUNK)
-    chunks = (*(1 for _ in shape[:rows_axis]), rows, *(max(s, 1) for s in shape[rows_axis + 1 :]))
-    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
-    root.create_array(name, shape=shape, chunks=chunks, dtype=dtype, overwrite=True)
-
-
-def row_chunks(n: int, chunk: int | None = None) -> list[slice]:
-    """Row slices of the chunks of the per-row scratch arrays (of ``chunk`` rows, default
-    :data:`ROWS_PER_CHUNK`; the last shorter)."""
-    size = chunk or ROWS_PER_CHUNK
-    return [slice(s, min(s + size, n)) for s in range(0, n, size)]
-
-
 def stored_square_sums(forest: Any, codes: StoredCodes, *, block: int | None = None) -> None:
     """:func:`square_sums` of a forest fitted from a store, written to its
     :data:`SUMS_ARRAY` by tasks (the driver holds no vector of n).
@@ -282,21 +259,6 @@ def _copy_by_tree(leaves: Any, path: str, block: int) -> TreeBlocks:
     by_tree = da.from_zarr(leaves).T.rechunk((block, n))
     by_tree.to_zarr(location.zarr_store(path), component=BY_TREE_ARRAY, overwrite=True)
     return TreeBlocks(path, BY_TREE_ARRAY)
-
-
-def drop_scratch(path: str, *names: str) -> None:
-    """Remove scratch arrays ``names`` (all of ``scratch/`` when none are named)."""
-    import zarr
-
-    from distforest import location
-
-    group = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
-    for name in names or ("scratch",):
-        if name in group:
-            del group[name]
-    scratch = group.get("scratch")
-    if isinstance(scratch, zarr.Group) and not list(scratch.keys()):
-        del group["scratch"]
 
 
 def _node_counts(forest: Any) -> np.ndarray:

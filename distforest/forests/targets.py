@@ -73,6 +73,51 @@ def require_classes(task: str, y: np.ndarray | None, target_name: str | None, wh
     )
 
 
+def check_classes(y: Any) -> None:
+    """A classification target must hold classes (scikit-learn's rule and words)."""
+    from sklearn.utils.multiclass import check_classification_targets
+
+    try:
+        check_classification_targets(y)
+    except ValueError as exc:
+        raise InputError(
+            f"{exc}; for a numeric target use task='regression' (or task='auto')"
+        ) from None
+
+
+def fit_target(task: str, source: Any) -> tuple[str, np.ndarray | None, list[Any]]:
+    """The task a source's target implies and the target as the trees fit it.
+
+    A target kept as codes of its sorted labels (a stored table's) is read as
+    those codes, in the smallest integer type, and its labels decide the task
+    as all its values would; any other is read whole and encoded by
+    :func:`encode_target`.
+
+    Parameters
+    ----------
+    task : str
+        The estimator's ``task`` parameter.
+    source : RowSource
+
+    Returns
+    -------
+    task : str
+    y_fit : ndarray or None
+    classes : list
+    """
+    labels = source.target_classes()
+    if labels is not None:
+        resolved = resolve_task(task, np.asarray(labels, dtype=object), source.target_name)
+        if resolved == "classification":
+            return resolved, source.read_codes(), list(labels)
+    y = source.read_y()
+    resolved = resolve_task(task, y, source.target_name)
+    if resolved == "classification":
+        check_classes(y)
+    y_fit, classes = encode_target(resolved, y)
+    return resolved, y_fit, classes
+
+
 def encode_target(task: str, y: np.ndarray | None) -> tuple[np.ndarray | None, list[Any]]:
     """Target as the trees need it: class codes 0..k-1, or floats.
 

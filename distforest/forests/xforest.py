@@ -5,7 +5,35 @@ A fitted forest is summarised by three O(n T) arrays: ``depth_[i, t]``,
 and ``leaves_[i, t]``, plus the flat node arrays for routing new rows.  The
 beta-similarity ``S[a, b] = mean_t beta ** (d_a + d_b - 2 d_lca)`` is written
 tile by tile from the codes, or applied matrix-free through its exact
-factorisation ``S = Phi Phi^T / T`` (:func:`distforest.kernels.betasim.phi_product`).
+factorisation ``S = Phi Phi^T / T`` (:func:`distforest.kernels.betasim.phi_product`,
+:mod:`distforest.forests.xforest_similarity`).
+
+One fit, whatever holds the rows; only where the rows' arrays go differs:
+
+1. **Normalisation.**  The column minima and maxima (float64, exact for
+   float32 values) and the first missing cell of every row chunk, reduced
+   here: rows in memory are one chunk; a stored table's chunks are one task
+   each, so the driver never reads the table.  The same float64 values as
+   ``X.min(axis=0)`` and ``np.ptp``.
+2. **Trees.**  One task per batch of trees, seeds planned here, so the same
+   ``random_state`` gives the same trees on any cluster and from any home of
+   the rows.  Rows in memory are normalised here and shared once; from a store
+   each worker process reads ``input/X`` once and normalises it once per fit.
+   A batch's rows' leaves, depths and path codes (and its trees' nodes) come
+   back for rows in memory; for a stored table they are written into arrays
+   of the batch's own in the store (``fit/leaves_<k>``, ``fit/depth_<k>``,
+   ``fit/path_<k>``, ``fit/nodes_<k>``: one writer each) and only the node
+   counts and directions come back.  Each batch has its own number of
+   path-code words; the widest decides ``codes_``.
+3. **Rows' arrays.**  In memory, joined here.  In a store, gathered by row
+   chunks (one task per block of whole chunks writes ``leaves``, ``depth``
+   and ``path``, narrower batches padded with zero words;
+   :func:`~distforest.store.sink.gather_batches`) and the nodes joined
+   into ``forest/`` a chunk at a time: the store then holds what
+   :meth:`XForest.save` writes, ``leaves_``, ``depth_`` and ``codes_`` are its
+   Zarr arrays and ``nodes_``, ``thresholds_`` read it on use
+   (:class:`StoredNodes`).  Only the directions (a few per tree; one per split
+   node in ``standard`` mode) pass through the driver.
 """
 
 from __future__ import annotations
@@ -14,6 +42,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -25,7 +54,6 @@ from distforest.errors import InputError, NotFittedError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted
-from distforest.forests.stored import is_dask_frame
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.xforest_similarity import (
     SIMILARITY_NAMES,
@@ -33,14 +61,16 @@ from distforest.forests.xforest_similarity import (
     arrays_tile,
     store_tile,
 )
-from distforest.forests.xforest_stored import NODE_COLUMNS, StoredNodes
 from distforest.io import Table, load_table
 from distforest.io.in_memory import check_in_memory
+from distforest.io.source import RowSource
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import StoredTable
-from distforest.store.run_store import RunStore
+from distforest.store.inputs import forget_inputs, input_chunk, scaled_rows
+from distforest.store.run_store import RunStore, task_array, write_group
+from distforest.store.sink import FIT_GROUP, ROUTE_ROWS, gather_batches
+from distforest.store.source import opened
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -50,6 +80,144 @@ logger = logging.getLogger("distforest")
 #: ``progress(stage, done, total)``; stages are "fit", "gather" (a stored fit), "tiles"
 #: and "product".
 Progress = Callable[[str, int, int], None]
+
+
+#: Columns of the flat node array, as stored under ``forest/``.
+NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
+#: The rows' arrays a stored fit writes, per batch then gathered: (name, dtype).
+ROW_ARRAYS = (("leaves", "int32"), ("depth", "int32"), ("path", "uint64"))
+
+
+@dataclass(frozen=True)
+class StoredNodes:
+    """The ``(total_nodes, 5)`` node array of a forest fitted into a store, read on use.
+
+    Its columns are the 1-D arrays :data:`NODE_COLUMNS` of the store's
+    ``forest/`` group: ``nodes[:, k]`` reads one column, ``np.asarray(nodes)``
+    all of them (to route new rows), and tasks read the ones they need
+    themselves (the products).
+    """
+
+    path: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(total_nodes, 5)``."""
+        return (int(task_array(self.path, "forest/parent", "r").shape[0]), len(NODE_COLUMNS))
+
+    def column(self, k: int) -> np.ndarray:
+        """Column ``k`` (``NODE_COLUMNS[k]``) of every node."""
+        return np.asarray(task_array(self.path, f"forest/{NODE_COLUMNS[k]}", "r")[...])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        nodes = np.stack([self.column(k) for k in range(len(NODE_COLUMNS))], axis=1)
+        return nodes if dtype is None else nodes.astype(dtype)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, tuple) and len(key) == 2 and key[0] == slice(None):
+            if isinstance(key[1], int | np.integer):
+                return self.column(int(key[1]))
+        return np.asarray(self)[key]
+
+
+@dataclass(frozen=True)
+class _ScaledRows:
+    """A stored table's ``input/X`` as a tree task reads it: ``(X - lo) / scale`` in
+    float64, read and normalised once per worker process and fit (``token``)."""
+
+    path: str
+    token: str
+    lo: np.ndarray
+    scale: np.ndarray
+
+    def read(self) -> np.ndarray:
+        return scaled_rows(self.path, self.token, self.lo, self.scale)
+
+
+def _column_range(X: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray,
+                                                     tuple[int, int] | None]:  # fmt: skip
+    """Column minima and maxima (float64) of the rows ``X`` (row ``first`` onwards of the
+    table), and the first missing cell ``(row, column)`` (row of the table), if any."""
+    missing = np.isnan(X)
+    if missing.any():
+        row, col = np.argwhere(missing)[0]
+        return np.empty(0), np.empty(0), (int(first + row), int(col))
+    return X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64), None
+
+
+def _chunk_range(path: str, rows: slice) -> tuple[np.ndarray, np.ndarray,
+                                                 tuple[int, int] | None]:  # fmt: skip
+    """:func:`_column_range` of rows ``rows`` of a store's ``input/X`` (a task)."""
+    return _column_range(input_chunk(path, rows), rows.start)
+
+
+def _normalisation(runner: Any, table: RowSource, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(min, scale)`` of the features from the row chunks' ranges (rows in memory: read
+    here; a store's: one task per chunk), exact in float64 (``np.ptp`` is max - min);
+    missing cells refused, the first one named."""
+    if table.store_path is not None:
+        items = [(table.store_path, rows) for rows in table.chunks()]
+        parts: list[Any] = [None] * len(items)
+        for i, part in runner.run(_chunk_range, items, name="xforest-ranges"):
+            parts[i] = part
+    else:
+        parts = [_column_range(table.read_rows(rows, np.float64), rows.start)
+                 for rows in table.chunks()]  # fmt: skip
+    missing = [p[2] for p in parts if p[2] is not None]
+    if missing:
+        row, col = min(missing)
+        raise InputError(
+            f"{table.source}: X-Forest needs complete data, but column "
+            f"{table.feature_names[col]!r} is missing at row {row + 1:,} (counted from 1); "
+            "impute the missing values first, e.g. `distforest impute`"
+        )
+    d = table.n_features
+    if not normalize:
+        return np.zeros(d), np.ones(d)
+    lo = np.minimum.reduce([p[0] for p in parts]) if parts else np.zeros(d)
+    hi = np.maximum.reduce([p[1] for p in parts]) if parts else np.zeros(d)
+    scale = hi - lo
+    return lo, np.where(scale > 0, scale, 1.0)
+
+
+def _write_rows(path: str, name: str, values: np.ndarray, rows: int) -> None:
+    """Create array ``name`` of the store at ``path`` (this task its one writer) and fill it."""
+    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
+    chunks = (max(1, min(rows, values.shape[0])), *(max(1, s) for s in values.shape[1:]))
+    arr = root.create_array(name, shape=values.shape, chunks=chunks, dtype=values.dtype,
+                            overwrite=True)  # fmt: skip
+    if values.size:
+        arr[...] = values
+
+
+def _grow_task(
+    rows: np.ndarray | _ScaledRows,
+    seeds: np.ndarray,
+    n_directions: int,
+    leaf_size: int,
+    standard: bool,
+    sink: tuple[str, int, int] | None,
+) -> rptrees.GrownBatch:
+    """One task: the trees of ``seeds`` on the normalised rows.  ``sink`` ``(store path,
+    batch, chunk rows)``: the batch's rows' arrays and nodes are written into arrays of
+    their own (``fit/leaves_<k>``, ... ``fit/nodes_<k>``: one writer each) and only the
+    node counts and directions come back; None: the whole batch comes back."""
+    grown = rptrees.grow_batch(rows.read() if isinstance(rows, _ScaledRows) else rows, seeds,
+                               n_directions, leaf_size, standard)  # fmt: skip
+    if sink is None:
+        return grown
+    path, batch, chunk = sink
+    for name, values in (("leaves", grown.leaves), ("depth", grown.depth),
+                         ("path", grown.codes)):  # fmt: skip
+        _write_rows(path, f"{FIT_GROUP}/{name}_{batch}", values, chunk)
+    nodes = {c: np.ascontiguousarray(grown.nodes[:, k]) for k, c in enumerate(NODE_COLUMNS)}
+    write_group(path, f"{FIT_GROUP}/nodes_{batch}", {**nodes, "threshold": grown.thresholds})
+    width, words = grown.codes.shape[1:]
+    return replace(grown, leaves=np.empty((0, width), np.int32),
+                   depth=np.empty((0, width), np.int32),
+                   codes=np.empty((0, width, words), np.uint64),
+                   nodes=np.empty((0, len(NODE_COLUMNS)), np.int32),
+                   thresholds=np.empty(0))  # fmt: skip
 
 
 class XForest(Persisted, DaskEstimator):
@@ -154,13 +322,15 @@ class XForest(Persisted, DaskEstimator):
         Parameters
         ----------
         X : path, array-like, DataFrame, dask/xarray/zarr object, Table or StoredTable
-            Features without missing values.  A
+            Features without missing values.  Rows in memory give ``leaves_``,
+            ``depth_`` and ``codes_`` as arrays here; a
             :class:`~distforest.store.inputs.StoredTable` is read by the tasks
-            from its store, and the fitted rows' arrays are written there
-            (:mod:`distforest.forests.xforest_stored`); a
-            ``dask.dataframe.DataFrame`` is read by partitions into a temporary
-            store of float64 rows first, never computed in this process: the
-            same trees as in memory (from a table ingested as float32, the
+            from its store, and those arrays (and the trees' nodes) are written
+            there, read on use; a ``dask.dataframe.DataFrame`` is read by
+            partitions into a temporary store of float64 rows first, never
+            computed in this process, as is a path to a glob, a folder of parts or
+            a large file (:func:`~distforest.store.source.open_source` decides).
+            The same trees either way (from a table ingested as float32, the
             default of ``ingest``, the trees of those float32 values).
         y : ignored
             Accepted for scikit-learn compatibility; X-Forest is unsupervised.
@@ -170,87 +340,97 @@ class XForest(Persisted, DaskEstimator):
         self
         """
         params = self._validated()
-        if isinstance(X, StoredTable):
-            from distforest.forests.xforest_stored import fit_stored
+        # rows read by partitions go to a temporary store of float64 rows (the values a
+        # fit in memory sees) living as long as this forest
+        with opened(X, owner=self, allow_missing=False, dtype=np.float64) as source:
+            return self._grow(source, params)
 
-            return fit_stored(self, X, params)
-        if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            from distforest.forests.stored import fit_in_temporary_store
-            from distforest.forests.xforest_stored import fit_stored
-
-            return cast(XForest, fit_in_temporary_store(
-                self, X, lambda table: fit_stored(self, table, params), allow_missing=False,
-                dtype=np.float64,  # the float64 rows a fit in memory sees
-            ))  # fmt: skip
-        table = X if isinstance(X, Table) else load_table(X, allow_missing=False)
-        if np.isnan(table.X).any():
-            raise InputError(
-                f"{table.source}: X-Forest needs complete data; impute the "
-                "missing values first, e.g. `distforest impute`"
-            )
-        lo = table.X.min(axis=0) if params["normalize"] else np.zeros(table.n_features)
-        scale = np.ptp(table.X, axis=0) if params["normalize"] else np.ones(table.n_features)
-        scale = np.where(scale > 0, scale, 1.0)
-        Xn = (table.X - lo) / scale
-        n_trees = params["n_estimators"]
+    def _grow(self, table: RowSource, params: dict[str, Any]) -> XForest:
+        """The one fit (see the module docstring): rows in memory or in a store, the
+        rows' arrays and the nodes kept where the rows are."""
+        n, d, n_trees = table.n_samples, table.n_features, params["n_estimators"]
         entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        standard = params["mode"] == "standard"
+        grow = (params["n_directions"], params["leaf_size"], params["mode"] == "standard")
         rptrees.warm_up()
-        with self._runner(table.X.size) as runner:
-            batch_size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
-            batches = tasks.plan_batches(n_trees, batch_size)
-            logger.info(
-                "growing %d X-Forest trees on %d x %d in %d tasks",
-                n_trees,
-                table.n_samples,
-                table.n_features,
-                len(batches),
-            )
-            X_future = runner.share(Xn)
-            items = [
-                (X_future, seeds[b], params["n_directions"], params["leaf_size"], standard)
-                for b in batches
-            ]
+        path = table.store_path
+        rs = None
+        if path is not None:
+            rs = RunStore.open(path, mode="r+")
+            rs.mark_running()
+            rs.group.require_group(FIT_GROUP)
+        with self._runner(n * d) as runner:
+            lo, scale = _normalisation(runner, table, params["normalize"])
+            size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
+            batches = tasks.plan_batches(n_trees, size)
+            logger.info("growing %d X-Forest trees on %d x %d from %s in %d tasks", n_trees, n,
+                        d, table.source, len(batches))  # fmt: skip
+            rows: Any
+            if path is None:
+                rows = runner.share((table.read_rows(slice(None), np.float64) - lo) / scale)
+            else:  # each worker reads and normalises the rows once
+                rows = _ScaledRows(path, uuid.uuid4().hex, lo, scale)
+            # a store's batch arrays in chunks of the gathering blocks: one read per block
+            step = max(params["tile_size"], ROUTE_ROWS // params["tile_size"] * params["tile_size"])
+            items = [(rows, seeds[b], *grow, None if path is None else (path, k, step))
+                     for k, b in enumerate(batches)]  # fmt: skip
             parts: list[Any] = [None] * len(batches)
-            for i, part in runner.run(
-                rptrees.grow_batch,
-                items,
-                name="xforest-trees",
-                progress=self._report("fit"),
-            ):
+            for i, part in runner.run(_grow_task, items, name="xforest-trees",
+                                      progress=self._report("fit")):  # fmt: skip
                 parts[i] = part
-        words = max(p.codes.shape[2] for p in parts)
-        codes = np.zeros((table.n_samples, n_trees, words), dtype=np.uint64)
-        for b, part in zip(batches, parts, strict=True):
-            codes[:, b, : part.codes.shape[2]] = part.codes
-        self.leaves_ = np.concatenate([p.leaves for p in parts], axis=1)
-        self.depth_ = np.concatenate([p.depth for p in parts], axis=1)
-        self.codes_ = codes
-        return self._fitted(table, params, parts, (lo, scale), (entropy, seeds))
-
-    def _fitted(
-        self,
-        table: Table | StoredTable,
-        params: dict[str, Any],
-        parts: list[rptrees.GrownBatch],
-        normalisation: tuple[np.ndarray, np.ndarray],
-        seeding: tuple[int, np.ndarray],
-    ) -> XForest:
-        """Set the fitted attributes but the rows' arrays (``leaves_``, ``depth_``, ``codes_``)."""
-        self.n_samples_ = table.n_samples
-        self.n_features_in_ = table.n_features
+            if rs is not None:
+                runner.everywhere(forget_inputs)
+                self._gather(runner, rs, n, n_trees, len(batches), params["tile_size"])
+        self.n_samples_ = n
+        self.n_features_in_ = d
         self.feature_names_in_ = table.feature_names
-        self.feature_min_, self.feature_scale_ = normalisation
-        self.random_state_, self.seeds_ = seeding
-        self.nodes_ = np.concatenate([p.nodes for p in parts])
-        self.thresholds_ = np.concatenate([p.thresholds for p in parts])
+        self.feature_min_, self.feature_scale_ = lo, scale
+        self.random_state_, self.seeds_ = entropy, seeds
         self.node_offset_ = _offsets([p.node_counts for p in parts])
         self.directions_ = np.concatenate([p.directions for p in parts])
         self.direction_offset_ = _offsets([p.direction_counts for p in parts])
         self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
         self.fit_id_ = uuid.uuid4().hex
         self.params_ = params
+        if rs is None or path is None:
+            self._keep(parts, batches, n, n_trees)
+            return self
+        # the tasks wrote their trees' nodes; joined here a chunk at a time, never held whole
+        rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))],
+                       np.concatenate([p.node_counts for p in parts]), seeds)  # fmt: skip
+        del rs.group[FIT_GROUP]
+        self.nodes_ = cast(np.ndarray, StoredNodes(path))
+        self.thresholds_ = cast(np.ndarray, rs.array("forest/threshold"))
+        # the store's arrays, read on use (np.asarray, by rows) or by the workers
+        self.leaves_ = cast(np.ndarray, rs.array("leaves"))
+        self.depth_ = cast(np.ndarray, rs.array("depth"))
+        self.codes_ = cast(np.ndarray, rs.array("path"))
+        self._save_directions(rs)
+        rs.update_attrs(**self._provenance(model=True), store_input=True)
         return self
+
+    def _keep(self, parts: list[rptrees.GrownBatch], batches: list[slice], n: int,
+              n_trees: int) -> None:  # fmt: skip
+        """The rows' arrays and the nodes of a fit in memory, joined here."""
+        words = max(p.codes.shape[2] for p in parts)
+        codes = np.zeros((n, n_trees, words), dtype=np.uint64)
+        for b, part in zip(batches, parts, strict=True):
+            codes[:, b, : part.codes.shape[2]] = part.codes
+        self.leaves_ = np.concatenate([p.leaves for p in parts], axis=1)
+        self.depth_ = np.concatenate([p.depth for p in parts], axis=1)
+        self.codes_ = codes
+        self.nodes_ = np.concatenate([p.nodes for p in parts])
+        self.thresholds_ = np.concatenate([p.thresholds for p in parts])
+
+    def _gather(self, runner: Any, rs: RunStore, n: int, n_trees: int, n_batches: int,
+                tile: int) -> None:  # fmt: skip
+        """Join a stored fit's per-batch arrays into ``leaves``, ``depth`` and ``path`` by
+        row chunks (narrower batches padded with zero words, as in memory)."""
+        rs.write_coordinates(n, n_trees)
+        for name, dtype in ROW_ARRAYS:
+            dims = ("sample", "tree", "path_word") if name == "path" else ("sample", "tree")
+            gather_batches(runner, rs.path, [f"{FIT_GROUP}/{name}_{k}" for k in range(n_batches)],
+                           name, dtype, tile, dims=dims,
+                           progress=self._report("gather"))  # fmt: skip
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "codes_"):
@@ -312,7 +492,7 @@ class XForest(Persisted, DaskEstimator):
 
         Returns
         -------
-        ndarray of float32, shape (n_query, n_samples_)
+        ndarray of float32, shape (n_query, n_samples): one column per fitted row
             ``S[q, i] = mean_t beta ** edges_t(q, i)``.
         """
         beta = self._beta(kind)

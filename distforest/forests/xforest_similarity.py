@@ -10,7 +10,7 @@ its exact factorisation ``S = Phi Phi^T / T`` (:class:`SimilarityProduct`, a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,7 +21,6 @@ from distforest.forests.products import (
     StoredArray,
     stored_location,
 )
-from distforest.forests.xforest_stored import StoredNodes
 from distforest.kernels import betasim
 from distforest.parallel.execution import Runner
 from distforest.store.run_store import read_rows
@@ -29,8 +28,16 @@ from distforest.store.run_store import read_rows
 #: Name of each X-Forest similarity in a store.
 SIMILARITY_NAMES = {"beta": "beta_similarity", "basic": "basic_similarity"}
 
-if TYPE_CHECKING:
-    from distforest.forests.xforest import XForest
+
+class FittedForest(Protocol):
+    """What :class:`SimilarityProduct` reads of a fitted X-Forest: its rows' leaves
+    (an array, or a stored fit's Zarr array) and its nodes (an array, or a stored fit's
+    view with the store's ``path``)."""
+
+    n_samples_: int
+    leaves_: Any
+    nodes_: Any
+    node_offset_: np.ndarray
 
 
 def store_tile(path: str, beta: float, rows: slice, cols: slice) -> np.ndarray:
@@ -87,7 +94,7 @@ class SimilarityProduct:
     ----------
     runner : Runner
     forest : XForest
-        A fitted forest.
+        A fitted forest (:class:`FittedForest`).
     beta : float
         0 gives the basic similarity.
     batch_size : int, optional
@@ -95,7 +102,7 @@ class SimilarityProduct:
     """
 
     def __init__(
-        self, runner: Runner, forest: XForest, beta: float, batch_size: int | None = None
+        self, runner: Runner, forest: FittedForest, beta: float, batch_size: int | None = None
     ) -> None:
         self.beta = float(beta)
         self.n_trees = forest.leaves_.shape[1]
@@ -109,7 +116,7 @@ class SimilarityProduct:
         else:
             leaves = np.ascontiguousarray(forest.leaves_.T)
         nodes: tuple[Any, Any]
-        if isinstance(forest.nodes_, StoredNodes):  # the workers read them from the store
+        if not isinstance(forest.nodes_, np.ndarray):  # stored: the workers read them there
             path = forest.nodes_.path
             nodes = (StoredArray(path, "forest/depth"), StoredArray(path, "forest/parent"))
         else:

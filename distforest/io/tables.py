@@ -517,7 +517,7 @@ def _read_text(path: Path, name: str, na: list[str], decimal: str | None) -> pd.
             f"{name}: cannot parse as delimited text ({sep!r}-separated): {exc}; check that "
             "every row has as many fields as the header"
         ) from exc
-    from distforest.io.encoding import count_numbers, decide_decimal, parse_numbers
+    from distforest.io.text_numbers import count_numbers, decide_decimal, parse_numbers
 
     for k, col in enumerate(frame.columns):
         values = frame.iloc[:, k]
@@ -634,7 +634,7 @@ def _encode(
         missing |= raw.map(str).isin(na).to_numpy() & ~missing
         raw = raw.where(~missing, None)
     _refuse_nested(raw.where(~missing, None), col, name)
-    from distforest.io.encoding import count_numbers, decide_decimal, parse_numbers
+    from distforest.io.text_numbers import count_numbers, decide_decimal, parse_numbers
 
     mark = decide_decimal(count_numbers(raw.where(~missing, None)), col, name, decimal)
     if mark is not None:

@@ -36,9 +36,10 @@ def check_outputs(job: Any, stages: Stages | None, replace: bool) -> Any:
 
         check_output(job.impute["out"], replace)  # plan None: imputed by partitions
     elif "impute" in pending and job.impute is not None:
-        from distforest.jobs.impute import plan_imputation
+        from distforest.jobs.impute import not_features, plan_imputation
 
-        plan = plan_imputation(job.input, job.impute["out"], target=job.target, drop=job.drop,
+        plan = plan_imputation(job.input, job.impute["out"], target=job.target,
+                               drop=not_features(job),
                                na_values=job.na_values, overwrite=replace)  # fmt: skip
     for name in pending:
         for key in ("out", "plot"):

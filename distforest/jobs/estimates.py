@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,10 @@ def rows_per_tree(n: int, forest: dict[str, Any]) -> int:
         return n
     if share is None:
         return n if n <= LARGE_FOREST_ROWS else AUTO_ROWS_PER_TREE
+    if isinstance(share, Mapping):  # rows per class (R's sampsize)
+        return int(sum(share.values()))
+    if isinstance(share, int) and not isinstance(share, bool):  # a count of rows
+        return min(share, n)
     return max(1, round(float(share) * n))
 
 

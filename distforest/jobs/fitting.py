@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from distforest.errors import ParameterError
 
@@ -38,8 +38,9 @@ def fitted_forest(
     """
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
-    from distforest.jobs.inputs import partitioned_input, stored_input
+    from distforest.jobs.inputs import partitioned_input
     from distforest.parallel.placement import place
+    from distforest.store.source import opened
 
     if partitioned_input(source):  # read by partitions on the workers, never whole here
         from distforest.parallel.cluster import connect as connect_to
@@ -49,10 +50,18 @@ def fitted_forest(
             connect_to(**connect) as client,
             execution(client),  # the forest's tasks and ...
             client.as_current(),  # ... the partitions' run on this cluster
-            stored_input(source, target, input_kw) as stored,
+            opened(
+                source,
+                target=target,
+                partitions=True,
+                drop=input_kw.get("drop", ()),
+                na_values=input_kw.get("na_values", ()),
+                id=input_kw.get("id"),
+            ) as stored,
         ):
             forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
-            yield stored, forest.fit(stored)
+            # partitions=True: always a StoredTable
+            yield cast("StoredTable", stored), forest.fit(stored)
         return
     table = load_table(source, target=target, **input_kw)
     if check is not None:

@@ -81,6 +81,11 @@ class ImputationPlan:
     overwrite: bool
 
 
+def not_features(job: Any) -> tuple[str, ...]:
+    """The columns a pipeline's imputation copies unchanged: ``input.drop`` and ``input.id``."""
+    return (*job.drop, *([job.id] if getattr(job, "id", None) else []))
+
+
 def plan_imputation(
     input: str,
     out: str,
@@ -185,9 +190,14 @@ def impute_command(
     overwrite: bool = False,
     progress: Any = None,
     dry_run: bool = False,
+    id: str | None = None,
 ) -> Any:
     """``distforest impute``: check, impute where placement says, write; the summary
-    (``dry_run``: the :class:`~distforest.jobs.plan.Plan`, nothing run or written)."""
+    (``dry_run``: the :class:`~distforest.jobs.plan.Plan`, nothing run or written).
+
+    ``id`` names the rows' ID column: not a feature, copied unchanged (as ``drop``).
+    """
+    drop = (*drop, *([id] if id else []))
     from distforest.apps.impute import ProximityImputer
     from distforest.apps.partitioned_impute import is_folder
     from distforest.jobs.estimates import check_size, estimate_impute
@@ -296,6 +306,6 @@ def impute_stage_by_partitions(job: Any, params: dict[str, Any], out: str,
         if client is not None:
             imputer.set_execution(client)
         result = impute_partitioned(job.input, out, imputer, target=job.target,
-                                    drop=tuple(job.drop), na_values=tuple(job.na_values),
+                                    drop=not_features(job), na_values=tuple(job.na_values),
                                     overwrite=True)  # fmt: skip  # checked before the run
     return result.written, int(sum(result.missing.values()))

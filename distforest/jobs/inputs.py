@@ -10,88 +10,26 @@ its start-up time).
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distforest import location
 from distforest.errors import InputError
+from distforest.store import source as source_rule
+from distforest.store.temporary import temporary_store
+
+__all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "partitioned_input",
+           "read_by_parts", "temporary_store"]  # fmt: skip
 
 if TYPE_CHECKING:
     from distforest.store.inputs import PendingInput
 
-#: Files larger than this are read by partitions (about 2 million cells of CSV text,
-#: the default of the ``distforest.in-process-cells`` setting, :mod:`distforest.settings`).
-PARTITIONED_BYTES = 32 * 2**20
-
-_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
+#: Files larger than this are read by partitions (the source rule's, 32 MiB).
+PARTITIONED_BYTES = source_rule.PARTITIONED_BYTES
 
 
 def partitioned_input(source: str) -> bool:
-    """Whether ``source`` is read by partitions rather than loaded whole.
-
-    A URL (``s3://...``) follows the rule of a local path, its sizes from
-    fsspec; a ``.npy`` file at a URL is read whole (it cannot be mapped).
-    """
-    if location.is_remote(source):
-        return _partitioned_url(source)
-    source = location.local(source)
-    p = Path(source)
-    if not p.exists():
-        return glob.has_magic(source) and bool(glob.glob(source))
-    if p.is_dir():
-        if p.suffix.lower() == ".zarr" or any((p / m).exists() for m in _ZARR_MARKERS):
-            return False  # a Zarr store: the in-memory reader opens it lazily already
-        return True
-    return p.stat().st_size > PARTITIONED_BYTES
-
-
-def _partitioned_url(url: str) -> bool:
-    try:
-        fs, where = location.filesystem(url)
-        fs.invalidate_cache()
-        if not fs.exists(where):
-            return glob.has_magic(where) and bool(fs.glob(where))
-        if fs.isdir(where):
-            base = where.rstrip("/")
-            return not (base.lower().endswith(".zarr")
-                        or any(fs.exists(f"{base}/{m}") for m in _ZARR_MARKERS))  # fmt: skip
-        return not where.lower().endswith(".npy") and int(fs.size(where)) > PARTITIONED_BYTES
-    except Exception:  # unreachable, refused...: the whole-table reader says it in one line
-        return False
-
-
-@contextlib.contextmanager
-def temporary_store() -> Iterator[Path]:
-    """The path of a run store to create in a new folder, removed when the block ends
-    (also on errors); under dask's ``temporary-directory`` (else the system's)."""
-    import dask
-
-    parent = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
-    work = Path(tempfile.mkdtemp(prefix="distforest-input-", dir=parent))
-    try:
-        yield work / "run.zarr"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def stored_input(source: str, target: str | None, input_kw: dict[str, Any]) -> Iterator[Any]:
-    """Ingest ``source`` into a temporary run store for a block; yields its StoredTable.
-
-    The store is made by :func:`temporary_store` and removed when the block ends,
-    also on errors.
-    """
-    from distforest.store.inputs import ingest
-
-    with temporary_store() as path:
-        yield ingest(source, path, target=target, drop=input_kw.get("drop", ()),
-                     na_values=input_kw.get("na_values", ()),
-                     id=input_kw.get("id"))  # fmt: skip
+    """Whether ``source`` is read by partitions rather than loaded whole
+    (:func:`distforest.store.source.by_partitions`, files above :data:`PARTITIONED_BYTES`)."""
+    return source_rule.by_partitions(source, PARTITIONED_BYTES)
 
 
 def read_by_parts(source: str, target: str | None, drop: tuple[str, ...],

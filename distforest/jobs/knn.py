@@ -95,8 +95,8 @@ def knn_job(
     Called by :func:`distforest.jobs.pipeline.load_pipeline` for a file with a
     ``neighbors`` or ``knn`` section; checks what is particular to k-NN
     pipelines (metrics, the target, ``knn.predict``).  Output names are
-    relative to ``out_dir``; ``knn.predict.input`` is relative to the current
-    directory, and ``today_path`` fills in its ``{date}``.
+    relative to ``out_dir``; ``knn.predict.input`` is relative to the pipeline's
+    folder (``today_path`` reads it so and fills in its ``{date}``).
     """
     clash = [name for name in NOT_WITH_KNN if name in data]
     if clash:
@@ -187,7 +187,7 @@ def _predict_section(section: Any, out_dir: Path, source: str, today_path: Any) 
     if not location.is_remote(path) and not Path(path).exists():
         raise ConfigError(
             f"{source}: knn.predict.input {path!r} does not exist (relative paths are relative "
-            f"to the current directory {str(Path.cwd())!r})"
+            "to the pipeline's folder)"
         )
     return {"input": path, "out": str(out_dir / section["out"])}
 

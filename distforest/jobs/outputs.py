@@ -124,8 +124,7 @@ def _frame(forest: Any) -> pd.DataFrame:
 
 def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[str, str]:
     """Outlier scores to CSV (and a picture); returns what was written."""
-    from distforest.apps.outliers import outlier_scores
-    from distforest.apps.stored_outliers import stored_path, write_scores_csv
+    from distforest.apps.outliers import outlier_scores, stored_path, write_scores_csv
 
     store = None if plot or location.is_remote(out) else stored_path(forest)
     if store is not None:  # scored and written by tasks, chunk by chunk
@@ -148,12 +147,12 @@ def write_mislabels(forest: Any, out: str, top: int = 0) -> tuple[dict[str, str]
     """The ranked suspects to CSV; returns what was written and the ranking's
     :class:`~distforest.apps.mislabels.RankingSummary` (with its ``top`` first rows)."""
     from distforest.apps.mislabels import RankingSummary, mislabel_scores, require_classification
-    from distforest.apps.stored_outliers import stored_path
+    from distforest.apps.outliers import stored_path
 
     require_classification(forest)
     store = None if location.is_remote(out) else stored_path(forest)
     if store is not None:  # ranked and written by tasks, chunk by chunk
-        from distforest.apps.stored_mislabels import write_ranking_csv
+        from distforest.apps.mislabels import write_ranking_csv
 
         written, summary = write_ranking_csv(forest, store, out, top)
         return {"suspects": written}, summary
@@ -172,10 +171,8 @@ def write_mds(
     title: str = "",
 ) -> dict[str, str]:
     """MDS coordinates to CSV (and a scatter with outliers circled)."""
-    from distforest.apps.mds import mds
-    from distforest.apps.outliers import outlier_scores
-    from distforest.apps.stored_mds import write_mds_csv
-    from distforest.apps.stored_outliers import stored_path
+    from distforest.apps.mds import mds, write_mds_csv
+    from distforest.apps.outliers import outlier_scores, stored_path
 
     store = None if plot or location.is_remote(out) else stored_path(forest)
     if store is not None:  # solved and written by tasks, chunk by chunk

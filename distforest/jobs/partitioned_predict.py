@@ -59,7 +59,7 @@ def _knn_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...],
     import pandas as pd
 
     from distforest.apps.knn import load_model
-    from distforest.jobs.knn_model import feature_matrix
+    from distforest.jobs.model_columns import feature_matrix
     from distforest.parallel.execution import execution
 
     X = feature_matrix(frame, part, attrs, names, start)
@@ -256,7 +256,7 @@ def predict_partitioned(model_path: str, data: str, out: str, drop: tuple[str, .
     import dask
 
     from distforest.io.partitions import open_partitions
-    from distforest.jobs.knn_model import check_columns
+    from distforest.jobs.model_columns import check_columns
     from distforest.store.run_store import RunStore
 
     attrs = RunStore.open(model_path, require_complete=True).attrs

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any
@@ -119,6 +121,44 @@ def _found(path: str) -> bool:
     return Path(path).exists() or (glob.has_magic(path) and bool(glob.glob(path)))
 
 
+def _from_folder(text: str, key: str, folder: Path | None, source: str, *,
+                 exists: Any = None, keep_missing: bool = False) -> str:  # fmt: skip
+    """A relative path of a pipeline, read relative to the YAML file's ``folder``.
+
+    ``exists(path)`` says whether a path is there (default: a file, folder or
+    matching glob).  A path found relative to the working directory but not to
+    the folder keeps its old reading, with a warning naming the path to write.
+    When neither is there: the folder's path, or ``text`` as it is with
+    ``keep_missing`` (a name looked up elsewhere, as a shipped cluster file).
+    Absolute paths and URLs are taken as they are.
+    """
+    if folder is None or location.is_remote(text) or Path(text).is_absolute():
+        return text
+    if folder.resolve() == Path.cwd().resolve():
+        return text
+    found = exists or _found
+    mine = str(folder / text)
+    if found(mine):
+        return mine
+    if found(text):
+        hint = os.path.relpath(Path(text).resolve(), folder.resolve())
+        warnings.warn(
+            f"{source}: {key} {text!r} is read relative to the working directory; relative "
+            f"paths in a pipeline are relative to its own folder {str(folder)!r}: write "
+            f"{key.rpartition('.')[2]}: {hint}",
+            UserWarning,
+            stacklevel=3,
+        )
+        return text
+    return text if keep_missing else mine
+
+
+def _input_of(text: str, *, today: _dt.date, folder: Path | None, source: str) -> str:
+    """A path a job reads besides ``input.path`` (``knn.predict.input``, ``model.path``):
+    dates filled in, read from the pipeline's folder (:func:`_from_folder`)."""
+    return _from_folder(_templated(text, today), "path", folder, source)
+
+
 def _out_dir(text: str, storage_options: dict[str, Any] | None) -> Any:
     """``output.dir`` as a Path, or as a URL carrying ``output.storage_options``
     (``out_dir / name`` works on both)."""
@@ -198,6 +238,26 @@ def _check_impute_from_matrix(sections: dict[str, dict], top_k: int | None, sour
         )
 
 
+def _pipeline_folder(path: str | Path) -> Path | None:
+    """The folder a pipeline's relative paths are read from: the YAML file's own.
+
+    The example pipelines (a ``pipelines/`` folder next to ``distforest/data/``:
+    the repository, or a copy made by ``distforest examples DIR``) name their
+    paths relative to that examples folder, the parent.  None (the working
+    directory, as before) for the shipped pipelines of an installed package run
+    by name (``distforest run main``): their outputs go where the command runs.
+    """
+    from distforest import examples
+
+    folder = Path(path).parent
+    if folder.name == "pipelines" and (folder.parent / "distforest" / "data").is_dir():
+        return folder.parent
+    shipped = examples.shipped_dir("pipelines")
+    if shipped is not None and folder.resolve() == shipped.resolve():
+        return None
+    return folder
+
+
 def load_pipeline(
     path: str | Path,
     today: _dt.date | None = None,
@@ -260,13 +320,17 @@ def load_pipeline(
     _check_combinations(data, sections, source)
     day = today or _dt.date.today()
     inp, out = sections["input"], sections["output"]
-    input_path = location.with_options(_templated(inp["path"], day), inp.get("storage_options"))
+    folder = _pipeline_folder(path)
+    input_text = _from_folder(_templated(inp["path"], day), "input.path", folder, source)
+    input_path = location.with_options(input_text, inp.get("storage_options"))
     if check_input and not location.is_remote(input_path) and not _found(input_path):
+        where = "" if folder is None else f" (relative paths are relative to {str(folder)!r})"
         raise ConfigError(
-            f"{source}: input.path {input_path!r} does not exist or matches no file (relative "
-            f"paths are relative to the current directory {str(Path.cwd())!r})"
+            f"{source}: input.path {input_path!r} does not exist or matches no file{where}"
         )
-    out_dir = _out_dir(_templated(out["dir"], day), out.get("storage_options"))
+    out_text = _from_folder(_templated(out["dir"], day), "output.dir", folder, source,
+                            exists=lambda p: Path(p).is_dir())  # fmt: skip
+    out_dir = _out_dir(out_text, out.get("storage_options"))
     _check_output_names(data, sections, out_dir, source)
     extras: dict[str, dict[str, Any]] = {}
     for name in APPS:
@@ -279,6 +343,8 @@ def load_pipeline(
     scheduler = cluster = None
     cfg = data.get("cluster")
     if isinstance(cfg, str):
+        cfg = _from_folder(cfg, "cluster", folder, source, exists=lambda p: Path(p).is_file(),
+                           keep_missing=True)  # fmt: skip
         cluster = cfg
         try:  # checked now, as `run` would: a missing or invalid cluster file fails validate
             load_cluster_config(cfg)
@@ -298,14 +364,14 @@ def load_pipeline(
         )
     connect = {"scheduler": scheduler, "cluster": cluster}
     if kind == "knn":
-        templated = functools.partial(_templated, today=day)
+        templated = functools.partial(_input_of, today=day, folder=folder, source=source)
         return knn_job(data, sections, input_path, out_dir, connect, source, templated)
     if kind == "smerf":
         return smerf_job(data, sections, input_path, out_dir, connect, source)
     if kind == "similarity":
         return similarity_job(data, sections, input_path, out_dir, connect, source)
     if kind == "score":  # a saved model applied to new rows
-        templated = functools.partial(_templated, today=day)
+        templated = functools.partial(_input_of, today=day, folder=folder, source=source)
         return score_job(data, sections, input_path, out_dir, connect, source, templated)
     if sections["proximity"].get("top_k") is not None and kind != "proximity":
         raise ConfigError(

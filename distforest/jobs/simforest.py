@@ -6,16 +6,28 @@ matrix plus ``input.labels``), saves the model, writes the forest's proximity
 of the training objects as Zarr tiles, and optionally outlier scores and an
 MDS picture from it.  It follows the run protocol of :mod:`distforest.jobs.runs`:
 locked, resumable by stage, not repeated once complete.
+
+A table read by partitions (a glob, a folder of part files or a file over
+32 MB, :func:`~distforest.jobs.inputs.partitioned_input`) is summarised by
+partitions on the workers (pass 1: the checks of the in-memory reader, a bad
+value named by its file, column and row), written into a temporary run store
+as float64 (the values the in-memory reader gives), z-scored by the same
+chunked moments as a table in memory (:func:`column_moments`) and fitted from
+there (:meth:`~distforest.forests.simforest.SimilarityForestClassifier.fit_table`).
+The model is then saved where the command or job keeps it, its per-row arrays
+copied a chunk at a time; the fitted estimator reads them there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -23,20 +35,20 @@ from distforest import location
 from distforest.errors import ConfigError, InputError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.measures import parse_metric
-from distforest.forests.simforest import METRICS, SimilarityForestClassifier
+from distforest.forests.simforest import METRICS, SimilarityForestClassifier, StoredTrees
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix
-from distforest.jobs.inputs import input_shape, partitioned_input
+from distforest.jobs.inputs import input_shape, partitioned_input, temporary_store
 from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
 from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Context, Run, execute
-from distforest.jobs.simforest_stored import fit_and_save, input_attrs, read_pending
 from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
+from distforest.parallel import placement
 from distforest.parallel.placement import cells_of
-from distforest.store.inputs import PendingInput
+from distforest.store.inputs import PendingInput, input_chunk
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -136,13 +148,109 @@ def read_fit_input(
         )
     X = table.X.astype(np.float64)
     scaling = None
-    if normalize == "zscore":
-        mean, std = X.mean(axis=0), X.std(axis=0)
-        scaling = {"mean": mean.tolist(), "scale": np.where(std > 0, std, 1.0).tolist()}
+    if normalize == "zscore":  # the rows in memory: one chunk
+        scaling = zscore(column_moments(lambda: [X], X.shape[0]))
         X = scale(X, scaling)
     attrs = {"source": data, "feature_names": list(table.feature_names), "target_name": target,
              "scaling": scaling}  # fmt: skip
     return FitInput(X, np.asarray(table.y), X.shape[0], table.fingerprint(), attrs)
+
+
+def column_moments(
+    chunks: Callable[[], Iterable[np.ndarray]], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The feature columns' mean and standard deviation in float64, from the rows' chunks
+    in order (``chunks()`` gives them, twice): numpy sums a C-ordered array along axis 0
+    row after row, so does this, and one chunk gives ``X.mean(axis=0)`` and
+    ``X.std(axis=0)`` bit for bit."""
+
+    def total(center: np.ndarray | None) -> np.ndarray:
+        acc: np.ndarray | None = None
+        for chunk in chunks():
+            values = np.array(chunk, dtype=np.float64)
+            if center is not None:
+                values -= center
+                np.multiply(values, values, out=values)
+            stacked = values if acc is None else np.concatenate([acc[None], values])
+            acc = np.add.reduce(stacked, axis=0)
+        assert acc is not None
+        return acc
+
+    mean = total(None) / n
+    return mean, np.sqrt(total(mean) / n)
+
+
+def zscore(moments: tuple[np.ndarray, np.ndarray]) -> dict[str, list[float]]:
+    """The scaling a model records: the columns' mean, and their standard deviation
+    (1 for a constant column)."""
+    mean, std = moments
+    return {"mean": mean.tolist(), "scale": np.where(std > 0, std, 1.0).tolist()}
+
+
+def _stored_moments(path: str, chunks: list[slice]) -> tuple[np.ndarray, np.ndarray]:
+    """Task: :func:`column_moments` of a store's ``input/X``, read a chunk at a time."""
+    return column_moments(lambda: (input_chunk(path, rows) for rows in chunks), chunks[-1].stop)
+
+
+def read_pending(
+    data: str, target: str, drop: tuple[str, ...] = (), na_values: tuple[str, ...] = ()
+) -> PendingInput:
+    """Pass 1 of a table read by partitions (summaries only), checked as
+    :func:`read_fit_input` checks a table loaded whole."""
+    from distforest.io.ingest import read_partitioned
+
+    pending = PendingInput(read_partitioned(data, target=target, drop=drop,
+                                            na_values=na_values, allow_missing=False,
+                                            dtype=np.float64))  # fmt: skip
+    categories = pending.data.encoding.categories
+    if categories:
+        raise InputError(
+            f"{data!r}: column(s) {sorted(categories)} hold text; a SimForest measure "
+            "needs numeric features (drop them with --drop, or encode them as numbers)"
+        )
+    return pending
+
+
+def input_attrs(pending: PendingInput, target: str) -> dict[str, Any]:
+    """What a model records of its table (the in-memory fit's attributes; the scaling
+    is added when the fit computes it)."""
+    enc = pending.data.encoding
+    return {"source": pending.source, "feature_names": [str(c) for c in enc.features],
+            "target_name": target}  # fmt: skip
+
+
+def fit_and_save(
+    forest: SimilarityForestClassifier,
+    pending: PendingInput,
+    normalize: str,
+    attrs: dict[str, Any],
+    save: Callable[[SimilarityForestClassifier, dict[str, Any]], RunStore],
+) -> RunStore:
+    """Write ``pending`` into a temporary store, fit ``forest`` there, ``save(forest, attrs)``.
+
+    ``normalize="zscore"`` scales the features by the columns' mean and
+    standard deviation (float64, computed as in memory: the same model).
+    ``save`` writes the model store (its ``attrs`` get the scaling); the
+    forest's ``leaves_`` and ``inbag_`` are then that store's arrays, and the
+    temporary store is removed.  Returns the model store.
+    """
+    with temporary_store() as path:
+        table = pending.write(path, {})
+        scaling = None
+        if normalize == "zscore":  # one task reads the chunks in order
+            with forest._runner(table.n_samples * table.n_features) as runner:
+                for _, moments in runner.run(_stored_moments, [(table.path, table.chunks())],
+                                             name="simforest-moments"):  # fmt: skip
+                    scaling = zscore(moments)
+        given = None if scaling is None else (np.asarray(scaling["mean"]),
+                                              np.asarray(scaling["scale"]))  # fmt: skip
+        forest.fit_table(table, scaling=given)
+        rs = save(forest, {**attrs, "scaling": scaling})
+        # the saved arrays and trees, read on use (where the in-memory fit holds them)
+        forest.leaves_, forest.inbag_ = cast(Any, rs.array("leaves")), cast(Any, rs.array("inbag"))
+        if isinstance(forest.trees_, StoredTrees):
+            forest.trees_ = replace(forest.trees_, path=rs.path)
+    return rs
 
 
 @dataclass(kw_only=True)
@@ -392,4 +500,84 @@ def simforest_job(
         connect=connect_kw,
         name=str(data.get("name") or "simforest"),
         source=source,
+    )
+
+
+def check_table_request(matrix: str | None, distances: str | None, labels: str | None,
+                        target: str | None) -> None:  # fmt: skip
+    """A table DATA takes --target, not a matrix, distances or labels."""
+    if matrix is not None or distances is not None:
+        raise ParameterError(
+            "give either --similarity S.npy with --labels, or a table DATA with --target "
+            "(not both, not neither)"
+        )
+    if target is None or labels is not None:
+        raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
+
+
+def fit_command(
+    params: dict[str, Any],
+    *,
+    data: str,
+    target: str | None,
+    metric: str | None,
+    normalize: str,
+    drop: tuple[str, ...],
+    na_values: tuple[str, ...],
+    out: str,
+    overwrite: bool,
+    connect: dict[str, Any],
+    progress: Any = None,
+    dry_run: bool = False,
+) -> Any:
+    """``distforest simforest fit DATA`` of a table read by partitions: the summary line,
+    or (``dry_run``) the plan, from the input's shape only (nothing read whole)."""
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.estimates import check_size, estimate_forest_metric
+    from distforest.store.run_store import check_can_create
+
+    start = time.perf_counter()
+    assert target is not None
+    params["metric"], params["metric_params"] = metric_params(metric or "rbf")
+    check_can_create(out, overwrite)
+    forest = SimilarityForestClassifier(**params)
+    forest._validated()
+    trees = params["n_estimators"]
+    if dry_run:
+        from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
+        from distforest.jobs.inputs import input_shape
+
+        source, n, d = input_shape(data, target, drop=drop, na_values=na_values)
+        cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
+        plan = model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
+                              forest.batch_size, cpu,
+                              {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
+                              connect, out)  # fmt: skip
+        if placement.runs_in_process(n * d, options=connect):  # by partitions: on a cluster
+            threads = os.cpu_count() or 1
+            return replace(plan, threads=threads, where=f"on a LocalCluster started for the "
+                           f"run (read by partitions; assuming {threads} threads)")  # fmt: skip
+        return plan
+    from distforest.parallel.cluster import connect as connect_to
+    from distforest.parallel.execution import execution
+
+    with connect_to(**connect) as client, execution(client), client.as_current():
+        pending = read_pending(data, target, drop, na_values)
+        n = pending.n_samples
+        need = estimate_forest_metric(n, 1, trees * params["n_pairs"])
+        knobs = f"--trees ({trees:,}) and --pairs ({params['n_pairs']:,})"
+        check_size(f"SimForest on {n:,} objects", need, knobs)
+        forest.set_execution(client, progress=progress)
+
+        def save(fitted: Any, attrs: dict[str, Any]) -> RunStore:
+            return fitted.save(out, overwrite=overwrite, attrs=attrs, complete=False)
+
+        rs = fit_and_save(forest, pending, normalize, input_attrs(pending, target), save)
+    rs.mark_complete()
+    evaluations = forest.n_similarity_evaluations_
+    return (
+        f"SimForest of {trees} trees on {n} objects read by partitions "
+        f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
+        f"{evaluations} similarities evaluated ({evaluations / trees / n:.1f} per object per "
+        f"tree)\n  model:  {out}"
     )

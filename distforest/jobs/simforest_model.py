@@ -6,7 +6,9 @@ Used by ``distforest simforest fit`` and ``distforest simforest predict``.
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -182,8 +184,6 @@ def predict_command(model: str, data: str | None, matrix: str | None, distances:
                     dry_run: bool = False) -> Any:  # fmt: skip
     """``distforest simforest predict``: the predictions written and the summary line, or
     (``dry_run``) the plan, nothing written."""
-    import time
-
     from distforest.jobs.outputs import check_new_file
     from distforest.parallel.placement import cells_of, place
 
@@ -193,8 +193,6 @@ def predict_command(model: str, data: str | None, matrix: str | None, distances:
         from distforest.jobs.inputs import partitioned_input
 
         if partitioned_input(data):  # a glob, a folder of parts, a large file
-            from distforest.jobs.simforest_stored import predict_partitioned
-
             return predict_partitioned(model, data, out, na_values, connect, dry_run)
     forest, source, n, temporary = read_predict_input(model, data, matrix, distances, na_values,
                                                       out)  # fmt: skip
@@ -204,3 +202,71 @@ def predict_command(model: str, data: str | None, matrix: str | None, distances:
         with place(cells_of(source), connect, progress=progress):
             path = predict_to_csv(forest, source, out)
     return f"{n} predictions in {time.perf_counter() - start:.1f} s\n  predictions:  {path}"
+
+
+def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...],
+                  frame: Any, start: int, part: str) -> Any:  # fmt: skip
+    """``prediction, proba_<label>...`` of one partition by a saved SimForest (read once
+    per worker, its per-row arrays left in its store)."""
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.model_columns import feature_matrix
+    from distforest.jobs.partitioned_predict import _model
+    from distforest.jobs.simforest import scale
+    from distforest.parallel.execution import execution
+
+    X = feature_matrix(frame, part, attrs, names, start)
+    bad = ~np.isfinite(X)
+    if bad.any():
+        rows, cols = np.nonzero(bad)
+        raise InputError(
+            f"{part}: column {names[cols[0]]!r} is missing or infinite at row "
+            f"{start + int(rows[0]) + 1} of the table (counted from 1); the model's measure "
+            "needs complete rows: impute them first (distforest impute) or drop those rows"
+        )
+    forest = _model(model_path, lambda path: SimilarityForestClassifier.load(
+        path, rows_in_store=True))  # fmt: skip
+    if X.shape[0] == 0:  # an empty part still has its place
+        return prediction_frame(forest, np.empty((0, len(forest.classes_))))
+    with execution(client="synchronous"):  # in this worker: it is one task of many
+        return prediction_frame(forest, forest.predict_proba(scale(X, attrs.get("scaling"))))
+
+
+def predict_partitioned(model: str, data: str, out: str, na_values: tuple[str, ...],
+                        connect: dict[str, Any], dry_run: bool = False) -> str:  # fmt: skip
+    """``distforest simforest predict MODEL DATA`` of a DATA read by partitions: one task
+    per partition predicts its rows and writes its piece of the CSV (joined in order, the
+    in-memory command's file); the summary line, or (``dry_run``) what would run."""
+    import dask
+
+    from distforest.io.partitions import PATH_COLUMN, open_partitions
+    from distforest.jobs.model_columns import check_columns
+    from distforest.jobs.partitioned_predict import _write_pieces
+    from distforest.parallel.cluster import connect as connect_to
+    from distforest.store.run_store import RunStore
+
+    start = time.perf_counter()
+    attrs = RunStore.open(model, require_complete=True).attrs
+    if attrs.get("measure") in ("precomputed", "function", None):
+        raise ParameterError(
+            f"model {model!r} was fitted on a matrix: give --similarity Q.npy or --distances "
+            "Q.npy (test objects x training objects), not DATA"
+        )
+    names = tuple(str(c) for c in attrs.get("feature_names") or ())
+    parts = open_partitions(data, na_values=na_values)
+    if parts.frame is None:
+        raise InputError(f"{parts.source}: a numeric array has no column names; give a table")
+    check_columns(parts.source, list(parts.columns), names)
+    if dry_run:
+        return (f"simforest predict of {parts.source}: read by partitions, "
+                f"{parts.npartitions} tasks that each predict a partition's rows with "
+                f"{model} and write a piece of {out}")  # fmt: skip
+    keep = [*names, PATH_COLUMN] if PATH_COLUMN in parts.frame.columns else list(names)
+    with connect_to(**connect) as client, client.as_current():
+        blocks = parts.frame[keep].to_delayed()
+        lengths = dask.compute(*[dask.delayed(len)(b) for b in blocks])
+        starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        labels = [parts.partition_name(k) for k in range(len(blocks))]
+        work = partial(_predict_rows, model, attrs, names)
+        n, path, _ = _write_pieces(blocks, starts, labels, work, out)
+    return (f"{n} predictions read by partitions in {time.perf_counter() - start:.1f} s\n"
+            f"  predictions:  {path}")  # fmt: skip

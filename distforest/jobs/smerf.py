@@ -23,7 +23,7 @@ An ``input.path`` that is a glob, a folder of parts or a file over 32 MB
 (:func:`~distforest.jobs.inputs.partitioned_input`) is read by partitions:
 pass 1 (every check, named with its part file, column and row) before
 anything is written, then the rows are encoded as float64 into a temporary
-run store that the trees read (:mod:`distforest.forests.smerf_stored`),
+run store that the trees read (:meth:`distforest.forests.smerf.SMERF.fit`),
 removed when the run ends.  The ``distance`` rows (``rows``, ``against``)
 are read whole.
 """

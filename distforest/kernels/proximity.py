@@ -452,6 +452,29 @@ def rfgap_proximity_tile(
     return out.astype(np.float32)
 
 
+def weighted_proximity_tile(
+    leaves_i: np.ndarray, leaves_j: np.ndarray, weights_i: np.ndarray
+) -> np.ndarray:
+    """Proximity with a weight per row and tree: ``sum_t w_i(t) [leaf_t(i) = leaf_t(j)]``.
+
+    The KeRF weighting gives ``w_i(t) = 1 / (T |L_t(i)|)`` (one over the size of
+    i's leaf), the boosted weighting ``w_i(t) = w_t / sum_s w_s`` (a weight per tree).
+
+    Parameters
+    ----------
+    leaves_i, leaves_j : ndarray of int, shape (ni, T) and (nj, T)
+    weights_i : ndarray of float, shape (ni, T)
+
+    Returns
+    -------
+    ndarray of float32, shape (ni, nj)
+    """
+    li, lj = _trees_first(leaves_i, leaves_j, dtype=np.int32)
+    (wi,) = _trees_first(weights_i, dtype=np.float64)
+    ones = np.ones(lj.shape, dtype=np.float64)
+    return leaf_match_sum(li, lj, wi, ones).astype(np.float32)
+
+
 def warm_up() -> None:
     """Compile (or load from cache) every kernel of this module once.
 

@@ -1,7 +1,7 @@
 """Numba kernels: products of tall blocks of rows whose floats do not depend on how the rows
 are cut into chunks.
 
-The out-of-core MDS (:mod:`distforest.apps.stored_mds`) keeps blocks of n rows
+The MDS by row chunks (:mod:`distforest.apps.mds`) keeps blocks of n rows
 in a store and works on them a chunk of rows at a time.  BLAS is free to add
 a product's terms in an order that depends on the matrix sizes, so a row's
 result could change with the chunk it falls in; here every sum is taken in a

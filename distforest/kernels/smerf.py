@@ -321,7 +321,7 @@ def draw_candidates(
         c = min(d, 1 + int(rng.poisson(OBLIQUE_EXTRA)))
         features.append(rng.choice(d, c, replace=False).astype(np.int64))
         weights.append(np.where(rng.random(c) < 0.5, -1.0, 1.0))
-    starts = _offsets([f.shape[0] for f in features])
+    starts = offsets([f.shape[0] for f in features])
     return np.concatenate(features), np.concatenate(weights), starts
 
 
@@ -438,16 +438,17 @@ def grow_tree(
         threshold=np.asarray(threshold, dtype=np.float64),
         objective=np.asarray(objective, dtype=np.float64),
         n_node_samples=np.asarray(size, dtype=np.int64),
-        proj_start=_offsets([p[0].shape[0] for p in proj]),
+        proj_start=offsets([p[0].shape[0] for p in proj]),
         proj_feature=np.concatenate([p[0] for p in proj]).astype(np.int64),
         proj_weight=np.concatenate([p[1] for p in proj]).astype(np.float64),
-        leaf_offset=_offsets(leaf_sizes),
+        leaf_offset=offsets(leaf_sizes),
         leaf_members=np.concatenate(flat).astype(np.int64),
         importances=importances,
     )
 
 
-def _offsets(counts: list[int] | np.ndarray) -> np.ndarray:
+def offsets(counts: list[int] | np.ndarray) -> np.ndarray:
+    """``[0, c0, c0 + c1, ...]`` (int64): where each of consecutive runs of ``counts`` starts."""
     return np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))]).astype(np.int64)
 
 
@@ -484,12 +485,12 @@ class FlatForest:
     @property
     def proj_start(self) -> np.ndarray:
         """Global offsets of the nodes' projections, shape (total_nodes + 1,)."""
-        return _offsets(self.nodes["proj_count"])
+        return offsets(self.nodes["proj_count"])
 
     @property
     def leaf_start(self) -> np.ndarray:
         """Global offsets of the nodes' leaf members, shape (total_nodes + 1,)."""
-        return _offsets(self.nodes["leaf_size"])
+        return offsets(self.nodes["leaf_size"])
 
 
 def flatten(trees: list[SmerfTree]) -> FlatForest:
@@ -505,7 +506,7 @@ def flatten(trees: list[SmerfTree]) -> FlatForest:
     }
     return FlatForest(
         nodes=nodes,
-        node_offset=_offsets([t.left.shape[0] for t in trees]),
+        node_offset=offsets([t.left.shape[0] for t in trees]),
         proj_feature=np.concatenate([t.proj_feature for t in trees]),
         proj_weight=np.concatenate([t.proj_weight for t in trees]),
         leaf_members=np.concatenate([t.leaf_members for t in trees]),
@@ -534,7 +535,7 @@ def concatenate(parts: list[FlatForest], *, consume: bool = False) -> FlatForest
         if consume:
             for p in parts:
                 setattr(p, name, arrays[name][:0])
-    return FlatForest(nodes=nodes, node_offset=_offsets(counts), **arrays)
+    return FlatForest(nodes=nodes, node_offset=offsets(counts), **arrays)
 
 
 def grow_batch(X: np.ndarray, D: np.ndarray, seeds: np.ndarray, params: dict) -> FlatForest:

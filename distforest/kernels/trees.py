@@ -57,10 +57,21 @@ class TreeParams:
     max_depth : int or None
     bootstrap : bool
         Draw in-bag counts with replacement; otherwise every row is in bag once.
-    max_samples : float or None
-        Bootstrap sample size as a fraction of n (``None``: n).
+    max_samples : float, int or None
+        Bootstrap sample size: a fraction of n, a count (an int), or ``None``: n.
     n_classes : int
         Number of classes (2 for unsupervised, 0 for regression).
+    min_samples_split, max_leaf_nodes, min_impurity_decrease
+        As in scikit-learn's trees (their defaults by default).
+    criterion : str or None
+        scikit-learn's split criterion; None: the tree's default (gini, squared_error).
+    class_weight : {"balanced", "balanced_subsample"}, tuple of (code, weight) or None
+        Class weights multiplying each tree's row weights, as in scikit-learn's
+        forests: ``balanced`` from the whole target, ``balanced_subsample`` from
+        each tree's bootstrap sample, pairs from a mapping (classes as codes).
+    rows_per_class : tuple of int or None
+        Per-class bootstrap sizes, one per class code (R's ``sampsize`` with
+        ``strata`` the target); replaces ``max_samples``.
     """
 
     task: Task
@@ -69,8 +80,14 @@ class TreeParams:
     min_samples_leaf: int
     max_depth: int | None
     bootstrap: bool
-    max_samples: float | None
+    max_samples: float | int | None
     n_classes: int
+    min_samples_split: int | float = 2
+    max_leaf_nodes: int | None = None
+    min_impurity_decrease: float = 0.0
+    criterion: str | None = None
+    class_weight: str | tuple[tuple[int, float], ...] | None = None
+    rows_per_class: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,9 @@ def tree_input(X: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(X, dtype=np.float32)
 
 
-def bootstrap_counts(rng: np.random.Generator, n: int, params: TreeParams) -> np.ndarray:
+def bootstrap_counts(
+    rng: np.random.Generator, n: int, params: TreeParams, y: np.ndarray | None = None
+) -> np.ndarray:
     """In-bag counts of ``n`` rows for one tree.
 
     Parameters
@@ -137,6 +156,8 @@ def bootstrap_counts(rng: np.random.Generator, n: int, params: TreeParams) -> np
     n : int
         Number of rows.
     params : TreeParams
+    y : ndarray of int, shape (n,), optional
+        Class codes, for ``params.rows_per_class`` (drawn class by class).
 
     Returns
     -------
@@ -144,13 +165,33 @@ def bootstrap_counts(rng: np.random.Generator, n: int, params: TreeParams) -> np
     """
     if not params.bootstrap:
         return np.ones(n, dtype=np.uint8)
-    size = n if params.max_samples is None else max(1, round(params.max_samples * n))
-    counts = np.bincount(rng.integers(0, n, size=size), minlength=n)
+    if params.rows_per_class is not None:
+        assert y is not None  # classification only (checked by the estimator)
+        drawn = []
+        for code, size in enumerate(params.rows_per_class):
+            rows = np.flatnonzero(y == code)
+            if rows.size == 0:
+                raise ValueError(
+                    f"max_samples asks for {size} rows of class code {code}, which has none"
+                )
+            drawn.append(rows[rng.integers(0, rows.size, size=size)])
+        counts = np.bincount(np.concatenate(drawn), minlength=n)
+    else:
+        counts = np.bincount(rng.integers(0, n, size=sample_size(n, params)), minlength=n)
     if counts.max() > MAX_INBAG_COUNT:
         raise ValueError(
             f"a bootstrap count of {counts.max()} does not fit in uint8; lower max_samples"
         )
     return counts.astype(np.uint8)
+
+
+def sample_size(n: int, params: TreeParams) -> int:
+    """Rows drawn for one tree's bootstrap (scikit-learn's rule for ``max_samples``)."""
+    if params.max_samples is None:
+        return n
+    if isinstance(params.max_samples, int):
+        return params.max_samples
+    return max(1, round(params.max_samples * n))
 
 
 def synthetic_contrast(rng: np.random.Generator, X: np.ndarray) -> np.ndarray:
@@ -180,11 +221,16 @@ def make_tree(params: TreeParams, seed: int):
         cls = DecisionTreeRegressor if random_forest else ExtraTreeRegressor
     else:
         cls = DecisionTreeClassifier if random_forest else ExtraTreeClassifier
+    more = {} if params.criterion is None else {"criterion": params.criterion}
     return cls(
         max_features=params.max_features,
+        min_samples_split=params.min_samples_split,
         min_samples_leaf=params.min_samples_leaf,
         max_depth=params.max_depth,
+        max_leaf_nodes=params.max_leaf_nodes,
+        min_impurity_decrease=params.min_impurity_decrease,
         random_state=seed,
+        **more,
     )
 
 
@@ -210,7 +256,11 @@ def _flatten(tree, params: TreeParams) -> dict[str, np.ndarray]:
 
 
 def fit_one_tree(
-    X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams
+    X: np.ndarray,
+    y: np.ndarray | None,
+    seed: int,
+    params: TreeParams,
+    sample_weight: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Fit one tree from its seed.
 
@@ -225,6 +275,8 @@ def fit_one_tree(
     seed : int
         The tree's seed, from which everything random is derived.
     params : TreeParams
+    sample_weight : ndarray of float64, shape (n,), optional
+        Row weights, multiplying the in-bag counts (see :func:`grow_tree`).
 
     Returns
     -------
@@ -235,14 +287,59 @@ def fit_one_tree(
         The tree's normalised impurity decrease per feature.
     """
     X = tree_input(X)
-    inbag, tree = grow_tree(X, y, seed, params)
+    inbag, tree = grow_tree(X, y, seed, params, sample_weight)
     # float32 already; finiteness is the caller's (load_table refuses infinities)
     leaves = tree.apply(X, check_input=False).astype(np.int32)
     return leaves, inbag, _flatten(tree, params), tree.feature_importances_
 
 
-def grow_tree(X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams) -> tuple:
+def class_weights(y: np.ndarray, inbag: np.ndarray, params: TreeParams) -> np.ndarray:
+    """Each row's class weight for one tree, as scikit-learn's forests compute it.
+
+    ``balanced``: ``n / (k * count)`` of the row's class over the whole target;
+    ``balanced_subsample``: the same over the tree's bootstrap sample (rows
+    counted as often as drawn); pairs: the given weight per class code (1 for
+    a class not given).
+
+    Parameters
+    ----------
+    y : ndarray of int, shape (n,)
+        Class codes.
+    inbag : ndarray of uint8, shape (n,)
+        The tree's in-bag counts.
+    params : TreeParams
+
+    Returns
+    -------
+    ndarray of float64, shape (n,)
+    """
+    from sklearn.utils.class_weight import compute_sample_weight
+
+    if params.class_weight == "balanced_subsample" and params.bootstrap:
+        drawn = np.repeat(np.arange(y.size), inbag)
+        return compute_sample_weight("balanced", y, indices=drawn)
+    if isinstance(params.class_weight, str):  # balanced (or balanced_subsample without bootstrap)
+        return compute_sample_weight("balanced", y)
+    assert params.class_weight is not None
+    per_code = np.ones(max(params.n_classes, int(y.max()) + 1))
+    for code, w in params.class_weight:
+        per_code[code] = w
+    return per_code[y]
+
+
+def grow_tree(
+    X: np.ndarray,
+    y: np.ndarray | None,
+    seed: int,
+    params: TreeParams,
+    sample_weight: np.ndarray | None = None,
+) -> tuple:
     """Grow one tree from its seed, without routing the rows through it.
+
+    The rows' weights in the tree are their in-bag counts, times
+    ``sample_weight`` and the class weights when given (scikit-learn's
+    forests' rule); without them the trees are those grown before weights
+    existed, bit for bit.
 
     Parameters
     ----------
@@ -251,6 +348,7 @@ def grow_tree(X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams
     y : ndarray, shape (n,) or None
     seed : int
     params : TreeParams
+    sample_weight : ndarray of float64, shape (n,), optional
 
     Returns
     -------
@@ -259,7 +357,7 @@ def grow_tree(X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams
     """
     rng = np.random.default_rng(seed)
     n = X.shape[0]
-    inbag = bootstrap_counts(rng, n, params)
+    inbag = bootstrap_counts(rng, n, params, y)
     tree_seed = int(rng.integers(0, 2**31 - 1))
     used = np.flatnonzero(inbag)
     if params.task == "unsupervised":
@@ -272,12 +370,20 @@ def grow_tree(X: np.ndarray, y: np.ndarray | None, seed: int, params: TreeParams
     else:
         assert y is not None  # supervised forests always have a target
         X_fit, y_fit, weight = X[used], y[used], inbag[used].astype(float)
+        if sample_weight is not None:
+            weight *= sample_weight[used]
+        if params.class_weight is not None:
+            weight *= class_weights(y, inbag, params)[used]
     tree = make_tree(params, tree_seed).fit(X_fit, y_fit, sample_weight=weight)
     return inbag, tree
 
 
 def grow_nodes(
-    X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, params: TreeParams
+    X: np.ndarray,
+    y: np.ndarray | None,
+    seeds: np.ndarray,
+    params: TreeParams,
+    sample_weight: np.ndarray | None = None,
 ) -> TreeBatch:
     """Grow one tree per seed; keep their nodes and in-bag counts, route no row.
 
@@ -296,7 +402,7 @@ def grow_nodes(
     per_tree, node_counts = [], np.empty(len(seeds), dtype=np.int64)
     importances = np.empty((len(seeds), X.shape[1]), dtype=np.float64)
     for k, seed in enumerate(seeds):
-        inbag[:, k], tree = grow_tree(X, y, int(seed), params)
+        inbag[:, k], tree = grow_tree(X, y, int(seed), params, sample_weight)
         nodes = _flatten(tree, params)
         node_counts[k] = len(nodes["feature"])
         importances[k] = tree.feature_importances_
@@ -312,6 +418,7 @@ def fit_tree_batch(
     seeds: np.ndarray,
     params: TreeParams,
     keep_nodes: bool = True,
+    sample_weight: np.ndarray | None = None,
 ) -> TreeBatch:
     """Fit one tree per seed and flatten the batch.
 
@@ -326,6 +433,8 @@ def fit_tree_batch(
         False: drop each tree's nodes once its leaves are known (``nodes`` is
         then empty; ``node_counts`` is kept), for callers that only need the
         training rows' leaves and in-bag counts.
+    sample_weight : ndarray of float64, shape (n,), optional
+        Row weights (see :func:`grow_tree`).
 
     Returns
     -------
@@ -339,7 +448,9 @@ def fit_tree_batch(
     node_counts = np.empty(len(seeds), dtype=np.int64)
     importances = np.empty((len(seeds), X.shape[1]), dtype=np.float64)
     for k, seed in enumerate(seeds):
-        leaves[:, k], inbag[:, k], nodes, importances[k] = fit_one_tree(X, y, int(seed), params)
+        leaves[:, k], inbag[:, k], nodes, importances[k] = fit_one_tree(
+            X, y, int(seed), params, sample_weight
+        )
         node_counts[k] = len(nodes["feature"])
         if keep_nodes:
             per_tree.append(nodes)

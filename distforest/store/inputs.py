@@ -35,6 +35,7 @@ import zarr
 from distforest.errors import StoreError
 from distforest.io.attrs import decode_attrs, encode_attrs
 from distforest.io.ingest import Ingested, read_partitioned
+from distforest.io.source import row_chunks
 from distforest.store.run_store import RunStore, task_array
 
 __all__ = [
@@ -101,6 +102,11 @@ class StoredTable:
         """Whether ``input/y`` exists."""
         return self.target_kind is not None
 
+    @property
+    def store_path(self) -> str:
+        """The run store (a fit on these rows writes its results there)."""
+        return self.path
+
     def fingerprint(self) -> str:
         """Hash of the partitions' summaries (counts, ranges, levels), not of every byte."""
         return self.fingerprint_
@@ -116,8 +122,38 @@ class StoredTable:
 
     def chunks(self) -> list[slice]:
         """Row slices of the chunks of ``input/X``."""
-        return [slice(s, min(s + self.rows, self.n_samples))
-                for s in range(0, self.n_samples, self.rows)]  # fmt: skip
+        return row_chunks(self.n_samples, self.rows)
+
+    def target_classes(self) -> tuple[Any, ...] | None:
+        """The sorted distinct labels when ``input/y`` holds their codes, else None."""
+        return self.target_labels if self.target_kind == "labels" else None
+
+    def read_codes(self) -> np.ndarray:
+        """``input/y`` (codes of :meth:`target_classes`) read a chunk at a time into int16
+        (int32 for many classes): 2 bytes a row on the driver, not a code and a label."""
+        y = zarr.open_array(self.path, path=f"{INPUT_GROUP}/y", mode="r")
+        many = len(self.target_labels) > 1 << 15
+        codes = np.empty(self.n_samples, dtype=np.int32 if many else np.int16)
+        for rows in row_chunks(self.n_samples, int(y.chunks[0])):
+            codes[rows] = y[rows]
+        return codes
+
+    def row_ids(self) -> Any:
+        """``input/id`` (read on use), or None: rows are numbered."""
+        if self.id_name is None:
+            return None
+        return zarr.open_array(self.path, path=f"{INPUT_GROUP}/id", mode="r")
+
+    def read_rows(self, rows: slice, dtype: Any = np.float32) -> np.ndarray:
+        """Rows ``rows`` of ``input/X`` in ``dtype``."""
+        values = zarr.open_array(self.path, path=self.X_name, mode="r")[rows]
+        return np.ascontiguousarray(values, dtype=dtype)
+
+    def rows_handle(self, share: Any, dtype: Any = np.float32) -> StoredRows:
+        """The rows for the tasks: the store's path, read whole once per worker process
+        (:class:`StoredRows`; ``np.asarray(handle, dtype)`` converts if the store's
+        dtype differs).  ``share`` is not needed: no rows are sent."""
+        return StoredRows.of(self.path, self.X_name, self.source, self.fingerprint_)
 
     @classmethod
     def open(cls, path: str | Path) -> StoredTable:
@@ -409,10 +445,13 @@ class StoredRows:
         return input_rows(self.path, self.name)
 
     def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, slice):  # a chunk: from this process's copy if read, else alone
+            return input_chunk(self.path, key, self.name)
         return self.rows()[key]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self.rows() if dtype is None else self.rows().astype(dtype)
+        rows = self.rows()
+        return rows if dtype is None or rows.dtype == dtype else rows.astype(dtype)
 
 
 #: Values a worker process keeps for the tasks of one fit: (kind, path, token) -> value.

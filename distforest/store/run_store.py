@@ -30,7 +30,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import zarr
@@ -615,18 +615,42 @@ class RunStore:
         offset = np.concatenate([[0], np.cumsum(node_counts)]).astype(np.int64)
         sub.write_array("node_offset", offset, ("tree_edge",))
         sub.write_array("seed", np.asarray(seeds, dtype=np.uint64), ("tree",))
-        groups = [self.subgroup(part) for part in parts]
-        total = int(offset[-1])
-        for name, first in groups[0].arrays():
-            rest = tuple(first.shape[1:])
-            dims = ("node",) if not rest else ("node", "output")
-            target = forest.create_array(
-                name, shape=(total, *rest), chunks=(max(1, min(chunk, total)), *rest),
-                dtype=first.dtype, dimension_names=dims, overwrite=True,
-            )  # fmt: skip
-            pieces = (np.asarray(cast(zarr.Array, g[name])[...]) for g in groups)
-            for start, block in chunk_aligned(pieces, chunk):
-                target[start : start + block.shape[0]] = block
+        for name, first in self.subgroup(parts[0]).arrays():
+            dims = ("node",) if first.ndim == 1 else ("node", "output")
+            self.join_arrays(f"forest/{name}", [f"{part}/{name}" for part in parts], dims, chunk)
+
+    def join_arrays(
+        self, name: str, parts: Sequence[str], dims: Sequence[str], chunk: int = 1 << 20
+    ) -> zarr.Array:
+        """Write array ``name`` as the arrays ``parts`` of this store (written by tasks)
+        joined end to end along their first dim, a chunk (``chunk`` rows) at a time: this
+        process never holds them whole."""
+        arrays = [self.array(part) for part in parts]
+        rest = tuple(arrays[0].shape[1:])
+        total = sum(int(a.shape[0]) for a in arrays)
+        target = self.group.create_array(
+            name, shape=(total, *rest), chunks=(max(1, min(chunk, total)), *rest),
+            dtype=arrays[0].dtype, dimension_names=tuple(dims), overwrite=True,
+        )  # fmt: skip
+        pieces = (np.asarray(a[...]) for a in arrays)
+        for start, block in chunk_aligned(pieces, chunk):
+            target[start : start + block.shape[0]] = block
+        return target
+
+    def copy_group(self, name: str, source: zarr.Group) -> None:
+        """Copy the arrays of ``source`` (a group of another store) into group ``name``,
+        a chunk of rows at a time: the same shapes, chunks, dims and attributes."""
+        group = self.group.require_group(name)
+        for key, arr in source.arrays():
+            dims = getattr(arr.metadata, "dimension_names", None)
+            target = group.create_array(key, shape=arr.shape, chunks=arr.chunks, dtype=arr.dtype,
+                                        dimension_names=dims, overwrite=True)  # fmt: skip
+            target.attrs.update(arr.attrs.asdict())
+            step = max(1, int(arr.chunks[0])) if arr.ndim else 1
+            for start in range(0, int(arr.shape[0]) if arr.ndim else 0, step):
+                target[start : start + step] = arr[start : start + step]
+            if not arr.ndim:
+                target[...] = arr[...]
 
     # -- reading ----------------------------------------------------------
 

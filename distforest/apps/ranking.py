@@ -1,6 +1,7 @@
-"""Ranks and a descending order of per-row values a store keeps, by row chunks.
+"""Ranks and a descending order of per-row values, by row chunks.
 
-Values of n rows (a column of a run store's scratch, chunked by rows) are
+Values of n rows (a column of a scratch space, chunked by rows: in a run
+store or held in memory, :class:`~distforest.store.scratch.ScratchSpace`) are
 ranked and put in order without gathering them, each step one task a chunk:
 
 - **Exact average ranks** (:class:`SortedChunks`): every chunk's values are
@@ -17,7 +18,8 @@ ranked and put in order without gathering them, each step one task a chunk:
   gathers its slice of every chunk's order and sorts it.  Joined in range
   order, the ranges are the whole table in order.
 
-The driver holds a few numbers a chunk (samples, slice bounds), never a vector of n.
+In a store the driver holds a few numbers a chunk (samples, slice bounds), never a
+vector of n.
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from distforest.forests.square_sums import row_chunks, scratch_array
 from distforest.kernels import order_stats
-from distforest.store.run_store import read_rows, write_block
+from distforest.store.scratch import ScratchSpace, row_chunks
 
 #: Rows per chunk of the ordered copies at most (a range's task reads a slice of each
 #: chunk's order: smaller chunks read less beside the slice).
@@ -43,7 +44,7 @@ class SortedChunks:
     """Values of array ``name`` (n rows, float64) and ``sorted_name``, the same values with
     each chunk of ``chunk`` rows sorted (:func:`sort_chunks`)."""
 
-    path: str
+    space: ScratchSpace
     name: str
     sorted_name: str
     n: int
@@ -51,19 +52,19 @@ class SortedChunks:
 
     def sort(self, rows: slice) -> None:
         """Write the sorted copy of chunk ``rows``."""
-        values = read_rows(self.path, self.name, rows)
-        write_block(self.path, self.sorted_name, (rows,), np.sort(values))
+        values = self.space.read(self.name, rows)
+        self.space.write(self.sorted_name, (rows,), np.sort(values))
 
     def ranks01(self, rows: slice) -> np.ndarray:
         """Average ranks of rows ``rows`` among all n values, scaled to [0, 1] as
         ``(rank - 1) / max(1, n - 1)``."""
-        values = read_rows(self.path, self.name, rows)
+        values = self.space.read(self.name, rows)
         order = np.argsort(values, kind="stable")
         queries = values[order]  # sorted queries: the searches walk the chunks in order
         less = np.zeros(values.size, dtype=np.int64)
         equal = np.zeros(values.size, dtype=np.int64)
         for chunk in row_chunks(self.n, self.chunk):
-            below, same = order_stats.tie_counts(read_rows(self.path, self.sorted_name, chunk),
+            below, same = order_stats.tie_counts(self.space.read(self.sorted_name, chunk),
                                                  queries)  # fmt: skip
             less += below
             equal += same
@@ -81,7 +82,7 @@ def sort_chunks(runner: Any, columns: list[SortedChunks]) -> None:
     """Make the sorted copies of ``columns`` (all of the same rows and chunks), a task a chunk."""
     first = columns[0]
     for column in columns:
-        scratch_array(first.path, column.sorted_name, (first.n,), "float64", chunk=first.chunk)
+        first.space.create(column.sorted_name, (first.n,), "float64", chunk=first.chunk)
     items = [(columns, rows) for rows in row_chunks(first.n, first.chunk)]
     for _ in runner.run(_sort_task, items, name="sort-chunks"):
         pass
@@ -101,7 +102,7 @@ class DescendingOrder:
     """Columns of n rows copied under ``prefix`` in the order (``key`` descending, ``row``
     ascending) within each chunk of ``chunk`` rows; ``key`` and ``row`` are columns too."""
 
-    path: str
+    space: ScratchSpace
     prefix: str
     n: int
     chunk: int
@@ -109,8 +110,8 @@ class DescendingOrder:
     def create(self, dtypes: dict[str, Any]) -> None:
         """The scratch arrays of the columns (``key`` float64 and ``row`` int64 added)."""
         for name, dtype in {"key": "float64", "row": "int64", **dtypes}.items():
-            scratch_array(self.path, f"{self.prefix}/{name}", (self.n,), dtype,
-                          chunk=order_chunk(self.chunk))  # fmt: skip
+            self.space.create(f"{self.prefix}/{name}", (self.n,), dtype,
+                              chunk=order_chunk(self.chunk))  # fmt: skip
 
     def write(self, rows: slice, key: np.ndarray, columns: dict[str, np.ndarray]) -> np.ndarray:
         """Write chunk ``rows`` in order; returns its keys at regular positions (the samples
@@ -118,14 +119,14 @@ class DescendingOrder:
         row = np.arange(rows.start, rows.stop, dtype=np.int64)
         order = np.lexsort((row, -key))
         for name, values in {"key": key, "row": row, **columns}.items():
-            write_block(self.path, f"{self.prefix}/{name}", (rows,), np.asarray(values)[order])
+            self.space.write(f"{self.prefix}/{name}", (rows,), np.asarray(values)[order])
         step = max(1, -(-key.size // SAMPLES_PER_CHUNK))
         return np.asarray(key[order][::step])
 
     def bounds(self, rows: slice, points: np.ndarray) -> np.ndarray:
         """Where each range starts and ends in chunk ``rows``'s order (relative to its start):
         range ``r`` is ``[bounds[r], bounds[r + 1])``."""
-        key = read_rows(self.path, f"{self.prefix}/key", rows)
+        key = self.space.read(f"{self.prefix}/key", rows)
         inside = np.searchsorted(-key, -points, side="left")  # keys above each point
         return np.concatenate([[0], inside, [key.size]]).astype(np.int64)
 
@@ -136,7 +137,7 @@ class DescendingOrder:
         for rows, edges in zip(row_chunks(self.n, self.chunk), bounds, strict=True):
             part = slice(rows.start + int(edges[r]), rows.start + int(edges[r + 1]))
             for name, pieces in got.items():
-                pieces.append(read_rows(self.path, f"{self.prefix}/{name}", part))
+                pieces.append(self.space.read(f"{self.prefix}/{name}", part))
         joined = {name: np.concatenate(pieces) for name, pieces in got.items()}
         order = np.lexsort((joined["row"], -joined["key"]))
         return {name: values[order] for name, values in joined.items()}

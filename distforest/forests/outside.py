@@ -1,0 +1,455 @@
+"""Forests fitted outside distforest: scikit-learn, LightGBM and XGBoost models.
+
+A fitted model becomes the per-row arrays every distforest answer reads:
+``leaves[i, t]`` (the leaf of row i in tree t, from the library's own routing:
+``apply`` or ``predict(..., pred_leaf=True)``) and, where the library's
+bagging can be replayed exactly, ``inbag[i, t]`` (the bootstrap count of row i
+in tree t).  Each function works on one chunk of rows, so tasks can call it
+partition by partition.
+
+Families and what is known of them:
+
+=========================================  ==========================  ===============
+family                                     leaves                      in-bag counts
+=========================================  ==========================  ===============
+scikit-learn RandomForest*, ExtraTrees*    ``apply``                   replayed from each
+                                                                       tree's seed (bootstrap)
+scikit-learn GradientBoosting*             ``apply`` (stages x class)  unknown if subsample < 1
+scikit-learn HistGradientBoosting*         the predictors' routing     all rows, once
+LightGBM ``Booster`` / ``LGBM*``           ``pred_leaf=True``          unknown with bagging
+XGBoost ``Booster`` / ``XGB*``             ``pred_leaf=True``          unknown with subsample
+=========================================  ==========================  ===============
+
+Where the in-bag counts are unknown, the out-of-bag and RF-GAP proximities are
+refused with the reason; the original, KeRF and boosted weightings need no
+in-bag counts.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distforest.errors import InputError, ParameterError
+
+#: LightGBM's and XGBoost's boosters are not safe to predict from in two threads at
+#: once (a worker runs several tasks in threads): their calls take turns.
+_BOOSTER_LOCK = threading.Lock()
+
+#: Weightings that read in-bag counts (refused where the model's bagging is unknown).
+NEEDS_INBAG = ("oob", "rfgap")
+
+
+@dataclass(frozen=True)
+class OutsideForest:
+    """A fitted outside model seen as a forest of ``n_trees`` trees.
+
+    Attributes
+    ----------
+    model : object
+        The fitted model (a scikit-learn ensemble, a LightGBM or XGBoost booster).
+    family : str
+        ``"sklearn-bagging"``, ``"sklearn-gb"``, ``"sklearn-hgb"``, ``"lightgbm"``
+        or ``"xgboost"``.
+    n_trees : int
+        Trees as distforest counts them (one per class and stage for boosting).
+    no_inbag : str or None
+        Why the in-bag counts cannot be known, or None when they can.
+    """
+
+    model: Any
+    family: str
+    n_trees: int
+    no_inbag: str | None
+
+    def leaves(self, X: Any, trees: slice | None = None) -> np.ndarray:
+        """Leaf of each row of ``X`` in every tree (or in ``trees``), int32, shape (n, trees)."""
+        trees = slice(0, self.n_trees) if trees is None else trees
+        return _LEAVES[self.family](self.model, X, trees)
+
+    def inbag(
+        self, n_samples: int, sample_weight: np.ndarray | None = None, trees: slice | None = None
+    ) -> np.ndarray:
+        """In-bag counts of the ``n_samples`` training rows, shape (n_samples, trees), uint8.
+
+        Parameters
+        ----------
+        n_samples : int
+            Rows the model was fitted on (the rows passed to distforest must be
+            those rows, in the same order).
+        sample_weight : ndarray or None
+            The weights given to the model's ``fit`` (scikit-learn draws a
+            weighted bootstrap when they are given).
+        trees : slice or None
+            The trees (default all).
+        """
+        if self.no_inbag is not None:
+            raise ParameterError(
+                f"the in-bag counts of this {type(self.model).__name__} cannot be known: "
+                f"{self.no_inbag}; use method='original', 'kerf' or 'boosted'"
+            )
+        picked = range(self.n_trees)[slice(0, self.n_trees) if trees is None else trees]
+        if not self.bootstrap:
+            return np.ones((n_samples, len(picked)), dtype=np.uint8)
+        return _bootstrap_counts(self.model, n_samples, sample_weight, picked)
+
+    @property
+    def bootstrap(self) -> bool:
+        """Whether some rows are out of bag in some trees (OOB and RF-GAP are defined)."""
+        return self.family == "sklearn-bagging" and bool(getattr(self.model, "bootstrap", False))
+
+    def check_method(self, method: str) -> None:
+        """Refuse a weighting that needs in-bag counts this model cannot give."""
+        if method in NEEDS_INBAG and self.no_inbag is not None:
+            raise ParameterError(
+                f"method={method!r} needs each row's in-bag counts, and those of this "
+                f"{type(self.model).__name__} cannot be known: {self.no_inbag}; "
+                "use method='original', 'kerf' or 'boosted'"
+            )
+
+    def leaf_values(self, leaves: np.ndarray) -> np.ndarray:
+        """The output value of each row's leaf in every tree, shape like ``leaves``."""
+        return _VALUES[self.family](self.model, leaves)
+
+
+def outside_forest(model: Any) -> OutsideForest:
+    """See a fitted model as a forest: the one place that tells the families apart.
+
+    Parameters
+    ----------
+    model : fitted estimator or booster
+        A scikit-learn ``RandomForest*``, ``ExtraTrees*``, ``GradientBoosting*``
+        or ``HistGradientBoosting*`` (classifier or regressor), a LightGBM
+        ``Booster`` or ``LGBMModel``, or an XGBoost ``Booster`` or ``XGBModel``.
+
+    Returns
+    -------
+    OutsideForest
+
+    Raises
+    ------
+    ParameterError
+        For another kind of model, or one not fitted.
+    """
+    module = type(model).__module__.split(".")[0]
+    name = type(model).__name__
+    if module == "sklearn":
+        return _sklearn_forest(model)
+    if module == "lightgbm":
+        booster = model.booster_ if hasattr(model, "booster_") else model
+        if not hasattr(booster, "num_trees"):
+            raise ParameterError(f"this LightGBM {name} is not fitted: fit it first")
+        params = booster.params if hasattr(booster, "params") else {}
+        bagging = _lightgbm_bagging(params)
+        return OutsideForest(booster, "lightgbm", int(booster.num_trees()), bagging)
+    if module == "xgboost":
+        booster = model.get_booster() if hasattr(model, "get_booster") else model
+        n_trees = len(booster.get_dump())
+        return OutsideForest(booster, "xgboost", n_trees, _xgboost_bagging(booster))
+    raise ParameterError(
+        f"cannot read the trees of a {type(model).__module__}.{name}: distforest takes "
+        "scikit-learn RandomForest*, ExtraTrees*, GradientBoosting* and "
+        "HistGradientBoosting* models, LightGBM and XGBoost models"
+    )
+
+
+def _sklearn_forest(model: Any) -> OutsideForest:
+    from sklearn.ensemble import (
+        BaseEnsemble,
+        GradientBoostingClassifier,
+        GradientBoostingRegressor,
+        HistGradientBoostingClassifier,
+        HistGradientBoostingRegressor,
+    )
+    from sklearn.ensemble._forest import BaseForest
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    name = type(model).__name__
+    try:
+        check_is_fitted(model)
+    except NotFittedError as err:
+        raise ParameterError(f"this {name} is not fitted: call its fit first") from err
+    if isinstance(model, BaseForest):
+        return OutsideForest(model, "sklearn-bagging", len(model.estimators_), None)
+    if isinstance(model, GradientBoostingClassifier | GradientBoostingRegressor):
+        no_inbag = None
+        if model.subsample < 1.0:
+            no_inbag = (
+                f"subsample={model.subsample} draws each stage's rows from one generator "
+                "shared by all stages, which is not kept with the model"
+            )
+        return OutsideForest(model, "sklearn-gb", int(model.estimators_.size), no_inbag)
+    if isinstance(model, HistGradientBoostingClassifier | HistGradientBoostingRegressor):
+        n_trees = sum(len(stage) for stage in model._predictors)
+        return OutsideForest(model, "sklearn-hgb", n_trees, None)
+    kind = "an ensemble" if isinstance(model, BaseEnsemble) else "a model"
+    raise ParameterError(
+        f"{name} is {kind} distforest cannot read trees from: use a RandomForest*, "
+        "ExtraTrees*, GradientBoosting* or HistGradientBoosting* model"
+    )
+
+
+def _bootstrap_counts(
+    model: Any, n_samples: int, sample_weight: np.ndarray | None, trees: range
+) -> np.ndarray:
+    """scikit-learn's bootstrap replayed: each tree draws from its own ``random_state``."""
+    fitted_n = getattr(model, "_n_samples", n_samples)
+    if fitted_n != n_samples:
+        raise InputError(
+            f"the model was fitted on {fitted_n} rows and {n_samples} were given: the "
+            "in-bag counts are those of the training rows, pass the same rows in the same order"
+        )
+    n_boot = getattr(model, "_n_samples_bootstrap", None) or n_samples
+    if sample_weight is None:
+        sample_weight = getattr(model, "_sample_weight", None)
+    counts = np.zeros((n_samples, len(trees)), dtype=np.uint8)
+    for k, t in enumerate(trees):
+        rng = np.random.RandomState(model.estimators_[t].random_state)
+        if sample_weight is None:
+            drawn = rng.randint(0, n_samples, n_boot)
+        else:
+            p = np.asarray(sample_weight, dtype=np.float64)
+            drawn = rng.choice(n_samples, n_boot, replace=True, p=p / p.sum())
+        column = np.bincount(drawn, minlength=n_samples)
+        counts[:, k] = np.minimum(column, np.iinfo(np.uint8).max)
+    return counts
+
+
+def _lightgbm_bagging(params: dict[str, Any]) -> str | None:
+    for key in ("bagging_fraction", "subsample", "sub_row", "bagging"):
+        if key in params and float(params[key]) < 1.0:
+            return f"{key}={params[key]} draws rows inside LightGBM, which does not keep them"
+    if str(params.get("boosting", params.get("boosting_type", ""))) in ("goss", "rf"):
+        return "its boosting type samples rows inside LightGBM, which does not keep them"
+    if str(params.get("data_sample_strategy", "")) == "goss":
+        return "GOSS samples rows inside LightGBM, which does not keep them"
+    return None
+
+
+def _xgboost_config(booster: Any) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads(booster.save_config()))
+
+
+def _xgboost_bagging(booster: Any) -> str | None:
+    config = _xgboost_config(booster)["learner"]["gradient_booster"]
+    train = config.get("tree_train_param", config.get("updater", {}))
+    subsample = float(train.get("subsample", "1")) if isinstance(train, dict) else 1.0
+    if subsample < 1.0:
+        return f"subsample={subsample} draws rows inside XGBoost, which does not keep them"
+    return None
+
+
+# -- leaves, one function per family ----------------------------------------
+
+
+def _as_rows(X: Any) -> Any:
+    return X if hasattr(X, "iloc") else np.asarray(X)
+
+
+def _sklearn_leaves(model: Any, X: Any, trees: slice) -> np.ndarray:
+    rows = np.asarray(_as_rows(X), dtype=np.float32)
+    estimators = np.asarray(model.estimators_, dtype=object).reshape(-1)[trees]
+    columns = [tree.apply(rows) for tree in estimators]
+    return np.column_stack(columns).astype(np.int32) if columns else np.empty((len(rows), 0))
+
+
+def _hgb_leaves(model: Any, X: Any, trees: slice) -> np.ndarray:
+    rows = model._preprocess_X(_as_rows(X), reset=False)
+    known, f_idx_map = model._bin_mapper.make_known_categories_bitsets()
+    columns = []
+    for predictor in [p for stage in model._predictors for p in stage][trees]:
+        # The predictor returns its leaves' values: a copy whose leaves hold their index.
+        indexed = copy.copy(predictor)
+        indexed.nodes = predictor.nodes.copy()
+        indexed.nodes["value"] = np.arange(len(indexed.nodes), dtype=indexed.nodes["value"].dtype)
+        columns.append(indexed.predict(rows, known, f_idx_map, 1))
+    return np.column_stack(columns).astype(np.int32)
+
+
+def _iterations(trees: slice, per_iteration: int) -> tuple[int, int]:
+    """The boosting iterations that hold ``trees`` (a library routes whole iterations)."""
+    return trees.start // per_iteration, -(-trees.stop // per_iteration)
+
+
+def _lightgbm_leaves(booster: Any, X: Any, trees: slice) -> np.ndarray:
+    k = int(booster.num_model_per_iteration())
+    first, last = _iterations(trees, k)
+    with _BOOSTER_LOCK:
+        leaves = booster.predict(_as_rows(X), pred_leaf=True, start_iteration=first,
+                                 num_iteration=last - first)  # fmt: skip
+    leaves = np.asarray(leaves).reshape(len(leaves), -1)
+    return leaves[:, trees.start - first * k : trees.stop - first * k].astype(np.int32)
+
+
+def _xgboost_leaves(booster: Any, X: Any, trees: slice) -> np.ndarray:
+    import xgboost
+
+    k = max(1, len(booster.get_dump()) // max(1, booster.num_boosted_rounds()))
+    first, last = _iterations(trees, k)
+    matrix = xgboost.DMatrix(_as_rows(X))
+    with _BOOSTER_LOCK:
+        leaves = booster.predict(matrix, pred_leaf=True, iteration_range=(first, last))
+    leaves = np.asarray(leaves).reshape(matrix.num_row(), -1)
+    return leaves[:, trees.start - first * k : trees.stop - first * k].astype(np.int32)
+
+
+_LEAVES = {
+    "sklearn-bagging": _sklearn_leaves,
+    "sklearn-gb": _sklearn_leaves,
+    "sklearn-hgb": _hgb_leaves,
+    "lightgbm": _lightgbm_leaves,
+    "xgboost": _xgboost_leaves,
+}
+
+
+# -- leaf values (the boosted weighting) --------------------------------------
+
+
+def _gb_values(model: Any, leaves: np.ndarray) -> np.ndarray:
+    trees = model.estimators_.reshape(-1)
+    out = np.empty(leaves.shape, dtype=np.float64)
+    for t, tree in enumerate(trees):
+        out[:, t] = tree.tree_.value[leaves[:, t], 0, 0] * model.learning_rate
+    return out
+
+
+def _hgb_values(model: Any, leaves: np.ndarray) -> np.ndarray:
+    predictors = [p for stage in model._predictors for p in stage]
+    out = np.empty(leaves.shape, dtype=np.float64)
+    for t, predictor in enumerate(predictors):
+        out[:, t] = predictor.nodes["value"][leaves[:, t]]
+    return out
+
+
+def _lightgbm_values(booster: Any, leaves: np.ndarray) -> np.ndarray:
+    out = np.empty(leaves.shape, dtype=np.float64)
+    for t in range(leaves.shape[1]):
+        ids, where = np.unique(leaves[:, t], return_inverse=True)
+        values = np.array([booster.get_leaf_output(t, int(i)) for i in ids])
+        out[:, t] = values[where]
+    return out
+
+
+def _xgboost_values(booster: Any, leaves: np.ndarray) -> np.ndarray:
+    import json
+
+    out = np.empty(leaves.shape, dtype=np.float64)
+    for t, dump in enumerate(booster.get_dump(dump_format="json")):
+        values: dict[int, float] = {}
+        stack = [json.loads(dump)]
+        while stack:
+            node = stack.pop()
+            if "leaf" in node:
+                values[int(node["nodeid"])] = float(node["leaf"])
+            stack.extend(node.get("children", ()))
+        out[:, t] = [values[int(i)] for i in leaves[:, t]]
+    return out
+
+
+def _no_values(model: Any, leaves: np.ndarray) -> np.ndarray:
+    raise ParameterError(
+        f"method='boosted' weights the trees of a boosted ensemble by their leaf values; "
+        f"this {type(model).__name__} averages its trees: use method='original' or 'kerf'"
+    )
+
+
+_VALUES = {
+    "sklearn-bagging": _no_values,
+    "sklearn-gb": _gb_values,
+    "sklearn-hgb": _hgb_values,
+    "lightgbm": _lightgbm_values,
+    "xgboost": _xgboost_values,
+}
+
+
+# -- the weightings of outside forests ----------------------------------------
+
+
+def kerf_weights(leaves: np.ndarray) -> np.ndarray:
+    """KeRF's row weights ``1 / (T |L_t(i)|)``: each co-leaf event over the leaf's size.
+
+    ``|L_t(i)|`` counts the rows of ``leaves`` in i's leaf of tree t, so each
+    row's proximities sum to 1.
+
+    Parameters
+    ----------
+    leaves : ndarray of int, shape (n, T)
+
+    Returns
+    -------
+    ndarray of float64, shape (n, T)
+    """
+    n, n_trees = leaves.shape
+    weights = np.empty((n, n_trees), dtype=np.float64)
+    for t in range(n_trees):
+        _, where, sizes = np.unique(leaves[:, t], return_inverse=True, return_counts=True)
+        weights[:, t] = 1.0 / (n_trees * sizes[where.reshape(-1)])
+    return weights
+
+
+def boosted_tree_weights(values: np.ndarray) -> np.ndarray:
+    """Per-tree weights of a boosted ensemble: each tree's mean absolute leaf value.
+
+    ``w_t = (1/n) sum_i |v_t(leaf_t(i))|`` over the rows given, normalised to sum
+    to 1: trees that move the prediction more count more (late, shrunken trees
+    little).  A model whose every leaf value is 0 gets equal weights.
+
+    Parameters
+    ----------
+    values : ndarray of float, shape (n, T)
+        The leaf value of each row in each tree (:meth:`OutsideForest.leaf_values`).
+
+    Returns
+    -------
+    ndarray of float64, shape (T,)
+    """
+    weights = np.abs(values).mean(axis=0)
+    total = weights.sum()
+    if total == 0:
+        return np.full(values.shape[1], 1.0 / values.shape[1])
+    return np.asarray(weights / total, dtype=np.float64)
+
+
+# -- the fit driver's grower of an outside forest ------------------------------
+
+
+def route_batch(
+    X: np.ndarray,
+    y: np.ndarray | None,
+    seeds: np.ndarray,
+    *,
+    forest: OutsideForest,
+    tree_of_seed: dict[int, int],
+    sample_weight: np.ndarray | None = None,
+) -> Any:
+    """The fit driver's grower for a model fitted elsewhere: nothing grows, rows are routed.
+
+    The driver plans one seed per tree; ``tree_of_seed`` maps the batch's seeds back to
+    the model's trees (batches are contiguous ranges of trees).  Returns the batch's
+    rows' leaves and in-bag counts, as a grown batch of distforest's own trees does.
+    """
+    from distforest.forests.fit_driver import GrownBatch
+
+    first = tree_of_seed[int(seeds[0])]
+    trees = slice(first, first + len(seeds))
+    leaves = forest.leaves(X, trees)
+    if forest.no_inbag is None:
+        inbag = forest.inbag(len(X), sample_weight, trees)
+    else:  # unknown: kept as every row in bag; the methods that would read it are refused
+        inbag = np.ones(leaves.shape, dtype=np.uint8)
+    return GrownBatch(
+        rows={"leaves": leaves, "inbag": inbag},
+        # No nodes are kept (the model routes new rows) and no importances are
+        # measured here (the model has its own): NaN.
+        trees={
+            "node_counts": np.zeros(len(seeds), dtype=np.int64),
+            "importances": np.full((len(seeds), X.shape[1]), np.nan),
+        },
+    )

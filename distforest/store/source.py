@@ -1,0 +1,331 @@
+"""Anything a user passes as rows, turned into a :class:`~distforest.io.source.RowSource`.
+
+This is the one place that asks what kind of input it was given.  As xarray
+picks a backend, each kind of input is an :class:`Opener` with a
+``guess_can_open`` test and an ``open``; :func:`open_source` asks them in
+order and the first that can open the input does:
+
+============================  ===============================================
+``source``                    already a source: a ``StoredTable`` or ``MemoryRows``
+``run-store``                 a path to a run store holding an ingested ``input/``
+``dask-frame``                a ``dask.dataframe.DataFrame``: read by partitions
+                              on the workers into a temporary run store
+``parts``                     a glob, a folder of parts (not a Zarr store), a large
+                              file or such a URL (:func:`by_partitions`, unless
+                              ``partitions=False``): read by partitions into a
+                              temporary store
+``memory``                    anything else :func:`distforest.io.load_table`
+                              reads (a NumPy array, a DataFrame, a path read
+                              whole, a dask array, xarray, zarr, a ``Table``)
+============================  ===============================================
+
+A temporary store lives as long as its ``owner`` (the fitted estimator whose
+arrays are in it, or the source itself), or the ``with`` block of
+:func:`opened`; it is made under dask's ``temporary-directory`` (else the
+system's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from distforest import location
+from distforest.errors import InputError
+from distforest.io.source import MemoryRows, RowSource
+from distforest.io.tables import Table
+from distforest.store.inputs import INPUT_GROUP, INPUT_ROWS, StoredTable
+from distforest.store.temporary import new_folder, release, tie
+
+__all__ = [
+    "OPENERS",
+    "PARTITIONED_BYTES",
+    "Opener",
+    "ReadOptions",
+    "by_partitions",
+    "guess_opener",
+    "is_dask_frame",
+    "open_source",
+    "opened",
+    "release",
+]
+
+#: Files larger than this are read by partitions when the caller leaves it to the size
+#: (about 2 million cells of CSV text, the default ``distforest.in-process-cells``).
+PARTITIONED_BYTES = 32 * 2**20
+
+_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read a table (the options of :func:`distforest.io.load_table`).
+
+    Attributes
+    ----------
+    target : str or None
+        The target column (of a file or a DataFrame).
+    drop, na_values : tuple of str
+    id : str or None
+        Column of row IDs.
+    allow_missing : bool
+    partitions : bool or None
+        Read a path by partitions into a store (True), whole into memory
+        (False), or by the rule of :func:`by_partitions` (None: a glob, a folder
+        of parts, a large file).  A dask DataFrame is always read by partitions.
+    rows : int
+        Rows per chunk of an ingested ``input/X``.
+    dtype : numpy dtype
+        Of an ingested ``input/X`` (float32 as the trees read it, or float64).
+    """
+
+    target: str | None = None
+    drop: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    id: str | None = None
+    allow_missing: bool = True
+    partitions: bool | None = None
+    rows: int = INPUT_ROWS
+    dtype: Any = np.float32
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Opener:
+    """One kind of input: :meth:`guess_can_open` says whether it is, :meth:`open` opens it."""
+
+    #: The kind's name (in messages and :func:`guess_opener`).
+    name: ClassVar[str] = ""
+
+    def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
+        """Whether ``X`` is of this kind (cheap: no rows read)."""
+        raise NotImplementedError
+
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+        """The source of ``X`` (``y``: a separate target, where the kind allows one)."""
+        raise NotImplementedError
+
+
+class _Source(Opener):
+    name = "source"
+
+    def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
+        return isinstance(X, MemoryRows | StoredTable)
+
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+        if y is not None:
+            raise InputError(
+                f"{X.source} is a table already read with its target ({X.target_name!r}); "
+                "do not pass y as well"
+            )
+        return X
+
+
+class _RunStore(Opener):
+    name = "run-store"
+
+    def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
+        if not isinstance(X, str | Path) or location.is_remote(X):
+            return False
+        p = Path(location.local(str(X)))
+        return (p / INPUT_GROUP / "X").is_dir() and (p / "zarr.json").exists()
+
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+        return _Source().open(StoredTable.open(X), y, options, owner)
+
+
+def is_dask_frame(X: Any) -> bool:
+    """Whether ``X`` is a ``dask.dataframe.DataFrame`` (without importing dask)."""
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "columns")
+
+
+class _DaskFrame(Opener):
+    name = "dask-frame"
+
+    def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
+        return is_dask_frame(X)
+
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+        if y is not None and not isinstance(y, str):
+            raise InputError(
+                f"the target of a dask DataFrame must be one of its columns: pass y='<column>' "
+                f"(got a {type(y).__name__}); or X.assign(target=...) first"
+            )
+        return _ingest_temporary(X, y if y is not None else options.target, options, owner)
+
+
+def by_partitions(source: str, limit: int | None = None) -> bool:
+    """Whether a path (or URL, or glob) is large or split enough to read by partitions.
+
+    A glob of files, a folder that is not a Zarr store (a Parquet dataset of
+    any name), or a file of more than ``limit`` bytes (default
+    :data:`PARTITIONED_BYTES`); a URL (``s3://...``) follows the rule of a local
+    path, its sizes from fsspec (a ``.npy`` file at a URL is read whole: it
+    cannot be mapped).
+    """
+    limit = PARTITIONED_BYTES if limit is None else limit
+    if location.is_remote(source):
+        return _by_partitions_url(source, limit)
+    source = location.local(source)
+    p = Path(source)
+    if not p.exists():
+        return glob.has_magic(source) and bool(glob.glob(source))
+    if p.is_dir():
+        if p.suffix.lower() == ".zarr" or any((p / m).exists() for m in _ZARR_MARKERS):
+            return False  # a Zarr store: the in-memory reader opens it lazily already
+        return True
+    return p.stat().st_size > limit
+
+
+def _by_partitions_url(url: str, limit: int) -> bool:
+    try:
+        fs, where = location.filesystem(url)
+        fs.invalidate_cache()
+        if not fs.exists(where):
+            return glob.has_magic(where) and bool(fs.glob(where))
+        if fs.isdir(where):
+            base = where.rstrip("/")
+            return not (base.lower().endswith(".zarr")
+                        or any(fs.exists(f"{base}/{m}") for m in _ZARR_MARKERS))  # fmt: skip
+        return not where.lower().endswith(".npy") and int(fs.size(where)) > limit
+    except Exception:  # unreachable, refused...: the whole-table reader says it in one line
+        return False
+
+
+class _Parts(Opener):
+    name = "parts"
+
+    def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
+        if options.partitions is False or not isinstance(X, str | Path):
+            return False
+        return bool(options.partitions) or by_partitions(str(X))
+
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+        if y is not None and not isinstance(y, str):
+            raise InputError(
+                f"{X} is read by partitions: its target must be one of its columns: pass "
+                f"y='<column>' (got a {type(y).__name__})"
+            )
+        return _ingest_temporary(str(X), y if y is not None else options.target, options, owner)
+
+
+class _Memory(Opener):
+    name = "memory"
+
+    def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
+        return True
+
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+        from distforest.io import load_table
+
+        if isinstance(X, Table) and y is None:
+            return MemoryRows(X)
+        table = load_table(X, y=y, target=options.target, drop=options.drop,
+                           na_values=options.na_values, id=options.id,
+                           allow_missing=options.allow_missing, **options.extra)  # fmt: skip
+        return MemoryRows(table)
+
+
+#: The kinds of input, asked in this order (the last opens anything load_table reads).
+OPENERS: tuple[Opener, ...] = (_Source(), _RunStore(), _DaskFrame(), _Parts(), _Memory())
+
+
+def guess_opener(X: Any, options: ReadOptions | None = None) -> Opener:
+    """The first :data:`OPENERS` entry that can open ``X``."""
+    options = options or ReadOptions()
+    return next(o for o in OPENERS if o.guess_can_open(X, options))
+
+
+def open_source(
+    X: Any,
+    y: Any = None,
+    *,
+    owner: Any = None,
+    target: str | None = None,
+    drop: tuple[str, ...] | list[str] = (),
+    na_values: tuple[str, ...] | list[str] = (),
+    id: str | None = None,
+    allow_missing: bool = True,
+    partitions: bool | None = None,
+    rows: int = INPUT_ROWS,
+    dtype: Any = np.float32,
+) -> RowSource:
+    """The :class:`~distforest.io.source.RowSource` of anything a user can pass as rows.
+
+    Parameters
+    ----------
+    X
+        A source already, a run store path, a dask DataFrame, a path / glob /
+        folder of parts / URL, a DataFrame, a NumPy or dask array, xarray or
+        zarr object, or a :class:`~distforest.io.Table`.
+    y : array-like, str or None
+        A separate target (in memory), or the target column of an input read by
+        partitions (a dask DataFrame, a folder of parts).
+    owner : object, optional
+        What a temporary store (an input read by partitions) lives as long as:
+        the fitted estimator whose arrays are in it.  None: the returned source.
+        A new temporary store of the same owner replaces its previous one.
+    target, drop, na_values, id, allow_missing
+        As :func:`distforest.io.load_table`.
+    partitions : bool or None, default None
+        Read a path by partitions (True), whole (False), or by the rule of
+        :func:`by_partitions` (None: a glob, a folder of parts or a large file
+        by partitions, another file whole).
+    rows : int
+        Rows per chunk of an ingested store.
+    dtype : numpy dtype, default float32
+        Of an ingested store's ``input/X``.
+
+    Returns
+    -------
+    RowSource
+        :class:`~distforest.io.source.MemoryRows` or
+        :class:`~distforest.store.inputs.StoredTable`.
+    """
+    options = ReadOptions(
+        target=None if target is None else str(target),
+        drop=tuple(map(str, drop)),
+        na_values=tuple(map(str, na_values)),
+        id=id,
+        allow_missing=allow_missing,
+        partitions=partitions,
+        rows=rows,
+        dtype=dtype,
+    )
+    return guess_opener(X, options).open(X, y, options, owner)
+
+
+@contextlib.contextmanager
+def opened(X: Any, y: Any = None, *, owner: Any = None, **options: Any) -> Iterator[RowSource]:
+    """:func:`open_source` for a block: a temporary store is removed if the block fails,
+    and at its end unless ``owner`` is given (it then lives as long as ``owner``)."""
+    source = open_source(X, y, owner=owner, **options)
+    try:
+        yield source
+    except BaseException:
+        release(owner if owner is not None else source)
+        raise
+    if owner is None:
+        release(source)
+
+
+def _ingest_temporary(X: Any, target: str | None, options: ReadOptions, owner: Any) -> StoredTable:
+    """Ingest ``X`` by partitions (on the workers) into a new temporary run store."""
+    from distforest.store.inputs import ingest
+
+    work = new_folder()
+    try:
+        table = ingest(X, work / "run.zarr", target=target, drop=options.drop,
+                       na_values=options.na_values, allow_missing=options.allow_missing,
+                       rows=options.rows, id=options.id, dtype=options.dtype)  # fmt: skip
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    tie(table if owner is None else owner, work)
+    return table
