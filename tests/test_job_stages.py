@@ -122,3 +122,49 @@ def test_the_similarity_command_and_its_pipeline_write_the_same_bytes(tmp_path):
     assert (command.parent / "report.json").exists()  # the command reports too
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 0 and "already complete" in again.output, again.output
+
+
+def test_a_similarity_run_killed_mid_tiles_resumes_to_identical_bytes(tmp_path):
+    """SIGKILL of the whole run (driver and workers) half-way through its tiles: run again,
+    it resumes (finished tiles kept) and ends with the uninterrupted run's bytes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def args(out: Path) -> list[str]:
+        return [sys.executable, "-m", "distforest", "-q", "similarity", str(BC), "--drop", "Id",
+                "--drop", "Class", "--drop", "Bare.nuclei", "--tile-size", "16",
+                "--out", str(out)]  # fmt: skip
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    clean = tmp_path / "clean" / "s.zarr"
+    assert subprocess.run(args(clean), env=env, check=False).returncode == 0
+    killed = tmp_path / "killed" / "s.zarr"
+    proc = subprocess.Popen(args(killed), env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+    def done() -> int:
+        folder = killed / "done" / "distance" / "c"
+        return sum(not f.endswith(".partial") for _, _, fs in os.walk(folder) for f in fs)
+
+    deadline = time.time() + 240
+    while done() < 100 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    at_kill = done()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 100 <= at_kill < 44 * 45 // 2, at_kill
+    assert not RunStore.open(killed).is_complete
+    again = subprocess.run(args(killed), env=env, capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr
+    assert "resumed" in again.stdout, again.stdout
+    assert RunStore.open(killed).is_complete
+
+    def arrays(store: Path) -> dict[str, str]:
+        return {k: v for k, v in _tree(store).items() if "/c/" in k and not k.startswith("done")}
+
+    assert arrays(clean) == arrays(killed) and len(arrays(clean)) > 100
+    report = json.loads((killed.parent / "report.json").read_text())
+    assert report["mode"] == "resume" and report["stages"]["tiles"]["estimate"]
