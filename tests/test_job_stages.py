@@ -120,7 +120,7 @@ def test_the_similarity_command_and_its_pipeline_write_the_same_bytes(tmp_path):
     a, b = RunStore.open(command).attrs, RunStore.open(piped).attrs
     assert a["spec"]["metric"] == b["spec"]["metric"] == "euclidean"
     assert (command.parent / "report.json").exists()  # the command reports too
-    again = CliRunner().invoke(cli, args)
+    again = CliRunner().invoke(cli, ["-q", *args])  # (the summary says so, not a log line)
     assert again.exit_code == 0 and "already complete" in again.output, again.output
 
 
@@ -168,3 +168,27 @@ def test_a_similarity_run_killed_mid_tiles_resumes_to_identical_bytes(tmp_path):
     assert arrays(clean) == arrays(killed) and len(arrays(clean)) > 100
     report = json.loads((killed.parent / "report.json").read_text())
     assert report["mode"] == "resume" and report["stages"]["tiles"]["estimate"]
+
+
+@pytest.mark.parametrize("command", ["similarity", "neighbors", "proximity"])
+def test_a_command_runs_the_stages_its_dry_run_printed(tmp_path, command):
+    """The commands that are job kinds: the dry run writes nothing, the run executes its
+    stages (names and tasks), reports, refuses a concurrent run and is not repeated."""
+    out = tmp_path / "o" / "s.zarr"
+    args = [command, str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--out", str(out)]
+    args += ["--target", "Class", "--trees", "5"] if command == "proximity" else ["--drop", "Class"]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert not (tmp_path / "o").exists()
+    planned = _planned_stages(dry.output)
+    with StoreLock(out, "other-run"):
+        busy = CliRunner().invoke(cli, ["-q", *args])
+    assert busy.exit_code == BusyError.exit_code, busy.output
+    result = CliRunner().invoke(cli, ["-q", *args])
+    assert result.exit_code == 0, result.output
+    record = RunStore.open(out).attrs["stages"]
+    assert [(n, e["planned_tasks"]) for n, e in record.items() if "planned_tasks" in e] == planned
+    report = json.loads((out.parent / "report.json").read_text())
+    assert report["store"] == str(out.resolve()) or report["store"].endswith("s.zarr")
+    again = CliRunner().invoke(cli, ["-q", *args])  # (the summary says so, not a log line)
+    assert again.exit_code == 0 and "already complete" in again.output, again.output

@@ -9,9 +9,6 @@ stays quick); the option choices and defaults come from
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -22,7 +19,6 @@ from distforest.cli.options import (
     dry_run_option,
     input_options,
     run_job,
-    show,
     tile_size_option,
 )
 from distforest.cli.progress import ProgressBars
@@ -74,28 +70,6 @@ def cluster_kw(options: dict[str, Any]) -> dict[str, Any]:
 
 def bars(ctx: click.Context) -> ProgressBars:
     return ProgressBars(enabled=not (ctx.obj or {}).get("quiet", False))
-
-
-@contextlib.contextmanager
-def rows_by_partitions(ctx: click.Context, connect: dict[str, Any], input: str,
-                       reference: str | None, metric: str, normalize: str,
-                       feature_range: tuple[float, float], drop: tuple[str, ...],
-                       na_values: tuple[str, ...]) -> Iterator[tuple[Any, Any, Any]]:  # fmt: skip
-    """On the command's cluster: the rows of INPUT (and --reference) read by partitions,
-    scaled and checked, in a temporary store (:mod:`distforest.jobs.partitioned_rows`)."""
-    from distforest.jobs.knn_model import normalize_choice
-    from distforest.jobs.partitioned_rows import stored_rows
-    from distforest.parallel.cluster import connect as connect_to
-    from distforest.parallel.execution import execution
-
-    with (
-        connect_to(**connect) as client,
-        execution(client, progress=bars(ctx)),  # the tiles / searches and ...
-        client.as_current(),  # ... the partitions' tasks run on this cluster
-        stored_rows(input, reference, metric=metric, normalize=normalize_choice(normalize),
-                    feature_range=feature_range, drop=drop, na_values=na_values) as rows,
-    ):  # fmt: skip
-        yield rows
 
 
 @click.command("similarity")
@@ -188,59 +162,11 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
     Example:
       distforest neighbors data.csv --metric euclidean --k 10 --out knn.zarr
     """
-    from distforest.forests.neighbors import top_k_neighbors
-    from distforest.io import load_table
-    from distforest.jobs.inputs import check_request
-    from distforest.jobs.knn_model import normalize_choice
-    from distforest.jobs.partitioned_rows import by_partitions, input_sizes
-    from distforest.parallel.placement import cells_of, place
-    from distforest.store.run_store import check_can_create
+    from distforest.jobs.similarity import NeighborsJob
 
-    start = time.perf_counter()
-    if by_partitions(input, reference):  # the driver never holds the rows nor n x k
-        connect = cluster_kw(options)
-        check_can_create(out, overwrite)
-        if dry_run:
-            from distforest.jobs.command_plans import neighbors_plan
-
-            source, n, m, d = input_sizes(input, reference, drop, na_values)
-            show(neighbors_plan(source, n, m, d, k, metric, algorithm, batch_size, (n + m) * d,
-                                connect, out), out)  # fmt: skip
-            return
-        with rows_by_partitions(ctx, connect, input, reference, metric, normalize,
-                                feature_range, drop, na_values) as (measure, X, Y):  # fmt: skip
-            ds = top_k_neighbors(X, Y, k=k, metric=measure, normalize=normalize_choice(normalize),
-                                 feature_range=feature_range, algorithm=algorithm, store=out,
-                                 overwrite=overwrite, batch_size=batch_size,
-                                 tile_size=tile_size)  # fmt: skip
-        _said_neighbors(ds, k, out, start)
-        return
-    X = load_table(input, drop=drop, na_values=na_values)
-    Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
-    check_request(X, Y, metric)
-    check_can_create(out, overwrite)
-    if dry_run:
-        from distforest.jobs.command_plans import neighbors_plan
-
-        m = X.n_samples if Y is None else Y.n_samples
-        show(neighbors_plan(str(X.source), X.n_samples, m, X.n_features, k, metric, algorithm,
-                            batch_size, cells_of(X, Y), cluster_kw(options), out), out)  # fmt: skip
-        return
-    with place(cells_of(X, Y), cluster_kw(options), progress=bars(ctx)):
-        ds = top_k_neighbors(X, Y, k=k, metric=metric, normalize=normalize_choice(normalize),
-                             feature_range=feature_range, algorithm=algorithm, store=out,
-                             overwrite=overwrite, batch_size=batch_size,
-                             tile_size=tile_size)  # fmt: skip
-    _said_neighbors(ds, k, out, start)
-
-
-def _said_neighbors(ds: Any, k: int, out: str, start: float) -> None:
-    import xarray as xr
-
-    assert isinstance(ds, xr.Dataset)  # a store was given
-    params = ds.attrs["params"]
-    click.echo(
-        f"{k} nearest neighbours of {ds.sizes['sample']} rows by {params['metric']} "
-        f"({params['algorithm']}) in {time.perf_counter() - start:.1f} s\n"
-        f"  store:  {out} (neighbor_index, neighbor_distance; distance = {params['distance']})"
-    )
+    job = NeighborsJob(input=input, out=out, reference=reference, k=k, metric=metric,
+                       normalize=normalize, feature_range=feature_range, algorithm=algorithm,
+                       drop=drop, na_values=na_values, batch_size=batch_size,
+                       tile_size=tile_size, overwrite=overwrite,
+                       connect=cluster_kw(options))  # fmt: skip
+    run_job(ctx.obj or {"quiet": False}, job, dry_run)

@@ -18,13 +18,14 @@ reported.  A pipeline::
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from distforest import location
 from distforest.errors import ConfigError
-from distforest.forests.constraints import NORMALIZATIONS, PAIRWISE_TILE
+from distforest.forests.constraints import NEIGHBOR_TILE, NORMALIZATIONS, PAIRWISE_TILE
 from distforest.jobs.base import JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, check_size, estimate_matrix
 from distforest.jobs.result import JobResult
@@ -63,11 +64,9 @@ class SimilarityJob(JobBase):
 
     def summary(self, result: JobResult) -> str:
         """What the run wrote: the matrix, its measure and its store."""
-        how = {"already complete": ", already complete: nothing to do (use --overwrite to "
-               "compute it again)", "resumed": ", resumed"}.get(result.mode, "")  # fmt: skip
         return (
             f"{result.name} ({result.task}) of {result.shape[0]} x {result.shape[1]} rows in "
-            f"{result.seconds:.1f} s{how}\n  store:  {self.out}"
+            f"{result.seconds:.1f} s{_how(result.mode)}\n  store:  {self.out}"
             f" (array {result.name!r}, dims sample_i, sample_j, tiles {self.tile_size} x "
             f"{self.tile_size})"
         )
@@ -85,17 +84,29 @@ class SimilarityJob(JobBase):
         return normalize_choice(self.normalize)
 
 
+def _how(mode: str) -> str:
+    """What the summary's first line adds for a resumed or an already complete run."""
+    return {"already complete": ", already complete: nothing to do (use --overwrite to "
+            "compute it again)", "resumed": ", resumed"}.get(mode, "")  # fmt: skip
+
+
 @SimilarityJob.plans
 def plan_similarity_job(job: SimilarityJob) -> Pipeline:
     """What the job would do (``--dry-run``): reads the inputs' sizes, runs nothing."""
+    return _planned(job, similarity_pipeline)
+
+
+def _planned(job: Any, pipeline: Callable[..., Pipeline]) -> Pipeline:
+    """``pipeline(job, source, n, m, d, cells)`` from the inputs' sizes (rows read by
+    partitions: from their metadata, nothing loaded)."""
     if job.partitioned:
         from distforest.jobs.partitioned_rows import input_sizes
 
         source, n, m, d = input_sizes(job.input, job.reference, job.drop, job.na_values)
-        return similarity_pipeline(job, source, n, m, d, ON_A_CLUSTER)
+        return pipeline(job, source, n, m, d, ON_A_CLUSTER)
     X, Y = _tables(job)
     m = X.n_samples if Y is None else Y.n_samples
-    return similarity_pipeline(job, str(X.source), X.n_samples, m, X.n_features, _cells(X, Y))
+    return pipeline(job, str(X.source), X.n_samples, m, X.n_features, _cells(X, Y))
 
 
 def similarity_pipeline(job: SimilarityJob, source: str, n: int, m: int, d: int, cells: int,
@@ -148,16 +159,8 @@ def run_similarity_job(job: SimilarityJob, progress: Any = None, *, restart: boo
     """Write the matrix under the run protocol; every input checked before any work."""
     start = time.perf_counter()
     run_id = run_id or new_run_id()
-    if job.partitioned:  # pass 1 (summaries): the fingerprints, every value checked
-        from distforest.io.ingest import read_partitioned
-        from distforest.jobs.partitioned_rows import input_sizes
-        from distforest.store.inputs import PendingInput
-
-        source, n, m, d = input_sizes(job.input, job.reference, job.drop, job.na_values)
-        # (a bad value is named with its part and row when the rows are read for the stage)
-        parts = {key: PendingInput(read_partitioned(path, drop=job.drop,
-                                                    na_values=job.na_values)).fingerprint()
-                 for key, path in (("X", job.input), ("Y", job.reference)) if path}  # fmt: skip
+    if job.partitioned:  # pass 1 (summaries): the fingerprints
+        source, n, m, d, parts = _partitioned_sizes(job)
         pipeline = similarity_pipeline(job, source, n, m, d, ON_A_CLUSTER,
                                        lambda ctx: _by_partitions(job, ctx))  # fmt: skip
     else:
@@ -245,3 +248,138 @@ def similarity_job(data: dict[str, Any], sections: dict[str, dict[str, Any]],
         name=str(data.get("name") or "similarity"),
         source=source,
     )
+
+
+@dataclass(kw_only=True)
+class NeighborsJob(SimilarityJob):
+    """The ``k`` nearest rows of every row of INPUT (among ``reference``'s, or its own)."""
+
+    job_kind: ClassVar[str] = "neighbors"
+
+    k: int = 10
+    algorithm: str = "auto"
+    batch_size: int | None = None
+    tile_size: int = NEIGHBOR_TILE
+    name: str = "neighbors"
+
+    def spec(self, fingerprints: dict[str, str]) -> dict[str, Any]:
+        """What determines the results (the search's batches and tiles do not)."""
+        spec = super().spec(fingerprints)
+        spec.pop("tile_size", None)
+        spec.update(k=self.k, algorithm=self.algorithm)
+        return spec
+
+    def describe(self) -> str:
+        """What the job computes, for ``distforest validate``."""
+        return f"top-{self.k} {self.metric} neighbours"
+
+    def summary(self, result: JobResult) -> str:
+        """What the run wrote: the neighbours, their measure and the store."""
+        params = RunStore.open(self.out).attrs["params"]
+        return (
+            f"{self.k} nearest neighbours of {result.shape[0]} rows by {params['metric']} "
+            f"({params['algorithm']}) in {result.seconds:.1f} s{_how(result.mode)}\n"
+            f"  store:  {self.out} (neighbor_index, neighbor_distance; distance = "
+            f"{params['distance']})"
+        )
+
+
+@NeighborsJob.plans
+def plan_neighbors_job(job: NeighborsJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the inputs' sizes, runs nothing."""
+    return _planned(job, neighbors_pipeline)
+
+
+def neighbors_pipeline(job: NeighborsJob, source: str, n: int, m: int, d: int, cells: int,
+                       run: Any = None) -> Pipeline:  # fmt: skip
+    """The one stage of a neighbours job: ``n`` queries among ``m`` rows, by batches."""
+    from distforest.forests.measures import parse_metric
+    from distforest.forests.neighbors import query_batch_size, resolve_algorithm
+    from distforest.jobs.estimates import SECONDS_PER
+    from distforest.jobs.stages import placement_of
+    from distforest.parallel.tasks import plan_batches
+
+    threads = placement_of(cells, job.connect)[1]
+    algorithm = resolve_algorithm(job.algorithm, parse_metric(job.metric), d)
+    batch = job.batch_size or query_batch_size(n, m, algorithm, False, threads)
+    batches = len(plan_batches(n, batch))
+    search = Stage(
+        "neighbors", f"k={job.k}, {job.metric}, {algorithm} in {batches} tasks",
+        reads=tuple(p for p in (job.input, job.reference) if p), writes=(str(job.out),),
+        tasks=batches,
+        cost=Cost(SECONDS_PER["measure"] * n * m * d, 3 * 8 * (n + m) * d,
+                  {"neighbours (index, distance)": n * job.k * 16}),
+        run=run,
+    )  # fmt: skip
+    return Pipeline(
+        title=f"neighbors: {n:,} queries among {m:,} rows, {d} features",
+        steps=[("input", source), ("store", str(job.out))],
+        stages=[search], cells=cells, connect=job.connect, out=str(job.out),
+    )  # fmt: skip
+
+
+@NeighborsJob.runs
+def run_neighbors_job(job: NeighborsJob, progress: Any = None, *, restart: bool = False,
+                      run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Search the neighbours under the run protocol; every input checked before any work."""
+    start = time.perf_counter()
+    run_id = run_id or new_run_id()
+    if job.partitioned:
+        source, n, m, d, parts = _partitioned_sizes(job)
+        pipeline = neighbors_pipeline(job, source, n, m, d, ON_A_CLUSTER,
+                                      lambda ctx: _search_by_partitions(job, ctx))  # fmt: skip
+    else:
+        X, Y = _tables(job)
+        n, d = X.n_samples, X.n_features
+        m = n if Y is None else Y.n_samples
+        parts = {"X": X.fingerprint(), **({"Y": Y.fingerprint()} if Y is not None else {})}
+        pipeline = neighbors_pipeline(job, str(X.source), n, m, d, _cells(X, Y),
+                                      lambda ctx: _search(job, X, Y, ctx))  # fmt: skip
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        params = rs.attrs["params"]
+        return JobResult(store=rs.path, name="neighbor_index", shape=(n, job.k), n_trees=0,
+                         task=str(params["metric"]), seconds=time.perf_counter() - start,
+                         outputs={"store": rs.path, **outputs}, mode=mode)  # fmt: skip
+
+    return execute(job, pipeline, job.spec(parts), result, progress=progress, restart=restart,
+                   run_id=run_id)  # fmt: skip
+
+
+def _partitioned_sizes(job: SimilarityJob) -> tuple[str, int, int, int, dict[str, str]]:
+    """Sizes and pass-1 fingerprints of a job's rows read by partitions (a bad value is
+    named with its part and row when the rows are read for the stage)."""
+    from distforest.io.ingest import read_partitioned
+    from distforest.jobs.partitioned_rows import input_sizes
+    from distforest.store.inputs import PendingInput
+
+    source, n, m, d = input_sizes(job.input, job.reference, job.drop, job.na_values)
+    parts = {key: PendingInput(read_partitioned(path, drop=job.drop,
+                                                na_values=job.na_values)).fingerprint()
+             for key, path in (("X", job.input), ("Y", job.reference)) if path}  # fmt: skip
+    return source, n, m, d, parts
+
+
+def _search(job: NeighborsJob, X: Any, Y: Any, ctx: Context, measure: Any = None) -> None:
+    """The search stage: the neighbours into ``job.out`` (each task's rows as they come)."""
+    from distforest.forests.neighbors import top_k_neighbors
+
+    top_k_neighbors(X, Y, k=job.k, metric=measure or job.metric,
+                    normalize=job.normalize_choice(), feature_range=job.feature_range,
+                    algorithm=job.algorithm, store=job.out, overwrite=True,
+                    batch_size=job.batch_size, tile_size=job.tile_size,
+                    attrs=ctx.run.record, complete=False)  # fmt: skip
+    ctx.rs = RunStore.open(job.out, mode="r+")
+
+
+def _search_by_partitions(job: NeighborsJob, ctx: Context) -> None:
+    """The search of rows read by partitions, on the run's cluster."""
+    from distforest.jobs.partitioned_rows import stored_rows
+
+    with (
+        ctx.where.client.as_current(),
+        stored_rows(job.input, job.reference, metric=job.metric,
+                    normalize=job.normalize_choice(), feature_range=job.feature_range,
+                    drop=job.drop, na_values=job.na_values) as (measure, X, Y),
+    ):  # fmt: skip
+        _search(job, X, Y, ctx, measure)
