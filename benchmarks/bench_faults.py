@@ -30,7 +30,14 @@ Groups:
   (workers, trees, ``--x``, ``--k``, ``--n-init``, ``--n-features``),
   ``cluster`` (a scheduler file that never appears, nothing listening, the
   workers' HTTP check) and ``cli`` (the table of bad CLI inputs): the pytest
-  cases of issue 29 run as they are, each command they run recorded.
+  cases of issue 29 run as they are, each command they run recorded; and issue
+  43's classes, from ``tests/test_operator_edges.py``: ``readonly`` (an output
+  that is or lies in an input, with overwrite), ``claims`` (a second run into
+  the same folder), ``secrets`` (credentials through every route, every output
+  grepped), ``deadlines`` (an S3 endpoint that never answers, no credentials),
+  ``parts`` (bad parts of a Parquet folder), ``limits`` (k, leaf size,
+  features, an empty feature, SIGTERM) and ``engines`` (the real-engine
+  script's imports).
 
 A case is *handled* when the command ends by itself with the documented exit
 code, its last error line says what happened, and (where a store is involved)

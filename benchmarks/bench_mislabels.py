@@ -68,7 +68,7 @@ def main() -> None:
                 flipped = rng.choice(len(y), size=round(0.05 * len(y)), replace=False)
                 for i in flipped:
                     y[i] = rng.choice(classes[classes != y[i]])
-                forest = ProximityForest(args.trees, random_state=seed, client=client)
+                forest = ProximityForest(args.trees, random_state=seed).set_execution(client)
                 forest.fit(table.X, y)
                 for k, weight in enumerate(WEIGHTS):
                     ranking = mislabel_scores(forest, outlier_weight=weight)

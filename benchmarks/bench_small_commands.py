@@ -206,7 +206,7 @@ def check_estimators(tree: Path, timeout: float) -> dict[str, tuple[float, float
     for name in ESTIMATORS:
         try:
             # cwd: not the repository, whose distforest/ would come before PYTHONPATH's
-            code = CHECK.format(name=name, tests=str(ROOT / "tests"))
+            code = CHECK.format(name=name, tests=str(ROOT / "tests"), benchmarks=str(HERE))
             r = subprocess.run([sys.executable, "-c", code], env=env,
                                capture_output=True, text=True, timeout=timeout,
                                cwd=tempfile.gettempdir())  # fmt: skip

@@ -44,9 +44,19 @@ FAST_GROUPS: dict[str, tuple[tuple[str, ...], str]] = {
         "",
     ),
     "cli": (("tests/test_red_team.py",), ""),
+    # issue 43, one group per class (tests/test_operator_edges.py)
+    "readonly": (("tests/test_operator_edges.py",), "never_writes"),
+    "claims": (("tests/test_operator_edges.py",), "second_run"),
+    "secrets": (("tests/test_operator_edges.py",), "secret"),
+    "deadlines": (("tests/test_operator_edges.py",), "never_answers"),
+    "parts": (("tests/test_operator_edges.py",), "bad_part"),
+    "limits": (("tests/test_operator_edges.py",), "sizes or empty_feature or sigterm"),
+    "engines": (("tests/test_operator_edges.py",), "cluster_script"),
 }
 """The fast groups: hostile YAML, odd numbers, traversal, symlinks, corrupt chunks,
-bounds, cluster reachability and the workers' HTTP check, and the CLI table."""
+bounds, cluster reachability and the workers' HTTP check, the CLI table; and issue 43's
+classes: inputs read-only, outputs claimed, secrets, object-storage deadlines, parts of a
+folder, limits and SIGTERM, the real-engine script's imports."""
 
 
 @dataclass

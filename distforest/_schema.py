@@ -21,16 +21,19 @@ from typing import Any
 
 import yaml
 
+from distforest import location
 from distforest.errors import DistforestError, did_you_mean
 
 
 class BadValue(Exception):
     """Raised by a checker; ``expected`` describes the accepted values."""
 
-    def __init__(self, expected: str, hint: str = "") -> None:
+    def __init__(self, expected: str, hint: str = "", *, type_only: bool = False) -> None:
         super().__init__(expected)
         self.expected = expected
         self.hint = hint
+        #: The value is of a wrong type: the message names its type, never the value.
+        self.type_only = type_only
 
 
 Checker = Callable[[Any], Any]
@@ -81,7 +84,7 @@ def any_value(value: Any) -> Any:
 
 def plain_mapping(value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise BadValue("a mapping (key: value pairs)")
+        raise BadValue("a mapping (key: value pairs)", type_only=True)
     return {str(k): v for k, v in value.items()}
 
 
@@ -141,10 +144,10 @@ def check_mapping(
             checked = spec.check(value)
         except BadValue as bad:
             hint = f" ({bad.hint})" if bad.hint else ""
-            raise error(
-                f"{source}: key {path!r} must be {bad.expected}, "
-                f"got {value!r} ({type(value).__name__}){hint}."
-            ) from None
+            secret = bad.type_only or location.is_secret_option(path)
+            got = f"a {type(value).__name__}" if secret else f"{value!r} ({type(value).__name__})"
+            message = f"{source}: key {path!r} must be {bad.expected}, got {got}{hint}."
+            raise error(message) from None
         if spec.schema is not None:
             checked = check_mapping(
                 checked,

@@ -4,7 +4,8 @@ Each error message says what is wrong, shows the offending value and
 suggests a fix.  The CLI exits with the class's ``exit_code``: 2 bad
 parameters (as click's usage errors), 3 bad input data, 4 bad YAML,
 5 cluster problems, 6 store problems, 7 output busy (another run holds
-its lock), 75 no progress (``EX_TEMPFAIL``: try again later), 1 anything else.
+its lock), 75 no progress (``EX_TEMPFAIL``: try again later), 130 Ctrl-C and
+143 SIGTERM (:class:`Terminated`; both leave the run resumable), 1 anything else.
 """
 
 from __future__ import annotations
@@ -101,6 +102,16 @@ class BusyError(StoreError):
     """Another live run holds the lock of the output store."""
 
     exit_code = 7
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (systemd, Slurm, ``kill``): handled as Ctrl-C is, exit 143 (128 + 15).
+
+    A ``KeyboardInterrupt`` so that every ``with`` block and cleanup that handles
+    Ctrl-C (locks released, no half-written chunk kept) handles it the same way.
+    """
+
+    exit_code = 143
 
 
 class ChangedMeaningWarning(FutureWarning):

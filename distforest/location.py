@@ -39,6 +39,87 @@ PACKAGES = {
 LOCAL_PROTOCOLS = frozenset({"file", "local"})
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@")
+#: ``scheme://user:password@`` anywhere in a text (the credentials part of a URL).
+_USERINFO_ANYWHERE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s'\"<>]+)@")
+#: Option names (fsspec, botocore, gcsfs, adlfs, signed URLs) whose values are secrets.
+SECRET_OPTIONS = frozenset({
+    "key", "secret", "token", "password", "passwd", "access_key", "secret_key", "session_token",
+    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "account_key",
+    "sas_token", "client_secret", "connection_string", "credential", "credentials",
+    "security_token", "x-amz-security-token", "x-amz-credential", "x-amz-signature",
+    "signature", "awsaccesskeyid", "sig",
+})  # fmt: skip
+_NAMES = "|".join(sorted((re.escape(n) for n in SECRET_OPTIONS), key=len, reverse=True))
+#: ``'name': 'value'`` (a dict's repr, JSON) and ``name=value`` (query strings, keywords).
+_QUOTED_OPTION = re.compile(rf"""(?i)(['"]({_NAMES})['"]\s*:\s*)(['"])(.*?)\3""")
+_ASSIGNED_OPTION = re.compile(rf"""(?i)(\b({_NAMES})=)(['"]?)([^\s'"&,;)}}]+)\3""")
+#: Secret values seen by this process (storage options, a URL's user and password).
+_SECRETS: set[str] = set()
+HIDDEN = "***"
+
+
+def remember_secrets(value: Any) -> None:
+    """Remember the secrets in ``value`` so that :func:`scrub` removes them wherever they
+    appear: the values of :data:`SECRET_OPTIONS` in a mapping (nested too), and the user
+    and password of every URL in a text."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if str(key).lower() in SECRET_OPTIONS and isinstance(inner, (str, bytes)):
+                text = inner.decode(errors="replace") if isinstance(inner, bytes) else inner
+                if len(text) >= 6:  # (a shorter one would hide common words)
+                    _SECRETS.add(text)
+            else:
+                remember_secrets(inner)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            remember_secrets(inner)
+    elif isinstance(value, str):
+        for match in _USERINFO_ANYWHERE.finditer(value):
+            for part in match.group(2).split(":"):
+                if len(part) >= 6:
+                    from urllib.parse import unquote
+
+                    _SECRETS.update({part, unquote(part)})
+
+
+def scrub(text: str) -> str:
+    """``text`` without secrets: the one scrubber of messages, logs, reports, store
+    attributes and tracebacks (third-party exception text included).
+
+    Removes a URL's ``user:password@``, the values of :data:`SECRET_OPTIONS`
+    written ``'name': 'value'`` or ``name=value``, and every secret
+    :func:`remember_secrets` has seen.
+    """
+    if not text:
+        return text
+    text = _USERINFO_ANYWHERE.sub(r"\1", text)
+    text = _QUOTED_OPTION.sub(lambda m: f"{m.group(1)}{m.group(3)}{HIDDEN}{m.group(3)}", text)
+    text = _ASSIGNED_OPTION.sub(lambda m: f"{m.group(1)}{m.group(3)}{HIDDEN}{m.group(3)}", text)
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, HIDDEN)
+    return text
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether option ``name`` (``a.b.key``: its last part) holds a secret, or lies within
+    ``storage_options`` (whose values are never shown)."""
+    parts = str(name).lower().split(".")
+    return parts[-1] in SECRET_OPTIONS or "storage_options" in parts
+
+
+class ScrubbedStream:
+    """A text stream writing through :func:`scrub` (the command line's stdout and stderr:
+    its messages, log lines, warnings and tracebacks)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(scrub(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 class Location(str):
@@ -53,6 +134,8 @@ class Location(str):
     def __new__(cls, url: str, storage_options: dict[str, Any] | None = None) -> Location:
         self = super().__new__(cls, url)
         self.storage_options = dict(storage_options or {})
+        remember_secrets(self.storage_options)
+        remember_secrets(url)
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -104,9 +187,84 @@ def options(path: Any) -> dict[str, Any]:
     return dict(getattr(path, "storage_options", None) or {})
 
 
+def open_options(path: Any) -> dict[str, Any]:
+    """What fsspec opens ``path`` with: its :func:`options` over the deadlines of its
+    object storage (:func:`deadlines`; the user's own values win)."""
+    return _merged(deadlines(protocol(path) if isinstance(path, str) else None), options(path))
+
+
+#: Protocols given connect and read timeouts and bounded retries (s3fs over botocore).
+DEADLINE_PROTOCOLS = frozenset({"s3", "s3a"})
+
+
+def deadlines(proto: str | None) -> dict[str, Any]:
+    """The storage options that bound every request to object storage of ``proto``.
+
+    From the settings ``distforest.storage-connect-timeout``,
+    ``storage-read-timeout`` and ``storage-attempts``: botocore's connect and
+    read timeouts and its attempts per request (s3fs retries a timed-out request a
+    few times more, each within these bounds).  Empty for other protocols.
+    """
+    if proto not in DEADLINE_PROTOCOLS:
+        return {}
+    from distforest import settings
+
+    attempts = max(1, int(settings.get("storage-attempts")))
+    return {
+        "config_kwargs": {
+            "connect_timeout": settings.get("storage-connect-timeout"),
+            "read_timeout": settings.get("storage-read-timeout"),
+            "retries": {"max_attempts": attempts, "mode": "standard"},
+        },
+    }
+
+
+def request_deadline(path: Any) -> float | None:
+    """Seconds one request to ``path``'s object store may take in all (every attempt of it),
+    for calls that take a ``timeout``; None where no deadline is set (:func:`deadlines`)."""
+    config = deadlines(protocol(path) if isinstance(path, str) else None).get("config_kwargs")
+    if not config:
+        return None
+    attempts = int(config["retries"]["max_attempts"])
+    return float(attempts * (config["connect_timeout"] + config["read_timeout"]) + 1)
+
+
+def _merged(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` over ``base``, mappings merged key by key (the user's values win)."""
+    out = dict(base)
+    for key, value in given.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def why(exc: BaseException) -> str:
+    """The text of ``exc`` (a third party's too) in one line, scrubbed of secrets."""
+    return " ".join(scrub(str(exc) or type(exc).__name__).split())
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen and len(seen) < 20:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return seen
+
+
+def is_deadline(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a timeout."""
+    return _named(exc, "Timeout")
+
+
+def _named(exc: BaseException, *names: str) -> bool:
+    return any(n in cls.__name__ for e in _chain(exc) for cls in type(e).__mro__ for n in names)
+
+
 def display(path: Any) -> str:
     """``path`` as text for messages: a URL loses any ``user:password@`` part."""
-    return _USERINFO.sub(r"\1", str(path))
+    return scrub(_USERINFO.sub(r"\1", str(path)))
 
 
 def resolved(path: Any) -> str:
@@ -120,7 +278,10 @@ def filesystem(path: str) -> tuple[Any, str]:
     """The fsspec file system of URL ``path`` and the path within it."""
     from fsspec.core import url_to_fs
 
-    return url_to_fs(str(path), **options(path))
+    fs, where = url_to_fs(str(path), **open_options(path))
+    if protocol(path) in DEADLINE_PROTOCOLS and hasattr(fs, "retries"):
+        fs.retries = 1  # botocore's attempts (distforest.storage-attempts) are the retries
+    return fs, where
 
 
 def join(path: Any, *names: str) -> Any:
@@ -233,19 +394,40 @@ def access_error(exc: BaseException, path: Any) -> DistforestError | None:
     problem: a missing fsspec package (exit 5), a refused access or a missing bucket (exit 6).
     """
     shown = display(path)
-    why = " ".join(display(str(exc) or type(exc).__name__).split())
+    reason = why(exc)
     proto = protocol(path) or "file"
+    if proto in DEADLINE_PROTOCOLS and is_deadline(exc):
+        from distforest import settings
+
+        return StoreError(
+            f"{shown}: no answer from the object store within the deadline "
+            f"(distforest.storage-connect-timeout={settings.get('storage-connect-timeout'):g} "
+            f"s, distforest.storage-read-timeout={settings.get('storage-read-timeout'):g} s, "
+            f"distforest.storage-attempts={settings.get('storage-attempts')}; {reason}): "
+            "check the endpoint (AWS_ENDPOINT_URL or storage_options) or raise these settings"
+        )
+    if _named(exc, "EndpointConnectionError", "ConnectionRefused", "ClientConnectorError"):
+        return StoreError(
+            f"{shown}: cannot connect to the object store ({reason}); check the endpoint "
+            "(AWS_ENDPOINT_URL or storage_options.endpoint_url) and that the server runs"
+        )
+    if _named(exc, "NoCredentialsError", "PartialCredentialsError", "InvalidAccessKeyId",
+              "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"):  # fmt: skip
+        return StoreError(
+            f"{shown}: no usable credentials ({reason}); set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or key/secret in storage_options"
+        )
     if isinstance(exc, ImportError):
         need = PACKAGES.get(proto, f"the fsspec package for {proto}://")
-        return MissingDependencyError(f"{shown}: {proto}:// needs {need}; install it ({why})")
+        return MissingDependencyError(f"{shown}: {proto}:// needs {need}; install it ({reason})")
     if isinstance(exc, PermissionError):
         return StoreError(
-            f"access to {shown} refused: {why}; check the credentials (for S3 "
+            f"access to {shown} refused: {reason}; check the credentials (for S3 "
             "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, AWS_ENDPOINT_URL for "
             "another server; or input/output.storage_options in the pipeline)"
         )
-    if isinstance(exc, FileNotFoundError) and "bucket" in why.lower():
-        return StoreError(f"{shown}: no such bucket ({why}); create it or correct the URL")
+    if isinstance(exc, FileNotFoundError) and "bucket" in reason.lower():
+        return StoreError(f"{shown}: no such bucket ({reason}); create it or correct the URL")
     return None
 
 
@@ -256,5 +438,5 @@ def zarr_store(path: Any, *, read_only: bool = False) -> Any:
         return local(path)
     from zarr.storage import FsspecStore
 
-    return FsspecStore.from_url(str(path), storage_options=options(path) or None,
+    return FsspecStore.from_url(str(path), storage_options=open_options(path) or None,
                                 read_only=read_only)  # fmt: skip

@@ -52,6 +52,15 @@ SETTINGS: dict[str, Setting] = {
     "cluster-timeout": Setting(
         "DISTFOREST_CLUSTER_TIMEOUT", "seconds",
         "a cluster not reachable, or without a worker, after this long: exit 5"),
+    "storage-connect-timeout": Setting(
+        None, "seconds",
+        "object storage (s3://) not connected within this long: the attempt fails"),
+    "storage-read-timeout": Setting(
+        None, "seconds",
+        "object storage that sends nothing for this long while answering: the attempt fails"),
+    "storage-attempts": Setting(
+        None, "count",
+        "attempts of each object-storage request before the command stops with exit 6"),
     "max-cpu-hours": Setting(
         "DISTFOREST_MAX_CPU_HOURS", "hours",
         "a job whose estimate needs more computing is refused up front (exit 2)"),

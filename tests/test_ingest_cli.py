@@ -36,10 +36,10 @@ def _export(tmp_path: Path, bad: bool = False) -> tuple[Path, Path]:
     return folder, whole
 
 
-def test_outliers_of_a_folder_equal_the_in_memory_ones(tmp_path: Path) -> None:
+def test_outliers_of_a_folder_equal_the_in_memory_ones(tmp_path: Path, cluster_address) -> None:
     folder, whole = _export(tmp_path)
-    common = ("--target", "label", "--trees", "12", "--seed", "3", "--workers", "1",
-              "--threads", "2")  # fmt: skip
+    # on the session's cluster (worker processes, as --workers would start)
+    common = ("--target", "label", "--trees", "12", "--seed", "3", "--scheduler", cluster_address)
     with dask.config.set({"temporary-directory": str(tmp_path)}):
         by_parts = invoke("-q", "outliers", folder, *common, "--out", tmp_path / "p.csv")
     assert by_parts.exit_code == 0, by_parts.output

@@ -39,10 +39,11 @@ def _export(tmp_path: Path, ids: np.ndarray, csv: bool = False) -> tuple[Path, P
     return (folder / "day-*.csv" if csv else folder), whole
 
 
-def test_outliers_with_text_ids_by_partitions_equal_the_in_memory_ones(tmp_path):
+def test_outliers_with_text_ids_by_partitions_equal_the_in_memory_ones(tmp_path, cluster_address):
     parts, whole = _export(tmp_path, np.array([f"P{k:04d}" for k in range(300)][::-1]))
+    # on the session's cluster (worker processes, as --workers would start)
     common = ("--target", "label", "--id", "pid", "--trees", "8", "--seed", "5",
-              "--workers", "1", "--threads", "2")  # fmt: skip
+              "--scheduler", cluster_address)  # fmt: skip
     with dask.config.set({"temporary-directory": str(tmp_path)}):
         by_parts = invoke("-q", "outliers", parts, *common, "--out", tmp_path / "p.csv")
     assert by_parts.exit_code == 0, by_parts.output

@@ -11,9 +11,9 @@ import pytest
 from distforest import ProximityForest, execution
 from distforest.apps.mislabels import mislabel_scores
 from distforest.apps.outliers import outlier_scores
-from distforest.forests.stored import StoredNodes
 from distforest.store.inputs import ingest
 from distforest.store.run_store import RunStore, chunk_aligned
+from distforest.store.sink import StoredNodes
 
 
 @pytest.fixture(scope="module")

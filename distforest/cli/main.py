@@ -10,10 +10,12 @@ import Dask, scikit-learn, Zarr and the rest inside their functions, so
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,9 +23,16 @@ from typing import Any
 
 import click
 
+from distforest import location
 from distforest._version import __version__
 from distforest.cli.progress import setup_logging
-from distforest.errors import DISK_FULL_ERRNOS, DiskFullError, DistforestError, did_you_mean
+from distforest.errors import (
+    DISK_FULL_ERRNOS,
+    DiskFullError,
+    DistforestError,
+    Terminated,
+    did_you_mean,
+)
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
@@ -31,6 +40,8 @@ INTERRUPTED = 130
 #: Parameters naming files or stores a command writes: checked writable while the command
 #: line is read, before any work.
 OUTPUT_PARAMS = frozenset({"out", "plot", "directory"})
+#: Options naming what a command reads (besides its arguments): never one of its outputs.
+INPUT_PARAMS = frozenset({"distances", "cluster", "training", "labels", "model"})
 
 #: The group's options a user may also give after the subcommand (``distforest CMD ... -q``).
 GROUP_FLAGS = {"quiet": ("-q", "--quiet"), "verbose": ("-v", "--verbose")}
@@ -109,6 +120,7 @@ class _Group(click.Group):
             raise TypeError(f"{module}:{attr} is {command!r}, not a click command")
         _accept_group_flags(command)
         _check_outputs_early(command)
+        _inputs_read_only(command)
         self.add_command(command, cmd_name)
         return command
 
@@ -143,15 +155,15 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:  # Ctrl-C: one line; the `with` blocks have released locks
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line; locks are released
+            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
             click.echo(
-                "distforest: interrupted; finished work is kept: run the same command again "
-                "to resume",
+                f"distforest: {how}; finished work is kept: run the same command again to resume",
                 err=True,
             )
-            sys.exit(INTERRUPTED)
+            sys.exit(Terminated.exit_code if isinstance(exc, Terminated) else INTERRUPTED)
         except DistforestError as exc:
-            click.echo(f"distforest: error: {exc}", err=True)
+            click.echo(location.scrub(f"distforest: error: {exc}"), err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:  # a disk that fills up under any command: exit 6, one line
             if exc.errno not in DISK_FULL_ERRNOS:
@@ -174,7 +186,18 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
       distforest info prox.zarr
       distforest run pipelines/main.yaml
     """
+    scrub_output(sys.argv)
     ctx.obj = {"quiet": quiet, "verbose": verbose, "run_id": setup_logging(quiet, verbose)}
+
+
+def scrub_output(argv: list[str]) -> None:
+    """Every line this process prints (messages, log lines, warnings, tracebacks) passes
+    through :func:`~distforest.location.scrub`, which also learns the secrets in ``argv``."""
+    location.remember_secrets(list(argv))
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, location.ScrubbedStream):
+            setattr(sys, name, location.ScrubbedStream(stream))
 
 
 def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -247,6 +270,32 @@ def _check_outputs_early(command: click.Command) -> None:
             _check_outputs_early(sub)
 
 
+def _inputs_read_only(command: click.Command) -> None:
+    """Make ``command`` refuse, before any work, an output that is, holds or lies inside one
+    of its inputs (:func:`~distforest.jobs.outputs.refuse_writing_inputs`)."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _inputs_read_only(sub)
+    callback = command.callback
+    outs = [p.name for p in command.params if p.name in OUTPUT_PARAMS]
+    ins = [p.name for p in command.params if p.name not in OUTPUT_PARAMS
+           and (isinstance(p, click.Argument) or p.name in INPUT_PARAMS)]  # fmt: skip
+    if callback is None or not outs or not ins or getattr(callback, "read_only_inputs", False):
+        return
+
+    @functools.wraps(callback)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        from distforest.jobs.outputs import refuse_writing_inputs
+
+        refuse_writing_inputs({f"--{n}": kwargs.get(n) for n in outs if n},
+                              {str(n): kwargs.get(n) for n in ins if n},
+                              folders={"--out", "--directory"})  # fmt: skip
+        return callback(*args, **kwargs)
+
+    checked.read_only_inputs = True  # type: ignore[attr-defined]
+    command.callback = checked
+
+
 def main() -> None:
     """Entry point of the ``distforest`` console script (``python -m distforest`` too).
 
@@ -255,10 +304,24 @@ def main() -> None:
     numba, pandas and Zarr (:func:`spare_exit_collection`): measured, the exit
     of ``proximity`` took 0.6-0.8 s, on 569 rows as on 100,000, and now 0.1 s.
     """
+    import warnings
+
+    from distforest.cli.progress import show_warning
+
+    warnings.showwarning = show_warning
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)  # handled as Ctrl-C is: exit 143
     try:
         cli(prog_name="distforest")
     finally:
         spare_exit_collection()
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM handler of the command line: :class:`Terminated` in the main thread, which
+    unwinds the run as Ctrl-C does (locks released, the store left resumable)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
 
 
 def spare_exit_collection() -> None:

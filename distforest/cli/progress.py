@@ -81,4 +81,28 @@ def setup_logging(quiet: bool, verbose: bool) -> str:
     logger.handlers[:] = [handler]
     logger.propagate = False
     logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+    nanny = logging.getLogger("distributed.nanny")
+    nanny.filters[:] = [f for f in nanny.filters if not isinstance(f, _ShutdownNoise)]
+    if quiet:
+        nanny.addFilter(_ShutdownNoise())
     return run_id
+
+
+class _ShutdownNoise(logging.Filter):
+    """Drops the nanny's "Worker process still alive after 4.0 seconds, killing" lines,
+    which every LocalCluster prints when it closes (``-q``: only errors and the summary)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Worker process still alive after")
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:  # fmt: skip
+    """A Python warning on the command line: one ``distforest: warning: ...`` line
+    (no source file and line, which mean nothing to someone running a command).
+
+    Installed by the console script's :func:`~distforest.cli.main.main` only (the
+    process ends with the command; code that calls ``cli`` keeps its own hook).
+    """
+    text = " ".join(str(message).split())
+    print(f"distforest: warning: {text}", file=file or sys.stderr, flush=True)

@@ -547,3 +547,26 @@ def check_tile_size(value: Any) -> int:
 def check_random_state(value: Any) -> int | None:
     """None or a non-negative integer (see :class:`Seed`)."""
     return Seed().check("random_state", value)
+
+
+def check_against_data(params: Mapping[str, Any], n_samples: int, n_features: int) -> None:
+    """Refuse tree parameters the training table makes meaningless, before any tree grows.
+
+    ``min_samples_leaf`` above half the rows (no node can split: every tree
+    is one leaf and every proximity 1) and an integer ``max_features`` above
+    the table's features raise :class:`ParameterError` (exit 2).
+    """
+    leaf = params.get("min_samples_leaf")
+    if isinstance(leaf, numbers.Integral) and not isinstance(leaf, bool):
+        if int(leaf) > 1 and 2 * int(leaf) > n_samples:  # (1 row: one leaf, whatever the size)
+            raise ParameterError(
+                f"min_samples_leaf={leaf} but the table has {n_samples} rows: no tree could "
+                f"split (a split needs 2 x min_samples_leaf rows) and every proximity would be "
+                f"1; use at most {max(1, n_samples // 2)}"
+            )
+    mtry = params.get("max_features")
+    if isinstance(mtry, numbers.Integral) and not isinstance(mtry, bool) and int(mtry) > n_features:
+        raise ParameterError(
+            f"max_features={mtry} but the table has {n_features} features; use at most "
+            f"{n_features}, a fraction in (0, 1] or 'sqrt'"
+        )

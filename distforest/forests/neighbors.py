@@ -251,13 +251,24 @@ def query_batch_size(nq: int, n_ref: int, algorithm: str, forest: bool, threads:
     return min(cap, tasks.default_batch_size(nq, threads))
 
 
+def check_k(k: int, n_ref: int, exclude_self: bool) -> int:
+    """``k`` as an int, refused (:class:`ParameterError`, exit 2) above the candidate rows."""
+    k = C.check_int("k", k)
+    if k > n_ref - int(exclude_self):
+        raise ParameterError(
+            f"k={k} but there are only {n_ref - int(exclude_self)} candidate rows; use a smaller k"
+        )
+    return k
+
+
 def search(queries: np.ndarray, reference: np.ndarray, k: int, **options: Any) -> Neighbors:
     """Nearest neighbours of prepared (normalised, fitted) data; see :func:`top_k_neighbors`.
 
     ``options`` are those of :func:`search_into`; the answers are kept here.
     """
-    nq, width = queries.shape[0], C.check_int("k", k)
-    distances = np.empty((nq, width))
+    nq = queries.shape[0]
+    width = check_k(k, reference.shape[0], bool(options.get("exclude_self", False)))
+    distances = np.empty((nq, width))  # k checked first: never an allocation k cannot fill
     indices = np.empty((nq, width), dtype=np.int64)
 
     def keep(rows: Any, d: np.ndarray, idx: np.ndarray) -> None:
@@ -293,12 +304,8 @@ def search_into(
     may be :class:`~distforest.store.inputs.StoredRows` (the tasks read them;
     the queries are then taken in row order: ``rows`` are slices).
     """
-    k = C.check_int("k", k)
     n_ref = reference.shape[0]
-    if k > n_ref - int(exclude_self):
-        raise ParameterError(
-            f"k={k} but there are only {n_ref - int(exclude_self)} candidate rows; use a smaller k"
-        )
+    k = check_k(k, n_ref, exclude_self)
     algorithm = resolve_algorithm(algorithm, measure, reference.shape[1])
     if similarity is not None:
         algorithm = "brute"

@@ -339,9 +339,13 @@ class ProximityForest(Persisted, DaskEstimator):
         if not isinstance(y, str) and len(getattr(y, "shape", ())) == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)  # a column vector: scikit-learn's warning, then 1-D
         source = open_source(X, y, owner=self)
+        C.check_against_data(params, source.n_samples, source.n_features)
+        if isinstance(getattr(source, "table", None), Table):  # rows in memory: one pass
+            _warn_empty_features(source.table)  # type: ignore[attr-defined]
         task, y_fit, classes = fit_target(params["task"], source)
         tree_params = self._tree_params(params, task, classes, source.n_samples)
-        weights = {}  # bound to the grower: absent without weights (the same tasks as before)
+        # bound to the grower: absent without weights (the same tasks as before)
+        weights: dict[str, Any] = {}
         if sample_weight is not None:
             weights["sample_weight"] = _check_weights(sample_weight, source.n_samples, task)
         n, n_trees = source.n_samples, params["n_estimators"]
@@ -1001,3 +1005,17 @@ def route_forest_rows(X: np.ndarray, nodes: Mapping[str, np.ndarray]) -> dict[st
     """The fit driver's router of a :class:`ProximityForest`: the leaves of a chunk of rows
     in every tree (scikit-learn's rule, :func:`~distforest.kernels.apply.apply_nodes`)."""
     return {"leaves": apply_nodes(X, dict(nodes))}
+
+
+def _warn_empty_features(table: Table) -> None:
+    """One warning naming the features with no value at all (no tree can split on them)."""
+    empty = np.isnan(table.X).all(axis=0) if table.n_samples else np.zeros(0, dtype=bool)
+    if empty.any():
+        names = [table.feature_names[j] for j in np.flatnonzero(empty)]
+        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+        warnings.warn(
+            f"{len(names)} feature(s) have no value in any row ({shown}): no tree can split on "
+            "them; drop them (--drop) or check the input",
+            UserWarning,
+            stacklevel=3,
+        )

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from distforest import location
+
 #: Marks an attribute value held as JSON text.
 JSON_PREFIX = "json:"
 
@@ -71,8 +73,13 @@ def decode_value(value: Any) -> Any:
 
 
 def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Attributes as every xarray engine (Zarr, netCDF3 and netCDF4) can write them."""
-    return {str(k): encode_value(v) for k, v in attrs.items()}
+    """Attributes as every xarray engine (Zarr, netCDF3 and netCDF4) can write them, text
+    without secrets (:func:`distforest.location.scrub`: a URL's credentials, ...)."""
+    out = {}
+    for key, value in attrs.items():
+        encoded = encode_value(value)
+        out[str(key)] = location.scrub(encoded) if isinstance(encoded, str) else encoded
+    return out
 
 
 def decode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import glob
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def _first_line(path: str | Path) -> str:
         import fsspec
 
         with fsspec.open(str(path), "rt", newline="", encoding="utf-8-sig",
-                         **location.options(path)) as fh:  # fmt: skip
+                         **location.open_options(path)) as fh:  # fmt: skip
             return str(fh.readline())
     with open(path, newline="", encoding="utf-8-sig") as fh:
         return fh.readline()
@@ -327,7 +328,7 @@ def _open_url(url: str, na: list[str], blocksize: Any) -> Partitions:
         reached = location.access_error(exc, url)
         if reached is not None:
             raise reached from None
-        raise InputError(f"{name}: cannot read it: {location.display(exc)}") from exc
+        raise InputError(f"{name}: cannot read it: {location.why(exc)}") from exc
     raise InputError(
         f"{name}: unsupported file type {suffix or '(none)'!r} at a URL for reading by "
         "partitions; give a CSV/TSV/TXT file or a glob of them, a Parquet file or dataset "
@@ -338,6 +339,7 @@ def _open_url(url: str, na: list[str], blocksize: Any) -> Partitions:
 def _text(files: list[str], source: str, na: list[str], blocksize: Any) -> Partitions:
     import dask.dataframe as dd
 
+    check_parts(files, source, None, text=True)
     sep = sniff_delimiter(files[0])
     header = next(csv.reader([_first_line(files[0])], delimiter=sep))
     dup = sorted({c for c in header if header.count(c) > 1})
@@ -353,7 +355,7 @@ def _text(files: list[str], source: str, na: list[str], blocksize: Any) -> Parti
             blocksize=blocksize,
             encoding="utf-8-sig",
             include_path_column=PATH_COLUMN,
-            storage_options=location.options(files[0]) or None,
+            storage_options=location.open_options(files[0]) or None,
         )
     except Exception as exc:
         raise InputError(f"{source}: cannot read as delimited text ({sep!r}-separated): "
@@ -365,6 +367,84 @@ def _text(files: list[str], source: str, na: list[str], blocksize: Any) -> Parti
     return Partitions(frame, None, columns, source, None, text=True, sep=sep,
                       protocol=location.protocol(files[0]) if location.is_remote(files[0])
                       else None)  # fmt: skip
+
+
+def _part_link_outside(file: str, folder: Any) -> str | None:
+    """Where the local part ``file`` points, when it is a link leading outside ``folder``
+    (the dataset folder, else the part's own folder); else None."""
+    if location.is_remote(file) or not os.path.islink(file):
+        return None
+    root = os.path.realpath(folder if folder is not None else os.path.dirname(file))
+    target = os.path.realpath(file)
+    return None if target.startswith(root.rstrip("/") + "/") else target
+
+
+def _part_columns(file: str, text: bool, source: str) -> dict[str, str]:
+    """Column name -> type (``"text"`` for a text file's header) of one part, read from its
+    header or Parquet footer only; :class:`InputError` for an empty part or one that is not
+    a table."""
+    if text:
+        first = _first_line(file)
+        if not first.strip():
+            raise InputError(f"{source}: part {file} is empty (no header row); remove it")
+        return dict.fromkeys(next(csv.reader([first], delimiter=sniff_delimiter(file))), "text")
+    import pyarrow.parquet as pq
+
+    fs, where = location.filesystem(file) if location.is_remote(file) else (None, file)
+    if fs is None and os.path.getsize(file) == 0:
+        raise InputError(f"{source}: part {file} is empty (0 bytes); remove it or write it again")
+    try:
+        schema = pq.read_schema(where, filesystem=fs)
+    except Exception as exc:
+        raise InputError(f"{source}: part {file} is not a Parquet table ({location.why(exc)}); "
+                         "remove it from the folder or write it again") from exc  # fmt: skip
+    return {name: _kind(schema.field(name).type) for name in schema.names}
+
+
+def _kind(arrow_type: Any) -> str:
+    """A column's type as parts may differ in it without changing the values (any integer or
+    float is a number; any string is text)."""
+    import pyarrow.types as pat
+
+    if pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_decimal(arrow_type):
+        return "number"
+    if pat.is_string(arrow_type) or pat.is_large_string(arrow_type):
+        return "text"
+    if pat.is_dictionary(arrow_type):
+        return _kind(arrow_type.value_type)
+    return str(arrow_type)
+
+
+def check_parts(files: Sequence[str], source: str, folder: Any, *, text: bool = False) -> None:
+    """Every part of a folder (or glob) checked by name before anything is read or written.
+
+    A link leading outside the folder, an empty part, a part that is not a table,
+    and a part whose columns differ from the first part's (a missing or extra
+    column, another type) raise :class:`InputError` (exit 3) naming the part
+    and the column.  Only each part's header or footer is read.
+    """
+    first: dict[str, str] | None = None
+    for file in map(str, files):
+        outside = _part_link_outside(file, folder)
+        if outside is not None:
+            raise InputError(
+                f"{source}: part {file} is a link to {outside}, outside the "
+                "folder; copy the file into the folder or remove the link"
+            )
+        columns = _part_columns(file, text, source)
+        if first is None:
+            first, first_file = columns, file
+            continue
+        missing = [c for c in first if c not in columns]
+        extra = [c for c in columns if c not in first]
+        changed = [c for c in first if c in columns and columns[c] != first[c]]
+        if missing or extra or changed:
+            what = (f"has no column {missing[0]!r}" if missing else
+                    f"has a column {extra[0]!r}" if extra else
+                    f"holds column {changed[0]!r} as {columns[changed[0]]}, not "
+                    f"{first[changed[0]]}")  # fmt: skip
+            raise InputError(f"{source}: part {file} {what}, unlike the part {first_file}; "
+                             "every part must have the same columns of the same types")  # fmt: skip
 
 
 def _parquet_files(files: list[str], source: str) -> bool:
@@ -383,7 +463,7 @@ def _parquet(p: Path | str | list[Any], source: str) -> Partitions:
     import pyarrow.dataset as pads
 
     first = p[0] if isinstance(p, list) else p
-    options = location.options(first)
+    options = location.open_options(first)
     try:
         if location.is_remote(first):  # pyarrow lists the files through the fsspec file system
             fs, where = location.filesystem(str(first))
@@ -405,6 +485,7 @@ def _parquet(p: Path | str | list[Any], source: str) -> Partitions:
                          "allowed)") from exc  # fmt: skip
     if not files:
         raise InputError(f"{source}: the folder holds no Parquet file")
+    check_parts(files, source, None if isinstance(p, list) else p)
     try:
         where_read: Any = [str(f) for f in p] if isinstance(p, list) else str(p)
         frame = dd.read_parquet(where_read, split_row_groups=False, parquet_file_extension=None,

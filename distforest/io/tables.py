@@ -36,7 +36,7 @@ import hashlib
 import os
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,7 +220,7 @@ def load_table(
     _check_features(X, feature_names, name, allow_missing)
     ids, id_name = _row_ids(data, names, id_col, name)
     if ids is None:
-        _warn_id_like(X, feature_names, name)
+        _warn_id_like(X, feature_names, name, skip=categories)
     if y is not None:
         yv = y
     elif target is None:
@@ -268,16 +268,55 @@ def _row_ids(data: Any, names: list[str], id_col: str | None, name: str) -> tupl
     return np.asarray(ids), label
 
 
+#: Text that reads as a date or a time: 2024-01-31, 31/01/2024, 1.2.24, 13:45.
+_DATE_TIME = re.compile(
+    r"^\s*(\d{4}-\d{1,2}-\d{1,2}|\d{1,2}[/.]\d{1,2}[/.]\d{2,4}|\d{1,2}:\d{2})([ T]\S*)?\s*$"
+)
+#: A text column with at least this many rows, and distinct values in at least this
+#: share of them, is free text or an identifier rather than categories.
+FREE_TEXT_ROWS, FREE_TEXT_SHARE = 20, 0.5
+
+
+def _warn_not_a_feature(labels: tuple[str, ...], n: int, col: str, name: str) -> None:
+    """Warn, in one line with the fix, about a text column that is no feature: dates or
+    times, or nearly one value per row (free text, an identifier); the same rule for
+    every command, since every table is read here."""
+    if not labels:
+        return
+    sample = labels[:: max(1, len(labels) // 50)]
+    if all(_DATE_TIME.match(v) for v in sample):
+        why, also = f"holds dates or times (e.g. {labels[0]!r})", ""
+    elif n >= FREE_TEXT_ROWS and len(labels) >= FREE_TEXT_SHARE * n:
+        why = f"is text with {len(labels)} distinct values in {n} rows"
+        also = f", or --id {col} (id={col!r}) if it names the rows"
+    else:
+        return
+    warnings.warn(
+        f"{name}: column {col!r} {why} and is used as a feature (coded as categories); "
+        f"pass --drop {col} (drop=[{col!r}]) to leave it out{also}",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
 #: Column names that say "identifier" (compared in lower case, without separators).
 _ID_NAMES = ("id", "key", "index", "rowid", "rownumber", "uuid")
 
 
-def _warn_id_like(X: np.ndarray, names: tuple[str, ...], name: str) -> None:
-    """Warn about a feature column that looks like a row ID (it would be learnt from)."""
+def _warn_id_like(
+    X: np.ndarray, names: tuple[str, ...], name: str, skip: Mapping[str, Any] | None = None
+) -> None:
+    """Warn about a feature column that looks like a row ID (it would be learnt from).
+
+    Text columns (``skip``: their codes are sorted ranks) have their own rule
+    (:func:`_warn_not_a_feature`).
+    """
     n = X.shape[0]
     if n < 3:
         return
     for j, col in enumerate(names):
+        if skip and col in skip:
+            continue
         values = X[:, j]
         if np.isnan(values).any():
             continue
@@ -485,7 +524,7 @@ def _read_url(url: str, na: list[str], decimal: str | None = None) -> tuple[Any,
             raise reached from None
         if isinstance(exc, FileNotFoundError):
             raise InputError(f"no such file: {name}; check the URL") from None
-        raise InputError(f"{name}: cannot read it: {location.display(exc)}") from exc
+        raise InputError(f"{name}: cannot read it: {location.why(exc)}") from exc
 
 
 def _read_text(path: Path, name: str, na: list[str], decimal: str | None) -> pd.DataFrame:
@@ -627,7 +666,10 @@ def _encode(
     if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):
         return s.to_numpy(dtype=np.float64, na_value=np.nan), None
     if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
-        raise InputError(f"{name}: column {col!r} has dtype {dtype}; convert it to numbers first")
+        raise InputError(
+            f"{name}: column {col!r} has dtype {dtype}, which is not a feature; "
+            f"pass --drop {col} (drop=[{col!r}]), or convert it to numbers first"
+        )
     raw = s.astype(object)
     missing = np.array(raw.isna(), dtype=bool)
     if na:
@@ -644,6 +686,7 @@ def _encode(
     if isinstance(dtype, pd.CategoricalDtype):
         labels |= {str(c) for c in dtype.categories}
     ordered = tuple(sorted(labels))
+    _warn_not_a_feature(ordered, int((~missing).sum()), col, name)
     codes = pd.Categorical(strs.where(~missing, None), categories=list(ordered)).codes
     out = codes.astype(np.float64)
     out[codes < 0] = np.nan

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -192,3 +192,124 @@ def write_mds(
                                  marked=marked, title=title)  # fmt: skip
         written["MDS picture"] = location.resolved(picture)
     return written
+
+
+#: Job fields naming what a run reads (a table, a model store, a distance matrix, labels).
+INPUT_FIELDS = (
+    "input",
+    "model",
+    "training",
+    "distances",
+    "labels",
+    "matrix",
+    "data",
+    "train",
+    "reference",
+)
+#: Keys naming what a run writes, in a job's fields and in its sections (``outliers.out``, ...).
+OUTPUT_FIELDS = ("out", "plot", "store", "directory")
+
+
+def _where(path: Any) -> tuple[str, str]:
+    """``(kind, key)`` comparing ``path`` with others: a local path resolved (links followed,
+    ``file://`` removed), a URL without its credentials; a trailing ``/`` dropped."""
+    if location.is_remote(path):
+        return "url", location.display(path).rstrip("/")
+    # (realpath, not Path.resolve: a loop of links is the reader's to report, not an error here)
+    return "local", os.path.realpath(os.path.expanduser(location.local(path)))
+
+
+def _within(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def cluster_files(connect: Any) -> list[str]:
+    """The files a run's cluster settings read: the cluster file and a scheduler file."""
+    files: list[str] = []
+    cluster = (connect or {}).get("cluster") if isinstance(connect, dict) else None
+    if isinstance(cluster, (str, os.PathLike)):
+        files.append(os.fspath(cluster))
+    elif cluster is not None:
+        source = getattr(cluster, "source", "")
+        if source and not source.startswith("<"):
+            files.append(source)
+        scheduler_file = (getattr(cluster, "options", None) or {}).get("scheduler_file")
+        if isinstance(scheduler_file, str):
+            files.append(scheduler_file)
+    return files
+
+
+def refuse_writing_inputs(outputs: dict[str, Any], inputs: dict[str, Any],
+                          folders: Collection[str] = ()) -> None:  # fmt: skip
+    """Before anything is written: refuse an output that is, holds or lies inside an input.
+
+    ``outputs`` and ``inputs`` map what each path is (``"output.store"``,
+    ``"model"``, ...) to the path; the outputs named in ``folders`` may be folders
+    (stores), refused also when they hold an input (a file output cannot).
+    Local paths are compared resolved (a link to an input is that input), URLs
+    without credentials; a glob input is every file it matches.  ``--overwrite``
+    does not change this: a run never replaces or writes into what it reads.
+
+    Raises
+    ------
+    StoreError
+        Exit 6, naming the output, the input and how they overlap.
+    """
+    import glob
+
+    read: list[tuple[str, str, tuple[str, str]]] = []
+    for what, path in inputs.items():
+        if not path or not isinstance(path, (str, os.PathLike)):
+            continue
+        text = os.fspath(path)
+        matched = [] if location.is_remote(text) or not glob.has_magic(text) else glob.glob(text)
+        for one in matched or [text]:
+            read.append((what, one, _where(one)))
+    for what, path in outputs.items():
+        if not path or not isinstance(path, (str, os.PathLike)):
+            continue
+        kind, key = _where(os.fspath(path))
+        for source, shown, (in_kind, in_key) in read:
+            if kind != in_kind:
+                continue
+            if _within(key, in_key):
+                how = "is" if key == in_key else "lies inside"
+            elif what in folders and _within(in_key, key):
+                how = "holds"
+            else:
+                continue
+            raise StoreError(
+                f"{what} {location.display(path)!r} {how} the {source} "
+                f"{location.display(shown)!r}, which this run reads; inputs are never "
+                "written, also not with --overwrite: choose another output path"
+            )
+
+
+def check_job_inputs_read_only(job: Any) -> None:
+    """:func:`refuse_writing_inputs` for a job: its input fields and cluster files against
+    its output store, the files its sections write and its reports."""
+    from distforest.jobs.report import REPORT_FILES  # (the report module imports this one)
+
+    inputs = {name: getattr(job, name, None) for name in INPUT_FIELDS}
+    for i, path in enumerate(cluster_files(getattr(job, "connect", None))):
+        inputs["cluster file" if i == 0 else "scheduler file"] = path
+    outputs: dict[str, Any] = {}
+
+    def collect(prefix: str, section: dict[str, Any]) -> None:
+        for key, inner in section.items():
+            if isinstance(inner, dict):
+                collect(f"{prefix}{key}.", inner)
+            elif key in (*OUTPUT_FIELDS, "model") and isinstance(inner, str):
+                outputs[f"{prefix}{key}"] = inner
+
+    for name in getattr(job, "__dataclass_fields__", {}):
+        value = getattr(job, name, None)
+        if name in OUTPUT_FIELDS and isinstance(value, str):
+            outputs["output store" if name == "out" else name] = value
+        elif isinstance(value, dict) and name not in ("connect", "forest"):
+            collect(f"{name}.", value)
+    out = getattr(job, "out", None)
+    folder = getattr(job, "report_dir", None) or (location.parent(out) if out else None)
+    for report in REPORT_FILES if folder else ():
+        outputs[report] = location.join(folder, report)
+    refuse_writing_inputs(outputs, inputs, folders={"output store"})

@@ -241,20 +241,20 @@ def _check_impute_from_matrix(sections: dict[str, dict], top_k: int | None, sour
 def _pipeline_folder(path: str | Path) -> Path | None:
     """The folder a pipeline's relative paths are read from: the YAML file's own.
 
-    The example pipelines (a ``pipelines/`` folder next to ``distforest/data/``:
-    the repository, or a copy made by ``distforest examples DIR``) name their
-    paths relative to that examples folder, the parent.  None (the working
-    directory, as before) for the shipped pipelines of an installed package run
-    by name (``distforest run main``): their outputs go where the command runs.
+    None (the working directory, as before) for the shipped pipelines (run by
+    name, ``distforest run main``, or from the repository's ``pipelines/``):
+    their outputs go where the command runs.  A copy of them (a ``pipelines/``
+    folder next to ``distforest/data/``, as ``distforest examples DIR`` makes)
+    names its paths relative to that examples folder, the parent.
     """
     from distforest import examples
 
     folder = Path(path).parent
-    if folder.name == "pipelines" and (folder.parent / "distforest" / "data").is_dir():
-        return folder.parent
     shipped = examples.shipped_dir("pipelines")
     if shipped is not None and folder.resolve() == shipped.resolve():
         return None
+    if folder.name == "pipelines" and (folder.parent / "distforest" / "data").is_dir():
+        return folder.parent
     return folder
 
 

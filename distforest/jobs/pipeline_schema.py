@@ -170,7 +170,7 @@ def _checker(name: str, key: str) -> Checker:
 
     def check(value: Any) -> Any:
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise BadValue(" or ".join(t.__name__ for t in types))
+            raise BadValue(" or ".join(t.__name__ for t in types), type_only=True)
         if choices and value not in choices:
             raise BadValue(f"one of {', '.join(choices)}", did_you_mean(value, choices)[2:])
         return value

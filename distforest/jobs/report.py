@@ -102,11 +102,11 @@ def _digest(text: str) -> str:
 
 def _write_reports(out_dir: Any, report: dict[str, Any], markdown: str) -> dict[str, str]:
     """``report.json`` (with the digest of the markdown, to know it later) and ``report.md``."""
+    markdown = location.scrub(markdown)  # no secret in a report (a URL's credentials, ...)
     report = {**report, "markdown_digest": _digest(markdown)}
+    text = location.scrub(json.dumps(report, indent=2, default=str))
     return {
-        "report": write_text(
-            location.join(out_dir, "report.json"), json.dumps(report, indent=2, default=str)
-        ),
+        "report": write_text(location.join(out_dir, "report.json"), text),
         "report (markdown)": write_text(location.join(out_dir, "report.md"), markdown),
     }
 

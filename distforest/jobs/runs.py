@@ -6,7 +6,7 @@ finished *stages*.  Running the same job again resumes a half-written store
 (finished stages and tiles are kept, the result is bit-identical to an
 uninterrupted run) or does nothing for a complete one; a changed spec is
 refused unless the user asks to restart or overwrite.  Jobs hold the output's
-lock (:mod:`distforest.store.lock`) for the whole run.
+lock and the lock of its folder (:mod:`distforest.store.lock`) for the whole run.
 
 :func:`execute` is the one protocol: it runs a job's
 :class:`~distforest.jobs.stages.Pipeline` (the stages ``--dry-run``
@@ -30,10 +30,11 @@ from typing import Any
 
 from distforest import location
 from distforest.errors import StoreError
+from distforest.jobs.outputs import check_job_inputs_read_only
 from distforest.jobs.report import check_reports, cluster_facts, write_report
 from distforest.jobs.stages import Pipeline
 from distforest.jobs.stages import Stage as StageSpec
-from distforest.store.lock import StoreLock
+from distforest.store.lock import StoreLock, folder_lock
 from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
 logger = logging.getLogger("distforest")
@@ -57,13 +58,15 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
 
 
 def decide(out: str | Path, spec: dict[str, Any], digest: str, *, restart: bool = False,
-           overwrite: bool = False) -> str:  # fmt: skip
+           overwrite: bool = False, pipeline: str | None = "PIPELINE") -> str:  # fmt: skip
     """``new``, ``resume`` or ``complete`` for the run store at ``out``.
 
     Same spec hash: ``complete`` when the store is complete, else ``resume``.
     A different hash is refused (:class:`StoreError`, listing what changed)
     unless ``restart`` or ``overwrite``; a path that is not a distforest
-    store is never replaced.
+    store is never replaced.  The refusal names the fixes of the caller:
+    ``pipeline`` (the YAML file) for ``distforest run``, None for a command
+    (which has ``--overwrite``).
     """
     path = out
     if not location.exists(path) or is_half_created(path):
@@ -84,11 +87,16 @@ def decide(out: str | Path, spec: dict[str, Any], digest: str, *, restart: bool 
         return "new"
     changes = changed_keys(rs.attrs.get("spec") or {}, spec) or ["(no spec recorded)"]
     state = "a complete run" if rs.is_complete else "a half-written run"
+    if pipeline is None:
+        fix = "pass --overwrite to replace it, or write to another --out"
+    else:
+        fix = (
+            f"start over with `distforest run {pipeline} --restart` (or set output.overwrite: "
+            "true in the pipeline), or write to another output.dir"
+        )
     raise StoreError(
         f"{path} already exists and holds {state} of a different job (spec {old}, this job "
-        f"{digest}); changed: {'; '.join(changes[:6])}.  Replace it with --overwrite "
-        "(output.overwrite: true in a pipeline) or start over with `run --restart`, or write "
-        "to another output"
+        f"{digest}); changed: {'; '.join(changes[:6])}; {fix}"
     )
 
 
@@ -290,10 +298,12 @@ def execute(
 
     digest = spec_hash(spec)
     report_dir = getattr(job, "report_dir", location.parent(job.out))
-    with StoreLock(job.out, run_id) as lock:
+    check_job_inputs_read_only(job)
+    with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
         mode = None if extends is None or restart else extends(digest)
         if mode is None:
-            mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite)
+            mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite,
+                          pipeline=getattr(job, "source", None))  # fmt: skip
         if mode == "complete":
             logger.info("%s is already complete for this job (spec %s)", job.out, digest)
             rs = RunStore.open(job.out)
@@ -343,7 +353,8 @@ def run_per_output(job: Any, body: Callable[[], Any], *, run_id: str) -> Any:
     returns the job's result, which gets the report beside ``job.out``.
     """
     report_dir = location.parent(job.out)
-    with StoreLock(job.out, run_id) as lock:
+    check_job_inputs_read_only(job)
+    with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
         check_reports(report_dir, bool(getattr(job, "overwrite", False)))
         done = body()
         rs = RunStore.open(done.store)

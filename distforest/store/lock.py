@@ -106,10 +106,28 @@ def is_locked(store: str | Path) -> bool:
 def _describe(holder: dict[str, Any] | None) -> str:
     if not holder:
         return "an unknown process"
+    writing = f" writing the store {holder['store']}" if holder.get("store") else ""
     return (
-        f"run {holder.get('run_id')} (pid {holder.get('pid')} on {holder.get('host')}, "
+        f"run {holder.get('run_id')}{writing} (pid {holder.get('pid')} on {holder.get('host')}, "
         f"started {holder.get('started')})"
     )
+
+
+#: The name (less ``.lock``) of the lock of an output folder (:func:`folder_lock`).
+FOLDER_LOCK = ".distforest-outputs"
+
+
+def folder_lock(store: Any, run_id: str) -> StoreLock:
+    """The lock a run holds on the folder of its output ``store``, for the whole run.
+
+    Runs writing different stores into one folder also write the same report
+    files and may write the same output names: the folder is claimed by one
+    run at a time (the second is refused, :class:`BusyError` naming the first
+    run's store), so what one run writes there is never overwritten by another
+    one running at the same time.
+    """
+    return StoreLock(location.join(location.parent(store), FOLDER_LOCK), run_id,
+                     owner=store)  # fmt: skip
 
 
 def _now() -> str:
@@ -143,8 +161,10 @@ class StoreLock:
         storage without a trusted create-if-absent write.
     """
 
-    def __init__(self, store: str | Path, run_id: str) -> None:
+    def __init__(self, store: str | Path, run_id: str, *, owner: Any = None) -> None:
         self.store = store
+        #: The store this run writes, when the lock guards its folder (:func:`folder_lock`).
+        self.owner = owner
         self.run_id = run_id
         self.path = lock_path(store)
         self._fd: int | None = None
@@ -158,6 +178,7 @@ class StoreLock:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started": _now(),
+            **({"store": location.display(self.owner)} if self.owner is not None else {}),
         }
 
     def __enter__(self) -> StoreLock:
@@ -172,6 +193,11 @@ class StoreLock:
                 _describe(self.took_over),
             )
         return self
+
+    def _what(self) -> str:
+        if self.owner is None:
+            return str(self.store)
+        return f"the output folder {location.display(location.parent(self.store))}"
 
     # -- local or shared file systems: flock -------------------------------
 
@@ -217,7 +243,7 @@ class StoreLock:
             except BlockingIOError:
                 os.close(fd)
                 raise BusyError(
-                    f"{self.store} is being written by {_describe(read_lock(self.store))}; "
+                    f"{self._what()} is being written by {_describe(read_lock(self.store))}; "
                     f"wait for that run to finish (the lock {self.path} frees itself when it "
                     "ends, even if it is killed)"
                 ) from None
@@ -283,6 +309,9 @@ class _Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.shown = location.display(path)
+        #: ``timeout=`` of every request (an object store that never answers a PUT), if any.
+        seconds = location.request_deadline(path)
+        self.deadline = {} if seconds is None else {"timeout": seconds}
         try:
             self.fs, self.key = location.filesystem(path)
         except Exception as exc:
@@ -299,14 +328,14 @@ class _Lease:
     def _create(self, key: str, data: bytes) -> bool:
         """Create ``key`` if absent: True if this call made it."""
         try:
-            self.fs.pipe_file(key, data, mode="create")
+            self.fs.pipe_file(key, data, mode="create", **self.deadline)
         except FileExistsError:
             return False
         return True
 
     def _read(self) -> tuple[bytes, dict[str, Any] | None] | None:
         try:
-            raw = bytes(self.fs.cat_file(self.key))
+            raw = bytes(self.fs.cat_file(self.key, **self.deadline))
         except FileNotFoundError:
             return None
         return raw, _parse(raw)
@@ -353,7 +382,7 @@ class _Lease:
         for _ in range(3):
             if self._create(self.key, self._record()):
                 if self._create(self.key, self._record()):  # the server ignored If-None-Match
-                    self.fs.rm_file(self.key)
+                    self.fs.rm_file(self.key, **self.deadline)
                     raise StoreError(
                         f"cannot lock {location.display(self.store)}: the server accepted a "
                         "second create-if-absent write of the same object (it ignores "
@@ -388,7 +417,7 @@ class _Lease:
             if not self._create(self.marker, json.dumps(self.holder).encode()):
                 self.marker = None
                 raise self._busy(holder)  # another run is taking it over
-            self.fs.pipe_file(self.key, self._record())
+            self.fs.pipe_file(self.key, self._record(), **self.deadline)
             return holder
         raise self._busy(None)
 
@@ -399,7 +428,7 @@ class _Lease:
                 if seen is None or seen[1] is None or seen[1].get("token") != self.token:
                     logger.error("lost the lock %s: another run took it over", self.shown)
                     return
-                self.fs.pipe_file(self.key, self._record())
+                self.fs.pipe_file(self.key, self._record(), **self.deadline)
             except Exception as exc:  # keep trying: the lease has some slack
                 logger.warning("could not renew the lock %s: %s", self.shown, exc)
 
@@ -412,6 +441,6 @@ class _Lease:
         with contextlib.suppress(Exception):
             seen = self._read()
             if seen is not None and seen[1] is not None and seen[1].get("token") == self.token:
-                self.fs.rm_file(self.key)
+                self.fs.rm_file(self.key, **self.deadline)
             if self.marker is not None:
-                self.fs.rm_file(self.marker)
+                self.fs.rm_file(self.marker, **self.deadline)

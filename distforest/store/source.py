@@ -31,7 +31,7 @@ import contextlib
 import glob
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -94,7 +94,6 @@ class ReadOptions:
     partitions: bool | None = None
     rows: int = INPUT_ROWS
     dtype: Any = np.float32
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Opener:
@@ -194,7 +193,11 @@ def _by_partitions_url(url: str, limit: int) -> bool:
             return not (base.lower().endswith(".zarr")
                         or any(fs.exists(f"{base}/{m}") for m in _ZARR_MARKERS))  # fmt: skip
         return not where.lower().endswith(".npy") and int(fs.size(where)) > limit
-    except Exception:  # unreachable, refused...: the whole-table reader says it in one line
+    except Exception as exc:  # refused...: the whole-table reader says it in one line
+        if location.is_deadline(exc):  # but a store that does not answer is not asked again
+            reached = location.access_error(exc, url)
+            if reached is not None:
+                raise reached from None
         return False
 
 
@@ -228,7 +231,7 @@ class _Memory(Opener):
             return MemoryRows(X)
         table = load_table(X, y=y, target=options.target, drop=options.drop,
                            na_values=options.na_values, id=options.id,
-                           allow_missing=options.allow_missing, **options.extra)  # fmt: skip
+                           allow_missing=options.allow_missing)  # fmt: skip
         return MemoryRows(table)
 
 
