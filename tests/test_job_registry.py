@@ -14,13 +14,15 @@ from distforest.jobs.proximity import ProximityJob
 from distforest.jobs.registry import KINDS, infer_kind
 from distforest.jobs.score import ScoreJob
 from distforest.jobs.simforest import SimForestJob
+from distforest.jobs.similarity import SimilarityJob
 from distforest.jobs.smerf import SmerfJob
 from distforest.jobs.xforest import XForestJob
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "pipelines").glob("*.yaml"))
 CLASSES = {"proximity": ProximityJob, "xforest": XForestJob, "simforest": SimForestJob,
-           "knn": KNNJob, "smerf": SmerfJob, "score": ScoreJob}  # fmt: skip
+           "knn": KNNJob, "smerf": SmerfJob, "score": ScoreJob,
+           "similarity": SimilarityJob}  # fmt: skip
 
 
 def test_every_kind_is_a_job_class_with_the_protocol():

@@ -250,10 +250,10 @@ SECRETS = (KEY, SECRET, OPTION_KEY, OPTION_SECRET)
 TRACEBACK_WITH_SECRET = f"""
 import sys
 import distforest.jobs.proximity as job
-def run_protocol(*args, **kwargs):
+def execute(*args, **kwargs):  # the run protocol, failing with a library's message
     raise RuntimeError("botocore said: no route to s3://{KEY}:{SECRET}@bkt/bc.csv "
                        "with {{'key': '{OPTION_KEY}', 'secret': '{OPTION_SECRET}'}}")
-job.run_protocol = run_protocol
+job.execute = execute
 sys.argv = ["distforest", *sys.argv[1:]]
 from distforest.cli.main import main
 main()

@@ -295,10 +295,15 @@ def run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool = False)
 
 
 def show(plan: Any, out: str) -> None:
-    """Print a ``--dry-run`` plan; exit 6 if its outputs would not fit on the disk."""
+    """Print a ``--dry-run`` plan (a job's stages); exit 6 if its outputs would not fit
+    on the disk."""
     from distforest import location
     from distforest.jobs.estimates import check_disk
-    from distforest.jobs.plan import show_plan
 
-    click.echo(show_plan(plan))
+    if hasattr(plan, "show"):
+        click.echo(plan.show())
+    else:
+        from distforest.jobs.plan import show_plan
+
+        click.echo(show_plan(plan))
     check_disk(location.parent(out), plan.disk_bytes, replaces=out)

@@ -15,6 +15,9 @@ LABELS = {"fit": "fitting trees  ", "tiles": "proximity tiles", "neighbors": "ne
 class ProgressBars:
     """A ``progress(stage, done, total)`` callback drawing one bar per stage.
 
+    Without a terminal on stderr (a log file) the stages log their counts and
+    time left instead (:class:`~distforest.jobs.progress.ProgressLog`).
+
     Parameters
     ----------
     enabled : bool
@@ -22,12 +25,18 @@ class ProgressBars:
     """
 
     def __init__(self, enabled: bool = True) -> None:
+        from distforest.jobs.progress import ProgressLog
+
         self.enabled = enabled
         self._bars: dict[str, Any] = {}
         self._done: dict[str, int] = {}
+        self._log = None if sys.stderr.isatty() else ProgressLog()
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if not self.enabled:
+            return
+        if self._log is not None:
+            self._log(stage, done, total)
             return
         if stage not in self._bars:
             bar = click.progressbar(

@@ -69,6 +69,7 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     given run in this process (no cluster to start; the same tasks, the same
     results).
     """
+    from distforest import location
     from distforest.jobs.proximity import ProximityJob
 
     if dense and top_k is None:
@@ -84,5 +85,6 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
         input=input, out=out, target=target, forest=forest, method=method, top_k=top_k,
         dense=dense, plot=plot,
         overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
+        report_dir=location.parent(out),  # report.json / report.md beside the store
     )  # fmt: skip
     run_job(obj, job, dry_run)

@@ -9,20 +9,16 @@ stays quick); the option choices and defaults come from
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from distforest import location
 from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     dry_run_option,
     input_options,
-    show,
+    run_job,
     tile_size_option,
 )
 from distforest.cli.progress import ProgressBars
@@ -76,28 +72,6 @@ def bars(ctx: click.Context) -> ProgressBars:
     return ProgressBars(enabled=not (ctx.obj or {}).get("quiet", False))
 
 
-@contextlib.contextmanager
-def rows_by_partitions(ctx: click.Context, connect: dict[str, Any], input: str,
-                       reference: str | None, metric: str, normalize: str,
-                       feature_range: tuple[float, float], drop: tuple[str, ...],
-                       na_values: tuple[str, ...]) -> Iterator[tuple[Any, Any, Any]]:  # fmt: skip
-    """On the command's cluster: the rows of INPUT (and --reference) read by partitions,
-    scaled and checked, in a temporary store (:mod:`distforest.jobs.partitioned_rows`)."""
-    from distforest.jobs.knn_model import normalize_choice
-    from distforest.jobs.partitioned_rows import stored_rows
-    from distforest.parallel.cluster import connect as connect_to
-    from distforest.parallel.execution import execution
-
-    with (
-        connect_to(**connect) as client,
-        execution(client, progress=bars(ctx)),  # the tiles / searches and ...
-        client.as_current(),  # ... the partitions' tasks run on this cluster
-        stored_rows(input, reference, metric=metric, normalize=normalize_choice(normalize),
-                    feature_range=feature_range, drop=drop, na_values=na_values) as rows,
-    ):  # fmt: skip
-        yield rows
-
-
 @click.command("similarity")
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
@@ -122,70 +96,19 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     rows (--reference, else INPUT).  Use --drop for the target and identifiers.
     A glob, a folder of table parts or a file over 32 MB is read by partitions
     on the workers (also for --reference); this process never holds the rows.
+    Safe to run again: an interrupted run resumes, a finished one is not repeated.
 
     \b
     Example:
       distforest similarity data.csv --metric cosine --normalize range --out S.zarr --drop Class
     """
-    from distforest.forests.pairwise import pairwise
-    from distforest.io import load_table
-    from distforest.jobs.estimates import check_disk, check_size, estimate_matrix
-    from distforest.jobs.inputs import check_request
-    from distforest.jobs.knn_model import normalize_choice
-    from distforest.jobs.partitioned_rows import by_partitions, input_sizes
-    from distforest.parallel.placement import cells_of, place
-    from distforest.store.run_store import check_can_create, is_unfinished
+    from distforest.jobs.similarity import SimilarityJob
 
-    start = time.perf_counter()
-    if by_partitions(input, reference):  # the driver never holds the rows
-        connect = cluster_kw(options)
-        source, n, m, d = input_sizes(input, reference, drop, na_values)
-        if not is_unfinished(out):
-            check_can_create(out, overwrite)
-        if dry_run:
-            from distforest.jobs.command_plans import matrix_plan
-
-            show(matrix_plan("similarity", source, n, m, d, tile_size, reference is None,
-                             (n + m) * d, connect, out), out)  # fmt: skip
-            return
-        need = estimate_matrix(n, m, d, tile_size, symmetric=reference is None)
-        check_size(f"the {n:,} x {m:,} matrix of {source}", need, "the input sizes")
-        check_disk(location.parent(out), need["disk_bytes"], replaces=out)
-        with rows_by_partitions(ctx, connect, input, reference, metric, normalize,
-                                feature_range, drop, na_values) as (measure, X, Y):  # fmt: skip
-            M = pairwise(X, Y, metric=measure, normalize=normalize_choice(normalize),
-                         feature_range=feature_range, store=out, tile_size=tile_size,
-                         overwrite=overwrite)  # fmt: skip
-        _said_matrix(M, out, tile_size, start)
-        return
-    X = load_table(input, drop=drop, na_values=na_values)
-    Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
-    check_request(X, Y, metric)
-    if not is_unfinished(out):  # an interrupted run of the same request resumes
-        check_can_create(out, overwrite)
-    m = X.n_samples if Y is None else Y.n_samples
-    if dry_run:
-        from distforest.jobs.command_plans import matrix_plan
-
-        show(matrix_plan("similarity", str(X.source), X.n_samples, m, X.n_features, tile_size,
-                         Y is None, cells_of(X, Y), cluster_kw(options), out), out)  # fmt: skip
-        return
-    need = estimate_matrix(X.n_samples, m, X.n_features, tile_size, symmetric=Y is None)
-    check_size(f"the {X.n_samples:,} x {m:,} matrix of {X.source}", need, "the input sizes")
-    check_disk(location.parent(out), need["disk_bytes"], replaces=out)
-    with place(cells_of(X, Y), cluster_kw(options), progress=bars(ctx)):
-        M = pairwise(X, Y, metric=metric, normalize=normalize_choice(normalize),
-                     feature_range=feature_range, store=out, tile_size=tile_size,
-                     overwrite=overwrite)  # fmt: skip
-    _said_matrix(M, out, tile_size, start)
-
-
-def _said_matrix(M: Any, out: str, tile_size: int, start: float) -> None:
-    click.echo(
-        f"{M.name} ({M.attrs['metric']}) of {M.shape[0]} x {M.shape[1]} rows in "
-        f"{time.perf_counter() - start:.1f} s\n  store:  {out}"
-        f" (array {M.name!r}, dims sample_i, sample_j, tiles {tile_size} x {tile_size})"
-    )
+    job = SimilarityJob(input=input, out=out, reference=reference, metric=metric,
+                        normalize=normalize, feature_range=feature_range, drop=drop,
+                        na_values=na_values, tile_size=tile_size, overwrite=overwrite,
+                        connect=cluster_kw(options))  # fmt: skip
+    run_job(ctx.obj or {"quiet": False}, job, dry_run)
 
 
 @click.command("neighbors")
@@ -239,59 +162,11 @@ def neighbors(ctx: click.Context, input: str, out: str, k: int, reference: str |
     Example:
       distforest neighbors data.csv --metric euclidean --k 10 --out knn.zarr
     """
-    from distforest.forests.neighbors import top_k_neighbors
-    from distforest.io import load_table
-    from distforest.jobs.inputs import check_request
-    from distforest.jobs.knn_model import normalize_choice
-    from distforest.jobs.partitioned_rows import by_partitions, input_sizes
-    from distforest.parallel.placement import cells_of, place
-    from distforest.store.run_store import check_can_create
+    from distforest.jobs.similarity import NeighborsJob
 
-    start = time.perf_counter()
-    if by_partitions(input, reference):  # the driver never holds the rows nor n x k
-        connect = cluster_kw(options)
-        check_can_create(out, overwrite)
-        if dry_run:
-            from distforest.jobs.command_plans import neighbors_plan
-
-            source, n, m, d = input_sizes(input, reference, drop, na_values)
-            show(neighbors_plan(source, n, m, d, k, metric, algorithm, batch_size, (n + m) * d,
-                                connect, out), out)  # fmt: skip
-            return
-        with rows_by_partitions(ctx, connect, input, reference, metric, normalize,
-                                feature_range, drop, na_values) as (measure, X, Y):  # fmt: skip
-            ds = top_k_neighbors(X, Y, k=k, metric=measure, normalize=normalize_choice(normalize),
-                                 feature_range=feature_range, algorithm=algorithm, store=out,
-                                 overwrite=overwrite, batch_size=batch_size,
-                                 tile_size=tile_size)  # fmt: skip
-        _said_neighbors(ds, k, out, start)
-        return
-    X = load_table(input, drop=drop, na_values=na_values)
-    Y = None if reference is None else load_table(reference, drop=drop, na_values=na_values)
-    check_request(X, Y, metric)
-    check_can_create(out, overwrite)
-    if dry_run:
-        from distforest.jobs.command_plans import neighbors_plan
-
-        m = X.n_samples if Y is None else Y.n_samples
-        show(neighbors_plan(str(X.source), X.n_samples, m, X.n_features, k, metric, algorithm,
-                            batch_size, cells_of(X, Y), cluster_kw(options), out), out)  # fmt: skip
-        return
-    with place(cells_of(X, Y), cluster_kw(options), progress=bars(ctx)):
-        ds = top_k_neighbors(X, Y, k=k, metric=metric, normalize=normalize_choice(normalize),
-                             feature_range=feature_range, algorithm=algorithm, store=out,
-                             overwrite=overwrite, batch_size=batch_size,
-                             tile_size=tile_size)  # fmt: skip
-    _said_neighbors(ds, k, out, start)
-
-
-def _said_neighbors(ds: Any, k: int, out: str, start: float) -> None:
-    import xarray as xr
-
-    assert isinstance(ds, xr.Dataset)  # a store was given
-    params = ds.attrs["params"]
-    click.echo(
-        f"{k} nearest neighbours of {ds.sizes['sample']} rows by {params['metric']} "
-        f"({params['algorithm']}) in {time.perf_counter() - start:.1f} s\n"
-        f"  store:  {out} (neighbor_index, neighbor_distance; distance = {params['distance']})"
-    )
+    job = NeighborsJob(input=input, out=out, reference=reference, k=k, metric=metric,
+                       normalize=normalize, feature_range=feature_range, algorithm=algorithm,
+                       drop=drop, na_values=na_values, batch_size=batch_size,
+                       tile_size=tile_size, overwrite=overwrite,
+                       connect=cluster_kw(options))  # fmt: skip
+    run_job(ctx.obj or {"quiet": False}, job, dry_run)

@@ -359,6 +359,7 @@ def top_k_neighbors(
     cluster: str | Path | None = None,
     progress: Progress | None = None,
     attrs: dict[str, Any] | None = None,
+    complete: bool = True,
 ) -> Neighbors | xr.Dataset:
     """The k nearest rows of ``Y`` (or of ``X`` itself) for every row of ``X``.
 
@@ -393,6 +394,8 @@ def top_k_neighbors(
         As in :func:`pairwise` (progress stage ``"knn"``).
     attrs : dict, optional
         More JSON attributes for the store (recorded before it is marked complete).
+    complete : bool, default True
+        Mark the store complete when written (False: a job's run protocol does).
 
     Returns
     -------
@@ -449,5 +452,6 @@ def top_k_neighbors(
         except BaseException:
             location.remove_tree(rs.path)  # no half-written store left at STORE
             raise
-    rs.mark_complete()
+    if complete:
+        rs.mark_complete()
     return rs.dataset()

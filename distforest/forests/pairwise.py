@@ -140,6 +140,8 @@ def pairwise(
     scheduler: str | None = None,
     cluster: str | Path | None = None,
     progress: Progress | None = None,
+    store_attrs: dict[str, Any] | None = None,
+    complete: bool = True,
 ) -> xr.DataArray:
     """Similarity or distance between every row of ``X`` and every row of ``Y``.
 
@@ -184,6 +186,10 @@ def pairwise(
         Address of a scheduler or a cluster YAML file.
     progress : callable, optional
         ``progress("tiles", done, total)``.
+    store_attrs : dict, optional
+        More attributes of a new store (a job's spec and run record).
+    complete : bool, default True
+        Mark the store complete when written (False: the job's run protocol does).
 
     Returns
     -------
@@ -213,7 +219,7 @@ def pairwise(
     identity = {**attrs, "dtype": dtype, "input": inputs}
     rs = _open_for(store, identity, overwrite)
     if rs is None:
-        rs = RunStore.create(store, attrs={"params": attrs, "input": inputs,
+        rs = RunStore.create(store, attrs={**(store_attrs or {}), "params": attrs, "input": inputs,
                                            "identity": identity}, overwrite=overwrite)  # fmt: skip
         rs.write_named("sample_i", np.arange(n, dtype=np.int64))
         rs.write_named("sample_j", np.arange(m, dtype=np.int64))
@@ -224,7 +230,8 @@ def pairwise(
         write_matrix(runner, rs, name, plan, measure_tile, (measure, a, b, dtype),
                      identity=identity, dtype=dtype, attrs=attrs,
                      progress=exe.stage("tiles"))  # fmt: skip
-    rs.mark_complete()
+    if complete:
+        rs.mark_complete()
     return rs.dataset()[name]
 
 

@@ -1,7 +1,7 @@
 """The application stages of a proximity job: impute, outliers, mislabels, mds.
 
-Each runs after the forest and its matrix, records itself as a stage
-(:func:`~distforest.jobs.runs.stage`) and is skipped when resuming a run that
+Each runs after the forest and its matrix, is a stage
+(:func:`app_stage`) and is skipped when resuming a run that
 finished it.  Their output files are checked before any work starts
 (:func:`check_outputs`).
 """
@@ -18,7 +18,9 @@ from distforest.jobs.outputs import (
     write_mislabels,
     write_outliers,
 )
-from distforest.jobs.runs import Stage, Stages, stage
+from distforest.jobs.runs import Done, Stages
+from distforest.jobs.stages import Cost
+from distforest.jobs.stages import Stage as StageSpec
 
 #: Application stages, in the order they run.
 APP_STAGES = ("impute", "outliers", "mislabels", "mds")
@@ -49,17 +51,36 @@ def check_outputs(job: Any, stages: Stages | None, replace: bool) -> Any:
     return plan
 
 
-def app_stages(job, table, forest, rs, stages, plan, client) -> None:
-    for name in APP_STAGES:
-        options = getattr(job, name)
-        if not options or stages.done(name):
-            continue
-        with stage(name, stages) as done:
-            _app_stage(name, options, job, table, forest, plan, client, done, rs)
+#: The files each application writes (label of the report and of the plan's disk).
+FILES = {"impute": "imputed table", "outliers": "outlier scores", "mislabels": "suspects",
+         "mds": "MDS coordinates"}  # fmt: skip
+
+
+def app_stage(name: str, job: Any, plan: dict[str, Any], table: Any) -> StageSpec:
+    """The stage of application ``name`` of a proximity job (``plan``: the job's
+    :func:`~distforest.jobs.estimates.estimate`; ``table``: its input, for the run)."""
+    options = getattr(job, name)
+    cpu = {"impute": plan["stage_cpu"]["impute"],
+           "outliers": plan["stage_cpu"]["sums"], "mislabels": 0.0, "mds": 0.0}[name]  # fmt: skip
+    if name == "mislabels" and not job.outliers:
+        cpu = plan["stage_cpu"]["sums"]
+    disk = {FILES[name]: plan["files"].get(FILES[name], 0)}
+    if options.get("plot"):
+        disk["pictures"] = 300_000
+    reads = "the matrix" if options.get("from") == "proximity" else "the forest"
+    writes = tuple(str(options[k]) for k in ("out", "plot") if options.get(k))
+
+    def run(ctx: Any) -> None:
+        _app_stage(name, options, job, table, ctx.model, ctx.values.get("plan"),
+                   ctx.where.client, ctx.done, ctx.rs)  # fmt: skip
+
+    return StageSpec(name, f"{name} -> {', '.join(writes)} (matrix-free products, not counted)",
+                     reads=(reads,), writes=writes,
+                     cost=Cost(cpu, plan["stage_bytes"]["products"], disk), run=run)  # fmt: skip
 
 
 def _app_stage(name: str, options: dict[str, Any], job: Any, table: Any, forest: Any,
-               plan: Any, client: Any, done: Stage, rs: Any) -> None:  # fmt: skip
+               plan: Any, client: Any, done: Done, rs: Any) -> None:  # fmt: skip
     """One application stage (impute, outliers, mislabels, mds); records into ``done``."""
     if name == "impute" and options.get("from") == "proximity":
         from distforest.apps.matrix_impute import write_imputed_from_matrix

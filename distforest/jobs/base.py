@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from distforest._version import __version__
 
 if TYPE_CHECKING:
-    from distforest.jobs.plan import Plan
     from distforest.jobs.result import JobResult
+    from distforest.jobs.stages import Pipeline
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,7 +39,7 @@ class JobBase:
     job_kind: ClassVar[str]
     #: ``planner(job) -> Plan`` and ``runner(job, progress, restart=, run_id=) -> JobResult``
     #: of the class (set by :meth:`plans` and :meth:`runs`).
-    planner: ClassVar[Callable[[Any], Plan]]
+    planner: ClassVar[Callable[[Any], Pipeline]]
     runner: ClassVar[Callable[..., JobResult]]
 
     input: str
@@ -65,7 +65,7 @@ class JobBase:
         setattr(cls, "runner", staticmethod(func))  # noqa: B010 (a ClassVar of the class)
         return func
 
-    def plan(self) -> Plan:
+    def plan(self) -> Pipeline:
         """What the job would do (``--dry-run``): reads the input, runs nothing."""
         return type(self).planner(self)
 

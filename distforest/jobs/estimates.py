@@ -124,19 +124,23 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     if top_k is not None:
         store["top-k neighbours (index, proximity)"] = n * top_k * 12
     fit_cpu = fit_seconds(trees, m, d, forest["max_features"])
-    cpu = fit_cpu + SECONDS_PER["proximity_tile"] * trees * tiles * tile * tile
+    tile_cpu = SECONDS_PER["proximity_tile"] * trees * tiles * tile * tile
+    cpu = fit_cpu + tile_cpu
+    neighbor_cpu = impute_cpu = sums_cpu = 0.0
     # the rows' co-leaf index (members, leaf table: up to 2 nodes a bootstrap row; the
     # leaves and in-bag counts read to build it) and one task's counters and keys
     neighbor_peak = 0.0
     if top_k is not None:
         crowding = 0.35 + 0.65 * n / max(m, 1)
-        cpu += SECONDS_PER["neighbors"] * n * trees * crowding
+        neighbor_cpu = SECONDS_PER["neighbors"] * n * trees * crowding
+        cpu += neighbor_cpu
         neighbor_peak = n * trees * (5 + 5 + 4 * 2 * _BOOTSTRAP_SHARE / leaf) + n * 30
     if job.impute:
         imp = {**job.impute}
-        cpu += int(imp.get("iterations", 5)) * fit_seconds(
+        impute_cpu = int(imp.get("iterations", 5)) * fit_seconds(
             int(imp.get("n_estimators", 100)), n, d, imp.get("max_features", "auto")
         )
+        cpu += impute_cpu
     x_bytes = 8 * n * d
     fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
     # the row blocks a worker keeps while writing tiles: rows by leaf, leaf runs (12 B a cell)
@@ -150,7 +154,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         from distforest.forests.square_sums import plan as square_sums_plan
 
         sums = square_sums_plan(n, trees, m, leaf)
-        cpu += sums["cpu_seconds"]
+        sums_cpu = sums["cpu_seconds"]
+        cpu += sums_cpu
         if not (job.impute or job.mislabels or job.mds):  # no other product
             products = sums["worker_bytes"]
     product_peak = products + 8 * n * (d + 4) * 2
@@ -176,6 +181,20 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         # the driver gathers the per-row arrays of every tree (twice while joining batches)
         "memory_bytes": 2 * n * trees * sum(per_row.values()) + 3 * x_bytes,
         "cpu_seconds": cpu,
+        # the same, by stage
+        "stage_cpu": {
+            "fit": fit_cpu,
+            "tiles": tile_cpu,
+            "neighbors": neighbor_cpu,
+            "impute": impute_cpu,
+            "sums": sums_cpu,
+        },
+        "stage_bytes": {
+            "fit": fit_peak,
+            "tiles": tile_peak,
+            "neighbors": int(neighbor_peak),
+            "products": product_peak,
+        },
     }
 
 

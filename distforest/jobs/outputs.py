@@ -195,7 +195,17 @@ def write_mds(
 
 
 #: Job fields naming what a run reads (a table, a model store, a distance matrix, labels).
-INPUT_FIELDS = ("input", "model", "training", "distances", "labels", "matrix", "data", "train")
+INPUT_FIELDS = (
+    "input",
+    "model",
+    "training",
+    "distances",
+    "labels",
+    "matrix",
+    "data",
+    "train",
+    "reference",
+)
 #: Keys naming what a run writes, in a job's fields and in its sections (``outliers.out``, ...).
 OUTPUT_FIELDS = ("out", "plot", "store", "directory")
 

@@ -62,6 +62,7 @@ from distforest.jobs.proximity import ProximityJob
 from distforest.jobs.registry import kind_of
 from distforest.jobs.score import ScoreJob, score_job
 from distforest.jobs.simforest import SimForestJob, simforest_job
+from distforest.jobs.similarity import SimilarityJob, similarity_job
 from distforest.jobs.smerf import SmerfJob, smerf_job
 from distforest.jobs.xforest import XForestJob, xforest_job
 from distforest.parallel.cluster_config import load_cluster_config
@@ -262,7 +263,7 @@ def load_pipeline(
     today: _dt.date | None = None,
     overrides: Sequence[str] = (),
     check_input: bool = True,
-) -> ProximityJob | XForestJob | KNNJob | SimForestJob | SmerfJob | ScoreJob:
+) -> ProximityJob | XForestJob | KNNJob | SimForestJob | SmerfJob | ScoreJob | SimilarityJob:
     """Read and check a pipeline YAML.
 
     Parameters
@@ -367,6 +368,8 @@ def load_pipeline(
         return knn_job(data, sections, input_path, out_dir, connect, source, templated)
     if kind == "smerf":
         return smerf_job(data, sections, input_path, out_dir, connect, source)
+    if kind == "similarity":
+        return similarity_job(data, sections, input_path, out_dir, connect, source)
     if kind == "score":  # a saved model applied to new rows
         templated = functools.partial(_input_of, today=day, folder=folder, source=source)
         return score_job(data, sections, input_path, out_dir, connect, source, templated)

@@ -96,6 +96,14 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     # scoring pipelines (model, input, score, impute, output): jobs/score.py
     "model": {"path": _STR, "training": _STR},
     "score": {"out": _STR, "method": _STR, "proximity_prediction": _BOOL, "outliers": _BOOL},
+    # similarity pipelines (input, similarity, output): jobs/similarity.py
+    "similarity": {
+        "metric": _STR,
+        "normalize": _STR,
+        "feature_range": _LIST,
+        "tile_size": _INT,
+        "reference": _STR,
+    },
 }
 #: Sections whose keys are an estimator's parameters: checked by its constraint table,
 #: so a pipeline accepts and refuses exactly what Python does.
@@ -137,6 +145,7 @@ CHOICES = {
     "impute.from": IMPUTE_FROM,
     "score.method": PROXIMITY_METHODS,
     "mds.dissimilarity": DISSIMILARITIES,
+    "similarity.normalize": ("none", *C.NORMALIZATIONS),
     **XFOREST_CHOICES,
     **KNN_CHOICES,
 }

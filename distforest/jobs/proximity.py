@@ -28,16 +28,15 @@ from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
-from distforest.jobs.applications import APP_STAGES, app_stages, check_outputs
+from distforest.jobs.applications import APP_STAGES, app_stage, check_outputs
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import check_disk, check_size, estimate
 from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file
-from distforest.jobs.plan import Plan, proximity_plan
-from distforest.jobs.report import check_reports, write_report
+from distforest.jobs.report import table_quality
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
-from distforest.parallel.placement import place
+from distforest.jobs.runs import Context, Run, execute, fit_into_store
+from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore
 
@@ -92,7 +91,8 @@ def run_proximity_job(
 
     Input and output problems are found before any cluster is started, so
     a bad run leaves nothing behind; see the module docstring for locking,
-    resuming and re-running.
+    resuming and re-running.  The stages are :func:`proximity_pipeline`'s,
+    run by :func:`~distforest.jobs.runs.execute`.
     """
     start = time.perf_counter()
     run_id = run_id or new_run_id()
@@ -100,12 +100,15 @@ def run_proximity_job(
     if job.mislabels and isinstance(table, Table):
         require_classes(job.forest.get("task", "auto"), table.y, table.target_name, "mislabels")
     spec = job.spec(table)
+    pipeline = proximity_pipeline(job, table.n_samples, table.n_features, table)
 
-    def stages_of_run(run: Run) -> tuple[RunStore, Stages, None]:
+    def check(run: Run) -> dict[str, Any]:
         # A resumed or restarted run may replace the files of its own job.
-        plan = check_outputs(job, run.stages, replace=run.replace)
-        if job.report_dir:
-            check_reports(job.report_dir, run.replace)
+        values = {"plan": check_outputs(job, run.stages, replace=run.replace)}
+        if run.mode == "extend":
+            if job.plot:
+                check_new_file(job.plot, job.overwrite)
+            return values
         need = estimate(job, table.n_samples, table.n_features)
         check_size(f"the proximity job on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,})"
@@ -114,36 +117,90 @@ def run_proximity_job(
         check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
         logger.info("input %s: %d rows x %d features", table.source, table.n_samples,
                     table.n_features)  # fmt: skip
-        cells = table.n_samples * table.n_features
-        with place(cells, job.connect, progress=progress, watch=True) as where:
-            forest, rs, stages = _fit_stage(job, table, run)
-            _tiles_stage(job, forest, rs, stages)
-            app_stages(job, table, forest, rs, stages, plan, where.client)
-            if job.report_dir:
-                with stage("report", stages) as done:
-                    done.outputs = write_report(job, table, rs, stages.record, where.monitor,
-                                                spec, run.record["spec_hash"], run.run_id,
-                                                run.mode, run.took_over)  # fmt: skip
-        return rs, stages, None
+        return values
 
-    def shortcut(digest: str) -> JobResult | None:
-        same_forest = _same_forest(job, spec, digest)
-        return None if same_forest is None else _add_matrix(job, same_forest, table, progress,
-                                                            start)  # fmt: skip
+    def extends(digest: str) -> str | None:
+        return _same_forest(job, spec, digest)
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         return _result(job, rs, outputs, start, mode)
 
-    return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id,
-                        shortcut=shortcut, simple_report=False)  # fmt: skip
+    return execute(job, pipeline, spec, result, progress=progress, restart=restart,
+                   run_id=run_id, check=check, extends=extends,
+                   quality=lambda: table_quality(table, _record(job)))  # fmt: skip
 
 
 @ProximityJob.plans
-def plan_proximity_job(job: ProximityJob) -> Plan:
-    """What the job would do (``--dry-run``): reads the input, runs nothing."""
+def plan_proximity_job(job: ProximityJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the input's shape, runs nothing."""
     _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
                           id=job.id)  # fmt: skip
-    return proximity_plan(job, n, d)
+    return proximity_pipeline(job, n, d)
+
+
+def _record(job: ProximityJob) -> dict[str, Any]:
+    """The stages recorded in the job's store (for the report's data-quality counts)."""
+    return dict(RunStore.open(job.out).attrs.get("stages") or {})
+
+
+def proximity_pipeline(job: ProximityJob, n: int, d: int, table: Any = None) -> Pipeline:
+    """The stages of a proximity job on ``n x d`` (``table``: the input, for the run).
+
+    fit, the top-k neighbours, the tiles of the n x n matrix, its picture and
+    the applications (impute, outliers, mislabels, mds), each with its tasks
+    and cost (:func:`~distforest.jobs.estimates.estimate`).
+    """
+    threads = placement_of(n * d, job.connect)[1]
+    plan = estimate(job, n, d, threads=threads)
+    cpu, peak = plan["stage_cpu"], plan["stage_bytes"]
+    store = plan["store"]
+    matrix = "proximity matrix (uncompressed)"
+    fit_disk = {k: v for k, v in store.items()
+                if k != matrix and not k.startswith("top-k")}  # fmt: skip
+    stages = [Stage(
+        "fit", f"{plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
+               f"{plan['trees_per_task']}",
+        reads=(str(job.input),), writes=(str(job.out),), tasks=plan["fit_tasks"],
+        cost=Cost(cpu["fit"], peak["fit"], fit_disk),
+        run=lambda ctx: _fit(job, table, ctx),
+        resume=lambda ctx: setattr(ctx, "model", ProximityForest.load(job.out)),
+    )]  # fmt: skip
+    if job.top_k is not None:
+        stages.append(Stage(
+            "neighbors", f"the top {job.top_k} neighbours of every row ({job.method})",
+            reads=("leaves",), writes=("neighbors_index", "neighbors_proximity"),
+            cost=Cost(cpu["neighbors"], peak["neighbors"],
+                      {k: v for k, v in store.items() if k.startswith("top-k")}),
+            run=lambda ctx: _neighbors(job, ctx),
+        ))  # fmt: skip
+    if writes_dense(job):
+        tile = plan["tile_size"]
+        stages.append(Stage(
+            "tiles", f"{job.method}, {plan['tiles']:,} tiles of {tile} x {tile}",
+            reads=("leaves",), writes=(ARRAY_NAMES[job.method],), tasks=plan["tiles"],
+            tiles=plan["tiles"], cost=Cost(cpu["tiles"], peak["tiles"], {matrix: store[matrix]}),
+            run=lambda ctx: _tiles(job, ctx), again=True,
+        ))  # fmt: skip
+        if job.plot:
+            stages.append(Stage(
+                "plot", f"a picture of the matrix -> {job.plot}",
+                reads=(ARRAY_NAMES[job.method],), writes=(job.plot,),
+                cost=Cost(0.0, 0, {"pictures": 300_000}), run=lambda ctx: _plot(job, ctx),
+            ))  # fmt: skip
+    for name in APP_STAGES:
+        if getattr(job, name):
+            stages.append(app_stage(name, job, plan, table))
+    return Pipeline(
+        title=f"job {job.name}: {n:,} rows x {d} features",
+        steps=[("input", str(job.input) + (f" (target {job.target})" if job.target else "")),
+               ("proximity", f"{job.method}, "
+                             + (f"{plan['tiles']:,} tiles of {plan['tile_size']} x "
+                                f"{plan['tile_size']}" if plan["dense"] else "no n x n matrix")
+                             + (f"; the top {plan['top_k']} neighbours of every row"
+                                if plan["top_k"] else "")),
+               ("store", str(job.out))],
+        stages=stages, cells=n * d, connect=job.connect, out=str(job.out),
+    )  # fmt: skip
 
 
 def _read_input(job: ProximityJob) -> Table | PendingInput:
@@ -168,13 +225,14 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
 MATRIX_KEYS = ("method", "plot")
 
 
-def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> RunStore | None:
-    """The complete store at ``job.out`` when it holds this job's forest, for another matrix.
+def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> str | None:
+    """``"extend"`` when the complete store at ``job.out`` holds this job's forest and not
+    yet this matrix (``"complete"`` when it holds that too), else None.
 
     That is: a complete distforest store of a job whose spec equals this one
     but for :data:`MATRIX_KEYS` (same input and fingerprint, same forest
     parameters and seed, no applications), while this job asks for no
-    applications (nor top-k neighbours) either.  None otherwise (then :func:`decide` rules).
+    applications (nor top-k neighbours) either.  None: :func:`decide` rules.
     """
     path = Path(job.out)
     if any(getattr(job, name) for name in APP_STAGES) or job.top_k is not None:
@@ -191,63 +249,22 @@ def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> RunSto
     if any(old.get(name) for name in APP_STAGES):
         return None
     strip = lambda s: {k: v for k, v in s.items() if k not in MATRIX_KEYS}  # noqa: E731
-    return rs if strip(old) == strip(spec) else None
-
-
-def _add_matrix(job: ProximityJob, rs: RunStore, table: Any, progress: Any,
-                start: float) -> JobResult:  # fmt: skip
-    """Write ``job.method``'s matrix (and picture) into a complete store of the same forest.
-
-    ``table`` is the job's input (a :class:`Table` or a pending partitioned
-    input: only its size is used).  The forest is loaded from the store, not
-    fitted again; a matrix already
-    complete there is not written again (exit 0, "already complete").
-    """
+    if strip(old) != strip(spec):
+        return None
     name = ARRAY_NAMES[job.method]
     done = rs.done_tiles(name)
     have = name in rs.group and done is not None and bool(done.all())
-    plot_done = not job.plot or Path(job.plot).exists()
-    if have and plot_done:
+    if have and (not job.plot or Path(job.plot).exists()):
         logger.info("%s already holds the %s matrix of this forest", job.out, job.method)
-        return _result(job, rs, {}, start, "already complete")
-    if job.plot:
-        check_new_file(job.plot, job.overwrite)
-    need = estimate(job, table.n_samples, table.n_features)
-    check_disk(Path(job.out).parent, 0 if have else need["disk_bytes"])
+        return "complete"
     logger.info("%s holds this forest: adding its %s matrix", job.out, job.method)
-    forest = ProximityForest.load(job.out)
-    rs = RunStore.open(job.out, mode="r+")
-    rs.mark_running()
-    outputs: dict[str, str] = {}
-    with place(table.n_samples * table.n_features, job.connect, progress=progress):
-        forest.write_proximity(rs, job.method)
-        if job.plot:
-            from distforest.apps.plots import plot_matrix
-
-            matrix = rs.dataset()[name]
-            codes = forest.y_ if forest.task_ == "classification" else None
-            picture = plot_matrix(matrix, job.plot, labels=codes, title=f"{job.method} proximity",
-                                  class_names=[str(c) for c in forest.classes_])  # fmt: skip
-            outputs["proximity picture"] = str(picture.resolve())
-    rs.mark_complete()
-    return _result(job, rs, outputs, start, "new")
+    return "extend"
 
 
-def _fit_stage(job: ProximityJob, table: Any, run: Run) -> tuple[ProximityForest, RunStore, Stages]:
-    """Fit (or, resuming, load) the forest; it runs where :func:`place` says."""
-
-    def fit(done: Stage) -> tuple[ProximityForest, RunStore]:
-        if isinstance(table, PendingInput):  # rows into the store, trees read them there
-            forest = ProximityForest(**job.forest).fit(table.write(job.out, run.record))
-            rs = RunStore.open(job.out, mode="r+")
-        else:
-            forest = ProximityForest(**job.forest).fit(table)
-            # the spec from the store's first moment
-            rs = forest.save(job.out, overwrite=True, attrs=run.record)
-        done.info["trees"] = int(forest.leaves_.shape[1])
-        return forest, rs
-
-    return load_or_fit(run, job.out, lambda: ProximityForest.load(job.out), fit, "forest")
+def _fit(job: ProximityJob, table: Any, ctx: Context) -> None:
+    """The fit stage: fit the forest and save it (its spec from the store's first moment)."""
+    fit_into_store(ProximityForest(**job.forest), table, ctx, job.out)
+    ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
 
 
 def writes_dense(job: ProximityJob) -> bool:
@@ -255,41 +272,40 @@ def writes_dense(job: ProximityJob) -> bool:
     return job.top_k is None or job.dense
 
 
-def _neighbors_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore,
-                     stages: Stages) -> None:  # fmt: skip
+def _neighbors(job: ProximityJob, ctx: Context) -> None:
     """Each row's top-k neighbours (self excluded), resumable by row block."""
-    if job.top_k is None or stages.done("neighbors"):
-        return
     from distforest.forests.proximity_neighbors import write_forest_neighbors
 
-    with stage("neighbors", stages) as done:
-        done.info = write_forest_neighbors(forest, rs, job.method, job.top_k)
-        if done.info["skipped"]:
-            logger.info("resumed: %d of %d neighbour blocks were already written",
-                        done.info["skipped"], done.info["blocks"])  # fmt: skip
+    info = ctx.done.info = write_forest_neighbors(
+        ctx.model, ctx.store, job.method, int(job.top_k or 0)
+    )
+    if info["skipped"]:
+        logger.info("resumed: %d of %d neighbour blocks were already written",
+                    info["skipped"], info["blocks"])  # fmt: skip
 
 
-def _tiles_stage(job: ProximityJob, forest: ProximityForest, rs: RunStore, stages: Stages) -> None:
-    _neighbors_stage(job, forest, rs, stages)
-    if not writes_dense(job):
-        return
-    with stage("tiles", stages) as done:
-        stats = done.info = forest.write_proximity(rs, job.method)
-        if stats["skipped"]:
-            logger.info("resumed: %d of %d tiles were already written", stats["skipped"],
-                        stats["tiles"])  # fmt: skip
-        previous = stages.record.get("tiles", {})
-        stats["bytes"] += int(previous.get("bytes", 0)) if stats["skipped"] else 0
-    if job.plot and not stages.done("plot"):
-        from distforest.apps.plots import plot_matrix
+def _tiles(job: ProximityJob, ctx: Context) -> None:
+    """The tiles of the n x n matrix; a resumed run keeps the tiles already written."""
+    assert ctx.stages is not None
+    stats = ctx.done.info = ctx.model.write_proximity(ctx.rs, job.method)
+    if stats["skipped"]:
+        logger.info("resumed: %d of %d tiles were already written", stats["skipped"],
+                    stats["tiles"])  # fmt: skip
+    previous = ctx.stages.record.get("tiles", {})
+    stats["bytes"] += int(previous.get("bytes", 0)) if stats["skipped"] else 0
 
-        with stage("plot", stages) as done:
-            matrix = rs.dataset()[ARRAY_NAMES[job.method]]
-            codes = forest.y_ if forest.task_ == "classification" else None
-            title = f"{job.method} proximity" + (", rows by class" if codes is not None else "")
-            picture = plot_matrix(matrix, job.plot, labels=codes, title=title,
-                                  class_names=[str(c) for c in forest.classes_])  # fmt: skip
-            done.outputs = {"proximity picture": location.resolved(picture)}
+
+def _plot(job: ProximityJob, ctx: Context) -> None:
+    """A picture of the matrix, rows by class."""
+    from distforest.apps.plots import plot_matrix
+
+    forest = ctx.model
+    matrix = ctx.store.dataset()[ARRAY_NAMES[job.method]]
+    codes = forest.y_ if forest.task_ == "classification" else None
+    title = f"{job.method} proximity" + (", rows by class" if codes is not None else "")
+    picture = plot_matrix(matrix, str(job.plot), labels=codes, title=title,
+                          class_names=[str(c) for c in forest.classes_])  # fmt: skip
+    ctx.done.outputs = {"proximity picture": location.resolved(picture)}
 
 
 def _result(job: ProximityJob, rs: RunStore, outputs: dict[str, str], start: float,

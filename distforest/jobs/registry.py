@@ -1,6 +1,6 @@
 """The job kinds: one registry keyed by the ``kind:`` of a pipeline file.
 
-Every kind of job (proximity, xforest, simforest, knn, smerf, score) is a dataclass
+Every kind of job (proximity, xforest, simforest, knn, smerf, score, similarity) is a dataclass
 that follows :class:`Job`: its pipeline sections (the config schema, checked
 by :mod:`distforest.jobs.pipeline_schema`), ``plan()`` for ``--dry-run``,
 ``run()`` under the run protocol of :mod:`distforest.jobs.runs` and
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from distforest.errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
-    from distforest.jobs.plan import Plan
     from distforest.jobs.result import JobResult
+    from distforest.jobs.stages import Pipeline
 
 
 class Job(Protocol):
@@ -34,7 +34,7 @@ class Job(Protocol):
     def out(self) -> str:
         """The main output (the store the job's lock guards)."""
 
-    def plan(self) -> Plan:
+    def plan(self) -> Pipeline:
         """What the job would do: tasks, tiles, bytes, memory, time (``--dry-run``)."""
 
     def run(self, progress: Any = None, *, restart: bool = False,
@@ -69,6 +69,7 @@ KINDS: dict[str, Kind] = {
              ("input", "simforest", "proximity", "outliers", "mds", "output")),
         Kind("xforest", ("xforest", "clustering"), ("input", "xforest", "clustering", "output")),
         Kind("score", ("model", "score"), ("model", "input", "score", "impute", "output")),
+        Kind("similarity", ("similarity",), ("input", "similarity", "output")),
         Kind("proximity", (),
              ("input", "forest", "proximity", "impute", "outliers", "mislabels", "mds",
               "output")),

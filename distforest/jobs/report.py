@@ -50,7 +50,8 @@ def _relative(path: Any, folder: Any) -> str:
     return os.path.relpath(path, folder)
 
 
-def _quality(table: Any, stages: dict[str, Any]) -> dict[str, Any]:
+def table_quality(table: Any, stages: dict[str, Any]) -> dict[str, Any]:
+    """The data-quality counts of a report: the input's rows, features, missing cells."""
     if hasattr(table, "quality"):  # read by partitions: from the summaries
         out = table.quality()
     else:
@@ -150,51 +151,50 @@ def check_reports(folder: str | Path, replace: bool) -> None:
             )
 
 
-def write_report(
-    job: Any,
-    table: Any,
-    rs: Any,
-    stages: dict[str, Any],
-    monitor: Any,  # a RunMonitor, or None for a run in this process
-    spec: dict[str, Any],
-    digest: str,
-    run_id: str,
-    mode: str,
-    took_over: dict[str, Any] | None,
-) -> dict[str, str]:
-    """Write ``report.json`` and ``report.md`` into ``job.report_dir``.
+def write_report(job: Any, result: Any, rs: Any, stages: dict[str, Any],
+                 facts: dict[str, Any] | None, run: Any, out_dir: Any,
+                 quality: dict[str, Any] | None = None) -> dict[str, str]:  # fmt: skip
+    """Write ``report.json`` and ``report.md`` into ``out_dir``: the one report of every job.
+
+    ``stages`` is the store's record (each stage's measured seconds and
+    memory beside its estimate), ``facts`` what the cluster did
+    (:func:`cluster_facts`), ``run`` the :class:`~distforest.jobs.runs.Run`
+    and ``quality`` the input's data-quality counts (None: not counted).
 
     Returns
     -------
     dict
         ``{"report": path of the JSON, "report (markdown)": path of the .md}``.
     """
-    out_dir = job.report_dir
     files = {label: p for s in stages.values() for label, p in s.get("outputs", {}).items()}
+    files.update({k: v for k, v in result.outputs.items() if k not in ("store", "model")})
     written = {"store": _disk_usage(rs.path)}
     written.update({label: _disk_usage(p) for label, p in files.items() if location.exists(p)})
-    facts = cluster_facts(monitor)
+    facts = facts or cluster_facts(None)
     report = {
-        "run_id": run_id,
+        "run_id": run.run_id,
         "job": job.name,
+        "kind": type(job).__name__,
         "pipeline": job.source,
         "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "mode": mode,
-        "took_over_stale_lock_of": took_over,
-        "spec_hash": digest,
-        "config": spec,
+        "mode": run.mode,
+        "took_over_stale_lock_of": run.took_over,
+        "spec_hash": run.record["spec_hash"],
+        "config": json.loads(json.dumps(job.__dict__, default=str)),
+        "spec": run.record["spec"],
         "cluster": job.connect,
         "engine": facts["engine"],
         "versions": versions(),
+        "seconds": round(result.seconds, 3),
         "stages": stages,
         "seconds_per_stage": {k: v.get("seconds") for k, v in stages.items()},
         "tasks": facts["tasks"],
         "retries": facts["retries"],
         "bytes_written": written,
         "peak_worker_memory_bytes": facts["peak_worker_memory_bytes"],
-        "data_quality": _quality(table, stages),
+        "data_quality": quality,
         "store": rs.path,
     }
     return _write_reports(out_dir, report, _markdown(report, files, out_dir))
@@ -208,7 +208,8 @@ def _markdown(report: dict[str, Any], files: dict[str, Any], out_dir: Any) -> st
     lines = [
         f"# distforest run {report['run_id']}: {report['job']}",
         "",
-        f"- finished: {report['finished']} on {report['host']} ({report['mode']} run)",
+        f"- finished: {report['finished']} on {report['host']} ({report['mode']} run, "
+        f"{report['seconds']:.1f} s)",
         f"- pipeline: {report['pipeline']}",
         f"- store: `{report['store']}` (spec {report['spec_hash']})",
         f"- distforest {report['versions']['distforest']}, dask {report['versions']['dask']}, "
@@ -216,14 +217,23 @@ def _markdown(report: dict[str, Any], files: dict[str, Any], out_dir: Any) -> st
     ]
     if report["took_over_stale_lock_of"]:
         lines.append(f"- took over the stale lock of {report['took_over_stale_lock_of']}")
-    lines += ["", "## Stages", "", "| stage | seconds | notes |", "|---|---:|---|"]
+    lines += ["", "## Stages", "",
+              "| stage | seconds | estimate (core-s) | memory | estimate | notes |",
+              "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+    hidden = ("seconds", "outputs", "estimate", "process_peak_bytes")
     for name, entry in report["stages"].items():
-        notes = ", ".join(f"{k} {v}" for k, v in entry.items() if k not in ("seconds", "outputs"))
-        lines.append(f"| {name} | {entry.get('seconds', 0):.1f} | {notes} |")
+        notes = ", ".join(f"{k} {v}" for k, v in entry.items() if k not in hidden)
+        guess = entry.get("estimate") or {}
+        lines.append(
+            f"| {name} | {entry.get('seconds', 0):.1f} | {guess.get('cpu_seconds', 0):.1f} | "
+            f"{_mb(entry.get('process_peak_bytes', 0))} | {_mb(guess.get('worker_bytes', 0))} "
+            f"| {notes} |"
+        )
     lines += _cluster_lines(report)
     lines += ["", "## Data", ""]
-    lines += [f"- {k.replace('_', ' ')}: " + ("not counted (read by partitions)" if v is None
-              else f"{v:,}") for k, v in report["data_quality"].items()]  # fmt: skip
+    for k, v in (report["data_quality"] or {}).items():
+        counted = "not counted (read by partitions)" if v is None else f"{v:,}"
+        lines.append(f"- {k.replace('_', ' ')}: {counted}")
     lines += ["", "## Outputs", ""]
     for label, size in report["bytes_written"].items():
         lines.append(f"- {label}: `{files.get(label, report['store'])}` ({_mb(size)})")
@@ -254,50 +264,3 @@ def _cluster_lines(facts: dict[str, Any]) -> list[str]:
     for worker, peak in sorted(facts["peak_worker_memory_bytes"].items()):
         lines.append(f"- worker {worker}: peak memory {_mb(peak)}")
     return lines
-
-
-def write_simple_report(
-    job: Any,
-    result: Any,
-    run_id: str,
-    took_over: dict[str, Any] | None,
-    cluster: dict[str, Any] | None = None,
-) -> dict[str, str]:
-    """``report.json`` and ``report.md`` for a job without stages (X-Forest, k-NN).
-
-    Written next to the job's main output; returns their paths.  ``cluster``
-    (from :func:`cluster_facts`, read while the client was open) adds the
-    engine, its addresses, tasks and retries.
-    """
-    out_dir = location.parent(job.out)
-    files = dict(result.outputs)
-    report = {
-        "run_id": run_id,
-        "job": getattr(job, "name", type(job).__name__),
-        "kind": type(job).__name__,
-        "store": str(job.out),
-        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "host": socket.gethostname(),
-        "took_over_stale_lock_of": took_over,
-        "config": json.loads(json.dumps(job.__dict__, default=str)),
-        "versions": versions(),
-        "seconds": round(result.seconds, 3),
-        "bytes_written": {k: _disk_usage(p) for k, p in files.items() if location.exists(p)},
-        **(cluster or {}),
-    }
-    lines = [
-        f"# distforest run {run_id}: {report['job']} ({report['kind']})",
-        "",
-        f"- finished: {report['finished']} on {report['host']} in {result.seconds:.1f} s",
-        f"- distforest {report['versions']['distforest']}, dask {report['versions']['dask']}",
-        "",
-        "## Outputs",
-        "",
-        *(f"- {k}: `{files[k]}` ({_mb(v)})" for k, v in report["bytes_written"].items()),
-    ]
-    if cluster is not None:
-        lines += _cluster_lines(report)
-    for label, p in files.items():
-        if str(p).endswith(".png"):
-            lines += ["", f"### {label}", "", f"![{label}]({_relative(p, out_dir)})"]
-    return _write_reports(out_dir, report, "\n".join(lines) + "\n")

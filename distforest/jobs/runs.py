@@ -1,4 +1,4 @@
-"""The run protocol every pipeline job follows: spec hash, stages, resume.
+"""The run protocol every job follows: lock, spec decision, stages, resume, report.
 
 A job's *spec* (input fingerprint, parameters, output names, distforest
 version) is hashed into ``spec_hash`` and recorded in its run store with the
@@ -7,6 +7,13 @@ finished *stages*.  Running the same job again resumes a half-written store
 uninterrupted run) or does nothing for a complete one; a changed spec is
 refused unless the user asks to restart or overwrite.  Jobs hold the output's
 lock and the lock of its folder (:mod:`distforest.store.lock`) for the whole run.
+
+:func:`execute` is the one protocol: it runs a job's
+:class:`~distforest.jobs.stages.Pipeline` (the stages ``--dry-run``
+printed), decides where they run (:func:`~distforest.parallel.placement.place`),
+records each stage's measured time and memory beside its estimate, writes
+the report and is the only place that marks an output complete
+(:func:`complete`).
 """
 
 from __future__ import annotations
@@ -16,8 +23,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +31,9 @@ from typing import Any
 from distforest import location
 from distforest.errors import StoreError
 from distforest.jobs.outputs import check_job_inputs_read_only
-from distforest.jobs.report import check_reports, write_simple_report
+from distforest.jobs.report import check_reports, cluster_facts, write_report
+from distforest.jobs.stages import Pipeline
+from distforest.jobs.stages import Stage as StageSpec
 from distforest.store.lock import StoreLock, folder_lock
 from distforest.store.run_store import RunStore, check_can_create, is_half_created
 
@@ -133,37 +141,11 @@ def resume_store(path: str | Path, run_id: str) -> tuple[RunStore, Stages]:
 
 
 @dataclass
-class Stage:
-    """What a stage records when it ends (:func:`stage`): its outputs and facts."""
-
-    stages: Stages | None = None
-    outputs: dict[str, str] | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-@contextmanager
-def stage(name: str, stages: Stages | None = None) -> Iterator[Stage]:
-    """Time the block and record it as the finished stage ``name`` when it ends.
-
-    The block may set ``outputs`` and add ``info`` to the yielded
-    :class:`Stage`, and sets its ``stages`` when the record is created inside
-    the block (the fit stage creates the store).  A block that raises
-    records nothing: the stage runs again on resume.
-    """
-    done = Stage(stages)
-    tick = time.perf_counter()
-    yield done
-    if done.stages is None:
-        raise RuntimeError(f"stage {name!r} ended without a store to record it in")
-    done.stages.finish(name, time.perf_counter() - tick, done.outputs, **done.info)
-
-
-@dataclass
 class Run:
-    """One run of a job under :func:`run_protocol`, as its stages see it."""
+    """One run of a job under :func:`execute`, as its stages see it."""
 
     run_id: str
-    #: "new" or "resume".
+    #: "new", "resume" or "extend" (a store of the same forest gets another matrix).
     mode: str
     #: The finished stages when resuming, else None.
     stages: Stages | None
@@ -175,93 +157,208 @@ class Run:
     took_over: dict[str, Any] | None
 
 
-def load_or_fit(run: Run, out: str, load: Callable[[], Any],
-                fit: Callable[[Stage], tuple[Any, RunStore]],
-                what: str = "model") -> tuple[Any, RunStore, Stages]:  # fmt: skip
-    """The fit stage of every job: the saved model when resuming, else a new one, saved.
+@dataclass
+class Done:
+    """What the running stage records when it ends: its outputs and facts."""
 
-    When ``run`` resumes a run whose fit stage finished, ``load()`` reads the
-    model from ``out`` and the store is reopened for this run
-    (:func:`resume_store`).  Otherwise ``fit(done)`` fits the model, saves it
-    to ``out`` (the store records ``run.record`` from its first moment) and
-    returns ``(model, store)``; it may add outputs and facts to ``done``, the
-    :class:`Stage` recorded as ``fit`` in that store when it returns.
+    outputs: dict[str, str] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
 
-    Returns
-    -------
-    (model, store, stages)
+
+@dataclass
+class Context:
+    """What a stage's ``run(ctx)`` sees and leaves for the next stages.
+
+    Attributes
+    ----------
+    run : Run
+    where : Placement
+        Where the stages run (its ``client`` is None in this process).
+    rs : RunStore or None
+        The job's store, set by the stage that creates it (a fit stage).
+    stages : Stages or None
+        Its record of finished stages.
+    model : object
+        What the fit stage fitted or, resuming, loaded.
+    done : Done
+        The running stage's outputs and facts.
+    values : dict
+        Anything else a job's stages pass on (its input, ...).
     """
-    if run.stages is not None and run.stages.done("fit"):
-        logger.info("resuming run %s: loading the saved %s from %s", run.run_id, what, out)
-        return (load(), *resume_store(out, run.run_id))
-    with stage("fit") as done:
-        model, rs = fit(done)
-        done.stages = Stages(rs)
-    return model, rs, done.stages
+
+    run: Run
+    where: Any
+    rs: RunStore | None = None
+    stages: Stages | None = None
+    model: Any = None
+    done: Done = field(default_factory=Done)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def store(self) -> RunStore:
+        """The job's store, once a stage created it."""
+        if self.rs is None:
+            raise RuntimeError("no stage has created the job's store yet")
+        return self.rs
 
 
-def run_protocol(
+def fit_into_store(estimator: Any, table: Any, ctx: Context, out: str) -> None:
+    """A fit stage's work: fit ``estimator`` on ``table`` and save it at ``out`` with the
+    run's record (a table read by partitions: its rows written into the store first, the
+    trees read them there); sets ``ctx.model`` and ``ctx.rs``."""
+    from distforest.store.inputs import PendingInput
+
+    if isinstance(table, PendingInput):
+        ctx.model = estimator.fit(table.write(out, ctx.run.record))
+        ctx.rs = RunStore.open(out, mode="r+")
+    else:
+        ctx.model = estimator.fit(table)
+        ctx.rs = ctx.model.save(out, overwrite=True, attrs=ctx.run.record)
+
+
+def complete(rs: RunStore) -> None:
+    """Mark a job's output complete: the one place that does, after every stage."""
+    rs.mark_complete()
+
+
+def _peak_rss() -> int:
+    """This process's peak resident memory so far, bytes (0 where not known)."""
+    try:
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    except (ImportError, OSError):  # pragma: no cover (Windows)
+        return 0
+
+
+def _run_stage(spec: StageSpec, ctx: Context, out: str) -> None:
+    """Run one stage (or, resuming a run that finished it, skip or reload it) and record
+    its measured time and memory beside its estimate."""
+    run = ctx.run
+    finished = ctx.stages is not None and ctx.stages.done(spec.name)
+    if finished and run.mode == "extend" and spec.resume is None:
+        finished = False  # another matrix of the same forest: only the fit is kept
+    if finished and spec.resume is not None:
+        logger.info("resuming run %s: stage %s was finished, loading its result from %s",
+                    run.run_id, spec.name, out)  # fmt: skip
+        spec.resume(ctx)
+        ctx.rs, ctx.stages = resume_store(out, run.run_id)
+        return
+    if finished and not spec.again:
+        return
+    assert spec.run is not None, f"stage {spec.name!r} has nothing to run"
+    ctx.done = Done()
+    tick = time.perf_counter()
+    spec.run(ctx)
+    seconds = time.perf_counter() - tick
+    if ctx.rs is None:
+        raise RuntimeError(f"stage {spec.name!r} ended without a store to record it in")
+    if ctx.stages is None or ctx.stages.rs is not ctx.rs:
+        ctx.stages = Stages(ctx.rs)
+    info = {**ctx.done.info, "planned_tasks": spec.tasks,
+            "estimate": {"cpu_seconds": round(spec.cost.cpu_seconds, 3),
+                         "worker_bytes": int(spec.cost.worker_bytes)},
+            "process_peak_bytes": _peak_rss()}  # fmt: skip
+    ctx.stages.finish(spec.name, seconds, ctx.done.outputs, **info)
+
+
+def execute(
     job: Any,
+    pipeline: Pipeline,
     spec: dict[str, Any],
-    body: Callable[[Run], tuple[RunStore, Stages, dict[str, Any] | None]],
     result: Callable[[RunStore, dict[str, str], str], Any],
     *,
-    restart: bool,
+    progress: Any = None,
+    restart: bool = False,
     run_id: str,
-    shortcut: Callable[[str], Any] | None = None,
-    simple_report: bool = True,
+    check: Callable[[Run], dict[str, Any] | None] | None = None,
+    extends: Callable[[str], str | None] | None = None,
+    quality: Callable[[], dict[str, Any]] | None = None,
+    create: Callable[[Run], RunStore] | None = None,
 ) -> Any:
-    """The run protocol of every job: lock, decide, stages, report, mark complete.
+    """The run protocol of every job: lock, decide, run the stages, report, mark complete.
 
-    Under the lock of ``job.out``: ``shortcut(digest)`` may answer at once
-    (a proximity job adding a matrix to a store of the same forest); else
-    :func:`decide`.  A complete store returns ``result(rs, outputs, "already
-    complete")``; otherwise ``body(run)`` runs the stages (``run.stages`` is
-    None for a new run, the finished ones when resuming) and returns the
-    store, its stages and what the cluster did
-    (:func:`~distforest.jobs.report.cluster_facts`, or None).  The result gets
-    a simple report beside ``job.out`` (unless ``simple_report`` is False:
-    the body then writes its own report, after checking it may) and the
-    store is marked complete, last.
+    Under the lock of ``job.out``: ``extends(digest)`` may say the store
+    holds this job's forest (``"extend"``: another matrix of it, ``"complete"``:
+    that one too), else :func:`decide` says ``new``, ``resume`` or
+    ``complete``.  A complete store returns ``result(rs, outputs, "already
+    complete")``.  Otherwise ``check(run)`` refuses outputs it may not
+    replace (before any cluster starts; it may return values for the stages'
+    :class:`Context`), the pipeline's stages run where
+    :func:`~distforest.parallel.placement.place` says, each recorded when it
+    ends, the report (``report.json`` / ``report.md`` in the job's
+    ``report_dir``, by default beside ``job.out``; None: none) is written as
+    the last stage and the store is marked complete (:func:`complete`).
+    A job without a stage that creates its store (scoring) gives ``create(run)``,
+    the store a new run records its stages in.
     """
+    from distforest.parallel.placement import place
+
     digest = spec_hash(spec)
+    report_dir = getattr(job, "report_dir", location.parent(job.out))
     check_job_inputs_read_only(job)
     with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
-        done = None if shortcut is None or restart else shortcut(digest)
-        if done is not None:
-            return done
-        mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite,
-                      pipeline=getattr(job, "source", None))  # fmt: skip
+        mode = None if extends is None or restart else extends(digest)
+        if mode is None:
+            mode = decide(job.out, spec, digest, restart=restart, overwrite=job.overwrite,
+                          pipeline=getattr(job, "source", None))  # fmt: skip
         if mode == "complete":
             logger.info("%s is already complete for this job (spec %s)", job.out, digest)
             rs = RunStore.open(job.out)
             return result(rs, Stages(rs).outputs(), "already complete")
-        check_can_create(job.out, overwrite=True)
-        stages = Stages(RunStore.open(job.out)) if mode == "resume" else None
+        if mode != "extend":
+            check_can_create(job.out, overwrite=True)
+        stages = Stages(RunStore.open(job.out)) if mode in ("resume", "extend") else None
         record = {"spec": spec, "spec_hash": digest, "run_id": run_id, "job": job.name,
                   "pipeline": job.source, "stages": {}}  # fmt: skip
         replace = job.overwrite or restart or stages is not None
-        if simple_report:
-            check_reports(Path(job.out).parent, replace)
-        rs, stages, facts = body(Run(run_id, mode, stages, replace, record, lock.took_over))
-        done = result(rs, stages.outputs(), "resumed" if mode == "resume" else "new")
-        if simple_report:
-            done.outputs.update(write_simple_report(job, done, run_id, lock.took_over, facts))
-        rs.mark_complete()
+        run = Run(run_id, mode, stages, replace, record, lock.took_over)
+        if report_dir:
+            check_reports(report_dir, replace)
+        values = (check(run) if check is not None else None) or {}
+        if not location.is_remote(job.out):
+            Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+        with place(pipeline.cells, job.connect, progress=progress, watch=True) as where:
+            ctx = Context(run, where, stages=stages, values=values)
+            if create is not None and stages is not None:
+                ctx.rs, ctx.stages = resume_store(job.out, run_id)
+            elif create is not None:
+                ctx.rs = create(run)
+                ctx.stages = Stages(ctx.rs)
+            for stage in pipeline.stages:
+                _run_stage(stage, ctx, str(job.out))
+            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
+        assert ctx.rs is not None and ctx.stages is not None
+        done = result(ctx.rs, ctx.stages.outputs(),
+                      {"resume": "resumed", "extend": "new"}.get(mode, mode))  # fmt: skip
+        if report_dir and mode != "extend":
+            tick = time.perf_counter()
+            written = write_report(job, done, ctx.rs, ctx.stages.record, facts, run,
+                                   report_dir, quality() if quality else None)  # fmt: skip
+            if getattr(job, "report_dir", None):  # (asked for: a stage of its own, as before)
+                ctx.stages.finish("report", time.perf_counter() - tick, written)
+            done.outputs.update(written)
+        complete(ctx.rs)
     return done
 
 
 def run_per_output(job: Any, body: Callable[[], Any], *, run_id: str) -> Any:
-    """The run protocol of a job whose stages each write their own store (k-NN).
+    """The run protocol of the k-NN job, whose stages each write their own store.
 
     Under the lock of the main output ``job.out``: each stage decides for its
     own store (:func:`decide`: kept when complete with the same spec, written
     again when half-written) and marks it complete when written; ``body()``
-    returns the job's result, which gets a simple report beside ``job.out``.
+    returns the job's result, which gets the report beside ``job.out``.
     """
+    report_dir = location.parent(job.out)
     check_job_inputs_read_only(job)
     with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
-        check_reports(Path(job.out).parent, bool(getattr(job, "overwrite", False)))
+        check_reports(report_dir, bool(getattr(job, "overwrite", False)))
         done = body()
-        done.outputs.update(write_simple_report(job, done, run_id, lock.took_over))
+        rs = RunStore.open(done.store)
+        record = {"spec": rs.attrs.get("spec"), "spec_hash": rs.attrs.get("spec_hash")}
+        run = Run(run_id, done.mode, None, False, record, lock.took_over)
+        done.outputs.update(write_report(job, done, rs, {}, None, run, report_dir))
     return done

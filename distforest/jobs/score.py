@@ -31,13 +31,11 @@ from distforest import location
 from distforest.errors import ConfigError, StoreError
 from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.jobs.base import JobBase, input_fields, new_run_id
-from distforest.jobs.estimates import SECONDS_PER, free_space
+from distforest.jobs.estimates import SECONDS_PER
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.plan import Plan, placement_of
-from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Run, Stages, resume_store, run_protocol
-from distforest.parallel.placement import place
+from distforest.jobs.runs import Context, Run, execute
+from distforest.jobs.stages import Cost, Pipeline, Stage
 from distforest.store.run_store import RunStore
 
 #: Sections of other pipelines that a scoring pipeline must not have (the model fixes them).
@@ -112,52 +110,60 @@ def _sizes(job: ScoreJob) -> tuple[Any, Any]:
 
 
 @ScoreJob.plans
-def plan_score_job(job: ScoreJob) -> Plan:
+def plan_score_job(job: ScoreJob) -> Pipeline:
     """What the job would do (``--dry-run``): opens the model, reads the rows, runs nothing."""
-    forest, table = _sizes(job)
+    return score_pipeline(job, *_sizes(job))
+
+
+def score_pipeline(job: ScoreJob, forest: Any, table: Any,
+                   X_train: Any = None) -> Pipeline:  # fmt: skip
+    """The stages of a scoring job: score and/or impute the new rows against the model
+    (no fit batch, no tile: rows routed, leaf sums, sparse leaf-member rows)."""
     n, m, d = forest.n_samples_, table.n_samples, forest.n_features_in_
     trees = int(forest.leaves_.shape[1])
-    where, threads = placement_of(n * d + m * d, job.connect)
-    steps = [("model", f"{job.model}: {forest.task_} forest, {trees} trees, {n:,} training "
-                       "rows (read, not refitted; no proximity recomputed)"),
-             ("input", f"{job.input}: {m:,} new rows")]  # fmt: skip
-    disk: dict[str, int] = {}
-    cpu = 0.0
+    # the training leaves and their leaf index (three int32 arrays), the training features
+    memory = 12 * n * trees + 8 * n * d + 4 * m * trees
+    stages = []
     if job.score:
         parts = ["prediction"] * (forest.task_ != "unsupervised")
         parts += ["proximity-weighted prediction"] * bool(
             forest.task_ != "unsupervised" and job.score.get("proximity_prediction", True)
         )
         parts += ["outlier score"] * bool(job.score.get("outliers", True))
-        steps.append(("score", f"{', '.join(parts)} -> {job.score['out']}"))
-        disk["scores (CSV)"] = m * 48
         # the outlier reference: one sparse row per training row, then per new row
-        cpu += SECONDS_PER["neighbors"] * trees * (n + m)
+        stages.append(Stage(
+            "score", f"{', '.join(parts)} -> {job.score['out']}", reads=(job.model, job.input),
+            writes=(job.score["out"],),
+            cost=Cost(SECONDS_PER["neighbors"] * trees * (n + m), memory,
+                      {"scores (CSV)": m * 48}),
+            run=lambda ctx: _score(job, forest, table, ctx),
+        ))  # fmt: skip
     if job.impute:
-        steps.append(("impute", f"{job.impute.get('proximity', 'rfgap')} proximity to the "
-                                f"training rows -> {job.impute['out']}"))  # fmt: skip
-        disk["imputed rows (CSV)"] = m * (d + 1) * 12
-        cpu += SECONDS_PER["tile"] * trees * n * 4
-    steps.append(("store", f"{job.out} (this run's stages)"))
-    return Plan(
+        stages.append(Stage(
+            "impute", f"{job.impute.get('proximity', 'rfgap')} proximity to the training rows "
+                      f"-> {job.impute['out']}",
+            reads=(job.model, job.input), writes=(job.impute["out"],),
+            cost=Cost(SECONDS_PER["tile"] * trees * n * 4, memory,
+                      {"imputed rows (CSV)": m * (d + 1) * 12}),
+            run=lambda ctx: _impute(job, forest, table, X_train, ctx),
+        ))  # fmt: skip
+    by_parts = not hasattr(table, "X")
+    return Pipeline(
         title=f"job {job.name}: {m:,} new rows against a {n:,}-row model",
-        steps=steps,
-        tasks=0,  # no fit batch, no tile: rows routed, leaf sums, sparse leaf-member rows
-        tiles=0,
-        disk=disk,
-        free_bytes=free_space(location.parent(job.out)),
-        # the training leaves and their leaf index (three int32 arrays), the training features
-        worker_bytes=12 * n * trees + 8 * n * d + 4 * m * trees,
-        cpu_seconds=cpu,
-        threads=threads,
-        where=where,
+        steps=[("model", f"{job.model}: {forest.task_} forest, {trees} trees, {n:,} training "
+                         "rows (read, not refitted; no proximity recomputed)"),
+               ("input", f"{job.input}: {m:,} new rows"),
+               ("store", f"{job.out} (this run's stages)")],
+        stages=stages,
+        cells=forest._fitted_cells() + (table.cells if by_parts else int(table.n_samples * d)),
+        connect=job.connect, out=str(job.out),
         notes=["  no fit, no tiles: the model's proximities are not recomputed"],
-    )
+    )  # fmt: skip
 
 
 def score_plan(model: str, input: str, id_column: str | None, method: str,
                na_values: tuple[str, ...], connect: dict[str, Any], *,
-               out: str) -> Plan:  # fmt: skip
+               out: str) -> Pipeline:  # fmt: skip
     """``distforest score --dry-run``: the plan of a scoring job writing the scores to ``out``
     (the command keeps no run store: the pipeline's store step is left out)."""
     job = ScoreJob(input=input, model=model, out=out, id=id_column, na_values=tuple(na_values),
@@ -167,67 +173,64 @@ def score_plan(model: str, input: str, id_column: str | None, method: str,
     return plan
 
 
+def _score(job: ScoreJob, forest: Any, table: Any, ctx: Context) -> None:
+    from distforest.apps.scoring import score_rows
+
+    options = job.score
+    assert options is not None  # a stage only when there is a score section
+    how = {"method": options.get("method", "rfgap"),
+           "proximity_prediction": options.get("proximity_prediction", True),
+           "outliers": options.get("outliers", True)}  # fmt: skip
+    if not hasattr(table, "X"):  # read by partitions: tasks score and write them
+        written = _by_parts(job, table, "score", options["out"], how)[0]
+    else:
+        written = write_csv(score_rows(forest, table, **how), options["out"])
+    ctx.done.outputs = {"scores": written}
+    ctx.done.info["rows"] = table.n_samples
+
+
+def _impute(job: ScoreJob, forest: Any, table: Any, X_train: Any, ctx: Context) -> None:
+    from distforest.apps.scoring import impute_rows
+
+    options = job.impute
+    assert X_train is not None and options is not None  # read when there is an impute section
+    method = options.get("proximity", "rfgap")
+    vote = options.get("categorical_vote", "sum")
+    if not hasattr(table, "X"):
+        written, cells_filled = _by_parts(
+            job, table, "impute", options["out"],
+            {"method": method, "vote": vote, "training": job.training,
+             "na_values": job.na_values},
+        )  # fmt: skip
+    else:
+        imputed, cells_filled = impute_rows(forest, table, X_train, method=method, vote=vote)
+        written = write_csv(imputed, options["out"])
+    ctx.done.outputs = {"imputed rows": written}
+    ctx.done.info["cells_imputed"] = cells_filled
+
+
 @ScoreJob.runs
 def run_score_job(
     job: ScoreJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
     """Score (and impute) the new rows against the model; resumable by stage."""
-    from distforest.apps.scoring import impute_rows, score_rows, training_features
+    from distforest.apps.scoring import training_features
 
     start = time.perf_counter()
     run_id = run_id or new_run_id()
     forest, table = _sizes(job)
-    by_parts = not hasattr(table, "X")  # read by partitions: tasks score and write them
     X_train = None
     if job.impute:  # the training rows read (and checked) before anything is written
         X_train = training_features(job.model, forest, job.training, job.na_values)
+    pipeline = score_pipeline(job, forest, table, X_train)
 
-    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        stages, replace, record = run.stages, run.replace, run.record
+    def check(run: Run) -> None:
         for section in (job.score, job.impute):
-            if section and (stages is None or not stages.done(_stage(section, job))):
-                check_new_file(section["out"], replace)
-        if stages is not None:
-            rs, stages = resume_store(job.out, run_id)
-        else:
-            if not location.is_remote(job.out):
-                Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-            rs = RunStore.create(job.out, attrs={**record, "model": job.model}, overwrite=True)
-            stages = Stages(rs)
-        cells = forest._fitted_cells() + (table.cells if by_parts else int(table.X.size))
-        with place(cells, job.connect, progress=progress, watch=True) as where:
-            if job.score and not stages.done("score"):
-                tick = time.perf_counter()
-                options = job.score
-                how = {"method": options.get("method", "rfgap"),
-                       "proximity_prediction": options.get("proximity_prediction", True),
-                       "outliers": options.get("outliers", True)}  # fmt: skip
-                if by_parts:
-                    written = _by_parts(job, table, "score", options["out"], how)[0]
-                else:
-                    written = write_csv(score_rows(forest, table, **how), options["out"])
-                stages.finish("score", time.perf_counter() - tick, {"scores": written},
-                              rows=table.n_samples)  # fmt: skip
-            if job.impute and not stages.done("impute"):
-                tick = time.perf_counter()
-                options = job.impute
-                assert X_train is not None  # read above when there is an impute section
-                method = options.get("proximity", "rfgap")
-                vote = options.get("categorical_vote", "sum")
-                if by_parts:
-                    written, cells_filled = _by_parts(
-                        job, table, "impute", options["out"],
-                        {"method": method, "vote": vote, "training": job.training,
-                         "na_values": job.na_values},
-                    )  # fmt: skip
-                else:
-                    imputed, cells_filled = impute_rows(forest, table, X_train, method=method,
-                                                        vote=vote)  # fmt: skip
-                    written = write_csv(imputed, options["out"])
-                stages.finish("impute", time.perf_counter() - tick, {"imputed rows": written},
-                              cells_imputed=cells_filled)  # fmt: skip
-            facts = cluster_facts(where.monitor)
-        return rs, stages, facts
+            if section and (run.stages is None or not run.stages.done(_stage(section, job))):
+                check_new_file(section["out"], run.replace)
+
+    def create(run: Run) -> RunStore:
+        return RunStore.create(job.out, attrs={**run.record, "model": job.model}, overwrite=True)
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         return JobResult(store=rs.path, name="scores", shape=(table.n_samples, forest.n_samples_),
@@ -236,7 +239,8 @@ def run_score_job(
                          mode=mode)  # fmt: skip
 
     spec = job.spec(table.fingerprint(), forest.fit_id_)
-    return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
+    return execute(job, pipeline, spec, result, progress=progress, restart=restart,
+                   run_id=run_id, check=check, create=create)  # fmt: skip
 
 
 def _by_parts(job: ScoreJob, rows: Any, what: str, out: str,

@@ -43,12 +43,11 @@ from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix
 from distforest.jobs.inputs import input_shape, partitioned_input, temporary_store
 from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
-from distforest.jobs.plan import Plan, simforest_plan
-from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
+from distforest.jobs.runs import Context, Run, execute
+from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.parallel import placement
-from distforest.parallel.placement import cells_of, place
+from distforest.parallel.placement import cells_of
 from distforest.store.inputs import PendingInput, input_chunk
 from distforest.store.run_store import RunStore
 
@@ -307,13 +306,94 @@ class SimForestJob(ForestJob):
 
 
 @SimForestJob.plans
-def plan_simforest_job(job: SimForestJob) -> Plan:
+def plan_simforest_job(job: SimForestJob) -> Pipeline:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
     if job.partitioned:  # the shape only: nothing read whole
         _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
-        return simforest_plan(job, n, n * d)
+        return simforest_pipeline(job, n, n * d)
     fit_input = job.read_input()
-    return simforest_plan(job, fit_input.n, cells_of(fit_input.source))
+    return simforest_pipeline(job, fit_input.n, cells_of(fit_input.source))
+
+
+def simforest_pipeline(job: SimForestJob, n: int, cells: int,
+                       fit_input: FitInput | None = None) -> Pipeline:  # fmt: skip
+    """The stages of a SimForest job on ``n`` objects (``cells``: its input's cells):
+    fit, proximity tiles, outliers, MDS."""
+    import math
+
+    from distforest.forests.tiles import SYMMETRIC
+    from distforest.jobs.estimates import SECONDS_PER
+    from distforest.parallel.tasks import default_batch_size, plan_batches
+    from distforest.parallel.tiling import TilePlan
+
+    params = {**SimilarityForestClassifier().get_params(), **job.forest}
+    threads = placement_of(cells, job.connect)[1]
+    trees, pairs = int(params["n_estimators"]), int(params["n_pairs"])
+    tiles = TilePlan(n, n, int(params["tile_size"]), symmetric=SYMMETRIC[job.method])
+    tile = tiles.chunks[0]
+    batch = params["batch_size"] or default_batch_size(trees, threads)
+    fit_tasks = len(plan_batches(trees, batch))
+    per_tree = n * math.log2(max(n, 2))
+    name = ARRAY_NAMES[job.method]
+    stages = [
+        Stage("fit", f"{trees} trees, {pairs} pair(s) per node, in {fit_tasks} tasks",
+              reads=(str(job.input),), writes=(str(job.out),), tasks=fit_tasks,
+              cost=Cost(SECONDS_PER["sim_fit"] * trees * pairs * per_tree,
+                        8 * cells + batch * n * 2 * 48,
+                        {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)}),
+              run=lambda ctx: _fit(job, fit_input, ctx),
+              # resumed: a model fitted by partitions keeps its leaves in its store
+              resume=lambda ctx: setattr(ctx, "model", SimilarityForestClassifier.load(
+                  job.out, rows_in_store=job.partitioned))),
+        Stage("proximity", f"{job.method}, {tiles.n_tasks:,} tiles of {tile} x {tile}",
+              reads=("leaves",), writes=(name,), tasks=tiles.n_tasks, tiles=tiles.n_tasks,
+              cost=Cost(SECONDS_PER["tile"] * trees * tiles.n_tasks * tile * tile,
+                        2 * tile * trees * 5 + 3 * 4 * tile * tile,
+                        {"proximity matrix (uncompressed)": 4 * n * n}),
+              run=lambda ctx: ctx.model.proximity(job.method, store=job.out, complete=False)),
+    ]  # fmt: skip
+    title = f"{job.name}: SimForest proximity"
+    if job.outliers:
+        options = job.outliers
+        stages.append(Stage(
+            "outliers", f"outlier scores -> {options['out']}", reads=(name,),
+            writes=(options["out"],), cost=Cost(0.0, 4 * n * n, {"outlier scores": n * 32}),
+            run=lambda ctx: setattr(ctx.done, "outputs", write_outliers(
+                ctx.model, options["out"], options.get("plot"), title)),
+        ))  # fmt: skip
+    if job.mds:
+        mds = job.mds
+        stages.append(Stage(
+            "mds", f"MDS -> {mds['out']}", reads=(name,), writes=(mds["out"],),
+            cost=Cost(0.0, 4 * n * n, {"MDS coordinates": n * 24 * (1 + mds.get("components", 2))}),
+            run=lambda ctx: setattr(ctx.done, "outputs", write_mds(
+                ctx.model, mds["out"], mds.get("plot"), components=mds.get("components", 2),
+                dissimilarity=mds.get("dissimilarity", "sqrt"), title=title)),
+        ))  # fmt: skip
+    return Pipeline(title=f"job {job.name}: {n:,} objects ({cells:,} input cells)",
+                    steps=[("input", str(job.input)), ("store", str(job.out))], stages=stages,
+                    cells=cells, connect=job.connect, out=str(job.out))  # fmt: skip
+
+
+def _fit(job: SimForestJob, fit_input: FitInput | None, ctx: Context) -> None:
+    """The fit stage: fit the forest and save it (not complete: the protocol marks it)."""
+    assert fit_input is not None
+    record = ctx.run.record
+    forest = SimilarityForestClassifier(**job.forest)
+    if isinstance(fit_input.source, PendingInput):  # fitted from a temporary store
+
+        def save(fitted: SimilarityForestClassifier, attrs: dict[str, Any]) -> RunStore:
+            return fitted.save(job.out, overwrite=True, complete=False,
+                               attrs={**attrs, **record})  # fmt: skip
+
+        ctx.rs = fit_and_save(forest, fit_input.source, job.normalize, fit_input.attrs, save)
+    else:
+        forest.fit(fit_input.source, fit_input.y)
+        ctx.rs = forest.save(job.out, overwrite=True, complete=False,
+                             attrs={**fit_input.attrs, **record})  # fmt: skip
+    ctx.done.outputs = {"model": ctx.rs.path}
+    ctx.done.info["evaluations"] = forest.n_similarity_evaluations_
+    ctx.model = forest
 
 
 @SimForestJob.runs
@@ -324,62 +404,21 @@ def run_simforest_job(
     start = time.perf_counter()
     run_id = run_id or new_run_id()
     fit_input = job.read_input()
+    pipeline = simforest_pipeline(job, fit_input.n, _cells(fit_input), fit_input)
 
-    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        def fit(done: Stage) -> tuple[SimilarityForestClassifier, RunStore]:
-            forest = SimilarityForestClassifier(**job.forest)
-            if isinstance(fit_input.source, PendingInput):  # fitted from a temporary store
-
-                def save(fitted: SimilarityForestClassifier, attrs: dict[str, Any]) -> RunStore:
-                    return fitted.save(job.out, overwrite=True, complete=False,
-                                       attrs={**attrs, **run.record})  # fmt: skip
-
-                rs = fit_and_save(forest, fit_input.source, job.normalize, fit_input.attrs, save)
-            else:
-                forest.fit(fit_input.source, fit_input.y)
-                rs = forest.save(job.out, overwrite=True, complete=False,
-                                 attrs={**fit_input.attrs, **run.record})  # fmt: skip
-            done.outputs = {"model": rs.path}
-            done.info["evaluations"] = forest.n_similarity_evaluations_
-            return forest, rs
-
-        replace = run.replace
+    def check(run: Run) -> None:
         for section in (job.outliers, job.mds):
             for key in ("out", "plot"):
-                check_new_file((section or {}).get(key), replace)
+                check_new_file((section or {}).get(key), run.replace)
         tile = job.forest.get("tile_size", SimilarityForestClassifier().tile_size)
         need = estimate_matrix(fit_input.n, fit_input.n, 1, tile, True)["disk_bytes"]
         check_disk(location.parent(job.out), need, replaces=job.out)
-        cells = _cells(fit_input)
-        with place(cells, job.connect, progress=progress, watch=True) as where:
-            forest, rs, stages = load_or_fit(
-                # resumed: a model fitted by partitions keeps its leaves in its store
-                run, job.out,
-                lambda: SimilarityForestClassifier.load(job.out, rows_in_store=job.partitioned),
-                fit,
-            )  # fmt: skip
-            if not stages.done("proximity"):
-                with stage("proximity", stages):
-                    forest.proximity(job.method, store=job.out, complete=False)
-            title = f"{job.name}: SimForest proximity"
-            if job.outliers and not stages.done("outliers"):
-                with stage("outliers", stages) as done:
-                    done.outputs = write_outliers(forest, job.outliers["out"],
-                                                  job.outliers.get("plot"), title)  # fmt: skip
-            if job.mds and not stages.done("mds"):
-                with stage("mds", stages) as done:
-                    done.outputs = write_mds(forest, job.mds["out"], job.mds.get("plot"),
-                                             components=job.mds.get("components", 2),
-                                             dissimilarity=job.mds.get("dissimilarity", "sqrt"),
-                                             title=title)  # fmt: skip
-            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
-        return rs, stages, facts
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         return _result(job, rs, outputs, start, mode)
 
-    spec = job.spec(fit_input.fingerprint)
-    return run_protocol(job, spec, stages_of_run, result, restart=restart, run_id=run_id)
+    return execute(job, pipeline, job.spec(fit_input.fingerprint), result, progress=progress,
+                   restart=restart, run_id=run_id, check=check)  # fmt: skip
 
 
 def _cells(fit_input: FitInput) -> int:

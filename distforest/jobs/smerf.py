@@ -50,11 +50,9 @@ from distforest.io.distances import Distances, load_distances
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
 from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts, temporary_store
-from distforest.jobs.plan import Plan, smerf_plan
-from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
-from distforest.parallel.placement import place
+from distforest.jobs.runs import Context, Run, execute
+from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore, check_can_create
 
@@ -106,7 +104,7 @@ def class_distances(y: np.ndarray | None) -> np.ndarray:
 
 
 @SmerfJob.plans
-def plan_smerf_job(job: SmerfJob) -> Plan:
+def plan_smerf_job(job: SmerfJob) -> Pipeline:
     """What the job would do (``--dry-run``): reads the inputs' sizes, runs nothing."""
     if partitioned_input(job.input):  # not loaded: the rows from metadata or line counts
         _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
@@ -124,7 +122,81 @@ def plan_smerf_job(job: SmerfJob) -> Plan:
                 for key in ("rows", "against") if dist.get(key)}  # fmt: skip
         n_a, n_b = rows.get("rows", n), rows.get("against", n)
         matrix = (n_a, n_b, bool(dist["oob"]))
-    return smerf_plan(job, n, d, itemsize, matrix)
+    return smerf_pipeline(job, n, d, itemsize, matrix)
+
+
+def smerf_pipeline(job: SmerfJob, n: int, d: int, itemsize: int,
+                   matrix: tuple[int, int, bool] | None,
+                   run: dict[str, Any] | None = None) -> Pipeline:  # fmt: skip
+    """The stages of a SMERF job on ``n x d`` with ``n x n`` distances of ``itemsize`` bytes:
+    fit, and (``matrix``: rows, columns, symmetry) the learned distances.  ``run``: what
+    the run's stages read (``table``, ``D``, ``other``, ``stack``)."""
+    import math
+
+    from distforest.jobs.estimates import SECONDS_PER
+    from distforest.parallel.tasks import default_batch_size, plan_batches
+    from distforest.parallel.tiling import TilePlan
+
+    params = {**SMERF().get_params(), **job.forest}
+    cells = input_cells(n, d)
+    threads = placement_of(cells, job.connect)[1]
+    trees = int(params["n_estimators"])
+    fit_tasks = len(plan_batches(trees, default_batch_size(trees, threads)))
+    stages = [Stage(
+        "fit", f"{trees} trees in {fit_tasks} tasks", reads=(str(job.input),),
+        writes=(str(job.out),), tasks=fit_tasks,
+        cost=Cost(SECONDS_PER["smerf_fit"] * trees * n * n * math.log2(max(n, 2)),
+                  itemsize * n * n + 8 * n * d,
+                  {"model (distances, leaves, trees)": estimate_smerf_model(n, trees, itemsize)}),
+        run=lambda ctx: _fit(job, run or {}, ctx),
+        resume=lambda ctx: setattr(ctx, "model", SMERF.load(job.out, require_complete=False)),
+    )]  # fmt: skip
+    if matrix is not None:
+        plan = TilePlan(matrix[0], matrix[1], job.tile_size, symmetric=matrix[2])
+        tile, cols = plan.chunks
+        stages.append(Stage(
+            "distance", f"{matrix[0]:,} x {matrix[1]:,} in {plan.n_tasks:,} tiles of "
+                        f"{tile} x {cols}",
+            reads=("leaves",), writes=(str((job.distance or {}).get("out")),),
+            tasks=plan.n_tasks, tiles=plan.n_tasks,
+            cost=Cost(SECONDS_PER["tile"] * trees * plan.n_tasks * tile * cols,
+                      itemsize * n * n + 8 * n * d + 3 * 4 * tile * cols,
+                      {"learned distances (uncompressed)": plan.nbytes(4)}),
+            run=lambda ctx: _distance(job, run or {}, ctx),
+        ))  # fmt: skip
+    return Pipeline(title=f"job {job.name}: {n:,} rows x {d} features",
+                    steps=[("input", str(job.input)), ("store", str(job.out))], stages=stages,
+                    cells=cells, connect=job.connect, out=str(job.out))  # fmt: skip
+
+
+def _fit(job: SmerfJob, given: dict[str, Any], ctx: Context) -> None:
+    """The fit stage: fit SMERF and save it (not complete: the protocol marks it)."""
+    table, D = given["table"], given["D"]
+    if isinstance(table, PendingInput):  # the rows into a store, the trees read there
+        stored = table.write(given["stack"].enter_context(temporary_store()), {})
+        dist = D if D is not None else load_distances(class_distances(stored.read_y()))
+        model = SMERF(**job.forest).fit(stored, dist)
+    else:
+        model = SMERF(**job.forest).fit(table, D)
+    ctx.rs = model.save(job.out, overwrite=True, attrs=ctx.run.record, tile_size=job.tile_size,
+                        complete=False)  # fmt: skip
+    ctx.done.outputs = {"model": ctx.rs.path}
+    ctx.done.info["trees"] = int(model.seeds_.shape[0])
+    ctx.model = model
+
+
+def _distance(job: SmerfJob, given: dict[str, Any], ctx: Context) -> None:
+    """The learned distances: out of bag among the training rows, or between given rows."""
+    dist, other = job.distance or {}, given["other"]
+    if dist["oob"]:
+        matrix = ctx.model.oob_distance(dist["out"], tile_size=job.tile_size, overwrite=True)
+    else:
+        matrix = ctx.model.predict_distance(  # no rows: the training rows' leaves
+            other.get("rows"), other.get("against"), dist["out"],
+            tile_size=job.tile_size, overwrite=True,
+        )  # fmt: skip
+    ctx.done.outputs = {"distance store": str(Path(dist["out"]).resolve())}
+    ctx.done.info["shape"] = [int(s) for s in matrix.shape]
 
 
 @SmerfJob.runs
@@ -162,57 +234,27 @@ def run_smerf_job(
                     else str(D.fingerprint),
                     **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
 
-    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        with contextlib.ExitStack() as stack:  # a temporary input store lives for the run
-            return run_stages(run, stack)
+    matrix = None
+    if dist:
+        n_a = other["rows"].n_samples if "rows" in other else table.n_samples
+        n_b = other["against"].n_samples if "against" in other else table.n_samples
+        matrix = (n_a, n_b, bool(dist["oob"]))
+    itemsize = 4 if D is None else D.itemsize
 
-    def run_stages(run: Run, stack: contextlib.ExitStack) -> tuple[RunStore, Stages,
-                                                                    dict[str, Any]]:  # fmt: skip
-        def fit(done: Stage) -> tuple[SMERF, RunStore]:
-            if isinstance(table, PendingInput):  # the rows into a store, the trees read there
-                stored = table.write(stack.enter_context(temporary_store()), {})
-                dist = D if D is not None else load_distances(class_distances(stored.read_y()))
-                model = SMERF(**job.forest).fit(stored, dist)
-            else:
-                model = SMERF(**job.forest).fit(table, D)
-            rs = model.save(job.out, overwrite=True, attrs=run.record, tile_size=job.tile_size,
-                            complete=False)  # fmt: skip
-            done.outputs = {"model": rs.path}
-            done.info["trees"] = int(model.seeds_.shape[0])
-            return model, rs
-
+    def check(run: Run) -> None:
         stages, replace = run.stages, run.replace
-        n_trees = job.forest.get("n_estimators", SMERF().n_estimators)
-        need = 0 if stages is not None and stages.done("fit") else estimate_smerf_model(
-            table.n_samples, n_trees, 4 if D is None else D.itemsize)  # fmt: skip
-        distance_todo = bool(dist) and (stages is None or not stages.done("distance"))
-        if distance_todo:
-            check_can_create(dist["out"], overwrite=replace)
-            n_a = other["rows"].n_samples if "rows" in other else table.n_samples
-            n_b = other["against"].n_samples if "against" in other else table.n_samples
-            need += estimate_matrix(n_a, n_b, 1, job.tile_size, dist["oob"])["disk_bytes"]
-        if not location.is_remote(job.out):
-            Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-        check_disk(location.parent(job.out), need, replaces=job.out)
-        cells = input_cells(table.n_samples, table.n_features)
-        with place(cells, job.connect, progress=progress, watch=True) as where:
-            model, rs, stages = load_or_fit(
-                run, job.out, lambda: SMERF.load(job.out, require_complete=False), fit
+        need = (
+            0
+            if stages is not None and stages.done("fit")
+            else estimate_smerf_model(
+                table.n_samples, job.forest.get("n_estimators", SMERF().n_estimators), itemsize
             )
-            if distance_todo:
-                with stage("distance", stages) as done:
-                    if dist["oob"]:
-                        matrix = model.oob_distance(dist["out"], tile_size=job.tile_size,
-                                                    overwrite=True)  # fmt: skip
-                    else:
-                        matrix = model.predict_distance(  # no rows: the training rows' leaves
-                            other.get("rows"), other.get("against"), dist["out"],
-                            tile_size=job.tile_size, overwrite=True,
-                        )  # fmt: skip
-                    done.outputs = {"distance store": str(Path(dist["out"]).resolve())}
-                    done.info["shape"] = [int(s) for s in matrix.shape]
-            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
-        return rs, stages, facts
+        )
+        if matrix is not None and (stages is None or not stages.done("distance")):
+            check_can_create(dist["out"], overwrite=replace)
+            need += estimate_matrix(matrix[0], matrix[1], 1, job.tile_size,
+                                    matrix[2])["disk_bytes"]  # fmt: skip
+        check_disk(location.parent(job.out), need, replaces=job.out)
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         n_trees = int(rs.attrs.get("n_trees", 0))
@@ -226,8 +268,12 @@ def run_smerf_job(
                          seconds=time.perf_counter() - start,
                          outputs={**outputs, "model": rs.path}, mode=mode)  # fmt: skip
 
-    return run_protocol(job, job.spec(fingerprints), stages_of_run, result, restart=restart,
-                      run_id=run_id)  # fmt: skip
+    with contextlib.ExitStack() as stack:  # a temporary input store lives for the run
+        given = {"table": table, "D": D, "other": other, "stack": stack}
+        pipeline = smerf_pipeline(job, table.n_samples, table.n_features, itemsize, matrix,
+                                  given)  # fmt: skip
+        return execute(job, pipeline, job.spec(fingerprints), result, progress=progress,
+                       restart=restart, run_id=run_id, check=check)  # fmt: skip
 
 
 def smerf_job(

@@ -22,13 +22,18 @@ from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
-from distforest.jobs.estimates import check_disk, check_size, estimate_kmeans, estimate_xforest
+from distforest.jobs.estimates import (
+    SECONDS_PER,
+    check_disk,
+    check_size,
+    estimate_kmeans,
+    estimate_xforest,
+)
 from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.plan import Plan, xforest_plan
-from distforest.jobs.report import cluster_facts
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Run, Stage, Stages, load_or_fit, run_protocol, stage
+from distforest.jobs.runs import Context, Run, execute, fit_into_store
+from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.parallel.placement import place
 from distforest.store.inputs import PendingInput, StoredTable
 from distforest.store.run_store import RunStore
@@ -64,10 +69,82 @@ class XForestJob(ForestJob):
 
 
 @XForestJob.plans
-def plan_xforest_job(job: XForestJob) -> Plan:
+def plan_xforest_job(job: XForestJob) -> Pipeline:
     """What the job would do (``--dry-run``): reads the input's shape, runs nothing."""
     _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
-    return xforest_plan(job, n, d)
+    return xforest_pipeline(job, n, d)
+
+
+def xforest_pipeline(job: XForestJob, n: int, d: int, table: Any = None) -> Pipeline:
+    """The stages of an X-Forest job on ``n x d``: fit, tiles, picture, clustering."""
+    from distforest.parallel.tasks import default_batch_size, plan_batches
+    from distforest.parallel.tiling import TilePlan
+
+    params = {**XForest().get_params(), **job.forest}
+    threads = placement_of(n * d, job.connect)[1]
+    plan = estimate_xforest(n, d, job.forest)
+    trees = plan["trees"]
+    tiles = TilePlan(n, n, int(params["tile_size"]), symmetric=True)
+    tile = tiles.chunks[0]
+    batch = params["batch_size"] or default_batch_size(trees, threads)
+    fit_tasks = len(plan_batches(trees, batch))
+    name = SIMILARITY_NAMES[job.kind]
+    tile_cpu = SECONDS_PER["tile"] * trees * tiles.n_tasks * tile * tile
+    matrix_bytes = 4 * n * n
+    stages = [
+        Stage("fit", f"{trees:,} trees in {fit_tasks} tasks", reads=(str(job.input),),
+              writes=(str(job.out),), tasks=fit_tasks,
+              cost=Cost(max(0.0, plan["cpu_seconds"] - tile_cpu), 3 * 8 * n * d,
+                        {"forest (path codes)": max(0, plan["disk_bytes"] - matrix_bytes)}),
+              run=lambda ctx: _fit(job, table, ctx),
+              resume=lambda ctx: setattr(ctx, "model", XForest.load(job.out))),
+        Stage("tiles", f"{job.kind} similarity in {tiles.n_tasks:,} tiles of {tile} x {tile}",
+              reads=("path codes",), writes=(name,), tasks=tiles.n_tasks, tiles=tiles.n_tasks,
+              cost=Cost(tile_cpu, 2 * tile * trees * 16 + 3 * 4 * tile * tile,
+                        {"similarity matrix (uncompressed)": min(matrix_bytes,
+                                                                 plan["disk_bytes"])}),
+              run=lambda ctx: setattr(ctx.done, "info",
+                                      ctx.model.write_similarity(ctx.rs, job.kind)),
+              again=True),
+    ]  # fmt: skip
+    if job.plot:
+        stages.append(Stage("plot", f"a picture of the matrix -> {job.plot}", reads=(name,),
+                            writes=(job.plot,), cost=Cost(0.0, 0, {"pictures": 300_000}),
+                            run=lambda ctx: _plot(job, ctx)))  # fmt: skip
+    if job.clustering:
+        method = job.clustering.get("method", "none")
+        writes = tuple(str(job.clustering[k]) for k in ("out", "plot") if job.clustering.get(k))
+        stages.append(Stage("clustering", f"{method} -> {', '.join(writes) or 'scores'}",
+                            reads=(name,), writes=writes, cost=Cost(0.0, 4 * n * n),
+                            run=lambda ctx: _cluster(job, table, ctx)))  # fmt: skip
+    return Pipeline(title=f"job {job.name}: {n:,} rows x {d} features",
+                    steps=[("input", str(job.input)),
+                           ("X-Forest", f"{trees:,} trees, {job.kind} similarity in "
+                                        f"{tiles.n_tasks:,} tiles of {tile} x {tile}"),
+                           ("store", str(job.out))], stages=stages,
+                    cells=n * d, connect=job.connect, out=str(job.out))  # fmt: skip
+
+
+def _fit(job: XForestJob, table: Any, ctx: Context) -> None:
+    """The fit stage: fit X-Forest and save it (its spec from the store's first moment)."""
+    fit_into_store(XForest(**job.forest), table, ctx, job.out)
+    ctx.done.info["trees"] = int(ctx.model.codes_.shape[1])
+
+
+def _plot(job: XForestJob, ctx: Context) -> None:
+    from distforest.apps.plots import plot_matrix
+
+    matrix = ctx.store.dataset()[SIMILARITY_NAMES[job.kind]]
+    picture = plot_matrix(matrix, str(job.plot), title=f"{matrix.name}, rows in input order")
+    ctx.done.outputs = {"similarity picture": location.resolved(picture)}
+
+
+def _cluster(job: XForestJob, table: Any, ctx: Context) -> None:
+    matrix = ctx.store.dataset()[SIMILARITY_NAMES[job.kind]]
+    truth = _truth(table, job.out)
+    ctx.done.outputs, scores = run_clustering(matrix, job.clustering or {}, truth=truth)
+    if scores is not None:
+        ctx.done.info["scores"] = {k: round(v, 4) for k, v in scores.items()}
 
 
 def _read_input(job: XForestJob) -> Table | PendingInput:
@@ -161,68 +238,34 @@ def run_xforest_job(
 ) -> JobResult:
     """Fit X-Forest, write the similarity tiles, optionally plot and cluster; resumable.
 
-    Follows the run protocol of :mod:`distforest.jobs.runs`: under the
-    output's lock, a killed run resumes (the saved forest is loaded, finished
-    tiles and stages are kept, the store ends bit-identical to an
-    uninterrupted run), a complete one is not repeated, a changed spec is
-    refused unless ``restart`` or ``overwrite``.  Input and output problems
-    are found before any cluster is started.
+    The stages of :func:`xforest_pipeline` under the run protocol
+    (:func:`~distforest.jobs.runs.execute`): under the output's lock, a killed
+    run resumes (the saved forest is loaded, finished tiles and stages are
+    kept, the store ends bit-identical to an uninterrupted run), a complete
+    one is not repeated, a changed spec is refused unless ``restart`` or
+    ``overwrite``.  Input and output problems are found before any cluster
+    is started.
     """
     start = time.perf_counter()
     table = _read_input(job)
     run_id = run_id or new_run_id()
+    pipeline = xforest_pipeline(job, table.n_samples, table.n_features, table)
 
-    def stages_of_run(run: Run) -> tuple[RunStore, Stages, dict[str, Any]]:
-        def fit(done: Stage) -> tuple[XForest, RunStore]:
-            if isinstance(table, PendingInput):  # rows into the store, trees read them there
-                forest = XForest(**job.forest).fit(table.write(job.out, run.record))
-                done.info["trees"] = int(forest.codes_.shape[1])
-                return forest, RunStore.open(job.out, mode="r+")
-            forest = XForest(**job.forest).fit(table)
-            done.info["trees"] = forest.codes_.shape[1]
-            return forest, forest.save(job.out, overwrite=True, attrs=run.record)
-
-        replace = run.replace
+    def check(run: Run) -> None:
         extra = job.clustering or {}
         for path in (job.plot, extra.get("out"), extra.get("plot")):
-            check_new_file(path, replace)
+            check_new_file(path, run.replace)
         need = estimate_xforest(table.n_samples, table.n_features, job.forest)
         check_size(f"X-Forest on {table.source} ({table.n_samples:,} rows)", need,
                    f"the number of trees ({need['trees']:,}) and of directions per tree "
                    f"(--x {need['directions']:,})")  # fmt: skip
         check_disk(location.parent(job.out), need["disk_bytes"], replaces=job.out)
-        if not location.is_remote(job.out):
-            Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-        cells = table.n_samples * table.n_features
-        with place(cells, job.connect, progress=progress, watch=True) as where:
-            forest, rs, stages = load_or_fit(run, job.out, lambda: XForest.load(job.out), fit,
-                                             "forest")  # fmt: skip
-            with stage("tiles", stages) as done:
-                done.info = forest.write_similarity(rs, job.kind)
-            # opened (xarray) only for a picture or a clustering
-            matrix = (
-                rs.dataset()[SIMILARITY_NAMES[job.kind]] if job.plot or job.clustering else None
-            )
-            if matrix is not None and job.plot and not stages.done("plot"):
-                with stage("plot", stages) as done:
-                    from distforest.apps.plots import plot_matrix
-
-                    picture = plot_matrix(matrix, job.plot,
-                                          title=f"{matrix.name}, rows in input order")  # fmt: skip
-                    done.outputs = {"similarity picture": location.resolved(picture)}
-            if matrix is not None and job.clustering and not stages.done("clustering"):
-                with stage("clustering", stages) as done:
-                    truth = _truth(table, job.out)
-                    done.outputs, scores = run_clustering(matrix, job.clustering, truth=truth)
-                    if scores is not None:
-                        done.info["scores"] = {k: round(v, 4) for k, v in scores.items()}
-            facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
-        return rs, stages, facts
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         return _xforest_result(job, rs, outputs, start, mode)
 
-    return run_protocol(job, job.spec(table), stages_of_run, result, restart=restart, run_id=run_id)
+    return execute(job, pipeline, job.spec(table), result, progress=progress, restart=restart,
+                   run_id=run_id, check=check)  # fmt: skip
 
 
 def _xforest_result(job: XForestJob, rs: RunStore, outputs: dict[str, str], start: float,

@@ -1,0 +1,194 @@
+"""A job is a list of stages (issue 39): for every kind of job, the dry run prints the
+stages the run executes, writes nothing, the run writes its report, and a second run on
+the same output while the first holds it is refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from distforest.cli.main import cli
+from distforest.errors import BusyError
+from distforest.store.lock import StoreLock
+from distforest.store.run_store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BC = ROOT / "distforest" / "data" / "breast_cancer.csv"
+#: A pipeline of each kind that ships none: name -> its YAML.
+WRITTEN = {
+    "similarity": f"kind: similarity\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
+                  "similarity: {metric: euclidean, normalize: range, tile_size: 128}\n"
+                  "output: {dir: OUT, store: similarity.zarr}\n",
+}  # fmt: skip
+#: Pipeline -> (its store under output.dir, --set items that keep it small).
+KINDS = {
+    "similarity": ("similarity.zarr", []),
+    "main": ("breast_cancer.zarr", ["forest.n_estimators=6", "forest.tile_size=256",
+                          "impute.n_estimators=5", "impute.iterations=1"]),
+    "xforest_cluster": ("ionosphere_xforest.zarr", ["xforest.n_estimators=6"]),
+    "simforest": ("model.zarr", ["simforest.n_estimators=4"]),
+    "smerf": ("model.zarr", ["smerf.n_estimators=4"]),
+}  # fmt: skip
+
+
+def _args(tmp_path: Path, pipeline: str) -> list[str]:
+    sets = [f"output.dir={tmp_path / 'out'}", *KINDS[pipeline][1]]
+    path = ROOT / "pipelines" / f"{pipeline}.yaml"
+    if pipeline in WRITTEN:
+        path = tmp_path / f"{pipeline}.yaml"
+        if not path.exists():
+            path.write_text(WRITTEN[pipeline].replace("OUT", str(tmp_path / "out")))
+    return [str(path), *(a for s in sets for a in ("--set", s))]
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` and the digest of its bytes."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def _planned_stages(output: str) -> list[tuple[str, int]]:
+    """(name, tasks) of each stage the dry run printed."""
+    names = re.findall(r"^    \d+\. (\w+):", output, flags=re.M)
+    tasks = [int(t.replace(",", "")) for t in re.findall(r"^ {20}([\d,]+) tasks, about", output,
+                                                         flags=re.M)]  # fmt: skip
+    assert len(names) == len(tasks) > 0, output
+    return list(zip(names, tasks, strict=True))
+
+
+@pytest.mark.parametrize("pipeline", list(KINDS))
+def test_the_dry_run_prints_the_stages_the_run_executes(tmp_path, monkeypatch, pipeline):
+    monkeypatch.chdir(ROOT)  # the shipped pipelines name their input relative to the root
+    _args(tmp_path, pipeline)  # (a pipeline written by the test: written now, before)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("kept\n")
+    before = _tree(tmp_path)
+    dry = CliRunner().invoke(cli, ["run", *_args(tmp_path, pipeline), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert _tree(tmp_path) == before  # nothing written, nothing changed
+    planned = _planned_stages(dry.output)
+
+    store = tmp_path / "out" / KINDS[pipeline][0]
+    with StoreLock(store, "other-run"):  # another live run holds the output
+        busy = CliRunner().invoke(cli, ["-q", "run", *_args(tmp_path, pipeline)])
+    assert busy.exit_code == BusyError.exit_code, busy.output
+    assert "other-run" in busy.output or "lock" in busy.output.lower(), busy.output
+    assert not store.exists()
+
+    result = CliRunner().invoke(cli, ["-q", "run", *_args(tmp_path, pipeline)])
+    assert result.exit_code == 0, result.output
+    record = RunStore.open(store).attrs["stages"]
+    ran = [(name, entry["planned_tasks"]) for name, entry in record.items()
+           if "planned_tasks" in entry]  # fmt: skip
+    assert ran == planned  # the same stages, in the same order, with the same tasks
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [n for n in report["stages"] if n in dict(planned)] == [n for n, _ in planned]
+    for name, _ in planned:  # each stage's estimate beside its measurement
+        entry = report["stages"][name]
+        assert entry["seconds"] >= 0 and entry["process_peak_bytes"] > 0
+        assert set(entry["estimate"]) == {"cpu_seconds", "worker_bytes"}
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| stage | seconds | estimate (core-s) |" in md
+    assert all(f"| {name} |" in md for name, _ in planned)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "kept\n"
+
+
+def test_the_similarity_command_and_its_pipeline_write_the_same_bytes(tmp_path):
+    """The command builds the job spec the pipeline loader reads: the same matrix bytes."""
+    command = tmp_path / "command" / "similarity.zarr"
+    args = ["similarity", str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
+            "--metric", "euclidean", "--normalize", "range", "--tile-size", "128",
+            "--out", str(command)]  # fmt: skip
+    result = CliRunner().invoke(cli, ["-q", *args])
+    assert result.exit_code == 0, result.output
+    run = CliRunner().invoke(cli, ["-q", "run", *_args(tmp_path, "similarity")])
+    assert run.exit_code == 0, run.output
+    piped = tmp_path / "out" / "similarity.zarr"
+
+    def chunks(store: Path) -> dict[str, str]:
+        return {k: v for k, v in _tree(store).items() if "/c/" in k}  # the arrays' chunks
+
+    assert chunks(command) == chunks(piped) and len(chunks(command)) > 10
+    a, b = RunStore.open(command).attrs, RunStore.open(piped).attrs
+    assert a["spec"]["metric"] == b["spec"]["metric"] == "euclidean"
+    assert (command.parent / "report.json").exists()  # the command reports too
+    again = CliRunner().invoke(cli, ["-q", *args])  # (the summary says so, not a log line)
+    assert again.exit_code == 0 and "already complete" in again.output, again.output
+
+
+def test_a_similarity_run_killed_mid_tiles_resumes_to_identical_bytes(tmp_path):
+    """SIGKILL of the whole run (driver and workers) half-way through its tiles: run again,
+    it resumes (finished tiles kept) and ends with the uninterrupted run's bytes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def args(out: Path) -> list[str]:
+        return [sys.executable, "-m", "distforest", "-q", "similarity", str(BC), "--drop", "Id",
+                "--drop", "Class", "--drop", "Bare.nuclei", "--tile-size", "16",
+                "--out", str(out)]  # fmt: skip
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    clean = tmp_path / "clean" / "s.zarr"
+    assert subprocess.run(args(clean), env=env, check=False).returncode == 0
+    killed = tmp_path / "killed" / "s.zarr"
+    proc = subprocess.Popen(args(killed), env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+    def done() -> int:
+        folder = killed / "done" / "distance" / "c"
+        return sum(not f.endswith(".partial") for _, _, fs in os.walk(folder) for f in fs)
+
+    deadline = time.time() + 240
+    while done() < 100 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    at_kill = done()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 100 <= at_kill < 44 * 45 // 2, at_kill
+    assert not RunStore.open(killed).is_complete
+    again = subprocess.run(args(killed), env=env, capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr
+    assert "resumed" in again.stdout, again.stdout
+    assert RunStore.open(killed).is_complete
+
+    def arrays(store: Path) -> dict[str, str]:
+        return {k: v for k, v in _tree(store).items() if "/c/" in k and not k.startswith("done")}
+
+    assert arrays(clean) == arrays(killed) and len(arrays(clean)) > 100
+    report = json.loads((killed.parent / "report.json").read_text())
+    assert report["mode"] == "resume" and report["stages"]["tiles"]["estimate"]
+
+
+@pytest.mark.parametrize("command", ["similarity", "neighbors", "proximity"])
+def test_a_command_runs_the_stages_its_dry_run_printed(tmp_path, command):
+    """The commands that are job kinds: the dry run writes nothing, the run executes its
+    stages (names and tasks), reports, refuses a concurrent run and is not repeated."""
+    out = tmp_path / "o" / "s.zarr"
+    args = [command, str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--out", str(out)]
+    args += ["--target", "Class", "--trees", "5"] if command == "proximity" else ["--drop", "Class"]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert not (tmp_path / "o").exists()
+    planned = _planned_stages(dry.output)
+    with StoreLock(out, "other-run"):
+        busy = CliRunner().invoke(cli, ["-q", *args])
+    assert busy.exit_code == BusyError.exit_code, busy.output
+    result = CliRunner().invoke(cli, ["-q", *args])
+    assert result.exit_code == 0, result.output
+    record = RunStore.open(out).attrs["stages"]
+    assert [(n, e["planned_tasks"]) for n, e in record.items() if "planned_tasks" in e] == planned
+    report = json.loads((out.parent / "report.json").read_text())
+    assert report["store"] == str(out.resolve()) or report["store"].endswith("s.zarr")
+    again = CliRunner().invoke(cli, ["-q", *args])  # (the summary says so, not a log line)
+    assert again.exit_code == 0 and "already complete" in again.output, again.output
