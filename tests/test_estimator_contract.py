@@ -79,8 +79,28 @@ SMERF_NOT_APPLICABLE = {
 }
 
 
+#: ProximityForest's weighted fits, by scikit-learn's pre-1.9 rule (weights multiply each
+#: tree's bootstrap counts).
+FOREST_WEIGHT_CHECKS = {
+    "check_sample_weight_equivalence_on_dense_data": (
+        "each tree draws its bootstrap at random: a weight of 2 multiplies the row's drawn "
+        "count, which is not the same draw as the row repeated (tests/test_weights.py checks each "
+        "tree's weighted total against bootstrap count x sample_weight x class weight)"
+    ),
+    "check_class_weight_classifiers": (
+        "the check relies on min_weight_fraction_leaf=0.01 to let class weights change fully "
+        "grown trees; ProximityForest has no such parameter, so its pure leaves ignore the "
+        "weights (tests/test_weights.py checks the class weights each tree receives)"
+    ),
+}
+
+
 def _not_applicable(estimator: object) -> dict[str, str]:
-    return SMERF_NOT_APPLICABLE if isinstance(estimator, SMERF) else {}
+    if isinstance(estimator, SMERF):
+        return SMERF_NOT_APPLICABLE
+    if isinstance(estimator, ProximityForest):
+        return FOREST_WEIGHT_CHECKS
+    return {}
 
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_not_applicable)

@@ -107,11 +107,11 @@ def temporary_store_bytes(what: str, n: int, d: int, trees: int,
     need = {"temporary store (rows, leaves; removed after)":
             n * (4 * d + 8) + n * trees * (4 + 1 + 1)}  # fmt: skip
     if what == "mislabels":
-        from distforest.apps.stored_mislabels import scratch_bytes
+        from distforest.apps.mislabels import scratch_bytes
 
         need["ranking scratch (removed after)"] = scratch_bytes(n, 2)
     if what == "mds":
-        from distforest.apps.stored_mds import scratch_bytes as mds_scratch_bytes
+        from distforest.apps.mds import scratch_bytes as mds_scratch_bytes
 
         need["MDS scratch (removed after)"] = mds_scratch_bytes(n, components, trees)
     return need

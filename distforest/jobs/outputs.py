@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 OUTLIER_THRESHOLD = 10.0
 
 
+#: The files every run writes beside its outputs (distforest.jobs.report).
+REPORT_FILES = ("report.json", "report.md")
+
+
 def check_new_file(path: str | None, overwrite: bool) -> None:
     """Before any work: refuse to replace an existing file, or to write where nobody can.
 
@@ -288,8 +292,6 @@ def refuse_writing_inputs(outputs: dict[str, Any], inputs: dict[str, Any],
 def check_job_inputs_read_only(job: Any) -> None:
     """:func:`refuse_writing_inputs` for a job: its input fields and cluster files against
     its output store, the files its sections write and its reports."""
-    from distforest.jobs.report import REPORT_FILES  # (the report module imports this one)
-
     inputs = {name: getattr(job, name, None) for name in INPUT_FIELDS}
     for i, path in enumerate(cluster_files(getattr(job, "connect", None))):
         inputs["cluster file" if i == 0 else "scheduler file"] = path

@@ -22,7 +22,7 @@ import numpy as np
 from distforest import location
 from distforest._version import __version__
 from distforest.errors import StoreError
-from distforest.jobs.outputs import write_text
+from distforest.jobs.outputs import REPORT_FILES, write_text
 from distforest.parallel.cluster import engine_report
 
 PACKAGES = ("dask", "distributed", "numpy", "zarr", "xarray", "scikit-learn", "numba", "pandas")
@@ -90,10 +90,6 @@ def cluster_facts(monitor: Any) -> dict[str, Any]:
         "retries": None if tasks is None else sum(t["retries"] for t in tasks.values()),
         "peak_worker_memory_bytes": {} if monitor is None else dict(monitor.peak_memory),
     }
-
-
-#: The report files a run writes beside its outputs.
-REPORT_FILES = ("report.json", "report.md")
 
 
 def _digest(text: str) -> str:

@@ -6,13 +6,20 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distforest.store import chunks
-from distforest.store.run_store import RunStore
-
-chunks.install()  # a damaged chunk is a StoreError naming it, on every reader
-
 if TYPE_CHECKING:
     import xarray as xr
+
+    from distforest.store.run_store import RunStore
+
+
+def __getattr__(name: str) -> object:
+    """``RunStore`` on first use: the light modules of this package (the row source's
+    rule, temporary folders, the schema) load without Zarr or numba."""
+    if name == "RunStore":
+        from distforest.store.run_store import RunStore
+
+        return RunStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_store(path: str | Path, *, allow_incomplete: bool = False) -> xr.Dataset:
@@ -32,6 +39,8 @@ def open_store(path: str | Path, *, allow_incomplete: bool = False) -> xr.Datase
         Arrays such as ``proximity`` (dims ``sample_i``, ``sample_j``),
         ``leaves`` and ``inbag`` (``sample``, ``tree``); provenance in ``attrs``.
     """
+    from distforest.store.run_store import RunStore
+
     store = RunStore.open(path, require_complete=not allow_incomplete)
     if not store.is_complete:
         warnings.warn(

@@ -7,8 +7,8 @@ pipeline whose reads turn a codec failure (a garbled or truncated chunk file:
 Zstd / Blosc decompression errors, a chunk of the wrong size) into a
 :class:`~distforest.errors.StoreError` (exit 6).  :func:`install` registers and
 selects it in zarr's configuration (``codec_pipeline.path``); importing
-:mod:`distforest.store` installs it, in this process and in every worker that
-runs a task of distforest's (their modules import the store).
+:mod:`distforest.store.run_store` installs it, in this process and in every
+worker that runs a task of distforest's (their modules import the run store).
 """
 
 from __future__ import annotations

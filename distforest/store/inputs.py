@@ -37,6 +37,7 @@ from distforest.io.attrs import decode_attrs, encode_attrs
 from distforest.io.ingest import Ingested, read_partitioned
 from distforest.io.source import row_chunks
 from distforest.store.run_store import RunStore, task_array
+from distforest.store.schema import INPUT_GROUP, INPUT_ROWS
 
 __all__ = [
     "INPUT_GROUP",
@@ -49,11 +50,6 @@ __all__ = [
     "write_ingested",
     "write_row_ids",
 ]
-
-#: Group of the encoded input in a run store.
-INPUT_GROUP = "input"
-#: Rows per chunk of ``input/X`` (about 8 MB at 100 float32 features).
-INPUT_ROWS = 20_000
 
 
 @dataclass(frozen=True)

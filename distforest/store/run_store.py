@@ -41,6 +41,7 @@ from distforest.errors import DISK_FULL_ERRNOS, StoreError
 from distforest.io.attrs import decode_attrs, decode_value, encode_attrs
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
 from distforest.kernels.transpose import transposed
+from distforest.store import chunks
 from distforest.store.schema import (
     DONE_DIMS,
     DONE_GROUP,
@@ -51,6 +52,8 @@ from distforest.store.schema import (
     matrix_encoding,
     row_chunks,
 )
+
+chunks.install()  # a damaged chunk is a StoreError naming it, on every reader
 
 if TYPE_CHECKING:
     import xarray as xr

@@ -14,6 +14,11 @@ import numpy as np
 
 from distforest.errors import StoreError
 
+#: Group of the encoded input in a run store.
+INPUT_GROUP = "input"
+#: Rows per chunk of ``input/X`` (about 8 MB at 100 float32 features).
+INPUT_ROWS = 20_000
+
 #: Dimension names of the pairwise matrices.
 MATRIX_DIMS = ("sample_i", "sample_j")
 

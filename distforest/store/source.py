@@ -30,10 +30,11 @@ from __future__ import annotations
 import contextlib
 import glob
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -41,8 +42,11 @@ from distforest import location
 from distforest.errors import InputError
 from distforest.io.source import MemoryRows, RowSource
 from distforest.io.tables import Table
-from distforest.store.inputs import INPUT_GROUP, INPUT_ROWS, StoredTable
+from distforest.store.schema import INPUT_GROUP, INPUT_ROWS
 from distforest.store.temporary import new_folder, release, tie
+
+if TYPE_CHECKING:
+    from distforest.store.inputs import StoredTable
 
 __all__ = [
     "OPENERS",
@@ -115,7 +119,11 @@ class _Source(Opener):
     name = "source"
 
     def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
-        return isinstance(X, MemoryRows | StoredTable)
+        # A StoredTable exists only once its module is loaded (Zarr: not for small tables).
+        inputs = sys.modules.get("distforest.store.inputs")
+        return isinstance(X, MemoryRows) or (
+            inputs is not None and isinstance(X, inputs.StoredTable)
+        )
 
     def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
         if y is not None:
@@ -136,6 +144,8 @@ class _RunStore(Opener):
         return (p / INPUT_GROUP / "X").is_dir() and (p / "zarr.json").exists()
 
     def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+        from distforest.store.inputs import StoredTable
+
         return _Source().open(StoredTable.open(X), y, options, owner)
 
 
