@@ -443,3 +443,28 @@ def test_object_storage_that_never_answers_or_has_no_credentials_exits_6(
         assert "distforest.storage-read-timeout=1" in lines[0]
     assert seconds < 60
     assert not (tmp_path / "p.zarr").exists()
+
+
+def test_a_distforest_worker_scrubs_its_own_output():
+    """A worker of distforest's LocalCluster (its preload's dask_setup) prints its log lines
+    and tracebacks through the one scrubber: a failed task's URL credentials never reach
+    the terminal the workers share with the driver."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(stream=sys.stderr)\n"
+        "from distforest.parallel.preload import dask_setup\n"
+        "dask_setup(None)\n"
+        "logging.getLogger('distributed.worker').error("
+        "'Compute Failed: s3://AKIAWORKER:wsecret123@bucket/x.parquet')\n"
+        "print('token=wsecret456', file=sys.stderr)\n"
+        "raise RuntimeError('open s3://AKIAWORKER:wsecret789@bucket/y failed')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    text = done.stdout + done.stderr
+    assert "Compute Failed: s3://" in text and "RuntimeError" in text, text
+    for secret in ("wsecret123", "wsecret456", "wsecret789", "AKIAWORKER:"):
+        assert secret not in text, text

@@ -45,8 +45,35 @@ def import_modules(modules: tuple[str, ...] = MODULES) -> None:
             logger.debug("preloading %s failed: %s", name, exc)
 
 
+def scrub_output() -> None:
+    """This process's stdout, stderr and log handlers write through the one scrubber
+    (:func:`distforest.location.scrub`): a worker's log lines and tracebacks (a failed
+    task's exception text, botocore's or fsspec's included) print no URL credentials nor
+    secret option values, as the driver's own do."""
+    import sys
+
+    from distforest.location import ScrubbedStream
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, ScrubbedStream):
+            setattr(sys, name, ScrubbedStream(stream))
+    loggers = [logging.getLogger(), *(
+        logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
+    )]  # fmt: skip
+    for each in loggers:
+        for handler in getattr(each, "handlers", ()):
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and stream is not None and not (
+                isinstance(stream, ScrubbedStream)
+            ):  # fmt: skip
+                handler.setStream(ScrubbedStream(stream))
+
+
 def dask_setup(worker: Any) -> None:
-    """distributed's preload hook: the imports, before the worker takes any task."""
+    """distributed's preload hook: output scrubbed, then the imports, before the worker
+    takes any task."""
+    scrub_output()
     import_modules()
 
 
