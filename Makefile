@@ -32,11 +32,15 @@ run: $(VENV)/.installed
 # such as the S3 server start once).  The process-level tests (Ctrl-C, driver
 # memory, killed workers and drivers) use their own temporary folders, ports and
 # numba caches and wait long enough for a loaded machine.  TEST_WORKERS=0 runs
-# serially; TEST_WORKERS=auto one worker per core.
+# serially; TEST_WORKERS=auto one worker per core.  The tests marked `alone` measure a
+# process's peak memory against a bound: in a fresh-clone run beside the other pytest
+# worker the driver-memory test's child peaked at 1.3 GB (0.66 GB alone; the cause was
+# not found), so they run afterwards, by themselves.
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+	$(BIN)/python -m pytest -q -m alone
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -40,6 +40,8 @@ def test_quiet_drops_the_nannys_shutdown_lines():
 
     handler = Keep()
     nanny.addHandler(handler)
+    level = nanny.level  # an earlier test's LocalCluster may have silenced distributed's logs
+    nanny.setLevel(logging.WARNING)
     try:
         setup_logging(quiet=True, verbose=False)
         nanny.warning("Worker process still alive after 4.0 seconds, killing")
@@ -50,6 +52,7 @@ def test_quiet_drops_the_nannys_shutdown_lines():
         assert kept[-1].startswith("Worker process still alive")
     finally:
         nanny.removeHandler(handler)
+        nanny.setLevel(level)
         setup_logging(quiet=False, verbose=False)
 
 

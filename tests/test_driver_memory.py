@@ -31,6 +31,7 @@ BOUND_MB = 1_050
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_driver_peak_rss_below_bound(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     n, parts = 2_000_000, 10
