@@ -40,8 +40,14 @@ def test_quiet_drops_the_nannys_shutdown_lines():
 
     handler = Keep()
     nanny.addHandler(handler)
-    level = nanny.level  # an earlier test's LocalCluster may have silenced distributed's logs
+    # An earlier test of the same pytest worker may have silenced distributed's logs (its
+    # LocalCluster's level, or a logging config that disabled the existing loggers).
+    level, disabled, off = nanny.level, nanny.disabled, logging.root.manager.disable
+    filters = list(nanny.filters)
     nanny.setLevel(logging.WARNING)
+    nanny.disabled = False
+    nanny.filters[:] = []
+    logging.disable(logging.NOTSET)
     try:
         setup_logging(quiet=True, verbose=False)
         nanny.warning("Worker process still alive after 4.0 seconds, killing")
@@ -53,6 +59,9 @@ def test_quiet_drops_the_nannys_shutdown_lines():
     finally:
         nanny.removeHandler(handler)
         nanny.setLevel(level)
+        nanny.disabled = disabled
+        nanny.filters[:] = filters
+        logging.disable(off)
         setup_logging(quiet=False, verbose=False)
 
 
