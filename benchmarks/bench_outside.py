@@ -136,6 +136,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default="/tmp/bench_outside")
     p.add_argument("--peer-python", default=None)
+    p.add_argument("--families", default="random-forest,lightgbm",
+                   help="models to compare, comma-separated: random-forest, lightgbm")
     p.add_argument("--child", nargs=2, metavar=("SIDE", "FAMILY"), help=argparse_hidden())
     args = p.parse_args()
     if args.child:
@@ -148,7 +150,7 @@ def main() -> None:
     peer = peer_python(args)
     me = str(Path(__file__).resolve())
     rows = []
-    for family in ("random-forest", "lightgbm"):
+    for family in args.families.split(","):
         measured = {}
         for side, python in (("forestgeom", peer), ("distforest", sys.executable)):
             cmd = [python, me, "--rows", str(args.rows), "--trees", str(args.trees),
