@@ -136,8 +136,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default="/tmp/bench_outside")
     p.add_argument("--peer-python", default=None)
-    p.add_argument("--families", default="random-forest,lightgbm",
-                   help="models to compare, comma-separated: random-forest, lightgbm")
+    p.add_argument(
+        "--families",
+        default="random-forest,lightgbm",
+        help="models to compare, comma-separated: random-forest, lightgbm",
+    )
     p.add_argument("--child", nargs=2, metavar=("SIDE", "FAMILY"), help=argparse_hidden())
     args = p.parse_args()
     if args.child:
