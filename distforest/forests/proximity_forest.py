@@ -14,7 +14,7 @@ import numpy as np
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import column_or_1d
 
-from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
+from distforest.errors import InputError, NotFittedError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
@@ -961,12 +961,8 @@ class ProximityForest(Persisted, DaskEstimator):
         """
         self._check_fitted()
         self._check_method(method)
-        if rs.attrs.get("fit_id") != self.fit_id_:
-            raise StoreError(
-                f"store {rs.path!r} was written by another fit (fit_id "
-                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id_!r}); save this forest "
-                "to a new store first"
-            )
+        rs.check_fit(self.fit_id_, f"store {rs.path!r} holds a forest that belongs",
+                     "save this forest to a new store first")  # fmt: skip
         with self._runner(self._fitted_cells()) as runner:
             return tiles.write_proximity(
                 runner, rs, method, self.params_["tile_size"],

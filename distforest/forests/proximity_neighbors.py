@@ -521,11 +521,8 @@ def write_forest_neighbors(
     """
     forest._check_fitted()
     forest._check_method(method)  # (out-of-bag methods need a bootstrap forest)
-    if rs.attrs.get("fit_id") != forest.fit_id_:
-        raise StoreError(
-            f"store {rs.path!r} was written by another fit (fit_id {rs.attrs.get('fit_id')!r}, "
-            f"this forest {forest.fit_id_!r}); save this forest to a new store first"
-        )
+    rs.check_fit(forest.fit_id_, f"store {rs.path!r} holds a forest that belongs",
+                 "save this forest to a new store first")  # fmt: skip
     with forest._runner(forest._fitted_cells()) as runner:
         return write_neighbors(
             runner, rs, method, k, include_self=include_self, block_rows=block_rows,

@@ -223,12 +223,9 @@ class StoredTrees:
     def read(self) -> list[SimTree]:
         """The trees, read from the store (refused if a later fit replaced them)."""
         rs = RunStore.open(self.path)
-        if rs.attrs.get("fit_id") != self.fit_id:
-            raise StoreError(
-                f"the trees in {self.path!r} belong to another fit (fit_id "
-                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id!r}): a later fit on "
-                "the same stored table replaced them; fit this forest again"
-            )
+        rs.check_fit(self.fit_id, f"the trees in {self.path!r} belong",
+                     "a later fit on the same stored table replaced them; fit this forest "
+                     "again")  # fmt: skip
         return _trees_of(rs.read_forest(), self.n_evaluations, self.missing, self.kind)
 
     def load(self) -> list[SimTree]:

@@ -50,7 +50,7 @@ import numpy as np
 import zarr
 
 from distforest import location
-from distforest.errors import InputError, NotFittedError, StoreError
+from distforest.errors import InputError, NotFittedError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted
@@ -582,12 +582,8 @@ class XForest(Persisted, DaskEstimator):
             ``tiles`` (planned), ``skipped`` (already done) and ``bytes`` written.
         """
         beta = self._beta(kind)
-        if rs.attrs.get("fit_id") != self.fit_id_:
-            raise StoreError(
-                f"store {rs.path!r} was written by another fit (fit_id "
-                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id_!r}); save this forest "
-                "to a new store first"
-            )
+        rs.check_fit(self.fit_id_, f"store {rs.path!r} holds a forest that belongs",
+                     "save this forest to a new store first")  # fmt: skip
         name = SIMILARITY_NAMES[kind]
         n = self.n_samples_
         plan = TilePlan(n, n, self.params_["tile_size"], symmetric=True)

@@ -354,6 +354,18 @@ class RunStore:
         """Flag the store as being written (before adding arrays)."""
         self.update_attrs(status=STATUS_RUNNING, updated=_now())
 
+    def check_fit(self, fit_id: str, subject: str, fix: str) -> None:
+        """Refuse a store whose forest is another fit's (its ``fit_id`` attribute).
+
+        ``subject`` says what belongs to another fit, with its verb (``"the trees in
+        'x.zarr' belong"``); ``fix`` is what to do instead.
+        """
+        stored = self.attrs.get("fit_id")
+        if stored != fit_id:
+            raise StoreError(
+                f"{subject} to another fit (fit_id {stored!r}, this forest {fit_id!r}): {fix}"
+            )
+
     def mark_complete(self) -> None:
         """Flag the store as finished; call only after every write is done.
 

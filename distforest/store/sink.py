@@ -34,7 +34,6 @@ import numpy as np
 import zarr
 
 from distforest import location
-from distforest.errors import StoreError
 from distforest.io.in_memory import fits_in_memory
 from distforest.kernels.trees import NODE_FIELDS
 from distforest.store.inputs import per_fit, write_row_ids
@@ -343,13 +342,9 @@ class StoredNodes(Mapping[str, np.ndarray]):
         if name not in NODE_FIELDS:
             raise KeyError(name)
         rs = RunStore.open(self.path)
-        if rs.attrs.get("fit_id") != self.fit_id:
-            raise StoreError(
-                f"the forest in {self.path!r} belongs to another fit (fit_id "
-                f"{rs.attrs.get('fit_id')!r}, this forest {self.fit_id!r}): a store holds one "
-                "forest, and a later fit on the same stored table replaced this one's; fit "
-                "this forest again"
-            )
+        rs.check_fit(self.fit_id, f"the forest in {self.path!r} belongs",
+                     "a store holds one forest, and a later fit on the same stored table "
+                     "replaced this one's; fit this forest again")  # fmt: skip
         return np.asarray(rs.array(f"forest/{name}")[...])
 
     def __iter__(self) -> Iterator[str]:
