@@ -151,3 +151,41 @@ def test_bad_leaf_bound_and_unsupported_forests(data) -> None:
         auto = ProximityForest(2, max_samples=0.2, max_depth=3, random_state=0)
         auto.fit(X[:500], y[:500])
     assert auto.leaf_bound_ is None  # auto leaves a forest it cannot refine as grown
+
+
+def cli(*args: object):
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli as main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cli_leaf_bound_and_the_dry_run_line(breast_cancer_csv, tmp_path) -> None:
+    """--leaf-bound reaches the forest; the dry run says which forest it grows and why."""
+    common = ("proximity", breast_cancer_csv, "--target", "Class", "--drop", "Id", "--trees", 5,
+              "--top-k", 5, "--out", tmp_path / "p.zarr")  # fmt: skip
+    dry = cli(*common, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "leaves as grown: the trees are grown on all the rows (leaf_bound='auto')" in dry.output
+    dry = cli(*common, "--max-samples", 0.2, "--leaf-bound", 3, "--dry-run")
+    assert "refined: leaves split further to at most 3 rows (leaf_bound=3)" in dry.output
+    bad = cli(*common, "--leaf-bound", "many", "--dry-run")
+    assert bad.exit_code == 2 and "give auto, none or a number of rows" in bad.output
+    run = cli("-q", *common, "--max-samples", 0.2, "--leaf-bound", 3)
+    assert run.exit_code == 0, run.output
+    forest = ProximityForest.load(tmp_path / "p.zarr")
+    assert forest.params_["leaf_bound"] == 3
+    # a leaf of more than 3 rows holds rows of the same observed values only (the
+    # refinement's thresholds lie between observed values: no split can part them)
+    import pandas as pd
+
+    X = pd.read_csv(breast_cancer_csv).drop(columns=["Id", "Class"]).to_numpy(dtype=float)
+    leaves = np.asarray(forest.leaves_)
+    for t in range(leaves.shape[1]):
+        pop = np.bincount(leaves[:, t])
+        for leaf in np.flatnonzero(pop > 3):
+            rows = X[leaves[:, t] == leaf]
+            with np.errstate(invalid="ignore"):
+                spread = np.nanmax(rows, axis=0) - np.nanmin(rows, axis=0)
+            assert not (spread > 0).any()

@@ -8,8 +8,9 @@ neighbours) grows as ``n^2``.  A forest with ``leaf_bound`` set grows each
 tree's top on the sample as before, routes every row, then splits each leaf
 holding more than the bound further on the rows it holds, with the forest's
 splitting rule (:mod:`distforest.kernels.refine`), in the same task: the
-leaves then hold at most ``leaf_bound`` rows (rows of identical features
-aside), at any n, and the co-leaf work is at most ``leaf_bound`` events per
+leaves then hold at most ``leaf_bound`` rows (but for rows whose observed
+values are all the same: thresholds lie between observed values, and a
+missing value goes right), at any n, and the co-leaf work is at most ``leaf_bound`` events per
 row and tree.
 
 This module decides whether and how a forest is refined (:func:`refine_rule`,
