@@ -24,6 +24,7 @@ from distforest.forests.targets import fit_target
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table
 from distforest.io.in_memory import check_in_memory
+from distforest.io.summaries import warn_empty_features
 from distforest.kernels.apply import apply_nodes
 from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, grow_nodes
 from distforest.store.run_store import RunStore
@@ -1006,12 +1007,4 @@ def route_forest_rows(X: np.ndarray, nodes: Mapping[str, np.ndarray]) -> dict[st
 def _warn_empty_features(table: Table) -> None:
     """One warning naming the features with no value at all (no tree can split on them)."""
     empty = np.isnan(table.X).all(axis=0) if table.n_samples else np.zeros(0, dtype=bool)
-    if empty.any():
-        names = [table.feature_names[j] for j in np.flatnonzero(empty)]
-        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-        warnings.warn(
-            f"{len(names)} feature(s) have no value in any row ({shown}): no tree can split on "
-            "them; drop them (--drop) or check the input",
-            UserWarning,
-            stacklevel=3,
-        )
+    warn_empty_features([table.feature_names[j] for j in np.flatnonzero(empty)], stacklevel=3)
