@@ -39,9 +39,9 @@ def fitted_forest(
     ``model`` (a model file, :func:`~distforest.io.model_files.load_model`) the input's
     rows are routed through that model's trees instead (``forest_kw`` unused).
     """
-    from distforest.io.model_files import load_model
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
+    from distforest.io.model_files import load_model
     from distforest.jobs.inputs import partitioned_input
     from distforest.parallel.placement import place
     from distforest.store.source import opened

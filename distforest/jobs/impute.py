@@ -354,8 +354,8 @@ def impute_with_model(input: str, out: str, model: str, params: dict[str, Any],
     table = load_table(plan.features, min_rows=1)
     with place(table.X.size, connect):
         forest = ProximityForest.from_model(fitted, table)
-        filled, cells = impute_rows(forest, table, table.X, method=method,
-                                    vote=params["categorical_vote"].replace("auto", "sum"))  # fmt: skip
+        vote = params["categorical_vote"].replace("auto", "sum")
+        filled, cells = impute_rows(forest, table, table.X, method=method, vote=vote)
     output = plan.frame.copy()
     for col in plan.features.columns:  # only the missing cells change
         output[col] = output[col].where(output[col].notna(), filled[col].to_numpy())
