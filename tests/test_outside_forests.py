@@ -446,8 +446,8 @@ def test_kerf_and_boosted_tiles_in_a_store_match_dense_oracles(tmp_path, classif
     grown = ProximityForest(n_estimators=4, random_state=0).fit(X, y)
     own = np.asarray(grown.leaves_)
     same = own[:, None, :] == own[None, :, :]
-    np.testing.assert_allclose(grown.proximity("kerf").values,
-                               (same / same.sum(axis=1)[:, None, :]).mean(axis=2), atol=1e-6)  # fmt: skip
+    kerf = (same / same.sum(axis=1)[:, None, :]).mean(axis=2)
+    np.testing.assert_allclose(grown.proximity("kerf").values, kerf, atol=1e-6)
     with pytest.raises(ParameterError, match="grown by distforest"):
         grown.proximity("boosted")
 
