@@ -368,11 +368,17 @@ class ProximityForest(Persisted, DaskEstimator):
                 join_progress=self._report("leaves"),
             )  # fmt: skip
         self._take_fit(source, fit, params, task, y_fit, classes)
-        if fit.store is not None:  # the store holds what save() writes
-            rs = RunStore.open(fit.store, mode="r+")
-            self._write_arrays(rs, params["tile_size"], names=("tree_importances", "target"))
-            rs.update_attrs(**self._provenance(), store_input=True)
+        self._record_store(fit)
         return self
+
+    def _record_store(self, fit: ForestFit) -> None:
+        """Make the store the fit wrote its rows' arrays into (rows read from a store or
+        by partitions) hold what save() writes, so that matrices are added to it."""
+        if fit.store is not None:
+            rs = RunStore.open(fit.store, mode="r+")
+            self._write_arrays(rs, self.params_["tile_size"],
+                               names=("tree_importances", "target"))  # fmt: skip
+            rs.update_attrs(**self._provenance(), store_input=True)
 
     @classmethod
     def from_model(
@@ -456,6 +462,7 @@ class ProximityForest(Persisted, DaskEstimator):
         self.model_ = model
         self.outside_ = forest
         self.no_inbag_ = forest.no_inbag
+        self._record_store(fit)
         return self
 
     def _take_fit(self, source: Any, fit: ForestFit, params: dict[str, Any], task: str,
