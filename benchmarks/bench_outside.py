@@ -168,7 +168,7 @@ def prepare_folder(work: Path, rows: int, trees: int, seed: int, num_leaves: int
     model.booster_.save_model(str(work / "lightgbm.txt"))
 
 
-def prepare(work: Path, rows: int, trees: int, seed: int) -> None:
+def prepare(work: Path, rows: int, trees: int, seed: int, forest: bool = True) -> None:
     import numpy as np
     import skops.io as sio
     from sklearn.datasets import make_classification
@@ -177,8 +177,9 @@ def prepare(work: Path, rows: int, trees: int, seed: int) -> None:
     work.mkdir(parents=True, exist_ok=True)
     X, y = make_classification(rows, 20, n_informative=10, random_state=seed)
     np.savez(work / "data.npz", X=X, y=y)
-    model = RandomForestClassifier(n_estimators=trees, n_jobs=2, random_state=seed).fit(X, y)
-    sio.dump(model, work / "rf.skops")
+    if forest:  # the scikit-learn forest both sides load (LightGBM is fitted by each side)
+        model = RandomForestClassifier(n_estimators=trees, n_jobs=2, random_state=seed)
+        sio.dump(model.fit(X, y), work / "rf.skops")
 
 
 def peer_python(args: Any) -> str:
@@ -239,7 +240,7 @@ def main() -> None:
                        min(args.fit_rows, args.rows))  # fmt: skip
         runs = [("lightgbm-folder", (("distforest", sys.executable),))]
     else:
-        prepare(work, args.rows, args.trees, args.seed)
+        prepare(work, args.rows, args.trees, args.seed, "random-forest" in args.families)
         peer = peer_python(args)
         sides = (("forestgeom", peer), ("distforest", sys.executable))
         runs = [(family, sides) for family in args.families.split(",")]
