@@ -59,6 +59,10 @@ def _fit(
     from distforest.jobs.fitting import fitted_forest
 
     model = options.pop("model_file", None)
+    if model is not None:  # a pickle or an untrusted type refused before any plan
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(model)
     if options.pop("dry_run", False):
         _dry_run(input, target, options, files or {}, components)
     return fitted_forest(

@@ -81,6 +81,10 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     if plot and top_k is not None and not dense:
         raise click.UsageError("--plot draws the n x n matrix: add --dense to write it too")
 
+    if model_file is not None:  # a pickle or an untrusted type refused before any plan
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(model_file)
     input_kw = pop_keys(options, ("drop", "na_values"))
     input_kw["id"] = options.pop("id_column", None)
     forest = pop_keys(options, FOREST_KEYS)

@@ -207,7 +207,16 @@ def impute_command(
     from distforest.parallel.placement import place
 
     start = time.perf_counter()
-    if model is not None and not dry_run:
+    if model is not None and dry_run:
+        from distforest.errors import ParameterError
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(model)
+        raise ParameterError(
+            "impute --model runs no forest to plan (one pass: the rows routed through the "
+            "model, each hole filled from its proximities): run it without --dry-run"
+        )
+    if model is not None:
         return impute_with_model(input, out, model, params, connect, target=target, drop=drop,
                                  na_values=na_values, overwrite=overwrite)  # fmt: skip
     if dry_run:

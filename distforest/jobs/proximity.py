@@ -162,9 +162,11 @@ def proximity_pipeline(job: ProximityJob, n: int, d: int, table: Any = None) -> 
     matrix = "proximity matrix (uncompressed)"
     fit_disk = {k: v for k, v in store.items()
                 if k != matrix and not k.startswith("top-k")}  # fmt: skip
+    fitting = (f"{plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
+               f"{plan['trees_per_task']}" if job.model is None
+               else f"the rows routed through the trees of {job.model}")  # fmt: skip
     stages = [Stage(
-        "fit", f"{plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
-               f"{plan['trees_per_task']}",
+        "fit", fitting,
         reads=(str(job.input),), writes=(str(job.out),), tasks=plan["fit_tasks"],
         cost=Cost(cpu["fit"], peak["fit"], fit_disk),
         run=lambda ctx: _fit(job, table, ctx),
