@@ -207,6 +207,17 @@ def trees_option(default: int, help: str = "Number of trees.") -> Decorator:
                         show_default=True, help=help)  # fmt: skip
 
 
+def model_option(func: Any) -> Any:
+    """``--model FILE``: a model fitted elsewhere instead of a forest fitted here."""
+    return click.option(
+        "--model", "model_file", metavar="FILE",
+        help="Use the trees of a model fitted elsewhere instead of fitting a forest: a skops "
+        "file of a scikit-learn forest or gradient boosting, a LightGBM text model or an "
+        "XGBoost JSON/UBJSON model (never a pickle). INPUT is the table it was fitted on "
+        "(same rows, same order, its numeric features); the forest options are not used.",
+    )(func)  # fmt: skip
+
+
 def seed_option(help: str = "random_state: same seed, same result.") -> Decorator:
     """``--seed`` (the estimator's ``random_state``): a non-negative integer."""
     return click.option("--seed", "random_state", type=click.IntRange(min=0), default=CLI_SEED,
