@@ -16,7 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from distforest import location
-from distforest.errors import StoreError
+from distforest.errors import OutputExists, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,16 +36,13 @@ def check_new_file(path: str | None, overwrite: bool) -> None:
         return
     if location.is_remote(path):
         if location.exists(path) and not overwrite:
-            raise StoreError(
-                f"output {location.display(path)!r} already exists; pass --overwrite or choose "
-                "another path"
-            )
+            raise OutputExists(location.display(path))
         return
     out = Path(location.local(path))
     if out.is_dir():
         raise StoreError(f"output {path!r} is a directory; give a file name")
     if out.exists() and not overwrite:
-        raise StoreError(f"output {path!r} already exists; pass --overwrite or choose another path")
+        raise OutputExists(str(path))
     folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise StoreError(
