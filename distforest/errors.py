@@ -82,12 +82,13 @@ OVERWRITE_FIX: ContextVar[str] = ContextVar("overwrite_fix", default="pass overw
 
 class OutputExists(StoreError):
     """An output that is already there, refused without overwriting: one wording for every
-    command and writer, its fix the caller's (:data:`OVERWRITE_FIX`)."""
+    command and writer (made by :func:`distforest.location.existing_output`), its fix the
+    caller's (:data:`OVERWRITE_FIX`)."""
 
-    def __init__(self, shown: str) -> None:
+    def __init__(self, shown: str, detail: str = "") -> None:
         super().__init__(
-            f"output {shown!r} already exists; {OVERWRITE_FIX.get()} to replace it, or choose "
-            "another path"
+            f"output {shown!r} already exists{detail}; {OVERWRITE_FIX.get()} to replace it, or "
+            "choose another path"
         )
 
 

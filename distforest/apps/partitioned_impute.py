@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distforest.errors import InputError, OutputExists, ParameterError, StoreError
+from distforest.errors import InputError, ParameterError, StoreError
 from distforest.io.ingest import read_partitioned
 from distforest.io.partitions import PATH_COLUMN
 from distforest.io.summaries import Encoding, typed_partition
@@ -229,7 +229,7 @@ def check_output(out: str | Path, overwrite: bool = False) -> Path:
         ours = all(e.is_file() and e.name.startswith("part-") and e.suffix == ".parquet"
                    for e in entries)  # fmt: skip
         if entries and not overwrite:
-            raise OutputExists(str(out))
+            raise location.existing_output(out)
         if entries and not ours:
             raise StoreError(f"{str(out)!r} holds files other than part-*.parquet; refusing "
                                  "to replace it: choose another name")  # fmt: skip

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from distforest import location
-from distforest.errors import InputError, OutputExists, ParameterError, StoreError
+from distforest.errors import InputError, ParameterError, StoreError
 from distforest.io.attrs import decode_attrs, encode_attrs
 
 __all__ = ["OUTPUT_FORMATS", "check_can_write", "output_format", "write_table"]
@@ -106,7 +106,7 @@ def check_can_write(path: str | Path, overwrite: bool = False) -> Path:
         )
     if dest.exists() or dest.is_symlink():
         if not overwrite:
-            raise OutputExists(str(path))
+            raise location.existing_output(path)
         if dest.is_dir() and not (fmt == "zarr" and (dest / "zarr.json").exists()):
             raise StoreError(
                 f"{str(path)!r} is a directory that is not a Zarr store; refusing to replace "
@@ -125,7 +125,7 @@ def _check_remote(url: Any, fmt: str, overwrite: bool) -> Any:
     if location.exists(url):
         shown = location.display(url)
         if not overwrite:
-            raise OutputExists(shown)
+            raise location.existing_output(url)
         if location.is_dir(url) and not (
             fmt == "zarr" and location.exists(location.join(url, "zarr.json"))
         ):

@@ -37,7 +37,7 @@ import zarr
 
 from distforest import location
 from distforest._version import __version__
-from distforest.errors import DISK_FULL_ERRNOS, OutputExists, StoreError
+from distforest.errors import DISK_FULL_ERRNOS, StoreError
 from distforest.io.attrs import decode_attrs, decode_value, encode_attrs
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
 from distforest.kernels.transpose import transposed
@@ -127,7 +127,7 @@ def check_can_create(path: str | Path, overwrite: bool) -> None:
     if not location.exists(path) or is_half_created(path):
         return  # nothing of value is there (a run killed while creating it)
     if not overwrite:
-        raise OutputExists(shown)
+        raise location.existing_output(path)
     empty_dir = location.is_dir(path) and not location.entries(path)
     if not (empty_dir or _is_distforest_store(path)):
         raise StoreError(
