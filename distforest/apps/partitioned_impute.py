@@ -229,8 +229,7 @@ def check_output(out: str | Path, overwrite: bool = False) -> Path:
         ours = all(e.is_file() and e.name.startswith("part-") and e.suffix == ".parquet"
                    for e in entries)  # fmt: skip
         if entries and not overwrite:
-            raise StoreError(f"{str(out)!r} already exists and is not empty; pass "
-                                 "--overwrite to replace it or choose another name")  # fmt: skip
+            raise location.existing_output(out)
         if entries and not ours:
             raise StoreError(f"{str(out)!r} holds files other than part-*.parquet; refusing "
                                  "to replace it: choose another name")  # fmt: skip

@@ -25,7 +25,6 @@ from distforest.cli.options import (
 )
 from distforest.cli.progress import ProgressBars
 from distforest.jobs.outputs import (
-    OUTLIER_THRESHOLD,
     check_new_file,
     write_csv,
     write_mds,
@@ -111,7 +110,8 @@ def outliers(obj: dict, input: str, target: str | None, out: str, plot: str | No
     """Outlier scores of INPUT's rows (R randomForest's outlier(), matrix-free).
 
     Per class: raw = n / sum of squared proximities to the class, then
-    (raw - median) / MAD.  Scores above 10 are usually worth a look.
+    (raw - median) / MAD.  Column outlier_flag marks the rows above their
+    class's far-out fence (Tukey's, on log1p(score - the class's lowest)).
     """
     for path in (out, plot):
         check_new_file(path, overwrite)
@@ -119,7 +119,7 @@ def outliers(obj: dict, input: str, target: str | None, out: str, plot: str | No
     files = {"outlier scores": out, "pictures": plot}
     with _fit(obj, input, target, options, files=files) as (table, forest):
         written = write_outliers(forest, out, plot, title=f"outlier scores, {table.source}")
-    _report(f"outlier scores of {forest.n_samples_} rows (flag: > {OUTLIER_THRESHOLD:g})",
+    _report(f"outlier scores of {forest.n_samples_} rows (flag: far-out fence of each class)",
             time.perf_counter() - start, written)  # fmt: skip
 
 

@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from distforest.cli.options import cluster_options, dry_run_option, input_options, seed_option, show
+from distforest.cli.options import (
+    cluster_options,
+    dry_run_option,
+    id_dropped_option,
+    input_options,
+    seed_option,
+    show,
+)
 from distforest.cli.similarity_cmd import cluster_kw, k_option, measure_options
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS
 
@@ -58,6 +65,7 @@ def knn() -> None:
               help="With --metric smerf: the observed n x n distances of TRAIN's rows, in its "
                    "row order (NaN = not observed); the model keeps a copy.")  # fmt: skip
 @seed_option("random_state of a forest metric.")
+@id_dropped_option
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
 @dry_run_option
@@ -178,6 +186,7 @@ def _n_features(value: str) -> str | int | float:
 @click.argument("model_path", metavar="MODEL.zarr")
 @click.argument("data", metavar="DATA")
 @click.option("--out", required=True, metavar="FILE.csv", help="Predictions, one row per row.")
+@id_dropped_option
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @dry_run_option
