@@ -76,8 +76,9 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     model store, which `knn predict` reads.
 
     A glob, a folder of parts or a file over 32 MB is read by partitions on
-    the cluster and written into the model store by tasks (any metric;
-    --select is refused: it cross-validates on one array in memory).
+    the cluster and fitted by chunks, the model's rows written into the model
+    store by tasks (any metric; --select cross-validates on every row, read
+    into this process).
 
     \b
     Example:
@@ -130,27 +131,37 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
 def _fit_partitioned(train: str, target: str, task: str, params: dict[str, Any], out: str,
                      overwrite: bool, drop: tuple[str, ...], na_values: tuple[str, ...],
                      dry_run: bool, options: dict[str, Any]) -> None:  # fmt: skip
-    """``knn fit`` of a TRAIN read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.knn_partitioned import check_partitioned_fit, fit_partitioned
+    """``knn fit`` of a TRAIN read by partitions (into a temporary store, on the named
+    cluster or a LocalCluster): the same fit, by chunks."""
+    import numpy as np
+
+    from distforest.jobs.knn_model import check_knn_size, fit_and_save_model
     from distforest.parallel.cluster import connect
     from distforest.store.run_store import check_can_create
+    from distforest.store.source import opened
 
     start = time.perf_counter()
-    check_partitioned_fit(train, params)
     check_can_create(out, overwrite)
     if dry_run:
         _show_partitions("knn fit", train, na_values, "each summarise a partition, then tasks "
-                         "that each encode, scale and check a partition's rows and write them "
-                         f"into {out}")  # fmt: skip
+                         "that each encode a partition's rows, then tasks that each scale and "
+                         f"check a chunk of rows and write it into {out}")  # fmt: skip
         return
-    with connect(**cluster_kw(options)) as client, client.as_current():
-        model, task, n = fit_partitioned(train, target, task, params, out, overwrite, drop,
-                                         na_values, client=client)  # fmt: skip
+    with (
+        connect(**cluster_kw(options)) as client,
+        client.as_current(),
+        opened(train, target=target, drop=drop, na_values=na_values, partitions=True,
+               dtype=np.float64) as source,
+    ):  # fmt: skip
+        check_knn_size(source, params["select"], params["n_features_to_select"],
+                       str(params["metric"]), int(params["n_estimators"]))  # fmt: skip
+        model, task = fit_and_save_model(source, task, params, out, overwrite)
+    kept = [n for n, s in zip(model.feature_names_in_, model.support_, strict=True) if s]
     click.echo(
         f"k-NN {task} model (k={model.n_neighbors}, {model.weights}, {model.metric}, normalize "
-        f"{model.normalize or 'none'}) on {n} rows read by partitions in "
+        f"{model.normalize or 'none'}) on {source.n_samples} rows read by partitions in "
         f"{time.perf_counter() - start:.1f} s\n"
-        f"  features: {', '.join(model.feature_names_in_)}\n  model:    {out}"
+        f"  features: {', '.join(kept)}\n  model:    {out}"
     )
 
 

@@ -66,19 +66,22 @@ def fit_and_save_model(
     overwrite: bool,
     attrs: dict[str, Any] | None = None,
 ) -> tuple[KNNClassifier | KNNRegressor, str]:
-    """Fit a k-NN model on a loaded table and save it with what predicting needs.
+    """Fit a k-NN model on a table's rows and save it with what predicting needs.
 
     Parameters
     ----------
-    table : distforest.io.Table
-        With the target in ``table.y``.
+    table : distforest.io.Table or RowSource
+        With its target.  Rows in a store (a table read by partitions) are
+        fitted by chunks on dask's current scheduler, their model rows copied
+        into ``out`` by tasks.
     task : {"auto", "classification", "regression"}
     params : dict
         :class:`KNNClassifier` / :class:`KNNRegressor` parameters.  A forest
         metric fits its trees on the current default client (the model keeps
         ``client=None``, so that it can be cloned by the feature selection).
     out : str
-        Model store to create.
+        Model store to create (nothing is left under it if the fit or the
+        writing fails).
     overwrite : bool
 
     Returns
@@ -86,18 +89,29 @@ def fit_and_save_model(
     model, task
         The fitted model and the resolved task.
     """
+    from distforest import location
     from distforest.apps.knn import KNNClassifier, KNNRegressor, save_model
     from distforest.forests.targets import resolve_task
+    from distforest.store.source import open_source
 
-    task = resolve_task(task, table.y, table.target_name)
+    source = open_source(table)
+    labels = source.target_classes()
+    values = np.asarray(labels, dtype=object) if labels is not None else source.read_y()
+    task = resolve_task(task, values, source.target_name)
     if task not in ("classification", "regression"):
         raise InputError(f"k-NN needs a target column to predict; got task {task!r}")
     cls = KNNClassifier if task == "classification" else KNNRegressor
-    model = cls(**params).fit(table, table.y)
-    categories = {k: [str(v) for v in c] for k, c in table.categories.items()}
-    extra = {"target": table.target_name, "source": str(table.source), "categories": categories,
-             **(attrs or {})}  # fmt: skip
-    save_model(model, out, overwrite=overwrite, attrs=extra)
+    model = cls(**params).fit(source)
+    categories = {k: [str(v) for v in c] for k, c in source.categories.items()}
+    extra = {"target": source.target_name, "source": str(source.source),
+             "categories": categories, **(attrs or {})}  # fmt: skip
+    kept = location.exists(out) and not overwrite  # refused by save_model: not ours
+    try:
+        save_model(model, out, overwrite=overwrite, attrs=extra)
+    except BaseException:
+        if not kept and location.exists(out):
+            location.remove_tree(out)  # no half-written model left under OUT
+        raise
     return model, task
 
 
