@@ -205,53 +205,51 @@ def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
     each task predicts its partition and writes a piece of the CSV; so is any
     DATA for a model whose training rows take more than 32 MB.
     """
-    from distforest.jobs.knn_model import (
-        predicts_by_partitions,
-        read_for_prediction,
-        write_predictions,
-    )
+    from distforest.jobs.knn_model import predict_to_csv, predicts_by_partitions
     from distforest.jobs.outputs import check_new_file
-    from distforest.parallel.placement import cells_of, place
-
-    start = time.perf_counter()
-    check_new_file(out, overwrite)
-    if predicts_by_partitions(model_path, data):  # a glob, a folder of parts, a large file
-        # (or a model of more rows than such a file): by partitions, on the cluster
-        _predict_partitioned(model_path, data, out, drop, na_values, dry_run, options)
-        return
-    model, X, attrs = read_for_prediction(model_path, data, drop, na_values)
-    if dry_run:
-        from distforest.jobs.command_plans import neighbors_plan
-
-        (n, d), m = X.shape, model.X_fit_.shape[0]
-        show(neighbors_plan(data, n, m, d, model.n_neighbors, str(model.metric), model.algorithm,
-                            model.batch_size, cells_of(X, model.X_fit_), cluster_kw(options),
-                            out, forest=model.similarity_ is not None,
-                            what="knn predict"), out)  # fmt: skip
-        return
-    with place(cells_of(X, model.X_fit_), cluster_kw(options)):
-        n, written = write_predictions(model, X, attrs, out)
-    click.echo(f"predicted {n} rows in {time.perf_counter() - start:.1f} s\n"
-               f"  predictions: {written}")  # fmt: skip
-
-
-def _predict_partitioned(model_path: str, data: str, out: str, drop: tuple[str, ...],
-                         na_values: tuple[str, ...], dry_run: bool,
-                         options: dict[str, Any]) -> None:  # fmt: skip
-    """``knn predict`` of a DATA read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.partitioned_predict import predict_partitioned
     from distforest.parallel.cluster import connect
 
     start = time.perf_counter()
+    check_new_file(out, overwrite)
+    # a glob, a folder of parts, a large file (or a model of more rows than such a file):
+    # by partitions, on the cluster; else in this process, the search placed by its size
+    by_parts = predicts_by_partitions(model_path, data)
     if dry_run:
+        _show_prediction(model_path, data, out, drop, na_values, by_parts, options)
+        return
+    if by_parts:
+        with connect(**cluster_kw(options)) as client, client.as_current():
+            n, written = predict_to_csv(model_path, data, out, drop, na_values, by_parts=True)
+    else:
+        n, written = predict_to_csv(model_path, data, out, drop, na_values, by_parts=False,
+                                    connect=cluster_kw(options))  # fmt: skip
+    how = " by partitions" if by_parts else ""
+    click.echo(f"predicted {n} rows{how} in {time.perf_counter() - start:.1f} s\n"
+               f"  predictions: {written}")  # fmt: skip
+
+
+def _show_prediction(model_path: str, data: str, out: str, drop: tuple[str, ...],
+                     na_values: tuple[str, ...], by_parts: bool,
+                     options: dict[str, Any]) -> None:  # fmt: skip
+    """The dry run of ``knn predict``: the partitions' tasks, or the search's plan."""
+    if by_parts:
         _show_partitions("knn predict", data, na_values, "each read a partition, predict its "
                          "rows with the model (read once per worker) and write a piece of "
                          f"{out}, joined in order")  # fmt: skip
         return
-    with connect(**cluster_kw(options)) as client, client.as_current():
-        n, written = predict_partitioned(model_path, data, out, drop, na_values)
-    click.echo(f"predicted {n} rows by partitions in {time.perf_counter() - start:.1f} s\n"
-               f"  predictions: {written}")  # fmt: skip
+    import numpy as np
+
+    from distforest.apps.knn import load_model
+    from distforest.jobs.command_plans import neighbors_plan
+    from distforest.jobs.row_pieces import row_frames
+
+    model = load_model(model_path)
+    rows = row_frames(data, model.feature_names_in_, drop, na_values, by_parts=False)
+    (n, d), m = (len(rows.blocks[0]), model.n_features_in_), model.X_fit_.shape[0]
+    show(neighbors_plan(data, n, m, d, model.n_neighbors, str(model.metric), model.algorithm,
+                        model.batch_size, n * d + int(np.prod(model.X_fit_.shape)),
+                        cluster_kw(options), out, forest=model.similarity_ is not None,
+                        what="knn predict"), out)  # fmt: skip
 
 
 # -- k-NN pipelines (sections input, neighbors, knn, output) --------------------------------
