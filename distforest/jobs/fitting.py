@@ -29,19 +29,24 @@ def fitted_forest(
     connect: dict[str, Any],
     progress: Any = None,
     check: Callable[[Table], None] | None = None,
+    model: str | None = None,
 ) -> Iterator[tuple[Table | StoredTable, ProximityForest]]:
     """Load the input, ``check`` it (before any cluster starts), fit where it runs
     (:func:`~distforest.parallel.placement.place`).
 
     The cluster, if any, stays up inside the block.  A partitioned input is read on
-    the workers, so it always uses a cluster (``check`` is not applied to it).
+    the workers, so it always uses a cluster (``check`` is not applied to it).  With
+    ``model`` (a model file, :func:`~distforest.io.model_files.load_model`) the input's
+    rows are routed through that model's trees instead (``forest_kw`` unused).
     """
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
+    from distforest.io.model_files import load_model
     from distforest.jobs.inputs import partitioned_input
     from distforest.parallel.placement import place
     from distforest.store.source import opened
 
+    fitted = None if model is None else load_model(model)  # refused before any work
     if partitioned_input(source):  # read by partitions on the workers, never whole here
         from distforest.parallel.cluster import connect as connect_to
         from distforest.parallel.execution import execution
@@ -59,15 +64,21 @@ def fitted_forest(
                 id=input_kw.get("id"),
             ) as stored,
         ):
-            forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
             # partitions=True: always a StoredTable
+            if fitted is not None:
+                yield cast("StoredTable", stored), ProximityForest.from_model(fitted, stored)
+                return
+            forest = ProximityForest(**forest_kw).set_execution(client, progress=progress)
             yield cast("StoredTable", stored), forest.fit(stored)
         return
     table = load_table(source, target=target, **input_kw)
     if check is not None:
         check(table)
     with place(table.X.size, connect, progress=progress):
-        yield table, ProximityForest(**forest_kw).fit(table)
+        if fitted is not None:
+            yield table, ProximityForest.from_model(fitted, table)
+        else:
+            yield table, ProximityForest(**forest_kw).fit(table)
 
 
 def held_out(table: Any, forest: Any, test_size: float) -> tuple[Any, Any]:
@@ -104,16 +115,17 @@ def measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
 
 def score_rows(model: str, input: str, id_column: str | None, method: str,
                na_values: tuple[str, ...], connect: dict[str, Any],
+               training: str | None = None, target: str | None = None,
                ) -> tuple[Any, Any, Any]:  # fmt: skip
     """``distforest score``: each row's predictions and outlier score against a saved
     forest; returns the scores (a DataFrame), the forest and the rows' table (the code
     of scoring pipelines too: :mod:`distforest.apps.scoring`)."""
     from distforest.apps.scoring import new_rows_table
     from distforest.apps.scoring import score_rows as scores_of
-    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.jobs.score import open_model
     from distforest.parallel.placement import place
 
-    forest = ProximityForest.load(model)
+    forest = open_model(model, training, target, na_values)
     table = new_rows_table(forest, input, id_column=id_column, na_values=na_values)
     with place(table.X.size, connect):
         result = scores_of(forest, table, method=method)
