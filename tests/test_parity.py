@@ -288,3 +288,39 @@ def test_command_csv_is_the_numpy_run(data, cluster_address, reference) -> None:
     np.testing.assert_array_equal(scores["outlier"].to_numpy(), reference["outliers"])
     store = RunStore.open(_run(data, "proximity", "csv", cluster_address), require_complete=True)
     np.testing.assert_array_equal(store.dataset()["proximity"].values, reference["original"])
+
+
+# -- k-NN ------------------------------------------------------------------------------
+
+# fmt: off
+KNN = {  # name: KNNClassifier parameters
+    "range": {"n_neighbors": 5, "normalize": "range", "weights": "distance"},
+    "rf-proximity": {"n_neighbors": 4, "metric": "rf-proximity", "n_estimators": TREES,
+                     "random_state": 5},
+}
+# fmt: on
+
+
+def _knn(params: dict[str, Any], X: Any, y: Any, queries: np.ndarray) -> dict[str, np.ndarray]:
+    from distforest.apps.knn import KNNClassifier
+
+    model = KNNClassifier(**params).fit(X, y)
+    distances, indices = model.kneighbors(queries)
+    return {"X_fit": np.asarray(model.X_fit_), "y_fit": model.y_fit_,
+            "classes": model.classes_.astype(str), "distances": distances, "indices": indices,
+            "predict": model.predict(queries).astype(str)}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", KNN)
+def test_knn_classifier(data, name: str, kind: str) -> None:
+    """(e) a k-NN model fitted on every kind (a folder of parts, a glob and a dask
+    DataFrame by chunks from a store): the numpy-array run's rows, neighbours and votes."""
+    queries = data["frames"]["features"].to_numpy()[::7]
+    with execution("synchronous"):
+        expected = _knn(KNN[name], *_input(data, "numpy", "labelled", "label"), queries)
+        got = _knn(KNN[name], *_input(data, kind, "labelled", "label"), queries)
+    assert sorted(got) == sorted(expected)
+    for key, values in expected.items():
+        assert got[key].dtype == values.dtype, key
+        np.testing.assert_array_equal(got[key], values, err_msg=f"{name} {kind}: {key}")

@@ -303,7 +303,7 @@ def _score_partitioned(model: str, input: str, id_column: str | None, method: st
                        na_values: tuple[str, ...], connect: dict[str, Any], *, out: str,
                        dry_run: bool) -> None:  # fmt: skip
     """``score`` of an INPUT read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.partitioned_predict import score_partitioned
+    from distforest.jobs.score import score_partitioned
     from distforest.parallel.cluster import connect as connect_to
 
     start = time.perf_counter()

@@ -210,7 +210,7 @@ def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...]
     per worker, its per-row arrays left in its store)."""
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.jobs.model_columns import feature_matrix
-    from distforest.jobs.partitioned_predict import _model
+    from distforest.jobs.row_pieces import model_once
     from distforest.jobs.simforest import scale
     from distforest.parallel.execution import execution
 
@@ -223,7 +223,7 @@ def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...]
             f"{start + int(rows[0]) + 1} of the table (counted from 1); the model's measure "
             "needs complete rows: impute them first (distforest impute) or drop those rows"
         )
-    forest = _model(model_path, lambda path: SimilarityForestClassifier.load(
+    forest = model_once(model_path, lambda path: SimilarityForestClassifier.load(
         path, rows_in_store=True))  # fmt: skip
     if X.shape[0] == 0:  # an empty part still has its place
         return prediction_frame(forest, np.empty((0, len(forest.classes_))))
@@ -236,11 +236,9 @@ def predict_partitioned(model: str, data: str, out: str, na_values: tuple[str, .
     """``distforest simforest predict MODEL DATA`` of a DATA read by partitions: one task
     per partition predicts its rows and writes its piece of the CSV (joined in order, the
     in-memory command's file); the summary line, or (``dry_run``) what would run."""
-    import dask
-
-    from distforest.io.partitions import PATH_COLUMN, open_partitions
+    from distforest.io.partitions import open_partitions
     from distforest.jobs.model_columns import check_columns
-    from distforest.jobs.partitioned_predict import _write_pieces
+    from distforest.jobs.row_pieces import row_frames, write_pieces
     from distforest.parallel.cluster import connect as connect_to
     from distforest.store.run_store import RunStore
 
@@ -260,13 +258,8 @@ def predict_partitioned(model: str, data: str, out: str, na_values: tuple[str, .
         return (f"simforest predict of {parts.source}: read by partitions, "
                 f"{parts.npartitions} tasks that each predict a partition's rows with "
                 f"{model} and write a piece of {out}")  # fmt: skip
-    keep = [*names, PATH_COLUMN] if PATH_COLUMN in parts.frame.columns else list(names)
     with connect_to(**connect) as client, client.as_current():
-        blocks = parts.frame[keep].to_delayed()
-        lengths = dask.compute(*[dask.delayed(len)(b) for b in blocks])
-        starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        labels = [parts.partition_name(k) for k in range(len(blocks))]
-        work = partial(_predict_rows, model, attrs, names)
-        n, path, _ = _write_pieces(blocks, starts, labels, work, out)
+        rows = row_frames(data, names, na_values=na_values, by_parts=True)
+        n, path, _ = write_pieces(rows, partial(_predict_rows, model, attrs, names), out)
     return (f"{n} predictions read by partitions in {time.perf_counter() - start:.1f} s\n"
             f"  predictions:  {path}")  # fmt: skip
