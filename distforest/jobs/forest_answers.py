@@ -24,7 +24,7 @@ from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
 from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import OUTLIER_THRESHOLD, check_new_file
-from distforest.jobs.result import JobResult
+from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import (
     ON_A_CLUSTER,
@@ -83,11 +83,7 @@ class ForestAnswerJob(ForestJob):
     def summary(self, result: JobResult) -> str:
         """What the run printed before it was a job, and the files (reports too) it wrote."""
         assert isinstance(result, AnswerResult)
-        how = {
-            "resumed": ", resumed",
-            "already complete": ", already complete: nothing to do "
-            "(use --overwrite with other options to compute it again)",
-        }.get(result.mode, "")
+        how = mode_text(result.mode, result.store)
         width = max(len(k) for k in result.outputs)
         return "\n".join([
             *([result.head] if result.head else []),

@@ -18,7 +18,7 @@ import numpy as np
 from distforest.errors import InputError, ParameterError
 from distforest.jobs.base import JobBase, new_run_id
 from distforest.jobs.outputs import write_csv
-from distforest.jobs.result import JobResult
+from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
 
@@ -297,11 +297,7 @@ class SimForestProximityJob(JobBase):
 
     def summary(self, result: JobResult) -> str:
         """The matrix and its store."""
-        how = {
-            "resumed": ", resumed",
-            "already complete": f", already complete: nothing to "
-            f"do (remove {self.out} to compute it again)",
-        }.get(result.mode, "")
+        how = mode_text(result.mode, self.out)
         return (f"{result.name} of {result.shape[0]} x {result.shape[1]} objects in "
                 f"{result.seconds:.1f} s{how}\n  store:  {self.out} (array {result.name!r}, "
                 "dims sample_i, sample_j)")  # fmt: skip

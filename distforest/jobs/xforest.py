@@ -31,7 +31,7 @@ from distforest.jobs.estimates import (
 )
 from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.result import JobResult
+from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute, fit_into_store
 from distforest.jobs.stages import PRODUCTS_NOTE, Cost, Pipeline, Stage, placement_of
 from distforest.store.inputs import PendingInput, StoredTable
@@ -400,11 +400,7 @@ class ClusterJob(JobBase):
 
     def summary(self, result: JobResult) -> str:
         """The method, the scores against the truth and the files written."""
-        how = {
-            "resumed": ", resumed",
-            "already complete": f", already complete: nothing to "
-            f"do (remove {result.store} to compute it again)",
-        }.get(result.mode, "")
+        how = mode_text(result.mode, result.store)
         scores = json.loads(result.outputs.pop("scores", "null"))
         return "\n".join([
             f"{self.clustering['method']} on {result.name} of {result.shape[0]} rows in "
