@@ -9,6 +9,8 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -188,6 +190,8 @@ COMMANDS = {
     "cluster": (["X", "--method", "kernel-kmeans", "--k", "2", "--n-init", "2",
                  "--truth", f"{ION}:Class", "--plot", "PLOT"], "c.csv", "c.run.zarr"),
     "simforest proximity": (["M", "--tile-size", "256"], "p.zarr", None),
+    "smerf predict": (["S", str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
+                       "--tile-size", "256"], "d.zarr", None),
 }  # fmt: skip
 
 
@@ -205,7 +209,15 @@ def _command(tmp_path: Path, command: str) -> tuple[list[str], Path, Path]:
         fit = ["simforest", "fit", str(ION), "--target", "Class", "--trees", "6"]
         made = CliRunner().invoke(cli, ["-q", *fit, "--out", str(tmp_path / "m.zarr")])
         assert made.exit_code == 0, made.output
-    places = {"X": tmp_path / "x.zarr", "M": tmp_path / "m.zarr", "PLOT": folder / "p.png"}
+    if command.startswith("smerf") and not (tmp_path / "s.zarr").exists():
+        X = pd.read_csv(BC).drop(columns=["Id", "Class", "Bare.nuclei"]).to_numpy(float)
+        np.save(tmp_path / "D.npy", np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1)))
+        fit = ["smerf", "fit", str(BC), "--drop", "Id", "--drop", "Class", "--drop",
+               "Bare.nuclei", "--trees", "5", "--distances", str(tmp_path / "D.npy")]  # fmt: skip
+        made = CliRunner().invoke(cli, ["-q", *fit, "--out", str(tmp_path / "s.zarr")])
+        assert made.exit_code == 0, made.output
+    places = {"X": tmp_path / "x.zarr", "M": tmp_path / "m.zarr", "S": tmp_path / "s.zarr",
+              "PLOT": folder / "p.png"}  # fmt: skip
     args = [str(places.get(a, a)) for a in given]
     return (
         [*command.split(), *args, "--out", str(folder / name)],
@@ -300,6 +312,9 @@ PIPELINE_FORMS = {
     "simforest proximity": (f"kind: simforest\ninput: {{path: {ION}, target: Class}}\n"
                             "simforest: {n_estimators: 6, random_state: 0, tile_size: 256}\n",
                             "proximity"),
+    "smerf predict": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
+                      "smerf: {n_estimators: 5, random_state: 0, tile_size: 256, "
+                      "distances: DIST}\ndistance: {oob: false, out: d.zarr}\n", "d.zarr"),
     "cluster": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
                 "xforest: {n_estimators: 30, random_state: 0, tile_size: 128}\n"
                 "clustering: {method: kernel-kmeans, k: 2, n_init: 2, out: c.csv}\n",
@@ -317,11 +332,14 @@ def test_a_command_and_its_pipeline_form_write_the_same_bytes(tmp_path, command)
     text, name = PIPELINE_FORMS[command]
     folder = tmp_path / "piped"
     yaml = tmp_path / "p.yaml"
+    text = text.replace("DIST", str(tmp_path / "D.npy"))
     yaml.write_text(text + f"output: {{dir: {folder}, store: run.zarr}}\n")
     run = CliRunner().invoke(cli, ["-q", "run", str(yaml)])
     assert run.exit_code == 0, run.output
     if name == "proximity":  # (in the model's store)
         folder = folder / "run.zarr"
+    if name == "d.zarr":  # the matrix of a store of its own
+        folder, name, out = folder / name, "distance", out
     if out.suffix == ".zarr":  # a matrix: its chunks (the model's store holds more)
         piped = {k: v for k, v in _tree(folder / name).items() if k.startswith("c/")}
         assert piped == {k: v for k, v in _tree(out / name).items() if k.startswith("c/")}

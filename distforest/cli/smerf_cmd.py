@@ -24,7 +24,6 @@ model is the one the same rows in one file give.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -37,6 +36,7 @@ from distforest.cli.options import (
     dry_run_option,
     input_options,
     parse_max_features,
+    run_job,
     seed_option,
     show,
     tile_size_option,
@@ -228,33 +228,12 @@ def predict_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Learned distances between the rows of A and those of B (or the training rows)."""
-    from distforest.jobs.estimates import check_disk, estimate_matrix
-    from distforest.jobs.smerf import predict_inputs
-    from distforest.parallel.placement import place
+    from distforest.jobs.smerf import SmerfPredictJob
 
-    model, a, b = predict_inputs(model_path, input, against, out, drop, na_values, overwrite)
-    m = model.n_samples_ if b is None else b.n_samples
-    if dry_run:
-        from distforest.jobs.command_plans import matrix_plan
-
-        show(matrix_plan("smerf predict", str(a.source), a.n_samples, m, 1, tile_size, False,
-                         model._distance_cells(a.n_samples, m), connect_kwargs(options), out),
-             out)  # fmt: skip
-        return
-    need = estimate_matrix(a.n_samples, m, 1, tile_size, False)["disk_bytes"]
-    check_disk(location.parent(out), need, replaces=out)
-    start = time.perf_counter()
-    bars = ProgressBars(enabled=not obj["quiet"])
-    with place(model._distance_cells(a.n_samples, m), connect_kwargs(options), progress=bars):
-        matrix = model.predict_distance(a, b, store=out, tile_size=tile_size,
-                                        overwrite=overwrite)  # fmt: skip
-    n, m = matrix.shape
-    columns = "training rows" if b is None else f"rows of {against}"
-    click.echo(
-        f"SMERF distance: {n} rows of {input} x {m} {columns} in "
-        f"{time.perf_counter() - start:.1f} s"
-    )
-    click.echo(f"  store: {Path(out).resolve()} (array 'distance', tiles of {tile_size})")
+    job = SmerfPredictJob(input=input, model=model_path, against=against, out=out, drop=drop,
+                          na_values=na_values, tile_size=tile_size, overwrite=overwrite,
+                          connect=connect_kwargs(options))  # fmt: skip
+    run_job(obj, job, dry_run)
 
 
 @smerf.command("importances")

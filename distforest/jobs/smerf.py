@@ -47,10 +47,10 @@ from distforest.forests import constraints as C
 from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
 from distforest.io.distances import Distances, load_distances
-from distforest.jobs.base import ForestJob, input_fields, new_run_id
+from distforest.jobs.base import ForestJob, JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
 from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts, temporary_store
-from distforest.jobs.result import JobResult
+from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.store.inputs import PendingInput
@@ -393,16 +393,107 @@ def save_model(model: Any, out: str, overwrite: bool, tile_size: int,
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def predict_inputs(model_path: str, input: str, against: str | None, out: str,
-                   drop: tuple[str, ...], na_values: tuple[str, ...],
-                   overwrite: bool) -> tuple[SMERF, Table, Table | None]:  # fmt: skip
-    """``smerf predict``'s model and rows (A, and B or None), the output checked first."""
-    if Path(out).resolve() == Path(model_path).resolve():
-        raise StoreError(f"--out {out!r} is the model itself; choose another path")
-    check_can_create(out, overwrite)
-    model = SMERF.load(model_path)
-    rows = [None if path is None else load_table(path, drop=drop, na_values=na_values,
-                                                 allow_missing=False, min_rows=1)
-            for path in (input, against)]  # fmt: skip
-    assert rows[0] is not None
-    return model, rows[0], rows[1]
+@dataclass(kw_only=True)
+class SmerfPredictJob(JobBase):
+    """``distforest smerf predict``: the learned distances between the rows of ``input``
+    (A) and those of ``against`` (B; None: the model's training rows), tile by tile."""
+
+    job_kind: ClassVar[str] = "smerf-predict"
+
+    model: str
+    out: str
+    against: str | None = None
+    drop: tuple[str, ...] = ()
+    tile_size: int = C.SMERF_TILE
+    name: str = "smerf predict"
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return "SMERF's learned distances"
+
+    def summary(self, result: JobResult) -> str:
+        """The matrix and its store."""
+        columns = "training rows" if self.against is None else f"rows of {self.against}"
+        return (f"SMERF distance: {result.shape[0]} rows of {self.input} x {result.shape[1]} "
+                f"{columns} in {result.seconds:.1f} s{mode_text(result.mode, self.out)}\n"
+                f"  store: {Path(self.out).resolve()} (array 'distance', tiles of "
+                f"{self.tile_size})")  # fmt: skip
+
+    def read(self) -> tuple[SMERF, Table, Table | None]:
+        """The model and the rows A (and B, or None), checked."""
+        if Path(self.out).resolve() == Path(self.model).resolve():
+            raise StoreError(f"--out {self.out!r} is the model itself; choose another path")
+        model = SMERF.load(self.model)
+        rows = [None if path is None else load_table(path, drop=self.drop,
+                                                     na_values=self.na_values,
+                                                     allow_missing=False, min_rows=1)
+                for path in (self.input, self.against)]  # fmt: skip
+        assert rows[0] is not None
+        return model, rows[0], rows[1]
+
+
+@SmerfPredictJob.plans
+def plan_predict_job(job: SmerfPredictJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the model and the rows, runs nothing."""
+    return predict_pipeline(job, *job.read())
+
+
+def predict_pipeline(job: SmerfPredictJob, model: SMERF, a: Table, b: Table | None) -> Pipeline:
+    """The one stage of ``smerf predict``: the ``n x m`` distances in tiles."""
+    from distforest.parallel.tiling import TilePlan
+
+    n, m = a.n_samples, model.n_samples_ if b is None else b.n_samples
+    tiles = TilePlan(n, m, job.tile_size, symmetric=False)
+    need = estimate_matrix(n, m, 1, job.tile_size, False)
+    chunk = f"{tiles.chunks[0]} x {tiles.chunks[1]}"
+    stage = Stage(
+        "tiles", f"{n:,} x {m:,} in {tiles.n_tasks:,} tiles of {chunk}",
+        reads=tuple(p for p in (job.model, job.input, job.against) if p), writes=(DISTANCE,),
+        tasks=tiles.n_tasks, tiles=tiles.n_tasks,
+        cost=Cost(need["cpu_seconds"], need["memory_bytes"] + 3 * 4 * tiles.chunks[0]
+                  * tiles.chunks[1], {"matrix (uncompressed)": need["disk_bytes"]}),
+        run=lambda ctx: _predict(job, model, a, b, ctx),
+    )  # fmt: skip
+    return Pipeline(title=f"smerf predict: {n:,} x {m:,} rows, 1 features",
+                    steps=[("input", str(a.source)), ("matrix", f"{tiles.n_tasks:,} tiles of "
+                                                                f"{chunk}"),
+                           ("store", str(job.out))],
+                    stages=[stage], cells=model._distance_cells(n, m), connect=job.connect,
+                    out=str(job.out))  # fmt: skip
+
+
+def _predict(job: SmerfPredictJob, model: SMERF, a: Table, b: Table | None,
+             ctx: Context) -> None:  # fmt: skip
+    """The tiles stage: the distances into a new store, then the run's record into it."""
+    matrix = model.predict_distance(a, b, store=job.out, tile_size=job.tile_size,
+                                    overwrite=True, complete=False)  # fmt: skip
+    ctx.rs = RunStore.open(job.out, mode="r+")
+    ctx.rs.update_attrs(**ctx.run.record)
+    ctx.done.info["shape"] = [int(s) for s in matrix.shape]
+
+
+@SmerfPredictJob.runs
+def run_predict_job(job: SmerfPredictJob, progress: Any = None, *, restart: bool = False,
+                    run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Write the learned distances under the run protocol; the disk checked first."""
+    start = time.perf_counter()
+    model, a, b = job.read()
+    m = model.n_samples_ if b is None else b.n_samples
+
+    def check(run: Run) -> None:
+        need = estimate_matrix(a.n_samples, m, 1, job.tile_size, False)["disk_bytes"]
+        check_disk(location.parent(job.out), need, replaces=job.out)
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        rows, cols = rs.array(DISTANCE).shape
+        return JobResult(store=rs.path, name=DISTANCE, shape=(int(rows), int(cols)),
+                         n_trees=int(model.seeds_.shape[0]), task="distance learning",
+                         seconds=time.perf_counter() - start, outputs={"store": rs.path},
+                         mode=mode)  # fmt: skip
+
+    spec = job.spec_of(("drop", "na_values", "tile_size"),
+                       model={"path": job.model, "fit_id": model.fit_id_},
+                       input={"A": a.fingerprint(),
+                              "B": None if b is None else b.fingerprint()})  # fmt: skip
+    return execute(job, predict_pipeline(job, model, a, b), spec, result, progress=progress,
+                   restart=restart, run_id=run_id or new_run_id(), check=check)  # fmt: skip
