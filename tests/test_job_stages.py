@@ -190,6 +190,8 @@ COMMANDS = {
     "cluster": (["X", "--method", "kernel-kmeans", "--k", "2", "--n-init", "2",
                  "--truth", f"{ION}:Class", "--plot", "PLOT"], "c.csv", "c.run.zarr"),
     "simforest proximity": (["M", "--tile-size", "256"], "p.zarr", None),
+    "smerf fit": ([str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
+                   "--trees", "5", "--distances", "D"], "m.zarr", None),
     "smerf predict": (["S", str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
                        "--tile-size", "256"], "d.zarr", None),
 }  # fmt: skip
@@ -209,15 +211,16 @@ def _command(tmp_path: Path, command: str) -> tuple[list[str], Path, Path]:
         fit = ["simforest", "fit", str(ION), "--target", "Class", "--trees", "6"]
         made = CliRunner().invoke(cli, ["-q", *fit, "--out", str(tmp_path / "m.zarr")])
         assert made.exit_code == 0, made.output
-    if command.startswith("smerf") and not (tmp_path / "s.zarr").exists():
+    if command.startswith("smerf") and not (tmp_path / "D.npy").exists():
         X = pd.read_csv(BC).drop(columns=["Id", "Class", "Bare.nuclei"]).to_numpy(float)
         np.save(tmp_path / "D.npy", np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1)))
+    if command == "smerf predict" and not (tmp_path / "s.zarr").exists():
         fit = ["smerf", "fit", str(BC), "--drop", "Id", "--drop", "Class", "--drop",
                "Bare.nuclei", "--trees", "5", "--distances", str(tmp_path / "D.npy")]  # fmt: skip
         made = CliRunner().invoke(cli, ["-q", *fit, "--out", str(tmp_path / "s.zarr")])
         assert made.exit_code == 0, made.output
     places = {"X": tmp_path / "x.zarr", "M": tmp_path / "m.zarr", "S": tmp_path / "s.zarr",
-              "PLOT": folder / "p.png"}  # fmt: skip
+              "D": tmp_path / "D.npy", "PLOT": folder / "p.png"}  # fmt: skip
     args = [str(places.get(a, a)) for a in given]
     return (
         [*command.split(), *args, "--out", str(folder / name)],
@@ -312,6 +315,8 @@ PIPELINE_FORMS = {
     "simforest proximity": (f"kind: simforest\ninput: {{path: {ION}, target: Class}}\n"
                             "simforest: {n_estimators: 6, random_state: 0, tile_size: 256}\n",
                             "proximity"),
+    "smerf fit": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
+                  "smerf: {n_estimators: 5, random_state: 0, distances: DIST}\n", "model"),
     "smerf predict": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
                       "smerf: {n_estimators: 5, random_state: 0, tile_size: 256, "
                       "distances: DIST}\ndistance: {oob: false, out: d.zarr}\n", "d.zarr"),
@@ -338,6 +343,10 @@ def test_a_command_and_its_pipeline_form_write_the_same_bytes(tmp_path, command)
     assert run.exit_code == 0, run.output
     if name == "proximity":  # (in the model's store)
         folder = folder / "run.zarr"
+    if name == "model":  # every array's chunks of the model store
+        piped = {k: v for k, v in _tree(folder / "run.zarr").items() if "/c/" in k}
+        assert piped == {k: v for k, v in _tree(out).items() if "/c/" in k} and len(piped) > 5
+        return
     if name == "d.zarr":  # the matrix of a store of its own
         folder, name, out = folder / name, "distance", out
     if out.suffix == ".zarr":  # a matrix: its chunks (the model's store holds more)

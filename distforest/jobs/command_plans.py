@@ -1,10 +1,8 @@
-"""The :class:`~distforest.jobs.plan.Plan` of the app commands' ``--dry-run``.
+"""The :class:`~distforest.jobs.plan.Plan` of the ``--dry-run`` of the commands that are not
+yet a job kind (``simforest fit``, ``knn predict``).
 
-Each command's plan counts the tasks its real run submits in the stages the
-pipelines' plans count too: fit batches, tiles and neighbour searches.  The
-products of a matrix-free application (outliers, mislabels, MDS, kernel
-k-means) depend on how many iterations the data needs: they are named in the
-plan's notes, not counted.
+Each plan counts the tasks the real run submits in the stages the pipelines'
+plans count too: fit batches and neighbour searches.
 """
 
 from __future__ import annotations
@@ -14,40 +12,16 @@ from typing import Any
 
 from distforest import location
 from distforest.jobs import estimates
-from distforest.jobs.estimates import SECONDS_PER, estimate_matrix
+from distforest.jobs.estimates import SECONDS_PER
 from distforest.jobs.plan import Plan, placement_of
 from distforest.jobs.stages import PRODUCTS_NOTE  # noqa: F401 (the impute plan imports it here)
-from distforest.parallel.tiling import TilePlan
-
-
-def matrix_plan(what: str, source: str, n: int, m: int, d: int, tile_size: int,
-                symmetric: bool, cells: int, connect: dict[str, Any],
-                out: str) -> Plan:  # fmt: skip
-    """The plan of a command that writes an ``n x m`` matrix tile by tile (``similarity``)."""
-    where, threads = placement_of(cells, connect)
-    tiles = TilePlan(n, m, tile_size, symmetric=symmetric)
-    need = estimate_matrix(n, m, d, tile_size, symmetric)
-    return Plan(
-        title=f"{what}: {n:,} x {m:,} rows, {d} features",
-        steps=[("input", source),
-               ("matrix", f"{tiles.n_tasks:,} tiles of {tiles.chunks[0]} x {tiles.chunks[1]}"),
-               ("store", str(out))],
-        tasks=tiles.n_tasks,
-        tiles=tiles.n_tasks,
-        disk={"matrix (uncompressed)": need["disk_bytes"]},
-        free_bytes=estimates.free_space(location.parent(out)),
-        worker_bytes=need["memory_bytes"] + 3 * 4 * tiles.chunks[0] * tiles.chunks[1],
-        cpu_seconds=need["cpu_seconds"],
-        threads=threads,
-        where=where,
-    )  # fmt: skip
 
 
 def model_fit_plan(what: str, source: str, n: int, d: int, cells: int, trees: int,
                    batch_size: int | None, cpu_seconds: float, disk: dict[str, int],
                    connect: dict[str, Any], out: str) -> Plan:  # fmt: skip
     """The plan of a command that fits a model of ``trees`` trees by batches and saves it
-    (``simforest fit``, ``smerf fit``): its fit batches, the model on disk."""
+    (``simforest fit``): its fit batches, the model on disk."""
     from distforest.parallel.tasks import default_batch_size, plan_batches
 
     where, threads = placement_of(cells, connect)
@@ -69,11 +43,6 @@ def model_fit_plan(what: str, source: str, n: int, d: int, cells: int, trees: in
 def simforest_fit_cpu(trees: int, pairs: int, n: int) -> float:
     """Core-seconds of a SimForest fit on ``n`` objects (rough, :data:`SECONDS_PER`)."""
     return SECONDS_PER["sim_fit"] * trees * pairs * n * math.log2(max(n, 2))
-
-
-def smerf_fit_cpu(trees: int, n: int) -> float:
-    """Core-seconds of a SMERF fit on ``n`` rows (rough, :data:`SECONDS_PER`)."""
-    return SECONDS_PER["smerf_fit"] * trees * n * n * math.log2(max(n, 2))
 
 
 def neighbors_plan(source: str, n: int, m: int, d: int, k: int, metric: str, algorithm: str,

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +85,26 @@ class SmerfJob(ForestJob):
         """What determines the results: hashed to recognise the same job."""
         keep = ("distances", "target", "drop", "na_values", "forest", "tile_size", "distance")
         return self.spec_of(keep, input={"source": self.input, "fingerprints": fingerprints})
+
+    def summary(self, result: JobResult) -> str:
+        """The lines of ``distforest smerf fit`` (a model only, from the command line):
+        trees, rows, observed pairs, the top five importances, the model; else the
+        summary of every job."""
+        if self.distance is not None or self.source is not None:
+            return super().summary(result)
+        rs = RunStore.open(self.out)
+        fit = (rs.attrs.get("stages") or {}).get("fit", {})
+        names = tuple(rs.attrs["input"]["feature_names"])
+        return "\n".join([
+            *([f"  features of {self.input} read by partitions on the workers"]
+              if partitioned_input(self.input) else []),
+            f"SMERF: {self.forest.get('n_estimators', SMERF().n_estimators)} trees on "
+            f"{rs.attrs['input']['n_samples']} rows x {len(names)} features "
+            f"({fit.get('observed', 1.0):.0%} of pairs observed) in "
+            f"{result.seconds:.1f} s{mode_text(result.mode, self.out)}",
+            *importance_lines(rs.read("feature_importances"), names, top=5),
+            f"  model: {location.resolved(self.out)}",
+        ])  # fmt: skip
 
     def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
@@ -177,11 +195,14 @@ def _fit(job: SmerfJob, given: dict[str, Any], ctx: Context) -> None:
         dist = D if D is not None else load_distances(class_distances(stored.read_y()))
         model = SMERF(**job.forest).fit(stored, dist)
     else:
+        dist = D
         model = SMERF(**job.forest).fit(table, D)
-    ctx.rs = model.save(job.out, overwrite=True, attrs=ctx.run.record, tile_size=job.tile_size,
-                        complete=False)  # fmt: skip
+    given_d = {"distances": str(job.distances)} if job.distances is not None else {}
+    ctx.rs = model.save(job.out, overwrite=True, attrs={**given_d, **ctx.run.record},
+                        tile_size=job.tile_size, complete=False)  # fmt: skip
     ctx.done.outputs = {"model": ctx.rs.path}
     ctx.done.info["trees"] = int(model.seeds_.shape[0])
+    ctx.done.info["observed"] = float((D if D is not None else dist).observed)
     ctx.model = model
 
 
@@ -370,29 +391,6 @@ def _check_exists(path: str, key: str, source: str) -> None:
         )
 
 
-def save_model(model: Any, out: str, overwrite: bool, tile_size: int,
-                attrs: dict[str, Any]) -> None:  # fmt: skip
-    """Save under a temporary name and rename into place (object storage: in place)."""
-    from distforest.store.run_store import check_can_create
-
-    if location.is_remote(out):
-        check_can_create(out, overwrite)
-        model.save(out, overwrite=True, tile_size=tile_size, attrs=attrs)
-        return
-    target = Path(out)
-    # a fresh name: a folder of the user's beside the output is never reused nor removed
-    tmp = target.with_name(f".{target.name}.fitting-{secrets.token_hex(6)}")
-    try:
-        model.save(tmp, overwrite=True, tile_size=tile_size, attrs=attrs)
-        check_can_create(target, overwrite)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 @dataclass(kw_only=True)
 class SmerfPredictJob(JobBase):
     """``distforest smerf predict``: the learned distances between the rows of ``input``
@@ -497,3 +495,20 @@ def run_predict_job(job: SmerfPredictJob, progress: Any = None, *, restart: bool
                               "B": None if b is None else b.fingerprint()})  # fmt: skip
     return execute(job, predict_pipeline(job, model, a, b), spec, result, progress=progress,
                    restart=restart, run_id=run_id or new_run_id(), check=check)  # fmt: skip
+
+
+def importance_lines(values: np.ndarray, names: tuple[str, ...], top: int) -> list[str]:
+    """The ``top`` feature importances of a SMERF model, largest first (the commands'
+    lines)."""
+    order = np.argsort(-values, kind="stable")[:top]
+    width = max(len(str(names[k])) for k in order)
+    return ["  feature importances (share of the objective decrease):",
+            *(f"    {names[k]!s:<{width}}  {values[k]:.4f}" for k in order)]  # fmt: skip
+
+
+def fit_job(input: str, distances: str, out: str, params: dict[str, Any],
+            **fields: Any) -> SmerfJob:  # fmt: skip
+    """``distforest smerf fit``'s job: a model only (its parameters checked first)."""
+    SMERF(**params)._validated()
+    return SmerfJob(input=input, distances=distances, out=out, forest=params, name="smerf fit",
+                    **fields)  # fmt: skip
