@@ -6,6 +6,7 @@ The applications are imported when a command runs (``--help`` stays quick).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,6 +19,7 @@ from distforest.cli.options import (
     forest_options,
     id_option,
     input_options,
+    model_option,
     pop_keys,
     show,
 )
@@ -60,6 +62,7 @@ def _answer(obj: dict, answer: str, input: str, target: str | None,
                           answer=answer, files=files, options=more,
                           id=options.pop("id_column", None), drop=options.pop("drop", ()),
                           na_values=options.pop("na_values", ()),
+                          model=options.pop("model_file", None),
                           forest=pop_keys(options, FOREST_KEYS), overwrite=overwrite,
                           connect=connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
     run_job(obj, job, dry_run)
@@ -67,6 +70,7 @@ def _answer(obj: dict, answer: str, input: str, target: str | None,
 
 @click.command()
 @_common
+@model_option
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of scores, one row per row.")
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the scores.")
 @click.pass_obj
@@ -103,6 +107,7 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
 
 @click.command()
 @_common
+@model_option
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of coordinates.")
 @click.option("--components", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
@@ -152,9 +157,13 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
 
 
 @click.command()
-@click.argument("model", metavar="MODEL.zarr")
+@click.argument("model", metavar="MODEL")
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of scores, one row per row.")
+@click.option("--training", metavar="TABLE",
+              help="With a model file fitted elsewhere: the table it was fitted on (its rows "
+              "are the training rows the new rows are compared with).")  # fmt: skip
+@click.option("--target", metavar="COLUMN", help="With --training: its target column.")
 @id_option("the first column of the output")
 @click.option("--method", type=click.Choice(["rfgap", "original", "oob"]), default="rfgap",
               show_default=True, help="Proximity weighing the training targets.")  # fmt: skip
@@ -163,9 +172,14 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
 @dry_run_option
 @cluster_options
 @click.pass_obj
-def score(obj: dict, model: str, input: str, out: str, id_column: str | None, method: str,
-          overwrite: bool, dry_run: bool, **options: Any) -> None:  # fmt: skip
+def score(obj: dict, model: str, input: str, out: str, training: str | None,
+          target: str | None, id_column: str | None, method: str, overwrite: bool,
+          dry_run: bool, **options: Any) -> None:  # fmt: skip
     """Score INPUT's rows against a saved forest (MODEL.zarr) without refitting it.
+
+    MODEL may also be a model fitted elsewhere (a skops file of a scikit-learn
+    forest, a LightGBM text model, an XGBoost JSON/UBJSON model; never a pickle)
+    with --training TABLE, the rows it was fitted on, and --target COLUMN.
 
     Per row: the forest's prediction, the proximity-weighted prediction from
     the training targets, and the outlier score on the training rows' scale.
@@ -182,12 +196,21 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     start = time.perf_counter()
     how = (model, input, id_column, method, options.pop("na_values", ()),
            connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
-    if partitioned_input(input):  # a glob, a folder of parts, a large file: by partitions
+    if training is not None or Path(model).is_file():  # a model file fitted elsewhere
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(model)  # a pickle refused before any work
+        if training is None or partitioned_input(input) or dry_run:
+            raise click.UsageError(
+                "a model file fitted elsewhere needs --training TABLE (the rows it was fitted "
+                "on) and is scored on a table loaded whole, without --dry-run"
+            )
+    elif partitioned_input(input):  # a glob, a folder of parts, a large file: by partitions
         _score_partitioned(*how, out=out, dry_run=dry_run)
         return
     if dry_run:
         return show(score_plan(*how, out=out), out)
-    result, forest, table = score_rows(*how)
+    result, forest, table = score_rows(*how, training=training, target=target)
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
             time.perf_counter() - start, written)  # fmt: skip

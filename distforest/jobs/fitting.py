@@ -49,16 +49,17 @@ def measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
 
 def score_rows(model: str, input: str, id_column: str | None, method: str,
                na_values: tuple[str, ...], connect: dict[str, Any],
+               training: str | None = None, target: str | None = None,
                ) -> tuple[Any, Any, Any]:  # fmt: skip
     """``distforest score``: each row's predictions and outlier score against a saved
     forest; returns the scores (a DataFrame), the forest and the rows' table (the code
     of scoring pipelines too: :mod:`distforest.apps.scoring`)."""
     from distforest.apps.scoring import new_rows_table
     from distforest.apps.scoring import score_rows as scores_of
-    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.jobs.score import open_model
     from distforest.parallel.placement import place
 
-    forest = ProximityForest.load(model)
+    forest = open_model(model, training, target, na_values)
     table = new_rows_table(forest, input, id_column=id_column, na_values=na_values)
     with place(table.X.size, connect):
         result = scores_of(forest, table, method=method)

@@ -94,7 +94,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "smerf": dict.fromkeys([*SMERF._parameter_constraints, *SMERF_EXTRA], ()),
     "distance": {"rows": _STR, "against": _STR, "oob": _BOOL, "out": _STR},
     # scoring pipelines (model, input, score, impute, output): jobs/score.py
-    "model": {"path": _STR, "training": _STR},
+    "model": {"path": _STR, "training": _STR, "target": _STR},
     "score": {"out": _STR, "method": _STR, "proximity_prediction": _BOOL, "outliers": _BOOL},
     # similarity pipelines (input, similarity, output): jobs/similarity.py
     "similarity": {

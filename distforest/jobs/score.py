@@ -55,7 +55,10 @@ class ScoreJob(JobBase):
     #: This run's own store (its spec and stages), not the model's.
     out: str
     #: The table the model was fitted on (for imputation); None: the one the model records.
+    #: Required when ``model`` is a model file fitted elsewhere (its rows are routed).
     training: str | None = None
+    #: The target column of ``training`` (a model file fitted elsewhere).
+    target: str | None = None
     id: str | None = None
     #: ``{"out": csv, "method": "rfgap", "proximity_prediction": bool, "outliers": bool}``.
     score: dict[str, Any] | None = None
@@ -65,7 +68,8 @@ class ScoreJob(JobBase):
 
     def spec(self, fingerprint: str, fit_id: str) -> dict[str, Any]:
         """What determines the results: the model's fit, the rows, the options."""
-        return self.spec_of(("id", "na_values", "score", "impute", "training"),
+        keep = ("id", "na_values", "score", "impute", "training") + ("target",) * bool(self.target)
+        return self.spec_of(keep,
                             model={"path": self.model, "fit_id": fit_id},
                             input={"source": self.input, "fingerprint": fingerprint})  # fmt: skip
 
@@ -78,10 +82,32 @@ class ScoreJob(JobBase):
         return score_summary(result)
 
 
-def _open_model(path: str) -> Any:
-    """The saved forest of a complete store (exit 6 otherwise)."""
+def open_model(path: str, training: str | None = None, target: str | None = None,
+               na_values: tuple[str, ...] = ()) -> Any:  # fmt: skip
+    """The saved forest of a complete store (exit 6 otherwise), or a model file fitted
+    elsewhere (:func:`~distforest.io.model_files.load_model`) with its training rows
+    ``training`` (target column ``target``) routed through it."""
     from distforest.forests.proximity_forest import ProximityForest
 
+    if Path(path).is_file():  # a model file, not a store (a directory)
+        import hashlib
+
+        from distforest.io import load_table
+        from distforest.io.model_files import load_model
+
+        model = load_model(path)
+        if training is None:
+            raise ConfigError(
+                f"{path} is a model fitted elsewhere: its proximities are to the rows it was "
+                "fitted on; name that table (model.training in a pipeline, --training in "
+                "distforest score) and its target column (model.target, --target)"
+            )
+        table = load_table(training, target=target, na_values=na_values)
+        forest = ProximityForest.from_model(model, table)
+        with open(path, "rb") as handle:  # the same model and rows: the same fit
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()[:16]
+        forest.fit_id_ = f"{digest}-{table.fingerprint()}"
+        return forest
     if not location.exists(path):
         raise StoreError(f"model {path!r} does not exist; run the pipeline that fits it first")
     rs = RunStore.open(path)
@@ -99,7 +125,13 @@ def _sizes(job: ScoreJob) -> tuple[Any, Any]:
     from distforest.apps.scoring import new_rows_table
     from distforest.jobs.inputs import partitioned_input
 
-    forest = _open_model(job.model)
+    forest = open_model(job.model, job.training, job.target, job.na_values)
+    if partitioned_input(job.input) and Path(job.model).is_file():
+        raise ConfigError(
+            f"{job.input}: new rows read by partitions are scored against a saved forest "
+            f"(its store read by each worker); {job.model} is a model file: score a table "
+            "loaded whole, or save a proximity run of the model first"
+        )
     if partitioned_input(job.input):
         from distforest.jobs.partitioned_predict import read_new_rows
 
@@ -214,13 +246,19 @@ def run_score_job(
     job: ScoreJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
     """Score (and impute) the new rows against the model; resumable by stage."""
+    import numpy as np
+
     from distforest.apps.scoring import training_features
+    from distforest.io import load_table
 
     start = time.perf_counter()
     run_id = run_id or new_run_id()
     forest, table = _sizes(job)
     X_train = None
-    if job.impute:  # the training rows read (and checked) before anything is written
+    if job.impute and forest.__dict__.get("outside_") is not None:  # a model file's rows
+        X_train = np.asarray(forest._model_rows(load_table(job.training, target=job.target,
+                                                            na_values=job.na_values)))  # fmt: skip
+    elif job.impute:  # the training rows read (and checked) before anything is written
         X_train = training_features(job.model, forest, job.training, job.na_values)
     pipeline = score_pipeline(job, forest, table, X_train)
 
@@ -335,6 +373,7 @@ def score_job(
     model = sections["model"]
     training = model.get("training")
     return ScoreJob(
+        target=model.get("target"),
         input=input_path,
         model=templated(model["path"]),
         out=str(out_dir / out.get("store", "scores.zarr")),
