@@ -89,38 +89,29 @@ def filled_frame(frame: pd.DataFrame, table: Table, X: np.ndarray) -> pd.DataFra
     return out
 
 
-def write_imputed_from_matrix(
-    matrix: Any,
-    table: Table,
-    frame: pd.DataFrame,
-    dest: Any,
-    *,
-    overwrite: bool,
-    vote: str = "sum",
-) -> tuple[Any, int]:
-    """Impute ``table`` from ``matrix`` and write ``frame`` with its features filled.
+def fill_from_matrix(
+    matrix: Any, features: pd.DataFrame, vote: str = "sum"
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The feature columns of a table with their missing cells filled from ``matrix``.
 
-    The whole input is written back (ID, target and dropped columns unchanged),
-    as the other imputation modes write it.
+    Parameters
+    ----------
+    matrix : xarray.DataArray or array-like, shape (n, n)
+        A stored proximity matrix of the table's rows.
+    features : DataFrame
+        The feature columns of every row the matrix is of, in its order, as read.
+    vote : {"sum", "mean"}
+        As in :func:`impute_from_matrix`.
 
     Returns
     -------
-    written : path
-    cells : int
-        Cells filled.
+    filled : DataFrame
+        ``features`` filled, categorical columns as their labels.
+    missing : dict of str to int
+        Cells filled per column.
     """
-    from distforest._version import __version__
-    from distforest.io.writers import write_table
+    from distforest.io import load_table
 
+    table = load_table(features)
     X, counts = impute_from_matrix(matrix, table, vote)
-    provenance = {
-        "distforest_version": __version__,
-        "source": table.source,
-        "from": "proximity",
-        "matrix": str(getattr(matrix, "name", "proximity")),
-        "categorical_vote": vote,
-        "n_imputed": counts,
-    }
-    written = write_table(filled_frame(frame, table, X), dest, overwrite=overwrite,
-                          attrs={"imputation": provenance})  # fmt: skip
-    return written, int(sum(counts.values()))
+    return filled_frame(features, table, X), counts
