@@ -105,14 +105,13 @@ class ImputationPlan:
     """A checked imputation: the table read whole (or to be read by partitions), the
     columns split, the output allowed.
 
-    ``frame``, ``features`` and ``y`` are None for a table read by partitions: its
+    ``frame`` and ``features`` are None for a table read by partitions: its
     partitions are read when the plan runs (on the cluster).
     """
 
     source: str
     frame: Any
     features: Any
-    y: Any
     target: str | None
     categorical: tuple[str, ...]
     dest: Path
@@ -178,12 +177,12 @@ def plan_imputation(
     from distforest.io.writers import check_can_write
     from distforest.jobs.inputs import partitioned_input
 
-    def planned(frame: Any, features: Any, y: Any, dest: Path) -> ImputationPlan:
-        return ImputationPlan(str(input), frame, features, y, target, tuple(categorical), dest,
+    def planned(frame: Any, features: Any, dest: Path) -> ImputationPlan:
+        return ImputationPlan(str(input), frame, features, target, tuple(categorical), dest,
                               overwrite, tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
 
     if partitioned_input(input) or is_folder(out):
-        return planned(None, None, None, check_output(out, overwrite))
+        return planned(None, None, check_output(out, overwrite))
     frame = read_frame(input, na_values=na_values)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
@@ -193,8 +192,7 @@ def plan_imputation(
     features = frame[[c for c in columns if c not in skip]]
     if features.shape[1] == 0:
         raise InputError(f"{input}: no feature columns left after removing --target/--drop")
-    y = frame[target] if target else None
-    return planned(frame, features, y, dest)
+    return planned(frame, features, dest)
 
 
 def impute_rows(
