@@ -524,3 +524,34 @@ def test_impute_from_proximity_by_partitions(data, cluster_address, kind: str) -
     np.testing.assert_array_equal(frame[FEATURES].to_numpy()[observed],
                                   holes[FEATURES].to_numpy()[observed])  # fmt: skip
     assert run(kind) == expected
+
+
+def test_rfimpute_regrown_forest_stays_in_a_store(client, tmp_path: Path, monkeypatch) -> None:
+    """Sample bound < n and a forest too large to keep (``KEEP_NODES_CELLS``): the forest
+    that routes the partitions' rows is grown again into a temporary store (no nodes nor
+    leaves here, none sent to the tasks) and fills them as the in-memory regrown one does."""
+    import distforest.apps.impute as impute_module
+    from distforest.apps.impute import ProximityImputer
+    from distforest.jobs.impute import _sample
+    from distforest.store.sink import StoredNodes
+
+    monkeypatch.setattr(impute_module, "KEEP_NODES_CELLS", 0)
+    df = _holes_table(n=500, seed=9)
+    folder = _parts(df, tmp_path / "parts", parts=4)
+    sample = df.iloc[_sample(len(df), 120, 4)].reset_index(drop=True)
+    with execution(client="synchronous"):
+        oracle = ProximityImputer(**RF_SMALL, random_state=4).fit(
+            sample[IMPUTE_FEATURES], sample["cls"]
+        )
+        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
+                                               .reset_index(drop=True))
+                              for rows in np.array_split(np.arange(len(df)), 4)],
+                             ignore_index=True)  # fmt: skip
+    assert oracle.forest_.nodes_ is not None and isinstance(oracle.forest_.leaves_, np.ndarray)
+    with client.as_current():
+        result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**RF_SMALL, "random_state": 4},
+                               client, sample_rows=120)  # fmt: skip
+    forest = result.imputer.forest_
+    assert isinstance(forest.leaves_, zarr.Array) and isinstance(forest.nodes_, StoredNodes)
+    got = pd.read_parquet(tmp_path / "out")
+    pd.testing.assert_frame_equal(got[IMPUTE_FEATURES], expected, check_exact=True)

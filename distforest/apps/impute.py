@@ -645,10 +645,13 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         """A light copy of the fitted imputer, enough for :meth:`transform` of new rows.
 
         The forests that route new rows are grown again here first if fit kept
-        none (their seeds fix them).  ``column`` routes new rows through its column
-        forests alone, so the training rows are dropped; the one-forest modes weigh
-        the training rows' observed values, so they keep them.  The fitted result
-        is dropped: no rows given later are "the training data".
+        none (their seeds fix them); the one-forest modes' forest then keeps its
+        leaves and nodes in a temporary store (living as long as this imputer), so
+        neither this process nor what is sent to the tasks holds them.  ``column``
+        routes new rows through its column forests alone, so the training rows are
+        dropped; the one-forest modes weigh the training rows' observed values, so
+        they keep them.  The fitted result is dropped: no rows given later are "the
+        training data".
 
         Returns
         -------
@@ -657,12 +660,15 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         """
         import copy
 
+        import dask
+
         self._check_fitted()
         params = self._settings()
         if self.forest_ is None:
             self._routing_columns(params)
-        else:
-            self._routing_forest(params)
+        else:  # a forest grown again keeps its leaves and nodes in a temporary store
+            with dask.config.set({"distforest.in-memory-cells": 1}):
+                self._routing_forest(params)
         light = copy.copy(self)
         if self.forest_ is None:
             light._train = replace(self._train, X=self._train.X[:0])
