@@ -138,8 +138,9 @@ class ProximityForest(Persisted, DaskEstimator):
         draw keyed by the tree and the row: see :mod:`distforest.forests.refine`).
         The co-leaf work of neighbours, tiles and outliers then stays at most
         ``leaf_bound`` events per row and tree at any n.  ``auto``: refined
-        (to ``AUTO_LEAF_BOUND`` rows) when the trees are grown on a sample
-        smaller than the rows and the forest supports it (classification or
+        (to ``AUTO_LEAF_BOUND`` = 8 rows) when the trees are grown on a sample of
+        at most a fifth of the rows (``AUTO_CROWDING``; by default from 1,000,000
+        rows on, where it was measured faster) and the forest supports it (classification or
         regression, gini or squared error, no depth or leaf limit, no weights);
         None: never.
     batch_size : int or None, default None
