@@ -473,9 +473,11 @@ def test_a_distforest_worker_scrubs_its_own_output():
 # -- 5. (continued) a CSV part holding text where the others hold numbers ----------------
 
 
-def _csv_parts(folder: Path, *, text_in: str | None = None, empty: str | None = None) -> str:
+def _csv_parts(folder: Path, *, text_in: str | None = None, empty: str | None = None,
+               binary: bool = False) -> str:  # fmt: skip
     """Four CSV parts of breast cancer (a glob of them): ``text_in``'s values made words in
-    part-2.csv, ``empty``'s values removed from every part."""
+    part-2.csv, ``empty``'s values removed from every part, or (``binary``) part-2.csv
+    bytes that are not text."""
     import pandas as pd
 
     frame = pd.read_csv(BC)
@@ -487,7 +489,38 @@ def _csv_parts(folder: Path, *, text_in: str | None = None, empty: str | None = 
         if empty is not None:
             rows[empty] = float("nan")
         rows.to_csv(folder / f"part-{i}.csv", index=False)
+    if binary:
+        (folder / "part-2.csv").write_bytes(bytes(range(128, 256)) * 8)
     return str(folder / "part-*.csv")
+
+
+def test_a_csv_part_that_is_not_text_is_named(tmp_path):
+    """A part matched by ``*.csv`` holding bytes that are not UTF-8 text: exit 3, one line
+    naming the part (it was a UnicodeDecodeError traceback, exit 1)."""
+    source = _csv_parts(tmp_path / "parts", binary=True)
+    result = _invoke("-q", "proximity", source, "--target", "Class", "--drop", "Id", "--trees",
+                     "2", "--out", tmp_path / "p.zarr")  # fmt: skip
+    assert result.exit_code == 3, result.output
+    line = _one_error_line(result)
+    assert "part-2.csv is not a text table (not UTF-8 text" in line, line
+    assert not (tmp_path / "p.zarr").exists()
+
+
+@pytest.mark.parametrize("command", ["impute", "score"])
+def test_a_bad_parquet_part_is_named_by_impute_and_score_too(model, tmp_path, command):
+    """The Parquet parts' check at open serves impute and score as it serves proximity: a
+    part holding a column as text where the first holds numbers, exit 3 naming both."""
+    says = _parts(tmp_path / "parts", "other type")
+    out = tmp_path / "out"
+    args = {
+        "impute": ["impute", tmp_path / "parts", "--target", "Class", "--out", f"{out}/"],
+        "score": ["score", model, tmp_path / "parts", "--out", out / "scores.csv"],
+    }[command]  # fmt: skip
+    result = _invoke("-q", *args)
+    assert result.exit_code == 3, result.output
+    line = _one_error_line(result)
+    assert "part-2.parquet" in line and says in line, line
+    assert not out.exists() or not any(out.iterdir())
 
 
 @pytest.mark.parametrize("command", ["proximity", "impute", "score"])

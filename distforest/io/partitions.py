@@ -384,7 +384,12 @@ def _part_columns(file: str, text: bool, source: str) -> dict[str, str]:
     header or Parquet footer only; :class:`InputError` for an empty part or one that is not
     a table."""
     if text:
-        first = _first_line(file)
+        try:
+            first = _first_line(file)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{source}: part {file} is not a text table (not UTF-8 text: "
+                             f"{location.why(exc)}); remove it from the files the pattern "
+                             "matches, or write it again as CSV") from None  # fmt: skip
         if not first.strip():
             raise InputError(f"{source}: part {file} is empty (no header row); remove it")
         return dict.fromkeys(next(csv.reader([first], delimiter=sniff_delimiter(file))), "text")
