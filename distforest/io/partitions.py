@@ -426,7 +426,10 @@ def check_parts(files: Sequence[str], source: str, folder: Any, *, text: bool = 
     A link leading outside the folder, an empty part, a part that is not a table,
     and a part whose columns differ from the first part's (a missing or extra
     column, another type) raise :class:`InputError` (exit 3) naming the part
-    and the column.  Only each part's header or footer is read.
+    and the column.  Only each part's header or footer is read.  A CSV part's
+    columns are all text here: their types are compared where their values are
+    read, in the summaries pass (a column that is numbers in one part and text
+    in another, :func:`distforest.io.summaries.decide`).
     """
     first: dict[str, str] | None = None
     for file in map(str, files):
