@@ -25,7 +25,8 @@ pass 1 (every check, named with its part file, column and row) before
 anything is written, then the rows are encoded as float64 into a temporary
 run store that the trees read (:meth:`distforest.forests.smerf.SMERF.fit`),
 removed when the run ends.  The ``distance`` rows (``rows``, ``against``)
-are read whole.
+are read whole, or (such a table) by partitions into a temporary store and
+routed by chunks.
 """
 
 from __future__ import annotations
@@ -117,8 +118,7 @@ def plan_smerf_job(job: SmerfJob) -> Pipeline:
                                   fingerprint=False).itemsize  # fmt: skip
     dist, matrix = job.distance, None
     if dist is not None:
-        rows = {key: load_table(dist[key], drop=job.drop, na_values=job.na_values,
-                                allow_missing=False, min_rows=1).n_samples
+        rows = {key: _count_rows(dist[key], job.drop, job.na_values)
                 for key in ("rows", "against") if dist.get(key)}  # fmt: skip
         n_a, n_b = rows.get("rows", n), rows.get("against", n)
         matrix = (n_a, n_b, bool(dist["oob"]))
@@ -222,13 +222,8 @@ def run_smerf_job(
     elif isinstance(table, Table):
         D = load_distances(class_distances(table.y), fingerprint=True)
     dist = job.distance or {}
-    other = {
-        key: load_table(
-            dist[key], drop=job.drop, na_values=job.na_values, allow_missing=False, min_rows=1
-        )
-        for key in ("rows", "against")
-        if dist.get(key)
-    }
+    other = {key: _new_rows(dist[key], job.drop, job.na_values)
+             for key in ("rows", "against") if dist.get(key)}  # fmt: skip
     # (class distances of a table read by partitions: fixed by its fingerprint and target)
     fingerprints = {"X": table.fingerprint(), "D": "class distances" if D is None
                     else str(D.fingerprint),
@@ -395,14 +390,35 @@ def save_model(model: Any, out: str, overwrite: bool, tile_size: int,
 
 def predict_inputs(model_path: str, input: str, against: str | None, out: str,
                    drop: tuple[str, ...], na_values: tuple[str, ...],
-                   overwrite: bool) -> tuple[SMERF, Table, Table | None]:  # fmt: skip
+                   overwrite: bool) -> tuple[SMERF, Any, Any]:  # fmt: skip
     """``smerf predict``'s model and rows (A, and B or None), the output checked first."""
     if Path(out).resolve() == Path(model_path).resolve():
         raise StoreError(f"--out {out!r} is the model itself; choose another path")
     check_can_create(out, overwrite)
     model = SMERF.load(model_path)
-    rows = [None if path is None else load_table(path, drop=drop, na_values=na_values,
-                                                 allow_missing=False, min_rows=1)
+    rows = [None if path is None else _new_rows(path, drop, na_values)
             for path in (input, against)]  # fmt: skip
     assert rows[0] is not None
     return model, rows[0], rows[1]
+
+
+def _count_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> int:
+    """The rows of a table of new rows, for a plan (a table read by partitions: from its
+    metadata or line counts, nothing loaded)."""
+    if partitioned_input(path):
+        return input_shape(path, drop=drop, na_values=na_values)[1]
+    return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
+                      min_rows=1).n_samples  # fmt: skip
+
+
+def _new_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> Any:
+    """Rows to route: a table read whole, or (a glob, a folder of parts, a large file)
+    read by partitions into a temporary store that lives as long as the returned source,
+    routed by chunks (:meth:`SMERF._route`)."""
+    if not partitioned_input(path):
+        return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
+                          min_rows=1)  # fmt: skip
+    from distforest.store.source import open_source
+
+    return open_source(path, drop=drop, na_values=na_values, allow_missing=False,
+                       partitions=True, dtype=np.float64)  # fmt: skip
