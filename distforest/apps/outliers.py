@@ -19,7 +19,7 @@ One algorithm, by row chunks, whether the rows are in memory or in a store:
    of at most :data:`GATHER_LIMIT` rows is gathered at once: on rows held in
    memory that is one sort, the values ``np.median`` takes);
 3. tasks score their chunk and return it, or hand it to a sink
-   (:mod:`distforest.apps.sinks`): a piece of the CSV, or a scratch array of
+   (:mod:`distforest.store.sink`): a piece of the CSV, or a scratch array of
    the store (for the mislabel ranking).
 
 The flag (:data:`FLAG_COLUMN`, beside R's score): per class, Tukey's far-out
@@ -55,11 +55,11 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from distforest.apps.sinks import CsvPieces, ScoreSink, csv_by_pieces
 from distforest.forests.square_sums import SUMS_ARRAY, StoredCodes
 from distforest.kernels import order_stats
 from distforest.parallel.execution import Runner
 from distforest.store.scratch import Column, HeldColumn, StoredColumn, drop_scratch, row_chunks
+from distforest.store.sink import CsvPieces, ScoreSink, csv_by_pieces
 
 #: Consistency constant of the median absolute deviation (as R's ``mad``).
 MAD_SCALE = 1.4826

@@ -115,6 +115,7 @@ FOREST_DEFAULTS: dict[str, Any] = {
     "class_weight": None,
     "criterion": "auto",
     "kind": "random-forest",
+    "leaf_bound": "auto",
     "max_depth": None,
     "max_features": "auto",
     "max_leaf_nodes": None,

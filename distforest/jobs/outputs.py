@@ -75,6 +75,14 @@ def _replaced(path: str | Path) -> Iterator[IO[str]]:
         raise
 
 
+def record_path(out: str) -> str:
+    """The store of a job whose outputs are files (``outliers``, ``cluster``, ...): its spec
+    and finished stages, beside its CSV ``out``: ``DIR/NAME.run.zarr`` for ``DIR/NAME.csv``."""
+    head, sep, name = str(out).rpartition("/")
+    stem = name.rsplit(".", 1)[0] if "." in name.lstrip(".") else name
+    return f"{head}{sep}{stem}.run.zarr"
+
+
 def write_csv(frame: pd.DataFrame, path: str) -> str:
     """Write via a new temporary file and rename, so no half-written CSV is left
     (on object storage: one upload, as every object is written whole)."""
