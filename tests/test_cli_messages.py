@@ -128,9 +128,10 @@ def test_ctrl_c_offers_to_resume_only_when_work_was_kept(store_made, tmp_path, m
             run_store.RunStore.create(tmp_path / "made.zarr", attrs={})
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("distforest.jobs.fitting.fitted_forest", interrupted)
-    result = _cli("outliers", DATA / "ionosphere.csv", "--target", "Class", "--out",
-                  tmp_path / "o.csv")  # fmt: skip
+    # the fit of `proximity` comes before its store is made
+    monkeypatch.setattr("distforest.forests.proximity_forest.ProximityForest.fit", interrupted)
+    result = _cli("proximity", DATA / "ionosphere.csv", "--target", "Class", "--trees", "3",
+                  "--out", tmp_path / "p.zarr")  # fmt: skip
     assert result.exit_code == 130
     said = [line for line in result.stderr.splitlines() if line.startswith("distforest:")]
     if store_made:
