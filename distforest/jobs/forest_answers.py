@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
 from distforest.jobs.inputs import input_shape, partitioned_input
-from distforest.jobs.outputs import OUTLIER_THRESHOLD, check_new_file
+from distforest.jobs.outputs import check_new_file
 from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import (
@@ -271,8 +271,8 @@ def _answer(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
     info = ctx.done.info
     if job.answer == "outliers":
         written = outputs.write_outliers(forest, out, plot, title=f"outlier scores, {source}")
-        info["what"] = (f"outlier scores of {forest.n_samples_} rows (flag: > "
-                        f"{OUTLIER_THRESHOLD:g})")  # fmt: skip
+        info["what"] = (f"outlier scores of {forest.n_samples_} rows (flag: the far-out fence "
+                        "of each class)")  # fmt: skip
     elif job.answer == "mislabels":
         top = int(job.options.get("top", 10))
         written, ranking = outputs.write_mislabels(forest, out, top)
