@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from distforest.errors import DistforestError, MissingDependencyError, StoreError
+from distforest.errors import DistforestError, MissingDependencyError, OutputExists, StoreError
 
 #: Protocols that are the local file system.
 LOCAL_PROTOCOLS = frozenset({"file", "local"})
@@ -516,16 +516,13 @@ def written_by(path: Any) -> str | None:
     return str(data["store"]) if ours else None
 
 
-def existing_output(path: Any) -> StoreError:
+def existing_output(path: Any) -> OutputExists:
     """The one refusal of an output that already exists (exit 6), for every command and
     writer: names the path, the store of the run that wrote it when its report says so
     (:func:`written_by`), and how to replace it."""
     store = written_by(path)
-    first = f" (written by the run of the store {store!r})" if store else ""
-    return StoreError(
-        f"output {display(path)!r} already exists{first}; pass --overwrite "
-        "(overwrite: true in a pipeline, overwrite=True in Python) to replace it, or choose "
-        "another path"
+    return OutputExists(
+        display(path), f" (written by the run of the store {store!r})" if store else ""
     )
 
 

@@ -79,7 +79,8 @@ def outliers(obj: dict, input: str, target: str | None, out: str, plot: str | No
     """Outlier scores of INPUT's rows (R randomForest's outlier(), matrix-free).
 
     Per class: raw = n / sum of squared proximities to the class, then
-    (raw - median) / MAD.  Scores above 10 are usually worth a look.
+    (raw - median) / MAD.  Column outlier_flag marks the rows above their
+    class's far-out fence (Tukey's, on log1p(score - the class's lowest)).
     """
     _answer(obj, "outliers", input, target, {"out": out, "plot": plot}, overwrite, options)
 
@@ -220,7 +221,7 @@ def _score_partitioned(model: str, input: str, id_column: str | None, method: st
                        na_values: tuple[str, ...], connect: dict[str, Any], *, out: str,
                        dry_run: bool) -> None:  # fmt: skip
     """``score`` of an INPUT read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.partitioned_predict import score_partitioned
+    from distforest.jobs.score import score_partitioned
     from distforest.parallel.cluster import connect as connect_to
 
     start = time.perf_counter()

@@ -80,6 +80,18 @@ def id_option(what: str) -> Decorator:
                         help=f"Column of row IDs: not a feature; {what}.")  # fmt: skip
 
 
+def id_dropped_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--id COLUMN`` of a command whose outputs follow its input's rows: the column is left
+    out of the features, as ``--drop`` leaves it (the command takes ``drop``)."""
+
+    @functools.wraps(func)
+    def run(*args: Any, id_column: str | None = None, drop: tuple[str, ...] = (),
+            **kwargs: Any) -> Any:  # fmt: skip
+        return func(*args, drop=(*drop, id_column) if id_column else drop, **kwargs)
+
+    return id_option("left out of the features (the outputs follow the rows' order)")(run)
+
+
 def input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--drop``, ``--na-values`` and ``--decimal`` (every table the command reads follows it)."""
 
@@ -103,6 +115,7 @@ FOREST_DEFAULTS: dict[str, Any] = {
     "class_weight": None,
     "criterion": "auto",
     "kind": "random-forest",
+    "leaf_bound": "auto",
     "max_depth": None,
     "max_features": "auto",
     "max_leaf_nodes": None,

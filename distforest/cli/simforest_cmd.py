@@ -18,6 +18,7 @@ import click
 from distforest.cli.options import (
     cluster_options,
     dry_run_option,
+    id_dropped_option,
     input_options,
     run_job,
     seed_option,
@@ -124,6 +125,7 @@ def simforest() -> None:
 @seed_option("random_state: same seed, same forest.")
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
+@id_dropped_option
 @input_options
 @dry_run_option
 @cluster_options
@@ -208,6 +210,7 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
     help="CSV: prediction, then proba_<label> per class.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+@id_dropped_option
 @input_options
 @dry_run_option
 @cluster_options

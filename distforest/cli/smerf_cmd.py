@@ -31,6 +31,7 @@ from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     dry_run_option,
+    id_dropped_option,
     input_options,
     parse_max_features,
     run_job,
@@ -71,6 +72,7 @@ def smerf() -> None:
     help="Observed n x n distances of the rows of X (NaN = pair not observed).",
 )
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
+@id_dropped_option
 @input_options
 @trees_option(SMERF_DEFAULTS["n_estimators"])
 @click.option(
@@ -135,6 +137,7 @@ def fit_cmd(
 @click.option(
     "--out", required=True, metavar="STORE.zarr", help="Zarr store to write (2-D array 'distance')."
 )
+@id_dropped_option
 @input_options
 @tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")

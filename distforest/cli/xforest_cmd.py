@@ -15,6 +15,7 @@ from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     dry_run_option,
+    id_dropped_option,
     input_options,
     run_job,
     seed_option,
@@ -41,6 +42,7 @@ XFOREST_DEFAULTS: dict[str, Any] = {
 @click.command()
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
+@id_dropped_option
 @input_options
 @trees_option(XFOREST_DEFAULTS["n_estimators"])
 @click.option(

@@ -239,11 +239,6 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
     partitions' summaries only, the encoded rows written into the job's store later."""
     if not partitioned_input(job.input):
         return load_table(job.input, **job.table_kw(), id=job.id)
-    if job.impute and job.impute.get("from") == "proximity":
-        raise InputError(
-            f"{job.input}: impute.from: proximity reads the n x n matrix of a table loaded "
-            "whole, not of a glob, a folder of parts or a file over 32 MB; remove impute.from"
-        )
     from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
 
     data = read_partitioned(job.input, target=job.target, drop=job.drop,

@@ -157,7 +157,7 @@ def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...]
     per worker, its per-row arrays left in its store)."""
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.jobs.model_columns import feature_matrix
-    from distforest.jobs.partitioned_predict import _model
+    from distforest.jobs.row_pieces import model_once
     from distforest.jobs.simforest import scale
     from distforest.parallel.execution import execution
 
@@ -170,7 +170,7 @@ def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...]
             f"{start + int(rows[0]) + 1} of the table (counted from 1); the model's measure "
             "needs complete rows: impute them first (distforest impute) or drop those rows"
         )
-    forest = _model(model_path, lambda path: SimilarityForestClassifier.load(
+    forest = model_once(model_path, lambda path: SimilarityForestClassifier.load(
         path, rows_in_store=True))  # fmt: skip
     if X.shape[0] == 0:  # an empty part still has its place
         return prediction_frame(forest, np.empty((0, len(forest.classes_))))
@@ -423,19 +423,12 @@ def _predict(job: SimForestPredictJob, forest: Any, source: Any, ctx: Context) -
 def _predict_parts(job: SimForestPredictJob, attrs: Any, parts: Any, ctx: Context) -> None:
     """Each partition's rows predicted by a task (the model read once per worker) and
     written as a piece of the CSV, joined in order (the in-memory command's file)."""
-    import dask
-
-    from distforest.io.partitions import PATH_COLUMN
-    from distforest.jobs.partitioned_predict import _write_pieces
+    from distforest.jobs.row_pieces import row_frames, write_pieces
 
     names = tuple(str(c) for c in attrs.get("feature_names") or ())
-    keep = [*names, PATH_COLUMN] if PATH_COLUMN in parts.frame.columns else list(names)
-    blocks = parts.frame[keep].to_delayed()
-    lengths = dask.compute(*[dask.delayed(len)(b) for b in blocks])
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    labels = [parts.partition_name(k) for k in range(len(blocks))]
-    work = partial(_predict_rows, job.model, attrs, names)
-    n, path, _ = _write_pieces(blocks, starts, labels, work, job.files["out"])
+    rows = row_frames(str(job.data), names, na_values=job.na_values, by_parts=True)
+    n, path, _ = write_pieces(rows, partial(_predict_rows, job.model, attrs, names),
+                              job.files["out"])  # fmt: skip
     ctx.done.outputs = {"predictions": path}
     ctx.done.info["rows"] = int(n)
 
