@@ -52,7 +52,7 @@ FAST_GROUPS: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/test_operator_edges.py",),
         "never_answers or deadline_settings or unreached or without_gcsfs",
     ),
-    "parts": (("tests/test_operator_edges.py",), "bad_part or csv_part"),
+    "parts": (("tests/test_operator_edges.py",), "bad_part or csv_part or parquet_part"),
     "limits": (("tests/test_operator_edges.py",), "sizes or empty_feature or sigterm"),
     "engines": (("tests/test_operator_edges.py",), "cluster_script"),
 }

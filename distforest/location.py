@@ -263,15 +263,19 @@ def deadlines(proto: str | None) -> dict[str, Any]:
 
 def request_deadline(path: Any) -> float | None:
     """Seconds one request to ``path``'s object store may take in all (every attempt of it),
-    for calls that take a ``timeout``; None where no deadline is set (:func:`deadlines`)."""
+    for calls that take a ``timeout``; None where no deadline is set (:func:`deadlines`) or
+    the attempts are not distforest's to count (adlfs)."""
     proto = protocol(path) if isinstance(path, str) else None
     if proto not in DEADLINE_PROTOCOLS:
         return None
     from distforest import settings
 
     each = float(settings.get("storage-connect-timeout") + settings.get("storage-read-timeout"))
-    if STORAGE_LIBRARIES[str(proto)] == "gcsfs":
+    library = STORAGE_LIBRARIES[str(proto)]
+    if library == "gcsfs":
         return GCSFS_ATTEMPTS * (each + GCSFS_BACKOFF) + 1
+    if library == "adlfs":  # the Azure SDK's retry policy: its attempts are not known here
+        return None
     return max(1, int(settings.get("storage-attempts"))) * each + 1
 
 
@@ -463,8 +467,9 @@ def access_error(exc: BaseException, path: Any) -> DistforestError | None:
     if library and is_deadline(exc):
         from distforest import settings
 
-        attempts = (f"{GCSFS_ATTEMPTS} attempts (gcsfs's own)" if library == "gcsfs" else
-                    f"distforest.storage-attempts={settings.get('storage-attempts')}")  # fmt: skip
+        attempts = {"gcsfs": f"{GCSFS_ATTEMPTS} attempts (gcsfs's own)",
+                    "adlfs": "the Azure SDK's own attempts"}.get(
+            library, f"distforest.storage-attempts={settings.get('storage-attempts')}")  # fmt: skip
         return StoreError(
             f"{shown}: no answer from the object store within the deadline "
             f"(distforest.storage-connect-timeout={settings.get('storage-connect-timeout'):g} "

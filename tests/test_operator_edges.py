@@ -473,9 +473,11 @@ def test_a_distforest_worker_scrubs_its_own_output():
 # -- 5. (continued) a CSV part holding text where the others hold numbers ----------------
 
 
-def _csv_parts(folder: Path, *, text_in: str | None = None, empty: str | None = None) -> str:
+def _csv_parts(folder: Path, *, text_in: str | None = None, empty: str | None = None,
+               binary: bool = False) -> str:  # fmt: skip
     """Four CSV parts of breast cancer (a glob of them): ``text_in``'s values made words in
-    part-2.csv, ``empty``'s values removed from every part."""
+    part-2.csv, ``empty``'s values removed from every part, or (``binary``) part-2.csv
+    bytes that are not text."""
     import pandas as pd
 
     frame = pd.read_csv(BC)
@@ -487,7 +489,38 @@ def _csv_parts(folder: Path, *, text_in: str | None = None, empty: str | None = 
         if empty is not None:
             rows[empty] = float("nan")
         rows.to_csv(folder / f"part-{i}.csv", index=False)
+    if binary:
+        (folder / "part-2.csv").write_bytes(bytes(range(128, 256)) * 8)
     return str(folder / "part-*.csv")
+
+
+def test_a_csv_part_that_is_not_text_is_named(tmp_path):
+    """A part matched by ``*.csv`` holding bytes that are not UTF-8 text: exit 3, one line
+    naming the part (it was a UnicodeDecodeError traceback, exit 1)."""
+    source = _csv_parts(tmp_path / "parts", binary=True)
+    result = _invoke("-q", "proximity", source, "--target", "Class", "--drop", "Id", "--trees",
+                     "2", "--out", tmp_path / "p.zarr")  # fmt: skip
+    assert result.exit_code == 3, result.output
+    line = _one_error_line(result)
+    assert "part-2.csv is not a text table (not UTF-8 text" in line, line
+    assert not (tmp_path / "p.zarr").exists()
+
+
+@pytest.mark.parametrize("command", ["impute", "score"])
+def test_a_bad_parquet_part_is_named_by_impute_and_score_too(model, tmp_path, command):
+    """The Parquet parts' check at open serves impute and score as it serves proximity: a
+    part holding a column as text where the first holds numbers, exit 3 naming both."""
+    says = _parts(tmp_path / "parts", "other type")
+    out = tmp_path / "out"
+    args = {
+        "impute": ["impute", tmp_path / "parts", "--target", "Class", "--out", f"{out}/"],
+        "score": ["score", model, tmp_path / "parts", "--out", out / "scores.csv"],
+    }[command]  # fmt: skip
+    result = _invoke("-q", *args)
+    assert result.exit_code == 3, result.output
+    line = _one_error_line(result)
+    assert "part-2.parquet" in line and says in line, line
+    assert not out.exists() or not any(out.iterdir())
 
 
 @pytest.mark.parametrize("command", ["proximity", "impute", "score"])
@@ -593,10 +626,11 @@ def test_every_object_storage_protocol_is_opened_with_the_deadline_settings(url)
         assert bound == location.GCSFS_ATTEMPTS * (10 + location.GCSFS_BACKOFF) + 1
     elif library == "adlfs":
         assert (opened["connection_timeout"], opened["read_timeout"]) == (3, 7)
-        assert mine["read_timeout"] == 99 and bound == 2 * 10 + 1
+        assert mine["read_timeout"] == 99 and bound is None  # (the Azure SDK's attempts)
     else:
         assert opened["config_kwargs"]["connect_timeout"] == 3
         assert opened["config_kwargs"]["read_timeout"] == 7
+        assert bound == 2 * (3 + 7) + 1  # distforest.storage-attempts=2
     assert location.open_options(url.replace(url.split(":")[0], "memory")) == {}
 
 
@@ -623,7 +657,8 @@ class ServiceResponseTimeoutError(Exception):
         ("abfs://ctr/t.csv", ClientAuthenticationError("Server failed to authenticate"), 6,
          "no usable credentials (Server failed to authenticate); set AZURE_STORAGE_ACCOUNT_KEY"),
         ("abfs://ctr/t.csv", ServiceResponseTimeoutError("timed out"), 6,
-         "within the deadline (distforest.storage-connect-timeout=5 s"),
+         "within the deadline (distforest.storage-connect-timeout=5 s, "
+         "distforest.storage-read-timeout=15 s, the Azure SDK's own attempts"),
         ("gs://bkt/t.csv", ImportError("Please install gcsfs to access Google Storage"), 5,
          "gs:// needs gcsfs (pip install gcsfs)"),
         ("az://ctr/t.csv", ImportError("Install adlfs to access Azure"), 5,

@@ -591,3 +591,81 @@ def test_rfimpute_regrown_forest_stays_in_a_store(client, tmp_path: Path, monkey
     assert isinstance(forest.leaves_, zarr.Array) and isinstance(forest.nodes_, StoredNodes)
     got = pd.read_parquet(tmp_path / "out")
     pd.testing.assert_frame_equal(got[IMPUTE_FEATURES], expected, check_exact=True)
+
+
+def test_smerf_predict_of_a_folder_of_parts(data, cluster_address) -> None:
+    """``smerf predict MODEL A`` with A a folder of parts (formerly refused: read whole):
+    the one-CSV run's learned distances, routed by chunks."""
+    frame = data["frames"]["features"]
+    root = data["root"] / "smerf-predict"
+    root.mkdir()
+    points = frame.to_numpy()
+    np.save(root / "D.npy", np.sqrt(((points[:, None] - points[None]) ** 2).sum(axis=2)))
+    model = root / "model.zarr"
+    run = CliRunner().invoke
+    fitted = run(
+        cli,
+        [
+            "-q",
+            "smerf",
+            "fit",
+            data["files"]["features"]["csv"],
+            "--distances",
+            str(root / "D.npy"),
+            "--trees",
+            "4",
+            "--seed",
+            "3",
+            "--out",
+            str(model),
+        ],
+    )
+    assert fitted.exit_code == 0, fitted.output
+    matrices = {}
+    for kind in ("csv", "folder"):
+        out = root / f"{kind}.zarr"
+        done = run(
+            cli,
+            [
+                "-q",
+                "smerf",
+                "predict",
+                str(model),
+                data["files"]["features"][kind],
+                "--out",
+                str(out),
+                "--scheduler",
+                cluster_address,
+            ],
+        )
+        assert done.exit_code == 0, done.output
+        matrices[kind] = np.asarray(zarr.open_group(str(out), mode="r")["distance"][...])
+    assert matrices["csv"].shape == (N, N)
+    np.testing.assert_array_equal(matrices["folder"], matrices["csv"])
+
+
+def test_smerf_pipeline_distance_rows_of_folders(data, cluster_address) -> None:
+    """A SMERF pipeline's ``distance.rows`` / ``against`` as folders of parts (formerly read
+    whole only): the one-CSV run's matrix."""
+    frame = data["frames"]["features"]
+    root = data["root"] / "smerf-pipeline"
+    root.mkdir()
+    points = frame.to_numpy()
+    np.save(root / "D.npy", np.sqrt(((points[:, None] - points[None]) ** 2).sum(axis=2)))
+    files = data["files"]["features"]
+    got = {}
+    for kind in ("csv", "folder"):
+        out = root / kind
+        pipeline = root / f"{kind}.yaml"
+        pipeline.write_text(
+            f"input: {{path: {files['csv']}}}\n"
+            f"smerf: {{distances: {root / 'D.npy'}, n_estimators: 4, random_state: 2}}\n"
+            f"distance: {{rows: {files[kind]}, against: {files[kind]}, out: d.zarr}}\n"
+            f"output: {{dir: {out}, store: m.zarr}}\n"
+        )
+        done = CliRunner().invoke(cli, ["-q", "run", str(pipeline), "--scheduler",
+                                        cluster_address])  # fmt: skip
+        assert done.exit_code == 0, done.output
+        got[kind] = np.asarray(zarr.open_group(str(out / "d.zarr"), mode="r")["distance"][...])
+    assert got["csv"].shape == (N, N)
+    np.testing.assert_array_equal(got["folder"], got["csv"])
