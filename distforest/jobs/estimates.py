@@ -132,9 +132,11 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     if top_k is not None:
         store["top-k neighbours (index, proximity)"] = n * top_k * 12
     fit_cpu = fit_seconds(trees, m, d, forest["max_features"])
-    refined, _ = ProximityForest.refinement_plan(
-        job.forest, getattr(job, "target", None) is not None, n, d
-    )
+    refined = None
+    if getattr(job, "model", None) is None:  # (a model fitted elsewhere: its own trees)
+        refined, _ = ProximityForest.refinement_plan(
+            job.forest, getattr(job, "target", None) is not None, n, d
+        )
     if refined is not None:
         fit_cpu += SECONDS_PER["refine"] * n * trees
     tile_cpu = SECONDS_PER["proximity_tile"] * trees * tiles * tile * tile

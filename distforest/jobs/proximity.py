@@ -213,6 +213,8 @@ def proximity_pipeline(job: ProximityJob, n: int, d: int, table: Any = None) -> 
 
 def forest_step(job: ProximityJob, n: int, d: int) -> list[tuple[str, str]]:
     """The dry run's ``forest`` line: whether its leaves are refined, and why."""
+    if job.model is not None:
+        return [("forest", f"the trees of {job.model} as they are (no refinement)")]
     _, why = ProximityForest.refinement_plan(job.forest, job.target is not None, n, d)
     return [("forest", why)]
 
