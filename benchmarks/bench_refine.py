@@ -59,6 +59,7 @@ def arguments() -> Any:
                         "as 200,000 rows do at 1,000,000.")  # fmt: skip
     p.add_argument("--quality-rows", type=int, default=200_000, help="0: no quality runs.")
     p.add_argument("--quality-seeds", type=int, default=1)
+    p.add_argument("--first-seed", type=int, default=0, help="Seed of the first quality run.")
     p.add_argument("--work", default=None, help="Scratch folder (default: a temporary one).")
     p.add_argument("--unit-trees", type=int, default=0,
                    help="Instead of the CLI runs: fit this many trees in this process (one "
@@ -212,7 +213,8 @@ def main() -> None:
         for forest in forests:
             timing.append(run(rows, forest, args, work))
             print(timing[-1], flush=True)
-    seeds = range(args.quality_seeds) if args.quality_rows else range(0)
+    first = args.first_seed
+    seeds = range(first, first + args.quality_seeds) if args.quality_rows else range(0)
     scores = [quality(args.quality_rows, s, f, args, work) for s in seeds for f in forests]
     for row in scores:
         print(row, flush=True)
