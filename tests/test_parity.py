@@ -13,6 +13,8 @@ difference: fixing it turns the case into an XPASS, which fails until the mark g
 
 from __future__ import annotations
 
+import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +246,12 @@ COMMANDS = {  # command: (its arguments after INPUT, output suffix, frame)
         "csv",
         "holes",
     ),
+    # a former refusal: R's rfImpute by partitions (its forest on the workers' sample)
+    "impute+rfimpute": (
+        ("--target", "label", "--proximity", "rfimpute", *COMMON, "--iterations", "2"),
+        "csv",
+        "holes",
+    ),
 }
 
 
@@ -259,7 +267,8 @@ def _run(data: dict[str, Any], command: str, kind: str, cluster_address: str) ->
         scratch = root / f"tmp-{command}-{kind}"
         scratch.mkdir()
         with dask.config.set({"temporary-directory": str(scratch)}):
-            result = CliRunner().invoke(cli, ["-q", command, source, *args, "--out", str(out)])
+            name = command.partition("+")[0]  # "impute+rfimpute": the impute command
+            result = CliRunner().invoke(cli, ["-q", name, source, *args, "--out", str(out)])
         assert result.exit_code == 0, (command, kind, result.output, result.exception)
         assert not list(scratch.iterdir())  # no temporary store left behind
     return out
@@ -288,3 +297,297 @@ def test_command_csv_is_the_numpy_run(data, cluster_address, reference) -> None:
     np.testing.assert_array_equal(scores["outlier"].to_numpy(), reference["outliers"])
     store = RunStore.open(_run(data, "proximity", "csv", cluster_address), require_complete=True)
     np.testing.assert_array_equal(store.dataset()["proximity"].values, reference["original"])
+
+
+# -- k-NN ------------------------------------------------------------------------------
+
+# fmt: off
+KNN = {  # name: KNNClassifier parameters
+    "range": {"n_neighbors": 5, "normalize": "range", "weights": "distance"},
+    "rf-proximity": {"n_neighbors": 4, "metric": "rf-proximity", "n_estimators": TREES,
+                     "random_state": 5},
+}
+# fmt: on
+
+
+def _knn(params: dict[str, Any], X: Any, y: Any, queries: np.ndarray) -> dict[str, np.ndarray]:
+    from distforest.apps.knn import KNNClassifier
+
+    model = KNNClassifier(**params).fit(X, y)
+    distances, indices = model.kneighbors(queries)
+    return {"X_fit": np.asarray(model.X_fit_), "y_fit": model.y_fit_,
+            "classes": model.classes_.astype(str), "distances": distances, "indices": indices,
+            "predict": model.predict(queries).astype(str)}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", KNN)
+def test_knn_classifier(data, name: str, kind: str) -> None:
+    """(e) a k-NN model fitted on every kind (a folder of parts, a glob and a dask
+    DataFrame by chunks from a store): the numpy-array run's rows, neighbours and votes."""
+    queries = data["frames"]["features"].to_numpy()[::7]
+    with execution("synchronous"):
+        expected = _knn(KNN[name], *_input(data, "numpy", "labelled", "label"), queries)
+        got = _knn(KNN[name], *_input(data, kind, "labelled", "label"), queries)
+    assert sorted(got) == sorted(expected)
+    for key, values in expected.items():
+        assert got[key].dtype == values.dtype, key
+        np.testing.assert_array_equal(got[key], values, err_msg=f"{name} {kind}: {key}")
+
+
+# -- imputation by partitions (was tests/test_partitioned_impute.py) -------------------
+# A table read by partitions (a folder of parts, a glob) runs the one imputation by row
+# chunks that a table read whole runs as one chunk: the same bytes while the sample bound
+# holds every row, and each partition filled as ``transform`` fills new rows above it.
+
+IMPUTE_FEATURES = ["a", "b", "c", "k"]
+#: Few trees, one task per column forest, two iterations: seconds on the shared cluster.
+SMALL = {"n_estimators": 4, "batch_size": 4, "iterations": 2}
+#: rfImpute's settings at test size (R's rules otherwise: random-forest trees, its mtry).
+RF_SMALL = {"proximity": "rfimpute", "n_estimators": 6, "batch_size": 6, "iterations": 2}
+
+
+def _holes_table(n: int = 400, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n),
+                       "c": rng.choice(["x", "y", "z"], n), "k": rng.integers(0, 5, n),
+                       "cls": rng.choice(["p", "q"], n)})  # fmt: skip
+    df["b"] += df["a"]
+    for col in ("a", "b", "c"):
+        df.loc[rng.random(n) < 0.15, col] = np.nan
+    return df
+
+
+def _parts(df: pd.DataFrame, where: Path, parts: int = 5) -> Path:
+    where.mkdir()
+    for k, rows in enumerate(np.array_split(np.arange(len(df)), parts)):
+        df.iloc[rows].to_parquet(where / f"day-{k}.parquet", index=False)
+    return where
+
+
+def _impute_parts(folder: Path, out: str, params: dict[str, Any], client: Any,
+                  **options: Any) -> Any:  # fmt: skip
+    """``distforest impute``'s run on a folder of parts, target ``cls``, on ``client``."""
+    from distforest.jobs.impute import plan_imputation, run_imputation
+
+    plan = plan_imputation(str(folder), out, target="cls")
+    assert plan.by_partitions
+    return run_imputation(plan, params, client, **options)
+
+
+def _in_memory(folder: Path, seed: int) -> pd.DataFrame:
+    """What the in-memory command does with the same table."""
+    from distforest.apps.impute import ProximityImputer
+
+    frame = pd.read_parquet(folder)
+    with execution(client="synchronous"):
+        imp = ProximityImputer(**SMALL, random_state=seed)
+        filled = imp.fit_transform(frame[IMPUTE_FEATURES], frame["cls"])
+    out = frame.copy()
+    for position, col in enumerate(out.columns):
+        if col in filled.columns:
+            out.isetitem(position, filled[col])
+    return out
+
+
+def test_impute_parquet_folder_equals_in_memory(client, tmp_path: Path) -> None:
+    """Sample bound >= n: the same values, dtypes and labels, bit for bit."""
+    folder = _parts(_holes_table(), tmp_path / "parts")
+    expected = _in_memory(folder, seed=5)
+    assert expected[IMPUTE_FEATURES].notna().all().all()
+    with client.as_current():
+        for out in (tmp_path / "out/", tmp_path / "one.csv", tmp_path / "one.parquet"):
+            name = f"{out}/" if out.suffix == "" else str(out)
+            result = _impute_parts(folder, name, {**SMALL, "random_state": 5}, client)
+            assert result.sample_rows == 400 and result.shape == (400, 5)
+            if out.suffix == ".csv":  # the same bytes as the in-memory writer's
+                mem_csv = tmp_path / "mem.csv"
+                expected.to_csv(mem_csv, index=False)
+                assert out.read_bytes() == mem_csv.read_bytes()
+                continue
+            got = pd.read_parquet(out)
+            if out.suffix == "":
+                assert sorted(p.name for p in out.iterdir()) == [
+                    f"part-{k:05d}.parquet" for k in range(5)
+                ]
+            pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_impute_driver_never_holds_the_table(client, tmp_path: Path) -> None:
+    """Sample bound < n: every compute brings back a sample piece or a row count only."""
+    from dask.sizeof import sizeof
+
+    df = _holes_table(n=4000, seed=1)
+    folder = _parts(df, tmp_path / "parts")
+    sizes: list[int] = []
+
+    def guard(dsk, keys, **kwargs):
+        result = client.get(dsk, keys, **kwargs)
+        sizes.append(sizeof(result))
+        assert sizes[-1] < sizeof(df) / 4, f"a compute brought {sizes[-1]} bytes back"
+        return result
+
+    with dask.config.set(scheduler=guard):
+        result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**SMALL, "random_state": 2},
+                               client, sample_rows=200)  # fmt: skip
+    assert result.sample_rows == 200 and len(sizes) >= 2
+    got = pd.read_parquet(tmp_path / "out")
+    assert got.shape == df.shape and got[IMPUTE_FEATURES].notna().all().all()
+    observed = df[IMPUTE_FEATURES].notna().to_numpy()
+    np.testing.assert_array_equal(got[IMPUTE_FEATURES].to_numpy()[observed],
+                                  df[IMPUTE_FEATURES].to_numpy()[observed])  # fmt: skip
+    assert set(got["c"]) == {"x", "y", "z"}  # labels, not codes
+
+
+def test_impute_bad_value_in_partition_3_exits_3_writes_nothing(client, tmp_path: Path) -> None:
+    df = _holes_table(n=250, seed=3)
+    for k, rows in enumerate(np.array_split(np.arange(len(df)), 5)):
+        part = df.iloc[rows].astype({"a": object})
+        if k == 3:
+            part.iloc[4, 0] = "abc"
+        part.to_csv(tmp_path / f"x-{k}.csv", index=False)
+    out = tmp_path / "out.csv"
+    res = CliRunner().invoke(
+        cli,
+        [
+            "impute",
+            str(tmp_path / "x-*.csv"),
+            "--target",
+            "cls",
+            "--out",
+            str(out),
+            "--trees",
+            "4",
+            "--scheduler",
+            client.scheduler.address,
+        ],
+    )
+    assert res.exit_code == 3, res.output
+    assert "x-3.csv" in res.output and "'a'" in res.output and "abc" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"x-{k}.csv" for k in range(5)]
+    assert os.listdir(tmp_path) and not out.exists()
+
+
+def test_rfimpute_by_partitions_equals_in_memory(client, tmp_path: Path) -> None:
+    """Sample bound >= n: rfImpute of a folder of parts is the in-memory result, byte for byte."""
+    from distforest.apps.impute import ProximityImputer
+
+    folder = _parts(_holes_table(n=300, seed=4), tmp_path / "parts")
+    frame = pd.read_parquet(folder)
+    with execution(client="synchronous"):
+        filled = ProximityImputer(**RF_SMALL, random_state=3).fit_transform(
+            frame[IMPUTE_FEATURES], frame["cls"]
+        )
+    expected = frame.copy()
+    for position, col in enumerate(expected.columns):
+        if col in filled.columns:
+            expected.isetitem(position, filled[col])
+    expected.to_csv(tmp_path / "mem.csv", index=False)
+    with client.as_current():
+        result = _impute_parts(folder, str(tmp_path / "one.csv"),
+                               {**RF_SMALL, "random_state": 3}, client)  # fmt: skip
+    assert result.sample_rows == 300
+    assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "mem.csv").read_bytes()
+
+
+@pytest.mark.parametrize("proximity", ["rfimpute", "rfgap"])
+def test_one_forest_modes_above_the_sample_are_new_rows(client, tmp_path: Path,
+                                                        proximity: str) -> None:  # fmt: skip
+    """Sample bound < n: each partition is filled as ``transform`` fills it in memory, by
+    the imputer fitted on the same sample (the oracle), and observed cells never change."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.jobs.impute import _sample
+
+    df = _holes_table(n=600, seed=6)
+    folder = _parts(df, tmp_path / "parts", parts=3)
+    params = {**RF_SMALL, "proximity": proximity}
+    sample = df.iloc[_sample(len(df), 150, 8)].reset_index(drop=True)
+    with execution(client="synchronous"):
+        oracle = ProximityImputer(**params, random_state=8).fit(
+            sample[IMPUTE_FEATURES], sample["cls"]
+        )
+        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
+                                               .reset_index(drop=True))
+                              for rows in np.array_split(np.arange(len(df)), 3)],
+                             ignore_index=True)  # fmt: skip
+    with client.as_current():
+        result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**params, "random_state": 8},
+                               client, sample_rows=150)  # fmt: skip
+    assert result.sample_rows == 150
+    got = pd.read_parquet(tmp_path / "out")
+    assert got[IMPUTE_FEATURES].notna().all().all()
+    pd.testing.assert_frame_equal(got[IMPUTE_FEATURES], expected, check_exact=True)
+    observed = df[IMPUTE_FEATURES].notna().to_numpy()
+    np.testing.assert_array_equal(got[IMPUTE_FEATURES].to_numpy()[observed],
+                                  df[IMPUTE_FEATURES].to_numpy()[observed])  # fmt: skip
+
+
+@pytest.mark.parametrize("out", ["o.zarr"])
+def test_zarr_output_by_partitions_is_refused(tmp_path: Path, out: str) -> None:
+    folder = _parts(_holes_table(n=50), tmp_path / "parts")
+    res = CliRunner().invoke(cli, ["impute", str(folder), "--out", str(tmp_path / out)])
+    assert res.exit_code == 2 and "Parquet dataset folder" in res.output
+
+
+# -- former refusals: each runs on a folder of parts and gives the one-file run's bytes --
+
+
+@pytest.mark.parametrize("kind", ["folder", "glob"])
+def test_impute_from_proximity_by_partitions(data, cluster_address, kind: str) -> None:
+    """``impute: {from: proximity}`` of a proximity job on parts: the one-CSV job's table."""
+    from distforest.jobs.proximity import ProximityJob, run_proximity_job
+
+    root = data["root"]
+
+    def run(which: str) -> bytes:
+        where = root / f"from-matrix-{which}"
+        out = where / "imputed.csv"
+        if not out.exists():
+            where.mkdir()
+            job = ProximityJob(input=data["files"]["holes"][which], out=str(where / "p.zarr"),
+                               target="label", forest={"n_estimators": TREES, "random_state": 5},
+                               impute={"out": str(out), "from": "proximity"},
+                               connect={"scheduler": cluster_address})  # fmt: skip
+            run_proximity_job(job)
+        return out.read_bytes()
+
+    expected = run("csv")
+    frame = pd.read_csv(io.BytesIO(expected))
+    assert frame[FEATURES].notna().all().all()  # every hole filled (the one-file run)
+    holes = data["frames"]["holes"]
+    observed = holes[FEATURES].notna().to_numpy()
+    np.testing.assert_array_equal(frame[FEATURES].to_numpy()[observed],
+                                  holes[FEATURES].to_numpy()[observed])  # fmt: skip
+    assert run(kind) == expected
+
+
+def test_rfimpute_regrown_forest_stays_in_a_store(client, tmp_path: Path, monkeypatch) -> None:
+    """Sample bound < n and a forest too large to keep (``KEEP_NODES_CELLS``): the forest
+    that routes the partitions' rows is grown again into a temporary store (no nodes nor
+    leaves here, none sent to the tasks) and fills them as the in-memory regrown one does."""
+    import distforest.apps.impute as impute_module
+    from distforest.apps.impute import ProximityImputer
+    from distforest.jobs.impute import _sample
+    from distforest.store.sink import StoredNodes
+
+    monkeypatch.setattr(impute_module, "KEEP_NODES_CELLS", 0)
+    df = _holes_table(n=500, seed=9)
+    folder = _parts(df, tmp_path / "parts", parts=4)
+    sample = df.iloc[_sample(len(df), 120, 4)].reset_index(drop=True)
+    with execution(client="synchronous"):
+        oracle = ProximityImputer(**RF_SMALL, random_state=4).fit(
+            sample[IMPUTE_FEATURES], sample["cls"]
+        )
+        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
+                                               .reset_index(drop=True))
+                              for rows in np.array_split(np.arange(len(df)), 4)],
+                             ignore_index=True)  # fmt: skip
+    assert oracle.forest_.nodes_ is not None and isinstance(oracle.forest_.leaves_, np.ndarray)
+    with client.as_current():
+        result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**RF_SMALL, "random_state": 4},
+                               client, sample_rows=120)  # fmt: skip
+    forest = result.imputer.forest_
+    assert isinstance(forest.leaves_, zarr.Array) and isinstance(forest.nodes_, StoredNodes)
+    got = pd.read_parquet(tmp_path / "out")
+    pd.testing.assert_frame_equal(got[IMPUTE_FEATURES], expected, check_exact=True)

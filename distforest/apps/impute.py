@@ -641,6 +641,41 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             self._regrow = None
         return self.forest_
 
+    def for_new_rows(self) -> ProximityImputer:
+        """A light copy of the fitted imputer, enough for :meth:`transform` of new rows.
+
+        The forests that route new rows are grown again here first if fit kept
+        none (their seeds fix them); the one-forest modes' forest then keeps its
+        leaves and nodes in a temporary store (living as long as this imputer), so
+        neither this process nor what is sent to the tasks holds them.  ``column``
+        routes new rows through its column forests alone, so the training rows are
+        dropped; the one-forest modes weigh the training rows' observed values, so
+        they keep them.  The fitted result is dropped: no rows given later are "the
+        training data".
+
+        Returns
+        -------
+        ProximityImputer
+            Sent to the tasks that fill row chunks (it is picklable).
+        """
+        import copy
+
+        import dask
+
+        self._check_fitted()
+        params = self._settings()
+        if self.forest_ is None:
+            self._routing_columns(params)
+        else:  # a forest grown again keeps its leaves and nodes in a temporary store
+            with dask.config.set({"distforest.in-memory-cells": 1}):
+                self._routing_forest(params)
+        light = copy.copy(self)
+        if self.forest_ is None:
+            light._train = replace(self._train, X=self._train.X[:0])
+        light._imputed = self._imputed[:0]
+        light._fingerprint = ""  # no hash: rows given later are never the training data
+        return light
+
     def _forest(self, params: dict[str, Any], seed: int) -> ProximityForest:
         """The forest of one iteration (it runs on the imputer's execution)."""
         from distforest.forests.proximity_forest import ProximityForest

@@ -27,32 +27,35 @@ import dask.array as da
 import numpy as np
 import pandas as pd
 
-from distforest.io import Table
 from distforest.kernels.imputation import build_v, plan_columns, start_values, update_cells
 
 
-def impute_from_matrix(
-    matrix: Any, table: Table, vote: str = "sum"
-) -> tuple[np.ndarray, dict[str, int]]:
-    """The table's features with their missing cells filled from ``matrix``.
+def fill_from_matrix(
+    matrix: Any, features: pd.DataFrame, vote: str = "sum"
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The feature columns of a table with their missing cells filled from ``matrix``.
 
     Parameters
     ----------
     matrix : xarray.DataArray or array-like, shape (n, n)
         A stored proximity matrix of the table's rows (e.g.
         ``RunStore.dataset()["proximity"]``); rows ``i`` weigh rows ``j``.
-    table : Table
-        The rows the matrix is of, missing cells as NaN.
+    features : DataFrame
+        The feature columns of every row the matrix is of, in its order, as read;
+        missing cells as NaN.
     vote : {"sum", "mean"}
         Categorical columns: largest weighted total, or total per observed row of the level.
 
     Returns
     -------
-    X : ndarray of float64, shape (n, d)
-        Categorical columns as codes.
+    filled : DataFrame
+        ``features`` filled, categorical columns as their labels.
     missing : dict of str to int
         Cells filled per column.
     """
+    from distforest.io import load_table
+
+    table = load_table(features)
     X = np.array(table.X, dtype=np.float64)
     n = X.shape[0]
     if tuple(matrix.shape) != (n, n):
@@ -61,66 +64,22 @@ def impute_from_matrix(
     missing = np.isnan(X)
     counts = {name: int(missing[:, j].sum()) for j, name in enumerate(table.feature_names)}
     rows = np.flatnonzero(missing.any(axis=1))
-    if rows.size == 0:
-        return X, counts
-    stats = start_values(X, categorical)
-    layout = plan_columns(X, categorical, np.flatnonzero(missing.any(axis=0)).tolist())
-    V = build_v(X, layout, stats)
-    data = getattr(matrix, "data", matrix)
-    if not isinstance(data, da.Array):  # a lazy (Zarr-backed) array is read by row blocks too
-        data = da.from_array(data if hasattr(data, "shape") else np.asarray(data),
-                             chunks=(min(n, 4096), n))  # fmt: skip
-    P = data
-    R = np.asarray((P[rows].astype(np.float64) @ V).compute())
-    local = np.where(missing[rows], stats, X[rows])
-    update_cells(local, np.arange(rows.size), missing[rows], R, layout, stats, stats, vote)
-    X[rows] = local
-    return X, counts
-
-
-def filled_frame(frame: pd.DataFrame, table: Table, X: np.ndarray) -> pd.DataFrame:
-    """``frame`` (the input as read) with its feature columns replaced by ``X``, labels decoded."""
-    out = frame.copy()
+    if rows.size:
+        stats = start_values(X, categorical)
+        layout = plan_columns(X, categorical, np.flatnonzero(missing.any(axis=0)).tolist())
+        V = build_v(X, layout, stats)
+        P = getattr(matrix, "data", matrix)
+        if not isinstance(P, da.Array):  # a lazy (Zarr-backed) array is read by row blocks too
+            P = da.from_array(P if hasattr(P, "shape") else np.asarray(P),
+                              chunks=(min(n, 4096), n))  # fmt: skip
+        R = np.asarray((P[rows].astype(np.float64) @ V).compute())
+        local = np.where(missing[rows], stats, X[rows])
+        update_cells(local, np.arange(rows.size), missing[rows], R, layout, stats, stats, vote)
+        X[rows] = local
+    out = features.copy()
     for j, name in enumerate(table.feature_names):
         levels = table.categories.get(name)
         column = X[:, j]
         values = column if levels is None else np.asarray(levels, dtype=object)[column.astype(int)]
         out.isetitem(list(out.columns).index(name), values)
-    return out
-
-
-def write_imputed_from_matrix(
-    matrix: Any,
-    table: Table,
-    frame: pd.DataFrame,
-    dest: Any,
-    *,
-    overwrite: bool,
-    vote: str = "sum",
-) -> tuple[Any, int]:
-    """Impute ``table`` from ``matrix`` and write ``frame`` with its features filled.
-
-    The whole input is written back (ID, target and dropped columns unchanged),
-    as the other imputation modes write it.
-
-    Returns
-    -------
-    written : path
-    cells : int
-        Cells filled.
-    """
-    from distforest._version import __version__
-    from distforest.io.writers import write_table
-
-    X, counts = impute_from_matrix(matrix, table, vote)
-    provenance = {
-        "distforest_version": __version__,
-        "source": table.source,
-        "from": "proximity",
-        "matrix": str(getattr(matrix, "name", "proximity")),
-        "categorical_vote": vote,
-        "n_imputed": counts,
-    }
-    written = write_table(filled_frame(frame, table, X), dest, overwrite=overwrite,
-                          attrs={"imputation": provenance})  # fmt: skip
-    return written, int(sum(counts.values()))
+    return out, counts

@@ -47,7 +47,6 @@ from typing import Any
 
 import numpy as np
 
-from distforest.apps.sinks import CsvPieces, csv_by_pieces
 from distforest.errors import ParameterError
 from distforest.forests.products import (
     PRODUCT_TASKS,
@@ -60,6 +59,7 @@ from distforest.kernels import leafsums, row_blocks
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import plan_batches
 from distforest.store.scratch import ScratchSpace
+from distforest.store.sink import CsvPieces, csv_by_pieces
 
 DISSIMILARITIES = ("sqrt", "linear")
 

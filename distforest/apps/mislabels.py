@@ -43,7 +43,6 @@ from distforest.apps.ranking import (
     sort_chunks,
     split_points,
 )
-from distforest.apps.sinks import ScratchScores
 from distforest.errors import ParameterError
 from distforest.forests.products import stored_product_rows
 from distforest.forests.square_sums import StoredCodes
@@ -51,6 +50,7 @@ from distforest.parallel.execution import Runner
 from distforest.store import scratch
 from distforest.store.run_store import task_array
 from distforest.store.scratch import Column, HeldColumn, ScratchSpace, StoredColumn, row_chunks
+from distforest.store.sink import ScratchScores
 
 #: Weight of the outlier score's rank in the combined score.
 OUTLIER_WEIGHT = 0.02

@@ -23,14 +23,9 @@ from distforest.cli.options import (
     pop_keys,
     show,
 )
-from distforest.cli.progress import ProgressBars
 from distforest.jobs.outputs import (
-    OUTLIER_THRESHOLD,
     check_new_file,
     write_csv,
-    write_mds,
-    write_mislabels,
-    write_outliers,
 )
 
 
@@ -46,58 +41,31 @@ def _common(func: Any) -> Any:
     return click.argument("input", metavar="INPUT")(func)
 
 
-def _fit(
-    obj: dict,
-    input: str,
-    target: str | None,
-    options: dict,
-    check: Any = None,
-    files: dict[str, str | None] | None = None,
-    components: int = 2,
-):
-    from distforest.cli.options import connect_kwargs
-    from distforest.jobs.fitting import fitted_forest
-
-    model = options.pop("model_file", None)
-    if model is not None:  # a pickle or an untrusted type refused before any plan
-        from distforest.io.model_files import check_model_file
-
-        check_model_file(model)
-    if options.pop("dry_run", False):
-        _dry_run(input, target, options, files or {}, components)
-    return fitted_forest(
-        input,
-        target,
-        {**pop_keys(options, ("drop", "na_values")), "id": options.pop("id_column", None)},
-        pop_keys(options, FOREST_KEYS),
-        connect_kwargs(pop_keys(options, CLUSTER_KEYS)),
-        progress=ProgressBars(enabled=not obj["quiet"]),
-        check=check,
-        model=model,
-    )
-
-
-def _dry_run(input: str, target: str | None, options: dict,
-             files: dict[str, str | None], components: int = 2) -> None:  # fmt: skip
-    """Print the command's plan and exit 0 (``--dry-run``): the input read, nothing run."""
-    from distforest.cli.options import connect_kwargs
-    from distforest.jobs.command_plans import forest_app_plan
-
-    ctx = click.get_current_context()
-    plan = forest_app_plan(str(ctx.info_name), input, target,
-                           {k: options.get(k, ()) for k in ("drop", "na_values")},
-                           {k: options[k] for k in FOREST_KEYS if k in options},
-                           connect_kwargs({k: options.get(k) for k in CLUSTER_KEYS}),
-                           files, components)  # fmt: skip
-    show(plan, next(p for p in files.values() if p))
-    ctx.exit(0)
-
-
 def _report(what: str, seconds: float, written: dict[str, str]) -> None:
     click.echo(f"{what} in {seconds:.1f} s")
     width = max(len(k) for k in written)
     for label, path in written.items():
         click.echo(f"  {label + ':':<{width + 1}} {path}")
+
+
+def _answer(obj: dict, answer: str, input: str, target: str | None,
+            files: dict[str, str | None], overwrite: bool, options: dict,
+            **more: Any) -> None:  # fmt: skip
+    """Build the command's job (:mod:`distforest.jobs.forest_answers`) and run it or,
+    with ``--dry-run``, print its stages."""
+    from distforest.cli.options import connect_kwargs, run_job
+    from distforest.jobs.forest_answers import ForestAnswerJob
+    from distforest.jobs.outputs import record_path
+
+    dry_run = options.pop("dry_run", False)
+    job = ForestAnswerJob(input=input, target=target, out=record_path(str(files["out"])),
+                          answer=answer, files=files, options=more,
+                          id=options.pop("id_column", None), drop=options.pop("drop", ()),
+                          na_values=options.pop("na_values", ()),
+                          model=options.pop("model_file", None),
+                          forest=pop_keys(options, FOREST_KEYS), overwrite=overwrite,
+                          connect=connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
+    run_job(obj, job, dry_run)
 
 
 @click.command()
@@ -111,16 +79,10 @@ def outliers(obj: dict, input: str, target: str | None, out: str, plot: str | No
     """Outlier scores of INPUT's rows (R randomForest's outlier(), matrix-free).
 
     Per class: raw = n / sum of squared proximities to the class, then
-    (raw - median) / MAD.  Scores above 10 are usually worth a look.
+    (raw - median) / MAD.  Column outlier_flag marks the rows above their
+    class's far-out fence (Tukey's, on log1p(score - the class's lowest)).
     """
-    for path in (out, plot):
-        check_new_file(path, overwrite)
-    start = time.perf_counter()
-    files = {"outlier scores": out, "pictures": plot}
-    with _fit(obj, input, target, options, files=files) as (table, forest):
-        written = write_outliers(forest, out, plot, title=f"outlier scores, {table.source}")
-    _report(f"outlier scores of {forest.n_samples_} rows (flag: > {OUTLIER_THRESHOLD:g})",
-            time.perf_counter() - start, written)  # fmt: skip
+    _answer(obj, "outliers", input, target, {"out": out, "plot": plot}, overwrite, options)
 
 
 @click.command()
@@ -138,23 +100,10 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
     """
     if target is None:
         raise click.UsageError("mislabels needs --target COLUMN (the labels to check)")
-    from distforest.forests.targets import require_classes
-
-    check_new_file(out, overwrite)
-    task = options["task"]
+    task = options["task"]  # checked against the labels; the forest classifies them
     options["task"] = "classification"
-
-    def classes(table: Any) -> None:  # a continuous target is refused before any work
-        require_classes(task, table.y, table.target_name, "mislabels")
-
-    start = time.perf_counter()
-    files: dict[str, str | None] = {"suspects": out}
-    with _fit(obj, input, target, options, classes, files) as (_, forest):
-        written, ranking = write_mislabels(forest, out, top)
-    if top:
-        click.echo(ranking.head.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    _report(f"ranked {ranking.rows} rows; {ranking.disagrees} out-of-bag votes disagree with "
-            "the label", time.perf_counter() - start, written)  # fmt: skip
+    _answer(obj, "mislabels", input, target, {"out": out}, overwrite, options, top=top,
+            task=task)  # fmt: skip
 
 
 @click.command()
@@ -178,16 +127,8 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
 def mds(obj: dict, input: str, target: str | None, out: str, components: int,
         dissimilarity: str, plot: str | None, overwrite: bool, **options: Any) -> None:  # fmt: skip
     """Classical MDS of the proximities of INPUT's rows (matrix-free Lanczos)."""
-    for path in (out, plot):
-        check_new_file(path, overwrite)
-    start = time.perf_counter()
-    files = {"MDS coordinates": out, "pictures": plot}
-    with _fit(obj, input, target, options, files=files, components=components) as (table, forest):
-        title = f"MDS of {dissimilarity} dissimilarity, {table.source}"
-        written = write_mds(forest, out, plot, components=components,
-                            dissimilarity=dissimilarity, title=title)  # fmt: skip
-    _report(f"{components}-D MDS of {forest.n_samples_} rows", time.perf_counter() - start,
-            written)  # fmt: skip
+    _answer(obj, "mds", input, target, {"out": out, "plot": plot}, overwrite, options,
+            components=components, dissimilarity=dissimilarity)  # fmt: skip
 
 
 @click.command()
@@ -212,31 +153,8 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
     """
     if target is None:
         raise click.UsageError("importances needs --target COLUMN (what the features predict)")
-    from distforest.cli.options import connect_kwargs
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table
-    from distforest.jobs.fitting import held_out, measure
-    from distforest.parallel.placement import place
-
-    check_new_file(out, overwrite)
-    if options.pop("dry_run", False):
-        _dry_run(input, target, options, {"importances": out})
-    start = time.perf_counter()
-    table = load_table(input, target=target, id=options.pop("id_column", None),
-                       **pop_keys(options, ("drop", "na_values")))  # fmt: skip
-    forest = ProximityForest(**pop_keys(options, FOREST_KEYS))
-    train, test = held_out(table, forest, test_size)
-    cluster_kw = pop_keys(options, CLUSTER_KEYS)
-    progress = ProgressBars(enabled=not obj["quiet"])
-    with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
-        forest.fit(train)
-        ranking, score = measure(forest, test, repeats)
-    written = {"importances": write_csv(ranking, out)}
-    if top:
-        click.echo(ranking.head(top).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    metric = "accuracy" if forest.task_ == "classification" else "R²"
-    _report(f"importances of {table.n_features} features (held-out {metric} {score:.3f} on "
-            f"{test.n_samples} rows)", time.perf_counter() - start, written)  # fmt: skip
+    _answer(obj, "importances", input, target, {"out": out}, overwrite, options,
+            repeats=repeats, test_size=test_size, top=top)  # fmt: skip
 
 
 @click.command()
@@ -303,7 +221,7 @@ def _score_partitioned(model: str, input: str, id_column: str | None, method: st
                        na_values: tuple[str, ...], connect: dict[str, Any], *, out: str,
                        dry_run: bool) -> None:  # fmt: skip
     """``score`` of an INPUT read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.partitioned_predict import score_partitioned
+    from distforest.jobs.score import score_partitioned
     from distforest.parallel.cluster import connect as connect_to
 
     start = time.perf_counter()

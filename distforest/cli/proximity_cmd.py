@@ -20,6 +20,7 @@ from distforest.cli.options import (
     forest_options,
     id_option,
     input_options,
+    leaf_bound_option,
     model_option,
     pop_keys,
     run_job,
@@ -52,6 +53,7 @@ from distforest.cli.options import (
     help="Write each row's K nearest rows by proximity (itself excluded; "
     "neighbors_index and neighbors_proximity, exact) instead of the n x n matrix.",
 )
+@leaf_bound_option
 @click.option("--dense", is_flag=True,
               help="With --top-k: write the n x n matrix as well.")  # fmt: skip
 @tile_size_option(FOREST_DEFAULTS["tile_size"])
@@ -63,7 +65,7 @@ from distforest.cli.options import (
 @click.pass_obj
 def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, method: str,
               top_k: int | None, dense: bool, plot: str | None, overwrite: bool,
-              dry_run: bool, model_file: str | None,
+              dry_run: bool, model_file: str | None, leaf_bound: int | str | None,
               **options: Any) -> None:  # fmt: skip
     """Fit a forest on INPUT and write its proximity matrix to a Zarr store.
 
@@ -89,6 +91,9 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     input_kw["id"] = options.pop("id_column", None)
     forest = pop_keys(options, FOREST_KEYS)
     forest["tile_size"] = options.pop("tile_size")
+    if leaf_bound != "auto" and click.get_current_context().get_parameter_source(
+            "leaf_bound") is not click.core.ParameterSource.DEFAULT:  # fmt: skip
+        forest["leaf_bound"] = leaf_bound  # (given only: the specs of earlier runs unchanged)
     job = ProximityJob(
         input=input, out=out, target=target, forest=forest, method=method, top_k=top_k,
         dense=dense, plot=plot, model=model_file,

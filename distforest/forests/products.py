@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import zarr
 
 from distforest.kernels import leafsums
 from distforest.parallel.execution import Runner
@@ -30,6 +29,7 @@ from distforest.parallel.tasks import plan_batches
 from distforest.store.inputs import input_rows
 from distforest.store.run_store import task_array, write_block
 from distforest.store.scratch import scratch_array
+from distforest.store.sink import stored_location
 
 #: Tasks per product: the trees are cut into this many batches.
 PRODUCT_TASKS = 8
@@ -161,14 +161,6 @@ def _held(value: Any) -> Any:
 def tree_batch(value: Any, trees: slice) -> np.ndarray:
     """Trees ``trees`` of a ``(T, n)`` array or a :class:`StoredArray`."""
     return value.trees(trees) if isinstance(value, StoredArray) else value[trees]
-
-
-def stored_location(arr: Any) -> tuple[str, str] | None:
-    """``(store path, array name)`` of a Zarr array kept in a local directory, else None."""
-    if not isinstance(arr, zarr.Array):
-        return None
-    root = getattr(arr.store, "root", None)
-    return None if root is None else (str(root), str(arr.path))
 
 
 #: Leaf indexes a worker process keeps, by store path (see :func:`_stored_index`).

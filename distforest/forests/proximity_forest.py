@@ -21,13 +21,23 @@ from distforest.forests._estimator import DaskEstimator
 from distforest.forests.fit_driver import ForestFit, GrownBatch, fit_forest
 from distforest.forests.outside import WEIGHTINGS
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted, as_list
+from distforest.forests.refine import RefineRule, refine_grown, refine_rule
 from distforest.forests.targets import fit_target
 from distforest.forests.tiled import matrix_in_memory
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
 from distforest.io.in_memory import check_in_memory
+from distforest.io.summaries import warn_empty_features
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, grow_nodes
+from distforest.kernels.trees import (
+    NODE_FIELDS,
+    Task,
+    TreeBatch,
+    TreeParams,
+    fit_tree_batch,
+    grow_nodes,
+    tree_input,
+)
 from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
 from distforest.store.sink import open_sink
@@ -120,6 +130,18 @@ class ProximityForest(Persisted, DaskEstimator):
         scikit-learn's forests: ``balanced`` weighs classes by ``n / (k * count)``,
         ``balanced_subsample`` computes that on each tree's bootstrap sample, a
         mapping gives a weight per class label (1 for a class not given).
+    leaf_bound : {"auto"}, int or None, default "auto"
+        Refine the trees' crowded leaves: after a tree is grown (on its sample)
+        and every row routed, each leaf holding more than ``leaf_bound`` rows is
+        split further on the rows it holds, with the same splitting rule, down to
+        at most ``leaf_bound`` rows (those rows' in-bag counts gain a Poisson(1)
+        draw keyed by the tree and the row: see :mod:`distforest.forests.refine`).
+        The co-leaf work of neighbours, tiles and outliers then stays at most
+        ``leaf_bound`` events per row and tree at any n.  ``auto``: refined
+        (to ``AUTO_LEAF_BOUND`` rows) when the trees are grown on a sample
+        smaller than the rows and the forest supports it (classification or
+        regression, gini or squared error, no depth or leaf limit, no weights);
+        None: never.
     batch_size : int or None, default None
         Trees per Dask task; ``None`` plans batches that shrink towards the
         end (at most a quarter of a worker thread's share each), so that the
@@ -188,6 +210,7 @@ class ProximityForest(Persisted, DaskEstimator):
         bootstrap: bool = True,
         max_samples: int | float | Mapping[Any, int] | None = None,
         class_weight: str | Mapping[Any, float] | None = None,
+        leaf_bound: int | str | None = "auto",
         batch_size: int | None = None,
         tile_size: int = 2048,
         random_state: int | None = None,
@@ -205,6 +228,7 @@ class ProximityForest(Persisted, DaskEstimator):
         self.bootstrap = bootstrap
         self.max_samples = max_samples
         self.class_weight = class_weight
+        self.leaf_bound = leaf_bound
         self.batch_size = batch_size
         self.tile_size = tile_size
         self.random_state = random_state
@@ -227,7 +251,10 @@ class ProximityForest(Persisted, DaskEstimator):
             tags.regressor_tags = RegressorTags()
         return tags
 
-    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {**C.FOREST_CONSTRAINTS}
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
+        **C.FOREST_CONSTRAINTS,
+        "leaf_bound": C.LeafBound(),
+    }
 
     def _check_combinations(self, params: dict[str, Any]) -> None:
         C.check_bootstrap(params["bootstrap"], params["max_samples"])
@@ -352,6 +379,10 @@ class ProximityForest(Persisted, DaskEstimator):
         if sample_weight is not None:
             weights["sample_weight"] = _check_weights(sample_weight, source.n_samples, task)
         n, n_trees = source.n_samples, params["n_estimators"]
+        rule, _why = refine_rule(params.get("leaf_bound"), tree_params, n, source.n_features,
+                                 weighted=sample_weight is not None)  # fmt: skip
+        if rule is not None:  # refined in the growing task: it routes every row itself
+            weights["refine"] = rule
         with self._runner(n * source.n_features) as runner:
             # the rows' store, else memory by the in-memory rule, else a store of this forest's
             sink = open_sink(n, n_trees, store=source.store_path, chunk_rows=params["tile_size"],
@@ -363,11 +394,12 @@ class ProximityForest(Persisted, DaskEstimator):
                 batch_size=params["batch_size"], runner=runner, sink=sink,
                 row_results={"leaves": ("int32", ("sample", "tree")),
                              "inbag": ("uint8", ("sample", "tree"))},
-                keep_nodes=keep_nodes, router=route_forest_rows, routed=("leaves",),
-                progress=self._report("fit"),
+                keep_nodes=keep_nodes, router=None if rule else route_forest_rows,
+                routed=() if rule else ("leaves",), progress=self._report("fit"),
                 join_progress=self._report("leaves"),
             )  # fmt: skip
         self._take_fit(source, fit, params, task, y_fit, classes)
+        self.leaf_bound_ = None if rule is None else rule.bound
         self._record_store(fit)
         return self
 
@@ -1096,11 +1128,14 @@ class ProximityForest(Persisted, DaskEstimator):
 def grow_forest_batch(
     X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, *, params: TreeParams,
     keep_nodes: bool, route: bool = True, sample_weight: np.ndarray | None = None,
+    refine: RefineRule | None = None,
 ) -> GrownBatch:  # fmt: skip
     """The fit driver's grower of a :class:`ProximityForest`: one batch of trees, its rows'
     leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`); with
     ``route=False`` the in-bag counts only (:func:`~distforest.kernels.trees.grow_nodes`,
-    the same trees: :func:`route_forest_rows` gives the leaves by row chunks)."""
+    the same trees: :func:`route_forest_rows` gives the leaves by row chunks).  With
+    ``refine``, the crowded leaves of every tree are split further on the rows they
+    hold (:func:`~distforest.forests.refine.refine_grown`; every row routed here)."""
     if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64 codes
         y = y.astype(np.int64, copy=False)
     if not route:
@@ -1110,7 +1145,15 @@ def grow_forest_batch(
             trees={"node_counts": grown.node_counts, "importances": grown.importances},
             nodes=grown.nodes,
         )
-    batch = fit_tree_batch(X, y, seeds, params, keep_nodes, sample_weight)
+    if refine is not None:
+        assert y is not None  # refine_rule refuses unsupervised forests
+        X = tree_input(X)
+        batch = refine_grown(fit_tree_batch(X, y, seeds, params, True), X, y, seeds, refine)
+        if not keep_nodes:
+            batch = TreeBatch(batch.leaves, batch.inbag, batch.node_counts, {},
+                              batch.importances)  # fmt: skip
+    else:
+        batch = fit_tree_batch(X, y, seeds, params, keep_nodes, sample_weight)
     return GrownBatch(
         rows={"leaves": batch.leaves, "inbag": batch.inbag},
         trees={"node_counts": batch.node_counts, "importances": batch.importances},
@@ -1127,12 +1170,4 @@ def route_forest_rows(X: np.ndarray, nodes: Mapping[str, np.ndarray]) -> dict[st
 def _warn_empty_features(table: Table) -> None:
     """One warning naming the features with no value at all (no tree can split on them)."""
     empty = np.isnan(table.X).all(axis=0) if table.n_samples else np.zeros(0, dtype=bool)
-    if empty.any():
-        names = [table.feature_names[j] for j in np.flatnonzero(empty)]
-        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-        warnings.warn(
-            f"{len(names)} feature(s) have no value in any row ({shown}): no tree can split on "
-            "them; drop them (--drop) or check the input",
-            UserWarning,
-            stacklevel=3,
-        )
+    warn_empty_features([table.feature_names[j] for j in np.flatnonzero(empty)], stacklevel=3)

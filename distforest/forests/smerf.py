@@ -537,6 +537,7 @@ class SMERF(Persisted, DaskEstimator):
         *,
         tile_size: int = TILE_SIZE,
         overwrite: bool = False,
+        complete: bool = True,
     ) -> xr.DataArray:
         """Learned distance between the rows of ``X_a`` and those of ``X_b``.
 
@@ -556,6 +557,9 @@ class SMERF(Persisted, DaskEstimator):
             change the values.
         overwrite : bool
             Replace an existing distforest store.
+        complete : bool
+            Mark the store complete afterwards (a job's run protocol marks it when
+            all its stages are done).
 
         Returns
         -------
@@ -568,7 +572,8 @@ class SMERF(Persisted, DaskEstimator):
         none = np.zeros((1, 1), dtype=np.uint16)
         inputs = self._inputs(leaves_a, leaves_b, none, none, oob=False)
         what = "training rows" if X_b is None else "X_b"
-        return self._matrix(inputs, False, store, tile_size, overwrite, {"columns": what})
+        return self._matrix(inputs, False, store, tile_size, overwrite, {"columns": what},
+                            complete=complete)  # fmt: skip
 
     def oob_distance(
         self, store: str | Path | None = None, *, tile_size: int = TILE_SIZE,
@@ -629,6 +634,8 @@ class SMERF(Persisted, DaskEstimator):
         tile_size: int,
         overwrite: bool,
         attrs: dict[str, Any],
+        *,
+        complete: bool = True,
     ) -> xr.DataArray:
         n, m = inputs.leaves_a.shape[0], inputs.leaves_b.shape[0]
         plan = TilePlan(n, m, C.check_tile_size(tile_size), symmetric=symmetric)
@@ -657,7 +664,8 @@ class SMERF(Persisted, DaskEstimator):
             )  # fmt: skip
             if isinstance(inputs.trees, StoredForest):
                 runner.everywhere(forget_inputs)  # the stored trees each worker read
-        rs.mark_complete()
+        if complete:
+            rs.mark_complete()
         return rs.dataset()[DISTANCE]
 
     # -- storing --------------------------------------------------------------

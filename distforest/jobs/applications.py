@@ -8,10 +8,10 @@ finished it.  Their output files are checked before any work starts
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from distforest import location
-from distforest.jobs.inputs import partitioned_input
 from distforest.jobs.outputs import (
     check_new_file,
     write_mds,
@@ -31,11 +31,7 @@ def check_outputs(job: Any, stages: Stages | None, replace: bool) -> Any:
     plan = None
     todo = [name for name in APP_STAGES if getattr(job, name)]
     pending = [n for n in todo if stages is None or not stages.done(n)]
-    if "impute" in pending and job.impute is not None and partitioned_input(job.input):
-        from distforest.apps.partitioned_impute import check_output
-
-        check_output(job.impute["out"], replace)  # plan None: imputed by partitions
-    elif "impute" in pending and job.impute is not None:
+    if "impute" in pending and job.impute is not None:  # read whole, or by partitions
         from distforest.jobs.impute import not_features, plan_imputation
 
         plan = plan_imputation(job.input, job.impute["out"], target=job.target,
@@ -82,29 +78,24 @@ def app_stage(name: str, job: Any, plan: dict[str, Any], table: Any) -> StageSpe
 def _app_stage(name: str, options: dict[str, Any], job: Any, table: Any, forest: Any,
                plan: Any, client: Any, done: Done, rs: Any) -> None:  # fmt: skip
     """One application stage (impute, outliers, mislabels, mds); records into ``done``."""
-    if name == "impute" and options.get("from") == "proximity":
-        from distforest.apps.matrix_impute import write_imputed_from_matrix
-        from distforest.forests.tiles import ARRAY_NAMES
+    if name == "impute":
+        from distforest.jobs.impute import impute_from_matrix_rows, run_imputation
 
-        assert plan is not None  # a table loaded whole (refused by partitions in read_input)
-        written, cells = write_imputed_from_matrix(
-            rs.dataset()[ARRAY_NAMES[job.method]], table, plan.frame, plan.dest,
-            overwrite=plan.overwrite, vote=options.get("categorical_vote", "sum"),
-        )  # fmt: skip
-        outputs = {"imputed table": location.resolved(written)}
-        done.info["cells_imputed"] = cells
-    elif name == "impute":
-        from distforest.jobs.impute import impute_stage_by_partitions, run_imputation
-
+        assert plan is not None  # checked by check_outputs
         params = {k: v for k, v in options.items() if k != "out"}
         params.setdefault("random_state", job.forest.get("random_state"))
-        if plan is None:  # read by partitions: filled and written by tasks
-            written, cells = impute_stage_by_partitions(job, params, options["out"], client)
-        else:
-            imputer, _, written = run_imputation(plan, params, client)
-            cells = int(sum(imputer.n_missing_.values()))
-        outputs = {"imputed table": location.resolved(written)}
-        done.info["cells_imputed"] = cells
+        scope = client.as_current() if client is not None and plan.by_partitions else None
+        with scope or contextlib.nullcontext():  # the partitions' tasks run on the client
+            if options.get("from") == "proximity":
+                from distforest.forests.tiles import ARRAY_NAMES
+
+                matrix = rs.dataset()[ARRAY_NAMES[job.method]]
+                vote = options.get("categorical_vote", "sum")
+                result = impute_from_matrix_rows(plan, matrix, vote)
+            else:
+                result = run_imputation(plan, params, client)
+        outputs = {"imputed table": location.resolved(result.written)}
+        done.info["cells_imputed"] = int(sum(result.missing.values()))
     elif name == "outliers":
         outputs = write_outliers(forest, options["out"], options.get("plot"),
                                  title=f"outlier scores, {table.source}")  # fmt: skip

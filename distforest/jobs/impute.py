@@ -1,25 +1,57 @@
-"""Imputation as a job: read and check the table, impute where placement says, write it.
+"""Imputation as a job: a table read in row chunks, imputed, written.
 
-Shared by ``distforest impute`` and the impute stage of a proximity pipeline
-(:mod:`distforest.jobs.proximity`).  Inputs and outputs are checked by
-:func:`plan_imputation` before any cluster starts.
+One algorithm (:func:`impute_rows`) for ``distforest impute`` and the impute stage
+of a proximity pipeline, whatever the input.  A table read whole
+(:func:`~distforest.io.read_frame`) is one chunk; a glob, a folder, a large file or
+a folder output is read by partitions (:func:`~distforest.io.ingest.read_partitioned`:
+pass 1 keeps summaries and makes every check of the whole reader, naming part file,
+column and row, before anything is written), one chunk per partition, typed by its
+task as the whole reader types it (:func:`~distforest.io.summaries.typed_partition`).
+Then, on either:
+
+1. **Sample.**  The imputer is fitted on at most ``sample_rows`` rows
+   (:data:`SAMPLE_ROWS` by partitions, every row of a table read whole), drawn from
+   ``random_state`` and taken by one task per chunk holding some.  With
+   ``sample_rows >= n`` the sample is the table in order: the bytes of the table read
+   whole.
+2. **Fill and write by chunks.**  Each chunk's feature columns are filled from the
+   fitted result when the sample is every row, else as new rows in the chunk's task
+   (:meth:`ProximityImputer.for_new_rows`, no refit; ``column``'s stopping rule then
+   runs per chunk).  One chunk read whole is written as one file (any format, with
+   the provenance); partitions are written by their tasks: one Parquet part each
+   into a folder, or numbered pieces joined here in order into one CSV (a byte copy)
+   or Parquet file (a row group each), one piece at a time.
+
+``impute: {from: proximity}`` runs the same steps with the stored matrix in place of
+the imputer, on every row (:func:`impute_from_matrix_rows`).  Inputs and outputs are
+checked by :func:`plan_imputation` before any cluster starts; nothing is left under
+the output's name if a step fails.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import os
+import shutil
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from distforest._version import __version__
-from distforest.errors import InputError
+from distforest.errors import InputError, ParameterError, StoreError
 
-if TYPE_CHECKING:
-    from distforest.apps.impute import ProximityImputer
+logger = logging.getLogger("distforest")
+
+#: Rows the imputer is fitted on, at most, when the table is read by partitions
+#: (the column forests' own ``max_samples`` for large tables); below it every row.
+SAMPLE_ROWS = 200_000
 
 
 def check_columns(columns: list[str], wanted: list[str], source: str) -> None:
@@ -29,56 +61,94 @@ def check_columns(columns: list[str], wanted: list[str], source: str) -> None:
         check_column(col, columns, source)
 
 
-def impute_by_partitions(
-    input: str,
-    out: str,
-    params: dict[str, Any],
-    connect: dict[str, Any],
-    *,
-    target: str | None = None,
-    drop: tuple[str, ...] = (),
-    na_values: tuple[str, ...] = (),
-    categorical: tuple[str, ...] = (),
-    overwrite: bool = False,
-) -> Any:
-    """Impute INPUT by partitions on a cluster (:mod:`distforest.apps.partitioned_impute`)."""
-    from distforest.apps.impute import ProximityImputer
-    from distforest.apps.partitioned_impute import check_output, impute_partitioned
-    from distforest.parallel.cluster import connect as connect_to
-
-    imputer = ProximityImputer(**params, categorical_features=list(categorical) or None)
-    imputer._settings()  # bad values refused before any cluster
-    check_output(out, overwrite)
-    with connect_to(**connect) as client, client.as_current():
-        imputer.set_execution(client)
-        return impute_partitioned(input, out, imputer, target=target, drop=tuple(drop),
-                                  na_values=tuple(na_values), overwrite=overwrite)  # fmt: skip
+def is_folder(out: str | Path) -> bool:
+    """Whether ``out`` names a Parquet dataset folder (ends in ``/`` or is a folder)."""
+    text = str(out)
+    return text.endswith(("/", "\\")) or (Path(text).is_dir() and not text.endswith(".zarr"))
 
 
-def partitioned_summary(result: Any, source: str, seconds: float) -> str:
-    counts = {name: n for name, n in result.missing.items() if n}
-    lines = [
-        f"imputed {sum(counts.values())} cell(s) in {len(counts)} column(s) of {source} "
-        f"({result.shape[0]} rows x {result.shape[1]} columns) in {seconds:.1f} s, by partitions",
-        f"  forests: {result.imputer.proximity} proximity, fitted on {result.sample_rows} row(s), "
-        f"{result.imputer.n_iter_} iteration(s)",
-        f"  output:  {result.written}",
-    ]
-    return "\n".join(lines)
+def check_output(out: str | Path, overwrite: bool = False) -> Path:
+    """The output of a table read by partitions, resolved and checked before any work
+    (a folder, or one .csv / .parquet file)."""
+    from distforest import location
+    from distforest.io.writers import check_can_write, output_format
+
+    if location.is_remote(out):
+        raise ParameterError(f"cannot write {str(out)!r}: a table imputed by partitions is "
+                             "written to a local file or folder; copy it afterwards")  # fmt: skip
+    if not is_folder(out):
+        if output_format(out) == "zarr":
+            raise ParameterError(
+                f"cannot write {str(out)!r} from a table read by partitions: write a Parquet "
+                "dataset folder (--out imputed/), one .parquet or one .csv file"
+            )
+        return check_can_write(out, overwrite)
+    dest = Path(str(out).rstrip("/\\")).resolve()
+    if not dest.parent.is_dir():
+        raise StoreError(f"cannot write {str(out)!r}: the folder {str(dest.parent)!r} does "
+                         "not exist; create it first")  # fmt: skip
+    if dest.exists():
+        entries = list(dest.iterdir())
+        ours = all(e.is_file() and e.name.startswith("part-") and e.suffix == ".parquet"
+                   for e in entries)  # fmt: skip
+        if entries and not overwrite:
+            raise location.existing_output(out)
+        if entries and not ours:
+            raise StoreError(f"{str(out)!r} holds files other than part-*.parquet; refusing "
+                             "to replace it: choose another name")  # fmt: skip
+    return dest
 
 
 @dataclass
 class ImputationPlan:
-    """A checked imputation: the table read, the columns split, the output allowed."""
+    """A checked imputation: the table read whole (or to be read by partitions), the
+    columns split, the output allowed.
+
+    ``frame`` and ``features`` are None for a table read by partitions: its
+    partitions are read when the plan runs (on the cluster).
+    """
 
     source: str
     frame: Any
     features: Any
-    y: Any
     target: str | None
     categorical: tuple[str, ...]
     dest: Path
     overwrite: bool
+    drop: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    folder: bool = False
+
+    @property
+    def by_partitions(self) -> bool:
+        """Whether the table is read (and written) by partitions."""
+        return self.frame is None
+
+
+@dataclass(frozen=True)
+class Imputed:
+    """What :func:`impute_rows` did.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Rows and columns written.
+    written : Path
+    sample_rows : int
+        Rows the imputer was fitted on.
+    missing : dict of str to int
+        Missing (now filled) cells per feature column of the whole table.
+    by_partitions : bool
+    imputer : ProximityImputer or None
+        Fitted on the sample (None: filled from a stored matrix).
+    """
+
+    shape: tuple[int, int]
+    written: Path
+    sample_rows: int
+    missing: dict[str, int]
+    by_partitions: bool
+    imputer: Any = None
 
 
 def not_features(job: Any) -> tuple[str, ...]:
@@ -96,10 +166,22 @@ def plan_imputation(
     categorical: tuple[str, ...] = (),
     overwrite: bool = False,
 ) -> ImputationPlan:
-    """Read INPUT and check columns and the output path, before any cluster starts."""
+    """Check INPUT and the output path, before any cluster starts.
+
+    A table read whole is read here and its columns checked; a glob, a folder,
+    a large file or a folder output is read by partitions when the plan runs
+    (its columns are checked then, before anything is written).
+    """
     from distforest.io import read_frame
     from distforest.io.writers import check_can_write
+    from distforest.jobs.inputs import partitioned_input
 
+    def planned(frame: Any, features: Any, dest: Path) -> ImputationPlan:
+        return ImputationPlan(str(input), frame, features, target, tuple(categorical), dest,
+                              overwrite, tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
+
+    if partitioned_input(input) or is_folder(out):
+        return planned(None, None, check_output(out, overwrite))
     frame = read_frame(input, na_values=na_values)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
@@ -109,57 +191,305 @@ def plan_imputation(
     features = frame[[c for c in columns if c not in skip]]
     if features.shape[1] == 0:
         raise InputError(f"{input}: no feature columns left after removing --target/--drop")
-    y = frame[target] if target else None
-    return ImputationPlan(str(input), frame, features, y, target, tuple(categorical), dest,
-                          overwrite)  # fmt: skip
+    return planned(frame, features, dest)
+
+
+def impute_rows(
+    plan: ImputationPlan,
+    fit: Callable[[pd.DataFrame, Any], pd.DataFrame],
+    *,
+    new_rows: Callable[[], Any] | None = None,
+    sample_rows: int | None = None,
+    random_state: Any = None,
+    attrs: Callable[[], dict[str, Any]] | None = None,
+) -> Imputed:
+    """Impute the table of ``plan`` by row chunks and write it (see the module docstring).
+
+    Parameters
+    ----------
+    plan : ImputationPlan
+    fit : callable
+        ``fit(features, y) -> filled``: the sample's feature columns (a DataFrame)
+        and its target (or None) in, the same columns filled out.
+    new_rows : callable, optional
+        ``new_rows() -> imputer`` (after ``fit``): what fills a chunk outside the
+        sample, by its ``transform`` in the chunk's task.  Needed when the sample
+        is not every row.
+    sample_rows : int or None
+        Rows ``fit`` sees, at most (None: every row).
+    random_state : int or None
+        Seed of the sample.
+    attrs : callable, optional
+        ``attrs() -> dict`` (after ``fit``): provenance of a table written whole.
+
+    Returns
+    -------
+    Imputed
+    """
+    if sample_rows is not None and sample_rows < 1:
+        raise ParameterError(f"sample_rows must be at least 1, got {sample_rows}")
+    blocks, lengths, encoding, features, missing = _row_chunks(plan)
+    n = int(sum(lengths))
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    whole = sample_rows is None or sample_rows >= n
+    rows = np.arange(n) if whole else _sample(n, int(sample_rows or n), random_state)
+    if plan.by_partitions:
+        logger.info("imputing %s by %d partitions, fitted on %d of %d rows",
+                    plan.source, len(blocks), rows.size, n)  # fmt: skip
+    wanted = []
+    for k, block in enumerate(blocks):
+        local = rows[(rows >= starts[k]) & (rows < starts[k + 1])] - starts[k]
+        if local.size:
+            wanted.append(_task(_take, block, encoding, local))
+    pieces = _compute(wanted)
+    sample = pd.concat(pieces, ignore_index=True) if plan.by_partitions else pieces[0]
+    del pieces
+    filled = fit(sample[features], sample[plan.target] if plan.target is not None else None)
+    shipped: Any = None
+    if whole:
+        slices: list[Any] = [filled.iloc[starts[k] : starts[k + 1]] for k in range(len(blocks))]
+    else:
+        assert new_rows is not None, "a sample of the rows needs new_rows"
+        slices, shipped = [None] * len(blocks), _ship(new_rows())
+    if missing is None:  # a table read whole: the sample is every row
+        missing = {c: int(v) for c, v in sample[features].isna().sum().items()}
+    del filled, sample
+    chunks = [_task(_fill, b, encoding, features, s, shipped)
+              for b, s in zip(blocks, slices, strict=True)]  # fmt: skip
+    if plan.by_partitions:
+        shape, written = _write_parts(chunks, plan)
+    else:
+        from distforest.io.writers import write_table
+
+        (output,) = chunks
+        shape = output.shape
+        written = write_table(output, plan.dest, overwrite=plan.overwrite,
+                              attrs=attrs() if attrs is not None else None)  # fmt: skip
+    return Imputed((int(shape[0]), int(shape[1])), Path(written), int(rows.size), missing,
+                   plan.by_partitions)  # fmt: skip
+
+
+def _row_chunks(plan: ImputationPlan) -> tuple[list[Any], list[int], Any, list[str], Any]:
+    """The table's chunks (a frame read whole, or its partitions as lazy frames), their
+    lengths, the partitions' encoding, the feature columns and (by partitions) the
+    missing cells per feature."""
+    if not plan.by_partitions:
+        return [plan.frame], [len(plan.frame)], None, [str(c) for c in plan.features.columns], None
+    from distforest.io.ingest import read_partitioned
+
+    data = read_partitioned(plan.source, target=plan.target, drop=plan.drop,
+                            na_values=plan.na_values)  # fmt: skip
+    if data.partitions.frame is None:
+        raise InputError(f"{data.source}: a numeric array is imputed in memory; give a table")
+    enc = data.encoding
+    features = list(enc.features)
+    if not features:
+        raise InputError(f"{plan.source}: no feature columns left after removing --target/--drop")
+    if plan.categorical:
+        check_columns(features, list(plan.categorical), data.source)
+    blocks = list(data.partitions.frame.to_delayed())
+    return blocks, list(enc.lengths), enc, features, dict(enc.missing)
+
+
+def _sample(n: int, size: int, random_state: Any) -> np.ndarray:
+    """``size`` distinct rows of ``n``, sorted, from ``random_state`` (int or None)."""
+    rng = np.random.default_rng(np.random.SeedSequence(random_state).spawn(1)[0])
+    return np.sort(rng.choice(n, size=size, replace=False))
+
+
+def _task(function: Callable[..., Any], block: Any, *args: Any) -> Any:
+    """``function(block, *args)``: now for a chunk in memory, a task for a partition."""
+    from dask.delayed import Delayed
+
+    if isinstance(block, Delayed):
+        import dask
+
+        return dask.delayed(function, pure=True)(block, *args)
+    return function(block, *args)
+
+
+def _compute(values: list[Any]) -> list[Any]:
+    """The values of :func:`_task`, computed together when they are tasks."""
+    import dask
+    from dask.delayed import Delayed
+
+    return list(dask.compute(*values)) if values and isinstance(values[0], Delayed) else values
+
+
+def _ship(obj: Any) -> Any:
+    """``obj`` sent to every worker once (a distributed client), else one graph key."""
+    import dask
+
+    try:
+        from distributed import get_client
+
+        return get_client().scatter(obj, broadcast=True, hash=False)
+    except (ImportError, ValueError):  # no distributed client: the local scheduler
+        return dask.delayed(obj, traverse=False)
+
+
+def _typed(part: pd.DataFrame, encoding: Any) -> pd.DataFrame:
+    """A chunk typed as the whole reader types it (a frame read whole already is)."""
+    if encoding is None:
+        return part
+    from distforest.io.partitions import PATH_COLUMN
+    from distforest.io.summaries import typed_partition
+
+    return typed_partition(part, encoding, PATH_COLUMN)
+
+
+def _take(part: pd.DataFrame, encoding: Any, local: np.ndarray) -> pd.DataFrame:
+    """The typed rows ``local`` of one chunk (a task by partitions)."""
+    typed = _typed(part, encoding)
+    return typed if local.size == len(typed) else typed.iloc[local]
+
+
+def _fill(
+    part: pd.DataFrame,
+    encoding: Any,
+    features: list[str],
+    filled: pd.DataFrame | None,
+    imputer: Any,
+) -> pd.DataFrame:
+    """One chunk typed, its feature columns filled (a task by partitions)."""
+    out = _typed(part, encoding)
+    out = out.copy() if out is part else out
+    if filled is None:  # products of the one-forest modes run here, never as tasks of tasks
+        import copy
+
+        here = copy.copy(imputer).set_execution("synchronous")
+        filled = here.transform(out[features])
+    filled = filled.reset_index(drop=True)
+    for position, col in enumerate(out.columns):
+        if col in filled.columns:
+            out.isetitem(position, filled[col])
+    return out
+
+
+def _write_parts(chunks: list[Any], plan: ImputationPlan) -> tuple[tuple[int, int], Path]:
+    """The filled partitions written by their tasks: one Parquet part each into a folder,
+    or numbered pieces joined here into one CSV or Parquet file."""
+    import dask
+
+    from distforest.io.writers import join_pieces
+
+    dest, folder = plan.dest, plan.folder
+    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        suffix = ".parquet" if folder else dest.suffix.lower()
+        pieces_dir = tmp if folder else tmp.with_name(tmp.name + "-pieces")
+        pieces_dir.mkdir()
+        try:
+            write = dask.delayed(_write_part, pure=False)
+            paths = [str(pieces_dir / f"part-{k:05d}{suffix}") for k in range(len(chunks))]
+            counts = dask.compute(*[write(t, path, k == 0) for k, (t, path)
+                                    in enumerate(zip(chunks, paths, strict=True))])  # fmt: skip
+            if not folder:
+                join_pieces(paths, tmp, suffix)
+        finally:
+            if not folder:
+                shutil.rmtree(pieces_dir, ignore_errors=True)
+        shape = (int(sum(c[0] for c in counts)), int(counts[0][1]))
+        if dest.exists():
+            shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
+        tmp.replace(dest)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+    return shape, dest
+
+
+def _write_part(frame: pd.DataFrame, path: str, first: bool) -> tuple[int, int]:
+    """One filled partition written by its task: Parquet, or CSV (the header in the first only)."""
+    if path.endswith(".csv"):
+        frame.to_csv(path, index=False, header=first)
+    else:
+        frame.to_parquet(path, index=False)
+    return frame.shape
 
 
 def run_imputation(
-    plan: ImputationPlan, params: dict[str, Any], client: Any, bars: Any = None
-) -> tuple[ProximityImputer, tuple[int, int], Path]:
-    """Impute on ``client`` and write the whole table (target and dropped columns kept)."""
+    plan: ImputationPlan,
+    params: dict[str, Any],
+    client: Any,
+    bars: Any = None,
+    *,
+    sample_rows: int = SAMPLE_ROWS,
+) -> Imputed:
+    """Impute on ``client`` and write the whole table (target and dropped columns kept).
+
+    A table read by partitions is fitted on at most ``sample_rows`` rows; one read
+    whole on every row.
+    """
+    from dataclasses import replace
+
     from distforest.apps.impute import ProximityImputer
-    from distforest.io.writers import write_table
 
     imputer = ProximityImputer(**params, categorical_features=list(plan.categorical) or None)
-    imputer.set_execution(
-        client,  # None: this process for small tables (see ProximityImputer)
-        progress=None
-        if bars is None
-        else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,
-    )
-    filled = imputer.fit_transform(plan.features, plan.y)
-    output = plan.frame.copy()
-    for position, col in enumerate(output.columns):
-        if col in filled.columns:
-            output.isetitem(position, filled[col])
-    provenance = {
-        "distforest_version": __version__,
-        "source": plan.source,
-        "params": json.loads(json.dumps(imputer.get_params(), default=str)),
-        "target": plan.target,
-        "task": imputer.task_,
-        "n_imputed": imputer.n_missing_,
-    }
-    for key in ("client", "progress"):
-        provenance["params"].pop(key, None)
-    written = write_table(
-        output, plan.dest, overwrite=plan.overwrite, attrs={"imputation": provenance}
-    )
-    return imputer, output.shape, written
+    if plan.by_partitions:
+        imputer._settings()  # bad values refused before the partitions are read
+        if client is not None:
+            imputer.set_execution(client)
+    else:
+        imputer.set_execution(
+            client,  # None: this process for small tables (see ProximityImputer)
+            progress=None
+            if bars is None
+            else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,
+        )
+
+    def provenance() -> dict[str, Any]:
+        settings = json.loads(json.dumps(imputer.get_params(), default=str))
+        for key in ("client", "progress"):
+            settings.pop(key, None)
+        return {"imputation": {"distforest_version": __version__, "source": plan.source,
+                               "params": settings, "target": plan.target,
+                               "task": imputer.task_, "n_imputed": imputer.n_missing_}}  # fmt: skip
+
+    result = impute_rows(plan, imputer.fit_transform, new_rows=imputer.for_new_rows,
+                         sample_rows=sample_rows if plan.by_partitions else None,
+                         random_state=imputer.random_state, attrs=provenance)  # fmt: skip
+    missing = result.missing if plan.by_partitions else dict(imputer.n_missing_)
+    return replace(result, missing=missing, imputer=imputer)
 
 
-def summary(
-    imp: ProximityImputer, source: str, shape: tuple[int, int], out: Path, seconds: float
-) -> str:
-    counts = {name: n for name, n in imp.n_missing_.items() if n}
+def impute_from_matrix_rows(plan: ImputationPlan, matrix: Any, vote: str = "sum") -> Imputed:
+    """``impute: {from: proximity}``: every row's missing cells filled from ``matrix`` (a
+    stored n x n proximity matrix of the table's rows), the table read and written in
+    chunks as :func:`impute_rows` reads and writes it."""
+    from distforest.apps.matrix_impute import fill_from_matrix
+
+    counts: dict[str, int] = {}
+
+    def fit(features: pd.DataFrame, y: Any) -> pd.DataFrame:
+        filled, found = fill_from_matrix(matrix, features, vote)
+        counts.update(found)
+        return filled
+
+    def provenance() -> dict[str, Any]:
+        return {"imputation": {"distforest_version": __version__, "source": plan.source,
+                               "from": "proximity",
+                               "matrix": str(getattr(matrix, "name", "proximity")),
+                               "categorical_vote": vote, "n_imputed": counts}}  # fmt: skip
+
+    return impute_rows(plan, fit, attrs=provenance)
+
+
+def summary(result: Imputed, source: str, seconds: float) -> str:
+    """What ``distforest impute`` prints once the table is written."""
+    imp = result.imputer
+    counts = {name: n for name, n in result.missing.items() if n}
     total = sum(counts.values())
+    rows, columns = result.shape
+    fitted = f", fitted on {result.sample_rows} row(s)" if result.by_partitions else ""
     lines = [
-        f"imputed {total} cell(s) in {len(counts)} column(s) of {source} "
-        f"({shape[0]} rows x {shape[1]} columns) in {seconds:.1f} s",
+        f"imputed {total} cell(s) in {len(counts)} column(s) of {source} ({rows} rows x "
+        f"{columns} columns) in {seconds:.1f} s{', by partitions' * result.by_partitions}",
         f"  forest:  {imp.task_}, {imp._settings()['n_estimators']} trees"
-        f"{' per column' if imp.proximity == 'column' else ''}, {imp.n_iter_} iteration(s), "
-        f"{imp.proximity} proximity",
+        f"{' per column' if imp.proximity == 'column' else ''}{fitted}, {imp.n_iter_} "
+        f"iteration(s), {imp.proximity} proximity",
     ]
     if counts:
         width = max(len(n) for n in counts)
@@ -173,7 +503,7 @@ def summary(
             f"  {fallbacks} cell(s) had no weighted neighbour and kept the median / most "
             "frequent level"
         )
-    lines.append(f"  output:  {out}")
+    lines.append(f"  output:  {result.written}")
     return "\n".join(lines)
 
 
@@ -198,12 +528,14 @@ def impute_command(
 
     ``id`` names the rows' ID column: not a feature, copied unchanged (as ``drop``).
     ``model``: a model file whose trees weigh the rows (:func:`impute_with_model`).
+    A table read by partitions always runs on a cluster (started for the run if
+    none is named).
     """
     drop = (*drop, *([id] if id else []))
     from distforest.apps.impute import ProximityImputer
-    from distforest.apps.partitioned_impute import is_folder
     from distforest.jobs.estimates import check_size, estimate_impute
     from distforest.jobs.inputs import partitioned_input
+    from distforest.parallel.cluster import connect as connect_to
     from distforest.parallel.placement import place
 
     start = time.perf_counter()
@@ -223,14 +555,14 @@ def impute_command(
         return impute_plan(input, out, params, connect, target=target, drop=drop,
                            na_values=na_values, categorical=categorical,
                            overwrite=overwrite)  # fmt: skip
-    if partitioned_input(input) or is_folder(out):  # by partitions: never whole here
+    if partitioned_input(input) or is_folder(out):
         ProximityImputer(**params)._settings()  # bad values refused before any cluster
-        result = impute_by_partitions(input, out, params, connect, target=target, drop=drop,
-                                      na_values=na_values, categorical=categorical,
-                                      overwrite=overwrite)  # fmt: skip
-        return partitioned_summary(result, input, time.perf_counter() - start)
     plan = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
                            categorical=categorical, overwrite=overwrite)  # fmt: skip
+    if plan.by_partitions:
+        with connect_to(**connect) as client, client.as_current():
+            result = run_imputation(plan, params, client)
+        return summary(result, input, time.perf_counter() - start)
     checked = ProximityImputer(**params)._settings()  # bad values refused before any cluster
     n, d = plan.features.shape
     holes = int(plan.features.isna().any().sum())
@@ -238,8 +570,8 @@ def impute_command(
                f"--iterations ({checked['iterations']}) and --trees "
                f"({checked['n_estimators']:,})")  # fmt: skip
     with place(plan.features.size, connect) as where:
-        imputer, shape, written = run_imputation(plan, params, where.client, progress)
-    return summary(imputer, input, shape, written, time.perf_counter() - start)
+        result = run_imputation(plan, params, where.client, progress)
+    return summary(result, input, time.perf_counter() - start)
 
 
 def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str, Any], *,
@@ -256,7 +588,6 @@ def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str,
     """
     from distforest import location
     from distforest.apps.impute import ProximityImputer
-    from distforest.apps.partitioned_impute import is_folder
     from distforest.jobs.command_plans import PRODUCTS_NOTE
     from distforest.jobs.estimates import estimate_impute, free_space
     from distforest.jobs.inputs import input_shape, partitioned_input
@@ -306,23 +637,6 @@ def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str,
         + ["  note:         read by partitions: every feature column counted as having missing "
            "values (an upper bound)"] * by_parts,
     )  # fmt: skip
-
-
-def impute_stage_by_partitions(job: Any, params: dict[str, Any], out: str,
-                        client: Any) -> tuple[Path, int]:  # fmt: skip
-    """The impute stage of a proximity job whose table is read by partitions."""
-    from distforest.apps.impute import ProximityImputer
-    from distforest.apps.partitioned_impute import impute_partitioned
-
-    imputer = ProximityImputer(**params)
-    scope = contextlib.nullcontext() if client is None else client.as_current()
-    with scope:
-        if client is not None:
-            imputer.set_execution(client)
-        result = impute_partitioned(job.input, out, imputer, target=job.target,
-                                    drop=not_features(job), na_values=tuple(job.na_values),
-                                    overwrite=True)  # fmt: skip  # checked before the run
-    return result.written, int(sum(result.missing.values()))
 
 
 def impute_with_model(input: str, out: str, model: str, params: dict[str, Any],

@@ -40,16 +40,13 @@ def check_new_file(path: str | None, overwrite: bool) -> None:
         return
     if location.is_remote(path):
         if location.exists(path) and not overwrite:
-            raise StoreError(
-                f"output {location.display(path)!r} already exists; pass --overwrite or choose "
-                "another path"
-            )
+            raise location.existing_output(path)
         return
     out = Path(location.local(path))
     if out.is_dir():
         raise StoreError(f"output {path!r} is a directory; give a file name")
     if out.exists() and not overwrite:
-        raise StoreError(f"output {path!r} already exists; pass --overwrite or choose another path")
+        raise location.existing_output(path)
     folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise StoreError(
@@ -80,6 +77,14 @@ def _replaced(path: str | Path) -> Iterator[IO[str]]:
         with contextlib.suppress(OSError):
             os.unlink(name)
         raise
+
+
+def record_path(out: str) -> str:
+    """The store of a job whose outputs are files (``outliers``, ``cluster``, ...): its spec
+    and finished stages, beside its CSV ``out``: ``DIR/NAME.run.zarr`` for ``DIR/NAME.csv``."""
+    head, sep, name = str(out).rpartition("/")
+    stem = name.rsplit(".", 1)[0] if "." in name.lstrip(".") else name
+    return f"{head}{sep}{stem}.run.zarr"
 
 
 def write_csv(frame: pd.DataFrame, path: str) -> str:

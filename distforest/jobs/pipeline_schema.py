@@ -41,7 +41,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "labels": _STR,
         "drop": _LIST,
         "na_values": _LIST,
-        "id": _STR,  # proximity jobs only (checked below)
+        "id": _STR,  # other kinds than proximity and score: dropped from the features
         "decimal": _STR,
         # fsspec options of an input URL (endpoint, profile, ...): never recorded anywhere
         "storage_options": _MAP,

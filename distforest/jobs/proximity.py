@@ -205,9 +205,33 @@ def proximity_pipeline(job: ProximityJob, n: int, d: int, table: Any = None) -> 
                                 f"{plan['tile_size']}" if plan["dense"] else "no n x n matrix")
                              + (f"; the top {plan['top_k']} neighbours of every row"
                                 if plan["top_k"] else "")),
+               *forest_step(job, n, d),
                ("store", str(job.out))],
         stages=stages, cells=n * d, connect=job.connect, out=str(job.out),
     )  # fmt: skip
+
+
+def forest_step(job: ProximityJob, n: int, d: int) -> list[tuple[str, str]]:
+    """The dry run's ``forest`` line: whether its leaves are refined, and why
+    (:func:`~distforest.forests.refine.refine_rule`, the rule the fit follows)."""
+    from distforest.errors import DistforestError
+    from distforest.forests.refine import refine_rule
+
+    forest = ProximityForest(**job.forest)
+    try:
+        params = forest._validated()
+        task = params["task"]
+        if task == "auto":
+            task = "classification" if job.target else "unsupervised"
+        per_class = [p for p in (params["class_weight"], params["max_samples"])
+                     if isinstance(p, dict)]  # fmt: skip
+        classes = (sorted(per_class[0]) if per_class else [0, 1]) if task == "classification" \
+            else []  # fmt: skip
+        tree_params = forest._tree_params(params, task, classes, n)
+        _, why = refine_rule(params["leaf_bound"], tree_params, n, d)
+    except DistforestError as exc:  # the fit reports it with its full context
+        why = f"not decided: {exc}"
+    return [("forest", why)]
 
 
 def _read_input(job: ProximityJob) -> Table | PendingInput:
@@ -215,11 +239,6 @@ def _read_input(job: ProximityJob) -> Table | PendingInput:
     partitions' summaries only, the encoded rows written into the job's store later."""
     if not partitioned_input(job.input):
         return load_table(job.input, **job.table_kw(), id=job.id)
-    if job.impute and job.impute.get("from") == "proximity":
-        raise InputError(
-            f"{job.input}: impute.from: proximity reads the n x n matrix of a table loaded "
-            "whole, not of a glob, a folder of parts or a file over 32 MB; remove impute.from"
-        )
     from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
 
     data = read_partitioned(job.input, target=job.target, drop=job.drop,

@@ -22,13 +22,21 @@ one ``(n, T)`` Zarr array by several tasks (two writers of one chunk lose
 data): each batch writes its own part (``fit/<name>_<k>``), joined afterwards by
 row-block tasks (:func:`gather_batches`).  The trees' nodes go the same way
 (``fit/nodes_<k>``, joined into ``forest/``).
+
+A task scoring a chunk of rows may hand its values to a :class:`ScoreSink`
+instead of returning them: a scratch array of the run store
+(:class:`ScratchScores`, through :meth:`SinkHandle.put_rows`, read again by a
+later step, as the mislabel ranking reads the outlier scores), or a piece of a
+CSV (:class:`CsvPieces`: ID or row number, label, the values), which
+:func:`csv_by_pieces` joins into the output file a megabyte at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 import numpy as np
 import zarr
@@ -43,12 +51,17 @@ from distforest.store.temporary import new_folder, tie
 __all__ = [
     "FIT_GROUP",
     "ROUTE_ROWS",
+    "CsvPieces",
     "ForestRef",
     "RowSink",
+    "ScoreSink",
+    "ScratchScores",
     "SinkHandle",
     "StoredNodes",
+    "csv_by_pieces",
     "gather_batches",
     "open_sink",
+    "stored_location",
 ]
 
 #: Group of the per-batch parts while fitting (removed afterwards).
@@ -424,3 +437,86 @@ def gather_batches(
     for _ in runner.run(_gather_task, items, name=f"gather-{name}", progress=progress):
         pass
     return rs.array(name)
+
+
+# -- per-row answers written by tasks: a scratch array, or pieces of a CSV ------------
+
+
+def stored_location(arr: Any) -> tuple[str, str] | None:
+    """``(store path, array name)`` of a Zarr array kept in a local directory, else None."""
+    if not isinstance(arr, zarr.Array):
+        return None
+    root = getattr(arr.store, "root", None)
+    return None if root is None else (str(root), str(arr.path))
+
+
+class ScoreSink(Protocol):
+    """Where a task leaves its chunk's per-row values (instead of returning them)."""
+
+    def write(self, k: int, rows: slice, codes: np.ndarray,
+              scores: np.ndarray | Mapping[str, np.ndarray]) -> None:  # fmt: skip
+        """Keep chunk ``k``: rows ``rows``, their class codes and values (one column, or
+        each column by its name)."""
+
+
+@dataclass(frozen=True)
+class ScratchScores:
+    """Values written into rows of array ``name`` of the store at ``path`` (made beforehand,
+    chunked as :func:`~distforest.store.scratch.row_chunks`)."""
+
+    path: str
+    name: str
+
+    def write(self, k: int, rows: slice, codes: np.ndarray,
+              scores: np.ndarray | Mapping[str, np.ndarray]) -> None:  # fmt: skip
+        if not isinstance(scores, np.ndarray):
+            raise TypeError(f"{self.name} holds one column; got columns {sorted(scores)}")
+        SinkHandle(self.path, 0).put_rows(self.name, rows, scores)
+
+
+@dataclass(frozen=True)
+class CsvPieces:
+    """Where tasks write their CSV pieces (ID or ``row``, ``label``, then ``columns``)."""
+
+    folder: str
+    id_location: tuple[str, str] | None
+    id_name: str
+    class_names: tuple[str, ...] | None
+    columns: tuple[str, ...] = ("outlier",)
+
+    def write(self, k: int, rows: slice, codes: np.ndarray,
+              values: np.ndarray | Mapping[str, np.ndarray]) -> None:  # fmt: skip
+        """Piece ``k`` (the header in piece 0 only): ``values`` one column or one a name, or
+        each column by its name."""
+        import pandas as pd
+
+        if self.id_location is None:
+            ids = np.arange(rows.start, rows.stop)
+        else:
+            ids = read_rows(*self.id_location, rows)
+        frame = pd.DataFrame({self.id_name: ids})
+        if self.class_names is not None:
+            frame["label"] = np.asarray(self.class_names, dtype=object)[codes]
+        if not isinstance(values, Mapping):
+            values = dict(zip(self.columns, np.reshape(values, (len(frame), -1)).T, strict=True))
+        for name in self.columns:
+            frame[name] = values[name]
+        frame.to_csv(Path(self.folder) / f"part-{k:06d}.csv", index=False, header=k == 0)
+
+
+def csv_by_pieces(forest: Any, out: str, columns: tuple[str, ...],
+                  fill: Callable[[CsvPieces], Any]) -> str:  # fmt: skip
+    """A CSV of the training rows (ID or ``row``, ``label``, ``columns``) whose pieces
+    ``fill(pieces)`` has tasks write, joined into ``out`` through a temporary file and a
+    rename; returns ``out`` resolved."""
+    from distforest.io.writers import pieces_beside, publish_pieces
+
+    dest = Path(out).resolve()
+    ids = getattr(forest, "sample_ids_", None)
+    names = (tuple(str(c) for c in forest.classes_)
+             if forest.task_ == "classification" else None)  # fmt: skip
+    with pieces_beside(dest) as folder:
+        where = None if ids is None else stored_location(ids)
+        fill(CsvPieces(str(folder), where, forest.id_name_ if where else "row", names, columns))
+        publish_pieces(sorted(str(p) for p in folder.glob("part-*.csv")), dest)
+    return str(dest)
