@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from distforest.io.model_files import model_record
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
 from distforest.jobs.inputs import input_shape, partitioned_input
@@ -65,6 +66,9 @@ class ForestAnswerJob(ForestJob):
     files: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    #: A model file fitted elsewhere whose trees are used instead of ``forest``
+    #: (:func:`~distforest.io.model_files.load_model`; the input is its training table).
+    model: str | None = None
 
     def __post_init__(self) -> None:
         self.name = self.answer
@@ -73,7 +77,8 @@ class ForestAnswerJob(ForestJob):
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "id", "forest", "answer", "files")
         options = {k: v for k, v in self.options.items() if k != "top"}  # (printing only)
-        return self.spec_of(keep, options=options,
+        more = {} if self.model is None else {"model": model_record(self.model)}
+        return self.spec_of(keep, options=options, **more,
                             input={"source": self.input, "fingerprint": fingerprint})  # fmt: skip
 
     def describe(self) -> str:
@@ -248,16 +253,28 @@ def _fit(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
 
     table, split = inputs
     forest = ProximityForest(**job.forest)
+
+    def fit(rows: Any) -> ProximityForest:
+        if job.model is None:
+            return forest.fit(rows)
+        # the rows routed through a model fitted elsewhere
+        from distforest.io.model_files import load_model
+
+        return ProximityForest.from_model(load_model(job.model), rows)
+
     if split is not None:
-        ctx.model = forest.fit(split[0])
+        ctx.model = fit(split[0])
     elif hasattr(table, "X"):
-        ctx.model = forest.fit(table)
+        ctx.model = fit(table)
     else:  # pass 2 on the workers, into a temporary store removed with the forest
         from distforest.store.temporary import new_folder, tie
 
         work = new_folder()
-        tie(forest, work)
-        ctx.model = forest.fit(table.write(work / "run.zarr", {}))
+        if job.model is None:
+            tie(forest, work)
+        ctx.model = fit(table.write(work / "run.zarr", {}))
+        if job.model is not None:  # from_model made a forest of its own
+            tie(ctx.model, work)
     ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
 
 
