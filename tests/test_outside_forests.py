@@ -535,6 +535,14 @@ def test_commands_with_a_model_file_match_the_python_api(model_files, tmp_path):
     assert result.exit_code == 0, result.output
     expected = outlier_scores(ProximityForest.from_model(rf, X, y))
     np.testing.assert_allclose(pd.read_csv(tmp_path / "o.csv")["outlier"], expected, rtol=1e-6)
+    result = _invoke("mds", train, "--target", "label", "--model", folder / "model.txt",
+                     "--out", tmp_path / "mds.csv")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    got = pd.read_csv(tmp_path / "mds.csv")[["dim1", "dim2"]].to_numpy()
+    expected = _classical_mds(same.mean(axis=2), 2)
+    for axis in range(2):
+        a, b = got[:, axis], expected[:, axis]
+        np.testing.assert_allclose(a, np.sign(a @ b) * b, atol=1e-6 * np.abs(b).max())
     # impute: only the holes change, each the proximity-weighted mean of the column
     holes = pd.read_csv(train)
     holes.loc[::9, "f1"] = np.nan
