@@ -292,7 +292,8 @@ def _row(family: str, args: Any, measured: dict[str, Any]) -> dict[str, Any]:
         "distforest peak RSS tree (GB)": round(df.get("peak_rss_tree_bytes", nan) / 1e9, 2),
         "distforest driver peak RSS (GB)": round(
             driver.get("peak_bytes", df.get("max_rss_single_bytes", nan)) / 1e9, 2),
-        "same model": fg_child.get("model_hash") == df_child.get("model_hash") if fg else None,
+        "same model": (fg_child.get("model_hash") == df_child.get("model_hash")
+                       if fg and df else None),
         "distforest phases (s)": json.dumps({k: round(v, 1) for k, v in df_child.items()
                                              if k.endswith("_s")}),
         "load (1 min) before, after": " / ".join(
