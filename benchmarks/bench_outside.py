@@ -15,12 +15,28 @@ model fits are not counted on either side.
 
 ``--peer-python`` names a virtualenv with forestgeom, skops and lightgbm (made
 in ``--workdir``/peer-env on first use when not given).
+
+forestgeom's matrix is held in memory: before building it, its child measures
+the matrix's non-zeros on a sample of query rows (``transform`` of 1,000 rows
+against all) and skips the full matrix when the extrapolated CSR size (12 bytes a
+non-zero) exceeds ``--peer-memory-gb``, recording the estimate instead of
+exhausting the machine. A LightGBM model with 31-leaf trees shares a leaf between
+most pairs of rows, so its matrix is near-dense (n² non-zeros).
+
+``--folder`` is the out-of-core run: the table written as the 40-part Parquet
+folder of ``bench_out_of_core.py`` (20 features, 3 classes, 20 % of three
+columns missing), a LightGBM model fitted on its first ``--fit-rows`` rows, and
+distforest alone (``from_model`` on the folder, read by partitions; neighbours
+and outlier scores in the forest's store); the driver's peak RSS is reported.
+
+    python -m benchmarks outside --folder --rows 10000000 --trees 100
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -33,12 +49,20 @@ from _measure import emit, parser, run_measured, write_result
 K = 50
 
 
-def _lightgbm(X: Any, y: Any, trees: int, seed: int) -> Any:
+#: LightGBM's own defaults, as a user leaves them (31-leaf trees).
+NUM_LEAVES = 31
+#: A 1-minute load above this marks the result a draft (a shared machine).
+DRAFT_LOAD = 2.0
+#: Query rows forestgeom's child measures the matrix's density on.
+SAMPLE_ROWS = 1000
+
+
+def _lightgbm(X: Any, y: Any, trees: int, seed: int, num_leaves: int = NUM_LEAVES) -> Any:
     import lightgbm
 
     model = lightgbm.LGBMClassifier(
-        n_estimators=trees, random_state=seed, n_jobs=2, deterministic=True,
-        force_row_wise=True, verbose=-1,
+        n_estimators=trees, num_leaves=num_leaves, random_state=seed, n_jobs=2,
+        deterministic=True, force_row_wise=True, verbose=-1,
     )  # fmt: skip
     return model.fit(X, y)
 
@@ -56,34 +80,39 @@ def _load(work: Path) -> tuple[Any, Any]:
     return data["X"], data["y"]
 
 
-def child_distforest(work: str, family: str, trees: int, seed: int) -> None:
+def child_distforest(work: str, family: str, args: Any) -> None:
     """distforest: route the rows through the model, then neighbours and outlier scores."""
     from distforest import ProximityForest
-    from distforest.apps.outliers import outlier_scores
+    from distforest.apps.outliers import outlier_scores, stored_path
     from distforest.io.model_files import load_model
 
-    X, y = _load(Path(work))
-    if family == "random-forest":
-        model = load_model(Path(work) / "rf.skops")
-        digest = ""
+    if family == "lightgbm-folder":  # rows read by partitions; the model from its file
+        X, y = str(Path(work) / "parts"), "label"
+        model, digest = load_model(Path(work) / "lightgbm.txt"), ""
     else:
-        model = _lightgbm(X, y, trees, seed)
-        digest = _model_hash(model)
+        X, y = _load(Path(work))
+        if family == "random-forest":
+            model, digest = load_model(Path(work) / "rf.skops"), ""
+        else:
+            model = _lightgbm(X, y, args.trees, args.seed, args.num_leaves)
+            digest = _model_hash(model)
     t0 = time.perf_counter()
     forest = ProximityForest.from_model(model, X, y)
     t1 = time.perf_counter()
-    neighbours = forest.proximity_neighbors(K)
+    neighbours = forest.proximity_neighbors(K, store=stored_path(forest))
     t2 = time.perf_counter()
     scores = outlier_scores(forest)
     t3 = time.perf_counter()
     emit({"route_s": t1 - t0, "neighbours_s": t2 - t1, "outliers_s": t3 - t2,
-          "answer_s": t3 - t0, "model_hash": digest,
+          "answer_s": t3 - t0, "model_hash": digest, "trees": int(forest.leaves_.shape[1]),
           "neighbours_shape": list(neighbours["index"].shape),
           "scores": int(scores.shape[0])})  # fmt: skip
 
 
-def child_forestgeom(work: str, family: str, trees: int, seed: int) -> None:
-    """forestgeom: the full sparse proximity matrix of the same model, in memory."""
+def child_forestgeom(work: str, family: str, args: Any) -> None:
+    """forestgeom: the full sparse proximity matrix of the same model, in memory (skipped,
+    with its measured density and extrapolated size, when it would not fit the budget)."""
+    import numpy as np
     from forestgeom import Proximity
     from forestgeom import __version__ as version
 
@@ -95,16 +124,51 @@ def child_forestgeom(work: str, family: str, trees: int, seed: int) -> None:
         model = sio.load(path, trusted=sio.get_untrusted_types(file=path))
         digest = ""
     else:
-        model = _lightgbm(X, y, trees, seed)
+        model = _lightgbm(X, y, args.trees, args.seed, args.num_leaves)
         digest = _model_hash(model)
+    n = len(X)
     t0 = time.perf_counter()
-    matrix = Proximity(model).fit(X, y).transform(X)
-    t1 = time.perf_counter()
-    emit({"answer_s": t1 - t0, "model_hash": digest, "nnz": int(matrix.nnz),
-          "forestgeom_version": version})  # fmt: skip
+    fitted = Proximity(model).fit(X, y)
+    sample = np.random.default_rng(0).choice(n, min(SAMPLE_ROWS, n), replace=False)
+    nnz_sample = int(fitted.transform(X[np.sort(sample)]).nnz)
+    t_sample = time.perf_counter() - t0
+    nnz_full = nnz_sample * n / len(sample)
+    need_gb = 12 * nnz_full / 1e9
+    out = {"model_hash": digest, "forestgeom_version": version,
+           "density": nnz_sample / (len(sample) * n), "estimated_nnz": nnz_full,
+           "estimated_csr_gb": need_gb, "sample_s": t_sample}  # fmt: skip
+    if need_gb > args.peer_memory_gb:
+        emit({**out, "skipped": f"the full matrix would hold ~{nnz_full:.3g} non-zeros "
+              f"(~{need_gb:.0f} GB as CSR) > --peer-memory-gb {args.peer_memory_gb:g}",
+              "answer_s": float("nan")})  # fmt: skip
+        return
+    t0 = time.perf_counter()
+    matrix = fitted.transform(X)
+    emit({**out, "answer_s": time.perf_counter() - t0 + t_sample, "nnz": int(matrix.nnz)})
 
 
-def prepare(work: Path, rows: int, trees: int, seed: int) -> None:
+def prepare_folder(work: Path, rows: int, trees: int, seed: int, num_leaves: int,
+                   fit_rows: int) -> None:  # fmt: skip
+    """The 40-part folder of ``bench_out_of_core.py`` and a LightGBM model fitted on its
+    first ``fit_rows`` rows, saved as LightGBM's text model."""
+    import pandas as pd
+    from bench_out_of_core import make_data
+
+    if not (work / "parts").exists():
+        make_data(rows, work, seed)
+    frames, have = [], 0
+    for part in sorted((work / "parts").glob("*.parquet")):
+        frames.append(pd.read_parquet(part))
+        have += len(frames[-1])
+        if have >= fit_rows:
+            break
+    table = pd.concat(frames).iloc[:fit_rows]
+    model = _lightgbm(table.drop(columns="label").to_numpy(), table["label"].to_numpy(),
+                      trees, seed, num_leaves)  # fmt: skip
+    model.booster_.save_model(str(work / "lightgbm.txt"))
+
+
+def prepare(work: Path, rows: int, trees: int, seed: int, forest: bool = True) -> None:
     import numpy as np
     import skops.io as sio
     from sklearn.datasets import make_classification
@@ -113,8 +177,9 @@ def prepare(work: Path, rows: int, trees: int, seed: int) -> None:
     work.mkdir(parents=True, exist_ok=True)
     X, y = make_classification(rows, 20, n_informative=10, random_state=seed)
     np.savez(work / "data.npz", X=X, y=y)
-    model = RandomForestClassifier(n_estimators=trees, n_jobs=2, random_state=seed).fit(X, y)
-    sio.dump(model, work / "rf.skops")
+    if forest:  # the scikit-learn forest both sides load (LightGBM is fitted by each side)
+        model = RandomForestClassifier(n_estimators=trees, n_jobs=2, random_state=seed)
+        sio.dump(model.fit(X, y), work / "rf.skops")
 
 
 def peer_python(args: Any) -> str:
@@ -141,43 +206,91 @@ def main() -> None:
         default="random-forest,lightgbm",
         help="models to compare, comma-separated: random-forest, lightgbm",
     )
+    p.add_argument("--num-leaves", type=int, default=NUM_LEAVES,
+                   help="LightGBM's num_leaves (its default: 31)")  # fmt: skip
+    p.add_argument(
+        "--peer-memory-gb",
+        type=float,
+        default=8.0,
+        help="build forestgeom's full matrix only if its CSR fits this many GB",
+    )
+    p.add_argument(
+        "--folder",
+        action="store_true",
+        help="the 40-part Parquet folder, a LightGBM model, distforest alone",
+    )
+    p.add_argument(
+        "--fit-rows",
+        type=int,
+        default=1_000_000,
+        help="with --folder: rows the LightGBM model is fitted on (the first)",
+    )
+    p.add_argument("--name", default=None, help="result file name (default outside, "
+                   "outside-folder with --folder)")  # fmt: skip
     p.add_argument("--child", nargs=2, metavar=("SIDE", "FAMILY"), help=argparse_hidden())
     args = p.parse_args()
     if args.child:
         side, family = args.child
         run = child_distforest if side == "distforest" else child_forestgeom
-        run(args.workdir, family, args.trees, args.seed)
+        run(args.workdir, family, args)
         return
     work = Path(args.workdir)
-    prepare(work, args.rows, args.trees, args.seed)
-    peer = peer_python(args)
+    if args.folder:
+        prepare_folder(work, args.rows, args.trees, args.seed, args.num_leaves,
+                       min(args.fit_rows, args.rows))  # fmt: skip
+        runs = [("lightgbm-folder", (("distforest", sys.executable),))]
+    else:
+        prepare(work, args.rows, args.trees, args.seed, "random-forest" in args.families)
+        peer = peer_python(args)
+        sides = (("forestgeom", peer), ("distforest", sys.executable))
+        runs = [(family, sides) for family in args.families.split(",")]
     me = str(Path(__file__).resolve())
-    rows = []
-    for family in args.families.split(","):
-        measured = {}
-        for side, python in (("forestgeom", peer), ("distforest", sys.executable)):
-            cmd = [python, me, "--rows", str(args.rows), "--trees", str(args.trees),
-                   "--seed", str(args.seed), "--workdir", str(work),
-                   "--child", side, family]  # fmt: skip
-            measured[side] = run_measured(cmd, work, f"{side}-{family}")
-        fg, df = measured["forestgeom"], measured["distforest"]
-        fg_child, df_child = fg.get("child") or {}, df.get("child") or {}
-        rows.append({
-            "model": family, "rows": args.rows, "trees": args.trees,
-            "forestgeom full matrix (s)": round(fg_child.get("answer_s", float("nan")), 1),
-            "distforest route + top-50 + outliers (s)": round(df_child.get("answer_s",
-                                                                            float("nan")), 1),
-            "ratio": round(df_child.get("answer_s", float("nan"))
-                           / fg_child.get("answer_s", float("nan")), 3),
-            "forestgeom peak RSS (GB)": round(fg["peak_rss_tree_bytes"] / 1e9, 2),
-            "distforest peak RSS tree (GB)": round(df["peak_rss_tree_bytes"] / 1e9, 2),
-            "same model": fg_child.get("model_hash") == df_child.get("model_hash"),
-            "distforest phases (s)": json.dumps({k: round(v, 1) for k, v in df_child.items()
-                                                 if k.endswith("_s")}),
-        })  # fmt: skip
-        print(rows[-1], flush=True)
-    write_result("outside", rows, title="Forests fitted elsewhere: distforest vs forestgeom",
-                 notes=__doc__.split("\n\n")[1])  # fmt: skip
+    options = ["--rows", str(args.rows), "--trees", str(args.trees), "--seed", str(args.seed),
+               "--workdir", str(work), "--num-leaves", str(args.num_leaves),
+               "--peer-memory-gb", str(args.peer_memory_gb)]  # fmt: skip
+    rows = [_row(family, args, {side: run_measured([python, me, *options, "--child", side,
+                                                    family], work, f"{side}-{family}")
+                                for side, python in sides})
+            for family, sides in runs]  # fmt: skip
+    name = args.name or ("outside-folder" if args.folder else "outside")
+    loads = [r["load (1 min) before, after"] for r in rows]
+    busiest = max(float(v) for pair in loads for v in pair.split(" / "))
+    title = "Forests fitted elsewhere: distforest vs forestgeom"
+    if busiest > DRAFT_LOAD:  # the machine was shared: the seconds are not comparable
+        title += f" (DRAFT: load up to {busiest:.1f} on {os.cpu_count()} CPUs)"
+    write_result(name, rows, title=title,
+                 notes=__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0])  # fmt: skip
+
+
+def _row(family: str, args: Any, measured: dict[str, Any]) -> dict[str, Any]:
+    """One line of the result table: both sides of one model (or distforest alone)."""
+    nan = float("nan")
+    df = measured["distforest"]
+    df_child = df.get("child") or {}
+    fg = measured.get("forestgeom")
+    fg_child = (fg or {}).get("child") or {}
+    driver = next((p for p in df.get("processes", []) if p.get("role") == "driver"), {})
+    row = {
+        "model": family, "rows": args.rows, "trees": df_child.get("trees", args.trees),
+        "num_leaves": args.num_leaves if "lightgbm" in family else None,
+        "forestgeom full matrix (s)": round(fg_child.get("answer_s", nan), 1),
+        "forestgeom": fg_child.get("skipped") or (f"nnz {fg_child['nnz']:,}" if "nnz" in
+                                                  fg_child else "not run"),
+        "forestgeom density": round(fg_child.get("density", nan), 4),
+        "distforest route + top-50 + outliers (s)": round(df_child.get("answer_s", nan), 1),
+        "ratio": round(df_child.get("answer_s", nan) / fg_child.get("answer_s", nan), 3),
+        "forestgeom peak RSS (GB)": round((fg or {}).get("peak_rss_tree_bytes", nan) / 1e9, 2),
+        "distforest peak RSS tree (GB)": round(df.get("peak_rss_tree_bytes", nan) / 1e9, 2),
+        "distforest driver peak RSS (GB)": round(
+            driver.get("peak_bytes", df.get("max_rss_single_bytes", nan)) / 1e9, 2),
+        "same model": fg_child.get("model_hash") == df_child.get("model_hash") if fg else None,
+        "distforest phases (s)": json.dumps({k: round(v, 1) for k, v in df_child.items()
+                                             if k.endswith("_s")}),
+        "load (1 min) before, after": " / ".join(
+            f"{(df.get(k) or {}).get('load_1m', nan):.1f}" for k in ("load_start", "load_end")),
+    }  # fmt: skip
+    print(row, flush=True)
+    return row
 
 
 def argparse_hidden() -> str:

@@ -46,10 +46,13 @@ FAST_GROUPS: dict[str, tuple[tuple[str, ...], str]] = {
     "cli": (("tests/test_red_team.py",), ""),
     # issue 43, one group per class (tests/test_operator_edges.py)
     "readonly": (("tests/test_operator_edges.py",), "never_writes"),
-    "claims": (("tests/test_operator_edges.py",), "second_run"),
+    "claims": (("tests/test_operator_edges.py",), "second_run or existing_output"),
     "secrets": (("tests/test_operator_edges.py",), "secret"),
-    "deadlines": (("tests/test_operator_edges.py",), "never_answers"),
-    "parts": (("tests/test_operator_edges.py",), "bad_part"),
+    "deadlines": (
+        ("tests/test_operator_edges.py",),
+        "never_answers or deadline_settings or unreached or without_gcsfs",
+    ),
+    "parts": (("tests/test_operator_edges.py",), "bad_part or csv_part or parquet_part"),
     "limits": (("tests/test_operator_edges.py",), "sizes or empty_feature or sigterm"),
     "engines": (("tests/test_operator_edges.py",), "cluster_script"),
 }

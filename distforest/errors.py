@@ -14,6 +14,7 @@ import difflib
 import errno
 import threading
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 
@@ -71,6 +72,24 @@ class StoreError(DistforestError, RuntimeError):
     """A Zarr store is missing, incomplete or of an unexpected layout."""
 
     exit_code = 6
+
+
+#: How the caller replaces an existing output, as :class:`OutputExists` words it: Python's
+#: keyword; the command line sets its option for the command's run (``run``: the pipeline's
+#: key).
+OVERWRITE_FIX: ContextVar[str] = ContextVar("overwrite_fix", default="pass overwrite=True")
+
+
+class OutputExists(StoreError):
+    """An output that is already there, refused without overwriting: one wording for every
+    command and writer (made by :func:`distforest.location.existing_output`), its fix the
+    caller's (:data:`OVERWRITE_FIX`)."""
+
+    def __init__(self, shown: str, detail: str = "") -> None:
+        super().__init__(
+            f"output {shown!r} already exists{detail}; {OVERWRITE_FIX.get()} to replace it, or "
+            "choose another path"
+        )
 
 
 #: ``errno`` values meaning that the disk (or the user's quota) is full.

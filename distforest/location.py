@@ -13,10 +13,17 @@ environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...) and the
 credential files boto3 reads.  Options given explicitly are pickled into
 the task graph with the tasks that write the store; on a cluster prefer
 credentials from the workers' environment.
+
+Every object-storage protocol (S3, Google Cloud Storage, Azure) is opened with
+connect and read timeouts from the distforest settings (:func:`deadlines`), and
+what fails to reach it is one line (:func:`access_error`).  An output that is
+already there is refused in one wording for every command, naming the store of
+the run that wrote it (:func:`existing_output`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,17 +31,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from distforest.errors import DistforestError, MissingDependencyError, StoreError
+from distforest.errors import DistforestError, MissingDependencyError, OutputExists, StoreError
 
-#: The package that gives fsspec each common protocol, for messages.
-PACKAGES = {
-    "s3": "s3fs (pip install 'distforest[s3]')",
-    "s3a": "s3fs (pip install 'distforest[s3]')",
-    "gs": "gcsfs",
-    "gcs": "gcsfs",
-    "abfs": "adlfs",
-    "az": "adlfs",
-}
 #: Protocols that are the local file system.
 LOCAL_PROTOCOLS = frozenset({"file", "local"})
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -193,27 +191,71 @@ def open_options(path: Any) -> dict[str, Any]:
     return _merged(deadlines(protocol(path) if isinstance(path, str) else None), options(path))
 
 
-#: Protocols given connect and read timeouts and bounded retries (s3fs over botocore).
-DEADLINE_PROTOCOLS = frozenset({"s3", "s3a"})
+#: Each object-storage protocol's fsspec package (``s3fs``, ``gcsfs``, ``adlfs``): the one
+#: whose storage options :func:`deadlines` fills, for every protocol it serves.
+STORAGE_LIBRARIES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs",
+                     "abfs": "adlfs", "abfss": "adlfs", "az": "adlfs"}  # fmt: skip
+#: How to install each package, for the message of a missing one.
+INSTALL = {"s3fs": "s3fs (pip install 'distforest[s3]')", "gcsfs": "gcsfs (pip install gcsfs)",
+           "adlfs": "adlfs (pip install adlfs)"}  # fmt: skip
+#: Where each package finds its server and its credentials, for messages.
+ENDPOINT_HINT = {
+    "s3fs": "AWS_ENDPOINT_URL or storage_options.endpoint_url",
+    "gcsfs": "STORAGE_EMULATOR_HOST or storage_options.endpoint_url",
+    "adlfs": "storage_options.account_name or connection_string",
+}
+CREDENTIALS_HINT = {
+    "s3fs": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or key/secret "
+            "in storage_options",
+    "gcsfs": "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file (or run "
+             "gcloud auth application-default login), or token in storage_options",
+    "adlfs": "set AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN or "
+             "AZURE_STORAGE_CONNECTION_STRING, or account_key/sas_token in storage_options",
+}  # fmt: skip
+#: Protocols given connect and read timeouts and bounded retries.
+DEADLINE_PROTOCOLS = frozenset(STORAGE_LIBRARIES)
+#: Attempts of one request gcsfs makes (its own, fixed), and the most it waits between two.
+GCSFS_ATTEMPTS, GCSFS_BACKOFF = 6, 32.0
 
 
 def deadlines(proto: str | None) -> dict[str, Any]:
     """The storage options that bound every request to object storage of ``proto``.
 
     From the settings ``distforest.storage-connect-timeout``,
-    ``storage-read-timeout`` and ``storage-attempts``: botocore's connect and
-    read timeouts and its attempts per request (s3fs retries a timed-out request a
-    few times more, each within these bounds).  Empty for other protocols.
+    ``storage-read-timeout`` and ``storage-attempts``, in the words of the
+    protocol's fsspec package (empty for other protocols):
+
+    - s3fs (``s3://``): botocore's ``connect_timeout``, ``read_timeout`` and
+      attempts per request (``config_kwargs``; s3fs's own retries are turned
+      off in :func:`filesystem`);
+    - gcsfs (``gs://``): ``requests_timeout``, the timeout of every request
+      (aiohttp's: connecting, and waiting for the next bytes of an answer);
+      gcsfs retries a timed-out request itself, a fixed number of times
+      (:data:`GCSFS_ATTEMPTS`);
+    - adlfs (``abfs://``, ``az://``): ``connection_timeout`` and
+      ``read_timeout`` of every blob transfer; the Azure SDK's retry policy
+      makes the attempts.
     """
-    if proto not in DEADLINE_PROTOCOLS:
+    library = STORAGE_LIBRARIES.get(proto or "")
+    if library is None:
         return {}
     from distforest import settings
 
+    connect = settings.get("storage-connect-timeout")
+    read = settings.get("storage-read-timeout")
+    if library == "gcsfs":
+        try:
+            from aiohttp import ClientTimeout  # gcsfs's HTTP client
+        except ImportError:  # no aiohttp, no gcsfs: the missing package is the message
+            return {}
+        return {"requests_timeout": ClientTimeout(sock_connect=connect, sock_read=read)}
+    if library == "adlfs":
+        return {"connection_timeout": connect, "read_timeout": read}
     attempts = max(1, int(settings.get("storage-attempts")))
     return {
         "config_kwargs": {
-            "connect_timeout": settings.get("storage-connect-timeout"),
-            "read_timeout": settings.get("storage-read-timeout"),
+            "connect_timeout": connect,
+            "read_timeout": read,
             "retries": {"max_attempts": attempts, "mode": "standard"},
         },
     }
@@ -221,12 +263,20 @@ def deadlines(proto: str | None) -> dict[str, Any]:
 
 def request_deadline(path: Any) -> float | None:
     """Seconds one request to ``path``'s object store may take in all (every attempt of it),
-    for calls that take a ``timeout``; None where no deadline is set (:func:`deadlines`)."""
-    config = deadlines(protocol(path) if isinstance(path, str) else None).get("config_kwargs")
-    if not config:
+    for calls that take a ``timeout``; None where no deadline is set (:func:`deadlines`) or
+    the attempts are not distforest's to count (adlfs)."""
+    proto = protocol(path) if isinstance(path, str) else None
+    if proto not in DEADLINE_PROTOCOLS:
         return None
-    attempts = int(config["retries"]["max_attempts"])
-    return float(attempts * (config["connect_timeout"] + config["read_timeout"]) + 1)
+    from distforest import settings
+
+    each = float(settings.get("storage-connect-timeout") + settings.get("storage-read-timeout"))
+    library = STORAGE_LIBRARIES[str(proto)]
+    if library == "gcsfs":
+        return GCSFS_ATTEMPTS * (each + GCSFS_BACKOFF) + 1
+    if library == "adlfs":  # the Azure SDK's retry policy: its attempts are not known here
+        return None
+    return max(1, int(settings.get("storage-attempts"))) * each + 1
 
 
 def _merged(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -279,7 +329,7 @@ def filesystem(path: str) -> tuple[Any, str]:
     from fsspec.core import url_to_fs
 
     fs, where = url_to_fs(str(path), **open_options(path))
-    if protocol(path) in DEADLINE_PROTOCOLS and hasattr(fs, "retries"):
+    if STORAGE_LIBRARIES.get(protocol(path) or "") == "s3fs" and hasattr(fs, "retries"):
         fs.retries = 1  # botocore's attempts (distforest.storage-attempts) are the retries
     return fs, where
 
@@ -389,46 +439,96 @@ def remove_tree(path: Any) -> None:
     fs.invalidate_cache(where)
 
 
+#: Exception names (of botocore, google-auth, gcsfs, azure-core and aiohttp) that mean the
+#: credentials are missing or refused.
+CREDENTIAL_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "InvalidAccessKeyId",
+                     "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+                     "DefaultCredentialsError", "RefreshError", "ClientAuthenticationError",
+                     "CredentialUnavailableError")  # fmt: skip
+#: Exception names that mean the server could not be reached at all.
+CONNECTION_ERRORS = ("EndpointConnectionError", "ConnectionRefused", "ClientConnectorError",
+                     "ServiceRequestError")  # fmt: skip
+
+
 def access_error(exc: BaseException, path: Any) -> DistforestError | None:
     """The one-line error for a URL that cannot be reached, or None if ``exc`` is another
-    problem: a missing fsspec package (exit 5), a refused access or a missing bucket (exit 6).
+    problem: a missing fsspec package (exit 5); no answer within the deadline, no server,
+    missing or refused credentials, a missing bucket (exit 6).  The message names the URL
+    (without credentials), the setting or variable to change, and the package's words.
     """
     shown = display(path)
     reason = why(exc)
     proto = protocol(path) or "file"
-    if proto in DEADLINE_PROTOCOLS and is_deadline(exc):
+    library = STORAGE_LIBRARIES.get(proto, "")
+    if isinstance(exc, ImportError):
+        need = INSTALL.get(library, library or f"the fsspec package for {proto}://")
+        return MissingDependencyError(f"{shown}: {proto}:// needs {need}; install it ({reason})")
+    endpoint = ENDPOINT_HINT.get(library, "the URL or storage_options")
+    if library and is_deadline(exc):
         from distforest import settings
 
+        attempts = {"gcsfs": f"{GCSFS_ATTEMPTS} attempts (gcsfs's own)",
+                    "adlfs": "the Azure SDK's own attempts"}.get(
+            library, f"distforest.storage-attempts={settings.get('storage-attempts')}")  # fmt: skip
         return StoreError(
             f"{shown}: no answer from the object store within the deadline "
             f"(distforest.storage-connect-timeout={settings.get('storage-connect-timeout'):g} "
             f"s, distforest.storage-read-timeout={settings.get('storage-read-timeout'):g} s, "
-            f"distforest.storage-attempts={settings.get('storage-attempts')}; {reason}): "
-            "check the endpoint (AWS_ENDPOINT_URL or storage_options) or raise these settings"
+            f"{attempts}; {reason}): check the endpoint ({endpoint}) or raise these settings"
         )
-    if _named(exc, "EndpointConnectionError", "ConnectionRefused", "ClientConnectorError"):
+    if _named(exc, *CONNECTION_ERRORS):
+        return StoreError(f"{shown}: cannot connect to the object store ({reason}); check the "
+                          f"endpoint ({endpoint}) and that the server runs")  # fmt: skip
+    credentials = CREDENTIALS_HINT.get(library, "check the credentials in storage_options")
+    if _named(exc, *CREDENTIAL_ERRORS):
+        return StoreError(f"{shown}: no usable credentials ({reason}); {credentials}")
+    if isinstance(exc, PermissionError) or (library and reason.startswith("Forbidden")):
         return StoreError(
-            f"{shown}: cannot connect to the object store ({reason}); check the endpoint "
-            "(AWS_ENDPOINT_URL or storage_options.endpoint_url) and that the server runs"
-        )
-    if _named(exc, "NoCredentialsError", "PartialCredentialsError", "InvalidAccessKeyId",
-              "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"):  # fmt: skip
-        return StoreError(
-            f"{shown}: no usable credentials ({reason}); set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or key/secret in storage_options"
-        )
-    if isinstance(exc, ImportError):
-        need = PACKAGES.get(proto, f"the fsspec package for {proto}://")
-        return MissingDependencyError(f"{shown}: {proto}:// needs {need}; install it ({reason})")
-    if isinstance(exc, PermissionError):
-        return StoreError(
-            f"access to {shown} refused: {reason}; check the credentials (for S3 "
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, AWS_ENDPOINT_URL for "
-            "another server; or input/output.storage_options in the pipeline)"
+            f"access to {shown} refused: {reason}; check the credentials: {credentials} (or "
+            "input/output.storage_options in the pipeline)"
         )
     if isinstance(exc, FileNotFoundError) and "bucket" in reason.lower():
         return StoreError(f"{shown}: no such bucket ({reason}); create it or correct the URL")
     return None
+
+
+#: The run report beside a run's outputs (written by :mod:`distforest.jobs.report`): it
+#: names the run's store and the files its stages wrote.
+RUN_REPORT = "report.json"
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    if is_remote(a) or is_remote(b):
+        return display(a).rstrip("/") == display(b).rstrip("/")
+    return os.path.realpath(local(a)) == os.path.realpath(local(b))
+
+
+def written_by(path: Any) -> str | None:
+    """The store of the run that wrote output ``path``, as the run report beside it records
+    (the report files themselves, or a file one of its stages wrote); None if not known."""
+    report = join(parent(path), RUN_REPORT)
+    try:
+        data = json.loads(read_bytes(report))
+    except Exception:  # no report, not JSON, not reachable: nothing to tell
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("store"), str):
+        return None
+    stages = data.get("stages")
+    stages = stages if isinstance(stages, dict) else {}
+    files = [f for stage in stages.values() if isinstance(stage, dict)
+             for f in (stage.get("outputs") or {}).values() if isinstance(f, str)]  # fmt: skip
+    ours = name(path) in (RUN_REPORT, "report.md") or any(_same_file(path, f) for f in files)
+    return str(data["store"]) if ours else None
+
+
+def existing_output(path: Any) -> OutputExists:
+    """The one refusal of an output that already exists (exit 6), for every command and
+    writer: names the path, the store of the run that wrote it when its report says so
+    (:func:`written_by`), and how to replace it."""
+    store = written_by(path)
+    return OutputExists(
+        display(path), f" (written by the run of the store {store!r})" if store else ""
+    )
 
 
 def zarr_store(path: Any, *, read_only: bool = False) -> Any:

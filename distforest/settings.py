@@ -54,13 +54,15 @@ SETTINGS: dict[str, Setting] = {
         "a cluster not reachable, or without a worker, after this long: exit 5"),
     "storage-connect-timeout": Setting(
         None, "seconds",
-        "object storage (s3://) not connected within this long: the attempt fails"),
+        "object storage (s3://, gs://, abfs://) not connected within this long: the attempt "
+        "fails"),
     "storage-read-timeout": Setting(
         None, "seconds",
         "object storage that sends nothing for this long while answering: the attempt fails"),
     "storage-attempts": Setting(
         None, "count",
-        "attempts of each object-storage request before the command stops with exit 6"),
+        "attempts of each S3 request before the command stops with exit 6 (gcsfs and "
+        "adlfs make their own, bounded, attempts)"),
     "max-cpu-hours": Setting(
         "DISTFOREST_MAX_CPU_HOURS", "hours",
         "a job whose estimate needs more computing is refused up front (exit 2)"),

@@ -191,7 +191,8 @@ def test_outliers_mds_and_mislabels_commands(breast_cancer_csv, tmp_path, cluste
                     "--plot", tmp_path / "o.png")  # fmt: skip
     assert result.exit_code == 0, result.output
     scores = pd.read_csv(tmp_path / "o.csv")
-    assert list(scores.columns) == ["row", "label", "outlier"] and len(scores) == 699
+    assert list(scores.columns) == ["row", "label", "outlier", "outlier_flag"]
+    assert len(scores) == 699
     # per class, the median score is 0 by construction
     assert np.allclose(scores.groupby("label")["outlier"].median(), 0.0)
 

@@ -9,6 +9,8 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -170,25 +172,186 @@ def test_a_similarity_run_killed_mid_tiles_resumes_to_identical_bytes(tmp_path):
     assert report["mode"] == "resume" and report["stages"]["tiles"]["estimate"]
 
 
-@pytest.mark.parametrize("command", ["similarity", "neighbors", "proximity"])
+ION = ROOT / "distforest" / "data" / "ionosphere.csv"
+#: Breast-cancer rows with their class, a small forest.
+FOREST = ["--target", "Class", "--drop", "Id", "--trees", "5"]
+#: Command -> (its arguments but --out, its output file, its store beside it; None: the
+#: output is the store).
+COMMANDS = {
+    "similarity": ([str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--drop", "Class"],
+                   "s.zarr", None),
+    "neighbors": ([str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--drop", "Class"],
+                  "s.zarr", None),
+    "proximity": ([str(BC), "--drop", "Bare.nuclei", *FOREST], "s.zarr", None),
+    "outliers": ([str(BC), *FOREST, "--plot", "PLOT"], "o.csv", "o.run.zarr"),
+    "mislabels": ([str(BC), *FOREST, "--top", "3"], "o.csv", "o.run.zarr"),
+    "mds": ([str(BC), *FOREST, "--components", "3", "--plot", "PLOT"], "o.csv", "o.run.zarr"),
+    "importances": ([str(BC), *FOREST, "--repeats", "2"], "o.csv", "o.run.zarr"),
+    "cluster": (["X", "--method", "kernel-kmeans", "--k", "2", "--n-init", "2",
+                 "--truth", f"{ION}:Class", "--plot", "PLOT"], "c.csv", "c.run.zarr"),
+    "simforest proximity": (["M", "--tile-size", "256"], "p.zarr", None),
+    "smerf fit": ([str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
+                   "--trees", "5", "--distances", "D"], "m.zarr", None),
+    "smerf predict": (["S", str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
+                       "--tile-size", "256"], "d.zarr", None),
+}  # fmt: skip
+
+
+def _command(tmp_path: Path, command: str) -> tuple[list[str], Path, Path]:
+    """The command's arguments writing into ``tmp_path / "o"``, its output and its store
+    (``cluster``: of an X-Forest store written first, outside that folder)."""
+    given, name, store = COMMANDS[command]
+    folder = tmp_path / "o"
+    if command == "cluster" and not (tmp_path / "x.zarr").exists():
+        made = CliRunner().invoke(cli, ["-q", "xforest", str(ION), "--target", "Class",
+                                        "--trees", "30", "--tile-size", "128",
+                                        "--out", str(tmp_path / "x.zarr")])  # fmt: skip
+        assert made.exit_code == 0, made.output
+    if command.startswith("simforest") and not (tmp_path / "m.zarr").exists():
+        fit = ["simforest", "fit", str(ION), "--target", "Class", "--trees", "6"]
+        made = CliRunner().invoke(cli, ["-q", *fit, "--out", str(tmp_path / "m.zarr")])
+        assert made.exit_code == 0, made.output
+    if command.startswith("smerf") and not (tmp_path / "D.npy").exists():
+        X = pd.read_csv(BC).drop(columns=["Id", "Class", "Bare.nuclei"]).to_numpy(float)
+        np.save(tmp_path / "D.npy", np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1)))
+    if command == "smerf predict" and not (tmp_path / "s.zarr").exists():
+        fit = ["smerf", "fit", str(BC), "--drop", "Id", "--drop", "Class", "--drop",
+               "Bare.nuclei", "--trees", "5", "--distances", str(tmp_path / "D.npy")]  # fmt: skip
+        made = CliRunner().invoke(cli, ["-q", *fit, "--out", str(tmp_path / "s.zarr")])
+        assert made.exit_code == 0, made.output
+    places = {"X": tmp_path / "x.zarr", "M": tmp_path / "m.zarr", "S": tmp_path / "s.zarr",
+              "D": tmp_path / "D.npy", "PLOT": folder / "p.png"}  # fmt: skip
+    args = [str(places.get(a, a)) for a in given]
+    return (
+        [*command.split(), *args, "--out", str(folder / name)],
+        folder / name,
+        folder / (store or name),
+    )
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
 def test_a_command_runs_the_stages_its_dry_run_printed(tmp_path, command):
     """The commands that are job kinds: the dry run writes nothing, the run executes its
     stages (names and tasks), reports, refuses a concurrent run and is not repeated."""
-    out = tmp_path / "o" / "s.zarr"
-    args = [command, str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--out", str(out)]
-    args += ["--target", "Class", "--trees", "5"] if command == "proximity" else ["--drop", "Class"]
+    args, out, store = _command(tmp_path, command)
+    before = _tree(tmp_path)
     dry = CliRunner().invoke(cli, [*args, "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists() and _tree(tmp_path) == before
     planned = _planned_stages(dry.output)
-    with StoreLock(out, "other-run"):
+    with StoreLock(store, "other-run"):
         busy = CliRunner().invoke(cli, ["-q", *args])
     assert busy.exit_code == BusyError.exit_code, busy.output
+    assert "other-run" in busy.output, busy.output
+    assert not out.exists()
     result = CliRunner().invoke(cli, ["-q", *args])
     assert result.exit_code == 0, result.output
-    record = RunStore.open(out).attrs["stages"]
+    assert out.exists() and RunStore.open(store).is_complete
+    record = RunStore.open(store).attrs["stages"]
     assert [(n, e["planned_tasks"]) for n, e in record.items() if "planned_tasks" in e] == planned
     report = json.loads((out.parent / "report.json").read_text())
-    assert report["store"] == str(out.resolve()) or report["store"].endswith("s.zarr")
+    assert report["store"] == str(store.resolve()) or report["store"].endswith(store.name)
+    assert [n for n in report["stages"]] == [n for n, _ in planned]
+    written = _tree(out.parent)
     again = CliRunner().invoke(cli, ["-q", *args])  # (the summary says so, not a log line)
     assert again.exit_code == 0 and "already complete" in again.output, again.output
+    assert {k: v for k, v in _tree(out.parent).items() if not k.startswith("report")} == {
+        k: v for k, v in written.items() if not k.startswith("report")
+    }
+
+
+#: Answer commands -> the function of their answer's stage.
+ANSWER_STAGES = {"outliers": "distforest.jobs.forest_answers._answer",
+                 "importances": "distforest.jobs.forest_answers._answer",
+                 "cluster": "distforest.jobs.xforest._cluster_stored"}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(ANSWER_STAGES))
+def test_a_command_killed_in_its_last_stage_resumes_to_the_same_bytes(tmp_path, monkeypatch,
+                                                                      command):  # fmt: skip
+    """A run stopped in its answer's stage leaves its store half-written; run again, it
+    resumes (the finished stages kept, the forest fitted again with its seed) and writes
+    the files of an uninterrupted run."""
+    import importlib
+
+    args, out, store = _command(tmp_path, command)
+    clean = tmp_path / "clean"
+    clean_args = [a.replace(str(tmp_path / "o"), str(clean)) for a in args]
+    assert CliRunner().invoke(cli, ["-q", *clean_args]).exit_code == 0
+    module, _, name = ANSWER_STAGES[command].rpartition(".")
+    stage = getattr(importlib.import_module(module), name)
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(f"{module}.{name}", killed)
+    stopped = CliRunner().invoke(cli, ["-q", *args])
+    assert stopped.exit_code != 0 and not out.exists(), stopped.output
+    assert store.exists() and not RunStore.open(store).is_complete
+    monkeypatch.setattr(f"{module}.{name}", stage)
+    again = CliRunner().invoke(cli, ["-q", *args])
+    assert again.exit_code == 0 and "resumed" in again.output, again.output
+    assert RunStore.open(store).is_complete
+
+    def files(folder: Path) -> dict[str, str]:
+        return {k: v for k, v in _tree(folder).items()
+                if not k.startswith("report") and ".run.zarr" not in k}  # fmt: skip
+
+    assert files(clean) == files(out.parent) and len(files(clean)) >= 1
+
+
+#: Command -> (its pipeline form's YAML, what the pipeline writes under output.dir);
+#: "OUT" is that folder.
+PIPELINE_FORMS = {
+    "outliers": (f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+                 "forest: {n_estimators: 5, random_state: 0}\n"
+                 "outliers: {out: o.csv, plot: p.png}\n", "o.csv"),
+    "mislabels": (f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+                  "forest: {n_estimators: 5, random_state: 0, task: classification}\n"
+                  "mislabels: {out: o.csv}\n", "o.csv"),
+    "mds": (f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+            "forest: {n_estimators: 5, random_state: 0}\n"
+            "mds: {out: o.csv, components: 3}\n", "o.csv"),
+    "simforest proximity": (f"kind: simforest\ninput: {{path: {ION}, target: Class}}\n"
+                            "simforest: {n_estimators: 6, random_state: 0, tile_size: 256}\n",
+                            "proximity"),
+    "smerf fit": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
+                  "smerf: {n_estimators: 5, random_state: 0, distances: DIST}\n", "model"),
+    "smerf predict": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
+                      "smerf: {n_estimators: 5, random_state: 0, tile_size: 256, "
+                      "distances: DIST}\ndistance: {oob: false, out: d.zarr}\n", "d.zarr"),
+    "cluster": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
+                "xforest: {n_estimators: 30, random_state: 0, tile_size: 128}\n"
+                "clustering: {method: kernel-kmeans, k: 2, n_init: 2, out: c.csv}\n",
+                "c.csv"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(PIPELINE_FORMS))
+def test_a_command_and_its_pipeline_form_write_the_same_bytes(tmp_path, command):
+    """The file a command writes is the file its pipeline form writes (``cluster``: an
+    X-Forest pipeline with a clustering section, against ``xforest`` then ``cluster``)."""
+    args, out, _ = _command(tmp_path, command)
+    result = CliRunner().invoke(cli, ["-q", *args])
+    assert result.exit_code == 0, result.output
+    text, name = PIPELINE_FORMS[command]
+    folder = tmp_path / "piped"
+    yaml = tmp_path / "p.yaml"
+    text = text.replace("DIST", str(tmp_path / "D.npy"))
+    yaml.write_text(text + f"output: {{dir: {folder}, store: run.zarr}}\n")
+    run = CliRunner().invoke(cli, ["-q", "run", str(yaml)])
+    assert run.exit_code == 0, run.output
+    if name == "proximity":  # (in the model's store)
+        folder = folder / "run.zarr"
+    if name == "model":  # every array's chunks of the model store
+        piped = {k: v for k, v in _tree(folder / "run.zarr").items() if "/c/" in k}
+        assert piped == {k: v for k, v in _tree(out).items() if "/c/" in k} and len(piped) > 5
+        return
+    if name == "d.zarr":  # the matrix of a store of its own
+        folder, name, out = folder / name, "distance", out
+    if out.suffix == ".zarr":  # a matrix: its chunks (the model's store holds more)
+        piped = {k: v for k, v in _tree(folder / name).items() if k.startswith("c/")}
+        assert piped == {k: v for k, v in _tree(out / name).items() if k.startswith("c/")}
+        assert len(piped) > 1, piped
+    else:
+        assert (folder / name).read_bytes() == out.read_bytes() and out.stat().st_size > 1000

@@ -209,24 +209,41 @@ def test_bad_value_in_a_part_names_file_column_row(tables, client) -> None:
     assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    ("options", "words"),
-    [
-        (["--select", "forward"], "--select"),
-        (["--metric", "smerf", "--distances", "D.npy", "--select", "forward"], "--select"),
-    ],
-)
-def test_whole_table_options_are_refused(tables, options: list[str], words: str) -> None:
+def test_select_by_parts_fits_the_one_file_model(tables, client) -> None:
+    """``--select`` (formerly refused by partitions): the same features, rows and
+    predictions as from one file."""
+    root = tables["root"]
+    options = ["--target", "y", "--select", "forward", "--n-features", "2", "--k", "3"]
+    whole, parts = root / "select-whole.zarr", root / "select-parts.zarr"
+    assert invoke("-q", "knn", "fit", tables["train"], *options, "--out", whole).exit_code == 0
+    result = invoke("-q", "knn", "fit", tables["parts"], *options, "--out", parts,
+                    "--scheduler", client.scheduler.address)  # fmt: skip
+    assert result.exit_code == 0 and "read by partitions" in result.output, result.output
+    saved, reference = _arrays(parts), _arrays(whole)
+    assert sorted(saved) == sorted(reference) and reference["support"].sum() == 2
+    for name, values in reference.items():
+        np.testing.assert_array_equal(saved[name], values, err_msg=name)
+    assert _attrs(parts) == _attrs(whole)
+    expected, got = root / "select-whole.csv", root / "select-parts.csv"
+    for model, out in ((whole, expected), (parts, got)):
+        assert invoke("-q", "knn", "predict", model, tables["data"], "--out", out).exit_code == 0
+    assert got.read_bytes() == expected.read_bytes()
+
+
+def test_smerf_with_select_is_refused_as_from_one_file(tables, client) -> None:
+    options = ["--target", "y", "--metric", "smerf", "--distances", str(tables["D.npy"]),
+               "--select", "forward"]  # fmt: skip
     out = tables["root"] / "refused.zarr"
-    result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--out", out, *options)
-    assert result.exit_code == 2, result.output
-    assert words in result.output and "read by partitions" in result.output
-    assert not out.exists()
+    whole = invoke("-q", "knn", "fit", tables["train"], *options, "--out", out)
+    parts = invoke("-q", "knn", "fit", tables["parts"], *options, "--out", out,
+                   "--scheduler", client.scheduler.address)  # fmt: skip
+    assert whole.exit_code == parts.exit_code == 2, (whole.output, parts.output)
+    assert "remove select" in parts.output and not out.exists()
 
 
 def test_every_forest_metric_has_its_row_type() -> None:
+    from distforest.apps.knn import STORED_FORESTS
     from distforest.forests.constraints import FOREST_METRICS
-    from distforest.jobs.knn_partitioned import STORED_FORESTS
 
     assert sorted(STORED_FORESTS) == sorted(FOREST_METRICS)
 
@@ -296,10 +313,18 @@ def test_pipeline_model_from_parts_is_the_one_file_model(tables, client) -> None
     assert again.exit_code == 0 and "already complete" in again.output, again.output
     plan = invoke("run", root / "parts.yaml", "--dry-run")
     assert plan.exit_code == 0 and "700 rows" in plan.output, plan.output
-    with_neighbors = PIPELINE.format(input=tables["parts"], data=tables["data"], out=root / "nb")
-    (root / "nb.yaml").write_text(with_neighbors + "neighbors:\n  k: 3\n")
-    refused = invoke("-q", "run", root / "nb.yaml", "--scheduler", client.scheduler.address)
-    assert refused.exit_code == 3 and "neighbors stage" in refused.output, refused.output
+    # the neighbours stage (formerly refused by partitions): the one-file stage's store
+    stores = {}
+    for source in ("train", "parts"):
+        text = PIPELINE.format(input=tables[source], data=tables["data"], out=root / f"nb-{source}")
+        (root / f"nb-{source}.yaml").write_text(text + "neighbors:\n  k: 3\n  normalize: range\n")
+        done = invoke("-q", "run", root / f"nb-{source}.yaml", "--scheduler",
+                      client.scheduler.address)  # fmt: skip
+        assert done.exit_code == 0, done.output
+        stores[source] = _arrays(root / f"nb-{source}" / "neighbors.zarr")
+    assert sorted(stores["parts"]) == sorted(stores["train"])
+    for name, values in stores["train"].items():
+        np.testing.assert_array_equal(stores["parts"][name], values, err_msg=name)
 
 
 def test_a_model_of_many_rows_predicts_by_partitions(tables, client, monkeypatch) -> None:

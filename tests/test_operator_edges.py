@@ -468,3 +468,225 @@ def test_a_distforest_worker_scrubs_its_own_output():
     assert "Compute Failed: s3://" in text and "RuntimeError" in text, text
     for secret in ("wsecret123", "wsecret456", "wsecret789", "AKIAWORKER:"):
         assert secret not in text, text
+
+
+# -- 5. (continued) a CSV part holding text where the others hold numbers ----------------
+
+
+def _csv_parts(folder: Path, *, text_in: str | None = None, empty: str | None = None,
+               binary: bool = False) -> str:  # fmt: skip
+    """Four CSV parts of breast cancer (a glob of them): ``text_in``'s values made words in
+    part-2.csv, ``empty``'s values removed from every part, or (``binary``) part-2.csv
+    bytes that are not text."""
+    import pandas as pd
+
+    frame = pd.read_csv(BC)
+    folder.mkdir()
+    for i in range(4):
+        rows = frame.iloc[i * 175 : (i + 1) * 175].copy()
+        if text_in is not None and i == 2:
+            rows[text_in] = [f"w{k}" for k in range(len(rows))]
+        if empty is not None:
+            rows[empty] = float("nan")
+        rows.to_csv(folder / f"part-{i}.csv", index=False)
+    if binary:
+        (folder / "part-2.csv").write_bytes(bytes(range(128, 256)) * 8)
+    return str(folder / "part-*.csv")
+
+
+def test_a_csv_part_that_is_not_text_is_named(tmp_path):
+    """A part matched by ``*.csv`` holding bytes that are not UTF-8 text: exit 3, one line
+    naming the part (it was a UnicodeDecodeError traceback, exit 1)."""
+    source = _csv_parts(tmp_path / "parts", binary=True)
+    result = _invoke("-q", "proximity", source, "--target", "Class", "--drop", "Id", "--trees",
+                     "2", "--out", tmp_path / "p.zarr")  # fmt: skip
+    assert result.exit_code == 3, result.output
+    line = _one_error_line(result)
+    assert "part-2.csv is not a text table (not UTF-8 text" in line, line
+    assert not (tmp_path / "p.zarr").exists()
+
+
+@pytest.mark.parametrize("command", ["impute", "score"])
+def test_a_bad_parquet_part_is_named_by_impute_and_score_too(model, tmp_path, command):
+    """The Parquet parts' check at open serves impute and score as it serves proximity: a
+    part holding a column as text where the first holds numbers, exit 3 naming both."""
+    says = _parts(tmp_path / "parts", "other type")
+    out = tmp_path / "out"
+    args = {
+        "impute": ["impute", tmp_path / "parts", "--target", "Class", "--out", f"{out}/"],
+        "score": ["score", model, tmp_path / "parts", "--out", out / "scores.csv"],
+    }[command]  # fmt: skip
+    result = _invoke("-q", *args)
+    assert result.exit_code == 3, result.output
+    line = _one_error_line(result)
+    assert "part-2.parquet" in line and says in line, line
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("command", ["proximity", "impute", "score"])
+def test_a_csv_part_with_text_where_the_others_have_numbers_is_named(model, tmp_path, command):
+    """A CSV part whose column is words where every other part has numbers: exit 3, one line
+    naming the part and the column, from proximity, impute and score alike, and nothing
+    written (it was read as a categorical column: exit 0 with a made-up encoding, or a
+    message naming no part)."""
+    source = _csv_parts(tmp_path / "parts", text_in="Mitoses")
+    out = tmp_path / "out"
+    args = {
+        "proximity": ["proximity", source, "--target", "Class", "--drop", "Id", "--trees", "3",
+                      "--out", out / "p.zarr"],
+        "impute": ["impute", source, "--target", "Class", "--drop", "Id", "--out", f"{out}/"],
+        "score": ["score", model, source, "--id", "Id", "--out", out / "scores.csv"],
+    }[command]  # fmt: skip
+    result = _invoke("-q", *args)
+    assert result.exit_code == 3, result.output
+    line = _one_error_line(result)
+    assert "part-2.csv" in line and "column 'Mitoses' as text (e.g. 'w0'), not number" in line
+    assert "part-0.csv" in line, line  # the part it differs from
+    assert not out.exists() or not any(out.iterdir())
+
+
+# -- 6. (continued) an all-empty feature of rows read by partitions ----------------------
+
+
+def test_an_all_empty_feature_of_rows_read_by_partitions_is_named_in_one_warning(tmp_path):
+    """Rows read by partitions (a glob of CSV parts): a feature with no value in any part is
+    named in the same one warning as rows in memory (the summaries' missing counts);
+    where missing values are refused, the refusal says the column is empty."""
+    import numpy as np
+
+    from distforest import ProximityForest
+    from distforest.errors import InputError
+    from distforest.io.ingest import read_partitioned
+
+    source = _csv_parts(tmp_path / "parts", empty="Mitoses")
+    with pytest.warns(UserWarning) as seen:
+        data = read_partitioned(source, target="Class", drop=("Id",))
+    said = [str(w.message) for w in seen if "no value in any row" in str(w.message)]
+    assert said == ["1 feature(s) have no value in any row ('Mitoses'): no tree can split on "
+                    "them; drop them (--drop) or check the input"]  # fmt: skip
+    column = np.asarray(data.X[:, list(data.encoding.features).index("Mitoses")])
+    assert np.isnan(column).all() and data.encoding.empty_features == ("Mitoses",)
+    with pytest.raises(InputError, match=r"column 'Mitoses' has no value in any row \(699 rows\)"):
+        read_partitioned(source, target="Class", drop=("Id", "Bare.nuclei"), allow_missing=False)
+    with pytest.warns(UserWarning, match=r"1 feature\(s\) have no value in any row \('Mitoses'\)"):
+        ProximityForest(n_estimators=2, random_state=0).fit(source, "Class")
+
+
+# -- 2. (continued) an existing output names the run that wrote it -----------------------
+
+
+def test_an_existing_output_is_refused_naming_the_store_of_the_run_that_wrote_it(model, tmp_path):
+    """A second run (another store, the same folder and output name) after the first one
+    finished: exit 6 in one line naming the first run's store (from its report), the file
+    and the report left as the first run wrote them; the same words from a command."""
+    first = _score_pipeline(tmp_path, model, {"store": "a.zarr"}, "scores.csv")
+    second = _score_pipeline(tmp_path, model, {"store": "b.zarr"}, "scores.csv")
+    assert _invoke("-q", "run", first).exit_code == 0
+    before = _digest(tmp_path)
+    result = _invoke("-q", "run", second)
+    assert result.exit_code == 6, result.output
+    line = _one_error_line(result)
+    assert f"output '{tmp_path / 'scores.csv'}' already exists (written by the run of the " \
+           f"store '{tmp_path / 'a.zarr'}')" in line, line  # fmt: skip
+    assert _digest(tmp_path) == {k: v for k, v in before.items()}
+    again = _invoke("-q", "score", model, BC, "--id", "Id", "--out", tmp_path / "scores.csv")
+    assert again.exit_code == 6 and str(tmp_path / "a.zarr") in _one_error_line(again)
+
+
+# -- 4. (continued) every object-storage protocol has a deadline -------------------------
+
+
+@pytest.mark.parametrize("url", ["gs://bkt/in/t.csv", "gcs://bkt/t.csv", "abfs://ctr/t.csv",
+                                 "az://ctr/t.csv", "s3://bkt/t.csv"])  # fmt: skip
+def test_every_object_storage_protocol_is_opened_with_the_deadline_settings(url):
+    """Google Cloud Storage and Azure get the connect and read timeouts too, in the words of
+    their fsspec packages (gcsfs: ``requests_timeout``, aiohttp's timeouts; adlfs:
+    ``connection_timeout`` and ``read_timeout``), from the distforest settings; a user's own
+    storage option wins; the options survive pickling (they travel with the tasks)."""
+    import pickle
+
+    import dask.config
+
+    from distforest import location, settings  # (its defaults first, then the block's values)
+
+    assert settings.get("storage-attempts") == 2
+    with dask.config.set({"distforest.storage-connect-timeout": 3,
+                          "distforest.storage-read-timeout": 7}):  # fmt: skip
+        opened = location.open_options(location.with_options(url, {"anon": True}))
+        mine = location.open_options(location.with_options(url, {"read_timeout": 99}))
+        bound = location.request_deadline(url)
+    assert opened["anon"] is True and pickle.loads(pickle.dumps(opened)) == opened
+    library = location.STORAGE_LIBRARIES[location.protocol(url)]
+    if library == "gcsfs":
+        import aiohttp
+
+        timeout = opened["requests_timeout"]
+        assert isinstance(timeout, aiohttp.ClientTimeout)
+        assert (timeout.sock_connect, timeout.sock_read, timeout.total) == (3, 7, None)
+        assert bound == location.GCSFS_ATTEMPTS * (10 + location.GCSFS_BACKOFF) + 1
+    elif library == "adlfs":
+        assert (opened["connection_timeout"], opened["read_timeout"]) == (3, 7)
+        assert mine["read_timeout"] == 99 and bound is None  # (the Azure SDK's attempts)
+    else:
+        assert opened["config_kwargs"]["connect_timeout"] == 3
+        assert opened["config_kwargs"]["read_timeout"] == 7
+        assert bound == 2 * (3 + 7) + 1  # distforest.storage-attempts=2
+    assert location.open_options(url.replace(url.split(":")[0], "memory")) == {}
+
+
+class DefaultCredentialsError(Exception):
+    """google-auth's name for no credentials found (gcsfs raises it)."""
+
+
+class ClientAuthenticationError(Exception):
+    """azure-core's name for refused credentials (adlfs raises it)."""
+
+
+class ServiceResponseTimeoutError(Exception):
+    """azure-core's name for a read that timed out."""
+
+
+@pytest.mark.parametrize(
+    "url, exc, code, says",
+    [
+        ("gs://KEYID:s3cr3tvalue@bkt/t.csv", ServiceResponseTimeoutError("read timed out"), 6,
+         "distforest.storage-read-timeout=15 s"),
+        ("gs://bkt/t.csv", DefaultCredentialsError("Could not automatically determine"), 6,
+         "no usable credentials (Could not automatically determine); set "
+         "GOOGLE_APPLICATION_CREDENTIALS"),
+        ("abfs://ctr/t.csv", ClientAuthenticationError("Server failed to authenticate"), 6,
+         "no usable credentials (Server failed to authenticate); set AZURE_STORAGE_ACCOUNT_KEY"),
+        ("abfs://ctr/t.csv", ServiceResponseTimeoutError("timed out"), 6,
+         "within the deadline (distforest.storage-connect-timeout=5 s, "
+         "distforest.storage-read-timeout=15 s, the Azure SDK's own attempts"),
+        ("gs://bkt/t.csv", ImportError("Please install gcsfs to access Google Storage"), 5,
+         "gs:// needs gcsfs (pip install gcsfs)"),
+        ("az://ctr/t.csv", ImportError("Install adlfs to access Azure"), 5,
+         "az:// needs adlfs (pip install adlfs)"),
+    ],
+)  # fmt: skip
+def test_a_google_or_azure_store_unreached_is_one_line_naming_the_url(url, exc, code, says):
+    """No answer within the deadline, missing or refused credentials (the names gcsfs and
+    adlfs raise) and a missing package: one line naming the URL without its credentials,
+    what to set, and the exit code (6; 5 for a package to install)."""
+    from distforest import location
+
+    error = location.access_error(exc, url)
+    assert error is not None and error.exit_code == code, (type(error), error)
+    text = str(error)
+    assert "\n" not in text and says in text, text
+    assert location.display(url) in text and "s3cr3tvalue" not in text and "KEYID" not in text
+
+
+def test_a_gs_url_without_gcsfs_is_one_line_exit_5_from_the_command_line(tmp_path):
+    """``distforest proximity gs://...`` where gcsfs is not installed: exit 5, one line naming
+    the URL and the package, nothing written."""
+    pytest.importorskip("aiohttp")
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed here")
+    result = _invoke("-q", "proximity", "gs://bkt/in/t.csv", "--target", "Class", "--out",
+                     tmp_path / "p.zarr")  # fmt: skip
+    assert result.exit_code == 5, result.output
+    line = _one_error_line(result)
+    assert "gs://bkt/in/t.csv" in line and "needs gcsfs" in line, line
+    assert list(tmp_path.iterdir()) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification, make_regression
@@ -329,3 +331,253 @@ def test_from_model_by_partitions_same_bytes(tmp_path, classification) -> None:
     np.testing.assert_array_equal(
         by_parts.proximity("rfgap").values, in_memory.proximity("rfgap").values
     )
+
+
+# -- new rows, MDS, imputation and the weightings' tiles from a model --------------
+
+
+def _new_rows(n: int = 60) -> np.ndarray:
+    X, _ = make_classification(N + n, 6, n_informative=4, n_classes=3, random_state=0)
+    Xn = X[N:].copy()
+    Xn[::7, 2] = np.nan
+    return Xn
+
+
+def _models(X: np.ndarray, y: np.ndarray) -> dict[str, tuple[object, object]]:
+    """name -> (model, function giving the leaves of rows from the model itself)."""
+    rf = RandomForestClassifier(n_estimators=9, min_samples_leaf=2, random_state=7).fit(X, y)
+    models = {"random-forest": (rf, lambda Z: rf.apply(Z.astype(np.float32)))}
+    lgb = pytest.importorskip("lightgbm")
+    booster = lgb.LGBMClassifier(n_estimators=4, num_leaves=6, verbose=-1).fit(X, y)
+    models["lightgbm"] = (booster, lambda Z: booster.predict(Z, pred_leaf=True))
+    return models
+
+
+def _top_k(dense: np.ndarray, k: int) -> np.ndarray:
+    """The k largest of each row, ties to the smaller column (the dense oracle's order)."""
+    cols = np.arange(dense.shape[1])
+    return np.array([np.lexsort((cols, -row))[:k] for row in dense])
+
+
+def _classical_mds(P: np.ndarray, k: int) -> np.ndarray:
+    n = P.shape[0]
+    J = np.eye(n) - 1.0 / n
+    values, vectors = np.linalg.eigh(-0.5 * J @ (1.0 - P) @ J)
+    order = np.argsort(values)[::-1][:k]
+    return vectors[:, order] * np.sqrt(values[order])
+
+
+@pytest.mark.parametrize("family", ["random-forest", "lightgbm"])
+def test_from_model_new_rows_mds_and_imputation_match_dense_oracles(family, classification):
+    from distforest import ProximityForest
+    from distforest.apps.mds import mds
+    from distforest.apps.scoring import impute_rows
+    from distforest.io import load_table
+
+    X, y = classification
+    model, leaves_of = _models(X, y)[family]
+    pf = ProximityForest.from_model(model, X, y, tile_size=64)
+    Xn = _new_rows()
+    train, new = leaves_of(X), leaves_of(Xn)
+    np.testing.assert_array_equal(pf.apply(Xn), new)
+    cross = (new[:, None, :] == train[None, :, :]).mean(axis=2)
+    np.testing.assert_allclose(pf.proximity(Xn).values, cross, atol=1e-6)
+    got = pf.proximity_neighbors(5, X=Xn)
+    np.testing.assert_array_equal(got["index"].values, _top_k(cross, 5))
+    # predictions are the model's own; the proximity-weighted vote is the dense one's
+    np.testing.assert_array_equal(pf.predict(Xn), model.predict(Xn))
+    np.testing.assert_allclose(pf.predict_proba(Xn), model.predict_proba(Xn), rtol=1e-6)
+    votes = cross @ (y[:, None] == np.arange(3)[None, :])
+    np.testing.assert_array_equal(pf.predict_proximity(Xn, "original"), votes.argmax(axis=1))
+    if family == "random-forest":  # in-bag counts replayed: RF-GAP of new rows
+        inbag = np.column_stack([np.bincount(s, minlength=N) for s in model.estimators_samples_])
+        same = new[:, None, :] == train[None, :, :]
+        mass = (same * inbag[None, :, :]).sum(axis=1)  # M_i(t)
+        rfgap = (same * inbag[None, :, :] / mass[:, None, :]).mean(axis=2)
+        np.testing.assert_allclose(pf.proximity("rfgap", X=Xn).values, rfgap, atol=1e-6)
+    # MDS of the training rows: classical scaling of the dense proximity
+    dense = (train[:, None, :] == train[None, :, :]).mean(axis=2)
+    coordinates, _ = mds(pf, 2)
+    expected = _classical_mds(dense, 2)
+    for axis in range(2):
+        a, b = coordinates[:, axis], expected[:, axis]
+        np.testing.assert_allclose(a, np.sign(a @ b) * b, atol=1e-6 * np.abs(b).max())
+    # imputation of new rows: each hole the proximity-weighted mean of the observed values
+    holes = Xn.copy()
+    holes[1::5, 0] = np.nan
+    table = load_table(holes)
+    filled, cells = impute_rows(pf, table, X, method="original")
+    assert cells == int(np.isnan(holes).sum())
+    P = (leaves_of(holes)[:, None, :] == train[None, :, :]).mean(axis=2)
+    for c in (0, 2):
+        observed = ~np.isnan(X[:, c])
+        rows = np.flatnonzero(np.isnan(holes[:, c]))
+        weights = P[np.ix_(rows, observed)]
+        assert (weights.sum(axis=1) > 0).all()
+        oracle = weights @ X[observed, c] / weights.sum(axis=1)
+        np.testing.assert_allclose(filled.iloc[rows, 1 + c].to_numpy(), oracle, rtol=1e-5)
+
+
+def test_kerf_and_boosted_tiles_in_a_store_match_dense_oracles(tmp_path, classification):
+    from distforest import ProximityForest, open_store
+
+    lgb = pytest.importorskip("lightgbm")
+    X, y = classification
+    model = lgb.LGBMClassifier(n_estimators=5, num_leaves=6, learning_rate=0.3, verbose=-1)
+    model.fit(X, y)
+    pf = ProximityForest.from_model(model, X, y, tile_size=64)  # 240 rows: edge tiles
+    leaves = model.predict(X, pred_leaf=True)
+    same = leaves[:, None, :] == leaves[None, :, :]
+    kerf = (same / same.sum(axis=1)[:, None, :]).mean(axis=2)
+    raw = model.predict(X, raw_score=True)  # the leaf values add up to it (checked above)
+    values = outside_forest(model).leaf_values(leaves)
+    np.testing.assert_allclose(values.reshape(N, 5, 3).sum(axis=1), raw, rtol=1e-6, atol=1e-9)
+    w = np.abs(values).mean(axis=0)
+    boosted = (same * (w / w.sum())).sum(axis=2)
+    store = tmp_path / "model.zarr"
+    for method, oracle in (("kerf", kerf), ("boosted", boosted)):
+        np.testing.assert_allclose(pf.proximity(method).values, oracle, atol=1e-6)
+        stored = pf.proximity(method, store=store)
+        np.testing.assert_allclose(stored.values, oracle, atol=1e-6)
+    np.testing.assert_allclose(pf.proximity("original", store=store).values, same.mean(axis=2),
+                               atol=1e-6)  # fmt: skip
+    ds = open_store(store)
+    assert {"proximity_kerf", "proximity_boosted", "proximity"} <= set(ds.data_vars)
+    grown = ProximityForest(n_estimators=4, random_state=0).fit(X, y)
+    own = np.asarray(grown.leaves_)
+    same = own[:, None, :] == own[None, :, :]
+    kerf = (same / same.sum(axis=1)[:, None, :]).mean(axis=2)
+    np.testing.assert_allclose(grown.proximity("kerf").values, kerf, atol=1e-6)
+    with pytest.raises(ParameterError, match="grown by distforest"):
+        grown.proximity("boosted")
+
+
+# -- the command line and pipelines: --model FILE, model: ------------------------
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory, classification):
+    """A training CSV, new rows, and the same kinds of model files a user saves."""
+    import collections
+    import pickle
+
+    pd = pytest.importorskip("pandas")
+    sio = pytest.importorskip("skops.io")
+    lgb = pytest.importorskip("lightgbm")
+    folder = tmp_path_factory.mktemp("models")
+    X, y = classification
+    names = [f"f{i}" for i in range(X.shape[1])]
+    pd.DataFrame(X, columns=names).assign(label=y).to_csv(folder / "train.csv", index=False)
+    Xn = _new_rows(30)
+    Xn[2::4, 0] = np.nan
+    pd.DataFrame(Xn, columns=names).to_csv(folder / "new.csv", index=False)
+    rf = RandomForestClassifier(n_estimators=6, random_state=3).fit(X, y)
+    sio.dump(rf, folder / "rf.skops")
+    booster = lgb.LGBMClassifier(n_estimators=4, num_leaves=6, verbose=-1).fit(X, y).booster_
+    booster.save_model(str(folder / "model.txt"))
+    (folder / "rf.pkl").write_bytes(pickle.dumps(rf))
+    sio.dump({"model": collections.Counter("abc")}, folder / "evil.skops")
+    return folder, X, y, Xn, rf, booster
+
+
+def _invoke(*args: object):
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+
+    return CliRunner().invoke(cli, ["-q", *[str(a) for a in args]])
+
+
+@pytest.mark.parametrize("bad", ["rf.pkl", "evil.skops"])
+def test_commands_refuse_pickles_and_untrusted_skops_files(bad, model_files, tmp_path):
+    folder = model_files[0]
+    train, model = folder / "train.csv", folder / bad
+    commands = {
+        "proximity": ("proximity", train, "--target", "label", "--out", tmp_path / "p.zarr"),
+        "outliers": ("outliers", train, "--target", "label", "--out", tmp_path / "o.csv"),
+        "mds": ("mds", train, "--target", "label", "--out", tmp_path / "m.csv"),
+        "impute": ("impute", train, "--target", "label", "--out", tmp_path / "i.csv"),
+    }
+    why = r"pickle or joblib.*runs code.*skops" if bad == "rf.pkl" else r"does not trust.*Counter"
+    for name, args in commands.items():
+        result = _invoke(*args, "--model", model)
+        assert result.exit_code == 3, (name, result.output)
+        assert re.search(why, result.output, flags=re.S), (name, result.output)
+    result = _invoke("score", model, folder / "new.csv", "--training", train, "--target",
+                     "label", "--out", tmp_path / "s.csv")  # fmt: skip
+    assert result.exit_code == 3 and "skops" in result.output, result.output
+    assert not any(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_commands_with_a_model_file_match_the_python_api(model_files, tmp_path):
+    pd = pytest.importorskip("pandas")
+    from distforest import ProximityForest, open_store
+    from distforest.apps.outliers import outlier_scores
+
+    folder, X, y, _, rf, booster = model_files
+    train = folder / "train.csv"
+    store = tmp_path / "kerf.zarr"
+    result = _invoke("proximity", train, "--target", "label", "--model", folder / "model.txt",
+                     "--method", "kerf", "--tile-size", "64", "--out", store)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    leaves = booster.predict(X, pred_leaf=True)
+    same = leaves[:, None, :] == leaves[None, :, :]
+    kerf = (same / same.sum(axis=1)[:, None, :]).mean(axis=2)
+    np.testing.assert_allclose(open_store(store)["proximity_kerf"].values, kerf, atol=1e-6)
+    result = _invoke("outliers", train, "--target", "label", "--model", folder / "rf.skops",
+                     "--out", tmp_path / "o.csv")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    expected = outlier_scores(ProximityForest.from_model(rf, X, y))
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "o.csv")["outlier"], expected, rtol=1e-6)
+    # impute: only the holes change, each the proximity-weighted mean of the column
+    holes = pd.read_csv(train)
+    holes.loc[::9, "f1"] = np.nan
+    holes.to_csv(tmp_path / "holes.csv", index=False)
+    result = _invoke("impute", tmp_path / "holes.csv", "--target", "label", "--model",
+                     folder / "model.txt", "--out", tmp_path / "imputed.csv")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    imputed = pd.read_csv(tmp_path / "imputed.csv")
+    kept = holes.notna()
+    pd.testing.assert_frame_equal(imputed[kept], holes[kept])
+    Xh = holes.drop(columns="label").to_numpy()
+    lh = booster.predict(Xh, pred_leaf=True)
+    P = (lh[:, None, :] == lh[None, :, :]).mean(axis=2)
+    rows, observed = np.flatnonzero(np.isnan(Xh[:, 1])), ~np.isnan(Xh[:, 1])
+    W = P[np.ix_(rows, observed)]
+    oracle = W @ Xh[observed, 1] / W.sum(axis=1)
+    np.testing.assert_allclose(imputed["f1"].to_numpy()[rows], oracle, rtol=1e-5)
+
+
+def test_scoring_pipeline_with_a_model_file(model_files, tmp_path, monkeypatch):
+    pd = pytest.importorskip("pandas")
+    import shutil
+
+    folder, X, y, Xn, _, booster = model_files
+    for name in ("train.csv", "new.csv", "model.txt"):
+        shutil.copy(folder / name, tmp_path / name)
+    (tmp_path / "score.yaml").write_text(
+        "model: {path: model.txt, training: train.csv, target: label}\n"
+        "input: {path: new.csv}\n"
+        "score: {out: scores.csv, method: original}\n"
+        "impute: {out: imputed.csv, proximity: original}\n"
+        "output: {dir: out}\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # paths are read relative to the YAML file
+    result = _invoke("run", tmp_path / "score.yaml")
+    assert result.exit_code == 0, result.output
+    scores = pd.read_csv(tmp_path / "out" / "scores.csv")
+    probabilities = booster.predict(Xn)
+    np.testing.assert_array_equal(scores["predicted"], probabilities.argmax(axis=1))
+    train, new = booster.predict(X, pred_leaf=True), booster.predict(Xn, pred_leaf=True)
+    cross = (new[:, None, :] == train[None, :, :]).mean(axis=2)
+    votes = cross @ (y[:, None] == np.arange(3)[None, :])
+    np.testing.assert_array_equal(scores["proximity_predicted"], votes.argmax(axis=1))
+    imputed = pd.read_csv(tmp_path / "out" / "imputed.csv")
+    rows, observed = np.flatnonzero(np.isnan(Xn[:, 0])), ~np.isnan(X[:, 0])
+    W = cross[np.ix_(rows, observed)]
+    np.testing.assert_allclose(imputed["f0"].to_numpy()[rows], W @ X[observed, 0] / W.sum(axis=1),
+                               rtol=1e-5)  # fmt: skip
+    again = _invoke("run", tmp_path / "score.yaml")  # the same model and rows: complete
+    assert again.exit_code == 0 and "already complete" in again.output, again.output

@@ -299,6 +299,42 @@ def test_command_csv_is_the_numpy_run(data, cluster_address, reference) -> None:
     np.testing.assert_array_equal(store.dataset()["proximity"].values, reference["original"])
 
 
+# -- k-NN ------------------------------------------------------------------------------
+
+# fmt: off
+KNN = {  # name: KNNClassifier parameters
+    "range": {"n_neighbors": 5, "normalize": "range", "weights": "distance"},
+    "rf-proximity": {"n_neighbors": 4, "metric": "rf-proximity", "n_estimators": TREES,
+                     "random_state": 5},
+}
+# fmt: on
+
+
+def _knn(params: dict[str, Any], X: Any, y: Any, queries: np.ndarray) -> dict[str, np.ndarray]:
+    from distforest.apps.knn import KNNClassifier
+
+    model = KNNClassifier(**params).fit(X, y)
+    distances, indices = model.kneighbors(queries)
+    return {"X_fit": np.asarray(model.X_fit_), "y_fit": model.y_fit_,
+            "classes": model.classes_.astype(str), "distances": distances, "indices": indices,
+            "predict": model.predict(queries).astype(str)}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", KNN)
+def test_knn_classifier(data, name: str, kind: str) -> None:
+    """(e) a k-NN model fitted on every kind (a folder of parts, a glob and a dask
+    DataFrame by chunks from a store): the numpy-array run's rows, neighbours and votes."""
+    queries = data["frames"]["features"].to_numpy()[::7]
+    with execution("synchronous"):
+        expected = _knn(KNN[name], *_input(data, "numpy", "labelled", "label"), queries)
+        got = _knn(KNN[name], *_input(data, kind, "labelled", "label"), queries)
+    assert sorted(got) == sorted(expected)
+    for key, values in expected.items():
+        assert got[key].dtype == values.dtype, key
+        np.testing.assert_array_equal(got[key], values, err_msg=f"{name} {kind}: {key}")
+
+
 # -- imputation by partitions (was tests/test_partitioned_impute.py) -------------------
 # A table read by partitions (a folder of parts, a glob) runs the one imputation by row
 # chunks that a table read whole runs as one chunk: the same bytes while the sample bound
@@ -554,3 +590,81 @@ def test_rfimpute_regrown_forest_stays_in_a_store(client, tmp_path: Path, monkey
     assert isinstance(forest.leaves_, zarr.Array) and isinstance(forest.nodes_, StoredNodes)
     got = pd.read_parquet(tmp_path / "out")
     pd.testing.assert_frame_equal(got[IMPUTE_FEATURES], expected, check_exact=True)
+
+
+def test_smerf_predict_of_a_folder_of_parts(data, cluster_address) -> None:
+    """``smerf predict MODEL A`` with A a folder of parts (formerly refused: read whole):
+    the one-CSV run's learned distances, routed by chunks."""
+    frame = data["frames"]["features"]
+    root = data["root"] / "smerf-predict"
+    root.mkdir()
+    points = frame.to_numpy()
+    np.save(root / "D.npy", np.sqrt(((points[:, None] - points[None]) ** 2).sum(axis=2)))
+    model = root / "model.zarr"
+    run = CliRunner().invoke
+    fitted = run(
+        cli,
+        [
+            "-q",
+            "smerf",
+            "fit",
+            data["files"]["features"]["csv"],
+            "--distances",
+            str(root / "D.npy"),
+            "--trees",
+            "4",
+            "--seed",
+            "3",
+            "--out",
+            str(model),
+        ],
+    )
+    assert fitted.exit_code == 0, fitted.output
+    matrices = {}
+    for kind in ("csv", "folder"):
+        out = root / f"{kind}.zarr"
+        done = run(
+            cli,
+            [
+                "-q",
+                "smerf",
+                "predict",
+                str(model),
+                data["files"]["features"][kind],
+                "--out",
+                str(out),
+                "--scheduler",
+                cluster_address,
+            ],
+        )
+        assert done.exit_code == 0, done.output
+        matrices[kind] = np.asarray(zarr.open_group(str(out), mode="r")["distance"][...])
+    assert matrices["csv"].shape == (N, N)
+    np.testing.assert_array_equal(matrices["folder"], matrices["csv"])
+
+
+def test_smerf_pipeline_distance_rows_of_folders(data, cluster_address) -> None:
+    """A SMERF pipeline's ``distance.rows`` / ``against`` as folders of parts (formerly read
+    whole only): the one-CSV run's matrix."""
+    frame = data["frames"]["features"]
+    root = data["root"] / "smerf-pipeline"
+    root.mkdir()
+    points = frame.to_numpy()
+    np.save(root / "D.npy", np.sqrt(((points[:, None] - points[None]) ** 2).sum(axis=2)))
+    files = data["files"]["features"]
+    got = {}
+    for kind in ("csv", "folder"):
+        out = root / kind
+        pipeline = root / f"{kind}.yaml"
+        pipeline.write_text(
+            f"input: {{path: {files['csv']}}}\n"
+            f"smerf: {{distances: {root / 'D.npy'}, n_estimators: 4, random_state: 2}}\n"
+            f"distance: {{rows: {files[kind]}, against: {files[kind]}, out: d.zarr}}\n"
+            f"output: {{dir: {out}, store: m.zarr}}\n"
+        )
+        done = CliRunner().invoke(cli, ["-q", "run", str(pipeline), "--scheduler",
+                                        cluster_address])  # fmt: skip
+        assert done.exit_code == 0, done.output
+        got[kind] = np.asarray(zarr.open_group(str(out / "d.zarr"), mode="r")["distance"][...])
+    assert got["csv"].shape == (N, N)
+    np.testing.assert_array_equal(got["folder"], got["csv"])

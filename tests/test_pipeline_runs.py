@@ -163,6 +163,8 @@ def test_one_run_at_a_time_and_stale_locks(tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "p" / "report.json").read_text())
     assert report["took_over_stale_lock_of"]["run_id"] == "dead"
+    md = (tmp_path / "p" / "report.md").read_text()  # in words, not a Python dict
+    assert "took over the stale lock of run dead (pid 999999 on h, " in md and "{" not in md
     assert not lock_path(store).exists()  # released cleanly: removed
 
 

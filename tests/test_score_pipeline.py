@@ -222,17 +222,17 @@ def test_a_large_model_scores_against_a_fixed_sample_of_its_rows(monkeypatch):
 def test_nightly_pipeline_over_a_folder_of_parts(model, monkeypatch):
     """The same pipeline over tonight's export as a folder of Parquet parts: scored and
     imputed by partitions, the same CSV files as from the one file."""
-    from distforest.jobs import partitioned_predict
+    from distforest.jobs import score
 
     tmp, store, _ = model
     stages: list[str] = []
-    by_parts = partitioned_predict.rows_to_csv
+    by_parts = score.rows_to_csv
 
     def counted(model_path, rows, out, what, options):
         stages.append(what)
         return by_parts(model_path, rows, out, what, options)
 
-    monkeypatch.setattr(partitioned_predict, "rows_to_csv", counted)
+    monkeypatch.setattr(score, "rows_to_csv", counted)
     whole = CliRunner().invoke(cli, ["-q", "run", str(_pipeline(tmp, store, "one-file"))])
     assert whole.exit_code == 0, whole.output
     folder = tmp / "export"

@@ -110,9 +110,12 @@ def test_stored_scores_and_csv_equal_in_memory(tmp_path, monkeypatch, method: st
     assert outliers.stored_path(memory) is None
     expected = outlier_scores(memory)
     assert np.array_equal(outlier_scores(stored), expected)
+    flags = outliers.outlier_flags(memory)
+    assert np.array_equal(outliers.outlier_flags(stored).flags, flags.flags)
     out = tmp_path / "scores.csv"
     assert write_outliers(stored, str(out), None, "t") == {"outlier scores": str(out)}
-    reference = pd.DataFrame({"key": frame["key"], "label": frame["label"], "outlier": expected})
+    reference = pd.DataFrame({"key": frame["key"], "label": frame["label"], "outlier": expected,
+                              "outlier_flag": flags.flags})  # fmt: skip
     assert out.read_text() == reference.to_csv(index=False)
     assert "scratch" not in zarr.open_group(str(tmp_path / "run.zarr"), mode="r")
     assert not list(tmp_path.glob(".scores.csv*"))  # no pieces or partial file left

@@ -41,18 +41,29 @@ from distforest.forests.measures import (
     Measure,
     check_values,
     make_scaler,
-    parse_metric,
 )
 from distforest.forests.neighbors import Neighbors, search
 from distforest.forests.pairwise import as_matrix
 from distforest.parallel.execution import use_execution
+from distforest.store.inputs import StoredRows
 from distforest.store.run_store import RunStore
+from distforest.store.schema import INPUT_GROUP
 
 WEIGHTS = ("uniform", "distance")
 SELECTIONS = ("forward", "backward")
 MODEL_SCHEMA = 1
 #: Group of a model store holding the forest of a forest metric.
 FOREST_GROUP = "metric_forest"
+#: Every forest metric, with the type of the rows its forest grows from (a model's rows in
+#: a store): the one the forest's fit converts an array to (a ProximityForest's trees read
+#: float32; the beta, simforest and smerf similarities give their forest float64 rows).
+STORED_FORESTS: dict[str, type[np.floating[Any]]] = {
+    "rf-proximity": np.float32,
+    "rfgap": np.float32,
+    "beta": np.float64,
+    "simforest": np.float64,
+    "smerf": np.float64,
+}
 
 
 def vote_weights(distances: np.ndarray, weights: str) -> np.ndarray:
@@ -138,8 +149,9 @@ class KNNBase(DaskEstimator):
         The fitted measure (None for a forest metric or callable).
     similarity_ : object or None
         The fitted forest similarity / callable adaptor.
-    X_fit_ : ndarray
-        Training rows after selection and normalisation.
+    X_fit_ : ndarray or StoredRows
+        Training rows after selection and normalisation (fitted from rows in a
+        store: in a temporary store this model owns, read by the search's tasks).
     """
 
     def __init__(
@@ -194,9 +206,27 @@ class KNNBase(DaskEstimator):
         "tile_size": C.TILE_SIZE,
     }
 
-    def _fit(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
+    def _fit(self, X: Any, y: Any, y_fit: np.ndarray, source: Any = None) -> None:
         with use_execution(self._current_execution()):  # clones made here run there too
-            self._fit_here(X, y, y_fit)
+            self._fit_here(X, y, y_fit, source)
+
+    def _opened(self, X: Any, y: Any) -> tuple[Any, Any, Any]:
+        """``(X, y, None)`` for rows in memory, ``(None, None, source)`` for rows in a store.
+
+        ``y`` None or a column name: ``X`` is opened as a source
+        (:func:`~distforest.store.source.open_source`: a folder of parts, a dask
+        DataFrame, a run store... is read by partitions into a temporary store),
+        its target the named column or its own.
+        """
+        if y is not None and not isinstance(y, str):
+            return X, y, None
+        from distforest.store.source import open_source
+
+        source = open_source(X, y, dtype=np.float64)
+        if source.store_path is None:  # rows in memory: the table and its target
+            table: Any = source
+            return table.table, source.read_y(), None
+        return None, None, source
 
     def _check_similarity(self, similarity: Any) -> None:
         """Refuse a forest ``similarity`` this model cannot grow: SMERF with ``select``,
@@ -215,35 +245,55 @@ class KNNBase(DaskEstimator):
                 "('rf-proximity', 'rfgap', 'beta') or a measure such as 'rbf'"
             )
 
-    def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray) -> None:
+    def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray, source: Any) -> None:
+        """One fit for rows in memory (one chunk, here) and rows in a store (its chunks,
+        by tasks; the model's rows and a forest's arrays then stay in a temporary store
+        this model owns, copied into the model store by :func:`save_model`)."""
+        from distforest.forests.scaled_rows import fit_scaling, scaled
+
         self._validated()
         similarity = make_similarity(self.metric, self.n_estimators, self.random_state,
                                      self.metric_params)  # fmt: skip
         self._check_similarity(similarity)
-        X, names = as_matrix(X, "X")
-        if X.shape[0] != y_fit.shape[0]:
-            raise InputError(f"X has {X.shape[0]} rows but y has {y_fit.shape[0]} values")
-        self.n_features_in_ = X.shape[1]
-        self.feature_names_in_ = names
-        self.support_ = np.ones(X.shape[1], dtype=bool)
-        if self.select is not None:
-            self.support_ = self._selected(X, y)
-        X = X[:, self.support_]
-        self.scaler_ = make_scaler(self.normalize, self.feature_range)
-        if self.scaler_ is not None:
-            X = np.ascontiguousarray(self.scaler_.fit_transform(X), dtype=np.float64)
-        if self.n_neighbors > X.shape[0]:
-            raise ParameterError(
-                f"n_neighbors={self.n_neighbors} but only {X.shape[0]} training rows "
-                f"(n_samples = {X.shape[0]}); use a smaller n_neighbors"
-            )
-        self.similarity_ = similarity
-        self.measure_ = None
-        if self.similarity_ is not None:
-            self.similarity_.fit(X, y)
+        if source is None:
+            rows, names = as_matrix(X, "X")
+            n, d = rows.shape
         else:
-            self.measure_ = parse_metric(self.metric, self.metric_params).fitted(X)
-        self.X_fit_ = X
+            rows, names = source, tuple(source.feature_names)
+            n, d = source.n_samples, source.n_features
+        if n != y_fit.shape[0]:
+            raise InputError(f"X has {n} rows but y has {y_fit.shape[0]} values")
+        self.n_features_in_ = d
+        self.feature_names_in_ = names
+        self.support_ = np.ones(d, dtype=bool)
+        if self.select is not None:  # cross-validated on every row, in this process
+            whole = (
+                rows
+                if source is None
+                else np.vstack(
+                    [source.read_rows(c, np.float64) for c in source.chunks()] or [np.empty((0, d))]
+                )
+            )
+            self.support_ = self._selected(whole, y if y is not None else source.read_y())
+        if self.n_neighbors > n:
+            raise ParameterError(
+                f"n_neighbors={self.n_neighbors} but only {n} training rows "
+                f"(n_samples = {n}); use a smaller n_neighbors"
+            )
+        scaling = fit_scaling(rows, support=self.support_, normalize=self.normalize,
+                              feature_range=self.feature_range,
+                              metric=None if similarity is not None else self.metric,
+                              metric_params=self.metric_params, names=names)  # fmt: skip
+        self.scaler_ = scaling.scaler
+        self.similarity_ = similarity
+        self.measure_ = scaling.measure
+        self.X_fit_: np.ndarray | StoredRows
+        if source is None:
+            self.X_fit_ = scaled(rows, slice(0, n), scaling)
+            if similarity is not None:
+                similarity.fit(self.X_fit_, y)
+        else:
+            self.X_fit_ = _stored_rows(self, source, scaling)
         self.y_fit_ = y_fit
 
     def _selected(self, X: np.ndarray, y: Any) -> np.ndarray:
@@ -344,10 +394,11 @@ class KNNBase(DaskEstimator):
         return distances, found["index"].values
 
     def _neighbors(self, Q: np.ndarray, k: int) -> Neighbors:
+        reference: Any = self.X_fit_  # an array, or StoredRows its tasks read
         with use_execution(self._current_execution()):  # placed by the input's size
             return search(
                 Q,
-                self.X_fit_,
+                reference,
                 k,
                 measure=self.measure_,
                 similarity=self.similarity_,
@@ -373,29 +424,41 @@ class KNNClassifier(ClassifierMixin, KNNBase):
         Class labels, sorted.
     """
 
-    def fit(self, X: Any, y: Any) -> KNNClassifier:
+    def fit(self, X: Any, y: Any = None) -> KNNClassifier:
         """Remember the (selected, normalised) training rows and their labels.
 
         Parameters
         ----------
-        X : array-like, DataFrame or Table, shape (n_samples, n_features)
-        y : array-like, shape (n_samples,)
+        X : array-like, DataFrame, Table, path or source, shape (n_samples, n_features)
+            A folder of parts, a glob, a large file, a dask DataFrame or rows in a
+            store are fitted by chunks on the cluster (:meth:`KNNBase._opened`).
+        y : array-like, shape (n_samples,), column name or None
+            None: the target of ``X`` (a table read with its target).
 
         Returns
         -------
         self
         """
-        y = _target(y, type(self).__name__, "the class labels")
-        kind = type_of_target(y)
+        X, y, source = self._opened(X, y)
+        labels = None if source is None else source.target_classes()
+        if labels is not None:  # a stored target of labels: kept as their codes
+            values: np.ndarray = np.asarray(labels, dtype=object)
+        else:
+            values = _target(y if source is None else source.read_y(), type(self).__name__,
+                             "the class labels")  # fmt: skip
+        kind = type_of_target(values)
         if kind in ("continuous", "continuous-multioutput"):
             raise InputError(
-                f"Unknown label type: {kind} target (e.g. {y.flat[0]!r}); KNNClassifier "
+                f"Unknown label type: {kind} target (e.g. {values.flat[0]!r}); KNNClassifier "
                 "needs class labels: use KNNRegressor for numeric targets"
             )
-        if y.dtype.kind == "f" and not np.isfinite(y).all():
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
             raise InputError("the class labels hold NaN or inf; drop those rows")
-        self.classes_, codes = np.unique(y, return_inverse=True)
-        self._fit(X, y, codes.astype(np.int64))
+        if labels is not None:
+            self.classes_, codes = values, source.read_codes()
+        else:
+            self.classes_, codes = np.unique(values, return_inverse=True)
+        self._fit(X, y, codes.astype(np.int64), source)
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -418,26 +481,32 @@ class KNNRegressor(RegressorMixin, KNNBase):
     Parameters and attributes: see :class:`KNNBase`.
     """
 
-    def fit(self, X: Any, y: Any) -> KNNRegressor:
+    def fit(self, X: Any, y: Any = None) -> KNNRegressor:
         """Remember the (selected, normalised) training rows and their targets.
 
         Parameters
         ----------
-        X : array-like, DataFrame or Table, shape (n_samples, n_features)
-        y : array-like of float, shape (n_samples,)
+        X : array-like, DataFrame, Table, path or source, shape (n_samples, n_features)
+            As :meth:`KNNClassifier.fit`.
+        y : array-like of float, shape (n_samples,), column name or None
+            None: the target of ``X``.
 
         Returns
         -------
         self
         """
-        y = _target(y, type(self).__name__, "the target values")
+        X, y, source = self._opened(X, y)
+        if source is not None and source.target_classes() is not None:
+            raise InputError("KNNRegressor needs a numeric target; use KNNClassifier")
+        values = _target(y if source is None else source.read_y(), type(self).__name__,
+                         "the target values")  # fmt: skip
         try:
-            y_fit = np.asarray(y, dtype=np.float64)
+            y_fit = np.asarray(values, dtype=np.float64)
         except (TypeError, ValueError):
             raise InputError("KNNRegressor needs a numeric target; use KNNClassifier") from None
         if not np.isfinite(y_fit).all():
             raise InputError("the target has missing or infinite values; drop those rows")
-        self._fit(X, y, y_fit)
+        self._fit(X, y, y_fit, source)
         return self
 
     def predict(self, X: Any) -> np.ndarray:
@@ -498,11 +567,54 @@ def save_model(
     """
     model._check_fitted()
     rs = RunStore.create(path, attrs=model_attrs(model, attrs), overwrite=overwrite)
-    rs.write_array("X_fit", model.X_fit_, ("sample", "feature"))
+    if isinstance(model.X_fit_, np.ndarray):
+        rs.write_array("X_fit", model.X_fit_, ("sample", "feature"))
+    else:  # rows in a store: copied by tasks, a chunk at a time
+        _copy_rows(rs, "X_fit", model.X_fit_)
     rs.write_array("y_fit", model.y_fit_, ("sample",))
     write_fitted_parameters(model, rs)
     rs.mark_complete()
     return rs
+
+
+def _copy_rows(rs: RunStore, name: str, rows: StoredRows) -> None:
+    """Array ``name`` of the model store from stored rows, copied by tasks on dask's
+    current scheduler in whole chunks (this process never holds them)."""
+    import dask.array as da
+    import zarr
+
+    source = zarr.open_array(rows.path, path=rows.name, mode="r")
+    target: Any = rs.group.create_array(name, shape=source.shape, chunks=source.chunks,
+                                        dtype=source.dtype,
+                                        dimension_names=("sample", "feature"))  # fmt: skip
+    da.store(da.from_zarr(source), target, lock=False)
+
+
+def _stored_rows(model: KNNBase, source: Any, scaling: Any) -> StoredRows:
+    """The model's rows of a ``source`` in a store, scaled and checked by tasks into a
+    temporary store that lives as long as ``model``; a forest metric's forest grown from
+    them there (its rows as :data:`STORED_FORESTS` types them, its target the source's)."""
+    from distforest.forests.scaled_rows import write_scaled
+    from distforest.store.inputs import StoredTable, copy_target
+    from distforest.store.temporary import new_folder, release, tie
+
+    work = new_folder("distforest-knn-")
+    tie(model, work)
+    try:
+        rs = RunStore.create(work / "rows.zarr", attrs={"source": source.source})
+        forest = model.similarity_ is not None
+        outputs: dict[str, Any] = {"X_fit": np.float64}
+        if forest:  # the forest's table: features 0..d-1, as the one-file fit's array
+            copy_target(source, rs, int(np.count_nonzero(scaling.support)))
+            outputs[f"{INPUT_GROUP}/X"] = STORED_FORESTS[str(model.metric)]
+        write_scaled(source, scaling, rs.path, outputs)
+        if forest:
+            similarity: Any = model.similarity_
+            similarity.fit_table(StoredTable.open(rs.path))
+        return StoredRows.of(rs.path, "X_fit", source.source, source.fingerprint())
+    except BaseException:
+        release(model)
+        raise
 
 
 def model_attrs(model: KNNBase, attrs: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -129,7 +129,7 @@ def plot_embedding(
         Class code of each row.
     class_names : sequence of str
     marked : ndarray of bool, optional
-        Rows to circle in red (e.g. outliers).
+        Rows to circle in red (the flagged outliers), only those.
     title : str
     max_points : int
         Draw an evenly spaced subset of at most this many points.
@@ -173,7 +173,7 @@ def plot_scores(
     *,
     labels: np.ndarray | None = None,
     class_names: Sequence[str] = (),
-    threshold: float | None = None,
+    threshold: float | np.ndarray | None = None,
     title: str = "",
 ) -> Path:
     """Per-row scores as vertical lines grouped by class (like R's ``plot.outlier``).
@@ -184,8 +184,9 @@ def plot_scores(
     path : str or Path
     labels : ndarray of int, optional
     class_names : sequence of str
-    threshold : float, optional
-        Draw a horizontal line at this score.
+    threshold : float or ndarray, optional
+        Draw a horizontal line at this score, or one a class code over that
+        class's rows (the outlier flag's thresholds).
     title : str
 
     Returns
@@ -208,8 +209,14 @@ def plot_scores(
                 x[sel], 0, scores[rows][sel], linewidth=0.6, label=name, color=f"C{code % 10}"
             )
         ax.legend(loc="best", fontsize="small")
-    if threshold is not None:
-        ax.axhline(threshold, color="red", linestyle="--", linewidth=0.8)
+    if threshold is not None and np.ndim(threshold) == 0:
+        ax.axhline(float(threshold), color="red", linestyle="--", linewidth=0.8)
+    elif threshold is not None:
+        codes = np.zeros(len(rows), dtype=np.int64) if drawn is None else drawn
+        for code in np.unique(codes):
+            where = x[codes == code]
+            ax.hlines(np.asarray(threshold)[code], where[0] - 0.5, where[-1] + 0.5, color="red",
+                      linestyle="--", linewidth=0.8)  # fmt: skip
     ax.set_xlabel("rows (grouped by class)" if drawn is not None else "row")
     ax.set_ylabel("score")
     ax.set_title(title or "outlier scores")

@@ -6,6 +6,7 @@ The applications are imported when a command runs (``--help`` stays quick).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,17 +19,13 @@ from distforest.cli.options import (
     forest_options,
     id_option,
     input_options,
+    model_option,
     pop_keys,
     show,
 )
-from distforest.cli.progress import ProgressBars
 from distforest.jobs.outputs import (
-    OUTLIER_THRESHOLD,
     check_new_file,
     write_csv,
-    write_mds,
-    write_mislabels,
-    write_outliers,
 )
 
 
@@ -44,47 +41,6 @@ def _common(func: Any) -> Any:
     return click.argument("input", metavar="INPUT")(func)
 
 
-def _fit(
-    obj: dict,
-    input: str,
-    target: str | None,
-    options: dict,
-    check: Any = None,
-    files: dict[str, str | None] | None = None,
-    components: int = 2,
-):
-    from distforest.cli.options import connect_kwargs
-    from distforest.jobs.fitting import fitted_forest
-
-    if options.pop("dry_run", False):
-        _dry_run(input, target, options, files or {}, components)
-    return fitted_forest(
-        input,
-        target,
-        {**pop_keys(options, ("drop", "na_values")), "id": options.pop("id_column", None)},
-        pop_keys(options, FOREST_KEYS),
-        connect_kwargs(pop_keys(options, CLUSTER_KEYS)),
-        progress=ProgressBars(enabled=not obj["quiet"]),
-        check=check,
-    )
-
-
-def _dry_run(input: str, target: str | None, options: dict,
-             files: dict[str, str | None], components: int = 2) -> None:  # fmt: skip
-    """Print the command's plan and exit 0 (``--dry-run``): the input read, nothing run."""
-    from distforest.cli.options import connect_kwargs
-    from distforest.jobs.command_plans import forest_app_plan
-
-    ctx = click.get_current_context()
-    plan = forest_app_plan(str(ctx.info_name), input, target,
-                           {k: options.get(k, ()) for k in ("drop", "na_values")},
-                           {k: options[k] for k in FOREST_KEYS if k in options},
-                           connect_kwargs({k: options.get(k) for k in CLUSTER_KEYS}),
-                           files, components)  # fmt: skip
-    show(plan, next(p for p in files.values() if p))
-    ctx.exit(0)
-
-
 def _report(what: str, seconds: float, written: dict[str, str]) -> None:
     click.echo(f"{what} in {seconds:.1f} s")
     width = max(len(k) for k in written)
@@ -92,8 +48,29 @@ def _report(what: str, seconds: float, written: dict[str, str]) -> None:
         click.echo(f"  {label + ':':<{width + 1}} {path}")
 
 
+def _answer(obj: dict, answer: str, input: str, target: str | None,
+            files: dict[str, str | None], overwrite: bool, options: dict,
+            **more: Any) -> None:  # fmt: skip
+    """Build the command's job (:mod:`distforest.jobs.forest_answers`) and run it or,
+    with ``--dry-run``, print its stages."""
+    from distforest.cli.options import connect_kwargs, run_job
+    from distforest.jobs.forest_answers import ForestAnswerJob
+    from distforest.jobs.outputs import record_path
+
+    dry_run = options.pop("dry_run", False)
+    job = ForestAnswerJob(input=input, target=target, out=record_path(str(files["out"])),
+                          answer=answer, files=files, options=more,
+                          id=options.pop("id_column", None), drop=options.pop("drop", ()),
+                          na_values=options.pop("na_values", ()),
+                          model=options.pop("model_file", None),
+                          forest=pop_keys(options, FOREST_KEYS), overwrite=overwrite,
+                          connect=connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
+    run_job(obj, job, dry_run)
+
+
 @click.command()
 @_common
+@model_option
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of scores, one row per row.")
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the scores.")
 @click.pass_obj
@@ -102,16 +79,11 @@ def outliers(obj: dict, input: str, target: str | None, out: str, plot: str | No
     """Outlier scores of INPUT's rows (R randomForest's outlier(), matrix-free).
 
     Per class: raw = n / sum of squared proximities to the class, then
-    (raw - median) / MAD.  Scores above 10 are usually worth a look.
+    (raw - median) / MAD.  Column outlier_flag marks the rows above their
+    class's far-out fence (Tukey's, on log1p(score - the class's lowest)): at
+    most 0.1 % of a clean table's rows.
     """
-    for path in (out, plot):
-        check_new_file(path, overwrite)
-    start = time.perf_counter()
-    files = {"outlier scores": out, "pictures": plot}
-    with _fit(obj, input, target, options, files=files) as (table, forest):
-        written = write_outliers(forest, out, plot, title=f"outlier scores, {table.source}")
-    _report(f"outlier scores of {forest.n_samples_} rows (flag: > {OUTLIER_THRESHOLD:g})",
-            time.perf_counter() - start, written)  # fmt: skip
+    _answer(obj, "outliers", input, target, {"out": out, "plot": plot}, overwrite, options)
 
 
 @click.command()
@@ -129,27 +101,15 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
     """
     if target is None:
         raise click.UsageError("mislabels needs --target COLUMN (the labels to check)")
-    from distforest.forests.targets import require_classes
-
-    check_new_file(out, overwrite)
-    task = options["task"]
+    task = options["task"]  # checked against the labels; the forest classifies them
     options["task"] = "classification"
-
-    def classes(table: Any) -> None:  # a continuous target is refused before any work
-        require_classes(task, table.y, table.target_name, "mislabels")
-
-    start = time.perf_counter()
-    files: dict[str, str | None] = {"suspects": out}
-    with _fit(obj, input, target, options, classes, files) as (_, forest):
-        written, ranking = write_mislabels(forest, out, top)
-    if top:
-        click.echo(ranking.head.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    _report(f"ranked {ranking.rows} rows; {ranking.disagrees} out-of-bag votes disagree with "
-            "the label", time.perf_counter() - start, written)  # fmt: skip
+    _answer(obj, "mislabels", input, target, {"out": out}, overwrite, options, top=top,
+            task=task)  # fmt: skip
 
 
 @click.command()
 @_common
+@model_option
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of coordinates.")
 @click.option("--components", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
@@ -168,16 +128,8 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
 def mds(obj: dict, input: str, target: str | None, out: str, components: int,
         dissimilarity: str, plot: str | None, overwrite: bool, **options: Any) -> None:  # fmt: skip
     """Classical MDS of the proximities of INPUT's rows (matrix-free Lanczos)."""
-    for path in (out, plot):
-        check_new_file(path, overwrite)
-    start = time.perf_counter()
-    files = {"MDS coordinates": out, "pictures": plot}
-    with _fit(obj, input, target, options, files=files, components=components) as (table, forest):
-        title = f"MDS of {dissimilarity} dissimilarity, {table.source}"
-        written = write_mds(forest, out, plot, components=components,
-                            dissimilarity=dissimilarity, title=title)  # fmt: skip
-    _report(f"{components}-D MDS of {forest.n_samples_} rows", time.perf_counter() - start,
-            written)  # fmt: skip
+    _answer(obj, "mds", input, target, {"out": out, "plot": plot}, overwrite, options,
+            components=components, dissimilarity=dissimilarity)  # fmt: skip
 
 
 @click.command()
@@ -202,37 +154,18 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
     """
     if target is None:
         raise click.UsageError("importances needs --target COLUMN (what the features predict)")
-    from distforest.cli.options import connect_kwargs
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table
-    from distforest.jobs.fitting import held_out, measure
-    from distforest.parallel.placement import place
-
-    check_new_file(out, overwrite)
-    if options.pop("dry_run", False):
-        _dry_run(input, target, options, {"importances": out})
-    start = time.perf_counter()
-    table = load_table(input, target=target, id=options.pop("id_column", None),
-                       **pop_keys(options, ("drop", "na_values")))  # fmt: skip
-    forest = ProximityForest(**pop_keys(options, FOREST_KEYS))
-    train, test = held_out(table, forest, test_size)
-    cluster_kw = pop_keys(options, CLUSTER_KEYS)
-    progress = ProgressBars(enabled=not obj["quiet"])
-    with place(table.X.size, connect_kwargs(cluster_kw), progress=progress):
-        forest.fit(train)
-        ranking, score = measure(forest, test, repeats)
-    written = {"importances": write_csv(ranking, out)}
-    if top:
-        click.echo(ranking.head(top).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    metric = "accuracy" if forest.task_ == "classification" else "R²"
-    _report(f"importances of {table.n_features} features (held-out {metric} {score:.3f} on "
-            f"{test.n_samples} rows)", time.perf_counter() - start, written)  # fmt: skip
+    _answer(obj, "importances", input, target, {"out": out}, overwrite, options,
+            repeats=repeats, test_size=test_size, top=top)  # fmt: skip
 
 
 @click.command()
-@click.argument("model", metavar="MODEL.zarr")
+@click.argument("model", metavar="MODEL")
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of scores, one row per row.")
+@click.option("--training", metavar="TABLE",
+              help="With a model file fitted elsewhere: the table it was fitted on (its rows "
+              "are the training rows the new rows are compared with).")  # fmt: skip
+@click.option("--target", metavar="COLUMN", help="With --training: its target column.")
 @id_option("the first column of the output")
 @click.option("--method", type=click.Choice(["rfgap", "original", "oob"]), default="rfgap",
               show_default=True, help="Proximity weighing the training targets.")  # fmt: skip
@@ -241,9 +174,14 @@ def importances(obj: dict, input: str, target: str | None, out: str, repeats: in
 @dry_run_option
 @cluster_options
 @click.pass_obj
-def score(obj: dict, model: str, input: str, out: str, id_column: str | None, method: str,
-          overwrite: bool, dry_run: bool, **options: Any) -> None:  # fmt: skip
+def score(obj: dict, model: str, input: str, out: str, training: str | None,
+          target: str | None, id_column: str | None, method: str, overwrite: bool,
+          dry_run: bool, **options: Any) -> None:  # fmt: skip
     """Score INPUT's rows against a saved forest (MODEL.zarr) without refitting it.
+
+    MODEL may also be a model fitted elsewhere (a skops file of a scikit-learn
+    forest, a LightGBM text model, an XGBoost JSON/UBJSON model; never a pickle)
+    with --training TABLE, the rows it was fitted on, and --target COLUMN.
 
     Per row: the forest's prediction, the proximity-weighted prediction from
     the training targets, and the outlier score on the training rows' scale.
@@ -260,12 +198,21 @@ def score(obj: dict, model: str, input: str, out: str, id_column: str | None, me
     start = time.perf_counter()
     how = (model, input, id_column, method, options.pop("na_values", ()),
            connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
-    if partitioned_input(input):  # a glob, a folder of parts, a large file: by partitions
+    if training is not None or Path(model).is_file():  # a model file fitted elsewhere
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(model)  # a pickle refused before any work
+        if training is None or partitioned_input(input) or dry_run:
+            raise click.UsageError(
+                "a model file fitted elsewhere needs --training TABLE (the rows it was fitted "
+                "on) and is scored on a table loaded whole, without --dry-run"
+            )
+    elif partitioned_input(input):  # a glob, a folder of parts, a large file: by partitions
         _score_partitioned(*how, out=out, dry_run=dry_run)
         return
     if dry_run:
         return show(score_plan(*how, out=out), out)
-    result, forest, table = score_rows(*how)
+    result, forest, table = score_rows(*how, training=training, target=target)
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
             time.perf_counter() - start, written)  # fmt: skip
@@ -275,7 +222,7 @@ def _score_partitioned(model: str, input: str, id_column: str | None, method: st
                        na_values: tuple[str, ...], connect: dict[str, Any], *, out: str,
                        dry_run: bool) -> None:  # fmt: skip
     """``score`` of an INPUT read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.partitioned_predict import score_partitioned
+    from distforest.jobs.score import score_partitioned
     from distforest.parallel.cluster import connect as connect_to
 
     start = time.perf_counter()

@@ -17,6 +17,7 @@ from distforest.cli.options import (
     dry_run_option,
     id_option,
     input_options,
+    model_option,
     parse_max_features,
     parse_max_samples,
     pop_keys,
@@ -139,6 +140,7 @@ DEFAULTS: dict[str, Any] = {
     help="column: rows each tree grows on, drawn from the column's observed rows: an "
     "integer, a fraction of them, or all; auto: all up to 50,000 rows, 20,000 above.",
 )
+@model_option
 @seed_option("random_state: same seed, same imputation.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @dry_run_option
@@ -146,7 +148,8 @@ DEFAULTS: dict[str, Any] = {
 @click.pass_context
 def impute(ctx: click.Context, input: str, out: str, target: str | None, drop: tuple[str, ...],
            na_values: tuple[str, ...], categorical: tuple[str, ...], overwrite: bool,
-           dry_run: bool, id_column: str | None, **params: Any) -> None:  # fmt: skip
+           dry_run: bool, id_column: str | None, model_file: str | None,
+           **params: Any) -> None:  # fmt: skip
     """Fill the missing values of INPUT from random-forest proximities.
 
     INPUT is a CSV/TSV, Parquet or .npy file or a Zarr store.  Each missing
@@ -170,7 +173,7 @@ def impute(ctx: click.Context, input: str, out: str, target: str | None, drop: t
     done = impute_command(input, out, params, connect_kwargs(pop_keys(params, CLUSTER_KEYS)),
                           target=target, drop=drop, na_values=na_values, categorical=categorical,
                           overwrite=overwrite, progress=bars, dry_run=dry_run,
-                          id=id_column)  # fmt: skip
+                          id=id_column, model=model_file)  # fmt: skip
     if dry_run:
         return show(done, out)
     click.echo(done)

@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from distforest.cli.options import cluster_options, dry_run_option, input_options, seed_option, show
+from distforest.cli.options import (
+    cluster_options,
+    dry_run_option,
+    id_dropped_option,
+    input_options,
+    seed_option,
+    show,
+)
 from distforest.cli.similarity_cmd import cluster_kw, k_option, measure_options
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS
 
@@ -58,6 +65,7 @@ def knn() -> None:
               help="With --metric smerf: the observed n x n distances of TRAIN's rows, in its "
                    "row order (NaN = not observed); the model keeps a copy.")  # fmt: skip
 @seed_option("random_state of a forest metric.")
+@id_dropped_option
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
 @dry_run_option
@@ -76,8 +84,9 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
     model store, which `knn predict` reads.
 
     A glob, a folder of parts or a file over 32 MB is read by partitions on
-    the cluster and written into the model store by tasks (any metric;
-    --select is refused: it cross-validates on one array in memory).
+    the cluster and fitted by chunks, the model's rows written into the model
+    store by tasks (any metric; --select cross-validates on every row, read
+    into this process).
 
     \b
     Example:
@@ -130,27 +139,37 @@ def knn_fit(train: str, target: str, out: str, k: int, weights: str, task: str, 
 def _fit_partitioned(train: str, target: str, task: str, params: dict[str, Any], out: str,
                      overwrite: bool, drop: tuple[str, ...], na_values: tuple[str, ...],
                      dry_run: bool, options: dict[str, Any]) -> None:  # fmt: skip
-    """``knn fit`` of a TRAIN read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.knn_partitioned import check_partitioned_fit, fit_partitioned
+    """``knn fit`` of a TRAIN read by partitions (into a temporary store, on the named
+    cluster or a LocalCluster): the same fit, by chunks."""
+    import numpy as np
+
+    from distforest.jobs.knn_model import check_knn_size, fit_and_save_model
     from distforest.parallel.cluster import connect
     from distforest.store.run_store import check_can_create
+    from distforest.store.source import opened
 
     start = time.perf_counter()
-    check_partitioned_fit(train, params)
     check_can_create(out, overwrite)
     if dry_run:
         _show_partitions("knn fit", train, na_values, "each summarise a partition, then tasks "
-                         "that each encode, scale and check a partition's rows and write them "
-                         f"into {out}")  # fmt: skip
+                         "that each encode a partition's rows, then tasks that each scale and "
+                         f"check a chunk of rows and write it into {out}")  # fmt: skip
         return
-    with connect(**cluster_kw(options)) as client, client.as_current():
-        model, task, n = fit_partitioned(train, target, task, params, out, overwrite, drop,
-                                         na_values, client=client)  # fmt: skip
+    with (
+        connect(**cluster_kw(options)) as client,
+        client.as_current(),
+        opened(train, target=target, drop=drop, na_values=na_values, partitions=True,
+               dtype=np.float64) as source,
+    ):  # fmt: skip
+        check_knn_size(source, params["select"], params["n_features_to_select"],
+                       str(params["metric"]), int(params["n_estimators"]))  # fmt: skip
+        model, task = fit_and_save_model(source, task, params, out, overwrite)
+    kept = [n for n, s in zip(model.feature_names_in_, model.support_, strict=True) if s]
     click.echo(
         f"k-NN {task} model (k={model.n_neighbors}, {model.weights}, {model.metric}, normalize "
-        f"{model.normalize or 'none'}) on {n} rows read by partitions in "
+        f"{model.normalize or 'none'}) on {source.n_samples} rows read by partitions in "
         f"{time.perf_counter() - start:.1f} s\n"
-        f"  features: {', '.join(model.feature_names_in_)}\n  model:    {out}"
+        f"  features: {', '.join(kept)}\n  model:    {out}"
     )
 
 
@@ -178,6 +197,7 @@ def _n_features(value: str) -> str | int | float:
 @click.argument("model_path", metavar="MODEL.zarr")
 @click.argument("data", metavar="DATA")
 @click.option("--out", required=True, metavar="FILE.csv", help="Predictions, one row per row.")
+@id_dropped_option
 @input_options
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @dry_run_option
@@ -194,53 +214,51 @@ def knn_predict(model_path: str, data: str, out: str, drop: tuple[str, ...],
     each task predicts its partition and writes a piece of the CSV; so is any
     DATA for a model whose training rows take more than 32 MB.
     """
-    from distforest.jobs.knn_model import (
-        predicts_by_partitions,
-        read_for_prediction,
-        write_predictions,
-    )
+    from distforest.jobs.knn_model import predict_to_csv, predicts_by_partitions
     from distforest.jobs.outputs import check_new_file
-    from distforest.parallel.placement import cells_of, place
-
-    start = time.perf_counter()
-    check_new_file(out, overwrite)
-    if predicts_by_partitions(model_path, data):  # a glob, a folder of parts, a large file
-        # (or a model of more rows than such a file): by partitions, on the cluster
-        _predict_partitioned(model_path, data, out, drop, na_values, dry_run, options)
-        return
-    model, X, attrs = read_for_prediction(model_path, data, drop, na_values)
-    if dry_run:
-        from distforest.jobs.command_plans import neighbors_plan
-
-        (n, d), m = X.shape, model.X_fit_.shape[0]
-        show(neighbors_plan(data, n, m, d, model.n_neighbors, str(model.metric), model.algorithm,
-                            model.batch_size, cells_of(X, model.X_fit_), cluster_kw(options),
-                            out, forest=model.similarity_ is not None,
-                            what="knn predict"), out)  # fmt: skip
-        return
-    with place(cells_of(X, model.X_fit_), cluster_kw(options)):
-        n, written = write_predictions(model, X, attrs, out)
-    click.echo(f"predicted {n} rows in {time.perf_counter() - start:.1f} s\n"
-               f"  predictions: {written}")  # fmt: skip
-
-
-def _predict_partitioned(model_path: str, data: str, out: str, drop: tuple[str, ...],
-                         na_values: tuple[str, ...], dry_run: bool,
-                         options: dict[str, Any]) -> None:  # fmt: skip
-    """``knn predict`` of a DATA read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.partitioned_predict import predict_partitioned
     from distforest.parallel.cluster import connect
 
     start = time.perf_counter()
+    check_new_file(out, overwrite)
+    # a glob, a folder of parts, a large file (or a model of more rows than such a file):
+    # by partitions, on the cluster; else in this process, the search placed by its size
+    by_parts = predicts_by_partitions(model_path, data)
     if dry_run:
+        _show_prediction(model_path, data, out, drop, na_values, by_parts, options)
+        return
+    if by_parts:
+        with connect(**cluster_kw(options)) as client, client.as_current():
+            n, written = predict_to_csv(model_path, data, out, drop, na_values, by_parts=True)
+    else:
+        n, written = predict_to_csv(model_path, data, out, drop, na_values, by_parts=False,
+                                    connect=cluster_kw(options))  # fmt: skip
+    how = " by partitions" if by_parts else ""
+    click.echo(f"predicted {n} rows{how} in {time.perf_counter() - start:.1f} s\n"
+               f"  predictions: {written}")  # fmt: skip
+
+
+def _show_prediction(model_path: str, data: str, out: str, drop: tuple[str, ...],
+                     na_values: tuple[str, ...], by_parts: bool,
+                     options: dict[str, Any]) -> None:  # fmt: skip
+    """The dry run of ``knn predict``: the partitions' tasks, or the search's plan."""
+    if by_parts:
         _show_partitions("knn predict", data, na_values, "each read a partition, predict its "
                          "rows with the model (read once per worker) and write a piece of "
                          f"{out}, joined in order")  # fmt: skip
         return
-    with connect(**cluster_kw(options)) as client, client.as_current():
-        n, written = predict_partitioned(model_path, data, out, drop, na_values)
-    click.echo(f"predicted {n} rows by partitions in {time.perf_counter() - start:.1f} s\n"
-               f"  predictions: {written}")  # fmt: skip
+    import numpy as np
+
+    from distforest.apps.knn import load_model
+    from distforest.jobs.command_plans import neighbors_plan
+    from distforest.jobs.row_pieces import row_frames
+
+    model = load_model(model_path)
+    rows = row_frames(data, model.feature_names_in_, drop, na_values, by_parts=False)
+    (n, d), m = (len(rows.blocks[0]), model.n_features_in_), model.X_fit_.shape[0]
+    show(neighbors_plan(data, n, m, d, model.n_neighbors, str(model.metric), model.algorithm,
+                        model.batch_size, n * d + int(np.prod(model.X_fit_.shape)),
+                        cluster_kw(options), out, forest=model.similarity_ is not None,
+                        what="knn predict"), out)  # fmt: skip
 
 
 # -- k-NN pipelines (sections input, neighbors, knn, output) --------------------------------

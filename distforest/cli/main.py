@@ -28,6 +28,7 @@ from distforest._version import __version__
 from distforest.cli.progress import setup_logging
 from distforest.errors import (
     DISK_FULL_ERRNOS,
+    OVERWRITE_FIX,
     DiskFullError,
     DistforestError,
     Terminated,
@@ -153,14 +154,17 @@ class _Group(click.Group):
             formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
+        fix = OVERWRITE_FIX.set("pass --overwrite")  # every command but run has it
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line; locks are released
             how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-            click.echo(
-                f"distforest: {how}; finished work is kept: run the same command again to resume",
-                err=True,
-            )
+            stores = sys.modules.get("distforest.store.run_store")  # (imported if one was made)
+            if stores is not None and stores.WRITTEN_HERE:
+                then = "finished work is kept: run the same command again to resume"
+            else:
+                then = "no result was written yet: run the same command again to start over"
+            click.echo(f"distforest: {how}; {then}", err=True)
             sys.exit(Terminated.exit_code if isinstance(exc, Terminated) else INTERRUPTED)
         except DistforestError as exc:
             click.echo(location.scrub(f"distforest: error: {exc}"), err=True)
@@ -170,6 +174,8 @@ class _Group(click.Group):
                 raise
             click.echo(f"distforest: error: {DiskFullError.from_os_error(exc)}", err=True)
             sys.exit(DiskFullError.exit_code)
+        finally:
+            OVERWRITE_FIX.reset(fix)
 
 
 @click.group(cls=_Group, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

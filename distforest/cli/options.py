@@ -80,6 +80,18 @@ def id_option(what: str) -> Decorator:
                         help=f"Column of row IDs: not a feature; {what}.")  # fmt: skip
 
 
+def id_dropped_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--id COLUMN`` of a command whose outputs follow its input's rows: the column is left
+    out of the features, as ``--drop`` leaves it (the command takes ``drop``)."""
+
+    @functools.wraps(func)
+    def run(*args: Any, id_column: str | None = None, drop: tuple[str, ...] = (),
+            **kwargs: Any) -> Any:  # fmt: skip
+        return func(*args, drop=(*drop, id_column) if id_column else drop, **kwargs)
+
+    return id_option("left out of the features (the outputs follow the rows' order)")(run)
+
+
 def input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--drop``, ``--na-values`` and ``--decimal`` (every table the command reads follows it)."""
 
@@ -103,6 +115,7 @@ FOREST_DEFAULTS: dict[str, Any] = {
     "class_weight": None,
     "criterion": "auto",
     "kind": "random-forest",
+    "leaf_bound": "auto",
     "max_depth": None,
     "max_features": "auto",
     "max_leaf_nodes": None,
@@ -201,10 +214,46 @@ def tile_size_option(default: int) -> Decorator:
                         help="Rows/columns of one tile (one task, one Zarr chunk).")  # fmt: skip
 
 
+def parse_leaf_bound(
+    ctx: click.Context | None, param: click.Parameter | None, value: Any
+) -> str | int | None:
+    """``--leaf-bound``: auto, none, or the most rows a refined leaf keeps."""
+    if value is None or value == "auto":
+        return value
+    if str(value).lower() == "none":
+        return None
+    try:
+        return C.LeafBound().check("--leaf-bound", int(value))
+    except (ValueError, ParameterError):
+        raise click.BadParameter(
+            f"{value!r}: give auto, none or a number of rows >= 1 (e.g. --leaf-bound 8)"
+        ) from None
+
+
+leaf_bound_option = click.option(
+    "--leaf-bound", "leaf_bound", default=None, metavar="auto|none|ROWS",
+    callback=parse_leaf_bound,
+    help="Split leaves holding more than ROWS routed rows further on those rows, so that the "
+         "neighbours' work stays linear in the rows; auto (the default): refined when the "
+         "trees grow on a sample of the rows; none: leaves as grown.",
+)  # fmt: skip
+
+
 def trees_option(default: int, help: str = "Number of trees.") -> Decorator:
     """``--trees`` (the estimator's ``n_estimators``): a positive count of trees."""
     return click.option("--trees", "n_estimators", type=click.IntRange(min=1), default=default,
                         show_default=True, help=help)  # fmt: skip
+
+
+def model_option(func: Any) -> Any:
+    """``--model FILE``: a model fitted elsewhere instead of a forest fitted here."""
+    return click.option(
+        "--model", "model_file", metavar="FILE",
+        help="Use the trees of a model fitted elsewhere instead of fitting a forest: a skops "
+        "file of a scikit-learn forest or gradient boosting, a LightGBM text model or an "
+        "XGBoost JSON/UBJSON model (never a pickle). INPUT is the table it was fitted on "
+        "(same rows, same order, its numeric features); the forest options are not used.",
+    )(func)  # fmt: skip
 
 
 def seed_option(help: str = "random_state: same seed, same result.") -> Decorator:

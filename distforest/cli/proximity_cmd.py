@@ -20,6 +20,8 @@ from distforest.cli.options import (
     forest_options,
     id_option,
     input_options,
+    leaf_bound_option,
+    model_option,
     pop_keys,
     run_job,
     tile_size_option,
@@ -35,11 +37,13 @@ from distforest.cli.options import (
 @forest_options()
 @click.option(
     "--method",
-    type=click.Choice(["original", "oob", "rfgap"]),
+    type=click.Choice(["original", "oob", "rfgap", "kerf", "boosted"]),
     default="original",
     show_default=True,
     help="original: share of trees with a common leaf; oob: the same over trees where both "
-    "rows are out of bag; rfgap: RF-GAP (rows sum to 1, not symmetric).",
+    "rows are out of bag; rfgap: RF-GAP (rows sum to 1, not symmetric); kerf: each shared "
+    "leaf weighted by one over its size (rows sum to 1); boosted (--model of a boosted "
+    "ensemble): trees weighted by their mean absolute leaf value.",
 )
 @click.option(
     "--top-k",
@@ -49,9 +53,11 @@ from distforest.cli.options import (
     help="Write each row's K nearest rows by proximity (itself excluded; "
     "neighbors_index and neighbors_proximity, exact) instead of the n x n matrix.",
 )
+@leaf_bound_option
 @click.option("--dense", is_flag=True,
               help="With --top-k: write the n x n matrix as well.")  # fmt: skip
 @tile_size_option(FOREST_DEFAULTS["tile_size"])
+@model_option
 @click.option("--plot", metavar="FILE.png", help="Also save a picture of the matrix.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @cluster_options
@@ -59,7 +65,7 @@ from distforest.cli.options import (
 @click.pass_obj
 def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, method: str,
               top_k: int | None, dense: bool, plot: str | None, overwrite: bool,
-              dry_run: bool,
+              dry_run: bool, model_file: str | None, leaf_bound: int | str | None,
               **options: Any) -> None:  # fmt: skip
     """Fit a forest on INPUT and write its proximity matrix to a Zarr store.
 
@@ -77,13 +83,20 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     if plot and top_k is not None and not dense:
         raise click.UsageError("--plot draws the n x n matrix: add --dense to write it too")
 
+    if model_file is not None:  # a pickle or an untrusted type refused before any plan
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(model_file)
     input_kw = pop_keys(options, ("drop", "na_values"))
     input_kw["id"] = options.pop("id_column", None)
     forest = pop_keys(options, FOREST_KEYS)
     forest["tile_size"] = options.pop("tile_size")
+    if leaf_bound != "auto" and click.get_current_context().get_parameter_source(
+            "leaf_bound") is not click.core.ParameterSource.DEFAULT:  # fmt: skip
+        forest["leaf_bound"] = leaf_bound  # (given only: the specs of earlier runs unchanged)
     job = ProximityJob(
         input=input, out=out, target=target, forest=forest, method=method, top_k=top_k,
-        dense=dense, plot=plot,
+        dense=dense, plot=plot, model=model_file,
         overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
         report_dir=location.parent(out),  # report.json / report.md beside the store
     )  # fmt: skip

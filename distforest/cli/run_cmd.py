@@ -56,8 +56,11 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
       distforest run pipelines/nightly_impute.yaml --cluster cluster_configs/slurm.yaml
       distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
     """
+    from distforest.errors import OVERWRITE_FIX
     from distforest.io.tables import decimal_mark
     from distforest.jobs.pipeline import load_pipeline
+
+    OVERWRITE_FIX.set("set output.overwrite: true in the pipeline (or --set output.overwrite=true)")
 
     pipeline, overrides = shipped_pipeline(pipeline, overrides)
     job = load_pipeline(pipeline, overrides=overrides)

@@ -15,11 +15,12 @@ from typing import Any
 
 import click
 
-from distforest import location
 from distforest.cli.options import (
     cluster_options,
     dry_run_option,
+    id_dropped_option,
     input_options,
+    run_job,
     seed_option,
     show,
     trees_option,
@@ -124,6 +125,7 @@ def simforest() -> None:
 @seed_option("random_state: same seed, same forest.")
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
+@id_dropped_option
 @input_options
 @dry_run_option
 @cluster_options
@@ -208,6 +210,7 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
     help="CSV: prediction, then proba_<label> per class.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+@id_dropped_option
 @input_options
 @dry_run_option
 @cluster_options
@@ -258,27 +261,8 @@ def simforest_proximity(
 
     No features anywhere: the objects' final nodes in the model's trees.
     """
-    from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.jobs.estimates import check_disk, estimate_matrix
-    from distforest.parallel.placement import place
-    from distforest.store.run_store import check_can_create
+    from distforest.jobs.simforest_model import SimForestProximityJob
 
-    start = time.perf_counter()
-    check_can_create(out, overwrite)
-    forest = SimilarityForestClassifier.load(model, rows_in_store=True)  # copied by tasks
-    n, tile = forest.n_samples_, tile_size or forest.params_["tile_size"]
-    if dry_run:
-        from distforest.forests.tiles import SYMMETRIC
-        from distforest.jobs.command_plans import matrix_plan
-
-        show(matrix_plan("simforest proximity", model, n, n, 1, tile, SYMMETRIC[method],
-                         forest._fitted_cells(), cluster_kw(options), out), out)  # fmt: skip
-        return
-    check_disk(location.parent(out), estimate_matrix(n, n, 1, tile, True)["disk_bytes"],
-               replaces=out)  # fmt: skip
-    with place(forest._fitted_cells(), cluster_kw(options), progress=bars(ctx)):
-        P = forest.proximity(method, store=out, overwrite=overwrite, tile_size=tile_size)
-    click.echo(
-        f"{P.name} of {P.shape[0]} x {P.shape[1]} objects in {time.perf_counter() - start:.1f} s"
-        f"\n  store:  {out} (array {P.name!r}, dims sample_i, sample_j)"
-    )
+    job = SimForestProximityJob(input=model, out=out, method=method, tile_size=tile_size,
+                                overwrite=overwrite, connect=cluster_kw(options))  # fmt: skip
+    run_job(ctx.obj or {"quiet": False}, job, dry_run)

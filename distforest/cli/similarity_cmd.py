@@ -17,6 +17,7 @@ from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     dry_run_option,
+    id_dropped_option,
     input_options,
     run_job,
     tile_size_option,
@@ -79,6 +80,7 @@ def bars(ctx: click.Context) -> ProgressBars:
               help="Columns of the matrix: rows of this table (default: INPUT against itself, "
                    "symmetric, upper triangle computed and mirrored).")  # fmt: skip
 @measure_options
+@id_dropped_option
 @input_options
 @tile_size_option(PAIRWISE_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
@@ -133,6 +135,7 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
     show_default=True,
     help="auto: k-d tree for Minkowski distances on <= 15 features, else brute tiles.",
 )
+@id_dropped_option
 @input_options
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Query rows per task.")
 @click.option(

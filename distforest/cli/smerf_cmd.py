@@ -23,26 +23,22 @@ model is the one the same rows in one file give.
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 
-from distforest import location
 from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     dry_run_option,
+    id_dropped_option,
     input_options,
     parse_max_features,
+    run_job,
     seed_option,
-    show,
     tile_size_option,
     trees_option,
 )
-from distforest.cli.progress import ProgressBars
 from distforest.errors import StoreError
 from distforest.forests.constraints import SMERF_TILE
 from distforest.jobs.outputs import check_new_file
@@ -76,6 +72,7 @@ def smerf() -> None:
     help="Observed n x n distances of the rows of X (NaN = pair not observed).",
 )
 @click.option("--out", required=True, metavar="MODEL.zarr", help="Model store to write.")
+@id_dropped_option
 @input_options
 @trees_option(SMERF_DEFAULTS["n_estimators"])
 @click.option(
@@ -122,81 +119,13 @@ def fit_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Fit SMERF on the features X (CSV with a header, no target) and distances D."""
-    from distforest.forests.smerf import SMERF, input_cells
-    from distforest.io import load_table
-    from distforest.io.distances import load_distances
-    from distforest.jobs.estimates import check_disk, estimate_smerf_model
-    from distforest.jobs.inputs import input_shape, partitioned_input
-    from distforest.jobs.smerf import save_model
-    from distforest.parallel.placement import place
-    from distforest.store.run_store import check_can_create
+    from distforest.jobs.smerf import fit_job
 
-    check_can_create(out, overwrite)
-    params = {k: options.pop(k) for k in SMERF_KEYS}
-    model = SMERF(**params, random_state=random_state)
-    model._validated()
-    by_parts = partitioned_input(input)  # a glob, a folder of parts, a large file
-    if dry_run:
-        from distforest.jobs.command_plans import model_fit_plan, smerf_fit_cpu
-
-        if by_parts:  # not loaded: rows from the metadata or a count of the lines
-            source, n, d = input_shape(input, drop=drop, na_values=na_values)
-        else:
-            table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
-            source, n, d = str(table.source), table.n_samples, table.n_features
-        dist = load_distances(distances, n=n)
-        need = estimate_smerf_model(n, params["n_estimators"], dist.itemsize)
-        trees = params["n_estimators"]
-        show(model_fit_plan("smerf fit", source, n, d, input_cells(n, d), trees, None,
-                            smerf_fit_cpu(trees, n), {"model (distances, leaves, trees)": need},
-                            connect_kwargs(options), out), out)  # fmt: skip
-        return
-    start = time.perf_counter()
-    bars = ProgressBars(enabled=not obj["quiet"])
-    if by_parts:
-        dist = _fit_by_parts(model, input, distances, out, overwrite, tile_size, drop,
-                             na_values, connect_kwargs(options), bars)  # fmt: skip
-        click.echo(f"  features of {input} read by partitions on the workers")
-    else:
-        table = load_table(input, drop=drop, na_values=na_values, allow_missing=False)
-        dist = load_distances(distances, n=table.n_samples)  # checked before any cluster starts
-        need = estimate_smerf_model(table.n_samples, params["n_estimators"], dist.itemsize)
-        check_disk(location.parent(out), need, replaces=out)
-        cells = input_cells(table.n_samples, table.n_features)
-        with place(cells, connect_kwargs(options), progress=bars):
-            model.fit(table, dist)
-        save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
-    seconds = time.perf_counter() - start
-    observed = dist.observed
-    click.echo(
-        f"SMERF: {params['n_estimators']} trees on {model.n_samples_} rows x "
-        f"{model.n_features_in_} features ({observed:.0%} of pairs observed) in {seconds:.1f} s"
-    )
-    _echo_importances(model.feature_importances_, model.feature_names_in_, top=5)
-    click.echo(f"  model: {location.resolved(out)}")
-
-
-def _fit_by_parts(model: Any, input: str, distances: str, out: str, overwrite: bool,
-                  tile_size: int, drop: tuple[str, ...], na_values: tuple[str, ...],
-                  connect: dict[str, Any], bars: Any) -> Any:  # fmt: skip
-    """``smerf fit`` of an X read by partitions, on the named cluster (or a LocalCluster):
-    pass 1 (every check) and D's check before anything is written, the rows into a
-    temporary store, the fit from there, the model saved; returns the checked D."""
-    from distforest.io.distances import load_distances
-    from distforest.jobs.estimates import check_disk, estimate_smerf_model
-    from distforest.jobs.inputs import temporary_store
-    from distforest.jobs.smerf import read_by_parts, save_model
-    from distforest.parallel.cluster import connect as connect_to
-
-    with connect_to(**connect) as client, client.as_current():
-        pending = read_by_parts(input, None, drop, na_values)
-        dist = load_distances(distances, n=pending.n_samples)
-        need = estimate_smerf_model(pending.n_samples, model.n_estimators, dist.itemsize)
-        check_disk(location.parent(out), need, replaces=out)
-        with temporary_store() as path:
-            model.set_execution(client, progress=bars).fit(pending.write(path, {}), dist)
-            save_model(model, out, overwrite, tile_size, {"distances": str(distances)})
-    return dist
+    params = {**{k: options.pop(k) for k in SMERF_KEYS}, "random_state": random_state}
+    job = fit_job(input, distances, out, params, drop=drop, na_values=na_values,
+                  tile_size=tile_size, overwrite=overwrite,
+                  connect=connect_kwargs(options))  # fmt: skip
+    run_job(obj, job, dry_run)
 
 
 @smerf.command("predict")
@@ -208,6 +137,7 @@ def _fit_by_parts(model: Any, input: str, distances: str, out: str, overwrite: b
 @click.option(
     "--out", required=True, metavar="STORE.zarr", help="Zarr store to write (2-D array 'distance')."
 )
+@id_dropped_option
 @input_options
 @tile_size_option(SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
@@ -228,33 +158,12 @@ def predict_cmd(
     **options: Any,
 ) -> None:  # fmt: skip
     """Learned distances between the rows of A and those of B (or the training rows)."""
-    from distforest.jobs.estimates import check_disk, estimate_matrix
-    from distforest.jobs.smerf import predict_inputs
-    from distforest.parallel.placement import place
+    from distforest.jobs.smerf import SmerfPredictJob
 
-    model, a, b = predict_inputs(model_path, input, against, out, drop, na_values, overwrite)
-    m = model.n_samples_ if b is None else b.n_samples
-    if dry_run:
-        from distforest.jobs.command_plans import matrix_plan
-
-        show(matrix_plan("smerf predict", str(a.source), a.n_samples, m, 1, tile_size, False,
-                         model._distance_cells(a.n_samples, m), connect_kwargs(options), out),
-             out)  # fmt: skip
-        return
-    need = estimate_matrix(a.n_samples, m, 1, tile_size, False)["disk_bytes"]
-    check_disk(location.parent(out), need, replaces=out)
-    start = time.perf_counter()
-    bars = ProgressBars(enabled=not obj["quiet"])
-    with place(model._distance_cells(a.n_samples, m), connect_kwargs(options), progress=bars):
-        matrix = model.predict_distance(a, b, store=out, tile_size=tile_size,
-                                        overwrite=overwrite)  # fmt: skip
-    n, m = matrix.shape
-    columns = "training rows" if b is None else f"rows of {against}"
-    click.echo(
-        f"SMERF distance: {n} rows of {input} x {m} {columns} in "
-        f"{time.perf_counter() - start:.1f} s"
-    )
-    click.echo(f"  store: {Path(out).resolve()} (array 'distance', tiles of {tile_size})")
+    job = SmerfPredictJob(input=input, model=model_path, against=against, out=out, drop=drop,
+                          na_values=na_values, tile_size=tile_size, overwrite=overwrite,
+                          connect=connect_kwargs(options))  # fmt: skip
+    run_job(obj, job, dry_run)
 
 
 @smerf.command("importances")
@@ -275,15 +184,9 @@ def importances_cmd(model_path: str, plot: str | None, overwrite: bool) -> None:
         )
     values = rs.read("feature_importances")
     names = tuple(rs.attrs["input"]["feature_names"])
-    _echo_importances(values, names, top=len(names))
+    from distforest.jobs.smerf import importance_lines
+
+    click.echo("\n".join(importance_lines(values, names, top=len(names))))
     if plot:
         written = plot_importances(values, names, plot, title="SMERF feature importances")
         click.echo(f"  plot: {written.resolve()}")
-
-
-def _echo_importances(values: np.ndarray, names: tuple[str, ...], top: int) -> None:
-    order = np.argsort(-values, kind="stable")[:top]
-    width = max(len(str(names[k])) for k in order)
-    click.echo("  feature importances (share of the objective decrease):")
-    for k in order:
-        click.echo(f"    {names[k]!s:<{width}}  {values[k]:.4f}")

@@ -7,7 +7,6 @@ imported when a command runs, so that ``--help`` answers at once.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
@@ -16,10 +15,10 @@ from distforest.cli.options import (
     cluster_options,
     connect_kwargs,
     dry_run_option,
+    id_dropped_option,
     input_options,
     run_job,
     seed_option,
-    show,
     tile_size_option,
     trees_option,
 )
@@ -43,6 +42,7 @@ XFOREST_DEFAULTS: dict[str, Any] = {
 @click.command()
 @click.argument("input", metavar="INPUT")
 @click.option("--out", required=True, metavar="STORE.zarr", help="Zarr store to write.")
+@id_dropped_option
 @input_options
 @trees_option(XFOREST_DEFAULTS["n_estimators"])
 @click.option(
@@ -175,7 +175,9 @@ def xforest(
 @click.option("--overwrite", is_flag=True, help="Replace existing output files.")
 @dry_run_option
 @cluster_options
+@click.pass_obj
 def cluster_cmd(
+    obj: dict[str, Any],
     store: str,
     kind: str,
     matrix_free: bool,
@@ -185,29 +187,12 @@ def cluster_cmd(
     **options: Any,
 ) -> None:
     """Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."""
-    from distforest.forests.xforest import XForest
-    from distforest.jobs.outputs import check_new_file
-    from distforest.jobs.xforest import cluster_stored, read_truth, stored_for_clustering
+    from distforest.jobs.outputs import record_path
+    from distforest.jobs.xforest import ClusterJob
 
-    for path in (options["out"], options["plot"]):
-        check_new_file(path, overwrite)
-    rs, name, n = stored_for_clustering(store, kind, matrix_free)
-    labels_truth = None if truth is None else read_truth(truth, n)
-    if dry_run:
-        from distforest.jobs.command_plans import cluster_plan
-
-        cells = XForest.load(store)._fitted_cells() if matrix_free else 0
-        show(cluster_plan(options["method"], store, n, options["k"], options["n_init"],
-                          matrix_free, cells, connect_kwargs(options), options["out"]),
-             options["out"])  # fmt: skip
-        return
-    start = time.perf_counter()
     keys = ("method", "k", "eps", "min_samples", "n_init", "random_state", "out", "plot")
-    params = {k: options.pop(k) for k in keys}
-    written, result = cluster_stored(rs, name, kind, matrix_free, params, labels_truth,
-                                     connect_kwargs(options))  # fmt: skip
-    click.echo(f"{params['method']} on {name} of {n} rows in {time.perf_counter() - start:.1f} s")
-    if result is not None:
-        click.echo("  " + "  ".join(f"{k} {v:.4f}" for k, v in result.items()))
-    for label, path in written.items():
-        click.echo(f"  {label + ':':<19} {path}")
+    clustering = {k: options.pop(k) for k in keys}
+    job = ClusterJob(input=store, out=record_path(clustering["out"]), kind=kind,
+                     matrix_free=matrix_free, truth=truth, clustering=clustering,
+                     overwrite=overwrite, connect=connect_kwargs(options))  # fmt: skip
+    run_job(obj, job, dry_run)

@@ -331,6 +331,26 @@ class RowsPerTree:
 
 
 @dataclass(frozen=True)
+class LeafBound:
+    """A forest's ``leaf_bound``: None (no refinement), "auto", or rows per leaf >= 1."""
+
+    def bad_values(self) -> tuple[Any, ...]:
+        """Values :meth:`check` refuses (for tests)."""
+        return (0, -1, 1.5, "all", True)
+
+    def check(self, name: str, value: Any) -> int | str | None:
+        if value is None or (isinstance(value, str) and value == "auto"):
+            return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1:
+            return int(value)
+        raise ParameterError(
+            f"{name} must be None (leaves as grown), 'auto' (refined when the trees are "
+            f"grown on a sample of the rows) or an integer >= 1 (most rows a leaf keeps), "
+            f"got {value!r}"
+        )
+
+
+@dataclass(frozen=True)
 class Seed:
     """None or a non-negative integer (a seed that can be recorded)."""
 

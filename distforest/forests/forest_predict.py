@@ -46,8 +46,11 @@ NO_OOB_WARNING = (
 
 
 def check_supervised(forest: FittedForest, what: str) -> None:
-    """Raise unless ``forest`` is fitted with a target (and kept its nodes)."""
-    forest._check_nodes(what)
+    """Raise unless ``forest`` is fitted with a target (and kept its nodes, or routes new
+    rows through a model fitted elsewhere)."""
+    if getattr(forest, "outside_", None) is None:
+        forest._check_nodes(what)
+    forest._check_fitted()
     if forest.task_ == "unsupervised":
         raise NotFittedError(
             f"this ProximityForest was fitted without a target (task 'unsupervised'), so it has "

@@ -159,15 +159,23 @@ class ProximitySimilarity(_SavedForest):
             raise NotFittedError("call fit(X, y) before cross_similarity")
         forest = self.forest_
         leaves_q = forest.apply(np.asarray(X_query, dtype=np.float64))
-        if self.kind == "rf-proximity":
-            return original_proximity_tile(leaves_q, forest.leaves_).astype(np.float64)
+        if self.kind == "rf-proximity":  # (leaves in a store, of a forest grown there: read)
+            leaves = np.asarray(forest.leaves_)
+            return original_proximity_tile(leaves_q, leaves).astype(np.float64)
         lq = np.ascontiguousarray(leaves_q.T, dtype=np.int32)
         mass = np.take_along_axis(self.leaf_mass_table_, lq.astype(np.int64), axis=1)
         weights_q = np.zeros_like(mass)
         np.divide(1.0, mass, out=weights_q, where=mass > 0)
-        lf = np.ascontiguousarray(forest.leaves_.T, dtype=np.int32)
-        counts = np.ascontiguousarray(forest.inbag_.T, dtype=np.float64)
+        lf = np.ascontiguousarray(np.asarray(forest.leaves_).T, dtype=np.int32)
+        counts = np.ascontiguousarray(np.asarray(forest.inbag_).T, dtype=np.float64)
         return leaf_match_sum(lq, lf, weights_q, counts) / lq.shape[0]
+
+    def fit_table(self, table: StoredTable) -> ProximitySimilarity:
+        """:meth:`_SavedForest.fit_table`, with RF-GAP's leaf masses."""
+        super().fit_table(table)
+        if self.kind == "rfgap":
+            self.leaf_mass_table_ = _leaf_mass_table(self.forest_)
+        return self
 
     @classmethod
     def load(cls, store: str | Path, kind: str) -> ProximitySimilarity:
@@ -191,9 +199,11 @@ def _leaf_mass_table(forest: ProximityForest) -> np.ndarray:
     n_trees = forest.leaves_.shape[1]
     width = int(forest.node_counts_.max())
     table = np.zeros((n_trees, width))
-    for t in range(n_trees):
+    for t in range(n_trees):  # (a tree at a time: the columns of arrays in a store too)
         table[t] = np.bincount(
-            forest.leaves_[:, t], weights=forest.inbag_[:, t].astype(np.float64), minlength=width
+            np.asarray(forest.leaves_[:, t]),
+            weights=np.asarray(forest.inbag_[:, t]).astype(np.float64),
+            minlength=width,
         )
     return table
 
@@ -305,7 +315,8 @@ class SimForestSimilarity(_SavedForest):
             raise NotFittedError("call fit(X, y) before cross_similarity")
         with execution(client=SYNCHRONOUS):
             leaves_q = self.forest_.apply(np.asarray(X_query, dtype=np.float64))
-        return original_proximity_tile(leaves_q, self.forest_.leaves_).astype(np.float64)
+        leaves = np.asarray(self.forest_.leaves_)  # (in a store, of a forest grown there: read)
+        return original_proximity_tile(leaves_q, leaves).astype(np.float64)
 
     @classmethod
     def load(cls, store: str | Path) -> SimForestSimilarity:

@@ -54,6 +54,8 @@ def new_leaves(forest: FittedForest, X: Any) -> np.ndarray:
     -------
     ndarray of int32, shape (n_new, n_estimators)
     """
+    if getattr(forest, "outside_", None) is not None:  # a model fitted elsewhere routes them
+        return np.asarray(forest.apply(X))
     forest._check_nodes("the proximity of new rows")
     X32 = forest_predict.new_rows(forest, X)
     offsets, _value, *routing = forest_predict._forest_arrays(forest)

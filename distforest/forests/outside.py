@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from distforest.errors import InputError, ParameterError
+from distforest.kernels.proximity import weighted_proximity_tile
 
 #: LightGBM's and XGBoost's boosters are not safe to predict from in two threads at
 #: once (a worker runs several tasks in threads): their calls take turns.
@@ -42,6 +43,8 @@ _BOOSTER_LOCK = threading.Lock()
 
 #: Weightings that read in-bag counts (refused where the model's bagging is unknown).
 NEEDS_INBAG = ("oob", "rfgap")
+#: Weightings with a weight per row and tree (:func:`proximity_weights`).
+WEIGHTINGS = ("kerf", "boosted")
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,32 @@ class OutsideForest:
     def leaf_values(self, leaves: np.ndarray) -> np.ndarray:
         """The output value of each row's leaf in every tree, shape like ``leaves``."""
         return _VALUES[self.family](self.model, leaves)
+
+    def node_counts(self) -> np.ndarray:
+        """Nodes of each tree (every leaf number a row can reach is below it), int64."""
+        return np.asarray(_NODE_COUNTS[self.family](self.model), dtype=np.int64)
+
+    def predict(self, X: Any, classification: bool) -> np.ndarray:
+        """The model's own prediction of rows ``X``, as :func:`predict_values` gives it.
+
+        Class probabilities, shape (n, classes), for a classifier (a binary
+        booster's probability p of the second class becomes ``(1 - p, p)``),
+        else the predicted values, shape (n, 1).
+        """
+        rows = _as_rows(X)
+        if self.family.startswith("sklearn"):
+            if classification:
+                return np.asarray(self.model.predict_proba(rows), dtype=np.float64)
+            return np.asarray(self.model.predict(rows), dtype=np.float64).reshape(-1, 1)
+        if self.family == "xgboost":
+            import xgboost
+
+            rows = xgboost.DMatrix(rows)
+        with _BOOSTER_LOCK:
+            out = np.asarray(self.model.predict(rows), dtype=np.float64)
+        if classification and out.ndim == 1:
+            return np.column_stack([1.0 - out, out])
+        return out.reshape(len(out), -1)
 
 
 def outside_forest(model: Any) -> OutsideForest:
@@ -309,6 +338,44 @@ _LEAVES = {
 }
 
 
+# -- tree sizes ----------------------------------------------------------------
+
+
+def _sklearn_nodes(model: Any) -> list[int]:
+    return [int(t.tree_.node_count) for t in np.asarray(model.estimators_).reshape(-1)]
+
+
+def _hgb_nodes(model: Any) -> list[int]:
+    return [len(p.nodes) for stage in model._predictors for p in stage]
+
+
+def _lightgbm_nodes(booster: Any) -> list[int]:
+    # a leaf number is below the tree's number of leaves
+    import re
+
+    text = booster.model_to_string()
+    return [int(n) for n in re.findall(r"^num_leaves=(\d+)", text, flags=re.MULTILINE)]
+
+
+def _xgboost_nodes(booster: Any) -> list[int]:
+    # a leaf number is a node number of the tree (lines "  id:...")
+    import re
+
+    return [
+        1 + max(int(i) for i in re.findall(r"^\s*(\d+):", dump, flags=re.MULTILINE))
+        for dump in booster.get_dump()
+    ]
+
+
+_NODE_COUNTS = {
+    "sklearn-bagging": _sklearn_nodes,
+    "sklearn-gb": _sklearn_nodes,
+    "sklearn-hgb": _hgb_nodes,
+    "lightgbm": _lightgbm_nodes,
+    "xgboost": _xgboost_nodes,
+}
+
+
 # -- leaf values (the boosted weighting) --------------------------------------
 
 
@@ -417,6 +484,38 @@ def boosted_tree_weights(values: np.ndarray) -> np.ndarray:
     return np.asarray(weights / total, dtype=np.float64)
 
 
+def proximity_weights(method: str, leaves: np.ndarray, forest: OutsideForest | None) -> np.ndarray:
+    """The weight of each row in each tree for ``method`` ``"kerf"`` or ``"boosted"``.
+
+    Parameters
+    ----------
+    method : {"kerf", "boosted"}
+    leaves : ndarray of int, shape (n, T)
+        The training rows' leaves.
+    forest : OutsideForest or None
+        The model (``boosted`` reads its leaf values; None: a forest grown here).
+
+    Returns
+    -------
+    ndarray of float64, shape (n, T)
+    """
+    if method == "kerf":
+        return kerf_weights(leaves)
+    if forest is None:
+        raise ParameterError(
+            "method='boosted' weights the trees of a boosted model by their leaf values; "
+            "this forest was grown by distforest (its trees are averaged): use "
+            "method='original' or 'kerf', or ProximityForest.from_model(boosted_model, X)"
+        )
+    weights = boosted_tree_weights(forest.leaf_values(leaves))
+    return np.ascontiguousarray(np.broadcast_to(weights, leaves.shape))
+
+
+def weighted_tile(leaves: np.ndarray, weights: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
+    """A tile function of the tile service: rows ``rows`` by ``cols`` of a weighted proximity."""
+    return weighted_proximity_tile(leaves[rows], leaves[cols], weights[rows])
+
+
 # -- the fit driver's grower of an outside forest ------------------------------
 
 
@@ -427,13 +526,15 @@ def route_batch(
     *,
     forest: OutsideForest,
     tree_of_seed: dict[int, int],
+    node_counts: np.ndarray,
     sample_weight: np.ndarray | None = None,
 ) -> Any:
     """The fit driver's grower for a model fitted elsewhere: nothing grows, rows are routed.
 
     The driver plans one seed per tree; ``tree_of_seed`` maps the batch's seeds back to
-    the model's trees (batches are contiguous ranges of trees).  Returns the batch's
-    rows' leaves and in-bag counts, as a grown batch of distforest's own trees does.
+    the model's trees (batches are contiguous ranges of trees); ``node_counts`` are the
+    trees' sizes (:meth:`OutsideForest.node_counts`).  Returns the batch's rows' leaves
+    and in-bag counts, as a grown batch of distforest's own trees does.
     """
     from distforest.forests.fit_driver import GrownBatch
 
@@ -446,10 +547,10 @@ def route_batch(
         inbag = np.ones(leaves.shape, dtype=np.uint8)
     return GrownBatch(
         rows={"leaves": leaves, "inbag": inbag},
-        # No nodes are kept (the model routes new rows) and no importances are
-        # measured here (the model has its own): NaN.
+        # No nodes are kept (the model routes new rows), only the trees' sizes; no
+        # importances are measured here (the model has its own): NaN.
         trees={
-            "node_counts": np.zeros(len(seeds), dtype=np.int64),
+            "node_counts": np.asarray(node_counts[trees], dtype=np.int64),
             "importances": np.full((len(seeds), X.shape[1]), np.nan),
         },
     )

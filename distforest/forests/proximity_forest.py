@@ -19,13 +19,26 @@ from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
 from distforest.forests.fit_driver import ForestFit, GrownBatch, fit_forest
+from distforest.forests.outside import WEIGHTINGS
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted, as_list
+from distforest.forests.refine import RefineRule, refine_grown, refine_rule
 from distforest.forests.targets import fit_target
+from distforest.forests.tiled import matrix_in_memory
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
-from distforest.io import Table
+from distforest.io import Table, load_table
 from distforest.io.in_memory import check_in_memory
+from distforest.io.summaries import warn_empty_features
 from distforest.kernels.apply import apply_nodes
-from distforest.kernels.trees import NODE_FIELDS, Task, TreeParams, fit_tree_batch, grow_nodes
+from distforest.kernels.trees import (
+    NODE_FIELDS,
+    Task,
+    TreeBatch,
+    TreeParams,
+    fit_tree_batch,
+    grow_nodes,
+    tree_input,
+)
+from distforest.parallel.tiling import TilePlan
 from distforest.store.run_store import RunStore
 from distforest.store.sink import open_sink
 from distforest.store.source import open_source
@@ -117,6 +130,18 @@ class ProximityForest(Persisted, DaskEstimator):
         scikit-learn's forests: ``balanced`` weighs classes by ``n / (k * count)``,
         ``balanced_subsample`` computes that on each tree's bootstrap sample, a
         mapping gives a weight per class label (1 for a class not given).
+    leaf_bound : {"auto"}, int or None, default "auto"
+        Refine the trees' crowded leaves: after a tree is grown (on its sample)
+        and every row routed, each leaf holding more than ``leaf_bound`` rows is
+        split further on the rows it holds, with the same splitting rule, down to
+        at most ``leaf_bound`` rows (those rows' in-bag counts gain a Poisson(1)
+        draw keyed by the tree and the row: see :mod:`distforest.forests.refine`).
+        The co-leaf work of neighbours, tiles and outliers then stays at most
+        ``leaf_bound`` events per row and tree at any n.  ``auto``: refined
+        (to ``AUTO_LEAF_BOUND`` rows) when the trees are grown on a sample
+        smaller than the rows and the forest supports it (classification or
+        regression, gini or squared error, no depth or leaf limit, no weights);
+        None: never.
     batch_size : int or None, default None
         Trees per Dask task; ``None`` plans batches that shrink towards the
         end (at most a quarter of a worker thread's share each), so that the
@@ -185,6 +210,7 @@ class ProximityForest(Persisted, DaskEstimator):
         bootstrap: bool = True,
         max_samples: int | float | Mapping[Any, int] | None = None,
         class_weight: str | Mapping[Any, float] | None = None,
+        leaf_bound: int | str | None = "auto",
         batch_size: int | None = None,
         tile_size: int = 2048,
         random_state: int | None = None,
@@ -202,6 +228,7 @@ class ProximityForest(Persisted, DaskEstimator):
         self.bootstrap = bootstrap
         self.max_samples = max_samples
         self.class_weight = class_weight
+        self.leaf_bound = leaf_bound
         self.batch_size = batch_size
         self.tile_size = tile_size
         self.random_state = random_state
@@ -224,7 +251,10 @@ class ProximityForest(Persisted, DaskEstimator):
             tags.regressor_tags = RegressorTags()
         return tags
 
-    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {**C.FOREST_CONSTRAINTS}
+    _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
+        **C.FOREST_CONSTRAINTS,
+        "leaf_bound": C.LeafBound(),
+    }
 
     def _check_combinations(self, params: dict[str, Any]) -> None:
         C.check_bootstrap(params["bootstrap"], params["max_samples"])
@@ -349,6 +379,10 @@ class ProximityForest(Persisted, DaskEstimator):
         if sample_weight is not None:
             weights["sample_weight"] = _check_weights(sample_weight, source.n_samples, task)
         n, n_trees = source.n_samples, params["n_estimators"]
+        rule, _why = refine_rule(params.get("leaf_bound"), tree_params, n, source.n_features,
+                                 weighted=sample_weight is not None)  # fmt: skip
+        if rule is not None:  # refined in the growing task: it routes every row itself
+            weights["refine"] = rule
         with self._runner(n * source.n_features) as runner:
             # the rows' store, else memory by the in-memory rule, else a store of this forest's
             sink = open_sink(n, n_trees, store=source.store_path, chunk_rows=params["tile_size"],
@@ -360,16 +394,23 @@ class ProximityForest(Persisted, DaskEstimator):
                 batch_size=params["batch_size"], runner=runner, sink=sink,
                 row_results={"leaves": ("int32", ("sample", "tree")),
                              "inbag": ("uint8", ("sample", "tree"))},
-                keep_nodes=keep_nodes, router=route_forest_rows, routed=("leaves",),
-                progress=self._report("fit"),
+                keep_nodes=keep_nodes, router=None if rule else route_forest_rows,
+                routed=() if rule else ("leaves",), progress=self._report("fit"),
                 join_progress=self._report("leaves"),
             )  # fmt: skip
         self._take_fit(source, fit, params, task, y_fit, classes)
-        if fit.store is not None:  # the store holds what save() writes
-            rs = RunStore.open(fit.store, mode="r+")
-            self._write_arrays(rs, params["tile_size"], names=("tree_importances", "target"))
-            rs.update_attrs(**self._provenance(), store_input=True)
+        self.leaf_bound_ = None if rule is None else rule.bound
+        self._record_store(fit)
         return self
+
+    def _record_store(self, fit: ForestFit) -> None:
+        """Make the store the fit wrote its rows' arrays into (rows read from a store or
+        by partitions) hold what save() writes, so that matrices are added to it."""
+        if fit.store is not None:
+            rs = RunStore.open(fit.store, mode="r+")
+            self._write_arrays(rs, self.params_["tile_size"],
+                               names=("tree_importances", "target"))  # fmt: skip
+            rs.update_attrs(**self._provenance(), store_input=True)
 
     @classmethod
     def from_model(
@@ -435,6 +476,7 @@ class ProximityForest(Persisted, DaskEstimator):
         weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         _, seeds = plan.plan_seeds(0, forest.n_trees)
         grower = partial(route_batch, forest=forest, sample_weight=weights,
+                         node_counts=forest.node_counts(),
                          tree_of_seed={int(s): t for t, s in enumerate(seeds)})  # fmt: skip
         n = source.n_samples
         with self._runner(n * source.n_features) as runner:
@@ -450,7 +492,9 @@ class ProximityForest(Persisted, DaskEstimator):
             )  # fmt: skip
         self._take_fit(source, fit, params, task, y_fit, classes)
         self.model_ = model
+        self.outside_ = forest
         self.no_inbag_ = forest.no_inbag
+        self._record_store(fit)
         return self
 
     def _take_fit(self, source: Any, fit: ForestFit, params: dict[str, Any], task: str,
@@ -491,7 +535,10 @@ class ProximityForest(Persisted, DaskEstimator):
         Returns
         -------
         ndarray of int32, shape (n, n_estimators)
+            From the model's own routing for a forest of :meth:`from_model`.
         """
+        if self._outside() is not None:
+            return self._outside().leaves(self._model_rows(X))
         self._check_nodes("apply() to new rows")
         if isinstance(X, Table):  # already coded as the forest's input (the imputer's rows)
             if X.n_features != self.n_features_in_:
@@ -505,6 +552,26 @@ class ProximityForest(Persisted, DaskEstimator):
         offsets = np.concatenate([[0], np.cumsum(self.node_counts_)])
         assert self.nodes_ is not None  # checked
         return apply_nodes(values, {**self.nodes_, "node_offset": offsets})
+
+    def _outside(self) -> Any:
+        """The :class:`~distforest.forests.outside.OutsideForest` of a forest made by
+        :meth:`from_model`, else None."""
+        return self.__dict__.get("outside_")
+
+    def _model_rows(self, X: Any) -> np.ndarray:
+        """New rows for the model of :meth:`from_model`: the training columns, float64
+        (the model reads its own numbers; no text columns: from_model refuses them)."""
+        self._check_fitted()
+        forest_predict.check_feature_names(self, X)
+        table = X if isinstance(X, Table) else load_table(X, min_rows=1)
+        if table.n_features != self.n_features_in_ or table.categories:
+            raise InputError(
+                f"{table.source} has {table.n_features} features (text columns: "
+                f"{sorted(table.categories) or 'none'}), but the model reads "
+                f"{self.n_features_in_} numeric features; pass the training columns "
+                "(without the target), encoded as for the model"
+            )
+        return np.asarray(table.X, dtype=np.float64)
 
     # -- predictions (see distforest.forests.forest_predict) ----------------
 
@@ -525,10 +592,19 @@ class ProximityForest(Persisted, DaskEstimator):
         ndarray, shape (n,)
             Labels of ``classes_``, or float64 values.
         """
-        values = forest_predict.predict_values(self, X)
+        values = self._predict_values(X)
         if self.task_ == "classification":
             return forest_predict.decode_classes(self, values)
         return values[:, 0]
+
+    def _predict_values(self, X: Any) -> np.ndarray:
+        """Class probabilities or values of new rows: the trees' mean leaf value, or the
+        model's own prediction for a forest of :meth:`from_model`."""
+        if self._outside() is None:
+            return forest_predict.predict_values(self, X)
+        forest_predict.check_supervised(self, "predict()")
+        rows = self._model_rows(X)
+        return self._outside().predict(rows, self.task_ == "classification")
 
     @available_if(_may_be_classifier)
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -544,7 +620,7 @@ class ProximityForest(Persisted, DaskEstimator):
             Columns in the order of ``classes_``.
         """
         self._check_task("classification", "predict_proba()")
-        return forest_predict.predict_values(self, X)
+        return self._predict_values(X)
 
     @available_if(_may_be_classifier)
     def predict_log_proba(self, X: Any) -> np.ndarray:
@@ -660,7 +736,9 @@ class ProximityForest(Persisted, DaskEstimator):
 
     def _check_method(self, method: str) -> None:
         """A proximity method this fitted forest can give (out-of-bag ones need bootstrap)."""
-        C.check_choice("method", method, C.PROXIMITY_METHODS)
+        C.check_choice("method", method, (*C.PROXIMITY_METHODS, *WEIGHTINGS))
+        if method in WEIGHTINGS:  # no in-bag counts read
+            return
         why = getattr(self, "no_inbag_", None)  # a model fitted elsewhere, bagging unknown
         if why is not None and method in C.OUT_OF_BAG_METHODS:
             raise ParameterError(
@@ -675,6 +753,12 @@ class ProximityForest(Persisted, DaskEstimator):
 
     def _check_nodes(self, what: str) -> None:
         self._check_fitted()
+        if self.nodes_ is None and self._outside() is not None:
+            raise NotFittedError(
+                f"this ProximityForest was made by from_model() from a "
+                f"{type(self.model_).__name__}, whose trees stay in the model; {what} needs "
+                "distforest's own tree nodes: use the model itself, or fit a ProximityForest"
+            )
         if self.nodes_ is None:
             raise NotFittedError(
                 f"this ProximityForest was fitted with fit_leaves(), which keeps no tree "
@@ -709,7 +793,8 @@ class ProximityForest(Persisted, DaskEstimator):
     )
 
     def _check_saveable(self) -> None:
-        self._check_nodes("save()")
+        if self._outside() is None:  # a model's forest: its rows' arrays, the trees stay in it
+            self._check_nodes("save()")
 
     def _row_ids(self) -> dict[str, Any]:
         return {"ids": self.sample_ids_, "id_name": self.id_name_}
@@ -718,7 +803,9 @@ class ProximityForest(Persisted, DaskEstimator):
         return {"classes": _class_labels(self.classes_)} if name == "target" else None
 
     def _save_parts(self, rs: RunStore, tile_size: int) -> None:
-        assert self.nodes_ is not None  # checked
+        if self.nodes_ is None:  # from_model: the trees stay in the model (not loadable)
+            rs.update_attrs(outside_model=type(self.model_).__name__)
+            return
         rs.write_forest(self.nodes_, self.node_counts_, self.seeds_)
 
     def _load_parts(self, rs: RunStore) -> None:
@@ -811,6 +898,9 @@ class ProximityForest(Persisted, DaskEstimator):
         """
         if not isinstance(method, str):  # pf.proximity(X_new)
             method, X = "original", method
+        if method in WEIGHTINGS:
+            return self._weighted_proximity(method, store, X=X, overwrite=overwrite,
+                                            max_in_memory=max_in_memory)  # fmt: skip
         if X is not None:
             from distforest.forests.new_rows import cross_proximity
 
@@ -835,6 +925,47 @@ class ProximityForest(Persisted, DaskEstimator):
         self.write_proximity(rs, method)
         rs.mark_complete()
         return rs.dataset()[ARRAY_NAMES[method]]
+
+    def _weighted_proximity(
+        self, method: str, store: str | Path | None, *, X: Any, overwrite: bool,
+        max_in_memory: int | None,
+    ) -> xr.DataArray:  # fmt: skip
+        """:meth:`proximity` with ``method="kerf"`` or ``"boosted"`` (a weight per row and
+        tree): in memory here, stored by :meth:`write_proximity`."""
+        import xarray as xr
+
+        from distforest.forests.outside import weighted_tile
+
+        self._check_fitted()
+        if X is not None:
+            raise ParameterError(
+                f"method={method!r} is computed among the training rows only; for new rows "
+                "use method='original' (or 'rfgap')"
+            )
+        if store is not None:
+            rs = self._open_or_create(store, overwrite)
+            self.write_proximity(rs, method)
+            rs.mark_complete()
+            return rs.dataset()[ARRAY_NAMES[method]]
+        plan, leaves, weights = self._weighted_plan(method)
+        n = self.n_samples_
+        check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
+                        max_in_memory=max_in_memory)  # fmt: skip
+        values = matrix_in_memory(plan, weighted_tile, (leaves, weights))
+        rows = np.arange(n) if self.sample_ids_ is None else np.asarray(self.sample_ids_)
+        return xr.DataArray(values, dims=("sample_i", "sample_j"), name=ARRAY_NAMES[method],
+                            coords={"sample_i": rows, "sample_j": rows},
+                            attrs={"method": method})  # fmt: skip
+
+    def _weighted_plan(self, method: str) -> tuple[TilePlan, np.ndarray, np.ndarray]:
+        """The tiles, leaves and row weights of a weighted proximity (kerf, boosted)."""
+        from distforest.forests.outside import proximity_weights
+
+        leaves = np.asarray(self.leaves_)
+        weights = proximity_weights(method, leaves, self._outside())
+        plan = TilePlan(self.n_samples_, self.n_samples_, self.params_["tile_size"],
+                        symmetric=tiles.SYMMETRIC[method])  # fmt: skip
+        return plan, leaves, weights
 
     def proximity_neighbors(
         self,
@@ -963,6 +1094,8 @@ class ProximityForest(Persisted, DaskEstimator):
         self._check_method(method)
         rs.check_fit(self.fit_id_, f"store {rs.path!r} holds a forest that belongs",
                      "save this forest to a new store first")  # fmt: skip
+        if method in WEIGHTINGS:
+            return self._write_weighted(rs, method)
         with self._runner(self._fitted_cells()) as runner:
             return tiles.write_proximity(
                 runner, rs, method, self.params_["tile_size"],
@@ -971,15 +1104,38 @@ class ProximityForest(Persisted, DaskEstimator):
                 progress=self._report("tiles"),
             )  # fmt: skip
 
+    def _write_weighted(self, rs: RunStore, method: str) -> dict[str, int]:
+        """:meth:`write_proximity` of ``kerf`` / ``boosted``: the row weights shared with the
+        tile tasks (the tile service's resumable tiles, one task per group of tiles)."""
+        from distforest.forests.outside import weighted_tile
+        from distforest.forests.tiled import write_matrix
+        from distforest.kernels.proximity import warm_up
+        from distforest.store.schema import matrix_encoding
+
+        plan, leaves, weights = self._weighted_plan(method)
+        name, n_trees = ARRAY_NAMES[method], int(leaves.shape[1])
+        warm_up()  # compile once here, not in every worker at once
+        with self._runner(self._fitted_cells()) as runner:
+            return write_matrix(
+                runner, rs, name, plan, weighted_tile,
+                (runner.share(leaves), runner.share(weights)),
+                identity={"fit_id": self.fit_id_, "method": method},
+                encoding=matrix_encoding(name, n_trees=n_trees),
+                attrs={"method": method, "n_trees": n_trees}, progress=self._report("tiles"),
+            )  # fmt: skip
+
 
 def grow_forest_batch(
     X: np.ndarray, y: np.ndarray | None, seeds: np.ndarray, *, params: TreeParams,
     keep_nodes: bool, route: bool = True, sample_weight: np.ndarray | None = None,
+    refine: RefineRule | None = None,
 ) -> GrownBatch:  # fmt: skip
     """The fit driver's grower of a :class:`ProximityForest`: one batch of trees, its rows'
     leaves and in-bag counts (:func:`~distforest.kernels.trees.fit_tree_batch`); with
     ``route=False`` the in-bag counts only (:func:`~distforest.kernels.trees.grow_nodes`,
-    the same trees: :func:`route_forest_rows` gives the leaves by row chunks)."""
+    the same trees: :func:`route_forest_rows` gives the leaves by row chunks).  With
+    ``refine``, the crowded leaves of every tree are split further on the rows they
+    hold (:func:`~distforest.forests.refine.refine_grown`; every row routed here)."""
     if y is not None and y.dtype.kind in "iu":  # class codes: the trees see int64 codes
         y = y.astype(np.int64, copy=False)
     if not route:
@@ -989,7 +1145,15 @@ def grow_forest_batch(
             trees={"node_counts": grown.node_counts, "importances": grown.importances},
             nodes=grown.nodes,
         )
-    batch = fit_tree_batch(X, y, seeds, params, keep_nodes, sample_weight)
+    if refine is not None:
+        assert y is not None  # refine_rule refuses unsupervised forests
+        X = tree_input(X)
+        batch = refine_grown(fit_tree_batch(X, y, seeds, params, True), X, y, seeds, refine)
+        if not keep_nodes:
+            batch = TreeBatch(batch.leaves, batch.inbag, batch.node_counts, {},
+                              batch.importances)  # fmt: skip
+    else:
+        batch = fit_tree_batch(X, y, seeds, params, keep_nodes, sample_weight)
     return GrownBatch(
         rows={"leaves": batch.leaves, "inbag": batch.inbag},
         trees={"node_counts": batch.node_counts, "importances": batch.importances},
@@ -1006,12 +1170,4 @@ def route_forest_rows(X: np.ndarray, nodes: Mapping[str, np.ndarray]) -> dict[st
 def _warn_empty_features(table: Table) -> None:
     """One warning naming the features with no value at all (no tree can split on them)."""
     empty = np.isnan(table.X).all(axis=0) if table.n_samples else np.zeros(0, dtype=bool)
-    if empty.any():
-        names = [table.feature_names[j] for j in np.flatnonzero(empty)]
-        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-        warnings.warn(
-            f"{len(names)} feature(s) have no value in any row ({shown}): no tree can split on "
-            "them; drop them (--drop) or check the input",
-            UserWarning,
-            stacklevel=3,
-        )
+    warn_empty_features([table.feature_names[j] for j in np.flatnonzero(empty)], stacklevel=3)

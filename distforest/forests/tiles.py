@@ -32,7 +32,9 @@ from distforest.store.run_store import RunStore, read_rows
 from distforest.store.schema import matrix_encoding, matrix_spec
 
 #: Name of each method's matrix in the store (layouts in :mod:`distforest.store.schema`).
-ARRAY_NAMES = {"original": "proximity", "oob": "proximity_oob", "rfgap": "proximity_rfgap"}
+ARRAY_NAMES = {"original": "proximity", "oob": "proximity_oob", "rfgap": "proximity_rfgap",
+               # a weight per row and tree (ProximityForest's, see forests/outside.py)
+               "kerf": "proximity_kerf", "boosted": "proximity_boosted"}  # fmt: skip
 
 #: Methods whose matrix is symmetric: only the upper triangle is computed.
 SYMMETRIC = {method: bool(matrix_spec(name).symmetric) for method, name in ARRAY_NAMES.items()}

@@ -30,6 +30,7 @@ from distforest.io.summaries import (
     encode_target,
     summarise_block,
     summarise_partition,
+    warn_empty_features,
 )
 from distforest.io.tables import check_column, check_target
 
@@ -122,9 +123,13 @@ def read_partitioned(
             raise InputError(f"{parts.source}: row IDs (--id {id_col}) are read from a table "
                              "by partitions, not from a numeric array; store the IDs in a "
                              "table column, or leave --id out")  # fmt: skip
-        return _read_array(parts, target, tuple(map(str, drop)), allow_missing, min_rows, dtype)
-    return _read_frame(parts, target, tuple(map(str, drop)), na, allow_missing, min_rows, id_col,
-                       dtype)  # fmt: skip
+        ingested = _read_array(parts, target, tuple(map(str, drop)), allow_missing, min_rows,
+                               dtype)  # fmt: skip
+    else:
+        ingested = _read_frame(parts, target, tuple(map(str, drop)), na, allow_missing, min_rows,
+                               id_col, dtype)  # fmt: skip
+    warn_empty_features(ingested.encoding.empty_features, stacklevel=2)
+    return ingested
 
 
 def _compute(*values: Any) -> tuple[Any, ...]:

@@ -61,21 +61,35 @@ def load_model(path: str | Path) -> Any:
         When the library the file needs is not installed.
     """
     file = Path(path)
+    return _LOADERS[check_model_file(file)](file)
+
+
+def check_model_file(path: str | Path) -> str:
+    """The format of a model file, checked without loading it: ``"skops"``, ``"lightgbm"``
+    or ``"xgboost"`` (a skops file's types checked against the trusted list).
+
+    Raises
+    ------
+    InputError
+        As :func:`load_model`, before any model is built.
+    """
+    file = Path(path)
     if not file.is_file():
         raise InputError(
             f"model file {str(file)!r} does not exist: give the path of {SAFE_FORMATS}"
         )
     with file.open("rb") as handle:
-        head = handle.read(64)
+        head = handle.read(4096)
     if zipfile.is_zipfile(file):
-        return _load_skops(file)
+        _skops_trusted(file)
+        return "skops"
     if head.startswith(b"tree\n") or head.startswith(b"tree\r\n"):
-        return _load_lightgbm(file)
+        return "lightgbm"
     stripped = head.lstrip()
-    if stripped.startswith(b"{") and b'"learner"' in file.read_bytes()[:4096]:
-        return _load_xgboost(file)
+    if stripped.startswith(b"{") and b'"learner"' in head:
+        return "xgboost"
     if file.suffix.lower() == ".ubj" or stripped.startswith(b"{L") or stripped.startswith(b"{U"):
-        return _load_xgboost(file)
+        return "xgboost"
     if head.startswith(_PICKLE_STARTS) or file.suffix.lower() in (".pkl", ".pickle", ".joblib"):
         raise InputError(
             f"{str(file)!r} looks like a pickle or joblib file, which runs code when it is "
@@ -84,7 +98,8 @@ def load_model(path: str | Path) -> Any:
     raise InputError(f"{str(file)!r} is not a model file distforest reads: give {SAFE_FORMATS}")
 
 
-def _load_skops(file: Path) -> Any:
+def _skops_trusted(file: Path) -> list[str]:
+    """The types of a skops file to pass to ``skops.io.load`` (refused if any is untrusted)."""
     try:
         import skops.io as sio
     except ImportError as err:
@@ -92,19 +107,25 @@ def _load_skops(file: Path) -> Any:
             f"{str(file)!r} is a skops file: install skops (pip install skops) to read it"
         ) from err
     try:
-        untrusted = set(sio.get_untrusted_types(file=file)) - TRUSTED_SKOPS_TYPES
+        types = set(sio.get_untrusted_types(file=file))
     except Exception as err:  # a zip that is not a skops archive
         raise InputError(
             f"{str(file)!r} is a zip archive but not a skops model file: {err}"
         ) from err
+    untrusted = types - TRUSTED_SKOPS_TYPES
     if untrusted:
         raise InputError(
             f"{str(file)!r} holds types distforest does not trust: {sorted(untrusted)}; "
             "it loads only scikit-learn's tree ensembles (RandomForest*, ExtraTrees*, "
             "GradientBoosting*, HistGradientBoosting*) and what skops trusts by default"
         )
-    trusted = sorted(set(sio.get_untrusted_types(file=file)))
-    return sio.load(file, trusted=trusted)
+    return sorted(types)
+
+
+def _load_skops(file: Path) -> Any:
+    import skops.io as sio
+
+    return sio.load(file, trusted=_skops_trusted(file))
 
 
 def _load_lightgbm(file: Path) -> Any:
@@ -130,3 +151,6 @@ def _load_xgboost(file: Path) -> Any:
     except xgboost.core.XGBoostError as err:
         raise InputError(f"{str(file)!r} is not a valid XGBoost model: {err}") from err
     return booster
+
+
+_LOADERS = {"skops": _load_skops, "lightgbm": _load_lightgbm, "xgboost": _load_xgboost}

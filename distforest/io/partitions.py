@@ -384,7 +384,12 @@ def _part_columns(file: str, text: bool, source: str) -> dict[str, str]:
     header or Parquet footer only; :class:`InputError` for an empty part or one that is not
     a table."""
     if text:
-        first = _first_line(file)
+        try:
+            first = _first_line(file)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{source}: part {file} is not a text table (not UTF-8 text: "
+                             f"{location.why(exc)}); remove it from the files the pattern "
+                             "matches, or write it again as CSV") from None  # fmt: skip
         if not first.strip():
             raise InputError(f"{source}: part {file} is empty (no header row); remove it")
         return dict.fromkeys(next(csv.reader([first], delimiter=sniff_delimiter(file))), "text")
@@ -421,7 +426,10 @@ def check_parts(files: Sequence[str], source: str, folder: Any, *, text: bool = 
     A link leading outside the folder, an empty part, a part that is not a table,
     and a part whose columns differ from the first part's (a missing or extra
     column, another type) raise :class:`InputError` (exit 3) naming the part
-    and the column.  Only each part's header or footer is read.
+    and the column.  Only each part's header or footer is read.  A CSV part's
+    columns are all text here: their types are compared where their values are
+    read, in the summaries pass (a column that is numbers in one part and text
+    in another, :func:`distforest.io.summaries.decide`).
     """
     first: dict[str, str] | None = None
     for file in map(str, files):

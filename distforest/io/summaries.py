@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +49,7 @@ __all__ = [
     "encode_target",
     "summarise_partition",
     "typed_partition",
+    "warn_empty_features",
 ]
 
 #: Most distinct text values counted per column (per partition and merged).
@@ -321,6 +324,26 @@ class Encoding:
         """Rows of the table."""
         return int(sum(self.lengths))
 
+    @property
+    def empty_features(self) -> tuple[str, ...]:
+        """The features with no value in any row (every cell missing)."""
+        n = self.n_samples
+        return tuple(c for c in self.features if n and self.missing.get(c, 0) == n)
+
+
+def warn_empty_features(names: Sequence[str], stacklevel: int = 2) -> None:
+    """The one warning naming features with no value in any row (no tree can split on them),
+    for rows in memory and rows read by partitions alike; nothing when ``names`` is empty."""
+    if not names:
+        return
+    shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    warnings.warn(
+        f"{len(names)} feature(s) have no value in any row ({shown}): no tree can split on "
+        "them; drop them (--drop) or check the input",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+
 
 class _Where:
     """Turns (partition, row in partition) into words: file, row of the table."""
@@ -399,12 +422,16 @@ def decide(
     encodings: dict[str, ColumnEncoding] = {}
     categories: dict[str, tuple[str, ...]] = {}
     for col in features:
+        _check_part_types(col, parts, source)
         enc = _decide_column(col, [p.columns[col] for p in parts], where, source, sep)
         encodings[col] = enc
         if enc.how == "labels":
             categories[col] = enc.labels
         if not allow_missing:
             count = sum(p.columns[col].missing for p in parts)
+            if count == n:
+                raise InputError(f"{source}: column {col!r} has no value in any row ({n} rows); "
+                                 f"drop it (--drop {col}) or check the input")  # fmt: skip
             if count:
                 k = next(k for k, p in enumerate(parts) if p.columns[col].missing)
                 first = parts[k].columns[col].first_missing  # (-1: not recorded)
@@ -421,6 +448,36 @@ def decide(
     missing = {c: sum(p.columns[c].missing for p in parts) for c in features}
     return Encoding(features, encodings, categories, tuple(p.rows for p in parts), target, kind,
                     labels, h.hexdigest(), text_columns, na, missing)  # fmt: skip
+
+
+def _check_part_types(col: str, parts: list[PartSummary], source: str) -> None:
+    """Refuse a column that is numbers in one part file and text in another (exit 3, naming
+    both parts and the column).
+
+    Parts of a text source (CSV) are typed by their values: a file whose values of
+    ``col`` all read as numbers holds numbers; one where none does holds text.  (A
+    typed source's parts are compared by their schemas when they are opened,
+    :func:`distforest.io.partitions.check_parts`.)  Files mixing both are left to
+    the column's own rules (stray strings, or a categorical column).
+    """
+    files: dict[str, list[ColumnSummary]] = {}
+    for part in parts:  # (a file may be read in several blocks)
+        if part.file is not None and part.columns[col].kind == "text":
+            files.setdefault(part.file, []).append(part.columns[col])
+    numbers: str | None = None
+    text: tuple[str, str] | None = None
+    for file, blocks in files.items():
+        observed, dot = sum(b.observed for b in blocks), sum(b.dot for b in blocks)
+        if observed and dot == observed:
+            numbers = numbers or file
+        elif observed and dot == 0 and text is None:
+            text = (file, next(v for b in blocks for _, v in b.bad))
+    if numbers is not None and text is not None:
+        raise InputError(
+            f"{source}: part {text[0]} holds column {col!r} as text (e.g. {text[1]!r}), not "
+            f"number, unlike the part {numbers}; every part must have the same columns of the "
+            "same types: fix or remove that part"
+        )
 
 
 def _digest(s: ColumnSummary) -> tuple:

@@ -106,10 +106,7 @@ def check_can_write(path: str | Path, overwrite: bool = False) -> Path:
         )
     if dest.exists() or dest.is_symlink():
         if not overwrite:
-            raise StoreError(
-                f"{str(path)!r} already exists; pass overwrite=True (--overwrite) to replace it "
-                "or choose another name"
-            )
+            raise location.existing_output(path)
         if dest.is_dir() and not (fmt == "zarr" and (dest / "zarr.json").exists()):
             raise StoreError(
                 f"{str(path)!r} is a directory that is not a Zarr store; refusing to replace "
@@ -128,10 +125,7 @@ def _check_remote(url: Any, fmt: str, overwrite: bool) -> Any:
     if location.exists(url):
         shown = location.display(url)
         if not overwrite:
-            raise StoreError(
-                f"{shown!r} already exists; pass overwrite=True (--overwrite) to replace it "
-                "or choose another name"
-            )
+            raise location.existing_output(url)
         if location.is_dir(url) and not (
             fmt == "zarr" and location.exists(location.join(url, "zarr.json"))
         ):

@@ -92,8 +92,7 @@ def check_output(out: str | Path, overwrite: bool = False) -> Path:
         ours = all(e.is_file() and e.name.startswith("part-") and e.suffix == ".parquet"
                    for e in entries)  # fmt: skip
         if entries and not overwrite:
-            raise StoreError(f"{str(out)!r} already exists and is not empty; pass "
-                             "--overwrite to replace it or choose another name")  # fmt: skip
+            raise location.existing_output(out)
         if entries and not ours:
             raise StoreError(f"{str(out)!r} holds files other than part-*.parquet; refusing "
                              "to replace it: choose another name")  # fmt: skip
@@ -522,11 +521,13 @@ def impute_command(
     progress: Any = None,
     dry_run: bool = False,
     id: str | None = None,
+    model: str | None = None,
 ) -> Any:
     """``distforest impute``: check, impute where placement says, write; the summary
     (``dry_run``: the :class:`~distforest.jobs.plan.Plan`, nothing run or written).
 
     ``id`` names the rows' ID column: not a feature, copied unchanged (as ``drop``).
+    ``model``: a model file whose trees weigh the rows (:func:`impute_with_model`).
     A table read by partitions always runs on a cluster (started for the run if
     none is named).
     """
@@ -538,6 +539,18 @@ def impute_command(
     from distforest.parallel.placement import place
 
     start = time.perf_counter()
+    if model is not None and dry_run:
+        from distforest.errors import ParameterError
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(model)
+        raise ParameterError(
+            "impute --model runs no forest to plan (one pass: the rows routed through the "
+            "model, each hole filled from its proximities): run it without --dry-run"
+        )
+    if model is not None:
+        return impute_with_model(input, out, model, params, connect, target=target, drop=drop,
+                                 na_values=na_values, overwrite=overwrite)  # fmt: skip
     if dry_run:
         return impute_plan(input, out, params, connect, target=target, drop=drop,
                            na_values=na_values, categorical=categorical,
@@ -624,3 +637,55 @@ def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str,
         + ["  note:         read by partitions: every feature column counted as having missing "
            "values (an upper bound)"] * by_parts,
     )  # fmt: skip
+
+
+def impute_with_model(input: str, out: str, model: str, params: dict[str, Any],
+                      connect: dict[str, Any], *, target: str | None, drop: tuple[str, ...],
+                      na_values: tuple[str, ...], overwrite: bool) -> str:  # fmt: skip
+    """``distforest impute --model FILE``: one pass, no forest fitted.
+
+    The rows of ``input`` (the model's training rows, its numeric features) are
+    routed through the model's trees, missing cells following each library's
+    missing-value branches; each missing cell becomes the proximity-weighted mean
+    of the column's observed values (:func:`distforest.apps.scoring.impute_rows`,
+    ``--proximity`` original by default; oob and rfgap where the model's bagging is
+    known).  Target, ``--drop`` and ID columns are copied unchanged.
+    """
+    from distforest.apps.scoring import impute_rows
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io import load_table
+    from distforest.io.model_files import load_model
+    from distforest.io.writers import write_table
+    from distforest.jobs.inputs import partitioned_input
+    from distforest.parallel.placement import place
+
+    method = {"column": "original"}.get(params["proximity"], params["proximity"])
+    if method == "rfimpute":
+        raise InputError(
+            "--proximity rfimpute refits forests; with --model the model's own trees weigh "
+            "the rows: use --proximity original (the default), oob or rfgap"
+        )
+    if partitioned_input(input):
+        raise InputError(
+            f"{input}: impute --model reads a table loaded whole (a file under 32 MB), not a "
+            "glob or a folder of parts; impute without --model, or pass one file"
+        )
+    fitted = load_model(model)  # a pickle or an untrusted type refused before any work
+    start = time.perf_counter()
+    plan = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
+                           overwrite=overwrite)  # fmt: skip
+    table = load_table(plan.features, min_rows=1)
+    with place(table.X.size, connect):
+        forest = ProximityForest.from_model(fitted, table)
+        vote = params["categorical_vote"].replace("auto", "sum")
+        filled, cells = impute_rows(forest, table, table.X, method=method, vote=vote)
+    output = plan.frame.copy()
+    for col in plan.features.columns:  # only the missing cells change
+        output[col] = output[col].where(output[col].notna(), filled[col].to_numpy())
+    provenance = {"distforest_version": __version__, "source": plan.source, "model": model,
+                  "proximity": method, "n_imputed": cells}  # fmt: skip
+    written = write_table(output, plan.dest, overwrite=overwrite, attrs={"imputation": provenance})
+    return (f"imputed {cells} cell(s) of {input} ({output.shape[0]} rows x {output.shape[1]} "
+            f"columns) in {time.perf_counter() - start:.1f} s\n  model:  {model}, "
+            f"{forest.leaves_.shape[1]} trees, {method} proximity, one pass\n"
+            f"  output: {written}")  # fmt: skip

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from distforest import location
 from distforest.apps.knn import WEIGHTS
-from distforest.errors import ConfigError, InputError, ParameterError
+from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
@@ -23,7 +26,6 @@ from distforest.jobs.base import TableJob, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER, fit_seconds, free_space
 from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, predict_to_csv
-from distforest.jobs.knn_partitioned import check_partitioned_fit, fit_ingested, read_training
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.plan import Plan, placement_of
 from distforest.jobs.result import JobResult, summary
@@ -306,12 +308,10 @@ def run_knn_job(
         else:
             cells = table.n_samples * table.n_features if needed else 0
             client = stack.enter_context(place(cells, job.connect, progress=progress)).client
+        rows = stack.enter_context(_stored(table)) if work else table
         if nb:
             if todo["neighbors"]:
-                top_k_neighbors(table, k=nb["k"], metric=nb["metric"],
-                                normalize=normalize_choice(nb["normalize"]),
-                                algorithm=nb["algorithm"], store=nb["out"], overwrite=True,
-                                client=client, progress=progress, attrs=record)  # fmt: skip
+                _neighbors(rows, nb, client, progress, record)
             ds = RunStore.open(nb["out"])
             outputs["neighbours store"] = ds.path
             shape = (table.n_samples, nb["k"])
@@ -324,12 +324,8 @@ def run_knn_job(
                           "normalize": normalize_choice(model["normalize"]),
                           "n_estimators": model["n_estimators"],
                           "random_state": model["random_state"]}  # fmt: skip
-                if isinstance(table, PendingInput):
-                    task = fit_ingested(table.data, model["task"], params, model["model"], True,
-                                        {**record, "predictions": None}, client)[1]  # fmt: skip
-                else:
-                    task = fit_and_save_model(table, model["task"], params, model["model"],
-                                              True, {**record, "predictions": None})[1]  # fmt: skip
+                task = fit_and_save_model(rows, model["task"], params, model["model"], True,
+                                          {**record, "predictions": None})[1]  # fmt: skip
                 if predict:
                     _, written = predict_to_csv(model["model"], predict["input"], predict["out"],
                                                 job.drop, job.na_values)  # fmt: skip
@@ -363,16 +359,43 @@ def run_knn_job(
 
 
 def _partitioned_table(job: KNNJob) -> PendingInput:
-    """The job's table read by partitions: pass 1 (summaries) only; refuses a stage that
-    needs every row in memory."""
-    if job.neighbors:
-        raise InputError(
-            f"{job.input} is read by partitions (a glob, a folder of parts or a file over 32 "
-            "MB), but the neighbors stage searches all rows against all rows held in this "
-            "process; remove the neighbors section, or give one file that fits in memory"
-        )
-    check_partitioned_fit(job.input, {"metric": (job.knn or {}).get("metric", "euclidean")})
-    return PendingInput(read_training(job.input, job.target, job.drop, job.na_values))
+    """The job's table read by partitions: pass 1 (summaries) only, the rows written into
+    a temporary store when a stage needs them (:func:`_stored`)."""
+    from distforest.io.ingest import read_partitioned
+
+    return PendingInput(read_partitioned(job.input, target=job.target, drop=job.drop,
+                                         na_values=job.na_values,
+                                         dtype=np.float64))  # fmt: skip
+
+
+@contextlib.contextmanager
+def _stored(table: Any) -> Iterator[Any]:
+    """The job's rows as a source: a table in memory as it is, a table read by partitions
+    written (pass 2, by tasks) into a temporary store removed when the block ends."""
+    if not isinstance(table, PendingInput):
+        yield table
+        return
+    from distforest.jobs.inputs import temporary_store
+
+    with temporary_store() as path:
+        yield table.write(path, {})
+
+
+def _neighbors(rows: Any, nb: dict[str, Any], client: Any, progress: Any,
+               record: dict[str, Any]) -> None:  # fmt: skip
+    """The neighbours stage: rows in memory searched as they are; rows in a store scaled
+    and checked by tasks into a temporary store, searched from there (the same answer)."""
+    from distforest.forests.scaled_rows import scaled_in_store
+
+    normalize = normalize_choice(nb["normalize"])
+    options = dict(k=nb["k"], normalize=normalize, algorithm=nb["algorithm"], store=nb["out"],
+                   overwrite=True, client=client, progress=progress, attrs=record)  # fmt: skip
+    if getattr(rows, "store_path", None) is None:  # a Table, loaded whole
+        top_k_neighbors(rows, metric=nb["metric"], **options)
+        return
+    with scaled_in_store([rows], metric=nb["metric"], normalize=normalize,
+                         feature_range=(0.0, 1.0)) as (measure, (X,)):  # fmt: skip
+        top_k_neighbors(X, metric=measure, **options)
 
 
 def _stage_todo(path: str, spec: dict[str, Any], digest: str, *, restart: bool,

@@ -13,8 +13,7 @@ import numpy as np
 from distforest.errors import InputError, ParameterError
 from distforest.forests.constraints import FOREST_METRICS
 from distforest.jobs.inputs import PARTITIONED_BYTES, partitioned_input
-from distforest.jobs.model_columns import check_columns, feature_matrix
-from distforest.jobs.outputs import write_csv
+from distforest.jobs.model_columns import feature_matrix
 
 if TYPE_CHECKING:
     from distforest.apps.knn import KNNClassifier, KNNRegressor
@@ -66,19 +65,22 @@ def fit_and_save_model(
     overwrite: bool,
     attrs: dict[str, Any] | None = None,
 ) -> tuple[KNNClassifier | KNNRegressor, str]:
-    """Fit a k-NN model on a loaded table and save it with what predicting needs.
+    """Fit a k-NN model on a table's rows and save it with what predicting needs.
 
     Parameters
     ----------
-    table : distforest.io.Table
-        With the target in ``table.y``.
+    table : distforest.io.Table or RowSource
+        With its target.  Rows in a store (a table read by partitions) are
+        fitted by chunks on dask's current scheduler, their model rows copied
+        into ``out`` by tasks.
     task : {"auto", "classification", "regression"}
     params : dict
         :class:`KNNClassifier` / :class:`KNNRegressor` parameters.  A forest
         metric fits its trees on the current default client (the model keeps
         ``client=None``, so that it can be cloned by the feature selection).
     out : str
-        Model store to create.
+        Model store to create (nothing is left under it if the fit or the
+        writing fails).
     overwrite : bool
 
     Returns
@@ -86,18 +88,29 @@ def fit_and_save_model(
     model, task
         The fitted model and the resolved task.
     """
+    from distforest import location
     from distforest.apps.knn import KNNClassifier, KNNRegressor, save_model
     from distforest.forests.targets import resolve_task
+    from distforest.store.source import open_source
 
-    task = resolve_task(task, table.y, table.target_name)
+    source = open_source(table)
+    labels = source.target_classes()
+    values = np.asarray(labels, dtype=object) if labels is not None else source.read_y()
+    task = resolve_task(task, values, source.target_name)
     if task not in ("classification", "regression"):
         raise InputError(f"k-NN needs a target column to predict; got task {task!r}")
     cls = KNNClassifier if task == "classification" else KNNRegressor
-    model = cls(**params).fit(table, table.y)
-    categories = {k: [str(v) for v in c] for k, c in table.categories.items()}
-    extra = {"target": table.target_name, "source": str(table.source), "categories": categories,
-             **(attrs or {})}  # fmt: skip
-    save_model(model, out, overwrite=overwrite, attrs=extra)
+    model = cls(**params).fit(source)
+    categories = {k: [str(v) for v in c] for k, c in source.categories.items()}
+    extra = {"target": source.target_name, "source": str(source.source),
+             "categories": categories, **(attrs or {})}  # fmt: skip
+    kept = location.exists(out) and not overwrite  # refused by save_model: not ours
+    try:
+        save_model(model, out, overwrite=overwrite, attrs=extra)
+    except BaseException:
+        if not kept and location.exists(out):
+            location.remove_tree(out)  # no half-written model left under OUT
+        raise
     return model, task
 
 
@@ -107,18 +120,70 @@ def predict_to_csv(
     out: str,
     drop: tuple[str, ...] = (),
     na_values: tuple[str, ...] = (),
+    *,
+    by_parts: bool | None = None,
+    connect: dict[str, Any] | None = None,
 ) -> tuple[int, str]:
     """Predict every row of ``data`` with a saved model; write ``row, <target>`` to a CSV.
+
+    One path for every DATA (:mod:`distforest.jobs.row_pieces`): its chunks (the
+    whole table in this process, or one task per partition on dask's current
+    scheduler, the model read once per worker) are predicted and written as
+    pieces of one CSV.
+
+    Parameters
+    ----------
+    by_parts : bool, optional
+        Read DATA by partitions (None: :func:`predicts_by_partitions`).
+    connect : dict, optional
+        Where a search in this process runs (:func:`~distforest.parallel.placement.place`
+        by the cells); None: the current execution.
 
     Returns
     -------
     n_rows, path
     """
-    if predicts_by_partitions(model_path, data):  # predicted and written by tasks
-        from distforest.jobs.partitioned_predict import predict_partitioned
+    import contextlib
+    from functools import partial
 
-        return predict_partitioned(model_path, data, out, drop, na_values)
-    return write_predictions(*read_for_prediction(model_path, data, drop, na_values), out)
+    from distforest.jobs.row_pieces import row_frames, write_pieces
+    from distforest.parallel.placement import place
+    from distforest.store.run_store import RunStore
+
+    by_parts = predicts_by_partitions(model_path, data) if by_parts is None else by_parts
+    rs = RunStore.open(model_path, require_complete=True)
+    names = tuple(str(c) for c in rs.attrs["feature_names"])
+    rows = row_frames(data, names, drop, na_values, by_parts=by_parts)
+    where: Any = contextlib.nullcontext()
+    if rows.in_process and connect is not None:  # the search of the one chunk, by its size
+        cells = len(rows.blocks[0]) * len(names) + int(np.prod(rs.array("X_fit").shape))
+        where = place(cells, connect)
+    with where:
+        n, path, _ = write_pieces(rows, partial(_knn_rows, model_path, rs.attrs, names,
+                                                rows.in_process), out)  # fmt: skip
+    return n, path
+
+
+def _knn_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...], in_process: bool,
+              frame: Any, start: int, part: str) -> Any:  # fmt: skip
+    """``row, <target>`` of one chunk of new rows, predicted by a saved k-NN model (in a
+    task: the model read once per worker, the search in that worker)."""
+    import pandas as pd
+
+    from distforest.apps.knn import load_model
+    from distforest.jobs.row_pieces import model_once
+    from distforest.parallel.execution import execution
+
+    X = feature_matrix(frame, part, attrs, names, start)
+    if X.shape[0] == 0:  # an empty part still has its place
+        prediction: Any = np.empty(0)
+    elif in_process:  # the search placed by the caller
+        prediction = load_model(model_path).predict(X)
+    else:
+        with execution(client="synchronous"):  # in this worker: it is one task of many
+            prediction = model_once(model_path, load_model).predict(X)
+    rows = np.arange(start, start + X.shape[0])
+    return pd.DataFrame({"row": rows, attrs.get("target") or "prediction": prediction})
 
 
 def predicts_by_partitions(model_path: str, data: str) -> bool:
@@ -131,44 +196,3 @@ def predicts_by_partitions(model_path: str, data: str) -> bool:
         return True
     rows = RunStore.open(model_path, require_complete=True).array("X_fit")
     return int(np.prod(rows.shape)) * rows.dtype.itemsize > MODEL_BYTES
-
-
-def read_for_prediction(
-    model_path: str, data: str, drop: tuple[str, ...] = (), na_values: tuple[str, ...] = ()
-) -> tuple[KNNClassifier | KNNRegressor, np.ndarray, dict[str, Any]]:
-    """The saved model, the model's feature columns of ``data`` and the model's attributes."""
-    from distforest.apps.knn import load_model
-    from distforest.store.run_store import RunStore
-
-    attrs = RunStore.open(model_path).attrs
-    model = load_model(model_path)
-    return model, features_of(data, attrs, model.feature_names_in_, drop, na_values), attrs
-
-
-def write_predictions(
-    model: KNNClassifier | KNNRegressor, X: np.ndarray, attrs: dict[str, Any], out: str
-) -> tuple[int, str]:
-    """Predict the rows of ``X``; write ``row, <target>`` to a CSV: ``(n_rows, path)``."""
-    import pandas as pd
-
-    prediction = model.predict(X)
-    frame = pd.DataFrame({"row": np.arange(X.shape[0]), attrs.get("target") or "prediction":
-                          prediction})  # fmt: skip
-    return X.shape[0], write_csv(frame, out)
-
-
-def features_of(
-    data: str,
-    attrs: dict[str, Any],
-    names: tuple[str, ...],
-    drop: tuple[str, ...],
-    na_values: tuple[str, ...],
-) -> np.ndarray:
-    """The model's feature columns of DATA as numbers; text labels coded as when fitted."""
-    from distforest.io import read_frame
-
-    frame = read_frame(data, na_values=na_values)
-    frame.columns = [str(c) for c in frame.columns]
-    frame = frame.drop(columns=[c for c in drop if c in frame.columns])
-    check_columns(data, list(frame.columns), names)
-    return feature_matrix(frame, data, attrs, names)

@@ -358,10 +358,8 @@ def load_pipeline(
         )
     kind = kind_of(data, source)
     if inp.get("id") is not None and kind not in ("proximity", "score"):
-        raise ConfigError(
-            f"{source}: input.id is read by proximity jobs only, not by {kind} pipelines; "
-            "remove it (or use input.drop to leave the column out)"
-        )
+        # outputs that follow the input's rows: the ID column is left out of the features
+        sections["input"] = inp = {**inp, "drop": [*(inp.get("drop") or ()), inp["id"]]}
     connect = {"scheduler": scheduler, "cluster": cluster}
     if kind == "knn":
         templated = functools.partial(_input_of, today=day, folder=folder, source=source)

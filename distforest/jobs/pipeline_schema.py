@@ -41,7 +41,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "labels": _STR,
         "drop": _LIST,
         "na_values": _LIST,
-        "id": _STR,  # proximity jobs only (checked below)
+        "id": _STR,  # other kinds than proximity and score: dropped from the features
         "decimal": _STR,
         # fsspec options of an input URL (endpoint, profile, ...): never recorded anywhere
         "storage_options": _MAP,
@@ -94,7 +94,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "smerf": dict.fromkeys([*SMERF._parameter_constraints, *SMERF_EXTRA], ()),
     "distance": {"rows": _STR, "against": _STR, "oob": _BOOL, "out": _STR},
     # scoring pipelines (model, input, score, impute, output): jobs/score.py
-    "model": {"path": _STR, "training": _STR},
+    "model": {"path": _STR, "training": _STR, "target": _STR},
     "score": {"out": _STR, "method": _STR, "proximity_prediction": _BOOL, "outliers": _BOOL},
     # similarity pipelines (input, similarity, output): jobs/similarity.py
     "similarity": {

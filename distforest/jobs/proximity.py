@@ -16,6 +16,7 @@ It is safe to run again:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from distforest import location
+from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
@@ -66,6 +68,9 @@ class ProximityJob(ForestJob):
     impute: dict[str, Any] | None = None
     #: Directory for ``report.json`` and ``report.md`` (None: no report).
     report_dir: str | None = None
+    #: A model file fitted elsewhere whose trees are used instead of ``forest``
+    #: (:func:`~distforest.io.model_files.load_model`; the input is its training table).
+    model: str | None = None
     name: str = "proximity"
 
     def spec(self, table: Table | PendingInput) -> dict[str, Any]:
@@ -74,8 +79,9 @@ class ProximityJob(ForestJob):
                                  *APP_STAGES)  # fmt: skip
         # id and top-k only when given: the specs of earlier runs are unchanged
         keep += ("id",) * (self.id is not None) + ("top_k", "dense") * (self.top_k is not None)
+        more = {} if self.model is None else {"model": _model_digest(self.model)}
         return self.spec_of(keep, input={"source": table.source,
-                                         "fingerprint": table.fingerprint()})  # fmt: skip
+                                         "fingerprint": table.fingerprint()}, **more)  # fmt: skip
 
     def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
@@ -156,13 +162,15 @@ def proximity_pipeline(job: ProximityJob, n: int, d: int, table: Any = None) -> 
     matrix = "proximity matrix (uncompressed)"
     fit_disk = {k: v for k, v in store.items()
                 if k != matrix and not k.startswith("top-k")}  # fmt: skip
+    fitting = (f"{plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
+               f"{plan['trees_per_task']}" if job.model is None
+               else f"the rows routed through the trees of {job.model}")  # fmt: skip
     stages = [Stage(
-        "fit", f"{plan['trees']} trees in {plan['fit_tasks']} tasks of up to "
-               f"{plan['trees_per_task']}",
+        "fit", fitting,
         reads=(str(job.input),), writes=(str(job.out),), tasks=plan["fit_tasks"],
         cost=Cost(cpu["fit"], peak["fit"], fit_disk),
         run=lambda ctx: _fit(job, table, ctx),
-        resume=lambda ctx: setattr(ctx, "model", ProximityForest.load(job.out)),
+        resume=lambda ctx: setattr(ctx, "model", _fitted(job, table)),
     )]  # fmt: skip
     if job.top_k is not None:
         stages.append(Stage(
@@ -197,9 +205,33 @@ def proximity_pipeline(job: ProximityJob, n: int, d: int, table: Any = None) -> 
                                 f"{plan['tile_size']}" if plan["dense"] else "no n x n matrix")
                              + (f"; the top {plan['top_k']} neighbours of every row"
                                 if plan["top_k"] else "")),
+               *forest_step(job, n, d),
                ("store", str(job.out))],
         stages=stages, cells=n * d, connect=job.connect, out=str(job.out),
     )  # fmt: skip
+
+
+def forest_step(job: ProximityJob, n: int, d: int) -> list[tuple[str, str]]:
+    """The dry run's ``forest`` line: whether its leaves are refined, and why
+    (:func:`~distforest.forests.refine.refine_rule`, the rule the fit follows)."""
+    from distforest.errors import DistforestError
+    from distforest.forests.refine import refine_rule
+
+    forest = ProximityForest(**job.forest)
+    try:
+        params = forest._validated()
+        task = params["task"]
+        if task == "auto":
+            task = "classification" if job.target else "unsupervised"
+        per_class = [p for p in (params["class_weight"], params["max_samples"])
+                     if isinstance(p, dict)]  # fmt: skip
+        classes = (sorted(per_class[0]) if per_class else [0, 1]) if task == "classification" \
+            else []  # fmt: skip
+        tree_params = forest._tree_params(params, task, classes, n)
+        _, why = refine_rule(params["leaf_bound"], tree_params, n, d)
+    except DistforestError as exc:  # the fit reports it with its full context
+        why = f"not decided: {exc}"
+    return [("forest", why)]
 
 
 def _read_input(job: ProximityJob) -> Table | PendingInput:
@@ -256,9 +288,46 @@ def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> str | 
 
 
 def _fit(job: ProximityJob, table: Any, ctx: Context) -> None:
-    """The fit stage: fit the forest and save it (its spec from the store's first moment)."""
-    fit_into_store(ProximityForest(**job.forest), table, ctx, job.out)
+    """The fit stage: fit the forest and save it (its spec from the store's first moment);
+    with ``job.model``, the model's trees route the rows instead."""
+    if job.model is None:
+        fit_into_store(ProximityForest(**job.forest), table, ctx, job.out)
+    else:
+        if isinstance(table, PendingInput):
+            raise InputError(
+                f"{job.input}: --model routes a table loaded whole (a file under 32 MB) "
+                "here; for a glob or a folder of parts use ProximityForest.from_model"
+            )
+        ctx.model = _fitted(job, table)
+        ctx.rs = ctx.model.save(job.out, overwrite=True, attrs=ctx.run.record)
     ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
+
+
+def _fitted(job: ProximityJob, table: Any) -> ProximityForest:
+    """The job's forest again (a resumed run): loaded from its store, or the model's
+    rows routed once more (a model's trees are not in the store)."""
+    if job.model is None:
+        return ProximityForest.load(job.out)
+    from distforest.io.model_files import load_model
+
+    forest = ProximityForest.from_model(load_model(job.model), table,
+                                        tile_size=job.forest.get("tile_size", 2048))  # fmt: skip
+    if location.exists(job.out):  # a resumed run: this fit is the store's
+        with contextlib.suppress(Exception):
+            forest.fit_id_ = RunStore.open(job.out).attrs["fit_id"]
+    return forest
+
+
+def _model_digest(path: str) -> dict[str, str]:
+    """A model file in a job's spec: its path and the hash of its bytes (a pickle, an
+    untrusted type refused here, before the run starts)."""
+    import hashlib
+
+    from distforest.io.model_files import check_model_file
+
+    check_model_file(path)
+    with open(path, "rb") as handle:
+        return {"path": str(path), "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
 
 
 def writes_dense(job: ProximityJob) -> bool:

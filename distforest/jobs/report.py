@@ -24,6 +24,7 @@ from distforest._version import __version__
 from distforest.errors import StoreError
 from distforest.jobs.outputs import REPORT_FILES, write_text
 from distforest.parallel.cluster import engine_report
+from distforest.store.lock import describe_holder
 
 PACKAGES = ("dask", "distributed", "numpy", "zarr", "xarray", "scikit-learn", "numba", "pandas")
 
@@ -212,7 +213,9 @@ def _markdown(report: dict[str, Any], files: dict[str, Any], out_dir: Any) -> st
         f"zarr {report['versions']['zarr']}, scikit-learn {report['versions']['scikit-learn']}",
     ]
     if report["took_over_stale_lock_of"]:
-        lines.append(f"- took over the stale lock of {report['took_over_stale_lock_of']}")
+        lines.append(
+            f"- took over the stale lock of {describe_holder(report['took_over_stale_lock_of'])}"
+        )
     lines += ["", "## Stages", "",
               "| stage | seconds | estimate (core-s) | memory | estimate | notes |",
               "|---|---:|---:|---:|---:|---|"]  # fmt: skip

@@ -34,3 +34,10 @@ def summary(result: JobResult) -> str:
         f"print(xr.open_zarr('{result.store}')['{result.name}'])\"",
     ]
     return "\n".join(lines)
+
+
+def mode_text(mode: str, store: str) -> str:
+    """What a command's summary adds to its first line for a resumed run, or for one
+    that found its store complete (the fix: remove the store)."""
+    return {"resumed": ", resumed", "already complete": ", already complete: nothing to do "
+            f"(remove {store} to compute it again)"}.get(mode, "")  # fmt: skip

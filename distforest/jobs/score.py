@@ -24,16 +24,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from distforest import location
-from distforest.errors import ConfigError, StoreError
+from distforest.errors import ConfigError, InputError, StoreError
 from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.jobs.base import JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER
 from distforest.jobs.outputs import check_new_file, write_csv
 from distforest.jobs.result import JobResult
+from distforest.jobs.row_pieces import RowFrames, model_once, write_pieces
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
 from distforest.store.run_store import RunStore
@@ -55,7 +59,10 @@ class ScoreJob(JobBase):
     #: This run's own store (its spec and stages), not the model's.
     out: str
     #: The table the model was fitted on (for imputation); None: the one the model records.
+    #: Required when ``model`` is a model file fitted elsewhere (its rows are routed).
     training: str | None = None
+    #: The target column of ``training`` (a model file fitted elsewhere).
+    target: str | None = None
     id: str | None = None
     #: ``{"out": csv, "method": "rfgap", "proximity_prediction": bool, "outliers": bool}``.
     score: dict[str, Any] | None = None
@@ -65,7 +72,8 @@ class ScoreJob(JobBase):
 
     def spec(self, fingerprint: str, fit_id: str) -> dict[str, Any]:
         """What determines the results: the model's fit, the rows, the options."""
-        return self.spec_of(("id", "na_values", "score", "impute", "training"),
+        keep = ("id", "na_values", "score", "impute", "training") + ("target",) * bool(self.target)
+        return self.spec_of(keep,
                             model={"path": self.model, "fit_id": fit_id},
                             input={"source": self.input, "fingerprint": fingerprint})  # fmt: skip
 
@@ -78,10 +86,32 @@ class ScoreJob(JobBase):
         return score_summary(result)
 
 
-def _open_model(path: str) -> Any:
-    """The saved forest of a complete store (exit 6 otherwise)."""
+def open_model(path: str, training: str | None = None, target: str | None = None,
+               na_values: tuple[str, ...] = ()) -> Any:  # fmt: skip
+    """The saved forest of a complete store (exit 6 otherwise), or a model file fitted
+    elsewhere (:func:`~distforest.io.model_files.load_model`) with its training rows
+    ``training`` (target column ``target``) routed through it."""
     from distforest.forests.proximity_forest import ProximityForest
 
+    if Path(path).is_file():  # a model file, not a store (a directory)
+        import hashlib
+
+        from distforest.io import load_table
+        from distforest.io.model_files import load_model
+
+        model = load_model(path)
+        if training is None:
+            raise ConfigError(
+                f"{path} is a model fitted elsewhere: its proximities are to the rows it was "
+                "fitted on; name that table (model.training in a pipeline, --training in "
+                "distforest score) and its target column (model.target, --target)"
+            )
+        table = load_table(training, target=target, na_values=na_values)
+        forest = ProximityForest.from_model(model, table)
+        with open(path, "rb") as handle:  # the same model and rows: the same fit
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()[:16]
+        forest.fit_id_ = f"{digest}-{table.fingerprint()}"
+        return forest
     if not location.exists(path):
         raise StoreError(f"model {path!r} does not exist; run the pipeline that fits it first")
     rs = RunStore.open(path)
@@ -99,10 +129,14 @@ def _sizes(job: ScoreJob) -> tuple[Any, Any]:
     from distforest.apps.scoring import new_rows_table
     from distforest.jobs.inputs import partitioned_input
 
-    forest = _open_model(job.model)
+    forest = open_model(job.model, job.training, job.target, job.na_values)
+    if partitioned_input(job.input) and Path(job.model).is_file():
+        raise ConfigError(
+            f"{job.input}: new rows read by partitions are scored against a saved forest "
+            f"(its store read by each worker); {job.model} is a model file: score a table "
+            "loaded whole, or save a proximity run of the model first"
+        )
     if partitioned_input(job.input):
-        from distforest.jobs.partitioned_predict import read_new_rows
-
         return forest, read_new_rows(forest, job.input, job.id, job.na_values)
     table = new_rows_table(forest, job.input, id_column=job.id, na_values=job.na_values,
                            decimal=job.decimal)  # fmt: skip
@@ -214,13 +248,19 @@ def run_score_job(
     job: ScoreJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
 ) -> JobResult:
     """Score (and impute) the new rows against the model; resumable by stage."""
+    import numpy as np
+
     from distforest.apps.scoring import training_features
+    from distforest.io import load_table
 
     start = time.perf_counter()
     run_id = run_id or new_run_id()
     forest, table = _sizes(job)
     X_train = None
-    if job.impute:  # the training rows read (and checked) before anything is written
+    if job.impute and forest.__dict__.get("outside_") is not None:  # a model file's rows
+        X_train = np.asarray(forest._model_rows(load_table(job.training, target=job.target,
+                                                            na_values=job.na_values)))  # fmt: skip
+    elif job.impute:  # the training rows read (and checked) before anything is written
         X_train = training_features(job.model, forest, job.training, job.na_values)
     pipeline = score_pipeline(job, forest, table, X_train)
 
@@ -247,8 +287,6 @@ def _by_parts(job: ScoreJob, rows: Any, what: str, out: str,
               options: dict[str, Any]) -> tuple[str, int]:  # fmt: skip
     """A stage over new rows read by partitions, on dask's current scheduler (the run's
     cluster): ``(path written, cells filled)``."""
-    from distforest.jobs.partitioned_predict import rows_to_csv
-
     _, written, cells = rows_to_csv(job.model, rows, out, what, options)
     return written, cells
 
@@ -335,6 +373,7 @@ def score_job(
     model = sections["model"]
     training = model.get("training")
     return ScoreJob(
+        target=model.get("target"),
         input=input_path,
         model=templated(model["path"]),
         out=str(out_dir / out.get("store", "scores.zarr")),
@@ -348,3 +387,142 @@ def score_job(
         name=str(data.get("name") or "score"),
         source=source,
     )
+
+
+# -- new rows read by partitions: one task per partition, the forest read once per worker --
+
+
+@dataclass(frozen=True)
+class NewRows:
+    """New rows read by partitions for a saved forest (pass 1 done): what a scoring
+    pipeline needs of its table before any work (rows, cells, fingerprint)."""
+
+    data: Any  # distforest.io.ingest.Ingested
+    id_column: str | None
+
+    @property
+    def n_samples(self) -> int:
+        return self.data.encoding.n_samples
+
+    @property
+    def cells(self) -> int:
+        return self.n_samples * len(self.data.encoding.features)
+
+    def fingerprint(self) -> str:
+        return str(self.data.encoding.fingerprint)
+
+
+def read_new_rows(forest: Any, data: str, id_column: str | None,
+                  na_values: tuple[str, ...]) -> NewRows:  # fmt: skip
+    """Pass 1 over ``data``'s partitions, for the forest's feature columns (and the IDs).
+
+    Raises
+    ------
+    InputError
+        A feature column of the model (or the ID column) is not there, or a
+        value of those columns cannot be read (named with its file and row).
+    """
+    from distforest.io.ingest import read_partitioned
+    from distforest.io.partitions import open_partitions
+
+    names = [str(c) for c in forest.feature_names_in_]
+    columns = open_partitions(data, na_values=na_values).columns
+    absent = [c for c in [*names, *([id_column] if id_column else [])] if c not in columns]
+    if absent:
+        raise InputError(f"{data}: the model needs column(s) {absent} that are not there; "
+                         f"available: {', '.join(list(columns)[:20])}")  # fmt: skip
+    other = tuple(c for c in columns if c not in names and c != id_column)
+    ingested = read_partitioned(data, drop=other, na_values=na_values, min_rows=1, id=id_column)
+    return NewRows(ingested, id_column)
+
+
+def _new_table(model_path: str, encoding: Any, id_column: str | None, frame: Any,
+               part: str) -> tuple[Any, Any]:  # fmt: skip
+    """The saved forest (read once per worker) and one partition as its new rows' table."""
+    from distforest.apps.scoring import new_rows_table
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.io.summaries import typed_partition
+
+    typed = typed_partition(frame, encoding)
+    forest = model_once(model_path, ProximityForest.load)
+    if not len(typed):
+        return forest, None
+    try:
+        return forest, new_rows_table(forest, typed, id_column=id_column)
+    except InputError as exc:
+        raise InputError(f"{part}: {exc}") from None
+
+
+def _numbered(result: Any, id_column: str | None, start: int) -> Any:
+    if id_column is None:  # the rows' numbers in the whole table
+        result["row"] += start
+    return result
+
+
+def _score_rows(model_path: str, encoding: Any, id_column: str | None, options: dict[str, Any],
+                frame: Any, start: int, part: str) -> Any:  # fmt: skip
+    """One partition scored against a saved forest (``distforest score``'s columns)."""
+    from distforest.apps.scoring import score_rows
+    from distforest.parallel.execution import execution
+
+    forest, table = _new_table(model_path, encoding, id_column, frame, part)
+    if table is None:
+        return None
+    with execution(client="synchronous"):  # in this worker: it is one task of many
+        return _numbered(score_rows(forest, table, **options), id_column, start)
+
+
+def _training(model_path: str, training: str | None, na_values: tuple[str, ...]) -> Any:
+    from distforest.apps.scoring import training_features
+    from distforest.forests.proximity_forest import ProximityForest
+
+    forest = model_once(model_path, ProximityForest.load)
+    return training_features(model_path, forest, training, na_values)
+
+
+def _impute_rows(model_path: str, encoding: Any, id_column: str | None, options: dict[str, Any],
+                 frame: Any, start: int, part: str) -> Any:  # fmt: skip
+    """One partition's missing cells filled from the model's training rows (a task)."""
+    from distforest.apps.scoring import impute_rows
+    from distforest.parallel.execution import execution
+
+    forest, table = _new_table(model_path, encoding, id_column, frame, part)
+    if table is None:
+        return None
+    X_train = model_once(model_path, partial(_training, training=options["training"],
+                                         na_values=options["na_values"]), "training")  # fmt: skip
+    with execution(client="synchronous"):  # in this worker: it is one task of many
+        imputed, cells = impute_rows(forest, table, X_train, method=options["method"],
+                                     vote=options["vote"])  # fmt: skip
+    imputed.attrs["cells"] = cells  # counted by the caller
+    return _numbered(imputed, id_column, start)
+
+
+def rows_to_csv(model_path: str, rows: NewRows, out: str, what: str,
+                options: dict[str, Any]) -> tuple[int, str, int]:  # fmt: skip
+    """Score (``what="score"``, ``options`` of :func:`~distforest.apps.scoring.score_rows`)
+    or impute (``"impute"``: method, vote, training, na_values) the new rows by
+    partitions into the CSV ``out``: ``(rows, path, cells filled)``."""
+    data = rows.data
+    blocks = data.partitions.frame.to_delayed()
+    starts = np.concatenate([[0], np.cumsum(data.encoding.lengths)]).astype(np.int64)
+    labels = [data.partitions.partition_name(k) for k in range(len(blocks))]
+    work = _score_rows if what == "score" else _impute_rows
+    return write_pieces(RowFrames(str(data.source), list(blocks), starts, labels, False),
+                        partial(work, model_path, data.encoding, rows.id_column, options),
+                        out)  # fmt: skip
+
+
+def score_partitioned(model_path: str, data: str, out: str, id_column: str | None,
+                      method: str, na_values: tuple[str, ...]) -> tuple[int, str]:  # fmt: skip
+    """``distforest score`` of a DATA read by partitions: ``(rows, path)``.
+
+    A first pass of summaries (:func:`read_new_rows`) types the model's feature
+    columns (and the ID column) as the in-memory reader would; then one task per
+    partition scores it.
+    """
+    from distforest.forests.proximity_forest import ProximityForest
+
+    rows = read_new_rows(ProximityForest.load(model_path), data, id_column, na_values)
+    n, path, _ = rows_to_csv(model_path, rows, out, "score", {"method": method})
+    return n, path

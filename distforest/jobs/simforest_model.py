@@ -1,20 +1,26 @@
 """SimForest models for the commands: saved with their centring, new objects read as the
 model needs them, predictions written.
 
-Used by ``distforest simforest fit`` and ``distforest simforest predict``.
+Used by ``distforest simforest fit`` and ``distforest simforest predict``;
+``distforest simforest proximity`` is a job (:class:`SimForestProximityJob`).
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from distforest.errors import InputError, ParameterError
+from distforest.jobs.base import JobBase, new_run_id
 from distforest.jobs.outputs import write_csv
+from distforest.jobs.result import JobResult, mode_text
+from distforest.jobs.runs import Context, Run, execute
+from distforest.jobs.stages import Cost, Pipeline, Stage
 
 
 def save_model(forest: Any, out: str, overwrite: bool, attrs: dict[str, Any],
@@ -210,7 +216,7 @@ def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...]
     per worker, its per-row arrays left in its store)."""
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.jobs.model_columns import feature_matrix
-    from distforest.jobs.partitioned_predict import _model
+    from distforest.jobs.row_pieces import model_once
     from distforest.jobs.simforest import scale
     from distforest.parallel.execution import execution
 
@@ -223,7 +229,7 @@ def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...]
             f"{start + int(rows[0]) + 1} of the table (counted from 1); the model's measure "
             "needs complete rows: impute them first (distforest impute) or drop those rows"
         )
-    forest = _model(model_path, lambda path: SimilarityForestClassifier.load(
+    forest = model_once(model_path, lambda path: SimilarityForestClassifier.load(
         path, rows_in_store=True))  # fmt: skip
     if X.shape[0] == 0:  # an empty part still has its place
         return prediction_frame(forest, np.empty((0, len(forest.classes_))))
@@ -236,11 +242,9 @@ def predict_partitioned(model: str, data: str, out: str, na_values: tuple[str, .
     """``distforest simforest predict MODEL DATA`` of a DATA read by partitions: one task
     per partition predicts its rows and writes its piece of the CSV (joined in order, the
     in-memory command's file); the summary line, or (``dry_run``) what would run."""
-    import dask
-
-    from distforest.io.partitions import PATH_COLUMN, open_partitions
+    from distforest.io.partitions import open_partitions
     from distforest.jobs.model_columns import check_columns
-    from distforest.jobs.partitioned_predict import _write_pieces
+    from distforest.jobs.row_pieces import row_frames, write_pieces
     from distforest.parallel.cluster import connect as connect_to
     from distforest.store.run_store import RunStore
 
@@ -260,13 +264,113 @@ def predict_partitioned(model: str, data: str, out: str, na_values: tuple[str, .
         return (f"simforest predict of {parts.source}: read by partitions, "
                 f"{parts.npartitions} tasks that each predict a partition's rows with "
                 f"{model} and write a piece of {out}")  # fmt: skip
-    keep = [*names, PATH_COLUMN] if PATH_COLUMN in parts.frame.columns else list(names)
     with connect_to(**connect) as client, client.as_current():
-        blocks = parts.frame[keep].to_delayed()
-        lengths = dask.compute(*[dask.delayed(len)(b) for b in blocks])
-        starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        labels = [parts.partition_name(k) for k in range(len(blocks))]
-        work = partial(_predict_rows, model, attrs, names)
-        n, path, _ = _write_pieces(blocks, starts, labels, work, out)
+        rows = row_frames(data, names, na_values=na_values, by_parts=True)
+        n, path, _ = write_pieces(rows, partial(_predict_rows, model, attrs, names), out)
     return (f"{n} predictions read by partitions in {time.perf_counter() - start:.1f} s\n"
             f"  predictions:  {path}")  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class SimForestProximityJob(JobBase):
+    """``distforest simforest proximity``: a saved model's proximity of its training
+    objects, tile by tile, into a store of its own (``input`` is the model)."""
+
+    job_kind: ClassVar[str] = "simforest-proximity"
+
+    out: str
+    method: str = "original"
+    #: Rows/columns of one tile; None: the model's.
+    tile_size: int | None = None
+    name: str = "simforest proximity"
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return f"{self.method} proximity of a SimForest model's training objects"
+
+    def summary(self, result: JobResult) -> str:
+        """The matrix and its store."""
+        how = mode_text(result.mode, self.out)
+        return (f"{result.name} of {result.shape[0]} x {result.shape[1]} objects in "
+                f"{result.seconds:.1f} s{how}\n  store:  {self.out} (array {result.name!r}, "
+                "dims sample_i, sample_j)")  # fmt: skip
+
+
+def _proximity_model(job: SimForestProximityJob) -> Any:
+    from distforest.forests.simforest import SimilarityForestClassifier
+
+    return SimilarityForestClassifier.load(job.input, rows_in_store=True)  # copied by tasks
+
+
+@SimForestProximityJob.plans
+def plan_proximity_job(job: SimForestProximityJob) -> Pipeline:
+    """What the job would do (``--dry-run``): opens the model, runs nothing."""
+    return proximity_pipeline(job, _proximity_model(job))
+
+
+def proximity_pipeline(job: SimForestProximityJob, forest: Any) -> Pipeline:
+    """The one stage of ``simforest proximity``: the ``n x n`` matrix in tiles."""
+    from distforest.forests.tiles import ARRAY_NAMES, SYMMETRIC
+    from distforest.jobs.estimates import estimate_matrix
+    from distforest.parallel.tiling import TilePlan
+
+    n, tile = forest.n_samples_, job.tile_size or forest.params_["tile_size"]
+    tiles = TilePlan(n, n, tile, symmetric=SYMMETRIC[job.method])
+    need = estimate_matrix(n, n, 1, tile, SYMMETRIC[job.method])
+    chunk = f"{tiles.chunks[0]} x {tiles.chunks[1]}"
+    stage = Stage(
+        "tiles", f"{job.method}, {tiles.n_tasks:,} tiles of {chunk}", reads=(job.input,),
+        writes=(ARRAY_NAMES[job.method],), tasks=tiles.n_tasks, tiles=tiles.n_tasks,
+        cost=Cost(need["cpu_seconds"], need["memory_bytes"] + 3 * 4 * tiles.chunks[0]
+                  * tiles.chunks[1], {"matrix (uncompressed)": need["disk_bytes"]}),
+        run=lambda ctx: _proximity(job, forest, ctx), again=True,
+    )  # fmt: skip
+    return Pipeline(title=f"simforest proximity: {n:,} x {n:,} rows, 1 features",
+                    steps=[("input", job.input), ("matrix", f"{tiles.n_tasks:,} tiles of {chunk}"),
+                           ("store", str(job.out))],
+                    stages=[stage], cells=forest._fitted_cells(), connect=job.connect,
+                    out=str(job.out))  # fmt: skip
+
+
+def _proximity(job: SimForestProximityJob, forest: Any, ctx: Context) -> None:
+    """The tiles stage: the store created with the run's record first (a killed run
+    resumes it, its finished tiles kept), then the tiles."""
+    from distforest.store.run_store import RunStore
+
+    rs = forest._proximity_store(job.out, True)
+    if rs.attrs.get("spec_hash") != ctx.run.record["spec_hash"]:
+        rs.update_attrs(**ctx.run.record)
+    P = forest.proximity(job.method, store=job.out, tile_size=job.tile_size, complete=False)
+    ctx.rs = RunStore.open(job.out, mode="r+")
+    ctx.done.info["shape"] = [int(s) for s in P.shape]
+
+
+@SimForestProximityJob.runs
+def run_proximity_job(job: SimForestProximityJob, progress: Any = None, *,
+                      restart: bool = False, run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Write the model's proximity under the run protocol; the disk checked first."""
+    from distforest import location
+    from distforest.forests.tiles import ARRAY_NAMES
+    from distforest.jobs.estimates import check_disk, estimate_matrix
+    from distforest.store.run_store import RunStore
+
+    start = time.perf_counter()
+    forest = _proximity_model(job)
+    n, tile = forest.n_samples_, job.tile_size or forest.params_["tile_size"]
+    name = ARRAY_NAMES[job.method]
+
+    def check(run: Run) -> None:
+        need = estimate_matrix(n, n, 1, tile, True)["disk_bytes"]
+        check_disk(location.parent(job.out), need, replaces=job.out)
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        rows, cols = rs.array(name).shape
+        return JobResult(store=rs.path, name=name, shape=(int(rows), int(cols)),
+                         n_trees=len(forest.trees_), task="SimForest proximity",
+                         seconds=time.perf_counter() - start, outputs={"store": rs.path},
+                         mode=mode)  # fmt: skip
+
+    spec = job.spec_of(("method", "tile_size"), model={"path": job.input,
+                                                      "fit_id": forest.fit_id_})  # fmt: skip
+    return execute(job, proximity_pipeline(job, forest), spec, result, progress=progress,
+                   restart=restart, run_id=run_id or new_run_id(), check=check)  # fmt: skip

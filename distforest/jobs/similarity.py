@@ -3,8 +3,10 @@
 One stage writes the similarity or distance matrix of INPUT's rows (against
 ``reference``'s rows, or against themselves: symmetric) tile by tile
 (:func:`~distforest.forests.pairwise.pairwise`).  A glob, a folder of table
-parts or a file over 32 MB is read by partitions on the workers
-(:mod:`distforest.jobs.partitioned_rows`): the driver never holds the rows.
+parts or a file over 32 MB is read by partitions on the workers, scaled and
+checked by chunks into a temporary store
+(:func:`~distforest.forests.scaled_rows.scaled_in_store`): the driver never
+holds the rows.
 The run follows the run protocol (:func:`~distforest.jobs.runs.execute`):
 locked, resumable (finished tiles are kept), not repeated once complete,
 reported.  A pipeline::
@@ -17,8 +19,9 @@ reported.  A pipeline::
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -74,9 +77,11 @@ class SimilarityJob(JobBase):
     @property
     def partitioned(self) -> bool:
         """Whether the rows are read by partitions (then on a cluster)."""
-        from distforest.jobs.partitioned_rows import by_partitions
+        from distforest.jobs.inputs import partitioned_input
 
-        return by_partitions(self.input, self.reference)
+        return partitioned_input(self.input) or (
+            self.reference is not None and partitioned_input(self.reference)
+        )
 
     def normalize_choice(self) -> str | None:
         from distforest.jobs.knn_model import normalize_choice
@@ -100,9 +105,7 @@ def _planned(job: Any, pipeline: Callable[..., Pipeline]) -> Pipeline:
     """``pipeline(job, source, n, m, d, cells)`` from the inputs' sizes (rows read by
     partitions: from their metadata, nothing loaded)."""
     if job.partitioned:
-        from distforest.jobs.partitioned_rows import input_sizes
-
-        source, n, m, d = input_sizes(job.input, job.reference, job.drop, job.na_values)
+        source, n, m, d = _input_sizes(job)
         return pipeline(job, source, n, m, d, ON_A_CLUSTER)
     X, Y = _tables(job)
     m = X.n_samples if Y is None else Y.n_samples
@@ -203,16 +206,43 @@ def _write(job: SimilarityJob, X: Any, Y: Any, ctx: Context, measure: Any = None
 def _by_partitions(job: SimilarityJob, ctx: Context) -> None:
     """The tiles stage of rows read by partitions: scaled and checked into a temporary
     store on the run's cluster, the tiles read from there."""
-    from distforest.jobs.partitioned_rows import stored_rows
-
-    client = ctx.where.client
-    with (
-        client.as_current(),  # the partitions' tasks run on the run's cluster
-        stored_rows(job.input, job.reference, metric=job.metric,
-                    normalize=job.normalize_choice(), feature_range=job.feature_range,
-                    drop=job.drop, na_values=job.na_values) as (measure, X, Y),
-    ):  # fmt: skip
+    with ctx.where.client.as_current(), _scaled_rows(job) as (measure, X, Y):
         _write(job, X, Y, ctx, measure)
+
+
+@contextlib.contextmanager
+def _scaled_rows(job: Any) -> Iterator[tuple[Any, Any, Any]]:
+    """The rows of INPUT (and the reference), both read by partitions into temporary
+    stores, scaled and checked by chunks into another
+    (:func:`~distforest.forests.scaled_rows.scaled_in_store`): ``(measure, X, Y)``, ``Y``
+    None without a reference; everything removed when the block ends."""
+    import numpy as np
+
+    from distforest.forests.scaled_rows import scaled_in_store
+    from distforest.jobs.inputs import check_request
+    from distforest.store.source import opened
+
+    read = dict(drop=job.drop, na_values=job.na_values, partitions=True, dtype=np.float64)
+    with contextlib.ExitStack() as stack:
+        sources = [stack.enter_context(opened(path, **read))
+                   for path in (job.input, job.reference) if path is not None]  # fmt: skip
+        if len(sources) == 2:
+            check_request(sources[0], sources[1], job.metric)
+        measure, rows = stack.enter_context(scaled_in_store(
+            sources, metric=job.metric, normalize=job.normalize_choice(),
+            feature_range=job.feature_range))  # fmt: skip
+        yield measure, rows[0], (rows[1] if len(rows) == 2 else None)
+
+
+def _input_sizes(job: Any) -> tuple[str, int, int, int]:
+    """For a dry run, without loading: ``(source, n, m, d)`` (``m`` the reference's rows,
+    ``n`` without one)."""
+    from distforest.jobs.inputs import input_shape
+
+    source, n, d = input_shape(job.input, drop=job.drop, na_values=job.na_values)
+    m = n if job.reference is None else input_shape(job.reference, drop=job.drop,
+                                                    na_values=job.na_values)[1]  # fmt: skip
+    return source, n, m, d
 
 
 def similarity_job(data: dict[str, Any], sections: dict[str, dict[str, Any]],
@@ -350,10 +380,9 @@ def _partitioned_sizes(job: SimilarityJob) -> tuple[str, int, int, int, dict[str
     """Sizes and pass-1 fingerprints of a job's rows read by partitions (a bad value is
     named with its part and row when the rows are read for the stage)."""
     from distforest.io.ingest import read_partitioned
-    from distforest.jobs.partitioned_rows import input_sizes
     from distforest.store.inputs import PendingInput
 
-    source, n, m, d = input_sizes(job.input, job.reference, job.drop, job.na_values)
+    source, n, m, d = _input_sizes(job)
     parts = {key: PendingInput(read_partitioned(path, drop=job.drop,
                                                 na_values=job.na_values)).fingerprint()
              for key, path in (("X", job.input), ("Y", job.reference)) if path}  # fmt: skip
@@ -374,12 +403,5 @@ def _search(job: NeighborsJob, X: Any, Y: Any, ctx: Context, measure: Any = None
 
 def _search_by_partitions(job: NeighborsJob, ctx: Context) -> None:
     """The search of rows read by partitions, on the run's cluster."""
-    from distforest.jobs.partitioned_rows import stored_rows
-
-    with (
-        ctx.where.client.as_current(),
-        stored_rows(job.input, job.reference, metric=job.metric,
-                    normalize=job.normalize_choice(), feature_range=job.feature_range,
-                    drop=job.drop, na_values=job.na_values) as (measure, X, Y),
-    ):  # fmt: skip
+    with ctx.where.client.as_current(), _scaled_rows(job) as (measure, X, Y):
         _search(job, X, Y, ctx, measure)

@@ -25,15 +25,14 @@ pass 1 (every check, named with its part file, column and row) before
 anything is written, then the rows are encoded as float64 into a temporary
 run store that the trees read (:meth:`distforest.forests.smerf.SMERF.fit`),
 removed when the run ends.  The ``distance`` rows (``rows``, ``against``)
-are read whole.
+are read whole, or (such a table) by partitions into a temporary store and
+routed by chunks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +46,10 @@ from distforest.forests import constraints as C
 from distforest.forests.smerf import DISTANCE, SMERF, input_cells
 from distforest.io import Table, load_table
 from distforest.io.distances import Distances, load_distances
-from distforest.jobs.base import ForestJob, input_fields, new_run_id
+from distforest.jobs.base import ForestJob, JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
 from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts, temporary_store
-from distforest.jobs.result import JobResult
+from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.store.inputs import PendingInput
@@ -88,6 +87,26 @@ class SmerfJob(ForestJob):
         keep = ("distances", "target", "drop", "na_values", "forest", "tile_size", "distance")
         return self.spec_of(keep, input={"source": self.input, "fingerprints": fingerprints})
 
+    def summary(self, result: JobResult) -> str:
+        """The lines of ``distforest smerf fit`` (a model only, from the command line):
+        trees, rows, observed pairs, the top five importances, the model; else the
+        summary of every job."""
+        if self.distance is not None or self.source is not None:
+            return super().summary(result)
+        rs = RunStore.open(self.out)
+        fit = (rs.attrs.get("stages") or {}).get("fit", {})
+        names = tuple(rs.attrs["input"]["feature_names"])
+        return "\n".join([
+            *([f"  features of {self.input} read by partitions on the workers"]
+              if partitioned_input(self.input) else []),
+            f"SMERF: {self.forest.get('n_estimators', SMERF().n_estimators)} trees on "
+            f"{rs.attrs['input']['n_samples']} rows x {len(names)} features "
+            f"({fit.get('observed', 1.0):.0%} of pairs observed) in "
+            f"{result.seconds:.1f} s{mode_text(result.mode, self.out)}",
+            *importance_lines(rs.read("feature_importances"), names, top=5),
+            f"  model: {location.resolved(self.out)}",
+        ])  # fmt: skip
+
     def describe(self) -> str:
         """What the job computes, for ``distforest validate``."""
         d = self.distance
@@ -117,8 +136,7 @@ def plan_smerf_job(job: SmerfJob) -> Pipeline:
                                   fingerprint=False).itemsize  # fmt: skip
     dist, matrix = job.distance, None
     if dist is not None:
-        rows = {key: load_table(dist[key], drop=job.drop, na_values=job.na_values,
-                                allow_missing=False, min_rows=1).n_samples
+        rows = {key: _count_rows(dist[key], job.drop, job.na_values)
                 for key in ("rows", "against") if dist.get(key)}  # fmt: skip
         n_a, n_b = rows.get("rows", n), rows.get("against", n)
         matrix = (n_a, n_b, bool(dist["oob"]))
@@ -177,11 +195,14 @@ def _fit(job: SmerfJob, given: dict[str, Any], ctx: Context) -> None:
         dist = D if D is not None else load_distances(class_distances(stored.read_y()))
         model = SMERF(**job.forest).fit(stored, dist)
     else:
+        dist = D
         model = SMERF(**job.forest).fit(table, D)
-    ctx.rs = model.save(job.out, overwrite=True, attrs=ctx.run.record, tile_size=job.tile_size,
-                        complete=False)  # fmt: skip
+    given_d = {"distances": str(job.distances)} if job.distances is not None else {}
+    ctx.rs = model.save(job.out, overwrite=True, attrs={**given_d, **ctx.run.record},
+                        tile_size=job.tile_size, complete=False)  # fmt: skip
     ctx.done.outputs = {"model": ctx.rs.path}
     ctx.done.info["trees"] = int(model.seeds_.shape[0])
+    ctx.done.info["observed"] = float((D if D is not None else dist).observed)
     ctx.model = model
 
 
@@ -222,13 +243,8 @@ def run_smerf_job(
     elif isinstance(table, Table):
         D = load_distances(class_distances(table.y), fingerprint=True)
     dist = job.distance or {}
-    other = {
-        key: load_table(
-            dist[key], drop=job.drop, na_values=job.na_values, allow_missing=False, min_rows=1
-        )
-        for key in ("rows", "against")
-        if dist.get(key)
-    }
+    other = {key: _new_rows(dist[key], job.drop, job.na_values)
+             for key in ("rows", "against") if dist.get(key)}  # fmt: skip
     # (class distances of a table read by partitions: fixed by its fingerprint and target)
     fingerprints = {"X": table.fingerprint(), "D": "class distances" if D is None
                     else str(D.fingerprint),
@@ -370,39 +386,144 @@ def _check_exists(path: str, key: str, source: str) -> None:
         )
 
 
-def save_model(model: Any, out: str, overwrite: bool, tile_size: int,
-                attrs: dict[str, Any]) -> None:  # fmt: skip
-    """Save under a temporary name and rename into place (object storage: in place)."""
-    from distforest.store.run_store import check_can_create
+@dataclass(kw_only=True)
+class SmerfPredictJob(JobBase):
+    """``distforest smerf predict``: the learned distances between the rows of ``input``
+    (A) and those of ``against`` (B; None: the model's training rows), tile by tile."""
 
-    if location.is_remote(out):
-        check_can_create(out, overwrite)
-        model.save(out, overwrite=True, tile_size=tile_size, attrs=attrs)
-        return
-    target = Path(out)
-    # a fresh name: a folder of the user's beside the output is never reused nor removed
-    tmp = target.with_name(f".{target.name}.fitting-{secrets.token_hex(6)}")
-    try:
-        model.save(tmp, overwrite=True, tile_size=tile_size, attrs=attrs)
-        check_can_create(target, overwrite)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    job_kind: ClassVar[str] = "smerf-predict"
+
+    model: str
+    out: str
+    against: str | None = None
+    drop: tuple[str, ...] = ()
+    tile_size: int = C.SMERF_TILE
+    name: str = "smerf predict"
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return "SMERF's learned distances"
+
+    def summary(self, result: JobResult) -> str:
+        """The matrix and its store."""
+        columns = "training rows" if self.against is None else f"rows of {self.against}"
+        return (f"SMERF distance: {result.shape[0]} rows of {self.input} x {result.shape[1]} "
+                f"{columns} in {result.seconds:.1f} s{mode_text(result.mode, self.out)}\n"
+                f"  store: {Path(self.out).resolve()} (array 'distance', tiles of "
+                f"{self.tile_size})")  # fmt: skip
+
+    def read(self) -> tuple[SMERF, Any, Any]:
+        """The model and the rows A (and B, or None), checked: tables read whole, or
+        (a glob, a folder of parts, a large file) sources read by partitions."""
+        if Path(self.out).resolve() == Path(self.model).resolve():
+            raise StoreError(f"--out {self.out!r} is the model itself; choose another path")
+        model = SMERF.load(self.model)
+        rows = [None if path is None else _new_rows(path, self.drop, self.na_values)
+                for path in (self.input, self.against)]  # fmt: skip
+        assert rows[0] is not None
+        return model, rows[0], rows[1]
 
 
-def predict_inputs(model_path: str, input: str, against: str | None, out: str,
-                   drop: tuple[str, ...], na_values: tuple[str, ...],
-                   overwrite: bool) -> tuple[SMERF, Table, Table | None]:  # fmt: skip
-    """``smerf predict``'s model and rows (A, and B or None), the output checked first."""
-    if Path(out).resolve() == Path(model_path).resolve():
-        raise StoreError(f"--out {out!r} is the model itself; choose another path")
-    check_can_create(out, overwrite)
-    model = SMERF.load(model_path)
-    rows = [None if path is None else load_table(path, drop=drop, na_values=na_values,
-                                                 allow_missing=False, min_rows=1)
-            for path in (input, against)]  # fmt: skip
-    assert rows[0] is not None
-    return model, rows[0], rows[1]
+@SmerfPredictJob.plans
+def plan_predict_job(job: SmerfPredictJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the model and the rows, runs nothing."""
+    return predict_pipeline(job, *job.read())
+
+
+def predict_pipeline(job: SmerfPredictJob, model: SMERF, a: Any, b: Any) -> Pipeline:
+    """The one stage of ``smerf predict``: the ``n x m`` distances in tiles."""
+    from distforest.parallel.tiling import TilePlan
+
+    n, m = a.n_samples, model.n_samples_ if b is None else b.n_samples
+    tiles = TilePlan(n, m, job.tile_size, symmetric=False)
+    need = estimate_matrix(n, m, 1, job.tile_size, False)
+    chunk = f"{tiles.chunks[0]} x {tiles.chunks[1]}"
+    stage = Stage(
+        "tiles", f"{n:,} x {m:,} in {tiles.n_tasks:,} tiles of {chunk}",
+        reads=tuple(p for p in (job.model, job.input, job.against) if p), writes=(DISTANCE,),
+        tasks=tiles.n_tasks, tiles=tiles.n_tasks,
+        cost=Cost(need["cpu_seconds"], need["memory_bytes"] + 3 * 4 * tiles.chunks[0]
+                  * tiles.chunks[1], {"matrix (uncompressed)": need["disk_bytes"]}),
+        run=lambda ctx: _predict(job, model, a, b, ctx),
+    )  # fmt: skip
+    return Pipeline(title=f"smerf predict: {n:,} x {m:,} rows, 1 features",
+                    steps=[("input", str(a.source)), ("matrix", f"{tiles.n_tasks:,} tiles of "
+                                                                f"{chunk}"),
+                           ("store", str(job.out))],
+                    stages=[stage], cells=model._distance_cells(n, m), connect=job.connect,
+                    out=str(job.out))  # fmt: skip
+
+
+def _predict(job: SmerfPredictJob, model: SMERF, a: Any, b: Any, ctx: Context) -> None:
+    """The tiles stage: the distances into a new store, then the run's record into it."""
+    matrix = model.predict_distance(a, b, store=job.out, tile_size=job.tile_size,
+                                    overwrite=True, complete=False)  # fmt: skip
+    ctx.rs = RunStore.open(job.out, mode="r+")
+    ctx.rs.update_attrs(**ctx.run.record)
+    ctx.done.info["shape"] = [int(s) for s in matrix.shape]
+
+
+@SmerfPredictJob.runs
+def run_predict_job(job: SmerfPredictJob, progress: Any = None, *, restart: bool = False,
+                    run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Write the learned distances under the run protocol; the disk checked first."""
+    start = time.perf_counter()
+    model, a, b = job.read()
+    m = model.n_samples_ if b is None else b.n_samples
+
+    def check(run: Run) -> None:
+        need = estimate_matrix(a.n_samples, m, 1, job.tile_size, False)["disk_bytes"]
+        check_disk(location.parent(job.out), need, replaces=job.out)
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        rows, cols = rs.array(DISTANCE).shape
+        return JobResult(store=rs.path, name=DISTANCE, shape=(int(rows), int(cols)),
+                         n_trees=int(model.seeds_.shape[0]), task="distance learning",
+                         seconds=time.perf_counter() - start, outputs={"store": rs.path},
+                         mode=mode)  # fmt: skip
+
+    spec = job.spec_of(("drop", "na_values", "tile_size"),
+                       model={"path": job.model, "fit_id": model.fit_id_},
+                       input={"A": a.fingerprint(),
+                              "B": None if b is None else b.fingerprint()})  # fmt: skip
+    return execute(job, predict_pipeline(job, model, a, b), spec, result, progress=progress,
+                   restart=restart, run_id=run_id or new_run_id(), check=check)  # fmt: skip
+
+
+def importance_lines(values: np.ndarray, names: tuple[str, ...], top: int) -> list[str]:
+    """The ``top`` feature importances of a SMERF model, largest first (the commands'
+    lines)."""
+    order = np.argsort(-values, kind="stable")[:top]
+    width = max(len(str(names[k])) for k in order)
+    return ["  feature importances (share of the objective decrease):",
+            *(f"    {names[k]!s:<{width}}  {values[k]:.4f}" for k in order)]  # fmt: skip
+
+
+def fit_job(input: str, distances: str, out: str, params: dict[str, Any],
+            **fields: Any) -> SmerfJob:  # fmt: skip
+    """``distforest smerf fit``'s job: a model only (its parameters checked first)."""
+    SMERF(**params)._validated()
+    return SmerfJob(input=input, distances=distances, out=out, forest=params, name="smerf fit",
+                    **fields)  # fmt: skip
+
+
+def _count_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> int:
+    """The rows of a table of new rows, for a plan (a table read by partitions: from its
+    metadata or line counts, nothing loaded)."""
+    if partitioned_input(path):
+        return input_shape(path, drop=drop, na_values=na_values)[1]
+    return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
+                      min_rows=1).n_samples  # fmt: skip
+
+
+def _new_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> Any:
+    """Rows to route: a table read whole, or (a glob, a folder of parts, a large file)
+    read by partitions into a temporary store that lives as long as the returned source,
+    routed by chunks (:meth:`SMERF._route`)."""
+    if not partitioned_input(path):
+        return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
+                          min_rows=1)  # fmt: skip
+    from distforest.store.source import open_source
+
+    return open_source(path, drop=drop, na_values=na_values, allow_missing=False,
+                       partitions=True, dtype=np.float64)  # fmt: skip

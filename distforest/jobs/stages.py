@@ -22,6 +22,10 @@ from distforest import location
 #: The input cells of a job whose rows are read by partitions: always on a cluster.
 ON_A_CLUSTER = 2**62
 
+#: The note of a plan whose stages run products not counted in its tasks.
+PRODUCTS_NOTE = ("  note:         plus one product task per batch of trees and iteration "
+                 "(matrix-free; iterations depend on the data)")  # fmt: skip
+
 #: ``run(ctx)`` of a stage: does the work, may set ``ctx.done.outputs`` / ``ctx.done.info``.
 StageFunction = Callable[[Any], None]
 

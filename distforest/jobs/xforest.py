@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,7 +21,7 @@ from distforest.forests import constraints as C
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
 from distforest.io import Table, load_table, read_frame
-from distforest.jobs.base import ForestJob, input_fields, new_run_id
+from distforest.jobs.base import ForestJob, JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import (
     SECONDS_PER,
     check_disk,
@@ -31,10 +31,9 @@ from distforest.jobs.estimates import (
 )
 from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.result import JobResult
+from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute, fit_into_store
-from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
-from distforest.parallel.placement import place
+from distforest.jobs.stages import PRODUCTS_NOTE, Cost, Pipeline, Stage, placement_of
 from distforest.store.inputs import PendingInput, StoredTable
 from distforest.store.run_store import RunStore
 
@@ -374,15 +373,120 @@ def stored_for_clustering(store: str, kind: str, matrix_free: bool) -> tuple[Run
     return rs, name, int(rs.attrs.get("input", {}).get("n_samples", 0))
 
 
-def cluster_stored(rs: RunStore, name: str, kind: str, matrix_free: bool, params: dict[str, Any],
-                   truth: np.ndarray | None, connect: dict[str, Any],
-                   ) -> tuple[dict[str, str], dict[str, float] | None]:  # fmt: skip
-    """Cluster the rows of a store: from its stored matrix, or matrix-free from its trees
-    (products where :func:`~distforest.parallel.placement.place` says)."""
-    if not matrix_free:
-        return run_clustering(rs.dataset()[name], params, truth=truth)
-    if params["plot"]:
+@dataclass(kw_only=True)
+class ClusterJob(JobBase):
+    """``distforest cluster``: the rows of an X-Forest store (``input``) clustered.
+
+    Its store (``out``, :func:`~distforest.jobs.outputs.record_path` of the
+    labels CSV) holds only its spec and stages; the labels (and a picture)
+    are files of ``clustering``.
+    """
+
+    job_kind: ClassVar[str] = "cluster"
+
+    out: str
+    kind: str = "beta"
+    #: Use S @ V from the stored trees instead of the stored matrix.
+    matrix_free: bool = False
+    #: ``FILE:COLUMN`` of true classes to score against.
+    truth: str | None = None
+    #: ``{"method", "k", "eps", "min_samples", "n_init", "random_state", "out", "plot"}``.
+    clustering: dict[str, Any] = field(default_factory=dict)
+    name: str = "cluster"
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return f"{self.clustering.get('method')} clusters of an X-Forest store"
+
+    def summary(self, result: JobResult) -> str:
+        """The method, the scores against the truth and the files written."""
+        how = mode_text(result.mode, result.store)
+        scores = json.loads(result.outputs.pop("scores", "null"))
+        return "\n".join([
+            f"{self.clustering['method']} on {result.name} of {result.shape[0]} rows in "
+            f"{result.seconds:.1f} s{how}",
+            *(["  " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items())] if scores else []),
+            *(f"  {label + ':':<19} {path}" for label, path in result.outputs.items()),
+        ])  # fmt: skip
+
+
+@ClusterJob.plans
+def plan_cluster_job(job: ClusterJob) -> Pipeline:
+    """What the job would do (``--dry-run``): opens the store, runs nothing."""
+    rs, name, n = stored_for_clustering(job.input, job.kind, job.matrix_free)
+    return cluster_pipeline(job, rs, name, n)
+
+
+def cluster_pipeline(job: ClusterJob, rs: RunStore, name: str, n: int,
+                     truth: np.ndarray | None = None) -> Pipeline:  # fmt: skip
+    """The one stage of ``distforest cluster``: no tiles nor fits; with ``matrix_free``
+    one product task per batch of trees and iteration (noted, not counted)."""
+    options = job.clustering
+    method = options["method"]
+    n_init = int(options.get("n_init") or 10) if method == "kernel-kmeans" else 1
+    need = estimate_kmeans(n, int(options.get("k") or 1), n_init, 100)
+    cells = XForest.load(rs.path)._fitted_cells() if job.matrix_free else 0
+    source = "the stored trees (matrix-free)" if job.matrix_free else "the stored matrix"
+    writes = tuple(str(options[k]) for k in ("out", "plot") if options.get(k))
+    files = {"labels": 16 * n, **({"pictures": 300_000} if options.get("plot") else {})}
+    stage = Stage("clustering", f"{method} -> {', '.join(writes)}", reads=(job.input,),
+                  writes=writes, cost=Cost(need["cpu_seconds"], need["memory_bytes"], files),
+                  run=lambda ctx: _cluster_stored(job, rs, name, truth, ctx))  # fmt: skip
+    return Pipeline(title=f"cluster: {n:,} rows",
+                    steps=[("input", f"{job.input}: {source}"), ("method", method),
+                           ("writes", ", ".join(writes)),
+                           ("store", f"{job.out} (this run's stages)")],
+                    stages=[stage], cells=cells, connect=job.connect, out=str(job.out),
+                    notes=[PRODUCTS_NOTE] if job.matrix_free else [])  # fmt: skip
+
+
+@ClusterJob.runs
+def run_cluster_job(job: ClusterJob, progress: Any = None, *, restart: bool = False,
+                    run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Cluster the store's rows under the run protocol; the store, the truth and the
+    options checked before any work."""
+    start = time.perf_counter()
+    rs, name, n = stored_for_clustering(job.input, job.kind, job.matrix_free)
+    truth = None if job.truth is None else read_truth(job.truth, n)
+    if job.matrix_free and job.clustering.get("plot"):
         raise ParameterError("--plot needs the stored matrix; drop --matrix-free")
-    forest = XForest.load(rs.path)
-    with place(forest._fitted_cells(), connect), forest.product_session(kind) as product:
-        return run_clustering(product, params, truth=truth)
+    check_clustering(job.clustering["method"], job.clustering, n)
+    pipeline = cluster_pipeline(job, rs, name, n, truth)
+    spec = job.spec_of(("kind", "matrix_free", "truth", "clustering"),
+                       input={"store": job.input, "fit_id": rs.attrs.get("fit_id"),
+                              "spec_hash": rs.attrs.get("spec_hash")})  # fmt: skip
+
+    def check(run: Run) -> None:
+        if run.stages is None or not run.stages.done("clustering"):
+            for key in ("out", "plot"):
+                check_new_file(job.clustering.get(key), run.replace)
+
+    def create(run: Run) -> RunStore:
+        return RunStore.create(job.out, attrs=run.record, overwrite=True)
+
+    def result(store: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        scores = (store.attrs.get("stages") or {}).get("clustering", {}).get("scores")
+        return JobResult(store=store.path, name=name, shape=(n, n), n_trees=0,
+                         task="clustering", seconds=time.perf_counter() - start,
+                         outputs={**outputs, "scores": json.dumps(scores)}, mode=mode)  # fmt: skip
+
+    return execute(job, pipeline, spec, result, progress=progress, restart=restart,
+                   run_id=run_id or new_run_id(), check=check, create=create)  # fmt: skip
+
+
+def _cluster_stored(job: ClusterJob, rs: RunStore, name: str, truth: np.ndarray | None,
+                    ctx: Context) -> None:  # fmt: skip
+    """The clustering stage: from the stored matrix, or matrix-free from the stored trees
+    (products where the run protocol placed the job)."""
+    params = {
+        k: job.clustering.get(k)
+        for k in ("method", "k", "eps", "min_samples", "n_init", "random_state", "out", "plot")
+    }
+    if not job.matrix_free:
+        ctx.done.outputs, scores = run_clustering(rs.dataset()[name], params, truth=truth)
+    else:
+        forest = XForest.load(rs.path)
+        with forest.product_session(job.kind) as product:
+            ctx.done.outputs, scores = run_clustering(product, params, truth=truth)
+    if scores is not None:
+        ctx.done.info["scores"] = {k: float(v) for k, v in scores.items()}

@@ -44,9 +44,11 @@ __all__ = [
     "INPUT_ROWS",
     "PendingInput",
     "StoredTable",
+    "copy_target",
     "ingest",
     "input_chunk",
     "input_rows",
+    "partition_names",
     "write_ingested",
     "write_row_ids",
 ]
@@ -263,6 +265,7 @@ def write_ingested(
                 ],
                 "fingerprint": enc.fingerprint,
                 "lengths": list(enc.lengths),
+                "part_names": list(data.part_names),
                 "missing": dict(enc.missing),
                 "id_name": data.id_name,
             }
@@ -291,6 +294,35 @@ def write_ingested(
     destinations: list[Any] = [dst for _, dst in targets]
     da.store(sources, destinations, lock=False)
     return StoredTable.open(rs.path)
+
+
+def partition_names(table: StoredTable) -> tuple[list[str], list[int]]:
+    """How messages name the source partitions of a stored table, and their rows: the part
+    files (a store ingested before they were recorded: the table's source)."""
+    a: dict[str, Any] = decode_attrs(RunStore.open(table.path).subgroup(INPUT_GROUP).attrs)
+    lengths = [int(v) for v in a.get("lengths") or [table.n_samples]]
+    names = [str(v) for v in a.get("part_names") or []]
+    return (names if len(names) == len(lengths) else [table.source] * len(lengths)), lengths
+
+
+def copy_target(table: StoredTable, rs: RunStore, n_features: int) -> None:
+    """An ``input/`` group in ``rs`` with ``table``'s target (``input/y`` copied by tasks)
+    and attributes, its ``n_features`` features named ``0 .. d-1`` without categories or
+    target name (an array's); the caller writes ``input/X`` (rows derived from ``table``'s,
+    in its order)."""
+    import dask.array as da
+
+    old = RunStore.open(table.path).subgroup(INPUT_GROUP)
+    a: dict[str, Any] = decode_attrs(old.attrs)
+    group = rs.group.require_group(INPUT_GROUP)
+    group.attrs.update(encode_attrs({**a, "feature_names": [str(j) for j in range(
+        n_features)], "categories": {}, "target_name": None, "id_name": None}))  # fmt: skip
+    if "y" in old:
+        y = old["y"]
+        assert isinstance(y, zarr.Array)
+        copy: Any = group.create_array("y", shape=y.shape, chunks=y.chunks, dtype=y.dtype,
+                                  dimension_names=("sample",))  # fmt: skip
+        da.store(da.from_zarr(y), copy, lock=False)
 
 
 def write_row_ids(rs: RunStore, table: StoredTable) -> Any:

@@ -103,7 +103,8 @@ def is_locked(store: str | Path) -> bool:
     return False
 
 
-def _describe(holder: dict[str, Any] | None) -> str:
+def describe_holder(holder: dict[str, Any] | None) -> str:
+    """A lock's holder in words: its run, store, process, host and start."""
     if not holder:
         return "an unknown process"
     writing = f" writing the store {holder['store']}" if holder.get("store") else ""
@@ -190,7 +191,7 @@ class StoreLock:
         if self.took_over is not None:
             logger.warning(
                 "taking over the stale lock of %s: that run is no longer alive",
-                _describe(self.took_over),
+                describe_holder(self.took_over),
             )
         return self
 
@@ -243,7 +244,7 @@ class StoreLock:
             except BlockingIOError:
                 os.close(fd)
                 raise BusyError(
-                    f"{self._what()} is being written by {_describe(read_lock(self.store))}; "
+                    f"{self._what()} is being written by {describe_holder(read_lock(self.store))}; "
                     f"wait for that run to finish (the lock {self.path} frees itself when it "
                     "ends, even if it is killed)"
                 ) from None
@@ -342,9 +343,9 @@ class _Lease:
 
     def _busy(self, holder: dict[str, Any] | None) -> BusyError:
         return BusyError(
-            f"{location.display(self.store)} is being written by {_describe(holder)}; wait for "
-            f"that run to finish (its lease {self.shown} is renewed while it runs and is taken "
-            f"over {self.lease:.0f} s after it stops, even if it is killed)"
+            f"{location.display(self.store)} is being written by {describe_holder(holder)}; "
+            f"wait for that run to finish (its lease {self.shown} is renewed while it runs and "
+            f"is taken over {self.lease:.0f} s after it stops, even if it is killed)"
         )
 
     def acquire(self) -> dict[str, Any] | None:
@@ -406,7 +407,7 @@ class _Lease:
             # Expired by this machine's clock: make sure no renewal comes (clocks differ).
             wait = float(holder.get("lease_seconds", self.lease)) / 3 * 1.2
             logger.info("the lease of %s has expired; watching %.0f s for a renewal",
-                        _describe(holder), wait)  # fmt: skip
+                        describe_holder(holder), wait)  # fmt: skip
             time.sleep(wait)
             again = self._read()
             if again is None:

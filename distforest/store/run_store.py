@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
+#: The stores this process created or marked running: where an interrupted command left
+#: work to resume (the command line's Ctrl-C message says so only if there is one).
+WRITTEN_HERE: set[str] = set()
 
 
 def _now() -> str:
@@ -124,10 +127,7 @@ def check_can_create(path: str | Path, overwrite: bool) -> None:
     if not location.exists(path) or is_half_created(path):
         return  # nothing of value is there (a run killed while creating it)
     if not overwrite:
-        raise StoreError(
-            f"output {shown!r} already exists; choose another path or pass "
-            "overwrite=True (--overwrite on the command line) to replace it"
-        )
+        raise location.existing_output(path)
     empty_dir = location.is_dir(path) and not location.entries(path)
     if not (empty_dir or _is_distforest_store(path)):
         raise StoreError(
@@ -221,6 +221,7 @@ class RunStore:
             **dict(attrs),
         })  # fmt: skip
         check_can_create(path, overwrite)
+        WRITTEN_HERE.add(location.display(path))
         if location.is_remote(path):
             return cls._create_in_place(str(path), head)
         p = Path(location.local(path))
@@ -352,6 +353,7 @@ class RunStore:
 
     def mark_running(self) -> None:
         """Flag the store as being written (before adding arrays)."""
+        WRITTEN_HERE.add(location.display(self.path))
         self.update_attrs(status=STATUS_RUNNING, updated=_now())
 
     def check_fit(self, fit_id: str, subject: str, fix: str) -> None:

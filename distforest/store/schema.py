@@ -150,6 +150,8 @@ MATRICES: dict[str, MatrixSpec] = {
     "proximity": MatrixSpec(True, "float32", "Breiman's proximity", counts=True),
     "proximity_oob": MatrixSpec(True, "float32", "out-of-bag proximity (R's oob.prox)"),
     "proximity_rfgap": MatrixSpec(False, "float32", "RF-GAP proximity (rows sum to 1)"),
+    "proximity_kerf": MatrixSpec(False, "float32", "KeRF proximity (rows sum to 1)"),
+    "proximity_boosted": MatrixSpec(True, "float32", "boosted trees' weighted proximity"),
     "cross_proximity": MatrixSpec(
         False,
         "float32",

@@ -453,8 +453,10 @@ def stored_location(arr: Any) -> tuple[str, str] | None:
 class ScoreSink(Protocol):
     """Where a task leaves its chunk's per-row values (instead of returning them)."""
 
-    def write(self, k: int, rows: slice, codes: np.ndarray, scores: np.ndarray) -> None:
-        """Keep chunk ``k``: rows ``rows``, their class codes and values."""
+    def write(self, k: int, rows: slice, codes: np.ndarray,
+              scores: np.ndarray | Mapping[str, np.ndarray]) -> None:  # fmt: skip
+        """Keep chunk ``k``: rows ``rows``, their class codes and values (one column, or
+        each column by its name)."""
 
 
 @dataclass(frozen=True)
@@ -465,7 +467,10 @@ class ScratchScores:
     path: str
     name: str
 
-    def write(self, k: int, rows: slice, codes: np.ndarray, scores: np.ndarray) -> None:
+    def write(self, k: int, rows: slice, codes: np.ndarray,
+              scores: np.ndarray | Mapping[str, np.ndarray]) -> None:  # fmt: skip
+        if not isinstance(scores, np.ndarray):
+            raise TypeError(f"{self.name} holds one column; got columns {sorted(scores)}")
         SinkHandle(self.path, 0).put_rows(self.name, rows, scores)
 
 
@@ -479,8 +484,10 @@ class CsvPieces:
     class_names: tuple[str, ...] | None
     columns: tuple[str, ...] = ("outlier",)
 
-    def write(self, k: int, rows: slice, codes: np.ndarray, values: np.ndarray) -> None:
-        """Piece ``k`` (the header in piece 0 only): ``values`` one column or one a name."""
+    def write(self, k: int, rows: slice, codes: np.ndarray,
+              values: np.ndarray | Mapping[str, np.ndarray]) -> None:  # fmt: skip
+        """Piece ``k`` (the header in piece 0 only): ``values`` one column or one a name, or
+        each column by its name."""
         import pandas as pd
 
         if self.id_location is None:
@@ -490,9 +497,10 @@ class CsvPieces:
         frame = pd.DataFrame({self.id_name: ids})
         if self.class_names is not None:
             frame["label"] = np.asarray(self.class_names, dtype=object)[codes]
-        for name, column in zip(self.columns, np.reshape(values, (len(frame), -1)).T,
-                                strict=True):  # fmt: skip
-            frame[name] = column
+        if not isinstance(values, Mapping):
+            values = dict(zip(self.columns, np.reshape(values, (len(frame), -1)).T, strict=True))
+        for name in self.columns:
+            frame[name] = values[name]
         frame.to_csv(Path(self.folder) / f"part-{k:06d}.csv", index=False, header=k == 0)
 
 

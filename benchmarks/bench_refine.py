@@ -1,0 +1,222 @@
+"""Refined forest (leaf_bound): time, co-leaf events, neighbour quality beside today's forest.
+
+Run by hand (never in CI)::
+
+    python -m benchmarks refine [--rows 100000,1000000] [--forests none,auto] [--trees 100]
+        [--k 50] [--quality-rows 200000] [--quality-seeds 1] [--work /tmp/dfbench-refine]
+
+Data: ``bench_out_of_core.py``'s generator (``make_data``): N rows x 20 float
+features, 20 % of three columns missing, a 3-class target ``label``, as a
+40-part Parquet folder.
+
+1. *Time* (``--rows``; each forest of ``--forests``): ``python -m distforest
+   proximity FOLDER --target label --top-k K --trees T --leaf-bound F`` end to
+   end under ``/usr/bin/time -v`` with the process tree's RSS sampled
+   (``_measure.run_measured``); then, from the store, the co-leaf events per row
+   and tree (``sum over leaves of pop^2 / n``, the neighbours' work) and the
+   largest leaf.  ``none`` is the forest grown on the 200,000-row sample alone
+   (today's default), ``auto`` the refined one.
+2. *Quality* (``--quality-rows``, ``--quality-seeds`` seeds): in this process,
+   10 % of the observed cells of every feature blanked, the forests fitted on
+   that table with trees on a fifth of the rows (``max_samples=0.2``: leaves as
+   crowded as the 200,000-row sample makes them at 1,000,000 rows), then the
+   top-K neighbours (Breiman's proximity) of every row: the share of a row's K
+   neighbours of its class, and the NRMSE (RMSE over the column's standard
+   deviation, mean over the 20 columns) of each blanked cell imputed as the
+   proximity-weighted mean of its neighbours' observed values.
+
+Results: ``results/refine.json`` and ``results/refine.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _measure import GB, Measure, parser, run_measured, write_result  # noqa: E402
+from bench_out_of_core import make_data  # noqa: E402
+
+ROOT = HERE.parent
+BLANK_SHARE = 0.10
+
+
+def arguments() -> Any:
+    p = parser(__doc__)
+    p.add_argument("--rows", default="100000,1000000", help="Row counts of the timed runs.")
+    p.add_argument("--forests", default="none,auto", help="--leaf-bound values to compare.")
+    p.add_argument("--trees", type=int, default=100)
+    p.add_argument("--k", type=int, default=50)
+    p.add_argument("--quality-rows", type=int, default=200_000, help="0: no quality runs.")
+    p.add_argument("--quality-seeds", type=int, default=1)
+    p.add_argument("--work", default=None, help="Scratch folder (default: a temporary one).")
+    p.add_argument("--unit-trees", type=int, default=0,
+                   help="Instead of the CLI runs: fit this many trees in this process (one "
+                        "thread) and time the fit and the neighbours by CPU seconds, per tree "
+                        "(a loaded machine inflates wall time, less CPU time).")  # fmt: skip
+    return p.parse_args()
+
+
+def co_leaf_events(store: Path) -> dict[str, float]:
+    """Events per row and tree (``sum_l pop_l^2 / n``, mean over trees) and the largest leaf."""
+    from distforest.store.run_store import RunStore
+
+    return _events(RunStore.open(store).array("leaves"))
+
+
+def _events(leaves: Any) -> dict[str, float]:
+    import numpy as np
+
+    n, trees = leaves.shape
+    events, largest = 0.0, 0
+    for start in range(0, trees, 10):
+        block = np.asarray(leaves[:, start : start + 10])
+        for t in range(block.shape[1]):
+            pop = np.bincount(block[:, t])
+            events += float((pop.astype(np.float64) ** 2).sum()) / n
+            largest = max(largest, int(pop.max()))
+    return {"events_per_row_tree": events / trees, "largest_leaf": largest}
+
+
+def timed(rows: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
+    """One end-to-end CLI run and the co-leaf events of its forest."""
+    folder = work / f"data-{rows}"
+    if not (folder / "parts").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        make_data(rows, folder)
+    out = work / f"run-{rows}-{forest}.zarr"
+    cmd = [sys.executable, "-m", "distforest", "proximity", str(folder / "parts"),
+           "--target", "label", "--top-k", str(args.k), "--trees", str(args.trees),
+           "--leaf-bound", forest, "--out", str(out), "--overwrite"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = run_measured(cmd, ROOT, f"{rows}-{forest}", env=env)
+    row: dict[str, Any] = {
+        "rows": rows, "forest": forest, "ok": run.get("returncode", 0) == 0,
+        "wall_s": round(run["wall_s"], 1),
+        "peak_tree_GB": round(run.get("peak_rss_tree_bytes", 0) / GB, 2),
+        "foreign_cpu_s": round(run.get("foreign_cpu_s", 0.0), 1),
+    }  # fmt: skip
+    report = out.parent / "report.json"
+    if report.exists():
+        stages = json.loads(report.read_text()).get("stages") or {}
+        for name in ("fit", "neighbors"):
+            if isinstance(stages.get(name), dict) and "seconds" in stages[name]:
+                row[f"{name}_s"] = round(stages[name]["seconds"], 1)
+    if out.exists():
+        row.update({k: round(v, 2) for k, v in co_leaf_events(out).items()})
+    return row
+
+
+def per_unit(rows: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
+    """CPU seconds of the fit and the neighbours of ``--unit-trees`` trees, in this process."""
+    import pandas as pd
+
+    import distforest
+    from distforest import ProximityForest
+
+    folder = work / f"data-{rows}"
+    if not (folder / "table.parquet").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        make_data(rows, folder)
+    df = pd.read_parquet(folder / "table.parquet")
+    y = df.pop("label").to_numpy()
+    bound = None if forest == "none" else (forest if forest == "auto" else int(forest))
+    with Measure(f"unit-{forest}") as m, distforest.execution(client="synchronous"):
+        with m.phase("fit"):
+            f = ProximityForest(args.unit_trees, leaf_bound=bound, random_state=0).fit(df, y)
+        with m.phase("neighbors"):
+            f.proximity_neighbors(args.k, "original")
+    phases = {p["name"]: p for p in m.result["phases"]}
+    T = args.unit_trees
+    events = _events(f.leaves_)
+    return {
+        "rows": rows, "forest": forest, "trees": T, "leaf_bound_": f.leaf_bound_,
+        "fit_cpu_s_per_tree": round(phases["fit"]["cpu_s"] / T, 2),
+        "neighbors_cpu_s_per_tree": round(phases["neighbors"]["cpu_s"] / T, 2),
+        "fit_wall_s": round(phases["fit"]["wall_s"], 1),
+        "neighbors_wall_s": round(phases["neighbors"]["wall_s"], 1),
+        "neighbors_cpu_us_per_event": round(
+            1e6 * phases["neighbors"]["cpu_s"] / (events["events_per_row_tree"] * rows * T), 3),
+        **{k: round(v, 2) for k, v in events.items()},
+        "foreign_cpu_s": round(m.result.get("foreign_cpu_s", 0.0), 1),
+    }  # fmt: skip
+
+
+def quality(rows: int, seed: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
+    """Class agreement of the K neighbours and NRMSE of imputing blanked cells from them."""
+    import numpy as np
+    import pandas as pd
+
+    import distforest
+    from distforest import ProximityForest
+
+    folder = work / f"quality-{rows}-{seed}"
+    if not (folder / "table.parquet").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        make_data(rows, folder, seed=seed)
+    df = pd.read_parquet(folder / "table.parquet")
+    y = df.pop("label").to_numpy()
+    truth = df.to_numpy(dtype=np.float64)
+    rng = np.random.default_rng(1000 + seed)
+    blank = (rng.random(truth.shape) < BLANK_SHARE) & ~np.isnan(truth)
+    X = np.where(blank, np.nan, truth)
+    bound = None if forest == "none" else (forest if forest == "auto" else int(forest))
+    with Measure(f"quality-{forest}") as m, distforest.execution(client="synchronous"):
+        with m.phase("fit"):
+            f = ProximityForest(args.trees, max_samples=0.2, leaf_bound=bound,
+                                random_state=seed).fit(X, y)  # fmt: skip
+        with m.phase("neighbors"):
+            ds = f.proximity_neighbors(args.k, "original")
+    idx = ds["index"].values
+    prox = ds["proximity"].values.astype(np.float64)
+    agree = float((y[idx] == y[:, None]).mean())
+    nrmse = []
+    for j in range(X.shape[1]):
+        rows_j = np.flatnonzero(blank[:, j])
+        values = X[:, j][idx[rows_j]]
+        weights = np.where(np.isnan(values), 0.0, prox[rows_j])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            est = np.nansum(values * weights, axis=1) / weights.sum(axis=1)
+        est = np.where(np.isfinite(est), est, np.nanmean(X[:, j]))  # no neighbour value
+        err = est - truth[rows_j, j]
+        nrmse.append(float(np.sqrt(np.mean(err**2)) / np.nanstd(truth[:, j])))
+    phases = {p["name"]: round(p["wall_s"], 1) for p in m.result["phases"]}
+    return {
+        "rows": rows, "seed": seed, "forest": forest, "leaf_bound_": f.leaf_bound_,
+        "class_agreement": round(agree, 4), "impute_nrmse": round(float(np.mean(nrmse)), 4),
+        "fit_s": phases["fit"], "neighbors_s": phases["neighbors"],
+    }  # fmt: skip
+
+
+def main() -> None:
+    args = arguments()
+    work = Path(args.work or tempfile.mkdtemp(prefix="dfbench-refine-"))
+    work.mkdir(parents=True, exist_ok=True)
+    forests = args.forests.split(",")
+    run = per_unit if args.unit_trees else timed
+    timing = [run(int(r), f, args, work) for r in args.rows.split(",") if r for f in forests]
+    for row in timing:
+        print(row, flush=True)
+    seeds = range(args.quality_seeds) if args.quality_rows else range(0)
+    scores = [quality(args.quality_rows, s, f, args, work) for s in seeds for f in forests]
+    for row in scores:
+        print(row, flush=True)
+    notes = "## Quality\n\n" + _table(scores) if scores else ""
+    write_result("refine", timing, title="Refined forest (leaf_bound)", notes=notes,
+                 data={"quality": scores})  # fmt: skip
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    from _measure import markdown_table
+
+    return markdown_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""Forest-answer jobs: the runs behind ``outliers``, ``mislabels``, ``mds`` and ``importances``.
+
+Each fits a proximity forest on INPUT (``fit``) and answers from it
+matrix-free in one stage named after the command, writing CSV files (and a
+picture).  The forest is not saved: the job's store
+(:func:`~distforest.jobs.outputs.record_path`,
+``<out>.run.zarr`` beside the CSV) holds only its spec and its finished
+stages, so that the run follows the run protocol
+(:func:`~distforest.jobs.runs.execute`): locked, reported, not repeated once
+complete, a changed job refused unless ``--overwrite``.  A killed run fits
+again (same seed, same forest) and writes what it had not written.  A table
+read by partitions is written (pass 2, on the workers) into a temporary store
+that lives as long as the forest (:func:`~distforest.store.temporary.tie`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from distforest.jobs.base import ForestJob, new_run_id
+from distforest.jobs.estimates import fit_seconds, rows_per_tree
+from distforest.jobs.inputs import input_shape, partitioned_input
+from distforest.jobs.outputs import check_new_file
+from distforest.jobs.result import JobResult, mode_text
+from distforest.jobs.runs import Context, Run, execute
+from distforest.jobs.stages import (
+    ON_A_CLUSTER,
+    PRODUCTS_NOTE,
+    Cost,
+    Pipeline,
+    Stage,
+    placement_of,
+)
+from distforest.store.run_store import RunStore
+
+#: The commands of this kind, and the label of the CSV each writes.
+ANSWERS = {"outliers": "outlier scores", "mislabels": "suspects", "mds": "MDS coordinates",
+           "importances": "importances"}  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class ForestAnswerJob(ForestJob):
+    """One forest answer: fit on ``input``, then ``answer`` into ``files``.
+
+    Attributes
+    ----------
+    answer : str
+        ``outliers``, ``mislabels``, ``mds`` or ``importances``.
+    files : dict
+        ``{"out": csv, "plot": png or None}``.
+    options : dict
+        The answer's options: ``components`` and ``dissimilarity`` (mds),
+        ``top`` (mislabels, importances), ``repeats`` and ``test_size``
+        (importances).
+    id : str or None
+        Column of row IDs (the CSVs' first column).
+    """
+
+    job_kind: ClassVar[str] = "forest-answer"
+
+    answer: str
+    files: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        self.name = self.answer
+
+    def spec(self, fingerprint: str) -> dict[str, Any]:
+        """What determines the results: hashed to recognise the same job."""
+        keep = ("target", "drop", "na_values", "id", "forest", "answer", "files")
+        options = {k: v for k, v in self.options.items() if k != "top"}  # (printing only)
+        return self.spec_of(keep, options=options,
+                            input={"source": self.input, "fingerprint": fingerprint})  # fmt: skip
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return f"{self.answer} of a proximity forest"
+
+    def summary(self, result: JobResult) -> str:
+        """What the run printed before it was a job, and the files (reports too) it wrote."""
+        assert isinstance(result, AnswerResult)
+        how = mode_text(result.mode, result.store)
+        width = max(len(k) for k in result.outputs)
+        return "\n".join([
+            *([result.head] if result.head else []),
+            f"{result.what} in {result.seconds:.1f} s{how}",
+            *(f"  {label + ':':<{width + 1}} {path}" for label, path in result.outputs.items()),
+        ])  # fmt: skip
+
+
+@dataclass
+class AnswerResult(JobResult):
+    """What a forest-answer job wrote: its files, and the lines its command prints."""
+
+    #: The first line (what was computed).
+    what: str = ""
+    #: The ranking's first rows (mislabels, importances), else empty.
+    head: str = ""
+
+
+@ForestAnswerJob.plans
+def plan_answer_job(job: ForestAnswerJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the input's shape, runs nothing."""
+    source, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
+                               id=job.id)  # fmt: skip
+    return answer_pipeline(job, source, n, d)
+
+
+def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
+                    table: Any = None) -> Pipeline:  # fmt: skip
+    """The stages of a forest answer on ``n x d``: ``fit``, then the answer
+    (``table``: the input, for the run; its held-out split for ``importances``)."""
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.forests.square_sums import plan as square_sums_plan
+    from distforest.parallel.tasks import plan_tree_batches
+
+    by_parts = partitioned_input(job.input)
+    cells = ON_A_CLUSTER if by_parts else n * d
+    params = {**ProximityForest().get_params(), **job.forest}
+    threads = placement_of(cells, job.connect)[1]
+    trees = int(params["n_estimators"])
+    fit_tasks = len(plan_tree_batches(trees, threads, params["batch_size"] or None))
+    fit_rows = n
+    if job.answer == "importances":
+        fit_rows = n - math.ceil(float(job.options["test_size"]) * n)
+    rows = rows_per_tree(fit_rows, params)
+    # the matrix-free products share every tree's leaves and in-bag counts with each worker
+    table_bytes = 3 * 8 * n * d + 8 * n * (d + 4) * 2
+    products, cpu = n * trees * 9, 0.0
+    notes = [PRODUCTS_NOTE]
+    if job.answer in ("outliers", "mislabels"):  # the sums of squared proximities
+        sums = square_sums_plan(n, trees, rows, int(params["min_samples_leaf"]))
+        cpu = sums["cpu_seconds"]
+        notes.insert(0, f"  outliers:     {sums['method']} sums of squared proximities")
+        if job.answer == "outliers":  # mislabels also runs an RF-GAP product (all leaves)
+            products = sums["worker_bytes"]
+    files = {ANSWERS[job.answer]: job.files["out"], "pictures": job.files.get("plot")}
+    disk = {label: 300_000 if label == "pictures" else n * 64
+            for label, path in files.items() if path}  # fmt: skip
+    if by_parts:
+        disk.update(_temporary_bytes(job, n, d, trees))
+    writes = tuple(str(p) for p in files.values() if p)
+    stages = [
+        Stage("fit", f"{trees} trees in {fit_tasks} tasks (not saved: a resumed run fits again)",
+              reads=(str(job.input),), writes=(), tasks=fit_tasks,
+              cost=Cost(fit_seconds(trees, rows, d, params["max_features"]), table_bytes),
+              run=lambda ctx: _fit(job, table, ctx), again=True),
+        Stage(job.answer, f"{job.answer} -> {', '.join(writes)}", reads=("the forest",),
+              writes=writes, cost=Cost(cpu, table_bytes + products, disk),
+              run=lambda ctx: _answer(job, table, ctx)),
+    ]  # fmt: skip
+    return Pipeline(
+        title=f"{job.answer}: {n:,} rows x {d} features",
+        steps=[("input", source), ("forest", f"{trees} trees in {fit_tasks} tasks"),
+               ("writes", ", ".join(writes)), ("store", f"{job.out} (this run's stages)")],
+        stages=stages, cells=cells, connect=job.connect, out=str(job.out), notes=notes,
+    )  # fmt: skip
+
+
+def _temporary_bytes(job: ForestAnswerJob, n: int, d: int, trees: int) -> dict[str, int]:
+    """The disk a table read by partitions takes besides the outputs: the temporary store
+    its forest is fitted in (removed at the end) and the scratch arrays of ``mislabels``
+    (two classes; 8 bytes a row more per class above eight) and ``mds``."""
+    need = {"temporary store (rows, leaves; removed after)":
+            n * (4 * d + 8) + n * trees * (4 + 1 + 1)}  # fmt: skip
+    if job.answer == "mislabels":
+        from distforest.apps.mislabels import scratch_bytes
+
+        need["ranking scratch (removed after)"] = scratch_bytes(n, 2)
+    if job.answer == "mds":
+        from distforest.apps.mds import scratch_bytes as mds_scratch_bytes
+
+        components = int(job.options.get("components", 2))
+        need["MDS scratch (removed after)"] = mds_scratch_bytes(n, components, trees)
+    return need
+
+
+def _read_input(job: ForestAnswerJob) -> tuple[Any, Any]:
+    """The input (a table loaded whole, or the summaries of one read by partitions) and,
+    for ``importances``, its rows to fit and rows to measure on."""
+    from distforest.io import load_table
+
+    if partitioned_input(job.input):
+        if job.answer == "importances":
+            from distforest.errors import InputError
+
+            raise InputError(f"{job.input}: importances holds out rows of a table loaded whole, "
+                             "not of a glob, a folder of parts or a file over 32 MB; give one "
+                             "file under 32 MB")  # fmt: skip
+        from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
+        from distforest.store.inputs import PendingInput
+
+        return PendingInput(read_partitioned(job.input, target=job.target, drop=job.drop,
+                                             na_values=job.na_values, id=job.id)), None  # fmt: skip
+    table = load_table(job.input, **job.table_kw(), id=job.id)
+    if job.answer == "mislabels":  # a continuous target is refused before any work
+        from distforest.forests.targets import require_classes
+
+        require_classes(str(job.options.get("task", "auto")), table.y, table.target_name,
+                        "mislabels")  # fmt: skip
+    if job.answer != "importances":
+        return table, None
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.jobs.fitting import held_out
+
+    return table, held_out(table, ProximityForest(**job.forest), job.options["test_size"])
+
+
+@ForestAnswerJob.runs
+def run_answer_job(job: ForestAnswerJob, progress: Any = None, *, restart: bool = False,
+                   run_id: str | None = None) -> AnswerResult:  # fmt: skip
+    """Fit the forest and write the answer under the run protocol; every input and output
+    checked before any work."""
+    start = time.perf_counter()
+    run_id = run_id or new_run_id()
+    table, split = _read_input(job)
+    pipeline = answer_pipeline(job, str(table.source), table.n_samples, table.n_features,
+                               (table, split))  # fmt: skip
+
+    def check(run: Run) -> None:
+        if run.stages is None or not run.stages.done(job.answer):
+            for path in job.files.values():
+                check_new_file(path, run.replace)
+
+    def create(run: Run) -> RunStore:
+        return RunStore.create(job.out, attrs=run.record, overwrite=True)
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> AnswerResult:
+        info = (rs.attrs.get("stages") or {}).get(job.answer, {})
+        return AnswerResult(store=rs.path, name=job.answer, shape=(0, 0), n_trees=0,
+                            task=str(job.forest.get("task", "auto")),
+                            seconds=time.perf_counter() - start, outputs=dict(outputs),
+                            mode=mode, what=str(info.get("what", job.answer)),
+                            head=str(info.get("head", "")))  # fmt: skip
+
+    return execute(job, pipeline, job.spec(table.fingerprint()), result, progress=progress,
+                   restart=restart, run_id=run_id, check=check, create=create)  # fmt: skip
+
+
+def _fit(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
+    """The fit stage: the forest, in memory (a table read by partitions: in a temporary
+    store that lives as long as the forest)."""
+    from distforest.forests.proximity_forest import ProximityForest
+
+    table, split = inputs
+    forest = ProximityForest(**job.forest)
+    if split is not None:
+        ctx.model = forest.fit(split[0])
+    elif hasattr(table, "X"):
+        ctx.model = forest.fit(table)
+    else:  # pass 2 on the workers, into a temporary store removed with the forest
+        from distforest.store.temporary import new_folder, tie
+
+        work = new_folder()
+        tie(forest, work)
+        ctx.model = forest.fit(table.write(work / "run.zarr", {}))
+    ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
+
+
+def _answer(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
+    """The answer's stage: its files, and the lines the command prints."""
+    from distforest.jobs import outputs
+
+    table, split = inputs
+    forest, out, plot = ctx.model, job.files["out"], job.files.get("plot")
+    source = table.source
+    info = ctx.done.info
+    if job.answer == "outliers":
+        written = outputs.write_outliers(forest, out, plot, title=f"outlier scores, {source}")
+        info["what"] = (f"outlier scores of {forest.n_samples_} rows (flag: the far-out fence "
+                        "of each class)")  # fmt: skip
+    elif job.answer == "mislabels":
+        top = int(job.options.get("top", 10))
+        written, ranking = outputs.write_mislabels(forest, out, top)
+        if top:
+            info["head"] = ranking.head.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+        info["what"] = (f"ranked {ranking.rows} rows; {ranking.disagrees} out-of-bag votes "
+                        "disagree with the label")  # fmt: skip
+    elif job.answer == "mds":
+        components = int(job.options.get("components", 2))
+        dissimilarity = str(job.options.get("dissimilarity", "sqrt"))
+        title = f"MDS of {dissimilarity} dissimilarity, {source}"
+        written = outputs.write_mds(forest, out, plot, components=components,
+                                    dissimilarity=dissimilarity, title=title)  # fmt: skip
+        info["what"] = f"{components}-D MDS of {forest.n_samples_} rows"
+    else:
+        from distforest.jobs.fitting import measure
+
+        test = split[1]
+        ranking, score = measure(forest, test, int(job.options.get("repeats", 5)))
+        written = {"importances": outputs.write_csv(ranking, out)}
+        top = int(job.options.get("top", 10))
+        if top:
+            head = ranking.head(top)
+            info["head"] = head.to_string(index=False, float_format=lambda v: f"{v:.4f}")
+        metric = "accuracy" if forest.task_ == "classification" else "R²"
+        info["what"] = (f"importances of {table.n_features} features (held-out {metric} "
+                        f"{score:.3f} on {test.n_samples} rows)")  # fmt: skip
+    ctx.done.outputs = written
