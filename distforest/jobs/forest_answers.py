@@ -24,6 +24,7 @@ from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
 from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file
+from distforest.jobs.proximity import model_digest
 from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import (
@@ -57,6 +58,9 @@ class ForestAnswerJob(ForestJob):
         (importances).
     id : str or None
         Column of row IDs (the CSVs' first column).
+    model : str or None
+        A model file fitted elsewhere whose trees route the rows instead of a forest
+        fitted here (:func:`~distforest.io.model_files.load_model`; ``forest`` unused).
     """
 
     job_kind: ClassVar[str] = "forest-answer"
@@ -65,6 +69,7 @@ class ForestAnswerJob(ForestJob):
     files: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         self.name = self.answer
@@ -73,7 +78,8 @@ class ForestAnswerJob(ForestJob):
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "id", "forest", "answer", "files")
         options = {k: v for k, v in self.options.items() if k != "top"}  # (printing only)
-        return self.spec_of(keep, options=options,
+        more = {} if self.model is None else {"model": model_digest(self.model)}
+        return self.spec_of(keep, options=options, **more,
                             input={"source": self.input, "fingerprint": fingerprint})  # fmt: skip
 
     def describe(self) -> str:
@@ -104,7 +110,12 @@ class AnswerResult(JobResult):
 
 @ForestAnswerJob.plans
 def plan_answer_job(job: ForestAnswerJob) -> Pipeline:
-    """What the job would do (``--dry-run``): reads the input's shape, runs nothing."""
+    """What the job would do (``--dry-run``): reads the input's shape, runs nothing (a
+    model file that is a pickle or of an untrusted type refused first)."""
+    if job.model is not None:
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(job.model)
     source, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
                                id=job.id)  # fmt: skip
     return answer_pipeline(job, source, n, d)
@@ -145,7 +156,9 @@ def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
         disk.update(_temporary_bytes(job, n, d, trees))
     writes = tuple(str(p) for p in files.values() if p)
     stages = [
-        Stage("fit", f"{trees} trees in {fit_tasks} tasks (not saved: a resumed run fits again)",
+        Stage("fit", (f"{trees} trees in {fit_tasks} tasks" if job.model is None else
+                      f"the rows routed through the trees of {job.model}")
+              + " (not saved: a resumed run fits again)",
               reads=(str(job.input),), writes=(), tasks=fit_tasks,
               cost=Cost(fit_seconds(trees, rows, d, params["max_features"]), table_bytes),
               run=lambda ctx: _fit(job, table, ctx), again=True),
@@ -248,16 +261,31 @@ def _fit(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
 
     table, split = inputs
     forest = ProximityForest(**job.forest)
-    if split is not None:
+    fitted = None
+    if job.model is not None:
+        from distforest.io.model_files import load_model
+
+        fitted = load_model(job.model)
+    if fitted is not None and hasattr(table, "X"):
+        ctx.model = ProximityForest.from_model(fitted, table)
+    elif split is not None:
         ctx.model = forest.fit(split[0])
     elif hasattr(table, "X"):
         ctx.model = forest.fit(table)
     else:  # pass 2 on the workers, into a temporary store removed with the forest
+        import shutil
+
         from distforest.store.temporary import new_folder, tie
 
         work = new_folder()
-        tie(forest, work)
-        ctx.model = forest.fit(table.write(work / "run.zarr", {}))
+        try:
+            rows = table.write(work / "run.zarr", {})
+            ctx.model = (forest.fit(rows) if fitted is None
+                         else ProximityForest.from_model(fitted, rows))  # fmt: skip
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        tie(ctx.model, work)
     ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
 
 

@@ -79,7 +79,7 @@ class ProximityJob(ForestJob):
                                  *APP_STAGES)  # fmt: skip
         # id and top-k only when given: the specs of earlier runs are unchanged
         keep += ("id",) * (self.id is not None) + ("top_k", "dense") * (self.top_k is not None)
-        more = {} if self.model is None else {"model": _model_digest(self.model)}
+        more = {} if self.model is None else {"model": model_digest(self.model)}
         return self.spec_of(keep, input={"source": table.source,
                                          "fingerprint": table.fingerprint()}, **more)  # fmt: skip
 
@@ -318,7 +318,7 @@ def _fitted(job: ProximityJob, table: Any) -> ProximityForest:
     return forest
 
 
-def _model_digest(path: str) -> dict[str, str]:
+def model_digest(path: str) -> dict[str, str]:
     """A model file in a job's spec: its path and the hash of its bytes (a pickle, an
     untrusted type refused here, before the run starts)."""
     import hashlib
