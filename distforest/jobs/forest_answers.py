@@ -24,7 +24,7 @@ from distforest.io.model_files import model_record
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
 from distforest.jobs.inputs import input_shape, partitioned_input
-from distforest.jobs.outputs import OUTLIER_THRESHOLD, check_new_file
+from distforest.jobs.outputs import check_new_file
 from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import (
@@ -58,6 +58,9 @@ class ForestAnswerJob(ForestJob):
         (importances).
     id : str or None
         Column of row IDs (the CSVs' first column).
+    model : str or None
+        A model file fitted elsewhere whose trees route the rows instead of a forest
+        fitted here (:func:`~distforest.io.model_files.load_model`; ``forest`` unused).
     """
 
     job_kind: ClassVar[str] = "forest-answer"
@@ -109,7 +112,12 @@ class AnswerResult(JobResult):
 
 @ForestAnswerJob.plans
 def plan_answer_job(job: ForestAnswerJob) -> Pipeline:
-    """What the job would do (``--dry-run``): reads the input's shape, runs nothing."""
+    """What the job would do (``--dry-run``): reads the input's shape, runs nothing (a
+    model file that is a pickle or of an untrusted type refused first)."""
+    if job.model is not None:
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(job.model)
     source, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
                                id=job.id)  # fmt: skip
     return answer_pipeline(job, source, n, d)
@@ -150,7 +158,9 @@ def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
         disk.update(_temporary_bytes(job, n, d, trees))
     writes = tuple(str(p) for p in files.values() if p)
     stages = [
-        Stage("fit", f"{trees} trees in {fit_tasks} tasks (not saved: a resumed run fits again)",
+        Stage("fit", (f"{trees} trees in {fit_tasks} tasks" if job.model is None else
+                      f"the rows routed through the trees of {job.model}")
+              + " (not saved: a resumed run fits again)",
               reads=(str(job.input),), writes=(), tasks=fit_tasks,
               cost=Cost(fit_seconds(trees, rows, d, params["max_features"]), table_bytes),
               run=lambda ctx: _fit(job, table, ctx), again=True),
@@ -288,8 +298,8 @@ def _answer(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
     info = ctx.done.info
     if job.answer == "outliers":
         written = outputs.write_outliers(forest, out, plot, title=f"outlier scores, {source}")
-        info["what"] = (f"outlier scores of {forest.n_samples_} rows (flag: > "
-                        f"{OUTLIER_THRESHOLD:g})")  # fmt: skip
+        info["what"] = (f"outlier scores of {forest.n_samples_} rows (flag: the far-out fence "
+                        "of each class)")  # fmt: skip
     elif job.answer == "mislabels":
         top = int(job.options.get("top", 10))
         written, ranking = outputs.write_mislabels(forest, out, top)

@@ -213,25 +213,10 @@ def proximity_pipeline(job: ProximityJob, n: int, d: int, table: Any = None) -> 
 
 
 def forest_step(job: ProximityJob, n: int, d: int) -> list[tuple[str, str]]:
-    """The dry run's ``forest`` line: whether its leaves are refined, and why
-    (:func:`~distforest.forests.refine.refine_rule`, the rule the fit follows)."""
-    from distforest.errors import DistforestError
-    from distforest.forests.refine import refine_rule
-
-    forest = ProximityForest(**job.forest)
-    try:
-        params = forest._validated()
-        task = params["task"]
-        if task == "auto":
-            task = "classification" if job.target else "unsupervised"
-        per_class = [p for p in (params["class_weight"], params["max_samples"])
-                     if isinstance(p, dict)]  # fmt: skip
-        classes = (sorted(per_class[0]) if per_class else [0, 1]) if task == "classification" \
-            else []  # fmt: skip
-        tree_params = forest._tree_params(params, task, classes, n)
-        _, why = refine_rule(params["leaf_bound"], tree_params, n, d)
-    except DistforestError as exc:  # the fit reports it with its full context
-        why = f"not decided: {exc}"
+    """The dry run's ``forest`` line: whether its leaves are refined, and why."""
+    if job.model is not None:
+        return [("forest", f"the trees of {job.model} as they are (no refinement)")]
+    _, why = ProximityForest.refinement_plan(job.forest, job.target is not None, n, d)
     return [("forest", why)]
 
 
