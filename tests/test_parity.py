@@ -186,9 +186,6 @@ _PATH_AS_OBJECTS = (
     "SimilarityForestClassifier.fit takes a path as the objects themselves (ValueError: could "
     "not convert string to float) instead of opening it with open_source"
 )
-_SMERF_INBAG = (
-    "SMERF fitted by partitions keeps inbag_ as uint8, the in-memory fit as uint16 (values equal)"
-)
 REFUSED: dict[str, dict[str, str]] = {
     "xforest": {},
     "simforest": {
@@ -196,7 +193,7 @@ REFUSED: dict[str, dict[str, str]] = {
         "float32, from numpy float64 rows as float64 (values equal)",
         **dict.fromkeys((*FILE_KINDS, "memory"), _PATH_AS_OBJECTS),
     },
-    "smerf": dict.fromkeys(("dask", "folder", "glob"), _SMERF_INBAG),
+    "smerf": {},
 }
 
 
