@@ -182,17 +182,9 @@ FORESTS = {
     "simforest": (_simforest, "labelled", "label"),
     "smerf": (_smerf, "features", None),
 }
-_PATH_AS_OBJECTS = (
-    "SimilarityForestClassifier.fit takes a path as the objects themselves (ValueError: could "
-    "not convert string to float) instead of opening it with open_source"
-)
 REFUSED: dict[str, dict[str, str]] = {
     "xforest": {},
-    "simforest": {
-        "dask": "SimilarityForestClassifier from a dask DataFrame keeps pair_objects_ as "
-        "float32, from numpy float64 rows as float64 (values equal)",
-        **dict.fromkeys((*FILE_KINDS, "memory"), _PATH_AS_OBJECTS),
-    },
+    "simforest": {},
     "smerf": {},
 }
 
