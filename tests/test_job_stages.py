@@ -190,6 +190,7 @@ COMMANDS = {
     "cluster": (["X", "--method", "kernel-kmeans", "--k", "2", "--n-init", "2",
                  "--truth", f"{ION}:Class", "--plot", "PLOT"], "c.csv", "c.run.zarr"),
     "simforest proximity": (["M", "--tile-size", "256"], "p.zarr", None),
+    "simforest predict": (["M", str(ION)], "pr.csv", "pr.run.zarr"),
     "smerf fit": ([str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
                    "--trees", "5", "--distances", "D"], "m.zarr", None),
     "smerf predict": (["S", str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
@@ -263,7 +264,8 @@ def test_a_command_runs_the_stages_its_dry_run_printed(tmp_path, command):
 #: Answer commands -> the function of their answer's stage.
 ANSWER_STAGES = {"outliers": "distforest.jobs.forest_answers._answer",
                  "importances": "distforest.jobs.forest_answers._answer",
-                 "cluster": "distforest.jobs.xforest._cluster_stored"}  # fmt: skip
+                 "cluster": "distforest.jobs.xforest._cluster_stored",
+                 "simforest predict": "distforest.jobs.simforest_model._predict"}  # fmt: skip
 
 
 @pytest.mark.parametrize("command", list(ANSWER_STAGES))

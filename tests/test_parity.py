@@ -480,26 +480,35 @@ def test_rfimpute_by_partitions_equals_in_memory(client, tmp_path: Path) -> None
     assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "mem.csv").read_bytes()
 
 
+def _oracle(params: dict[str, Any], df: pd.DataFrame, *, sample_rows: int, seed: int,
+            parts: int) -> tuple[Any, pd.DataFrame]:  # fmt: skip
+    """The in-memory imputer fitted on the sample a run by partitions draws, and each
+    partition's features filled by its ``transform``."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.jobs.impute import _sample
+
+    sample = df.iloc[_sample(len(df), sample_rows, seed)].reset_index(drop=True)
+    with execution(client="synchronous"):
+        oracle = ProximityImputer(**params, random_state=seed).fit(
+            sample[IMPUTE_FEATURES], sample["cls"]
+        )
+        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
+                                               .reset_index(drop=True))
+                              for rows in np.array_split(np.arange(len(df)), parts)],
+                             ignore_index=True)  # fmt: skip
+    return oracle, expected
+
+
 @pytest.mark.parametrize("proximity", ["rfimpute", "rfgap"])
 def test_one_forest_modes_above_the_sample_are_new_rows(client, tmp_path: Path,
                                                         proximity: str) -> None:  # fmt: skip
     """Sample bound < n: each partition is filled as ``transform`` fills it in memory, by
     the imputer fitted on the same sample (the oracle), and observed cells never change."""
-    from distforest.apps.impute import ProximityImputer
-    from distforest.jobs.impute import _sample
 
     df = _holes_table(n=600, seed=6)
     folder = _parts(df, tmp_path / "parts", parts=3)
     params = {**RF_SMALL, "proximity": proximity}
-    sample = df.iloc[_sample(len(df), 150, 8)].reset_index(drop=True)
-    with execution(client="synchronous"):
-        oracle = ProximityImputer(**params, random_state=8).fit(
-            sample[IMPUTE_FEATURES], sample["cls"]
-        )
-        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
-                                               .reset_index(drop=True))
-                              for rows in np.array_split(np.arange(len(df)), 3)],
-                             ignore_index=True)  # fmt: skip
+    _, expected = _oracle(params, df, sample_rows=150, seed=8, parts=3)
     with client.as_current():
         result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**params, "random_state": 8},
                                client, sample_rows=150)  # fmt: skip
@@ -556,22 +565,12 @@ def test_rfimpute_regrown_forest_stays_in_a_store(client, tmp_path: Path, monkey
     that routes the partitions' rows is grown again into a temporary store (no nodes nor
     leaves here, none sent to the tasks) and fills them as the in-memory regrown one does."""
     import distforest.apps.impute as impute_module
-    from distforest.apps.impute import ProximityImputer
-    from distforest.jobs.impute import _sample
     from distforest.store.sink import StoredNodes
 
     monkeypatch.setattr(impute_module, "KEEP_NODES_CELLS", 0)
     df = _holes_table(n=500, seed=9)
     folder = _parts(df, tmp_path / "parts", parts=4)
-    sample = df.iloc[_sample(len(df), 120, 4)].reset_index(drop=True)
-    with execution(client="synchronous"):
-        oracle = ProximityImputer(**RF_SMALL, random_state=4).fit(
-            sample[IMPUTE_FEATURES], sample["cls"]
-        )
-        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
-                                               .reset_index(drop=True))
-                              for rows in np.array_split(np.arange(len(df)), 4)],
-                             ignore_index=True)  # fmt: skip
+    oracle, expected = _oracle(RF_SMALL, df, sample_rows=120, seed=4, parts=4)
     assert oracle.forest_.nodes_ is not None and isinstance(oracle.forest_.leaves_, np.ndarray)
     with client.as_current():
         result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**RF_SMALL, "random_state": 4},
@@ -580,3 +579,81 @@ def test_rfimpute_regrown_forest_stays_in_a_store(client, tmp_path: Path, monkey
     assert isinstance(forest.leaves_, zarr.Array) and isinstance(forest.nodes_, StoredNodes)
     got = pd.read_parquet(tmp_path / "out")
     pd.testing.assert_frame_equal(got[IMPUTE_FEATURES], expected, check_exact=True)
+
+
+def test_smerf_predict_of_a_folder_of_parts(data, cluster_address) -> None:
+    """``smerf predict MODEL A`` with A a folder of parts (formerly refused: read whole):
+    the one-CSV run's learned distances, routed by chunks."""
+    frame = data["frames"]["features"]
+    root = data["root"] / "smerf-predict"
+    root.mkdir()
+    points = frame.to_numpy()
+    np.save(root / "D.npy", np.sqrt(((points[:, None] - points[None]) ** 2).sum(axis=2)))
+    model = root / "model.zarr"
+    run = CliRunner().invoke
+    fitted = run(
+        cli,
+        [
+            "-q",
+            "smerf",
+            "fit",
+            data["files"]["features"]["csv"],
+            "--distances",
+            str(root / "D.npy"),
+            "--trees",
+            "4",
+            "--seed",
+            "3",
+            "--out",
+            str(model),
+        ],
+    )
+    assert fitted.exit_code == 0, fitted.output
+    matrices = {}
+    for kind in ("csv", "folder"):
+        out = root / f"{kind}.zarr"
+        done = run(
+            cli,
+            [
+                "-q",
+                "smerf",
+                "predict",
+                str(model),
+                data["files"]["features"][kind],
+                "--out",
+                str(out),
+                "--scheduler",
+                cluster_address,
+            ],
+        )
+        assert done.exit_code == 0, done.output
+        matrices[kind] = np.asarray(zarr.open_group(str(out), mode="r")["distance"][...])
+    assert matrices["csv"].shape == (N, N)
+    np.testing.assert_array_equal(matrices["folder"], matrices["csv"])
+
+
+def test_smerf_pipeline_distance_rows_of_folders(data, cluster_address) -> None:
+    """A SMERF pipeline's ``distance.rows`` / ``against`` as folders of parts (formerly read
+    whole only): the one-CSV run's matrix."""
+    frame = data["frames"]["features"]
+    root = data["root"] / "smerf-pipeline"
+    root.mkdir()
+    points = frame.to_numpy()
+    np.save(root / "D.npy", np.sqrt(((points[:, None] - points[None]) ** 2).sum(axis=2)))
+    files = data["files"]["features"]
+    got = {}
+    for kind in ("csv", "folder"):
+        out = root / kind
+        pipeline = root / f"{kind}.yaml"
+        pipeline.write_text(
+            f"input: {{path: {files['csv']}}}\n"
+            f"smerf: {{distances: {root / 'D.npy'}, n_estimators: 4, random_state: 2}}\n"
+            f"distance: {{rows: {files[kind]}, against: {files[kind]}, out: d.zarr}}\n"
+            f"output: {{dir: {out}, store: m.zarr}}\n"
+        )
+        done = CliRunner().invoke(cli, ["-q", "run", str(pipeline), "--scheduler",
+                                        cluster_address])  # fmt: skip
+        assert done.exit_code == 0, done.output
+        got[kind] = np.asarray(zarr.open_group(str(out / "d.zarr"), mode="r")["distance"][...])
+    assert got["csv"].shape == (N, N)
+    np.testing.assert_array_equal(got["folder"], got["csv"])

@@ -58,6 +58,10 @@ def _answer(obj: dict, answer: str, input: str, target: str | None,
     from distforest.jobs.outputs import record_path
 
     dry_run = options.pop("dry_run", False)
+    if options.get("model_file") is not None:  # a pickle, an untrusted type: refused first
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(options["model_file"])
     job = ForestAnswerJob(input=input, target=target, out=record_path(str(files["out"])),
                           answer=answer, files=files, options=more,
                           id=options.pop("id_column", None), drop=options.pop("drop", ()),
@@ -80,7 +84,8 @@ def outliers(obj: dict, input: str, target: str | None, out: str, plot: str | No
 
     Per class: raw = n / sum of squared proximities to the class, then
     (raw - median) / MAD.  Column outlier_flag marks the rows above their
-    class's far-out fence (Tukey's, on log1p(score - the class's lowest)).
+    class's far-out fence (Tukey's, on log1p(score - the class's lowest)): at
+    most 0.1 % of a clean table's rows.
     """
     _answer(obj, "outliers", input, target, {"out": out, "plot": plot}, overwrite, options)
 

@@ -229,11 +229,15 @@ def simforest_predict(ctx: click.Context, model: str, data: str | None, matrix: 
     the training features (the target column, if present, is ignored); a glob, a folder of
     parts or a file over 32 MB is predicted by partitions on the cluster.
     """
-    from distforest.jobs.simforest_model import predict_command
+    from distforest.jobs.outputs import record_path
+    from distforest.jobs.simforest_model import SimForestPredictJob
 
-    done = predict_command(model, data, matrix, distances, out, overwrite, na_values,
-                           cluster_kw(options), bars(ctx), dry_run)  # fmt: skip
-    return show(done, out) if dry_run and not isinstance(done, str) else click.echo(done)
+    rows = data or matrix or distances
+    job = SimForestPredictJob(input=str(rows), model=model, out=record_path(out),
+                              files={"out": out}, data=data, matrix=matrix,
+                              distances=distances, na_values=na_values, overwrite=overwrite,
+                              connect=cluster_kw(options))  # fmt: skip
+    run_job(ctx.obj or {"quiet": False}, job, dry_run)
 
 
 @simforest.command("proximity")

@@ -516,8 +516,19 @@ class SMERF(Persisted, DaskEstimator):
 
     def _route(self, X: Any, what: str) -> np.ndarray:
         """Leaves of the rows of ``X`` (a stored fit's trees: nodes and projections read
-        from the store on use)."""
-        return K.apply(cast(K.FlatForest, self.forest_), self._rows(X, what))
+        from the store on use).  Rows in a store (a source read by partitions) are routed
+        by chunks, one task each (:func:`~distforest.forests.scaled_rows.chunk_map`)."""
+        if getattr(X, "store_path", None) is None:
+            return K.apply(cast(K.FlatForest, self.forest_), self._rows(X, what))
+        from distforest.forests.scaled_rows import chunk_map
+
+        if X.n_features != self.n_features_in_:
+            raise InputError(
+                f"{what} ({X.source}) has {X.n_features} features but the forest was "
+                f"fitted on {self.n_features_in_}; pass the same columns in the same order"
+            )
+        parts = chunk_map(X, _route_chunk, self.forest_, f"{what} ({X.source})")
+        return np.concatenate(parts) if parts else np.empty((0, self.n_estimators), np.int32)
 
     def apply(self, X: Any) -> np.ndarray:
         """Leaf of every row of ``X`` in every tree.
@@ -742,3 +753,11 @@ class SMERF(Persisted, DaskEstimator):
             importances=f["tree_importances"],
         )
         self._set_forest(forest, self.leaves_, self.inbag_)
+
+
+def _route_chunk(X: np.ndarray, where: slice, forest: Any, what: str) -> np.ndarray:
+    """A task: the leaves of one chunk of stored rows (refused with missing values)."""
+    if np.isnan(X).any():
+        row = where.start + int(np.flatnonzero(np.isnan(X).any(axis=1))[0])
+        raise InputError(f"{what}: rows with missing values cannot be routed (row {row})")
+    return K.apply(cast(K.FlatForest, forest), X)

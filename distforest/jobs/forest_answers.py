@@ -20,10 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from distforest.io.model_files import model_record
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
 from distforest.jobs.inputs import input_shape, partitioned_input
-from distforest.jobs.outputs import OUTLIER_THRESHOLD, check_new_file
+from distforest.jobs.outputs import check_new_file
 from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import (
@@ -57,6 +58,9 @@ class ForestAnswerJob(ForestJob):
         (importances).
     id : str or None
         Column of row IDs (the CSVs' first column).
+    model : str or None
+        A model file fitted elsewhere whose trees route the rows instead of a forest
+        fitted here (:func:`~distforest.io.model_files.load_model`; ``forest`` unused).
     """
 
     job_kind: ClassVar[str] = "forest-answer"
@@ -65,6 +69,9 @@ class ForestAnswerJob(ForestJob):
     files: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    #: A model file fitted elsewhere whose trees are used instead of ``forest``
+    #: (:func:`~distforest.io.model_files.load_model`; the input is its training table).
+    model: str | None = None
 
     def __post_init__(self) -> None:
         self.name = self.answer
@@ -73,7 +80,8 @@ class ForestAnswerJob(ForestJob):
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "id", "forest", "answer", "files")
         options = {k: v for k, v in self.options.items() if k != "top"}  # (printing only)
-        return self.spec_of(keep, options=options,
+        more = {} if self.model is None else {"model": model_record(self.model)}
+        return self.spec_of(keep, options=options, **more,
                             input={"source": self.input, "fingerprint": fingerprint})  # fmt: skip
 
     def describe(self) -> str:
@@ -104,7 +112,12 @@ class AnswerResult(JobResult):
 
 @ForestAnswerJob.plans
 def plan_answer_job(job: ForestAnswerJob) -> Pipeline:
-    """What the job would do (``--dry-run``): reads the input's shape, runs nothing."""
+    """What the job would do (``--dry-run``): reads the input's shape, runs nothing (a
+    model file that is a pickle or of an untrusted type refused first)."""
+    if job.model is not None:
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(job.model)
     source, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
                                id=job.id)  # fmt: skip
     return answer_pipeline(job, source, n, d)
@@ -145,7 +158,9 @@ def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
         disk.update(_temporary_bytes(job, n, d, trees))
     writes = tuple(str(p) for p in files.values() if p)
     stages = [
-        Stage("fit", f"{trees} trees in {fit_tasks} tasks (not saved: a resumed run fits again)",
+        Stage("fit", (f"{trees} trees in {fit_tasks} tasks" if job.model is None else
+                      f"the rows routed through the trees of {job.model}")
+              + " (not saved: a resumed run fits again)",
               reads=(str(job.input),), writes=(), tasks=fit_tasks,
               cost=Cost(fit_seconds(trees, rows, d, params["max_features"]), table_bytes),
               run=lambda ctx: _fit(job, table, ctx), again=True),
@@ -248,16 +263,28 @@ def _fit(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
 
     table, split = inputs
     forest = ProximityForest(**job.forest)
+
+    def fit(rows: Any) -> ProximityForest:
+        if job.model is None:
+            return forest.fit(rows)
+        # the rows routed through a model fitted elsewhere
+        from distforest.io.model_files import load_model
+
+        return ProximityForest.from_model(load_model(job.model), rows)
+
     if split is not None:
-        ctx.model = forest.fit(split[0])
+        ctx.model = fit(split[0])
     elif hasattr(table, "X"):
-        ctx.model = forest.fit(table)
+        ctx.model = fit(table)
     else:  # pass 2 on the workers, into a temporary store removed with the forest
         from distforest.store.temporary import new_folder, tie
 
         work = new_folder()
-        tie(forest, work)
-        ctx.model = forest.fit(table.write(work / "run.zarr", {}))
+        if job.model is None:
+            tie(forest, work)
+        ctx.model = fit(table.write(work / "run.zarr", {}))
+        if job.model is not None:  # from_model made a forest of its own
+            tie(ctx.model, work)
     ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
 
 
@@ -271,8 +298,8 @@ def _answer(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
     info = ctx.done.info
     if job.answer == "outliers":
         written = outputs.write_outliers(forest, out, plot, title=f"outlier scores, {source}")
-        info["what"] = (f"outlier scores of {forest.n_samples_} rows (flag: > "
-                        f"{OUTLIER_THRESHOLD:g})")  # fmt: skip
+        info["what"] = (f"outlier scores of {forest.n_samples_} rows (flag: the far-out fence "
+                        "of each class)")  # fmt: skip
     elif job.answer == "mislabels":
         top = int(job.options.get("top", 10))
         written, ranking = outputs.write_mislabels(forest, out, top)

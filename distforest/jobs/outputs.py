@@ -21,10 +21,6 @@ from distforest.errors import StoreError
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Outlier scores above this are flagged (Breiman & Cutler's rule of thumb).
-OUTLIER_THRESHOLD = 10.0
-
-
 #: The files every run writes beside its outputs (distforest.jobs.report).
 REPORT_FILES = ("report.json", "report.md")
 
@@ -132,22 +128,23 @@ def _frame(forest: Any) -> pd.DataFrame:
 
 
 def write_outliers(forest: Any, out: str, plot: str | None, title: str) -> dict[str, str]:
-    """Outlier scores to CSV (and a picture); returns what was written."""
-    from distforest.apps.outliers import outlier_scores, stored_path, write_scores_csv
+    """Outlier scores and flags to CSV (and a picture); returns what was written."""
+    from distforest.apps.outliers import FLAG_COLUMN, outlier_flags, stored_path, write_scores_csv
 
     store = None if plot or location.is_remote(out) else stored_path(forest)
     if store is not None:  # scored and written by tasks, chunk by chunk
         return {"outlier scores": write_scores_csv(forest, store, out)}
-    scores = outlier_scores(forest)
+    found = outlier_flags(forest)
     frame = _frame(forest)
-    frame["outlier"] = scores
+    frame["outlier"] = found.scores
+    frame[FLAG_COLUMN] = found.flags
     written = {"outlier scores": write_csv(frame, out)}
     if plot:
         from distforest.apps.plots import plot_scores  # matplotlib: only for a picture
 
         labels, names = class_labels(forest)
-        picture = plot_scores(scores, plot, labels=labels, class_names=names,
-                              threshold=OUTLIER_THRESHOLD, title=title)  # fmt: skip
+        picture = plot_scores(found.scores, plot, labels=labels, class_names=names,
+                              threshold=found.thresholds, title=title)  # fmt: skip
         written["outlier picture"] = location.resolved(picture)
     return written
 
@@ -179,9 +176,9 @@ def write_mds(
     dissimilarity: str = "sqrt",
     title: str = "",
 ) -> dict[str, str]:
-    """MDS coordinates to CSV (and a scatter with outliers circled)."""
+    """MDS coordinates to CSV (and a scatter with the flagged outliers circled)."""
     from distforest.apps.mds import mds, write_mds_csv
-    from distforest.apps.outliers import outlier_scores, stored_path
+    from distforest.apps.outliers import outlier_flags, stored_path
 
     store = None if plot or location.is_remote(out) else stored_path(forest)
     if store is not None:  # solved and written by tasks, chunk by chunk
@@ -196,7 +193,7 @@ def write_mds(
         from distforest.apps.plots import plot_embedding  # matplotlib: only for a picture
 
         labels, names = class_labels(forest)
-        marked = outlier_scores(forest) > OUTLIER_THRESHOLD
+        marked = outlier_flags(forest).flags
         picture = plot_embedding(coordinates, plot, labels=labels, class_names=names,
                                  marked=marked, title=title)  # fmt: skip
         written["MDS picture"] = location.resolved(picture)

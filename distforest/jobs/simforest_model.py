@@ -1,8 +1,9 @@
 """SimForest models for the commands: saved with their centring, new objects read as the
 model needs them, predictions written.
 
-Used by ``distforest simforest fit`` and ``distforest simforest predict``;
-``distforest simforest proximity`` is a job (:class:`SimForestProximityJob`).
+Used by ``distforest simforest fit``; ``distforest simforest proximity`` and
+``distforest simforest predict`` are jobs (:class:`SimForestProximityJob`,
+:class:`SimForestPredictJob`).
 """
 
 from __future__ import annotations
@@ -150,66 +151,6 @@ def predict_to_csv(forest: Any, source: Any, out: str) -> str:
     return write_csv(prediction_frame(forest, forest.predict_proba(source)), out)
 
 
-def predict_plan(forest: Any, source: Any, model: str, out: str, connect: dict[str, Any]) -> Any:
-    """The :class:`~distforest.jobs.plan.Plan` of ``simforest predict --dry-run``: one task
-    per block of test objects (as :meth:`SimilarityForestClassifier.predict_proba` cuts them)."""
-    import math
-
-    from distforest import location
-    from distforest.forests.simforest import BLOCK_BYTES
-    from distforest.jobs.estimates import SECONDS_PER, free_space
-    from distforest.jobs.plan import Plan, placement_of
-    from distforest.parallel.placement import cells_of
-    from distforest.parallel.tasks import plan_batches
-
-    _, function, n, per_row = forest._test_source(source, None)
-    blocks = len(plan_batches(n, max(1, min(n, BLOCK_BYTES // (8 * max(1, per_row))))))
-    where, threads = placement_of(cells_of(source), connect)
-    width = 1 if function is None else int(np.shape(source)[1])  # values read per similarity
-    trees, classes = len(forest.trees_), len(forest.classes_)
-    return Plan(
-        title=f"simforest predict: {n:,} objects against a {forest.n_samples_:,}-object model",
-        steps=[("input", model), ("predict", f"{trees} trees in {blocks} task(s)"),
-               ("writes", str(out))],
-        tasks=blocks,
-        tiles=0,
-        disk={"predictions (CSV)": n * 24 * (1 + classes)},
-        free_bytes=free_space(location.parent(out)),
-        worker_bytes=8 * cells_of(source) + 8 * n * classes,
-        # one similarity per node on the way down each tree (two objects of its pair)
-        cpu_seconds=SECONDS_PER["measure"] * n * trees * 2 * width
-        * math.log2(max(forest.n_samples_, 2)),
-        threads=threads,
-        where=where,
-    )  # fmt: skip
-
-
-def predict_command(model: str, data: str | None, matrix: str | None, distances: str | None,
-                    out: str, overwrite: bool, na_values: tuple[str, ...],
-                    connect: dict[str, Any], progress: Any = None,
-                    dry_run: bool = False) -> Any:  # fmt: skip
-    """``distforest simforest predict``: the predictions written and the summary line, or
-    (``dry_run``) the plan, nothing written."""
-    from distforest.jobs.outputs import check_new_file
-    from distforest.parallel.placement import cells_of, place
-
-    start = time.perf_counter()
-    check_new_file(out, overwrite)
-    if data is not None and matrix is None and distances is None:
-        from distforest.jobs.inputs import partitioned_input
-
-        if partitioned_input(data):  # a glob, a folder of parts, a large file
-            return predict_partitioned(model, data, out, na_values, connect, dry_run)
-    forest, source, n, temporary = read_predict_input(model, data, matrix, distances, na_values,
-                                                      out)  # fmt: skip
-    with temporary:
-        if dry_run:
-            return predict_plan(forest, source, model, out, connect)
-        with place(cells_of(source), connect, progress=progress):
-            path = predict_to_csv(forest, source, out)
-    return f"{n} predictions in {time.perf_counter() - start:.1f} s\n  predictions:  {path}"
-
-
 def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...],
                   frame: Any, start: int, part: str) -> Any:  # fmt: skip
     """``prediction, proba_<label>...`` of one partition by a saved SimForest (read once
@@ -235,40 +176,6 @@ def _predict_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...]
         return prediction_frame(forest, np.empty((0, len(forest.classes_))))
     with execution(client="synchronous"):  # in this worker: it is one task of many
         return prediction_frame(forest, forest.predict_proba(scale(X, attrs.get("scaling"))))
-
-
-def predict_partitioned(model: str, data: str, out: str, na_values: tuple[str, ...],
-                        connect: dict[str, Any], dry_run: bool = False) -> str:  # fmt: skip
-    """``distforest simforest predict MODEL DATA`` of a DATA read by partitions: one task
-    per partition predicts its rows and writes its piece of the CSV (joined in order, the
-    in-memory command's file); the summary line, or (``dry_run``) what would run."""
-    from distforest.io.partitions import open_partitions
-    from distforest.jobs.model_columns import check_columns
-    from distforest.jobs.row_pieces import row_frames, write_pieces
-    from distforest.parallel.cluster import connect as connect_to
-    from distforest.store.run_store import RunStore
-
-    start = time.perf_counter()
-    attrs = RunStore.open(model, require_complete=True).attrs
-    if attrs.get("measure") in ("precomputed", "function", None):
-        raise ParameterError(
-            f"model {model!r} was fitted on a matrix: give --similarity Q.npy or --distances "
-            "Q.npy (test objects x training objects), not DATA"
-        )
-    names = tuple(str(c) for c in attrs.get("feature_names") or ())
-    parts = open_partitions(data, na_values=na_values)
-    if parts.frame is None:
-        raise InputError(f"{parts.source}: a numeric array has no column names; give a table")
-    check_columns(parts.source, list(parts.columns), names)
-    if dry_run:
-        return (f"simforest predict of {parts.source}: read by partitions, "
-                f"{parts.npartitions} tasks that each predict a partition's rows with "
-                f"{model} and write a piece of {out}")  # fmt: skip
-    with connect_to(**connect) as client, client.as_current():
-        rows = row_frames(data, names, na_values=na_values, by_parts=True)
-        n, path, _ = write_pieces(rows, partial(_predict_rows, model, attrs, names), out)
-    return (f"{n} predictions read by partitions in {time.perf_counter() - start:.1f} s\n"
-            f"  predictions:  {path}")  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -374,3 +281,195 @@ def run_proximity_job(job: SimForestProximityJob, progress: Any = None, *,
                                                       "fit_id": forest.fit_id_})  # fmt: skip
     return execute(job, proximity_pipeline(job, forest), spec, result, progress=progress,
                    restart=restart, run_id=run_id or new_run_id(), check=check)  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class SimForestPredictJob(JobBase):
+    """``distforest simforest predict``: the class of new objects by a saved model,
+    written to ``files["out"]`` (a CSV); ``out`` is the job's store beside it
+    (:func:`~distforest.jobs.outputs.record_path`: its spec and stages)."""
+
+    job_kind: ClassVar[str] = "simforest-predict"
+
+    model: str
+    out: str
+    files: dict[str, Any]
+    data: str | None = None
+    matrix: str | None = None
+    distances: str | None = None
+    name: str = "simforest predict"
+
+    @property
+    def by_parts(self) -> bool:
+        """Whether DATA is read by partitions (a glob, a folder of parts, a large file)."""
+        from distforest.jobs.inputs import partitioned_input
+
+        given = self.data is not None and self.matrix is None and self.distances is None
+        return given and partitioned_input(str(self.data))
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return "SimForest predictions"
+
+    def summary(self, result: JobResult) -> str:
+        """The predictions written (as the command printed them), and the reports."""
+        from distforest.jobs.result import mode_text
+
+        parts = " read by partitions" if self.by_parts else ""
+        return "\n".join([
+            f"{result.shape[0]} predictions{parts} in {result.seconds:.1f} s"
+            f"{mode_text(result.mode, self.out)}",
+            *(f"  {label + ':':<13} {path}" for label, path in result.outputs.items()),
+        ])  # fmt: skip
+
+
+def _listing_stamp(path: str) -> str:
+    """A digest of the names, sizes and modification times of the files of ``path`` (a
+    file, a folder of parts, a glob; local or a URL): a changed input is another job."""
+    import hashlib
+
+    from distforest import location
+
+    fs, where = location.filesystem(path)
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(fs.expand_path(where, recursive=True)):
+        info = fs.info(name)
+        if info.get("type") == "file":
+            stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
+            h.update(f"{name}:{info.get('size')}:{stamp}".encode())
+    return h.hexdigest()
+
+
+@SimForestPredictJob.plans
+def plan_predict_job(job: SimForestPredictJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the model and the new objects, runs
+    nothing (centred distances go into a temporary array removed before it returns)."""
+    if job.by_parts:
+        return predict_pipeline(job, *_partitions(job))
+    forest, source, n, temporary = read_predict_input(job.model, job.data, job.matrix,
+                                                      job.distances, job.na_values,
+                                                      job.files["out"])  # fmt: skip
+    with temporary:
+        return predict_pipeline(job, forest, source, n)
+
+
+def _partitions(job: SimForestPredictJob) -> tuple[Any, Any, int]:
+    """The model's attributes, the partitions of DATA and their count, the columns checked."""
+    from distforest.io.partitions import open_partitions
+    from distforest.jobs.model_columns import check_columns
+    from distforest.store.run_store import RunStore
+
+    attrs = RunStore.open(job.model, require_complete=True).attrs
+    if attrs.get("measure") in ("precomputed", "function", None):
+        raise ParameterError(
+            f"model {job.model!r} was fitted on a matrix: give --similarity Q.npy or "
+            "--distances Q.npy (test objects x training objects), not DATA"
+        )
+    parts = open_partitions(str(job.data), na_values=job.na_values)
+    if parts.frame is None:
+        raise InputError(f"{parts.source}: a numeric array has no column names; give a table")
+    names = tuple(str(c) for c in attrs.get("feature_names") or ())
+    check_columns(parts.source, list(parts.columns), names)
+    return attrs, parts, parts.npartitions
+
+
+def predict_pipeline(job: SimForestPredictJob, forest: Any, source: Any, n: int) -> Pipeline:
+    """The one stage of ``simforest predict``: one task per block of test objects (as
+    :meth:`SimilarityForestClassifier.predict_proba` cuts them), or per partition of
+    DATA read by partitions (``forest``: the model's attributes, ``source``: the
+    partitions, ``n``: their count; the rows are not counted)."""
+    import math
+
+    from distforest.forests.simforest import BLOCK_BYTES
+    from distforest.jobs.estimates import SECONDS_PER
+    from distforest.jobs.stages import ON_A_CLUSTER
+    from distforest.parallel.placement import cells_of
+    from distforest.parallel.tasks import plan_batches
+
+    out = job.files["out"]
+    if job.by_parts:
+        stage = Stage("predict", f"{n} tasks that each predict a partition's rows and write a "
+                                 f"piece of {out}, joined in order",
+                      reads=(job.model, str(job.data)), writes=(out,), tasks=n,
+                      run=lambda ctx: _predict_parts(job, forest, source, ctx))  # fmt: skip
+        return Pipeline(title=f"simforest predict: {source.source} read by partitions",
+                        steps=[("input", job.model), ("store", f"{job.out} (this run's stages)")],
+                        stages=[stage], cells=ON_A_CLUSTER, connect=job.connect,
+                        out=str(job.out))  # fmt: skip
+    _, function, _, per_row = forest._test_source(source, None)
+    blocks = len(plan_batches(n, max(1, min(n, BLOCK_BYTES // (8 * max(1, per_row))))))
+    width = 1 if function is None else int(np.shape(source)[1])  # values read per similarity
+    trees, classes = len(forest.trees_), len(forest.classes_)
+    # one similarity per node on the way down each tree (two objects of its pair)
+    cpu = SECONDS_PER["measure"] * n * trees * 2 * width * math.log2(max(forest.n_samples_, 2))
+    stage = Stage("predict", f"{trees} trees in {blocks} task(s) -> {out}",
+                  reads=(job.model, job.input), writes=(out,), tasks=blocks,
+                  cost=Cost(cpu, 8 * cells_of(source) + 8 * n * classes,
+                            {"predictions (CSV)": n * 24 * (1 + classes)}),
+                  run=lambda ctx: _predict(job, forest, source, ctx))  # fmt: skip
+    return Pipeline(
+        title=f"simforest predict: {n:,} objects against a {forest.n_samples_:,}-object model",
+        steps=[("input", job.model), ("predict", f"{trees} trees in {blocks} task(s)"),
+               ("writes", str(out)), ("store", f"{job.out} (this run's stages)")],
+        stages=[stage], cells=cells_of(source), connect=job.connect, out=str(job.out),
+    )  # fmt: skip
+
+
+def _predict(job: SimForestPredictJob, forest: Any, source: Any, ctx: Context) -> None:
+    ctx.done.outputs = {"predictions": predict_to_csv(forest, source, job.files["out"])}
+    ctx.done.info["rows"] = int(np.shape(source)[0])
+
+
+def _predict_parts(job: SimForestPredictJob, attrs: Any, parts: Any, ctx: Context) -> None:
+    """Each partition's rows predicted by a task (the model read once per worker) and
+    written as a piece of the CSV, joined in order (the in-memory command's file)."""
+    from distforest.jobs.row_pieces import row_frames, write_pieces
+
+    names = tuple(str(c) for c in attrs.get("feature_names") or ())
+    rows = row_frames(str(job.data), names, na_values=job.na_values, by_parts=True)
+    n, path, _ = write_pieces(rows, partial(_predict_rows, job.model, attrs, names),
+                              job.files["out"])  # fmt: skip
+    ctx.done.outputs = {"predictions": path}
+    ctx.done.info["rows"] = int(n)
+
+
+@SimForestPredictJob.runs
+def run_predict_job(job: SimForestPredictJob, progress: Any = None, *, restart: bool = False,
+                    run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Predict under the run protocol; the model, the inputs and the output checked first."""
+    from distforest.jobs.outputs import check_new_file
+    from distforest.store.run_store import RunStore
+
+    start = time.perf_counter()
+    model = RunStore.open(job.model, require_complete=True).attrs.get("fit_id")
+    if job.by_parts:
+        attrs, parts, count = _partitions(job)
+        pipeline, temporary = predict_pipeline(job, attrs, parts, count), ExitStack()
+        given = {"data": _listing_stamp(str(job.data))}
+    else:
+        forest, source, n, temporary = read_predict_input(job.model, job.data, job.matrix,
+                                                          job.distances, job.na_values,
+                                                          job.files["out"])  # fmt: skip
+        pipeline = predict_pipeline(job, forest, source, n)
+        given = {k: _listing_stamp(str(p)) for k, p in
+                 (("data", job.data), ("matrix", job.matrix), ("distances", job.distances))
+                 if p is not None}  # fmt: skip
+
+    def check(run: Run) -> None:
+        if run.stages is None or not run.stages.done("predict"):
+            check_new_file(job.files["out"], run.replace)
+
+    def create(run: Run) -> RunStore:
+        return RunStore.create(job.out, attrs=run.record, overwrite=True)
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        rows = int(((rs.attrs.get("stages") or {}).get("predict") or {}).get("rows", 0))
+        return JobResult(store=rs.path, name="predictions", shape=(rows, 0), n_trees=0,
+                         task="SimForest classification", seconds=time.perf_counter() - start,
+                         outputs=dict(outputs), mode=mode)  # fmt: skip
+
+    spec = job.spec_of(("na_values", "files"), model={"path": job.model, "fit_id": model},
+                       input=given)  # fmt: skip
+    with temporary:  # (centred distances beside the CSV, removed at the end)
+        return execute(job, pipeline, spec, result, progress=progress, restart=restart,
+                       run_id=run_id or new_run_id(), check=check, create=create)  # fmt: skip

@@ -25,7 +25,8 @@ pass 1 (every check, named with its part file, column and row) before
 anything is written, then the rows are encoded as float64 into a temporary
 run store that the trees read (:meth:`distforest.forests.smerf.SMERF.fit`),
 removed when the run ends.  The ``distance`` rows (``rows``, ``against``)
-are read whole.
+are read whole, or (such a table) by partitions into a temporary store and
+routed by chunks.
 """
 
 from __future__ import annotations
@@ -135,8 +136,7 @@ def plan_smerf_job(job: SmerfJob) -> Pipeline:
                                   fingerprint=False).itemsize  # fmt: skip
     dist, matrix = job.distance, None
     if dist is not None:
-        rows = {key: load_table(dist[key], drop=job.drop, na_values=job.na_values,
-                                allow_missing=False, min_rows=1).n_samples
+        rows = {key: _count_rows(dist[key], job.drop, job.na_values)
                 for key in ("rows", "against") if dist.get(key)}  # fmt: skip
         n_a, n_b = rows.get("rows", n), rows.get("against", n)
         matrix = (n_a, n_b, bool(dist["oob"]))
@@ -243,13 +243,8 @@ def run_smerf_job(
     elif isinstance(table, Table):
         D = load_distances(class_distances(table.y), fingerprint=True)
     dist = job.distance or {}
-    other = {
-        key: load_table(
-            dist[key], drop=job.drop, na_values=job.na_values, allow_missing=False, min_rows=1
-        )
-        for key in ("rows", "against")
-        if dist.get(key)
-    }
+    other = {key: _new_rows(dist[key], job.drop, job.na_values)
+             for key in ("rows", "against") if dist.get(key)}  # fmt: skip
     # (class distances of a table read by partitions: fixed by its fingerprint and target)
     fingerprints = {"X": table.fingerprint(), "D": "class distances" if D is None
                     else str(D.fingerprint),
@@ -417,14 +412,13 @@ class SmerfPredictJob(JobBase):
                 f"  store: {Path(self.out).resolve()} (array 'distance', tiles of "
                 f"{self.tile_size})")  # fmt: skip
 
-    def read(self) -> tuple[SMERF, Table, Table | None]:
-        """The model and the rows A (and B, or None), checked."""
+    def read(self) -> tuple[SMERF, Any, Any]:
+        """The model and the rows A (and B, or None), checked: tables read whole, or
+        (a glob, a folder of parts, a large file) sources read by partitions."""
         if Path(self.out).resolve() == Path(self.model).resolve():
             raise StoreError(f"--out {self.out!r} is the model itself; choose another path")
         model = SMERF.load(self.model)
-        rows = [None if path is None else load_table(path, drop=self.drop,
-                                                     na_values=self.na_values,
-                                                     allow_missing=False, min_rows=1)
+        rows = [None if path is None else _new_rows(path, self.drop, self.na_values)
                 for path in (self.input, self.against)]  # fmt: skip
         assert rows[0] is not None
         return model, rows[0], rows[1]
@@ -436,7 +430,7 @@ def plan_predict_job(job: SmerfPredictJob) -> Pipeline:
     return predict_pipeline(job, *job.read())
 
 
-def predict_pipeline(job: SmerfPredictJob, model: SMERF, a: Table, b: Table | None) -> Pipeline:
+def predict_pipeline(job: SmerfPredictJob, model: SMERF, a: Any, b: Any) -> Pipeline:
     """The one stage of ``smerf predict``: the ``n x m`` distances in tiles."""
     from distforest.parallel.tiling import TilePlan
 
@@ -460,8 +454,7 @@ def predict_pipeline(job: SmerfPredictJob, model: SMERF, a: Table, b: Table | No
                     out=str(job.out))  # fmt: skip
 
 
-def _predict(job: SmerfPredictJob, model: SMERF, a: Table, b: Table | None,
-             ctx: Context) -> None:  # fmt: skip
+def _predict(job: SmerfPredictJob, model: SMERF, a: Any, b: Any, ctx: Context) -> None:
     """The tiles stage: the distances into a new store, then the run's record into it."""
     matrix = model.predict_distance(a, b, store=job.out, tile_size=job.tile_size,
                                     overwrite=True, complete=False)  # fmt: skip
@@ -512,3 +505,25 @@ def fit_job(input: str, distances: str, out: str, params: dict[str, Any],
     SMERF(**params)._validated()
     return SmerfJob(input=input, distances=distances, out=out, forest=params, name="smerf fit",
                     **fields)  # fmt: skip
+
+
+def _count_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> int:
+    """The rows of a table of new rows, for a plan (a table read by partitions: from its
+    metadata or line counts, nothing loaded)."""
+    if partitioned_input(path):
+        return input_shape(path, drop=drop, na_values=na_values)[1]
+    return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
+                      min_rows=1).n_samples  # fmt: skip
+
+
+def _new_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> Any:
+    """Rows to route: a table read whole, or (a glob, a folder of parts, a large file)
+    read by partitions into a temporary store that lives as long as the returned source,
+    routed by chunks (:meth:`SMERF._route`)."""
+    if not partitioned_input(path):
+        return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
+                          min_rows=1)  # fmt: skip
+    from distforest.store.source import open_source
+
+    return open_source(path, drop=drop, na_values=na_values, allow_missing=False,
+                       partitions=True, dtype=np.float64)  # fmt: skip
