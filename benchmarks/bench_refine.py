@@ -53,8 +53,13 @@ def arguments() -> Any:
     p.add_argument("--forests", default="none,auto", help="--leaf-bound values to compare.")
     p.add_argument("--trees", type=int, default=100)
     p.add_argument("--k", type=int, default=50)
+    p.add_argument("--max-samples", type=float, default=None,
+                   help="Per-unit runs: trees on this share of the rows (default: the forest's "
+                        "own, 200,000 rows above 500,000); 0.2 at 100,000 rows crowds the leaves "
+                        "as 200,000 rows do at 1,000,000.")  # fmt: skip
     p.add_argument("--quality-rows", type=int, default=200_000, help="0: no quality runs.")
     p.add_argument("--quality-seeds", type=int, default=1)
+    p.add_argument("--first-seed", type=int, default=0, help="Seed of the first quality run.")
     p.add_argument("--work", default=None, help="Scratch folder (default: a temporary one).")
     p.add_argument("--unit-trees", type=int, default=0,
                    help="Instead of the CLI runs: fit this many trees in this process (one "
@@ -129,14 +134,16 @@ def per_unit(rows: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
     bound = None if forest == "none" else (forest if forest == "auto" else int(forest))
     with Measure(f"unit-{forest}") as m, distforest.execution(client="synchronous"):
         with m.phase("fit"):
-            f = ProximityForest(args.unit_trees, leaf_bound=bound, random_state=0).fit(df, y)
+            f = ProximityForest(args.unit_trees, leaf_bound=bound, random_state=0,
+                                max_samples=args.max_samples).fit(df, y)  # fmt: skip
         with m.phase("neighbors"):
             f.proximity_neighbors(args.k, "original")
     phases = {p["name"]: p for p in m.result["phases"]}
     T = args.unit_trees
     events = _events(f.leaves_)
     return {
-        "rows": rows, "forest": forest, "trees": T, "leaf_bound_": f.leaf_bound_,
+        "rows": rows, "max_samples": args.max_samples, "forest": forest, "trees": T,
+        "leaf_bound_": f.leaf_bound_,
         "fit_cpu_s_per_tree": round(phases["fit"]["cpu_s"] / T, 2),
         "neighbors_cpu_s_per_tree": round(phases["neighbors"]["cpu_s"] / T, 2),
         "fit_wall_s": round(phases["fit"]["wall_s"], 1),
@@ -144,6 +151,7 @@ def per_unit(rows: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
         "neighbors_cpu_us_per_event": round(
             1e6 * phases["neighbors"]["cpu_s"] / (events["events_per_row_tree"] * rows * T), 3),
         **{k: round(v, 2) for k, v in events.items()},
+        "nodes_per_tree": int(f.node_counts_.mean()),
         "foreign_cpu_s": round(m.result.get("foreign_cpu_s", 0.0), 1),
     }  # fmt: skip
 
@@ -200,10 +208,13 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     forests = args.forests.split(",")
     run = per_unit if args.unit_trees else timed
-    timing = [run(int(r), f, args, work) for r in args.rows.split(",") if r for f in forests]
-    for row in timing:
-        print(row, flush=True)
-    seeds = range(args.quality_seeds) if args.quality_rows else range(0)
+    timing = []
+    for rows in [int(r) for r in args.rows.split(",") if r]:
+        for forest in forests:
+            timing.append(run(rows, forest, args, work))
+            print(timing[-1], flush=True)
+    first = args.first_seed
+    seeds = range(first, first + args.quality_seeds) if args.quality_rows else range(0)
     scores = [quality(args.quality_rows, s, f, args, work) for s in seeds for f in forests]
     for row in scores:
         print(row, flush=True)

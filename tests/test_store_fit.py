@@ -38,6 +38,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path]
     {"n_estimators": 7},
     {"n_estimators": 5, "task": "unsupervised", "kind": "extra-trees"},
     {"n_estimators": 6, "max_samples": 0.3},
+    {"n_estimators": 6, "max_samples": 0.2, "leaf_bound": 4},  # refined in the growing task
 ])  # fmt: skip
 def test_same_trees_from_memory_and_store(table, tmp_path: Path, params: dict) -> None:
     df, folder = table

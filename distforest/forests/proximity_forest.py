@@ -14,7 +14,7 @@ import numpy as np
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import column_or_1d
 
-from distforest.errors import InputError, NotFittedError, ParameterError
+from distforest.errors import DistforestError, InputError, NotFittedError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests import forest_predict, tiles
 from distforest.forests._estimator import DaskEstimator
@@ -138,8 +138,9 @@ class ProximityForest(Persisted, DaskEstimator):
         draw keyed by the tree and the row: see :mod:`distforest.forests.refine`).
         The co-leaf work of neighbours, tiles and outliers then stays at most
         ``leaf_bound`` events per row and tree at any n.  ``auto``: refined
-        (to ``AUTO_LEAF_BOUND`` rows) when the trees are grown on a sample
-        smaller than the rows and the forest supports it (classification or
+        (to ``AUTO_LEAF_BOUND`` = 8 rows) when the trees are grown on a sample of
+        at most a fifth of the rows (``AUTO_CROWDING``; by default from 1,000,000
+        rows on, where it was measured faster) and the forest supports it (classification or
         regression, gini or squared error, no depth or leaf limit, no weights);
         None: never.
     batch_size : int or None, default None
@@ -361,6 +362,31 @@ class ProximityForest(Persisted, DaskEstimator):
             class_weight=class_weight,
             rows_per_class=rows_per_class,
         )
+
+    @classmethod
+    def refinement_plan(
+        cls, params: Mapping[str, Any], supervised: bool, n: int, d: int
+    ) -> tuple[RefineRule | None, str]:
+        """The refinement a fit of these parameters on ``n x d`` would make, and why.
+
+        For plans made before any data is read (the dry run, its estimates): the
+        task is the given one, else classification with a target (``supervised``)
+        and unsupervised without (:func:`~distforest.forests.refine.refine_rule`).
+        """
+        forest = cls(**params)
+        try:
+            valid = forest._validated()
+            task = valid["task"]
+            if task == "auto":
+                task = "classification" if supervised else "unsupervised"
+            per_class = [v for v in (valid["class_weight"], valid["max_samples"])
+                         if isinstance(v, Mapping)]  # fmt: skip
+            classes = (sorted(per_class[0]) if per_class else [0, 1]) \
+                if task == "classification" else []  # fmt: skip
+            tree_params = cls._tree_params(valid, task, classes, n)
+            return refine_rule(valid["leaf_bound"], tree_params, n, d)
+        except DistforestError as exc:  # the fit reports it with its full context
+            return None, f"not decided: {exc}"
 
     def _fit(
         self, X: Any, y: Any, *, keep_nodes: bool, sample_weight: Any = None

@@ -50,7 +50,15 @@ SECONDS_PER = {
     # 1,000,000, m = 200,000, against 0.73 us at m = n: benchmarks/results/
     # proximity_neighbors.md), so it grows as n^2 at a fixed m
     "neighbors": 2e-6,
+    # refining a tree's crowded leaves (leaf_bound), per row and tree: 1.8 us of CPU
+    # measured at 1,000,000 rows (trees on 200,000, bound 8; benchmarks/results/refine.md)
+    "refine": 1.8e-6,
 }
+#: The neighbours of a refined forest (leaves of at most 8 rows), per row and tree, in
+#: units of ``SECONDS_PER["neighbors"]``: 0.21 times the forest grown on 200,000 of
+#: 1,000,000 rows measured (0.62 against 2.93 CPU s a tree), whose crowding this model
+#: puts at 3.6, so 0.75, whatever n.
+REFINED_CROWDING = 0.75
 
 #: Passes of the column imputation counted (its stopping rule ended every measured run at 3).
 EXPECTED_COLUMN_PASSES = 4
@@ -124,6 +132,13 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     if top_k is not None:
         store["top-k neighbours (index, proximity)"] = n * top_k * 12
     fit_cpu = fit_seconds(trees, m, d, forest["max_features"])
+    refined = None
+    if getattr(job, "model", None) is None:  # (a model fitted elsewhere: its own trees)
+        refined, _ = ProximityForest.refinement_plan(
+            job.forest, getattr(job, "target", None) is not None, n, d
+        )
+    if refined is not None:
+        fit_cpu += SECONDS_PER["refine"] * n * trees
     tile_cpu = SECONDS_PER["proximity_tile"] * trees * tiles * tile * tile
     cpu = fit_cpu + tile_cpu
     neighbor_cpu = impute_cpu = sums_cpu = 0.0
@@ -131,7 +146,7 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     # leaves and in-bag counts read to build it) and one task's counters and keys
     neighbor_peak = 0.0
     if top_k is not None:
-        crowding = 0.35 + 0.65 * n / max(m, 1)
+        crowding = REFINED_CROWDING if refined else 0.35 + 0.65 * n / max(m, 1)
         neighbor_cpu = SECONDS_PER["neighbors"] * n * trees * crowding
         cpu += neighbor_cpu
         neighbor_peak = n * trees * (5 + 5 + 4 * 2 * _BOOTSTRAP_SHARE / leaf) + n * 30
