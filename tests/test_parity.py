@@ -182,21 +182,10 @@ FORESTS = {
     "simforest": (_simforest, "labelled", "label"),
     "smerf": (_smerf, "features", None),
 }
-_PATH_AS_OBJECTS = (
-    "SimilarityForestClassifier.fit takes a path as the objects themselves (ValueError: could "
-    "not convert string to float) instead of opening it with open_source"
-)
-_SMERF_INBAG = (
-    "SMERF fitted by partitions keeps inbag_ as uint8, the in-memory fit as uint16 (values equal)"
-)
 REFUSED: dict[str, dict[str, str]] = {
     "xforest": {},
-    "simforest": {
-        "dask": "SimilarityForestClassifier from a dask DataFrame keeps pair_objects_ as "
-        "float32, from numpy float64 rows as float64 (values equal)",
-        **dict.fromkeys((*FILE_KINDS, "memory"), _PATH_AS_OBJECTS),
-    },
-    "smerf": dict.fromkeys(("dask", "folder", "glob"), _SMERF_INBAG),
+    "simforest": {},
+    "smerf": {},
 }
 
 
