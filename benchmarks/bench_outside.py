@@ -227,6 +227,12 @@ def main() -> None:
     )
     p.add_argument("--name", default=None, help="result file name (default outside, "
                    "outside-folder with --folder)")  # fmt: skip
+    p.add_argument(
+        "--sides",
+        default="forestgeom,distforest",
+        help="which sides to run, comma-separated (e.g. forestgeom alone for its "
+        "matrix's measured density at a size distforest's run is not wanted)",
+    )
     p.add_argument("--child", nargs=2, metavar=("SIDE", "FAMILY"), help=argparse_hidden())
     args = p.parse_args()
     if args.child:
@@ -242,7 +248,9 @@ def main() -> None:
     else:
         prepare(work, args.rows, args.trees, args.seed, "random-forest" in args.families)
         peer = peer_python(args)
-        sides = (("forestgeom", peer), ("distforest", sys.executable))
+        sides = tuple((side, python)
+                      for side, python in (("forestgeom", peer), ("distforest", sys.executable))
+                      if side in args.sides.split(","))  # fmt: skip
         runs = [(family, sides) for family in args.families.split(",")]
     me = str(Path(__file__).resolve())
     options = ["--rows", str(args.rows), "--trees", str(args.trees), "--seed", str(args.seed),
@@ -254,6 +262,7 @@ def main() -> None:
             for family, sides in runs]  # fmt: skip
     name = args.name or ("outside-folder" if args.folder else "outside")
     loads = [r["load (1 min) before, after"] for r in rows]
+    loads = [pair for pair in loads if "nan" not in pair] or ["nan / nan"]
     busiest = max(float(v) for pair in loads for v in pair.split(" / "))
     title = "Forests fitted elsewhere: distforest vs forestgeom"
     if busiest > DRAFT_LOAD:  # the machine was shared: the seconds are not comparable
@@ -265,7 +274,7 @@ def main() -> None:
 def _row(family: str, args: Any, measured: dict[str, Any]) -> dict[str, Any]:
     """One line of the result table: both sides of one model (or distforest alone)."""
     nan = float("nan")
-    df = measured["distforest"]
+    df = measured.get("distforest") or {}
     df_child = df.get("child") or {}
     fg = measured.get("forestgeom")
     fg_child = (fg or {}).get("child") or {}
@@ -283,11 +292,13 @@ def _row(family: str, args: Any, measured: dict[str, Any]) -> dict[str, Any]:
         "distforest peak RSS tree (GB)": round(df.get("peak_rss_tree_bytes", nan) / 1e9, 2),
         "distforest driver peak RSS (GB)": round(
             driver.get("peak_bytes", df.get("max_rss_single_bytes", nan)) / 1e9, 2),
-        "same model": fg_child.get("model_hash") == df_child.get("model_hash") if fg else None,
+        "same model": (fg_child.get("model_hash") == df_child.get("model_hash")
+                       if fg and df else None),
         "distforest phases (s)": json.dumps({k: round(v, 1) for k, v in df_child.items()
                                              if k.endswith("_s")}),
         "load (1 min) before, after": " / ".join(
-            f"{(df.get(k) or {}).get('load_1m', nan):.1f}" for k in ("load_start", "load_end")),
+            f"{((df or fg or {}).get(k) or {}).get('load_1m', nan):.1f}"
+            for k in ("load_start", "load_end")),
     }  # fmt: skip
     print(row, flush=True)
     return row

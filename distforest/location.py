@@ -497,7 +497,8 @@ def access_error(exc: BaseException, path: Any) -> DistforestError | None:
 RUN_REPORT = "report.json"
 
 
-def _same_file(a: Any, b: Any) -> bool:
+def same_file(a: Any, b: Any) -> bool:
+    """Whether two paths or URLs name the same file (local paths: after links)."""
     if is_remote(a) or is_remote(b):
         return display(a).rstrip("/") == display(b).rstrip("/")
     return os.path.realpath(local(a)) == os.path.realpath(local(b))
@@ -517,7 +518,7 @@ def written_by(path: Any) -> str | None:
     stages = stages if isinstance(stages, dict) else {}
     files = [f for stage in stages.values() if isinstance(stage, dict)
              for f in (stage.get("outputs") or {}).values() if isinstance(f, str)]  # fmt: skip
-    ours = name(path) in (RUN_REPORT, "report.md") or any(_same_file(path, f) for f in files)
+    ours = name(path) in (RUN_REPORT, "report.md") or any(same_file(path, f) for f in files)
     return str(data["store"]) if ours else None
 
 

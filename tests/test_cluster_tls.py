@@ -8,6 +8,7 @@ them (or with a certificate from another CA) is refused.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import subprocess
@@ -131,14 +132,18 @@ def tls_cluster(tmp_path_factory):
         )
     ]
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists():
-            assert time.monotonic() < deadline, "the TLS scheduler did not start"
-            assert procs[0].poll() is None, (folder / "scheduler.log").read_text()[-2000:]
-            time.sleep(0.2)
         import json
 
-        address = json.loads(sched_file.read_text())["address"]
+        # the scheduler creates the file before it writes it: wait for whole JSON (a
+        # loaded machine was seen to read it empty)
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "the TLS scheduler did not start"
+            assert procs[0].poll() is None, (folder / "scheduler.log").read_text()[-2000:]
+            with contextlib.suppress(OSError, ValueError):
+                address = json.loads(sched_file.read_text())["address"]
+                break
+            time.sleep(0.2)
         procs.append(
             subprocess.Popen(
                 [

@@ -95,9 +95,20 @@ FOREST_WEIGHT_CHECKS = {
 }
 
 
+#: A k-NN model's weighted votes (a measure's neighbours do not depend on the weights).
+KNN_WEIGHT_CHECKS = {
+    "check_sample_weight_equivalence_on_dense_data": (
+        "a weight of 2 doubles a neighbour's vote, while a repeated row takes a second of the "
+        "k places (tests/test_weights.py checks the weighted votes against NearestNeighbors)"
+    ),
+}
+
+
 def _not_applicable(estimator: object) -> dict[str, str]:
     if isinstance(estimator, SMERF):
         return SMERF_NOT_APPLICABLE
+    if isinstance(estimator, (KNNClassifier, KNNRegressor)):
+        return KNN_WEIGHT_CHECKS
     if isinstance(estimator, ProximityForest):
         return FOREST_WEIGHT_CHECKS
     return {}

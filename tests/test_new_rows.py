@@ -15,7 +15,10 @@ from sklearn.datasets import load_wine, make_regression
 
 from distforest import ProximityForest, execution, open_store
 from distforest.apps.outliers import (
+    FENCE_IQRS,
     MAD_SCALE,
+    outlier_flags,
+    outlier_flags_new_rows,
     outlier_scores,
     outlier_scores_new_rows,
 )
@@ -118,6 +121,27 @@ def test_outlier_scores_of_new_rows_on_the_training_scale(wine):
     np.testing.assert_allclose(again, train_scores[:20], atol=1e-5)
 
 
+def test_new_rows_are_flagged_by_the_training_rows_fence(wine):
+    """A new row's flag is the training rows' (their class's far-out fence on
+    ``log1p(score - min)``, by numpy here): training rows given again as new rows keep
+    their flags, and the thresholds are the training rows' own."""
+    pf, X, y, X_new, _ = wine
+    with execution("synchronous"):
+        train = outlier_flags(pf)
+        new = outlier_flags_new_rows(pf, X_new)
+        again = outlier_flags_new_rows(pf, X[:40], labels=y[:40])
+    for c in range(3):  # the oracle: numpy's percentiles of the class's log scores
+        s = train.scores[y == c]
+        u = np.log1p(s - s.min())
+        q1, q3 = np.percentile(u, [25, 75])
+        expected = s.min() + np.expm1(q3 + FENCE_IQRS * (q3 - q1))
+        np.testing.assert_allclose(new.thresholds[c], expected, rtol=1e-6)
+    np.testing.assert_allclose(new.thresholds, train.thresholds, rtol=1e-12)
+    predicted = np.searchsorted(np.unique(y), pf.predict(X_new))
+    np.testing.assert_array_equal(new.flags, new.scores > new.thresholds[predicted])
+    np.testing.assert_array_equal(again.flags, again.scores > train.thresholds[y[:40]])
+
+
 def test_cross_proximity_tiles_on_a_cluster(client, wine, tmp_path):
     """Several tiles as tasks on worker processes (two row arrays named alike are sent)."""
     _, X, y, X_new, _ = wine
@@ -154,7 +178,8 @@ def test_score_command_applies_a_saved_model(tmp_path):
                                  "visit", "--out", str(tmp_path / "s.csv")])  # fmt: skip
     assert scored.exit_code == 0, scored.output
     got = pd.read_csv(tmp_path / "s.csv")
-    assert list(got.columns) == ["visit", "predicted", "proximity_predicted", "outlier"]
+    assert list(got.columns) == ["visit", "predicted", "proximity_predicted", "outlier",
+                                 "outlier_flag"]  # fmt: skip
     forest = ProximityForest.load(model)
     rows = new[names]
     with execution("synchronous"):

@@ -593,6 +593,27 @@ def test_an_existing_output_is_refused_naming_the_store_of_the_run_that_wrote_it
     assert again.exit_code == 6 and str(tmp_path / "a.zarr") in _one_error_line(again)
 
 
+def test_a_second_pipeline_does_not_replace_the_report_of_another_store(model, tmp_path):
+    """Two scoring pipelines, other stores and other CSV names, one output folder: the
+    second is refused (exit 6, one line naming the first run's store) instead of replacing
+    the first one's report.json; nothing of the first run changes; with overwrite it runs,
+    and a rerun of the first pipeline (its own store) is not refused."""
+    first = _score_pipeline(tmp_path, model, {"store": "a.zarr"}, "a.csv")
+    second = _score_pipeline(tmp_path, model, {"store": "b.zarr"}, "b.csv")
+    assert _invoke("-q", "run", first).exit_code == 0
+    before = _digest(tmp_path)
+    result = _invoke("-q", "run", second)
+    assert result.exit_code == 6, result.output
+    line = _one_error_line(result)
+    assert f"output '{tmp_path / 'report.json'}' already exists (written by the run of the " \
+           f"store '{tmp_path / 'a.zarr'}')" in line, line  # fmt: skip
+    assert _digest(tmp_path) == before and not (tmp_path / "b.csv").exists()
+    assert _invoke("-q", "run", first).exit_code == 0  # the same store: nothing to refuse
+    forced = _invoke("-q", "run", second, "--set", "output.overwrite=true")
+    assert forced.exit_code == 0, forced.output
+    assert str(tmp_path / "b.zarr") in (tmp_path / "report.json").read_text()
+
+
 # -- 4. (continued) every object-storage protocol has a deadline -------------------------
 
 

@@ -125,6 +125,7 @@ def test_lightgbm_leaves_and_values_match_its_raw_score(classification) -> None:
     forest = outside_forest(model)
     leaves = forest.leaves(X)
     assert leaves.shape == (N, 15)  # 5 rounds x 3 classes
+    np.testing.assert_array_equal(forest.leaves(X, slice(4, 11)), leaves[:, 4:11])
     raw = model.predict(X, raw_score=True)
     values = forest.leaf_values(leaves).reshape(N, 5, 3).sum(axis=1)
     np.testing.assert_allclose(values, raw, rtol=1e-6, atol=1e-9)
@@ -142,6 +143,8 @@ def test_xgboost_leaves_and_values_match_its_margin(regression) -> None:
     leaves = forest.leaves(X)
     margin = model.predict(X, output_margin=True)
     np.testing.assert_allclose(forest.leaf_values(leaves).sum(axis=1), margin, rtol=1e-5)
+    # a batch of trees not from the first (as the fit driver's later tasks ask)
+    np.testing.assert_array_equal(forest.leaves(X, slice(1, 3)), leaves[:, 1:3])
     bagged = xgb.XGBRegressor(n_estimators=2, subsample=0.5).fit(X, y)
     with pytest.raises(ParameterError, match=r"subsample=0\.5"):
         outside_forest(bagged).check_method("oob")
@@ -350,6 +353,9 @@ def _models(X: np.ndarray, y: np.ndarray) -> dict[str, tuple[object, object]]:
     lgb = pytest.importorskip("lightgbm")
     booster = lgb.LGBMClassifier(n_estimators=4, num_leaves=6, verbose=-1).fit(X, y)
     models["lightgbm"] = (booster, lambda Z: booster.predict(Z, pred_leaf=True))
+    xgb = pytest.importorskip("xgboost")
+    boosted = xgb.XGBClassifier(n_estimators=3, max_depth=3).fit(X, y)
+    models["xgboost"] = (boosted, lambda Z: boosted.apply(Z))
     return models
 
 
@@ -367,7 +373,7 @@ def _classical_mds(P: np.ndarray, k: int) -> np.ndarray:
     return vectors[:, order] * np.sqrt(values[order])
 
 
-@pytest.mark.parametrize("family", ["random-forest", "lightgbm"])
+@pytest.mark.parametrize("family", ["random-forest", "lightgbm", "xgboost"])
 def test_from_model_new_rows_mds_and_imputation_match_dense_oracles(family, classification):
     from distforest import ProximityForest
     from distforest.apps.mds import mds
@@ -529,6 +535,14 @@ def test_commands_with_a_model_file_match_the_python_api(model_files, tmp_path):
     assert result.exit_code == 0, result.output
     expected = outlier_scores(ProximityForest.from_model(rf, X, y))
     np.testing.assert_allclose(pd.read_csv(tmp_path / "o.csv")["outlier"], expected, rtol=1e-6)
+    result = _invoke("mds", train, "--target", "label", "--model", folder / "model.txt",
+                     "--out", tmp_path / "mds.csv")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    got = pd.read_csv(tmp_path / "mds.csv")[["dim1", "dim2"]].to_numpy()
+    expected = _classical_mds(same.mean(axis=2), 2)
+    for axis in range(2):
+        a, b = got[:, axis], expected[:, axis]
+        np.testing.assert_allclose(a, np.sign(a @ b) * b, atol=1e-6 * np.abs(b).max())
     # impute: only the holes change, each the proximity-weighted mean of the column
     holes = pd.read_csv(train)
     holes.loc[::9, "f1"] = np.nan

@@ -182,21 +182,10 @@ FORESTS = {
     "simforest": (_simforest, "labelled", "label"),
     "smerf": (_smerf, "features", None),
 }
-_PATH_AS_OBJECTS = (
-    "SimilarityForestClassifier.fit takes a path as the objects themselves (ValueError: could "
-    "not convert string to float) instead of opening it with open_source"
-)
-_SMERF_INBAG = (
-    "SMERF fitted by partitions keeps inbag_ as uint8, the in-memory fit as uint16 (values equal)"
-)
 REFUSED: dict[str, dict[str, str]] = {
     "xforest": {},
-    "simforest": {
-        "dask": "SimilarityForestClassifier from a dask DataFrame keeps pair_objects_ as "
-        "float32, from numpy float64 rows as float64 (values equal)",
-        **dict.fromkeys((*FILE_KINDS, "memory"), _PATH_AS_OBJECTS),
-    },
-    "smerf": dict.fromkeys(("dask", "folder", "glob"), _SMERF_INBAG),
+    "simforest": {},
+    "smerf": {},
 }
 
 
@@ -491,26 +480,35 @@ def test_rfimpute_by_partitions_equals_in_memory(client, tmp_path: Path) -> None
     assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "mem.csv").read_bytes()
 
 
+def _oracle(params: dict[str, Any], df: pd.DataFrame, *, sample_rows: int, seed: int,
+            parts: int) -> tuple[Any, pd.DataFrame]:  # fmt: skip
+    """The in-memory imputer fitted on the sample a run by partitions draws, and each
+    partition's features filled by its ``transform``."""
+    from distforest.apps.impute import ProximityImputer
+    from distforest.jobs.impute import _sample
+
+    sample = df.iloc[_sample(len(df), sample_rows, seed)].reset_index(drop=True)
+    with execution(client="synchronous"):
+        oracle = ProximityImputer(**params, random_state=seed).fit(
+            sample[IMPUTE_FEATURES], sample["cls"]
+        )
+        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
+                                               .reset_index(drop=True))
+                              for rows in np.array_split(np.arange(len(df)), parts)],
+                             ignore_index=True)  # fmt: skip
+    return oracle, expected
+
+
 @pytest.mark.parametrize("proximity", ["rfimpute", "rfgap"])
 def test_one_forest_modes_above_the_sample_are_new_rows(client, tmp_path: Path,
                                                         proximity: str) -> None:  # fmt: skip
     """Sample bound < n: each partition is filled as ``transform`` fills it in memory, by
     the imputer fitted on the same sample (the oracle), and observed cells never change."""
-    from distforest.apps.impute import ProximityImputer
-    from distforest.jobs.impute import _sample
 
     df = _holes_table(n=600, seed=6)
     folder = _parts(df, tmp_path / "parts", parts=3)
     params = {**RF_SMALL, "proximity": proximity}
-    sample = df.iloc[_sample(len(df), 150, 8)].reset_index(drop=True)
-    with execution(client="synchronous"):
-        oracle = ProximityImputer(**params, random_state=8).fit(
-            sample[IMPUTE_FEATURES], sample["cls"]
-        )
-        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
-                                               .reset_index(drop=True))
-                              for rows in np.array_split(np.arange(len(df)), 3)],
-                             ignore_index=True)  # fmt: skip
+    _, expected = _oracle(params, df, sample_rows=150, seed=8, parts=3)
     with client.as_current():
         result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**params, "random_state": 8},
                                client, sample_rows=150)  # fmt: skip
@@ -567,22 +565,12 @@ def test_rfimpute_regrown_forest_stays_in_a_store(client, tmp_path: Path, monkey
     that routes the partitions' rows is grown again into a temporary store (no nodes nor
     leaves here, none sent to the tasks) and fills them as the in-memory regrown one does."""
     import distforest.apps.impute as impute_module
-    from distforest.apps.impute import ProximityImputer
-    from distforest.jobs.impute import _sample
     from distforest.store.sink import StoredNodes
 
     monkeypatch.setattr(impute_module, "KEEP_NODES_CELLS", 0)
     df = _holes_table(n=500, seed=9)
     folder = _parts(df, tmp_path / "parts", parts=4)
-    sample = df.iloc[_sample(len(df), 120, 4)].reset_index(drop=True)
-    with execution(client="synchronous"):
-        oracle = ProximityImputer(**RF_SMALL, random_state=4).fit(
-            sample[IMPUTE_FEATURES], sample["cls"]
-        )
-        expected = pd.concat([oracle.transform(df.iloc[rows][IMPUTE_FEATURES]
-                                               .reset_index(drop=True))
-                              for rows in np.array_split(np.arange(len(df)), 4)],
-                             ignore_index=True)  # fmt: skip
+    oracle, expected = _oracle(RF_SMALL, df, sample_rows=120, seed=4, parts=4)
     assert oracle.forest_.nodes_ is not None and isinstance(oracle.forest_.leaves_, np.ndarray)
     with client.as_current():
         result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**RF_SMALL, "random_state": 4},

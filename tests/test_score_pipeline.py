@@ -92,7 +92,8 @@ def test_scores_and_imputations_of_new_rows_only(model, monkeypatch):
     rows = new[["grade", *NAMES]].copy()
     rows = rows[list(forest.feature_names_in_)]
     scores = pd.read_csv(tmp / "night" / "scores.csv")
-    assert list(scores.columns) == ["visit", "predicted", "proximity_predicted", "outlier"]
+    assert list(scores.columns) == ["visit", "predicted", "proximity_predicted", "outlier",
+                                    "outlier_flag"]  # fmt: skip
     assert scores["visit"].tolist() == new["visit"].tolist()
     with execution("synchronous"):
         np.testing.assert_array_equal(scores["predicted"], forest.predict(rows))

@@ -167,3 +167,146 @@ def test_command_line_and_pipeline_take_the_same_settings(tmp_path):
     assert (inbag[Y == 1].sum(axis=0) == 10).all()
     assert math.isclose(ProximityForest.load(tmp_path / "run" / "run.zarr")
                         .params_["min_samples_split"], 0.1)  # fmt: skip
+
+
+# -- k-NN: a forest metric's forest grows with the weights; a measure weighs the votes --------
+
+W = np.random.default_rng(2).uniform(0.5, 3.0, len(Y))
+QUERIES = np.random.default_rng(3).normal(size=(30, X.shape[1]))
+
+
+class _Grown:
+    """A forest similarity grown beforehand: the k-NN model's fit keeps it as it is."""
+
+    def __init__(self, similarity) -> None:
+        self.similarity = similarity
+
+    def fit(self, X, y=None):
+        return self
+
+    def cross_similarity(self, X_query):
+        return self.similarity.cross_similarity(X_query)
+
+
+@pytest.mark.parametrize("metric", ["rf-proximity", "rfgap"])
+def test_knn_forest_metric_grows_its_forest_with_the_weights(metric):
+    from distforest import KNNClassifier
+    from distforest.forests.forest_similarity import ProximitySimilarity
+
+    with execution("synchronous"):
+        model = KNNClassifier(5, metric=metric, n_estimators=8, random_state=0)
+        model.fit(X, Y, sample_weight=W)
+        oracle = ProximitySimilarity(metric, 8, 0)
+        oracle.forest_ = ProximityForest(8, random_state=0).fit(X, Y, sample_weight=W)
+        if metric == "rfgap":
+            oracle.fit(X, Y, sample_weight=W)
+        grown = KNNClassifier(5, metric=_Grown(oracle)).fit(X, Y)
+        plain = ProximityForest(8, random_state=0).fit(X, Y)
+        expected, got = grown.predict_proba(QUERIES), model.predict_proba(QUERIES)
+    forest = model.similarity_.forest_
+    assert forest.leaves_.tobytes() == oracle.forest_.leaves_.tobytes()
+    assert forest.inbag_.tobytes() == oracle.forest_.inbag_.tobytes()
+    for field, values in oracle.forest_.nodes_.items():
+        assert np.asarray(forest.nodes_[field]).tobytes() == np.asarray(values).tobytes(), field
+    assert got.tobytes() == expected.tobytes()
+    assert model.sample_weight_ is None  # the forest took the weights, not the votes
+    # the weights did reach the trees: their root weights are not the unweighted ones
+    weighted_roots = forest.nodes_["weighted_n_node_samples"][roots(forest)]
+    assert not np.allclose(weighted_roots, plain.nodes_["weighted_n_node_samples"][roots(plain)])
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "rf-proximity"])
+@pytest.mark.parametrize("kind", ["KNNClassifier", "KNNRegressor"])
+def test_knn_unit_weights_give_the_unweighted_model_bit_for_bit(metric, kind):
+    import distforest
+
+    cls = getattr(distforest, kind)
+    target = Y if kind == "KNNClassifier" else X[:, 0] * 2 + Y
+    answer = "predict_proba" if kind == "KNNClassifier" else "predict"
+    params = {"metric": metric, "n_estimators": 6, "random_state": 0, "weights": "distance"}
+    with execution("synchronous"):
+        plain = cls(5, **params).fit(X, target)
+        unit = cls(5, **params).fit(X, target, sample_weight=np.ones(len(Y)))
+        assert getattr(plain, answer)(QUERIES).tobytes() == getattr(unit, answer)(QUERIES).tobytes()
+    if metric != "euclidean":
+        assert (
+            plain.similarity_.forest_.leaves_.tobytes()
+            == unit.similarity_.forest_.leaves_.tobytes()
+        )
+        assert (
+            plain.similarity_.forest_.inbag_.tobytes() == unit.similarity_.forest_.inbag_.tobytes()
+        )
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_knn_measure_weighs_each_neighbours_vote(weights, tmp_path):
+    """Oracle: scikit-learn's NearestNeighbors on the rows of weight > 0, and numpy
+    sums of weight x (1 or 1/d^2) per class and per target."""
+    from sklearn.neighbors import NearestNeighbors
+
+    from distforest import KNNClassifier, KNNRegressor
+
+    w = W.copy()
+    w[::7] = 0.0  # rows of weight 0 are no one's neighbours
+    kept = w > 0
+    distance, index = NearestNeighbors(n_neighbors=7).fit(X[kept]).kneighbors(QUERIES)
+    vote = w[kept][index] * (1.0 if weights == "uniform" else 1.0 / distance**2)
+    proba = np.stack([(vote * (Y[kept][index] == c)).sum(axis=1) for c in (0, 1)], axis=1)
+    proba /= proba.sum(axis=1, keepdims=True)
+    target = X[:, 0] * 2 + Y
+    mean = (vote * target[kept][index]).sum(axis=1) / vote.sum(axis=1)
+    with execution("synchronous"):
+        clf = KNNClassifier(7, weights=weights).fit(X, Y, sample_weight=w)
+        reg = KNNRegressor(7, weights=weights).fit(X, target, sample_weight=w)
+        np.testing.assert_allclose(clf.predict_proba(QUERIES), proba, rtol=1e-12)
+        np.testing.assert_allclose(reg.predict(QUERIES), mean, rtol=1e-12)
+        unweighted = KNNClassifier(7, weights=weights).fit(X[kept], Y[kept])
+        assert not np.allclose(unweighted.predict_proba(QUERIES), proba)
+        clf.save(tmp_path / "m.zarr")  # the votes' weights are part of the saved model
+        back = KNNClassifier.load(tmp_path / "m.zarr")
+        assert back.predict_proba(QUERIES).tobytes() == clf.predict_proba(QUERIES).tobytes()
+
+
+def test_knn_bad_weights_are_refused():
+    from distforest import KNNClassifier
+    from distforest.errors import InputError
+
+    with pytest.raises(InputError, match=r"(?i)sample_weight.*negative.*one per row"):
+        KNNClassifier().fit(X, Y, sample_weight=-W)
+    with pytest.raises(InputError, match=r"sample_weight.*240 finite weights"):
+        KNNClassifier().fit(X, Y, sample_weight=W[:-1])
+    with pytest.raises(InputError, match=r"sample_weight.*(?i:nan)"):
+        KNNClassifier().fit(X, Y, sample_weight=np.where(Y == 1, np.nan, 1.0))
+    with pytest.raises(InputError, match=r"(?i)sample_weight.*negative"):
+        KNNClassifier(metric="rf-proximity", n_estimators=3).fit(X, Y, sample_weight=-W)
+    with pytest.raises(InputError, match=r"metric='beta'.*'rf-proximity' or 'rfgap'"):
+        KNNClassifier(metric="beta", n_estimators=3).fit(X, Y, sample_weight=W)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "rf-proximity"])
+def test_knn_weights_of_rows_read_by_partitions_as_of_rows_in_memory(metric):
+    """A dask DataFrame is fitted from a temporary store: the same weighted votes and
+    the same weighted forest as the rows in memory."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from distforest import KNNClassifier
+    from distforest.errors import InputError
+
+    frame = pd.DataFrame(X, columns=list("abcde")).assign(label=Y)
+    parts = dd.from_pandas(frame, npartitions=3)
+    params = {"metric": metric, "n_estimators": 6, "random_state": 0}
+    with execution("synchronous"):
+        stored = KNNClassifier(5, **params).fit(parts, "label", sample_weight=W)
+        memory = KNNClassifier(5, **params).fit(X, Y, sample_weight=W)
+        assert type(stored.X_fit_).__name__ == "StoredRows"
+        assert stored.predict_proba(QUERIES).tobytes() == memory.predict_proba(QUERIES).tobytes()
+        if metric == "euclidean":
+            with pytest.raises(InputError, match="weight 0 to 1 rows of a table in a store"):
+                KNNClassifier(5).fit(
+                    parts, "label", sample_weight=np.where(X[:, 0] == X[0, 0], 0, W)
+                )
+        else:
+            field = "weighted_n_node_samples"
+            assert np.array_equal(np.asarray(stored.similarity_.forest_.nodes_[field]),
+                                  memory.similarity_.forest_.nodes_[field])  # fmt: skip

@@ -15,6 +15,10 @@ distance 0 (exact matches), only those vote, each with weight 1, since
 ``1 / 0`` would swamp everything else.  Similarities s become distances
 ``1 - s``; ``s = 1`` is an exact match.
 
+Row weights (``fit(X, y, sample_weight=w)``) grow the forest of ``"rf-proximity"``
+and ``"rfgap"``; with a measure or a distance function, whose neighbours do not
+depend on them, they multiply each neighbour's vote (a weighted k-NN).
+
 Saved models (:func:`save_model`, :func:`load_model`) are plain Zarr arrays and
 JSON attributes: loading never runs code (no pickle).  A model with a forest
 metric keeps its forest in the group :data:`FOREST_GROUP` of the model store,
@@ -36,7 +40,11 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.forest_similarity import load_similarity, make_similarity
+from distforest.forests.forest_similarity import (
+    FunctionDistance,
+    load_similarity,
+    make_similarity,
+)
 from distforest.forests.measures import (
     Measure,
     check_values,
@@ -152,6 +160,9 @@ class KNNBase(DaskEstimator):
     X_fit_ : ndarray or StoredRows
         Training rows after selection and normalisation (fitted from rows in a
         store: in a temporary store this model owns, read by the search's tasks).
+    sample_weight_ : ndarray of float64 or None
+        Weight of each training row's vote (``fit``'s ``sample_weight`` with a
+        measure or distance function); None when the votes are not weighted.
     """
 
     def __init__(
@@ -206,9 +217,11 @@ class KNNBase(DaskEstimator):
         "tile_size": C.TILE_SIZE,
     }
 
-    def _fit(self, X: Any, y: Any, y_fit: np.ndarray, source: Any = None) -> None:
+    def _fit(
+        self, X: Any, y: Any, y_fit: np.ndarray, source: Any = None, sample_weight: Any = None
+    ) -> None:
         with use_execution(self._current_execution()):  # clones made here run there too
-            self._fit_here(X, y, y_fit, source)
+            self._fit_here(X, y, y_fit, source, sample_weight)
 
     def _opened(self, X: Any, y: Any) -> tuple[Any, Any, Any]:
         """``(X, y, None)`` for rows in memory, ``(None, None, source)`` for rows in a store.
@@ -245,7 +258,31 @@ class KNNBase(DaskEstimator):
                 "('rf-proximity', 'rfgap', 'beta') or a measure such as 'rbf'"
             )
 
-    def _fit_here(self, X: Any, y: Any, y_fit: np.ndarray, source: Any) -> None:
+    def _vote_weights(self, sample_weight: Any, similarity: Any, n: int) -> np.ndarray | None:
+        """The checked ``sample_weight`` when it weighs the votes (a measure or a distance
+        function), None without weights or when a forest metric's forest takes them; a
+        forest whose fit takes no weights is refused."""
+        from sklearn.utils.validation import has_fit_parameter
+
+        from distforest.forests.proximity_forest import _check_weights
+
+        if sample_weight is None:
+            return None
+        weights = _check_weights(sample_weight, n, "supervised")
+        if similarity is None or isinstance(similarity, FunctionDistance):
+            return weights
+        if has_fit_parameter(similarity, "sample_weight"):
+            return None  # the forest's fit weighs its rows (and checks the weights again)
+        raise InputError(
+            f"sample_weight cannot be used with metric={_metric_name(self.metric)!r}: its "
+            "forest's fit takes no row weights; use 'rf-proximity' or 'rfgap' (the weights "
+            "grow the forest), a measure such as 'euclidean' or a distance function (the "
+            "weights weigh each neighbour's vote), or fit without sample_weight"
+        )
+
+    def _fit_here(
+        self, X: Any, y: Any, y_fit: np.ndarray, source: Any, sample_weight: Any = None
+    ) -> None:
         """One fit for rows in memory (one chunk, here) and rows in a store (its chunks,
         by tasks; the model's rows and a forest's arrays then stay in a temporary store
         this model owns, copied into the model store by :func:`save_model`)."""
@@ -263,6 +300,19 @@ class KNNBase(DaskEstimator):
             n, d = source.n_samples, source.n_features
         if n != y_fit.shape[0]:
             raise InputError(f"X has {n} rows but y has {y_fit.shape[0]} values")
+        votes = self._vote_weights(sample_weight, similarity, n)
+        if votes is not None and not votes.all():  # a row of weight 0 is not a neighbour
+            if source is not None:
+                raise InputError(
+                    f"sample_weight gives weight 0 to {np.count_nonzero(votes == 0):,} rows "
+                    "of a table in a store; drop those rows from the table, or give them a "
+                    "weight > 0"
+                )
+            kept = votes > 0
+            rows, y_fit, votes = rows[kept], y_fit[kept], votes[kept]
+            y = np.asarray(y)[kept] if y is not None else None
+            n = rows.shape[0]
+        self.sample_weight_ = votes
         self.n_features_in_ = d
         self.feature_names_in_ = names
         self.support_ = np.ones(d, dtype=bool)
@@ -291,9 +341,10 @@ class KNNBase(DaskEstimator):
         if source is None:
             self.X_fit_ = scaled(rows, slice(0, n), scaling)
             if similarity is not None:
-                similarity.fit(self.X_fit_, y)
+                forest_weights = {} if sample_weight is None else {"sample_weight": sample_weight}
+                similarity.fit(self.X_fit_, y, **forest_weights)
         else:
-            self.X_fit_ = _stored_rows(self, source, scaling)
+            self.X_fit_ = _stored_rows(self, source, scaling, sample_weight)
         self.y_fit_ = y_fit
 
     def _selected(self, X: np.ndarray, y: Any) -> np.ndarray:
@@ -408,8 +459,12 @@ class KNNBase(DaskEstimator):
             )
 
     def _weighted(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Each query's neighbours and their votes: ``weights``' vote times the
+        neighbour's sample weight, when the votes are weighted."""
         found = self._neighbors(self.transform_queries(X), self.n_neighbors)
-        return found.indices, vote_weights(found.distances, self.weights)
+        votes = vote_weights(found.distances, self.weights)
+        rows = getattr(self, "sample_weight_", None)  # (absent in models saved before)
+        return found.indices, votes if rows is None else votes * rows[found.indices]
 
 
 class KNNClassifier(ClassifierMixin, KNNBase):
@@ -424,7 +479,7 @@ class KNNClassifier(ClassifierMixin, KNNBase):
         Class labels, sorted.
     """
 
-    def fit(self, X: Any, y: Any = None) -> KNNClassifier:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> KNNClassifier:
         """Remember the (selected, normalised) training rows and their labels.
 
         Parameters
@@ -434,6 +489,12 @@ class KNNClassifier(ClassifierMixin, KNNBase):
             store are fitted by chunks on the cluster (:meth:`KNNBase._opened`).
         y : array-like, shape (n_samples,), column name or None
             None: the target of ``X`` (a table read with its target).
+        sample_weight : array-like of shape (n_samples,) or None
+            Non-negative row weights.  Metrics ``"rf-proximity"`` and ``"rfgap"``
+            grow their forest with them (as ``ProximityForest.fit``) and vote as
+            without weights; a measure or a distance function multiplies each
+            neighbour's vote by its weight (rows of weight 0 are left out of the
+            neighbours).  The other forest metrics refuse them.
 
         Returns
         -------
@@ -458,7 +519,7 @@ class KNNClassifier(ClassifierMixin, KNNBase):
             self.classes_, codes = values, source.read_codes()
         else:
             self.classes_, codes = np.unique(values, return_inverse=True)
-        self._fit(X, y, codes.astype(np.int64), source)
+        self._fit(X, y, codes.astype(np.int64), source, sample_weight)
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -481,7 +542,7 @@ class KNNRegressor(RegressorMixin, KNNBase):
     Parameters and attributes: see :class:`KNNBase`.
     """
 
-    def fit(self, X: Any, y: Any = None) -> KNNRegressor:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> KNNRegressor:
         """Remember the (selected, normalised) training rows and their targets.
 
         Parameters
@@ -490,6 +551,9 @@ class KNNRegressor(RegressorMixin, KNNBase):
             As :meth:`KNNClassifier.fit`.
         y : array-like of float, shape (n_samples,), column name or None
             None: the target of ``X``.
+        sample_weight : array-like of shape (n_samples,) or None
+            As :meth:`KNNClassifier.fit`: the neighbours' targets are averaged
+            with their weights (times the ``weights`` vote).
 
         Returns
         -------
@@ -506,7 +570,7 @@ class KNNRegressor(RegressorMixin, KNNBase):
             raise InputError("KNNRegressor needs a numeric target; use KNNClassifier") from None
         if not np.isfinite(y_fit).all():
             raise InputError("the target has missing or infinite values; drop those rows")
-        self._fit(X, y, y_fit, source)
+        self._fit(X, y, y_fit, source, sample_weight)
         return self
 
     def predict(self, X: Any) -> np.ndarray:
@@ -572,6 +636,9 @@ def save_model(
     else:  # rows in a store: copied by tasks, a chunk at a time
         _copy_rows(rs, "X_fit", model.X_fit_)
     rs.write_array("y_fit", model.y_fit_, ("sample",))
+    votes: np.ndarray | None = getattr(model, "sample_weight_", None)
+    if votes is not None:  # the votes' weights
+        rs.write_array("sample_weight", votes, ("sample",))
     write_fitted_parameters(model, rs)
     rs.mark_complete()
     return rs
@@ -590,7 +657,9 @@ def _copy_rows(rs: RunStore, name: str, rows: StoredRows) -> None:
     da.store(da.from_zarr(source), target, lock=False)
 
 
-def _stored_rows(model: KNNBase, source: Any, scaling: Any) -> StoredRows:
+def _stored_rows(
+    model: KNNBase, source: Any, scaling: Any, sample_weight: Any = None
+) -> StoredRows:
     """The model's rows of a ``source`` in a store, scaled and checked by tasks into a
     temporary store that lives as long as ``model``; a forest metric's forest grown from
     them there (its rows as :data:`STORED_FORESTS` types them, its target the source's)."""
@@ -610,7 +679,8 @@ def _stored_rows(model: KNNBase, source: Any, scaling: Any) -> StoredRows:
         write_scaled(source, scaling, rs.path, outputs)
         if forest:
             similarity: Any = model.similarity_
-            similarity.fit_table(StoredTable.open(rs.path))
+            forest_weights = {} if sample_weight is None else {"sample_weight": sample_weight}
+            similarity.fit_table(StoredTable.open(rs.path), **forest_weights)
         return StoredRows.of(rs.path, "X_fit", source.source, source.fingerprint())
     except BaseException:
         release(model)
@@ -681,6 +751,7 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
     g = rs.group
     model.X_fit_ = np.asarray(rs.read("X_fit"), dtype=np.float64)
     model.y_fit_ = rs.read("y_fit")
+    model.sample_weight_ = rs.read("sample_weight") if "sample_weight" in g else None
     model.support_ = rs.read("support").astype(bool)
     model.n_features_in_ = int(model.support_.size)
     model.feature_names_in_ = tuple(attrs["feature_names"])

@@ -471,6 +471,12 @@ def reference_rows(codes: np.ndarray, limit: int = REFERENCE_ROWS) -> np.ndarray
 
 
 def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") -> np.ndarray:
+    """Outlier scores of new rows on the training rows' scale (:func:`outlier_flags_new_rows`'s
+    ``scores``; its parameters)."""
+    return outlier_flags_new_rows(forest, X, labels, method).scores
+
+
+def outlier_flags_new_rows(forest, X, labels=None, method: str = "original") -> Scores:
     """Outlier scores of new rows, on the scale of the training rows' scores.
 
     For new row i of class c: ``raw_i = n / sum_{j in c} P_ij^2`` over the
@@ -498,7 +504,12 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
 
     Returns
     -------
-    ndarray of float64, shape (n_new,)
+    Scores
+        ``scores`` (float64, one a new row), ``flags`` (a new row above its class's
+        threshold) and ``thresholds``: the default flag's, Tukey's far-out fence of the
+        class found on the training rows' scores (on the reference sample above
+        :data:`REFERENCE_ROWS` training rows), so a new row is flagged as a training row
+        with its score would be.
     """
     from distforest.errors import InputError
     from distforest.forests.new_rows import new_leaves, squared_sums
@@ -541,10 +552,12 @@ def outlier_scores_new_rows(forest, X, labels=None, method: str = "original") ->
     new_codes = np.zeros(sums.shape[0], dtype=np.int64) if new is None else new
     n = forest.n_samples_
     reference = RawValues(HeldColumn(train_sums), HeldColumn(train[ref]), n, rows=ref.size)
-    scaled = centre_and_scale(Runner(None), reference, int(train.max()) + 1, flagged=False)
+    scaled = centre_and_scale(Runner(None), reference, int(train.max()) + 1)
+    assert scaled.threshold is not None
     own = sums[np.arange(sums.shape[0]), new_codes]
     raw_new = n / np.where(own == 0, 1.0, own)
-    return (raw_new - scaled.center[new_codes]) / scaled.scale[new_codes]
+    scores = (raw_new - scaled.center[new_codes]) / scaled.scale[new_codes]
+    return Scores(scores, scores > scaled.threshold[new_codes], scaled.threshold)
 
 
 def scores_by_chunks(forest: Any, path: str, sink: ScoreSink | None = None,

@@ -85,7 +85,9 @@ def score_rows(
     proximity_prediction: bool = True,
     outliers: bool = True,
 ) -> pd.DataFrame:
-    """Scores of new rows: ID, ``predicted``, ``proximity_predicted``, ``outlier``.
+    """Scores of new rows: ID, ``predicted``, ``proximity_predicted``, ``outlier``,
+    ``outlier_flag`` (the training rows' default flag:
+    :func:`~distforest.apps.outliers.outlier_flags_new_rows`).
 
     Parameters
     ----------
@@ -103,7 +105,7 @@ def score_rows(
     pandas.DataFrame
         One row per new row, the ID column first.
     """
-    from distforest.apps.outliers import outlier_scores_new_rows
+    from distforest.apps.outliers import FLAG_COLUMN, outlier_flags_new_rows
 
     result = _id_frame(table)
     labels = None
@@ -114,7 +116,9 @@ def score_rows(
         if proximity_prediction:
             result["proximity_predicted"] = forest.predict_proximity(table, method)
     if outliers:
-        result["outlier"] = outlier_scores_new_rows(forest, table, labels=labels)
+        found = outlier_flags_new_rows(forest, table, labels=labels)
+        result["outlier"] = found.scores
+        result[FLAG_COLUMN] = found.flags
     return result
 
 

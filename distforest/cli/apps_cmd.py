@@ -58,6 +58,10 @@ def _answer(obj: dict, answer: str, input: str, target: str | None,
     from distforest.jobs.outputs import record_path
 
     dry_run = options.pop("dry_run", False)
+    if options.get("model_file") is not None:  # a pickle, an untrusted type: refused first
+        from distforest.io.model_files import check_model_file
+
+        check_model_file(options["model_file"])
     job = ForestAnswerJob(input=input, target=target, out=record_path(str(files["out"])),
                           answer=answer, files=files, options=more,
                           id=options.pop("id_column", None), drop=options.pop("drop", ()),

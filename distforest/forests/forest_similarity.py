@@ -141,9 +141,10 @@ class ProximitySimilarity(_SavedForest):
             n_estimators=self.n_estimators, random_state=self.random_state, **self.forest_params
         )
 
-    def fit(self, X: Any, y: Any = None) -> ProximitySimilarity:
-        """Fit the forest (supervised when ``y`` is given)."""
-        self.forest_ = self.new_forest().fit(X, y)
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> ProximitySimilarity:
+        """Fit the forest (supervised when ``y`` is given; ``sample_weight`` as
+        :meth:`ProximityForest.fit` takes it)."""
+        self.forest_ = self.new_forest().fit(X, y, sample_weight=sample_weight)
         if self.kind == "rfgap":
             self.leaf_mass_table_ = _leaf_mass_table(self.forest_)
         return self
@@ -170,9 +171,10 @@ class ProximitySimilarity(_SavedForest):
         counts = np.ascontiguousarray(np.asarray(forest.inbag_).T, dtype=np.float64)
         return leaf_match_sum(lq, lf, weights_q, counts) / lq.shape[0]
 
-    def fit_table(self, table: StoredTable) -> ProximitySimilarity:
-        """:meth:`_SavedForest.fit_table`, with RF-GAP's leaf masses."""
-        super().fit_table(table)
+    def fit_table(self, table: StoredTable, sample_weight: Any = None) -> ProximitySimilarity:
+        """:meth:`_SavedForest.fit_table`, with row weights (as :meth:`fit`) and RF-GAP's
+        leaf masses."""
+        self.forest_ = self.new_forest().fit(table, sample_weight=sample_weight)
         if self.kind == "rfgap":
             self.leaf_mass_table_ = _leaf_mass_table(self.forest_)
         return self

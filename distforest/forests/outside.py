@@ -323,8 +323,9 @@ def _xgboost_leaves(booster: Any, X: Any, trees: slice) -> np.ndarray:
     k = max(1, len(booster.get_dump()) // max(1, booster.num_boosted_rounds()))
     first, last = _iterations(trees, k)
     matrix = xgboost.DMatrix(_as_rows(X))
-    with _BOOSTER_LOCK:
-        leaves = booster.predict(matrix, pred_leaf=True, iteration_range=(first, last))
+    with _BOOSTER_LOCK:  # leaves only from iteration 0: a slice of the model starts there
+        part = booster if first == 0 else booster[first:last]
+        leaves = part.predict(matrix, pred_leaf=True, iteration_range=(0, last - first))
     leaves = np.asarray(leaves).reshape(matrix.num_row(), -1)
     return leaves[:, trees.start - first * k : trees.stop - first * k].astype(np.int32)
 

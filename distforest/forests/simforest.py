@@ -81,7 +81,7 @@ from distforest.store.inputs import (
 )
 from distforest.store.run_store import RunStore, task_array, write_block, write_group
 from distforest.store.sink import gather_batches
-from distforest.store.source import is_dask_frame, opened
+from distforest.store.source import holds_rows, opened
 
 logger = logging.getLogger("distforest")
 
@@ -506,14 +506,19 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             With ``metric="precomputed"`` and no ``similarity``: the n x n
             similarity (or distance) matrix, NaN where not observed.
             Otherwise the n objects (feature rows for a named measure, any
-            sequence for a function).  With a named measure, a
-            :class:`~distforest.store.inputs.StoredTable` (labels in its
-            ``input/y``) or a ``dask.dataframe.DataFrame`` (``y`` names its
-            label column) is read by the tasks, never whole by this process:
-            the same trees, and ``leaves_``/``inbag_`` are the store's Zarr
-            arrays.
-        y : array-like of shape (n,)
-            Class labels, at least two classes.
+            sequence for a function).  With a named measure, feature rows
+            not given in memory are opened by
+            :func:`~distforest.store.source.open_source`: a file read whole
+            (CSV, Parquet, a ``memory://`` URL...) is fitted as its rows in
+            float64; a :class:`~distforest.store.inputs.StoredTable` (labels
+            in its ``input/y``), a run store, a glob, a folder of parts, a
+            large file or a ``dask.dataframe.DataFrame`` (``y`` names the
+            label column) is read by the tasks, never whole by this process
+            (float64 rows, float32 from a frame of float32 columns): the same
+            trees, and ``leaves_``/``inbag_`` are the store's Zarr arrays.
+        y : array-like of shape (n,), or str
+            Class labels, at least two classes; or the label column of ``X``
+            when that is a path or a dask DataFrame.
         similarity : callable or str, optional
             ``f(objects_a, objects_b) -> (len(a), len(b))`` array, or a name
             among ``rbf``, ``cosine``, ``dot``, ``euclidean``.
@@ -524,10 +529,10 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         """
         if isinstance(X, StoredTable):
             return self.fit_table(X, y, similarity)
-        if is_dask_frame(X):  # read by partitions on the workers, never computed here
-            return self._fit_frame(X, y, similarity)
         params = self._validated()
         measure = self._measure(similarity, params)
+        if isinstance(measure, Measure) and not holds_rows(X):
+            return self._fit_source(X, y, similarity)
         kind = params["kind"]
         objects: Any = None
         if measure is None:
@@ -630,18 +635,16 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         rs.update_attrs(**self._provenance(model=True), store_input=True)
         return self
 
-    def _fit_frame(self, frame: Any, y: Any, similarity: Any) -> SimilarityForestClassifier:
-        """Fit on a ``dask.dataframe.DataFrame`` (``y`` names its label column) read by
-        partitions into a temporary store living as long as this forest
-        (:func:`~distforest.store.source.opened`)."""
-        if not isinstance(y, str):
-            raise InputError(
-                "the labels of a dask DataFrame must be one of its columns: pass y='<column>' "
-                f"(got {type(y).__name__}); or X.assign(label=...) first"
-            )
-
-        with opened(frame, owner=self, target=y) as source:
-            return self.fit_table(cast(StoredTable, source), None, similarity)
+    def _fit_source(self, X: Any, y: Any, similarity: Any) -> SimilarityForestClassifier:
+        """Fit on feature rows named by ``X`` (``y``: labels, or the label column),
+        opened by :func:`~distforest.store.source.opened`: rows read by partitions go to
+        a temporary store living as long as this forest (their dtype as given), rows
+        read whole are fitted as the float64 array a table in memory gives."""
+        with opened(X, y, owner=self, dtype=None) as source:
+            if source.store_path is not None:
+                return self.fit_table(cast(StoredTable, source), None, similarity)
+            rows, labels = source.read_rows(slice(None), np.float64), source.read_y()
+        return self.fit(rows, labels, similarity)
 
     def _grow(
         self,

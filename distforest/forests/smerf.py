@@ -31,7 +31,8 @@ read by each worker process once; each tree task routes every training row
 through its trees and writes their leaves and in-bag counts into arrays of
 the batch's own (``smerf-fit/leaves_<k>``, ``smerf-fit/inbag_<k>``, one writer
 each); row-block tasks join them into whole chunks of ``leaves`` (int32) and
-``inbag`` (uint8) (:func:`~distforest.store.sink.gather_batches`), which
+``inbag`` (uint16, the in-memory fit's dtype; a saved model keeps uint8)
+(:func:`~distforest.store.sink.gather_batches`), which
 ``leaves_`` and ``inbag_`` then are, read on use, never an n x T copy in the
 driver.  The tasks write their flat trees too (nodes, split projections and
 every leaf's in-bag members, about ``n_estimators x n`` int64 members), joined
@@ -98,8 +99,9 @@ DISTANCE = "distance"
 TRAIN_DISTANCE = "train_distance"
 #: Group of a stored fit's per-batch leaves and in-bag counts (removed afterwards).
 FIT_GROUP = "smerf-fit"
-#: The per-row arrays of a stored fit, at the store's root: (name, dtype).
-ROW_ARRAYS = (("leaves", "int32"), ("inbag", "uint8"))
+#: The per-row arrays of a stored fit, at the store's root: (name, dtype), the dtypes of
+#: the in-memory fit's ``leaves_`` and ``inbag_`` (a saved model's inbag is uint8).
+ROW_ARRAYS = (("leaves", "int32"), ("inbag", "uint16"))
 
 
 def input_cells(n_samples: int, n_features: int) -> int:
@@ -215,12 +217,12 @@ def _grow_task(
         return K.grow_batch(rows, distance_values(D), seeds, params)
     X = np.array(input_rows(rows), dtype=np.float64)  # this task's own (writable) copy
     forest = K.grow_batch(X, distance_values(D), seeds, params)
-    inbag = K.inbag_counts(forest, X.shape[0])
-    if inbag.max(initial=0) > np.iinfo(np.uint8).max:
+    inbag = K.inbag_counts(forest, X.shape[0])  # uint16, as in memory
+    if inbag.max(initial=0) > np.iinfo(np.uint8).max:  # checked here: save writes uint8
         raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
     everything = (slice(None), slice(None))
     write_block(rows, f"{FIT_GROUP}/leaves_{batch}", everything, K.apply(forest, X))
-    write_block(rows, f"{FIT_GROUP}/inbag_{batch}", everything, inbag.astype(np.uint8))
+    write_block(rows, f"{FIT_GROUP}/inbag_{batch}", everything, inbag)
     # the trees too, joined by the driver a chunk at a time: only offsets and importances back
     write_group(rows, f"{FIT_GROUP}/nodes_{batch}", forest.nodes)
     write_group(rows, f"{FIT_GROUP}/trees_{batch}",
@@ -332,7 +334,8 @@ class SMERF(Persisted, DaskEstimator):
         stored table: the store's Zarr array, read on use).
     inbag_ : ndarray of uint16, shape (n_samples, n_estimators)
         Bootstrap count of every training row in every tree (fitted from a
-        stored table: the store's uint8 Zarr array).
+        stored table: the store's uint16 Zarr array, at most 255; a saved model
+        keeps them as uint8).
     forest_ : distforest.kernels.smerf.FlatForest or StoredForest
         The trees (fitted from a stored table: the store's ``forest/``, read on use).
     distances_ : ndarray or StoredDistances, shape (n_samples, n_samples)
@@ -703,7 +706,7 @@ class SMERF(Persisted, DaskEstimator):
 
     def _check_saveable(self) -> None:
         self._check_fitted()
-        inbag = self.inbag_  # a stored fit's is uint8 already
+        inbag = self.inbag_  # a stored fit's was checked by its tasks
         if isinstance(inbag, np.ndarray) and inbag.max(initial=0) > np.iinfo(np.uint8).max:
             raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
 

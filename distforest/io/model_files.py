@@ -64,6 +64,16 @@ def load_model(path: str | Path) -> Any:
     return _LOADERS[check_model_file(file)](file)
 
 
+def model_record(path: str | Path) -> dict[str, str]:
+    """A model file as a job's spec records it: its path and the SHA-256 of its bytes
+    (checked by :func:`check_model_file` first: a pickle is refused before any run)."""
+    import hashlib
+
+    check_model_file(path)
+    with open(path, "rb") as handle:
+        return {"path": str(path), "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
+
+
 def check_model_file(path: str | Path) -> str:
     """The format of a model file, checked without loading it: ``"skops"``, ``"lightgbm"``
     or ``"xgboost"`` (a skops file's types checked against the trusted list).

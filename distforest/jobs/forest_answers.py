@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from distforest.io.model_files import model_record
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
 from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file
-from distforest.jobs.proximity import model_digest
 from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import (
@@ -69,6 +69,8 @@ class ForestAnswerJob(ForestJob):
     files: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    #: A model file fitted elsewhere whose trees are used instead of ``forest``
+    #: (:func:`~distforest.io.model_files.load_model`; the input is its training table).
     model: str | None = None
 
     def __post_init__(self) -> None:
@@ -78,7 +80,7 @@ class ForestAnswerJob(ForestJob):
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "id", "forest", "answer", "files")
         options = {k: v for k, v in self.options.items() if k != "top"}  # (printing only)
-        more = {} if self.model is None else {"model": model_digest(self.model)}
+        more = {} if self.model is None else {"model": model_record(self.model)}
         return self.spec_of(keep, options=options, **more,
                             input={"source": self.input, "fingerprint": fingerprint})  # fmt: skip
 
@@ -261,31 +263,28 @@ def _fit(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
 
     table, split = inputs
     forest = ProximityForest(**job.forest)
-    fitted = None
-    if job.model is not None:
+
+    def fit(rows: Any) -> ProximityForest:
+        if job.model is None:
+            return forest.fit(rows)
+        # the rows routed through a model fitted elsewhere
         from distforest.io.model_files import load_model
 
-        fitted = load_model(job.model)
-    if fitted is not None and hasattr(table, "X"):
-        ctx.model = ProximityForest.from_model(fitted, table)
-    elif split is not None:
-        ctx.model = forest.fit(split[0])
-    elif hasattr(table, "X"):
-        ctx.model = forest.fit(table)
-    else:  # pass 2 on the workers, into a temporary store removed with the forest
-        import shutil
+        return ProximityForest.from_model(load_model(job.model), rows)
 
+    if split is not None:
+        ctx.model = fit(split[0])
+    elif hasattr(table, "X"):
+        ctx.model = fit(table)
+    else:  # pass 2 on the workers, into a temporary store removed with the forest
         from distforest.store.temporary import new_folder, tie
 
         work = new_folder()
-        try:
-            rows = table.write(work / "run.zarr", {})
-            ctx.model = (forest.fit(rows) if fitted is None
-                         else ProximityForest.from_model(fitted, rows))  # fmt: skip
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
-        tie(ctx.model, work)
+        if job.model is None:
+            tie(forest, work)
+        ctx.model = fit(table.write(work / "run.zarr", {}))
+        if job.model is not None:  # from_model made a forest of its own
+            tie(ctx.model, work)
     ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
 
 

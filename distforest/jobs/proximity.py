@@ -29,6 +29,7 @@ from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import Table, load_table
+from distforest.io.model_files import model_record
 from distforest.jobs.applications import APP_STAGES, app_stage, check_outputs
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import check_disk, check_size, estimate
@@ -79,7 +80,7 @@ class ProximityJob(ForestJob):
                                  *APP_STAGES)  # fmt: skip
         # id and top-k only when given: the specs of earlier runs are unchanged
         keep += ("id",) * (self.id is not None) + ("top_k", "dense") * (self.top_k is not None)
-        more = {} if self.model is None else {"model": model_digest(self.model)}
+        more = {} if self.model is None else {"model": model_record(self.model)}
         return self.spec_of(keep, input={"source": table.source,
                                          "fingerprint": table.fingerprint()}, **more)  # fmt: skip
 
@@ -301,18 +302,6 @@ def _fitted(job: ProximityJob, table: Any) -> ProximityForest:
         with contextlib.suppress(Exception):
             forest.fit_id_ = RunStore.open(job.out).attrs["fit_id"]
     return forest
-
-
-def model_digest(path: str) -> dict[str, str]:
-    """A model file in a job's spec: its path and the hash of its bytes (a pickle, an
-    untrusted type refused here, before the run starts)."""
-    import hashlib
-
-    from distforest.io.model_files import check_model_file
-
-    check_model_file(path)
-    with open(path, "rb") as handle:
-        return {"path": str(path), "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
 
 
 def writes_dense(job: ProximityJob) -> bool:

@@ -125,16 +125,22 @@ def _ours(folder: Path) -> set[str]:
     return {"report.json", "report.md"} if same else {"report.json"}
 
 
-def check_reports(folder: str | Path, replace: bool) -> None:
+def check_reports(folder: str | Path, replace: bool, store: str | None = None) -> None:
     """Before any work: refuse to replace report files that distforest did not write.
 
     ``report.json`` / ``report.md`` in ``folder`` are replaced when they are
     distforest's reports (the JSON of a run, the markdown written with it: its
     digest is in the JSON), or when ``replace`` (overwrite, restart, resume);
     anything else there is refused as any other existing output is
-    (:class:`~distforest.errors.StoreError`, exit 6).
+    (:class:`~distforest.errors.StoreError`, exit 6).  With ``store`` (a
+    pipeline's run: its output folder is the run's own), the report of a run of
+    another store is refused too, naming that store, unless ``replace``.
     """
     folder = Path(folder)
+    if store is not None and not replace:
+        other = location.written_by(folder / "report.json")
+        if other is not None and not location.same_file(other, store):
+            raise location.existing_output(folder / "report.json")
     ours = _ours(folder)
     for name in REPORT_FILES:
         path = folder / name

@@ -315,9 +315,9 @@ def execute(
                   "pipeline": job.source, "stages": {}}  # fmt: skip
         replace = job.overwrite or restart or stages is not None
         run = Run(run_id, mode, stages, replace, record, lock.took_over)
-        if report_dir:
-            check_reports(report_dir, replace)
         values = (check(run) if check is not None else None) or {}
+        if report_dir:  # a pipeline's folder is its run's: another store's report refused
+            check_reports(report_dir, replace, store=str(job.out) if job.source else None)
         if not location.is_remote(job.out):
             Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         with place(pipeline.cells, job.connect, progress=progress, watch=True) as where:

@@ -94,10 +94,8 @@ def open_model(path: str, training: str | None = None, target: str | None = None
     from distforest.forests.proximity_forest import ProximityForest
 
     if Path(path).is_file():  # a model file, not a store (a directory)
-        import hashlib
-
         from distforest.io import load_table
-        from distforest.io.model_files import load_model
+        from distforest.io.model_files import load_model, model_record
 
         model = load_model(path)
         if training is None:
@@ -108,8 +106,7 @@ def open_model(path: str, training: str | None = None, target: str | None = None
             )
         table = load_table(training, target=target, na_values=na_values)
         forest = ProximityForest.from_model(model, table)
-        with open(path, "rb") as handle:  # the same model and rows: the same fit
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()[:16]
+        digest = model_record(path)["sha256"][:16]  # the same model and rows: the same fit
         forest.fit_id_ = f"{digest}-{table.fingerprint()}"
         return forest
     if not location.exists(path):

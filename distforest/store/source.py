@@ -14,10 +14,16 @@ order and the first that can open the input does:
                               file or such a URL (:func:`by_partitions`, unless
                               ``partitions=False``): read by partitions into a
                               temporary store
-``memory``                    anything else :func:`distforest.io.load_table`
-                              reads (a NumPy array, a DataFrame, a path read
-                              whole, a dask array, xarray, zarr, a ``Table``)
+``file``                      any other path or URL: read whole by
+                              :func:`distforest.io.load_table`
+``memory``                    rows given in memory, read by
+                              :func:`distforest.io.load_table` (a NumPy array,
+                              a DataFrame, a dask array, xarray, zarr, a ``Table``)
 ============================  ===============================================
+
+:func:`holds_rows` says whether an input is of the last kind: the rows
+themselves, which an estimator may take as they are (scikit-learn's checks,
+the array's own dtype) rather than as a source.
 
 A temporary store lives as long as its ``owner`` (the fitted estimator whose
 arrays are in it, or the source itself), or the ``with`` block of
@@ -55,6 +61,7 @@ __all__ = [
     "ReadOptions",
     "by_partitions",
     "guess_opener",
+    "holds_rows",
     "is_dask_frame",
     "open_source",
     "opened",
@@ -86,8 +93,9 @@ class ReadOptions:
         of parts, a large file).  A dask DataFrame is always read by partitions.
     rows : int
         Rows per chunk of an ingested ``input/X``.
-    dtype : numpy dtype
-        Of an ingested ``input/X`` (float32 as the trees read it, or float64).
+    dtype : numpy dtype or None
+        Of an ingested ``input/X`` (float32 as the trees read it, or float64);
+        None: as given (:func:`_dtype_as_given`).
     """
 
     target: str | None = None
@@ -97,7 +105,7 @@ class ReadOptions:
     allow_missing: bool = True
     partitions: bool | None = None
     rows: int = INPUT_ROWS
-    dtype: Any = np.float32
+    dtype: Any = np.float32  # None: as given
 
 
 class Opener:
@@ -166,7 +174,22 @@ class _DaskFrame(Opener):
                 f"the target of a dask DataFrame must be one of its columns: pass y='<column>' "
                 f"(got a {type(y).__name__}); or X.assign(target=...) first"
             )
-        return _ingest_temporary(X, y if y is not None else options.target, options, owner)
+        target = y if y is not None else options.target
+        return _ingest_temporary(X, target, _dtype_as_given(X, target, options), owner)
+
+
+def _dtype_as_given(X: Any, target: str | None, options: ReadOptions) -> ReadOptions:
+    """``options`` with ``dtype=None`` made the dtype scikit-learn's checks keep for these
+    rows: float32 when every feature column of a frame is float32, else float64 (a file's
+    values, as :func:`~distforest.io.load_table` reads them)."""
+    if options.dtype is not None:
+        return options
+    dtype: Any = np.float64
+    if is_dask_frame(X):
+        skip = {*options.drop, target, options.id}
+        kinds = {str(t) for c, t in X.dtypes.items() if str(c) not in skip}
+        dtype = np.float32 if kinds == {"float32"} else np.float64
+    return replace(options, dtype=dtype)
 
 
 def by_partitions(source: str, limit: int | None = None) -> bool:
@@ -225,7 +248,8 @@ class _Parts(Opener):
                 f"{X} is read by partitions: its target must be one of its columns: pass "
                 f"y='<column>' (got a {type(y).__name__})"
             )
-        return _ingest_temporary(str(X), y if y is not None else options.target, options, owner)
+        target = y if y is not None else options.target
+        return _ingest_temporary(str(X), target, _dtype_as_given(X, target, options), owner)
 
 
 class _Memory(Opener):
@@ -239,16 +263,35 @@ class _Memory(Opener):
 
         if isinstance(X, Table) and y is None:
             return MemoryRows(X)
-        if isinstance(y, str) and isinstance(X, str | Path):  # a file's column, as for parts
-            y, options = None, replace(options, target=y)
         table = load_table(X, y=y, target=options.target, drop=options.drop,
                            na_values=options.na_values, id=options.id,
                            allow_missing=options.allow_missing)  # fmt: skip
         return MemoryRows(table)
 
 
+class _File(_Memory):
+    name = "file"
+
+    def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
+        return isinstance(X, str | Path)
+
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+        if isinstance(y, str):  # a file's column, as for parts
+            y, options = None, replace(options, target=y)
+        return super().open(X, y, options, owner)
+
+
 #: The kinds of input, asked in this order (the last opens anything load_table reads).
-OPENERS: tuple[Opener, ...] = (_Source(), _RunStore(), _DaskFrame(), _Parts(), _Memory())
+OPENERS: tuple[Opener, ...] = (
+    _Source(), _RunStore(), _DaskFrame(), _Parts(), _File(), _Memory(),
+)  # fmt: skip
+
+
+def holds_rows(X: Any) -> bool:
+    """Whether ``X`` holds its rows in this process (an array, a DataFrame...: the
+    ``memory`` kind), rather than naming where to read them (a path, a URL, a glob, a
+    dask DataFrame, a run store or a source)."""
+    return guess_opener(X).name == _Memory.name
 
 
 def guess_opener(X: Any, options: ReadOptions | None = None) -> Opener:
@@ -294,8 +337,9 @@ def open_source(
         by partitions, another file whole).
     rows : int
         Rows per chunk of an ingested store.
-    dtype : numpy dtype, default float32
-        Of an ingested store's ``input/X``.
+    dtype : numpy dtype or None, default float32
+        Of an ingested store's ``input/X``; None: as given (float32 when every
+        feature column of a dask DataFrame is float32, else float64).
 
     Returns
     -------
