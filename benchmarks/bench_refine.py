@@ -96,6 +96,8 @@ def timed(rows: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
         shutil.rmtree(folder, ignore_errors=True)
         make_data(rows, folder)
     out = work / f"run-{rows}-{forest}.zarr"
+    shutil.rmtree(out, ignore_errors=True)  # (a complete store of the same job is not rerun)
+    (work / "report.json").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "distforest", "proximity", str(folder / "parts"),
            "--target", "label", "--top-k", str(args.k), "--trees", str(args.trees),
            "--leaf-bound", forest, "--out", str(out), "--overwrite"]  # fmt: skip
