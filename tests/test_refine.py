@@ -127,9 +127,13 @@ def test_regression_and_extra_trees_are_refined(kind) -> None:
 def test_auto_refines_only_forests_grown_on_a_sample(data) -> None:
     X, y = data
     with distforest.execution(client="synchronous"):
-        whole = ProximityForest(3, random_state=0).fit(X[:2000], y[:2000])
-        plain = ProximityForest(3, random_state=0, leaf_bound=None).fit(X[:2000], y[:2000])
-        sampled = ProximityForest(3, max_samples=0.05, random_state=0).fit(X, y)
+        whole = ProximityForest(3, random_state=0, leaf_bound="auto").fit(X[:2000], y[:2000])
+        plain = ProximityForest(3, random_state=0).fit(X[:2000], y[:2000])
+        sampled = ProximityForest(3, max_samples=0.05, random_state=0, leaf_bound="auto")
+        sampled.fit(X, y)
+        default = ProximityForest(3, max_samples=0.05, random_state=0).fit(X, y)
+    assert default.leaf_bound_ is None  # the default (None) never refines
+    assert largest_leaf(default.leaves_) > 8
     assert whole.leaf_bound_ is None  # all rows drawn: the forest of before, bit for bit
     np.testing.assert_array_equal(whole.leaves_, plain.leaves_)
     np.testing.assert_array_equal(whole.inbag_, plain.inbag_)
@@ -167,6 +171,8 @@ def test_cli_leaf_bound_and_the_dry_run_line(breast_cancer_csv, tmp_path) -> Non
               "--top-k", 5, "--out", tmp_path / "p.zarr")  # fmt: skip
     dry = cli(*common, "--dry-run")
     assert dry.exit_code == 0, dry.output
+    assert "leaf_bound=None: leaves as grown" in dry.output
+    dry = cli(*common, "--leaf-bound", "auto", "--dry-run")
     assert "leaves as grown: the trees are grown on all the rows (leaf_bound='auto')" in dry.output
     dry = cli(*common, "--max-samples", 0.2, "--leaf-bound", 3, "--dry-run")
     assert "refined: leaves split further to at most 3 rows (leaf_bound=3)" in dry.output

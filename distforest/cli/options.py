@@ -115,7 +115,7 @@ FOREST_DEFAULTS: dict[str, Any] = {
     "class_weight": None,
     "criterion": "auto",
     "kind": "random-forest",
-    "leaf_bound": "auto",
+    "leaf_bound": None,
     "max_depth": None,
     "max_features": "auto",
     "max_leaf_nodes": None,
@@ -234,8 +234,8 @@ leaf_bound_option = click.option(
     "--leaf-bound", "leaf_bound", default=None, metavar="auto|none|ROWS",
     callback=parse_leaf_bound,
     help="Split leaves holding more than ROWS routed rows further on those rows, so that the "
-         "neighbours' work stays linear in the rows; auto (the default): refined when the "
-         "trees grow on a sample of the rows; none: leaves as grown.",
+         "neighbours' work stays linear in the rows; auto: refined when the trees grow on a "
+         "sample of at most a fifth of the rows; none (the default): leaves as grown.",
 )  # fmt: skip
 
 

@@ -91,7 +91,7 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     input_kw["id"] = options.pop("id_column", None)
     forest = pop_keys(options, FOREST_KEYS)
     forest["tile_size"] = options.pop("tile_size")
-    if leaf_bound != "auto" and click.get_current_context().get_parameter_source(
+    if click.get_current_context().get_parameter_source(
             "leaf_bound") is not click.core.ParameterSource.DEFAULT:  # fmt: skip
         forest["leaf_bound"] = leaf_bound  # (given only: the specs of earlier runs unchanged)
     job = ProximityJob(
