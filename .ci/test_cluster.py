@@ -56,7 +56,12 @@ PIPELINES = {"main": "pipelines/main.yaml", "xforest": "pipelines/xforest_cluste
 #: When a "worker killed" run kills: the main pipeline once its forest is
 #: saved (the store exists: tiles, imputation, MDS), X-Forest during its fit
 #: (its tile phase is 3 tasks, too short to aim at).
-KILL_AFTER = {"main": "*.zarr/zarr.json", "xforest": None}
+#: When the kill comes: once this file of the run exists, or (None) as soon as a worker
+#: runs a task.  The main pipeline's kill used to wait for its store (the forest saved),
+#: but on a quiet machine its tiles then took under three seconds and the run ended
+#: before a busy worker could be found (ssh and slurm, 2026-11-29): both now kill
+#: during the fit, which every engine lands.
+KILL_AFTER: dict[str, str | None] = {"main": None, "xforest": None}
 LANDED = "LANDED during work"
 ENGINES = ("standalone", "ssh", "slurm")
 WORK = Path(tempfile.mkdtemp(prefix="distforest-clusters-"))
