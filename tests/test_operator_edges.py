@@ -575,20 +575,29 @@ def test_an_all_empty_feature_of_rows_read_by_partitions_is_named_in_one_warning
 # -- 2. (continued) an existing output names the run that wrote it -----------------------
 
 
-def test_an_existing_output_is_refused_naming_the_store_of_the_run_that_wrote_it(model, tmp_path):
-    """A second run (another store, the same folder and output name) after the first one
-    finished: exit 6 in one line naming the first run's store (from its report), the file
-    and the report left as the first run wrote them; the same words from a command."""
-    first = _score_pipeline(tmp_path, model, {"store": "a.zarr"}, "scores.csv")
-    second = _score_pipeline(tmp_path, model, {"store": "b.zarr"}, "scores.csv")
+def _second_run_refused(model: Path, tmp_path: Path, csvs: tuple[str, str],
+                        named: str) -> tuple[Path, Path]:  # fmt: skip
+    """Run a scoring pipeline into ``a.zarr``, then one into ``b.zarr`` (CSV names
+    ``csvs``, one folder): the second exits 6 in one line saying that output ``named``
+    was written by the run of ``a.zarr``, and the folder is as the first run left it."""
+    first = _score_pipeline(tmp_path, model, {"store": "a.zarr"}, csvs[0])
+    second = _score_pipeline(tmp_path, model, {"store": "b.zarr"}, csvs[1])
     assert _invoke("-q", "run", first).exit_code == 0
     before = _digest(tmp_path)
     result = _invoke("-q", "run", second)
     assert result.exit_code == 6, result.output
     line = _one_error_line(result)
-    assert f"output '{tmp_path / 'scores.csv'}' already exists (written by the run of the " \
+    assert f"output '{tmp_path / named}' already exists (written by the run of the " \
            f"store '{tmp_path / 'a.zarr'}')" in line, line  # fmt: skip
-    assert _digest(tmp_path) == {k: v for k, v in before.items()}
+    assert _digest(tmp_path) == before
+    return first, second
+
+
+def test_an_existing_output_is_refused_naming_the_store_of_the_run_that_wrote_it(model, tmp_path):
+    """A second run (another store, the same folder and output name) after the first one
+    finished: exit 6 in one line naming the first run's store (from its report), the file
+    and the report left as the first run wrote them; the same words from a command."""
+    _second_run_refused(model, tmp_path, ("scores.csv", "scores.csv"), "scores.csv")
     again = _invoke("-q", "score", model, BC, "--id", "Id", "--out", tmp_path / "scores.csv")
     assert again.exit_code == 6 and str(tmp_path / "a.zarr") in _one_error_line(again)
 
@@ -598,16 +607,8 @@ def test_a_second_pipeline_does_not_replace_the_report_of_another_store(model, t
     second is refused (exit 6, one line naming the first run's store) instead of replacing
     the first one's report.json; nothing of the first run changes; with overwrite it runs,
     and a rerun of the first pipeline (its own store) is not refused."""
-    first = _score_pipeline(tmp_path, model, {"store": "a.zarr"}, "a.csv")
-    second = _score_pipeline(tmp_path, model, {"store": "b.zarr"}, "b.csv")
-    assert _invoke("-q", "run", first).exit_code == 0
-    before = _digest(tmp_path)
-    result = _invoke("-q", "run", second)
-    assert result.exit_code == 6, result.output
-    line = _one_error_line(result)
-    assert f"output '{tmp_path / 'report.json'}' already exists (written by the run of the " \
-           f"store '{tmp_path / 'a.zarr'}')" in line, line  # fmt: skip
-    assert _digest(tmp_path) == before and not (tmp_path / "b.csv").exists()
+    first, second = _second_run_refused(model, tmp_path, ("a.csv", "b.csv"), "report.json")
+    assert not (tmp_path / "b.csv").exists()
     assert _invoke("-q", "run", first).exit_code == 0  # the same store: nothing to refuse
     forced = _invoke("-q", "run", second, "--set", "output.overwrite=true")
     assert forced.exit_code == 0, forced.output
