@@ -46,7 +46,7 @@ FAST_GROUPS: dict[str, tuple[tuple[str, ...], str]] = {
     "cli": (("tests/test_red_team.py",), ""),
     # issue 43, one group per class (tests/test_operator_edges.py)
     "readonly": (("tests/test_operator_edges.py",), "never_writes"),
-    "claims": (("tests/test_operator_edges.py",), "second_run or second_pipeline or existing_output"),
+    "claims": (("tests/test_operator_edges.py",), "a_second or existing_output"),
     "secrets": (("tests/test_operator_edges.py",), "secret"),
     "deadlines": (
         ("tests/test_operator_edges.py",),
