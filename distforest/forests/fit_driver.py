@@ -124,7 +124,9 @@ def _grow_task(
     out: SinkHandle,
     route: bool,
 ) -> GrownBatch:
-    X = np.asarray(rows)
+    # rows that read as an array are read (a store's: once per worker process); any other
+    # handle (a matrix or rows its grower reads on use) is given as it is
+    X = np.asarray(rows) if hasattr(rows, "__array__") else rows
     grown = grower(X, y, seeds) if route else grower(X, y, seeds, route=False)
     return GrownBatch(
         rows=out.put_batch(k, grown.rows) or {},
