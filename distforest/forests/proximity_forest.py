@@ -39,7 +39,7 @@ from distforest.kernels.trees import (
     tree_input,
 )
 from distforest.parallel.tiling import TilePlan
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 from distforest.store.sink import open_sink
 from distforest.store.source import open_source
 
@@ -952,7 +952,7 @@ class ProximityForest(Persisted, DaskEstimator):
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
         rs = self._open_or_create(store, overwrite)
         self.write_proximity(rs, method)
-        rs.mark_complete()
+        complete_output(rs)
         return rs.dataset()[ARRAY_NAMES[method]]
 
     def _weighted_proximity(
@@ -974,7 +974,7 @@ class ProximityForest(Persisted, DaskEstimator):
         if store is not None:
             rs = self._open_or_create(store, overwrite)
             self.write_proximity(rs, method)
-            rs.mark_complete()
+            complete_output(rs)
             return rs.dataset()[ARRAY_NAMES[method]]
         plan, leaves, weights = self._weighted_plan(method)
         n = self.n_samples_

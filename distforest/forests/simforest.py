@@ -80,7 +80,7 @@ from distforest.store.inputs import (
     per_fit,
     scaled_rows,
 )
-from distforest.store.run_store import RunStore, task_array
+from distforest.store.run_store import RunStore, complete_output, task_array
 from distforest.store.sink import open_sink
 from distforest.store.source import holds_rows, opened
 
@@ -911,7 +911,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
                 attrs={"n_trees": len(self.trees_)}, progress=self._report("tiles"),
             )  # fmt: skip
         if complete:
-            rs.mark_complete()
+            complete_output(rs)
         return rs.dataset()[ARRAY_NAMES[method]]
 
     def _proximity_store(self, store: str | Path, overwrite: bool) -> RunStore:

@@ -83,7 +83,7 @@ from distforest.kernels import smerf as K
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
 from distforest.store.inputs import INPUT_GROUP, forget_inputs, per_fit
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 from distforest.store.sink import open_sink
 from distforest.store.source import opened
 
@@ -634,7 +634,7 @@ class SMERF(Persisted, DaskEstimator):
             if isinstance(inputs.trees, StoredForest):
                 runner.everywhere(forget_inputs)  # the stored trees each worker read
         if complete:
-            rs.mark_complete()
+            complete_output(rs)
         return rs.dataset()[DISTANCE]
 
     # -- storing --------------------------------------------------------------

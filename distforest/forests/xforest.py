@@ -63,7 +63,7 @@ from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
 from distforest.store.inputs import per_fit
-from distforest.store.run_store import RunStore, task_array
+from distforest.store.run_store import RunStore, complete_output, task_array
 from distforest.store.sink import open_sink
 from distforest.store.source import opened
 
@@ -492,7 +492,7 @@ class XForest(Persisted, DaskEstimator):
             )
         rs = self._open_or_create(store, overwrite)
         self.write_similarity(rs, kind)
-        rs.mark_complete()
+        complete_output(rs)
         return rs.dataset()[name]
 
     def write_similarity(self, rs: RunStore, kind: str = "beta") -> dict[str, int]:

@@ -730,6 +730,12 @@ def _summary(arr: zarr.Array) -> dict[str, Any]:
     return out
 
 
+def complete_output(rs: RunStore) -> None:
+    """Mark an output complete, after its last write: the one place in the package that
+    does (estimators, commands and the run protocol's last step alike)."""
+    rs.mark_complete()
+
+
 # -- functions that run inside tasks (plain, picklable) ----------------------
 
 
