@@ -23,7 +23,6 @@ from typing import Any
 
 import click
 
-from distforest import location
 from distforest._version import __version__
 from distforest.cli.progress import setup_logging
 from distforest.errors import (
@@ -31,9 +30,11 @@ from distforest.errors import (
     OVERWRITE_FIX,
     DiskFullError,
     DistforestError,
+    StoreError,
     Terminated,
     did_you_mean,
 )
+from distforest.jobs import ScrubbedStream, remember_secrets, scrub
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
@@ -167,7 +168,7 @@ class _Group(click.Group):
             click.echo(f"distforest: {how}; {then}", err=True)
             sys.exit(Terminated.exit_code if isinstance(exc, Terminated) else INTERRUPTED)
         except DistforestError as exc:
-            click.echo(location.scrub(f"distforest: error: {exc}"), err=True)
+            click.echo(scrub(f"distforest: error: {exc}"), err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:  # a disk that fills up under any command: exit 6, one line
             if exc.errno not in DISK_FULL_ERRNOS:
@@ -199,11 +200,11 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 def scrub_output(argv: list[str]) -> None:
     """Every line this process prints (messages, log lines, warnings, tracebacks) passes
     through :func:`~distforest.location.scrub`, which also learns the secrets in ``argv``."""
-    location.remember_secrets(list(argv))
+    remember_secrets(list(argv))
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
-        if not isinstance(stream, location.ScrubbedStream):
-            setattr(sys, name, location.ScrubbedStream(stream))
+        if not isinstance(stream, ScrubbedStream):
+            setattr(sys, name, ScrubbedStream(stream))
 
 
 def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -252,8 +253,6 @@ def check_writable(path: str) -> None:
     if out.is_dir() and not out.is_symlink():
         folder = out  # a store or folder being replaced: written inside
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        from distforest.errors import StoreError
-
         why = "is not a folder" if not folder.is_dir() else "is not writable (read-only, or "
         why += "" if not folder.is_dir() else "no permission)"
         raise StoreError(f"cannot write {path!r}: {str(folder)!r} {why}; choose another path")

@@ -401,27 +401,79 @@ class Checked:
         return value
 
 
-#: Rows and columns of one tile (one task, one Zarr chunk), everywhere.
-TILE_SIZE = Int(MIN_TILE)
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter declared once: its rule, its default and what it means.
+
+    An estimator's constraint table (``_parameter_constraints``), the command
+    line's option (:func:`distforest.cli.options.parameter_option`: its type,
+    range, default and help) and the pipeline schema's check of the key are
+    all made from the declaration.
+
+    Attributes
+    ----------
+    constraint : Constraint
+        What the parameter accepts.
+    default : object
+        The estimator's default (``tests/test_startup.py`` checks it against
+        the estimator's signature).
+    help : str
+        One line for the command line's ``--help``.
+    flag : str
+        The command-line option when it is not ``--name-with-dashes``.
+    """
+
+    constraint: Constraint
+    default: Any
+    help: str = ""
+    flag: str = ""
+
+
 #: The tree parameters of :class:`~distforest.forests.ProximityForest`, which the
 #: imputer passes on to its forests as they are (one table for both).
+FOREST_PARAMETERS: dict[str, Parameter] = {
+    "task": Parameter(Choice(TASKS), "auto",
+                      "auto: unsupervised without --target, classification for labels, "
+                      "regression for real values."),
+    "n_estimators": Parameter(Int(1), 100, "Number of trees.", flag="--trees"),
+    "kind": Parameter(Choice(KINDS), "random-forest", "Tree learner."),
+    "max_features": Parameter(MaxFeatures(), "auto",
+                              "Features tried per split: auto, sqrt, log2, an integer or a "
+                              "fraction."),
+    "criterion": Parameter(Choice(CRITERIA), "auto",
+                           "Split criterion (scikit-learn's); auto: gini for classes, "
+                           "squared_error for values."),
+    "min_samples_split": Parameter(SplitSize(), 2,
+                                   "Rows a node needs to be split: an integer >= 2 or a "
+                                   "fraction."),
+    "min_samples_leaf": Parameter(Int(1), 1),
+    "max_depth": Parameter(Int(1, none=True), None),
+    "max_leaf_nodes": Parameter(Int(2, none=True), None,
+                                "Grow each tree best-first up to this many leaves."),
+    "min_impurity_decrease": Parameter(Number(0.0, float("inf")), 0.0,
+                                       "Split only if the weighted impurity decreases this "
+                                       "much."),
+    "bootstrap": Parameter(Bool(), True,
+                           "Draw each tree's rows with replacement (else every row, once)."),
+    "max_samples": Parameter(MaxSamples(), None,
+                             "Rows drawn per tree: a count, a fraction, or per class (R's "
+                             "sampsize) CLASS:ROWS,... [default: n, 200,000 above 500,000 "
+                             "rows]."),
+    "class_weight": Parameter(ClassWeight(), None,
+                              "balanced, balanced_subsample, or CLASS:WEIGHT,... "
+                              "(scikit-learn's class_weight)."),
+    "batch_size": Parameter(Int(1, none=True), None,
+                            "Trees per task [default: about 4 tasks per worker thread]."),
+    "tile_size": Parameter(Int(MIN_TILE), 2048,
+                           "Rows/columns of one tile (one task, one Zarr chunk)."),
+    "random_state": Parameter(Seed(), None, "random_state: same seed, same result.",
+                              flag="--seed"),
+}  # fmt: skip
+#: Rows and columns of one tile (one task, one Zarr chunk), everywhere.
+TILE_SIZE = FOREST_PARAMETERS["tile_size"].constraint
+#: The constraint table of the forest's tree parameters (from :data:`FOREST_PARAMETERS`).
 FOREST_CONSTRAINTS: dict[str, Constraint] = {
-    "n_estimators": Int(1),
-    "task": Choice(TASKS),
-    "kind": Choice(KINDS),
-    "max_features": MaxFeatures(),
-    "criterion": Choice(CRITERIA),
-    "min_samples_split": SplitSize(),
-    "min_samples_leaf": Int(1),
-    "max_depth": Int(1, none=True),
-    "max_leaf_nodes": Int(2, none=True),
-    "min_impurity_decrease": Number(0.0, float("inf")),
-    "bootstrap": Bool(),
-    "max_samples": MaxSamples(),
-    "class_weight": ClassWeight(),
-    "batch_size": Int(1, none=True),
-    "tile_size": TILE_SIZE,
-    "random_state": Seed(),
+    name: parameter.constraint for name, parameter in FOREST_PARAMETERS.items()
 }
 #: Most imputation refits accepted: proximity imputation settles in 4 to 6 (Breiman &
 #: Cutler's rfImpute); a million is a typo that would run for days.
