@@ -158,6 +158,13 @@ class _Group(click.Group):
         fix = OVERWRITE_FIX.set("pass --overwrite")  # every command but run has it
         try:
             return super().invoke(ctx)
+        except click.NoSuchOption as exc:  # the one did-you-mean, as for commands and keys
+            command = exc.ctx.command if exc.ctx is not None else self
+            names = [o for p in command.params if not getattr(p, "hidden", False)
+                     for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]  # fmt: skip
+            hint = did_you_mean(exc.option_name, names)
+            raise click.NoSuchOption(exc.option_name, f"No such option {exc.option_name!r}"
+                                     f"{hint or '.'}", ctx=exc.ctx) from None  # fmt: skip
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line; locks are released
             how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
             stores = sys.modules.get("distforest.store.run_store")  # (imported if one was made)

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from distforest.errors import ParameterError
+from distforest.errors import ParameterError, did_you_mean
 from distforest.jobs import constraints as C
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -117,6 +117,16 @@ CLI_SEED = 0
 NONE_WORDS = ("none", "all")
 
 
+class Choice(click.Choice):
+    """click's choice, whose refusal suggests the nearest choice as every message of
+    distforest does (:func:`~distforest.errors.did_you_mean`)."""
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        message = super().get_invalid_choice_message(value, ctx)
+        hint = did_you_mean(value, self.choices)
+        return message.rstrip(".") + hint if hint else message
+
+
 def parameter_option(name: str, parameter: C.Parameter | None = None,
                      **override: Any) -> Decorator:  # fmt: skip
     """The option of parameter ``name``, made from its one declaration.
@@ -141,7 +151,7 @@ def parameter_option(name: str, parameter: C.Parameter | None = None,
     elif isinstance(c, C.Number):
         kw["type"] = click.FloatRange(min=c.low, max=None if c.high == float("inf") else c.high)
     elif isinstance(c, C.Choice):
-        kw["type"] = click.Choice(c.options)
+        kw["type"] = Choice(c.options)
     else:
         kw["callback"] = word_parser(name, c)
         kw["default"] = None if p.default is None else str(p.default)
