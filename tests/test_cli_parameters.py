@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 import pytest
+import yaml
 
 from distforest.cli.main import cli
 from distforest.cli.options import CLI_SEED
@@ -129,3 +130,32 @@ def _number(word: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+#: The cluster options of every command -> the key of a LocalCluster in a cluster file.
+CLUSTER_KEYS = {"workers": "n_workers", "threads": "threads_per_worker",
+                "memory_limit": "memory_limit"}  # fmt: skip
+WORDS = ("0", "1", "2", "-1", "1.5", "4GiB", "auto", "lots", "0GB")
+
+
+@pytest.mark.parametrize("option_name", CLUSTER_KEYS)
+def test_cluster_options_accept_what_a_cluster_file_accepts(option_name):
+    """``--workers 0`` is refused as ``n_workers: 0`` is in a cluster file, and so on."""
+    from distforest._schema import BadValue
+    from distforest.parallel.cluster_config import _VALUES
+
+    checker = _VALUES["local"][CLUSTER_KEYS[option_name]]
+    cmd = command(("proximity",))
+    option = next(p for p in cmd.params if p.name == option_name)
+    for word in WORDS:
+        try:
+            checker(yaml.safe_load(word))
+            file_ok = True
+        except BadValue:
+            file_ok = False
+        try:
+            given(cmd, option, word)
+            cli_ok = True
+        except click.BadParameter:
+            cli_ok = False
+        assert cli_ok == file_ok, (option_name, word, cli_ok, file_ok)

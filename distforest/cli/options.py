@@ -46,17 +46,35 @@ def _stack(options: list[Decorator]) -> Decorator:
     return apply
 
 
+def _worker_size(key: str) -> Callable[..., Any]:
+    """A cluster option checked as the LocalCluster's ``key`` in a cluster file is."""
+
+    def check(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
+        if value is None:
+            return None
+        from distforest.jobs import check_worker_size
+
+        try:
+            check_worker_size(key, value)
+        except ParameterError as exc:
+            raise click.BadParameter(str(exc)) from None
+        return value
+
+    return check
+
+
 cluster_options = _stack([
     click.option("--scheduler", metavar="ADDRESS",
                  help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
     click.option("--cluster", "cluster", metavar="FILE.yaml", type=click.Path(dir_okay=False),
                  help="Start or reach a cluster described in a YAML file, or a shipped one "
                       "by name: local, address, ssh, slurm, pbs, kubernetes (cluster_configs/)."),
-    click.option("--workers", type=click.IntRange(min=1),
+    click.option("--workers", type=click.IntRange(min=1), callback=_worker_size("n_workers"),
                  help="Workers of the default LocalCluster [default: CPU count]."),
     click.option("--threads", type=click.IntRange(min=1),
+                 callback=_worker_size("threads_per_worker"),
                  help="Threads per worker of the default LocalCluster [default: 1]."),
-    click.option("--memory-limit", metavar="SIZE",
+    click.option("--memory-limit", metavar="SIZE", callback=_worker_size("memory_limit"),
                  help="Memory per worker of the default LocalCluster, e.g. 4GiB."),
 ])  # fmt: skip
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from distforest.location import parent as parent
     from distforest.location import remember_secrets as remember_secrets
     from distforest.location import scrub as scrub
+    from distforest.parallel.cluster_config import check_worker_size as check_worker_size
 
 #: Name -> ``module`` (the name is that module) or ``module:attribute``: what the command
 #: line takes from outside ``jobs/``.
@@ -38,6 +39,7 @@ SHELL = {
     "parent": "distforest.location:parent",
     "remember_secrets": "distforest.location:remember_secrets",
     "scrub": "distforest.location:scrub",
+    "check_worker_size": "distforest.parallel.cluster_config:check_worker_size",
 }
 
 __all__ = sorted(SHELL)
