@@ -20,9 +20,11 @@ from distforest.cli.options import (
     id_option,
     input_options,
     model_option,
+    parameter_option,
     pop_keys,
     show,
 )
+from distforest.jobs import constraints as C
 from distforest.jobs.outputs import check_new_file, write_csv
 
 
@@ -111,7 +113,7 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
 @_common
 @model_option
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of coordinates.")
-@click.option("--components", type=click.IntRange(min=1), default=2, show_default=True)
+@parameter_option("components", C.SECTION_PARAMETERS["mds.components"])
 @click.option(
     "--dissimilarity",
     type=click.Choice(["sqrt", "linear"]),

@@ -22,10 +22,12 @@ from distforest.cli.options import (
     input_options,
     leaf_bound_option,
     model_option,
+    parameter_option,
     pop_keys,
     run_job,
     tile_size_option,
 )
+from distforest.jobs import constraints as C
 
 
 @click.command()
@@ -45,14 +47,7 @@ from distforest.cli.options import (
     "leaf weighted by one over its size (rows sum to 1); boosted (--model of a boosted "
     "ensemble): trees weighted by their mean absolute leaf value.",
 )
-@click.option(
-    "--top-k",
-    "top_k",
-    type=click.IntRange(min=1),
-    metavar="K",
-    help="Write each row's K nearest rows by proximity (itself excluded; "
-    "neighbors_index and neighbors_proximity, exact) instead of the n x n matrix.",
-)
+@parameter_option("top_k", C.SECTION_PARAMETERS["proximity.top_k"], metavar="K")
 @leaf_bound_option
 @click.option("--dense", is_flag=True,
               help="With --top-k: write the n x n matrix as well.")  # fmt: skip

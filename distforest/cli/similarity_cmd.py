@@ -19,6 +19,7 @@ from distforest.cli.options import (
     dry_run_option,
     id_dropped_option,
     input_options,
+    parameter_option,
     run_job,
     tile_size_option,
 )
@@ -48,9 +49,7 @@ def measure_options(func: Any) -> Any:
 
 
 def k_option(default: int, help: str) -> Any:
-    return click.option(
-        "--k", "k", type=click.IntRange(min=1), default=default, show_default=True, help=help
-    )
+    return parameter_option("k", C.SECTION_PARAMETERS["neighbors.k"], default=default, help=help)
 
 
 def cluster_kw(options: dict[str, Any]) -> dict[str, Any]:

@@ -475,6 +475,25 @@ TILE_SIZE = FOREST_PARAMETERS["tile_size"].constraint
 FOREST_CONSTRAINTS: dict[str, Constraint] = {
     name: parameter.constraint for name, parameter in FOREST_PARAMETERS.items()
 }
+#: Parameters of pipeline sections and commands that are no estimator's, by key path
+#: ``section.key``: the pipeline schema checks the key with the constraint, the command's
+#: option is made from the declaration.
+SECTION_PARAMETERS: dict[str, Parameter] = {
+    "similarity.tile_size": Parameter(TILE_SIZE, PAIRWISE_TILE,
+                                      FOREST_PARAMETERS["tile_size"].help),
+    "neighbors.k": Parameter(Int(1), 10, "Neighbours per row (the row itself excluded)."),
+    "proximity.top_k": Parameter(Int(1, none=True), None,
+                                 "Write each row's K nearest rows by proximity (itself "
+                                 "excluded; neighbors_index and neighbors_proximity, exact) "
+                                 "instead of the n x n matrix."),
+    "mds.components": Parameter(Int(1), 2),
+    "clustering.k": Parameter(Int(1, none=True), None,
+                              "Number of clusters (kernel-kmeans, spectral)."),
+    "clustering.n_init": Parameter(Int(1), 10,
+                                   "Kernel k-means restarts (the lowest objective wins)."),
+    "clustering.min_samples": Parameter(Int(1), 5, "DBSCAN: rows within eps (itself "
+                                        "included) to be a core row."),
+}  # fmt: skip
 #: Most imputation refits accepted: proximity imputation settles in 4 to 6 (Breiman &
 #: Cutler's rfImpute); a million is a typo that would run for days.
 MAX_IMPUTE_ITERATIONS = 100
