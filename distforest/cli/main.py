@@ -14,11 +14,9 @@ import functools
 import gc
 import importlib
 import logging
-import os
 import signal
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import click
@@ -30,7 +28,6 @@ from distforest.errors import (
     OVERWRITE_FIX,
     DiskFullError,
     DistforestError,
-    StoreError,
     Terminated,
     did_you_mean,
 )
@@ -247,26 +244,10 @@ def _accept_group_flags(command: click.Command) -> None:
             _accept_group_flags(sub)
 
 
-def check_writable(path: str) -> None:
-    """Refuse an output whose folder this process cannot write (exit 6, one line).
-
-    The folder is the nearest existing one on the way to ``path`` (missing
-    folders are created by the commands): a read-only mount or a folder
-    without write permission fails here, before any work, instead of at the
-    end of the run.
-    """
-    out = Path(path)
-    folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
-    if out.is_dir() and not out.is_symlink():
-        folder = out  # a store or folder being replaced: written inside
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        why = "is not a folder" if not folder.is_dir() else "is not writable (read-only, or "
-        why += "" if not folder.is_dir() else "no permission)"
-        raise StoreError(f"cannot write {path!r}: {str(folder)!r} {why}; choose another path")
-
-
 def _writable_output(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value and not ctx.resilient_parsing:
+        from distforest.jobs.outputs import check_writable
+
         for path in value if isinstance(value, list | tuple) else [value]:
             check_writable(str(path))
     return value

@@ -131,8 +131,6 @@ FOREST_DEFAULTS: dict[str, Any] = {
 #: The command line's one difference: a fixed seed, so that a rerun gives the same result
 #: (Python's default, None, draws a fresh one).
 CLI_SEED = 0
-#: Words that mean None where a parameter takes None.
-NONE_WORDS = ("none", "all")
 
 
 class Choice(click.Choice):
@@ -154,7 +152,7 @@ def parameter_option(name: str, parameter: C.Parameter | None = None,
     default and the help come from it; the type and its range from its
     constraint (an integer range, a real range, a choice, a flag pair), or,
     for the constraints with several forms, a parser that reads the word and
-    checks it with the constraint (:func:`parse_word`).  ``override`` replaces
+    checks it with the constraint (:func:`word_parser`).  ``override`` replaces
     any of click's keywords (another default, another help).
     """
     p = parameter or C.FOREST_PARAMETERS[name]
@@ -179,59 +177,15 @@ def parameter_option(name: str, parameter: C.Parameter | None = None,
 
 
 def word_parser(name: str, constraint: C.Constraint) -> Callable[..., Any]:
-    """A click callback reading ``name`` with :func:`parse_word`."""
+    """A click callback reading the word of ``name`` (:func:`C.read_word`)."""
 
     def parse(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
-        return parse_word(value, name, constraint)
+        try:
+            return C.read_word(name, constraint, value)
+        except ParameterError as exc:
+            raise click.BadParameter(str(exc)) from None
 
     return parse
-
-
-def parse_word(value: Any, name: str, constraint: C.Constraint) -> Any:
-    """A command-line word read for ``constraint``, then checked by it.
-
-    None stays None; ``none``/``all`` mean None where the constraint takes
-    None; ``CLASS:NUMBER,...`` is a mapping of numbers (per-class sizes and
-    weights); an integer, else a real number, else the word itself.
-    """
-    if value is None:
-        return None
-    if isinstance(value, str) and value.lower() in NONE_WORDS and _takes_none(name, constraint):
-        return None
-    if isinstance(value, str):
-        try:
-            value = _per_class_word(value) if ":" in value else _number(value)
-        except ValueError:
-            pass
-    try:
-        return constraint.check(name, value)
-    except ParameterError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _takes_none(name: str, constraint: C.Constraint) -> bool:
-    try:
-        return constraint.check(name, None) is None
-    except ParameterError:
-        return False
-
-
-def _per_class_word(value: str) -> dict[str, int | float]:
-    """``a:50,b:50`` as a mapping of numbers."""
-    pairs = [item.rpartition(":") for item in value.split(",")]
-    try:
-        return {label.strip(): _number(v.strip()) for label, _, v in pairs}
-    except ValueError:
-        raise click.BadParameter(
-            f"expected CLASS:NUMBER[,CLASS:NUMBER...], e.g. yes:100,no:100, got {value!r}"
-        ) from None
-
-
-def _number(word: str) -> int | float:
-    try:
-        return int(word)
-    except ValueError:
-        return float(word)
 
 
 #: ``--max-features`` of the commands that fit other forests (one parser for all).

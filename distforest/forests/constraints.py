@@ -511,6 +511,51 @@ IMPUTE_PROXIMITIES = ("column", "rfimpute", *PROXIMITY_METHODS)
 IMPUTE_KINDS = ("auto", *KINDS)
 
 
+#: Words that mean None where a parameter takes None.
+NONE_WORDS = ("none", "all")
+
+
+def read_word(name: str, constraint: Constraint, word: Any) -> Any:
+    """A command-line word read for ``constraint``, then checked by it.
+
+    None stays None; ``none``/``all`` mean None where the constraint takes
+    None; ``CLASS:NUMBER,...`` is a mapping of numbers (per-class sizes and
+    weights); an integer, else a real number, else the word itself.
+    """
+    if word is None:
+        return None
+    value = word
+    if isinstance(word, str) and word.lower() in NONE_WORDS and _takes_none(name, constraint):
+        return None
+    if isinstance(word, str) and ":" in word:
+        pairs = [item.rpartition(":") for item in word.split(",")]
+        try:
+            value = {label.strip(): _number(v.strip()) for label, _, v in pairs}
+        except ValueError:
+            raise ParameterError(f"{name}: expected CLASS:NUMBER[,CLASS:NUMBER...], e.g. "
+                                 f"yes:100,no:100, got {word!r}") from None  # fmt: skip
+    elif isinstance(word, str):
+        try:
+            value = _number(word)
+        except ValueError:
+            pass
+    return constraint.check(name, value)
+
+
+def _takes_none(name: str, constraint: Constraint) -> bool:
+    try:
+        return constraint.check(name, None) is None
+    except ParameterError:
+        return False
+
+
+def _number(word: str) -> int | float:
+    try:
+        return int(word)
+    except ValueError:
+        return float(word)
+
+
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> dict[str, Any]:
     """Check every parameter against its constraint; returns the normalised values.
 
