@@ -337,23 +337,3 @@ def execute(
             done.outputs.update(written)
         complete_output(ctx.rs)
     return done
-
-
-def run_per_output(job: Any, body: Callable[[], Any], *, run_id: str) -> Any:
-    """The run protocol of the k-NN job, whose stages each write their own store.
-
-    Under the lock of the main output ``job.out``: each stage decides for its
-    own store (:func:`decide`: kept when complete with the same spec, written
-    again when half-written) and marks it complete when written; ``body()``
-    returns the job's result, which gets the report beside ``job.out``.
-    """
-    report_dir = location.parent(job.out)
-    check_job_inputs_read_only(job)
-    with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
-        check_reports(report_dir, bool(getattr(job, "overwrite", False)))
-        done = body()
-        rs = RunStore.open(done.store)
-        record = {"spec": rs.attrs.get("spec"), "spec_hash": rs.attrs.get("spec_hash")}
-        run = Run(run_id, done.mode, None, False, record, lock.took_over)
-        done.outputs.update(write_report(job, done, rs, {}, None, run, report_dir))
-    return done

@@ -40,7 +40,6 @@ from distforest._version import __version__
 from distforest.errors import DISK_FULL_ERRNOS, StoreError
 from distforest.io.attrs import decode_attrs, decode_value, encode_attrs
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
-from distforest.kernels.transpose import transposed
 from distforest.store import chunks
 from distforest.store.schema import (
     DONE_DIMS,
@@ -864,6 +863,8 @@ def write_tile(
     arr[region] = values
     written = values.nbytes
     if mirror:
+        from distforest.kernels.transpose import transposed  # (numba: only for tiles)
+
         arr[region[1], region[0]] = transposed(values)
         written *= 2
     mark_done(path, name, index)
