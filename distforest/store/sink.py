@@ -97,7 +97,10 @@ class SinkHandle:
         group = zarr.open_group(location.zarr_store(self.path), path=FIT_GROUP, mode="r+",
                                 use_consolidated=False)  # fmt: skip
         for name, values in arrays.items():
-            chunks = (max(1, min(values.shape[0], self.chunk_rows)), *values.shape[1:])
+            # chunks of the joining blocks (gather_batches): one read per part and block
+            chunk = max(1, min(values.shape[0], self.chunk_rows))
+            chunks = (min(values.shape[0], max(chunk, ROUTE_ROWS // chunk * chunk)) or 1,
+                      *values.shape[1:])  # fmt: skip
             group.create_array(f"{name}_{k}", shape=values.shape, chunks=chunks,
                                dtype=values.dtype, overwrite=True)  # fmt: skip
             write_block(self.path, f"{FIT_GROUP}/{name}_{k}", (slice(None),) * values.ndim, values)
