@@ -19,12 +19,11 @@ from distforest.store.source import PARTITIONED_BYTES, input_shape, open_input
 from distforest.store.source import by_partitions as partitioned_input
 from distforest.store.temporary import temporary_store
 
+__all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "listing_stamp",
+           "partitioned_input", "read_by_parts", "temporary_store"]  # fmt: skip
+
 if TYPE_CHECKING:
     from distforest.store.inputs import PendingInput
-
-__all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "partitioned_input",
-           "read_by_parts", "temporary_store"]  # fmt: skip
-
 
 def read_by_parts(source: str, target: str | None, drop: tuple[str, ...],
                   na_values: tuple[str, ...]) -> PendingInput:  # fmt: skip
@@ -49,3 +48,20 @@ def check_request(X: Any, Y: Any, metric: str) -> None:
             f"{X.source} has {X.n_features} ({', '.join(X.feature_names)}); give both the same "
             "columns (--drop the others)"
         )
+
+
+def listing_stamp(path: str) -> str:
+    """A digest of the names, sizes and modification times of the files of ``path`` (a
+    file, a folder of parts, a glob; local or a URL): a changed input is another job."""
+    import hashlib
+
+    from distforest import location
+
+    fs, where = location.filesystem(path)
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(fs.expand_path(where, recursive=True)):
+        info = fs.info(name)
+        if info.get("type") == "file":
+            stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
+            h.update(f"{name}:{info.get('size')}:{stamp}".encode())
+    return h.hexdigest()
