@@ -25,6 +25,7 @@ __all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "listing_stamp",
 if TYPE_CHECKING:
     from distforest.store.inputs import PendingInput
 
+
 def read_by_parts(source: str, target: str | None, drop: tuple[str, ...],
                   na_values: tuple[str, ...]) -> PendingInput:  # fmt: skip
     """Pass 1 of a feature table read by partitions (on the current dask scheduler): every
