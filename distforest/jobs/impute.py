@@ -184,12 +184,14 @@ def plan_imputation(
     na_values: tuple[str, ...] = (),
     categorical: tuple[str, ...] = (),
     overwrite: bool = False,
+    check_out: bool = True,
 ) -> ImputationPlan:
     """Check INPUT and the output path, before any cluster starts.
 
     A table read whole is read here and its columns checked; a glob, a folder,
     a large file or a folder output is read by partitions when the plan runs
-    (its columns are checked then, before anything is written).
+    (its columns are checked then, before anything is written).  ``check_out=False``:
+    the output is checked later (a job's run protocol: its ``dest`` set then).
     """
     from distforest.io import read_frame
     from distforest.io.writers import check_can_write
@@ -200,12 +202,12 @@ def plan_imputation(
                               overwrite, tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
 
     if partitioned_input(input) or is_folder(out):
-        return planned(None, None, check_output(out, overwrite))
+        return planned(None, None, check_output(out, overwrite) if check_out else Path())
     frame = read_frame(input, na_values=na_values)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
     check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
-    dest = check_can_write(out, overwrite)
+    dest = check_can_write(out, overwrite) if check_out else Path()
     skip = {*drop, *([target] if target else [])}
     features = frame[[c for c in columns if c not in skip]]
     if features.shape[1] == 0:
@@ -599,10 +601,13 @@ def _columns_kept(job: ImputeJob) -> tuple[str, ...]:
     return (*job.drop, *([job.id] if job.id else []))
 
 
-def _plan_of(job: ImputeJob, overwrite: bool) -> ImputationPlan:
+def _plan_of(job: ImputeJob, checked: bool) -> ImputationPlan:
+    """The job's :class:`ImputationPlan`; ``checked``: its output checked now (may be
+    replaced), else by the run's ``check`` (which sets its ``dest``)."""
     return plan_imputation(job.input, job.files["out"], target=job.target,
                            drop=_columns_kept(job), na_values=job.na_values,
-                           categorical=job.categorical, overwrite=overwrite)  # fmt: skip
+                           categorical=job.categorical, overwrite=True,
+                           check_out=checked)  # fmt: skip
 
 
 @ImputeJob.plans
@@ -613,7 +618,7 @@ def plan_impute_job(job: ImputeJob) -> Pipeline:
         from distforest.io.model_files import check_model_file
 
         check_model_file(job.model)
-    return impute_pipeline(job, None if job.by_partitions else _plan_of(job, True))
+    return impute_pipeline(job, None if job.by_partitions else _plan_of(job, False))
 
 
 def impute_pipeline(job: ImputeJob, plan: ImputationPlan | None,
@@ -691,7 +696,7 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
         from distforest.io.model_files import load_model
 
         load_model(job.model)  # a pickle or an untrusted type refused before any work
-    plan = None if job.by_partitions else _plan_of(job, True)
+    plan = None if job.by_partitions else _plan_of(job, False)
     if plan is not None and job.model is None:
         from distforest.apps.impute import ProximityImputer
 
@@ -704,11 +709,16 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
     pipeline = impute_pipeline(job, plan, progress, start)
 
     def check(run: Run) -> dict[str, Any]:
+        from distforest import location
+
+        out = str(job.files["out"]).rstrip("/\\")
+        if not location.is_remote(out):  # (as every job: its folder made for it)
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
         if run.stages is None or not run.stages.done("impute"):
-            if job.by_partitions:
+            if plan is None:
                 check_output(job.files["out"], run.replace)
             else:
-                check_can_write(job.files["out"], run.replace)
+                plan.dest = check_can_write(job.files["out"], run.replace)
         return {}
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> ImputeResult:
