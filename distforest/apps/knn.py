@@ -54,7 +54,7 @@ from distforest.forests.neighbors import Neighbors, search
 from distforest.forests.pairwise import as_matrix
 from distforest.parallel.execution import use_execution
 from distforest.store.inputs import StoredRows
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 from distforest.store.schema import INPUT_GROUP
 
 WEIGHTS = ("uniform", "distance")
@@ -645,7 +645,7 @@ def save_model(
         rs.write_array("sample_weight", votes, ("sample",))
     write_fitted_parameters(model, rs)
     if complete:
-        rs.mark_complete()
+        complete_output(rs)
     return rs
 
 

@@ -32,9 +32,9 @@ from distforest.jobs.knn_model import (
 )
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.result import JobResult, summary
-from distforest.jobs.runs import Context, Run, complete, execute
+from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import ON_A_CLUSTER, Cost, Pipeline, Stage, placement_of
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.store.run_store import RunStore, check_can_create, complete_output
 
 KNN_CHOICES = {
     "neighbors.normalize": ("none", *NORMALIZATIONS),
@@ -357,7 +357,7 @@ def _fit_stage(job: KNNJob, rows: dict[str, Any], ctx: Context, start: float,
     if main:
         ctx.rs = saved
     else:
-        complete(saved)  # (another output of the job: complete once written)
+        complete_output(saved)  # (another output of the job: complete once written)
     kept = [c for c, s in zip(fitted.feature_names_in_, fitted.support_, strict=True) if s]
     ctx.done.outputs = {"model": saved.path}
     ctx.done.info.update(task=task, rows=int(source.n_samples), features=len(kept))

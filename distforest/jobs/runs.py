@@ -35,7 +35,7 @@ from distforest.jobs.report import check_reports, cluster_facts, write_report
 from distforest.jobs.stages import Pipeline
 from distforest.jobs.stages import Stage as StageSpec
 from distforest.store.lock import StoreLock, folder_lock
-from distforest.store.run_store import RunStore, check_can_create, is_half_created
+from distforest.store.run_store import RunStore, check_can_create, complete_output, is_half_created
 
 logger = logging.getLogger("distforest")
 
@@ -216,11 +216,6 @@ def fit_into_store(estimator: Any, table: Any, ctx: Context, out: str) -> None:
         ctx.rs = ctx.model.save(out, overwrite=True, attrs=ctx.run.record)
 
 
-def complete(rs: RunStore) -> None:
-    """Mark a job's output complete: the one place that does, after every stage."""
-    rs.mark_complete()
-
-
 def _peak_rss() -> int:
     """This process's peak resident memory so far, bytes (0 where not known)."""
     try:
@@ -340,5 +335,5 @@ def execute(
             if getattr(job, "report_dir", None):  # (asked for: a stage of its own, as before)
                 ctx.stages.finish("report", time.perf_counter() - tick, written)
             done.outputs.update(written)
-        complete(ctx.rs)
+        complete_output(ctx.rs)
     return done

@@ -20,7 +20,7 @@ from distforest.errors import InputError, ParameterError
 from distforest.jobs.base import JobBase, new_run_id
 from distforest.jobs.outputs import write_csv
 from distforest.jobs.result import JobResult, mode_text
-from distforest.jobs.runs import Context, Run, execute
+from distforest.jobs.runs import Context, Run, complete_output, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
 
 
@@ -35,7 +35,7 @@ def save_model(forest: Any, out: str, overwrite: bool, attrs: dict[str, Any],
     if centring is not None:  # what predict needs to centre new objects' distances
         rs.write_named("centring_means", centring.column_means,
                        attrs={"grand_mean": centring.grand_mean})  # fmt: skip
-    rs.mark_complete()
+    complete_output(rs)
 
 
 def checked_fit(temporary: ExitStack, params: dict[str, Any], *, data: str | None,
