@@ -37,7 +37,7 @@ from distforest.kernels.trees import (
     grow_nodes,
     tree_input,
 )
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 from distforest.store.sink import open_sink
 from distforest.store.source import open_source
 
@@ -950,7 +950,7 @@ class ProximityForest(Persisted, DaskEstimator):
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
         rs = self._open_or_create(store, overwrite)
         self.write_proximity(rs, method)
-        rs.mark_complete()
+        complete_output(rs)
         return rs.dataset()[ARRAY_NAMES[method]]
 
     def _weighted_proximity(
@@ -972,7 +972,7 @@ class ProximityForest(Persisted, DaskEstimator):
         if store is not None:
             rs = self._open_or_create(store, overwrite)
             self.write_proximity(rs, method)
-            rs.mark_complete()
+            complete_output(rs)
             return rs.dataset()[ARRAY_NAMES[method]]
         n = self.n_samples_
         check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
