@@ -25,11 +25,28 @@ most pairs of rows, so its matrix is near-dense (n² non-zeros).
 
 ``--folder`` is the out-of-core run: the table written as the 40-part Parquet
 folder of ``bench_out_of_core.py`` (20 features, 3 classes, 20 % of three
-columns missing), a LightGBM model fitted on its first ``--fit-rows`` rows, and
-distforest alone (``from_model`` on the folder, read by partitions; neighbours
-and outlier scores in the forest's store); the driver's peak RSS is reported.
+columns missing; ``--parts`` an existing one), a LightGBM model fitted on its
+first ``--fit-rows`` rows, and distforest alone (``from_model`` on the folder,
+read by partitions; the top-50 neighbours in the forest's store, the outlier
+scores written as ``distforest outliers`` writes them, by chunks); the driver's
+peak RSS is reported.
 
-    python -m benchmarks outside --folder --rows 10000000 --trees 100
+The exact neighbours and the outlier scores cost in proportion to the co-leaf
+events, ``sum_t sum_leaves size^2 = n * occupancy * T`` (occupancy: the mean
+number of rows in a row's leaf).  A leaf of a model fitted on m rows holds about
+``n / L`` of n rows drawn alike (L leaves a tree): LightGBM's default 31 leaves
+put about ``0.2 n^2`` co-leaf events in each tree (2e13 at 10,000,000 rows), so
+the 10,000,000-row model has as many leaves as LightGBM allows cheaply
+(``--num-leaves 65536``, ``--min-data-in-leaf 5`` on 500,000 rows: leaves of
+about 8 training rows, 150 of the 10,000,000) and few trees.  Before the run the
+co-leaf events are estimated from the last part (250,000 rows not fitted on,
+routed by the model, leaf sizes scaled to ``--rows``): the table's
+``coleaf_events`` column.  ``--max-bin 63`` and a 512 MB histogram pool keep the
+model's fit (not measured) within a shared machine's memory.
+
+    python -m benchmarks outside --folder --rows 10000000 --trees 1 --num-leaves 65536 \\
+        --min-data-in-leaf 5 --max-bin 63 --fit-rows 500000 --parts PARTS \\
+        --name outside-lightgbm-10m
 """
 
 from __future__ import annotations
@@ -302,6 +319,11 @@ def main() -> None:
         default=None,
         help="with --folder: LightGBM's max_bin (its default: 255)",
     )
+    p.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="with --folder: fit and keep the model, estimate, run nothing",
+    )
     p.add_argument("--name", default=None, help="result file name (default outside, "
                    "outside-folder with --folder)")  # fmt: skip
     p.add_argument(
@@ -323,12 +345,14 @@ def main() -> None:
         more = {"min_child_samples": args.min_data_in_leaf, "max_bin": args.max_bin}
         more = {k: v for k, v in more.items() if v is not None}
         if more:  # a large-leaf model: LightGBM's histograms capped (recomputed when evicted)
-            more["histogram_pool_size"] = 1024
+            more["histogram_pool_size"] = 512
         args.parts = prepare_folder(work, args.rows, args.trees, args.seed, args.num_leaves,
                                     min(args.fit_rows, args.rows), args.parts, **more)  # fmt: skip
         last = sorted(args.parts.glob("*.parquet"))[-1]  # not among the rows fitted on
         estimate = coleaf_estimate(work / "lightgbm.txt", last, args.rows)
         print("co-leaf events, estimated:", estimate, flush=True)
+        if args.prepare_only:
+            return
         runs = [("lightgbm-folder", (("distforest", sys.executable),))]
     else:
         prepare(work, args.rows, args.trees, args.seed, "random-forest" in args.families)
