@@ -18,8 +18,14 @@ from sklearn.ensemble import (
 )
 from sklearn.linear_model import LogisticRegression
 
-from distforest.errors import ParameterError
-from distforest.forests.outside import boosted_tree_weights, kerf_weights, outside_forest
+from distforest.errors import InputError, ParameterError
+from distforest.forests.outside import (
+    count_leaves,
+    leaf_offsets,
+    outside_forest,
+    row_weights,
+    weight_table,
+)
 from distforest.kernels.proximity import weighted_proximity_tile
 
 N = 240
@@ -166,21 +172,46 @@ def test_not_a_forest_refused(classification) -> None:
         outside_forest(RandomForestClassifier())
 
 
+def _table(method: str, forest, leaves: np.ndarray, chunk: int = 64):
+    """The per-leaf table of ``method``, its leaves counted chunk by chunk as tasks do."""
+    offsets = leaf_offsets(forest.node_counts())
+    counts = sum(count_leaves(leaves[s : s + chunk], offsets) for s in range(0, len(leaves), chunk))
+    np.testing.assert_array_equal(counts, count_leaves(leaves, offsets))  # chunks add up
+    return weight_table(method, counts, offsets, forest), offsets
+
+
 def test_kerf_against_a_dense_oracle(classification) -> None:
     X, y = classification
     model = RandomForestClassifier(n_estimators=6, min_samples_leaf=3, random_state=2).fit(X, y)
-    leaves = outside_forest(model).leaves(X)
+    forest = outside_forest(model)
+    leaves = forest.leaves(X)
     same = leaves[:, None, :] == leaves[None, :, :]  # (n, n, T)
     sizes = same.sum(axis=1)  # rows in i's leaf, per tree
     oracle = (same / sizes[:, None, :]).mean(axis=2)
-    got = weighted_proximity_tile(leaves, leaves, kerf_weights(leaves))
+    table, offsets = _table("kerf", forest, leaves)
+    assert table.size == forest.node_counts().sum()  # the model's size, not the rows'
+    weights = row_weights(leaves, table, offsets)
+    np.testing.assert_array_equal(weights, 1.0 / (6 * sizes))
+    got = weighted_proximity_tile(leaves, leaves, weights)
     np.testing.assert_allclose(got, oracle, rtol=1e-6)
     np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-5)
     # Tiles agree with the whole matrix.
     np.testing.assert_allclose(
-        weighted_proximity_tile(leaves[:50], leaves[100:], kerf_weights(leaves)[:50]),
+        weighted_proximity_tile(leaves[:50], leaves[100:], weights[:50]),
         oracle[:50, 100:], rtol=1e-6,
     )  # fmt: skip
+
+
+def test_leaves_of_another_forest_refused(classification) -> None:
+    X, y = classification
+    forest = outside_forest(RandomForestClassifier(n_estimators=3, random_state=0).fit(X, y))
+    leaves = forest.leaves(X)
+    offsets = leaf_offsets(forest.node_counts())
+    leaves[5, 1] = forest.node_counts()[1]
+    with pytest.raises(InputError, match=r"tree 1 has \d+ nodes but a row is in its leaf"):
+        count_leaves(leaves, offsets)
+    with pytest.raises(InputError, match="2 trees and the forest 3"):
+        count_leaves(leaves[:, :2], offsets)
 
 
 def test_boosted_weighting_against_a_dense_oracle(regression) -> None:
@@ -193,7 +224,9 @@ def test_boosted_weighting_against_a_dense_oracle(regression) -> None:
     w = np.abs(values).mean(axis=0)
     w = w / w.sum()
     oracle = ((leaves[:, None, :] == leaves[None, :, :]) * w).sum(axis=2)
-    weights = np.broadcast_to(boosted_tree_weights(values), leaves.shape)
+    table, offsets = _table("boosted", forest, leaves)
+    weights = row_weights(leaves, table, offsets)
+    np.testing.assert_allclose(weights, np.broadcast_to(w, leaves.shape), rtol=1e-12)
     got = weighted_proximity_tile(leaves, leaves, weights)
     np.testing.assert_allclose(got, oracle, rtol=1e-6)
     np.testing.assert_allclose(np.diag(got), 1.0, rtol=1e-6)

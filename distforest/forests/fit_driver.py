@@ -124,7 +124,9 @@ def _grow_task(
     out: SinkHandle,
     route: bool,
 ) -> GrownBatch:
-    X = np.asarray(rows)
+    # rows that read as an array are read (a store's: once per worker process); any other
+    # handle (a matrix or rows its grower reads on use) is given as it is
+    X = np.asarray(rows) if hasattr(rows, "__array__") else rows
     grown = grower(X, y, seeds) if route else grower(X, y, seeds, route=False)
     return GrownBatch(
         rows=out.put_batch(k, grown.rows) or {},
@@ -144,7 +146,7 @@ def fit_forest(
     source: RowSource,
     grower: Callable[..., GrownBatch],
     *,
-    y: np.ndarray | None,
+    y: Any,
     n_trees: int,
     random_state: int | None,
     batch_size: int | None,
@@ -153,6 +155,8 @@ def fit_forest(
     row_results: Mapping[str, tuple[Any, tuple[str, ...]]],
     keep_nodes: bool = True,
     dtype: Any = np.float32,
+    rows: Any = None,
+    node_dims: Mapping[str, tuple[str, ...]] | None = None,
     router: Router | None = None,
     routed: tuple[str, ...] = (),
     progress: tasks.ProgressCallback | None = None,
@@ -168,7 +172,8 @@ def fit_forest(
         With a ``router``, it is also called as ``grower(X, y, seeds, route=False)``:
         then it leaves out the per-row results the router gives.
     y : ndarray or None
-        The target as the trees fit it (codes or floats), sent once per worker.
+        The target as the trees fit it (codes or floats; SMERF's observed distances, an
+        array or a reference to a file), sent once per worker.
     n_trees : int
     random_state : int or None
         Seed of the whole forest (:func:`distforest.parallel.tasks.plan_seeds`).
@@ -185,6 +190,12 @@ def fit_forest(
         router still reads them from the store while routing).
     dtype : numpy dtype, default float32
         Of the rows the grower and the router see.
+    rows : object, optional
+        ``source.rows_handle(runner.share, dtype)`` when the caller made it already (it
+        read the rows before the fit): the rows are not sent twice.
+    node_dims : mapping, optional
+        The dims of the grower's ``nodes`` arrays that are not one value per node (a
+        split's projections, a leaf's members: joined end to end all the same).
     router : callable, optional
         ``router(X_chunk, nodes) -> {name: (rows, T)}``.  For a sink in a store: the
         trees are grown without routing the rows, the forest is joined into the
@@ -208,7 +219,7 @@ def fit_forest(
     routing = router is not None and not sink.in_memory
     by_rows = {name: row_results[name] for name in routed} if routing else {}
     sink.expect_batches(n_trees, {k: v for k, v in row_results.items() if k not in by_rows})
-    rows = source.rows_handle(runner.share, dtype)
+    rows = source.rows_handle(runner.share, dtype) if rows is None else rows
     y_shared = None if y is None else runner.share(y)
     out = sink.handle()
     items = [(grower, rows, y_shared, seeds[b], k, out, not routing) for k, b in enumerate(batches)]
@@ -221,7 +232,7 @@ def fit_forest(
     per_tree = {name: np.concatenate([t[name] for t in trees]) for name in trees[0]}
     fit_id = uuid.uuid4().hex
     ids = sink.coordinates(n_trees, source)
-    nodes = (sink.join_nodes(per_tree["node_counts"], seeds, fit_id)
+    nodes = (sink.join_nodes(per_tree["node_counts"], seeds, fit_id, node_dims)
              if (keep_nodes or routing) and "node_counts" in per_tree else None)  # fmt: skip
     joined = sink.join_batches(runner, progress=join_progress)
     if routing:
@@ -238,7 +249,6 @@ def fit_forest(
                 sink.place_rows(name, blocks[i], values)
     del rows
     sink.close()
-    if source.store_path is not None or routing:  # the rows and forest workers kept
-        runner.everywhere(forget_inputs)
+    runner.everywhere(forget_inputs)  # the rows (and forest) the workers kept for this fit
     return ForestFit(seeds, entropy, batches, joined, per_tree, nodes if keep_nodes else None,
                      ids, fit_id, sink.path)  # fmt: skip

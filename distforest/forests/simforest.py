@@ -36,6 +36,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -49,6 +50,7 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.fit_driver import ForestFit, GrownBatch, fit_forest
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
@@ -74,13 +76,12 @@ from distforest.parallel.placement import cells_of
 from distforest.store.inputs import (
     INPUT_GROUP,
     StoredTable,
-    forget_inputs,
     input_rows,
     per_fit,
     scaled_rows,
 )
-from distforest.store.run_store import RunStore, task_array, write_block, write_group
-from distforest.store.sink import gather_batches
+from distforest.store.run_store import RunStore, complete_output, task_array
+from distforest.store.sink import open_sink
 from distforest.store.source import holds_rows, opened
 
 logger = logging.getLogger("distforest")
@@ -94,8 +95,8 @@ NODE_FIELDS = (
 )  # fmt: skip
 #: Memory for one prediction task's block of a test x train matrix.
 BLOCK_BYTES = 64 * 1024**2
-#: Group of a stored fit's per-batch arrays while fitting (removed afterwards).
-FIT_GROUP = "simforest_fit"
+#: The objects' arrays of a fit (the driver's per-row results): name -> (dtype, dims).
+ROW_RESULTS = {"leaves": ("int32", ("sample", "tree")), "inbag": ("uint8", ("sample", "tree"))}
 
 Similarity = Callable[[Any, Any], Any]
 #: The per-row arrays of a loaded or stored tree (the forest's ``leaves_``/``inbag_`` hold them).
@@ -121,35 +122,27 @@ class Rows:
         return scaled_rows(self.path, self.token, mean, scale)
 
 
-def _grow_batch(
-    source: Any,
-    function: Similarity | None,
-    y: np.ndarray,
-    seeds: np.ndarray,
-    params: SimTreeParams,
-    n_classes: int,
-    batch: int | None = None,
-) -> list[SimTree] | _Grown:
-    """One task: grow the trees of ``seeds`` (``source`` is S, the objects for
-    ``function``, or a store's :class:`Rows`).  ``batch`` given (rows in a store): the
-    trees' final nodes, bootstrap counts and nodes are written into the store's arrays
-    of that batch (one writer each) and only a summary comes back (:class:`_Grown`)."""
+def grow_simforest_batch(
+    X: Any, y: np.ndarray, seeds: np.ndarray, *, function: Similarity | None,
+    params: SimTreeParams, n_classes: int,
+) -> GrownBatch:  # fmt: skip
+    """The fit driver's grower of a :class:`SimilarityForestClassifier`: the trees of
+    ``seeds`` on ``X`` (S, a stored matrix, the objects of ``function``, or a store's
+    :class:`Rows`), the objects' final nodes and bootstrap counts, the trees' node counts,
+    similarity evaluations and pair objects, and their nodes."""
     if function is None:
-        fetch = fetch_rows(open_matrix(source))
+        fetch = fetch_rows(open_matrix(X))
     else:
-        fetch = fetch_function(function, source.read() if isinstance(source, Rows) else source)
+        fetch = fetch_function(function, X.read() if isinstance(X, Rows) else X)
     trees = [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
-    if batch is None or not isinstance(source, Rows):
-        return trees
-    everything = (slice(None), slice(None))
-    leaves = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
-    write_block(source.path, f"{FIT_GROUP}/leaves_{batch}", everything, leaves)
-    inbag = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
-    write_block(source.path, f"{FIT_GROUP}/inbag_{batch}", everything, inbag)
-    write_group(source.path, f"{FIT_GROUP}/nodes_{batch}", _node_arrays(trees))
-    return _Grown(np.array([t.n_nodes for t in trees], dtype=np.int64),
-                  np.array([t.n_evaluations for t in trees], dtype=np.int64),
-                  _pair_ids(trees))  # fmt: skip
+    return GrownBatch(
+        rows={"leaves": np.stack([t.leaves for t in trees], axis=1).astype(np.int32),
+              "inbag": np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)},
+        trees={"node_counts": np.array([t.n_nodes for t in trees], dtype=np.int64),
+               "n_evaluations": np.array([t.n_evaluations for t in trees], dtype=np.int64),
+               "pair_ids": _pair_ids(trees)},
+        nodes=_node_arrays(trees),
+    )  # fmt: skip
 
 
 def _node_arrays(trees: list[SimTree]) -> dict[str, np.ndarray]:
@@ -183,16 +176,6 @@ def _trees_of(nodes: dict[str, np.ndarray], n_evaluations: Any, missing: str,
             n_evaluations=int(n_evaluations[t]), missing=missing, kind=kind,
         ))  # fmt: skip
     return trees
-
-
-@dataclass(frozen=True)
-class _Grown:
-    """What a tree task of a stored fit returns: its trees' node counts and similarity
-    evaluations, and the objects their splits compare (the nodes are in the store)."""
-
-    node_counts: np.ndarray
-    n_evaluations: np.ndarray
-    pair_ids: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -233,14 +216,21 @@ class StoredTrees:
         return cast(list[SimTree], per_fit("simforest trees", self.path, self.fit_id, self.read))
 
 
-def _batch_arrays(rs: RunStore, n: int, batches: list[slice], tile: int) -> None:
-    """Create a stored fit's per-batch final-node and bootstrap arrays (one writer each)."""
-    group = rs.group.require_group(FIT_GROUP)
-    for k, b in enumerate(batches):
-        for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
-            group.create_array(f"{name}_{k}", shape=(n, b.stop - b.start),
-                               chunks=(min(n, tile), b.stop - b.start), dtype=dtype,
-                               overwrite=True)  # fmt: skip
+@dataclass(frozen=True)
+class _Objects:
+    """What the fit driver asks of a source besides its rows, for objects not read from a
+    table (a similarity matrix, the objects of a function, feature rows checked by
+    scikit-learn): their rows are given to the driver as they are (or shared)."""
+
+    n_samples: int
+    n_features: int
+    source: str
+    store_path: None = None
+    id_name: None = None
+
+    def row_ids(self) -> None:
+        """Rows are numbered."""
+        return None
 
 
 def _check_table(table: StoredTable, measure: Measure) -> None:
@@ -555,9 +545,14 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         function = cast(
             "Similarity | None", None if measure is None else getattr(measure, "values", measure)
         )
-        trees = self._grow(params, source, function, codes, len(classes), kind,
-                           cells_of(source))  # fmt: skip
-        self._set_fitted(trees, classes, codes, measure, objects, kind, params)
+        shape: tuple[int, ...] = tuple(getattr(source, "shape", (n,)))
+        what = _Objects(n, int(shape[1]) if len(shape) == 2 else 1,
+                        "the similarity matrix" if measure is None else "the objects")  # fmt: skip
+        fit = self._grow(params, what, source, function, codes, len(classes), kind,
+                         cells_of(source))  # fmt: skip
+        self._take_fit(fit, classes, codes, measure, kind, params)
+        self.pair_objects_ = None if objects is None else objects[self.pair_ids_]
+        self._record_store(fit)
         return self
 
     def fit_table(
@@ -616,23 +611,14 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             )
         _check_table(table, measure)
         measure = measure.fitted(np.empty((0, table.n_features)))  # rbf: gamma from the width
-        n, tile = table.n_samples, params["tile_size"]
         classes, codes = _classes(table)
         rows = Rows(str(table.path), uuid.uuid4().hex, scaling)
-        rs = RunStore.open(table.path, mode="r+")
-        rs.mark_running()
-        trees = self._grow(params, rows, measure.values, codes, len(classes), measure.kind,
-                           n * table.n_features, rs)  # fmt: skip
-        arrays = (rs.array("leaves"), rs.array("inbag"))
-        self._set_fitted(trees, classes, codes, measure, None, measure.kind, params, rows=arrays)
-        pair_objects: Any = _pair_rows(rows, self.pair_ids_)
-        self.pair_objects_ = pair_objects
+        fit = self._grow(params, table, rows, measure.values, codes, len(classes), measure.kind,
+                         table.n_samples * table.n_features)  # fmt: skip
+        self._take_fit(fit, classes, codes, measure, measure.kind, params)
+        self.pair_objects_ = _pair_rows(rows, self.pair_ids_)
         self.n_features_in_ = table.n_features
-        # the store becomes this model's (what save writes), so its matrices go there
-        rs.write_coordinates(n, params["n_estimators"])
-        self._save_parts(rs, tile)
-        self._write_arrays(rs, tile, ("target", "pair_ids", "pair_objects"))
-        rs.update_attrs(**self._provenance(model=True), store_input=True)
+        self._record_store(fit)
         return self
 
     def _fit_source(self, X: Any, y: Any, similarity: Any) -> SimilarityForestClassifier:
@@ -650,61 +636,59 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self,
         params: dict[str, Any],
         source: Any,
+        objects: Any,
         function: Similarity | None,
         codes: np.ndarray,
         n_classes: int,
         kind: str,
         cells: int,
-        rs: RunStore | None = None,
-    ) -> list[SimTree] | StoredTrees:
-        """The one growing of the trees, one task per batch on the same seeds and batches
-        whatever holds the objects: ``source`` is S, the objects, or a store's
-        :class:`Rows`.  With ``rs`` (the store of those rows), the tasks write the
-        trees' per-object arrays into it, joined into ``leaves`` and ``inbag`` here, and
-        their nodes, joined into ``forest/``: the trees are then :class:`StoredTrees`
-        (and ``pair_ids_`` is set from the tasks' summaries)."""
-        n, n_trees = codes.shape[0], params["n_estimators"]
-        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        tree_params = self._tree_params(params, kind)
-        trees: list[SimTree] = [None] * n_trees  # type: ignore[list-item]
+    ) -> ForestFit:
+        """The one growing of the trees, on the fit driver: ``objects`` is S (an array, or
+        a stored matrix the tasks read), the objects of ``function``, or a store's
+        :class:`Rows`; the objects' final nodes and bootstrap counts and the trees' nodes
+        go to the driver's sink (the rows' store, else memory by the in-memory rule)."""
+        n_trees = params["n_estimators"]
+        grower = partial(grow_simforest_batch, function=function,
+                         params=self._tree_params(params, kind), n_classes=n_classes)  # fmt: skip
         with self._runner(cells) as runner:
-            size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
-            batches = tasks.plan_batches(n_trees, size)
-            logger.info("growing %d SimForest trees on %d objects in %d tasks",
-                        n_trees, n, len(batches))  # fmt: skip
-            if rs is not None:
-                _batch_arrays(rs, n, batches, params["tile_size"])
-            shared = source if isinstance(source, StoredMatrix | Rows) else runner.share(source)
-            y_shared = runner.share(codes.astype(np.int64))
-            items = [(shared, function, y_shared, seeds[b], tree_params, n_classes,
-                      None if rs is None else k) for k, b in enumerate(batches)]  # fmt: skip
-            parts: list[Any] = [None] * len(batches)
-            for i, part in runner.run(_grow_batch, items, name="simforest-fit",
-                                      progress=self._report("fit")):  # fmt: skip
-                parts[i] = part
-            if rs is None:
-                for b, part in zip(batches, parts, strict=True):
-                    trees[b] = part
-            else:
-                runner.everywhere(forget_inputs)
-                for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
-                    gather_batches(runner, rs.path,
-                                   [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))],
-                                   name, dtype, params["tile_size"],
-                                   progress=self._report("leaves"))  # fmt: skip
-                # the tasks wrote the trees' nodes; joined a chunk at a time, never held here
-                rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))],
-                               np.concatenate([g.node_counts for g in parts]), seeds)  # fmt: skip
-                del rs.group[FIT_GROUP]
-        self.random_state_ = entropy
-        self.seeds_ = seeds
-        self.fit_id_ = uuid.uuid4().hex
-        if rs is None:
-            return trees
-        self.pair_ids_ = np.unique(np.concatenate([g.pair_ids for g in parts]))
-        return StoredTrees(rs.path, self.fit_id_,
-                           np.concatenate([g.n_evaluations for g in parts]),
-                           tree_params.missing, kind)  # fmt: skip
+            rows = objects if isinstance(objects, StoredMatrix | Rows) else runner.share(objects)
+            sink = open_sink(source.n_samples, n_trees, store=source.store_path,
+                             chunk_rows=params["tile_size"], owner=self)  # fmt: skip
+            return fit_forest(
+                source, grower, y=codes.astype(np.int64), n_trees=n_trees,
+                random_state=params["random_state"],
+                batch_size=params["batch_size"]
+                or tasks.default_batch_size(n_trees, runner.threads()),
+                runner=runner, sink=sink, row_results=ROW_RESULTS, rows=rows,
+                progress=self._report("fit"), join_progress=self._report("leaves"),
+            )  # fmt: skip
+
+    def _take_fit(self, fit: ForestFit, classes: np.ndarray, codes: np.ndarray, measure: Any,
+                  kind: str, params: dict[str, Any]) -> None:  # fmt: skip
+        """Set the fitted attributes once, from the fit driver's result: the trees from the
+        joined nodes, or (a fit into a store) :class:`StoredTrees` read there on use."""
+        missing = self._tree_params(params, kind).missing
+        evaluations = fit.trees["n_evaluations"]
+        trees: list[SimTree] | StoredTrees
+        if fit.store is None:
+            assert fit.nodes is not None  # kept by the driver
+            offsets = np.concatenate([[0], np.cumsum(fit.trees["node_counts"])])
+            trees = _trees_of({**fit.nodes, "node_offset": offsets}, evaluations, missing, kind)
+        else:
+            trees = StoredTrees(fit.store, fit.fit_id, evaluations, missing, kind)
+        self.random_state_, self.seeds_, self.fit_id_ = fit.random_state, fit.seeds, fit.fit_id
+        self._set_fitted(trees, classes, codes, measure, None, kind, params,
+                         rows=(fit.rows["leaves"], fit.rows["inbag"]))  # fmt: skip
+        self.pair_ids_ = np.unique(fit.trees["pair_ids"])
+
+    def _record_store(self, fit: ForestFit) -> None:
+        """A fit into a store (the rows', or a temporary one): the store becomes this
+        model's (what save writes), so that its matrices go there."""
+        if fit.store is not None:
+            rs = RunStore.open(fit.store, mode="r+")
+            self._write_arrays(rs, self.params_["tile_size"],
+                               ("target", "pair_ids", "pair_objects"))  # fmt: skip
+            rs.update_attrs(**self._provenance(model=True), store_input=True)
 
     @staticmethod
     def _tree_params(params: dict[str, Any], kind: str) -> SimTreeParams:
@@ -724,10 +708,10 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         objects: Any,
         kind: str,
         params: dict[str, Any],
-        rows: tuple[Any, Any] | None = None,
+        rows: tuple[Any, Any],
     ) -> None:
-        """The fitted attributes; ``rows``: ``(leaves, inbag)`` given (a stored fit's
-        Zarr arrays) instead of taken from the trees."""
+        """The fitted attributes; ``rows``: ``(leaves, inbag)`` (arrays, or a store's Zarr
+        arrays)."""
         self.trees_ = trees
         self.classes_ = classes
         self.y_ = codes.astype(np.int64)
@@ -735,11 +719,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self.n_samples_ = int(codes.shape[0])
         self.kind_ = kind
         self.measure_ = measure
-        if rows is not None:
-            self.leaves_, self.inbag_ = rows
-        elif not isinstance(trees, StoredTrees):
-            self.leaves_ = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
-            self.inbag_ = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
+        self.leaves_, self.inbag_ = rows
         self.n_similarity_evaluations_ = sum(_evaluations(trees))
         if not isinstance(trees, StoredTrees):  # (a stored fit's: from its tasks' summaries)
             self.pair_ids_ = _pair_ids(trees)
@@ -931,7 +911,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
                 attrs={"n_trees": len(self.trees_)}, progress=self._report("tiles"),
             )  # fmt: skip
         if complete:
-            rs.mark_complete()
+            complete_output(rs)
         return rs.dataset()[ARRAY_NAMES[method]]
 
     def _proximity_store(self, store: str | Path, overwrite: bool) -> RunStore:

@@ -16,8 +16,8 @@ from distforest.errors import InputError
 from distforest.store import source as source_rule
 from distforest.store.temporary import temporary_store
 
-__all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "partitioned_input",
-           "read_by_parts", "temporary_store"]  # fmt: skip
+__all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "listing_stamp",
+           "partitioned_input", "read_by_parts", "temporary_store"]  # fmt: skip
 
 if TYPE_CHECKING:
     from distforest.store.inputs import PendingInput
@@ -94,3 +94,20 @@ def input_shape(
     with dask.config.set(scheduler="threads"):
         n = len(parts.frame)
     return parts.source, int(n), len(columns)
+
+
+def listing_stamp(path: str) -> str:
+    """A digest of the names, sizes and modification times of the files of ``path`` (a
+    file, a folder of parts, a glob; local or a URL): a changed input is another job."""
+    import hashlib
+
+    from distforest import location
+
+    fs, where = location.filesystem(path)
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(fs.expand_path(where, recursive=True)):
+        info = fs.info(name)
+        if info.get("type") == "file":
+            stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
+            h.update(f"{name}:{info.get('size')}:{stamp}".encode())
+    return h.hexdigest()

@@ -35,7 +35,7 @@ from distforest.jobs.report import check_reports, cluster_facts, write_report
 from distforest.jobs.stages import Pipeline
 from distforest.jobs.stages import Stage as StageSpec
 from distforest.store.lock import StoreLock, folder_lock
-from distforest.store.run_store import RunStore, check_can_create, is_half_created
+from distforest.store.run_store import RunStore, check_can_create, complete_output, is_half_created
 
 logger = logging.getLogger("distforest")
 
@@ -216,11 +216,6 @@ def fit_into_store(estimator: Any, table: Any, ctx: Context, out: str) -> None:
         ctx.rs = ctx.model.save(out, overwrite=True, attrs=ctx.run.record)
 
 
-def complete(rs: RunStore) -> None:
-    """Mark a job's output complete: the one place that does, after every stage."""
-    rs.mark_complete()
-
-
 def _peak_rss() -> int:
     """This process's peak resident memory so far, bytes (0 where not known)."""
     try:
@@ -340,25 +335,5 @@ def execute(
             if getattr(job, "report_dir", None):  # (asked for: a stage of its own, as before)
                 ctx.stages.finish("report", time.perf_counter() - tick, written)
             done.outputs.update(written)
-        complete(ctx.rs)
-    return done
-
-
-def run_per_output(job: Any, body: Callable[[], Any], *, run_id: str) -> Any:
-    """The run protocol of the k-NN job, whose stages each write their own store.
-
-    Under the lock of the main output ``job.out``: each stage decides for its
-    own store (:func:`decide`: kept when complete with the same spec, written
-    again when half-written) and marks it complete when written; ``body()``
-    returns the job's result, which gets the report beside ``job.out``.
-    """
-    report_dir = location.parent(job.out)
-    check_job_inputs_read_only(job)
-    with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
-        check_reports(report_dir, bool(getattr(job, "overwrite", False)))
-        done = body()
-        rs = RunStore.open(done.store)
-        record = {"spec": rs.attrs.get("spec"), "spec_hash": rs.attrs.get("spec_hash")}
-        run = Run(run_id, done.mode, None, False, record, lock.took_over)
-        done.outputs.update(write_report(job, done, rs, {}, None, run, report_dir))
+        complete_output(ctx.rs)
     return done
