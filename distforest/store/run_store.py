@@ -108,13 +108,6 @@ def is_half_created(path: str | Path) -> bool:
     return not meta.get("attributes")
 
 
-def is_unfinished(path: str | Path) -> bool:
-    """A distforest store whose run did not finish: the same request run again resumes it."""
-    if not location.is_dir(path) or not _is_distforest_store(path):
-        return False
-    return _open_group(path, "r").attrs.get("status") != STATUS_COMPLETE
-
-
 def check_can_create(path: str | Path, overwrite: bool) -> None:
     """Raise :class:`StoreError` unless a new store may be created at ``path``.
 
