@@ -61,8 +61,9 @@ MISSING_COLUMNS = (3, 7, 11)
 MISSING_SHARE = 0.2
 
 
-def make_data(rows: int, where: Path, seed: int = 0) -> dict[str, Path]:
-    """Write the synthetic table as a 40-part Parquet folder, one CSV and one Parquet file."""
+def make_data(rows: int, where: Path, seed: int = 0, parts_only: bool = False) -> dict[str, Path]:
+    """Write the synthetic table as a 40-part Parquet folder, one CSV and one Parquet file
+    (``parts_only``: the folder alone, the same parts)."""
     import numpy as np
     import pandas as pd
 
@@ -85,12 +86,14 @@ def make_data(rows: int, where: Path, seed: int = 0) -> dict[str, Path]:
         df = pd.DataFrame(X, columns=[f"x{j:02d}" for j in range(FEATURES)])
         df["label"] = np.array(["a", "b", "c"])[label]
         df.to_parquet(folder / f"part-{k:03d}.parquet", index=False)
+        if parts_only:
+            continue
         df.to_csv(csv, mode="a", header=k == 0, index=False)
         table = pa.Table.from_pandas(df, preserve_index=False)
         writer = writer or pq.ParquetWriter(single, table.schema)
         writer.write_table(table)
-    assert writer is not None
-    writer.close()
+    if writer is not None:
+        writer.close()
     return {"folder": folder, "csv": csv, "single": single}
 
 
@@ -186,11 +189,12 @@ def measure(cmd: list[str]) -> dict[str, Any]:
     return run_measured(cmd, Path.cwd(), "out_of_core")
 
 
-def _row(name: str, rows: int, sampled: dict[str, Any], phases: dict[str, float]) -> str:
+def _row(name: str, rows: int, sampled: dict[str, Any], phases: dict[str, float],
+         note: str = "") -> str:  # fmt: skip
     procs = sampled["processes"]
     driver = max((p["peak_bytes"] for p in procs if p["role"] == "driver"), default=0)
     worker = max((p["peak_bytes"] for p in procs if p["role"] == "worker"), default=0)
-    split = ", ".join(f"{k} {v:.0f}" for k, v in phases.items())
+    split = ", ".join([f"{k} {v:.0f}" for k, v in phases.items()] + ([note] if note else []))
     return (f"| {name} | {rows:,} | {sampled['returncode']} | {sampled['wall_s']:.0f} | "
             f"{driver / GB:.2f} | {worker / GB:.2f} | {sampled['peak_rss_tree_bytes'] / GB:.2f} | "
             f"{split} |")  # fmt: skip
@@ -236,6 +240,53 @@ def _neighbors_runs(rows: int, folder: Path, where: Path, keep: int = 5) -> list
     line = _row(f"neighbors k=10, {keep} features (CLI, by partitions)", rows, sampled, {})
     print(line, flush=True)
     return [line]
+
+
+def _remove(*paths: Path) -> None:
+    """Remove files or folders (an earlier run's output and run store)."""
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+#: The commands of ``--commands``: the subcommand and its options beyond input, target, out.
+COMMANDS = ("outliers", "mislabels", "mds", "impute", "rfimpute")
+
+
+def _command_runs(rows: int, folder: Path, where: Path, commands: list[str], trees: int,
+                  rfimpute_trees: int | None) -> list[str]:  # fmt: skip
+    """Each of ``commands`` through the CLI on the Parquet folder, one table row each:
+    ``distforest outliers / mislabels / mds`` (``trees`` trees, CSV out), ``distforest
+    impute`` (column mode, its defaults; a folder of parts out) and ``distforest impute
+    --proximity rfimpute`` (``rfimpute_trees`` trees, else its default 300)."""
+    lines = []
+    for command in commands:
+        common = ["--target", "label", "--workers", "2", "--threads", "1"]
+        if command in ("impute", "rfimpute"):
+            out = where / f"{command}-out"
+            cmd = ["distforest", "-q", "impute", str(folder), *common, "--out", f"{out}/"]
+            name = "impute, column (CLI, by partitions)"
+            if command == "rfimpute":
+                cmd += ["--proximity", "rfimpute"]
+                if rfimpute_trees is not None:
+                    cmd += ["--trees", str(rfimpute_trees)]
+                name = f"impute rfimpute, {rfimpute_trees or 300} trees (CLI, by partitions)"
+        else:
+            out = where / f"{command}.csv"
+            cmd = ["distforest", "-q", command, str(folder), *common, "--out", str(out),
+                   "--trees", str(trees)]  # fmt: skip
+            name = f"{command}, {trees} trees (CLI, by partitions)"
+        done = (out, out.with_suffix(".run.zarr"), Path(f"{out}.run.zarr"))  # + its run store
+        _remove(*done)
+        sampled = measure(cmd)
+        _remove(*done)
+        load = sampled["load_start"], sampled["load_end"]
+        lines.append(_row(name, rows, sampled, {}, f"load {load[0]['load_1m']:.1f} at start, "
+                          f"{load[1]['load_1m']:.1f} at end"))  # fmt: skip
+        print(lines[-1], flush=True)
+    return lines
 
 
 def main() -> None:
@@ -293,6 +344,19 @@ def main() -> None:
     parser.add_argument(
         "--neighbors", action="store_true", help="only `distforest neighbors` (k-d tree)"
     )
+    parser.add_argument(
+        "--commands",
+        nargs="+",
+        default=None,
+        choices=COMMANDS,
+        help="only these commands through the CLI on the Parquet folder, one at a time",
+    )
+    parser.add_argument(
+        "--rfimpute-trees",
+        type=int,
+        default=None,
+        help="the --trees of the rfimpute command (default: its own, 300)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
     parser.add_argument("--run-one", nargs=4, metavar=("CONFIG", "SRC", "WORK", "TREES"))
     args = parser.parse_args()
@@ -315,7 +379,7 @@ def main() -> None:
                      "single": where / "table.parquet"}  # fmt: skip
             if not (keep and (where / "complete").exists()):
                 shutil.rmtree(where, ignore_errors=True)
-                files = make_data(rows, where)
+                files = make_data(rows, where, parts_only=bool(args.commands))
                 (where / "complete").touch()
                 print(f"{rows:,} rows written in {time.perf_counter() - tick:.0f} s", flush=True)
             configs = (
@@ -338,6 +402,10 @@ def main() -> None:
             if args.neighbors:
                 configs = []
                 lines += _neighbors_runs(rows, files["folder"], where)
+            if args.commands:
+                configs = []
+                lines += _command_runs(rows, files["folder"], where, args.commands, args.trees,
+                                       args.rfimpute_trees)  # fmt: skip
             for name, source in configs:
                 work = where / name
                 work.mkdir()

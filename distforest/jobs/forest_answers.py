@@ -8,9 +8,11 @@ picture).  The forest is not saved: the job's store
 stages, so that the run follows the run protocol
 (:func:`~distforest.jobs.runs.execute`): locked, reported, not repeated once
 complete, a changed job refused unless ``--overwrite``.  A killed run fits
-again (same seed, same forest) and writes what it had not written.  A table
-read by partitions is written (pass 2, on the workers) into a temporary store
-that lives as long as the forest (:func:`~distforest.store.temporary.tie`).
+again (same seed, same forest) and writes what it had not written.  The rows
+come from :func:`~distforest.store.source.open_source`, which decides how the
+input is read (whole, or by partitions into a temporary store removed when the
+run ends); the forest, its answer and its scratch arrays go where the source
+says (:attr:`~distforest.io.source.RowSource.store_path`).
 """
 
 from __future__ import annotations
@@ -131,8 +133,8 @@ def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
     from distforest.forests.square_sums import plan as square_sums_plan
     from distforest.parallel.tasks import plan_tree_batches
 
-    by_parts = partitioned_input(job.input)
-    cells = ON_A_CLUSTER if by_parts else n * d
+    stored = _in_a_store(job, table)
+    cells = ON_A_CLUSTER if stored else n * d
     params = {**ProximityForest().get_params(), **job.forest}
     threads = placement_of(cells, job.connect)[1]
     trees = int(params["n_estimators"])
@@ -154,7 +156,7 @@ def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
     files = {ANSWERS[job.answer]: job.files["out"], "pictures": job.files.get("plot")}
     disk = {label: 300_000 if label == "pictures" else n * 64
             for label, path in files.items() if path}  # fmt: skip
-    if by_parts:
+    if stored:
         disk.update(_temporary_bytes(job, n, d, trees))
     writes = tuple(str(p) for p in files.values() if p)
     stages = [
@@ -176,6 +178,14 @@ def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
     )  # fmt: skip
 
 
+def _in_a_store(job: ForestAnswerJob, inputs: Any) -> bool:
+    """Whether the rows are in a store (read by partitions): the source's own answer in a
+    run, the rule of :func:`~distforest.jobs.inputs.partitioned_input` in a dry run."""
+    if inputs is None:
+        return partitioned_input(job.input)
+    return getattr(inputs[0], "store_path", None) is not None
+
+
 def _temporary_bytes(job: ForestAnswerJob, n: int, d: int, trees: int) -> dict[str, int]:
     """The disk a table read by partitions takes besides the outputs: the temporary store
     its forest is fitted in (removed at the end) and the scratch arrays of ``mislabels``
@@ -195,34 +205,30 @@ def _temporary_bytes(job: ForestAnswerJob, n: int, d: int, trees: int) -> dict[s
 
 
 def _read_input(job: ForestAnswerJob) -> tuple[Any, Any]:
-    """The input (a table loaded whole, or the summaries of one read by partitions) and,
-    for ``importances``, its rows to fit and rows to measure on."""
-    from distforest.io import load_table
+    """The input's rows and, for ``importances``, its rows to fit and rows to measure on.
 
-    if partitioned_input(job.input):
-        if job.answer == "importances":
-            from distforest.errors import InputError
+    The rows are a :class:`~distforest.io.source.RowSource`
+    (:func:`~distforest.store.source.open_source` decides how they are read); the
+    caller releases it (:func:`~distforest.store.temporary.release`).  ``importances``
+    holds rows out of a table read whole (:func:`~distforest.io.load_table`).
+    """
+    if job.answer == "importances":
+        from distforest.forests.proximity_forest import ProximityForest
+        from distforest.io import load_table
+        from distforest.jobs.fitting import held_out
 
-            raise InputError(f"{job.input}: importances holds out rows of a table loaded whole, "
-                             "not of a glob, a folder of parts or a file over 32 MB; give one "
-                             "file under 32 MB")  # fmt: skip
-        from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
-        from distforest.store.inputs import PendingInput
+        table = load_table(job.input, **job.table_kw(), id=job.id)
+        return table, held_out(table, ProximityForest(**job.forest), job.options["test_size"])
+    from distforest.store.source import open_source
 
-        return PendingInput(read_partitioned(job.input, target=job.target, drop=job.drop,
-                                             na_values=job.na_values, id=job.id)), None  # fmt: skip
-    table = load_table(job.input, **job.table_kw(), id=job.id)
-    if job.answer == "mislabels":  # a continuous target is refused before any work
+    source = open_source(job.input, **job.table_kw(), id=job.id)
+    if job.answer == "mislabels" and source.target_classes() is None:
+        # a continuous target is refused before any work (labels kept as codes are classes)
         from distforest.forests.targets import require_classes
 
-        require_classes(str(job.options.get("task", "auto")), table.y, table.target_name,
-                        "mislabels")  # fmt: skip
-    if job.answer != "importances":
-        return table, None
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.jobs.fitting import held_out
-
-    return table, held_out(table, ProximityForest(**job.forest), job.options["test_size"])
+        require_classes(str(job.options.get("task", "auto")), source.read_y(),
+                        source.target_name, "mislabels")  # fmt: skip
+    return source, None
 
 
 @ForestAnswerJob.runs
@@ -230,9 +236,20 @@ def run_answer_job(job: ForestAnswerJob, progress: Any = None, *, restart: bool 
                    run_id: str | None = None) -> AnswerResult:  # fmt: skip
     """Fit the forest and write the answer under the run protocol; every input and output
     checked before any work."""
+    from distforest.store.temporary import release
+
     start = time.perf_counter()
     run_id = run_id or new_run_id()
     table, split = _read_input(job)
+    try:
+        return _run(job, table, split, start, progress, restart, run_id)
+    finally:
+        release(table)  # a temporary store of rows read by partitions
+
+
+def _run(job: ForestAnswerJob, table: Any, split: Any, start: float, progress: Any,
+         restart: bool, run_id: str) -> AnswerResult:  # fmt: skip
+    """:func:`run_answer_job` once its input is open."""
     pipeline = answer_pipeline(job, str(table.source), table.n_samples, table.n_features,
                                (table, split))  # fmt: skip
 
@@ -257,34 +274,18 @@ def run_answer_job(job: ForestAnswerJob, progress: Any = None, *, restart: bool 
 
 
 def _fit(job: ForestAnswerJob, inputs: Any, ctx: Context) -> None:
-    """The fit stage: the forest, in memory (a table read by partitions: in a temporary
-    store that lives as long as the forest)."""
+    """The fit stage: the forest, its rows' arrays where the source keeps results (in
+    memory, or in the store of rows read by partitions)."""
     from distforest.forests.proximity_forest import ProximityForest
 
     table, split = inputs
-    forest = ProximityForest(**job.forest)
-
-    def fit(rows: Any) -> ProximityForest:
-        if job.model is None:
-            return forest.fit(rows)
-        # the rows routed through a model fitted elsewhere
+    rows = table if split is None else split[0]
+    if job.model is None:
+        ctx.model = ProximityForest(**job.forest).fit(rows)
+    else:  # the rows routed through a model fitted elsewhere
         from distforest.io.model_files import load_model
 
-        return ProximityForest.from_model(load_model(job.model), rows)
-
-    if split is not None:
-        ctx.model = fit(split[0])
-    elif hasattr(table, "X"):
-        ctx.model = fit(table)
-    else:  # pass 2 on the workers, into a temporary store removed with the forest
-        from distforest.store.temporary import new_folder, tie
-
-        work = new_folder()
-        if job.model is None:
-            tie(forest, work)
-        ctx.model = fit(table.write(work / "run.zarr", {}))
-        if job.model is not None:  # from_model made a forest of its own
-            tie(ctx.model, work)
+        ctx.model = ProximityForest.from_model(load_model(job.model), rows)
     ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
 
 

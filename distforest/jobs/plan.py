@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 from distforest.jobs.stages import placement_of, totals
 
-__all__ = ["Plan", "placement_of", "show_plan"]
+__all__ = ["Plan", "placement_of"]
 
 
 @dataclass
 class Plan:
-    """What a job will do, in the fields every ``--dry-run`` prints (:func:`show_plan`).
+    """What a job will do, in the fields every ``--dry-run`` prints (:meth:`Plan.show`).
 
     Attributes
     ----------
@@ -59,10 +59,9 @@ class Plan:
         """Bytes of every output together."""
         return int(sum(self.disk.values()))
 
-
-def show_plan(plan: Plan) -> str:
-    """The lines every ``--dry-run`` of a command that is not yet a job kind prints."""
-    lines = [plan.title, *(f"  {label + ':':<14}{text}" for label, text in plan.steps)]
-    return "\n".join([*lines, *totals(plan.tasks, plan.tiles, plan.disk, plan.free_bytes,
-                                       plan.worker_bytes, plan.cpu_seconds, plan.threads,
-                                       plan.where, plan.notes)])  # fmt: skip
+    def show(self) -> str:
+        """The lines every ``--dry-run`` of a command that is not yet a job kind prints."""
+        lines = [self.title, *(f"  {label + ':':<14}{text}" for label, text in self.steps)]
+        return "\n".join([*lines, *totals(self.tasks, self.tiles, self.disk, self.free_bytes,
+                                           self.worker_bytes, self.cpu_seconds, self.threads,
+                                           self.where, self.notes)])  # fmt: skip

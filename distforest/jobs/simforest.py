@@ -49,7 +49,7 @@ from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.parallel import placement
 from distforest.parallel.placement import cells_of
 from distforest.store.inputs import PendingInput, input_chunk
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 
 logger = logging.getLogger("distforest")
 
@@ -573,7 +573,7 @@ def fit_command(
             return fitted.save(out, overwrite=overwrite, attrs=attrs, complete=False)
 
         rs = fit_and_save(forest, pending, normalize, input_attrs(pending, target), save)
-    rs.mark_complete()
+    complete_output(rs)
     evaluations = forest.n_similarity_evaluations_
     return (
         f"SimForest of {trees} trees on {n} objects read by partitions "

@@ -517,13 +517,11 @@ def _count_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) ->
 
 
 def _new_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> Any:
-    """Rows to route: a table read whole, or (a glob, a folder of parts, a large file)
-    read by partitions into a temporary store that lives as long as the returned source,
-    routed by chunks (:meth:`SMERF._route`)."""
-    if not partitioned_input(path):
-        return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
-                          min_rows=1)  # fmt: skip
+    """Rows to route, as a source (:func:`~distforest.store.source.open_source` decides how
+    to read ``path``: a glob, a folder of parts or a large file by partitions into a
+    temporary store living as long as the source), routed by its chunks
+    (:meth:`SMERF._route`)."""
     from distforest.store.source import open_source
 
     return open_source(path, drop=drop, na_values=na_values, allow_missing=False,
-                       partitions=True, dtype=np.float64)  # fmt: skip
+                       dtype=np.float64)  # fmt: skip

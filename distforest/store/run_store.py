@@ -42,7 +42,6 @@ from distforest._version import __version__
 from distforest.errors import DISK_FULL_ERRNOS, StoreError
 from distforest.io.attrs import decode_attrs, decode_value, encode_attrs
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
-from distforest.kernels.transpose import transposed
 from distforest.store import chunks
 from distforest.store.schema import (
     DONE_DIMS,
@@ -113,13 +112,6 @@ def is_half_created(path: str | Path) -> bool:
     except (OSError, ValueError):
         return True  # a metadata file cut short
     return not meta.get("attributes")
-
-
-def is_unfinished(path: str | Path) -> bool:
-    """A distforest store whose run did not finish: the same request run again resumes it."""
-    if not location.is_dir(path) or not _is_distforest_store(path):
-        return False
-    return _open_group(path, "r").attrs.get("status") != STATUS_COMPLETE
 
 
 def check_can_create(path: str | Path, overwrite: bool) -> None:
@@ -625,10 +617,11 @@ class RunStore:
 
     def join_forest(
         self, parts: Sequence[str], node_counts: np.ndarray, seeds: np.ndarray,
-        chunk: int = 1 << 20,
+        chunk: int = 1 << 20, *, dims: Mapping[str, Sequence[str]] | None = None,
     ) -> None:  # fmt: skip
         """Write ``forest/`` (the layout of :meth:`write_forest`) from the node arrays that
-        tasks wrote in groups ``parts`` (one per batch of trees, in tree order).
+        tasks wrote in groups ``parts`` (one per batch of trees, in tree order); ``dims``
+        of the arrays that are not one value per node.
 
         Copied a chunk (``chunk`` nodes, as :meth:`write_forest` stores them) at a time:
         this process never holds the forest (hundreds of megabytes of nodes at a million
@@ -640,8 +633,8 @@ class RunStore:
         sub.write_array("node_offset", offset, ("tree_edge",))
         sub.write_array("seed", np.asarray(seeds, dtype=np.uint64), ("tree",))
         for name, first in self.subgroup(parts[0]).arrays():
-            dims = ("node",) if first.ndim == 1 else ("node", "output")
-            self.join_arrays(f"forest/{name}", [f"{part}/{name}" for part in parts], dims, chunk)
+            dim = (dims or {}).get(name) or (("node",) if first.ndim == 1 else ("node", "output"))
+            self.join_arrays(f"forest/{name}", [f"{part}/{name}" for part in parts], dim, chunk)
 
     def join_arrays(
         self, name: str, parts: Sequence[str], dims: Sequence[str], chunk: int = 1 << 20
@@ -734,6 +727,12 @@ def _summary(arr: zarr.Array) -> dict[str, Any]:
     if str(out["dtype"]) != str(arr.dtype):
         out["stored"] = f"{arr.dtype} x {arr.attrs['scale_factor']:.6g}"
     return out
+
+
+def complete_output(rs: RunStore) -> None:
+    """Mark an output complete, after its last write: the one place in the package that
+    does (estimators, commands and the run protocol's last step alike)."""
+    rs.mark_complete()
 
 
 # -- functions that run inside tasks (plain, picklable) ----------------------
@@ -886,6 +885,8 @@ def write_tile(
     arr[region] = values
     written = values.nbytes
     if mirror:
+        from distforest.kernels.transpose import transposed  # (numba: only for tiles)
+
         arr[region[1], region[0]] = transposed(values)
         written *= 2
     mark_done(path, name, index)

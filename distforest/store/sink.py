@@ -251,18 +251,19 @@ class RowSink:
             self._nodes[k] = returned
 
     def join_nodes(
-        self, node_counts: np.ndarray, seeds: np.ndarray, fit_id: str
-    ) -> Mapping[str, np.ndarray]:
+        self, node_counts: np.ndarray, seeds: np.ndarray, fit_id: str,
+        dims: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> Mapping[str, np.ndarray]:  # fmt: skip
         """The forest's node arrays, batches joined in tree order: a dict here, or written
         into the store's ``forest/`` a chunk at a time and read on use
-        (:class:`StoredNodes`)."""
+        (:class:`StoredNodes`); ``dims`` of the arrays that are not one value per node."""
         order = sorted(self._batches)
         if self.path is None:
             parts = [dict(self._nodes.pop(k)) for k in order]
             # field by field, freeing each part as it goes: never the whole forest twice
-            return {f: np.concatenate([p.pop(f) for p in parts]) for f in NODE_FIELDS}
+            return {f: np.concatenate([p.pop(f) for p in parts]) for f in list(parts[0])}
         rs = RunStore.open(self.path, mode="r+")
-        rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in order], node_counts, seeds)
+        rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in order], node_counts, seeds, dims=dims)
         return StoredNodes(self.path, fit_id)
 
     def coordinates(self, n_trees: int, source: Any) -> Any:
