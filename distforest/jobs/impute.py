@@ -184,12 +184,14 @@ def plan_imputation(
     na_values: tuple[str, ...] = (),
     categorical: tuple[str, ...] = (),
     overwrite: bool = False,
+    check_out: bool = True,
 ) -> ImputationPlan:
     """Check INPUT and the output path, before any cluster starts.
 
     A table read whole is read here and its columns checked; a glob, a folder,
     a large file or a folder output is read by partitions when the plan runs
-    (its columns are checked then, before anything is written).
+    (its columns are checked then, before anything is written).  ``check_out=False``:
+    the output is checked later (a job's run protocol: its ``dest`` set then).
     """
     from distforest.io import read_frame
     from distforest.io.writers import check_can_write
@@ -200,12 +202,12 @@ def plan_imputation(
                               overwrite, tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
 
     if partitioned_input(input) or is_folder(out):
-        return planned(None, None, check_output(out, overwrite))
+        return planned(None, None, check_output(out, overwrite) if check_out else Path())
     frame = read_frame(input, na_values=na_values)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
     check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
-    dest = check_can_write(out, overwrite)
+    dest = check_can_write(out, overwrite) if check_out else Path()
     skip = {*drop, *([target] if target else [])}
     features = frame[[c for c in columns if c not in skip]]
     if features.shape[1] == 0:
@@ -548,14 +550,6 @@ class ImputeJob(TableJob):
     model: str | None = None
     name: str = "impute"
 
-    @property
-    def by_partitions(self) -> bool:
-        """Whether the table is read (and written) by partitions."""
-        from distforest.jobs.inputs import partitioned_input
-
-        return self.model is None and (partitioned_input(self.input)
-                                       or is_folder(self.files["out"]))  # fmt: skip
-
     def describe(self) -> str:
         """What the job computes."""
         return "proximity imputation"
@@ -599,10 +593,13 @@ def _columns_kept(job: ImputeJob) -> tuple[str, ...]:
     return (*job.drop, *([job.id] if job.id else []))
 
 
-def _plan_of(job: ImputeJob, overwrite: bool) -> ImputationPlan:
+def _plan_of(job: ImputeJob, checked: bool) -> ImputationPlan:
+    """The job's :class:`ImputationPlan`; ``checked``: its output checked now (may be
+    replaced), else by the run's ``check`` (which sets its ``dest``)."""
     return plan_imputation(job.input, job.files["out"], target=job.target,
                            drop=_columns_kept(job), na_values=job.na_values,
-                           categorical=job.categorical, overwrite=overwrite)  # fmt: skip
+                           categorical=job.categorical, overwrite=True,
+                           check_out=checked)  # fmt: skip
 
 
 @ImputeJob.plans
@@ -613,16 +610,16 @@ def plan_impute_job(job: ImputeJob) -> Pipeline:
         from distforest.io.model_files import check_model_file
 
         check_model_file(job.model)
-    return impute_pipeline(job, None if job.by_partitions else _plan_of(job, True))
+    return impute_pipeline(job, _plan_of(job, False))
 
 
-def impute_pipeline(job: ImputeJob, plan: ImputationPlan | None,
-                    progress: Any = None, start: float = 0.0) -> Pipeline:  # fmt: skip
+def impute_pipeline(job: ImputeJob, plan: ImputationPlan, progress: Any = None,
+                    start: float = 0.0) -> Pipeline:  # fmt: skip
     """The one stage of ``impute``: its tasks are the fit batches of every pass (one
     forest per column with missing values for ``proximity: column``, at most
     ``iterations`` passes; one forest on all columns for the others; their products
-    noted, not counted).  ``plan``: the table read whole (None: read by partitions, not
-    loaded: every feature column counted as having missing values)."""
+    noted, not counted).  ``plan``: the table read whole, or to be read by partitions
+    (not loaded: every feature column counted as having missing values)."""
     from distforest.apps.impute import ProximityImputer
     from distforest.jobs.estimates import estimate_impute
     from distforest.jobs.inputs import input_shape
@@ -630,7 +627,7 @@ def impute_pipeline(job: ImputeJob, plan: ImputationPlan | None,
     from distforest.parallel.tasks import plan_tree_batches
 
     out = str(job.files["out"])
-    if plan is None:
+    if plan.by_partitions:
         source, n, d = input_shape(job.input, job.target, drop=_columns_kept(job),
                                    na_values=job.na_values)  # fmt: skip
         holes, cells = d, ON_A_CLUSTER  # which columns miss values: known once read
@@ -663,7 +660,7 @@ def impute_pipeline(job: ImputeJob, plan: ImputationPlan | None,
                             {"imputed table": need["disk_bytes"]}),
                   run=lambda ctx: _impute(job, plan, ctx, progress, start))  # fmt: skip
     notes = [PRODUCTS_NOTE] if how != "column" else []
-    if plan is None:
+    if plan.by_partitions:
         notes.append("  note:         read by partitions: every feature column counted as "
                      "having missing values (an upper bound)")  # fmt: skip
     return Pipeline(
@@ -691,8 +688,13 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
         from distforest.io.model_files import load_model
 
         load_model(job.model)  # a pickle or an untrusted type refused before any work
-    plan = None if job.by_partitions else _plan_of(job, True)
-    if plan is not None and job.model is None:
+    plan = _plan_of(job, False)
+    if job.model is not None and plan.by_partitions:
+        raise InputError(
+            f"{job.input}: impute --model reads a table loaded whole (a file under 32 MB), "
+            "not a glob or a folder of parts; impute without --model, or pass one file"
+        )
+    if not plan.by_partitions and job.model is None:
         from distforest.apps.impute import ProximityImputer
 
         checked = ProximityImputer(**job.params)._settings()
@@ -704,11 +706,16 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
     pipeline = impute_pipeline(job, plan, progress, start)
 
     def check(run: Run) -> dict[str, Any]:
+        from distforest import location
+
+        out = str(job.files["out"]).rstrip("/\\")
+        if not location.is_remote(out):  # (as every job: its folder made for it)
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
         if run.stages is None or not run.stages.done("impute"):
-            if job.by_partitions:
-                check_output(job.files["out"], run.replace)
+            if plan.by_partitions:
+                plan.dest = check_output(job.files["out"], run.replace)
             else:
-                check_can_write(job.files["out"], run.replace)
+                plan.dest = check_can_write(job.files["out"], run.replace)
         return {}
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> ImputeResult:
@@ -742,16 +749,14 @@ def _record(job: ImputeJob, ctx: Context) -> None:
     ctx.rs = RunStore.create(job.out, attrs=ctx.run.record, overwrite=True)
 
 
-def _impute(job: ImputeJob, plan: ImputationPlan | None, ctx: Context, progress: Any,
+def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
             start: float) -> None:  # fmt: skip
     """The impute stage: where the run placed it (a table read by partitions: its tasks on
     the run's cluster)."""
+    import contextlib
+
     client = ctx.where.client
-    if plan is None:
-        plan = _plan_of(job, True)
-        with client.as_current():  # the partitions' tasks run on the run's cluster
-            imputed = run_imputation(plan, job.params, client)
-    else:
+    with client.as_current() if client is not None else contextlib.nullcontext():
         imputed = run_imputation(plan, job.params, client, progress)
     _record(job, ctx)
     ctx.done.outputs = {"imputed table": str(imputed.written)}
@@ -759,7 +764,7 @@ def _impute(job: ImputeJob, plan: ImputationPlan | None, ctx: Context, progress:
     ctx.done.info["text"] = summary(imputed, job.input, time.perf_counter() - start)
 
 
-def _impute_with_model(job: ImputeJob, plan: ImputationPlan | None, ctx: Context,
+def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
                        start: float) -> None:  # fmt: skip
     """``distforest impute --model FILE``: one pass, no forest fitted.
 
@@ -782,11 +787,6 @@ def _impute_with_model(job: ImputeJob, plan: ImputationPlan | None, ctx: Context
         raise InputError(
             "--proximity rfimpute refits forests; with --model the model's own trees weigh "
             "the rows: use --proximity original (the default), oob or rfgap"
-        )
-    if plan is None:
-        raise InputError(
-            f"{job.input}: impute --model reads a table loaded whole (a file under 32 MB), "
-            "not a glob or a folder of parts; impute without --model, or pass one file"
         )
     table = load_table(plan.features, min_rows=1)
     forest = ProximityForest.from_model(load_model(job.model), table)
