@@ -278,9 +278,10 @@ def _command_runs(rows: int, folder: Path, where: Path, commands: list[str], tre
             cmd = ["distforest", "-q", command, str(folder), *common, "--out", str(out),
                    "--trees", str(trees)]  # fmt: skip
             name = f"{command}, {trees} trees (CLI, by partitions)"
-        _remove(out, Path(f"{out}.run.zarr"))
+        done = (out, out.with_suffix(".run.zarr"), Path(f"{out}.run.zarr"))  # + its run store
+        _remove(*done)
         sampled = measure(cmd)
-        _remove(out, Path(f"{out}.run.zarr"))
+        _remove(*done)
         load = sampled["load_start"], sampled["load_end"]
         lines.append(_row(name, rows, sampled, {}, f"load {load[0]['load_1m']:.1f} at start, "
                           f"{load[1]['load_1m']:.1f} at end"))  # fmt: skip

@@ -32,7 +32,7 @@ def test_weighted_tiles_from_a_folder_keep_the_driver_flat(tmp_path, client) -> 
     from distforest.forests.products import stored_location
     from distforest.store.run_store import RunStore
 
-    n, trees = 6_000, 100
+    n, trees = 6_000, 250
     X, y = make_classification(n, 5, n_informative=3, n_redundant=0, random_state=0)
     model = lgb.LGBMClassifier(n_estimators=trees, num_leaves=31, verbose=-1).fit(X, y)
     folder = _folder(tmp_path, X, y)
@@ -53,3 +53,50 @@ def test_weighted_tiles_from_a_folder_keep_the_driver_flat(tmp_path, client) -> 
     same = leaves[:200, None, :] == leaves[None, :, :]  # 200 rows against all
     kerf = (same / same.sum(axis=1)[:, None, :]).mean(axis=2)
     np.testing.assert_allclose(np.asarray(rs.read("proximity_kerf"))[:200], kerf, atol=1e-6)
+
+
+def _invoke(*args: object):
+    from click.testing import CliRunner
+
+    from distforest.cli.main import cli
+
+    return CliRunner().invoke(cli, ["-q", *[str(a) for a in args]])
+
+
+@pytest.fixture(scope="module")
+def model_on_parts(tmp_path_factory):
+    """One table as a CSV and as a folder of parts, and a LightGBM model file fitted on it."""
+    folder = tmp_path_factory.mktemp("parts_model")
+    X, y = make_classification(300, 5, n_informative=3, n_redundant=0, random_state=4)
+    X[::13, 1] = np.nan  # missing values routed by the model's own branches
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(5)]).assign(label=y)
+    frame.to_csv(folder / "train.csv", index=False)
+    parts = _folder(folder, X, y)
+    model = lgb.LGBMClassifier(n_estimators=6, num_leaves=8, verbose=-1).fit(X, y)
+    model.booster_.save_model(str(folder / "model.txt"))
+    return folder, parts, X, model
+
+
+@pytest.mark.parametrize("command", ["outliers", "mds"])
+def test_answers_with_a_model_file_on_a_folder_same_bytes(command, model_on_parts, tmp_path):
+    """``outliers`` / ``mds --model`` on a folder of parts (routed by partitions) write the
+    bytes they write for the one file; the outlier scores are R's from the model's leaves."""
+    folder, parts, X, model = model_on_parts
+    written = {}
+    for name, source in (("file", folder / "train.csv"), ("parts", parts)):
+        written[name] = tmp_path / f"{name}.csv"
+        result = _invoke(command, source, "--target", "label", "--model", folder / "model.txt",
+                         "--out", written[name])  # fmt: skip
+        assert result.exit_code == 0, (name, result.output)
+    assert written["parts"].read_bytes() == written["file"].read_bytes()
+    if command == "outliers":  # the oracle: raw = n / sum_j P_ij^2 within the class
+        leaves = model.booster_.predict(X, pred_leaf=True)
+        P = (leaves[:, None, :] == leaves[None, :, :]).mean(axis=2)
+        y = pd.read_csv(folder / "train.csv")["label"].to_numpy()
+        scores = pd.read_csv(written["parts"])["outlier"].to_numpy()
+        for label in np.unique(y):
+            members = y == label
+            raw = members.sum() / (P[np.ix_(members, members)] ** 2).sum(axis=1)
+            med = np.median(raw)
+            mad = 1.4826 * np.median(np.abs(raw - med))
+            np.testing.assert_allclose(scores[members], (raw - med) / mad, rtol=1e-5)

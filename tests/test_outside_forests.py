@@ -595,6 +595,36 @@ def test_commands_with_a_model_file_match_the_python_api(model_files, tmp_path):
     np.testing.assert_allclose(imputed["f1"].to_numpy()[rows], oracle, rtol=1e-5)
 
 
+def test_proximity_with_a_model_file_on_a_folder_of_parts(model_files, tmp_path):
+    """``proximity --model`` routes rows read by partitions (written into the job's store)
+    as it routes the one file: the same leaves and matrix; run again, it is complete."""
+    pd = pytest.importorskip("pandas")
+    from distforest import open_store
+
+    folder = model_files[0]
+    train = pd.read_csv(folder / "train.csv")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for p, rows in enumerate(np.array_split(np.arange(len(train)), 3)):
+        train.iloc[rows].to_parquet(parts / f"part-{p}.parquet", index=False)
+    args = ("--target", "label", "--model", folder / "model.txt", "--method", "kerf",
+            "--tile-size", "64")  # fmt: skip
+    stores = {}
+    for name, source in (("file", folder / "train.csv"), ("parts", parts)):
+        stores[name] = tmp_path / f"{name}.zarr"
+        result = _invoke("proximity", source, *args, "--out", stores[name])
+        assert result.exit_code == 0, (name, result.output)
+    assert (stores["parts"] / "input" / "X").is_dir()  # the rows the trees routed
+    assert not (stores["file"] / "input").exists()
+    got, expected = open_store(stores["parts"]), open_store(stores["file"])
+    for name in ("proximity_kerf", "leaves"):
+        np.testing.assert_array_equal(got[name].values, expected[name].values)
+    again = _invoke("proximity", parts, *args, "--out", stores["parts"])
+    assert again.exit_code == 0, again.output
+    np.testing.assert_array_equal(open_store(stores["parts"])["proximity_kerf"].values,
+                                  expected["proximity_kerf"].values)  # fmt: skip
+
+
 def test_scoring_pipeline_with_a_model_file(model_files, tmp_path, monkeypatch):
     pd = pytest.importorskip("pandas")
     import shutil

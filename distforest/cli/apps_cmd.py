@@ -195,7 +195,7 @@ def score(obj: dict, model: str, input: str, out: str, training: str | None,
     from distforest.jobs import check_model_file
     from distforest.jobs.fitting import score_rows
     from distforest.jobs.inputs import partitioned_input
-    from distforest.jobs.score import score_partitioned, score_partitioned_plan, score_plan
+    from distforest.jobs.score import score_partitioned, score_plan
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
@@ -208,14 +208,12 @@ def score(obj: dict, model: str, input: str, out: str, training: str | None,
                 "a model file fitted elsewhere needs --training TABLE (the rows it was fitted "
                 "on) and is scored on a table loaded whole, without --dry-run"
             )
-    elif partitioned_input(input) and dry_run:  # a glob, a folder of parts, a large file
-        return click.echo(score_partitioned_plan(model, input, out, how[4]))
-    elif partitioned_input(input):  # read by partitions, scored on a cluster
+    if dry_run:  # the scoring job's stages (new rows read whole or by partitions)
+        return show(score_plan(*how, out=out), out)
+    if partitioned_input(input):  # a glob, a folder of parts, a large file: on a cluster
         n, path = score_partitioned(model, input, out, *how[2:])
         return _report(f"scored {n} rows by partitions", time.perf_counter() - start,
                        {"scores": path})  # fmt: skip
-    if dry_run:
-        return show(score_plan(*how, out=out), out)
     result, forest, table = score_rows(*how, training=training, target=target)
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",

@@ -30,17 +30,26 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from distforest.io.source import RowSource
 from distforest.parallel import tasks
 from distforest.parallel.execution import Runner
-from distforest.store.inputs import forget_inputs
+from distforest.store.inputs import forget_inputs, per_fit
 from distforest.store.sink import ROUTE_ROWS, ForestRef, RowSink, SinkHandle
 
-__all__ = ["ForestFit", "Grower", "GrownBatch", "Router", "fit_forest"]
+__all__ = [
+    "ColumnSummary",
+    "ForestFit",
+    "Grower",
+    "GrownBatch",
+    "Router",
+    "fit_forest",
+    "scaled_once",
+    "summarise_columns",
+]
 
 logger = logging.getLogger("distforest")
 
@@ -113,6 +122,75 @@ class ForestFit:
 #: ``router(X_chunk, nodes) -> {name: (rows, T) array}``: the per-row results of a chunk
 #: of rows routed through the joined forest (``nodes`` with ``node_offset``).
 Router = Callable[[np.ndarray, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class ColumnSummary:
+    """The feature columns of a source's rows, from one task per chunk (:func:`summarise_columns`).
+
+    Attributes
+    ----------
+    low, high : ndarray of float64, shape (n_features,)
+        Column minima and maxima (exact for float32 values); empty when a cell is missing.
+    missing : ndarray of int64, shape (n_features,)
+        Missing cells per column.
+    first_missing : (row, column) or None
+        The first missing cell, in row order.
+    dtype : numpy dtype
+        Of the rows the tasks read (the handle's).
+    """
+
+    low: np.ndarray
+    high: np.ndarray
+    missing: np.ndarray
+    first_missing: tuple[int, int] | None
+    dtype: np.dtype
+
+
+def _summarise_chunk(rows: Any, chunk: slice) -> ColumnSummary:
+    X = np.asarray(rows[chunk])
+    nan = np.isnan(X)
+    counts = nan.sum(axis=0).astype(np.int64)
+    if counts.any():
+        row, col = np.argwhere(nan)[0]
+        return ColumnSummary(np.empty(0), np.empty(0), counts,
+                             (int(chunk.start + row), int(col)), X.dtype)  # fmt: skip
+    low, high = X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
+    return ColumnSummary(low, high, counts, None, X.dtype)
+
+
+def summarise_columns(runner: Runner, source: RowSource, rows: Any) -> ColumnSummary:
+    """The :class:`ColumnSummary` of ``source``, one task per chunk of its rows handle
+    ``rows`` (``source.rows_handle(runner.share, dtype)``, given to :func:`fit_forest`
+    afterwards): the driver never reads a stored table, wherever the rows are."""
+    chunks = source.chunks()
+    parts: list[Any] = [None] * len(chunks)
+    for i, part in runner.run(_summarise_chunk, [(rows, c) for c in chunks], name="columns"):
+        parts[i] = part
+    d = source.n_features
+    if not parts:
+        return ColumnSummary(np.zeros(d), np.zeros(d), np.zeros(d, np.int64), None,
+                             np.dtype(np.float64))  # fmt: skip
+    missing = np.sum([p.missing for p in parts], axis=0)
+    firsts = [p.first_missing for p in parts if p.first_missing is not None]
+    if firsts:
+        return ColumnSummary(np.empty(0), np.empty(0), missing, min(firsts), parts[0].dtype)
+    return ColumnSummary(np.minimum.reduce([p.low for p in parts]),
+                         np.maximum.reduce([p.high for p in parts]), missing, None,
+                         parts[0].dtype)  # fmt: skip
+
+
+def scaled_once(X: Any, token: str, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(X - shift) / scale`` in float64 (read-only), computed once per worker process for
+    the fit ``token`` and shared by its tasks (a grower's normalised rows)."""
+
+    def make() -> np.ndarray:
+        rows = np.asarray(X, dtype=np.float64) - shift
+        rows /= scale
+        rows.setflags(write=False)
+        return rows
+
+    return cast(np.ndarray, per_fit("scaled rows", "", token, make))
 
 
 def _grow_task(

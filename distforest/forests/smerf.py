@@ -22,23 +22,20 @@ and then only referred to: each worker reads it once for all its tasks
 copies it into the model block by block, so the driver never holds it whole.
 A loaded model refers to its own ``train_distance`` the same way.
 
-One fit, whatever holds the features: one task per batch of trees on the
-same seeds and batches, the same trees bit for bit.  Rows in memory are shared
-once and the rows' leaves and in-bag counts are computed here from the joined
-trees.  Rows in a store (a :class:`~distforest.store.inputs.StoredTable`, or a
-``dask.dataframe.DataFrame`` ingested on the workers into a temporary one) are
-read by each worker process once; each tree task routes every training row
-through its trees and writes their leaves and in-bag counts into arrays of
-the batch's own (``smerf-fit/leaves_<k>``, ``smerf-fit/inbag_<k>``, one writer
-each); row-block tasks join them into whole chunks of ``leaves`` (int32) and
-``inbag`` (uint16, the in-memory fit's dtype; a saved model keeps uint8)
-(:func:`~distforest.store.sink.gather_batches`), which
-``leaves_`` and ``inbag_`` then are, read on use, never an n x T copy in the
-driver.  The tasks write their flat trees too (nodes, split projections and
-every leaf's in-bag members, about ``n_estimators x n`` int64 members), joined
-into the store's ``forest/`` a chunk at a time: ``forest_`` is then a
-:class:`StoredForest`, read on use (routing new rows reads the nodes, each
-tile task's worker reads the leaves' members once), never held by the driver.
+One fit, whatever holds the features, on the fit driver
+(:func:`~distforest.forests.fit_driver.fit_forest`): one task per batch of trees
+on the same seeds and batches, the same trees bit for bit.  Missing values are
+counted by one task per chunk of the rows; each tree task takes the rows (rows
+in a store: read once per worker process) and gives its trees, their rows'
+leaves (int32) and in-bag counts (uint16; a saved model keeps uint8) to the
+driver's sink: arrays here, or, for rows in a store (a
+:class:`~distforest.store.inputs.StoredTable`, or a ``dask.dataframe.DataFrame``
+ingested on the workers into a temporary one), the store's ``leaves`` and
+``inbag`` (gathered by row chunks: ``leaves_`` and ``inbag_`` are those Zarr
+arrays, never an n x T copy in the driver) and its ``forest/`` (nodes, split
+projections and every leaf's in-bag members, joined a chunk at a time:
+``forest_`` is then a :class:`StoredForest`, read on use, never held by the
+driver).
 A later fit on the same stored table replaces ``leaves``, ``inbag`` and
 ``forest/``: the earlier model then refuses to predict from them (its
 ``fit_id``).
@@ -58,7 +55,12 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.fit_driver import GrownBatch, fit_forest
+from distforest.forests.fit_driver import (
+    ColumnSummary,
+    GrownBatch,
+    fit_forest,
+    summarise_columns,
+)
 from distforest.forests.persistence import (
     INPUT_FIELDS,
     UNSET,
@@ -68,7 +70,6 @@ from distforest.forests.persistence import (
 )
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
-from distforest.io.attrs import decode_attrs
 from distforest.io.distances import (
     Distances,
     StoredDistances,
@@ -82,7 +83,7 @@ from distforest.io.source import RowSource
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import INPUT_GROUP, forget_inputs, per_fit
+from distforest.store.inputs import forget_inputs, per_fit
 from distforest.store.run_store import RunStore, complete_output
 from distforest.store.sink import open_sink
 from distforest.store.source import opened
@@ -224,19 +225,13 @@ def grow_smerf_batch(
     )  # fmt: skip
 
 
-def _check_complete(table: RowSource) -> None:
-    """Refuse features with missing values (a stored table: from its summaries)."""
-    if table.store_path is None:
-        if any(np.isnan(table.read_rows(rows, np.float64)).any() for rows in table.chunks()):
-            raise InputError(
-                f"{table.source}: SMERF needs complete features; impute the missing values "
-                "first, e.g. `distforest impute`"
-            )
-        return
-    attrs = decode_attrs(RunStore.open(table.store_path).subgroup(INPUT_GROUP).attrs)
-    missing = {k: int(v) for k, v in (attrs.get("missing") or {}).items() if int(v)}
+def _check_complete(table: RowSource, summary: ColumnSummary) -> None:
+    """Refuse features with missing values (counted by the chunks' tasks), naming them."""
+    missing = [
+        (name, int(v)) for name, v in zip(table.feature_names, summary.missing, strict=True) if v
+    ]
     if missing:
-        shown = ", ".join(f"{k!r} ({v})" for k, v in list(missing.items())[:5])
+        shown = ", ".join(f"{k!r} ({v})" for k, v in missing[:5])
         raise InputError(
             f"{table.source}: SMERF needs complete features, but columns have missing values: "
             f"{shown}; impute them first, e.g. `distforest impute`"
@@ -358,7 +353,6 @@ class SMERF(Persisted, DaskEstimator):
     def _grow(self, table: RowSource, D: Any, params: dict[str, Any]) -> SMERF:
         """The one fit (see the module docstring): rows in memory or in a store, the
         rows' leaves and in-bag counts kept where the rows are."""
-        _check_complete(table)
         n, d = table.n_samples, table.n_features
         dist = D if isinstance(D, Distances) else load_distances(D, n=n)
         if dist.shape[0] != n:
@@ -372,6 +366,8 @@ class SMERF(Persisted, DaskEstimator):
                                  "oblique")}  # fmt: skip
         K.warm_up()  # compile once here, not in every worker at the same time
         with self._runner(input_cells(n, d)) as runner:
+            rows = table.rows_handle(runner.share, np.float64)
+            _check_complete(table, summarise_columns(runner, table, rows))
             # the rows' store, else memory by the in-memory rule, else a store of this model's
             sink = open_sink(n, n_trees, store=table.store_path, chunk_rows=C.SMERF_TILE,
                              owner=self)  # fmt: skip
@@ -380,7 +376,7 @@ class SMERF(Persisted, DaskEstimator):
                 table, partial(grow_smerf_batch, params=tree_params), y=dist.values,
                 n_trees=n_trees, random_state=params["random_state"],
                 batch_size=tasks.default_batch_size(n_trees, runner.threads()), runner=runner,
-                sink=sink, row_results=ROW_RESULTS, dtype=np.float64,
+                sink=sink, row_results=ROW_RESULTS, dtype=np.float64, rows=rows,
                 node_dims={name: dims for name, dims in FOREST_ARRAYS},
                 progress=self._report("fit"),
             )  # fmt: skip
@@ -471,9 +467,10 @@ class SMERF(Persisted, DaskEstimator):
 
     def _route(self, X: Any, what: str) -> np.ndarray:
         """Leaves of the rows of ``X`` (a stored fit's trees: nodes and projections read
-        from the store on use).  Rows in a store (a source read by partitions) are routed
-        by chunks, one task each (:func:`~distforest.forests.scaled_rows.chunk_map`)."""
-        if getattr(X, "store_path", None) is None:
+        from the store on use).  A source (rows read as a table: by partitions, from a
+        store) is routed by its chunks (:func:`~distforest.forests.scaled_rows.chunk_map`:
+        one task each for rows in a store)."""
+        if not isinstance(X, RowSource):
             return K.apply(cast(K.FlatForest, self.forest_), self._rows(X, what))
         from distforest.forests.scaled_rows import chunk_map
 

@@ -47,7 +47,13 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
-from distforest.forests.fit_driver import ForestFit, GrownBatch, fit_forest
+from distforest.forests.fit_driver import (
+    ForestFit,
+    GrownBatch,
+    fit_forest,
+    scaled_once,
+    summarise_columns,
+)
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.xforest_similarity import (
@@ -62,7 +68,6 @@ from distforest.io.source import RowSource
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import per_fit
 from distforest.store.run_store import RunStore, complete_output, task_array
 from distforest.store.sink import open_sink
 from distforest.store.source import opened
@@ -116,35 +121,14 @@ class StoredNodes:
         return np.asarray(self)[key]
 
 
-def _column_range(X: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray,
-                                                     tuple[int, int] | None]:  # fmt: skip
-    """Column minima and maxima (float64) of the rows ``X`` (row ``first`` onwards of the
-    table), and the first missing cell ``(row, column)`` (row of the table), if any."""
-    missing = np.isnan(X)
-    if missing.any():
-        row, col = np.argwhere(missing)[0]
-        return np.empty(0), np.empty(0), (int(first + row), int(col))
-    return X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64), None
-
-
-def _chunk_range(rows: Any, chunk: slice) -> tuple[np.ndarray, np.ndarray,
-                                                  tuple[int, int] | None]:  # fmt: skip
-    """:func:`_column_range` of rows ``chunk`` of a source's rows handle (a task)."""
-    return _column_range(np.asarray(rows[chunk]), chunk.start)
-
-
 def _normalisation(runner: Any, table: RowSource, rows: Any,
                    normalize: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """``(min, scale)`` of the features from the row chunks' ranges (one task per chunk of
-    the source, on its ``rows`` handle), exact in float64 (``np.ptp`` is max - min);
-    missing cells refused, the first one named."""
-    chunks = table.chunks()
-    parts: list[Any] = [None] * len(chunks)
-    for i, part in runner.run(_chunk_range, [(rows, c) for c in chunks], name="xforest-ranges"):
-        parts[i] = part
-    missing = [p[2] for p in parts if p[2] is not None]
-    if missing:
-        row, col = min(missing)
+    """``(min, scale)`` of the features (:func:`~distforest.forests.fit_driver.summarise_columns`
+    on the rows handle ``rows``), exact in float64 (``np.ptp`` is max - min); missing
+    cells refused, the first one named."""
+    summary = summarise_columns(runner, table, rows)
+    if summary.first_missing is not None:
+        row, col = summary.first_missing
         raise InputError(
             f"{table.source}: X-Forest needs complete data, but column "
             f"{table.feature_names[col]!r} is missing at row {row + 1:,} (counted from 1); "
@@ -153,10 +137,8 @@ def _normalisation(runner: Any, table: RowSource, rows: Any,
     d = table.n_features
     if not normalize:
         return np.zeros(d), np.ones(d)
-    lo = np.minimum.reduce([p[0] for p in parts]) if parts else np.zeros(d)
-    hi = np.maximum.reduce([p[1] for p in parts]) if parts else np.zeros(d)
-    scale = hi - lo
-    return lo, np.where(scale > 0, scale, 1.0)
+    scale = summary.high - summary.low
+    return summary.low, np.where(scale > 0, scale, 1.0)
 
 
 def grow_xforest_batch(
@@ -167,14 +149,8 @@ def grow_xforest_batch(
     normalised as ``(X - shift) / scale`` in float64 (once per worker process and fit
     ``token``), their rows' leaves, depths and path codes, and their nodes."""
 
-    def normalised() -> np.ndarray:
-        rows = np.asarray(X, dtype=np.float64) - shift
-        rows /= scale
-        rows.setflags(write=False)
-        return rows
-
-    grown = rptrees.grow_batch(per_fit("xforest rows", "", token, normalised), seeds,
-                               n_directions, leaf_size, standard)  # fmt: skip
+    grown = rptrees.grow_batch(scaled_once(X, token, shift, scale), seeds, n_directions,
+                               leaf_size, standard)  # fmt: skip
     nodes = {c: np.ascontiguousarray(grown.nodes[:, k]) for k, c in enumerate(NODE_COLUMNS)}
     return GrownBatch(
         rows={"leaves": grown.leaves, "depth": grown.depth, "path": grown.codes},

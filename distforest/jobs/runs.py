@@ -203,17 +203,33 @@ class Context:
 
 
 def fit_into_store(estimator: Any, table: Any, ctx: Context, out: str) -> None:
-    """A fit stage's work: fit ``estimator`` on ``table`` and save it at ``out`` with the
-    run's record (a table read by partitions: its rows written into the store first, the
-    trees read them there); sets ``ctx.model`` and ``ctx.rs``."""
-    from distforest.store.inputs import PendingInput
+    """A fit stage's work: fit ``estimator`` on ``table`` (anything
+    :func:`~distforest.store.source.open_input` gives or opens) and keep it at ``out`` with
+    the run's record; sets ``ctx.model`` and ``ctx.rs``.
 
-    if isinstance(table, PendingInput):
-        ctx.model = estimator.fit(table.write(out, ctx.run.record))
+    ``estimator`` is an estimator, or a function of the rows that returns one fitted.
+
+    The rows are :meth:`~distforest.io.source.RowSummary.placed` first: rows read by
+    partitions are written into the store, where the fit writes its arrays beside them;
+    rows in memory are fitted as they are and the forest saved into the store.
+    """
+    from distforest.store.source import open_input
+
+    rows = open_input(table).placed(out, ctx.run.record)
+    ctx.model = (estimator.fit if hasattr(estimator, "fit") else estimator)(rows)
+    if rows.store_path is not None:  # the fit wrote its arrays into the store
         ctx.rs = RunStore.open(out, mode="r+")
     else:
-        ctx.model = estimator.fit(table)
         ctx.rs = ctx.model.save(out, overwrite=True, attrs=ctx.run.record)
+
+
+def fitted_rows(table: Any, out: str) -> Any:
+    """The rows a finished fit stage fitted (a resumed run): those :func:`fit_into_store`
+    wrote into the store at ``out`` (with its ``input/`` group), else ``table`` itself."""
+    from distforest.store.schema import INPUT_GROUP
+    from distforest.store.source import open_source
+
+    return open_source(out) if INPUT_GROUP in RunStore.open(out).group else table
 
 
 def _peak_rss() -> int:

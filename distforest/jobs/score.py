@@ -513,29 +513,19 @@ def rows_to_csv(model_path: str, rows: NewRows, out: str, what: str,
 def score_partitioned(model_path: str, data: str, out: str, id_column: str | None,
                       method: str, na_values: tuple[str, ...],
                       connect: dict[str, Any]) -> tuple[int, str]:  # fmt: skip
-    """``distforest score`` of a DATA read by partitions, on the cluster of the ``connect``
-    options (else a LocalCluster): ``(rows, path)``.
+    """``distforest score`` of a DATA read by partitions: ``(rows, path)``.
 
     A first pass of summaries (:func:`read_new_rows`) types the model's feature
     columns (and the ID column) as the in-memory reader would; then one task per
-    partition scores it.
+    partition scores it, where the scoring job's plan says
+    (:func:`~distforest.parallel.placement.place`, the cells of
+    :func:`score_pipeline`).
     """
     from distforest.forests.proximity_forest import ProximityForest
-    from distforest.parallel.cluster import connect as connect_to
+    from distforest.parallel.placement import place
 
-    with connect_to(**connect) as client, client.as_current():
-        rows = read_new_rows(ProximityForest.load(model_path), data, id_column, na_values)
+    forest = ProximityForest.load(model_path)
+    rows = read_new_rows(forest, data, id_column, na_values)
+    with place(forest._fitted_cells() + rows.cells, connect):
         n, path, _ = rows_to_csv(model_path, rows, out, "score", {"method": method})
     return n, path
-
-
-def score_partitioned_plan(model_path: str, data: str, out: str,
-                           na_values: tuple[str, ...]) -> str:  # fmt: skip
-    """What ``distforest score --dry-run`` of a DATA read by partitions would do."""
-    from distforest.io.partitions import open_partitions
-
-    parts = open_partitions(data, na_values=na_values)
-    return (f"score of {parts.source} against {model_path}: read by partitions, a pass of "
-            f"summaries then {parts.npartitions} tasks that each score a partition with the "
-            f"forest (read once per worker) and write a piece of {out}, joined in "
-            "order")  # fmt: skip

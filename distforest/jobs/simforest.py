@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -46,7 +45,6 @@ from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
 from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
-from distforest.parallel import placement
 from distforest.parallel.placement import cells_of
 from distforest.store.inputs import PendingInput, input_chunk
 from distforest.store.run_store import RunStore, complete_output
@@ -549,15 +547,10 @@ def fit_command(
 
         source, n, d = input_shape(data, target, drop=drop, na_values=na_values)
         cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
-        plan = model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
+        return model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
                               forest.batch_size, cpu,
                               {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
-                              connect, out)  # fmt: skip
-        if placement.runs_in_process(n * d, options=connect):  # by partitions: on a cluster
-            threads = os.cpu_count() or 1
-            return replace(plan, threads=threads, where=f"on a LocalCluster started for the "
-                           f"run (read by partitions; assuming {threads} threads)")  # fmt: skip
-        return plan
+                              connect, out, by_partitions=True)  # fmt: skip
     from distforest.parallel.cluster import connect as connect_to
     from distforest.parallel.execution import execution
 
