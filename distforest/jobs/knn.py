@@ -458,20 +458,18 @@ def run_knn_job(job: KNNJob, progress: Any = None, *, restart: bool = False,
 
 def _neighbors(rows: Any, nb: dict[str, Any], client: Any, progress: Any,
                record: dict[str, Any]) -> None:  # fmt: skip
-    """The neighbours stage: rows in memory searched as they are; rows in a store scaled
-    and checked by tasks into a temporary store, searched from there (the same answer)."""
+    """The neighbours stage, one path for every source: its rows scaled and checked by
+    tasks into a temporary store, searched from there (each task writing its rows'
+    neighbours into the store)."""
     from distforest.forests.scaled_rows import scaled_in_store
 
     normalize = normalize_choice(nb["normalize"])
-    options = dict(k=nb["k"], normalize=normalize, algorithm=nb["algorithm"], store=nb["out"],
-                   overwrite=True, client=client, progress=progress, attrs=record,
-                   complete=False)  # fmt: skip
-    if rows.store_path is None:  # rows in this process (MemoryRows): searched as they are
-        top_k_neighbors(rows.table, metric=nb["metric"], **options)
-        return
     with scaled_in_store([rows], metric=nb["metric"], normalize=normalize,
                          feature_range=(0.0, 1.0)) as (measure, (X,)):  # fmt: skip
-        top_k_neighbors(X, metric=measure, **options)
+        top_k_neighbors(X, metric=measure, k=nb["k"], normalize=normalize,
+                        algorithm=nb["algorithm"], store=nb["out"], overwrite=True,
+                        client=client, progress=progress, attrs=record,
+                        complete=False)  # fmt: skip
 
 
 def _shown(path: str) -> str:

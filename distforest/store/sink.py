@@ -41,11 +41,17 @@ from typing import Any, Protocol, cast
 import numpy as np
 import zarr
 
-from distforest import location
 from distforest.io.in_memory import fits_in_memory
 from distforest.kernels.trees import NODE_FIELDS
 from distforest.store.inputs import per_fit, write_row_ids
-from distforest.store.run_store import RunStore, read_rows, task_array, write_block, write_group
+from distforest.store.run_store import (
+    RunStore,
+    create_arrays,
+    read_rows,
+    task_array,
+    write_block,
+    write_group,
+)
 from distforest.store.temporary import new_folder, tie
 
 __all__ = [
@@ -94,12 +100,11 @@ class SinkHandle:
         """Per-row arrays ``(n, w, ...)`` of batch ``k`` of trees."""
         if self.path is None:
             return arrays
-        group = zarr.open_group(location.zarr_store(self.path), path=FIT_GROUP, mode="r+",
-                                use_consolidated=False)  # fmt: skip
+        create_arrays(self.path, {f"{FIT_GROUP}/{name}_{k}": {
+            "shape": values.shape, "dtype": values.dtype,
+            "chunks": (max(1, min(values.shape[0], self.chunk_rows)), *values.shape[1:]),
+        } for name, values in arrays.items()})  # fmt: skip
         for name, values in arrays.items():
-            chunks = (max(1, min(values.shape[0], self.chunk_rows)), *values.shape[1:])
-            group.create_array(f"{name}_{k}", shape=values.shape, chunks=chunks,
-                               dtype=values.dtype, overwrite=True)  # fmt: skip
             write_block(self.path, f"{FIT_GROUP}/{name}_{k}", (slice(None),) * values.ndim, values)
         return None
 
