@@ -546,4 +546,4 @@ def _new_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> A
     from distforest.store.source import open_source
 
     return open_source(path, drop=drop, na_values=na_values, allow_missing=False,
-                       dtype=np.float64)  # fmt: skip
+                       dtype=np.float64, min_rows=1)  # fmt: skip
