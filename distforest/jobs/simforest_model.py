@@ -47,7 +47,7 @@ def fit_in_memory(params: dict[str, Any], *, data: str | None, matrix: str | Non
     """``simforest fit`` of objects held whole (a table, a matrix or distances), placed by
     :func:`~distforest.parallel.placement.place`: the summary lines, or with ``dry_run``
     the plan (its fit stage), nothing fitted or written."""
-    from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
+    from distforest.jobs.simforest import model_fit_plan, simforest_fit_cpu
     from distforest.parallel.placement import cells_of, place
 
     start = time.perf_counter()

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import zarr
 from zarr.abc.store import Store
+from zarr.errors import ContainsArrayAndGroupError, ContainsArrayError, ContainsGroupError
 from zarr.storage import LocalStore, MemoryStore
 
 from distforest import location
@@ -823,8 +824,12 @@ def create_arrays(path: str, specs: Mapping[str, Mapping[str, Any]]) -> dict[str
     store = location.zarr_store(path)
     if not isinstance(store, Store):
         store = LocalStore(store)
-    made = zarr.create_hierarchy(store=store, nodes=nodes, overwrite=True)
-    return {name: node for name, node in made if name in specs and isinstance(node, zarr.Array)}
+    try:  # a new array costs one read; replacing one, a listing and a delete
+        made = dict(zarr.create_hierarchy(store=store, nodes=nodes, overwrite=False))
+    except (ContainsArrayError, ContainsGroupError, ContainsArrayAndGroupError):
+        made = dict(zarr.create_hierarchy(store=store, nodes=nodes, overwrite=True))
+    return {name: node for name, node in made.items()
+            if name in specs and isinstance(node, zarr.Array)}  # fmt: skip
 
 
 def write_group(path: str, name: str, arrays: Mapping[str, np.ndarray]) -> None:
