@@ -33,20 +33,20 @@ peak RSS is reported.
 
 The exact neighbours and the outlier scores cost in proportion to the co-leaf
 events, ``sum_t sum_leaves size^2 = n * occupancy * T`` (occupancy: the mean
-number of rows in a row's leaf).  A leaf of a model fitted on m rows holds about
-``n / L`` of n rows drawn alike (L leaves a tree): LightGBM's default 31 leaves
-put about ``0.2 n^2`` co-leaf events in each tree (2e13 at 10,000,000 rows), so
-the 10,000,000-row model has as many leaves as LightGBM allows cheaply
-(``--num-leaves 65536``, ``--min-data-in-leaf 5`` on 500,000 rows: leaves of
-about 8 training rows, 150 of the 10,000,000) and few trees.  Before the run the
-co-leaf events are estimated from the last part (250,000 rows not fitted on,
-routed by the model, leaf sizes scaled to ``--rows``): the table's
-``coleaf_events`` column.  ``--max-bin 63`` and a 512 MB histogram pool keep the
-model's fit (not measured) within a shared machine's memory.
+number of rows in a row's leaf).  LightGBM's default 31 leaves put about
+``0.2 n^2`` co-leaf events in each tree (2e13 at 10,000,000 rows), so a
+10,000,000-row model needs many leaves and few trees (``--num-leaves``,
+``--min-data-in-leaf``, ``--trees``).  Before any run the co-leaf events are
+estimated from the last part (250,000 rows, routed by the model, leaf sizes
+scaled to ``--rows``; ``--prepare-only`` stops there): the table's
+``coleaf_events`` column.  Leaf sizes are not ``n / L``: a boosted classifier
+stops splitting where no split gains (a region of one class, its gradients all
+alike), so a few large leaves hold most co-leaf events.  ``--max-bin 63``, a
+512 MB histogram pool and one thread keep the model's fit (not measured) within a
+shared machine.
 
-    python -m benchmarks outside --folder --rows 10000000 --trees 1 --num-leaves 65536 \\
-        --min-data-in-leaf 5 --max-bin 63 --fit-rows 500000 --parts PARTS \\
-        --name outside-lightgbm-10m
+    python -m benchmarks outside --folder --prepare-only --rows 10000000 --trees 1 \\
+        --num-leaves 32768 --min-data-in-leaf 5 --max-bin 63 --fit-rows 250000 --parts PARTS
 """
 
 from __future__ import annotations
@@ -79,10 +79,9 @@ def _lightgbm(X: Any, y: Any, trees: int, seed: int, num_leaves: int = NUM_LEAVE
     """LightGBM's classifier, deterministic; ``more``: other parameters (leaf sizes, bins)."""
     import lightgbm
 
-    model = lightgbm.LGBMClassifier(
-        n_estimators=trees, num_leaves=num_leaves, random_state=seed, n_jobs=2,
-        deterministic=True, force_row_wise=True, verbose=-1, **more,
-    )  # fmt: skip
+    params = {"n_jobs": 2, "deterministic": True, "force_row_wise": True, "verbose": -1}
+    model = lightgbm.LGBMClassifier(n_estimators=trees, num_leaves=num_leaves,
+                                    random_state=seed, **{**params, **more})  # fmt: skip
     return model.fit(X, y)
 
 
@@ -345,7 +344,9 @@ def main() -> None:
         more = {"min_child_samples": args.min_data_in_leaf, "max_bin": args.max_bin}
         more = {k: v for k, v in more.items() if v is not None}
         if more:  # a large-leaf model: LightGBM's histograms capped (recomputed when evicted)
-            more["histogram_pool_size"] = 512
+            # and one thread: each of its splits takes the best of all leaves (num_leaves^2
+            # comparisons a tree), an OpenMP region each, which a loaded machine stalls
+            more.update(histogram_pool_size=512, n_jobs=1)
         args.parts = prepare_folder(work, args.rows, args.trees, args.seed, args.num_leaves,
                                     min(args.fit_rows, args.rows), args.parts, **more)  # fmt: skip
         last = sorted(args.parts.glob("*.parquet"))[-1]  # not among the rows fitted on
