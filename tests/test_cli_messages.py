@@ -267,8 +267,9 @@ def test_suggested_options_exist_for_the_command(command, tmp_path):
 
 #: Options named in distforest's strings that are not distforest's: click's own, and dask's
 #: ``dask scheduler --scheduler-file`` (a cluster message tells how to start one);
-#: ``--directory`` is a name the output checks look for, not a suggestion.
-NOT_OURS = {"--help", "--scheduler-file", "--directory"}
+#: ``--directory`` is a name the output checks look for, not a suggestion; ``--no`` the prefix
+#: the generated flag pairs put before a name (``--no-bootstrap``).
+NOT_OURS = {"--help", "--scheduler-file", "--directory", "--no"}
 
 
 def test_every_option_a_message_names_exists():

@@ -87,8 +87,8 @@ def test_finds_an_import_outside_the_allowed(tmp_path, monkeypatch) -> None:
 
 
 def test_the_command_line_is_a_shell() -> None:
-    """cli/ imports only jobs, errors and settings; the commands import-linter's contract
-    still exempts (``ignore_imports``, their owners are making them jobs) are left out."""
+    """cli/ imports only jobs, errors and settings (modules import-linter's contract would
+    exempt by ``ignore_imports`` are left out here too)."""
     config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     contract = next(c for c in config["tool"]["importlinter"]["contracts"]
                     if c.get("source_modules") == ["distforest.cli"])  # fmt: skip

@@ -276,8 +276,7 @@ def test_a_command_runs_the_stages_its_dry_run_printed(tmp_path, command):
 ANSWER_STAGES = {"outliers": "distforest.jobs.forest_answers._answer",
                  "importances": "distforest.jobs.forest_answers._answer",
                  "cluster": "distforest.jobs.xforest._cluster_stored",
-                 "simforest predict": "distforest.jobs.simforest_model._predict",
-                 "knn predict": "distforest.jobs.knn_model._predict"}  # fmt: skip
+                 "simforest predict": "distforest.jobs.simforest_model._predict"}  # fmt: skip
 
 
 @pytest.mark.parametrize("command", list(ANSWER_STAGES))

@@ -396,3 +396,15 @@ def test_main_keeps_the_exit_status_and_the_exit_handlers(argv, status, tmp_path
                           cwd=tmp_path)  # fmt: skip
     assert done.returncode == status, done.stderr
     assert done.stdout.strip().endswith("handlers ran True")
+
+
+def test_what_jobs_re_exports_for_the_shell_resolves_and_loads_nothing_heavy():
+    """Every name of ``distforest.jobs.SHELL`` is found (a renamed function fails here, not
+    in a user's command), and importing ``distforest.jobs`` loads none of :data:`HEAVY`."""
+    import distforest.jobs as jobs
+
+    for name in jobs.SHELL:
+        assert getattr(jobs, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        jobs.nothing_here  # noqa: B018
+    assert loaded_after("import distforest.jobs") == []

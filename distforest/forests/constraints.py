@@ -420,7 +420,8 @@ class Parameter:
     help : str
         One line for the command line's ``--help``.
     flag : str
-        The command-line option when it is not ``--name-with-dashes``.
+        The command-line option when it is not the name after two dashes, its
+        underscores as dashes.
     """
 
     constraint: Constraint

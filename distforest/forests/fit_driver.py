@@ -76,8 +76,9 @@ class GrownBatch:
 
 
 #: ``grower(X, y, seeds) -> GrownBatch``: X the source's rows (every row, as the
-#: source's ``rows_handle`` gives them), y the shared target or None, seeds the
-#: batch's per-tree seeds.
+#: source's ``rows_handle`` gives them: an array, or a handle that is not one, such as a
+#: stored matrix, as it is), y the shared target (or what the trees fit against) or
+#: None, seeds the batch's per-tree seeds.
 Grower = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], GrownBatch]
 
 

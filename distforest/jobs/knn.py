@@ -275,7 +275,9 @@ def knn_pipeline(job: KNNJob, progress: Any = None, start: float = 0.0) -> Pipel
                             run=lambda ctx: _neighbors_stage(job, rows, ctx, progress),
                             resume=_nothing))  # fmt: skip
         read = ""
-    if model:
+    if model:  # features to select and a forest metric's size checked before any work
+        check_knn_size(source, n, d, model.get("select"), model.get("n_features", "auto"),
+                       model["metric"], model["n_estimators"])  # fmt: skip
         fit_tasks = len(plan_tree_batches(model["n_estimators"], threads, None)) if forest else 0
         what = (f"k={model['k']}, {model['weights']}, {model['metric']}, normalize "
                 f"{model['normalize']}" + (f", {fit_tasks} fit tasks" if forest else "")
@@ -347,9 +349,6 @@ def _fit_stage(job: KNNJob, rows: dict[str, Any], ctx: Context, start: float,
     assert model is not None
     main = job.neighbors is None
     with _rows_of(job, rows, ctx) as source:
-        check_knn_size(source.source, source.n_samples, source.n_features, model.get("select"),
-                       model.get("n_features", "auto"), model["metric"],
-                       model["n_estimators"])  # fmt: skip
         fitted, task = fit_and_save_model(source, model["task"], _fit_params(model),
                                           model["model"], True,
                                           {**ctx.run.record, "predictions": None})  # fmt: skip
@@ -416,9 +415,6 @@ def run_knn_job(job: KNNJob, progress: Any = None, *, restart: bool = False,
     def check(run: Run) -> dict[str, Any]:
         done = run.stages.done if run.stages is not None else (lambda name: False)
         if model:
-            _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
-            check_knn_size(job.input, n, d, model.get("select"), model.get("n_features", "auto"),
-                           model["metric"], model["n_estimators"])  # fmt: skip
             if nb and not done("fit"):
                 check_can_create(model["model"], run.replace)
             if model.get("predict") and not done("predict"):
@@ -458,20 +454,18 @@ def run_knn_job(job: KNNJob, progress: Any = None, *, restart: bool = False,
 
 def _neighbors(rows: Any, nb: dict[str, Any], client: Any, progress: Any,
                record: dict[str, Any]) -> None:  # fmt: skip
-    """The neighbours stage: rows in memory searched as they are; rows in a store scaled
-    and checked by tasks into a temporary store, searched from there (the same answer)."""
+    """The neighbours stage, one path for every source: its rows scaled and checked by
+    tasks into a temporary store, searched from there (each task writing its rows'
+    neighbours into the store)."""
     from distforest.forests.scaled_rows import scaled_in_store
 
     normalize = normalize_choice(nb["normalize"])
-    options = dict(k=nb["k"], normalize=normalize, algorithm=nb["algorithm"], store=nb["out"],
-                   overwrite=True, client=client, progress=progress, attrs=record,
-                   complete=False)  # fmt: skip
-    if rows.store_path is None:  # rows in this process (MemoryRows): searched as they are
-        top_k_neighbors(rows.table, metric=nb["metric"], **options)
-        return
     with scaled_in_store([rows], metric=nb["metric"], normalize=normalize,
                          feature_range=(0.0, 1.0)) as (measure, (X,)):  # fmt: skip
-        top_k_neighbors(X, metric=measure, **options)
+        top_k_neighbors(X, metric=measure, k=nb["k"], normalize=normalize,
+                        algorithm=nb["algorithm"], store=nb["out"], overwrite=True,
+                        client=client, progress=progress, attrs=record,
+                        complete=False)  # fmt: skip
 
 
 def _shown(path: str) -> str:

@@ -239,18 +239,13 @@ class KNNPredictJob(JobBase):
     drop: tuple[str, ...] = ()
     name: str = "knn predict"
 
-    @property
-    def by_parts(self) -> bool:
-        """Whether the rows are predicted by partitions (:func:`predicts_by_partitions`)."""
-        return predicts_by_partitions(self.model, self.input)
-
     def describe(self) -> str:
         """What the job computes."""
         return "k-NN predictions"
 
     def summary(self, result: JobResult) -> str:
         """The predictions written (as the command printed them), and the reports."""
-        how = " by partitions" if self.by_parts else ""
+        how = " by partitions" if result.task.endswith(" by partitions") else ""
         return "\n".join([
             f"predicted {result.shape[0]} rows{how} in {result.seconds:.1f} s"
             f"{mode_text(result.mode, self.out)}",
@@ -291,7 +286,7 @@ def knn_predict_pipeline(job: KNNPredictJob) -> Pipeline:
     rs = RunStore.open(job.model, require_complete=True)
     names = tuple(str(c) for c in rs.attrs["feature_names"])
     m, d = (int(s) for s in rs.array("X_fit").shape)
-    by_parts = job.by_parts
+    by_parts = predicts_by_partitions(job.model, job.input)  # (the one decision)
     if by_parts:
         from distforest.io.partitions import open_partitions
 
@@ -344,6 +339,7 @@ def run_knn_predict(job: KNNPredictJob, progress: Any = None, *, restart: bool =
     from distforest.jobs.base import new_run_id
     from distforest.jobs.inputs import listing_stamp
     from distforest.jobs.row_pieces import run_rows_job
+    from distforest.jobs.stages import ON_A_CLUSTER
 
     pipeline = knn_predict_pipeline(job)
     spec = job.spec_of(
@@ -351,5 +347,7 @@ def run_knn_predict(job: KNNPredictJob, progress: Any = None, *, restart: bool =
         model={"path": job.model, "stamp": listing_stamp(job.model)},
         input={"source": job.input, "stamp": listing_stamp(job.input)},
     )
-    return run_rows_job(job, pipeline, spec, "k-NN prediction", progress=progress,
-                        restart=restart, run_id=run_id or new_run_id())  # fmt: skip
+    parts = " by partitions" if pipeline.cells == ON_A_CLUSTER else ""  # (its stage's tasks)
+    return run_rows_job(job, pipeline, spec, f"k-NN prediction{parts}", progress=progress,
+                        restart=restart, run_id=run_id or new_run_id(),
+                        store_first=False)  # fmt: skip

@@ -168,11 +168,13 @@ def write_pieces(rows: RowFrames, work: Callable[..., Any], out: str) -> tuple[i
 
 
 def run_rows_job(job: Any, pipeline: Any, spec: dict[str, Any], task: str, *, progress: Any,
-                 restart: bool, run_id: str) -> Any:  # fmt: skip
+                 restart: bool, run_id: str, store_first: bool = True) -> Any:  # fmt: skip
     """Run a job whose stage ``predict`` writes the rows' results to ``job.files["out"]``
     under the run protocol (:func:`~distforest.jobs.runs.execute`): the file checked
     first (replaced only by a resumed run or with ``--overwrite``), the job's store
-    ``job.out`` beside it created first; its result counts the rows the stage wrote."""
+    ``job.out`` beside it created first (``store_first``: a stopped run leaves it
+    half-written, resumed by the next), else once the file is written (a failed run
+    leaves nothing); its result counts the rows the stage wrote."""
     import time
 
     from distforest.jobs.outputs import check_new_file
@@ -189,6 +191,15 @@ def run_rows_job(job: Any, pipeline: Any, spec: dict[str, Any], task: str, *, pr
     def create(run: Any) -> RunStore:
         return RunStore.create(job.out, attrs=run.record, overwrite=True)
 
+    if not store_first:
+        for stage in pipeline.stages:
+
+            def written(ctx: Any, work: Any = stage.run) -> None:
+                work(ctx)
+                ctx.rs = create(ctx.run)
+
+            stage.run = written
+
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         rows = int(((rs.attrs.get("stages") or {}).get("predict") or {}).get("rows", 0))
         return JobResult(store=rs.path, name="predictions", shape=(rows, 0), n_trees=0,
@@ -196,4 +207,5 @@ def run_rows_job(job: Any, pipeline: Any, spec: dict[str, Any], task: str, *, pr
                          outputs=dict(outputs), mode=mode)  # fmt: skip
 
     return execute(job, pipeline, spec, result, progress=progress, restart=restart,
-                   run_id=run_id, check=check, create=create)  # fmt: skip
+                   run_id=run_id, check=check,
+                   create=create if store_first else None)  # fmt: skip

@@ -38,6 +38,43 @@ def save_model(forest: Any, out: str, overwrite: bool, attrs: dict[str, Any],
     complete_output(rs)
 
 
+def fit_in_memory(params: dict[str, Any], *, data: str | None, matrix: str | None,
+                  distances: str | None, labels: str | None, target: str | None,
+                  metric: str | None, normalize: str, drop: tuple[str, ...],
+                  na_values: tuple[str, ...], out: str, overwrite: bool,
+                  connect: dict[str, Any], progress: Any = None,
+                  dry_run: bool = False) -> Any:  # fmt: skip
+    """``simforest fit`` of objects held whole (a table, a matrix or distances), placed by
+    :func:`~distforest.parallel.placement.place`: the summary lines, or with ``dry_run``
+    the plan (its fit stage), nothing fitted or written."""
+    from distforest.jobs.simforest import model_fit_plan, simforest_fit_cpu
+    from distforest.parallel.placement import cells_of, place
+
+    start = time.perf_counter()
+    with ExitStack() as temporary:
+        forest, fit_input, centring = checked_fit(
+            temporary, params, data=data, matrix=matrix, distances=distances, labels=labels,
+            target=target, metric=metric, normalize=normalize, drop=drop, na_values=na_values,
+            out=out, overwrite=overwrite)  # fmt: skip
+        n, trees, cells = fit_input.n, params["n_estimators"], cells_of(fit_input.source)
+        if dry_run:
+            cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
+            return model_fit_plan("simforest fit", str(data or distances or matrix), n, 1, cells,
+                                  trees, forest.batch_size, cpu,
+                                  {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
+                                  connect, out)  # fmt: skip
+        with place(cells, connect, progress=progress):
+            forest.fit(fit_input.source, fit_input.y)
+    save_model(forest, out, overwrite, fit_input.attrs, distances, centring)
+    evaluations = forest.n_similarity_evaluations_
+    return (
+        f"SimForest of {forest.n_estimators} trees on {n} objects "
+        f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
+        f"{evaluations} similarities evaluated "
+        f"({evaluations / forest.n_estimators / n:.1f} per object per tree)\n  model:  {out}"
+    )
+
+
 def checked_fit(temporary: ExitStack, params: dict[str, Any], *, data: str | None,
                 matrix: str | None, distances: str | None, labels: str | None,
                 target: str | None, metric: str | None, normalize: str,

@@ -535,20 +535,6 @@ def per_fit(kind: str, path: str, token: str, make: Callable[[], Any]) -> Any:
         return _per_fit[key]
 
 
-def scaled_rows(path: str, token: str, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """``(X - shift) / scale`` in float64 of the store's ``input/X``, read and computed once
-    per worker process and fit (:func:`per_fit`), read-only."""
-
-    def make() -> np.ndarray:
-        X = np.asarray(task_array(path, f"{INPUT_GROUP}/X", "r")[...], dtype=np.float64)
-        X -= shift
-        X /= scale
-        X.setflags(write=False)
-        return X
-
-    return per_fit("scaled rows", path, token, make)
-
-
 def forget_inputs() -> None:
     """Drop the rows kept by :func:`input_rows` and the values kept by :func:`per_fit`
     (call on every worker when done)."""

@@ -102,7 +102,7 @@ class SinkHandle:
             return arrays
         create_arrays(self.path, {f"{FIT_GROUP}/{name}_{k}": {
             "shape": values.shape, "dtype": values.dtype,
-            "chunks": (max(1, min(values.shape[0], self.chunk_rows)), *values.shape[1:]),
+            "chunks": (_block_rows(values.shape[0], self.chunk_rows), *values.shape[1:]),
         } for name, values in arrays.items()})  # fmt: skip
         for name, values in arrays.items():
             write_block(self.path, f"{FIT_GROUP}/{name}_{k}", (slice(None),) * values.ndim, values)
@@ -114,6 +114,14 @@ class SinkHandle:
             return nodes
         write_group(self.path, f"{FIT_GROUP}/nodes_{k}", nodes)  # joined by the driver
         return None
+
+
+def _block_rows(n: int, chunk_rows: int) -> int:
+    """Rows of a row-block task over ``n`` rows in chunks of ``chunk_rows``: about
+    :data:`ROUTE_ROWS`, whole chunks (a batch's parts are chunked so, one read per part
+    and block when :func:`gather_batches` joins them)."""
+    chunk = max(1, min(n, chunk_rows))
+    return max(1, min(n, max(chunk, ROUTE_ROWS // chunk * chunk)))
 
 
 @dataclass
@@ -438,7 +446,7 @@ def gather_batches(
     chunk = max(1, min(n, chunk_rows))
     rs.group.create_array(name, shape=(n, width, *rest), chunks=(chunk, width, *rest),
                           dtype=dtype, dimension_names=dims, overwrite=True)  # fmt: skip
-    step = max(chunk, ROUTE_ROWS // chunk * chunk)
+    step = _block_rows(n, chunk_rows)
     items = [(path, tuple(parts), name, slice(s, min(s + step, n))) for s in range(0, n, step)]
     for _ in runner.run(_gather_task, items, name=f"gather-{name}", progress=progress):
         pass

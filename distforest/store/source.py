@@ -110,6 +110,8 @@ class ReadOptions:
         For a job's input: a path read by partitions gives its summaries only
         (a ``PendingInput``, the rows written into the job's store later), and a
         run store is read as a Zarr table (its rows go into the job's store).
+    min_rows : int
+        Fewest rows a table read whole may have (1 for new rows to predict).
     """
 
     target: str | None = None
@@ -121,6 +123,7 @@ class ReadOptions:
     rows: int = INPUT_ROWS
     dtype: Any = np.float32  # None: as given
     defer: bool = False
+    min_rows: int = 2
 
 
 class Opener:
@@ -313,7 +316,8 @@ class _Memory(Opener):
             return MemoryRows(X)
         table = load_table(X, y=y, target=options.target, drop=options.drop,
                            na_values=options.na_values, id=options.id,
-                           allow_missing=options.allow_missing)  # fmt: skip
+                           allow_missing=options.allow_missing,
+                           min_rows=options.min_rows)  # fmt: skip
         return MemoryRows(table)
 
 
@@ -361,6 +365,7 @@ def open_source(
     partitions: bool | None = None,
     rows: int = INPUT_ROWS,
     dtype: Any = np.float32,
+    min_rows: int = 2,
 ) -> RowSource:
     """The :class:`~distforest.io.source.RowSource` of anything a user can pass as rows.
 
@@ -388,6 +393,8 @@ def open_source(
     dtype : numpy dtype or None, default float32
         Of an ingested store's ``input/X``; None: as given (float32 when every
         feature column of a dask DataFrame is float32, else float64).
+    min_rows : int, default 2
+        Fewest rows of a table read whole (1 for rows to predict).
 
     Returns
     -------
@@ -396,7 +403,8 @@ def open_source(
         :class:`~distforest.store.inputs.StoredTable`.
     """
     options = _options(target=target, drop=drop, na_values=na_values, id=id, rows=rows,
-                       allow_missing=allow_missing, partitions=partitions, dtype=dtype)  # fmt: skip
+                       allow_missing=allow_missing, partitions=partitions, dtype=dtype,
+                       min_rows=min_rows)  # fmt: skip
     source: RowSource = guess_opener(X, options).open(X, y, options, owner)
     return source
 
