@@ -201,21 +201,6 @@ class ProcessSampler(threading.Thread):
         }
 
 
-class TreeSampler(ProcessSampler):
-    """Deprecated: :class:`ProcessSampler` of a wrapper's descendants (``peak_sum``...)."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(pid, include_root=False)
-
-    @property
-    def peak_sum(self) -> int:
-        return self.peak_tree_bytes
-
-    @property
-    def peak_at(self) -> float:
-        return self.peak_tree_at_s
-
-
 def descendants(pid: int | None = None) -> list[Any]:
     """The live descendants of ``pid`` (default: this process) as ``psutil.Process``."""
     import psutil
@@ -224,6 +209,22 @@ def descendants(pid: int | None = None) -> list[Any]:
         return psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
+
+
+def dask_workers(pid: int | None = None) -> list[Any]:
+    """The Dask worker processes among the descendants of ``pid`` (``psutil.Process``):
+    what a benchmark that kills a worker chooses from (not multiprocessing's helpers)."""
+    import psutil
+
+    out = []
+    for p in descendants(pid):
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "spawn_main" in cmd and "resource_tracker" not in cmd:
+            out.append(p)
+    return out
 
 
 def tree_rss_now(pid: int | None = None) -> int:
@@ -385,6 +386,15 @@ def emit(result: dict[str, Any]) -> None:
     print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
 
 
+def child_result(stdout: str | None) -> dict[str, Any] | None:
+    """The result a child printed with :func:`emit` (its last such line), or None."""
+    found = None
+    for line in (stdout or "").splitlines():
+        if line.startswith(RESULT_PREFIX):
+            found = json.loads(line[len(RESULT_PREFIX) :])
+    return found
+
+
 # -- measuring a command in its own process ------------------------------------------------
 
 
@@ -474,9 +484,8 @@ def run_measured(
     result.setdefault("wall_s", wall)
     ours = result.get("user_s", 0.0) + result.get("sys_s", 0.0) or sampler.tree_cpu_s()
     result.update(_foreign(busy, ours, wall, label))
-    for line in stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result["child"] = json.loads(line[len(RESULT_PREFIX) :])
+    if (child := child_result(stdout)) is not None:
+        result["child"] = child
     if proc.returncode != 0:
         print(f"  [{label}] FAILED (exit {proc.returncode}):\n{stderr[-3000:]}", flush=True)
     else:

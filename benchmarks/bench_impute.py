@@ -44,10 +44,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import fcntl
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -64,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import DATA as SHARED_DATA
 from _measure import RESULTS as RESULTS_DIR
 from _measure import (
+    commit,
     driver_peak_bytes,
     write_markdown,
 )
@@ -392,25 +391,6 @@ def run_cli(folder: Path, workdir: Path, repeats: int = 3) -> dict[str, Any]:
 # -- the report ----------------------------------------------------------------------------
 
 
-def machine() -> str:
-    cores = os.cpu_count()
-    mem = "?"
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemTotal"):
-                mem = f"{int(line.split()[1]) / 1024**2:.1f} GiB RAM"
-    cpu = platform.processor() or platform.machine()
-    with open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return (
-        f"{cpu}, {cores} cores, {mem}, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}"
-    )
-
-
 def versions() -> str:
     import dask
     import distributed
@@ -419,24 +399,7 @@ def versions() -> str:
 
     import distforest
 
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            # the library and this script only: the results file it rewrites as it goes
-            # must not make its own run look like one of uncommitted code
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "distforest", __file__],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        rev += " (+ uncommitted changes)" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        rev = "?"
+    rev = commit()
     return (
         f"distforest {distforest.__version__} (git {rev}), scikit-learn {sklearn.__version__}, "
         f"numpy {np.__version__}, pandas {pd.__version__}, numba {numba.__version__}, "
@@ -522,9 +485,6 @@ def report(
     out = [
         "# Imputation benchmark: distforest ProximityImputer vs scikit-learn",
         "",
-        f"- Date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
-        f"- Machine: {machine()}",
-        f"- Command: `{command}`",
         f"- Versions: {versions()}",
         f"- Load average (`uptime`) at the start: {load[0]}; at the end: {load[1]}.  The "
         "benchmark itself keeps about two cores busy: a load well above 2 means other work "
@@ -623,19 +583,11 @@ def write_cli_only(folder: Path, out: Path) -> None:
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         cli = run_cli(folder, Path(tmp), repeats=5)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
     secs = ", ".join(f"{x:.2f}" for x in cli["seconds"])
     write_markdown(out,
         "\n".join([
             "# Imputation from the command line on a 200-row table",
             "",
-            f"- Date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
-            f"- Machine: {machine()}",
-            f"- Command: `python {os.path.relpath(__file__, ROOT)} --cli-only {out}`",
-            f"- Commit: {commit}" + (" (with uncommitted changes: a draft)" if dirty else ""),
             f"- Load average at the start: {_load(load_start)}; at the end: "
             f"{_load(os.getloadavg())}",
             "",

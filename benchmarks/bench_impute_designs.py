@@ -50,6 +50,7 @@ from _measure import DATA as SHARED_DATA  # noqa: E402
 from _measure import RESULTS as RESULTS_DIR  # noqa: E402
 from _measure import (  # noqa: E402
     driver_peak_bytes,
+    machine_info,
     write_markdown,
 )
 from _measure import parser as make_parser  # noqa: E402
@@ -59,7 +60,6 @@ from bench_impute import (  # noqa: E402  (benchmarks/ is not a package)
     _secs,
     distforest_imputer,
     load,
-    machine,
     masked,
     nrmse,
     pfc,
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         "load": [_load(load_start), _load(os.getloadavg())],
         "wall": time.perf_counter() - start,
         "rss": driver_peak_bytes() / 1024**2,
-        "machine": machine(),
+        "machine": machine_info(),
         "versions": versions(),
     })  # fmt: skip
     saved["rows"] = rows

@@ -42,14 +42,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import DATA as SHARED_DATA
+from _measure import RESULTS as RESULTS_DIR
 from _measure import (
-    RESULT_PREFIX,
+    emit,
     machine_info,
     package_versions,
     run_measured,
     write_markdown,
 )
-from _measure import RESULTS as RESULTS_DIR
 from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
@@ -179,7 +179,7 @@ def child(method: str, n: int, fraction: float, out: str) -> None:
             result["search_s"] = time.perf_counter() - t0
         idx = found.indices
     np.save(out, idx)
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    emit(result)
 
 
 def topk(args: argparse.Namespace, workdir: Path, save: Any) -> list[dict[str, Any]]:

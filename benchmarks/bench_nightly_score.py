@@ -72,9 +72,6 @@ GB = 1e9
 MISSING_COLUMNS = ("f0", "f5", "f9")
 
 
-_emit = emit
-
-
 def _self_cmd(child: str, **kwargs: Any) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--child", child,
             "--child-args", json.dumps(kwargs)]  # fmt: skip
@@ -99,7 +96,7 @@ def child_data(work: str, n_model: int, n_new: int) -> None:
         new.loc[rng.random(n_new) < 0.02, column] = np.nan
     new.insert(0, "id", [f"r{i:07d}" for i in range(n_new)])
     new.assign(y=y[n_model:]).to_parquet(Path(work) / "new.parquet", index=False)
-    _emit({"missing_cells": int(new[list(MISSING_COLUMNS)].isna().sum().sum())})
+    emit({"missing_cells": int(new[list(MISSING_COLUMNS)].isna().sum().sum())})
 
 
 def child_model(work: str, trees: int) -> None:
@@ -113,7 +110,7 @@ def child_model(work: str, trees: int) -> None:
     fit = time.perf_counter() - tick - read
     rs = forest.save(Path(work) / "model.zarr", overwrite=True, attrs={"job": "bench"})
     rs.mark_complete()
-    _emit({"read_s": read, "fit_s": fit, "save_s": time.perf_counter() - tick - read - fit,
+    emit({"read_s": read, "fit_s": fit, "save_s": time.perf_counter() - tick - read - fit,
            "nodes": int(forest.node_counts_.sum())})  # fmt: skip
 
 
@@ -151,7 +148,7 @@ def child_phases(work: str) -> None:
             "peak_rss_gb": round(record["peak_rss_tree_bytes"] / GB, 3),
         }
         print(f"  {record['name']}: {phases[record['name']]}", flush=True)
-    _emit({"phases": phases})
+    emit({"phases": phases})
 
 
 CHILDREN = {"data": child_data, "model": child_model, "phases": child_phases}

@@ -40,11 +40,8 @@ leaves (rows routed by chunks), application (outlier scores) and write, or both 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,8 +50,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _measure import emit, run_measured, the_command, write_markdown  # noqa: E402
 from _measure import parser as make_parser  # noqa: E402
-from _measure import write_markdown  # noqa: E402
 
 ROOT = HERE.parent
 GB = 1e9
@@ -103,8 +100,8 @@ def make_data(rows: int, where: Path, seed: int = 0, parts_only: bool = False) -
 # -- one configuration, in its own process ---------------------------------------------
 
 
-def run_one(config: str, source: str, work: str, trees: int, result: str) -> None:
-    """Run one configuration and write its phase times to ``result`` (JSON)."""
+def run_one(config: str, source: str, work: str, trees: int) -> None:
+    """Run one configuration and print its phase times (:func:`_measure.emit`)."""
     import numpy as np
     from distributed import Client, LocalCluster
 
@@ -181,16 +178,15 @@ def run_one(config: str, source: str, work: str, trees: int, result: str) -> Non
             frame["outlier"] = scores
             frame.to_csv(out, index=False)
             phases["write"] = time.perf_counter() - tick
-    Path(result).write_text(json.dumps({"phases": phases, "n": int(forest.n_samples_)}))
+    emit({"phases": phases, "n": int(forest.n_samples_)})
 
 
 # -- the driver of the benchmark -------------------------------------------------------
 
 
 def measure(cmd: list[str]) -> dict[str, Any]:
-    from rss_by_process import sample
-
-    return sample(cmd)
+    """``cmd`` run and measured in its own process (:func:`_measure.run_measured`)."""
+    return run_measured(cmd, Path.cwd(), "out_of_core")
 
 
 def _row(name: str, rows: int, sampled: dict[str, Any], phases: dict[str, float],
@@ -200,7 +196,7 @@ def _row(name: str, rows: int, sampled: dict[str, Any], phases: dict[str, float]
     worker = max((p["peak_bytes"] for p in procs if p["role"] == "worker"), default=0)
     split = ", ".join([f"{k} {v:.0f}" for k, v in phases.items()] + ([note] if note else []))
     return (f"| {name} | {rows:,} | {sampled['returncode']} | {sampled['wall_s']:.0f} | "
-            f"{driver / GB:.2f} | {worker / GB:.2f} | {sampled['peak_tree_bytes'] / GB:.2f} | "
+            f"{driver / GB:.2f} | {worker / GB:.2f} | {sampled['peak_rss_tree_bytes'] / GB:.2f} | "
             f"{split} |")  # fmt: skip
 
 
@@ -362,11 +358,11 @@ def main() -> None:
         help="the --trees of the rfimpute command (default: its own, 300)",
     )
     parser.add_argument("--out", type=Path, default=None, help="Markdown result file")
-    parser.add_argument("--run-one", nargs=5, metavar=("CONFIG", "SRC", "WORK", "T", "JSON"))
+    parser.add_argument("--run-one", nargs=4, metavar=("CONFIG", "SRC", "WORK", "TREES"))
     args = parser.parse_args()
     if args.run_one:
-        config, source, work, trees, result = args.run_one
-        run_one(config, source, work, int(trees), result)
+        config, source, work, trees = args.run_one
+        run_one(config, source, work, int(trees))
         return
     lines = []
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -413,11 +409,10 @@ def main() -> None:
             for name, source in configs:
                 work = where / name
                 work.mkdir()
-                result = work / "result.json"
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--run-one", name,
-                       str(source), str(work), str(args.trees), str(result)]  # fmt: skip
+                       str(source), str(work), str(args.trees)]  # fmt: skip
                 sampled = measure(cmd)
-                phases = json.loads(result.read_text())["phases"] if result.exists() else {}
+                phases = sampled.get("child", {}).get("phases", {})
                 lines.append(_row(name, rows, sampled, phases))
                 print(lines[-1], flush=True)
                 shutil.rmtree(work, ignore_errors=True)
@@ -452,20 +447,15 @@ def main() -> None:
             + "\n"
             + "\n".join(lines)
             + f"\n\n(rows above appended {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC: "
-            f"`python benchmarks/bench_out_of_core.py {' '.join(sys.argv[1:])}`, load before: "
+            f"`{the_command()}`, load before: "
             f"{load_before})\n",
         )
     elif args.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=ROOT, check=False).stdout.strip()  # fmt: skip
         head = [
             "# Out-of-core data path",
             "",
-            f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit}, "
-            f"{platform.node()} ({os.cpu_count()} cores); load average (1, 5, 15 min) before "
-            f"the run: {load_before} (above ~0.5 the machine was shared: times are drafts).",
-            "",
-            f"Command: `python benchmarks/bench_out_of_core.py {' '.join(sys.argv[1:])}`",
+            f"Load average (1, 5, 15 min) before the run: {load_before} (above ~0.5 the "
+            "machine was shared: times are drafts).",
             "",
             f"{FEATURES} float features + 3-class target, {MISSING_SHARE:.0%} of columns "
             f"{list(MISSING_COLUMNS)} missing, {PARTS} Parquet parts; {args.trees} trees, "

@@ -25,11 +25,28 @@ most pairs of rows, so its matrix is near-dense (n² non-zeros).
 
 ``--folder`` is the out-of-core run: the table written as the 40-part Parquet
 folder of ``bench_out_of_core.py`` (20 features, 3 classes, 20 % of three
-columns missing), a LightGBM model fitted on its first ``--fit-rows`` rows, and
-distforest alone (``from_model`` on the folder, read by partitions; neighbours
-and outlier scores in the forest's store); the driver's peak RSS is reported.
+columns missing; ``--parts`` an existing one), a LightGBM model fitted on its
+first ``--fit-rows`` rows, and distforest alone (``from_model`` on the folder,
+read by partitions; the top-50 neighbours in the forest's store, the outlier
+scores written as ``distforest outliers`` writes them, by chunks); the driver's
+peak RSS is reported.
 
-    python -m benchmarks outside --folder --rows 10000000 --trees 100
+The exact neighbours and the outlier scores cost in proportion to the co-leaf
+events, ``sum_t sum_leaves size^2 = n * occupancy * T`` (occupancy: the mean
+number of rows in a row's leaf).  LightGBM's default 31 leaves put about
+``0.2 n^2`` co-leaf events in each tree (2e13 at 10,000,000 rows), so a
+10,000,000-row model needs many leaves and few trees (``--num-leaves``,
+``--min-data-in-leaf``, ``--trees``).  Before any run the co-leaf events are
+estimated from the last part (250,000 rows, routed by the model, leaf sizes
+scaled to ``--rows``; ``--prepare-only`` stops there): the table's
+``coleaf_events`` column.  Leaf sizes are not ``n / L``: a boosted classifier
+stops splitting where no split gains (a region of one class, its gradients all
+alike), so a few large leaves hold most co-leaf events.  ``--max-bin 63``, a
+512 MB histogram pool and one thread keep the model's fit (not measured) within a
+shared machine.
+
+    python -m benchmarks outside --folder --prepare-only --rows 10000000 --trees 1 \\
+        --num-leaves 32768 --min-data-in-leaf 5 --max-bin 63 --fit-rows 250000 --parts PARTS
 """
 
 from __future__ import annotations
@@ -57,14 +74,44 @@ DRAFT_LOAD = 2.0
 SAMPLE_ROWS = 1000
 
 
-def _lightgbm(X: Any, y: Any, trees: int, seed: int, num_leaves: int = NUM_LEAVES) -> Any:
+def _lightgbm(X: Any, y: Any, trees: int, seed: int, num_leaves: int = NUM_LEAVES,
+              **more: Any) -> Any:  # fmt: skip
+    """LightGBM's classifier, deterministic; ``more``: other parameters (leaf sizes, bins)."""
     import lightgbm
 
-    model = lightgbm.LGBMClassifier(
-        n_estimators=trees, num_leaves=num_leaves, random_state=seed, n_jobs=2,
-        deterministic=True, force_row_wise=True, verbose=-1,
-    )  # fmt: skip
+    params = {"n_jobs": 2, "deterministic": True, "force_row_wise": True, "verbose": -1}
+    model = lightgbm.LGBMClassifier(n_estimators=trees, num_leaves=num_leaves,
+                                    random_state=seed, **{**params, **more})  # fmt: skip
     return model.fit(X, y)
+
+
+def coleaf_estimate(model_path: Path, part: Path, rows: int) -> dict[str, Any]:
+    """The co-leaf events of ``rows`` rows, estimated from one part routed by the model.
+
+    A row's co-leaf events in tree t are the rows of its leaf: over all rows,
+    ``sum_t sum_leaves size^2``, what the exact top-k neighbours and the outlier
+    scores cost.  The part's leaf sizes, scaled by ``rows / len(part)`` (the
+    other parts are drawn from the same distribution), give
+    ``rows * sum_t occupancy_t``.
+    """
+    import lightgbm
+    import numpy as np
+    import pandas as pd
+
+    booster = lightgbm.Booster(model_file=str(model_path))
+    sample = pd.read_parquet(part).drop(columns="label").to_numpy()
+    leaves = booster.predict(sample, pred_leaf=True).reshape(len(sample), -1)
+    scale = rows / len(sample)
+    occupancy = [float((np.unique(col, return_counts=True)[1].astype(np.float64) ** 2).sum())
+                 / len(sample) * scale for col in leaves.T]  # fmt: skip
+    used = [len(np.unique(col)) for col in leaves.T]
+    return {
+        "trees": leaves.shape[1],
+        "leaves_used_in_sample": used,
+        "mean_occupancy": round(float(np.mean(occupancy)), 1),
+        "coleaf_events": float(rows * np.sum(occupancy)),
+        "sample_rows": len(sample),
+    }
 
 
 def _model_hash(model: Any) -> str:
@@ -86,8 +133,9 @@ def child_distforest(work: str, family: str, args: Any) -> None:
     from distforest.apps.outliers import outlier_scores, stored_path
     from distforest.io.model_files import load_model
 
-    if family == "lightgbm-folder":  # rows read by partitions; the model from its file
-        X, y = str(Path(work) / "parts"), "label"
+    folder = family == "lightgbm-folder"
+    if folder:  # rows read by partitions; the model from its file
+        X, y = str(args.parts or Path(work) / "parts"), "label"
         model, digest = load_model(Path(work) / "lightgbm.txt"), ""
     else:
         X, y = _load(Path(work))
@@ -99,14 +147,30 @@ def child_distforest(work: str, family: str, args: Any) -> None:
     t0 = time.perf_counter()
     forest = ProximityForest.from_model(model, X, y)
     t1 = time.perf_counter()
+    _phase("routed", t1 - t0)
     neighbours = forest.proximity_neighbors(K, store=stored_path(forest))
     t2 = time.perf_counter()
-    scores = outlier_scores(forest)
+    _phase("neighbours", t2 - t1)
+    if folder:  # as `distforest outliers` writes them: by tasks, chunk by chunk, into a CSV
+        from distforest.jobs.outputs import write_outliers
+
+        csv = Path(work) / "outliers.csv"
+        write_outliers(forest, str(csv), None, "outlier scores")
+        with csv.open() as lines:
+            n_scores = sum(1 for _ in lines) - 1
+    else:
+        n_scores = int(outlier_scores(forest).shape[0])
     t3 = time.perf_counter()
     emit({"route_s": t1 - t0, "neighbours_s": t2 - t1, "outliers_s": t3 - t2,
           "answer_s": t3 - t0, "model_hash": digest, "trees": int(forest.leaves_.shape[1]),
           "neighbours_shape": list(neighbours["index"].shape),
-          "scores": int(scores.shape[0])})  # fmt: skip
+          "scores": n_scores})  # fmt: skip
+
+
+def _phase(name: str, seconds: float) -> None:
+    """A phase's end on stderr, as it happens (a long run shows how far it got)."""
+    stamp = time.strftime("%H:%M:%S", time.gmtime())
+    print(f"{stamp} UTC {name} in {seconds:.1f} s", file=sys.stderr, flush=True)
 
 
 def child_forestgeom(work: str, family: str, args: Any) -> None:
@@ -148,24 +212,35 @@ def child_forestgeom(work: str, family: str, args: Any) -> None:
 
 
 def prepare_folder(work: Path, rows: int, trees: int, seed: int, num_leaves: int,
-                   fit_rows: int) -> None:  # fmt: skip
-    """The 40-part folder of ``bench_out_of_core.py`` and a LightGBM model fitted on its
-    first ``fit_rows`` rows, saved as LightGBM's text model."""
+                   fit_rows: int, parts: Path | None = None, **more: Any) -> Path:  # fmt: skip
+    """The 40-part folder of ``bench_out_of_core.py`` (``parts``, or made in ``work``) and a
+    LightGBM model fitted on its first ``fit_rows`` rows, saved as LightGBM's text model
+    (kept for a second run with the same parameters); returns the folder."""
     import pandas as pd
     from bench_out_of_core import make_data
 
-    if not (work / "parts").exists():
-        make_data(rows, work, seed)
+    work.mkdir(parents=True, exist_ok=True)
+    if parts is None:
+        parts = work / "parts"
+        if not parts.exists():
+            make_data(rows, work, seed)
+    stamp = json.dumps({"parts": str(parts), "trees": trees, "seed": seed,
+                        "num_leaves": num_leaves, "fit_rows": fit_rows, **more})  # fmt: skip
+    kept = work / "lightgbm.json"
+    if (work / "lightgbm.txt").exists() and kept.exists() and kept.read_text() == stamp:
+        return parts
     frames, have = [], 0
-    for part in sorted((work / "parts").glob("*.parquet")):
+    for part in sorted(parts.glob("*.parquet")):
         frames.append(pd.read_parquet(part))
         have += len(frames[-1])
         if have >= fit_rows:
             break
     table = pd.concat(frames).iloc[:fit_rows]
     model = _lightgbm(table.drop(columns="label").to_numpy(), table["label"].to_numpy(),
-                      trees, seed, num_leaves)  # fmt: skip
+                      trees, seed, num_leaves, **more)  # fmt: skip
     model.booster_.save_model(str(work / "lightgbm.txt"))
+    kept.write_text(stamp)
+    return parts
 
 
 def prepare(work: Path, rows: int, trees: int, seed: int, forest: bool = True) -> None:
@@ -225,6 +300,29 @@ def main() -> None:
         default=1_000_000,
         help="with --folder: rows the LightGBM model is fitted on (the first)",
     )
+    p.add_argument(
+        "--parts",
+        type=Path,
+        default=None,
+        help="with --folder: an existing 40-part folder (bench_out_of_core.py's)",
+    )
+    p.add_argument(
+        "--min-data-in-leaf",
+        type=int,
+        default=None,
+        help="with --folder: LightGBM's min_data_in_leaf (its default: 20)",
+    )
+    p.add_argument(
+        "--max-bin",
+        type=int,
+        default=None,
+        help="with --folder: LightGBM's max_bin (its default: 255)",
+    )
+    p.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="with --folder: fit and keep the model, estimate, run nothing",
+    )
     p.add_argument("--name", default=None, help="result file name (default outside, "
                    "outside-folder with --folder)")  # fmt: skip
     p.add_argument(
@@ -241,9 +339,21 @@ def main() -> None:
         run(args.workdir, family, args)
         return
     work = Path(args.workdir)
+    estimate: dict[str, Any] = {}
     if args.folder:
-        prepare_folder(work, args.rows, args.trees, args.seed, args.num_leaves,
-                       min(args.fit_rows, args.rows))  # fmt: skip
+        more = {"min_child_samples": args.min_data_in_leaf, "max_bin": args.max_bin}
+        more = {k: v for k, v in more.items() if v is not None}
+        if more:  # a large-leaf model: LightGBM's histograms capped (recomputed when evicted)
+            # and one thread: each of its splits takes the best of all leaves (num_leaves^2
+            # comparisons a tree), an OpenMP region each, which a loaded machine stalls
+            more.update(histogram_pool_size=512, n_jobs=1)
+        args.parts = prepare_folder(work, args.rows, args.trees, args.seed, args.num_leaves,
+                                    min(args.fit_rows, args.rows), args.parts, **more)  # fmt: skip
+        last = sorted(args.parts.glob("*.parquet"))[-1]  # not among the rows fitted on
+        estimate = coleaf_estimate(work / "lightgbm.txt", last, args.rows)
+        print("co-leaf events, estimated:", estimate, flush=True)
+        if args.prepare_only:
+            return
         runs = [("lightgbm-folder", (("distforest", sys.executable),))]
     else:
         prepare(work, args.rows, args.trees, args.seed, "random-forest" in args.families)
@@ -255,10 +365,12 @@ def main() -> None:
     me = str(Path(__file__).resolve())
     options = ["--rows", str(args.rows), "--trees", str(args.trees), "--seed", str(args.seed),
                "--workdir", str(work), "--num-leaves", str(args.num_leaves),
-               "--peer-memory-gb", str(args.peer_memory_gb)]  # fmt: skip
-    rows = [_row(family, args, {side: run_measured([python, me, *options, "--child", side,
-                                                    family], work, f"{side}-{family}")
-                                for side, python in sides})
+               "--peer-memory-gb", str(args.peer_memory_gb),
+               *(["--parts", str(args.parts)] if args.parts else [])]  # fmt: skip
+    rows = [_row(family, args, {side: run_measured(
+                [python, me, *options, "--child", side, family], work, f"{side}-{family}",
+                stderr_path=work / f"{side}-{family}.stderr.txt")
+                                for side, python in sides}) | estimate
             for family, sides in runs]  # fmt: skip
     name = args.name or ("outside-folder" if args.folder else "outside")
     loads = [r["load (1 min) before, after"] for r in rows]

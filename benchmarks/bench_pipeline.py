@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import (
     GB,
-    descendants,
+    dask_workers,
     machine_info,
     package_versions,
     run_measured,
@@ -95,17 +95,7 @@ class Killer(threading.Thread):
         self.start_time = time.perf_counter()
 
     def workers(self) -> list[Any]:
-        import psutil
-
-        out = []
-        for p in descendants(self.parent_pid):
-            try:
-                cmd = " ".join(p.cmdline())
-            except psutil.Error:
-                continue
-            if "spawn_main" in cmd and "resource_tracker" not in cmd:
-                out.append(p)
-        return out
+        return dask_workers(self.parent_pid)
 
     def run(self) -> None:
         while not self.stop.is_set():

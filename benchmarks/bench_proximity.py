@@ -50,15 +50,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import RESULTS as RESULTS_DIR
 from _measure import (
-    RESULT_PREFIX,
     TIME_BIN,
+    emit,
     machine_info,
     package_versions,
     run_measured,
     write_markdown,
 )
-from _measure import RESULTS as RESULTS_DIR
 from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
@@ -111,10 +111,6 @@ def _self_cmd(child: str, python: str | None = None, **kwargs: Any) -> list[str]
     ]
 
 
-def _emit(result: dict[str, Any]) -> None:
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
-
-
 # ---------------------------------------------------------------------------
 # Child: the scikit-learn + numpy recipe
 # ---------------------------------------------------------------------------
@@ -154,7 +150,7 @@ def child_sklearn(data: str, trees: int, seed: int) -> None:
         prox += leaves[:, t][:, None] == leaves[:, t][None, :]
     prox /= trees
     t_prox = time.perf_counter()
-    _emit(
+    emit(
         {
             **times,
             "apply_s": t_apply - t_fit,
@@ -188,7 +184,7 @@ def child_forestgeom(data: str, trees: int, seed: int) -> None:
     prox = Proximity(rf).fit(X, y).transform(X)  # rf is fitted: not refitted
     t_prox = time.perf_counter()
     diag = prox.diagonal()
-    _emit(
+    emit(
         {
             **times,
             "imports_s": times["imports_s"] + t_import,
@@ -342,7 +338,7 @@ def child_profile(data: str, trees: int, seed: int, store: str, tiles: bool) -> 
         scratch = str(Path(store).with_name("one_tile_scratch.zarr"))
         out["one_tile"] = _time_one_tile(store, scratch, table.n_samples, forest.tile_size)
         shutil.rmtree(scratch, ignore_errors=True)
-    _emit(out)
+    emit(out)
 
 
 # ---------------------------------------------------------------------------
@@ -463,7 +459,7 @@ def child_iofloor(store: str, n: int, tile: int, procs: int, spec: dict[str, Any
     times = [queue.get() for _ in workers]
     for w in workers:
         w.join()
-    _emit(
+    emit(
         {
             "floor_s": max(t[1] for t in times) - min(t[0] for t in times),
             "per_process_s": [t[1] - t[0] for t in times],

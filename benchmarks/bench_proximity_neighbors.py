@@ -41,15 +41,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import RESULTS as RESULTS_DIR
 from _measure import (
-    RESULT_PREFIX,
+    child_result,
+    emit,
     machine_info,
     machine_line,
     package_versions,
     run_measured,
     write_markdown,
 )
-from _measure import RESULTS as RESULTS_DIR
 from _measure import parser as make_parser
 
 HERE = Path(__file__).resolve().parent
@@ -62,15 +63,8 @@ GOAL_RATIO_N, GOAL_RATIO, GOAL_RSS_GB = 100_000, 0.35, 1.5
 GOAL_HUGE_N, GOAL_HUGE_S, GOAL_HUGE_RSS_GB = 1_000_000, 600.0, 4.0
 
 
-def _emit(result: dict[str, Any]) -> None:
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
-
-
 def _parse(run: dict[str, Any]) -> dict[str, Any]:
-    for line in (run.get("stdout") or "").splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
-    return {}
+    return child_result(run.get("stdout")) or {}
 
 
 def _self_cmd(child: str, **kwargs: Any) -> list[str]:
@@ -148,7 +142,7 @@ def child_profile(data: str, trees: int, k: int, seed: int, store: str, check: b
                 out["exact"] = _dense_oracle_check(forest.leaves_, forest.inbag_, k, run)
         t = time.perf_counter()
     out["cluster_close_s"] = time.perf_counter() - t
-    _emit(out)
+    emit(out)
 
 
 # -- driver -----------------------------------------------------------------------

@@ -51,7 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import (
     GB,
-    RESULT_PREFIX,
+    emit,
     machine_info,
     machine_line,
     package_versions,
@@ -112,7 +112,7 @@ def tree_stats(trees: list[Any], n: int) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> None:
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    emit(result)
 
 
 def start_cluster(workers: int) -> Any:

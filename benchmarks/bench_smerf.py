@@ -53,7 +53,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -73,6 +72,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import RESULTS as RESULTS_DIR
 from _measure import (
     Measure,
+    commit,
+    machine_info,
+    the_command,
     write_markdown,
     write_result,
 )
@@ -420,24 +422,16 @@ def run_stored(inputs: list[str], n: int, d: int, trees: int) -> list[dict[str, 
 
 
 def _about() -> dict[str, Any]:
-    mem = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal"):
-            mem = int(line.split()[1]) * 1024
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT).stdout.strip()  # fmt: skip
-    # the results this script writes itself do not make the code "uncommitted"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                            ":!benchmarks/results"],
-                           capture_output=True, text=True, cwd=ROOT).stdout.strip()  # fmt: skip
+    """Date, commit, machine, load and command of this run (the keys older results hold)."""
+    m = machine_info()
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": commit + (" (+ uncommitted changes)" if dirty else ""),
-        "cores": os.cpu_count(),
-        "memory_gb": round(mem / 1e9, 1),
-        "python": platform.python_version(),
+        "commit": commit(),
+        "cores": m["cores"],
+        "memory_gb": round(m["mem_total_bytes"] / 1e9, 1),
+        "python": m["python"],
         "loadavg": os.getloadavg(),
-        "command": " ".join(["python", "benchmarks/bench_smerf.py", *sys.argv[1:]]),
+        "command": the_command(),
     }
 
 

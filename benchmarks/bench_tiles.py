@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_proximity as bp
+from _measure import child_result
 from _measure import parser as make_parser
 
 
@@ -199,8 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                          spec=spec),
             capture_output=True, text=True, check=True,
         )  # fmt: skip
-        line = next(s for s in res.stdout.splitlines() if s.startswith(bp.RESULT_PREFIX))
-        floors.append(json.loads(line[len(bp.RESULT_PREFIX) :]))
+        floors.append(child_result(res.stdout))
     out["floor"] = min(floors, key=lambda f: f["floor_s"])
     out["floor_all_s"] = [f["floor_s"] for f in floors]
     out["floor_bytes"] = bp.du_bytes(floor)

@@ -47,7 +47,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import (
     GB,
-    RESULT_PREFIX,
     RESULTS,
     Measure,
     emit,
@@ -326,7 +325,7 @@ def scale_child(n: int, trees: int, workdir: Path) -> None:
         "n_tiles": blocks * (blocks + 1) // 2,
         "diag": np.diag(check).tolist(),
     }
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    emit(result)
 
 
 def part_scale(sizes: list[int], trees: int, workdir: Path) -> dict[str, Any]:

@@ -27,20 +27,12 @@ from _measure import GB, parser, run_measured
 
 
 def sample(cmd: list[str]) -> dict[str, Any]:
-    """Run ``cmd`` and follow the RSS of it and its descendants until it ends."""
+    """Run ``cmd`` and follow the RSS of it and its descendants until it ends: the fields of
+    :func:`_measure.run_measured` (the one result format), without the command's stdout."""
     with tempfile.TemporaryDirectory() as scratch:
         r = run_measured(cmd, Path.cwd(), "rss", stderr_path=Path(scratch) / "stderr.txt")
-    return {
-        "command": cmd,
-        "returncode": r["returncode"],
-        "wall_s": r["wall_s"],
-        "peak_tree_bytes": r["peak_rss_tree_bytes"],
-        "peak_tree_at_s": r["peak_rss_tree_at_s"],
-        "processes": r["processes"],
-        "load_start": r["load_start"],
-        "load_end": r["load_end"],
-        "foreign_cpu_s": r["foreign_cpu_s"],
-    }
+    r.pop("stdout", None)
+    return r
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     result = sample(cmd)
     per = ", ".join(f"{r['role']} {r['peak_bytes'] / GB:.2f}" for r in result["processes"][:6])
     print(f"exit {result['returncode']}, wall {result['wall_s']:.1f} s, peak tree "
-          f"{result['peak_tree_bytes'] / GB:.2f} GB at {result['peak_tree_at_s']:.0f} s; "
+          f"{result['peak_rss_tree_bytes'] / GB:.2f} GB at {result['peak_rss_tree_at_s']:.0f} s; "
           f"per process (GB): {per}", file=sys.stderr)  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))

@@ -1,7 +1,7 @@
 """Bounds: every size-like option has an upper bound checked before any work.
 
 Sizes are checked with the estimates the proximity command uses
-(``distforest/jobs/plan.py``: ``check_size``, the CPU-hour cap
+(``distforest/jobs/estimates.py``: ``check_size``, the CPU-hour cap
 ``DISTFOREST_MAX_CPU_HOURS`` and the machine's memory); counts that cannot
 exceed the data (``k`` clusters, features to select) are checked against it.
 Each case is exit 2 in one line, at once, with nothing written.

@@ -267,8 +267,9 @@ def test_suggested_options_exist_for_the_command(command, tmp_path):
 
 #: Options named in distforest's strings that are not distforest's: click's own, and dask's
 #: ``dask scheduler --scheduler-file`` (a cluster message tells how to start one);
-#: ``--directory`` is a name the output checks look for, not a suggestion.
-NOT_OURS = {"--help", "--scheduler-file", "--directory"}
+#: ``--directory`` is a name the output checks look for, not a suggestion; ``--no`` the prefix
+#: the generated flag pairs put before a name (``--no-bootstrap``).
+NOT_OURS = {"--help", "--scheduler-file", "--directory", "--no"}
 
 
 def test_every_option_a_message_names_exists():
@@ -293,3 +294,35 @@ def test_every_option_a_message_names_exists():
     unknown = {o: sorted(where) for o, where in named.items() if o not in known | NOT_OURS}
     assert not unknown, unknown
     assert {"--overwrite", "--id", "--drop", "--restart", "--set"} <= set(named)
+
+
+MISSPELT = {
+    "command": (["proximty"], "No such command 'proximty'; did you mean 'proximity'?"),
+    "option": (["proximity", "t.csv", "--out", "p.zarr", "--tres", "3"],
+               "No such option '--tres'; did you mean '--trees'?"),
+    "subcommand option": (["knn", "fit", "t.csv", "--out", "m.zarr", "--kk", "3"],
+                          "No such option '--kk'; did you mean '--k'?"),
+    "choice": (["proximity", "t.csv", "--out", "p.zarr", "--kind", "extra-tree"],
+               "'extra-tree' is not one of 'random-forest', 'extra-trees'; did you mean "
+               "'extra-trees'?"),
+    "pipeline key": (["run", "p.yaml", "--set", "forest.n_estimator=3", "--dry-run"],
+                     "did you mean 'n_estimators'?"),
+    "pipeline kind": (["run", "k.yaml", "--dry-run"],
+                      "kind 'proximty' is not a kind of job; did you mean 'proximity'?"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("what", MISSPELT)
+def test_one_did_you_mean_for_every_misspelling(what, tmp_path, monkeypatch):
+    """Every misspelling gets the same suggestion (errors.did_you_mean): one closest name,
+    after a semicolon, not click's own list of possibilities."""
+    monkeypatch.chdir(tmp_path)
+    Path("t.csv").write_text("a,b\n1,2\n3,4\n")
+    Path("p.yaml").write_text("input: {path: t.csv}\noutput: {dir: out}\n")
+    Path("k.yaml").write_text("kind: proximty\ninput: {path: t.csv}\noutput: {dir: out}\n")
+    argv, expected = MISSPELT[what]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code != 0
+    text = " ".join(result.output.split())
+    assert expected in text, result.output
+    assert "Did you mean one of" not in text and "(Did you mean" not in text

@@ -1,4 +1,5 @@
-"""No import circle between the modules of distforest, read from the import graph.
+"""No import circle between the modules of distforest, and a command line that is a
+shell (it imports only jobs, errors and settings), read from the import graph.
 
 grimp (import-linter's graph) lists every import of every module, including
 those made inside functions and under ``if TYPE_CHECKING:``.  Two modules are
@@ -8,6 +9,9 @@ circle of a module is what it imports (upstream) that also imports it
 """
 
 from __future__ import annotations
+
+import tomllib
+from pathlib import Path
 
 import grimp
 
@@ -46,3 +50,52 @@ def test_finds_a_circle(tmp_path, monkeypatch) -> None:
 def test_no_import_circle() -> None:
     circles = import_circles("distforest")
     assert not circles, f"import circles: {[sorted(c) for c in circles]}"
+
+
+#: What the command line may import of the package (besides itself): ``pyproject.toml``'s
+#: import-linter contract "the command line is a shell" says the same.
+SHELL_ALLOWED = ("distforest.cli", "distforest.jobs", "distforest.errors", "distforest.settings",
+                 "distforest._version")  # fmt: skip
+
+
+def outside_imports(graph: grimp.ImportGraph, source: str,
+                    allowed: tuple[str, ...]) -> dict[str, set[str]]:  # fmt: skip
+    """Module of ``source`` -> the modules of its package it imports directly that are not
+    in ``allowed`` (a package or a module of it)."""
+    package = source.split(".")[0]
+    found: dict[str, set[str]] = {}
+    for module in sorted(m for m in graph.modules if m == source or m.startswith(f"{source}.")):
+        bad = {m for m in graph.find_modules_directly_imported_by(module)
+               if m.startswith(f"{package}.")
+               and not any(m == a or m.startswith(f"{a}.") for a in allowed)}  # fmt: skip
+        if bad:
+            found[module] = bad
+    return found
+
+
+def test_finds_an_import_outside_the_allowed(tmp_path, monkeypatch) -> None:
+    pkg = tmp_path / "shellpkg"
+    (pkg / "cli").mkdir(parents=True)
+    for name in ("__init__.py", "cli/__init__.py", "jobs.py", "store.py"):
+        (pkg / name).write_text("")
+    (pkg / "cli" / "a.py").write_text("from shellpkg import jobs\n")
+    (pkg / "cli" / "b.py").write_text("def f():\n    import shellpkg.store\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graph = grimp.build_graph("shellpkg")
+    found = outside_imports(graph, "shellpkg.cli", ("shellpkg.cli", "shellpkg.jobs"))
+    assert found == {"shellpkg.cli.b": {"shellpkg.store"}}
+
+
+def test_the_command_line_is_a_shell() -> None:
+    """cli/ imports only jobs, errors and settings (modules import-linter's contract would
+    exempt by ``ignore_imports`` are left out here too)."""
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    contract = next(c for c in config["tool"]["importlinter"]["contracts"]
+                    if c.get("source_modules") == ["distforest.cli"])  # fmt: skip
+    exempt = {line.split(" -> ")[0] for line in contract.get("ignore_imports", [])}
+    found = outside_imports(grimp.build_graph("distforest"), "distforest.cli", SHELL_ALLOWED)
+    assert {m: sorted(b) for m, b in found.items() if m not in exempt} == {}
+    forbidden = set(contract["forbidden_modules"])
+    top = {m.split(".")[0] + "." + m.split(".")[1] for m in grimp.build_graph("distforest").modules
+           if m.count(".") >= 1}  # fmt: skip
+    assert forbidden == top - {*SHELL_ALLOWED, "distforest.data"} - {"distforest.__main__"}

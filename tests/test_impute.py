@@ -429,10 +429,20 @@ def test_cli_end_to_end_on_bundled_data(client, breast_cancer_csv, tmp_path):
         pd.testing.assert_series_equal(written[col], original[col])
     filled = written.loc[original["Bare.nuclei"].isna(), "Bare.nuclei"]
     assert filled.between(1, 10).all()
-    # refusing to overwrite, before any work; a Zarr output readable by xarray
+    # the same job again: nothing to do; another job refused before any work (as every
+    # command); a Zarr output readable by xarray
+    written_bytes = out.read_bytes()
     again = CliRunner().invoke(cli, [*args, "--out", str(out)])
-    assert again.exit_code == 6 and "already exists" in again.output  # as every command
-    store = tmp_path / "imputed.zarr"
+    assert again.exit_code == 0 and "already complete" in again.output, again.output
+    other = CliRunner().invoke(cli, [*args, "--trees", "21", "--out", str(out)])
+    assert other.exit_code == 6 and "different job" in other.output, other.output
+    assert "--overwrite" in other.output and out.read_bytes() == written_bytes
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("kept\n")
+    refused = CliRunner().invoke(cli, [*args, "--out", str(foreign)])
+    assert refused.exit_code == 6 and "already exists" in refused.output, refused.output
+    assert foreign.read_text() == "kept\n"
+    store = tmp_path / "table.zarr"  # (its job's store: table.run.zarr)
     result = CliRunner().invoke(cli, [*args, "--out", str(store)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     ds = xr.open_zarr(store)

@@ -280,7 +280,7 @@ def test_a_hive_folder_and_a_csv_glob_at_memory_urls_read_as_on_local_disk(tmp_p
     import dask
     import fsspec
 
-    from distforest.jobs.inputs import partitioned_input
+    from distforest.store.source import by_partitions as partitioned_input
 
     fs = fsspec.filesystem("memory")
     df = _frame(90, seed=4)

@@ -175,6 +175,8 @@ def test_a_similarity_run_killed_mid_tiles_resumes_to_identical_bytes(tmp_path):
 ION = ROOT / "distforest" / "data" / "ionosphere.csv"
 #: Breast-cancer rows with their class, a small forest.
 FOREST = ["--target", "Class", "--drop", "Id", "--trees", "5"]
+#: A k-NN model's training rows: breast cancer's complete columns, its class.
+KNN = ["--target", "Class", "--drop", "Id", "--drop", "Bare.nuclei"]
 #: Command -> (its arguments but --out, its output file, its store beside it; None: the
 #: output is the store).
 COMMANDS = {
@@ -195,6 +197,10 @@ COMMANDS = {
                    "--trees", "5", "--distances", "D"], "m.zarr", None),
     "smerf predict": (["S", str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
                        "--tile-size", "256"], "d.zarr", None),
+    "impute": ([str(BC), *FOREST[:4], "--trees", "4", "--iterations", "2", "--seed", "0"],
+               "i.csv", "i.run.zarr"),
+    "knn fit": ([str(BC), *KNN, "--k", "3"], "m.zarr", None),
+    "knn predict": (["K", str(BC)], "pr.csv", "pr.run.zarr"),
 }  # fmt: skip
 
 
@@ -220,8 +226,13 @@ def _command(tmp_path: Path, command: str) -> tuple[list[str], Path, Path]:
                "Bare.nuclei", "--trees", "5", "--distances", str(tmp_path / "D.npy")]  # fmt: skip
         made = CliRunner().invoke(cli, ["-q", *fit, "--out", str(tmp_path / "s.zarr")])
         assert made.exit_code == 0, made.output
+    if command == "knn predict" and not (tmp_path / "k.zarr").exists():
+        made = CliRunner().invoke(cli, ["-q", "knn", "fit", str(BC), *KNN, "--k", "3",
+                                        "--out", str(tmp_path / "k.zarr")])  # fmt: skip
+        assert made.exit_code == 0, made.output
     places = {"X": tmp_path / "x.zarr", "M": tmp_path / "m.zarr", "S": tmp_path / "s.zarr",
-              "D": tmp_path / "D.npy", "PLOT": folder / "p.png"}  # fmt: skip
+              "D": tmp_path / "D.npy", "PLOT": folder / "p.png",
+              "K": tmp_path / "k.zarr"}  # fmt: skip
     args = [str(places.get(a, a)) for a in given]
     return (
         [*command.split(), *args, "--out", str(folder / name)],
@@ -357,3 +368,79 @@ def test_a_command_and_its_pipeline_form_write_the_same_bytes(tmp_path, command)
         assert len(piped) > 1, piped
     else:
         assert (folder / name).read_bytes() == out.read_bytes() and out.stat().st_size > 1000
+
+
+#: The commands whose pipeline form is a section of another kind's pipeline: the YAML
+#: ("OUT": output.dir, "BC": the input) and what both write ("model": the model's arrays).
+SECTION_FORMS = {
+    "impute": ("input: {path: BC, target: Class, drop: [Id]}\n"
+               "forest: {n_estimators: 4, random_state: 0}\n"
+               "impute: {out: i.csv, n_estimators: 4, iterations: 2}\n", "i.csv"),
+    "knn fit": ("kind: knn\ninput: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
+                "knn: {k: 3, model: m.zarr}\n", "model"),
+    "knn predict": ("kind: knn\ninput: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
+                    "knn: {k: 3, model: m.zarr, predict: {input: BC, out: pr.csv}}\n",
+                    "pr.csv"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(SECTION_FORMS))
+def test_impute_and_knn_commands_and_their_pipeline_forms_write_the_same_bytes(tmp_path,
+                                                                              command):  # fmt: skip
+    """``impute`` and a proximity pipeline's ``impute`` section, ``knn fit`` / ``knn
+    predict`` and a k-NN pipeline's ``knn`` section: the same bytes (a model: its arrays'
+    chunks; its attributes record each run)."""
+    args, out, _ = _command(tmp_path, command)
+    result = CliRunner().invoke(cli, ["-q", *args])
+    assert result.exit_code == 0, result.output
+    text, name = SECTION_FORMS[command]
+    folder = tmp_path / "piped"
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text(text.replace("BC", str(BC)) + f"output: {{dir: {folder}}}\n")
+    run = CliRunner().invoke(cli, ["-q", "run", str(yaml)])
+    assert run.exit_code == 0, run.output
+    if name == "model":
+        piped = {k: v for k, v in _tree(folder / "m.zarr").items() if "/c/" in k}
+        assert piped == {k: v for k, v in _tree(out).items() if "/c/" in k} and len(piped) >= 3
+        return
+    assert (folder / name).read_bytes() == out.read_bytes() and out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("command", ["impute", "knn fit", "knn predict"])
+def test_a_command_killed_by_sigkill_runs_again_to_the_same_bytes(tmp_path, command):
+    """SIGKILL of the whole run as soon as it holds its lock (wherever it then is): run
+    again, the dead run's lock is taken over and the files are those of an uninterrupted
+    run, the job's store complete."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args, out, store = _command(tmp_path, command)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    clean = tmp_path / "clean"
+    clean_args = [a.replace(str(tmp_path / "o"), str(clean)) for a in args]
+    assert CliRunner().invoke(cli, ["-q", *clean_args]).exit_code == 0
+    command_line = [sys.executable, "-m", "distforest", "-q", *args]
+    (tmp_path / "o").mkdir()
+    proc = subprocess.Popen(command_line, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    lock = store.with_name(store.name + ".lock")
+    deadline = time.time() + 120
+    while not lock.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    held = lock.exists()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert held, "the run never took its lock"
+    again = subprocess.run(command_line, env=env, capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr
+    assert RunStore.open(store).is_complete
+
+    def files(folder: Path) -> dict[str, str]:
+        return {k: v for k, v in _tree(folder).items()
+                if not k.startswith("report") and ".run.zarr" not in k
+                and not (k.endswith(".json") or ".lock" in k)}  # fmt: skip
+
+    assert files(clean) == files(out.parent) and len(files(clean)) >= 1

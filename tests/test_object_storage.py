@@ -389,7 +389,7 @@ def _by_partitions(store: str | Path) -> bool:
 def test_parquet_folder_and_csv_glob_on_s3_are_read_by_partitions_as_local_ones(
     s3, tmp_path, monkeypatch
 ):
-    from distforest.jobs import inputs as big_input
+    from distforest.store import source as big_input
 
     folder, csvs = _put_parts(tmp_path)
     args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "2",
@@ -405,7 +405,7 @@ def test_parquet_folder_and_csv_glob_on_s3_are_read_by_partitions_as_local_ones(
         ("parquet", "s3://bkt/parts", folder),
         ("glob", "s3://bkt/csvs/day-*.csv", csvs / "day-*.csv"),
     ):
-        assert big_input.partitioned_input(remote_in)
+        assert big_input.by_partitions(remote_in)
         url = f"s3://bkt/out-{name}/p.zarr"
         remote = invoke("proximity", remote_in, *args, "--out", url)
         assert remote.exit_code == 0, remote.output
@@ -418,11 +418,11 @@ def test_parquet_folder_and_csv_glob_on_s3_are_read_by_partitions_as_local_ones(
 
 
 def test_a_file_on_s3_over_the_threshold_is_read_by_partitions(s3, tmp_path, monkeypatch):
-    from distforest.jobs import inputs as big_input
+    from distforest.store import source as big_input
 
-    assert not big_input.partitioned_input("s3://bkt/in/bc.csv")  # 125 kB: read whole
+    assert not big_input.by_partitions("s3://bkt/in/bc.csv")  # 125 kB: read whole
     monkeypatch.setattr(big_input, "PARTITIONED_BYTES", 10_000)
-    assert big_input.partitioned_input("s3://bkt/in/bc.csv")
+    assert big_input.by_partitions("s3://bkt/in/bc.csv")
     args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "4",
             "--tile-size", "256"]  # fmt: skip
     url = "s3://bkt/big/p.zarr"

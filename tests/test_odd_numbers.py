@@ -115,15 +115,11 @@ def test_cli_decimal_option_and_pipeline_key(tmp_path, monkeypatch):
     refused(["run", mixed], 3, "column 'b'", "--decimal ,")
 
 
-def test_counts_of_parts_merge_to_the_counts_of_the_whole():
+def test_counts_of_numbers_and_the_decimal_they_decide():
     from distforest.io.encoding import NumberCounts, count_numbers, decide_decimal
 
     values = pd.Series(["1,5", "2", None, "x", "3,25", "y", "4"] * 3, dtype=object)
     whole = count_numbers(values)
-    parts = count_numbers(values[:8].reset_index(drop=True)).merge(
-        count_numbers(values[8:].reset_index(drop=True), first_row=9)
-    )
-    assert parts == whole
     assert (whole.comma, whole.plain, whole.fail, whole.dot) == (6, 6, 6, 0)
     assert whole.failures[:2] == ((4, "x"), (6, "y"))
     assert decide_decimal(NumberCounts(comma=5, plain=2), "c", "f") == ","

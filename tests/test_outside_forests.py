@@ -18,8 +18,14 @@ from sklearn.ensemble import (
 )
 from sklearn.linear_model import LogisticRegression
 
-from distforest.errors import ParameterError
-from distforest.forests.outside import boosted_tree_weights, kerf_weights, outside_forest
+from distforest.errors import InputError, ParameterError
+from distforest.forests.outside import (
+    count_leaves,
+    leaf_offsets,
+    outside_forest,
+    row_weights,
+    weight_table,
+)
 from distforest.kernels.proximity import weighted_proximity_tile
 
 N = 240
@@ -166,21 +172,46 @@ def test_not_a_forest_refused(classification) -> None:
         outside_forest(RandomForestClassifier())
 
 
+def _table(method: str, forest, leaves: np.ndarray, chunk: int = 64):
+    """The per-leaf table of ``method``, its leaves counted chunk by chunk as tasks do."""
+    offsets = leaf_offsets(forest.node_counts())
+    counts = sum(count_leaves(leaves[s : s + chunk], offsets) for s in range(0, len(leaves), chunk))
+    np.testing.assert_array_equal(counts, count_leaves(leaves, offsets))  # chunks add up
+    return weight_table(method, counts, offsets, forest), offsets
+
+
 def test_kerf_against_a_dense_oracle(classification) -> None:
     X, y = classification
     model = RandomForestClassifier(n_estimators=6, min_samples_leaf=3, random_state=2).fit(X, y)
-    leaves = outside_forest(model).leaves(X)
+    forest = outside_forest(model)
+    leaves = forest.leaves(X)
     same = leaves[:, None, :] == leaves[None, :, :]  # (n, n, T)
     sizes = same.sum(axis=1)  # rows in i's leaf, per tree
     oracle = (same / sizes[:, None, :]).mean(axis=2)
-    got = weighted_proximity_tile(leaves, leaves, kerf_weights(leaves))
+    table, offsets = _table("kerf", forest, leaves)
+    assert table.size == forest.node_counts().sum()  # the model's size, not the rows'
+    weights = row_weights(leaves, table, offsets)
+    np.testing.assert_array_equal(weights, 1.0 / (6 * sizes))
+    got = weighted_proximity_tile(leaves, leaves, weights)
     np.testing.assert_allclose(got, oracle, rtol=1e-6)
     np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-5)
     # Tiles agree with the whole matrix.
     np.testing.assert_allclose(
-        weighted_proximity_tile(leaves[:50], leaves[100:], kerf_weights(leaves)[:50]),
+        weighted_proximity_tile(leaves[:50], leaves[100:], weights[:50]),
         oracle[:50, 100:], rtol=1e-6,
     )  # fmt: skip
+
+
+def test_leaves_of_another_forest_refused(classification) -> None:
+    X, y = classification
+    forest = outside_forest(RandomForestClassifier(n_estimators=3, random_state=0).fit(X, y))
+    leaves = forest.leaves(X)
+    offsets = leaf_offsets(forest.node_counts())
+    leaves[5, 1] = forest.node_counts()[1]
+    with pytest.raises(InputError, match=r"tree 1 has \d+ nodes but a row is in its leaf"):
+        count_leaves(leaves, offsets)
+    with pytest.raises(InputError, match="2 trees and the forest 3"):
+        count_leaves(leaves[:, :2], offsets)
 
 
 def test_boosted_weighting_against_a_dense_oracle(regression) -> None:
@@ -193,7 +224,9 @@ def test_boosted_weighting_against_a_dense_oracle(regression) -> None:
     w = np.abs(values).mean(axis=0)
     w = w / w.sum()
     oracle = ((leaves[:, None, :] == leaves[None, :, :]) * w).sum(axis=2)
-    weights = np.broadcast_to(boosted_tree_weights(values), leaves.shape)
+    table, offsets = _table("boosted", forest, leaves)
+    weights = row_weights(leaves, table, offsets)
+    np.testing.assert_allclose(weights, np.broadcast_to(w, leaves.shape), rtol=1e-12)
     got = weighted_proximity_tile(leaves, leaves, weights)
     np.testing.assert_allclose(got, oracle, rtol=1e-6)
     np.testing.assert_allclose(np.diag(got), 1.0, rtol=1e-6)
@@ -560,6 +593,36 @@ def test_commands_with_a_model_file_match_the_python_api(model_files, tmp_path):
     W = P[np.ix_(rows, observed)]
     oracle = W @ Xh[observed, 1] / W.sum(axis=1)
     np.testing.assert_allclose(imputed["f1"].to_numpy()[rows], oracle, rtol=1e-5)
+
+
+def test_proximity_with_a_model_file_on_a_folder_of_parts(model_files, tmp_path):
+    """``proximity --model`` routes rows read by partitions (written into the job's store)
+    as it routes the one file: the same leaves and matrix; run again, it is complete."""
+    pd = pytest.importorskip("pandas")
+    from distforest import open_store
+
+    folder = model_files[0]
+    train = pd.read_csv(folder / "train.csv")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for p, rows in enumerate(np.array_split(np.arange(len(train)), 3)):
+        train.iloc[rows].to_parquet(parts / f"part-{p}.parquet", index=False)
+    args = ("--target", "label", "--model", folder / "model.txt", "--method", "kerf",
+            "--tile-size", "64")  # fmt: skip
+    stores = {}
+    for name, source in (("file", folder / "train.csv"), ("parts", parts)):
+        stores[name] = tmp_path / f"{name}.zarr"
+        result = _invoke("proximity", source, *args, "--out", stores[name])
+        assert result.exit_code == 0, (name, result.output)
+    assert (stores["parts"] / "input" / "X").is_dir()  # the rows the trees routed
+    assert not (stores["file"] / "input").exists()
+    got, expected = open_store(stores["parts"]), open_store(stores["file"])
+    for name in ("proximity_kerf", "leaves"):
+        np.testing.assert_array_equal(got[name].values, expected[name].values)
+    again = _invoke("proximity", parts, *args, "--out", stores["parts"])
+    assert again.exit_code == 0, again.output
+    np.testing.assert_array_equal(open_store(stores["parts"])["proximity_kerf"].values,
+                                  expected["proximity_kerf"].values)  # fmt: skip
 
 
 def test_scoring_pipeline_with_a_model_file(model_files, tmp_path, monkeypatch):

@@ -411,7 +411,7 @@ def test_impute_dry_run_of_a_glob_starts_nothing_and_writes_nothing(no_cluster, 
                  "--out", tmp_path / "out/", "--dry-run")  # fmt: skip
     assert dry.exit_code == 0, dry.output
     assert "impute: 699 rows x 9 features" in dry.output
-    assert "LocalCluster started for the run (read by partitions" in dry.output
+    assert "LocalCluster started for the run (rows read by partitions" in dry.output
     assert not (tmp_path / "out").exists()
     # 9 columns counted (an upper bound), 35 trees each in tasks of ceil(35 / 8) = 5 trees
     # (about 8 tasks a column), at most 10 passes

@@ -243,7 +243,10 @@ def test_pipeline_top_k_and_dry_run(breast_cancer_csv, tmp_path) -> None:
     assert ds["index"].shape == (699, 7)
     path.write_text(path.read_text().replace("top_k: 7", "top_k: 0"))
     bad = cli("run", path, "--dry-run")
-    assert bad.exit_code == 4 and "proximity.top_k must be at least 1" in bad.output
+    assert (
+        bad.exit_code == 4
+        and "proximity.top_k must be an integer >= 1 or None, got 0" in bad.output
+    )
 
 
 def test_readme_spectral_embedding(forest) -> None:

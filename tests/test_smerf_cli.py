@@ -60,6 +60,14 @@ def test_fit_predict_importances(client, tmp_path):
     np.testing.assert_array_equal(
         xr.open_zarr(out_b)["distance"].values, ref.predict_distance(A, A[:12]).values
     )
+    # One new row is a table to predict (a file read whole needs 2 rows only to fit)
+    pd.DataFrame(A[:1], columns=[f"x{k}" for k in range(6)]).to_csv(tmp_path / "one.csv",
+                                                                     index=False)  # fmt: skip
+    out_1 = tmp_path / "pred_1.zarr"
+    result = invoke("-q", "smerf", "predict", model, tmp_path / "one.csv", "--out", out_1,
+                    "--scheduler", address)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(xr.open_zarr(out_1)["distance"].values, got.values[:1])
     result = invoke("smerf", "importances", model, "--plot", tmp_path / "imp.png")
     assert result.exit_code == 0, result.output
     lines = [ln.split() for ln in result.output.splitlines() if ln.strip().startswith("x")]

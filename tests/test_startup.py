@@ -121,17 +121,18 @@ def test_package_names_load_on_first_use():
 
 
 def test_small_imputation_loads_no_cluster_store_or_jit_module(breast_cancer_csv, tmp_path):
-    """A small ``impute`` run (in this process) needs scikit-learn and pandas, nothing else
-    heavy: distributed, Zarr, xarray and numba cost a second of start-up.  Of Dask, only
-    its configuration is read (distforest's settings live in ``dask.config``; ``import
-    dask.config`` takes about 0.1 s), never ``dask.array``."""
+    """A small ``impute`` run (in this process) needs scikit-learn, pandas and Zarr (the
+    job's store beside the output: its spec and stages), nothing else heavy: distributed,
+    xarray and numba cost a second of start-up.  Of Dask, only its configuration is read
+    (distforest's settings live in ``dask.config``; ``import dask.config`` takes about
+    0.1 s), never ``dask.array``."""
     out = tmp_path / "imputed.csv"
     args = ["-q", "impute", str(breast_cancer_csv), "--target", "Class", "--drop", "Id",
             "--trees", "4", "--iterations", "2", "--out", str(out)]  # fmt: skip
     code = (f"from distforest.cli.main import cli\ncli({args!r}, standalone_mode=False)\n"
             "import sys\nassert not {'dask.array', 'dask.dataframe'} & set(sys.modules)"
             )  # fmt: skip
-    assert loaded_after(code) == ["dask", "sklearn", "pandas"]  # (the probe fails otherwise)
+    assert loaded_after(code) == ["dask", "sklearn", "zarr", "pandas"]  # (else the probe fails)
     assert out.exists()
 
 
@@ -395,3 +396,15 @@ def test_main_keeps_the_exit_status_and_the_exit_handlers(argv, status, tmp_path
                           cwd=tmp_path)  # fmt: skip
     assert done.returncode == status, done.stderr
     assert done.stdout.strip().endswith("handlers ran True")
+
+
+def test_what_jobs_re_exports_for_the_shell_resolves_and_loads_nothing_heavy():
+    """Every name of ``distforest.jobs.SHELL`` is found (a renamed function fails here, not
+    in a user's command), and importing ``distforest.jobs`` loads none of :data:`HEAVY`."""
+    import distforest.jobs as jobs
+
+    for name in jobs.SHELL:
+        assert getattr(jobs, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        jobs.nothing_here  # noqa: B018
+    assert loaded_after("import distforest.jobs") == []

@@ -54,7 +54,7 @@ from distforest.forests.neighbors import Neighbors, search
 from distforest.forests.pairwise import as_matrix
 from distforest.parallel.execution import use_execution
 from distforest.store.inputs import StoredRows
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 from distforest.store.schema import INPUT_GROUP
 
 WEIGHTS = ("uniform", "distance")
@@ -610,6 +610,7 @@ def save_model(
     *,
     overwrite: bool = False,
     attrs: dict[str, Any] | None = None,
+    complete: bool = True,
 ) -> RunStore:
     """Write a fitted k-NN model as a Zarr store: arrays and JSON attributes only.
 
@@ -628,6 +629,9 @@ def save_model(
         Replace an existing distforest store.
     attrs : dict, optional
         More JSON attributes to record (e.g. the input's target column).
+    complete : bool, default True
+        Mark the store complete (False: a job goes on writing into it; its run
+        protocol completes it).
     """
     model._check_fitted()
     rs = RunStore.create(path, attrs=model_attrs(model, attrs), overwrite=overwrite)
@@ -640,7 +644,8 @@ def save_model(
     if votes is not None:  # the votes' weights
         rs.write_array("sample_weight", votes, ("sample",))
     write_fitted_parameters(model, rs)
-    rs.mark_complete()
+    if complete:
+        complete_output(rs)
     return rs
 
 
@@ -728,7 +733,8 @@ def write_fitted_parameters(model: KNNBase, rs: RunStore) -> None:
         saved.save(location.join(rs.path, FOREST_GROUP))
 
 
-def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegressor:
+def load_model(path: str | Path, client: Any = None, *,
+               require_complete: bool = True) -> KNNClassifier | KNNRegressor:  # fmt: skip
     """Read a model written by :func:`save_model` (no code is run).
 
     Parameters
@@ -736,8 +742,11 @@ def load_model(path: str | Path, client: Any = None) -> KNNClassifier | KNNRegre
     path : str or Path
     client : distributed.Client, optional
         Run the model's neighbour search there (:meth:`~KNNBase.set_execution`).
+    require_complete : bool, default True
+        Refuse a store not marked complete (False: a job's model, written by its
+        finished fit stage and completed when the job ends).
     """
-    rs = RunStore.open(path, require_complete=True)
+    rs = RunStore.open(path, require_complete=require_complete)
     attrs = rs.attrs
     kinds = {"KNNClassifier": KNNClassifier, "KNNRegressor": KNNRegressor}
     if attrs.get("model") not in kinds:

@@ -20,13 +20,12 @@ from distforest.cli.options import (
     id_option,
     input_options,
     model_option,
+    parameter_option,
     pop_keys,
     show,
 )
-from distforest.jobs.outputs import (
-    check_new_file,
-    write_csv,
-)
+from distforest.jobs import constraints as C
+from distforest.jobs.outputs import check_new_file, write_csv
 
 
 def _common(func: Any) -> Any:
@@ -54,13 +53,12 @@ def _answer(obj: dict, answer: str, input: str, target: str | None,
     """Build the command's job (:mod:`distforest.jobs.forest_answers`) and run it or,
     with ``--dry-run``, print its stages."""
     from distforest.cli.options import connect_kwargs, run_job
+    from distforest.jobs import check_model_file
     from distforest.jobs.forest_answers import ForestAnswerJob
     from distforest.jobs.outputs import record_path
 
     dry_run = options.pop("dry_run", False)
     if options.get("model_file") is not None:  # a pickle, an untrusted type: refused first
-        from distforest.io.model_files import check_model_file
-
         check_model_file(options["model_file"])
     job = ForestAnswerJob(input=input, target=target, out=record_path(str(files["out"])),
                           answer=answer, files=files, options=more,
@@ -115,7 +113,7 @@ def mislabels(obj: dict, input: str, target: str | None, out: str, top: int, ove
 @_common
 @model_option
 @click.option("--out", required=True, metavar="FILE.csv", help="CSV of coordinates.")
-@click.option("--components", type=click.IntRange(min=1), default=2, show_default=True)
+@parameter_option("components", C.SECTION_PARAMETERS["mds.components"])
 @click.option(
     "--dissimilarity",
     type=click.Choice(["sqrt", "linear"]),
@@ -194,51 +192,29 @@ def score(obj: dict, model: str, input: str, out: str, training: str | None,
     cluster: each task scores its partition and writes a piece of the CSV.
     """
     from distforest.cli.options import connect_kwargs
+    from distforest.jobs import check_model_file
     from distforest.jobs.fitting import score_rows
     from distforest.jobs.inputs import partitioned_input
-    from distforest.jobs.score import score_plan
+    from distforest.jobs.score import score_partitioned, score_plan
 
     check_new_file(out, overwrite)
     start = time.perf_counter()
     how = (model, input, id_column, method, options.pop("na_values", ()),
            connect_kwargs(pop_keys(options, CLUSTER_KEYS)))  # fmt: skip
     if training is not None or Path(model).is_file():  # a model file fitted elsewhere
-        from distforest.io.model_files import check_model_file
-
         check_model_file(model)  # a pickle refused before any work
         if training is None or partitioned_input(input) or dry_run:
             raise click.UsageError(
                 "a model file fitted elsewhere needs --training TABLE (the rows it was fitted "
                 "on) and is scored on a table loaded whole, without --dry-run"
             )
-    elif partitioned_input(input):  # a glob, a folder of parts, a large file: by partitions
-        _score_partitioned(*how, out=out, dry_run=dry_run)
-        return
-    if dry_run:
+    if dry_run:  # the scoring job's stages (new rows read whole or by partitions)
         return show(score_plan(*how, out=out), out)
+    if partitioned_input(input):  # a glob, a folder of parts, a large file: on a cluster
+        n, path = score_partitioned(model, input, out, *how[2:])
+        return _report(f"scored {n} rows by partitions", time.perf_counter() - start,
+                       {"scores": path})  # fmt: skip
     result, forest, table = score_rows(*how, training=training, target=target)
     written = {"scores": write_csv(result, out)}
     _report(f"scored {table.n_samples} rows against {forest.n_samples_} training rows",
             time.perf_counter() - start, written)  # fmt: skip
-
-
-def _score_partitioned(model: str, input: str, id_column: str | None, method: str,
-                       na_values: tuple[str, ...], connect: dict[str, Any], *, out: str,
-                       dry_run: bool) -> None:  # fmt: skip
-    """``score`` of an INPUT read by partitions, on the named cluster (or a LocalCluster)."""
-    from distforest.jobs.score import score_partitioned
-    from distforest.parallel.cluster import connect as connect_to
-
-    start = time.perf_counter()
-    if dry_run:
-        from distforest.io.partitions import open_partitions
-
-        parts = open_partitions(input, na_values=na_values)
-        click.echo(f"score of {parts.source} against {model}: read by partitions, a pass of "
-                   f"summaries then {parts.npartitions} tasks that each score a partition with "
-                   f"the forest (read once per worker) and write a piece of {out}, joined in "
-                   "order")  # fmt: skip
-        return
-    with connect_to(**connect) as client, client.as_current():
-        n, written = score_partitioned(model, input, out, id_column, method, na_values)
-    _report(f"scored {n} rows by partitions", time.perf_counter() - start, {"scores": written})

@@ -1,7 +1,7 @@
 """``distforest impute``: fill the missing values of a table with proximity imputation.
 
-Only click and light modules are imported here; the imputer, the table
-readers and writers are imported when the command runs (``--help`` stays quick).
+A shell: the options become an :class:`~distforest.jobs.impute.ImputeJob`, run (or
+planned, ``--dry-run``) by :func:`~distforest.cli.options.run_job`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from distforest.cli.options import (
     parse_max_features,
     parse_max_samples,
     pop_keys,
+    run_job,
     seed_option,
-    show,
 )
-from distforest.cli.progress import ProgressBars
-from distforest.forests.constraints import IMPUTE_KINDS, IMPUTE_PROXIMITIES, TASKS, VOTES
+from distforest.jobs.impute import IMPUTE_KINDS, IMPUTE_PROXIMITIES, TASKS, VOTES
 
 #: ``ProximityImputer``'s own defaults, written out so that ``--help`` needs no estimator
 #: (tests/test_startup.py checks them against its signature).
@@ -145,8 +144,8 @@ DEFAULTS: dict[str, Any] = {
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @dry_run_option
 @cluster_options
-@click.pass_context
-def impute(ctx: click.Context, input: str, out: str, target: str | None, drop: tuple[str, ...],
+@click.pass_obj
+def impute(obj: dict, input: str, out: str, target: str | None, drop: tuple[str, ...],
            na_values: tuple[str, ...], categorical: tuple[str, ...], overwrite: bool,
            dry_run: bool, id_column: str | None, model_file: str | None,
            **params: Any) -> None:  # fmt: skip
@@ -167,13 +166,9 @@ def impute(ctx: click.Context, input: str, out: str, target: str | None, drop: t
     Example:
       distforest impute data.csv --target Class --drop Id --out imputed.csv
     """
-    from distforest.jobs.impute import impute_command
+    from distforest.jobs.impute import impute_job
 
-    bars = ProgressBars(enabled=not (ctx.obj or {}).get("quiet", False))
-    done = impute_command(input, out, params, connect_kwargs(pop_keys(params, CLUSTER_KEYS)),
-                          target=target, drop=drop, na_values=na_values, categorical=categorical,
-                          overwrite=overwrite, progress=bars, dry_run=dry_run,
-                          id=id_column, model=model_file)  # fmt: skip
-    if dry_run:
-        return show(done, out)
-    click.echo(done)
+    job = impute_job(input, out, params, connect_kwargs(pop_keys(params, CLUSTER_KEYS)),
+                     target=target, drop=drop, na_values=na_values, categorical=categorical,
+                     overwrite=overwrite, id=id_column, model=model_file)  # fmt: skip
+    run_job(obj or {"quiet": False}, job, dry_run)

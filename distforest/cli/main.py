@@ -14,16 +14,13 @@ import functools
 import gc
 import importlib
 import logging
-import os
 import signal
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import click
 
-from distforest import location
 from distforest._version import __version__
 from distforest.cli.progress import setup_logging
 from distforest.errors import (
@@ -34,6 +31,7 @@ from distforest.errors import (
     Terminated,
     did_you_mean,
 )
+from distforest.jobs import ScrubbedStream, remember_secrets, scrub
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
@@ -157,6 +155,13 @@ class _Group(click.Group):
         fix = OVERWRITE_FIX.set("pass --overwrite")  # every command but run has it
         try:
             return super().invoke(ctx)
+        except click.NoSuchOption as exc:  # the one did-you-mean, as for commands and keys
+            command = exc.ctx.command if exc.ctx is not None else self
+            names = [o for p in command.params if not getattr(p, "hidden", False)
+                     for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]  # fmt: skip
+            hint = did_you_mean(exc.option_name, names)
+            raise click.NoSuchOption(exc.option_name, f"No such option {exc.option_name!r}"
+                                     f"{hint or '.'}", ctx=exc.ctx) from None  # fmt: skip
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line; locks are released
             how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
             stores = sys.modules.get("distforest.store.run_store")  # (imported if one was made)
@@ -167,7 +172,7 @@ class _Group(click.Group):
             click.echo(f"distforest: {how}; {then}", err=True)
             sys.exit(Terminated.exit_code if isinstance(exc, Terminated) else INTERRUPTED)
         except DistforestError as exc:
-            click.echo(location.scrub(f"distforest: error: {exc}"), err=True)
+            click.echo(scrub(f"distforest: error: {exc}"), err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:  # a disk that fills up under any command: exit 6, one line
             if exc.errno not in DISK_FULL_ERRNOS:
@@ -199,11 +204,11 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 def scrub_output(argv: list[str]) -> None:
     """Every line this process prints (messages, log lines, warnings, tracebacks) passes
     through :func:`~distforest.location.scrub`, which also learns the secrets in ``argv``."""
-    location.remember_secrets(list(argv))
+    remember_secrets(list(argv))
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
-        if not isinstance(stream, location.ScrubbedStream):
-            setattr(sys, name, location.ScrubbedStream(stream))
+        if not isinstance(stream, ScrubbedStream):
+            setattr(sys, name, ScrubbedStream(stream))
 
 
 def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -239,28 +244,10 @@ def _accept_group_flags(command: click.Command) -> None:
             _accept_group_flags(sub)
 
 
-def check_writable(path: str) -> None:
-    """Refuse an output whose folder this process cannot write (exit 6, one line).
-
-    The folder is the nearest existing one on the way to ``path`` (missing
-    folders are created by the commands): a read-only mount or a folder
-    without write permission fails here, before any work, instead of at the
-    end of the run.
-    """
-    out = Path(path)
-    folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
-    if out.is_dir() and not out.is_symlink():
-        folder = out  # a store or folder being replaced: written inside
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        from distforest.errors import StoreError
-
-        why = "is not a folder" if not folder.is_dir() else "is not writable (read-only, or "
-        why += "" if not folder.is_dir() else "no permission)"
-        raise StoreError(f"cannot write {path!r}: {str(folder)!r} {why}; choose another path")
-
-
 def _writable_output(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value and not ctx.resilient_parsing:
+        from distforest.jobs.outputs import check_writable
+
         for path in value if isinstance(value, list | tuple) else [value]:
             check_writable(str(path))
     return value

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from distforest.errors import ParameterError
-from distforest.forests import constraints as C
-
-if TYPE_CHECKING:
-    pass
+from distforest.errors import ParameterError, did_you_mean
+from distforest.jobs import constraints as C
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -49,17 +46,35 @@ def _stack(options: list[Decorator]) -> Decorator:
     return apply
 
 
+def _worker_size(key: str) -> Callable[..., Any]:
+    """A cluster option checked as the LocalCluster's ``key`` in a cluster file is."""
+
+    def check(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
+        if value is None:
+            return None
+        from distforest.jobs import check_worker_size
+
+        try:
+            check_worker_size(key, value)
+        except ParameterError as exc:
+            raise click.BadParameter(str(exc)) from None
+        return value
+
+    return check
+
+
 cluster_options = _stack([
     click.option("--scheduler", metavar="ADDRESS",
                  help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
     click.option("--cluster", "cluster", metavar="FILE.yaml", type=click.Path(dir_okay=False),
                  help="Start or reach a cluster described in a YAML file, or a shipped one "
                       "by name: local, address, ssh, slurm, pbs, kubernetes (cluster_configs/)."),
-    click.option("--workers", type=click.IntRange(min=1),
+    click.option("--workers", type=click.IntRange(min=1), callback=_worker_size("n_workers"),
                  help="Workers of the default LocalCluster [default: CPU count]."),
     click.option("--threads", type=click.IntRange(min=1),
+                 callback=_worker_size("threads_per_worker"),
                  help="Threads per worker of the default LocalCluster [default: 1]."),
-    click.option("--memory-limit", metavar="SIZE",
+    click.option("--memory-limit", metavar="SIZE", callback=_worker_size("memory_limit"),
                  help="Memory per worker of the default LocalCluster, e.g. 4GiB."),
 ])  # fmt: skip
 
@@ -99,7 +114,7 @@ def input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, decimal: str | None = None, **kwargs: Any) -> Any:
         if decimal is None:
             return func(*args, **kwargs)
-        from distforest.io.tables import decimal_mark
+        from distforest.jobs import decimal_mark
 
         with decimal_mark(decimal):
             return func(*args, **kwargs)
@@ -107,111 +122,81 @@ def input_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return _table_options(run)
 
 
-#: ``ProximityForest().get_params()``, written out so that ``--help`` needs no estimator
-#: (tests/test_startup.py checks that they are the estimator's own defaults).
+#: ``ProximityForest().get_params()``: the declared defaults (tests/test_startup.py checks
+#: that they are the estimator's own), so that ``--help`` needs no estimator.
 FOREST_DEFAULTS: dict[str, Any] = {
-    "batch_size": None,
-    "bootstrap": True,
-    "class_weight": None,
-    "criterion": "auto",
-    "kind": "random-forest",
+    **{name: p.default for name, p in C.FOREST_PARAMETERS.items()},
     "leaf_bound": None,
-    "max_depth": None,
-    "max_features": "auto",
-    "max_leaf_nodes": None,
-    "max_samples": None,
-    "min_impurity_decrease": 0.0,
-    "min_samples_leaf": 1,
-    "min_samples_split": 2,
-    "n_estimators": 100,
-    "random_state": None,
-    "task": "auto",
-    "tile_size": 2048,
 }
 #: The command line's one difference: a fixed seed, so that a rerun gives the same result
 #: (Python's default, None, draws a fresh one).
 CLI_SEED = 0
 
 
-def parse_max_features(
-    ctx: click.Context | None, param: click.Parameter | None, value: Any
-) -> str | int | float | None:
-    """``--max-features``: auto, sqrt, log2, an integer >= 1 or a fraction (one parser for all)."""
-    return _parse_number(value, "max_features", C.MaxFeatures())
+class Choice(click.Choice):
+    """click's choice, whose refusal suggests the nearest choice as every message of
+    distforest does (:func:`~distforest.errors.did_you_mean`)."""
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        message = super().get_invalid_choice_message(value, ctx)
+        hint = did_you_mean(value, self.choices)
+        return message.rstrip(".") + hint if hint else message
 
 
-def parse_max_samples(
-    ctx: click.Context | None, param: click.Parameter | None, value: Any
-) -> str | int | float | None:
-    """``--max-samples``: auto, all (None), an integer >= 1 or a fraction."""
-    if isinstance(value, str) and value.lower() in ("all", "none"):
-        return None
-    return _parse_number(value, "max_samples", C.RowsPerTree())
+def parameter_option(name: str, parameter: C.Parameter | None = None,
+                     **override: Any) -> Decorator:  # fmt: skip
+    """The option of parameter ``name``, made from its one declaration.
+
+    ``parameter`` defaults to ``name``'s in
+    :data:`~distforest.forests.constraints.FOREST_PARAMETERS`.  The flag, the
+    default and the help come from it; the type and its range from its
+    constraint (an integer range, a real range, a choice, a flag pair), or,
+    for the constraints with several forms, a parser that reads the word and
+    checks it with the constraint (:func:`word_parser`).  ``override`` replaces
+    any of click's keywords (another default, another help).
+    """
+    p = parameter or C.FOREST_PARAMETERS[name]
+    c, flag = p.constraint, p.flag or "--" + name.replace("_", "-")
+    kw: dict[str, Any] = {"default": p.default, "help": p.help or None}
+    if isinstance(c, C.Bool):
+        flag = f"{flag}/--no-{flag[2:]}"
+    elif isinstance(c, C.Int):
+        kw["type"] = click.IntRange(min=c.low, max=c.high)
+    elif isinstance(c, C.Seed):
+        kw["type"] = click.IntRange(min=0)
+    elif isinstance(c, C.Number):
+        kw["type"] = click.FloatRange(min=c.low, max=None if c.high == float("inf") else c.high)
+    elif isinstance(c, C.Choice):
+        kw["type"] = Choice(c.options)
+    else:
+        kw["callback"] = word_parser(name, c)
+        kw["default"] = None if p.default is None else str(p.default)
+    kw.update(override)
+    kw.setdefault("show_default", kw["default"] is not None)
+    return click.option(flag, name, **kw)
 
 
-def parse_forest_max_samples(
-    ctx: click.Context | None, param: click.Parameter | None, value: Any
-) -> int | float | dict[str, int] | None:
-    """The forest's ``--max-samples``: a count, a fraction, or ``CLASS:ROWS,...`` per class."""
-    if value is None or (isinstance(value, str) and value.lower() in ("all", "none")):
-        return None
-    return _parse_number(_per_class_word(value), "max_samples", C.MaxSamples())
+def word_parser(name: str, constraint: C.Constraint) -> Callable[..., Any]:
+    """A click callback reading the word of ``name`` (:func:`C.read_word`)."""
 
-
-def parse_class_weight(
-    ctx: click.Context | None, param: click.Parameter | None, value: Any
-) -> str | dict[str, float] | None:
-    """``--class-weight``: balanced, balanced_subsample, or ``CLASS:WEIGHT,...``."""
-    if value is None or (isinstance(value, str) and value.lower() == "none"):
-        return None
-    return _parse_number(_per_class_word(value), "class_weight", C.ClassWeight())
-
-
-def _per_class_word(value: Any) -> Any:
-    """``a:50,b:50`` as a mapping of numbers; any other word as it is."""
-    if not isinstance(value, str) or ":" not in value:
-        return value
-    pairs = [item.rpartition(":") for item in value.split(",")]
-    try:
-        return {label.strip(): _number(v.strip()) for label, _, v in pairs}
-    except ValueError:
-        raise click.BadParameter(
-            f"expected CLASS:NUMBER[,CLASS:NUMBER...], e.g. yes:100,no:100, got {value!r}"
-        ) from None
-
-
-def parse_split_size(
-    ctx: click.Context | None, param: click.Parameter | None, value: Any
-) -> int | float:
-    """``--min-samples-split``: an integer >= 2 or a fraction in (0, 1]."""
-    return _parse_number(value, "min_samples_split", C.SplitSize())
-
-
-def _number(word: str) -> int | float:
-    try:
-        return int(word)
-    except ValueError:
-        return float(word)
-
-
-def _parse_number(value: Any, name: str, constraint: C.Constraint) -> Any:
-    """A command-line word read as an int, else a float, else kept; then checked."""
-    if isinstance(value, str):
+    def parse(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
         try:
-            value = _number(value)
-        except ValueError:
-            pass
-    try:
-        return constraint.check(name, value)
-    except ParameterError as exc:
-        raise click.BadParameter(str(exc)) from None
+            return C.read_word(name, constraint, value)
+        except ParameterError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return parse
+
+
+#: ``--max-features`` of the commands that fit other forests (one parser for all).
+parse_max_features = word_parser("max_features", C.MaxFeatures())
+#: ``--max-samples`` of the imputer's forests: auto, all (None), a count or a fraction.
+parse_max_samples = word_parser("max_samples", C.RowsPerTree())
 
 
 def tile_size_option(default: int) -> Decorator:
     """``--tile-size`` with the one bound every matrix uses."""
-    return click.option("--tile-size", type=click.IntRange(min=C.MIN_TILE), default=default,
-                        show_default=True,
-                        help="Rows/columns of one tile (one task, one Zarr chunk).")  # fmt: skip
+    return parameter_option("tile_size", default=default)
 
 
 def parse_leaf_bound(
@@ -241,8 +226,7 @@ leaf_bound_option = click.option(
 
 def trees_option(default: int, help: str = "Number of trees.") -> Decorator:
     """``--trees`` (the estimator's ``n_estimators``): a positive count of trees."""
-    return click.option("--trees", "n_estimators", type=click.IntRange(min=1), default=default,
-                        show_default=True, help=help)  # fmt: skip
+    return parameter_option("n_estimators", default=default, help=help)
 
 
 def model_option(func: Any) -> Any:
@@ -258,51 +242,15 @@ def model_option(func: Any) -> Any:
 
 def seed_option(help: str = "random_state: same seed, same result.") -> Decorator:
     """``--seed`` (the estimator's ``random_state``): a non-negative integer."""
-    return click.option("--seed", "random_state", type=click.IntRange(min=0), default=CLI_SEED,
-                        show_default=True, help=help)  # fmt: skip
+    return parameter_option("random_state", default=CLI_SEED, help=help)
 
 
 def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Decorator:
-    """--task, --trees, --kind, --max-features, ... for commands that fit a forest."""
-    d = FOREST_DEFAULTS
-    return _stack([
-        click.option("--task", type=click.Choice(C.TASKS), default=d["task"], show_default=True,
-                     help="auto: unsupervised without --target, classification for labels, "
-                          "regression for real values."),
-        trees_option(default_trees),
-        click.option("--kind", type=click.Choice(C.KINDS), default=d["kind"], show_default=True,
-                     help="Tree learner."),
-        click.option("--max-features", default=str(d["max_features"]), show_default=True,
-                     callback=parse_max_features,
-                     help="Features tried per split: auto, sqrt, log2, an integer or a fraction."),
-        click.option("--criterion", type=click.Choice(C.CRITERIA), default=d["criterion"],
-                     show_default=True,
-                     help="Split criterion (scikit-learn's); auto: gini for classes, "
-                          "squared_error for values."),
-        click.option("--min-samples-split", default=str(d["min_samples_split"]),
-                     show_default=True, callback=parse_split_size,
-                     help="Rows a node needs to be split: an integer >= 2 or a fraction."),
-        click.option("--min-samples-leaf", type=click.IntRange(min=1),
-                     default=d["min_samples_leaf"], show_default=True),
-        click.option("--max-depth", type=click.IntRange(min=1), default=d["max_depth"]),
-        click.option("--max-leaf-nodes", type=click.IntRange(min=2), default=d["max_leaf_nodes"],
-                     help="Grow each tree best-first up to this many leaves."),
-        click.option("--min-impurity-decrease", type=click.FloatRange(min=0.0),
-                     default=d["min_impurity_decrease"], show_default=True,
-                     help="Split only if the weighted impurity decreases this much."),
-        click.option("--bootstrap/--no-bootstrap", default=d["bootstrap"], show_default=True,
-                     help="Draw each tree's rows with replacement (else every row, once)."),
-        click.option("--max-samples", default=None, callback=parse_forest_max_samples,
-                     help="Rows drawn per tree: a count, a fraction, or per class "
-                          "(R's sampsize) CLASS:ROWS,... [default: n, 200,000 above "
-                          "500,000 rows]."),
-        click.option("--class-weight", default=None, callback=parse_class_weight,
-                     help="balanced, balanced_subsample, or CLASS:WEIGHT,... "
-                          "(scikit-learn's class_weight)."),
-        seed_option(),
-        click.option("--batch-size", type=click.IntRange(min=1), default=d["batch_size"],
-                     help="Trees per task [default: about 4 tasks per worker thread]."),
-    ])  # fmt: skip
+    """--task, --trees, --kind, --max-features, ... for commands that fit a forest: one
+    option per parameter of :data:`~distforest.forests.constraints.FOREST_PARAMETERS`."""
+    chosen: dict[str, dict[str, Any]] = {"n_estimators": {"default": default_trees},
+                                         "random_state": {"default": CLI_SEED}}  # fmt: skip
+    return _stack([parameter_option(name, **chosen.get(name, {})) for name in FOREST_KEYS])
 
 
 def pop_keys(kwargs: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -346,13 +294,8 @@ def run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool = False)
 def show(plan: Any, out: str) -> None:
     """Print a ``--dry-run`` plan (a job's stages); exit 6 if its outputs would not fit
     on the disk."""
-    from distforest import location
+    from distforest.jobs import parent
     from distforest.jobs.estimates import check_disk
 
-    if hasattr(plan, "show"):
-        click.echo(plan.show())
-    else:
-        from distforest.jobs.plan import show_plan
-
-        click.echo(show_plan(plan))
-    check_disk(location.parent(out), plan.disk_bytes, replaces=out)
+    click.echo(plan.show())
+    check_disk(parent(out), plan.disk_bytes, replaces=out)

@@ -22,10 +22,12 @@ from distforest.cli.options import (
     input_options,
     leaf_bound_option,
     model_option,
+    parameter_option,
     pop_keys,
     run_job,
     tile_size_option,
 )
+from distforest.jobs import constraints as C
 
 
 @click.command()
@@ -45,14 +47,7 @@ from distforest.cli.options import (
     "leaf weighted by one over its size (rows sum to 1); boosted (--model of a boosted "
     "ensemble): trees weighted by their mean absolute leaf value.",
 )
-@click.option(
-    "--top-k",
-    "top_k",
-    type=click.IntRange(min=1),
-    metavar="K",
-    help="Write each row's K nearest rows by proximity (itself excluded; "
-    "neighbors_index and neighbors_proximity, exact) instead of the n x n matrix.",
-)
+@parameter_option("top_k", C.SECTION_PARAMETERS["proximity.top_k"], metavar="K")
 @leaf_bound_option
 @click.option("--dense", is_flag=True,
               help="With --top-k: write the n x n matrix as well.")  # fmt: skip
@@ -75,7 +70,7 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
     given run in this process (no cluster to start; the same tasks, the same
     results).
     """
-    from distforest import location
+    from distforest.jobs import check_model_file, parent
     from distforest.jobs.proximity import ProximityJob
 
     if dense and top_k is None:
@@ -84,8 +79,6 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
         raise click.UsageError("--plot draws the n x n matrix: add --dense to write it too")
 
     if model_file is not None:  # a pickle or an untrusted type refused before any plan
-        from distforest.io.model_files import check_model_file
-
         check_model_file(model_file)
     input_kw = pop_keys(options, ("drop", "na_values"))
     input_kw["id"] = options.pop("id_column", None)
@@ -98,6 +91,6 @@ def proximity(obj: dict[str, Any], input: str, out: str, target: str | None, met
         input=input, out=out, target=target, forest=forest, method=method, top_k=top_k,
         dense=dense, plot=plot, model=model_file,
         overwrite=overwrite, connect=connect_kwargs(options), **input_kw,
-        report_dir=location.parent(out),  # report.json / report.md beside the store
+        report_dir=parent(out),  # report.json / report.md beside the store
     )  # fmt: skip
     run_job(obj, job, dry_run)

@@ -7,16 +7,12 @@ when a command runs, so that ``--help`` answers at once.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from distforest.cli.options import cluster_options, connect_kwargs, run_job
 from distforest.errors import ConfigError, DistforestError
-
-if TYPE_CHECKING:
-    pass
 
 
 @click.command()
@@ -57,12 +53,12 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
       distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
     """
     from distforest.errors import OVERWRITE_FIX
-    from distforest.io.tables import decimal_mark
+    from distforest.jobs import decimal_mark, examples
     from distforest.jobs.pipeline import load_pipeline
 
     OVERWRITE_FIX.set("set output.overwrite: true in the pipeline (or --set output.overwrite=true)")
 
-    pipeline, overrides = shipped_pipeline(pipeline, overrides)
+    pipeline, overrides = examples.shipped_pipeline(pipeline, overrides)
     job = load_pipeline(pipeline, overrides=overrides)
     given = {"workers": workers, "threads": threads, "memory_limit": memory_limit}
     if scheduler or cluster:
@@ -72,40 +68,6 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
     job.connect = connect_kwargs(given)
     with decimal_mark(job.decimal):  # every table the job reads follows input.decimal
         run_job(obj, job, dry_run, restart)
-
-
-def shipped_pipeline(pipeline: str, overrides: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """A pipeline given by the name of a shipped example: its file, and its data found.
-
-    ``distforest run main`` (no file ``main`` here) runs the shipped
-    ``pipelines/main.yaml``.  Its input names the bundled data relative to the
-    folder holding the package (``distforest/data/...``); when that path does
-    not exist here, ``--set`` overrides point it at the installed copy (the
-    user's own ``--set`` come after, and win).
-    """
-    import yaml
-
-    from distforest import examples
-
-    path = None if Path(pipeline).exists() else examples.find("pipelines", pipeline)
-    if path is None:
-        return pipeline, overrides
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    moved = []
-    for section, key in (("input", "path"), ("input", "labels")):
-        value = (data.get(section) or {}).get(key)
-        found = examples.bundled_path(value) if isinstance(value, str) else None
-        if found is not None and not Path(str(value)).exists():
-            moved.append(f"{section}.{key}={found}")
-    predict = (data.get("knn") or {}).get("predict")
-    if isinstance(predict, dict) and isinstance(predict.get("input"), str):
-        found = examples.bundled_path(predict["input"])
-        if found is not None and not Path(predict["input"]).exists():
-            moved.append(
-                "knn.predict="
-                + yaml.safe_dump({**predict, "input": str(found)}, default_flow_style=True).strip()
-            )
-    return str(path), (*moved, *overrides)
 
 
 @click.command()

@@ -9,8 +9,6 @@ per test object: ``prediction`` (the label as given in training) and one
 
 from __future__ import annotations
 
-import time
-from contextlib import ExitStack
 from typing import Any
 
 import click
@@ -26,7 +24,7 @@ from distforest.cli.options import (
     trees_option,
 )
 from distforest.cli.similarity_cmd import bars, cluster_kw
-from distforest.forests import constraints as C
+from distforest.jobs import constraints as C
 
 #: ``SimilarityForestClassifier().get_params()``, written out so that ``--help`` needs no
 #: estimator (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -147,10 +145,8 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
     is read by partitions on the cluster (the same model as from one file).
     """
     from distforest.jobs.inputs import partitioned_input
-    from distforest.jobs.simforest_model import checked_fit, save_model
-    from distforest.parallel.placement import cells_of, place
+    from distforest.jobs.simforest_model import fit_in_memory
 
-    start = time.perf_counter()
     params = {k: options.pop(k) for k in ("kind", "n_estimators", "n_pairs", "missing",
                                           "max_depth", "min_samples_leaf", "bootstrap",
                                           "random_state")}  # fmt: skip
@@ -163,32 +159,12 @@ def simforest_fit(ctx: click.Context, data: str | None, matrix: str | None,
                            connect=cluster_kw(options), progress=bars(ctx),
                            dry_run=dry_run)  # fmt: skip
         return show(done, out) if dry_run else click.echo(done)
-    with ExitStack() as temporary:
-        forest, fit_input, centring = checked_fit(
-            temporary, params, data=data, matrix=matrix, distances=distances, labels=labels,
-            target=target, metric=metric, normalize=normalize, drop=drop, na_values=na_values,
-            out=out, overwrite=overwrite)  # fmt: skip
-        n = fit_input.n
-        if dry_run:
-            from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
-
-            trees, cells = params["n_estimators"], cells_of(fit_input.source)
-            cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
-            show(model_fit_plan("simforest fit", str(data or distances or matrix), n, 1, cells,
-                                trees, forest.batch_size, cpu, {"model (nodes, leaves, inbag)":
-                                                                n * trees * (5 + 2 * 48)},
-                                cluster_kw(options), out), out)  # fmt: skip
-            return
-        with place(cells_of(fit_input.source), cluster_kw(options), progress=bars(ctx)):
-            forest.fit(fit_input.source, fit_input.y)
-    save_model(forest, out, overwrite, fit_input.attrs, distances, centring)
-    click.echo(
-        f"SimForest of {forest.n_estimators} trees on {n} objects "
-        f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
-        f"{forest.n_similarity_evaluations_} similarities evaluated "
-        f"({forest.n_similarity_evaluations_ / forest.n_estimators / n:.1f} per object per tree)"
-        f"\n  model:  {out}"
-    )
+    done = fit_in_memory(params, data=data, matrix=matrix, distances=distances, labels=labels,
+                         target=target, metric=metric, normalize=normalize, drop=drop,
+                         na_values=na_values, out=out, overwrite=overwrite,
+                         connect=cluster_kw(options), progress=bars(ctx),
+                         dry_run=dry_run)  # fmt: skip
+    return show(done, out) if dry_run else click.echo(done)
 
 
 @simforest.command("predict")

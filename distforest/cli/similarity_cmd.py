@@ -9,7 +9,7 @@ stays quick); the option choices and defaults come from
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -19,25 +19,15 @@ from distforest.cli.options import (
     dry_run_option,
     id_dropped_option,
     input_options,
+    parameter_option,
     run_job,
     tile_size_option,
 )
 from distforest.cli.progress import ProgressBars
-from distforest.forests.constraints import (
-    ALGORITHMS,
-    METRICS,
-    MIN_TILE,
-    NEIGHBOR_TILE,
-    NORMALIZATIONS,
-    PAIRWISE_TILE,
-)
-
-if TYPE_CHECKING:
-    pass
-
+from distforest.jobs import constraints as C
 
 METRIC_HELP = (
-    "Measure: " + ", ".join(METRICS) + "; minkowski:P and rbf:GAMMA take a number. "
+    "Measure: " + ", ".join(C.METRICS) + "; minkowski:P and rbf:GAMMA take a number. "
     "Similarities (cosine, rbf, jaccard, russell-rao, sokal-michener) are stored as "
     "'similarity', distances as 'distance'."
 )
@@ -46,7 +36,7 @@ METRIC_HELP = (
 def measure_options(func: Any) -> Any:
     options = [
         click.option("--metric", default="euclidean", show_default=True, help=METRIC_HELP),
-        click.option("--normalize", type=click.Choice(["none", *NORMALIZATIONS]), default="none",
+        click.option("--normalize", type=click.Choice(["none", *C.NORMALIZATIONS]), default="none",
                      show_default=True,
                      help="range: rescale each feature to --feature-range from the data's min and "
                           "max; zscore: (x - mean) / std."),
@@ -59,9 +49,7 @@ def measure_options(func: Any) -> Any:
 
 
 def k_option(default: int, help: str) -> Any:
-    return click.option(
-        "--k", "k", type=click.IntRange(min=1), default=default, show_default=True, help=help
-    )
+    return parameter_option("k", C.SECTION_PARAMETERS["neighbors.k"], default=default, help=help)
 
 
 def cluster_kw(options: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +70,7 @@ def bars(ctx: click.Context) -> ProgressBars:
 @measure_options
 @id_dropped_option
 @input_options
-@tile_size_option(PAIRWISE_TILE)
+@tile_size_option(C.PAIRWISE_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @dry_run_option
 @cluster_options
@@ -130,7 +118,7 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
 @measure_options
 @click.option(
     "--algorithm",
-    type=click.Choice(ALGORITHMS),
+    type=click.Choice(C.ALGORITHMS),
     default="auto",
     show_default=True,
     help="auto: k-d tree for Minkowski distances on <= 15 features, else brute tiles.",
@@ -140,8 +128,8 @@ def similarity(ctx: click.Context, input: str, out: str, reference: str | None, 
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Query rows per task.")
 @click.option(
     "--tile-size",
-    type=click.IntRange(min=MIN_TILE),
-    default=NEIGHBOR_TILE,
+    type=click.IntRange(min=C.MIN_TILE),
+    default=C.NEIGHBOR_TILE,
     show_default=True,
     help="Candidate rows per tile of the brute search.",
 )

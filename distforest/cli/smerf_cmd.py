@@ -39,9 +39,7 @@ from distforest.cli.options import (
     tile_size_option,
     trees_option,
 )
-from distforest.errors import StoreError
-from distforest.forests.constraints import SMERF_TILE
-from distforest.jobs.outputs import check_new_file
+from distforest.jobs import constraints as C
 
 #: ``SMERF().get_params()``, written out so that ``--help`` needs no estimator
 #: (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -100,7 +98,7 @@ def smerf() -> None:
     help="Every tree sees every row once.",
 )
 @seed_option("random_state: same seed, same model.")
-@tile_size_option(SMERF_TILE)
+@tile_size_option(C.SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @dry_run_option
 @cluster_options
@@ -139,7 +137,7 @@ def fit_cmd(
 )
 @id_dropped_option
 @input_options
-@tile_size_option(SMERF_TILE)
+@tile_size_option(C.SMERF_TILE)
 @click.option("--overwrite", is_flag=True, help="Replace an existing distforest store at --out.")
 @dry_run_option
 @cluster_options
@@ -172,21 +170,6 @@ def predict_cmd(
 @click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
 def importances_cmd(model_path: str, plot: str | None, overwrite: bool) -> None:
     """Print the feature importances stored in a SMERF model (and plot them)."""
-    from distforest.apps.plots import plot_importances
-    from distforest.store.run_store import RunStore
+    from distforest.jobs.smerf import model_importances
 
-    check_new_file(plot, overwrite)
-    rs = RunStore.open(model_path, require_complete=True)
-    if rs.attrs.get("method") != "smerf" or "feature_importances" not in rs.group:
-        raise StoreError(
-            f"{rs.path!r} is not a SMERF model (method {rs.attrs.get('method')!r}); make one "
-            "with `distforest smerf fit`"
-        )
-    values = rs.read("feature_importances")
-    names = tuple(rs.attrs["input"]["feature_names"])
-    from distforest.jobs.smerf import importance_lines
-
-    click.echo("\n".join(importance_lines(values, names, top=len(names))))
-    if plot:
-        written = plot_importances(values, names, plot, title="SMERF feature importances")
-        click.echo(f"  plot: {written.resolve()}")
+    click.echo(model_importances(model_path, plot, overwrite))

@@ -22,7 +22,7 @@ from distforest.cli.options import (
     tile_size_option,
     trees_option,
 )
-from distforest.forests.constraints import CLUSTER_METHODS, MODES, SIMILARITY_KINDS
+from distforest.jobs import constraints as C
 
 #: ``XForest().get_params()``, written out so that ``--help`` needs no estimator
 #: (tests/test_startup.py checks that they are the estimator's own defaults).
@@ -55,7 +55,7 @@ XFOREST_DEFAULTS: dict[str, Any] = {
 )
 @click.option(
     "--mode",
-    type=click.Choice(MODES),
+    type=click.Choice(C.MODES),
     default=XFOREST_DEFAULTS["mode"],
     show_default=True,
     help="standard: a fresh direction at every node (Dasgupta-Freund RP tree).",
@@ -77,8 +77,8 @@ XFOREST_DEFAULTS: dict[str, Any] = {
 )
 @click.option(
     "--kind",
-    type=click.Choice(SIMILARITY_KINDS),
-    default=SIMILARITY_KINDS[0],
+    type=click.Choice(C.SIMILARITY_KINDS),
+    default=C.SIMILARITY_KINDS[0],
     show_default=True,
     help="beta: mean of beta**edges; basic: share of trees with a common leaf.",
 )
@@ -139,7 +139,7 @@ def xforest(
 
 @click.command(name="cluster")
 @click.argument("store", type=click.Path())
-@click.option("--method", type=click.Choice(CLUSTER_METHODS), required=True)
+@click.option("--method", type=click.Choice(C.CLUSTER_METHODS), required=True)
 @click.option(
     "--k", type=click.IntRange(min=1), help="Number of clusters (kernel-kmeans, spectral)."
 )

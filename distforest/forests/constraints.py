@@ -401,28 +401,100 @@ class Checked:
         return value
 
 
-#: Rows and columns of one tile (one task, one Zarr chunk), everywhere.
-TILE_SIZE = Int(MIN_TILE)
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter declared once: its rule, its default and what it means.
+
+    An estimator's constraint table (``_parameter_constraints``), the command
+    line's option (:func:`distforest.cli.options.parameter_option`: its type,
+    range, default and help) and the pipeline schema's check of the key are
+    all made from the declaration.
+
+    Attributes
+    ----------
+    constraint : Constraint
+        What the parameter accepts.
+    default : object
+        The estimator's default (``tests/test_startup.py`` checks it against
+        the estimator's signature).
+    help : str
+        One line for the command line's ``--help``.
+    flag : str
+        The command-line option when it is not the name after two dashes, its
+        underscores as dashes.
+    """
+
+    constraint: Constraint
+    default: Any
+    help: str = ""
+    flag: str = ""
+
+
 #: The tree parameters of :class:`~distforest.forests.ProximityForest`, which the
 #: imputer passes on to its forests as they are (one table for both).
+FOREST_PARAMETERS: dict[str, Parameter] = {
+    "task": Parameter(Choice(TASKS), "auto",
+                      "auto: unsupervised without --target, classification for labels, "
+                      "regression for real values."),
+    "n_estimators": Parameter(Int(1), 100, "Number of trees.", flag="--trees"),
+    "kind": Parameter(Choice(KINDS), "random-forest", "Tree learner."),
+    "max_features": Parameter(MaxFeatures(), "auto",
+                              "Features tried per split: auto, sqrt, log2, an integer or a "
+                              "fraction."),
+    "criterion": Parameter(Choice(CRITERIA), "auto",
+                           "Split criterion (scikit-learn's); auto: gini for classes, "
+                           "squared_error for values."),
+    "min_samples_split": Parameter(SplitSize(), 2,
+                                   "Rows a node needs to be split: an integer >= 2 or a "
+                                   "fraction."),
+    "min_samples_leaf": Parameter(Int(1), 1),
+    "max_depth": Parameter(Int(1, none=True), None),
+    "max_leaf_nodes": Parameter(Int(2, none=True), None,
+                                "Grow each tree best-first up to this many leaves."),
+    "min_impurity_decrease": Parameter(Number(0.0, float("inf")), 0.0,
+                                       "Split only if the weighted impurity decreases this "
+                                       "much."),
+    "bootstrap": Parameter(Bool(), True,
+                           "Draw each tree's rows with replacement (else every row, once)."),
+    "max_samples": Parameter(MaxSamples(), None,
+                             "Rows drawn per tree: a count, a fraction, or per class (R's "
+                             "sampsize) CLASS:ROWS,... [default: n, 200,000 above 500,000 "
+                             "rows]."),
+    "class_weight": Parameter(ClassWeight(), None,
+                              "balanced, balanced_subsample, or CLASS:WEIGHT,... "
+                              "(scikit-learn's class_weight)."),
+    "batch_size": Parameter(Int(1, none=True), None,
+                            "Trees per task [default: about 4 tasks per worker thread]."),
+    "tile_size": Parameter(Int(MIN_TILE), 2048,
+                           "Rows/columns of one tile (one task, one Zarr chunk)."),
+    "random_state": Parameter(Seed(), None, "random_state: same seed, same result.",
+                              flag="--seed"),
+}  # fmt: skip
+#: Rows and columns of one tile (one task, one Zarr chunk), everywhere.
+TILE_SIZE = FOREST_PARAMETERS["tile_size"].constraint
+#: The constraint table of the forest's tree parameters (from :data:`FOREST_PARAMETERS`).
 FOREST_CONSTRAINTS: dict[str, Constraint] = {
-    "n_estimators": Int(1),
-    "task": Choice(TASKS),
-    "kind": Choice(KINDS),
-    "max_features": MaxFeatures(),
-    "criterion": Choice(CRITERIA),
-    "min_samples_split": SplitSize(),
-    "min_samples_leaf": Int(1),
-    "max_depth": Int(1, none=True),
-    "max_leaf_nodes": Int(2, none=True),
-    "min_impurity_decrease": Number(0.0, float("inf")),
-    "bootstrap": Bool(),
-    "max_samples": MaxSamples(),
-    "class_weight": ClassWeight(),
-    "batch_size": Int(1, none=True),
-    "tile_size": TILE_SIZE,
-    "random_state": Seed(),
+    name: parameter.constraint for name, parameter in FOREST_PARAMETERS.items()
 }
+#: Parameters of pipeline sections and commands that are no estimator's, by key path
+#: ``section.key``: the pipeline schema checks the key with the constraint, the command's
+#: option is made from the declaration.
+SECTION_PARAMETERS: dict[str, Parameter] = {
+    "similarity.tile_size": Parameter(TILE_SIZE, PAIRWISE_TILE,
+                                      FOREST_PARAMETERS["tile_size"].help),
+    "neighbors.k": Parameter(Int(1), 10, "Neighbours per row (the row itself excluded)."),
+    "proximity.top_k": Parameter(Int(1, none=True), None,
+                                 "Write each row's K nearest rows by proximity (itself "
+                                 "excluded; neighbors_index and neighbors_proximity, exact) "
+                                 "instead of the n x n matrix."),
+    "mds.components": Parameter(Int(1), 2),
+    "clustering.k": Parameter(Int(1, none=True), None,
+                              "Number of clusters (kernel-kmeans, spectral)."),
+    "clustering.n_init": Parameter(Int(1), 10,
+                                   "Kernel k-means restarts (the lowest objective wins)."),
+    "clustering.min_samples": Parameter(Int(1), 5, "DBSCAN: rows within eps (itself "
+                                        "included) to be a core row."),
+}  # fmt: skip
 #: Most imputation refits accepted: proximity imputation settles in 4 to 6 (Breiman &
 #: Cutler's rfImpute); a million is a typo that would run for days.
 MAX_IMPUTE_ITERATIONS = 100
@@ -438,6 +510,51 @@ IMPUTE_PROXIMITIES = ("column", "rfimpute", *PROXIMITY_METHODS)
 #: The imputer's tree learners: ``auto`` is the proximity's own (random-forest for
 #: ``rfimpute``, extra-trees for the others).
 IMPUTE_KINDS = ("auto", *KINDS)
+
+
+#: Words that mean None where a parameter takes None.
+NONE_WORDS = ("none", "all")
+
+
+def read_word(name: str, constraint: Constraint, word: Any) -> Any:
+    """A command-line word read for ``constraint``, then checked by it.
+
+    None stays None; ``none``/``all`` mean None where the constraint takes
+    None; ``CLASS:NUMBER,...`` is a mapping of numbers (per-class sizes and
+    weights); an integer, else a real number, else the word itself.
+    """
+    if word is None:
+        return None
+    value = word
+    if isinstance(word, str) and word.lower() in NONE_WORDS and _takes_none(name, constraint):
+        return None
+    if isinstance(word, str) and ":" in word:
+        pairs = [item.rpartition(":") for item in word.split(",")]
+        try:
+            value = {label.strip(): _number(v.strip()) for label, _, v in pairs}
+        except ValueError:
+            raise ParameterError(f"{name}: expected CLASS:NUMBER[,CLASS:NUMBER...], e.g. "
+                                 f"yes:100,no:100, got {word!r}") from None  # fmt: skip
+    elif isinstance(word, str):
+        try:
+            value = _number(word)
+        except ValueError:
+            pass
+    return constraint.check(name, value)
+
+
+def _takes_none(name: str, constraint: Constraint) -> bool:
+    try:
+        return constraint.check(name, None) is None
+    except ParameterError:
+        return False
+
+
+def _number(word: str) -> int | float:
+    try:
+        return int(word)
+    except ValueError:
+        return float(word)
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> dict[str, Any]:

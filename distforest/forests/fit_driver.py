@@ -30,17 +30,26 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from distforest.io.source import RowSource
 from distforest.parallel import tasks
 from distforest.parallel.execution import Runner
-from distforest.store.inputs import forget_inputs
+from distforest.store.inputs import forget_inputs, per_fit
 from distforest.store.sink import ROUTE_ROWS, ForestRef, RowSink, SinkHandle
 
-__all__ = ["ForestFit", "Grower", "GrownBatch", "Router", "fit_forest"]
+__all__ = [
+    "ColumnSummary",
+    "ForestFit",
+    "Grower",
+    "GrownBatch",
+    "Router",
+    "fit_forest",
+    "scaled_once",
+    "summarise_columns",
+]
 
 logger = logging.getLogger("distforest")
 
@@ -67,8 +76,9 @@ class GrownBatch:
 
 
 #: ``grower(X, y, seeds) -> GrownBatch``: X the source's rows (every row, as the
-#: source's ``rows_handle`` gives them), y the shared target or None, seeds the
-#: batch's per-tree seeds.
+#: source's ``rows_handle`` gives them: an array, or a handle that is not one, such as a
+#: stored matrix, as it is), y the shared target (or what the trees fit against) or
+#: None, seeds the batch's per-tree seeds.
 Grower = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], GrownBatch]
 
 
@@ -115,6 +125,75 @@ class ForestFit:
 Router = Callable[[np.ndarray, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
 
+@dataclass(frozen=True)
+class ColumnSummary:
+    """The feature columns of a source's rows, from one task per chunk (:func:`summarise_columns`).
+
+    Attributes
+    ----------
+    low, high : ndarray of float64, shape (n_features,)
+        Column minima and maxima (exact for float32 values); empty when a cell is missing.
+    missing : ndarray of int64, shape (n_features,)
+        Missing cells per column.
+    first_missing : (row, column) or None
+        The first missing cell, in row order.
+    dtype : numpy dtype
+        Of the rows the tasks read (the handle's).
+    """
+
+    low: np.ndarray
+    high: np.ndarray
+    missing: np.ndarray
+    first_missing: tuple[int, int] | None
+    dtype: np.dtype
+
+
+def _summarise_chunk(rows: Any, chunk: slice) -> ColumnSummary:
+    X = np.asarray(rows[chunk])
+    nan = np.isnan(X)
+    counts = nan.sum(axis=0).astype(np.int64)
+    if counts.any():
+        row, col = np.argwhere(nan)[0]
+        return ColumnSummary(np.empty(0), np.empty(0), counts,
+                             (int(chunk.start + row), int(col)), X.dtype)  # fmt: skip
+    low, high = X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
+    return ColumnSummary(low, high, counts, None, X.dtype)
+
+
+def summarise_columns(runner: Runner, source: RowSource, rows: Any) -> ColumnSummary:
+    """The :class:`ColumnSummary` of ``source``, one task per chunk of its rows handle
+    ``rows`` (``source.rows_handle(runner.share, dtype)``, given to :func:`fit_forest`
+    afterwards): the driver never reads a stored table, wherever the rows are."""
+    chunks = source.chunks()
+    parts: list[Any] = [None] * len(chunks)
+    for i, part in runner.run(_summarise_chunk, [(rows, c) for c in chunks], name="columns"):
+        parts[i] = part
+    d = source.n_features
+    if not parts:
+        return ColumnSummary(np.zeros(d), np.zeros(d), np.zeros(d, np.int64), None,
+                             np.dtype(np.float64))  # fmt: skip
+    missing = np.sum([p.missing for p in parts], axis=0)
+    firsts = [p.first_missing for p in parts if p.first_missing is not None]
+    if firsts:
+        return ColumnSummary(np.empty(0), np.empty(0), missing, min(firsts), parts[0].dtype)
+    return ColumnSummary(np.minimum.reduce([p.low for p in parts]),
+                         np.maximum.reduce([p.high for p in parts]), missing, None,
+                         parts[0].dtype)  # fmt: skip
+
+
+def scaled_once(X: Any, token: str, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(X - shift) / scale`` in float64 (read-only), computed once per worker process for
+    the fit ``token`` and shared by its tasks (a grower's normalised rows)."""
+
+    def make() -> np.ndarray:
+        rows = np.asarray(X, dtype=np.float64) - shift
+        rows /= scale
+        rows.setflags(write=False)
+        return rows
+
+    return cast(np.ndarray, per_fit("scaled rows", "", token, make))
+
+
 def _grow_task(
     grower: Callable[..., GrownBatch],
     rows: Any,
@@ -124,7 +203,9 @@ def _grow_task(
     out: SinkHandle,
     route: bool,
 ) -> GrownBatch:
-    X = np.asarray(rows)
+    # rows that read as an array are read (a store's: once per worker process); any other
+    # handle (a matrix or rows its grower reads on use) is given as it is
+    X = np.asarray(rows) if hasattr(rows, "__array__") else rows
     grown = grower(X, y, seeds) if route else grower(X, y, seeds, route=False)
     return GrownBatch(
         rows=out.put_batch(k, grown.rows) or {},
@@ -144,7 +225,7 @@ def fit_forest(
     source: RowSource,
     grower: Callable[..., GrownBatch],
     *,
-    y: np.ndarray | None,
+    y: Any,
     n_trees: int,
     random_state: int | None,
     batch_size: int | None,
@@ -153,6 +234,8 @@ def fit_forest(
     row_results: Mapping[str, tuple[Any, tuple[str, ...]]],
     keep_nodes: bool = True,
     dtype: Any = np.float32,
+    rows: Any = None,
+    node_dims: Mapping[str, tuple[str, ...]] | None = None,
     router: Router | None = None,
     routed: tuple[str, ...] = (),
     progress: tasks.ProgressCallback | None = None,
@@ -168,7 +251,8 @@ def fit_forest(
         With a ``router``, it is also called as ``grower(X, y, seeds, route=False)``:
         then it leaves out the per-row results the router gives.
     y : ndarray or None
-        The target as the trees fit it (codes or floats), sent once per worker.
+        The target as the trees fit it (codes or floats; SMERF's observed distances, an
+        array or a reference to a file), sent once per worker.
     n_trees : int
     random_state : int or None
         Seed of the whole forest (:func:`distforest.parallel.tasks.plan_seeds`).
@@ -185,6 +269,12 @@ def fit_forest(
         router still reads them from the store while routing).
     dtype : numpy dtype, default float32
         Of the rows the grower and the router see.
+    rows : object, optional
+        ``source.rows_handle(runner.share, dtype)`` when the caller made it already (it
+        read the rows before the fit): the rows are not sent twice.
+    node_dims : mapping, optional
+        The dims of the grower's ``nodes`` arrays that are not one value per node (a
+        split's projections, a leaf's members: joined end to end all the same).
     router : callable, optional
         ``router(X_chunk, nodes) -> {name: (rows, T)}``.  For a sink in a store: the
         trees are grown without routing the rows, the forest is joined into the
@@ -208,7 +298,7 @@ def fit_forest(
     routing = router is not None and not sink.in_memory
     by_rows = {name: row_results[name] for name in routed} if routing else {}
     sink.expect_batches(n_trees, {k: v for k, v in row_results.items() if k not in by_rows})
-    rows = source.rows_handle(runner.share, dtype)
+    rows = source.rows_handle(runner.share, dtype) if rows is None else rows
     y_shared = None if y is None else runner.share(y)
     out = sink.handle()
     items = [(grower, rows, y_shared, seeds[b], k, out, not routing) for k, b in enumerate(batches)]
@@ -221,7 +311,7 @@ def fit_forest(
     per_tree = {name: np.concatenate([t[name] for t in trees]) for name in trees[0]}
     fit_id = uuid.uuid4().hex
     ids = sink.coordinates(n_trees, source)
-    nodes = (sink.join_nodes(per_tree["node_counts"], seeds, fit_id)
+    nodes = (sink.join_nodes(per_tree["node_counts"], seeds, fit_id, node_dims)
              if (keep_nodes or routing) and "node_counts" in per_tree else None)  # fmt: skip
     joined = sink.join_batches(runner, progress=join_progress)
     if routing:
@@ -238,7 +328,6 @@ def fit_forest(
                 sink.place_rows(name, blocks[i], values)
     del rows
     sink.close()
-    if source.store_path is not None or routing:  # the rows and forest workers kept
-        runner.everywhere(forget_inputs)
+    runner.everywhere(forget_inputs)  # the rows (and forest) the workers kept for this fit
     return ForestFit(seeds, entropy, batches, joined, per_tree, nodes if keep_nodes else None,
                      ids, fit_id, sink.path)  # fmt: skip

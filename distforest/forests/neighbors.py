@@ -35,7 +35,7 @@ from distforest.parallel import placement, tasks
 from distforest.parallel.execution import Progress, for_call
 from distforest.parallel.placement import cells_of
 from distforest.store.inputs import StoredRows
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.store.run_store import RunStore, check_can_create, complete_output
 
 logger = logging.getLogger("distforest")
 
@@ -453,5 +453,5 @@ def top_k_neighbors(
             location.remove_tree(rs.path)  # no half-written store left at STORE
             raise
     if complete:
-        rs.mark_complete()
+        complete_output(rs)
     return rs.dataset()

@@ -31,7 +31,7 @@ from distforest.kernels.apply import apply_nodes
 from distforest.kernels.proximity import warm_up
 from distforest.parallel.tasks import plan_batches
 from distforest.parallel.tiling import TilePlan
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 from distforest.store.schema import matrix_encoding
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def cross_proximity(
             encoding=encoding, attrs={"method": method, "n_trees": n_trees},
             progress=forest._report("tiles"),
         )  # fmt: skip
-    rs.mark_complete()
+    complete_output(rs)
     return rs.dataset()[name]
 
 

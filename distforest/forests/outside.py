@@ -438,83 +438,245 @@ _VALUES = {
 
 
 # -- the weightings of outside forests ----------------------------------------
+#
+# KeRF and the boosted weighting give each row a weight in each tree that depends on
+# its leaf only: ``w_i(t) = table[offset[t] + leaf_t(i)]``.  The table holds one
+# number per leaf of the model (``offset`` from the trees' sizes), so it is as large
+# as the model, never as the rows: tasks count each leaf's rows chunk by chunk
+# (:func:`count_leaves`), the driver sums the counts into the table
+# (:func:`weight_table`), and each tile task looks its rows' weights up
+# (:func:`weighted_tile`).  No process holds an (n, T) array of weights.
+
+#: Rows one counting task reads.
+COUNT_ROWS = 65_536
 
 
-def kerf_weights(leaves: np.ndarray) -> np.ndarray:
-    """KeRF's row weights ``1 / (T |L_t(i)|)``: each co-leaf event over the leaf's size.
+def leaf_offsets(node_counts: np.ndarray) -> np.ndarray:
+    """Where each tree's leaves start in a per-leaf table, int64, shape (T + 1,).
 
-    ``|L_t(i)|`` counts the rows of ``leaves`` in i's leaf of tree t, so each
-    row's proximities sum to 1.
+    Tree t's leaf numbers are below ``node_counts[t]``
+    (:meth:`OutsideForest.node_counts`, or a forest grown here's ``node_counts_``).
+    """
+    sizes = np.asarray(node_counts, dtype=np.int64)
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def count_leaves(leaves: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Rows of ``leaves`` in each leaf of each tree, int64, shape (offsets[-1],).
 
     Parameters
     ----------
-    leaves : ndarray of int, shape (n, T)
+    leaves : ndarray of int, shape (rows, T)
+        A chunk of the rows' leaves.
+    offsets : ndarray of int64, shape (T + 1,)
+        From :func:`leaf_offsets`.
 
-    Returns
-    -------
-    ndarray of float64, shape (n, T)
+    Raises
+    ------
+    InputError
+        When a leaf number is not below its tree's size (leaves of another forest).
     """
-    n, n_trees = leaves.shape
-    weights = np.empty((n, n_trees), dtype=np.float64)
-    for t in range(n_trees):
-        _, where, sizes = np.unique(leaves[:, t], return_inverse=True, return_counts=True)
-        weights[:, t] = 1.0 / (n_trees * sizes[where.reshape(-1)])
-    return weights
+    leaves = np.asarray(leaves)
+    sizes = np.diff(offsets)
+    if leaves.shape[1] != sizes.size:
+        raise InputError(
+            f"the leaves have {leaves.shape[1]} trees and the forest {sizes.size}: "
+            "they are not this forest's leaves"
+        )
+    if leaves.size:
+        top, low = leaves.max(axis=0), leaves.min(axis=0)
+        bad = np.flatnonzero((top >= sizes) | (low < 0))
+        if bad.size:
+            t = int(bad[0])
+            raise InputError(
+                f"tree {t} has {int(sizes[t])} nodes but a row is in its leaf "
+                f"{int(top[t]) if top[t] >= sizes[t] else int(low[t])}: the leaves are not "
+                "this forest's; route the rows through the forest again"
+            )
+    flat = (leaves.astype(np.int64) + offsets[:-1]).ravel()
+    return np.bincount(flat, minlength=int(offsets[-1]))
 
 
-def boosted_tree_weights(values: np.ndarray) -> np.ndarray:
-    """Per-tree weights of a boosted ensemble: each tree's mean absolute leaf value.
-
-    ``w_t = (1/n) sum_i |v_t(leaf_t(i))|`` over the rows given, normalised to sum
-    to 1: trees that move the prediction more count more (late, shrunken trees
-    little).  A model whose every leaf value is 0 gets equal weights.
-
-    Parameters
-    ----------
-    values : ndarray of float, shape (n, T)
-        The leaf value of each row in each tree (:meth:`OutsideForest.leaf_values`).
-
-    Returns
-    -------
-    ndarray of float64, shape (T,)
-    """
-    weights = np.abs(values).mean(axis=0)
-    total = weights.sum()
-    if total == 0:
-        return np.full(values.shape[1], 1.0 / values.shape[1])
-    return np.asarray(weights / total, dtype=np.float64)
+def count_task(leaves: Any, rows: slice, offsets: np.ndarray) -> np.ndarray:
+    """A task: :func:`count_leaves` of rows ``rows`` of ``leaves`` (a store's path, whose
+    ``leaves`` array is read, or an array shared with the task)."""
+    return count_leaves(_leaf_rows(leaves, rows), offsets)
 
 
-def proximity_weights(method: str, leaves: np.ndarray, forest: OutsideForest | None) -> np.ndarray:
-    """The weight of each row in each tree for ``method`` ``"kerf"`` or ``"boosted"``.
+def _leaf_rows(leaves: Any, rows: slice, row: bool = True) -> np.ndarray:
+    """Rows ``rows`` of ``leaves``: a store's path, ``(path, write)`` (read through the tile
+    service's block cache; ``row``: the tile's row block) or an array."""
+    if isinstance(leaves, str):
+        from distforest.store.run_store import read_rows
+
+        return np.asarray(read_rows(leaves, "leaves", rows))
+    if isinstance(leaves, tuple):
+        from distforest.forests.tiles import stored_leaves
+
+        return stored_leaves(leaves[0], leaves[1], rows, row=row)
+    return np.asarray(leaves[rows])
+
+
+def weight_table(
+    method: str, counts: np.ndarray, offsets: np.ndarray, forest: OutsideForest | None
+) -> np.ndarray:
+    """The weight of a row in each leaf of each tree for ``method``, float64, per leaf.
+
+    - ``"kerf"``: ``1 / (T |L_t(i)|)``, each co-leaf event over the size of i's
+      leaf (``counts``), so each row's proximities sum to 1.
+    - ``"boosted"``: ``w_t / sum_s w_s`` in every leaf of tree t, with
+      ``w_t = (1/n) sum_i |v_t(leaf_t(i))|`` the tree's mean absolute leaf value
+      over the rows: trees that move the prediction more count more (late,
+      shrunken trees little).  A model whose every leaf value is 0 gets equal weights.
 
     Parameters
     ----------
     method : {"kerf", "boosted"}
-    leaves : ndarray of int, shape (n, T)
-        The training rows' leaves.
+    counts : ndarray of int, shape (offsets[-1],)
+        Rows in each leaf (:func:`count_leaves`, summed over the chunks).
+    offsets : ndarray of int64, shape (T + 1,)
     forest : OutsideForest or None
         The model (``boosted`` reads its leaf values; None: a forest grown here).
 
     Returns
     -------
-    ndarray of float64, shape (n, T)
+    ndarray of float64, shape (offsets[-1],)
     """
+    n_trees = offsets.size - 1
+    counts = np.asarray(counts, dtype=np.int64)
     if method == "kerf":
-        return kerf_weights(leaves)
+        table = np.zeros(counts.size, dtype=np.float64)
+        used = counts > 0
+        table[used] = 1.0 / (n_trees * counts[used])
+        return table
     if forest is None:
         raise ParameterError(
             "method='boosted' weights the trees of a boosted model by their leaf values; "
             "this forest was grown by distforest (its trees are averaged): use "
             "method='original' or 'kerf', or ProximityForest.from_model(boosted_model, X)"
         )
-    weights = boosted_tree_weights(forest.leaf_values(leaves))
-    return np.ascontiguousarray(np.broadcast_to(weights, leaves.shape))
+    per_tree = _mean_abs_values(counts, offsets, forest)
+    total = per_tree.sum()
+    per_tree = np.full(n_trees, 1.0 / n_trees) if total == 0 else per_tree / total
+    return np.repeat(per_tree, np.diff(offsets))
 
 
-def weighted_tile(leaves: np.ndarray, weights: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
-    """A tile function of the tile service: rows ``rows`` by ``cols`` of a weighted proximity."""
-    return weighted_proximity_tile(leaves[rows], leaves[cols], weights[rows])
+def _mean_abs_values(counts: np.ndarray, offsets: np.ndarray, forest: OutsideForest) -> np.ndarray:
+    """Each tree's mean absolute leaf value over the rows counted, from the occupied leaves
+    only (a (leaves, T) array: the model's size, not the rows')."""
+    n_trees = offsets.size - 1
+    occupied = [np.flatnonzero(counts[offsets[t] : offsets[t + 1]]) for t in range(n_trees)]
+    depth = max(1, max(len(ids) for ids in occupied))
+    leaves = np.zeros((depth, n_trees), dtype=np.int32)
+    mass = np.zeros((depth, n_trees), dtype=np.float64)
+    for t, ids in enumerate(occupied):
+        if ids.size:
+            leaves[:, t] = ids[0]  # padding: a real leaf, counted 0 times
+            leaves[: ids.size, t] = ids
+            mass[: ids.size, t] = counts[offsets[t] + ids]
+    n = mass.sum(axis=0)
+    sums = (mass * np.abs(forest.leaf_values(leaves))).sum(axis=0)
+    return np.divide(sums, n, out=np.zeros(n_trees), where=n > 0)
+
+
+def leaf_table(
+    method: str, runner: Any, leaves: Any, n_rows: int, node_counts: np.ndarray,
+    forest: OutsideForest | None, *, in_process: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """``(table, offsets)`` of ``method`` for the rows' ``leaves``, counted by row chunks.
+
+    ``leaves`` is a store's path (each task reads its chunk) or an array; with
+    ``in_process`` (or an array the driver holds anyway) the chunks are counted here.
+    Only the per-leaf counts come back: the driver holds the model's size, not n x T.
+    """
+    offsets = leaf_offsets(node_counts)
+    chunks = [slice(s, min(s + COUNT_ROWS, n_rows)) for s in range(0, n_rows, COUNT_ROWS)]
+    counts = np.zeros(int(offsets[-1]), dtype=np.int64)
+    if in_process or runner is None:
+        for rows in chunks:
+            counts += count_task(leaves, rows, offsets)
+    else:
+        shared = runner.share(offsets)
+        items = [(leaves, rows, shared) for rows in chunks]
+        for _, part in runner.run(count_task, items, name=f"{method}-leaf-counts"):
+            counts += part
+    return weight_table(method, counts, offsets, forest), offsets
+
+
+def row_weights(leaves: np.ndarray, table: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The weights ``w_i(t)`` of a block of rows, shape like ``leaves``, float64."""
+    return table[np.asarray(leaves, dtype=np.int64) + offsets[:-1]]
+
+
+def weighted_tile(
+    leaves: Any, table: np.ndarray, offsets: np.ndarray, rows: slice, cols: slice
+) -> np.ndarray:
+    """A tile function of the tile service: rows ``rows`` by ``cols`` of a weighted proximity.
+
+    ``leaves``: an array, or ``(store path, write)`` whose row blocks are read once per
+    process (:func:`distforest.forests.tiles.stored_leaves`); the rows' weights are
+    looked up in the per-leaf ``table`` (:func:`weight_table`).
+    """
+    leaves_i = _leaf_rows(leaves, rows)
+    leaves_j = leaves_i if rows == cols else _leaf_rows(leaves, cols, row=False)
+    return weighted_proximity_tile(leaves_i, leaves_j, row_weights(leaves_i, table, offsets))
+
+
+def weighted_in_memory(
+    method: str, leaves: Any, node_counts: np.ndarray, forest: OutsideForest | None,
+    tile_size: int,
+) -> np.ndarray:  # fmt: skip
+    """A small ``kerf`` / ``boosted`` matrix in this process (rows in memory or in a store's
+    ``leaves`` array, read chunk by chunk), through the tiles' own function."""
+    from distforest.forests.tiled import matrix_in_memory
+    from distforest.forests.tiles import SYMMETRIC
+    from distforest.parallel.tiling import TilePlan
+
+    rows = np.asarray(leaves)  # the matrix is n x n: its rows' leaves are smaller
+    n = int(rows.shape[0])
+    table, offsets = leaf_table(method, None, rows, n, node_counts, forest)
+    plan = TilePlan(n, n, tile_size, symmetric=SYMMETRIC[method])
+    return matrix_in_memory(plan, weighted_tile, (rows, table, offsets))
+
+
+def write_weighted(
+    runner: Any, rs: Any, method: str, node_counts: np.ndarray, forest: OutsideForest | None,
+    tile_size: int, *, fit_id: str, progress: Any = None,
+) -> dict[str, int]:  # fmt: skip
+    """Write the ``kerf`` / ``boosted`` matrix of the forest whose ``leaves`` the store
+    ``rs`` holds, tile by tile and resumable (the tile service).
+
+    Tasks count the rows of each leaf chunk by chunk from the store, the driver makes
+    the per-leaf table (:func:`leaf_table`), and each tile task reads its two row blocks
+    (once per process) and looks their weights up: the driver holds the model's size.
+    """
+    import contextlib
+    import uuid
+
+    from distforest.forests.tiled import write_matrix
+    from distforest.forests.tiles import ARRAY_NAMES, SYMMETRIC, forget_blocks
+    from distforest.kernels.proximity import warm_up
+    from distforest.parallel.tiling import TilePlan
+    from distforest.store.schema import matrix_encoding
+
+    n, n_trees = (int(v) for v in rs.array("leaves").shape)
+    table, offsets = leaf_table(method, runner, rs.path, n, node_counts, forest,
+                                in_process=runner.in_process)  # fmt: skip
+    name = ARRAY_NAMES[method]
+    plan = TilePlan(n, n, tile_size, symmetric=SYMMETRIC[method])
+    warm_up()  # compile once here, not in every worker at once
+    write = uuid.uuid4().hex
+    try:
+        return write_matrix(
+            runner, rs, name, plan, weighted_tile,
+            ((rs.path, write), runner.share(table), runner.share(offsets)),
+            identity={"fit_id": fit_id, "method": method},
+            encoding=matrix_encoding(name, n_trees=n_trees),
+            attrs={"method": method, "n_trees": n_trees}, progress=progress,
+        )  # fmt: skip
+    finally:
+        with contextlib.suppress(Exception):  # only memory is at stake: never mask an error
+            runner.everywhere(forget_blocks, write)
 
 
 # -- the fit driver's grower of an outside forest ------------------------------

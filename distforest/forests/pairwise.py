@@ -32,7 +32,7 @@ from distforest.parallel.execution import Progress, for_call
 from distforest.parallel.placement import cells_of
 from distforest.parallel.tiling import TilePlan
 from distforest.store.inputs import StoredRows
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 
 logger = logging.getLogger("distforest")
 
@@ -231,7 +231,7 @@ def pairwise(
                      identity=identity, dtype=dtype, attrs=attrs,
                      progress=exe.stage("tiles"))  # fmt: skip
     if complete:
-        rs.mark_complete()
+        complete_output(rs)
     return rs.dataset()[name]
 
 

@@ -34,7 +34,7 @@ import zarr
 
 from distforest import location
 from distforest.errors import StoreError
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 
 #: A :class:`Field` whose attribute must be in every store.
 REQUIRED = object()
@@ -243,7 +243,7 @@ class Persisted:
         self._save_parts(rs, tile)
         self._write_arrays(rs, tile)
         if self._save_completes if complete is None else complete:
-            rs.mark_complete()
+            complete_output(rs)
         return rs
 
     def _same_as_stored(self, rs: RunStore) -> bool:

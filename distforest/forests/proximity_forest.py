@@ -23,7 +23,6 @@ from distforest.forests.outside import WEIGHTINGS
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted, as_list
 from distforest.forests.refine import RefineRule, refine_grown, refine_rule
 from distforest.forests.targets import fit_target
-from distforest.forests.tiled import matrix_in_memory
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory
 from distforest.io import Table, load_table
 from distforest.io.in_memory import check_in_memory
@@ -38,8 +37,7 @@ from distforest.kernels.trees import (
     grow_nodes,
     tree_input,
 )
-from distforest.parallel.tiling import TilePlan
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 from distforest.store.sink import open_sink
 from distforest.store.source import open_source
 
@@ -952,7 +950,7 @@ class ProximityForest(Persisted, DaskEstimator):
                                 name=ARRAY_NAMES[method], attrs={"method": method})  # fmt: skip
         rs = self._open_or_create(store, overwrite)
         self.write_proximity(rs, method)
-        rs.mark_complete()
+        complete_output(rs)
         return rs.dataset()[ARRAY_NAMES[method]]
 
     def _weighted_proximity(
@@ -963,7 +961,7 @@ class ProximityForest(Persisted, DaskEstimator):
         tree): in memory here, stored by :meth:`write_proximity`."""
         import xarray as xr
 
-        from distforest.forests.outside import weighted_tile
+        from distforest.forests.outside import weighted_in_memory
 
         self._check_fitted()
         if X is not None:
@@ -974,27 +972,17 @@ class ProximityForest(Persisted, DaskEstimator):
         if store is not None:
             rs = self._open_or_create(store, overwrite)
             self.write_proximity(rs, method)
-            rs.mark_complete()
+            complete_output(rs)
             return rs.dataset()[ARRAY_NAMES[method]]
-        plan, leaves, weights = self._weighted_plan(method)
         n = self.n_samples_
         check_in_memory(n, n, what="proximity", itemsize=4, store="proximity.zarr",
                         max_in_memory=max_in_memory)  # fmt: skip
-        values = matrix_in_memory(plan, weighted_tile, (leaves, weights))
+        values = weighted_in_memory(method, self.leaves_, self.node_counts_, self._outside(),
+                                    self.params_["tile_size"])  # fmt: skip
         rows = np.arange(n) if self.sample_ids_ is None else np.asarray(self.sample_ids_)
         return xr.DataArray(values, dims=("sample_i", "sample_j"), name=ARRAY_NAMES[method],
                             coords={"sample_i": rows, "sample_j": rows},
                             attrs={"method": method})  # fmt: skip
-
-    def _weighted_plan(self, method: str) -> tuple[TilePlan, np.ndarray, np.ndarray]:
-        """The tiles, leaves and row weights of a weighted proximity (kerf, boosted)."""
-        from distforest.forests.outside import proximity_weights
-
-        leaves = np.asarray(self.leaves_)
-        weights = proximity_weights(method, leaves, self._outside())
-        plan = TilePlan(self.n_samples_, self.n_samples_, self.params_["tile_size"],
-                        symmetric=tiles.SYMMETRIC[method])  # fmt: skip
-        return plan, leaves, weights
 
     def proximity_neighbors(
         self,
@@ -1134,24 +1122,14 @@ class ProximityForest(Persisted, DaskEstimator):
             )  # fmt: skip
 
     def _write_weighted(self, rs: RunStore, method: str) -> dict[str, int]:
-        """:meth:`write_proximity` of ``kerf`` / ``boosted``: the row weights shared with the
-        tile tasks (the tile service's resumable tiles, one task per group of tiles)."""
-        from distforest.forests.outside import weighted_tile
-        from distforest.forests.tiled import write_matrix
-        from distforest.kernels.proximity import warm_up
-        from distforest.store.schema import matrix_encoding
+        """:meth:`write_proximity` of ``kerf`` / ``boosted``: the tile tasks look each row's
+        weight up in a per-leaf table (:func:`~distforest.forests.outside.write_weighted`)."""
+        from distforest.forests.outside import write_weighted
 
-        plan, leaves, weights = self._weighted_plan(method)
-        name, n_trees = ARRAY_NAMES[method], int(leaves.shape[1])
-        warm_up()  # compile once here, not in every worker at once
         with self._runner(self._fitted_cells()) as runner:
-            return write_matrix(
-                runner, rs, name, plan, weighted_tile,
-                (runner.share(leaves), runner.share(weights)),
-                identity={"fit_id": self.fit_id_, "method": method},
-                encoding=matrix_encoding(name, n_trees=n_trees),
-                attrs={"method": method, "n_trees": n_trees}, progress=self._report("tiles"),
-            )  # fmt: skip
+            return write_weighted(runner, rs, method, self.node_counts_, self._outside(),
+                                  self.params_["tile_size"], fit_id=self.fit_id_,
+                                  progress=self._report("tiles"))  # fmt: skip
 
 
 def grow_forest_batch(

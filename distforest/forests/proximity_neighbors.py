@@ -38,7 +38,14 @@ from distforest.errors import ParameterError, StoreError
 from distforest.kernels import coleaf
 from distforest.parallel.execution import Runner
 from distforest.parallel.tasks import ProgressCallback
-from distforest.store.run_store import RunStore, mark_done, read_rows, task_array, write_block
+from distforest.store.run_store import (
+    RunStore,
+    complete_output,
+    mark_done,
+    read_rows,
+    task_array,
+    write_block,
+)
 from distforest.store.schema import array_spec, row_chunks
 
 if TYPE_CHECKING:
@@ -456,7 +463,7 @@ def forest_neighbors(
     rs = forest._open_or_create(store, overwrite)
     write_forest_neighbors(forest, rs, method, k, include_self=include_self,
                            block_rows=block_rows)  # fmt: skip
-    rs.mark_complete()
+    complete_output(rs)
     return stored_neighbors(rs)
 
 

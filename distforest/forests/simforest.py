@@ -12,21 +12,22 @@ similarities (or distances) between objects, from one of three sources:
 - a **function** ``similarity(objects_a, objects_b) -> (len(a), len(b))``
   on arbitrary objects (strings, series), given to ``fit``.
 
-The trees (:mod:`distforest.kernels.simtrees`) are grown in batches, one Dask
-task per batch, each from its own seed: the forest is the same on any number
-of workers and from any home of the objects.  The training objects' final
-nodes (``leaves_``) and bootstrap counts (``inbag_``) feed the same proximity
-tiles, products and applications as a proximity forest's (outliers, MDS).
+The trees (:mod:`distforest.kernels.simtrees`) are grown by the fit driver
+(:func:`~distforest.forests.fit_driver.fit_forest`), one task per batch, each
+tree from its own seed: the forest is the same on any number of workers and
+from any home of the objects.  The training objects' final nodes (``leaves_``)
+and bootstrap counts (``inbag_``) feed the same proximity tiles, products and
+applications as a proximity forest's (outliers, MDS).
 
-Feature rows in a run store (a :class:`~distforest.store.inputs.StoredTable`,
-or a ``dask.dataframe.DataFrame`` ingested into a temporary one) take the same
-growing with a named measure: each worker process reads ``input/X`` once
-(scaled once by a command's z-score), and each task writes its trees' final
-nodes and bootstrap counts into arrays of its own batch, joined by row chunks
-into the store's ``leaves`` and ``inbag`` (``leaves_``/``inbag_`` are those Zarr
-arrays).  The tasks write their trees' nodes too, joined into the store's
-``forest/`` (``trees_`` is then a :class:`StoredTrees`, read by the prediction
-tasks): the driver never holds the rows, an ``(n, T)`` array or the trees.
+Feature rows read as a table (:func:`~distforest.store.source.open_source`:
+a file, a run store, a folder of parts, a dask DataFrame) take one path with a
+named measure: the tasks take the source's rows (a store's ``input/X`` read once
+per worker process, scaled once by a command's z-score), missing values and
+the pair objects are read by chunk tasks, and the driver's sink keeps the final
+nodes, bootstrap counts and trees where the rows are: rows in a store leave
+``leaves``, ``inbag`` and ``forest/`` in that store (``leaves_``/``inbag_`` are
+its Zarr arrays, ``trees_`` a :class:`StoredTrees` read by the prediction
+tasks), so the driver never holds the rows, an ``(n, T)`` array or the trees.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -49,10 +51,17 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.fit_driver import (
+    ColumnSummary,
+    ForestFit,
+    GrownBatch,
+    fit_forest,
+    scaled_once,
+    summarise_columns,
+)
 from distforest.forests.measures import Measure, parse_metric
 from distforest.forests.persistence import UNSET, Array, Field, Persisted, numeric, plain_items
 from distforest.forests.tiles import ARRAY_NAMES, proximity_in_memory, write_proximity
-from distforest.io.attrs import decode_attrs
 from distforest.io.in_memory import check_in_memory
 from distforest.io.matrices import (
     StoredMatrix,
@@ -61,6 +70,7 @@ from distforest.io.matrices import (
     load_matrix,
     open_matrix,
 )
+from distforest.io.source import RowSource
 from distforest.kernels.simfetch import fetch_columns, fetch_function, fetch_rows
 from distforest.kernels.simtrees import (
     SimTree,
@@ -71,16 +81,9 @@ from distforest.kernels.simtrees import (
 )
 from distforest.parallel import tasks
 from distforest.parallel.placement import cells_of
-from distforest.store.inputs import (
-    INPUT_GROUP,
-    StoredTable,
-    forget_inputs,
-    input_rows,
-    per_fit,
-    scaled_rows,
-)
-from distforest.store.run_store import RunStore, task_array, write_block, write_group
-from distforest.store.sink import gather_batches
+from distforest.store.inputs import per_fit
+from distforest.store.run_store import RunStore, complete_output
+from distforest.store.sink import open_sink
 from distforest.store.source import holds_rows, opened
 
 logger = logging.getLogger("distforest")
@@ -94,62 +97,39 @@ NODE_FIELDS = (
 )  # fmt: skip
 #: Memory for one prediction task's block of a test x train matrix.
 BLOCK_BYTES = 64 * 1024**2
-#: Group of a stored fit's per-batch arrays while fitting (removed afterwards).
-FIT_GROUP = "simforest_fit"
+#: The objects' arrays of a fit (the driver's per-row results): name -> (dtype, dims).
+ROW_RESULTS = {"leaves": ("int32", ("sample", "tree")), "inbag": ("uint8", ("sample", "tree"))}
 
 Similarity = Callable[[Any, Any], Any]
 #: The per-row arrays of a loaded or stored tree (the forest's ``leaves_``/``inbag_`` hold them).
 NO_ROWS = np.empty(0, dtype=np.int32)
 
 
-@dataclass(frozen=True)
-class Rows:
-    """The objects of a stored table as a tree task reads them: the store's ``input/X``,
-    scaled by ``(X - mean) / scale`` (float64, as a command scales a table in memory)
-    when ``scaling`` is given; read (and scaled) once per worker process and fit
-    (``token``)."""
-
-    path: str
-    token: str
-    scaling: tuple[np.ndarray, np.ndarray] | None = None
-
-    def read(self) -> np.ndarray:
-        """The training objects."""
-        if self.scaling is None:
-            return input_rows(self.path)
-        mean, scale = self.scaling
-        return scaled_rows(self.path, self.token, mean, scale)
-
-
-def _grow_batch(
-    source: Any,
-    function: Similarity | None,
-    y: np.ndarray,
-    seeds: np.ndarray,
-    params: SimTreeParams,
-    n_classes: int,
-    batch: int | None = None,
-) -> list[SimTree] | _Grown:
-    """One task: grow the trees of ``seeds`` (``source`` is S, the objects for
-    ``function``, or a store's :class:`Rows`).  ``batch`` given (rows in a store): the
-    trees' final nodes, bootstrap counts and nodes are written into the store's arrays
-    of that batch (one writer each) and only a summary comes back (:class:`_Grown`)."""
+def grow_simforest_batch(
+    X: Any, y: np.ndarray, seeds: np.ndarray, *, function: Similarity | None,
+    params: SimTreeParams, n_classes: int,
+    scaling: tuple[np.ndarray, np.ndarray, str] | None = None,
+) -> GrownBatch:  # fmt: skip
+    """The fit driver's grower of a :class:`SimilarityForestClassifier`: the trees of
+    ``seeds`` on ``X`` (S, a stored matrix, or the objects of ``function``: feature rows
+    scaled as ``(X - mean) / scale`` with ``scaling`` ``(mean, scale, token)``, once per
+    worker process and fit), the objects' final nodes and bootstrap counts, the trees'
+    node counts, similarity evaluations and pair objects, and their nodes."""
     if function is None:
-        fetch = fetch_rows(open_matrix(source))
+        fetch = fetch_rows(open_matrix(X))
     else:
-        fetch = fetch_function(function, source.read() if isinstance(source, Rows) else source)
+        fetch = fetch_function(
+            function, X if scaling is None else scaled_once(X, scaling[2], *scaling[:2])
+        )
     trees = [grow_tree(fetch, y, int(seed), params, n_classes) for seed in seeds]
-    if batch is None or not isinstance(source, Rows):
-        return trees
-    everything = (slice(None), slice(None))
-    leaves = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
-    write_block(source.path, f"{FIT_GROUP}/leaves_{batch}", everything, leaves)
-    inbag = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
-    write_block(source.path, f"{FIT_GROUP}/inbag_{batch}", everything, inbag)
-    write_group(source.path, f"{FIT_GROUP}/nodes_{batch}", _node_arrays(trees))
-    return _Grown(np.array([t.n_nodes for t in trees], dtype=np.int64),
-                  np.array([t.n_evaluations for t in trees], dtype=np.int64),
-                  _pair_ids(trees))  # fmt: skip
+    return GrownBatch(
+        rows={"leaves": np.stack([t.leaves for t in trees], axis=1).astype(np.int32),
+              "inbag": np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)},
+        trees={"node_counts": np.array([t.n_nodes for t in trees], dtype=np.int64),
+               "n_evaluations": np.array([t.n_evaluations for t in trees], dtype=np.int64),
+               "pair_ids": _pair_ids(trees)},
+        nodes=_node_arrays(trees),
+    )  # fmt: skip
 
 
 def _node_arrays(trees: list[SimTree]) -> dict[str, np.ndarray]:
@@ -183,16 +163,6 @@ def _trees_of(nodes: dict[str, np.ndarray], n_evaluations: Any, missing: str,
             n_evaluations=int(n_evaluations[t]), missing=missing, kind=kind,
         ))  # fmt: skip
     return trees
-
-
-@dataclass(frozen=True)
-class _Grown:
-    """What a tree task of a stored fit returns: its trees' node counts and similarity
-    evaluations, and the objects their splits compare (the nodes are in the store)."""
-
-    node_counts: np.ndarray
-    n_evaluations: np.ndarray
-    pair_ids: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -233,55 +203,89 @@ class StoredTrees:
         return cast(list[SimTree], per_fit("simforest trees", self.path, self.fit_id, self.read))
 
 
-def _batch_arrays(rs: RunStore, n: int, batches: list[slice], tile: int) -> None:
-    """Create a stored fit's per-batch final-node and bootstrap arrays (one writer each)."""
-    group = rs.group.require_group(FIT_GROUP)
-    for k, b in enumerate(batches):
-        for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
-            group.create_array(f"{name}_{k}", shape=(n, b.stop - b.start),
-                               chunks=(min(n, tile), b.stop - b.start), dtype=dtype,
-                               overwrite=True)  # fmt: skip
+@dataclass(frozen=True)
+class _Objects:
+    """The training objects of a fit not read from a table (a similarity matrix, the
+    objects of a function, feature rows checked by scikit-learn), described as the fit
+    driver asks of a source: their number, a name, numbered rows and a handle."""
+
+    objects: Any
+    n_samples: int
+    n_features: int
+    source: str
+    store_path: None = None
+    id_name: None = None
+
+    def row_ids(self) -> None:
+        """Rows are numbered."""
+        return None
+
+    def rows_handle(self, share: Any, dtype: Any = None) -> Any:
+        """The objects as the tasks take them: shared, or a stored matrix they read."""
+        return self.objects if isinstance(self.objects, StoredMatrix) else share(self.objects)
 
 
-def _check_table(table: StoredTable, measure: Measure) -> None:
-    """Refuse what the in-memory fit refuses: text columns, missing values, no labels."""
+def _check_table(table: RowSource, measure: Measure, summary: ColumnSummary) -> None:
+    """Refuse what a measure cannot compare: text columns, missing values (counted by the
+    chunks' tasks)."""
     if table.categories:
         raise InputError(
             f"{table.source}: column(s) {sorted(table.categories)} hold text; a SimForest "
             "measure needs numeric features (drop them, or encode them as numbers)"
         )
-    attrs = decode_attrs(RunStore.open(table.path).subgroup(INPUT_GROUP).attrs)
-    missing = {str(k): int(v) for k, v in dict(attrs.get("missing") or {}).items() if v}
+    missing = {
+        name: int(v) for name, v in zip(table.feature_names, summary.missing, strict=True) if v
+    }
     if missing:
         raise InputError(
             f"{table.source} has missing values ({missing}); {measure.name} needs complete "
             "rows: impute them first (distforest impute) or drop those rows"
         )
-    if not table.has_target:
+    if not (np.isfinite(summary.low).all() and np.isfinite(summary.high).all()):
         raise InputError(
-            f"{table.source} was stored without a target: ingest it with target='<label "
-            "column>' to fit a classifier"
+            f"{table.source} has infinite values; {measure.name} needs finite features: "
+            "replace them (or drop those rows) first"
         )
 
 
-def _pair_rows(rows: Rows, ids: np.ndarray) -> np.ndarray:
-    """The pair objects' rows (scaled as the tasks scale them)."""
-    arr = task_array(rows.path, f"{INPUT_GROUP}/X", "r")
-    values = np.asarray(arr.get_orthogonal_selection((ids, slice(None))))
-    if rows.scaling is None:
+def _pair_chunk(rows: Any, chunk: slice, ids: np.ndarray) -> np.ndarray:
+    """A task: the rows ``ids`` (all within ``chunk``) of a source's rows handle."""
+    return np.asarray(rows[chunk])[ids - chunk.start]
+
+
+def _pair_rows(runner: Any, table: RowSource, rows: Any, ids: np.ndarray,
+               summary: ColumnSummary, scaling: Any) -> np.ndarray:  # fmt: skip
+    """The pair objects' rows (scaled as the tasks scale them), one task per chunk of the
+    rows handle ``rows`` holding some: the driver never reads a stored table."""
+    items = [(rows, chunk, ids[(ids >= chunk.start) & (ids < chunk.stop)])
+             for chunk in table.chunks()]  # fmt: skip
+    items = [item for item in items if item[2].size]
+    parts: list[Any] = [None] * len(items)
+    for i, part in runner.run(_pair_chunk, items, name="pair-objects"):
+        parts[i] = part
+    values = (np.concatenate(parts) if parts
+              else np.empty((0, table.n_features), dtype=summary.dtype))  # fmt: skip
+    if scaling is None:
         return values
-    mean, scale = rows.scaling
+    mean, scale = scaling
     return cast(np.ndarray, (values.astype(np.float64) - mean) / scale)
 
 
-def _classes(table: StoredTable) -> tuple[np.ndarray, np.ndarray]:
+def _classes(table: RowSource) -> tuple[np.ndarray, np.ndarray]:
     """``(classes, codes)`` as the in-memory fit's ``np.unique`` gives them; text labels
-    are stored as codes of their sorted values, read a chunk at a time (never as labels)."""
-    if table.target_kind != "labels":
-        return class_codes(table.read_y(), table.n_samples)
-    classes = np.empty(len(table.target_labels), dtype=object)
-    classes[:] = list(table.target_labels)
-    return classes, table.read_codes()
+    kept as codes of their sorted values are read a chunk at a time (never as labels)."""
+    labels = table.target_classes()
+    if labels is not None:
+        classes = np.empty(len(labels), dtype=object)
+        classes[:] = list(labels)
+        return classes, table.read_codes()
+    y = table.read_y()
+    if y is None:
+        raise InputError(
+            f"{table.source} has no labels: give its label column (target='<column>', or y "
+            "naming the column of a path) to fit a classifier"
+        )
+    return class_codes(y, table.n_samples)
 
 
 def _test_block(
@@ -527,7 +531,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         -------
         self
         """
-        if isinstance(X, StoredTable):
+        if isinstance(X, RowSource):  # a table read already: feature rows with their labels
             return self.fit_table(X, y, similarity)
         params = self._validated()
         measure = self._measure(similarity, params)
@@ -555,36 +559,40 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         function = cast(
             "Similarity | None", None if measure is None else getattr(measure, "values", measure)
         )
-        trees = self._grow(params, source, function, codes, len(classes), kind,
-                           cells_of(source))  # fmt: skip
-        self._set_fitted(trees, classes, codes, measure, objects, kind, params)
+        shape: tuple[int, ...] = tuple(getattr(source, "shape", (n,)))
+        what = _Objects(source, n, int(shape[1]) if len(shape) == 2 else 1,
+                        "the similarity matrix" if measure is None else "the objects")  # fmt: skip
+        with self._runner(cells_of(source)) as runner:
+            fit = self._grow(runner, params, what, what.rows_handle(runner.share), function,
+                             codes, len(classes), kind)  # fmt: skip
+        self._take_fit(fit, classes, codes, measure, kind, params)
+        self.pair_objects_ = None if objects is None else objects[self.pair_ids_]
+        self._record_store(fit)
         return self
 
     def fit_table(
         self,
-        table: StoredTable,
+        table: RowSource,
         y: Any = None,
         similarity: Any = None,
         *,
         scaling: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> SimilarityForestClassifier:
-        """Fit on feature rows kept in a run store, with a named measure (the fit of a
-        :class:`~distforest.store.inputs.StoredTable` given to :meth:`fit`).
+        """Fit on the feature rows and labels of a source with a named measure (the fit of a
+        table given to :meth:`fit`: rows read by partitions, a run store, a file read whole).
 
-        The tasks read ``input/X`` (once per worker process, scaled once when
-        ``scaling`` is given) and write their trees' final nodes and bootstrap
-        counts into arrays of the batch's own; row-block tasks join those into
-        the store's ``(n, T)`` ``leaves`` and ``inbag``
-        (:func:`~distforest.store.sink.gather_batches`), and their trees'
-        nodes, joined into the store's ``forest/`` a chunk at a time.  The store
-        then holds what :meth:`save` writes: ``leaves_``/``inbag_`` are its Zarr
-        arrays and ``trees_`` a :class:`StoredTrees` that the prediction tasks
-        read; this process never holds the rows, an ``(n, T)`` array or the trees.
+        The fit driver's tasks take the source's rows (a store's ``input/X``: read once
+        per worker process, scaled once when ``scaling`` is given) and the objects'
+        final nodes, bootstrap counts and trees' nodes go to its sink: a store's rows
+        leave them in that store, which then holds what :meth:`save` writes
+        (``leaves_``/``inbag_`` are its Zarr arrays and ``trees_`` a
+        :class:`StoredTrees` that the prediction tasks read); this process never
+        holds such rows, an ``(n, T)`` array or the trees.
 
         Parameters
         ----------
-        table : StoredTable
-            Feature rows in ``input/X``, labels in ``input/y``.
+        table : RowSource
+            Feature rows and their labels (:func:`~distforest.store.source.open_source`).
         y : None
             The labels are the table's; giving them again is refused.
         similarity : str, optional
@@ -599,14 +607,15 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         """
         if y is not None:
             raise InputError(
-                f"{table.source} is a stored table: its labels were read with it "
-                f"({table.target_name!r}); do not pass y as well"
+                f"{table.source} was read with its labels ({table.target_name!r}); do not pass "
+                "y as well"
             )
         params = self._validated()
         if callable(similarity):
             raise ParameterError(
-                "a stored table is fitted with a named measure (metric='rbf', 'cosine', 'dot' "
-                "or 'euclidean'), not a similarity function: load the objects to use a function"
+                "a table of feature rows is fitted with a named measure (metric='rbf', "
+                "'cosine', 'dot' or 'euclidean'), not a similarity function: load the objects "
+                "to use a function"
             )
         measure = self._measure(similarity, params)
         if not isinstance(measure, Measure):
@@ -614,25 +623,20 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
                 f"{table.source} holds feature rows, not a similarity matrix: give "
                 "metric='rbf', 'cosine', 'dot' or 'euclidean'"
             )
-        _check_table(table, measure)
-        measure = measure.fitted(np.empty((0, table.n_features)))  # rbf: gamma from the width
-        n, tile = table.n_samples, params["tile_size"]
         classes, codes = _classes(table)
-        rows = Rows(str(table.path), uuid.uuid4().hex, scaling)
-        rs = RunStore.open(table.path, mode="r+")
-        rs.mark_running()
-        trees = self._grow(params, rows, measure.values, codes, len(classes), measure.kind,
-                           n * table.n_features, rs)  # fmt: skip
-        arrays = (rs.array("leaves"), rs.array("inbag"))
-        self._set_fitted(trees, classes, codes, measure, None, measure.kind, params, rows=arrays)
-        pair_objects: Any = _pair_rows(rows, self.pair_ids_)
-        self.pair_objects_ = pair_objects
+        measure = measure.fitted(np.empty((0, table.n_features)))  # rbf: gamma from the width
+        scaled = None if scaling is None else (*scaling, uuid.uuid4().hex)
+        with self._runner(table.n_samples * table.n_features) as runner:
+            rows = table.rows_handle(runner.share, np.float64)
+            summary = summarise_columns(runner, table, rows)
+            _check_table(table, measure, summary)
+            fit = self._grow(runner, params, table, rows, measure.values, codes, len(classes),
+                             measure.kind, scaled)  # fmt: skip
+            self._take_fit(fit, classes, codes, measure, measure.kind, params)
+            self.pair_objects_ = _pair_rows(runner, table, rows, self.pair_ids_, summary,
+                                            scaling)  # fmt: skip
         self.n_features_in_ = table.n_features
-        # the store becomes this model's (what save writes), so its matrices go there
-        rs.write_coordinates(n, params["n_estimators"])
-        self._save_parts(rs, tile)
-        self._write_arrays(rs, tile, ("target", "pair_ids", "pair_objects"))
-        rs.update_attrs(**self._provenance(model=True), store_input=True)
+        self._record_store(fit)
         return self
 
     def _fit_source(self, X: Any, y: Any, similarity: Any) -> SimilarityForestClassifier:
@@ -641,70 +645,63 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         a temporary store living as long as this forest (their dtype as given), rows
         read whole are fitted as the float64 array a table in memory gives."""
         with opened(X, y, owner=self, dtype=None) as source:
-            if source.store_path is not None:
-                return self.fit_table(cast(StoredTable, source), None, similarity)
-            rows, labels = source.read_rows(slice(None), np.float64), source.read_y()
-        return self.fit(rows, labels, similarity)
+            return self.fit_table(source, None, similarity)
 
     def _grow(
         self,
+        runner: Any,
         params: dict[str, Any],
         source: Any,
+        rows: Any,
         function: Similarity | None,
         codes: np.ndarray,
         n_classes: int,
         kind: str,
-        cells: int,
-        rs: RunStore | None = None,
-    ) -> list[SimTree] | StoredTrees:
-        """The one growing of the trees, one task per batch on the same seeds and batches
-        whatever holds the objects: ``source`` is S, the objects, or a store's
-        :class:`Rows`.  With ``rs`` (the store of those rows), the tasks write the
-        trees' per-object arrays into it, joined into ``leaves`` and ``inbag`` here, and
-        their nodes, joined into ``forest/``: the trees are then :class:`StoredTrees`
-        (and ``pair_ids_`` is set from the tasks' summaries)."""
-        n, n_trees = codes.shape[0], params["n_estimators"]
-        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        tree_params = self._tree_params(params, kind)
-        trees: list[SimTree] = [None] * n_trees  # type: ignore[list-item]
-        with self._runner(cells) as runner:
-            size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
-            batches = tasks.plan_batches(n_trees, size)
-            logger.info("growing %d SimForest trees on %d objects in %d tasks",
-                        n_trees, n, len(batches))  # fmt: skip
-            if rs is not None:
-                _batch_arrays(rs, n, batches, params["tile_size"])
-            shared = source if isinstance(source, StoredMatrix | Rows) else runner.share(source)
-            y_shared = runner.share(codes.astype(np.int64))
-            items = [(shared, function, y_shared, seeds[b], tree_params, n_classes,
-                      None if rs is None else k) for k, b in enumerate(batches)]  # fmt: skip
-            parts: list[Any] = [None] * len(batches)
-            for i, part in runner.run(_grow_batch, items, name="simforest-fit",
-                                      progress=self._report("fit")):  # fmt: skip
-                parts[i] = part
-            if rs is None:
-                for b, part in zip(batches, parts, strict=True):
-                    trees[b] = part
-            else:
-                runner.everywhere(forget_inputs)
-                for name, dtype in (("leaves", "int32"), ("inbag", "uint8")):
-                    gather_batches(runner, rs.path,
-                                   [f"{FIT_GROUP}/{name}_{k}" for k in range(len(batches))],
-                                   name, dtype, params["tile_size"],
-                                   progress=self._report("leaves"))  # fmt: skip
-                # the tasks wrote the trees' nodes; joined a chunk at a time, never held here
-                rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))],
-                               np.concatenate([g.node_counts for g in parts]), seeds)  # fmt: skip
-                del rs.group[FIT_GROUP]
-        self.random_state_ = entropy
-        self.seeds_ = seeds
-        self.fit_id_ = uuid.uuid4().hex
-        if rs is None:
-            return trees
-        self.pair_ids_ = np.unique(np.concatenate([g.pair_ids for g in parts]))
-        return StoredTrees(rs.path, self.fit_id_,
-                           np.concatenate([g.n_evaluations for g in parts]),
-                           tree_params.missing, kind)  # fmt: skip
+        scaling: tuple[np.ndarray, np.ndarray, str] | None = None,
+    ) -> ForestFit:
+        """The one growing of the trees, on the fit driver: ``rows`` (the source's handle)
+        are S, a stored matrix the tasks read, or the objects of ``function``; the
+        objects' final nodes and bootstrap counts and the trees' nodes go to the driver's
+        sink (the rows' store, else memory by the in-memory rule)."""
+        n_trees = params["n_estimators"]
+        grower = partial(grow_simforest_batch, function=function, scaling=scaling,
+                         params=self._tree_params(params, kind), n_classes=n_classes)  # fmt: skip
+        sink = open_sink(source.n_samples, n_trees, store=source.store_path,
+                         chunk_rows=params["tile_size"], owner=self)  # fmt: skip
+        return fit_forest(
+            source, grower, y=codes.astype(np.int64), n_trees=n_trees,
+            random_state=params["random_state"],
+            batch_size=params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads()),
+            runner=runner, sink=sink, row_results=ROW_RESULTS, rows=rows,
+            progress=self._report("fit"), join_progress=self._report("leaves"),
+        )  # fmt: skip
+
+    def _take_fit(self, fit: ForestFit, classes: np.ndarray, codes: np.ndarray, measure: Any,
+                  kind: str, params: dict[str, Any]) -> None:  # fmt: skip
+        """Set the fitted attributes once, from the fit driver's result: the trees from the
+        joined nodes, or (a fit into a store) :class:`StoredTrees` read there on use."""
+        missing = self._tree_params(params, kind).missing
+        evaluations = fit.trees["n_evaluations"]
+        trees: list[SimTree] | StoredTrees
+        if fit.store is None:
+            assert fit.nodes is not None  # kept by the driver
+            offsets = np.concatenate([[0], np.cumsum(fit.trees["node_counts"])])
+            trees = _trees_of({**fit.nodes, "node_offset": offsets}, evaluations, missing, kind)
+        else:
+            trees = StoredTrees(fit.store, fit.fit_id, evaluations, missing, kind)
+        self.random_state_, self.seeds_, self.fit_id_ = fit.random_state, fit.seeds, fit.fit_id
+        self._set_fitted(trees, classes, codes, measure, None, kind, params,
+                         rows=(fit.rows["leaves"], fit.rows["inbag"]))  # fmt: skip
+        self.pair_ids_ = np.unique(fit.trees["pair_ids"])
+
+    def _record_store(self, fit: ForestFit) -> None:
+        """A fit into a store (the rows', or a temporary one): the store becomes this
+        model's (what save writes), so that its matrices go there."""
+        if fit.store is not None:
+            rs = RunStore.open(fit.store, mode="r+")
+            self._write_arrays(rs, self.params_["tile_size"],
+                               ("target", "pair_ids", "pair_objects"))  # fmt: skip
+            rs.update_attrs(**self._provenance(model=True), store_input=True)
 
     @staticmethod
     def _tree_params(params: dict[str, Any], kind: str) -> SimTreeParams:
@@ -724,10 +721,10 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         objects: Any,
         kind: str,
         params: dict[str, Any],
-        rows: tuple[Any, Any] | None = None,
+        rows: tuple[Any, Any],
     ) -> None:
-        """The fitted attributes; ``rows``: ``(leaves, inbag)`` given (a stored fit's
-        Zarr arrays) instead of taken from the trees."""
+        """The fitted attributes; ``rows``: ``(leaves, inbag)`` (arrays, or a store's Zarr
+        arrays)."""
         self.trees_ = trees
         self.classes_ = classes
         self.y_ = codes.astype(np.int64)
@@ -735,11 +732,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self.n_samples_ = int(codes.shape[0])
         self.kind_ = kind
         self.measure_ = measure
-        if rows is not None:
-            self.leaves_, self.inbag_ = rows
-        elif not isinstance(trees, StoredTrees):
-            self.leaves_ = np.stack([t.leaves for t in trees], axis=1).astype(np.int32)
-            self.inbag_ = np.stack([t.inbag for t in trees], axis=1).astype(np.uint8)
+        self.leaves_, self.inbag_ = rows
         self.n_similarity_evaluations_ = sum(_evaluations(trees))
         if not isinstance(trees, StoredTrees):  # (a stored fit's: from its tasks' summaries)
             self.pair_ids_ = _pair_ids(trees)
@@ -931,7 +924,7 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
                 attrs={"n_trees": len(self.trees_)}, progress=self._report("tiles"),
             )  # fmt: skip
         if complete:
-            rs.mark_complete()
+            complete_output(rs)
         return rs.dataset()[ARRAY_NAMES[method]]
 
     def _proximity_store(self, store: str | Path, overwrite: bool) -> RunStore:

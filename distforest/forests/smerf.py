@@ -22,23 +22,20 @@ and then only referred to: each worker reads it once for all its tasks
 copies it into the model block by block, so the driver never holds it whole.
 A loaded model refers to its own ``train_distance`` the same way.
 
-One fit, whatever holds the features: one task per batch of trees on the
-same seeds and batches, the same trees bit for bit.  Rows in memory are shared
-once and the rows' leaves and in-bag counts are computed here from the joined
-trees.  Rows in a store (a :class:`~distforest.store.inputs.StoredTable`, or a
-``dask.dataframe.DataFrame`` ingested on the workers into a temporary one) are
-read by each worker process once; each tree task routes every training row
-through its trees and writes their leaves and in-bag counts into arrays of
-the batch's own (``smerf-fit/leaves_<k>``, ``smerf-fit/inbag_<k>``, one writer
-each); row-block tasks join them into whole chunks of ``leaves`` (int32) and
-``inbag`` (uint16, the in-memory fit's dtype; a saved model keeps uint8)
-(:func:`~distforest.store.sink.gather_batches`), which
-``leaves_`` and ``inbag_`` then are, read on use, never an n x T copy in the
-driver.  The tasks write their flat trees too (nodes, split projections and
-every leaf's in-bag members, about ``n_estimators x n`` int64 members), joined
-into the store's ``forest/`` a chunk at a time: ``forest_`` is then a
-:class:`StoredForest`, read on use (routing new rows reads the nodes, each
-tile task's worker reads the leaves' members once), never held by the driver.
+One fit, whatever holds the features, on the fit driver
+(:func:`~distforest.forests.fit_driver.fit_forest`): one task per batch of trees
+on the same seeds and batches, the same trees bit for bit.  Missing values are
+counted by one task per chunk of the rows; each tree task takes the rows (rows
+in a store: read once per worker process) and gives its trees, their rows'
+leaves (int32) and in-bag counts (uint16; a saved model keeps uint8) to the
+driver's sink: arrays here, or, for rows in a store (a
+:class:`~distforest.store.inputs.StoredTable`, or a ``dask.dataframe.DataFrame``
+ingested on the workers into a temporary one), the store's ``leaves`` and
+``inbag`` (gathered by row chunks: ``leaves_`` and ``inbag_`` are those Zarr
+arrays, never an n x T copy in the driver) and its ``forest/`` (nodes, split
+projections and every leaf's in-bag members, joined a chunk at a time:
+``forest_`` is then a :class:`StoredForest`, read on use, never held by the
+driver).
 A later fit on the same stored table replaces ``leaves``, ``inbag`` and
 ``forest/``: the earlier model then refuses to predict from them (its
 ``fit_id``).
@@ -47,8 +44,8 @@ A later fit on the same stored table replaces ``leaves``, ``inbag`` and
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -58,6 +55,12 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.fit_driver import (
+    ColumnSummary,
+    GrownBatch,
+    fit_forest,
+    summarise_columns,
+)
 from distforest.forests.persistence import (
     INPUT_FIELDS,
     UNSET,
@@ -67,7 +70,6 @@ from distforest.forests.persistence import (
 )
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.io import Table, load_table
-from distforest.io.attrs import decode_attrs
 from distforest.io.distances import (
     Distances,
     StoredDistances,
@@ -81,9 +83,9 @@ from distforest.io.source import RowSource
 from distforest.kernels import smerf as K
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import INPUT_GROUP, forget_inputs, input_rows, per_fit
-from distforest.store.run_store import RunStore, write_block, write_group
-from distforest.store.sink import gather_batches
+from distforest.store.inputs import forget_inputs, per_fit
+from distforest.store.run_store import RunStore, complete_output
+from distforest.store.sink import open_sink
 from distforest.store.source import opened
 
 if TYPE_CHECKING:
@@ -97,11 +99,9 @@ TILE_SIZE = C.SMERF_TILE
 DISTANCE = "distance"
 #: The stored name of the training distances inside a model.
 TRAIN_DISTANCE = "train_distance"
-#: Group of a stored fit's per-batch leaves and in-bag counts (removed afterwards).
-FIT_GROUP = "smerf-fit"
-#: The per-row arrays of a stored fit, at the store's root: (name, dtype), the dtypes of
-#: the in-memory fit's ``leaves_`` and ``inbag_`` (a saved model's inbag is uint8).
-ROW_ARRAYS = (("leaves", "int32"), ("inbag", "uint16"))
+#: The per-row arrays of a fit (the driver's per-row results): name -> (dtype, dims); a
+#: saved model's inbag is uint8.
+ROW_RESULTS = {"leaves": ("int32", ("sample", "tree")), "inbag": ("uint16", ("sample", "tree"))}
 
 
 def input_cells(n_samples: int, n_features: int) -> int:
@@ -206,86 +206,32 @@ class StoredForest:
             lambda: (self.node_offset, self.leaf_start, self.leaf_members)))  # fmt: skip
 
 
-def _grow_task(
-    rows: np.ndarray | str, D: np.ndarray | StoredDistances, seeds: np.ndarray,
-    params: dict[str, Any], batch: int | None,
-) -> K.FlatForest:  # fmt: skip
-    """Task: the trees of ``seeds`` on rows in memory, or on a store's ``input/X`` (``rows``
-    its path; read once per worker process) whose leaves and in-bag counts the task
-    writes into the batch's own arrays (``smerf-fit/leaves_<batch>``, ``inbag_<batch>``)."""
-    if isinstance(rows, np.ndarray):
-        return K.grow_batch(rows, distance_values(D), seeds, params)
-    X = np.array(input_rows(rows), dtype=np.float64)  # this task's own (writable) copy
+def grow_smerf_batch(
+    X: np.ndarray, D: np.ndarray | StoredDistances, seeds: np.ndarray, *, params: dict[str, Any],
+) -> GrownBatch:  # fmt: skip
+    """The fit driver's grower of a :class:`SMERF`: the trees of ``seeds`` on the rows (float64)
+    and the observed distances ``D`` (a file: read once per worker process), the rows'
+    leaves and in-bag counts (uint16) in those trees, and the flat trees."""
+    X = np.asarray(X, dtype=np.float64)
+    if not X.flags.writeable:
+        X = X.copy()  # this task's own (writable) copy of rows shared read-only
     forest = K.grow_batch(X, distance_values(D), seeds, params)
-    inbag = K.inbag_counts(forest, X.shape[0])  # uint16, as in memory
-    if inbag.max(initial=0) > np.iinfo(np.uint8).max:  # checked here: save writes uint8
-        raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
-    everything = (slice(None), slice(None))
-    write_block(rows, f"{FIT_GROUP}/leaves_{batch}", everything, K.apply(forest, X))
-    write_block(rows, f"{FIT_GROUP}/inbag_{batch}", everything, inbag)
-    # the trees too, joined by the driver a chunk at a time: only offsets and importances back
-    write_group(rows, f"{FIT_GROUP}/nodes_{batch}", forest.nodes)
-    write_group(rows, f"{FIT_GROUP}/trees_{batch}",
-                {name: getattr(forest, name) for name, _ in FOREST_ARRAYS})  # fmt: skip
-    return K.FlatForest(nodes={c: v[:0] for c, v in forest.nodes.items()},
-                        node_offset=forest.node_offset,
-                        **{name: getattr(forest, name)[:0] for name, _ in FOREST_ARRAYS},
-                        importances=forest.importances)  # fmt: skip
+    inbag = K.inbag_counts(forest, X.shape[0])
+    return GrownBatch(
+        rows={"leaves": K.apply(forest, X), "inbag": inbag},
+        trees={"node_counts": np.diff(forest.node_offset), "importances": forest.importances,
+               "inbag_max": inbag.max(axis=0, initial=0)},
+        nodes={**forest.nodes, **{name: getattr(forest, name) for name, _ in FOREST_ARRAYS}},
+    )  # fmt: skip
 
 
-def _batch_arrays(path: str, n: int, batches: list[slice]) -> None:
-    """Create a stored fit's per-batch leaves and in-bag arrays (one writer each)."""
-    group = RunStore.open(path, mode="r+").group.require_group(FIT_GROUP)
-    chunk = max(1, min(n, C.SMERF_TILE))
-    for k, b in enumerate(batches):
-        for name, dtype in ROW_ARRAYS:
-            group.create_array(f"{name}_{k}", shape=(n, b.stop - b.start),
-                               chunks=(chunk, b.stop - b.start), dtype=dtype,
-                               overwrite=True)  # fmt: skip
-
-
-def _gathered(runner: Any, path: str, n: int, n_batches: int, fit_id: str) -> tuple[Any, Any]:
-    """A stored fit's ``leaves`` and ``inbag``, joined from the batches' arrays by row
-    chunks, tagged with the fit's id; read on use."""
-    chunk = max(1, min(n, C.SMERF_TILE))
-    rows = {}
-    for name, dtype in ROW_ARRAYS:
-        per_batch = [f"{FIT_GROUP}/{name}_{k}" for k in range(n_batches)]
-        rows[name] = gather_batches(runner, path, per_batch, name, dtype, chunk)
-        rows[name].attrs.update({"fit_id": fit_id})
-    runner.everywhere(forget_inputs)
-    return rows["leaves"], rows["inbag"]
-
-
-def _joined_forest(path: str, n_batches: int, joined: K.FlatForest, seeds: np.ndarray,
-                   fit_id: str) -> StoredForest:  # fmt: skip
-    """A stored fit's trees, written by the tasks, joined into ``forest/`` (the layout of
-    :meth:`SMERF.save`) a chunk at a time (the per-batch arrays removed)."""
-    rs = RunStore.open(path, mode="r+")
-    batches = range(n_batches)
-    rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in batches], np.diff(joined.node_offset),
-                   seeds)  # fmt: skip
-    for name, dims in FOREST_ARRAYS:
-        rs.join_arrays(f"forest/{name}", [f"{FIT_GROUP}/trees_{k}/{name}" for k in batches], dims)
-    forest = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
-    forest.write_array("tree_importances", joined.importances, ("tree", "feature"))
-    del rs.group[FIT_GROUP]
-    return StoredForest(rs.path, fit_id, joined.node_offset, joined.importances)
-
-
-def _check_complete(table: RowSource) -> None:
-    """Refuse features with missing values (a stored table: from its summaries)."""
-    if table.store_path is None:
-        if any(np.isnan(table.read_rows(rows, np.float64)).any() for rows in table.chunks()):
-            raise InputError(
-                f"{table.source}: SMERF needs complete features; impute the missing values "
-                "first, e.g. `distforest impute`"
-            )
-        return
-    attrs = decode_attrs(RunStore.open(table.store_path).subgroup(INPUT_GROUP).attrs)
-    missing = {k: int(v) for k, v in (attrs.get("missing") or {}).items() if int(v)}
+def _check_complete(table: RowSource, summary: ColumnSummary) -> None:
+    """Refuse features with missing values (counted by the chunks' tasks), naming them."""
+    missing = [
+        (name, int(v)) for name, v in zip(table.feature_names, summary.missing, strict=True) if v
+    ]
     if missing:
-        shown = ", ".join(f"{k!r} ({v})" for k, v in list(missing.items())[:5])
+        shown = ", ".join(f"{k!r} ({v})" for k, v in missing[:5])
         raise InputError(
             f"{table.source}: SMERF needs complete features, but columns have missing values: "
             f"{shown}; impute them first, e.g. `distforest impute`"
@@ -407,7 +353,6 @@ class SMERF(Persisted, DaskEstimator):
     def _grow(self, table: RowSource, D: Any, params: dict[str, Any]) -> SMERF:
         """The one fit (see the module docstring): rows in memory or in a store, the
         rows' leaves and in-bag counts kept where the rows are."""
-        _check_complete(table)
         n, d = table.n_samples, table.n_features
         dist = D if isinstance(D, Distances) else load_distances(D, n=n)
         if dist.shape[0] != n:
@@ -416,45 +361,51 @@ class SMERF(Persisted, DaskEstimator):
                 "row and one column per row of X, in the same order"
             )
         n_trees = params["n_estimators"]
-        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
         tree_params = {k: params[k]
                        for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap",
                                  "oblique")}  # fmt: skip
         K.warm_up()  # compile once here, not in every worker at the same time
-        path = table.store_path
-        fit_id = uuid.uuid4().hex
         with self._runner(input_cells(n, d)) as runner:
-            batches = tasks.plan_batches(
-                n_trees, tasks.default_batch_size(n_trees, runner.threads())
-            )
-            if path is not None:
-                _batch_arrays(path, n, batches)
-            logger.info("growing %d SMERF trees on %d x %d from %s in %d tasks", n_trees, n, d,
-                        table.source, len(batches))  # fmt: skip
-            values = dist.values
-            # a file is passed as a reference: each worker reads it once (never the driver)
-            d_h = values if isinstance(values, StoredDistances) else runner.share(values)
-            X = table.read_rows(slice(None), np.float64) if path is None else None
-            rows = path if X is None else runner.share(X)
-            items = [(rows, d_h, seeds[b], tree_params, None if path is None else k)
-                     for k, b in enumerate(batches)]  # fmt: skip
-            parts: list[Any] = [None] * len(batches)
-            for i, part in runner.run(_grow_task, items, name="smerf-trees",
-                                      progress=self._report("fit")):  # fmt: skip
-                parts[i] = part
-            if path is not None:
-                leaves, inbag = _gathered(runner, path, n, len(batches), fit_id)
+            rows = table.rows_handle(runner.share, np.float64)
+            _check_complete(table, summarise_columns(runner, table, rows))
+            # the rows' store, else memory by the in-memory rule, else a store of this model's
+            sink = open_sink(n, n_trees, store=table.store_path, chunk_rows=C.SMERF_TILE,
+                             owner=self)  # fmt: skip
+            # D given as a file is passed as a reference: each worker reads it once
+            fit = fit_forest(
+                table, partial(grow_smerf_batch, params=tree_params), y=dist.values,
+                n_trees=n_trees, random_state=params["random_state"],
+                batch_size=tasks.default_batch_size(n_trees, runner.threads()), runner=runner,
+                sink=sink, row_results=ROW_RESULTS, dtype=np.float64, rows=rows,
+                node_dims={name: dims for name, dims in FOREST_ARRAYS},
+                progress=self._report("fit"),
+            )  # fmt: skip
         forest: K.FlatForest | StoredForest
-        forest = K.concatenate(parts, consume=True)  # never the parts and the forest whole
-        if X is not None:
-            leaves, inbag = K.apply(forest, X), K.inbag_counts(forest, n)
-        elif path is not None:  # the tasks wrote the trees: joined there, not held here
-            forest = _joined_forest(path, len(batches), forest, seeds, fit_id)
+        if fit.store is None:
+            assert fit.nodes is not None  # kept by the driver
+            nodes = dict(fit.nodes)
+            forest = K.FlatForest(
+                nodes={c: nodes.pop(c) for c in K.NODE_COLUMNS},
+                node_offset=K.offsets(fit.trees["node_counts"]),
+                **{name: nodes.pop(name) for name, _ in FOREST_ARRAYS},
+                importances=fit.trees["importances"],
+            )  # fmt: skip
+        else:  # the trees were joined into the store's forest/: read there on use
+            if fit.trees["inbag_max"].max(initial=0) > np.iinfo(np.uint8).max:
+                raise StoreError("a bootstrap count above 255 cannot be stored as uint8 inbag")
+            rs = RunStore.open(fit.store, mode="r+")
+            for name in ROW_RESULTS:
+                fit.rows[name].attrs.update({"fit_id": fit.fit_id})
+            forest_group = RunStore(location.join(rs.path, "forest"), rs.subgroup("forest"))
+            forest_group.write_array("tree_importances", fit.trees["importances"],
+                                     ("tree", "feature"))  # fmt: skip
+            forest = StoredForest(rs.path, fit.fit_id, K.offsets(fit.trees["node_counts"]),
+                                  fit.trees["importances"])  # fmt: skip
         return self._fitted(
-            forest, leaves, inbag, n_samples=n, feature_names=table.feature_names, seeds=seeds,
-            entropy=entropy, dist=dist,
-            input_={"source": table.source, "fingerprint": table.fingerprint()}, params=params,
-            fit_id=fit_id,
+            forest, fit.rows["leaves"], fit.rows["inbag"], n_samples=n,
+            feature_names=table.feature_names, seeds=fit.seeds, entropy=fit.random_state,
+            dist=dist, input_={"source": table.source, "fingerprint": table.fingerprint()},
+            params=params, fit_id=fit.fit_id,
         )  # fmt: skip
 
     def _fitted(
@@ -516,9 +467,10 @@ class SMERF(Persisted, DaskEstimator):
 
     def _route(self, X: Any, what: str) -> np.ndarray:
         """Leaves of the rows of ``X`` (a stored fit's trees: nodes and projections read
-        from the store on use).  Rows in a store (a source read by partitions) are routed
-        by chunks, one task each (:func:`~distforest.forests.scaled_rows.chunk_map`)."""
-        if getattr(X, "store_path", None) is None:
+        from the store on use).  A source (rows read as a table: by partitions, from a
+        store) is routed by its chunks (:func:`~distforest.forests.scaled_rows.chunk_map`:
+        one task each for rows in a store)."""
+        if not isinstance(X, RowSource):
             return K.apply(cast(K.FlatForest, self.forest_), self._rows(X, what))
         from distforest.forests.scaled_rows import chunk_map
 
@@ -679,7 +631,7 @@ class SMERF(Persisted, DaskEstimator):
             if isinstance(inputs.trees, StoredForest):
                 runner.everywhere(forget_inputs)  # the stored trees each worker read
         if complete:
-            rs.mark_complete()
+            complete_output(rs)
         return rs.dataset()[DISTANCE]
 
     # -- storing --------------------------------------------------------------

@@ -157,6 +157,13 @@ def forget_blocks(write: str) -> None:
     _blocks.last = threading.local()
 
 
+def stored_leaves(path: str, write: str, rows: slice, *, row: bool) -> np.ndarray:
+    """Rows ``rows`` of the ``leaves`` of the store at ``path``, read once per process for
+    the matrix write ``write`` (the block cache of :func:`store_tile`; ``row``: the tile's
+    row block).  For tile functions of weightings other than this module's."""
+    return _blocks.get(path, "original", write, rows, None, row=row)["leaves"]
+
+
 def store_tile(
     path: str, method: str, counts: str | None, write: str, rows: slice, cols: slice
 ) -> np.ndarray:

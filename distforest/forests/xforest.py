@@ -8,32 +8,25 @@ tile by tile from the codes, or applied matrix-free through its exact
 factorisation ``S = Phi Phi^T / T`` (:func:`distforest.kernels.betasim.phi_product`,
 :mod:`distforest.forests.xforest_similarity`).
 
-One fit, whatever holds the rows; only where the rows' arrays go differs:
+One fit, whatever holds the rows, on the fit driver
+(:func:`~distforest.forests.fit_driver.fit_forest`):
 
 1. **Normalisation.**  The column minima and maxima (float64, exact for
-   float32 values) and the first missing cell of every row chunk, reduced
-   here: rows in memory are one chunk; a stored table's chunks are one task
-   each, so the driver never reads the table.  The same float64 values as
-   ``X.min(axis=0)`` and ``np.ptp``.
-2. **Trees.**  One task per batch of trees, seeds planned here, so the same
-   ``random_state`` gives the same trees on any cluster and from any home of
-   the rows.  Rows in memory are normalised here and shared once; from a store
-   each worker process reads ``input/X`` once and normalises it once per fit.
-   A batch's rows' leaves, depths and path codes (and its trees' nodes) come
-   back for rows in memory; for a stored table they are written into arrays
-   of the batch's own in the store (``fit/leaves_<k>``, ``fit/depth_<k>``,
-   ``fit/path_<k>``, ``fit/nodes_<k>``: one writer each) and only the node
-   counts and directions come back.  Each batch has its own number of
-   path-code words; the widest decides ``codes_``.
-3. **Rows' arrays.**  In memory, joined here.  In a store, gathered by row
-   chunks (one task per block of whole chunks writes ``leaves``, ``depth``
-   and ``path``, narrower batches padded with zero words;
-   :func:`~distforest.store.sink.gather_batches`) and the nodes joined
-   into ``forest/`` a chunk at a time: the store then holds what
-   :meth:`XForest.save` writes, ``leaves_``, ``depth_`` and ``codes_`` are its
-   Zarr arrays and ``nodes_``, ``thresholds_`` read it on use
-   (:class:`StoredNodes`).  Only the directions (a few per tree; one per split
-   node in ``standard`` mode) pass through the driver.
+   float32 values) and the first missing cell of every chunk of the source's
+   rows, one task each, reduced here: the same float64 values as
+   ``X.min(axis=0)`` and ``np.ptp``; the driver never reads a stored table.
+2. **Trees.**  The driver's tasks, one per batch of trees, seeds planned from
+   ``random_state``: the same trees on any cluster and from any home of the
+   rows.  Each worker process normalises the rows once per fit
+   (:func:`grow_xforest_batch`).  Each batch has its own number of path-code
+   words; the widest decides ``codes_`` (narrower batches padded with zero words).
+3. **Rows' arrays.**  Leaves, depths and path codes go to the driver's sink:
+   arrays here, or the run store of the rows (gathered by row chunks), where
+   the nodes are joined into ``forest/`` a chunk at a time: the store then
+   holds what :meth:`XForest.save` writes, ``leaves_``, ``depth_`` and
+   ``codes_`` are its Zarr arrays and ``nodes_``, ``thresholds_`` read it on
+   use (:class:`StoredNodes`).  Only the directions (a few per tree; one per
+   split node in ``standard`` mode) pass through the driver.
 """
 
 from __future__ import annotations
@@ -42,7 +35,8 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -53,6 +47,13 @@ from distforest import location
 from distforest.errors import InputError, NotFittedError
 from distforest.forests import constraints as C
 from distforest.forests._estimator import DaskEstimator
+from distforest.forests.fit_driver import (
+    ForestFit,
+    GrownBatch,
+    fit_forest,
+    scaled_once,
+    summarise_columns,
+)
 from distforest.forests.persistence import INPUT_FIELDS, Array, Field, Persisted
 from distforest.forests.tiled import matrix_in_memory, write_matrix
 from distforest.forests.xforest_similarity import (
@@ -67,9 +68,8 @@ from distforest.io.source import RowSource
 from distforest.kernels import betasim, rptrees
 from distforest.parallel import tasks
 from distforest.parallel.tiling import TilePlan
-from distforest.store.inputs import forget_inputs, input_chunk, scaled_rows
-from distforest.store.run_store import RunStore, task_array, write_group
-from distforest.store.sink import FIT_GROUP, ROUTE_ROWS, gather_batches
+from distforest.store.run_store import RunStore, complete_output, task_array
+from distforest.store.sink import open_sink
 from distforest.store.source import opened
 
 if TYPE_CHECKING:
@@ -84,8 +84,9 @@ Progress = Callable[[str, int, int], None]
 
 #: Columns of the flat node array, as stored under ``forest/``.
 NODE_COLUMNS = ("parent", "depth", "left", "right", "direction")
-#: The rows' arrays a stored fit writes, per batch then gathered: (name, dtype).
-ROW_ARRAYS = (("leaves", "int32"), ("depth", "int32"), ("path", "uint64"))
+#: The rows' arrays of a fit (the driver's per-row results): name -> (dtype, dims).
+ROW_RESULTS = {"leaves": ("int32", ("sample", "tree")), "depth": ("int32", ("sample", "tree")),
+               "path": ("uint64", ("sample", "tree", "path_word"))}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -120,52 +121,14 @@ class StoredNodes:
         return np.asarray(self)[key]
 
 
-@dataclass(frozen=True)
-class _ScaledRows:
-    """A stored table's ``input/X`` as a tree task reads it: ``(X - lo) / scale`` in
-    float64, read and normalised once per worker process and fit (``token``)."""
-
-    path: str
-    token: str
-    lo: np.ndarray
-    scale: np.ndarray
-
-    def read(self) -> np.ndarray:
-        return scaled_rows(self.path, self.token, self.lo, self.scale)
-
-
-def _column_range(X: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray,
-                                                     tuple[int, int] | None]:  # fmt: skip
-    """Column minima and maxima (float64) of the rows ``X`` (row ``first`` onwards of the
-    table), and the first missing cell ``(row, column)`` (row of the table), if any."""
-    missing = np.isnan(X)
-    if missing.any():
-        row, col = np.argwhere(missing)[0]
-        return np.empty(0), np.empty(0), (int(first + row), int(col))
-    return X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64), None
-
-
-def _chunk_range(path: str, rows: slice) -> tuple[np.ndarray, np.ndarray,
-                                                 tuple[int, int] | None]:  # fmt: skip
-    """:func:`_column_range` of rows ``rows`` of a store's ``input/X`` (a task)."""
-    return _column_range(input_chunk(path, rows), rows.start)
-
-
-def _normalisation(runner: Any, table: RowSource, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(min, scale)`` of the features from the row chunks' ranges (rows in memory: read
-    here; a store's: one task per chunk), exact in float64 (``np.ptp`` is max - min);
-    missing cells refused, the first one named."""
-    if table.store_path is not None:
-        items = [(table.store_path, rows) for rows in table.chunks()]
-        parts: list[Any] = [None] * len(items)
-        for i, part in runner.run(_chunk_range, items, name="xforest-ranges"):
-            parts[i] = part
-    else:
-        parts = [_column_range(table.read_rows(rows, np.float64), rows.start)
-                 for rows in table.chunks()]  # fmt: skip
-    missing = [p[2] for p in parts if p[2] is not None]
-    if missing:
-        row, col = min(missing)
+def _normalisation(runner: Any, table: RowSource, rows: Any,
+                   normalize: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """``(min, scale)`` of the features (:func:`~distforest.forests.fit_driver.summarise_columns`
+    on the rows handle ``rows``), exact in float64 (``np.ptp`` is max - min); missing
+    cells refused, the first one named."""
+    summary = summarise_columns(runner, table, rows)
+    if summary.first_missing is not None:
+        row, col = summary.first_missing
         raise InputError(
             f"{table.source}: X-Forest needs complete data, but column "
             f"{table.feature_names[col]!r} is missing at row {row + 1:,} (counted from 1); "
@@ -174,50 +137,27 @@ def _normalisation(runner: Any, table: RowSource, normalize: bool) -> tuple[np.n
     d = table.n_features
     if not normalize:
         return np.zeros(d), np.ones(d)
-    lo = np.minimum.reduce([p[0] for p in parts]) if parts else np.zeros(d)
-    hi = np.maximum.reduce([p[1] for p in parts]) if parts else np.zeros(d)
-    scale = hi - lo
-    return lo, np.where(scale > 0, scale, 1.0)
+    scale = summary.high - summary.low
+    return summary.low, np.where(scale > 0, scale, 1.0)
 
 
-def _write_rows(path: str, name: str, values: np.ndarray, rows: int) -> None:
-    """Create array ``name`` of the store at ``path`` (this task its one writer) and fill it."""
-    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
-    chunks = (max(1, min(rows, values.shape[0])), *(max(1, s) for s in values.shape[1:]))
-    arr = root.create_array(name, shape=values.shape, chunks=chunks, dtype=values.dtype,
-                            overwrite=True)  # fmt: skip
-    if values.size:
-        arr[...] = values
+def grow_xforest_batch(
+    X: np.ndarray, y: None, seeds: np.ndarray, *, shift: np.ndarray, scale: np.ndarray,
+    token: str, n_directions: int, leaf_size: int, standard: bool,
+) -> GrownBatch:  # fmt: skip
+    """The fit driver's grower of an :class:`XForest`: the trees of ``seeds`` on the rows
+    normalised as ``(X - shift) / scale`` in float64 (once per worker process and fit
+    ``token``), their rows' leaves, depths and path codes, and their nodes."""
 
-
-def _grow_task(
-    rows: np.ndarray | _ScaledRows,
-    seeds: np.ndarray,
-    n_directions: int,
-    leaf_size: int,
-    standard: bool,
-    sink: tuple[str, int, int] | None,
-) -> rptrees.GrownBatch:
-    """One task: the trees of ``seeds`` on the normalised rows.  ``sink`` ``(store path,
-    batch, chunk rows)``: the batch's rows' arrays and nodes are written into arrays of
-    their own (``fit/leaves_<k>``, ... ``fit/nodes_<k>``: one writer each) and only the
-    node counts and directions come back; None: the whole batch comes back."""
-    grown = rptrees.grow_batch(rows.read() if isinstance(rows, _ScaledRows) else rows, seeds,
-                               n_directions, leaf_size, standard)  # fmt: skip
-    if sink is None:
-        return grown
-    path, batch, chunk = sink
-    for name, values in (("leaves", grown.leaves), ("depth", grown.depth),
-                         ("path", grown.codes)):  # fmt: skip
-        _write_rows(path, f"{FIT_GROUP}/{name}_{batch}", values, chunk)
+    grown = rptrees.grow_batch(scaled_once(X, token, shift, scale), seeds, n_directions,
+                               leaf_size, standard)  # fmt: skip
     nodes = {c: np.ascontiguousarray(grown.nodes[:, k]) for k, c in enumerate(NODE_COLUMNS)}
-    write_group(path, f"{FIT_GROUP}/nodes_{batch}", {**nodes, "threshold": grown.thresholds})
-    width, words = grown.codes.shape[1:]
-    return replace(grown, leaves=np.empty((0, width), np.int32),
-                   depth=np.empty((0, width), np.int32),
-                   codes=np.empty((0, width, words), np.uint64),
-                   nodes=np.empty((0, len(NODE_COLUMNS)), np.int32),
-                   thresholds=np.empty(0))  # fmt: skip
+    return GrownBatch(
+        rows={"leaves": grown.leaves, "depth": grown.depth, "path": grown.codes},
+        trees={"node_counts": grown.node_counts, "directions": grown.directions,
+               "direction_counts": grown.direction_counts},
+        nodes={**nodes, "threshold": grown.thresholds},
+    )  # fmt: skip
 
 
 class XForest(Persisted, DaskEstimator):
@@ -346,91 +286,58 @@ class XForest(Persisted, DaskEstimator):
             return self._grow(source, params)
 
     def _grow(self, table: RowSource, params: dict[str, Any]) -> XForest:
-        """The one fit (see the module docstring): rows in memory or in a store, the
-        rows' arrays and the nodes kept where the rows are."""
+        """The one fit (see the module docstring) on the fit driver: the rows' arrays and
+        the nodes go to its sink (the rows' store, else memory by the in-memory rule)."""
         n, d, n_trees = table.n_samples, table.n_features, params["n_estimators"]
-        entropy, seeds = tasks.plan_seeds(params["random_state"], n_trees)
-        grow = (params["n_directions"], params["leaf_size"], params["mode"] == "standard")
         rptrees.warm_up()
-        path = table.store_path
-        rs = None
-        if path is not None:
-            rs = RunStore.open(path, mode="r+")
-            rs.mark_running()
-            rs.group.require_group(FIT_GROUP)
         with self._runner(n * d) as runner:
-            lo, scale = _normalisation(runner, table, params["normalize"])
-            size = params["batch_size"] or tasks.default_batch_size(n_trees, runner.threads())
-            batches = tasks.plan_batches(n_trees, size)
-            logger.info("growing %d X-Forest trees on %d x %d from %s in %d tasks", n_trees, n,
-                        d, table.source, len(batches))  # fmt: skip
-            rows: Any
-            if path is None:
-                rows = runner.share((table.read_rows(slice(None), np.float64) - lo) / scale)
-            else:  # each worker reads and normalises the rows once
-                rows = _ScaledRows(path, uuid.uuid4().hex, lo, scale)
-            # a store's batch arrays in chunks of the gathering blocks: one read per block
-            step = max(params["tile_size"], ROUTE_ROWS // params["tile_size"] * params["tile_size"])
-            items = [(rows, seeds[b], *grow, None if path is None else (path, k, step))
-                     for k, b in enumerate(batches)]  # fmt: skip
-            parts: list[Any] = [None] * len(batches)
-            for i, part in runner.run(_grow_task, items, name="xforest-trees",
-                                      progress=self._report("fit")):  # fmt: skip
-                parts[i] = part
-            if rs is not None:
-                runner.everywhere(forget_inputs)
-                self._gather(runner, rs, n, n_trees, len(batches), params["tile_size"])
-        self.n_samples_ = n
-        self.n_features_in_ = d
-        self.feature_names_in_ = table.feature_names
-        self.feature_min_, self.feature_scale_ = lo, scale
-        self.random_state_, self.seeds_ = entropy, seeds
-        self.node_offset_ = _offsets([p.node_counts for p in parts])
-        self.directions_ = np.concatenate([p.directions for p in parts])
-        self.direction_offset_ = _offsets([p.direction_counts for p in parts])
-        self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
-        self.fit_id_ = uuid.uuid4().hex
-        self.params_ = params
-        if rs is None or path is None:
-            self._keep(parts, batches, n, n_trees)
-            return self
-        # the tasks wrote their trees' nodes; joined here a chunk at a time, never held whole
-        rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in range(len(batches))],
-                       np.concatenate([p.node_counts for p in parts]), seeds)  # fmt: skip
-        del rs.group[FIT_GROUP]
-        self.nodes_ = cast(np.ndarray, StoredNodes(path))
-        self.thresholds_ = cast(np.ndarray, rs.array("forest/threshold"))
-        # the store's arrays, read on use (np.asarray, by rows) or by the workers
-        self.leaves_ = cast(np.ndarray, rs.array("leaves"))
-        self.depth_ = cast(np.ndarray, rs.array("depth"))
-        self.codes_ = cast(np.ndarray, rs.array("path"))
-        self._save_directions(rs)
-        rs.update_attrs(**self._provenance(model=True), store_input=True)
+            rows = table.rows_handle(runner.share, np.float64)
+            lo, scale = _normalisation(runner, table, rows, params["normalize"])
+            grower = partial(grow_xforest_batch, shift=lo, scale=scale, token=uuid.uuid4().hex,
+                             n_directions=params["n_directions"], leaf_size=params["leaf_size"],
+                             standard=params["mode"] == "standard")  # fmt: skip
+            sink = open_sink(n, n_trees, store=table.store_path,
+                             chunk_rows=params["tile_size"], owner=self)  # fmt: skip
+            fit = fit_forest(
+                table, grower, y=None, n_trees=n_trees, random_state=params["random_state"],
+                batch_size=params["batch_size"]
+                or tasks.default_batch_size(n_trees, runner.threads()),
+                runner=runner, sink=sink, row_results=ROW_RESULTS, dtype=np.float64,
+                rows=rows, progress=self._report("fit"), join_progress=self._report("gather"),
+            )  # fmt: skip
+        del rows
+        self._take_fit(table, fit, params, lo, scale)
         return self
 
-    def _keep(self, parts: list[rptrees.GrownBatch], batches: list[slice], n: int,
-              n_trees: int) -> None:  # fmt: skip
-        """The rows' arrays and the nodes of a fit in memory, joined here."""
-        words = max(p.codes.shape[2] for p in parts)
-        codes = np.zeros((n, n_trees, words), dtype=np.uint64)
-        for b, part in zip(batches, parts, strict=True):
-            codes[:, b, : part.codes.shape[2]] = part.codes
-        self.leaves_ = np.concatenate([p.leaves for p in parts], axis=1)
-        self.depth_ = np.concatenate([p.depth for p in parts], axis=1)
-        self.codes_ = codes
-        self.nodes_ = np.concatenate([p.nodes for p in parts])
-        self.thresholds_ = np.concatenate([p.thresholds for p in parts])
-
-    def _gather(self, runner: Any, rs: RunStore, n: int, n_trees: int, n_batches: int,
-                tile: int) -> None:  # fmt: skip
-        """Join a stored fit's per-batch arrays into ``leaves``, ``depth`` and ``path`` by
-        row chunks (narrower batches padded with zero words, as in memory)."""
-        rs.write_coordinates(n, n_trees)
-        for name, dtype in ROW_ARRAYS:
-            dims = ("sample", "tree", "path_word") if name == "path" else ("sample", "tree")
-            gather_batches(runner, rs.path, [f"{FIT_GROUP}/{name}_{k}" for k in range(n_batches)],
-                           name, dtype, tile, dims=dims,
-                           progress=self._report("gather"))  # fmt: skip
+    def _take_fit(self, table: RowSource, fit: ForestFit, params: dict[str, Any],
+                  lo: np.ndarray, scale: np.ndarray) -> None:  # fmt: skip
+        """Set the fitted attributes once, from the fit driver's result (a fit into a
+        store: the store's arrays, read on use, and the store made this model's)."""
+        self.n_samples_ = table.n_samples
+        self.n_features_in_ = table.n_features
+        self.feature_names_in_ = table.feature_names
+        self.feature_min_, self.feature_scale_ = lo, scale
+        self.random_state_, self.seeds_ = fit.random_state, fit.seeds
+        self.node_offset_ = _offsets(fit.trees["node_counts"])
+        self.directions_ = fit.trees["directions"]
+        self.direction_offset_ = _offsets(fit.trees["direction_counts"])
+        self.input_ = {"source": table.source, "fingerprint": table.fingerprint()}
+        self.fit_id_ = fit.fit_id
+        self.params_ = params
+        # arrays here, or the store's Zarr arrays (read on use, by rows)
+        self.leaves_: np.ndarray = fit.rows["leaves"]
+        self.depth_: np.ndarray = fit.rows["depth"]
+        self.codes_: np.ndarray = fit.rows["path"]
+        if fit.store is None:
+            assert fit.nodes is not None  # kept by the driver
+            self.nodes_ = np.stack([fit.nodes[c] for c in NODE_COLUMNS], axis=1)
+            self.thresholds_ = fit.nodes["threshold"]
+            return
+        rs = RunStore.open(fit.store, mode="r+")
+        self.nodes_ = cast(np.ndarray, StoredNodes(fit.store))
+        self.thresholds_ = cast(np.ndarray, rs.array("forest/threshold"))
+        self._save_directions(rs)
+        rs.update_attrs(**self._provenance(model=True), store_input=True)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "codes_"):
@@ -561,7 +468,7 @@ class XForest(Persisted, DaskEstimator):
             )
         rs = self._open_or_create(store, overwrite)
         self.write_similarity(rs, kind)
-        rs.mark_complete()
+        complete_output(rs)
         return rs.dataset()[name]
 
     def write_similarity(self, rs: RunStore, kind: str = "beta") -> dict[str, int]:
@@ -672,5 +579,5 @@ class XForest(Persisted, DaskEstimator):
         self.direction_offset_ = f["direction_offset"]
 
 
-def _offsets(counts: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

@@ -25,7 +25,7 @@ import numpy as np
 
 from distforest.io.tables import Table
 
-__all__ = ["MemoryRows", "RowSource", "row_chunks"]
+__all__ = ["MemoryRows", "RowSource", "RowSummary", "row_chunks"]
 
 
 def row_chunks(n: int, rows: int) -> list[slice]:
@@ -35,7 +35,58 @@ def row_chunks(n: int, rows: int) -> list[slice]:
 
 
 @runtime_checkable
-class RowSource(Protocol):
+class RowSummary(Protocol):
+    """What a job knows of its input before its store exists: size, origin, a fingerprint.
+
+    Every :class:`RowSource` is one; so is a table read by partitions whose rows
+    are not written yet (:class:`~distforest.store.inputs.PendingInput`): its
+    :meth:`placed` writes them into the job's store.
+    """
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def n_samples(self) -> int: ...
+
+    @property
+    def n_features(self) -> int: ...
+
+    @property
+    def target_name(self) -> str | None: ...
+
+    def fingerprint(self) -> str:
+        """A hash of the rows (or of their partitions' summaries), stable across runs."""
+        ...
+
+    def quality(self) -> dict[str, Any]:
+        """Rows, features, missing cells and rows with one (None: not counted), for a report."""
+        ...
+
+    def read_y(self) -> np.ndarray | None:
+        """The target as given (labels or numbers), O(n); None without one."""
+        ...
+
+    def target_classes(self) -> tuple[Any, ...] | None:
+        """The sorted distinct labels when the target is kept as their codes, else None.
+
+        Then :meth:`RowSource.read_codes` gives the codes without building the labels.
+        """
+        ...
+
+    def placed(self, store: str, attrs: dict[str, Any]) -> RowSource:
+        """The rows where a job's fit reads them, ``store`` being the job's run store.
+
+        Rows in memory or already in a store are returned as they are (the fit
+        saves its own arrays); rows read by partitions are written into the
+        store's ``input/`` group (the store created with ``attrs``) and read
+        from there by the tasks.
+        """
+        ...
+
+
+@runtime_checkable
+class RowSource(RowSummary, Protocol):
     """Rows with their feature names, target and IDs, read in chunks.
 
     Attributes
@@ -52,22 +103,10 @@ class RowSource(Protocol):
     """
 
     @property
-    def source(self) -> str: ...
-
-    @property
-    def n_samples(self) -> int: ...
-
-    @property
-    def n_features(self) -> int: ...
-
-    @property
     def feature_names(self) -> tuple[str, ...]: ...
 
     @property
     def categories(self) -> dict[str, tuple[Any, ...]]: ...
-
-    @property
-    def target_name(self) -> str | None: ...
 
     @property
     def id_name(self) -> str | None: ...
@@ -77,23 +116,8 @@ class RowSource(Protocol):
         """The run store the rows live in (results of a fit go there), or None: in memory."""
         ...
 
-    def fingerprint(self) -> str:
-        """A hash of the rows (or of their partitions' summaries), stable across runs."""
-        ...
-
     def chunks(self) -> list[slice]:
         """Row slices covering every row, in order: one chunk or a few in memory."""
-        ...
-
-    def read_y(self) -> np.ndarray | None:
-        """The target as given (labels or numbers), O(n); None without one."""
-        ...
-
-    def target_classes(self) -> tuple[Any, ...] | None:
-        """The sorted distinct labels when the target is kept as their codes, else None.
-
-        Then :meth:`read_codes` gives the codes without building the labels.
-        """
         ...
 
     def read_codes(self) -> np.ndarray:
@@ -172,6 +196,15 @@ class MemoryRows:
 
     def fingerprint(self) -> str:
         return self.table.fingerprint()
+
+    def quality(self) -> dict[str, Any]:
+        missing = np.isnan(self.table.X)
+        return {"rows": self.n_samples, "features": self.n_features,
+                "missing_cells": int(missing.sum()),
+                "rows_with_missing": int(missing.any(axis=1).sum())}  # fmt: skip
+
+    def placed(self, store: str, attrs: dict[str, Any]) -> RowSource:
+        return self
 
     def chunks(self) -> list[slice]:
         return row_chunks(self.n_samples, self.chunk_rows or max(1, self.n_samples))

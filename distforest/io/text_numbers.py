@@ -55,22 +55,6 @@ class NumberCounts:
     first_comma: tuple[int, str] | None = None
     failures: tuple[tuple[int, str], ...] = ()
 
-    def merge(self, other: NumberCounts) -> NumberCounts:
-        """The counts of both parts (first values: the lower row wins)."""
-
-        def first(a: tuple[int, str] | None, b: tuple[int, str] | None) -> tuple[int, str] | None:
-            return b if a is None or (b is not None and b[0] < a[0]) else a
-
-        return NumberCounts(
-            self.dot + other.dot,
-            self.comma + other.comma,
-            self.plain + other.plain,
-            self.fail + other.fail,
-            first(self.first_dot, other.first_dot),
-            first(self.first_comma, other.first_comma),
-            tuple(sorted(self.failures + other.failures))[:SHOWN],
-        )
-
 
 def count_numbers(values: pd.Series, first_row: int = 1) -> NumberCounts:
     """Count how the non-missing text ``values`` read as numbers (see :class:`NumberCounts`).

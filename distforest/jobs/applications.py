@@ -84,8 +84,8 @@ def _app_stage(name: str, options: dict[str, Any], job: Any, table: Any, forest:
         assert plan is not None  # checked by check_outputs
         params = {k: v for k, v in options.items() if k != "out"}
         params.setdefault("random_state", job.forest.get("random_state"))
-        scope = client.as_current() if client is not None and plan.by_partitions else None
-        with scope or contextlib.nullcontext():  # the partitions' tasks run on the client
+        scope = client.as_current() if client is not None else None
+        with scope or contextlib.nullcontext():  # the chunks' tasks run on the run's client
             if options.get("from") == "proximity":
                 from distforest.forests.tiles import ARRAY_NAMES
 

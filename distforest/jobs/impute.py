@@ -32,20 +32,39 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import pandas as pd
 
 from distforest._version import __version__
 from distforest.errors import InputError, ParameterError, StoreError
+from distforest.forests.constraints import IMPUTE_KINDS, IMPUTE_PROXIMITIES, TASKS, VOTES
+from distforest.jobs.base import TableJob
+from distforest.jobs.result import JobResult
+from distforest.jobs.stages import Pipeline
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from distforest.jobs.runs import Context, Run
+
+__all__ = [
+    "IMPUTE_KINDS",
+    "IMPUTE_PROXIMITIES",
+    "TASKS",
+    "VOTES",
+    "ImputeJob",
+    "impute_job",
+    "impute_rows",
+    "plan_imputation",
+    "run_imputation",
+]
 
 logger = logging.getLogger("distforest")
 
@@ -165,12 +184,14 @@ def plan_imputation(
     na_values: tuple[str, ...] = (),
     categorical: tuple[str, ...] = (),
     overwrite: bool = False,
+    check_out: bool = True,
 ) -> ImputationPlan:
     """Check INPUT and the output path, before any cluster starts.
 
     A table read whole is read here and its columns checked; a glob, a folder,
     a large file or a folder output is read by partitions when the plan runs
-    (its columns are checked then, before anything is written).
+    (its columns are checked then, before anything is written).  ``check_out=False``:
+    the output is checked later (a job's run protocol: its ``dest`` set then).
     """
     from distforest.io import read_frame
     from distforest.io.writers import check_can_write
@@ -181,12 +202,12 @@ def plan_imputation(
                               overwrite, tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
 
     if partitioned_input(input) or is_folder(out):
-        return planned(None, None, check_output(out, overwrite))
+        return planned(None, None, check_output(out, overwrite) if check_out else Path())
     frame = read_frame(input, na_values=na_values)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
     check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
-    dest = check_can_write(out, overwrite)
+    dest = check_can_write(out, overwrite) if check_out else Path()
     skip = {*drop, *([target] if target else [])}
     features = frame[[c for c in columns if c not in skip]]
     if features.shape[1] == 0:
@@ -242,6 +263,8 @@ def impute_rows(
         if local.size:
             wanted.append(_task(_take, block, encoding, local))
     pieces = _compute(wanted)
+    import pandas as pd
+
     sample = pd.concat(pieces, ignore_index=True) if plan.by_partitions else pieces[0]
     del pieces
     filled = fit(sample[features], sample[plan.target] if plan.target is not None else None)
@@ -507,109 +530,121 @@ def summary(result: Imputed, source: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def impute_command(
-    input: str,
-    out: str,
-    params: dict[str, Any],
-    connect: dict[str, Any],
-    *,
-    target: str | None = None,
-    drop: tuple[str, ...] = (),
-    na_values: tuple[str, ...] = (),
-    categorical: tuple[str, ...] = (),
-    overwrite: bool = False,
-    progress: Any = None,
-    dry_run: bool = False,
-    id: str | None = None,
-    model: str | None = None,
-) -> Any:
-    """``distforest impute``: check, impute where placement says, write; the summary
-    (``dry_run``: the :class:`~distforest.jobs.plan.Plan`, nothing run or written).
+@dataclass(kw_only=True)
+class ImputeJob(TableJob):
+    """``distforest impute``: the table ``files["out"]`` with INPUT's missing values filled.
 
-    ``id`` names the rows' ID column: not a feature, copied unchanged (as ``drop``).
-    ``model``: a model file whose trees weigh the rows (:func:`impute_with_model`).
-    A table read by partitions always runs on a cluster (started for the run if
-    none is named).
+    ``out`` is the job's store beside it (:func:`~distforest.jobs.outputs.record_path`:
+    its spec and stages); ``params`` are :class:`~distforest.apps.impute.ProximityImputer`'s;
+    ``id`` names a column copied unchanged (as ``drop``); ``model`` a model file whose
+    trees weigh the rows instead of forests fitted here (:func:`_impute_with_model`).
     """
-    drop = (*drop, *([id] if id else []))
-    from distforest.apps.impute import ProximityImputer
-    from distforest.jobs.estimates import check_size, estimate_impute
-    from distforest.jobs.inputs import partitioned_input
-    from distforest.parallel.cluster import connect as connect_to
-    from distforest.parallel.placement import place
 
-    start = time.perf_counter()
-    if model is not None and dry_run:
-        from distforest.errors import ParameterError
+    job_kind: ClassVar[str] = "impute"
+
+    out: str
+    files: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    categorical: tuple[str, ...] = ()
+    id: str | None = None
+    model: str | None = None
+    name: str = "impute"
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return "proximity imputation"
+
+    def summary(self, result: JobResult) -> str:
+        """What the command printed before it was a job, the mode and the reports."""
+        from distforest.jobs.result import mode_text
+
+        assert isinstance(result, ImputeResult)
+        lines = result.text.splitlines() or [f"imputed {self.input}"]
+        lines[0] += mode_text(result.mode, self.out)
+        reports = {k: v for k, v in result.outputs.items() if k.startswith("report")}
+        return "\n".join([*lines, *(f"  {k + ':':<18} {v}" for k, v in reports.items())])
+
+
+@dataclass
+class ImputeResult(JobResult):
+    """What an impute job wrote, and the lines its command prints."""
+
+    text: str = ""
+
+
+def impute_job(input: str, out: str, params: dict[str, Any], connect: dict[str, Any], *,
+               target: str | None = None, drop: tuple[str, ...] = (),
+               na_values: tuple[str, ...] = (), categorical: tuple[str, ...] = (),
+               overwrite: bool = False, id: str | None = None,
+               model: str | None = None) -> ImputeJob:  # fmt: skip
+    """The job of ``distforest impute`` (its store beside the output: ``imputed.run.zarr``
+    for ``imputed.csv`` or the folder ``imputed/``)."""
+    from distforest.jobs.outputs import record_path
+
+    return ImputeJob(input=input, out=record_path(str(out).rstrip("/\\")), files={"out": out},
+                     params=dict(params), connect=dict(connect), target=target,
+                     drop=tuple(drop), na_values=tuple(na_values),
+                     categorical=tuple(categorical), overwrite=overwrite, id=id,
+                     model=model)  # fmt: skip
+
+
+def _columns_kept(job: ImputeJob) -> tuple[str, ...]:
+    """``--drop`` and the ID column: copied unchanged."""
+    return (*job.drop, *([job.id] if job.id else []))
+
+
+def _plan_of(job: ImputeJob, checked: bool) -> ImputationPlan:
+    """The job's :class:`ImputationPlan`; ``checked``: its output checked now (may be
+    replaced), else by the run's ``check`` (which sets its ``dest``)."""
+    return plan_imputation(job.input, job.files["out"], target=job.target,
+                           drop=_columns_kept(job), na_values=job.na_values,
+                           categorical=job.categorical, overwrite=True,
+                           check_out=checked)  # fmt: skip
+
+
+@ImputeJob.plans
+def plan_impute_job(job: ImputeJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the input (its shape only when read by
+    partitions), runs nothing; the output may exist (a run decides)."""
+    if job.model is not None:
         from distforest.io.model_files import check_model_file
 
-        check_model_file(model)
-        raise ParameterError(
-            "impute --model runs no forest to plan (one pass: the rows routed through the "
-            "model, each hole filled from its proximities): run it without --dry-run"
-        )
-    if model is not None:
-        return impute_with_model(input, out, model, params, connect, target=target, drop=drop,
-                                 na_values=na_values, overwrite=overwrite)  # fmt: skip
-    if dry_run:
-        return impute_plan(input, out, params, connect, target=target, drop=drop,
-                           na_values=na_values, categorical=categorical,
-                           overwrite=overwrite)  # fmt: skip
-    if partitioned_input(input) or is_folder(out):
-        ProximityImputer(**params)._settings()  # bad values refused before any cluster
-    plan = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
-                           categorical=categorical, overwrite=overwrite)  # fmt: skip
-    if plan.by_partitions:
-        with connect_to(**connect) as client, client.as_current():
-            result = run_imputation(plan, params, client)
-        return summary(result, input, time.perf_counter() - start)
-    checked = ProximityImputer(**params)._settings()  # bad values refused before any cluster
-    n, d = plan.features.shape
-    holes = int(plan.features.isna().any().sum())
-    check_size(f"imputing {input} ({n:,} rows)", estimate_impute(n, d, checked, holes),
-               f"--iterations ({checked['iterations']}) and --trees "
-               f"({checked['n_estimators']:,})")  # fmt: skip
-    with place(plan.features.size, connect) as where:
-        result = run_imputation(plan, params, where.client, progress)
-    return summary(result, input, time.perf_counter() - start)
+        check_model_file(job.model)
+    return impute_pipeline(job, _plan_of(job, False))
 
 
-def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str, Any], *,
-                target: str | None = None, drop: tuple[str, ...] = (),
-                na_values: tuple[str, ...] = (), categorical: tuple[str, ...] = (),
-                overwrite: bool = False) -> Any:  # fmt: skip
-    """The :class:`~distforest.jobs.plan.Plan` of ``distforest impute --dry-run``.
-
-    Its tasks are the fit batches of every pass: one forest per column with
-    missing values for ``proximity: column`` (at most ``iterations`` passes:
-    missForest's rule may stop earlier), one forest on all columns for the
-    others.  Their products are noted, not counted.  A table read by
-    partitions is not loaded: every feature column is counted as missing values.
-    """
-    from distforest import location
+def impute_pipeline(job: ImputeJob, plan: ImputationPlan, progress: Any = None,
+                    start: float = 0.0) -> Pipeline:  # fmt: skip
+    """The one stage of ``impute``: its tasks are the fit batches of every pass (one
+    forest per column with missing values for ``proximity: column``, at most
+    ``iterations`` passes; one forest on all columns for the others; their products
+    noted, not counted).  ``plan``: the table read whole, or to be read by partitions
+    (not loaded: every feature column counted as having missing values)."""
     from distforest.apps.impute import ProximityImputer
-    from distforest.jobs.command_plans import PRODUCTS_NOTE
-    from distforest.jobs.estimates import estimate_impute, free_space
-    from distforest.jobs.inputs import input_shape, partitioned_input
-    from distforest.jobs.plan import Plan, placement_of
-    from distforest.parallel import placement
+    from distforest.jobs.estimates import estimate_impute
+    from distforest.jobs.inputs import input_shape
+    from distforest.jobs.stages import ON_A_CLUSTER, PRODUCTS_NOTE, Cost, Stage, placement_of
     from distforest.parallel.tasks import plan_tree_batches
 
-    checked = ProximityImputer(**params)._settings()
-    by_parts = partitioned_input(input) or is_folder(out)
-    if by_parts:
-        source, n, d = input_shape(input, target, drop=drop, na_values=na_values)
-        holes = d  # which columns miss values is known once the partitions are read
+    out = str(job.files["out"])
+    if plan.by_partitions:
+        source, n, d = input_shape(job.input, job.target, drop=_columns_kept(job),
+                                   na_values=job.na_values)  # fmt: skip
+        holes, cells = d, ON_A_CLUSTER  # which columns miss values: known once read
     else:
-        table = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
-                                categorical=categorical, overwrite=overwrite)  # fmt: skip
-        (n, d), source = table.features.shape, input
-        holes = int(table.features.isna().any().sum())
-    where, threads = placement_of(n * d, connect)
-    if by_parts and not placement.cluster_named(options=connect):  # always on a cluster
-        threads = os.cpu_count() or 1
-        where = (f"on a LocalCluster started for the run (read by partitions; assuming "
-                 f"{threads} threads)")  # fmt: skip
+        (n, d), source = plan.features.shape, job.input
+        holes, cells = int(plan.features.isna().any().sum()), int(plan.features.size)
+    if job.model is not None:
+        stage = Stage("impute", f"the rows routed through the trees of {job.model}, one pass "
+                                f"-> {out}", reads=(job.input, job.model), writes=(out,),
+                      cost=Cost(0.0, 3 * 8 * n * d, {"imputed table": 12 * n * (d + 2)}),
+                      run=lambda ctx: _impute_with_model(job, plan, ctx, start))  # fmt: skip
+        return Pipeline(title=f"impute: {n:,} rows x {d} features", stages=[stage],
+                        steps=[("input", source), ("model", job.model), ("writes", out),
+                               ("store", f"{job.out} (this run's stages)")],
+                        cells=cells, connect=job.connect, out=str(job.out))  # fmt: skip
+    checked = ProximityImputer(**job.params)._settings()  # bad values refused first
+    threads = placement_of(cells, job.connect)[1]
     trees, passes, how = checked["n_estimators"], checked["iterations"], checked["proximity"]
     if how == "column":
         batches = holes * len(ProximityImputer._column_settings(checked, n).batches())
@@ -618,74 +653,156 @@ def impute_plan(input: str, out: str, params: dict[str, Any], connect: dict[str,
         batches = len(plan_tree_batches(trees, threads, checked["batch_size"]))
         forests, passes = f"{trees} trees on all columns", passes if holes else 1
     need = estimate_impute(n, d, checked, holes)
-    return Plan(
+    how_many = f"at most {passes} pass(es)" if how == "column" else f"{passes} pass(es)"
+    stage = Stage("impute", f"{how} proximity, {how_many} -> {out}", reads=(job.input,),
+                  writes=(out,), tasks=passes * batches,
+                  cost=Cost(need["cpu_seconds"], need["memory_bytes"],
+                            {"imputed table": need["disk_bytes"]}),
+                  run=lambda ctx: _impute(job, plan, ctx, progress, start))  # fmt: skip
+    notes = [PRODUCTS_NOTE] if how != "column" else []
+    if plan.by_partitions:
+        notes.append("  note:         read by partitions: every feature column counted as "
+                     "having missing values (an upper bound)")  # fmt: skip
+    return Pipeline(
         title=f"impute: {n:,} rows x {d} features",
-        steps=[("input", source),
-               ("forests", f"{how} proximity: {forests}, "
-                           + (f"at most {passes} pass(es)" if how == "column"
-                              else f"{passes} pass(es)")),
-               ("writes", str(out))],
-        tasks=passes * batches,
-        tiles=0,
-        disk={"imputed table": need["disk_bytes"]},
-        free_bytes=free_space(location.parent(out)),
-        worker_bytes=need["memory_bytes"],
-        cpu_seconds=need["cpu_seconds"],
-        threads=threads,
-        where=where,
-        notes=([PRODUCTS_NOTE] if how != "column" else [])
-        + ["  note:         read by partitions: every feature column counted as having missing "
-           "values (an upper bound)"] * by_parts,
+        steps=[("input", source), ("forests", f"{how} proximity: {forests}, {how_many}"),
+               ("writes", out), ("store", f"{job.out} (this run's stages)")],
+        stages=[stage], cells=cells, connect=job.connect, out=str(job.out), notes=notes,
     )  # fmt: skip
 
 
-def impute_with_model(input: str, out: str, model: str, params: dict[str, Any],
-                      connect: dict[str, Any], *, target: str | None, drop: tuple[str, ...],
-                      na_values: tuple[str, ...], overwrite: bool) -> str:  # fmt: skip
+@ImputeJob.runs
+def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = False,
+                   run_id: str | None = None) -> ImputeResult:  # fmt: skip
+    """Impute under the run protocol: the input, the output and the size checked first
+    (the output may be replaced by a resumed run or with ``--overwrite``)."""
+    from distforest.io.writers import check_can_write
+    from distforest.jobs.base import new_run_id
+    from distforest.jobs.estimates import check_size, estimate_impute
+    from distforest.jobs.inputs import listing_stamp
+    from distforest.jobs.runs import execute
+    from distforest.store.run_store import RunStore
+
+    start = time.perf_counter()
+    if job.model is not None:
+        from distforest.io.model_files import load_model
+
+        load_model(job.model)  # a pickle or an untrusted type refused before any work
+    plan = _plan_of(job, False)
+    if job.model is not None and plan.by_partitions:
+        raise InputError(
+            f"{job.input}: impute --model reads a table loaded whole (a file under 32 MB), "
+            "not a glob or a folder of parts; impute without --model, or pass one file"
+        )
+    if not plan.by_partitions and job.model is None:
+        from distforest.apps.impute import ProximityImputer
+
+        checked = ProximityImputer(**job.params)._settings()
+        n, d = plan.features.shape
+        holes = int(plan.features.isna().any().sum())
+        check_size(f"imputing {job.input} ({n:,} rows)", estimate_impute(n, d, checked, holes),
+                   f"--iterations ({checked['iterations']}) and --trees "
+                   f"({checked['n_estimators']:,})")  # fmt: skip
+    pipeline = impute_pipeline(job, plan, progress, start)
+
+    def check(run: Run) -> dict[str, Any]:
+        from distforest import location
+
+        out = str(job.files["out"]).rstrip("/\\")
+        if not location.is_remote(out):  # (as every job: its folder made for it)
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+        if run.stages is None or not run.stages.done("impute"):
+            if plan.by_partitions:
+                plan.dest = check_output(job.files["out"], run.replace)
+            else:
+                plan.dest = check_can_write(job.files["out"], run.replace)
+        return {}
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> ImputeResult:
+        info = (rs.attrs.get("stages") or {}).get("impute", {})
+        return ImputeResult(
+            store=rs.path,
+            name="imputed table",
+            shape=(0, 0),
+            n_trees=0,
+            task="imputation",
+            seconds=time.perf_counter() - start,
+            outputs=dict(outputs),
+            mode=mode,
+            text=str(info.get("text", "")),
+        )
+
+    spec = job.spec_of(
+        ("target", "drop", "na_values", "files", "params", "categorical", "id"),
+        input={"source": job.input, "stamp": listing_stamp(job.input)},
+        **({} if job.model is None else {"model": listing_stamp(job.model)}),
+    )
+    return execute(job, pipeline, spec, result, progress=progress, restart=restart,
+                   run_id=run_id or new_run_id(), check=check)  # fmt: skip
+
+
+def _record(job: ImputeJob, ctx: Context) -> None:
+    """The job's store, created once the table is written (a failed or killed run leaves
+    none: run again, it imputes again with the same seed, the same bytes)."""
+    from distforest.store.run_store import RunStore
+
+    ctx.rs = RunStore.create(job.out, attrs=ctx.run.record, overwrite=True)
+
+
+def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
+            start: float) -> None:  # fmt: skip
+    """The impute stage: where the run placed it (a table read by partitions: its tasks on
+    the run's cluster)."""
+    import contextlib
+
+    client = ctx.where.client
+    with client.as_current() if client is not None else contextlib.nullcontext():
+        imputed = run_imputation(plan, job.params, client, progress)
+    _record(job, ctx)
+    ctx.done.outputs = {"imputed table": str(imputed.written)}
+    ctx.done.info["cells_imputed"] = int(sum(imputed.missing.values()))
+    ctx.done.info["text"] = summary(imputed, job.input, time.perf_counter() - start)
+
+
+def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
+                       start: float) -> None:  # fmt: skip
     """``distforest impute --model FILE``: one pass, no forest fitted.
 
-    The rows of ``input`` (the model's training rows, its numeric features) are
-    routed through the model's trees, missing cells following each library's
-    missing-value branches; each missing cell becomes the proximity-weighted mean
-    of the column's observed values (:func:`distforest.apps.scoring.impute_rows`,
-    ``--proximity`` original by default; oob and rfgap where the model's bagging is
-    known).  Target, ``--drop`` and ID columns are copied unchanged.
+    The rows of INPUT (the model's training rows, its numeric features) are routed
+    through the model's trees, missing cells following each library's missing-value
+    branches; each missing cell becomes the proximity-weighted mean of the column's
+    observed values (:func:`distforest.apps.scoring.impute_rows`, ``--proximity``
+    original by default; oob and rfgap where the model's bagging is known).  Target,
+    ``--drop`` and ID columns are copied unchanged.
     """
-    from distforest.apps.scoring import impute_rows
+    from distforest.apps.scoring import impute_rows as impute_scored
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
     from distforest.io.model_files import load_model
     from distforest.io.writers import write_table
-    from distforest.jobs.inputs import partitioned_input
-    from distforest.parallel.placement import place
 
-    method = {"column": "original"}.get(params["proximity"], params["proximity"])
+    assert job.model is not None
+    method = {"column": "original"}.get(job.params["proximity"], job.params["proximity"])
     if method == "rfimpute":
         raise InputError(
             "--proximity rfimpute refits forests; with --model the model's own trees weigh "
             "the rows: use --proximity original (the default), oob or rfgap"
         )
-    if partitioned_input(input):
-        raise InputError(
-            f"{input}: impute --model reads a table loaded whole (a file under 32 MB), not a "
-            "glob or a folder of parts; impute without --model, or pass one file"
-        )
-    fitted = load_model(model)  # a pickle or an untrusted type refused before any work
-    start = time.perf_counter()
-    plan = plan_imputation(input, out, target=target, drop=drop, na_values=na_values,
-                           overwrite=overwrite)  # fmt: skip
     table = load_table(plan.features, min_rows=1)
-    with place(table.X.size, connect):
-        forest = ProximityForest.from_model(fitted, table)
-        vote = params["categorical_vote"].replace("auto", "sum")
-        filled, cells = impute_rows(forest, table, table.X, method=method, vote=vote)
+    forest = ProximityForest.from_model(load_model(job.model), table)
+    vote = job.params["categorical_vote"].replace("auto", "sum")
+    filled, cells = impute_scored(forest, table, table.X, method=method, vote=vote)
     output = plan.frame.copy()
     for col in plan.features.columns:  # only the missing cells change
         output[col] = output[col].where(output[col].notna(), filled[col].to_numpy())
-    provenance = {"distforest_version": __version__, "source": plan.source, "model": model,
+    provenance = {"distforest_version": __version__, "source": plan.source, "model": job.model,
                   "proximity": method, "n_imputed": cells}  # fmt: skip
-    written = write_table(output, plan.dest, overwrite=overwrite, attrs={"imputation": provenance})
-    return (f"imputed {cells} cell(s) of {input} ({output.shape[0]} rows x {output.shape[1]} "
-            f"columns) in {time.perf_counter() - start:.1f} s\n  model:  {model}, "
-            f"{forest.leaves_.shape[1]} trees, {method} proximity, one pass\n"
-            f"  output: {written}")  # fmt: skip
+    written = write_table(output, plan.dest, overwrite=True, attrs={"imputation": provenance})
+    _record(job, ctx)
+    ctx.done.outputs = {"imputed table": str(written)}
+    ctx.done.info["cells_imputed"] = int(cells)
+    ctx.done.info["text"] = (
+        f"imputed {cells} cell(s) of {job.input} ({output.shape[0]} rows x {output.shape[1]} "
+        f"columns) in {time.perf_counter() - start:.1f} s\n  model:  {job.model}, "
+        f"{forest.leaves_.shape[1]} trees, {method} proximity, one pass\n  output: {written}"
+    )

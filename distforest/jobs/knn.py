@@ -21,18 +21,20 @@ from distforest.errors import ConfigError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS, NORMALIZATIONS
 from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
-from distforest.io import load_table
 from distforest.jobs.base import TableJob, input_fields, new_run_id
-from distforest.jobs.estimates import SECONDS_PER, fit_seconds, free_space
-from distforest.jobs.inputs import input_shape, partitioned_input
-from distforest.jobs.knn_model import fit_and_save_model, normalize_choice, predict_to_csv
+from distforest.jobs.estimates import SECONDS_PER, fit_seconds
+from distforest.jobs.inputs import input_shape, listing_stamp, partitioned_input
+from distforest.jobs.knn_model import (
+    check_knn_size,
+    fit_and_save_model,
+    normalize_choice,
+    predict_to_csv,
+)
 from distforest.jobs.outputs import check_new_file
-from distforest.jobs.plan import Plan, placement_of
 from distforest.jobs.result import JobResult, summary
-from distforest.jobs.runs import decide, run_per_output, spec_hash
-from distforest.parallel.placement import place
-from distforest.store.inputs import PendingInput
-from distforest.store.run_store import RunStore, check_can_create
+from distforest.jobs.runs import Context, Run, execute
+from distforest.jobs.stages import ON_A_CLUSTER, Cost, Pipeline, Stage, placement_of
+from distforest.store.run_store import RunStore, check_can_create, complete_output
 
 KNN_CHOICES = {
     "neighbors.normalize": ("none", *NORMALIZATIONS),
@@ -79,8 +81,31 @@ class KNNJob(TableJob):
         return " and ".join(parts)
 
     def summary(self, result: JobResult) -> str:
-        """The lines that tell the user what the run wrote (a k-NN headline)."""
-        return knn_summary(result)
+        """The lines that tell the user what the run wrote: a k-NN headline, or (``knn
+        fit``) the lines the command printed before it was a job, and the reports."""
+        from distforest.jobs.result import mode_text
+
+        text = getattr(result, "text", "")
+        if self.name != "knn fit" or not text:  # (a pipeline: its headline)
+            return knn_summary(result)
+        lines = text.splitlines()
+        lines[0] += mode_text(result.mode, self.out)
+        reports = {k: v for k, v in result.outputs.items() if k.startswith("report")}
+        return "\n".join([*lines, *(f"  {k + ':':<18} {v}" for k, v in reports.items())])
+
+
+def knn_fit_job(train: str, target: str, out: str, model: dict[str, Any],
+                connect: dict[str, Any], *, drop: tuple[str, ...] = (),
+                na_values: tuple[str, ...] = (), overwrite: bool = False) -> KNNJob:  # fmt: skip
+    """The job of ``distforest knn fit``: a k-NN pipeline with a ``knn`` section only
+    (``model``: its keys, and the command's ``feature_range``, ``algorithm``,
+    ``select``, ``n_features`` and ``distances``), the model store its output."""
+    from distforest.jobs.knn_model import check_distances
+
+    check_distances(model.get("distances"), str(model["metric"]))
+    return KNNJob(input=train, target=target, drop=tuple(drop), na_values=tuple(na_values),
+                  knn={**model, "model": out}, overwrite=overwrite, connect=dict(connect),
+                  name="knn fit")  # fmt: skip
 
 
 def knn_job(
@@ -195,218 +220,252 @@ def _predict_section(section: Any, out_dir: Path, source: str, today_path: Any) 
 
 
 @KNNJob.plans
-def knn_plan(job: KNNJob) -> Plan:
-    """What ``distforest run --dry-run`` shows for a k-NN pipeline: reads the inputs, runs
-    nothing."""
+def knn_plan(job: KNNJob) -> Pipeline:
+    """What ``--dry-run`` shows for a k-NN job: reads the inputs' shapes, runs nothing."""
+    return knn_pipeline(job)
+
+
+def _fit_params(model: dict[str, Any]) -> dict[str, Any]:
+    """:class:`~distforest.apps.knn.KNNClassifier` parameters of a ``knn`` section (the
+    command's extra keys: ``feature_range``, ``algorithm``, ``select``, ``n_features``,
+    ``distances``)."""
+    params = {"n_neighbors": model["k"], "weights": model["weights"], "metric": model["metric"],
+              "normalize": normalize_choice(model["normalize"]),
+              "n_estimators": model["n_estimators"],
+              "random_state": model["random_state"]}  # fmt: skip
+    for key, name in (("feature_range", "feature_range"), ("algorithm", "algorithm"),
+                      ("select", "select"), ("n_features", "n_features_to_select")):  # fmt: skip
+        if key in model:
+            params[name] = tuple(model[key]) if key == "feature_range" else model[key]
+    if model.get("distances") is not None:
+        params["metric_params"] = {"distances": model["distances"]}
+    return params
+
+
+def knn_pipeline(job: KNNJob, progress: Any = None, start: float = 0.0) -> Pipeline:
+    """The stages of a k-NN job: ``neighbors`` (the top-k store), ``fit`` (the model
+    store), ``predict`` (the CSV); rows read by partitions are read by the first stage's
+    tasks on the run's cluster."""
     from distforest.forests.neighbors import query_batch_size, resolve_algorithm
+    from distforest.io.partitions import open_partitions
     from distforest.parallel.tasks import plan_batches, plan_tree_batches
 
-    _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
+    source, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
+    by_parts = partitioned_input(job.input)
+    parts = open_partitions(job.input, na_values=job.na_values).npartitions if by_parts else 0
     nb, model = job.neighbors, job.knn
     forest = model is not None and model["metric"] in FOREST_METRICS
-    tasks_fit = forest or partitioned_input(job.input)  # a fit by partitions: tasks
-    where, threads = placement_of(n * d if nb or tasks_fit else 0, job.connect)
-    steps: list[tuple[str, str]] = [("input", f"{job.input} (target {job.target or '-'})")]
-    tasks, disk, cpu = 0, {}, 0.0
+    searched = nb is not None or forest or bool((model or {}).get("select"))
+    cells = ON_A_CLUSTER if by_parts else (n * d if searched else 0)
+    threads = placement_of(cells, job.connect)[1]
+    steps: list[tuple[str, str]] = [("input", f"{source} (target {job.target or '-'})")]
+    stages: list[Stage] = []
+    read = f", its rows read by {parts} tasks" if by_parts else ""
+    rows: dict[str, Any] = {}
     if nb:
         algorithm = resolve_algorithm(nb["algorithm"], parse_metric(nb["metric"]), d)
         batches = len(plan_batches(n, query_batch_size(n, n, algorithm, False, threads)))
-        tasks += batches
-        disk["neighbours (index, distance)"] = n * nb["k"] * 16
-        cpu += SECONDS_PER["measure"] * n * n * d
-        steps.append(("neighbours", f"k={nb['k']}, {nb['metric']}, normalize "
-                                    f"{nb['normalize']}, {algorithm} in {batches} tasks -> "
-                                    f"{nb['out']}"))  # fmt: skip
-    if model:
+        what = (f"k={nb['k']}, {nb['metric']}, normalize {nb['normalize']}, {algorithm} in "
+                f"{batches} tasks -> {nb['out']}")  # fmt: skip
+        steps.append(("neighbours", what))
+        stages.append(Stage("neighbors", what + read, reads=(job.input,), writes=(nb["out"],),
+                            tasks=batches + parts,
+                            cost=Cost(SECONDS_PER["measure"] * n * n * d, 3 * 8 * n * d,
+                                      {"neighbours (index, distance)": n * nb["k"] * 16}),
+                            run=lambda ctx: _neighbors_stage(job, rows, ctx, progress),
+                            resume=_nothing))  # fmt: skip
+        read = ""
+    if model:  # features to select and a forest metric's size checked before any work
+        check_knn_size(source, n, d, model.get("select"), model.get("n_features", "auto"),
+                       model["metric"], model["n_estimators"])  # fmt: skip
         fit_tasks = len(plan_tree_batches(model["n_estimators"], threads, None)) if forest else 0
-        tasks += fit_tasks
-        cpu += fit_seconds(model["n_estimators"], n, d) if forest else 0.0
-        disk["model (rows, forest)"] = 8 * n * d + (n * model["n_estimators"] * 5 if forest else 0)
-        steps.append(("model", f"k={model['k']}, {model['weights']}, {model['metric']}, "
-                               f"normalize {model['normalize']}"
-                               + (f", {fit_tasks} fit tasks" if forest else "")
-                               + f" -> {model['model']}"))  # fmt: skip
+        what = (f"k={model['k']}, {model['weights']}, {model['metric']}, normalize "
+                f"{model['normalize']}" + (f", {fit_tasks} fit tasks" if forest else "")
+                + f" -> {model['model']}")  # fmt: skip
+        steps.append(("model", what))
+        stages.append(Stage("fit", what + read, reads=(job.input,), writes=(model["model"],),
+                            tasks=fit_tasks + (parts if read else 0),
+                            cost=Cost(fit_seconds(model["n_estimators"], n, d) if forest else 0.0,
+                                      3 * 8 * n * d,
+                                      {"model (rows, forest)": 8 * n * d + (
+                                          n * model["n_estimators"] * 5 if forest else 0)}),
+                            run=lambda ctx: _fit_stage(job, rows, ctx, start, by_parts),
+                            resume=_nothing))  # fmt: skip
         if model.get("predict"):
-            m = input_shape(model["predict"]["input"], drop=job.drop,
-                            na_values=job.na_values)[1]  # fmt: skip
-            algorithm = "brute" if forest else resolve_algorithm("auto", parse_metric(
-                model["metric"]), d)  # fmt: skip
+            predict = model["predict"]
+            m = input_shape(predict["input"], drop=job.drop, na_values=job.na_values)[1]
+            algorithm = "brute" if forest else resolve_algorithm(
+                model.get("algorithm", "auto"), parse_metric(model["metric"]), d)  # fmt: skip
             batches = len(plan_batches(m, query_batch_size(m, n, algorithm, forest, threads)))
-            tasks += batches
-            disk["predictions"] = m * 32
-            cpu += SECONDS_PER["measure"] * m * n * d
-            steps.append(("predict", f"{m:,} rows in {batches} tasks -> "
-                                     f"{model['predict']['out']}"))  # fmt: skip
-    return Plan(
-        title=f"job {job.name}: {n:,} rows x {d} features",
+            steps.append(("predict", f"{m:,} rows in {batches} tasks -> {predict['out']}"))
+            stages.append(Stage("predict", f"{m:,} rows in {batches} tasks -> {predict['out']}",
+                                reads=(model["model"], predict["input"]),
+                                writes=(predict["out"],), tasks=batches,
+                                cost=Cost(SECONDS_PER["measure"] * m * n * d, 3 * 8 * (n + m) * d,
+                                          {"predictions": m * 32}),
+                                run=lambda ctx: _predict_stage(job, ctx)))  # fmt: skip
+    return Pipeline(
+        title=f"{job.name}: {n:,} rows x {d} features",
         steps=steps,
-        tasks=tasks,
-        tiles=0,
-        disk=disk,
-        free_bytes=free_space(location.parent(job.out)),
-        worker_bytes=3 * 8 * n * d,  # the reference rows, the queries, a block of distances
-        cpu_seconds=cpu,
-        threads=threads,
-        where=where,
+        stages=stages,
+        cells=cells,
+        connect=job.connect,
+        out=str(job.out),
     )
 
 
-@KNNJob.runs
-def run_knn_protocol(job: KNNJob, progress: Any = None, *, restart: bool = False,
-                     run_id: str | None = None) -> JobResult:  # fmt: skip
-    """Run the job under the run protocol of a job with one store per stage
-    (:func:`~distforest.jobs.runs.run_per_output`)."""
-    run_id = run_id or new_run_id()
-    return run_per_output(job, lambda: run_knn_job(job, progress, restart=restart,
-                                                   run_id=run_id), run_id=run_id)  # fmt: skip
-
-
-def run_knn_job(
-    job: KNNJob, progress: Any = None, *, restart: bool = False, run_id: str | None = None
-) -> JobResult:
-    """Write the top-k neighbours, fit and save the model, predict; resumable by stage.
-
-    Each output records the job's spec hash.  Run again, a stage whose
-    output is complete and of the same spec is kept; a half-written one (a
-    killed run) is written again from the same seeds, so the outputs end
-    identical to an uninterrupted run; one of a different spec is refused
-    unless ``restart`` or ``overwrite``.  Output problems are found before
-    any cluster is started; a cluster is started only for the neighbours
-    search or a forest metric.
-    """
-    start = time.perf_counter()
-    by_parts = partitioned_input(job.input)
-    table = _partitioned_table(job) if by_parts else load_table(job.input, **job.table_kw())
-    spec = job.spec(table)
-    digest = spec_hash(spec)
-    record = {"spec": spec, "spec_hash": digest, "job": job.name, "run_id": run_id}
-    nb, model = job.neighbors, job.knn
-    predict = (model or {}).get("predict")
-    todo = {
-        name: _stage_todo(path, spec, digest, restart=restart, overwrite=job.overwrite)
-        for name, path in (("neighbors", (nb or {}).get("out")),
-                           ("model", (model or {}).get("model"))) if path
-    }  # fmt: skip
-    for name, path in (("neighbors", (nb or {}).get("out")), ("model", (model or {}).get("model"))):
-        if path and todo[name] and not location.is_remote(path):
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-    if predict and todo.get("model", True):
-        check_new_file(predict["out"], job.overwrite or restart or "model" in todo)
-    needed = (nb is not None and todo["neighbors"]) or (
-        (model or {}).get("metric") in FOREST_METRICS and todo.get("model", False)
-    )
-    outputs: dict[str, str] = {}
-    shape: tuple[int, int] = (table.n_samples, 0)
-    n_trees, what = 0, []
-    with contextlib.ExitStack() as stack:
-        work = any(todo.values()) or bool(predict and not location.exists(predict["out"]))
-        if by_parts and work:  # the fit's tasks read the partitions on the workers
-            from distforest.parallel.cluster import connect
-
-            client = stack.enter_context(connect(**job.connect))
-            stack.enter_context(client.as_current())
-        else:
-            cells = table.n_samples * table.n_features if needed else 0
-            client = stack.enter_context(place(cells, job.connect, progress=progress)).client
-        rows = stack.enter_context(_stored(table)) if work else table
-        if nb:
-            if todo["neighbors"]:
-                _neighbors(rows, nb, client, progress, record)
-            ds = RunStore.open(nb["out"])
-            outputs["neighbours store"] = ds.path
-            shape = (table.n_samples, nb["k"])
-            params = ds.attrs["params"]
-            what.append(f"top-{nb['k']} {params['metric']} neighbours ({params['algorithm']})")
-        if model:
-            if todo["model"] or (predict and not location.exists(predict["out"])):
-                params = {"n_neighbors": model["k"], "weights": model["weights"],
-                          "metric": model["metric"],
-                          "normalize": normalize_choice(model["normalize"]),
-                          "n_estimators": model["n_estimators"],
-                          "random_state": model["random_state"]}  # fmt: skip
-                task = fit_and_save_model(rows, model["task"], params, model["model"], True,
-                                          {**record, "predictions": None})[1]  # fmt: skip
-                if predict:
-                    _, written = predict_to_csv(model["model"], predict["input"], predict["out"],
-                                                job.drop, job.na_values)  # fmt: skip
-                    # the model store is complete: only the driver adds this record
-                    RunStore.open(model["model"], mode="r+").update_attrs(predictions=written)
-            saved = RunStore.open(model["model"])
-            task = {"KNNClassifier": "classification"}.get(saved.attrs["model"], "regression")
-            outputs["model"] = saved.path
-            if predict:
-                outputs["predictions"] = _shown(predict["out"])
-            if model["metric"] in FOREST_METRICS:
-                n_trees = model["n_estimators"]
-            what.append(f"k-NN {task} model (k={model['k']}, {model['weights']}, "
-                        f"{model['metric']})")  # fmt: skip
-            if not nb:
-                rows, features = saved.array("X_fit").shape
-                shape = (rows, features)
-    store = outputs.get("neighbours store") or outputs["model"]
-    mode = "already complete" if not any(todo.values()) and (
-        not predict or location.exists(predict["out"])) else "new"  # fmt: skip
-    return JobResult(
-        store=store,
-        name="neighbor_index" if nb else "X_fit",
-        shape=(int(shape[0]), int(shape[1])),
-        n_trees=n_trees,
-        task=" and ".join(what),
-        seconds=time.perf_counter() - start,
-        outputs=outputs,
-        mode=mode,
-    )
-
-
-def _partitioned_table(job: KNNJob) -> PendingInput:
-    """The job's table read by partitions: pass 1 (summaries) only, the rows written into
-    a temporary store when a stage needs them (:func:`_stored`)."""
-    from distforest.io.ingest import read_partitioned
-
-    return PendingInput(read_partitioned(job.input, target=job.target, drop=job.drop,
-                                         na_values=job.na_values,
-                                         dtype=np.float64))  # fmt: skip
+def _nothing(ctx: Context) -> None:
+    """Resuming a run that finished the stage: its output is in its store already."""
 
 
 @contextlib.contextmanager
-def _stored(table: Any) -> Iterator[Any]:
-    """The job's rows as a source: a table in memory as it is, a table read by partitions
-    written (pass 2, by tasks) into a temporary store removed when the block ends."""
-    if not isinstance(table, PendingInput):
-        yield table
-        return
-    from distforest.jobs.inputs import temporary_store
+def _rows_of(job: KNNJob, rows: dict[str, Any], ctx: Context) -> Iterator[Any]:
+    """The job's rows (:func:`~distforest.store.source.open_source`, on the run's cluster
+    when there is one), opened once for every stage of the run."""
+    from distforest.store.source import open_source
 
-    with temporary_store() as path:
-        yield table.write(path, {})
+    with ctx.where.client.as_current() if ctx.where.client is not None else (
+            contextlib.nullcontext()):  # fmt: skip
+        if "source" not in rows:
+            rows["source"] = open_source(job.input, target=job.target, drop=job.drop,
+                                         na_values=job.na_values, dtype=np.float64)  # fmt: skip
+        yield rows["source"]
+
+
+def _neighbors_stage(job: KNNJob, rows: dict[str, Any], ctx: Context, progress: Any) -> None:
+    nb = job.neighbors
+    assert nb is not None
+    with _rows_of(job, rows, ctx) as source:
+        _neighbors(source, nb, ctx.where.client, progress, ctx.run.record)
+    ctx.rs = RunStore.open(nb["out"], mode="r+")
+    ctx.done.outputs = {"neighbours store": ctx.rs.path}
+
+
+def _fit_stage(job: KNNJob, rows: dict[str, Any], ctx: Context, start: float,
+               by_parts: bool) -> None:  # fmt: skip
+    """The model fitted and saved (the job's store, or, beside a neighbours store, another
+    output completed here); its summary lines recorded."""
+    model = job.knn
+    assert model is not None
+    main = job.neighbors is None
+    with _rows_of(job, rows, ctx) as source:
+        fitted, task = fit_and_save_model(source, model["task"], _fit_params(model),
+                                          model["model"], True,
+                                          {**ctx.run.record, "predictions": None})  # fmt: skip
+    saved = RunStore.open(model["model"], mode="r+")
+    if main:
+        ctx.rs = saved
+    else:
+        complete_output(saved)  # (another output of the job: complete once written)
+    kept = [c for c, s in zip(fitted.feature_names_in_, fitted.support_, strict=True) if s]
+    ctx.done.outputs = {"model": saved.path}
+    ctx.done.info.update(task=task, rows=int(source.n_samples), features=len(kept))
+    ctx.done.info["text"] = (
+        f"k-NN {task} model (k={model['k']}, {model['weights']}, {model['metric']}, normalize "
+        f"{model['normalize']}) on {source.n_samples} rows"
+        f"{' read by partitions' if by_parts else ''} in "
+        f"{time.perf_counter() - start:.1f} s\n  features: {', '.join(kept)}\n"
+        f"  model:    {model['model']}"
+    )
+
+
+def _predict_stage(job: KNNJob, ctx: Context) -> None:
+    model = job.knn
+    assert model is not None and model.get("predict")
+    predict = model["predict"]
+    with ctx.where.client.as_current() if ctx.where.client is not None else (
+            contextlib.nullcontext()):  # fmt: skip
+        n, written = predict_to_csv(model["model"], predict["input"], predict["out"], job.drop,
+                                    job.na_values, require_complete=False)  # fmt: skip
+    RunStore.open(model["model"], mode="r+").update_attrs(predictions=written)
+    ctx.done.outputs = {"predictions": _shown(written)}
+    ctx.done.info["rows"] = int(n)
+
+
+@dataclass
+class KNNResult(JobResult):
+    """What a k-NN job wrote, and (``knn fit``) the lines its command prints."""
+
+    text: str = ""
+
+
+@KNNJob.runs
+def run_knn_job(job: KNNJob, progress: Any = None, *, restart: bool = False,
+                run_id: str | None = None) -> KNNResult:  # fmt: skip
+    """Write the top-k neighbours, fit and save the model, predict: the stages of
+    :func:`knn_pipeline` under the run protocol (:func:`~distforest.jobs.runs.execute`).
+
+    Run again, a complete job is kept; a half-written one (a killed run) resumes, its
+    finished stages kept and the others written again from the same seeds, so the
+    outputs end identical to an uninterrupted run; one of a different spec is refused
+    unless ``restart`` or ``overwrite``.  Inputs, outputs and sizes are checked before
+    any cluster starts.
+    """
+    start = time.perf_counter()
+    pipeline = knn_pipeline(job, progress, start)
+    nb, model = job.neighbors, job.knn
+    spec = job.spec_of(
+        ("target", "drop", "na_values", "neighbors", "knn"),
+        input={"source": job.input, "stamp": listing_stamp(job.input)},
+    )
+    if model:  # a changed training table or a changed input to predict is another job
+        more = (model.get("predict") or {}).get("input")
+        spec["input"]["predict"] = listing_stamp(more) if more else None
+
+    def check(run: Run) -> dict[str, Any]:
+        done = run.stages.done if run.stages is not None else (lambda name: False)
+        if model:
+            if nb and not done("fit"):
+                check_can_create(model["model"], run.replace)
+            if model.get("predict") and not done("predict"):
+                check_new_file(model["predict"]["out"], run.replace)
+        for path in ((nb or {}).get("out"), (model or {}).get("model")):
+            if path and not location.is_remote(path):
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return {}
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> KNNResult:
+        record = rs.attrs.get("stages") or {}
+        fit, what = record.get("fit") or {}, []
+        shape: tuple[int, int] = (0, 0)
+        if nb:
+            params = rs.attrs["params"]
+            shape = (int(rs.array("neighbor_index").shape[0]), int(nb["k"]))
+            what.append(f"top-{nb['k']} {params['metric']} neighbours ({params['algorithm']})")
+        if model:
+            task = fit.get("task") or {"KNNClassifier": "classification"}.get(
+                str(RunStore.open(model["model"]).attrs.get("model")), "regression")  # fmt: skip
+            what.append(f"k-NN {task} model (k={model['k']}, {model['weights']}, "
+                        f"{model['metric']})")  # fmt: skip
+            if not nb:
+                rows, features = rs.array("X_fit").shape
+                shape = (int(rows), int(features))
+        shown = {k: _shown(v) if k != "predictions" else v for k, v in outputs.items()}
+        return KNNResult(store=rs.path, name="neighbor_index" if nb else "X_fit", shape=shape,
+                         n_trees=model["n_estimators"] if model and model["metric"]
+                         in FOREST_METRICS else 0, task=" and ".join(what),
+                         seconds=time.perf_counter() - start, outputs=shown,
+                         mode={"resume": "resumed"}.get(mode, mode),
+                         text=str(fit.get("text", "")))  # fmt: skip
+
+    return execute(job, pipeline, spec, result, progress=progress, restart=restart,
+                   run_id=run_id or new_run_id(), check=check)  # fmt: skip
 
 
 def _neighbors(rows: Any, nb: dict[str, Any], client: Any, progress: Any,
                record: dict[str, Any]) -> None:  # fmt: skip
-    """The neighbours stage: rows in memory searched as they are; rows in a store scaled
-    and checked by tasks into a temporary store, searched from there (the same answer)."""
+    """The neighbours stage, one path for every source: its rows scaled and checked by
+    tasks into a temporary store, searched from there (each task writing its rows'
+    neighbours into the store)."""
     from distforest.forests.scaled_rows import scaled_in_store
 
     normalize = normalize_choice(nb["normalize"])
-    options = dict(k=nb["k"], normalize=normalize, algorithm=nb["algorithm"], store=nb["out"],
-                   overwrite=True, client=client, progress=progress, attrs=record)  # fmt: skip
-    if getattr(rows, "store_path", None) is None:  # a Table, loaded whole
-        top_k_neighbors(rows, metric=nb["metric"], **options)
-        return
     with scaled_in_store([rows], metric=nb["metric"], normalize=normalize,
                          feature_range=(0.0, 1.0)) as (measure, (X,)):  # fmt: skip
-        top_k_neighbors(X, metric=measure, **options)
-
-
-def _stage_todo(path: str, spec: dict[str, Any], digest: str, *, restart: bool,
-                overwrite: bool) -> bool:  # fmt: skip
-    """Whether the stage writing ``path`` must run (False: its output is complete, same spec)."""
-    mode = decide(path, spec, digest, restart=restart, overwrite=overwrite)
-    if mode == "complete":
-        return False
-    if location.exists(path):
-        check_can_create(path, overwrite=True)  # ours, half-written or replaced on request
-    return True
+        top_k_neighbors(X, metric=measure, k=nb["k"], normalize=normalize,
+                        algorithm=nb["algorithm"], store=nb["out"], overwrite=True,
+                        client=client, progress=progress, attrs=record,
+                        complete=False)  # fmt: skip
 
 
 def _shown(path: str) -> str:

@@ -6,22 +6,39 @@ Shared by ``distforest knn fit|predict`` and k-NN pipelines
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from distforest.errors import InputError, ParameterError
-from distforest.forests.constraints import FOREST_METRICS
-from distforest.jobs.inputs import PARTITIONED_BYTES, partitioned_input
+from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS
+from distforest.jobs.base import JobBase
 from distforest.jobs.model_columns import feature_matrix
+from distforest.jobs.result import JobResult, mode_text
+from distforest.jobs.stages import Cost, Pipeline, Stage
 
 if TYPE_CHECKING:
     from distforest.apps.knn import KNNClassifier, KNNRegressor
+    from distforest.jobs.runs import Context
+
+__all__ = [
+    "ALGORITHMS",
+    "FOREST_METRICS",
+    "KNNPredictJob",
+    "check_distances",
+    "fit_and_save_model",
+    "knn_predict_job",
+    "normalize_choice",
+    "predict_to_csv",
+]
 
 
 #: A model whose training rows take more bytes is read by the workers only (as a file of
-#: that size would be): ``knn predict`` then runs by partitions whatever DATA's size.
-MODEL_BYTES = PARTITIONED_BYTES
+#: that size would be): ``knn predict`` then runs by partitions whatever DATA's size
+#: (None: the size of a file read by partitions, ``PARTITIONED_BYTES``).
+MODEL_BYTES: int | None = None
 
 
 def normalize_choice(value: str) -> str | None:
@@ -38,23 +55,23 @@ def check_distances(distances: str | None, metric: str) -> None:
         )
 
 
-def check_knn_size(table: Any, select: str | None, n_features: Any, metric: str,
-                   trees: int) -> None:  # fmt: skip
-    """Before any work: features to select at most the table's; a forest metric's trees
-    within the computing and memory limits (:func:`distforest.jobs.plan.check_size`)."""
+def check_knn_size(source: str, n: int, d: int, select: str | None, n_features: Any,
+                   metric: str, trees: int) -> None:  # fmt: skip
+    """Before any work: features to select at most the table's ``d``; a forest metric's
+    trees on ``n`` rows within the computing and memory limits
+    (:func:`distforest.jobs.estimates.check_size`)."""
     from distforest.jobs.estimates import check_size, estimate_forest_metric
 
-    d = table.n_features
     if select and isinstance(n_features, int) and not isinstance(n_features, bool):
         if n_features > d:
             raise ParameterError(
                 f"--n-features {n_features} is more than the {d} feature(s) of "
-                f"{table.source}; give at most {d}, a fraction, or auto"
+                f"{source}; give at most {d}, a fraction, or auto"
             )
     if metric.split(":")[0] in FOREST_METRICS:
-        plan = estimate_forest_metric(table.n_samples, d, trees)
-        check_size(f"the k-NN forest metric on {table.source} ({table.n_samples:,} rows)",
-                   plan, f"--trees ({trees:,})")  # fmt: skip
+        plan = estimate_forest_metric(n, d, trees)
+        check_size(f"the k-NN forest metric on {source} ({n:,} rows)", plan,
+                   f"--trees ({trees:,})")  # fmt: skip
 
 
 def fit_and_save_model(
@@ -80,7 +97,8 @@ def fit_and_save_model(
         ``client=None``, so that it can be cloned by the feature selection).
     out : str
         Model store to create (nothing is left under it if the fit or the
-        writing fails).
+        writing fails), not yet complete: the job's run protocol completes it
+        (:func:`~distforest.jobs.runs.complete`).
     overwrite : bool
 
     Returns
@@ -106,7 +124,7 @@ def fit_and_save_model(
              "categories": categories, **(attrs or {})}  # fmt: skip
     kept = location.exists(out) and not overwrite  # refused by save_model: not ours
     try:
-        save_model(model, out, overwrite=overwrite, attrs=extra)
+        save_model(model, out, overwrite=overwrite, attrs=extra, complete=False)
     except BaseException:
         if not kept and location.exists(out):
             location.remove_tree(out)  # no half-written model left under OUT
@@ -123,6 +141,7 @@ def predict_to_csv(
     *,
     by_parts: bool | None = None,
     connect: dict[str, Any] | None = None,
+    require_complete: bool = True,
 ) -> tuple[int, str]:
     """Predict every row of ``data`` with a saved model; write ``row, <target>`` to a CSV.
 
@@ -138,20 +157,23 @@ def predict_to_csv(
     connect : dict, optional
         Where a search in this process runs (:func:`~distforest.parallel.placement.place`
         by the cells); None: the current execution.
+    require_complete : bool, default True
+        Refuse a model store not marked complete (False: the model a k-NN job's fit
+        stage has just written, completed by its run protocol at the end).
 
     Returns
     -------
     n_rows, path
     """
     import contextlib
-    from functools import partial
 
     from distforest.jobs.row_pieces import row_frames, write_pieces
     from distforest.parallel.placement import place
     from distforest.store.run_store import RunStore
 
-    by_parts = predicts_by_partitions(model_path, data) if by_parts is None else by_parts
-    rs = RunStore.open(model_path, require_complete=True)
+    if by_parts is None:
+        by_parts = predicts_by_partitions(model_path, data, require_complete)
+    rs = RunStore.open(model_path, require_complete=require_complete)
     names = tuple(str(c) for c in rs.attrs["feature_names"])
     rows = row_frames(data, names, drop, na_values, by_parts=by_parts)
     where: Any = contextlib.nullcontext()
@@ -160,19 +182,22 @@ def predict_to_csv(
         where = place(cells, connect)
     with where:
         n, path, _ = write_pieces(rows, partial(_knn_rows, model_path, rs.attrs, names,
-                                                rows.in_process), out)  # fmt: skip
+                                                rows.in_process, require_complete),
+                                  out)  # fmt: skip
     return n, path
 
 
 def _knn_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...], in_process: bool,
-              frame: Any, start: int, part: str) -> Any:  # fmt: skip
+              require_complete: bool, frame: Any, start: int, part: str) -> Any:  # fmt: skip
     """``row, <target>`` of one chunk of new rows, predicted by a saved k-NN model (in a
     task: the model read once per worker, the search in that worker)."""
     import pandas as pd
 
-    from distforest.apps.knn import load_model
+    from distforest.apps.knn import load_model as load
     from distforest.jobs.row_pieces import model_once
     from distforest.parallel.execution import execution
+
+    load_model = partial(load, require_complete=require_complete)
 
     X = feature_matrix(frame, part, attrs, names, start)
     if X.shape[0] == 0:  # an empty part still has its place
@@ -186,13 +211,143 @@ def _knn_rows(model_path: str, attrs: dict[str, Any], names: tuple[str, ...], in
     return pd.DataFrame({"row": rows, attrs.get("target") or "prediction": prediction})
 
 
-def predicts_by_partitions(model_path: str, data: str) -> bool:
+def predicts_by_partitions(model_path: str, data: str, require_complete: bool = True) -> bool:
     """Whether ``knn predict`` runs by partitions on the workers: for a DATA read by
     partitions, or a model whose training rows are larger than such a file (a model
     fitted from a large table is read by the workers, not here)."""
+    from distforest.jobs.inputs import PARTITIONED_BYTES, partitioned_input
     from distforest.store.run_store import RunStore
 
     if partitioned_input(data):
         return True
-    rows = RunStore.open(model_path, require_complete=True).array("X_fit")
-    return int(np.prod(rows.shape)) * rows.dtype.itemsize > MODEL_BYTES
+    rows = RunStore.open(model_path, require_complete=require_complete).array("X_fit")
+    limit = PARTITIONED_BYTES if MODEL_BYTES is None else MODEL_BYTES
+    return int(np.prod(rows.shape)) * rows.dtype.itemsize > limit
+
+
+@dataclass(kw_only=True)
+class KNNPredictJob(JobBase):
+    """``distforest knn predict``: the target of every row of ``input`` by a saved model,
+    written to ``files["out"]`` (a CSV); ``out`` is the job's store beside it
+    (:func:`~distforest.jobs.outputs.record_path`: its spec and stages)."""
+
+    job_kind: ClassVar[str] = "knn-predict"
+
+    model: str
+    out: str
+    files: dict[str, Any]
+    drop: tuple[str, ...] = ()
+    name: str = "knn predict"
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return "k-NN predictions"
+
+    def summary(self, result: JobResult) -> str:
+        """The predictions written (as the command printed them), and the reports."""
+        how = " by partitions" if result.task.endswith(" by partitions") else ""
+        return "\n".join([
+            f"predicted {result.shape[0]} rows{how} in {result.seconds:.1f} s"
+            f"{mode_text(result.mode, self.out)}",
+            *(f"  {label + ':':<18} {path}" for label, path in result.outputs.items()),
+        ])  # fmt: skip
+
+
+def knn_predict_job(model: str, data: str, out: str, connect: dict[str, Any], *,
+                    drop: tuple[str, ...] = (), na_values: tuple[str, ...] = (),
+                    overwrite: bool = False) -> KNNPredictJob:  # fmt: skip
+    """The job of ``distforest knn predict`` (its store beside the CSV)."""
+    from distforest.jobs.outputs import record_path
+
+    return KNNPredictJob(input=data, model=model, out=record_path(out), files={"out": out},
+                         drop=tuple(drop), na_values=tuple(na_values), overwrite=overwrite,
+                         connect=dict(connect))  # fmt: skip
+
+
+@KNNPredictJob.plans
+def plan_knn_predict(job: KNNPredictJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the model and the new rows (their
+    partitions' names only when read by partitions), runs nothing."""
+    return knn_predict_pipeline(job)
+
+
+def knn_predict_pipeline(job: KNNPredictJob) -> Pipeline:
+    """The one stage of ``knn predict``: one task per partition of the new rows, or the
+    model's search of the rows read here in batches of queries."""
+    from distforest.forests.measures import parse_metric
+    from distforest.forests.neighbors import query_batch_size, resolve_algorithm
+    from distforest.jobs.estimates import SECONDS_PER
+    from distforest.jobs.row_pieces import row_frames
+    from distforest.jobs.stages import ON_A_CLUSTER, placement_of
+    from distforest.parallel.tasks import plan_batches
+    from distforest.store.run_store import RunStore
+
+    out = str(job.files["out"])
+    rs = RunStore.open(job.model, require_complete=True)
+    names = tuple(str(c) for c in rs.attrs["feature_names"])
+    m, d = (int(s) for s in rs.array("X_fit").shape)
+    by_parts = predicts_by_partitions(job.model, job.input)  # (the one decision)
+    if by_parts:
+        from distforest.io.partitions import open_partitions
+
+        parts = open_partitions(job.input, na_values=job.na_values)
+        n, tasks, cells, source = 0, int(parts.npartitions), ON_A_CLUSTER, parts.source
+        what = (f"{tasks} tasks that each read a partition, predict its rows with the model "
+                f"(read once per worker) and write a piece of {out}, joined in order")  # fmt: skip
+    else:
+        frames = row_frames(job.input, names, job.drop, job.na_values, by_parts=False)
+        n, cells, source = len(frames.blocks[0]), 0, frames.source
+        cells = n * len(names) + m * d
+        params = rs.attrs["params"]
+        forest = bool(rs.attrs.get("metric_forest"))
+        algorithm = "brute" if forest else resolve_algorithm(
+            params.get("algorithm", "auto"), parse_metric(params["metric"]), d)  # fmt: skip
+        threads = placement_of(cells, job.connect)[1]
+        batch = params.get("batch_size") or query_batch_size(n, m, algorithm, forest, threads)
+        tasks = len(plan_batches(n, batch))
+        what = (f"{n:,} rows among {m:,}, k={params['n_neighbors']}, {params['metric']}, "
+                f"{algorithm} in {tasks} tasks -> {out}")  # fmt: skip
+    stage = Stage("predict", what, reads=(job.model, job.input), writes=(out,), tasks=tasks,
+                  cost=Cost(SECONDS_PER["measure"] * n * m * d, 3 * 8 * (n + m) * d,
+                            {"predictions (CSV)": n * 32}),
+                  run=lambda ctx: _predict(job, by_parts, ctx))  # fmt: skip
+    title = (f"knn predict: {source} read by partitions" if by_parts else
+             f"knn predict: {n:,} queries among {m:,} rows, {d} features")  # fmt: skip
+    return Pipeline(title=title, steps=[("input", source), ("model", job.model),
+                                        ("writes", out),
+                                        ("store", f"{job.out} (this run's stages)")],
+                    stages=[stage], cells=cells, connect=job.connect,
+                    out=str(job.out))  # fmt: skip
+
+
+def _predict(job: KNNPredictJob, by_parts: bool, ctx: Context) -> None:
+    """The predict stage, where the run placed it (by partitions: on its cluster)."""
+    import contextlib
+
+    client = ctx.where.client
+    with client.as_current() if client is not None else contextlib.nullcontext():
+        n, written = predict_to_csv(job.model, job.input, job.files["out"], job.drop,
+                                    job.na_values, by_parts=by_parts)  # fmt: skip
+    ctx.done.outputs = {"predictions": written}
+    ctx.done.info["rows"] = int(n)
+
+
+@KNNPredictJob.runs
+def run_knn_predict(job: KNNPredictJob, progress: Any = None, *, restart: bool = False,
+                    run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Predict under the run protocol; the model, the rows and the output checked first."""
+    from distforest.jobs.base import new_run_id
+    from distforest.jobs.inputs import listing_stamp
+    from distforest.jobs.row_pieces import run_rows_job
+    from distforest.jobs.stages import ON_A_CLUSTER
+
+    pipeline = knn_predict_pipeline(job)
+    spec = job.spec_of(
+        ("drop", "na_values", "files"),
+        model={"path": job.model, "stamp": listing_stamp(job.model)},
+        input={"source": job.input, "stamp": listing_stamp(job.input)},
+    )
+    parts = " by partitions" if pipeline.cells == ON_A_CLUSTER else ""  # (its stage's tasks)
+    return run_rows_job(job, pipeline, spec, f"k-NN prediction{parts}", progress=progress,
+                        restart=restart, run_id=run_id or new_run_id(),
+                        store_first=False)  # fmt: skip

@@ -317,3 +317,21 @@ def check_job_inputs_read_only(job: Any) -> None:
     for report in REPORT_FILES if folder else ():
         outputs[report] = location.join(folder, report)
     refuse_writing_inputs(outputs, inputs, folders={"output store"})
+
+
+def check_writable(path: str) -> None:
+    """Refuse an output whose folder this process cannot write (exit 6, one line).
+
+    The folder is the nearest existing one on the way to ``path`` (missing
+    folders are created by the commands): a read-only mount or a folder
+    without write permission fails here, before any work, instead of at the
+    end of the run.
+    """
+    out = Path(path)
+    folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
+    if out.is_dir() and not out.is_symlink():
+        folder = out  # a store or folder being replaced: written inside
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        why = "is not a folder" if not folder.is_dir() else "is not writable (read-only, or "
+        why += "" if not folder.is_dir() else "no permission)"
+        raise StoreError(f"cannot write {path!r}: {str(folder)!r} {why}; choose another path")

@@ -165,6 +165,9 @@ def _checker(name: str, key: str) -> Checker:
     if name in TABLES:
         constraint = TABLES[name][key]
         return lambda value: constraint.check(f"{name}.{key}", value)
+    declared = C.SECTION_PARAMETERS.get(f"{name}.{key}")
+    if declared is not None:  # the command's option is made from the same declaration
+        return lambda value: declared.constraint.check(f"{name}.{key}", value)
     types = SCHEMA[name][key]
     choices = CHOICES.get(f"{name}.{key}")
 

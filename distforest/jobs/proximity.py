@@ -20,27 +20,26 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 from distforest import location
-from distforest.errors import InputError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.forests.targets import require_classes
 from distforest.forests.tiles import ARRAY_NAMES
-from distforest.io import Table, load_table
 from distforest.io.model_files import model_record
+from distforest.io.source import RowSummary
 from distforest.jobs.applications import APP_STAGES, app_stage, check_outputs
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import check_disk, check_size, estimate
-from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.report import table_quality
 from distforest.jobs.result import JobResult
-from distforest.jobs.runs import Context, Run, execute, fit_into_store
+from distforest.jobs.runs import Context, Run, execute, fit_into_store, fitted_rows
 from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
-from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore
+from distforest.store.source import input_shape, open_input
 
 logger = logging.getLogger("distforest")
 
@@ -74,7 +73,7 @@ class ProximityJob(ForestJob):
     model: str | None = None
     name: str = "proximity"
 
-    def spec(self, table: Table | PendingInput) -> dict[str, Any]:
+    def spec(self, table: RowSummary) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep: tuple[str, ...] = ("target", "drop", "na_values", "forest", "method", "plot",
                                  *APP_STAGES)  # fmt: skip
@@ -102,9 +101,10 @@ def run_proximity_job(
     """
     start = time.perf_counter()
     run_id = run_id or new_run_id()
-    table = _read_input(job)
-    if job.mislabels and isinstance(table, Table):
-        require_classes(job.forest.get("task", "auto"), table.y, table.target_name, "mislabels")
+    table = open_input(job.input, **job.table_kw(), id=job.id)
+    if job.mislabels and table.target_classes() is None:  # (text labels are classes)
+        require_classes(job.forest.get("task", "auto"), table.read_y(), table.target_name,
+                        "mislabels")  # fmt: skip
     spec = job.spec(table)
     pipeline = proximity_pipeline(job, table.n_samples, table.n_features, table)
 
@@ -220,18 +220,6 @@ def forest_step(job: ProximityJob, n: int, d: int) -> list[tuple[str, str]]:
     return [("forest", why)]
 
 
-def _read_input(job: ProximityJob) -> Table | PendingInput:
-    """The job's table: loaded whole, or (a glob, a folder of parts, a large file) its
-    partitions' summaries only, the encoded rows written into the job's store later."""
-    if not partitioned_input(job.input):
-        return load_table(job.input, **job.table_kw(), id=job.id)
-    from distforest.io.ingest import read_partitioned  # pass 1 (summaries only)
-
-    data = read_partitioned(job.input, target=job.target, drop=job.drop,
-                            na_values=job.na_values, id=job.id)  # fmt: skip
-    return PendingInput(data)
-
-
 #: Spec keys that choose a matrix of a forest, not the forest: a job differing from a
 #: store's job only in these adds its matrix to the store (``proximity --method oob``).
 MATRIX_KEYS = ("method", "plot")
@@ -276,16 +264,8 @@ def _same_forest(job: ProximityJob, spec: dict[str, Any], digest: str) -> str | 
 def _fit(job: ProximityJob, table: Any, ctx: Context) -> None:
     """The fit stage: fit the forest and save it (its spec from the store's first moment);
     with ``job.model``, the model's trees route the rows instead."""
-    if job.model is None:
-        fit_into_store(ProximityForest(**job.forest), table, ctx, job.out)
-    else:
-        if isinstance(table, PendingInput):
-            raise InputError(
-                f"{job.input}: --model routes a table loaded whole (a file under 32 MB) "
-                "here; for a glob or a folder of parts use ProximityForest.from_model"
-            )
-        ctx.model = _fitted(job, table)
-        ctx.rs = ctx.model.save(job.out, overwrite=True, attrs=ctx.run.record)
+    fit = ProximityForest(**job.forest) if job.model is None else partial(_routed, job)
+    fit_into_store(fit, table, ctx, job.out)
     ctx.done.info["trees"] = int(ctx.model.leaves_.shape[1])
 
 
@@ -294,9 +274,15 @@ def _fitted(job: ProximityJob, table: Any) -> ProximityForest:
     rows routed once more (a model's trees are not in the store)."""
     if job.model is None:
         return ProximityForest.load(job.out)
+    return _routed(job, fitted_rows(table, job.out))
+
+
+def _routed(job: ProximityJob, rows: Any) -> ProximityForest:
+    """The rows routed through the trees of ``job.model`` (the store's fit, if any)."""
     from distforest.io.model_files import load_model
 
-    forest = ProximityForest.from_model(load_model(job.model), table,
+    assert job.model is not None
+    forest = ProximityForest.from_model(load_model(job.model), rows,
                                         tile_size=job.forest.get("tile_size", 2048))  # fmt: skip
     if location.exists(job.out):  # a resumed run: this fit is the store's
         with contextlib.suppress(Exception):

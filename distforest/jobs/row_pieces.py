@@ -32,7 +32,7 @@ from distforest import location
 from distforest.errors import InputError
 from distforest.io.partitions import PATH_COLUMN
 
-__all__ = ["RowFrames", "model_once", "row_frames", "write_pieces"]
+__all__ = ["RowFrames", "model_once", "row_frames", "run_rows_job", "write_pieces"]
 
 #: What this process's tasks read of one model (the model, its training features), by
 #: (path, what): a worker reads each once; another model's entries are dropped.
@@ -165,3 +165,47 @@ def write_pieces(rows: RowFrames, work: Callable[..., Any], out: str) -> tuple[i
             shutil.rmtree(dest.parent, ignore_errors=True)
     total, cells = int(sum(d[0] for d in done)), int(sum(d[2] for d in done))
     return total, (out if remote else str(dest)), cells
+
+
+def run_rows_job(job: Any, pipeline: Any, spec: dict[str, Any], task: str, *, progress: Any,
+                 restart: bool, run_id: str, store_first: bool = True) -> Any:  # fmt: skip
+    """Run a job whose stage ``predict`` writes the rows' results to ``job.files["out"]``
+    under the run protocol (:func:`~distforest.jobs.runs.execute`): the file checked
+    first (replaced only by a resumed run or with ``--overwrite``), the job's store
+    ``job.out`` beside it created first (``store_first``: a stopped run leaves it
+    half-written, resumed by the next), else once the file is written (a failed run
+    leaves nothing); its result counts the rows the stage wrote."""
+    import time
+
+    from distforest.jobs.outputs import check_new_file
+    from distforest.jobs.result import JobResult
+    from distforest.jobs.runs import execute
+    from distforest.store.run_store import RunStore
+
+    start = time.perf_counter()
+
+    def check(run: Any) -> None:
+        if run.stages is None or not run.stages.done("predict"):
+            check_new_file(job.files["out"], run.replace)
+
+    def create(run: Any) -> RunStore:
+        return RunStore.create(job.out, attrs=run.record, overwrite=True)
+
+    if not store_first:
+        for stage in pipeline.stages:
+
+            def written(ctx: Any, work: Any = stage.run) -> None:
+                work(ctx)
+                ctx.rs = create(ctx.run)
+
+            stage.run = written
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        rows = int(((rs.attrs.get("stages") or {}).get("predict") or {}).get("rows", 0))
+        return JobResult(store=rs.path, name="predictions", shape=(rows, 0), n_trees=0,
+                         task=task, seconds=time.perf_counter() - start,
+                         outputs=dict(outputs), mode=mode)  # fmt: skip
+
+    return execute(job, pipeline, spec, result, progress=progress, restart=restart,
+                   run_id=run_id, check=check,
+                   create=create if store_first else None)  # fmt: skip

@@ -35,7 +35,7 @@ from distforest.jobs.report import check_reports, cluster_facts, write_report
 from distforest.jobs.stages import Pipeline
 from distforest.jobs.stages import Stage as StageSpec
 from distforest.store.lock import StoreLock, folder_lock
-from distforest.store.run_store import RunStore, check_can_create, is_half_created
+from distforest.store.run_store import RunStore, check_can_create, complete_output, is_half_created
 
 logger = logging.getLogger("distforest")
 
@@ -203,22 +203,33 @@ class Context:
 
 
 def fit_into_store(estimator: Any, table: Any, ctx: Context, out: str) -> None:
-    """A fit stage's work: fit ``estimator`` on ``table`` and save it at ``out`` with the
-    run's record (a table read by partitions: its rows written into the store first, the
-    trees read them there); sets ``ctx.model`` and ``ctx.rs``."""
-    from distforest.store.inputs import PendingInput
+    """A fit stage's work: fit ``estimator`` on ``table`` (anything
+    :func:`~distforest.store.source.open_input` gives or opens) and keep it at ``out`` with
+    the run's record; sets ``ctx.model`` and ``ctx.rs``.
 
-    if isinstance(table, PendingInput):
-        ctx.model = estimator.fit(table.write(out, ctx.run.record))
+    ``estimator`` is an estimator, or a function of the rows that returns one fitted.
+
+    The rows are :meth:`~distforest.io.source.RowSummary.placed` first: rows read by
+    partitions are written into the store, where the fit writes its arrays beside them;
+    rows in memory are fitted as they are and the forest saved into the store.
+    """
+    from distforest.store.source import open_input
+
+    rows = open_input(table).placed(out, ctx.run.record)
+    ctx.model = (estimator.fit if hasattr(estimator, "fit") else estimator)(rows)
+    if rows.store_path is not None:  # the fit wrote its arrays into the store
         ctx.rs = RunStore.open(out, mode="r+")
     else:
-        ctx.model = estimator.fit(table)
         ctx.rs = ctx.model.save(out, overwrite=True, attrs=ctx.run.record)
 
 
-def complete(rs: RunStore) -> None:
-    """Mark a job's output complete: the one place that does, after every stage."""
-    rs.mark_complete()
+def fitted_rows(table: Any, out: str) -> Any:
+    """The rows a finished fit stage fitted (a resumed run): those :func:`fit_into_store`
+    wrote into the store at ``out`` (with its ``input/`` group), else ``table`` itself."""
+    from distforest.store.schema import INPUT_GROUP
+    from distforest.store.source import open_source
+
+    return open_source(out) if INPUT_GROUP in RunStore.open(out).group else table
 
 
 def _peak_rss() -> int:
@@ -340,25 +351,5 @@ def execute(
             if getattr(job, "report_dir", None):  # (asked for: a stage of its own, as before)
                 ctx.stages.finish("report", time.perf_counter() - tick, written)
             done.outputs.update(written)
-        complete(ctx.rs)
-    return done
-
-
-def run_per_output(job: Any, body: Callable[[], Any], *, run_id: str) -> Any:
-    """The run protocol of the k-NN job, whose stages each write their own store.
-
-    Under the lock of the main output ``job.out``: each stage decides for its
-    own store (:func:`decide`: kept when complete with the same spec, written
-    again when half-written) and marks it complete when written; ``body()``
-    returns the job's result, which gets the report beside ``job.out``.
-    """
-    report_dir = location.parent(job.out)
-    check_job_inputs_read_only(job)
-    with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
-        check_reports(report_dir, bool(getattr(job, "overwrite", False)))
-        done = body()
-        rs = RunStore.open(done.store)
-        record = {"spec": rs.attrs.get("spec"), "spec_hash": rs.attrs.get("spec_hash")}
-        run = Run(run_id, done.mode, None, False, record, lock.took_over)
-        done.outputs.update(write_report(job, done, rs, {}, None, run, report_dir))
+        complete_output(ctx.rs)
     return done

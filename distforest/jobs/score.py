@@ -511,15 +511,21 @@ def rows_to_csv(model_path: str, rows: NewRows, out: str, what: str,
 
 
 def score_partitioned(model_path: str, data: str, out: str, id_column: str | None,
-                      method: str, na_values: tuple[str, ...]) -> tuple[int, str]:  # fmt: skip
+                      method: str, na_values: tuple[str, ...],
+                      connect: dict[str, Any]) -> tuple[int, str]:  # fmt: skip
     """``distforest score`` of a DATA read by partitions: ``(rows, path)``.
 
     A first pass of summaries (:func:`read_new_rows`) types the model's feature
     columns (and the ID column) as the in-memory reader would; then one task per
-    partition scores it.
+    partition scores it, where the scoring job's plan says
+    (:func:`~distforest.parallel.placement.place`, the cells of
+    :func:`score_pipeline`).
     """
     from distforest.forests.proximity_forest import ProximityForest
+    from distforest.parallel.placement import place
 
-    rows = read_new_rows(ProximityForest.load(model_path), data, id_column, na_values)
-    n, path, _ = rows_to_csv(model_path, rows, out, "score", {"method": method})
+    forest = ProximityForest.load(model_path)
+    rows = read_new_rows(forest, data, id_column, na_values)
+    with place(forest._fitted_cells() + rows.cells, connect):
+        n, path, _ = rows_to_csv(model_path, rows, out, "score", {"method": method})
     return n, path

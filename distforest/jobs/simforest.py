@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -40,16 +40,15 @@ from distforest.forests.tiles import ARRAY_NAMES
 from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
-from distforest.jobs.estimates import check_disk, estimate_matrix
+from distforest.jobs.estimates import SECONDS_PER, check_disk, estimate_matrix
 from distforest.jobs.inputs import input_shape, partitioned_input, temporary_store
 from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
 from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Context, Run, execute
-from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
-from distforest.parallel import placement
+from distforest.jobs.stages import ON_A_CLUSTER, Cost, Pipeline, Stage, placement_of
 from distforest.parallel.placement import cells_of
 from distforest.store.inputs import PendingInput, input_chunk
-from distforest.store.run_store import RunStore
+from distforest.store.run_store import RunStore, complete_output
 
 logger = logging.getLogger("distforest")
 
@@ -515,6 +514,29 @@ def check_table_request(matrix: str | None, distances: str | None, labels: str |
         raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
 
 
+def model_fit_plan(what: str, source: str, n: int, d: int, cells: int, trees: int,
+                   batch_size: int | None, cpu_seconds: float, disk: dict[str, int],
+                   connect: dict[str, Any], out: str,
+                   cluster_only: bool = False) -> Pipeline:  # fmt: skip
+    """The dry run of ``simforest fit`` (not yet a job kind): its fit stage, the tasks the
+    run submits (fit batches), the model on disk.  ``cluster_only``: the rows are read by
+    partitions, on a cluster whatever their number."""
+    from distforest.parallel.tasks import default_batch_size, plan_batches
+
+    placed = ON_A_CLUSTER if cluster_only else cells
+    threads = placement_of(placed, connect)[1]
+    fit_tasks = len(plan_batches(trees, batch_size or default_batch_size(trees, threads)))
+    fit = Stage("fit", f"{fit_tasks} fit tasks -> {out}", reads=(source,), writes=(out,),
+                tasks=fit_tasks, cost=Cost(cpu_seconds, 8 * cells, disk))  # fmt: skip
+    return Pipeline(title=f"{what}: {n:,} rows x {d} features", steps=[("input", source)],
+                    stages=[fit], cells=placed, connect=connect, out=out)  # fmt: skip
+
+
+def simforest_fit_cpu(trees: int, pairs: int, n: int) -> float:
+    """Core-seconds of a SimForest fit on ``n`` objects (rough, :data:`SECONDS_PER`)."""
+    return SECONDS_PER["sim_fit"] * trees * pairs * n * math.log2(max(n, 2))
+
+
 def fit_command(
     params: dict[str, Any],
     *,
@@ -544,20 +566,14 @@ def fit_command(
     forest._validated()
     trees = params["n_estimators"]
     if dry_run:
-        from distforest.jobs.command_plans import model_fit_plan, simforest_fit_cpu
         from distforest.jobs.inputs import input_shape
 
         source, n, d = input_shape(data, target, drop=drop, na_values=na_values)
         cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
-        plan = model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
+        return model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
                               forest.batch_size, cpu,
                               {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
-                              connect, out)  # fmt: skip
-        if placement.runs_in_process(n * d, options=connect):  # by partitions: on a cluster
-            threads = os.cpu_count() or 1
-            return replace(plan, threads=threads, where=f"on a LocalCluster started for the "
-                           f"run (read by partitions; assuming {threads} threads)")  # fmt: skip
-        return plan
+                              connect, out, cluster_only=True)  # fmt: skip
     from distforest.parallel.cluster import connect as connect_to
     from distforest.parallel.execution import execution
 
@@ -573,7 +589,7 @@ def fit_command(
             return fitted.save(out, overwrite=overwrite, attrs=attrs, complete=False)
 
         rs = fit_and_save(forest, pending, normalize, input_attrs(pending, target), save)
-    rs.mark_complete()
+    complete_output(rs)
     evaluations = forest.n_similarity_evaluations_
     return (
         f"SimForest of {trees} trees on {n} objects read by partitions "

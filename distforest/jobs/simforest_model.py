@@ -20,7 +20,7 @@ from distforest.errors import InputError, ParameterError
 from distforest.jobs.base import JobBase, new_run_id
 from distforest.jobs.outputs import write_csv
 from distforest.jobs.result import JobResult, mode_text
-from distforest.jobs.runs import Context, Run, execute
+from distforest.jobs.runs import Context, Run, complete_output, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
 
 
@@ -35,7 +35,44 @@ def save_model(forest: Any, out: str, overwrite: bool, attrs: dict[str, Any],
     if centring is not None:  # what predict needs to centre new objects' distances
         rs.write_named("centring_means", centring.column_means,
                        attrs={"grand_mean": centring.grand_mean})  # fmt: skip
-    rs.mark_complete()
+    complete_output(rs)
+
+
+def fit_in_memory(params: dict[str, Any], *, data: str | None, matrix: str | None,
+                  distances: str | None, labels: str | None, target: str | None,
+                  metric: str | None, normalize: str, drop: tuple[str, ...],
+                  na_values: tuple[str, ...], out: str, overwrite: bool,
+                  connect: dict[str, Any], progress: Any = None,
+                  dry_run: bool = False) -> Any:  # fmt: skip
+    """``simforest fit`` of objects held whole (a table, a matrix or distances), placed by
+    :func:`~distforest.parallel.placement.place`: the summary lines, or with ``dry_run``
+    the plan (its fit stage), nothing fitted or written."""
+    from distforest.jobs.simforest import model_fit_plan, simforest_fit_cpu
+    from distforest.parallel.placement import cells_of, place
+
+    start = time.perf_counter()
+    with ExitStack() as temporary:
+        forest, fit_input, centring = checked_fit(
+            temporary, params, data=data, matrix=matrix, distances=distances, labels=labels,
+            target=target, metric=metric, normalize=normalize, drop=drop, na_values=na_values,
+            out=out, overwrite=overwrite)  # fmt: skip
+        n, trees, cells = fit_input.n, params["n_estimators"], cells_of(fit_input.source)
+        if dry_run:
+            cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
+            return model_fit_plan("simforest fit", str(data or distances or matrix), n, 1, cells,
+                                  trees, forest.batch_size, cpu,
+                                  {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
+                                  connect, out)  # fmt: skip
+        with place(cells, connect, progress=progress):
+            forest.fit(fit_input.source, fit_input.y)
+    save_model(forest, out, overwrite, fit_input.attrs, distances, centring)
+    evaluations = forest.n_similarity_evaluations_
+    return (
+        f"SimForest of {forest.n_estimators} trees on {n} objects "
+        f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
+        f"{evaluations} similarities evaluated "
+        f"({evaluations / forest.n_estimators / n:.1f} per object per tree)\n  model:  {out}"
+    )
 
 
 def checked_fit(temporary: ExitStack, params: dict[str, Any], *, data: str | None,
@@ -323,23 +360,6 @@ class SimForestPredictJob(JobBase):
         ])  # fmt: skip
 
 
-def _listing_stamp(path: str) -> str:
-    """A digest of the names, sizes and modification times of the files of ``path`` (a
-    file, a folder of parts, a glob; local or a URL): a changed input is another job."""
-    import hashlib
-
-    from distforest import location
-
-    fs, where = location.filesystem(path)
-    h = hashlib.blake2b(digest_size=16)
-    for name in sorted(fs.expand_path(where, recursive=True)):
-        info = fs.info(name)
-        if info.get("type") == "file":
-            stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
-            h.update(f"{name}:{info.get('size')}:{stamp}".encode())
-    return h.hexdigest()
-
-
 @SimForestPredictJob.plans
 def plan_predict_job(job: SimForestPredictJob) -> Pipeline:
     """What the job would do (``--dry-run``): reads the model and the new objects, runs
@@ -437,39 +457,27 @@ def _predict_parts(job: SimForestPredictJob, attrs: Any, parts: Any, ctx: Contex
 def run_predict_job(job: SimForestPredictJob, progress: Any = None, *, restart: bool = False,
                     run_id: str | None = None) -> JobResult:  # fmt: skip
     """Predict under the run protocol; the model, the inputs and the output checked first."""
-    from distforest.jobs.outputs import check_new_file
+    from distforest.jobs.inputs import listing_stamp
+    from distforest.jobs.row_pieces import run_rows_job
     from distforest.store.run_store import RunStore
 
-    start = time.perf_counter()
     model = RunStore.open(job.model, require_complete=True).attrs.get("fit_id")
     if job.by_parts:
         attrs, parts, count = _partitions(job)
         pipeline, temporary = predict_pipeline(job, attrs, parts, count), ExitStack()
-        given = {"data": _listing_stamp(str(job.data))}
+        given = {"data": listing_stamp(str(job.data))}
     else:
         forest, source, n, temporary = read_predict_input(job.model, job.data, job.matrix,
                                                           job.distances, job.na_values,
                                                           job.files["out"])  # fmt: skip
         pipeline = predict_pipeline(job, forest, source, n)
-        given = {k: _listing_stamp(str(p)) for k, p in
+        given = {k: listing_stamp(str(p)) for k, p in
                  (("data", job.data), ("matrix", job.matrix), ("distances", job.distances))
                  if p is not None}  # fmt: skip
-
-    def check(run: Run) -> None:
-        if run.stages is None or not run.stages.done("predict"):
-            check_new_file(job.files["out"], run.replace)
-
-    def create(run: Run) -> RunStore:
-        return RunStore.create(job.out, attrs=run.record, overwrite=True)
-
-    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
-        rows = int(((rs.attrs.get("stages") or {}).get("predict") or {}).get("rows", 0))
-        return JobResult(store=rs.path, name="predictions", shape=(rows, 0), n_trees=0,
-                         task="SimForest classification", seconds=time.perf_counter() - start,
-                         outputs=dict(outputs), mode=mode)  # fmt: skip
 
     spec = job.spec_of(("na_values", "files"), model={"path": job.model, "fit_id": model},
                        input=given)  # fmt: skip
     with temporary:  # (centred distances beside the CSV, removed at the end)
-        return execute(job, pipeline, spec, result, progress=progress, restart=restart,
-                       run_id=run_id or new_run_id(), check=check, create=create)  # fmt: skip
+        return run_rows_job(job, pipeline, spec, "SimForest classification",
+                            progress=progress, restart=restart,
+                            run_id=run_id or new_run_id())  # fmt: skip

@@ -165,7 +165,7 @@ def run_similarity_job(job: SimilarityJob, progress: Any = None, *, restart: boo
     if job.partitioned:  # pass 1 (summaries): the fingerprints
         source, n, m, d, parts = _partitioned_sizes(job)
         pipeline = similarity_pipeline(job, source, n, m, d, ON_A_CLUSTER,
-                                       lambda ctx: _by_partitions(job, ctx))  # fmt: skip
+                                       lambda ctx: _write_scaled(job, ctx))  # fmt: skip
     else:
         X, Y = _tables(job)
         source, n, d = str(X.source), X.n_samples, X.n_features
@@ -203,7 +203,7 @@ def _write(job: SimilarityJob, X: Any, Y: Any, ctx: Context, measure: Any = None
     ctx.done.info["shape"] = [int(s) for s in M.shape]
 
 
-def _by_partitions(job: SimilarityJob, ctx: Context) -> None:
+def _write_scaled(job: SimilarityJob, ctx: Context) -> None:
     """The tiles stage of rows read by partitions: scaled and checked into a temporary
     store on the run's cluster, the tiles read from there."""
     with ctx.where.client.as_current(), _scaled_rows(job) as (measure, X, Y):
@@ -357,7 +357,7 @@ def run_neighbors_job(job: NeighborsJob, progress: Any = None, *, restart: bool 
     if job.partitioned:
         source, n, m, d, parts = _partitioned_sizes(job)
         pipeline = neighbors_pipeline(job, source, n, m, d, ON_A_CLUSTER,
-                                      lambda ctx: _search_by_partitions(job, ctx))  # fmt: skip
+                                      lambda ctx: _search_scaled(job, ctx))  # fmt: skip
     else:
         X, Y = _tables(job)
         n, d = X.n_samples, X.n_features
@@ -379,12 +379,11 @@ def run_neighbors_job(job: NeighborsJob, progress: Any = None, *, restart: bool 
 def _partitioned_sizes(job: SimilarityJob) -> tuple[str, int, int, int, dict[str, str]]:
     """Sizes and pass-1 fingerprints of a job's rows read by partitions (a bad value is
     named with its part and row when the rows are read for the stage)."""
-    from distforest.io.ingest import read_partitioned
-    from distforest.store.inputs import PendingInput
+    from distforest.store.source import open_input
 
     source, n, m, d = _input_sizes(job)
-    parts = {key: PendingInput(read_partitioned(path, drop=job.drop,
-                                                na_values=job.na_values)).fingerprint()
+    parts = {key: open_input(path, drop=job.drop, na_values=job.na_values,
+                             partitions=True).fingerprint()
              for key, path in (("X", job.input), ("Y", job.reference)) if path}  # fmt: skip
     return source, n, m, d, parts
 
@@ -401,7 +400,7 @@ def _search(job: NeighborsJob, X: Any, Y: Any, ctx: Context, measure: Any = None
     ctx.rs = RunStore.open(job.out, mode="r+")
 
 
-def _search_by_partitions(job: NeighborsJob, ctx: Context) -> None:
+def _search_scaled(job: NeighborsJob, ctx: Context) -> None:
     """The search of rows read by partitions, on the run's cluster."""
     with ctx.where.client.as_current(), _scaled_rows(job) as (measure, X, Y):
         _search(job, X, Y, ctx, measure)

@@ -49,6 +49,7 @@ from distforest.io.distances import Distances, load_distances
 from distforest.jobs.base import ForestJob, JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
 from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts, temporary_store
+from distforest.jobs.outputs import check_new_file
 from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
@@ -499,6 +500,27 @@ def importance_lines(values: np.ndarray, names: tuple[str, ...], top: int) -> li
             *(f"    {names[k]!s:<{width}}  {values[k]:.4f}" for k in order)]  # fmt: skip
 
 
+def model_importances(model_path: str, plot: str | None, overwrite: bool) -> str:
+    """``distforest smerf importances``: the feature importances stored in a SMERF model,
+    as lines (and a bar chart saved to ``plot``)."""
+    from distforest.apps.plots import plot_importances
+
+    check_new_file(plot, overwrite)
+    rs = RunStore.open(model_path, require_complete=True)
+    if rs.attrs.get("method") != "smerf" or "feature_importances" not in rs.group:
+        raise StoreError(
+            f"{rs.path!r} is not a SMERF model (method {rs.attrs.get('method')!r}); make one "
+            "with `distforest smerf fit`"
+        )
+    values = rs.read("feature_importances")
+    names = tuple(rs.attrs["input"]["feature_names"])
+    lines = importance_lines(values, names, top=len(names))
+    if plot:
+        written = plot_importances(values, names, plot, title="SMERF feature importances")
+        lines.append(f"  plot: {written.resolve()}")
+    return "\n".join(lines)
+
+
 def fit_job(input: str, distances: str, out: str, params: dict[str, Any],
             **fields: Any) -> SmerfJob:  # fmt: skip
     """``distforest smerf fit``'s job: a model only (its parameters checked first)."""
@@ -517,13 +539,11 @@ def _count_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) ->
 
 
 def _new_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> Any:
-    """Rows to route: a table read whole, or (a glob, a folder of parts, a large file)
-    read by partitions into a temporary store that lives as long as the returned source,
-    routed by chunks (:meth:`SMERF._route`)."""
-    if not partitioned_input(path):
-        return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
-                          min_rows=1)  # fmt: skip
+    """Rows to route, as a source (:func:`~distforest.store.source.open_source` decides how
+    to read ``path``: a glob, a folder of parts or a large file by partitions into a
+    temporary store living as long as the source), routed by its chunks
+    (:meth:`SMERF._route`)."""
     from distforest.store.source import open_source
 
     return open_source(path, drop=drop, na_values=na_values, allow_missing=False,
-                       partitions=True, dtype=np.float64)  # fmt: skip
+                       dtype=np.float64, min_rows=1)  # fmt: skip

@@ -525,6 +525,16 @@ def _check_transport(options: Mapping[str, Any], source: str, error: type[Distfo
         )
 
 
+def check_worker_size(key: str, value: Any) -> Any:
+    """A LocalCluster's ``n_workers``, ``threads_per_worker`` or ``memory_limit`` checked as
+    a cluster file's: the command line's ``--workers``, ``--threads`` and ``--memory-limit``
+    accept and refuse the same values (:class:`~distforest.errors.ParameterError`)."""
+    try:
+        return _VALUES["local"][key](value)
+    except BadValue as exc:
+        raise ParameterError(f"{key} must be {exc.expected}, got {value!r}") from None
+
+
 def parse_cluster_config(data: Mapping[str, Any], source: str = "<dict>") -> ClusterConfig:
     """Validate a cluster description already loaded from YAML or built in code.
 

@@ -440,18 +440,3 @@ def watch_workers(client: Client) -> Iterator[None]:
         stop.set()
         # a call to a dying scheduler may hang: the thread is a daemon, not waited for long
         thread.join(timeout=2 * _Watchdog.POLL)
-
-
-def plan_tiles(n: int, tile: int, *, symmetric: bool) -> list[tuple[slice, slice]]:
-    """Row-block pairs covering an ``n x n`` matrix in ``tile x tile`` chunks.
-
-    With ``symmetric=True`` only the upper triangle (``i <= j``) is listed;
-    each task then writes its tile and the mirrored one.
-    """
-    blocks = plan_batches(n, tile)
-    return [
-        (bi, bj)
-        for a, bi in enumerate(blocks)
-        for b, bj in enumerate(blocks)
-        if not symmetric or a <= b
-    ]

@@ -118,6 +118,16 @@ class StoredTable:
             return np.asarray(self.target_labels, dtype=object)[y]
         return y
 
+    def quality(self) -> dict[str, Any]:
+        """Rows, features and missing cells (from the partitions' summaries; rows with one:
+        not counted)."""
+        a = decode_attrs(RunStore.open(self.path).subgroup(INPUT_GROUP).attrs)
+        return _quality(self.n_samples, self.n_features, a.get("missing") or {})
+
+    def placed(self, store: str, attrs: dict[str, Any]) -> StoredTable:
+        """These rows: already in a store, the fit reads them there."""
+        return self
+
     def chunks(self) -> list[slice]:
         """Row slices of the chunks of ``input/X``."""
         return row_chunks(self.n_samples, self.rows)
@@ -382,18 +392,43 @@ class PendingInput:
         """Hash of the partitions' summaries."""
         return self.data.encoding.fingerprint
 
+    @property
+    def target_name(self) -> str | None:
+        """The target column, or None."""
+        return self.data.encoding.target
+
     def quality(self) -> dict[str, Any]:
         """Rows, features and missing cells (from the summaries; rows with one: unknown)."""
-        return {
-            "rows": self.n_samples,
-            "features": self.n_features,
-            "missing_cells": int(sum(self.data.encoding.missing.values())),
-            "rows_with_missing": None,
-        }
+        return _quality(self.n_samples, self.n_features, self.data.encoding.missing)
+
+    def target_classes(self) -> tuple[Any, ...] | None:
+        """The sorted distinct labels when the target is text (kept as their codes), else None."""
+        enc = self.data.encoding
+        return tuple(enc.target_labels) if enc.target_kind == "labels" else None
+
+    def read_y(self) -> np.ndarray | None:
+        """The target's values, computed from the partitions (O(n)); None without one."""
+        if self.data.y is None:
+            return None
+        y = np.asarray(self.data.y.compute())
+        labels = self.target_classes()
+        return y if labels is None else np.asarray(labels, dtype=object)[y]
+
+    def placed(self, store: str, attrs: dict[str, Any]) -> StoredTable:
+        """Create the run store ``store`` (replacing one) with ``attrs`` and write pass 2
+        into its ``input/``: the rows the fit reads."""
+        return write_ingested(self.data, store, overwrite=True, attrs=attrs)
 
     def write(self, store: str | Path, attrs: dict[str, Any]) -> StoredTable:
         """Create the run store (replacing one) and write ``input/`` into it."""
-        return write_ingested(self.data, store, overwrite=True, attrs=attrs)
+        return self.placed(str(store), attrs)
+
+
+def _quality(n: int, d: int, missing: dict[str, Any]) -> dict[str, Any]:
+    """A report's data-quality counts of a table read by partitions (rows with a missing
+    value are not counted there)."""
+    return {"rows": n, "features": d, "missing_cells": int(sum(missing.values())),
+            "rows_with_missing": None}  # fmt: skip
 
 
 # -- inside tasks ----------------------------------------------------------------------
@@ -498,20 +533,6 @@ def per_fit(kind: str, path: str, token: str, make: Callable[[], Any]) -> Any:
                 del _per_fit[old]
             _per_fit[key] = make()
         return _per_fit[key]
-
-
-def scaled_rows(path: str, token: str, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """``(X - shift) / scale`` in float64 of the store's ``input/X``, read and computed once
-    per worker process and fit (:func:`per_fit`), read-only."""
-
-    def make() -> np.ndarray:
-        X = np.asarray(task_array(path, f"{INPUT_GROUP}/X", "r")[...], dtype=np.float64)
-        X -= shift
-        X /= scale
-        X.setflags(write=False)
-        return X
-
-    return per_fit("scaled rows", path, token, make)
 
 
 def forget_inputs() -> None:

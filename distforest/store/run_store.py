@@ -34,13 +34,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import zarr
+from zarr.abc.store import Store
+from zarr.errors import ContainsArrayAndGroupError, ContainsArrayError, ContainsGroupError
+from zarr.storage import LocalStore, MemoryStore
 
 from distforest import location
 from distforest._version import __version__
 from distforest.errors import DISK_FULL_ERRNOS, StoreError
 from distforest.io.attrs import decode_attrs, decode_value, encode_attrs
 from distforest.io.matrices import DECODED_DTYPE, decode, decoded_dtype
-from distforest.kernels.transpose import transposed
 from distforest.store import chunks
 from distforest.store.schema import (
     DONE_DIMS,
@@ -74,9 +76,13 @@ def _now() -> str:
 
 
 def _open_group(path: str | Path, mode: Literal["r", "r+", "w"], **kw: Any) -> zarr.Group:
-    """The root group at ``path`` (a local path or a URL with its storage options)."""
+    """The root group at ``path`` (a local path or a URL with its storage options).
+
+    Zarr v3 only (distforest writes nothing else): without ``zarr_format`` zarr also
+    looks for the v2 metadata files, three more requests for every open on object storage.
+    """
     store = location.zarr_store(path, read_only=mode == "r")
-    return zarr.open_group(store, mode=mode, **kw)
+    return zarr.open_group(store, mode=mode, **{"zarr_format": 3, **kw})
 
 
 def _is_distforest_store(path: str | Path) -> bool:
@@ -107,13 +113,6 @@ def is_half_created(path: str | Path) -> bool:
     except (OSError, ValueError):
         return True  # a metadata file cut short
     return not meta.get("attributes")
-
-
-def is_unfinished(path: str | Path) -> bool:
-    """A distforest store whose run did not finish: the same request run again resumes it."""
-    if not location.is_dir(path) or not _is_distforest_store(path):
-        return False
-    return _open_group(path, "r").attrs.get("status") != STATUS_COMPLETE
 
 
 def check_can_create(path: str | Path, overwrite: bool) -> None:
@@ -284,6 +283,11 @@ class RunStore:
         try:
             group = _open_group(path, mode, use_consolidated=False)
         except Exception as exc:
+            if location.exists(location.join(path, ".zgroup")):
+                raise StoreError(
+                    f"{p!r} is a Zarr v2 group, not a distforest store (those are "
+                    "Zarr v3 groups); give the path of a distforest store"
+                ) from exc
             raise StoreError(f"{p!r} is not a Zarr group: {exc}") from exc
         if "distforest_version" not in group.attrs:
             raise StoreError(f"{str(p)!r} is a Zarr group but not a distforest store")
@@ -332,6 +336,14 @@ class RunStore:
     def array_attrs(self, name: str) -> dict[str, Any]:
         """The attributes of array ``name``, decoded."""
         return decode_attrs(self.array(name).attrs)
+
+    def create_arrays(self, specs: Mapping[str, Mapping[str, Any]]) -> dict[str, zarr.Array]:
+        """Create (or replace) arrays of this store (driver): :func:`create_arrays`."""
+        made = create_arrays(self.path, specs)
+        if self.group.metadata.consolidated_metadata is not None:
+            # a complete store's group lists its members from its consolidated metadata
+            self.group = _open_group(self.path, "r+", use_consolidated=False)
+        return made
 
     def update_array_attrs(self, name: str, **attrs: Any) -> None:
         """Merge attributes into array ``name`` (driver only)."""
@@ -395,20 +407,16 @@ class RunStore:
         data = np.asarray(data)
         if chunks is None:
             chunks = tuple(max(1, s) for s in data.shape)
-        arr = self.group.create_array(
-            name,
-            shape=data.shape,
-            chunks=tuple(
-                min(max(1, c), max(1, s)) for c, s in zip(chunks, data.shape, strict=False)
-            ),
-            dtype=data.dtype,
-            dimension_names=tuple(dims),
-            overwrite=True,
-        )
+        arr = self.create_arrays({name: {
+            "shape": data.shape,
+            "chunks": tuple(min(max(1, c), max(1, s))
+                            for c, s in zip(chunks, data.shape, strict=False)),
+            "dtype": data.dtype,
+            "dimension_names": tuple(dims),
+            "attributes": encode_attrs(attrs or {}),
+        }})[name]  # fmt: skip
         if data.size:
             arr[...] = data
-        if attrs:
-            arr.attrs.update(encode_attrs(attrs))
         return arr
 
     def write_named(
@@ -489,14 +497,14 @@ class RunStore:
             text = values.dtype.kind not in "iu"
             if text:
                 values = np.asarray([str(v) for v in values], dtype=object)
-            for dim in ROW_COORDS:
-                arr = self.group.create_array(
-                    dim, shape=values.shape, chunks=(max(1, n_samples),),
-                    dtype=str if text else values.dtype, dimension_names=(dim,), overwrite=True,
-                )  # fmt: skip
+            made = self.create_arrays({dim: {
+                "shape": values.shape, "chunks": (max(1, n_samples),),
+                "dtype": str if text else values.dtype, "dimension_names": (dim,),
+                "attributes": encode_attrs({"id_name": id_name or "id"}),
+            } for dim in ROW_COORDS})  # fmt: skip
+            for arr in made.values():
                 if n_samples:
                     arr[...] = values
-                arr.attrs.update(encode_attrs({"id_name": id_name or "id"}))
         if n_trees is not None:
             self.write_named("tree", np.arange(n_trees, dtype=np.int64))
 
@@ -517,18 +525,15 @@ class RunStore:
         ``dtype`` when given); unwritten cells read as NaN.
         """
         enc = encoding or matrix_encoding(name, dtype=dtype)
-        arr = self.group.create_array(
-            name,
-            shape=(n_rows, n_cols),
-            chunks=(max(1, min(tile, n_rows)), max(1, min(tile, n_cols))),
-            dtype=enc.dtype,
-            fill_value=enc.fill_value,
-            compressors=enc.compressors or "auto",
-            dimension_names=MATRIX_DIMS,
-            overwrite=True,
-        )
-        arr.attrs.update(encode_attrs({**dict(attrs or {}), **enc.attrs()}))
-        return arr
+        return self.create_arrays({name: {
+            "shape": (n_rows, n_cols),
+            "chunks": (max(1, min(tile, n_rows)), max(1, min(tile, n_cols))),
+            "dtype": enc.dtype,
+            "fill_value": enc.fill_value,
+            "compressors": enc.compressors or "auto",
+            "dimension_names": MATRIX_DIMS,
+            "attributes": encode_attrs({**dict(attrs or {}), **enc.attrs()}),
+        }})[name]  # fmt: skip
 
     def create_done_record(self, name: str, shape: tuple[int, int]) -> zarr.Array:
         """An explicit per-tile "done" record for matrix ``name`` (resume relies on it).
@@ -537,16 +542,11 @@ class RunStore:
         not prove its tile was written whole; a task marks its tile done in
         ``done/<name>`` (one uint8 chunk per tile) only after writing it.
         """
-        done = self.group.require_group(DONE_GROUP)
-        return done.create_array(
-            name,
-            shape=shape,
-            chunks=(1, 1),
-            dtype="uint8",
-            fill_value=0,
-            dimension_names=DONE_DIMS,
-            overwrite=True,
-        )
+        key = f"{DONE_GROUP}/{name}"
+        return self.create_arrays({key: {
+            "shape": shape, "chunks": (1, 1), "dtype": "uint8", "fill_value": 0,
+            "dimension_names": DONE_DIMS,
+        }})[key]  # fmt: skip
 
     def done_tiles(self, name: str) -> np.ndarray | None:
         """The done record of matrix ``name`` (1 = written), or None if it has none."""
@@ -618,10 +618,11 @@ class RunStore:
 
     def join_forest(
         self, parts: Sequence[str], node_counts: np.ndarray, seeds: np.ndarray,
-        chunk: int = 1 << 20,
+        chunk: int = 1 << 20, *, dims: Mapping[str, Sequence[str]] | None = None,
     ) -> None:  # fmt: skip
         """Write ``forest/`` (the layout of :meth:`write_forest`) from the node arrays that
-        tasks wrote in groups ``parts`` (one per batch of trees, in tree order).
+        tasks wrote in groups ``parts`` (one per batch of trees, in tree order); ``dims``
+        of the arrays that are not one value per node.
 
         Copied a chunk (``chunk`` nodes, as :meth:`write_forest` stores them) at a time:
         this process never holds the forest (hundreds of megabytes of nodes at a million
@@ -633,8 +634,8 @@ class RunStore:
         sub.write_array("node_offset", offset, ("tree_edge",))
         sub.write_array("seed", np.asarray(seeds, dtype=np.uint64), ("tree",))
         for name, first in self.subgroup(parts[0]).arrays():
-            dims = ("node",) if first.ndim == 1 else ("node", "output")
-            self.join_arrays(f"forest/{name}", [f"{part}/{name}" for part in parts], dims, chunk)
+            dim = (dims or {}).get(name) or (("node",) if first.ndim == 1 else ("node", "output"))
+            self.join_arrays(f"forest/{name}", [f"{part}/{name}" for part in parts], dim, chunk)
 
     def join_arrays(
         self, name: str, parts: Sequence[str], dims: Sequence[str], chunk: int = 1 << 20
@@ -645,10 +646,10 @@ class RunStore:
         arrays = [self.array(part) for part in parts]
         rest = tuple(arrays[0].shape[1:])
         total = sum(int(a.shape[0]) for a in arrays)
-        target = self.group.create_array(
-            name, shape=(total, *rest), chunks=(max(1, min(chunk, total)), *rest),
-            dtype=arrays[0].dtype, dimension_names=tuple(dims), overwrite=True,
-        )  # fmt: skip
+        target = self.create_arrays({name: {
+            "shape": (total, *rest), "chunks": (max(1, min(chunk, total)), *rest),
+            "dtype": arrays[0].dtype, "dimension_names": tuple(dims),
+        }})[name]  # fmt: skip
         pieces = (np.asarray(a[...]) for a in arrays)
         for start, block in chunk_aligned(pieces, chunk):
             target[start : start + block.shape[0]] = block
@@ -729,6 +730,12 @@ def _summary(arr: zarr.Array) -> dict[str, Any]:
     return out
 
 
+def complete_output(rs: RunStore) -> None:
+    """Mark an output complete, after its last write: the one place in the package that
+    does (estimators, commands and the run protocol's last step alike)."""
+    rs.mark_complete()
+
+
 # -- functions that run inside tasks (plain, picklable) ----------------------
 
 
@@ -766,7 +773,8 @@ def task_array(path: str, name: str, mode: Literal["r", "r+"]) -> zarr.Array:
         if kept is not None and kept[0] == signature:
             _open_arrays.move_to_end(key)
             return kept[1]
-    arr = zarr.open_array(location.zarr_store(path, read_only=mode == "r"), path=name, mode=mode)
+    arr = zarr.open_array(location.zarr_store(path, read_only=mode == "r"), path=name, mode=mode,
+                          zarr_format=3)  # fmt: skip
     if mode != "r":
         arr = arr.with_config({"write_empty_chunks": True})
     if signature is not None:
@@ -799,17 +807,42 @@ def chunk_aligned(pieces: Iterator[np.ndarray], chunk: int) -> Iterator[tuple[in
         yield start, np.concatenate(held)
 
 
+def create_arrays(path: str, specs: Mapping[str, Mapping[str, Any]]) -> dict[str, zarr.Array]:
+    """Create (or replace) arrays of the store at ``path`` in one pass.
+
+    ``specs`` maps each array's path in the store to the keyword arguments of
+    :meth:`zarr.Group.create_array`.  Missing parent groups are created, existing
+    ones kept.  ``create_array`` checks every parent group of each array it creates
+    (a read and an existence check of each, every time: some twenty requests an array
+    on object storage, most of them for the same root ``zarr.json``);
+    :func:`zarr.create_hierarchy` checks each node once for the whole set.  The
+    metadata is the one ``create_array`` writes: zarr makes it in memory first.
+    """
+    layout = zarr.open_group(MemoryStore(), mode="w", zarr_format=3)
+    nodes: dict[str, Any] = {name: layout.create_array(name, **dict(kw)).metadata
+                             for name, kw in specs.items()}  # fmt: skip
+    store = location.zarr_store(path)
+    if not isinstance(store, Store):
+        store = LocalStore(store)
+    try:  # a new array costs one read; replacing one, a listing and a delete
+        made = dict(zarr.create_hierarchy(store=store, nodes=nodes, overwrite=False))
+    except (ContainsArrayError, ContainsGroupError, ContainsArrayAndGroupError):
+        made = dict(zarr.create_hierarchy(store=store, nodes=nodes, overwrite=True))
+    return {name: node for name, node in made.items()
+            if name in specs and isinstance(node, zarr.Array)}  # fmt: skip
+
+
 def write_group(path: str, name: str, arrays: Mapping[str, np.ndarray]) -> None:
     """Write whole arrays into a new group ``name`` of the store at ``path`` (from a task:
     no other task writes that group)."""
-    root = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=False)
-    group = root.require_group(name)
+    made = create_arrays(path, {
+        f"{name}/{key}": {"shape": values.shape, "dtype": values.dtype,
+                          "chunks": tuple(max(1, s) for s in values.shape)}
+        for key, values in arrays.items()
+    })  # fmt: skip
     for key, values in arrays.items():
-        arr = group.create_array(key, shape=values.shape, dtype=values.dtype,
-                                 chunks=tuple(max(1, s) for s in values.shape),
-                                 overwrite=True)  # fmt: skip
         if values.size:
-            arr[...] = values
+            made[f"{name}/{key}"][...] = values
 
 
 def write_block(path: str, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
@@ -857,6 +890,8 @@ def write_tile(
     arr[region] = values
     written = values.nbytes
     if mirror:
+        from distforest.kernels.transpose import transposed  # (numba: only for tiles)
+
         arr[region[1], region[0]] = transposed(values)
         written *= 2
     mark_done(path, name, index)

@@ -41,11 +41,17 @@ from typing import Any, Protocol, cast
 import numpy as np
 import zarr
 
-from distforest import location
 from distforest.io.in_memory import fits_in_memory
 from distforest.kernels.trees import NODE_FIELDS
 from distforest.store.inputs import per_fit, write_row_ids
-from distforest.store.run_store import RunStore, read_rows, task_array, write_block, write_group
+from distforest.store.run_store import (
+    RunStore,
+    create_arrays,
+    read_rows,
+    task_array,
+    write_block,
+    write_group,
+)
 from distforest.store.temporary import new_folder, tie
 
 __all__ = [
@@ -94,12 +100,11 @@ class SinkHandle:
         """Per-row arrays ``(n, w, ...)`` of batch ``k`` of trees."""
         if self.path is None:
             return arrays
-        group = zarr.open_group(location.zarr_store(self.path), path=FIT_GROUP, mode="r+",
-                                use_consolidated=False)  # fmt: skip
+        create_arrays(self.path, {f"{FIT_GROUP}/{name}_{k}": {
+            "shape": values.shape, "dtype": values.dtype,
+            "chunks": (_block_rows(values.shape[0], self.chunk_rows), *values.shape[1:]),
+        } for name, values in arrays.items()})  # fmt: skip
         for name, values in arrays.items():
-            chunks = (max(1, min(values.shape[0], self.chunk_rows)), *values.shape[1:])
-            group.create_array(f"{name}_{k}", shape=values.shape, chunks=chunks,
-                               dtype=values.dtype, overwrite=True)  # fmt: skip
             write_block(self.path, f"{FIT_GROUP}/{name}_{k}", (slice(None),) * values.ndim, values)
         return None
 
@@ -109,6 +114,14 @@ class SinkHandle:
             return nodes
         write_group(self.path, f"{FIT_GROUP}/nodes_{k}", nodes)  # joined by the driver
         return None
+
+
+def _block_rows(n: int, chunk_rows: int) -> int:
+    """Rows of a row-block task over ``n`` rows in chunks of ``chunk_rows``: about
+    :data:`ROUTE_ROWS`, whole chunks (a batch's parts are chunked so, one read per part
+    and block when :func:`gather_batches` joins them)."""
+    chunk = max(1, min(n, chunk_rows))
+    return max(1, min(n, max(chunk, ROUTE_ROWS // chunk * chunk)))
 
 
 @dataclass
@@ -246,18 +259,19 @@ class RowSink:
             self._nodes[k] = returned
 
     def join_nodes(
-        self, node_counts: np.ndarray, seeds: np.ndarray, fit_id: str
-    ) -> Mapping[str, np.ndarray]:
+        self, node_counts: np.ndarray, seeds: np.ndarray, fit_id: str,
+        dims: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> Mapping[str, np.ndarray]:  # fmt: skip
         """The forest's node arrays, batches joined in tree order: a dict here, or written
         into the store's ``forest/`` a chunk at a time and read on use
-        (:class:`StoredNodes`)."""
+        (:class:`StoredNodes`); ``dims`` of the arrays that are not one value per node."""
         order = sorted(self._batches)
         if self.path is None:
             parts = [dict(self._nodes.pop(k)) for k in order]
             # field by field, freeing each part as it goes: never the whole forest twice
-            return {f: np.concatenate([p.pop(f) for p in parts]) for f in NODE_FIELDS}
+            return {f: np.concatenate([p.pop(f) for p in parts]) for f in list(parts[0])}
         rs = RunStore.open(self.path, mode="r+")
-        rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in order], node_counts, seeds)
+        rs.join_forest([f"{FIT_GROUP}/nodes_{k}" for k in order], node_counts, seeds, dims=dims)
         return StoredNodes(self.path, fit_id)
 
     def coordinates(self, n_trees: int, source: Any) -> Any:
@@ -432,7 +446,7 @@ def gather_batches(
     chunk = max(1, min(n, chunk_rows))
     rs.group.create_array(name, shape=(n, width, *rest), chunks=(chunk, width, *rest),
                           dtype=dtype, dimension_names=dims, overwrite=True)  # fmt: skip
-    step = max(chunk, ROUTE_ROWS // chunk * chunk)
+    step = _block_rows(n, chunk_rows)
     items = [(path, tuple(parts), name, slice(s, min(s + step, n))) for s in range(0, n, step)]
     for _ in runner.run(_gather_task, items, name=f"gather-{name}", progress=progress):
         pass

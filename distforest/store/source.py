@@ -6,14 +6,19 @@ picks a backend, each kind of input is an :class:`Opener` with a
 order and the first that can open the input does:
 
 ============================  ===============================================
-``source``                    already a source: a ``StoredTable`` or ``MemoryRows``
+``source``                    already a source: a ``StoredTable``, ``MemoryRows`` or
+                              ``PendingInput``
 ``run-store``                 a path to a run store holding an ingested ``input/``
+                              (not for a job's input: :func:`open_input`)
 ``dask-frame``                a ``dask.dataframe.DataFrame``: read by partitions
                               on the workers into a temporary run store
 ``parts``                     a glob, a folder of parts (not a Zarr store), a large
                               file or such a URL (:func:`by_partitions`, unless
                               ``partitions=False``): read by partitions into a
-                              temporary store
+                              temporary store; for a job (:func:`open_input`), its
+                              summaries only (pass 1), the rows written into the
+                              job's store by
+                              :meth:`~distforest.io.source.RowSummary.placed`
 ``file``                      any other path or URL: read whole by
                               :func:`distforest.io.load_table`
 ``memory``                    rows given in memory, read by
@@ -24,6 +29,9 @@ order and the first that can open the input does:
 :func:`holds_rows` says whether an input is of the last kind: the rows
 themselves, which an estimator may take as they are (scikit-learn's checks,
 the array's own dtype) rather than as a source.
+
+:func:`input_shape` gives a dry run the size of an input, read as a job reads it
+(rows read by partitions: from their metadata, nothing loaded).
 
 A temporary store lives as long as its ``owner`` (the fitted estimator whose
 arrays are in it, or the source itself), or the ``with`` block of
@@ -46,7 +54,7 @@ import numpy as np
 
 from distforest import location
 from distforest.errors import InputError
-from distforest.io.source import MemoryRows, RowSource
+from distforest.io.source import MemoryRows, RowSource, RowSummary
 from distforest.io.tables import Table
 from distforest.store.schema import INPUT_GROUP, INPUT_ROWS
 from distforest.store.temporary import new_folder, release, tie
@@ -62,7 +70,9 @@ __all__ = [
     "by_partitions",
     "guess_opener",
     "holds_rows",
+    "input_shape",
     "is_dask_frame",
+    "open_input",
     "open_source",
     "opened",
     "release",
@@ -96,6 +106,12 @@ class ReadOptions:
     dtype : numpy dtype or None
         Of an ingested ``input/X`` (float32 as the trees read it, or float64);
         None: as given (:func:`_dtype_as_given`).
+    defer : bool
+        For a job's input: a path read by partitions gives its summaries only
+        (a ``PendingInput``, the rows written into the job's store later), and a
+        run store is read as a Zarr table (its rows go into the job's store).
+    min_rows : int
+        Fewest rows a table read whole may have (1 for new rows to predict).
     """
 
     target: str | None = None
@@ -106,6 +122,8 @@ class ReadOptions:
     partitions: bool | None = None
     rows: int = INPUT_ROWS
     dtype: Any = np.float32  # None: as given
+    defer: bool = False
+    min_rows: int = 2
 
 
 class Opener:
@@ -118,9 +136,16 @@ class Opener:
         """Whether ``X`` is of this kind (cheap: no rows read)."""
         raise NotImplementedError
 
-    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
-        """The source of ``X`` (``y``: a separate target, where the kind allows one)."""
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> Any:
+        """The source of ``X`` (``y``: a separate target, where the kind allows one): a
+        :class:`~distforest.io.source.RowSource`, or with ``defer`` a
+        :class:`~distforest.io.source.RowSummary`."""
         raise NotImplementedError
+
+    def shape(self, X: Any, options: ReadOptions) -> tuple[str, int, int]:
+        """``(source, rows, features)`` of ``X``, read as :meth:`open` reads it."""
+        source = self.open(X, None, options, None)
+        return str(source.source), source.n_samples, source.n_features
 
 
 class _Source(Opener):
@@ -130,10 +155,10 @@ class _Source(Opener):
         # A StoredTable exists only once its module is loaded (Zarr: not for small tables).
         inputs = sys.modules.get("distforest.store.inputs")
         return isinstance(X, MemoryRows) or (
-            inputs is not None and isinstance(X, inputs.StoredTable)
+            inputs is not None and isinstance(X, inputs.StoredTable | inputs.PendingInput)
         )
 
-    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> Any:
         if y is not None:
             raise InputError(
                 f"{X.source} is a table already read with its target ({X.target_name!r}); "
@@ -146,7 +171,7 @@ class _RunStore(Opener):
     name = "run-store"
 
     def guess_can_open(self, X: Any, options: ReadOptions) -> bool:
-        if not isinstance(X, str | Path) or location.is_remote(X):
+        if options.defer or not isinstance(X, str | Path) or location.is_remote(X):
             return False
         p = Path(location.local(str(X)))
         return (p / INPUT_GROUP / "X").is_dir() and (p / "zarr.json").exists()
@@ -242,14 +267,40 @@ class _Parts(Opener):
             return False
         return bool(options.partitions) or by_partitions(str(X))
 
-    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSource:
+    def open(self, X: Any, y: Any, options: ReadOptions, owner: Any) -> RowSummary:
         if y is not None and not isinstance(y, str):
             raise InputError(
                 f"{X} is read by partitions: its target must be one of its columns: pass "
                 f"y='<column>' (got a {type(y).__name__})"
             )
         target = y if y is not None else options.target
-        return _ingest_temporary(str(X), target, _dtype_as_given(X, target, options), owner)
+        options = _dtype_as_given(X, target, options)
+        if options.defer:  # pass 1: the summaries; the rows go into the job's store
+            from distforest.io.ingest import read_partitioned
+            from distforest.store.inputs import PendingInput
+
+            data = read_partitioned(str(X), target=target, drop=options.drop,
+                                    na_values=options.na_values, id=options.id,
+                                    allow_missing=options.allow_missing,
+                                    dtype=options.dtype)  # fmt: skip
+            return PendingInput(data)
+        return _ingest_temporary(str(X), target, options, owner)
+
+    def shape(self, X: Any, options: ReadOptions) -> tuple[str, int, int]:
+        # From the metadata (a Parquet dataset) or a count of lines (a CSV): nothing kept.
+        import dask
+
+        from distforest.io.partitions import open_partitions
+
+        parts = open_partitions(str(X), na_values=options.na_values)
+        if parts.array is not None:
+            return parts.source, int(parts.array.shape[0]), int(parts.array.shape[1])
+        not_features = {str(c) for c in (*options.drop, options.target, options.id)
+                        if c is not None}  # fmt: skip
+        columns = [c for c in parts.columns if c not in not_features]
+        with dask.config.set(scheduler="threads"):
+            n = len(parts.frame)
+        return parts.source, int(n), len(columns)
 
 
 class _Memory(Opener):
@@ -265,7 +316,8 @@ class _Memory(Opener):
             return MemoryRows(X)
         table = load_table(X, y=y, target=options.target, drop=options.drop,
                            na_values=options.na_values, id=options.id,
-                           allow_missing=options.allow_missing)  # fmt: skip
+                           allow_missing=options.allow_missing,
+                           min_rows=options.min_rows)  # fmt: skip
         return MemoryRows(table)
 
 
@@ -313,6 +365,7 @@ def open_source(
     partitions: bool | None = None,
     rows: int = INPUT_ROWS,
     dtype: Any = np.float32,
+    min_rows: int = 2,
 ) -> RowSource:
     """The :class:`~distforest.io.source.RowSource` of anything a user can pass as rows.
 
@@ -340,6 +393,8 @@ def open_source(
     dtype : numpy dtype or None, default float32
         Of an ingested store's ``input/X``; None: as given (float32 when every
         feature column of a dask DataFrame is float32, else float64).
+    min_rows : int, default 2
+        Fewest rows of a table read whole (1 for rows to predict).
 
     Returns
     -------
@@ -347,17 +402,46 @@ def open_source(
         :class:`~distforest.io.source.MemoryRows` or
         :class:`~distforest.store.inputs.StoredTable`.
     """
-    options = ReadOptions(
-        target=None if target is None else str(target),
-        drop=tuple(map(str, drop)),
-        na_values=tuple(map(str, na_values)),
-        id=id,
-        allow_missing=allow_missing,
-        partitions=partitions,
-        rows=rows,
-        dtype=dtype,
-    )
-    return guess_opener(X, options).open(X, y, options, owner)
+    options = _options(target=target, drop=drop, na_values=na_values, id=id, rows=rows,
+                       allow_missing=allow_missing, partitions=partitions, dtype=dtype,
+                       min_rows=min_rows)  # fmt: skip
+    source: RowSource = guess_opener(X, options).open(X, y, options, owner)
+    return source
+
+
+def open_input(X: Any, **read: Any) -> RowSummary:
+    """A job's input, before its store exists (:attr:`ReadOptions.defer`).
+
+    As :func:`open_source` (``read``: its keywords but ``rows``), but rows read by
+    partitions are summarised only (pass 1, a
+    :class:`~distforest.store.inputs.PendingInput`): their
+    :meth:`~distforest.io.source.RowSummary.placed` writes them into the job's store
+    once the run has decided to write it.  A run store is read as the Zarr table it is.
+    """
+    options = _options(defer=True, **read)
+    summary: RowSummary = guess_opener(X, options).open(X, None, options, None)
+    return summary
+
+
+def input_shape(source: Any, target: str | None = None, **read: Any) -> tuple[str, int, int]:
+    """The rows and feature columns of a job's input, for a dry run: ``(source, n, d)``
+    (``read``: ``drop``, ``na_values``, ``id``).
+
+    A table read by partitions is not loaded: a Parquet dataset's rows come from
+    its metadata, a CSV's by counting its lines in this process (a pass over the
+    text, nothing kept), and the features are its columns less the target, the
+    ID and the dropped ones.  Anything else is read as the run reads it.
+    """
+    options = _options(target=target, defer=True, **read)
+    return guess_opener(source, options).shape(source, options)
+
+
+def _options(*, target: Any = None, drop: Any = (), na_values: Any = (), **more: Any
+             ) -> ReadOptions:  # fmt: skip
+    """:class:`ReadOptions` of keywords, the names of the columns as text."""
+    return ReadOptions(target=None if target is None else str(target),
+                       drop=tuple(map(str, drop)), na_values=tuple(map(str, na_values)),
+                       **more)  # fmt: skip
 
 
 @contextlib.contextmanager

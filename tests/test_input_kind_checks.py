@@ -1,0 +1,110 @@
+"""Where the package asks what kind of input it was given: store/source.py, and at most
+three places besides (issue 38).
+
+The question has had many spellings (``partitioned_input``, ``by_partitions``,
+``is_dask_frame``, ``holds_rows``, ``fit_stored``, ``fit_dask_frame``, a
+``PendingInput`` or ``isinstance(..., StoredTable)`` test).  A call site is a use of
+one of those names in code: not its definition, an import, a type annotation, a
+string or a comment.  Read from each module's syntax tree.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+import distforest
+
+#: The spellings of "is this input read by partitions?".
+KIND_NAMES = frozenset({"partitioned_input", "by_partitions", "is_dask_frame", "holds_rows",
+                        "fit_stored", "fit_dask_frame", "PendingInput"})  # fmt: skip
+#: The module that decides the kind of an input.
+SOURCE_MODULE = "store/source.py"
+#: Call sites allowed outside it.
+ALLOWED = 3
+#: Files whose call sites other work in progress removes (their counts may only fall):
+#: the impute, k-NN, SimForest, SMERF and X-Forest commands and estimators, and the
+#: similarity / score commands' two algorithms (in memory, by partitions).
+KNOWN = {
+    "cli/apps_cmd.py": 2, "cli/simforest_cmd.py": 1, "forests/simforest.py": 1,
+    "jobs/forest_answers.py": 1, "jobs/impute.py": 17, "jobs/knn.py": 1,
+    "jobs/knn_model.py": 1, "jobs/score.py": 2, "jobs/similarity.py": 2,
+    "jobs/simforest.py": 4, "jobs/simforest_model.py": 1, "jobs/smerf.py": 5,
+    "jobs/xforest.py": 1,
+}  # fmt: skip
+
+
+def _annotations(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside type annotations."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        notes: list[ast.AST | None] = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            notes.append(node.returns)
+        elif isinstance(node, ast.arg | ast.AnnAssign):
+            notes.append(node.annotation)
+        for note in notes:
+            if note is not None:
+                inside |= {id(n) for n in ast.walk(note)}
+    return inside
+
+
+def kind_checks(text: str) -> int:
+    """The call sites in a module's source that ask what kind of input it is."""
+    tree = ast.parse(text)
+    skip = _annotations(tree)
+    count = 0
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Name) and node.id in KIND_NAMES:
+            count += 1
+        elif isinstance(node, ast.Attribute) and node.attr in KIND_NAMES:
+            count += 1
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "isinstance" and len(node.args) == 2
+              and "StoredTable" in ast.unparse(node.args[1])):  # fmt: skip
+            count += 1
+    return count
+
+
+def package_checks() -> Counter[str]:
+    root = Path(distforest.__file__).parent
+    counts: Counter[str] = Counter()
+    for path in sorted(root.rglob("*.py")):
+        found = kind_checks(path.read_text(encoding="utf-8"))
+        if found:
+            counts[path.relative_to(root).as_posix()] = found
+    return counts
+
+
+def test_the_counter_sees_uses_and_not_definitions() -> None:
+    text = '''
+from x import partitioned_input, PendingInput
+def by_partitions(a: PendingInput) -> PendingInput:
+    """partitioned_input in prose"""
+    return 1
+class PendingInput: ...
+if partitioned_input(p) or plan.by_partitions:  # holds_rows
+    isinstance(t, StoredTable | int)
+    isinstance(t, Table)
+    t = PendingInput(d)
+'''
+    assert kind_checks(text) == 4
+
+
+def test_input_kind_is_asked_in_the_source_module_only() -> None:
+    counts = package_checks()
+    outside = {f: n for f, n in counts.items() if f != SOURCE_MODULE}
+    grown = {f: n for f, n in outside.items() if n > KNOWN.get(f, 0)}
+    assert not grown, (
+        f"new input-kind checks outside {SOURCE_MODULE}: {grown}; take a RowSource from "
+        "distforest.store.source.open_source (or open_input) and use its protocol"
+    )
+    others = {f: n for f, n in outside.items() if f not in KNOWN}
+    remainder = sum(n for f, n in outside.items() if f in KNOWN)
+    assert sum(others.values()) <= ALLOWED, (
+        f"{sum(others.values())} input-kind checks outside {SOURCE_MODULE} (at most "
+        f"{ALLOWED}): {others}; known remainder not yet removed: {remainder} in {KNOWN}"
+    )
