@@ -146,7 +146,8 @@ def test_the_runner_runs_a_script_and_sends_its_results_elsewhere(tmp_path):
     out = tmp_path / "results"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--results", str(out), "rss_by_process", "--out",
-         str(tmp_path / "rss.json"), "--", sys.executable, "-c", "print('hello')"],
+         str(tmp_path / "rss.json"), "--", sys.executable, "-c",
+         "import time; time.sleep(1); print('hello')"],  # (long enough to be sampled)
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
