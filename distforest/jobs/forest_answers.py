@@ -27,7 +27,7 @@ from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
 from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file
-from distforest.jobs.result import JobResult, mode_text
+from distforest.jobs.result import JobResult, mode_text, output_lines
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import (
     ON_A_CLUSTER,
@@ -97,11 +97,10 @@ class ForestAnswerJob(ForestJob):
         """What the run printed before it was a job, and the files (reports too) it wrote."""
         assert isinstance(result, AnswerResult)
         how = mode_text(result.mode, result.store)
-        width = max(len(k) for k in result.outputs)
         return "\n".join([
             *([result.head] if result.head else []),
             f"{result.what} in {result.seconds:.1f} s{how}",
-            *(f"  {label + ':':<{width + 1}} {path}" for label, path in result.outputs.items()),
+            *output_lines(result.outputs),
         ])  # fmt: skip
 
 

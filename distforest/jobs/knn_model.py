@@ -16,7 +16,7 @@ from distforest.errors import InputError, ParameterError
 from distforest.forests.constraints import ALGORITHMS, FOREST_METRICS
 from distforest.jobs.base import JobBase
 from distforest.jobs.model_columns import feature_matrix
-from distforest.jobs.result import JobResult, mode_text
+from distforest.jobs.result import JobResult, mode_text, output_lines
 from distforest.jobs.stages import Cost, Pipeline, Stage
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ class KNNPredictJob(JobBase):
         return "\n".join([
             f"predicted {result.shape[0]} rows{how} in {result.seconds:.1f} s"
             f"{mode_text(result.mode, self.out)}",
-            *(f"  {label + ':':<18} {path}" for label, path in result.outputs.items()),
+            *output_lines(result.outputs, 18),
         ])  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -28,7 +29,7 @@ def summary(result: JobResult) -> str:
     lines = [
         f"{result.name} {result.shape[0]} x {result.shape[1]} "
         f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
-        *(f"  {label + ':':<{width}} {path}" for label, path in result.outputs.items()),
+        *output_lines(result.outputs, width),
         f"  {'inspect:':<{width}} distforest status {result.store}",
         f'  {"open:":<{width}} python -c "import xarray as xr; '
         f"print(xr.open_zarr('{result.store}')['{result.name}'])\"",
@@ -41,3 +42,11 @@ def mode_text(mode: str, store: str) -> str:
     that found its store complete (the fix: remove the store)."""
     return {"resumed": ", resumed", "already complete": ", already complete: nothing to do "
             f"(remove {store} to compute it again)"}.get(mode, "")  # fmt: skip
+
+
+def output_lines(outputs: Mapping[str, str], width: int | None = None) -> list[str]:
+    """One indented ``label: path`` line per file written, the paths aligned at
+    ``width`` (default: one past the longest label)."""
+    if width is None:
+        width = max((len(k) for k in outputs), default=0) + 1
+    return [f"  {label + ':':<{width}} {path}" for label, path in outputs.items()]

@@ -36,7 +36,7 @@ from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.jobs.base import JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.result import JobResult
+from distforest.jobs.result import JobResult, output_lines
 from distforest.jobs.row_pieces import RowFrames, model_once, write_pieces
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
@@ -300,7 +300,7 @@ def score_summary(result: JobResult) -> str:
     return "\n".join([
         f"scored {result.shape[0]:,} new rows against {result.shape[1]:,} training rows "
         f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
-        *(f"  {label + ':':<{width}} {path}" for label, path in result.outputs.items()),
+        *output_lines(result.outputs, width),
         f"  {'inspect:':<{width}} distforest status {result.store}",
     ])  # fmt: skip
 

@@ -19,7 +19,7 @@ import numpy as np
 from distforest.errors import InputError, ParameterError
 from distforest.jobs.base import JobBase, new_run_id
 from distforest.jobs.outputs import write_csv
-from distforest.jobs.result import JobResult, mode_text
+from distforest.jobs.result import JobResult, mode_text, output_lines
 from distforest.jobs.runs import Context, Run, complete_output, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
 
@@ -356,7 +356,7 @@ class SimForestPredictJob(JobBase):
         return "\n".join([
             f"{result.shape[0]} predictions{parts} in {result.seconds:.1f} s"
             f"{mode_text(result.mode, self.out)}",
-            *(f"  {label + ':':<13} {path}" for label, path in result.outputs.items()),
+            *output_lines(result.outputs, 13),
         ])  # fmt: skip
 
 

@@ -31,7 +31,7 @@ from distforest.jobs.estimates import (
 )
 from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.result import JobResult, mode_text
+from distforest.jobs.result import JobResult, mode_text, output_lines
 from distforest.jobs.runs import Context, Run, execute, fit_into_store
 from distforest.jobs.stages import PRODUCTS_NOTE, Cost, Pipeline, Stage, placement_of
 from distforest.store.inputs import PendingInput, StoredTable
@@ -406,7 +406,7 @@ class ClusterJob(JobBase):
             f"{self.clustering['method']} on {result.name} of {result.shape[0]} rows in "
             f"{result.seconds:.1f} s{how}",
             *(["  " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items())] if scores else []),
-            *(f"  {label + ':':<19} {path}" for label, path in result.outputs.items()),
+            *output_lines(result.outputs, 19),
         ])  # fmt: skip
 
 
