@@ -29,7 +29,13 @@ columns missing; ``--parts`` an existing one), a LightGBM model fitted on its
 first ``--fit-rows`` rows, and distforest alone (``from_model`` on the folder,
 read by partitions; the top-50 neighbours in the forest's store, the outlier
 scores written as ``distforest outliers`` writes them, by chunks); the driver's
-peak RSS is reported.
+peak RSS is reported.  ``--target`` names the model's target: ``label`` (a
+classifier) or a numeric column (a regressor of it on the other numeric columns).
+``--cli`` runs the two commands a user runs instead, each measured in its own
+process (driver, workers, whole tree, wall time):
+``distforest proximity PARTS --model M --top-k 50`` and
+``distforest outliers PARTS --model M``, with ``--target`` (and, for a regressor,
+``--drop label``) so that the rows' features are the model's.
 
 The exact neighbours and the outlier scores cost in proportion to the co-leaf
 events, ``sum_t sum_leaves size^2 = n * occupancy * T`` (occupancy: the mean
@@ -344,6 +350,8 @@ def main() -> None:
     p.add_argument("--cli", action="store_true",
                    help="with --folder: run `distforest proximity --model M --top-k 50` and "
                    "`distforest outliers --model M`, each measured in its own process")  # fmt: skip
+    p.add_argument("--commands", default="proximity,outliers",
+                   help="with --cli: which commands to run, comma-separated")  # fmt: skip
     p.add_argument(
         "--prepare-only",
         action="store_true",
@@ -385,7 +393,8 @@ def main() -> None:
             rows = [_cli_row(label, args, run_measured(cmd, work, label.split()[0],
                                                        stderr_path=work / f"{label.split()[0]}"
                                                        ".stderr.txt")) | estimate
-                    for label, cmd in cli_commands(work, args.parts, args.target)]  # fmt: skip
+                    for label, cmd in cli_commands(work, args.parts, args.target)
+                    if label.split()[0] in args.commands.split(",")]  # fmt: skip
             _write(args.name or "outside-folder-cli", rows, "Forests fitted elsewhere: "
                    "the command line on a folder of parts")  # fmt: skip
             return
