@@ -350,6 +350,9 @@ def main() -> None:
     p.add_argument("--cli", action="store_true",
                    help="with --folder: run `distforest proximity --model M --top-k 50` and "
                    "`distforest outliers --model M`, each measured in its own process")  # fmt: skip
+    p.add_argument("--drop-target", action="store_true",
+                   help="with --cli: pass the target as --drop (its values never read) "
+                   "instead of --target")  # fmt: skip
     p.add_argument("--commands", default="proximity,outliers",
                    help="with --cli: which commands to run, comma-separated")  # fmt: skip
     p.add_argument(
@@ -393,7 +396,8 @@ def main() -> None:
             rows = [_cli_row(label, args, run_measured(cmd, work, label.split()[0],
                                                        stderr_path=work / f"{label.split()[0]}"
                                                        ".stderr.txt")) | estimate
-                    for label, cmd in cli_commands(work, args.parts, args.target)
+                    for label, cmd in cli_commands(work, args.parts, args.target,
+                                                   args.drop_target)
                     if label.split()[0] in args.commands.split(",")]  # fmt: skip
             _write(args.name or "outside-folder-cli", rows, "Forests fitted elsewhere: "
                    "the command line on a folder of parts")  # fmt: skip
@@ -431,11 +435,13 @@ def _write(name: str, rows: list[dict[str, Any]], title: str) -> None:
                  notes=__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0])  # fmt: skip
 
 
-def cli_commands(work: Path, parts: Path, target: str) -> list[tuple[str, list[str]]]:
+def cli_commands(work: Path, parts: Path, target: str,
+                 drop_target: bool = False) -> list[tuple[str, list[str]]]:  # fmt: skip
     """The two commands a user of the model runs on the folder: the top-50 neighbours and
     the outlier scores (``--target`` and the class column kept out of the features the
-    model reads)."""
-    common = [str(parts), "--model", str(work / "lightgbm.txt"), "--target", target,
+    model reads; ``drop_target``: the target dropped instead, no classes read)."""
+    given = ["--drop", target] if drop_target else ["--target", target]
+    common = [str(parts), "--model", str(work / "lightgbm.txt"), *given,
               *(["--drop", LABEL] if target != LABEL else []), "--overwrite"]  # fmt: skip
     cli = [sys.executable, "-m", "distforest"]
     return [
