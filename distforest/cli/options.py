@@ -14,27 +14,9 @@ import click
 
 from distforest.errors import ParameterError, did_you_mean
 from distforest.jobs import constraints as C
+from distforest.jobs.specs import CLUSTER_KEYS, FOREST_KEYS, connect_kwargs, pop_keys
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-
-FOREST_KEYS = (
-    "task",
-    "n_estimators",
-    "kind",
-    "max_features",
-    "criterion",
-    "min_samples_split",
-    "min_samples_leaf",
-    "max_depth",
-    "max_leaf_nodes",
-    "min_impurity_decrease",
-    "bootstrap",
-    "max_samples",
-    "class_weight",
-    "random_state",
-    "batch_size",
-)
-CLUSTER_KEYS = ("scheduler", "cluster", "workers", "threads", "memory_limit")
 
 
 def _stack(options: list[Decorator]) -> Decorator:
@@ -202,11 +184,11 @@ def tile_size_option(default: int) -> Decorator:
 def parse_leaf_bound(
     ctx: click.Context | None, param: click.Parameter | None, value: Any
 ) -> str | int | None:
-    """``--leaf-bound``: auto, none, or the most rows a refined leaf keeps."""
+    """``--leaf-bound``: auto, "none", or the most rows a refined leaf keeps."""
     if value is None or value == "auto":
         return value
     if str(value).lower() == "none":
-        return None
+        return "none"  # given (None: not given, the specs of runs without it unchanged)
     try:
         return C.LeafBound().check("--leaf-bound", int(value))
     except (ValueError, ParameterError):
@@ -253,30 +235,39 @@ def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Deco
     return _stack([parameter_option(name, **chosen.get(name, {})) for name in FOREST_KEYS])
 
 
-def pop_keys(kwargs: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """Remove ``keys`` from ``kwargs`` and return them."""
-    return {k: kwargs.pop(k) for k in keys if k in kwargs}
-
-
-def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of :func:`connect` from the cluster options."""
-    sizes = {
-        "n_workers": options.get("workers"),
-        "threads_per_worker": options.get("threads"),
-        "memory_limit": options.get("memory_limit"),
-    }
-    return {
-        "scheduler": options.get("scheduler"),
-        "cluster": options.get("cluster"),
-        **{k: v for k, v in sizes.items() if v is not None},
-    }
-
-
 def dry_run_option(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--dry-run``: print the job's plan (the same fields for every command), run nothing."""
     return click.option("--dry-run", is_flag=True,
                         help="Print the plan (tasks, tiles, disk, memory, time) and exit "
                              "without running anything.")(func)  # fmt: skip
+
+
+def job_command(build: Callable[..., Any]) -> Decorator:
+    """A command that runs a job: ``--dry-run`` and the cluster options are added, the
+    other options are the keywords of ``build`` (:mod:`distforest.jobs.specs`; the cluster
+    options as ``connect``), and the job it returns is run or, with ``--dry-run``,
+    planned (:func:`run_job`).  The decorated function gives the name and the help."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        @click.pass_obj
+        def run(obj: dict[str, Any] | None, dry_run: bool, **options: Any) -> None:
+            options["connect"] = connect_kwargs(pop_keys(options, CLUSTER_KEYS))
+            run_job(obj or {"quiet": False}, build(**options), dry_run)
+
+        return dry_run_option(cluster_options(run))
+
+    return decorate
+
+
+def out_option(metavar: str, help: str) -> Decorator:
+    """``--out``: what the command writes (required)."""
+    return click.option("--out", required=True, metavar=metavar, help=help)
+
+
+def overwrite_option(help: str = "Replace an existing distforest store at --out.") -> Decorator:
+    """``--overwrite``: replace an existing output."""
+    return click.option("--overwrite", is_flag=True, help=help)
 
 
 def run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool = False) -> None:

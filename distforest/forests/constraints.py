@@ -470,6 +470,27 @@ FOREST_PARAMETERS: dict[str, Parameter] = {
     "random_state": Parameter(Seed(), None, "random_state: same seed, same result.",
                               flag="--seed"),
 }  # fmt: skip
+#: The tree parameters of :class:`~distforest.forests.simforest.SimilarityForestClassifier`
+#: (its ``metric``, read as NAME[:GAMMA] by the command line, is declared by the estimator):
+#: its constraint table and the options of ``distforest simforest fit`` are made from it.
+SIMFOREST_PARAMETERS: dict[str, Parameter] = {
+    "n_estimators": Parameter(Int(1), 100, "Number of trees.", flag="--trees"),
+    "n_pairs": Parameter(Int(1), 1, "Pairs of objects tried per node (the paper's r).",
+                         flag="--pairs"),
+    "kind": Parameter(Choice(SIMFOREST_KINDS), "similarity",
+                      "What --similarity holds (a distance orders by D_ki^2 - D_kj^2)."),
+    "max_depth": Parameter(Int(0, none=True), None),
+    "min_samples_leaf": Parameter(Int(1), 1),
+    "missing": Parameter(Choice(SIMFOREST_MISSING), "stay",
+                         "An object whose similarity is missing: stay at the node (the paper), "
+                         "both children weighted by size, or the larger child."),
+    "bootstrap": Parameter(Bool(), True, "Grow each tree on a bootstrap sample."),
+    "batch_size": Parameter(Int(1, none=True), None,
+                            FOREST_PARAMETERS["batch_size"].help),
+    "tile_size": Parameter(FOREST_PARAMETERS["tile_size"].constraint, 2048,
+                           FOREST_PARAMETERS["tile_size"].help),
+    "random_state": Parameter(Seed(), 0, "random_state: same seed, same forest.", flag="--seed"),
+}  # fmt: skip
 #: Rows and columns of one tile (one task, one Zarr chunk), everywhere.
 TILE_SIZE = FOREST_PARAMETERS["tile_size"].constraint
 #: The constraint table of the forest's tree parameters (from :data:`FOREST_PARAMETERS`).

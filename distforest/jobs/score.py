@@ -192,16 +192,22 @@ def score_pipeline(job: ScoreJob, forest: Any, table: Any,
     )  # fmt: skip
 
 
-def score_plan(model: str, input: str, id_column: str | None, method: str,
-               na_values: tuple[str, ...], connect: dict[str, Any], *,
-               out: str) -> Pipeline:  # fmt: skip
-    """``distforest score --dry-run``: the plan of a scoring job writing the scores to ``out``
-    (the command keeps no run store: the pipeline's store step is left out)."""
-    job = ScoreJob(input=input, model=model, out=out, id=id_column, na_values=tuple(na_values),
-                   score={"out": out, "method": method}, connect=connect, name="score")  # fmt: skip
-    plan = plan_score_job(job)
-    plan.steps = [step for step in plan.steps if step[0] != "store"]
-    return plan
+def score_command(model: str, input: str, out: str, *, method: str, training: str | None,
+                  target: str | None, id_column: str | None, na_values: tuple[str, ...],
+                  overwrite: bool, connect: dict[str, Any]) -> ScoreJob:  # fmt: skip
+    """``distforest score``: the scoring job of a pipeline with one ``score`` section,
+    its scores in the CSV ``out`` and its store beside it
+    (:func:`~distforest.jobs.outputs.record_path`); a model file fitted elsewhere (not a
+    store) is checked first (a pickle refused before any work)."""
+    from distforest.io.model_files import check_model_file
+    from distforest.jobs.outputs import record_path
+
+    if training is not None or Path(model).is_file():
+        check_model_file(model)
+    return ScoreJob(input=input, model=model, out=record_path(out), training=training,
+                    target=target, id=id_column, na_values=tuple(na_values),
+                    score={"out": out, "method": method}, overwrite=overwrite,
+                    connect=connect, name="score")  # fmt: skip
 
 
 def _score(job: ScoreJob, forest: Any, table: Any, ctx: Context) -> None:
@@ -508,24 +514,3 @@ def rows_to_csv(model_path: str, rows: NewRows, out: str, what: str,
     return write_pieces(RowFrames(str(data.source), list(blocks), starts, labels, False),
                         partial(work, model_path, data.encoding, rows.id_column, options),
                         out)  # fmt: skip
-
-
-def score_partitioned(model_path: str, data: str, out: str, id_column: str | None,
-                      method: str, na_values: tuple[str, ...],
-                      connect: dict[str, Any]) -> tuple[int, str]:  # fmt: skip
-    """``distforest score`` of a DATA read by partitions: ``(rows, path)``.
-
-    A first pass of summaries (:func:`read_new_rows`) types the model's feature
-    columns (and the ID column) as the in-memory reader would; then one task per
-    partition scores it, where the scoring job's plan says
-    (:func:`~distforest.parallel.placement.place`, the cells of
-    :func:`score_pipeline`).
-    """
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.parallel.placement import place
-
-    forest = ProximityForest.load(model_path)
-    rows = read_new_rows(forest, data, id_column, na_values)
-    with place(forest._fitted_cells() + rows.cells, connect):
-        n, path, _ = rows_to_csv(model_path, rows, out, "score", {"method": method})
-    return n, path
