@@ -71,18 +71,12 @@ def mislabels() -> None:
 @model_option
 @out_option("FILE.csv", "CSV of coordinates.")
 @parameter_option("components", C.SECTION_PARAMETERS["mds.components"])
-@click.option(
-    "--dissimilarity",
-    type=click.Choice(["sqrt", "linear"]),
-    default="sqrt",
-    show_default=True,
-    help="sqrt: scale sqrt(1 - P) (Breiman); linear: 1 - P.",
-)  # fmt: skip
-@click.option(
-    "--plot",
-    metavar="FILE.png",
-    help="Also save a scatter of the first two dimensions, outliers circled.",
-)  # fmt: skip
+@click.option("--dissimilarity", type=click.Choice(["sqrt", "linear"]), default="sqrt",
+              show_default=True, help="sqrt: scale sqrt(1 - P) (Breiman); linear: 1 - "
+                                      "P.")  # fmt: skip
+@click.option("--plot", metavar="FILE.png",
+              help="Also save a scatter of the first two dimensions, outliers "
+                   "circled.")  # fmt: skip
 @job_command(partial(specs.forest_answer, "mds"))
 def mds() -> None:
     """Classical MDS of the proximities of INPUT's rows (matrix-free Lanczos)."""
@@ -91,20 +85,11 @@ def mds() -> None:
 @click.command()
 @_common
 @out_option("FILE.csv", "CSV of importances, one row per feature.")
-@click.option(
-    "--repeats",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="Shuffles of each feature for the permutation importance.",
-)  # fmt: skip
-@click.option(
-    "--test-size",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.25,
-    show_default=True,
-    help="Fraction of the rows held out to measure permutations on.",
-)  # fmt: skip
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Shuffles of each feature for the permutation importance.")  # fmt: skip
+@click.option("--test-size", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.25, show_default=True,
+              help="Fraction of the rows held out to measure permutations on.")  # fmt: skip
 @_top("Print this many features.")
 @job_command(partial(specs.forest_answer, "importances"))
 def importances() -> None:
@@ -120,21 +105,13 @@ def importances() -> None:
 @click.argument("model", metavar="MODEL")
 @click.argument("input", metavar="INPUT")
 @out_option("FILE.csv", "CSV of scores, one row per row.")
-@click.option(
-    "--training",
-    metavar="TABLE",
-    help="With a model file fitted elsewhere: the table it was fitted on (its rows "
-    "are the training rows the new rows are compared with).",
-)  # fmt: skip
+@click.option("--training", metavar="TABLE",
+              help="With a model file fitted elsewhere: the table it was fitted on (its rows "
+                   "are the training rows the new rows are compared with).")  # fmt: skip
 @click.option("--target", metavar="COLUMN", help="With --training: its target column.")
 @id_option("the first column of the output")
-@click.option(
-    "--method",
-    type=click.Choice(["rfgap", "original", "oob"]),
-    default="rfgap",
-    show_default=True,
-    help="Proximity weighing the training targets.",
-)  # fmt: skip
+@click.option("--method", type=click.Choice(["rfgap", "original", "oob"]), default="rfgap",
+              show_default=True, help="Proximity weighing the training targets.")  # fmt: skip
 @overwrite_option("Replace an existing output file.")
 @input_options
 @job_command(specs.score)

@@ -22,7 +22,6 @@ from typing import Any
 import click
 
 from distforest._version import __version__
-from distforest.cli.progress import setup_logging
 from distforest.errors import (
     DISK_FULL_ERRNOS,
     OVERWRITE_FIX,
@@ -32,6 +31,7 @@ from distforest.errors import (
     did_you_mean,
 )
 from distforest.jobs import ScrubbedStream, remember_secrets, scrub
+from distforest.jobs.progress import setup_logging
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
@@ -299,7 +299,7 @@ def main() -> None:
     """
     import warnings
 
-    from distforest.cli.progress import show_warning
+    from distforest.jobs.progress import show_warning
 
     warnings.showwarning = show_warning
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:

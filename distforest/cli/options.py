@@ -19,7 +19,7 @@ from distforest.jobs.specs import CLUSTER_KEYS, FOREST_KEYS, connect_kwargs, pop
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def _stack(options: list[Decorator]) -> Decorator:
+def option_group(options: list[Decorator]) -> Decorator:
     def apply(func: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(options):
             func = option(func)
@@ -45,7 +45,7 @@ def _worker_size(key: str) -> Callable[..., Any]:
     return check
 
 
-cluster_options = _stack([
+cluster_options = option_group([
     click.option("--scheduler", metavar="ADDRESS",
                  help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
     click.option("--cluster", "cluster", metavar="FILE.yaml", type=click.Path(dir_okay=False),
@@ -60,7 +60,7 @@ cluster_options = _stack([
                  help="Memory per worker of the default LocalCluster, e.g. 4GiB."),
 ])  # fmt: skip
 
-_table_options = _stack([
+_table_options = option_group([
     click.option("--drop", multiple=True, metavar="COLUMN",
                  help="Column to ignore, e.g. an identifier (repeatable)."),
     click.option("--na-values", multiple=True, metavar="TOKEN",
@@ -232,7 +232,7 @@ def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Deco
     option per parameter of :data:`~distforest.forests.constraints.FOREST_PARAMETERS`."""
     chosen: dict[str, dict[str, Any]] = {"n_estimators": {"default": default_trees},
                                          "random_state": {"default": CLI_SEED}}  # fmt: skip
-    return _stack([parameter_option(name, **chosen.get(name, {})) for name in FOREST_KEYS])
+    return option_group([parameter_option(name, **chosen.get(name, {})) for name in FOREST_KEYS])
 
 
 def dry_run_option(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
-from distforest.cli.options import cluster_options, connect_kwargs, run_job
-from distforest.errors import ConfigError, DistforestError
+from distforest.cli.options import cluster_options, run_job
+from distforest.errors import ConfigError
+from distforest.jobs import specs
 
 
 @click.command()
@@ -29,8 +30,7 @@ from distforest.errors import ConfigError, DistforestError
 @cluster_options
 @click.pass_obj
 def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str, ...],
-        restart: bool, scheduler: str | None, cluster: str | None, workers: int | None,
-        threads: int | None, memory_limit: str | None) -> None:  # fmt: skip
+        restart: bool, **options: Any) -> None:  # fmt: skip
     """Run the job described in a PIPELINE YAML file (see pipelines/).
 
     PIPELINE is a file, or the name of a shipped example (main, knn, mds,
@@ -53,19 +53,10 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
       distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
     """
     from distforest.errors import OVERWRITE_FIX
-    from distforest.jobs import decimal_mark, examples
-    from distforest.jobs.pipeline import load_pipeline
+    from distforest.jobs import decimal_mark
 
     OVERWRITE_FIX.set("set output.overwrite: true in the pipeline (or --set output.overwrite=true)")
-
-    pipeline, overrides = examples.shipped_pipeline(pipeline, overrides)
-    job = load_pipeline(pipeline, overrides=overrides)
-    given = {"workers": workers, "threads": threads, "memory_limit": memory_limit}
-    if scheduler or cluster:
-        given.update(scheduler=scheduler, cluster=cluster)
-    else:
-        given.update(job.connect)
-    job.connect = connect_kwargs(given)
+    job = specs.pipeline(pipeline, overrides, options)
     with decimal_mark(job.decimal):  # every table the job reads follows input.decimal
         run_job(obj, job, dry_run, restart)
 
@@ -79,21 +70,10 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
 
     Prints one line per file; exits 4 if any is invalid.
     """
-    from distforest.jobs.pipeline import load_pipeline
-
-    bad = 0
-    for path in pipelines:
-        try:
-            job = load_pipeline(path, overrides=overrides)
-        except DistforestError as exc:
-            bad += 1
-            click.echo(f"INVALID {exc}")
-            continue
-        apps = [a for a in ("impute", "outliers", "mislabels", "mds", "clustering")
-                if getattr(job, a, None)]  # fmt: skip
-        what = job.describe()
-        click.echo(f"ok      {path}: {what} of {job.input} -> {job.out}"
-                   + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
+    lines = [specs.validation(path, overrides) for path in pipelines]
+    for _, line in lines:
+        click.echo(line)
+    bad = sum(not ok for ok, _ in lines)
     if bad:
         click.echo(f"{bad} of {len(pipelines)} pipeline(s) invalid", err=True)
         sys.exit(ConfigError.exit_code)

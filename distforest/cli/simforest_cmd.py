@@ -65,10 +65,12 @@ def simforest() -> None:
                    "label per object.")  # fmt: skip
 @click.option("--target", metavar="COLUMN", help="With DATA: the label column.")
 @click.option("--metric", default=None, metavar="NAME",
-              help="With DATA: rbf (rbf:GAMMA), cosine, dot or euclidean [default: rbf].")  # fmt: skip
+              help="With DATA: rbf (rbf:GAMMA), cosine, dot or euclidean [default: "
+                   "rbf].")  # fmt: skip
 @click.option("--normalize", type=click.Choice(C.SIMFOREST_SCALINGS), default="zscore",
               show_default=True,
-              help="With DATA: scale features before the measure (stored with the model).")  # fmt: skip
+              help="With DATA: scale features before the measure (stored with the "
+                   "model).")  # fmt: skip
 @_parameter("kind")
 @_parameter("n_estimators")
 @_parameter("n_pairs")

@@ -225,3 +225,38 @@ def score(*, model: str, input: str, out: str, id_column: str | None,
     from distforest.jobs.score import score_command
 
     return score_command(model, input, out, id_column=id_column, **options)
+
+
+def pipeline(path: str, overrides: tuple[str, ...], options: dict[str, Any]) -> Any:
+    """``distforest run``: the job of the pipeline file ``path`` (or of a shipped example
+    named so), ``overrides`` applied; its cluster options those of the command line
+    (``options``) when it names a scheduler or a cluster, else the pipeline's, with the
+    command line's worker sizes."""
+    from distforest.examples import shipped_pipeline
+    from distforest.jobs.pipeline import load_pipeline
+
+    path, overrides = shipped_pipeline(path, overrides)
+    job = load_pipeline(path, overrides=overrides)
+    given = {k: options.get(k) for k in ("workers", "threads", "memory_limit")}
+    if options.get("scheduler") or options.get("cluster"):
+        given.update(scheduler=options.get("scheduler"), cluster=options.get("cluster"))
+    else:
+        given.update(job.connect)
+    job.connect = connect_kwargs(given)
+    return job
+
+
+def validation(path: str, overrides: tuple[str, ...]) -> tuple[bool, str]:
+    """``distforest validate``: whether the pipeline file ``path`` is valid, and its line
+    (what its job computes, of what, into what, with which applications; or the error)."""
+    from distforest.errors import DistforestError
+    from distforest.jobs.pipeline import load_pipeline
+
+    try:
+        job = load_pipeline(path, overrides=overrides)
+    except DistforestError as exc:
+        return False, f"INVALID {exc}"
+    apps = [a for a in ("impute", "outliers", "mislabels", "mds", "clustering")
+            if getattr(job, a, None)]  # fmt: skip
+    return True, (f"ok      {path}: {job.describe()} of {job.input} -> {job.out}"
+                  + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
