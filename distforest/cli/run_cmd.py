@@ -1,11 +1,14 @@
-"""``distforest run`` and ``distforest validate``: pipelines described in YAML.
+"""``distforest run`` and ``validate`` (pipelines described in YAML), ``status`` and
+``info`` (what a run store holds), ``examples`` (the shipped pipelines, cluster files and
+data, :func:`distforest.examples.copy_to`).
 
-The pipeline loader and the jobs (Dask, scikit-learn, Zarr) are imported
+The pipeline loader, the jobs and the stores (Dask, scikit-learn, Zarr) are imported
 when a command runs, so that ``--help`` answers at once.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -77,3 +80,51 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
     if bad:
         click.echo(f"{bad} of {len(pipelines)} pipeline(s) invalid", err=True)
         sys.exit(ConfigError.exit_code)
+
+
+@click.command()
+@click.argument("store", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(store: str, as_json: bool) -> None:
+    """Say whether a run STORE is complete, running, or was interrupted.
+
+    Exits 0 when complete, 1 when not (running now, or interrupted: run the
+    same pipeline again to resume it).
+    """
+    from distforest.jobs.status import state_text, store_state
+
+    state = store_state(store)
+    click.echo(json.dumps(state, indent=2, default=str) if as_json else state_text(state))
+    if state["status"] != "complete":
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("store", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the full description as JSON.")
+def info(store: str, as_json: bool) -> None:
+    """Describe a STORE: status, provenance, arrays with shapes and chunks."""
+    from distforest.jobs.status import info_text, store_description
+
+    description = store_description(store)
+    click.echo(json.dumps(description, indent=2, default=str) if as_json
+               else info_text(description))  # fmt: skip
+    if not as_json and description["attrs"].get("status") != "complete":
+        sys.exit(1)
+
+
+@click.command("examples")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False), default=".")
+@click.option("--overwrite", is_flag=True, help="Replace example files already in DIR.")
+def examples_cmd(directory: str, overwrite: bool) -> None:
+    """Copy the example pipelines, cluster files and bundled data into DIR.
+
+    DIR (default: the current folder) gets pipelines/, cluster_configs/ and
+    distforest/data/ (the data the pipelines read), so that
+    `distforest run pipelines/main.yaml` works there as in the repository.
+    The shipped files are also found by name from anywhere:
+    `distforest run main`, `--cluster local`.
+    """
+    from distforest.jobs import examples
+
+    click.echo(examples.copy_to(directory, overwrite))

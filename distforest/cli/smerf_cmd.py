@@ -1,24 +1,9 @@
 """Commands ``distforest smerf fit / predict / importances``.
 
-::
-
-    distforest smerf fit X.csv --distances D.npy [--trees 100] [--max-features sqrt] [--seed 0] --out model.zarr
-    distforest smerf predict model.zarr A.csv [--against B.csv] --out predicted.zarr
-    distforest smerf importances model.zarr [--plot importances.png]
-
-Every input is read and checked before anything is written: a bad D (not
-square, not as long as X, all NaN, infinite, not symmetric) or bad rows stop
-the command with exit code 3 and no output; an output that would not fit on
-the disk (the model holds D; the predicted matrix is counted uncompressed)
-stops it with exit code 6.  ``fit`` and ``predict`` build their jobs
-(:mod:`distforest.jobs.specs`) and run them.
-
-``fit`` on an X that is a glob, a folder of parts or a file over 32 MB reads
-it by partitions on the workers (a named cluster, else a LocalCluster): the
-checks run on the partitions (a bad value names its part file, column and
-row), the rows go into a temporary store that the tree tasks read, and the
-model is the one the same rows in one file give.
-"""  # noqa: E501
+``fit`` and ``predict`` build their jobs (:func:`~distforest.jobs.specs.smerf_fit`,
+:func:`~distforest.jobs.specs.smerf_predict`), which read and check every input before
+anything is written (:mod:`distforest.jobs.smerf`).
+"""
 
 from __future__ import annotations
 
@@ -32,19 +17,20 @@ from distforest.cli.options import (
     job_command,
     out_option,
     overwrite_option,
-    parse_max_features,
+    parameter_option,
     seed_option,
     tile_size_option,
-    trees_option,
 )
 from distforest.jobs import constraints as C
 from distforest.jobs import specs
 
-#: ``SMERF().get_params()``, written out so that ``--help`` needs no estimator
+#: ``SMERF().get_params()``, from its one declaration, so that ``--help`` needs no estimator
 #: (tests/test_startup.py checks that they are the estimator's own defaults).
-SMERF_DEFAULTS: dict[str, Any] = {"bootstrap": True, "max_depth": None, "max_features": "sqrt",
-                                  "min_samples_leaf": 1, "n_estimators": 100, "oblique": False,
-                                  "random_state": 0}  # fmt: skip
+SMERF_DEFAULTS: dict[str, Any] = {name: p.default for name, p in C.SMERF_PARAMETERS.items()}
+
+
+def _parameter(name: str) -> Any:
+    return parameter_option(name, C.SMERF_PARAMETERS[name])
 
 
 @click.group()
@@ -60,17 +46,12 @@ def smerf() -> None:
 @out_option("MODEL.zarr", "Model store to write.")
 @id_dropped_option
 @input_options
-@trees_option(SMERF_DEFAULTS["n_estimators"])
-@click.option("--max-features", default=str(SMERF_DEFAULTS["max_features"]), show_default=True,
-              callback=parse_max_features,
-              help="Candidates per split: sqrt, log2, an integer or a fraction.")  # fmt: skip
-@click.option("--oblique", is_flag=True,
-              help="Sparse random +-1 projections as candidates (as SPORF).")  # fmt: skip
-@click.option("--max-depth", type=click.IntRange(min=1), default=None)
-@click.option("--min-samples-leaf", type=click.IntRange(min=1),
-              default=SMERF_DEFAULTS["min_samples_leaf"], show_default=True)  # fmt: skip
-@click.option("--no-bootstrap", "bootstrap", flag_value=False, default=True,
-              help="Every tree sees every row once.")  # fmt: skip
+@_parameter("n_estimators")
+@_parameter("max_features")
+@_parameter("oblique")
+@_parameter("max_depth")
+@_parameter("min_samples_leaf")
+@_parameter("bootstrap")
 @seed_option("random_state: same seed, same model.")
 @tile_size_option(C.SMERF_TILE)
 @overwrite_option()

@@ -19,17 +19,17 @@ from distforest.cli.options import (
     overwrite_option,
     parameter_option,
     seed_option,
-    tile_size_option,
-    trees_option,
 )
 from distforest.jobs import constraints as C
 from distforest.jobs import specs
 
-#: ``XForest().get_params()``, written out so that ``--help`` needs no estimator
-#: (tests/test_startup.py checks that they are the estimator's own defaults).
-XFOREST_DEFAULTS: dict[str, Any] = {"batch_size": None, "beta": 0.9, "leaf_size": 10, "mode": "x",
-                                    "n_directions": 2, "n_estimators": 1000, "normalize": True,
-                                    "random_state": None, "tile_size": 2048}  # fmt: skip
+#: ``XForest().get_params()``, from its one declaration, so that ``--help`` needs no
+#: estimator (tests/test_startup.py checks that they are the estimator's own defaults).
+XFOREST_DEFAULTS: dict[str, Any] = {name: p.default for name, p in C.XFOREST_PARAMETERS.items()}
+
+
+def _parameter(name: str, **override: Any) -> Any:
+    return parameter_option(name, C.XFOREST_PARAMETERS[name], **override)
 
 
 @click.command()
@@ -37,30 +37,19 @@ XFOREST_DEFAULTS: dict[str, Any] = {"batch_size": None, "beta": 0.9, "leaf_size"
 @out_option("STORE.zarr", "Zarr store to write.")
 @id_dropped_option
 @input_options
-@trees_option(XFOREST_DEFAULTS["n_estimators"])
-@click.option("--x", "n_directions", type=click.IntRange(min=1),
-              default=XFOREST_DEFAULTS["n_directions"], show_default=True,
-              help="X: random directions per tree (depth d splits on direction d mod "
-                   "X).")  # fmt: skip
-@click.option("--mode", type=click.Choice(C.MODES), default=XFOREST_DEFAULTS["mode"],
-              show_default=True,
-              help="standard: a fresh direction at every node (Dasgupta-Freund RP "
-                   "tree).")  # fmt: skip
-@click.option("--leaf-size", type=click.IntRange(min=1), default=XFOREST_DEFAULTS["leaf_size"],
-              show_default=True,
-              help="A node with at most this many rows is a leaf (the paper's tau is this + 1: "
-                   "it splits nodes of at least tau rows).")  # fmt: skip
-@click.option("--beta", type=click.FloatRange(0, 1), default=XFOREST_DEFAULTS["beta"],
-              show_default=True, help="Similarity decay per edge between two leaves.")  # fmt: skip
+@_parameter("n_estimators")
+@_parameter("n_directions")
+@_parameter("mode")
+@_parameter("leaf_size")
+@_parameter("beta")
 @click.option("--kind", type=click.Choice(C.SIMILARITY_KINDS), default=C.SIMILARITY_KINDS[0],
               show_default=True,
               help="beta: mean of beta**edges; basic: share of trees with a common "
                    "leaf.")  # fmt: skip
-@click.option("--no-normalize", "normalize", flag_value=False, default=True,
-              help="Skip the per-feature min-max normalisation.")  # fmt: skip
+@_parameter("normalize")
 @seed_option("random_state: same seed, same matrix.")
-@parameter_option("batch_size")
-@tile_size_option(XFOREST_DEFAULTS["tile_size"])
+@_parameter("batch_size", help=C.FOREST_PARAMETERS["batch_size"].help)
+@_parameter("tile_size")
 @click.option("--target", metavar="COLUMN",
               help="A class column to leave out of the features (kept for scoring "
                    "clusters).")  # fmt: skip
