@@ -181,7 +181,7 @@ def tile_size_option(default: int) -> Decorator:
     return parameter_option("tile_size", default=default)
 
 
-def _leaf_bound(value: Any) -> str | int:
+def _leaf_bound(value: Any) -> str | int | None:
     """``--leaf-bound``: auto, "none" (given; not given: None, the specs of runs without it
     unchanged), or the most rows a refined leaf keeps."""
     if value == "auto" or str(value).lower() == "none":
