@@ -203,6 +203,8 @@ COMMANDS = {
     "knn predict": (["K", str(BC)], "pr.csv", "pr.run.zarr"),
     "score": (["P", str(BC), "--id", "Id"], "sc.csv", "sc.run.zarr"),
     "simforest fit": ([str(ION), "--target", "Class", "--trees", "6"], "f.zarr", None),
+    "xforest": ([str(ION), "--target", "Class", "--trees", "10", "--seed", "0", "--tile-size",
+                 "128"], "x.zarr", None),
 }  # fmt: skip
 
 
@@ -340,6 +342,9 @@ PIPELINE_FORMS = {
     "smerf predict": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
                       "smerf: {n_estimators: 5, random_state: 0, tile_size: 256, "
                       "distances: DIST}\ndistance: {oob: false, out: d.zarr}\n", "d.zarr"),
+    "xforest": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
+                "xforest: {n_estimators: 10, random_state: 0, tile_size: 128}\n",
+                "beta_similarity"),
     "cluster": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
                 "xforest: {n_estimators: 30, random_state: 0, tile_size: 128}\n"
                 "clustering: {method: kernel-kmeans, k: 2, n_init: 2, out: c.csv}\n",
@@ -361,7 +366,7 @@ def test_a_command_and_its_pipeline_form_write_the_same_bytes(tmp_path, command)
     yaml.write_text(text + f"output: {{dir: {folder}, store: run.zarr}}\n")
     run = CliRunner().invoke(cli, ["-q", "run", str(yaml)])
     assert run.exit_code == 0, run.output
-    if name == "proximity":  # (in the model's store)
+    if name in ("proximity", "beta_similarity"):  # (in the model's store)
         folder = folder / "run.zarr"
     if name == "model":  # every array's chunks of the model store
         piped = {k: v for k, v in _tree(folder / "run.zarr").items() if "/c/" in k}
@@ -423,7 +428,9 @@ def test_impute_and_knn_commands_and_their_pipeline_forms_write_the_same_bytes(t
     assert (folder / name).read_bytes() == out.read_bytes() and out.stat().st_size > 1000
 
 
-@pytest.mark.parametrize("command", ["impute", "knn fit", "knn predict", "score", "simforest fit"])
+@pytest.mark.parametrize(
+    "command", ["impute", "knn fit", "knn predict", "score", "simforest fit", "xforest"]
+)
 def test_a_command_killed_by_sigkill_runs_again_to_the_same_bytes(tmp_path, command):
     """SIGKILL of the whole run as soon as it holds its lock (wherever it then is): run
     again, the dead run's lock is taken over and the files are those of an uninterrupted
