@@ -36,7 +36,7 @@ from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.jobs.base import JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.result import JobResult, output_lines
+from distforest.jobs.result import JobResult, mode_text, output_lines
 from distforest.jobs.row_pieces import RowFrames, model_once, write_pieces
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
@@ -83,7 +83,10 @@ class ScoreJob(JobBase):
 
     def summary(self, result: JobResult) -> str:
         """The lines that tell the user what the run wrote."""
-        return score_summary(result)
+        from distforest.jobs.inputs import partitioned_input
+
+        return score_summary(result, by_parts=partitioned_input(self.input),
+                             command=self.source is None)  # fmt: skip
 
 
 def open_model(path: str, training: str | None = None, target: str | None = None,
@@ -298,13 +301,17 @@ def _stage(section: dict[str, Any], job: ScoreJob) -> str:
     return "score" if section is job.score else "impute"
 
 
-def score_summary(result: JobResult) -> str:
-    """A few lines telling the user what was written."""
+def score_summary(result: JobResult, by_parts: bool = False, command: bool = False) -> str:
+    """A few lines telling the user what was written (``by_parts``: the new rows were read
+    by partitions; ``command``: ``distforest score``, which has no ``--restart``)."""
     width = max(len(k) for k in result.outputs) + 1
     how = {"new": "", "resumed": ", resumed", "already complete": ", already complete: nothing "
            "to do (use --restart to compute it again)"}[result.mode]  # fmt: skip
+    if command:
+        how = mode_text(result.mode, result.store)
     return "\n".join([
-        f"scored {result.shape[0]:,} new rows against {result.shape[1]:,} training rows "
+        f"scored {result.shape[0]:,} new rows{' read by partitions' * by_parts} against "
+        f"{result.shape[1]:,} training rows "
         f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
         *output_lines(result.outputs, width),
         f"  {'inspect:':<{width}} distforest status {result.store}",
