@@ -83,10 +83,9 @@ class ScoreJob(JobBase):
 
     def summary(self, result: JobResult) -> str:
         """The lines that tell the user what the run wrote."""
-        from distforest.jobs.inputs import partitioned_input
-
-        return score_summary(result, by_parts=partitioned_input(self.input),
-                             command=self.source is None)  # fmt: skip
+        stages = RunStore.open(result.store).attrs.get("stages") or {}
+        by_parts = any(stage.get("by_partitions") for stage in stages.values())
+        return score_summary(result, by_parts=by_parts, command=self.source is None)
 
 
 def open_model(path: str, training: str | None = None, target: str | None = None,
@@ -223,6 +222,7 @@ def _score(job: ScoreJob, forest: Any, table: Any, ctx: Context) -> None:
            "outliers": options.get("outliers", True)}  # fmt: skip
     if not hasattr(table, "X"):  # read by partitions: tasks score and write them
         written = _by_parts(job, table, "score", options["out"], how)[0]
+        ctx.done.info["by_partitions"] = True
     else:
         written = write_csv(score_rows(forest, table, **how), options["out"])
     ctx.done.outputs = {"scores": written}

@@ -252,6 +252,12 @@ def fit_and_save(
     return rs
 
 
+def table_by_parts(data: str | None) -> bool:
+    """Whether a SimForest's table ``data`` (None: a matrix is fitted) is read by
+    partitions (a glob, a folder of parts, a file over 32 MB)."""
+    return data is not None and partitioned_input(data)
+
+
 @dataclass(kw_only=True)
 class SimForestJob(ForestJob):
     """One SimForest run: the model, its proximity (in the model's store), outliers, MDS.
@@ -288,7 +294,7 @@ class SimForestJob(ForestJob):
     def partitioned(self) -> bool:
         """Whether the input is a table read by partitions (a glob, a folder of parts,
         a file over 32 MB)."""
-        return not self.matrix_input and partitioned_input(self.input)
+        return table_by_parts(None if self.matrix_input else self.input)
 
     def read_input(self) -> FitInput:
         """What the model is fitted on, read from the job's files (a table read by

@@ -49,9 +49,9 @@ class SimForestFitJob(JobBase):
     @property
     def by_parts(self) -> bool:
         """Whether DATA is a table read by partitions."""
-        from distforest.jobs.inputs import partitioned_input
+        from distforest.jobs.simforest import table_by_parts
 
-        return self.data is not None and partitioned_input(self.data)
+        return table_by_parts(self.data)
 
     def describe(self) -> str:
         """What the job computes."""
