@@ -421,9 +421,9 @@ class Parameter:
         One line for the command line's ``--help``.
     flag : str
         The command-line option when it is not the name after two dashes, its
-        underscores as dashes.  A boolean's option is a pair (``--x/--no-x``),
-        or with a flag of its own that one flag, which sets the value that is
-        not the default.
+        underscores as dashes.  A boolean's option is a pair (the flag, and the
+        flag with ``no-`` after its dashes), or with a flag of its own that one
+        flag, which sets the value that is not the default.
     """
 
     constraint: Constraint
