@@ -135,7 +135,8 @@ def plan_smerf_job(job: SmerfJob) -> Pipeline:
                                   fingerprint=False).itemsize  # fmt: skip
     dist, matrix = job.distance, None
     if dist is not None:
-        rows = {key: _count_rows(dist[key], job.drop, job.na_values)
+        rows = {key: input_shape(dist[key], drop=job.drop, na_values=job.na_values,
+                                 allow_missing=False, min_rows=1)[1]
                 for key in ("rows", "against") if dist.get(key)}  # fmt: skip
         n_a, n_b = rows.get("rows", n), rows.get("against", n)
         matrix = (n_a, n_b, bool(dist["oob"]))
@@ -518,13 +519,6 @@ def fit_job(input: str, distances: str, out: str, params: dict[str, Any],
     SMERF(**params)._validated()
     return SmerfJob(input=input, distances=distances, out=out, forest=params, name="smerf fit",
                     **fields)  # fmt: skip
-
-
-def _count_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> int:
-    """The rows of a table of new rows, for a plan (a table read by partitions: from its
-    metadata or line counts, nothing loaded)."""
-    return input_shape(path, drop=drop, na_values=na_values, allow_missing=False,
-                       min_rows=1)[1]  # fmt: skip
 
 
 def _new_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> Any:
