@@ -78,8 +78,8 @@ class SimilarityJob(JobBase):
     def partitioned(self) -> bool:
         """Whether the rows (INPUT's or the reference's) are read by partitions, both then
         by partitions on a cluster: the job's one question of its inputs' kind (the two
-        algorithms of a matrix do not give the same bytes: ``zscore`` rows scaled by chunks
-        differ from scikit-learn's scaler on the whole table in the last bits)."""
+        algorithms of a matrix do not give the same bytes: with ``zscore`` the matrix of rows
+        scaled into a store differs from the in-memory one in the last bits)."""
         from distforest.jobs.inputs import partitioned_input
 
         return any(partitioned_input(p) for p in (self.input, self.reference) if p is not None)
