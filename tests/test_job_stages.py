@@ -184,7 +184,8 @@ COMMANDS = {
                    "s.zarr", None),
     "neighbors": ([str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--drop", "Class"],
                   "s.zarr", None),
-    "proximity": ([str(BC), "--drop", "Bare.nuclei", *FOREST], "s.zarr", None),
+    "proximity": ([str(BC), "--drop", "Bare.nuclei", *FOREST, "--tile-size", "256"], "s.zarr",
+                  None),
     "outliers": ([str(BC), *FOREST, "--plot", "PLOT"], "o.csv", "o.run.zarr"),
     "mislabels": ([str(BC), *FOREST, "--top", "3"], "o.csv", "o.run.zarr"),
     "mds": ([str(BC), *FOREST, "--components", "3", "--plot", "PLOT"], "o.csv", "o.run.zarr"),
@@ -342,6 +343,8 @@ PIPELINE_FORMS = {
     "smerf predict": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
                       "smerf: {n_estimators: 5, random_state: 0, tile_size: 256, "
                       "distances: DIST}\ndistance: {oob: false, out: d.zarr}\n", "d.zarr"),
+    "proximity": (f"input: {{path: {BC}, target: Class, drop: [Id, Bare.nuclei]}}\n"
+                  "forest: {n_estimators: 5, random_state: 0, tile_size: 256}\n", "proximity"),
     "xforest": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
                 "xforest: {n_estimators: 10, random_state: 0, tile_size: 128}\n",
                 "beta_similarity"),
