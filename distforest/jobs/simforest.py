@@ -234,7 +234,7 @@ def fit_and_save(
     temporary store is removed.  Returns the model store.
     """
     with temporary_store() as path:
-        table = pending.write(path, {})
+        table = pending.placed(str(path), {})
         scaling = None
         if normalize == "zscore":  # one task reads the chunks in order
             with forest._runner(table.n_samples * table.n_features) as runner:
