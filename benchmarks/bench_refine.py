@@ -74,7 +74,8 @@ def arguments() -> Any:
                         "as grown and each refined one share their trees' tops.")  # fmt: skip
     p.add_argument("--phase-samples", default="",
                    help="With --phase-trees: rows per tree of extra refined forests "
-                        "(comma-separated; each grows its own tops).")  # fmt: skip
+                        "(comma-separated; each grows its own tops); --max-samples: the "
+                        "first pair's.")  # fmt: skip
     return p.parse_args()
 
 
@@ -228,8 +229,8 @@ def phases(rows: int, seed: int, args: Any, work: Path) -> list[dict[str, Any]]:
     seeds = np.arange(1, T + 1, dtype=np.uint64) + np.uint64(1000 * seed)
     runner = Runner(None, 1)
     out = []
-    samples = [None] + [int(s) for s in args.phase_samples.split(",") if s]
-    for sample in samples:
+    samples = [args.max_samples] + [int(s) for s in args.phase_samples.split(",") if s]
+    for number, sample in enumerate(samples):
         forest = ProximityForest(T, max_samples=sample)
         tp = ProximityForest._tree_params(forest._validated(), "classification",
                                           list(range(len(classes))), rows)  # fmt: skip
@@ -263,7 +264,7 @@ def phases(rows: int, seed: int, args: Any, work: Path) -> list[dict[str, Any]]:
             grown[:, t], inbag[:, t] = leaves, counts
             refined[:, t], inbag_refined[:, t] = done.leaves[:, 0], done.inbag[:, 0]
         forests = [("refined", refined, inbag_refined)]
-        if sample is None:
+        if number == 0:  # the forest as grown: its tops are the first refined forest's
             forests.insert(0, ("as grown", grown, inbag))
         for name, leaves_, inbag_ in forests:
             c0 = time.process_time()
