@@ -135,6 +135,14 @@ def coleaf_estimate(model_path: Path, part: Path, rows: int, target: str = LABEL
     }
 
 
+def _leaf_sizes(args: Any) -> dict[str, Any]:
+    """LightGBM's ``min_data_in_leaf`` when given (a model of small leaves, whose full
+    matrix forestgeom can hold), else LightGBM's default."""
+    if args.min_data_in_leaf is None:
+        return {}
+    return {"min_child_samples": args.min_data_in_leaf}
+
+
 def _model_hash(model: Any) -> str:
     text = model.booster_.model_to_string()
     body = "\n".join(line for line in text.splitlines() if not line.startswith("version"))
@@ -163,7 +171,7 @@ def child_distforest(work: str, family: str, args: Any) -> None:
         if family == "random-forest":
             model, digest = load_model(Path(work) / "rf.skops"), ""
         else:
-            model = _lightgbm(X, y, args.trees, args.seed, args.num_leaves)
+            model = _lightgbm(X, y, args.trees, args.seed, args.num_leaves, **_leaf_sizes(args))
             digest = _model_hash(model)
     t0 = time.perf_counter()
     forest = ProximityForest.from_model(model, X, y)
@@ -209,7 +217,7 @@ def child_forestgeom(work: str, family: str, args: Any) -> None:
         model = sio.load(path, trusted=sio.get_untrusted_types(file=path))
         digest = ""
     else:
-        model = _lightgbm(X, y, args.trees, args.seed, args.num_leaves)
+        model = _lightgbm(X, y, args.trees, args.seed, args.num_leaves, **_leaf_sizes(args))
         digest = _model_hash(model)
     n = len(X)
     t0 = time.perf_counter()
@@ -336,7 +344,7 @@ def main() -> None:
         "--min-data-in-leaf",
         type=int,
         default=None,
-        help="with --folder: LightGBM's min_data_in_leaf (its default: 20)",
+        help="LightGBM's min_data_in_leaf (its default: 20)",
     )
     p.add_argument(
         "--max-bin",
@@ -414,6 +422,8 @@ def main() -> None:
     options = ["--rows", str(args.rows), "--trees", str(args.trees), "--seed", str(args.seed),
                "--workdir", str(work), "--num-leaves", str(args.num_leaves),
                "--peer-memory-gb", str(args.peer_memory_gb),
+               *(["--min-data-in-leaf", str(args.min_data_in_leaf)]
+                 if args.min_data_in_leaf is not None else []),
                *(["--parts", str(args.parts)] if args.parts else [])]  # fmt: skip
     rows = [_row(family, args, {side: run_measured(
                 [python, me, *options, "--child", side, family], work, f"{side}-{family}",
@@ -487,6 +497,7 @@ def _row(family: str, args: Any, measured: dict[str, Any]) -> dict[str, Any]:
     row = {
         "model": family, "rows": args.rows, "trees": df_child.get("trees", args.trees),
         "num_leaves": args.num_leaves if "lightgbm" in family else None,
+        "min_data_in_leaf": args.min_data_in_leaf if "lightgbm" in family else None,
         "forestgeom full matrix (s)": round(fg_child.get("answer_s", nan), 1),
         "forestgeom": fg_child.get("skipped") or (f"nnz {fg_child['nnz']:,}" if "nnz" in
                                                   fg_child else "not run"),

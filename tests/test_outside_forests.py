@@ -658,3 +658,34 @@ def test_scoring_pipeline_with_a_model_file(model_files, tmp_path, monkeypatch):
                                rtol=1e-5)  # fmt: skip
     again = _invoke("run", tmp_path / "score.yaml")  # the same model and rows: complete
     assert again.exit_code == 0 and "already complete" in again.output, again.output
+
+
+@pytest.mark.parametrize("family", ["sklearn", "lightgbm", "xgboost"])
+def test_from_model_task_is_the_models(family, classification) -> None:
+    """The task comes from the model: a regressor of a few integer values stays a
+    regression (its target read as floats, not sorted), a classifier gives classes."""
+    from distforest import ProximityForest
+
+    X, _ = classification
+    X = np.nan_to_num(X)
+    counts = (np.abs(X[:, 0]) * 2).astype(np.int64)  # a handful of integer values
+    assert np.unique(counts).size < 20  # what task="auto" would take for classes
+    labels = (X[:, 1] > 0).astype(np.int64)
+    if family == "sklearn":
+        regressor = RandomForestRegressor(n_estimators=3, random_state=0).fit(X, counts)
+        classifier = RandomForestClassifier(n_estimators=3, random_state=0).fit(X, labels)
+    elif family == "lightgbm":
+        lgb = pytest.importorskip("lightgbm")
+        regressor = lgb.LGBMRegressor(n_estimators=3, verbose=-1).fit(X, counts)
+        classifier = lgb.LGBMClassifier(n_estimators=3, verbose=-1).fit(X, labels)
+    else:
+        xgb = pytest.importorskip("xgboost")
+        regressor = xgb.XGBRegressor(n_estimators=3).fit(X, counts)
+        classifier = xgb.XGBClassifier(n_estimators=3).fit(X, labels)
+    reg = ProximityForest.from_model(regressor, X, counts)
+    assert reg.task_ == "regression" and reg.classes_ == []
+    np.testing.assert_array_equal(reg.y_, counts.astype(np.float64))
+    assert reg.y_.dtype == np.float64
+    clf = ProximityForest.from_model(classifier, X, labels)
+    assert clf.task_ == "classification" and clf.classes_ == [0, 1]
+    np.testing.assert_array_equal(clf.y_, labels)

@@ -41,6 +41,17 @@ from distforest.kernels.proximity import weighted_proximity_tile
 #: once (a worker runs several tasks in threads): their calls take turns.
 _BOOSTER_LOCK = threading.Lock()
 
+#: LightGBM's classification objectives and their aliases.
+_LIGHTGBM_CLASSIFIERS = ("binary", "multiclass", "softmax", "multiclassova", "multiclass_ova",
+                         "ova", "ovr")  # fmt: skip
+#: LightGBM's regression objectives and their aliases (ranking and custom ones: neither).
+_LIGHTGBM_REGRESSORS = (
+    "regression", "regression_l2", "l2", "mean_squared_error", "mse", "l2_root",
+    "root_mean_squared_error", "rmse", "regression_l1", "l1", "mean_absolute_error", "mae",
+    "huber", "fair", "poisson", "quantile", "mape", "mean_absolute_percentage_error",
+    "gamma", "tweedie",
+)  # fmt: skip
+
 #: Weightings that read in-bag counts (refused where the model's bagging is unknown).
 NEEDS_INBAG = ("oob", "rfgap")
 #: Weightings with a weight per row and tree (:func:`proximity_weights`).
@@ -104,6 +115,29 @@ class OutsideForest:
     def bootstrap(self) -> bool:
         """Whether some rows are out of bag in some trees (OOB and RF-GAP are defined)."""
         return self.family == "sklearn-bagging" and bool(getattr(self.model, "bootstrap", False))
+
+    @property
+    def task(self) -> str:
+        """The task the model was fitted for, read from the model (its estimator type or
+        objective): ``"classification"``, ``"regression"``, or ``"auto"`` when the model
+        does not say (a custom or ranking objective: the target decides)."""
+        if self.family.startswith("sklearn"):
+            from sklearn.base import is_classifier, is_regressor
+
+            if is_classifier(self.model):
+                return "classification"
+            return "regression" if is_regressor(self.model) else "auto"
+        if self.family == "lightgbm":
+            params = getattr(self.model, "params", None) or {}
+            objective = str(params.get("objective", "")).split(" ")[0]
+            if objective in _LIGHTGBM_CLASSIFIERS:
+                return "classification"
+            return "regression" if objective in _LIGHTGBM_REGRESSORS else "auto"
+        objective = _xgboost_config(self.model)["learner"]["objective"]["name"]
+        kind = str(objective).split(":")[0]
+        if kind in ("binary", "multi"):
+            return "classification"
+        return "regression" if kind in ("reg", "count", "survival") else "auto"
 
     def check_method(self, method: str) -> None:
         """Refuse a weighting that needs in-bag counts this model cannot give."""

@@ -497,7 +497,9 @@ class ProximityForest(Persisted, DaskEstimator):
                 "them as you did for the model and pass the numeric table"
             )
         task, y_fit, classes = (
-            fit_target("auto", source) if source.target_name or y is not None
+            # the model says its task: a regressor's target is read as floats, never
+            # sorted to guess the task from its distinct values
+            fit_target(forest.task, source) if source.target_name or y is not None
             else ("unsupervised", None, [])
         )  # fmt: skip
         weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
