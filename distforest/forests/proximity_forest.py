@@ -468,7 +468,10 @@ class ProximityForest(Persisted, DaskEstimator):
             features as the model saw them.
         y : array-like, str or None
             The target (a column name when ``X`` is read from files); needed by
-            the answers that use classes (outliers by class, mislabels).
+            the answers that use classes (outliers by class, mislabels).  The task
+            is the model's own (a classifier's classes, a regressor's numbers); only
+            a model whose objective says neither (custom, ranking) has it decided
+            from the target's values.
         sample_weight : array-like or None
             The weights the model was fitted with (scikit-learn draws a weighted
             bootstrap when they are given).
