@@ -142,7 +142,7 @@ class ProximityForest(Persisted, DaskEstimator):
         regression, gini or squared error, no depth or leaf limit, no weights);
         None (the default): never.  The top-k jobs (``distforest proximity
         --top-k``, pipelines' ``top_k``) default to ``auto``: at 1,000,000 rows its
-        fit and neighbours took 11-13 % less CPU a tree than the forest as grown,
+        fit and neighbours took 3-14 % less CPU a tree (11 % on average) than the forest as grown,
         with neighbours as often of their row's class and a lower imputation
         error (``benchmarks/results/refine-phases.md``); the estimator keeps
         None (its forest unchanged for dense matrices and every other use).

@@ -35,7 +35,7 @@ AUTO_LEAF_BOUND = 8
 #: ``leaf_bound="auto"`` refines when the rows are at least this many times the rows
 #: drawn per tree (the leaves that much more crowded than grown): with the default
 #: 200,000 rows a tree, from 1,000,000 rows, where the refined forest's fit and
-#: neighbours took 11-13 % less CPU a tree than the forest as grown, with neighbours
+#: neighbours took 3-14 % less CPU a tree than the forest as grown (five seeds), with neighbours
 #: as often of their row's class (results/refine-phases.md); at 100,000 rows on
 #: 20,000 a tree it took 30 % more (its neighbours save less at smaller n).
 AUTO_CROWDING = 5
