@@ -217,7 +217,7 @@ def plan_imputation(
 
 def impute_rows(
     plan: ImputationPlan,
-    fit: Callable[[pd.DataFrame, Any], pd.DataFrame],
+    fit: Callable[[pd.DataFrame, Any, bool], pd.DataFrame],
     *,
     new_rows: Callable[[], Any] | None = None,
     sample_rows: int | None = None,
@@ -230,8 +230,9 @@ def impute_rows(
     ----------
     plan : ImputationPlan
     fit : callable
-        ``fit(features, y) -> filled``: the sample's feature columns (a DataFrame)
-        and its target (or None) in, the same columns filled out.
+        ``fit(features, y, whole) -> filled``: the sample's feature columns (a
+        DataFrame), its target (or None) and whether the sample is every row in,
+        the same columns filled out.
     new_rows : callable, optional
         ``new_rows() -> imputer`` (after ``fit``): what fills a chunk outside the
         sample, by its ``transform`` in the chunk's task.  Needed when the sample
@@ -267,7 +268,8 @@ def impute_rows(
 
     sample = pd.concat(pieces, ignore_index=True) if plan.by_partitions else pieces[0]
     del pieces
-    filled = fit(sample[features], sample[plan.target] if plan.target is not None else None)
+    y = sample[plan.target] if plan.target is not None else None
+    filled = fit(sample[features], y, whole)
     shipped: Any = None
     if whole:
         slices: list[Any] = [filled.iloc[starts[k] : starts[k + 1]] for k in range(len(blocks))]
@@ -471,7 +473,12 @@ def run_imputation(
                                "params": settings, "target": plan.target,
                                "task": imputer.task_, "n_imputed": imputer.n_missing_}}  # fmt: skip
 
-    result = impute_rows(plan, imputer.fit_transform, new_rows=imputer.for_new_rows,
+    def fit(features: pd.DataFrame, y: Any, whole: bool) -> pd.DataFrame:
+        # rows beyond the sample are filled by the chunks' tasks: the forest that routes
+        # them goes to a temporary store, never through this process (nor its pickle)
+        return imputer.fit_transform(features, y, keep_nodes=whole)
+
+    result = impute_rows(plan, fit, new_rows=imputer.for_new_rows,
                          sample_rows=sample_rows if plan.by_partitions else None,
                          random_state=imputer.random_state, attrs=provenance)  # fmt: skip
     missing = result.missing if plan.by_partitions else dict(imputer.n_missing_)
@@ -486,7 +493,7 @@ def impute_from_matrix_rows(plan: ImputationPlan, matrix: Any, vote: str = "sum"
 
     counts: dict[str, int] = {}
 
-    def fit(features: pd.DataFrame, y: Any) -> pd.DataFrame:
+    def fit(features: pd.DataFrame, y: Any, whole: bool) -> pd.DataFrame:
         filled, found = fill_from_matrix(matrix, features, vote)
         counts.update(found)
         return filled
