@@ -28,7 +28,7 @@ ALLOWED = 3
 #: similarity / score commands' two algorithms (in memory, by partitions).
 KNOWN = {
     "cli/apps_cmd.py": 2, "cli/simforest_cmd.py": 1, "forests/simforest.py": 1,
-    "jobs/forest_answers.py": 1, "jobs/impute.py": 17, "jobs/knn.py": 1,
+    "jobs/forest_answers.py": 1, "jobs/impute.py": 1, "jobs/knn.py": 1,
     "jobs/knn_model.py": 1, "jobs/score.py": 2, "jobs/similarity.py": 2,
     "jobs/simforest.py": 4, "jobs/simforest_model.py": 1, "jobs/smerf.py": 5,
     "jobs/xforest.py": 1,
