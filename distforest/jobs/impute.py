@@ -267,6 +267,11 @@ class ImputationPlan:
     na_values: tuple[str, ...] = ()
     folder: bool = False
 
+    @property
+    def by_partitions(self) -> bool:
+        """Whether the rows are read (and written) by partitions (asked by no code here)."""
+        return isinstance(self.rows, TableParts)
+
 
 @dataclass(frozen=True)
 class Imputed:
