@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from distforest.cli.main import cli
-from distforest.cli.progress import setup_logging
+from distforest.jobs.progress import setup_logging
 from distforest.store import run_store
 
 

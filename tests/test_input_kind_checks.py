@@ -24,14 +24,12 @@ SOURCE_MODULE = "store/source.py"
 #: Call sites allowed outside it.
 ALLOWED = 3
 #: Files whose call sites other work in progress removes (their counts may only fall):
-#: the impute, k-NN, SimForest, SMERF and X-Forest commands and estimators, and the
+#: the impute, k-NN predict and SimForest commands and estimators, and the
 #: similarity / score commands' two algorithms (in memory, by partitions).
 KNOWN = {
-    "cli/apps_cmd.py": 2, "cli/simforest_cmd.py": 1, "forests/simforest.py": 1,
-    "jobs/forest_answers.py": 1, "jobs/impute.py": 1, "jobs/knn.py": 1,
-    "jobs/knn_model.py": 1, "jobs/score.py": 2, "jobs/similarity.py": 2,
-    "jobs/simforest.py": 4, "jobs/simforest_model.py": 1, "jobs/smerf.py": 5,
-    "jobs/xforest.py": 1,
+    "forests/simforest.py": 1,
+    "jobs/impute.py": 1, "jobs/knn_model.py": 1, "jobs/score.py": 2,
+    "jobs/similarity.py": 1, "jobs/simforest.py": 4, "jobs/simforest_model.py": 1,
 }  # fmt: skip
 
 

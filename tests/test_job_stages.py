@@ -178,13 +178,14 @@ FOREST = ["--target", "Class", "--drop", "Id", "--trees", "5"]
 #: A k-NN model's training rows: breast cancer's complete columns, its class.
 KNN = ["--target", "Class", "--drop", "Id", "--drop", "Bare.nuclei"]
 #: Command -> (its arguments but --out, its output file, its store beside it; None: the
-#: output is the store).
+#: output is the store).  "P" is a proximity store of breast cancer (the model scored).
 COMMANDS = {
     "similarity": ([str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--drop", "Class"],
                    "s.zarr", None),
     "neighbors": ([str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--drop", "Class"],
                   "s.zarr", None),
-    "proximity": ([str(BC), "--drop", "Bare.nuclei", *FOREST], "s.zarr", None),
+    "proximity": ([str(BC), "--drop", "Bare.nuclei", *FOREST, "--tile-size", "256"], "s.zarr",
+                  None),
     "outliers": ([str(BC), *FOREST, "--plot", "PLOT"], "o.csv", "o.run.zarr"),
     "mislabels": ([str(BC), *FOREST, "--top", "3"], "o.csv", "o.run.zarr"),
     "mds": ([str(BC), *FOREST, "--components", "3", "--plot", "PLOT"], "o.csv", "o.run.zarr"),
@@ -201,6 +202,10 @@ COMMANDS = {
                "i.csv", "i.run.zarr"),
     "knn fit": ([str(BC), *KNN, "--k", "3"], "m.zarr", None),
     "knn predict": (["K", str(BC)], "pr.csv", "pr.run.zarr"),
+    "score": (["P", str(BC), "--id", "Id"], "sc.csv", "sc.run.zarr"),
+    "simforest fit": ([str(ION), "--target", "Class", "--trees", "6"], "f.zarr", None),
+    "xforest": ([str(ION), "--target", "Class", "--trees", "10", "--seed", "0", "--tile-size",
+                 "128"], "x.zarr", None),
 }  # fmt: skip
 
 
@@ -230,9 +235,13 @@ def _command(tmp_path: Path, command: str) -> tuple[list[str], Path, Path]:
         made = CliRunner().invoke(cli, ["-q", "knn", "fit", str(BC), *KNN, "--k", "3",
                                         "--out", str(tmp_path / "k.zarr")])  # fmt: skip
         assert made.exit_code == 0, made.output
+    if command == "score" and not (tmp_path / "p.zarr").exists():
+        made = CliRunner().invoke(cli, ["-q", "proximity", str(BC), *FOREST,
+                                        "--out", str(tmp_path / "p.zarr")])  # fmt: skip
+        assert made.exit_code == 0, made.output
     places = {"X": tmp_path / "x.zarr", "M": tmp_path / "m.zarr", "S": tmp_path / "s.zarr",
-              "D": tmp_path / "D.npy", "PLOT": folder / "p.png",
-              "K": tmp_path / "k.zarr"}  # fmt: skip
+              "D": tmp_path / "D.npy", "PLOT": folder / "p.png", "K": tmp_path / "k.zarr",
+              "P": tmp_path / "p.zarr"}  # fmt: skip
     args = [str(places.get(a, a)) for a in given]
     return (
         [*command.split(), *args, "--out", str(folder / name)],
@@ -276,7 +285,8 @@ def test_a_command_runs_the_stages_its_dry_run_printed(tmp_path, command):
 ANSWER_STAGES = {"outliers": "distforest.jobs.forest_answers._answer",
                  "importances": "distforest.jobs.forest_answers._answer",
                  "cluster": "distforest.jobs.xforest._cluster_stored",
-                 "simforest predict": "distforest.jobs.simforest_model._predict"}  # fmt: skip
+                 "simforest predict": "distforest.jobs.simforest_model._predict",
+                 "score": "distforest.jobs.score._score"}  # fmt: skip
 
 
 @pytest.mark.parametrize("command", list(ANSWER_STAGES))
@@ -333,6 +343,11 @@ PIPELINE_FORMS = {
     "smerf predict": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
                       "smerf: {n_estimators: 5, random_state: 0, tile_size: 256, "
                       "distances: DIST}\ndistance: {oob: false, out: d.zarr}\n", "d.zarr"),
+    "proximity": (f"input: {{path: {BC}, target: Class, drop: [Id, Bare.nuclei]}}\n"
+                  "forest: {n_estimators: 5, random_state: 0, tile_size: 256}\n", "proximity"),
+    "xforest": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
+                "xforest: {n_estimators: 10, random_state: 0, tile_size: 128}\n",
+                "beta_similarity"),
     "cluster": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
                 "xforest: {n_estimators: 30, random_state: 0, tile_size: 128}\n"
                 "clustering: {method: kernel-kmeans, k: 2, n_init: 2, out: c.csv}\n",
@@ -354,7 +369,7 @@ def test_a_command_and_its_pipeline_form_write_the_same_bytes(tmp_path, command)
     yaml.write_text(text + f"output: {{dir: {folder}, store: run.zarr}}\n")
     run = CliRunner().invoke(cli, ["-q", "run", str(yaml)])
     assert run.exit_code == 0, run.output
-    if name == "proximity":  # (in the model's store)
+    if name in ("proximity", "beta_similarity"):  # (in the model's store)
         folder = folder / "run.zarr"
     if name == "model":  # every array's chunks of the model store
         piped = {k: v for k, v in _tree(folder / "run.zarr").items() if "/c/" in k}
@@ -381,6 +396,11 @@ SECTION_FORMS = {
     "knn predict": ("kind: knn\ninput: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
                     "knn: {k: 3, model: m.zarr, predict: {input: BC, out: pr.csv}}\n",
                     "pr.csv"),
+    "score": ("model: PM\ninput: {path: BC, id: Id}\nscore: {out: sc.csv}\n", "sc.csv"),
+    "neighbors": ("kind: knn\ninput: {path: BC, drop: [Id, Bare.nuclei, Class]}\n"
+                  "neighbors: {k: 10, out: s.zarr}\n", "s.zarr"),
+    "simforest fit": ("kind: simforest\ninput: {path: ION, target: Class}\n"
+                      "simforest: {n_estimators: 6}\n", "simforest.zarr"),
 }  # fmt: skip
 
 
@@ -388,7 +408,9 @@ SECTION_FORMS = {
 def test_impute_and_knn_commands_and_their_pipeline_forms_write_the_same_bytes(tmp_path,
                                                                               command):  # fmt: skip
     """``impute`` and a proximity pipeline's ``impute`` section, ``knn fit`` / ``knn
-    predict`` and a k-NN pipeline's ``knn`` section: the same bytes (a model: its arrays'
+    predict`` / ``neighbors`` and a k-NN pipeline's ``knn`` / ``neighbors`` section,
+    ``score`` and a scoring pipeline,
+    ``simforest fit`` and a SimForest pipeline: the same bytes (a model: its arrays'
     chunks; its attributes record each run)."""
     args, out, _ = _command(tmp_path, command)
     result = CliRunner().invoke(cli, ["-q", *args])
@@ -396,17 +418,25 @@ def test_impute_and_knn_commands_and_their_pipeline_forms_write_the_same_bytes(t
     text, name = SECTION_FORMS[command]
     folder = tmp_path / "piped"
     yaml = tmp_path / "p.yaml"
-    yaml.write_text(text.replace("BC", str(BC)) + f"output: {{dir: {folder}}}\n")
+    text = text.replace("BC", str(BC)).replace("ION", str(ION))
+    yaml.write_text(text.replace("PM", str(tmp_path / "p.zarr")) + f"output: {{dir: {folder}}}\n")
     run = CliRunner().invoke(cli, ["-q", "run", str(yaml)])
     assert run.exit_code == 0, run.output
     if name == "model":
         piped = {k: v for k, v in _tree(folder / "m.zarr").items() if "/c/" in k}
         assert piped == {k: v for k, v in _tree(out).items() if "/c/" in k} and len(piped) >= 3
         return
+    if name.endswith(".zarr"):  # its arrays (a model's store holds its proximity too)
+        model = {k: v for k, v in _tree(out).items() if "/c/" in k}
+        piped = {k: v for k, v in _tree(folder / name).items() if k in model}
+        assert piped == model and len(model) >= 2
+        return
     assert (folder / name).read_bytes() == out.read_bytes() and out.stat().st_size > 1000
 
 
-@pytest.mark.parametrize("command", ["impute", "knn fit", "knn predict"])
+@pytest.mark.parametrize(
+    "command", ["impute", "knn fit", "knn predict", "score", "simforest fit", "xforest"]
+)
 def test_a_command_killed_by_sigkill_runs_again_to_the_same_bytes(tmp_path, command):
     """SIGKILL of the whole run as soon as it holds its lock (wherever it then is): run
     again, the dead run's lock is taken over and the files are those of an uninterrupted

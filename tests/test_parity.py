@@ -7,8 +7,7 @@ glob of CSV parts and a ``memory://`` URL; :func:`distforest.store.source.open_s
 decides the kind of each, and the forests, the outlier scores and the commands must not
 see a difference.
 
-A kind an estimator refuses, or fits with another dtype, is a strict xfail naming the
-difference: fixing it turns the case into an XPASS, which fails until the mark goes.
+No kind is refused: every estimator fits every kind (a refusal would fail its case).
 """
 
 from __future__ import annotations
@@ -97,17 +96,6 @@ def _input(data: dict[str, Any], kind: str, which: str, target: str | None) -> t
     return data["files"][which][kind], target
 
 
-def _kinds(refused: dict[str, str] | None = None) -> list[Any]:
-    """KINDS as parameters; a refused kind is a strict xfail with its reason."""
-    refused = refused or {}
-    return [
-        pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=refused[k]))
-        if k in refused
-        else k
-        for k in KINDS
-    ]
-
-
 def _proximity_products(forest: ProximityForest, X: np.ndarray) -> dict[str, np.ndarray]:
     out = {"leaves": np.asarray(forest.leaves_[...]), "inbag": np.asarray(forest.inbag_[...])}
     for method in ("original", "oob", "rfgap"):
@@ -126,7 +114,7 @@ def reference(data: dict[str, Any]) -> dict[str, np.ndarray]:
         return _proximity_products(forest, X)
 
 
-@pytest.mark.parametrize("kind", _kinds())
+@pytest.mark.parametrize("kind", KINDS)
 def test_proximity_forest_and_outlier_scores(data, reference, kind: str) -> None:
     """(a) leaves, inbag, proximity original/oob/rfgap, predict_proba; (b) outlier scores."""
     X, y = _input(data, kind, "labelled", "label")
@@ -182,11 +170,6 @@ FORESTS = {
     "simforest": (_simforest, "labelled", "label"),
     "smerf": (_smerf, "features", None),
 }
-REFUSED: dict[str, dict[str, str]] = {
-    "xforest": {},
-    "simforest": {},
-    "smerf": {},
-}
 
 
 @pytest.fixture(scope="module")
@@ -199,16 +182,8 @@ def forest_references(data: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-@pytest.mark.parametrize(
-    ("forest", "kind"),
-    [
-        pytest.param(f, k, marks=pytest.mark.xfail(strict=True, reason=REFUSED[f][k]))
-        if k in REFUSED[f]
-        else (f, k)
-        for f in FORESTS
-        for k in KINDS
-    ],
-)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("forest", FORESTS)
 def test_other_forests(data, forest_references, forest: str, kind: str) -> None:
     """(d) X-Forest, a similarity forest of a named measure and SMERF."""
     fit, which, target = FORESTS[forest]

@@ -76,6 +76,20 @@ def test_each_kind_of_input_opens_as_its_source(frame, folder, tmp_path) -> None
     assert not path.exists()
 
 
+def test_a_dry_run_plan_is_the_source_it_would_open(frame, folder, tmp_path) -> None:
+    """input_plan: the size open_input gives, and the partitions its tasks read (a
+    folder: its three parts, counted from metadata; a file read whole: none)."""
+    from distforest.store.source import input_plan, open_input
+
+    one = tmp_path / "one.csv"
+    frame.to_csv(one, index=False)
+    for path, parts in ((str(folder), 3), (str(one), 0)):
+        plan = input_plan(path, "cls")
+        opened = open_input(path, target="cls")
+        assert plan == (opened.source, opened.n_samples, opened.n_features, parts)
+        assert (plan.n_samples, plan.n_features) == (500, 5)
+
+
 def test_a_target_given_twice_is_refused(folder, tmp_path) -> None:
     stored = ingest(folder, tmp_path / "run.zarr", target="cls")
     with pytest.raises(InputError, match="do not pass y"):

@@ -1,11 +1,8 @@
 """The ``distforest`` command line: the group and its table of commands.
 
-Commands are imported when they are used, not when the group is built:
-``distforest --help`` lists every command from :data:`COMMANDS` (name,
-where it lives, its one-line help) and imports none of them, and
-``distforest CMD ...`` imports only ``CMD``'s module.  The command modules
-import Dask, scikit-learn, Zarr and the rest inside their functions, so
-``distforest CMD --help`` stays quick too.
+Commands are imported when they are used: ``distforest --help`` lists every command
+from :data:`COMMANDS` and imports none of them; ``distforest CMD ...`` imports only
+``CMD``'s module, which imports the heavy libraries when the command runs.
 """
 
 from __future__ import annotations
@@ -22,19 +19,14 @@ from typing import Any
 import click
 
 from distforest._version import __version__
-from distforest.cli.progress import setup_logging
 from distforest.errors import (
-    DISK_FULL_ERRNOS,
     OVERWRITE_FIX,
-    DiskFullError,
     DistforestError,
     Terminated,
     did_you_mean,
 )
-from distforest.jobs import ScrubbedStream, remember_secrets, scrub
-
-#: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
-INTERRUPTED = 130
+from distforest.jobs import ScrubbedStream, remember_secrets
+from distforest.jobs.progress import setup_logging
 
 #: Parameters naming files or stores a command writes: checked writable while the command
 #: line is read, before any work.
@@ -45,61 +37,53 @@ INPUT_PARAMS = frozenset({"distances", "cluster", "training", "labels", "model"}
 #: The group's options a user may also give after the subcommand (``distforest CMD ... -q``).
 GROUP_FLAGS = {"quiet": ("-q", "--quiet"), "verbose": ("-v", "--verbose")}
 
-#: Command name -> ("module:attribute" of the click command, its one-line help).
+#: Command name -> ("module:attribute" of the click command in ``distforest.cli``, its
+#: one-line help).
 #: The help is the first paragraph of the command's docstring (a test checks that
 #: they agree); ``distforest --help`` shows it without importing the module.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "cluster": ("distforest.cli.xforest_cmd:cluster_cmd",
-                "Cluster the rows of an X-Forest STORE (kernel k-means, spectral or DBSCAN)."),
-    "examples": ("distforest.cli.examples_cmd:examples_cmd",
-                 "Copy the example pipelines, cluster files and bundled data into DIR."),
-    "impute": ("distforest.cli.impute_cmd:impute",
-               "Fill the missing values of INPUT from random-forest proximities."),
-    "importances": ("distforest.cli.apps_cmd:importances",
-                    "Feature importances of a forest on INPUT: impurity-based and by permutation."),
-    "info": ("distforest.cli.store_cmd:info",
-             "Describe a STORE: status, provenance, arrays with shapes and chunks."),
-    "knn": ("distforest.cli.knn_cmd:knn",
-            "k-nearest-neighbour classification and regression (fit a model, predict with it)."),
-    "mds": ("distforest.cli.apps_cmd:mds",
-            "Classical MDS of the proximities of INPUT's rows (matrix-free Lanczos)."),
-    "mislabels": ("distforest.cli.apps_cmd:mislabels",
-                  "Rank INPUT's rows by how likely their --target label is wrong."),
-    "neighbors": ("distforest.cli.similarity_cmd:neighbors",
-                  "Find the k nearest rows of every row of INPUT; never forms the n x n matrix."),
-    "outliers": ("distforest.cli.apps_cmd:outliers",
-                 "Outlier scores of INPUT's rows (R randomForest's outlier(), matrix-free)."),
-    "proximity": ("distforest.cli.proximity_cmd:proximity",
-                  "Fit a forest on INPUT and write its proximity matrix to a Zarr store."),
-    "run": ("distforest.cli.run_cmd:run",
-            "Run the job described in a PIPELINE YAML file (see pipelines/)."),
-    "score": ("distforest.cli.apps_cmd:score",
-              "Score INPUT's rows against a saved forest (MODEL.zarr) without refitting it."),
-    "simforest": ("distforest.cli.simforest_cmd:simforest",
-                  "SimForest: classify objects known only through pairwise similarities "
-                  "(or distances)."),
-    "similarity": ("distforest.cli.similarity_cmd:similarity",
-                   "Write the similarity or distance matrix of the rows of INPUT to a Zarr store."),
-    "smerf": ("distforest.cli.smerf_cmd:smerf",
-              "SMERF: learn a distance from features plus an observed distance matrix."),
-    "status": ("distforest.cli.store_cmd:status",
-               "Say whether a run STORE is complete, running, or was interrupted."),
-    "validate": ("distforest.cli.run_cmd:validate",
-                 "Check PIPELINES (YAML files) without running anything."),
-    "xforest": ("distforest.cli.xforest_cmd:xforest",
-                "Fit X-Forest on INPUT and write its beta-similarity matrix to a Zarr store."),
+    "cluster": ("xforest_cmd:cluster_cmd", "Cluster the rows of an X-Forest STORE (kernel k-means, "
+                                           "spectral or DBSCAN)."),
+    "examples": ("run_cmd:examples_cmd", "Copy the example pipelines, cluster files and bundled "
+                                         "data into DIR."),
+    "impute": ("impute_cmd:impute", "Fill the missing values of INPUT from random-forest "
+                                    "proximities."),
+    "importances": ("apps_cmd:importances", "Feature importances of a forest on INPUT: "
+                                            "impurity-based and by permutation."),
+    "info": ("run_cmd:info", "Describe a STORE: status, provenance, arrays with shapes and "
+                             "chunks."),
+    "knn": ("similarity_cmd:knn", "k-nearest-neighbour classification and regression (fit a model, "
+                           "predict with it)."),
+    "mds": ("apps_cmd:mds", "Classical MDS of the proximities of INPUT's rows (matrix-free "
+                            "Lanczos)."),
+    "mislabels": ("apps_cmd:mislabels", "Rank INPUT's rows by how likely their --target label is "
+                                        "wrong."),
+    "neighbors": ("similarity_cmd:neighbors", "Find the k nearest rows of every row of INPUT; "
+                                              "never forms the n x n matrix."),
+    "outliers": ("apps_cmd:outliers", "Outlier scores of INPUT's rows (R randomForest's outlier(), "
+                                      "matrix-free)."),
+    "proximity": ("apps_cmd:proximity", "Fit a forest on INPUT and write its proximity matrix "
+                                             "to a Zarr store."),
+    "run": ("run_cmd:run", "Run the job described in a PIPELINE YAML file (see pipelines/)."),
+    "score": ("apps_cmd:score", "Score INPUT's rows against a saved forest (MODEL.zarr) without "
+                                "refitting it."),
+    "simforest": ("simforest_cmd:simforest", "SimForest: classify objects known only through "
+                                             "pairwise similarities (or distances)."),
+    "similarity": ("similarity_cmd:similarity", "Write the similarity or distance matrix of the "
+                                                "rows of INPUT to a Zarr store."),
+    "smerf": ("smerf_cmd:smerf", "SMERF: learn a distance from features plus an observed distance "
+                                 "matrix."),
+    "status": ("run_cmd:status", "Say whether a run STORE is complete, running, or was "
+                                 "interrupted."),
+    "validate": ("run_cmd:validate", "Check PIPELINES (YAML files) without running anything."),
+    "xforest": ("xforest_cmd:xforest", "Fit X-Forest on INPUT and write its beta-similarity matrix "
+                                       "to a Zarr store."),
 }  # fmt: skip
 
 
 class _Group(click.Group):
-    """Turns distforest's errors into one clear line and an exit code.
-
-    Parameters
-    ----------
-    lazy : mapping, optional
-        Command name -> ("module:attribute", one-line help) of commands
-        imported on first use (see :data:`COMMANDS`).
-    """
+    """Turns distforest's errors into one clear line and an exit code; ``lazy``: the
+    commands imported on first use (:data:`COMMANDS`)."""
 
     def __init__(
         self, *args: Any, lazy: Mapping[str, tuple[str, str]] | None = None, **kwargs: Any
@@ -113,13 +97,11 @@ class _Group(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.commands or cmd_name not in self.lazy:
             return super().get_command(ctx, cmd_name)
-        module, _, attr = self.lazy[cmd_name][0].partition(":")
+        module, _, attr = f"distforest.cli.{self.lazy[cmd_name][0]}".partition(":")
         command = getattr(importlib.import_module(module), attr)
         if not isinstance(command, click.Command):
             raise TypeError(f"{module}:{attr} is {command!r}, not a click command")
-        _accept_group_flags(command)
-        _check_outputs_early(command)
-        _inputs_read_only(command)
+        _prepare(command)
         self.add_command(command, cmd_name)
         return command
 
@@ -135,19 +117,10 @@ class _Group(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The list of commands, from the lazy table's help (nothing is imported)."""
-        names = self.list_commands(ctx)
-        if not names:
-            return
+        names = self.list_commands(ctx)  # (every one in the table; a test checks its help)
         limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = []
-        for name in names:
-            if name in self.lazy and name not in self.commands:
-                stand_in = click.Command(name, help=self.lazy[name][1])  # shortened as click does
-                rows.append((name, stand_in.get_short_help_str(limit)))
-                continue
-            command = self.get_command(ctx, name)
-            if command is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(limit)))
+        rows = [(name, click.Command(name, help=self.lazy[name][1]).get_short_help_str(limit))
+                for name in names]  # fmt: skip
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -162,23 +135,14 @@ class _Group(click.Group):
             hint = did_you_mean(exc.option_name, names)
             raise click.NoSuchOption(exc.option_name, f"No such option {exc.option_name!r}"
                                      f"{hint or '.'}", ctx=exc.ctx) from None  # fmt: skip
-        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line; locks are released
-            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-            stores = sys.modules.get("distforest.store.run_store")  # (imported if one was made)
-            if stores is not None and stores.WRITTEN_HERE:
-                then = "finished work is kept: run the same command again to resume"
-            else:
-                then = "no result was written yet: run the same command again to start over"
-            click.echo(f"distforest: {how}; {then}", err=True)
-            sys.exit(Terminated.exit_code if isinstance(exc, Terminated) else INTERRUPTED)
-        except DistforestError as exc:
-            click.echo(scrub(f"distforest: error: {exc}"), err=True)
-            sys.exit(exc.exit_code)
-        except OSError as exc:  # a disk that fills up under any command: exit 6, one line
-            if exc.errno not in DISK_FULL_ERRNOS:
+        except (KeyboardInterrupt, DistforestError, OSError) as exc:  # one line, exit status
+            from distforest.jobs.result import ending
+
+            said = ending(exc)
+            if said is None:
                 raise
-            click.echo(f"distforest: error: {DiskFullError.from_os_error(exc)}", err=True)
-            sys.exit(DiskFullError.exit_code)
+            click.echo(said[0], err=True)
+            sys.exit(said[1])
         finally:
             OVERWRITE_FIX.reset(fix)
 
@@ -225,12 +189,8 @@ def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 
 
 def _accept_group_flags(command: click.Command) -> None:
-    """Let ``command`` (and its subcommands) take ``-q``/``-v`` as the group does.
-
-    Habit puts them anywhere: ``distforest proximity ... --quiet`` means what
-    ``distforest --quiet proximity ...`` means.  A command with an option of its
-    own under one of these names keeps it.
-    """
+    """Let ``command`` take ``-q``/``-v`` as the group does (``distforest proximity ...
+    --quiet`` means ``distforest --quiet proximity ...``), unless it has its own."""
     taken = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
     names = {p.name for p in command.params}
     for name, opts in GROUP_FLAGS.items():
@@ -239,9 +199,6 @@ def _accept_group_flags(command: click.Command) -> None:
                 click.Option(list(opts), is_flag=True, expose_value=False, hidden=True,
                              callback=_set_flag, help=f"Same as distforest {opts[1]}.")
             )  # fmt: skip
-    if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            _accept_group_flags(sub)
 
 
 def _writable_output(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -253,22 +210,21 @@ def _writable_output(ctx: click.Context, param: click.Parameter, value: Any) -> 
     return value
 
 
-def _check_outputs_early(command: click.Command) -> None:
-    """Check ``command``'s output parameters (:data:`OUTPUT_PARAMS`) as they are read."""
+def _prepare(command: click.Command) -> None:
+    """Make ``command`` and its subcommands take the group's flags, check their output
+    parameters (:data:`OUTPUT_PARAMS`) as they are read and keep their inputs read-only."""
+    for sub in command.commands.values() if isinstance(command, click.Group) else ():
+        _prepare(sub)
+    _accept_group_flags(command)
     for param in command.params:
         if param.name in OUTPUT_PARAMS and param.callback is None:
             param.callback = _writable_output
-    if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            _check_outputs_early(sub)
+    _inputs_read_only(command)
 
 
 def _inputs_read_only(command: click.Command) -> None:
     """Make ``command`` refuse, before any work, an output that is, holds or lies inside one
     of its inputs (:func:`~distforest.jobs.outputs.refuse_writing_inputs`)."""
-    if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            _inputs_read_only(sub)
     callback = command.callback
     outs = [p.name for p in command.params if p.name in OUTPUT_PARAMS]
     ins = [p.name for p in command.params if p.name not in OUTPUT_PARAMS
@@ -290,16 +246,11 @@ def _inputs_read_only(command: click.Command) -> None:
 
 
 def main() -> None:
-    """Entry point of the ``distforest`` console script (``python -m distforest`` too).
-
-    The process ends with the command, so it is spared Python's last collection
-    passes over every object it holds, most of them the modules of scikit-learn,
-    numba, pandas and Zarr (:func:`spare_exit_collection`): measured, the exit
-    of ``proximity`` took 0.6-0.8 s, on 569 rows as on 100,000, and now 0.1 s.
-    """
+    """Entry point of the ``distforest`` console script (``python -m distforest`` too);
+    the process is spared Python's last collections (:func:`spare_exit_collection`)."""
     import warnings
 
-    from distforest.cli.progress import show_warning
+    from distforest.jobs.progress import show_warning
 
     warnings.showwarning = show_warning
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -318,14 +269,9 @@ def _terminated(signum: int, frame: Any) -> None:
 
 
 def spare_exit_collection() -> None:
-    """Before a process exits: collect the young objects, then freeze the rest.
-
-    The young generations (the garbage of the command's last steps, such as
-    a file object in a reference cycle) are collected as usual; every older
-    object is moved to the collector's permanent generation
-    (:func:`gc.freeze`), which the collections of the interpreter's shutdown
-    skip.  Exit handlers (``atexit``, ``weakref.finalize``) still run.  Only
-    for a process that ends next: frozen objects are never collected.
-    """
+    """Before a process exits: collect the young objects (the garbage of the command's
+    last steps), then freeze the rest (:func:`gc.freeze`), which the interpreter's shutdown
+    collections skip (measured: the exit of ``proximity`` took 0.6-0.8 s, now 0.1 s); exit
+    handlers still run.  Only for a process that ends next: frozen objects stay."""
     gc.collect(1)
     gc.freeze()

@@ -1,12 +1,14 @@
-"""Options shared by several commands, and fitting a forest from them.
+"""Options shared by several commands, and running the job a command builds (its
+progress bars, its summary or, ``--dry-run``, its plan).
 
 Light on purpose: every command module imports it, and ``distforest CMD --help``
-must not load Dask, scikit-learn or Zarr (they are imported when a forest is fitted).
+must not load Dask, scikit-learn or Zarr (they are imported when a job runs).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -14,30 +16,12 @@ import click
 
 from distforest.errors import ParameterError, did_you_mean
 from distforest.jobs import constraints as C
+from distforest.jobs.specs import CLUSTER_KEYS, FOREST_KEYS, connect_kwargs, pop_keys
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
-FOREST_KEYS = (
-    "task",
-    "n_estimators",
-    "kind",
-    "max_features",
-    "criterion",
-    "min_samples_split",
-    "min_samples_leaf",
-    "max_depth",
-    "max_leaf_nodes",
-    "min_impurity_decrease",
-    "bootstrap",
-    "max_samples",
-    "class_weight",
-    "random_state",
-    "batch_size",
-)
-CLUSTER_KEYS = ("scheduler", "cluster", "workers", "threads", "memory_limit")
 
-
-def _stack(options: list[Decorator]) -> Decorator:
+def option_group(options: list[Decorator]) -> Decorator:
     def apply(func: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(options):
             func = option(func)
@@ -46,24 +30,32 @@ def _stack(options: list[Decorator]) -> Decorator:
     return apply
 
 
+def checked(check: Callable[[Any], Any]) -> Callable[..., Any]:
+    """A click callback giving ``check(value)`` (None: not given, passed on), whose
+    :class:`~distforest.errors.ParameterError` is click's refusal of the option."""
+
+    def parse(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
+        try:
+            return None if value is None else check(value)
+        except ParameterError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return parse
+
+
 def _worker_size(key: str) -> Callable[..., Any]:
     """A cluster option checked as the LocalCluster's ``key`` in a cluster file is."""
 
-    def check(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
-        if value is None:
-            return None
+    def check(value: Any) -> Any:
         from distforest.jobs import check_worker_size
 
-        try:
-            check_worker_size(key, value)
-        except ParameterError as exc:
-            raise click.BadParameter(str(exc)) from None
+        check_worker_size(key, value)
         return value
 
-    return check
+    return checked(check)
 
 
-cluster_options = _stack([
+cluster_options = option_group([
     click.option("--scheduler", metavar="ADDRESS",
                  help="Use an existing Dask scheduler, e.g. tcp://host:8786."),
     click.option("--cluster", "cluster", metavar="FILE.yaml", type=click.Path(dir_okay=False),
@@ -78,7 +70,7 @@ cluster_options = _stack([
                  help="Memory per worker of the default LocalCluster, e.g. 4GiB."),
 ])  # fmt: skip
 
-_table_options = _stack([
+_table_options = option_group([
     click.option("--drop", multiple=True, metavar="COLUMN",
                  help="Column to ignore, e.g. an identifier (repeatable)."),
     click.option("--na-values", multiple=True, metavar="TOKEN",
@@ -145,20 +137,17 @@ class Choice(click.Choice):
 
 def parameter_option(name: str, parameter: C.Parameter | None = None,
                      **override: Any) -> Decorator:  # fmt: skip
-    """The option of parameter ``name``, made from its one declaration.
-
-    ``parameter`` defaults to ``name``'s in
-    :data:`~distforest.forests.constraints.FOREST_PARAMETERS`.  The flag, the
-    default and the help come from it; the type and its range from its
-    constraint (an integer range, a real range, a choice, a flag pair), or,
-    for the constraints with several forms, a parser that reads the word and
-    checks it with the constraint (:func:`word_parser`).  ``override`` replaces
-    any of click's keywords (another default, another help).
-    """
+    """The option of parameter ``name``, made from its one declaration ``parameter``
+    (default: ``name``'s in :data:`~distforest.forests.constraints.FOREST_PARAMETERS`): its
+    flag, default and help; the type and range from its constraint (an integer or real
+    range, a choice, a flag or a flag pair), else a parser of the word checked by the
+    constraint (:func:`word_parser`).  ``override``: click keywords replaced."""
     p = parameter or C.FOREST_PARAMETERS[name]
     c, flag = p.constraint, p.flag or "--" + name.replace("_", "-")
     kw: dict[str, Any] = {"default": p.default, "help": p.help or None}
-    if isinstance(c, C.Bool):
+    if isinstance(c, C.Bool) and p.flag:  # one flag, setting the value that is not the default
+        kw.update(flag_value=not p.default, show_default=False)
+    elif isinstance(c, C.Bool):
         flag = f"{flag}/--no-{flag[2:]}"
     elif isinstance(c, C.Int):
         kw["type"] = click.IntRange(min=c.low, max=c.high)
@@ -178,14 +167,7 @@ def parameter_option(name: str, parameter: C.Parameter | None = None,
 
 def word_parser(name: str, constraint: C.Constraint) -> Callable[..., Any]:
     """A click callback reading the word of ``name`` (:func:`C.read_word`)."""
-
-    def parse(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
-        try:
-            return C.read_word(name, constraint, value)
-        except ParameterError as exc:
-            raise click.BadParameter(str(exc)) from None
-
-    return parse
+    return checked(functools.partial(C.read_word, name, constraint))
 
 
 #: ``--max-features`` of the commands that fit other forests (one parser for all).
@@ -199,25 +181,21 @@ def tile_size_option(default: int) -> Decorator:
     return parameter_option("tile_size", default=default)
 
 
-def parse_leaf_bound(
-    ctx: click.Context | None, param: click.Parameter | None, value: Any
-) -> str | int | None:
-    """``--leaf-bound``: auto, none, or the most rows a refined leaf keeps."""
-    if value is None or value == "auto":
-        return value
-    if str(value).lower() == "none":
-        return None
+def _leaf_bound(value: Any) -> str | int | None:
+    """``--leaf-bound``: auto, "none" (given; not given: None, the specs of runs without it
+    unchanged), or the most rows a refined leaf keeps."""
+    if value == "auto" or str(value).lower() == "none":
+        return str(value).lower()
     try:
         return C.LeafBound().check("--leaf-bound", int(value))
     except (ValueError, ParameterError):
-        raise click.BadParameter(
-            f"{value!r}: give auto, none or a number of rows >= 1 (e.g. --leaf-bound 8)"
-        ) from None
+        raise ParameterError(f"{value!r}: give auto, none or a number of rows >= 1 (e.g. "
+                             "--leaf-bound 8)") from None  # fmt: skip
 
 
 leaf_bound_option = click.option(
     "--leaf-bound", "leaf_bound", default=None, metavar="auto|none|ROWS",
-    callback=parse_leaf_bound,
+    callback=checked(_leaf_bound),
     help="Split leaves holding more than ROWS routed rows further on those rows, so that the "
          "neighbours' work stays linear in the rows; auto: refined when the trees grow on a "
          "sample of at most a fifth of the rows; none (the default): leaves as grown.",
@@ -250,26 +228,7 @@ def forest_options(default_trees: int = FOREST_DEFAULTS["n_estimators"]) -> Deco
     option per parameter of :data:`~distforest.forests.constraints.FOREST_PARAMETERS`."""
     chosen: dict[str, dict[str, Any]] = {"n_estimators": {"default": default_trees},
                                          "random_state": {"default": CLI_SEED}}  # fmt: skip
-    return _stack([parameter_option(name, **chosen.get(name, {})) for name in FOREST_KEYS])
-
-
-def pop_keys(kwargs: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """Remove ``keys`` from ``kwargs`` and return them."""
-    return {k: kwargs.pop(k) for k in keys if k in kwargs}
-
-
-def connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of :func:`connect` from the cluster options."""
-    sizes = {
-        "n_workers": options.get("workers"),
-        "threads_per_worker": options.get("threads"),
-        "memory_limit": options.get("memory_limit"),
-    }
-    return {
-        "scheduler": options.get("scheduler"),
-        "cluster": options.get("cluster"),
-        **{k: v for k, v in sizes.items() if v is not None},
-    }
+    return option_group([parameter_option(name, **chosen.get(name, {})) for name in FOREST_KEYS])
 
 
 def dry_run_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -279,23 +238,78 @@ def dry_run_option(func: Callable[..., Any]) -> Callable[..., Any]:
                              "without running anything.")(func)  # fmt: skip
 
 
+def job_command(build: Callable[..., Any]) -> Decorator:
+    """A command that runs a job: ``--dry-run`` and the cluster options are added, the
+    other options are the keywords of ``build`` (:mod:`distforest.jobs.specs`; the cluster
+    options as ``connect``), and the job it returns is run or, with ``--dry-run``,
+    planned (:func:`run_job`).  The decorated function gives the name and the help."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        @click.pass_obj
+        def run(obj: dict[str, Any] | None, dry_run: bool, **options: Any) -> None:
+            options["connect"] = connect_kwargs(pop_keys(options, CLUSTER_KEYS))
+            run_job(obj or {"quiet": False}, build(**options), dry_run)
+
+        return dry_run_option(cluster_options(run))
+
+    return decorate
+
+
+def out_option(metavar: str, help: str) -> Decorator:
+    """``--out``: what the command writes (required)."""
+    return click.option("--out", required=True, metavar=metavar, help=help)
+
+
+def overwrite_option(help: str = "Replace an existing distforest store at --out.") -> Decorator:
+    """``--overwrite``: replace an existing output."""
+    return click.option("--overwrite", is_flag=True, help=help)
+
+
 def run_job(obj: dict[str, Any], job: Any, dry_run: bool, restart: bool = False) -> None:
     """Print the plan of ``job`` (``--dry-run``; exit 6 if its outputs would not fit on
     the disk), or run it under the run protocol and print its summary."""
-    from distforest.cli.progress import ProgressBars
-
     if dry_run:
-        show(job.plan(), job.out)
+        plan = job.plan()
+        click.echo(plan.show())
+        plan.check_room()
         return
     bars = ProgressBars(enabled=not obj["quiet"])
     click.echo(job.summary(job.run(bars, restart=restart, run_id=obj.get("run_id"))))
 
 
-def show(plan: Any, out: str) -> None:
-    """Print a ``--dry-run`` plan (a job's stages); exit 6 if its outputs would not fit
-    on the disk."""
-    from distforest.jobs import parent
-    from distforest.jobs.estimates import check_disk
+LABELS = {"fit": "fitting trees  ", "tiles": "proximity tiles", "neighbors": "neighbours     "}
 
-    click.echo(plan.show())
-    check_disk(parent(out), plan.disk_bytes, replaces=out)
+
+class ProgressBars:
+    """A ``progress(stage, done, total)`` callback drawing one bar per stage (nothing when
+    not ``enabled``: ``--quiet``); without a terminal on stderr (a log file) the stages log
+    their counts and time left instead (:class:`~distforest.jobs.progress.ProgressLog`)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        from distforest.jobs.progress import ProgressLog
+
+        self.enabled = enabled
+        self._bars: dict[str, Any] = {}
+        self._done: dict[str, int] = {}
+        self._log = None if sys.stderr.isatty() else ProgressLog()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._log is not None:
+            self._log(stage, done, total)
+            return
+        if stage not in self._bars:
+            bar = click.progressbar(
+                length=total, label=LABELS.get(stage, stage), file=sys.stderr, show_pos=True
+            )
+            bar.__enter__()
+            self._bars[stage] = bar
+            self._done[stage] = 0
+        bar = self._bars[stage]
+        bar.update(done - self._done[stage])
+        self._done[stage] = done
+        if done >= total:
+            bar.__exit__(None, None, None)
+            del self._bars[stage]

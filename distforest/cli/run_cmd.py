@@ -1,18 +1,22 @@
-"""``distforest run`` and ``distforest validate``: pipelines described in YAML.
+"""``distforest run`` and ``validate`` (pipelines described in YAML), ``status`` and
+``info`` (what a run store holds), ``examples`` (the shipped pipelines, cluster files and
+data, :func:`distforest.examples.copy_to`).
 
-The pipeline loader and the jobs (Dask, scikit-learn, Zarr) are imported
+The pipeline loader, the jobs and the stores (Dask, scikit-learn, Zarr) are imported
 when a command runs, so that ``--help`` answers at once.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
 import click
 
-from distforest.cli.options import cluster_options, connect_kwargs, run_job
-from distforest.errors import ConfigError, DistforestError
+from distforest.cli.options import cluster_options, run_job
+from distforest.errors import ConfigError
+from distforest.jobs import specs
 
 
 @click.command()
@@ -29,8 +33,7 @@ from distforest.errors import ConfigError, DistforestError
 @cluster_options
 @click.pass_obj
 def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str, ...],
-        restart: bool, scheduler: str | None, cluster: str | None, workers: int | None,
-        threads: int | None, memory_limit: str | None) -> None:  # fmt: skip
+        restart: bool, **options: Any) -> None:  # fmt: skip
     """Run the job described in a PIPELINE YAML file (see pipelines/).
 
     PIPELINE is a file, or the name of a shipped example (main, knn, mds,
@@ -53,19 +56,10 @@ def run(obj: dict[str, Any], pipeline: str, dry_run: bool, overrides: tuple[str,
       distforest run pipelines/nightly_impute.yaml --dry-run --set forest.n_estimators=300
     """
     from distforest.errors import OVERWRITE_FIX
-    from distforest.jobs import decimal_mark, examples
-    from distforest.jobs.pipeline import load_pipeline
+    from distforest.jobs import decimal_mark
 
     OVERWRITE_FIX.set("set output.overwrite: true in the pipeline (or --set output.overwrite=true)")
-
-    pipeline, overrides = examples.shipped_pipeline(pipeline, overrides)
-    job = load_pipeline(pipeline, overrides=overrides)
-    given = {"workers": workers, "threads": threads, "memory_limit": memory_limit}
-    if scheduler or cluster:
-        given.update(scheduler=scheduler, cluster=cluster)
-    else:
-        given.update(job.connect)
-    job.connect = connect_kwargs(given)
+    job = specs.pipeline(pipeline, overrides, options)
     with decimal_mark(job.decimal):  # every table the job reads follows input.decimal
         run_job(obj, job, dry_run, restart)
 
@@ -79,21 +73,58 @@ def validate(pipelines: tuple[str, ...], overrides: tuple[str, ...]) -> None:
 
     Prints one line per file; exits 4 if any is invalid.
     """
-    from distforest.jobs.pipeline import load_pipeline
-
-    bad = 0
-    for path in pipelines:
-        try:
-            job = load_pipeline(path, overrides=overrides)
-        except DistforestError as exc:
-            bad += 1
-            click.echo(f"INVALID {exc}")
-            continue
-        apps = [a for a in ("impute", "outliers", "mislabels", "mds", "clustering")
-                if getattr(job, a, None)]  # fmt: skip
-        what = job.describe()
-        click.echo(f"ok      {path}: {what} of {job.input} -> {job.out}"
-                   + (f" (+ {', '.join(apps)})" if apps else ""))  # fmt: skip
+    lines = [specs.validation(path, overrides) for path in pipelines]
+    for _, line in lines:
+        click.echo(line)
+    bad = sum(not ok for ok, _ in lines)
     if bad:
         click.echo(f"{bad} of {len(pipelines)} pipeline(s) invalid", err=True)
         sys.exit(ConfigError.exit_code)
+
+
+@click.command()
+@click.argument("store", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(store: str, as_json: bool) -> None:
+    """Say whether a run STORE is complete, running, or was interrupted.
+
+    Exits 0 when complete, 1 when not (running now, or interrupted: run the
+    same pipeline again to resume it).
+    """
+    from distforest.jobs.status import state_text, store_state
+
+    state = store_state(store)
+    click.echo(json.dumps(state, indent=2, default=str) if as_json else state_text(state))
+    if state["status"] != "complete":
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("store", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the full description as JSON.")
+def info(store: str, as_json: bool) -> None:
+    """Describe a STORE: status, provenance, arrays with shapes and chunks."""
+    from distforest.jobs.status import info_text, store_description
+
+    description = store_description(store)
+    click.echo(json.dumps(description, indent=2, default=str) if as_json
+               else info_text(description))  # fmt: skip
+    if not as_json and description["attrs"].get("status") != "complete":
+        sys.exit(1)
+
+
+@click.command("examples")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False), default=".")
+@click.option("--overwrite", is_flag=True, help="Replace example files already in DIR.")
+def examples_cmd(directory: str, overwrite: bool) -> None:
+    """Copy the example pipelines, cluster files and bundled data into DIR.
+
+    DIR (default: the current folder) gets pipelines/, cluster_configs/ and
+    distforest/data/ (the data the pipelines read), so that
+    `distforest run pipelines/main.yaml` works there as in the repository.
+    The shipped files are also found by name from anywhere:
+    `distforest run main`, `--cluster local`.
+    """
+    from distforest.jobs import examples
+
+    click.echo(examples.copy_to(directory, overwrite))

@@ -421,7 +421,9 @@ class Parameter:
         One line for the command line's ``--help``.
     flag : str
         The command-line option when it is not the name after two dashes, its
-        underscores as dashes.
+        underscores as dashes.  A boolean's option is a pair (the flag, and the
+        flag with ``no-`` after its dashes), or with a flag of its own that one
+        flag, which sets the value that is not the default.
     """
 
     constraint: Constraint
@@ -469,6 +471,60 @@ FOREST_PARAMETERS: dict[str, Parameter] = {
                            "Rows/columns of one tile (one task, one Zarr chunk)."),
     "random_state": Parameter(Seed(), None, "random_state: same seed, same result.",
                               flag="--seed"),
+}  # fmt: skip
+#: The tree parameters of :class:`~distforest.forests.simforest.SimilarityForestClassifier`
+#: (its ``metric``, read as NAME[:GAMMA] by the command line, is declared by the estimator):
+#: its constraint table and the options of ``distforest simforest fit`` are made from it.
+SIMFOREST_PARAMETERS: dict[str, Parameter] = {
+    "n_estimators": Parameter(Int(1), 100, "Number of trees.", flag="--trees"),
+    "n_pairs": Parameter(Int(1), 1, "Pairs of objects tried per node (the paper's r).",
+                         flag="--pairs"),
+    "kind": Parameter(Choice(SIMFOREST_KINDS), "similarity",
+                      "What --similarity holds (a distance orders by D_ki^2 - D_kj^2)."),
+    "max_depth": Parameter(Int(0, none=True), None),
+    "min_samples_leaf": Parameter(Int(1), 1),
+    "missing": Parameter(Choice(SIMFOREST_MISSING), "stay",
+                         "An object whose similarity is missing: stay at the node (the paper), "
+                         "both children weighted by size, or the larger child."),
+    "bootstrap": Parameter(Bool(), True, "Grow each tree on a bootstrap sample."),
+    "batch_size": Parameter(Int(1, none=True), None,
+                            FOREST_PARAMETERS["batch_size"].help),
+    "tile_size": Parameter(FOREST_PARAMETERS["tile_size"].constraint, 2048,
+                           FOREST_PARAMETERS["tile_size"].help),
+    "random_state": Parameter(Seed(), 0, "random_state: same seed, same forest.", flag="--seed"),
+}  # fmt: skip
+#: The parameters of :class:`~distforest.forests.xforest.XForest`: its constraint table and
+#: the options of ``distforest xforest`` are made from it.
+XFOREST_PARAMETERS: dict[str, Parameter] = {
+    "n_estimators": Parameter(Int(1), 1000, "Number of trees.", flag="--trees"),
+    "n_directions": Parameter(Int(1), 2, "X: random directions per tree (depth d splits on "
+                              "direction d mod X).", flag="--x"),
+    "leaf_size": Parameter(Int(1), 10, "A node with at most this many rows is a leaf (the "
+                           "paper's tau is this + 1: it splits nodes of at least tau rows)."),
+    "beta": Parameter(Number(0, 1, " (the similarity decay per tree edge; the paper uses 0.9)"),
+                      0.9, "Similarity decay per edge between two leaves."),
+    "mode": Parameter(Choice(MODES), "x",
+                      "standard: a fresh direction at every node (Dasgupta-Freund RP tree)."),
+    "normalize": Parameter(Bool(), True, "Skip the per-feature min-max normalisation.",
+                           flag="--no-normalize"),
+    "batch_size": SIMFOREST_PARAMETERS["batch_size"],
+    "tile_size": SIMFOREST_PARAMETERS["tile_size"],
+    "random_state": Parameter(Seed(), None, "random_state: same seed, same matrix.",
+                              flag="--seed"),
+}  # fmt: skip
+#: The parameters of :class:`~distforest.forests.smerf.SMERF`: its constraint table and the
+#: options of ``distforest smerf fit`` are made from it.
+SMERF_PARAMETERS: dict[str, Parameter] = {
+    "n_estimators": Parameter(Int(1), 100, "Number of trees.", flag="--trees"),
+    "max_features": Parameter(MaxFeatures(), "sqrt",
+                              "Candidates per split: sqrt, log2, an integer or a fraction."),
+    "oblique": Parameter(Bool(), False, "Sparse random +-1 projections as candidates (as SPORF).",
+                         flag="--oblique"),
+    "max_depth": Parameter(Int(1, none=True), None),
+    "min_samples_leaf": Parameter(Int(1), 1),
+    "bootstrap": Parameter(Bool(), True, "Every tree sees every row once.",
+                           flag="--no-bootstrap"),
+    "random_state": Parameter(Seed(), 0, "random_state: same seed, same model.", flag="--seed"),
 }  # fmt: skip
 #: Rows and columns of one tile (one task, one Zarr chunk), everywhere.
 TILE_SIZE = FOREST_PARAMETERS["tile_size"].constraint

@@ -435,19 +435,11 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
     n_samples_ : int
     """
 
+    #: Made from the one declaration, :data:`~distforest.forests.constraints.SIMFOREST_PARAMETERS`.
     _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
-        "n_estimators": C.Int(1),
-        "n_pairs": C.Int(1),
-        "kind": C.Choice(C.SIMFOREST_KINDS),
-        "max_depth": C.Int(0, none=True),
-        "min_samples_leaf": C.Int(1),
-        "missing": C.Choice(C.SIMFOREST_MISSING),
-        "bootstrap": C.Bool(),
+        **{name: p.constraint for name, p in C.SIMFOREST_PARAMETERS.items()},
         "metric": C.Choice(METRICS),
         "metric_params": C.Checked("by parse_metric"),
-        "batch_size": C.Int(1, none=True),
-        "tile_size": C.TILE_SIZE,
-        "random_state": C.Seed(),
     }
 
     def __init__(

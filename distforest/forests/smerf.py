@@ -310,14 +310,9 @@ class SMERF(Persisted, DaskEstimator):
         self.bootstrap = bootstrap
         self.random_state = random_state
 
+    #: Made from the one declaration, :data:`~distforest.forests.constraints.SMERF_PARAMETERS`.
     _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
-        "n_estimators": C.Int(1),
-        "max_features": C.MaxFeatures(),
-        "oblique": C.Bool(),
-        "max_depth": C.Int(1, none=True),
-        "min_samples_leaf": C.Int(1),
-        "bootstrap": C.Bool(),
-        "random_state": C.Seed(),
+        name: p.constraint for name, p in C.SMERF_PARAMETERS.items()
     }
 
     # -- fitting ------------------------------------------------------------

@@ -242,16 +242,9 @@ class XForest(Persisted, DaskEstimator):
         self.tile_size = tile_size
         self.random_state = random_state
 
+    #: Made from the one declaration, :data:`~distforest.forests.constraints.XFOREST_PARAMETERS`.
     _parameter_constraints: ClassVar[dict[str, C.Constraint]] = {
-        "n_estimators": C.Int(1),
-        "n_directions": C.Int(1),
-        "leaf_size": C.Int(1),
-        "beta": C.Number(0, 1, " (the similarity decay per tree edge; the paper uses 0.9)"),
-        "mode": C.Choice(C.MODES),
-        "normalize": C.Bool(),
-        "batch_size": C.Int(1, none=True),
-        "tile_size": C.TILE_SIZE,
-        "random_state": C.Seed(),
+        name: p.constraint for name, p in C.XFOREST_PARAMETERS.items()
     }
 
     # -- fitting ------------------------------------------------------------

@@ -1,9 +1,4 @@
-"""The importances job's split and score, and scoring new rows against a saved forest.
-
-``held_out`` and ``measure`` are the importances job's split and score
-(:mod:`distforest.jobs.forest_answers`); ``score_rows`` scores new rows
-against a saved forest.
-"""
+"""The importances job's split and score (:mod:`distforest.jobs.forest_answers`)."""
 
 from __future__ import annotations
 
@@ -45,22 +40,3 @@ def measure(forest: Any, test: Any, repeats: int) -> tuple[Any, float]:
 
     ranking = importance_table(forest, test, n_repeats=repeats, random_state=forest.random_state)
     return ranking, float(forest.score(labelled_frame(test), test.y))
-
-
-def score_rows(model: str, input: str, id_column: str | None, method: str,
-               na_values: tuple[str, ...], connect: dict[str, Any],
-               training: str | None = None, target: str | None = None,
-               ) -> tuple[Any, Any, Any]:  # fmt: skip
-    """``distforest score``: each row's predictions and outlier score against a saved
-    forest; returns the scores (a DataFrame), the forest and the rows' table (the code
-    of scoring pipelines too: :mod:`distforest.apps.scoring`)."""
-    from distforest.apps.scoring import new_rows_table
-    from distforest.apps.scoring import score_rows as scores_of
-    from distforest.jobs.score import open_model
-    from distforest.parallel.placement import place
-
-    forest = open_model(model, training, target, na_values)
-    table = new_rows_table(forest, input, id_column=id_column, na_values=na_values)
-    with place(table.X.size, connect):
-        result = scores_of(forest, table, method=method)
-    return result, forest, table

@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 from distforest.io.model_files import model_record
 from distforest.jobs.base import ForestJob, new_run_id
 from distforest.jobs.estimates import fit_seconds, rows_per_tree
-from distforest.jobs.inputs import input_shape, partitioned_input
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.result import JobResult, mode_text, output_lines
 from distforest.jobs.runs import Context, Run, execute
@@ -38,6 +37,7 @@ from distforest.jobs.stages import (
     placement_of,
 )
 from distforest.store.run_store import RunStore
+from distforest.store.source import input_plan
 
 #: Threads of this process that read an input by partitions before the run's cluster starts.
 ROWS_READ_BY = 1
@@ -122,20 +122,20 @@ def plan_answer_job(job: ForestAnswerJob) -> Pipeline:
         from distforest.io.model_files import check_model_file
 
         check_model_file(job.model)
-    source, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
-                               id=job.id)  # fmt: skip
-    return answer_pipeline(job, source, n, d)
+    plan = input_plan(job.input, job.target, drop=job.drop, na_values=job.na_values, id=job.id)
+    return answer_pipeline(job, plan.source, plan.n_samples, plan.n_features,
+                           stored=plan.parts > 0)  # fmt: skip
 
 
 def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
-                    table: Any = None) -> Pipeline:  # fmt: skip
+                    table: Any = None, *, stored: bool) -> Pipeline:  # fmt: skip
     """The stages of a forest answer on ``n x d``: ``fit``, then the answer
-    (``table``: the input, for the run; its held-out split for ``importances``)."""
+    (``table``: the input, for the run; its held-out split for ``importances``;
+    ``stored``: its rows are read into a store, by partitions)."""
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.forests.square_sums import plan as square_sums_plan
     from distforest.parallel.tasks import plan_tree_batches
 
-    stored = _in_a_store(job, table)
     cells = ON_A_CLUSTER if stored else n * d
     params = {**ProximityForest().get_params(), **job.forest}
     threads = placement_of(cells, job.connect)[1]
@@ -178,14 +178,6 @@ def answer_pipeline(job: ForestAnswerJob, source: str, n: int, d: int,
                ("writes", ", ".join(writes)), ("store", f"{job.out} (this run's stages)")],
         stages=stages, cells=cells, connect=job.connect, out=str(job.out), notes=notes,
     )  # fmt: skip
-
-
-def _in_a_store(job: ForestAnswerJob, inputs: Any) -> bool:
-    """Whether the rows are in a store (read by partitions): the source's own answer in a
-    run, the rule of :func:`~distforest.jobs.inputs.partitioned_input` in a dry run."""
-    if inputs is None:
-        return partitioned_input(job.input)
-    return getattr(inputs[0], "store_path", None) is not None
 
 
 def _temporary_bytes(job: ForestAnswerJob, n: int, d: int, trees: int) -> dict[str, int]:
@@ -258,8 +250,9 @@ def run_answer_job(job: ForestAnswerJob, progress: Any = None, *, restart: bool 
 def _run(job: ForestAnswerJob, table: Any, split: Any, start: float, progress: Any,
          restart: bool, run_id: str) -> AnswerResult:  # fmt: skip
     """:func:`run_answer_job` once its input is open."""
+    stored = getattr(table, "store_path", None) is not None  # (a held-out split: a Table)
     pipeline = answer_pipeline(job, str(table.source), table.n_samples, table.n_features,
-                               (table, split))  # fmt: skip
+                               (table, split), stored=stored)  # fmt: skip
 
     def check(run: Run) -> None:
         if run.stages is None or not run.stages.done(job.answer):

@@ -10,32 +10,15 @@ run its size.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
-
-import numpy as np
+from typing import Any
 
 from distforest.errors import InputError
-from distforest.store.source import PARTITIONED_BYTES, input_shape, open_input
+from distforest.store.source import PARTITIONED_BYTES, input_shape
 from distforest.store.source import by_partitions as partitioned_input
 from distforest.store.temporary import temporary_store
 
 __all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "listing_stamp",
-           "partitioned_input", "read_by_parts", "temporary_store"]  # fmt: skip
-
-if TYPE_CHECKING:
-    from distforest.store.inputs import PendingInput
-
-
-def read_by_parts(source: str, target: str | None, drop: tuple[str, ...],
-                  na_values: tuple[str, ...]) -> PendingInput:  # fmt: skip
-    """Pass 1 of a feature table read by partitions (on the current dask scheduler): every
-    check of :func:`~distforest.io.load_table` (missing values refused), the features
-    encoded as the float64 values it gives; the rows are written later
-    (:meth:`~distforest.io.source.RowSummary.placed`).  For the estimators that fit
-    the float64 rows in memory (SMERF, X-Forest): the same values from the store."""
-    return cast("PendingInput", open_input(source, target=target, drop=drop, na_values=na_values,
-                                           allow_missing=False, partitions=True,
-                                           dtype=np.float64))  # fmt: skip
+           "partitioned_input", "temporary_store"]  # fmt: skip
 
 
 def check_request(X: Any, Y: Any, metric: str) -> None:

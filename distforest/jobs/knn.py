@@ -23,7 +23,7 @@ from distforest.forests.measures import parse_metric
 from distforest.forests.neighbors import top_k_neighbors
 from distforest.jobs.base import TableJob, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER, fit_seconds
-from distforest.jobs.inputs import input_shape, listing_stamp, partitioned_input
+from distforest.jobs.inputs import input_shape, listing_stamp
 from distforest.jobs.knn_model import (
     check_knn_size,
     fit_and_save_model,
@@ -247,20 +247,20 @@ def knn_pipeline(job: KNNJob, progress: Any = None, start: float = 0.0) -> Pipel
     store), ``predict`` (the CSV); rows read by partitions are read by the first stage's
     tasks on the run's cluster."""
     from distforest.forests.neighbors import query_batch_size, resolve_algorithm
-    from distforest.io.partitions import open_partitions
     from distforest.parallel.tasks import plan_batches, plan_tree_batches
+    from distforest.store.source import input_plan
 
-    source, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
-    by_parts = partitioned_input(job.input)
-    parts = open_partitions(job.input, na_values=job.na_values).npartitions if by_parts else 0
+    # parts: the partitions the first stage's tasks read (0: the rows read here)
+    source, n, d, parts = input_plan(job.input, job.target, drop=job.drop,
+                                     na_values=job.na_values)  # fmt: skip
     nb, model = job.neighbors, job.knn
     forest = model is not None and model["metric"] in FOREST_METRICS
     searched = nb is not None or forest or bool((model or {}).get("select"))
-    cells = ON_A_CLUSTER if by_parts else (n * d if searched else 0)
+    cells = ON_A_CLUSTER if parts else (n * d if searched else 0)
     threads = placement_of(cells, job.connect)[1]
     steps: list[tuple[str, str]] = [("input", f"{source} (target {job.target or '-'})")]
     stages: list[Stage] = []
-    read = f", its rows read by {parts} tasks" if by_parts else ""
+    read = f", its rows read by {parts} tasks" if parts else ""
     rows: dict[str, Any] = {}
     if nb:
         algorithm = resolve_algorithm(nb["algorithm"], parse_metric(nb["metric"]), d)
@@ -289,7 +289,7 @@ def knn_pipeline(job: KNNJob, progress: Any = None, start: float = 0.0) -> Pipel
                                       3 * 8 * n * d,
                                       {"model (rows, forest)": 8 * n * d + (
                                           n * model["n_estimators"] * 5 if forest else 0)}),
-                            run=lambda ctx: _fit_stage(job, rows, ctx, start, by_parts),
+                            run=lambda ctx: _fit_stage(job, rows, ctx, start),
                             resume=_nothing))  # fmt: skip
         if model.get("predict"):
             predict = model["predict"]
@@ -341,8 +341,7 @@ def _neighbors_stage(job: KNNJob, rows: dict[str, Any], ctx: Context, progress: 
     ctx.done.outputs = {"neighbours store": ctx.rs.path}
 
 
-def _fit_stage(job: KNNJob, rows: dict[str, Any], ctx: Context, start: float,
-               by_parts: bool) -> None:  # fmt: skip
+def _fit_stage(job: KNNJob, rows: dict[str, Any], ctx: Context, start: float) -> None:
     """The model fitted and saved (the job's store, or, beside a neighbours store, another
     output completed here); its summary lines recorded."""
     model = job.knn
@@ -363,7 +362,7 @@ def _fit_stage(job: KNNJob, rows: dict[str, Any], ctx: Context, start: float,
     ctx.done.info["text"] = (
         f"k-NN {task} model (k={model['k']}, {model['weights']}, {model['metric']}, normalize "
         f"{model['normalize']}) on {source.n_samples} rows"
-        f"{' read by partitions' if by_parts else ''} in "
+        f"{' read by partitions' if source.store_path is not None else ''} in "
         f"{time.perf_counter() - start:.1f} s\n  features: {', '.join(kept)}\n"
         f"  model:    {model['model']}"
     )

@@ -50,3 +50,33 @@ def output_lines(outputs: Mapping[str, str], width: int | None = None) -> list[s
     if width is None:
         width = max((len(k) for k in outputs), default=0) + 1
     return [f"  {label + ':':<{width}} {path}" for label, path in outputs.items()]
+
+
+#: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
+def ending(exc: BaseException) -> tuple[str, int] | None:
+    """The one line a command prints when ``exc`` ends it, and its exit status: Ctrl-C or
+    SIGTERM (whether finished work was kept; locks are released as the run unwinds), a
+    distforest error (its message, secrets scrubbed), a disk that filled up (exit 6).
+    None: another error, whose traceback is shown."""
+    import sys
+
+    from distforest.errors import DISK_FULL_ERRNOS, DiskFullError, DistforestError, Terminated
+    from distforest.location import scrub
+
+    if isinstance(exc, KeyboardInterrupt):
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        stores = sys.modules.get("distforest.store.run_store")  # (imported if one was made)
+        if stores is not None and stores.WRITTEN_HERE:
+            then = "finished work is kept: run the same command again to resume"
+        else:
+            then = "no result was written yet: run the same command again to start over"
+        return (f"distforest: {how}; {then}",
+                Terminated.exit_code if isinstance(exc, Terminated) else INTERRUPTED)  # fmt: skip
+    if isinstance(exc, DistforestError):
+        return scrub(f"distforest: error: {exc}"), exc.exit_code
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+        return f"distforest: error: {DiskFullError.from_os_error(exc)}", DiskFullError.exit_code
+    return None

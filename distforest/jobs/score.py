@@ -36,7 +36,7 @@ from distforest.forests.constraints import PROXIMITY_METHODS
 from distforest.jobs.base import JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER
 from distforest.jobs.outputs import check_new_file, write_csv
-from distforest.jobs.result import JobResult, output_lines
+from distforest.jobs.result import JobResult, mode_text, output_lines
 from distforest.jobs.row_pieces import RowFrames, model_once, write_pieces
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
@@ -83,7 +83,9 @@ class ScoreJob(JobBase):
 
     def summary(self, result: JobResult) -> str:
         """The lines that tell the user what the run wrote."""
-        return score_summary(result)
+        stages = RunStore.open(result.store).attrs.get("stages") or {}
+        by_parts = any(stage.get("by_partitions") for stage in stages.values())
+        return score_summary(result, by_parts=by_parts, command=self.source is None)
 
 
 def open_model(path: str, training: str | None = None, target: str | None = None,
@@ -192,16 +194,22 @@ def score_pipeline(job: ScoreJob, forest: Any, table: Any,
     )  # fmt: skip
 
 
-def score_plan(model: str, input: str, id_column: str | None, method: str,
-               na_values: tuple[str, ...], connect: dict[str, Any], *,
-               out: str) -> Pipeline:  # fmt: skip
-    """``distforest score --dry-run``: the plan of a scoring job writing the scores to ``out``
-    (the command keeps no run store: the pipeline's store step is left out)."""
-    job = ScoreJob(input=input, model=model, out=out, id=id_column, na_values=tuple(na_values),
-                   score={"out": out, "method": method}, connect=connect, name="score")  # fmt: skip
-    plan = plan_score_job(job)
-    plan.steps = [step for step in plan.steps if step[0] != "store"]
-    return plan
+def score_command(model: str, input: str, out: str, *, method: str, training: str | None,
+                  target: str | None, id_column: str | None, na_values: tuple[str, ...],
+                  overwrite: bool, connect: dict[str, Any]) -> ScoreJob:  # fmt: skip
+    """``distforest score``: the scoring job of a pipeline with one ``score`` section,
+    its scores in the CSV ``out`` and its store beside it
+    (:func:`~distforest.jobs.outputs.record_path`); a model file fitted elsewhere (not a
+    store) is checked first (a pickle refused before any work)."""
+    from distforest.io.model_files import check_model_file
+    from distforest.jobs.outputs import record_path
+
+    if training is not None or Path(model).is_file():
+        check_model_file(model)
+    return ScoreJob(input=input, model=model, out=record_path(out), training=training,
+                    target=target, id=id_column, na_values=tuple(na_values),
+                    score={"out": out, "method": method}, overwrite=overwrite,
+                    connect=connect, name="score")  # fmt: skip
 
 
 def _score(job: ScoreJob, forest: Any, table: Any, ctx: Context) -> None:
@@ -214,6 +222,7 @@ def _score(job: ScoreJob, forest: Any, table: Any, ctx: Context) -> None:
            "outliers": options.get("outliers", True)}  # fmt: skip
     if not hasattr(table, "X"):  # read by partitions: tasks score and write them
         written = _by_parts(job, table, "score", options["out"], how)[0]
+        ctx.done.info["by_partitions"] = True
     else:
         written = write_csv(score_rows(forest, table, **how), options["out"])
     ctx.done.outputs = {"scores": written}
@@ -292,13 +301,17 @@ def _stage(section: dict[str, Any], job: ScoreJob) -> str:
     return "score" if section is job.score else "impute"
 
 
-def score_summary(result: JobResult) -> str:
-    """A few lines telling the user what was written."""
+def score_summary(result: JobResult, by_parts: bool = False, command: bool = False) -> str:
+    """A few lines telling the user what was written (``by_parts``: the new rows were read
+    by partitions; ``command``: ``distforest score``, which has no ``--restart``)."""
     width = max(len(k) for k in result.outputs) + 1
     how = {"new": "", "resumed": ", resumed", "already complete": ", already complete: nothing "
            "to do (use --restart to compute it again)"}[result.mode]  # fmt: skip
+    if command:
+        how = mode_text(result.mode, result.store)
     return "\n".join([
-        f"scored {result.shape[0]:,} new rows against {result.shape[1]:,} training rows "
+        f"scored {result.shape[0]:,} new rows{' read by partitions' * by_parts} against "
+        f"{result.shape[1]:,} training rows "
         f"({result.task} forest, {result.n_trees} trees) in {result.seconds:.1f} s{how}",
         *output_lines(result.outputs, width),
         f"  {'inspect:':<{width}} distforest status {result.store}",
@@ -508,24 +521,3 @@ def rows_to_csv(model_path: str, rows: NewRows, out: str, what: str,
     return write_pieces(RowFrames(str(data.source), list(blocks), starts, labels, False),
                         partial(work, model_path, data.encoding, rows.id_column, options),
                         out)  # fmt: skip
-
-
-def score_partitioned(model_path: str, data: str, out: str, id_column: str | None,
-                      method: str, na_values: tuple[str, ...],
-                      connect: dict[str, Any]) -> tuple[int, str]:  # fmt: skip
-    """``distforest score`` of a DATA read by partitions: ``(rows, path)``.
-
-    A first pass of summaries (:func:`read_new_rows`) types the model's feature
-    columns (and the ID column) as the in-memory reader would; then one task per
-    partition scores it, where the scoring job's plan says
-    (:func:`~distforest.parallel.placement.place`, the cells of
-    :func:`score_pipeline`).
-    """
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.parallel.placement import place
-
-    forest = ProximityForest.load(model_path)
-    rows = read_new_rows(forest, data, id_column, na_values)
-    with place(forest._fitted_cells() + rows.cells, connect):
-        n, path, _ = rows_to_csv(model_path, rows, out, "score", {"method": method})
-    return n, path

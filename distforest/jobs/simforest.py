@@ -45,10 +45,10 @@ from distforest.jobs.inputs import input_shape, partitioned_input, temporary_sto
 from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
 from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Context, Run, execute
-from distforest.jobs.stages import ON_A_CLUSTER, Cost, Pipeline, Stage, placement_of
+from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.parallel.placement import cells_of
 from distforest.store.inputs import PendingInput, input_chunk
-from distforest.store.run_store import RunStore, complete_output
+from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
 
@@ -234,7 +234,7 @@ def fit_and_save(
     temporary store is removed.  Returns the model store.
     """
     with temporary_store() as path:
-        table = pending.write(path, {})
+        table = pending.placed(str(path), {})
         scaling = None
         if normalize == "zscore":  # one task reads the chunks in order
             with forest._runner(table.n_samples * table.n_features) as runner:
@@ -250,6 +250,12 @@ def fit_and_save(
         if isinstance(forest.trees_, StoredTrees):
             forest.trees_ = replace(forest.trees_, path=rs.path)
     return rs
+
+
+def table_by_parts(data: str | None) -> bool:
+    """Whether a SimForest's table ``data`` (None: a matrix is fitted) is read by
+    partitions (a glob, a folder of parts, a file over 32 MB)."""
+    return data is not None and partitioned_input(data)
 
 
 @dataclass(kw_only=True)
@@ -288,7 +294,7 @@ class SimForestJob(ForestJob):
     def partitioned(self) -> bool:
         """Whether the input is a table read by partitions (a glob, a folder of parts,
         a file over 32 MB)."""
-        return not self.matrix_input and partitioned_input(self.input)
+        return table_by_parts(None if self.matrix_input else self.input)
 
     def read_input(self) -> FitInput:
         """What the model is fitted on, read from the job's files (a table read by
@@ -318,10 +324,8 @@ def simforest_pipeline(job: SimForestJob, n: int, cells: int,
                        fit_input: FitInput | None = None) -> Pipeline:  # fmt: skip
     """The stages of a SimForest job on ``n`` objects (``cells``: its input's cells):
     fit, proximity tiles, outliers, MDS."""
-    import math
 
     from distforest.forests.tiles import SYMMETRIC
-    from distforest.jobs.estimates import SECONDS_PER
     from distforest.parallel.tasks import default_batch_size, plan_batches
     from distforest.parallel.tiling import TilePlan
 
@@ -499,101 +503,4 @@ def simforest_job(
         connect=connect_kw,
         name=str(data.get("name") or "simforest"),
         source=source,
-    )
-
-
-def check_table_request(matrix: str | None, distances: str | None, labels: str | None,
-                        target: str | None) -> None:  # fmt: skip
-    """A table DATA takes --target, not a matrix, distances or labels."""
-    if matrix is not None or distances is not None:
-        raise ParameterError(
-            "give either --similarity S.npy with --labels, or a table DATA with --target "
-            "(not both, not neither)"
-        )
-    if target is None or labels is not None:
-        raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
-
-
-def model_fit_plan(what: str, source: str, n: int, d: int, cells: int, trees: int,
-                   batch_size: int | None, cpu_seconds: float, disk: dict[str, int],
-                   connect: dict[str, Any], out: str,
-                   cluster_only: bool = False) -> Pipeline:  # fmt: skip
-    """The dry run of ``simforest fit`` (not yet a job kind): its fit stage, the tasks the
-    run submits (fit batches), the model on disk.  ``cluster_only``: the rows are read by
-    partitions, on a cluster whatever their number."""
-    from distforest.parallel.tasks import default_batch_size, plan_batches
-
-    placed = ON_A_CLUSTER if cluster_only else cells
-    threads = placement_of(placed, connect)[1]
-    fit_tasks = len(plan_batches(trees, batch_size or default_batch_size(trees, threads)))
-    fit = Stage("fit", f"{fit_tasks} fit tasks -> {out}", reads=(source,), writes=(out,),
-                tasks=fit_tasks, cost=Cost(cpu_seconds, 8 * cells, disk))  # fmt: skip
-    return Pipeline(title=f"{what}: {n:,} rows x {d} features", steps=[("input", source)],
-                    stages=[fit], cells=placed, connect=connect, out=out)  # fmt: skip
-
-
-def simforest_fit_cpu(trees: int, pairs: int, n: int) -> float:
-    """Core-seconds of a SimForest fit on ``n`` objects (rough, :data:`SECONDS_PER`)."""
-    return SECONDS_PER["sim_fit"] * trees * pairs * n * math.log2(max(n, 2))
-
-
-def fit_command(
-    params: dict[str, Any],
-    *,
-    data: str,
-    target: str | None,
-    metric: str | None,
-    normalize: str,
-    drop: tuple[str, ...],
-    na_values: tuple[str, ...],
-    out: str,
-    overwrite: bool,
-    connect: dict[str, Any],
-    progress: Any = None,
-    dry_run: bool = False,
-) -> Any:
-    """``distforest simforest fit DATA`` of a table read by partitions: the summary line,
-    or (``dry_run``) the plan, from the input's shape only (nothing read whole)."""
-    from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.jobs.estimates import check_size, estimate_forest_metric
-    from distforest.store.run_store import check_can_create
-
-    start = time.perf_counter()
-    assert target is not None
-    params["metric"], params["metric_params"] = metric_params(metric or "rbf")
-    check_can_create(out, overwrite)
-    forest = SimilarityForestClassifier(**params)
-    forest._validated()
-    trees = params["n_estimators"]
-    if dry_run:
-        from distforest.jobs.inputs import input_shape
-
-        source, n, d = input_shape(data, target, drop=drop, na_values=na_values)
-        cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
-        return model_fit_plan("simforest fit (read by partitions)", source, n, d, n * d, trees,
-                              forest.batch_size, cpu,
-                              {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
-                              connect, out, cluster_only=True)  # fmt: skip
-    from distforest.parallel.cluster import connect as connect_to
-    from distforest.parallel.execution import execution
-
-    with connect_to(**connect) as client, execution(client), client.as_current():
-        pending = read_pending(data, target, drop, na_values)
-        n = pending.n_samples
-        need = estimate_forest_metric(n, 1, trees * params["n_pairs"])
-        knobs = f"--trees ({trees:,}) and --pairs ({params['n_pairs']:,})"
-        check_size(f"SimForest on {n:,} objects", need, knobs)
-        forest.set_execution(client, progress=progress)
-
-        def save(fitted: Any, attrs: dict[str, Any]) -> RunStore:
-            return fitted.save(out, overwrite=overwrite, attrs=attrs, complete=False)
-
-        rs = fit_and_save(forest, pending, normalize, input_attrs(pending, target), save)
-    complete_output(rs)
-    evaluations = forest.n_similarity_evaluations_
-    return (
-        f"SimForest of {trees} trees on {n} objects read by partitions "
-        f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
-        f"{evaluations} similarities evaluated ({evaluations / trees / n:.1f} per object per "
-        f"tree)\n  model:  {out}"
     )

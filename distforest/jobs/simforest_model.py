@@ -1,9 +1,8 @@
 """SimForest models for the commands: saved with their centring, new objects read as the
 model needs them, predictions written.
 
-Used by ``distforest simforest fit``; ``distforest simforest proximity`` and
-``distforest simforest predict`` are jobs (:class:`SimForestProximityJob`,
-:class:`SimForestPredictJob`).
+``distforest simforest fit``, ``proximity`` and ``predict`` are jobs
+(:class:`SimForestFitJob`, :class:`SimForestProximityJob`, :class:`SimForestPredictJob`).
 """
 
 from __future__ import annotations
@@ -20,101 +19,237 @@ from distforest.errors import InputError, ParameterError
 from distforest.jobs.base import JobBase, new_run_id
 from distforest.jobs.outputs import write_csv
 from distforest.jobs.result import JobResult, mode_text, output_lines
-from distforest.jobs.runs import Context, Run, complete_output, execute
+from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage
 
 
-def save_model(forest: Any, out: str, overwrite: bool, attrs: dict[str, Any],
-               distances: str | None, centring: Any) -> None:  # fmt: skip
-    """Save a fitted SimForest (with, for one fitted on ``distances``, the column means
-    that centre new objects' distances) and mark it complete, last."""
-    attrs = dict(attrs)
-    if centring is not None:
-        attrs.update(source=distances, centring="double")
-    rs = forest.save(out, overwrite=overwrite, attrs=attrs, complete=False)
-    if centring is not None:  # what predict needs to centre new objects' distances
-        rs.write_named("centring_means", centring.column_means,
-                       attrs={"grand_mean": centring.grand_mean})  # fmt: skip
-    complete_output(rs)
+@dataclass(kw_only=True)
+class SimForestFitJob(JobBase):
+    """``distforest simforest fit``: a SimForest model store at ``out``, fitted from a
+    similarity matrix (``matrix``) or distances (``distances``, double-centred into a
+    temporary array beside ``out``) with ``labels``, or from a table (``data``, with
+    ``target`` and a ``metric``; read by partitions when it is a glob, a folder of parts
+    or a large file).  ``input`` is whichever of them is given; ``params`` holds keyword
+    arguments of :class:`~distforest.forests.simforest.SimilarityForestClassifier`."""
+
+    job_kind: ClassVar[str] = "simforest-fit"
+
+    out: str
+    params: dict[str, Any]
+    data: str | None = None
+    matrix: str | None = None
+    distances: str | None = None
+    labels: str | None = None
+    target: str | None = None
+    metric: str | None = None
+    normalize: str = "zscore"
+    drop: tuple[str, ...] = ()
+    name: str = "simforest fit"
+
+    @property
+    def by_parts(self) -> bool:
+        """Whether DATA is a table read by partitions."""
+        from distforest.jobs.simforest import table_by_parts
+
+        return table_by_parts(self.data)
+
+    def describe(self) -> str:
+        """What the job computes."""
+        return "a SimForest model"
+
+    def summary(self, result: JobResult) -> str:
+        """The forest, its similarity evaluations and the files written."""
+        from distforest.store.run_store import RunStore
+
+        fit = (RunStore.open(result.store).attrs.get("stages") or {}).get("fit") or {}
+        n, trees, evaluations = result.shape[0], result.n_trees, int(fit.get("evaluations", 0))
+        parts = " read by partitions" if self.by_parts else ""
+        return "\n".join([
+            f"SimForest of {trees} trees on {n} objects{parts} ({fit.get('classes')} classes) "
+            f"in {result.seconds:.1f} s{mode_text(result.mode, self.out)}; {evaluations} "
+            f"similarities evaluated ({evaluations / max(1, trees * n):.1f} per object per tree)",
+            *output_lines(result.outputs),
+        ])  # fmt: skip
 
 
-def fit_in_memory(params: dict[str, Any], *, data: str | None, matrix: str | None,
-                  distances: str | None, labels: str | None, target: str | None,
-                  metric: str | None, normalize: str, drop: tuple[str, ...],
-                  na_values: tuple[str, ...], out: str, overwrite: bool,
-                  connect: dict[str, Any], progress: Any = None,
-                  dry_run: bool = False) -> Any:  # fmt: skip
-    """``simforest fit`` of objects held whole (a table, a matrix or distances), placed by
-    :func:`~distforest.parallel.placement.place`: the summary lines, or with ``dry_run``
-    the plan (its fit stage), nothing fitted or written."""
-    from distforest.jobs.simforest import model_fit_plan, simforest_fit_cpu
-    from distforest.parallel.placement import cells_of, place
-
-    start = time.perf_counter()
-    with ExitStack() as temporary:
-        forest, fit_input, centring = checked_fit(
-            temporary, params, data=data, matrix=matrix, distances=distances, labels=labels,
-            target=target, metric=metric, normalize=normalize, drop=drop, na_values=na_values,
-            out=out, overwrite=overwrite)  # fmt: skip
-        n, trees, cells = fit_input.n, params["n_estimators"], cells_of(fit_input.source)
-        if dry_run:
-            cpu = simforest_fit_cpu(trees, params["n_pairs"], n)
-            return model_fit_plan("simforest fit", str(data or distances or matrix), n, 1, cells,
-                                  trees, forest.batch_size, cpu,
-                                  {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)},
-                                  connect, out)  # fmt: skip
-        with place(cells, connect, progress=progress):
-            forest.fit(fit_input.source, fit_input.y)
-    save_model(forest, out, overwrite, fit_input.attrs, distances, centring)
-    evaluations = forest.n_similarity_evaluations_
-    return (
-        f"SimForest of {forest.n_estimators} trees on {n} objects "
-        f"({len(forest.classes_)} classes) in {time.perf_counter() - start:.1f} s; "
-        f"{evaluations} similarities evaluated "
-        f"({evaluations / forest.n_estimators / n:.1f} per object per tree)\n  model:  {out}"
-    )
-
-
-def checked_fit(temporary: ExitStack, params: dict[str, Any], *, data: str | None,
-                matrix: str | None, distances: str | None, labels: str | None,
-                target: str | None, metric: str | None, normalize: str,
-                drop: tuple[str, ...], na_values: tuple[str, ...], out: str,
-                overwrite: bool) -> tuple[Any, Any, Any]:  # fmt: skip
-    """``simforest fit``'s unfitted forest, its input and (for ``distances``) the centring,
-    all checked before any work; ``distances`` are double-centred into a temporary
-    similarity array beside ``out`` that ``temporary`` removes."""
+def simforest_fit_job(params: dict[str, Any], *, data: str | None, matrix: str | None,
+                      distances: str | None, labels: str | None, target: str | None,
+                      metric: str | None, normalize: str, drop: tuple[str, ...],
+                      na_values: tuple[str, ...], out: str, overwrite: bool,
+                      connect: dict[str, Any]) -> SimForestFitJob:  # fmt: skip
+    """The job of ``distforest simforest fit``, its request checked (which inputs go
+    together, the measure, the forest's parameters) before anything is read."""
     from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.jobs.estimates import check_size, estimate_forest_metric
-    from distforest.jobs.simforest import metric_params, read_fit_input
-    from distforest.store.run_store import check_can_create
+    from distforest.jobs.simforest import metric_params
 
-    centring = None
-    if distances is not None:
-        from distforest.io.centring import centred_matrix, double_centre
-
-        if matrix is not None or params["kind"] != "similarity":
-            raise ParameterError(
-                "--distances is turned into similarities: give it without --similarity "
-                "and without --kind distance (or give --similarity D --kind distance to "
-                "order by D_ki^2 - D_kj^2 without centring)"
-            )
-        check_can_create(out, overwrite)
-        matrix = temporary.enter_context(centred_matrix(out))
-        centring = double_centre(distances, matrix, what=f"--distances {distances!r}")
-    fit_input = read_fit_input(data=data, matrix=matrix, labels=labels, target=target,
-                               normalize=normalize, drop=drop,
-                               na_values=na_values)  # fmt: skip
-    if matrix is not None and metric is not None:
+    if distances is not None and (matrix is not None or params["kind"] != "similarity"):
+        raise ParameterError(
+            "--distances is turned into similarities: give it without --similarity "
+            "and without --kind distance (or give --similarity D --kind distance to "
+            "order by D_ki^2 - D_kj^2 without centring)"
+        )
+    if (data is None) == (matrix is None and distances is None):
+        raise ParameterError(
+            "give either --similarity S.npy with --labels, or a table DATA with --target "
+            "(not both, not neither)"
+        )
+    if data is None and (labels is None or target is not None):
+        raise ParameterError("--similarity needs --labels LABELS.csv (and takes no --target)")
+    if data is not None and (target is None or labels is not None):
+        raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
+    if data is None and metric is not None:
         raise ParameterError("--metric goes with a table DATA, not with --similarity")
+    params = dict(params)
     if data is not None:
         params["metric"], params["metric_params"] = metric_params(metric or "rbf")
-    check_can_create(out, overwrite)
-    forest = SimilarityForestClassifier(**params)
-    n = fit_input.n
-    plan = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
+    SimilarityForestClassifier(**params)._validated()
+    return SimForestFitJob(input=str(data or matrix or distances), out=out, params=params,
+                           data=data, matrix=matrix, distances=distances, labels=labels,
+                           target=target, metric=metric, normalize=normalize, drop=drop,
+                           na_values=tuple(na_values), overwrite=overwrite,
+                           connect=connect)  # fmt: skip
+
+
+@dataclass
+class _FitRows:
+    """What the fit reads: the objects held whole (with the centring of distances), or
+    only the shape of a table read by partitions (its rows read by the fit stage)."""
+
+    n: int
+    d: int
+    cells: int
+    fit_input: Any = None
+    centring: Any = None
+
+
+def _fit_rows(job: SimForestFitJob, temporary: ExitStack) -> _FitRows:
+    """The objects of the fit (``distances`` double-centred into a temporary array beside
+    ``out`` that ``temporary`` removes), their number checked against the size limit."""
+    from distforest.jobs.inputs import input_shape
+    from distforest.jobs.simforest import read_fit_input
+    from distforest.parallel.placement import cells_of
+
+    if job.by_parts:
+        assert job.data is not None
+        _, n, d = input_shape(job.data, job.target, drop=job.drop, na_values=job.na_values)
+        return _FitRows(n, d, n * d)
+    matrix, centring = job.matrix, None
+    if job.distances is not None:
+        from distforest.io.centring import centred_matrix, double_centre
+
+        matrix = temporary.enter_context(centred_matrix(job.out))
+        centring = double_centre(job.distances, matrix, what=f"--distances {job.distances!r}")
+    fit_input = read_fit_input(data=job.data, matrix=matrix, labels=job.labels,
+                               target=job.target, normalize=job.normalize, drop=job.drop,
+                               na_values=job.na_values)  # fmt: skip
+    _check_size(job.params, fit_input.n)
+    return _FitRows(fit_input.n, 1, cells_of(fit_input.source), fit_input, centring)
+
+
+def _check_size(params: dict[str, Any], n: int) -> None:
+    """Refuse a forest on ``n`` objects too large for the size limit (exit 6, the knobs)."""
+    from distforest.jobs.estimates import check_size, estimate_forest_metric
+
+    need = estimate_forest_metric(n, 1, params["n_estimators"] * params["n_pairs"])
     knobs = f"--trees ({params['n_estimators']:,}) and --pairs ({params['n_pairs']:,})"
-    check_size(f"SimForest on {n:,} objects", plan, knobs)
-    return forest, fit_input, centring
+    check_size(f"SimForest on {n:,} objects", need, knobs)
+
+
+@SimForestFitJob.plans
+def plan_fit_job(job: SimForestFitJob) -> Pipeline:
+    """What the job would do (``--dry-run``): reads the objects (centred distances go into
+    a temporary array removed before it returns), fits nothing."""
+    with ExitStack() as temporary:
+        return fit_pipeline(job, _fit_rows(job, temporary))
+
+
+def fit_pipeline(job: SimForestFitJob, rows: _FitRows) -> Pipeline:
+    """The one stage of ``simforest fit``: the trees in batches of tasks, the model saved."""
+    import math
+
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.estimates import SECONDS_PER
+    from distforest.jobs.stages import ON_A_CLUSTER, placement_of
+    from distforest.parallel.tasks import default_batch_size, plan_batches
+
+    placed = ON_A_CLUSTER if job.by_parts else rows.cells
+    trees, pairs, n = job.params["n_estimators"], job.params["n_pairs"], rows.n
+    batch = job.params.get("batch_size") or default_batch_size(trees, placement_of(
+        placed, job.connect)[1])  # fmt: skip
+    fit_tasks = len(plan_batches(trees, batch))
+    cpu = SECONDS_PER["sim_fit"] * trees * pairs * n * math.log2(max(n, 2))
+    fit = Stage("fit", f"{fit_tasks} fit tasks -> {job.out}", reads=(job.input,),
+                writes=(job.out,), tasks=fit_tasks,
+                cost=Cost(cpu, 8 * rows.cells,
+                          {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)}),
+                run=lambda ctx: _fit(job, rows, ctx),
+                resume=lambda ctx: setattr(ctx, "model", SimilarityForestClassifier.load(
+                    job.out, rows_in_store=job.by_parts)))  # fmt: skip
+    what = "simforest fit (read by partitions)" if job.by_parts else "simforest fit"
+    return Pipeline(title=f"{what}: {n:,} rows x {rows.d} features", steps=[("input", job.input)],
+                    stages=[fit], cells=placed, connect=job.connect, out=job.out)  # fmt: skip
+
+
+def _fit(job: SimForestFitJob, rows: _FitRows, ctx: Context) -> None:
+    """The fit stage: fit the forest and save it with the run's record (not complete: the
+    run protocol marks it); a model fitted on distances keeps their column means, which
+    centre new objects' distances."""
+    from distforest.forests.simforest import SimilarityForestClassifier
+    from distforest.jobs.simforest import fit_and_save, input_attrs, read_pending
+
+    forest = SimilarityForestClassifier(**job.params)
+    record = ctx.run.record
+    if job.by_parts:  # pass 1 on the workers, then fitted from a temporary store
+        assert job.data is not None and job.target is not None
+        pending = read_pending(job.data, job.target, job.drop, job.na_values)
+        _check_size(job.params, pending.n_samples)
+
+        def save(fitted: Any, attrs: dict[str, Any]) -> Any:
+            return fitted.save(job.out, overwrite=True, complete=False,
+                               attrs={**attrs, **record})  # fmt: skip
+
+        rs = fit_and_save(forest, pending, job.normalize, input_attrs(pending, job.target), save)
+    else:
+        forest.fit(rows.fit_input.source, rows.fit_input.y)
+        attrs = dict(rows.fit_input.attrs)
+        if rows.centring is not None:
+            attrs.update(source=job.distances, centring="double")
+        rs = forest.save(job.out, overwrite=True, complete=False, attrs={**attrs, **record})
+        if rows.centring is not None:  # what predict needs to centre new objects' distances
+            rs.write_named("centring_means", rows.centring.column_means,
+                           attrs={"grand_mean": rows.centring.grand_mean})  # fmt: skip
+    ctx.rs, ctx.model = rs, forest
+    ctx.done.outputs = {"model": rs.path}
+    ctx.done.info.update(evaluations=int(forest.n_similarity_evaluations_),
+                         classes=len(forest.classes_), objects=int(forest.n_samples_))  # fmt: skip
+
+
+@SimForestFitJob.runs
+def run_fit_job(job: SimForestFitJob, progress: Any = None, *, restart: bool = False,
+                run_id: str | None = None) -> JobResult:  # fmt: skip
+    """Fit and save the model under the run protocol (a killed run fits again; a complete
+    model of the same request is kept)."""
+    from distforest.jobs.inputs import listing_stamp
+    from distforest.store.run_store import RunStore
+
+    start = time.perf_counter()
+
+    def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
+        fit = (rs.attrs.get("stages") or {}).get("fit") or {}
+        n = int(fit.get("objects", 0))
+        return JobResult(store=rs.path, name="model", shape=(n, n),
+                         n_trees=int(job.params["n_estimators"]), task="SimForest classification",
+                         seconds=time.perf_counter() - start, outputs={"model": rs.path, **outputs},
+                         mode=mode)  # fmt: skip
+
+    with ExitStack() as temporary:  # (centred distances beside the model, removed at the end)
+        pipeline = fit_pipeline(job, _fit_rows(job, temporary))  # (the input checked first)
+        given = {key: listing_stamp(str(path)) for key, path in
+                 (("data", job.data), ("matrix", job.matrix), ("distances", job.distances),
+                  ("labels", job.labels)) if path is not None}  # fmt: skip
+        spec = job.spec_of(("params", "target", "normalize", "drop", "na_values"), input=given)
+        return execute(job, pipeline, spec, result, progress=progress, restart=restart,
+                       run_id=run_id or new_run_id())  # fmt: skip
 
 
 def read_predict_input(model: str, data: str | None, matrix: str | None,

@@ -76,12 +76,13 @@ class SimilarityJob(JobBase):
 
     @property
     def partitioned(self) -> bool:
-        """Whether the rows are read by partitions (then on a cluster)."""
+        """Whether the rows (INPUT's or the reference's) are read by partitions, both then
+        by partitions on a cluster: the job's one question of its inputs' kind (the two
+        algorithms of a matrix do not give the same bytes: with ``zscore`` the matrix of rows
+        scaled into a store differs from the in-memory one in the last bits)."""
         from distforest.jobs.inputs import partitioned_input
 
-        return partitioned_input(self.input) or (
-            self.reference is not None and partitioned_input(self.reference)
-        )
+        return any(partitioned_input(p) for p in (self.input, self.reference) if p is not None)
 
     def normalize_choice(self) -> str | None:
         from distforest.jobs.knn_model import normalize_choice

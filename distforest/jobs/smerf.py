@@ -19,14 +19,15 @@ observed) or, without it, ``D = 1[y_a != y_b]`` of the class column
 A run follows the protocol of :mod:`distforest.jobs.runs`: locked, resumable
 by stage (``fit``, ``distance``), not repeated once complete.
 
-An ``input.path`` that is a glob, a folder of parts or a file over 32 MB
-(:func:`~distforest.jobs.inputs.partitioned_input`) is read by partitions:
-pass 1 (every check, named with its part file, column and row) before
-anything is written, then the rows are encoded as float64 into a temporary
-run store that the trees read (:meth:`distforest.forests.smerf.SMERF.fit`),
-removed when the run ends.  The ``distance`` rows (``rows``, ``against``)
-are read whole, or (such a table) by partitions into a temporary store and
-routed by chunks.
+The features are the job's source
+(:func:`~distforest.store.source.open_input`): a glob, a folder of parts or
+a file over 32 MB is read by partitions, pass 1 (every check, named with its
+part file, column and row) before anything is written; the fit
+:meth:`~distforest.io.source.RowSummary.placed` the rows, encoded as float64,
+into a temporary run store that the trees read
+(:meth:`distforest.forests.smerf.SMERF.fit`), removed when the run ends.  The
+``distance`` rows (``rows``, ``against``) are read whole, or (such a table) by
+partitions into a temporary store and routed by chunks.
 """
 
 from __future__ import annotations
@@ -44,17 +45,16 @@ from distforest import location
 from distforest.errors import ConfigError, ParameterError, StoreError
 from distforest.forests import constraints as C
 from distforest.forests.smerf import DISTANCE, SMERF, input_cells
-from distforest.io import Table, load_table
-from distforest.io.distances import Distances, load_distances
+from distforest.io.distances import load_distances
 from distforest.jobs.base import ForestJob, JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import check_disk, estimate_matrix, estimate_smerf_model
-from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts, temporary_store
+from distforest.jobs.inputs import input_shape, temporary_store
 from distforest.jobs.outputs import check_new_file
 from distforest.jobs.result import JobResult, mode_text
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
-from distforest.store.inputs import PendingInput
 from distforest.store.run_store import RunStore, check_can_create
+from distforest.store.source import open_input, open_source
 
 logger = logging.getLogger("distforest")
 
@@ -99,7 +99,7 @@ class SmerfJob(ForestJob):
         names = tuple(rs.attrs["input"]["feature_names"])
         return "\n".join([
             *([f"  features of {self.input} read by partitions on the workers"]
-              if partitioned_input(self.input) else []),
+              if fit.get("rows_in_store") else []),
             f"SMERF: {self.forest.get('n_estimators', SMERF().n_estimators)} trees on "
             f"{rs.attrs['input']['n_samples']} rows x {len(names)} features "
             f"({fit.get('observed', 1.0):.0%} of pairs observed) in "
@@ -126,18 +126,17 @@ def class_distances(y: np.ndarray | None) -> np.ndarray:
 @SmerfJob.plans
 def plan_smerf_job(job: SmerfJob) -> Pipeline:
     """What the job would do (``--dry-run``): reads the inputs' sizes, runs nothing."""
-    if partitioned_input(job.input):  # not loaded: the rows from metadata or line counts
-        _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
-    else:
-        table = load_table(job.input, **job.table_kw(), allow_missing=False)
-        n, d = table.n_samples, table.n_features
+    # (rows read by partitions: from their metadata or line counts, nothing loaded)
+    _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values,
+                          allow_missing=False)  # fmt: skip
     itemsize = 4  # the class distances are float32
     if job.distances is not None:
         itemsize = load_distances(job.distances, n=n, what=f"smerf.distances {job.distances!r}",
                                   fingerprint=False).itemsize  # fmt: skip
     dist, matrix = job.distance, None
     if dist is not None:
-        rows = {key: _count_rows(dist[key], job.drop, job.na_values)
+        rows = {key: input_shape(dist[key], drop=job.drop, na_values=job.na_values,
+                                 allow_missing=False, min_rows=1)[1]
                 for key in ("rows", "against") if dist.get(key)}  # fmt: skip
         n_a, n_b = rows.get("rows", n), rows.get("against", n)
         matrix = (n_a, n_b, bool(dist["oob"]))
@@ -190,20 +189,18 @@ def smerf_pipeline(job: SmerfJob, n: int, d: int, itemsize: int,
 
 def _fit(job: SmerfJob, given: dict[str, Any], ctx: Context) -> None:
     """The fit stage: fit SMERF and save it (not complete: the protocol marks it)."""
-    table, D = given["table"], given["D"]
-    if isinstance(table, PendingInput):  # the rows into a store, the trees read there
-        stored = table.write(given["stack"].enter_context(temporary_store()), {})
-        dist = D if D is not None else load_distances(class_distances(stored.read_y()))
-        model = SMERF(**job.forest).fit(stored, dist)
-    else:
-        dist = D
-        model = SMERF(**job.forest).fit(table, D)
+    D = given["D"]
+    # rows read by partitions are written into a temporary store, the trees read there
+    rows = given["table"].placed(str(given["stack"].enter_context(temporary_store())), {})
+    model = SMERF(**job.forest).fit(rows, D)
     given_d = {"distances": str(job.distances)} if job.distances is not None else {}
     ctx.rs = model.save(job.out, overwrite=True, attrs={**given_d, **ctx.run.record},
                         tile_size=job.tile_size, complete=False)  # fmt: skip
     ctx.done.outputs = {"model": ctx.rs.path}
     ctx.done.info["trees"] = int(model.seeds_.shape[0])
-    ctx.done.info["observed"] = float((D if D is not None else dist).observed)
+    ctx.done.info["observed"] = float(D.observed)
+    if rows.store_path is not None:
+        ctx.done.info["rows_in_store"] = True
     ctx.model = model
 
 
@@ -232,23 +229,18 @@ def run_smerf_job(
     """
     start = time.perf_counter()
     run_id = run_id or new_run_id()
-    table: Table | PendingInput
-    if partitioned_input(job.input):  # summaries only: the rows go into a temporary store
-        table = read_by_parts(job.input, job.target, job.drop, job.na_values)
-    else:
-        table = load_table(job.input, **job.table_kw(), allow_missing=False)
-    D: Distances | None = None  # None: the class distances of a table read by partitions
+    # the rows in memory, or (read by partitions) their summaries: written into a
+    # temporary store by the fit
+    table = open_input(job.input, **job.table_kw(), allow_missing=False, dtype=np.float64)
     if job.distances is not None:
         what = f"smerf.distances {job.distances!r}"
         D = load_distances(job.distances, n=table.n_samples, what=what, fingerprint=True)
-    elif isinstance(table, Table):
-        D = load_distances(class_distances(table.y), fingerprint=True)
+    else:
+        D = load_distances(class_distances(table.read_y()), fingerprint=True)
     dist = job.distance or {}
     other = {key: _new_rows(dist[key], job.drop, job.na_values)
              for key in ("rows", "against") if dist.get(key)}  # fmt: skip
-    # (class distances of a table read by partitions: fixed by its fingerprint and target)
-    fingerprints = {"X": table.fingerprint(), "D": "class distances" if D is None
-                    else str(D.fingerprint),
+    fingerprints = {"X": table.fingerprint(), "D": str(D.fingerprint),
                     **{k: t.fingerprint() for k, t in other.items()}}  # fmt: skip
 
     matrix = None
@@ -256,7 +248,7 @@ def run_smerf_job(
         n_a = other["rows"].n_samples if "rows" in other else table.n_samples
         n_b = other["against"].n_samples if "against" in other else table.n_samples
         matrix = (n_a, n_b, bool(dist["oob"]))
-    itemsize = 4 if D is None else D.itemsize
+    itemsize = D.itemsize
 
     def check(run: Run) -> None:
         stages, replace = run.stages, run.replace
@@ -529,21 +521,10 @@ def fit_job(input: str, distances: str, out: str, params: dict[str, Any],
                     **fields)  # fmt: skip
 
 
-def _count_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> int:
-    """The rows of a table of new rows, for a plan (a table read by partitions: from its
-    metadata or line counts, nothing loaded)."""
-    if partitioned_input(path):
-        return input_shape(path, drop=drop, na_values=na_values)[1]
-    return load_table(path, drop=drop, na_values=na_values, allow_missing=False,
-                      min_rows=1).n_samples  # fmt: skip
-
-
 def _new_rows(path: str, drop: tuple[str, ...], na_values: tuple[str, ...]) -> Any:
     """Rows to route, as a source (:func:`~distforest.store.source.open_source` decides how
     to read ``path``: a glob, a folder of parts or a large file by partitions into a
     temporary store living as long as the source), routed by its chunks
     (:meth:`SMERF._route`)."""
-    from distforest.store.source import open_source
-
     return open_source(path, drop=drop, na_values=na_values, allow_missing=False,
                        dtype=np.float64, min_rows=1)  # fmt: skip

@@ -153,6 +153,13 @@ class Pipeline:
         """Computing of every stage, core-seconds."""
         return float(sum(s.cost.cpu_seconds for s in self.stages))
 
+    def check_room(self) -> None:
+        """Refuse a run whose outputs would not fit where they go (exit 6, after the dry
+        run printed the plan)."""
+        from distforest.jobs.estimates import check_disk
+
+        check_disk(location.parent(self.out), self.disk_bytes, replaces=self.out)
+
     def where(self) -> tuple[str, int]:
         """Where the stages would run, and on how many threads (the run's rule)."""
         return placement_of(self.cells, self.connect)

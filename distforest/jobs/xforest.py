@@ -20,7 +20,8 @@ from distforest.errors import ConfigError, InputError, ParameterError, StoreErro
 from distforest.forests import constraints as C
 from distforest.forests.xforest import XForest
 from distforest.forests.xforest_similarity import SIMILARITY_NAMES
-from distforest.io import Table, load_table, read_frame
+from distforest.io import read_frame
+from distforest.io.source import RowSummary
 from distforest.jobs.base import ForestJob, JobBase, input_fields, new_run_id
 from distforest.jobs.estimates import (
     SECONDS_PER,
@@ -29,12 +30,11 @@ from distforest.jobs.estimates import (
     estimate_kmeans,
     estimate_xforest,
 )
-from distforest.jobs.inputs import input_shape, partitioned_input, read_by_parts
+from distforest.jobs.inputs import input_shape
 from distforest.jobs.outputs import check_new_file, write_csv
 from distforest.jobs.result import JobResult, mode_text, output_lines
-from distforest.jobs.runs import Context, Run, execute, fit_into_store
+from distforest.jobs.runs import Context, Run, execute, fit_into_store, fitted_rows
 from distforest.jobs.stages import PRODUCTS_NOTE, Cost, Pipeline, Stage, placement_of
-from distforest.store.inputs import PendingInput, StoredTable
 from distforest.store.run_store import RunStore
 
 logger = logging.getLogger("distforest")
@@ -56,7 +56,7 @@ class XForestJob(ForestJob):
     clustering: dict[str, Any] | None = None
     name: str = "xforest"
 
-    def spec(self, table: Table | PendingInput) -> dict[str, Any]:
+    def spec(self, table: RowSummary) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep = ("target", "drop", "na_values", "forest", "kind", "plot", "clustering")
         return self.spec_of(keep, input={"source": table.source,
@@ -146,20 +146,20 @@ def _cluster(job: XForestJob, table: Any, ctx: Context) -> None:
         ctx.done.info["scores"] = {k: round(v, 4) for k, v in scores.items()}
 
 
-def _read_input(job: XForestJob) -> Table | PendingInput:
-    """The job's table: loaded whole, or (a glob, a folder of parts, a large file) its
-    partitions' summaries only, the encoded rows written into the job's store later."""
-    if not partitioned_input(job.input):
-        return load_table(job.input, **job.table_kw(), allow_missing=False)
-    return read_by_parts(job.input, job.target, job.drop, job.na_values)
+def _read_input(job: XForestJob) -> RowSummary:
+    """The job's table (:func:`~distforest.store.source.open_input`): rows in memory, or (a
+    glob, a folder of parts, a large file) its partitions' summaries, the encoded rows
+    written into the job's store by the fit."""
+    from distforest.store.source import open_input
+
+    return open_input(job.input, **job.table_kw(), allow_missing=False, dtype=np.float64)
 
 
-def _truth(table: Table | PendingInput, out: str) -> np.ndarray | None:
-    """The target column (classes to score clusters against), or None; a partitioned
-    input's from the job's store, without its features."""
-    if isinstance(table, Table):
-        return None if table.y is None else np.asarray(table.y)
-    return StoredTable.open(out).read_y()
+def _truth(table: RowSummary, out: str) -> np.ndarray | None:
+    """The target column (classes to score clusters against), or None: of the rows the fit
+    read (rows read by partitions: from the job's store, without their features)."""
+    y = fitted_rows(table, out).read_y()
+    return None if y is None else np.asarray(y)
 
 
 def _cluster_labels_for_plot(labels: np.ndarray) -> tuple[np.ndarray, list[str]]:

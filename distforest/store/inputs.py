@@ -368,7 +368,7 @@ class PendingInput:
     """A table whose summaries are read (pass 1) and whose store is not written yet.
 
     What a job needs before it creates its store: the size, the source and
-    the fingerprint (for the job's spec); :meth:`write` then runs pass 2.
+    the fingerprint (for the job's spec); :meth:`placed` then runs pass 2.
     """
 
     data: Ingested
@@ -418,10 +418,6 @@ class PendingInput:
         """Create the run store ``store`` (replacing one) with ``attrs`` and write pass 2
         into its ``input/``: the rows the fit reads."""
         return write_ingested(self.data, store, overwrite=True, attrs=attrs)
-
-    def write(self, store: str | Path, attrs: dict[str, Any]) -> StoredTable:
-        """Create the run store (replacing one) and write ``input/`` into it."""
-        return self.placed(str(store), attrs)
 
 
 def _quality(n: int, d: int, missing: dict[str, Any]) -> dict[str, Any]:

@@ -30,8 +30,9 @@ order and the first that can open the input does:
 themselves, which an estimator may take as they are (scikit-learn's checks,
 the array's own dtype) rather than as a source.
 
-:func:`input_shape` gives a dry run the size of an input, read as a job reads it
-(rows read by partitions: from their metadata, nothing loaded).
+:func:`input_plan` gives a dry run the size of an input and the tasks that read
+it, read as a job reads it (rows read by partitions: from their metadata,
+nothing loaded); :func:`input_shape` its size only.
 
 A temporary store lives as long as its ``owner`` (the fitted estimator whose
 arrays are in it, or the source itself), or the ``with`` block of
@@ -48,7 +49,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -65,11 +66,13 @@ if TYPE_CHECKING:
 __all__ = [
     "OPENERS",
     "PARTITIONED_BYTES",
+    "InputPlan",
     "Opener",
     "ReadOptions",
     "by_partitions",
     "guess_opener",
     "holds_rows",
+    "input_plan",
     "input_shape",
     "is_dask_frame",
     "open_input",
@@ -142,10 +145,28 @@ class Opener:
         :class:`~distforest.io.source.RowSummary`."""
         raise NotImplementedError
 
-    def shape(self, X: Any, options: ReadOptions) -> tuple[str, int, int]:
-        """``(source, rows, features)`` of ``X``, read as :meth:`open` reads it."""
+    def plan(self, X: Any, options: ReadOptions) -> InputPlan:
+        """The :class:`InputPlan` of ``X``, read as :meth:`open` reads it."""
         source = self.open(X, None, options, None)
-        return str(source.source), source.n_samples, source.n_features
+        return InputPlan(str(source.source), source.n_samples, source.n_features, 0)
+
+
+class InputPlan(NamedTuple):
+    """What a dry run knows of a job's input.
+
+    Attributes
+    ----------
+    source : str
+    n_samples, n_features : int
+    parts : int
+        The partitions that tasks read into the job's store (0: the rows are read
+        whole by this process).
+    """
+
+    source: str
+    n_samples: int
+    n_features: int
+    parts: int
 
 
 class _Source(Opener):
@@ -286,7 +307,7 @@ class _Parts(Opener):
             return PendingInput(data)
         return _ingest_temporary(str(X), target, options, owner)
 
-    def shape(self, X: Any, options: ReadOptions) -> tuple[str, int, int]:
+    def plan(self, X: Any, options: ReadOptions) -> InputPlan:
         # From the metadata (a Parquet dataset) or a count of lines (a CSV): nothing kept.
         import dask
 
@@ -294,13 +315,14 @@ class _Parts(Opener):
 
         parts = open_partitions(str(X), na_values=options.na_values)
         if parts.array is not None:
-            return parts.source, int(parts.array.shape[0]), int(parts.array.shape[1])
+            n, d = (int(s) for s in parts.array.shape[:2])
+            return InputPlan(parts.source, n, d, int(parts.npartitions))
         not_features = {str(c) for c in (*options.drop, options.target, options.id)
                         if c is not None}  # fmt: skip
         columns = [c for c in parts.columns if c not in not_features]
         with dask.config.set(scheduler="threads"):
             n = len(parts.frame)
-        return parts.source, int(n), len(columns)
+        return InputPlan(parts.source, int(n), len(columns), int(parts.npartitions))
 
 
 class _Memory(Opener):
@@ -423,9 +445,9 @@ def open_input(X: Any, **read: Any) -> RowSummary:
     return summary
 
 
-def input_shape(source: Any, target: str | None = None, **read: Any) -> tuple[str, int, int]:
-    """The rows and feature columns of a job's input, for a dry run: ``(source, n, d)``
-    (``read``: ``drop``, ``na_values``, ``id``).
+def input_plan(source: Any, target: str | None = None, **read: Any) -> InputPlan:
+    """The rows, feature columns and reading tasks of a job's input, for a dry run
+    (``read``: :func:`open_input`'s keywords).
 
     A table read by partitions is not loaded: a Parquet dataset's rows come from
     its metadata, a CSV's by counting its lines in this process (a pass over the
@@ -433,7 +455,13 @@ def input_shape(source: Any, target: str | None = None, **read: Any) -> tuple[st
     ID and the dropped ones.  Anything else is read as the run reads it.
     """
     options = _options(target=target, defer=True, **read)
-    return guess_opener(source, options).shape(source, options)
+    return guess_opener(source, options).plan(source, options)
+
+
+def input_shape(source: Any, target: str | None = None, **read: Any) -> tuple[str, int, int]:
+    """``(source, n, d)`` of :func:`input_plan`."""
+    plan = input_plan(source, target, **read)
+    return plan.source, plan.n_samples, plan.n_features
 
 
 def _options(*, target: Any = None, drop: Any = (), na_values: Any = (), **more: Any
