@@ -323,6 +323,34 @@ def test_a_command_killed_in_its_last_stage_resumes_to_the_same_bytes(tmp_path, 
     assert files(clean) == files(out.parent) and len(files(clean)) >= 1
 
 
+def test_impute_killed_after_writing_its_table_resumes(tmp_path, monkeypatch):
+    """Killed between writing its table and marking its store complete, ``impute`` left
+    no store, so the next run refused its own output ("already exists; pass
+    --overwrite"); its store now comes first: the next run resumes and replaces what the
+    killed run wrote with the bytes of an uninterrupted run."""
+    from distforest.io import writers
+
+    args, out, store = _command(tmp_path, "impute")
+    clean = tmp_path / "clean"
+    clean_args = [a.replace(str(tmp_path / "o"), str(clean)) for a in args]
+    assert CliRunner().invoke(cli, ["-q", *clean_args]).exit_code == 0
+    write_table = writers.write_table
+
+    def killed(*a, **k):
+        write_table(*a, **k)
+        raise KeyboardInterrupt  # the table written, nothing after it
+
+    monkeypatch.setattr(writers, "write_table", killed)
+    stopped = CliRunner().invoke(cli, ["-q", *args])
+    assert stopped.exit_code != 0 and out.exists(), stopped.output
+    assert store.exists() and not RunStore.open(store).is_complete
+    monkeypatch.setattr(writers, "write_table", write_table)
+    again = CliRunner().invoke(cli, ["-q", *args])
+    assert again.exit_code == 0 and "resumed" in again.output, again.output
+    assert RunStore.open(store).is_complete
+    assert out.read_bytes() == (clean / out.name).read_bytes()
+
+
 #: Command -> (its pipeline form's YAML, what the pipeline writes under output.dir);
 #: "OUT" is that folder.
 PIPELINE_FORMS = {

@@ -795,6 +795,12 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
             plan.dest = plan.rows.check_output(job.files["out"], run.replace)
         return {}
 
+    def create(run: Run) -> RunStore:
+        # The store first, as the other answers': a run killed while it writes the table
+        # leaves the store of this job, so the next run resumes (and may replace what it
+        # wrote) instead of refusing its own half-written output.
+        return RunStore.create(job.out, attrs=run.record, overwrite=True)
+
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> ImputeResult:
         info = (rs.attrs.get("stages") or {}).get("impute", {})
         return ImputeResult(
@@ -815,15 +821,7 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
         **({} if job.model is None else {"model": listing_stamp(job.model)}),
     )
     return execute(job, pipeline, spec, result, progress=progress, restart=restart,
-                   run_id=run_id or new_run_id(), check=check)  # fmt: skip
-
-
-def _record(job: ImputeJob, ctx: Context) -> None:
-    """The job's store, created once the table is written (a failed or killed run leaves
-    none: run again, it imputes again with the same seed, the same bytes)."""
-    from distforest.store.run_store import RunStore
-
-    ctx.rs = RunStore.create(job.out, attrs=ctx.run.record, overwrite=True)
+                   run_id=run_id or new_run_id(), check=check, create=create)  # fmt: skip
 
 
 def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
@@ -835,7 +833,6 @@ def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
     client = ctx.where.client
     with client.as_current() if client is not None else contextlib.nullcontext():
         imputed = run_imputation(plan, job.params, client, progress)
-    _record(job, ctx)
     ctx.done.outputs = {"imputed table": str(imputed.written)}
     ctx.done.info["cells_imputed"] = int(sum(imputed.missing.values()))
     ctx.done.info["text"] = summary(imputed, job.input, time.perf_counter() - start)
@@ -888,7 +885,6 @@ def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
 
     imputed = impute_rows(plan, fit, attrs=provenance)
     cells = routed["cells"]
-    _record(job, ctx)
     ctx.done.outputs = {"imputed table": str(imputed.written)}
     ctx.done.info["cells_imputed"] = int(cells)
     ctx.done.info["text"] = (
