@@ -29,7 +29,13 @@ columns missing; ``--parts`` an existing one), a LightGBM model fitted on its
 first ``--fit-rows`` rows, and distforest alone (``from_model`` on the folder,
 read by partitions; the top-50 neighbours in the forest's store, the outlier
 scores written as ``distforest outliers`` writes them, by chunks); the driver's
-peak RSS is reported.
+peak RSS is reported.  ``--target`` names the model's target: ``label`` (a
+classifier) or a numeric column (a regressor of it on the other numeric columns).
+``--cli`` runs the two commands a user runs instead, each measured in its own
+process (driver, workers, whole tree, wall time):
+``distforest proximity PARTS --model M --top-k 50`` and
+``distforest outliers PARTS --model M``, with ``--target`` (and, for a regressor,
+``--drop label``) so that the rows' features are the model's.
 
 The exact neighbours and the outlier scores cost in proportion to the co-leaf
 events, ``sum_t sum_leaves size^2 = n * occupancy * T`` (occupancy: the mean
@@ -72,20 +78,31 @@ NUM_LEAVES = 31
 DRAFT_LOAD = 2.0
 #: Query rows forestgeom's child measures the matrix's density on.
 SAMPLE_ROWS = 1000
+#: The class column of ``bench_out_of_core.py``'s folder.
+LABEL = "label"
 
 
 def _lightgbm(X: Any, y: Any, trees: int, seed: int, num_leaves: int = NUM_LEAVES,
-              **more: Any) -> Any:  # fmt: skip
-    """LightGBM's classifier, deterministic; ``more``: other parameters (leaf sizes, bins)."""
+              regression: bool = False, **more: Any) -> Any:  # fmt: skip
+    """LightGBM's classifier (or regressor), deterministic; ``more``: other parameters
+    (leaf sizes, bins)."""
     import lightgbm
 
     params = {"n_jobs": 2, "deterministic": True, "force_row_wise": True, "verbose": -1}
-    model = lightgbm.LGBMClassifier(n_estimators=trees, num_leaves=num_leaves,
-                                    random_state=seed, **{**params, **more})  # fmt: skip
+    kind = lightgbm.LGBMRegressor if regression else lightgbm.LGBMClassifier
+    model = kind(n_estimators=trees, num_leaves=num_leaves, random_state=seed,
+                 **{**params, **more})  # fmt: skip
     return model.fit(X, y)
 
 
-def coleaf_estimate(model_path: Path, part: Path, rows: int) -> dict[str, Any]:
+def _model_columns(table: Any, target: str) -> list[str]:
+    """The folder's columns a model of ``target`` reads: every column but the target and,
+    for a regression of a numeric column, the class column ``label``."""
+    return [c for c in table.columns if c not in (target, LABEL)]
+
+
+def coleaf_estimate(model_path: Path, part: Path, rows: int, target: str = LABEL
+                    ) -> dict[str, Any]:  # fmt: skip
     """The co-leaf events of ``rows`` rows, estimated from one part routed by the model.
 
     A row's co-leaf events in tree t are the rows of its leaf: over all rows,
@@ -99,14 +116,18 @@ def coleaf_estimate(model_path: Path, part: Path, rows: int) -> dict[str, Any]:
     import pandas as pd
 
     booster = lightgbm.Booster(model_file=str(model_path))
-    sample = pd.read_parquet(part).drop(columns="label").to_numpy()
+    table = pd.read_parquet(part)
+    sample = table[_model_columns(table, target)].to_numpy()
     leaves = booster.predict(sample, pred_leaf=True).reshape(len(sample), -1)
     scale = rows / len(sample)
     occupancy = [float((np.unique(col, return_counts=True)[1].astype(np.float64) ** 2).sum())
                  / len(sample) * scale for col in leaves.T]  # fmt: skip
     used = [len(np.unique(col)) for col in leaves.T]
+    sizes = [np.unique(col, return_counts=True)[1] for col in leaves.T]
     return {
         "trees": leaves.shape[1],
+        "largest_leaf_in_sample": [int(c.max()) for c in sizes],
+        "median_leaf_in_sample": [float(np.median(c)) for c in sizes],
         "leaves_used_in_sample": used,
         "mean_occupancy": round(float(np.mean(occupancy)), 1),
         "coleaf_events": float(rows * np.sum(occupancy)),
@@ -212,10 +233,13 @@ def child_forestgeom(work: str, family: str, args: Any) -> None:
 
 
 def prepare_folder(work: Path, rows: int, trees: int, seed: int, num_leaves: int,
-                   fit_rows: int, parts: Path | None = None, **more: Any) -> Path:  # fmt: skip
+                   fit_rows: int, parts: Path | None = None, target: str = LABEL,
+                   **more: Any) -> Path:  # fmt: skip
     """The 40-part folder of ``bench_out_of_core.py`` (``parts``, or made in ``work``) and a
-    LightGBM model fitted on its first ``fit_rows`` rows, saved as LightGBM's text model
-    (kept for a second run with the same parameters); returns the folder."""
+    LightGBM model of ``target`` (the classes of ``label``: a classifier; a numeric
+    column: a regressor of it on the other numeric columns) fitted on its first
+    ``fit_rows`` rows, saved as LightGBM's text model (kept for a second run with the
+    same parameters); returns the folder."""
     import pandas as pd
     from bench_out_of_core import make_data
 
@@ -225,7 +249,8 @@ def prepare_folder(work: Path, rows: int, trees: int, seed: int, num_leaves: int
         if not parts.exists():
             make_data(rows, work, seed)
     stamp = json.dumps({"parts": str(parts), "trees": trees, "seed": seed,
-                        "num_leaves": num_leaves, "fit_rows": fit_rows, **more})  # fmt: skip
+                        "num_leaves": num_leaves, "fit_rows": fit_rows, "target": target,
+                        **more})  # fmt: skip
     kept = work / "lightgbm.json"
     if (work / "lightgbm.txt").exists() and kept.exists() and kept.read_text() == stamp:
         return parts
@@ -236,8 +261,9 @@ def prepare_folder(work: Path, rows: int, trees: int, seed: int, num_leaves: int
         if have >= fit_rows:
             break
     table = pd.concat(frames).iloc[:fit_rows]
-    model = _lightgbm(table.drop(columns="label").to_numpy(), table["label"].to_numpy(),
-                      trees, seed, num_leaves, **more)  # fmt: skip
+    model = _lightgbm(table[_model_columns(table, target)],
+                      table[target].to_numpy(), trees, seed, num_leaves,
+                      regression=target != LABEL, **more)  # fmt: skip
     model.booster_.save_model(str(work / "lightgbm.txt"))
     kept.write_text(stamp)
     return parts
@@ -318,6 +344,17 @@ def main() -> None:
         default=None,
         help="with --folder: LightGBM's max_bin (its default: 255)",
     )
+    p.add_argument("--target", default=LABEL,
+                   help="with --folder: the model's target: label (a classifier) or a numeric "
+                   "column (a regressor of it on the other numeric columns)")  # fmt: skip
+    p.add_argument("--cli", action="store_true",
+                   help="with --folder: run `distforest proximity --model M --top-k 50` and "
+                   "`distforest outliers --model M`, each measured in its own process")  # fmt: skip
+    p.add_argument("--drop-target", action="store_true",
+                   help="with --cli: pass the target as --drop (its values never read) "
+                   "instead of --target")  # fmt: skip
+    p.add_argument("--commands", default="proximity,outliers",
+                   help="with --cli: which commands to run, comma-separated")  # fmt: skip
     p.add_argument(
         "--prepare-only",
         action="store_true",
@@ -348,11 +385,22 @@ def main() -> None:
             # comparisons a tree), an OpenMP region each, which a loaded machine stalls
             more.update(histogram_pool_size=512, n_jobs=1)
         args.parts = prepare_folder(work, args.rows, args.trees, args.seed, args.num_leaves,
-                                    min(args.fit_rows, args.rows), args.parts, **more)  # fmt: skip
+                                    min(args.fit_rows, args.rows), args.parts, args.target,
+                                    **more)  # fmt: skip
         last = sorted(args.parts.glob("*.parquet"))[-1]  # not among the rows fitted on
-        estimate = coleaf_estimate(work / "lightgbm.txt", last, args.rows)
+        estimate = coleaf_estimate(work / "lightgbm.txt", last, args.rows, args.target)
         print("co-leaf events, estimated:", estimate, flush=True)
         if args.prepare_only:
+            return
+        if args.cli:
+            rows = [_cli_row(label, args, run_measured(cmd, work, label.split()[0],
+                                                       stderr_path=work / f"{label.split()[0]}"
+                                                       ".stderr.txt")) | estimate
+                    for label, cmd in cli_commands(work, args.parts, args.target,
+                                                   args.drop_target)
+                    if label.split()[0] in args.commands.split(",")]  # fmt: skip
+            _write(args.name or "outside-folder-cli", rows, "Forests fitted elsewhere: "
+                   "the command line on a folder of parts")  # fmt: skip
             return
         runs = [("lightgbm-folder", (("distforest", sys.executable),))]
     else:
@@ -373,14 +421,59 @@ def main() -> None:
                                 for side, python in sides}) | estimate
             for family, sides in runs]  # fmt: skip
     name = args.name or ("outside-folder" if args.folder else "outside")
+    _write(name, rows, "Forests fitted elsewhere: distforest vs forestgeom")
+
+
+def _write(name: str, rows: list[dict[str, Any]], title: str) -> None:
+    """The result files, marked a draft when the machine was loaded."""
     loads = [r["load (1 min) before, after"] for r in rows]
     loads = [pair for pair in loads if "nan" not in pair] or ["nan / nan"]
     busiest = max(float(v) for pair in loads for v in pair.split(" / "))
-    title = "Forests fitted elsewhere: distforest vs forestgeom"
     if busiest > DRAFT_LOAD:  # the machine was shared: the seconds are not comparable
         title += f" (DRAFT: load up to {busiest:.1f} on {os.cpu_count()} CPUs)"
     write_result(name, rows, title=title,
                  notes=__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0])  # fmt: skip
+
+
+def cli_commands(work: Path, parts: Path, target: str,
+                 drop_target: bool = False) -> list[tuple[str, list[str]]]:  # fmt: skip
+    """The two commands a user of the model runs on the folder: the top-50 neighbours and
+    the outlier scores (``--target`` and the class column kept out of the features the
+    model reads; ``drop_target``: the target dropped instead, no classes read)."""
+    given = ["--drop", target] if drop_target else ["--target", target]
+    common = [str(parts), "--model", str(work / "lightgbm.txt"), *given,
+              *(["--drop", LABEL] if target != LABEL else []), "--overwrite"]  # fmt: skip
+    cli = [sys.executable, "-m", "distforest"]
+    return [
+        (f"proximity --top-k {K}",
+         [*cli, "proximity", *common, "--top-k", str(K), "--out", str(work / "neighbours.zarr")]),
+        ("outliers", [*cli, "outliers", *common, "--out", str(work / "outliers.csv")]),
+    ]  # fmt: skip
+
+
+def _cli_row(label: str, args: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """One line of the command-line table: one command's wall time and memory peaks."""
+    nan = float("nan")
+    procs = run.get("processes", [])
+    driver = next((p for p in procs if p.get("role") == "driver"), {})
+    workers = [p["peak_bytes"] for p in procs if p.get("role") == "worker"
+               and "resource_tracker" not in p.get("command", "")]  # fmt: skip
+    row = {
+        "command": f"distforest {label}", "rows": args.rows, "exit": run.get("returncode"),
+        "wall (s)": round(run.get("wall_s", nan), 1),
+        "driver peak RSS (GB)": round(driver.get("peak_bytes", nan) / 1e9, 3),
+        # the kernel's high-water mark of the driver and the processes it reaped (time -v):
+        # not sampled, so an upper bound of the driver's peak that no spike escapes
+        "max RSS of any process, time -v (GB)": round(
+            run.get("max_rss_single_bytes", nan) / 1e9, 3),
+        "largest worker peak RSS (GB)": round(max(workers, default=nan) / 1e9, 3),
+        "workers": len(workers),
+        "tree peak RSS (GB)": round(run.get("peak_rss_tree_bytes", nan) / 1e9, 3),
+        "load (1 min) before, after": " / ".join(
+            f"{(run.get(k) or {}).get('load_1m', nan):.1f}" for k in ("load_start", "load_end")),
+    }  # fmt: skip
+    print(row, flush=True)
+    return row
 
 
 def _row(family: str, args: Any, measured: dict[str, Any]) -> dict[str, Any]:

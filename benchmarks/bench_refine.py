@@ -3,6 +3,7 @@
 Run by hand (never in CI)::
 
     python -m benchmarks refine [--rows 100000,1000000] [--forests none,auto] [--trees 100]
+        [--phase-trees 100 --phase-samples 50000]
         [--k 50] [--quality-rows 200000] [--quality-seeds 1] [--work /tmp/dfbench-refine]
 
 Data: ``bench_out_of_core.py``'s generator (``make_data``): N rows x 20 float
@@ -65,6 +66,16 @@ def arguments() -> Any:
                    help="Instead of the CLI runs: fit this many trees in this process (one "
                         "thread) and time the fit and the neighbours by CPU seconds, per tree "
                         "(a loaded machine inflates wall time, less CPU time).")  # fmt: skip
+    p.add_argument("--phase-trees", type=int, default=0,
+                   help="Instead of the CLI runs: grow this many trees on --rows (one "
+                        "thread, 10 %% of cells blanked, seeds --first-seed..) and time each "
+                        "phase by CPU seconds (the sample's tree, the routing of every row, the "
+                        "refinement, the neighbours) with the neighbours' quality; the forest "
+                        "as grown and each refined one share their trees' tops.")  # fmt: skip
+    p.add_argument("--phase-samples", default="",
+                   help="With --phase-trees: rows per tree of extra refined forests "
+                        "(comma-separated; each grows its own tops); --max-samples: the "
+                        "first pair's.")  # fmt: skip
     return p.parse_args()
 
 
@@ -158,13 +169,11 @@ def per_unit(rows: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def quality(rows: int, seed: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
-    """Class agreement of the K neighbours and NRMSE of imputing blanked cells from them."""
+def _blanked(rows: int, seed: int, work: Path) -> tuple[Any, Any, Any, Any]:
+    """The quality runs' table: features with 10 % of observed cells blanked, the truth,
+    the blanked cells and the class labels."""
     import numpy as np
     import pandas as pd
-
-    import distforest
-    from distforest import ProximityForest
 
     folder = work / f"quality-{rows}-{seed}"
     if not (folder / "table.parquet").exists():
@@ -175,16 +184,14 @@ def quality(rows: int, seed: int, forest: str, args: Any, work: Path) -> dict[st
     truth = df.to_numpy(dtype=np.float64)
     rng = np.random.default_rng(1000 + seed)
     blank = (rng.random(truth.shape) < BLANK_SHARE) & ~np.isnan(truth)
-    X = np.where(blank, np.nan, truth)
-    bound = None if forest == "none" else (forest if forest == "auto" else int(forest))
-    with Measure(f"quality-{forest}") as m, distforest.execution(client="synchronous"):
-        with m.phase("fit"):
-            f = ProximityForest(args.trees, max_samples=0.2, leaf_bound=bound,
-                                random_state=seed).fit(X, y)  # fmt: skip
-        with m.phase("neighbors"):
-            ds = f.proximity_neighbors(args.k, "original")
-    idx = ds["index"].values
-    prox = ds["proximity"].values.astype(np.float64)
+    return np.where(blank, np.nan, truth), truth, blank, y
+
+
+def _scores(idx: Any, prox: Any, X: Any, truth: Any, blank: Any, y: Any) -> dict[str, float]:
+    """Class agreement of the neighbours and NRMSE of the blanked cells imputed from them."""
+    import numpy as np
+
+    prox = prox.astype(np.float64)
     agree = float((y[idx] == y[:, None]).mean())
     nrmse = []
     for j in range(X.shape[1]):
@@ -196,11 +203,112 @@ def quality(rows: int, seed: int, forest: str, args: Any, work: Path) -> dict[st
         est = np.where(np.isfinite(est), est, np.nanmean(X[:, j]))  # no neighbour value
         err = est - truth[rows_j, j]
         nrmse.append(float(np.sqrt(np.mean(err**2)) / np.nanstd(truth[:, j])))
+    return {"class_agreement": round(agree, 4), "impute_nrmse": round(float(np.mean(nrmse)), 4)}
+
+
+def phases(rows: int, seed: int, args: Any, work: Path) -> list[dict[str, Any]]:
+    """CPU seconds per tree of each phase of the fit, the neighbours', and their quality:
+    the forest as grown beside the refined one of the same tops (and refined forests
+    whose tops grow on ``--phase-samples`` rows)."""
+    import time
+
+    import numpy as np
+
+    from distforest.forests import proximity_neighbors as pn
+    from distforest.forests.proximity_forest import ProximityForest
+    from distforest.forests.refine import AUTO_LEAF_BOUND, refine_grown, refine_rule
+    from distforest.kernels.trees import TreeBatch, grow_tree, tree_input
+    from distforest.kernels.trees import _flatten as flatten
+    from distforest.parallel.execution import Runner
+
+    X, truth, blank, labels = _blanked(rows, seed, work)
+    classes, y = np.unique(labels, return_inverse=True)
+    y = y.astype(np.int64)
+    Xf = tree_input(X)
+    T = args.phase_trees
+    seeds = np.arange(1, T + 1, dtype=np.uint64) + np.uint64(1000 * seed)
+    runner = Runner(None, 1)
+    out = []
+    samples = [args.max_samples] + [int(s) for s in args.phase_samples.split(",") if s]
+    for number, sample in enumerate(samples):
+        forest = ProximityForest(T, max_samples=sample)
+        tp = ProximityForest._tree_params(forest._validated(), "classification",
+                                          list(range(len(classes))), rows)  # fmt: skip
+        rule, _ = refine_rule(AUTO_LEAF_BOUND, tp, rows, X.shape[1])
+        assert rule is not None
+        cpu = {"grow": 0.0, "route": 0.0, "refine": 0.0}
+        warm = grow_tree(Xf[:2000], y[:2000], 0, tp)[1]  # the kernels compiled, untimed
+        refine_grown(TreeBatch(warm.apply(Xf[:2000])[:, None].astype(np.int32),
+                               np.ones((2000, 1), np.uint8), np.array([warm.tree_.node_count]),
+                               flatten(warm, tp), np.zeros((1, 1))), Xf[:2000], y[:2000],
+                     seeds[:1], rule)  # fmt: skip
+        grown = np.empty((rows, T), dtype=np.int32)
+        refined = np.empty((rows, T), dtype=np.int32)
+        inbag = np.empty((rows, T), dtype=np.uint8)
+        inbag_refined = np.empty((rows, T), dtype=np.uint8)
+        for t, tree_seed in enumerate(seeds):
+            c0 = time.process_time()
+            counts, tree = grow_tree(Xf, y, int(tree_seed), tp)
+            c1 = time.process_time()
+            leaves = tree.apply(Xf, check_input=False).astype(np.int32)
+            c2 = time.process_time()
+            nodes = flatten(tree, tp)
+            size = np.array([len(nodes["feature"])])
+            batch = TreeBatch(leaves[:, None].copy(), counts[:, None].copy(), size, nodes,
+                              np.zeros((1, 1)))  # fmt: skip
+            done = refine_grown(batch, Xf, y, seeds[t : t + 1], rule)
+            c3 = time.process_time()
+            cpu["grow"] += c1 - c0
+            cpu["route"] += c2 - c1
+            cpu["refine"] += c3 - c2
+            grown[:, t], inbag[:, t] = leaves, counts
+            refined[:, t], inbag_refined[:, t] = done.leaves[:, 0], done.inbag[:, 0]
+        forests = [("refined", refined, inbag_refined)]
+        if number == 0:  # the forest as grown: its tops are the first refined forest's
+            forests.insert(0, ("as grown", grown, inbag))
+        for name, leaves_, inbag_ in forests:
+            c0 = time.process_time()
+            idx, prox = pn.compute_neighbors(runner, leaves_, inbag_, "original", args.k)
+            neighbors = time.process_time() - c0
+            drawn = tp.max_samples if isinstance(tp.max_samples, int) else round(
+                (tp.max_samples or 1.0) * rows)  # fmt: skip
+            row = {
+                "rows": rows, "seed": seed, "trees": T, "rows_a_tree": drawn, "forest": name,
+                "grow_cpu_s_per_tree": round(cpu["grow"] / T, 3),
+                "route_cpu_s_per_tree": round(cpu["route"] / T, 3),
+                "refine_cpu_s_per_tree": round(cpu["refine"] / T, 3) if name != "as grown"
+                else 0.0,
+                "neighbors_cpu_s_per_tree": round(neighbors / T, 3),
+                **{k: round(v, 2) for k, v in _events(leaves_).items()},
+                **_scores(idx, prox, X, truth, blank, classes[y]),
+            }  # fmt: skip
+            row["total_cpu_s_per_tree"] = round(
+                row["grow_cpu_s_per_tree"] + row["route_cpu_s_per_tree"]
+                + row["refine_cpu_s_per_tree"] + row["neighbors_cpu_s_per_tree"], 3)  # fmt: skip
+            print(row, flush=True)
+            out.append(row)
+    runner.close()
+    return out
+
+
+def quality(rows: int, seed: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
+    """Class agreement of the K neighbours and NRMSE of imputing blanked cells from them."""
+    import distforest
+    from distforest import ProximityForest
+
+    X, truth, blank, y = _blanked(rows, seed, work)
+    bound = None if forest == "none" else (forest if forest == "auto" else int(forest))
+    with Measure(f"quality-{forest}") as m, distforest.execution(client="synchronous"):
+        with m.phase("fit"):
+            f = ProximityForest(args.trees, max_samples=0.2, leaf_bound=bound,
+                                random_state=seed).fit(X, y)  # fmt: skip
+        with m.phase("neighbors"):
+            ds = f.proximity_neighbors(args.k, "original")
+    scores = _scores(ds["index"].values, ds["proximity"].values, X, truth, blank, y)
     phases = {p["name"]: round(p["wall_s"], 1) for p in m.result["phases"]}
     return {
         "rows": rows, "seed": seed, "forest": forest, "leaf_bound_": f.leaf_bound_,
-        "class_agreement": round(agree, 4), "impute_nrmse": round(float(np.mean(nrmse)), 4),
-        "fit_s": phases["fit"], "neighbors_s": phases["neighbors"],
+        **scores, "fit_s": phases["fit"], "neighbors_s": phases["neighbors"],
     }  # fmt: skip
 
 
@@ -208,6 +316,13 @@ def main() -> None:
     args = arguments()
     work = Path(args.work or tempfile.mkdtemp(prefix="dfbench-refine-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.phase_trees:
+        first = args.first_seed
+        found = [row for rows in (int(r) for r in args.rows.split(",") if r)
+                 for s in range(first, first + args.quality_seeds)
+                 for row in phases(rows, s, args, work)]  # fmt: skip
+        write_result("refine-phases", found, title="Refined forest: CPU by phase and quality")
+        return
     forests = args.forests.split(",")
     run = per_unit if args.unit_trees else timed
     timing = []

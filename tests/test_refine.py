@@ -194,3 +194,20 @@ def test_cli_leaf_bound_and_the_dry_run_line(breast_cancer_csv, tmp_path) -> Non
             with np.errstate(invalid="ignore"):
                 spread = np.nanmax(rows, axis=0) - np.nanmin(rows, axis=0)
             assert not (spread > 0).any()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 15, 16, 17, 33, 100, 257])
+def test_stable_sort_is_numpys_stable_argsort(n) -> None:
+    """The refinement's allocation-free sort puts values and rows in the order of
+    ``np.argsort(kind="mergesort")``: ties (few distinct values) keep their order."""
+    from distforest.kernels.refine import _stable_sort
+
+    rng = np.random.default_rng(n)
+    keys = rng.integers(0, max(n // 4, 1), n).astype(np.float32)
+    keys[::7] = -0.0  # equal to 0.0: a tie, not an order
+    ids = rng.permutation(n).astype(np.int64)
+    expected = np.argsort(keys, kind="mergesort")
+    got_keys, got_ids = keys.copy(), ids.copy()
+    _stable_sort(got_keys, got_ids, n, np.empty(n, np.float32), np.empty(n, np.int64))
+    np.testing.assert_array_equal(got_ids, ids[expected])
+    np.testing.assert_array_equal(got_keys.view(np.uint32), keys[expected].view(np.uint32))

@@ -149,25 +149,84 @@ def _proxy(left, right, wl, wr, n_classes):  # pragma: no cover - numba
     return lsq / wl + rsq / wr
 
 
+#: Runs of a node's values that :func:`_stable_sort` sorts by insertion before merging.
+_RUN = 16
+
+
+@njit(nogil=True, cache=True)
+def _stable_sort(keys, ids, n, spare_keys, spare_ids):  # pragma: no cover - numba
+    """Sort ``keys[:n]`` ascending in place, ``ids`` alongside; equal keys keep their order.
+
+    The order of ``np.argsort(keys[:n], kind="mergesort")`` (keys hold no NaN),
+    without its allocations: insertion sort of runs of :data:`_RUN`, then
+    bottom-up merges through the ``spare`` buffers.
+    """
+    for lo in range(0, n, _RUN):
+        hi = min(lo + _RUN, n)
+        for i in range(lo + 1, hi):
+            key, ident = keys[i], ids[i]
+            j = i - 1
+            while j >= lo and keys[j] > key:
+                keys[j + 1], ids[j + 1] = keys[j], ids[j]
+                j -= 1
+            keys[j + 1], ids[j + 1] = key, ident
+    src_k, src_i, dst_k, dst_i = keys, ids, spare_keys, spare_ids
+    width, moved = _RUN, False
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j, o = lo, mid, lo
+            while i < mid and j < hi:
+                if src_k[j] < src_k[i]:  # the left run first on ties: stable
+                    dst_k[o], dst_i[o] = src_k[j], src_i[j]
+                    j += 1
+                else:
+                    dst_k[o], dst_i[o] = src_k[i], src_i[i]
+                    i += 1
+                o += 1
+            while i < mid:
+                dst_k[o], dst_i[o] = src_k[i], src_i[i]
+                i += 1
+                o += 1
+            while j < hi:
+                dst_k[o], dst_i[o] = src_k[j], src_i[j]
+                j += 1
+                o += 1
+        src_k, src_i, dst_k, dst_i = dst_k, dst_i, src_k, src_i
+        width *= 2
+        moved = not moved
+    if moved:
+        keys[:n] = src_k[:n]
+        ids[:n] = src_i[:n]
+
+
 @njit(nogil=True, cache=True)
 def _best_split(
-    X, rows, start, end, y, w, n_classes, mtry, extra, min_leaf, xs, order, left, right, rng
+    X, rows, start, end, y, w, n_classes, mtry, extra, min_leaf, buffers, features, sums, rng
 ):  # pragma: no cover - numba
     """The best (feature, threshold) of a node by the forest's rule; feature -1 if none.
 
     Features are visited in a random order until ``mtry`` non-constant ones were
     tried (scikit-learn's rule).  Thresholds lie between values seen; rows with
     a missing value go right.  A split must leave ``min_leaf`` rows and some
-    in-bag weight on each side.
+    in-bag weight on each side.  ``buffers`` (values, rows, and their spares
+    for the sort), ``features`` and ``sums`` (the node's, left, right) are
+    scratch space.
     """
+    xs, order, spare_xs, spare_order = buffers
+    node_sums, left, right = sums[0], sums[1], sums[2]
     d = X.shape[1]
-    features = np.arange(d)
+    for j in range(d):
+        features[j] = j
     best_f, best_t, best_proxy = -1, 0.0, -np.inf
     tried = 0
     n_node = end - start
     wtot = 0.0
     for i in range(start, end):
         wtot += w[rows[i]]
+    node_sums[:] = 0.0  # every feature starts from all the node's rows on the right
+    for i in range(start, end):
+        _add(node_sums, n_classes, y[rows[i]], w[rows[i]], 1.0)
     for j in range(d):
         if tried >= mtry:
             break
@@ -188,9 +247,7 @@ def _best_split(
             continue  # constant in this node: not counted
         tried += 1
         left[:] = 0.0
-        right[:] = 0.0
-        for i in range(start, end):
-            _add(right, n_classes, y[rows[i]], w[rows[i]], 1.0)
+        right[:] = node_sums
         if extra:  # one random threshold, uniform between the node's extremes
             thr = float(lo) + _uniform(rng) * (float(hi) - float(lo))
             if thr >= float(hi):
@@ -209,14 +266,14 @@ def _best_split(
                 if proxy > best_proxy:
                     best_proxy, best_f, best_t = proxy, f, thr
             continue
-        by = np.argsort(xs[:nn], kind="mergesort")
+        _stable_sort(xs, order, nn, spare_xs, spare_order)
         wl = 0.0
         for p in range(nn - 1):
-            r = order[by[p]]
+            r = order[p]
             wl += w[r]
             _add(left, n_classes, y[r], w[r], 1.0)
             _add(right, n_classes, y[r], w[r], -1.0)
-            a, b = xs[by[p]], xs[by[p + 1]]
+            a, b = xs[p], xs[p + 1]
             if not b > a:
                 continue
             wr = wtot - wl
@@ -232,11 +289,13 @@ def _best_split(
 
 
 @njit(nogil=True, cache=True)
-def _median_split(X, rows, start, end, xs, rng):  # pragma: no cover - numba
+def _median_split(X, rows, start, end, buffers, features, rng):  # pragma: no cover - numba
     """A crowded node the criterion cannot split (pure, or no valid split): at the
     median of the first feature, in a random order, that is not constant there."""
+    values, ids, spare_values, spare_ids = buffers
     d = X.shape[1]
-    features = np.arange(d)
+    for j in range(d):
+        features[j] = j
     for j in range(d):
         pick = j + _below(rng, d - j)
         features[j], features[pick] = features[pick], features[j]
@@ -245,11 +304,12 @@ def _median_split(X, rows, start, end, xs, rng):  # pragma: no cover - numba
         for i in range(start, end):
             v = X[rows[i], f]
             if not np.isnan(v):
-                xs[nn] = v
+                values[nn] = v
+                ids[nn] = i
                 nn += 1
         if nn < 2:
             continue
-        values = np.sort(xs[:nn])
+        _stable_sort(values, ids, nn, spare_values, spare_ids)
         if not values[nn - 1] > values[0]:
             continue
         m = nn // 2
@@ -339,46 +399,45 @@ def refine_tree(
     patch_split = np.empty((n_top, 2), dtype=np.float64)
     n_patch = 0
     next_id = n_top
-    xs = np.empty(max(largest, 1), dtype=np.float32)
-    buf = np.empty(max(largest, 1), dtype=np.int64)
+    size = max(largest, 1)
+    # a crowded leaf's rows, copied together before it is split: every pass over a
+    # node then reads a few contiguous rows, not rows scattered over all n
+    X_leaf = np.empty((size, X.shape[1]), dtype=X.dtype)
+    y_leaf = np.empty(size, dtype=np.float64)
+    w_leaf = np.empty(size, dtype=np.float64)
+    at = np.empty(size, dtype=np.int64)  # the leaf's rows (positions in X_leaf), partitioned
+    buffers = (np.empty(size, dtype=np.float32), np.empty(size, dtype=np.int64),
+               np.empty(size, dtype=np.float32), np.empty(size, dtype=np.int64))  # fmt: skip
+    features = np.empty(X.shape[1], dtype=np.int64)
     stats = np.zeros(max(n_classes, 2), dtype=np.float64)
-    lstats = np.zeros(max(n_classes, 2), dtype=np.float64)
-    rstats = np.zeros(max(n_classes, 2), dtype=np.float64)
+    sums = np.zeros((3, max(n_classes, 2)), dtype=np.float64)
     stack = np.empty((2 * largest + 2, 3), dtype=np.int64)
     rng = np.zeros(1, dtype=np.uint64)
     for leaf in range(n_top):
         s0, s1 = start_of[leaf], start_of[leaf + 1]
         if s1 - s0 <= bound:
             continue
+        for i in range(s1 - s0):
+            r = order[s0 + i]
+            X_leaf[i] = X[r]
+            y_leaf[i] = y[r]
+            w_leaf[i] = w[r]
+            at[i] = i
         rng[0] = keyed(seed, LEAF_STREAM, leaf)
-        stack[0, 0], stack[0, 1], stack[0, 2] = s0, s1, leaf
+        stack[0, 0], stack[0, 1], stack[0, 2] = 0, s1 - s0, leaf
         top = 1
         while top > 0:
             top -= 1
             start, end, node = stack[top, 0], stack[top, 1], stack[top, 2]
-            total = _node_stats(order, start, end, y, w, n_classes, stats)
+            total = _node_stats(at, start, end, y_leaf, w_leaf, n_classes, stats)
             split = -1
             thr = 0.0
             if end - start >= min_split and not _is_pure(stats, total, n_classes):
-                split, thr = _best_split(
-                    X,
-                    order,
-                    start,
-                    end,
-                    y,
-                    w,
-                    n_classes,
-                    mtry,
-                    extra,
-                    min_leaf,
-                    xs,
-                    buf,
-                    lstats,
-                    rstats,
-                    rng,
-                )
+                split, thr = _best_split(X_leaf, at, start, end, y_leaf, w_leaf, n_classes,
+                                         mtry, extra, min_leaf, buffers, features, sums,
+                                         rng)  # fmt: skip
             if split < 0 and end - start > bound:  # pure or no gain, still crowded
-                split, thr = _median_split(X, order, start, end, xs, rng)
+                split, thr = _median_split(X_leaf, at, start, end, buffers, features, rng)
             if node >= n_top:  # an appended node: its statistics (a node of no in-bag
                 k = node - n_top  # weight keeps its parent's value, set below)
                 n_samples[k] = end - start
@@ -392,13 +451,13 @@ def refine_tree(
             if split < 0:
                 if node >= n_top:
                     for i in range(start, end):
-                        new_leaves[order[i]] = node
+                        new_leaves[order[s0 + at[i]]] = node
                 continue
             mid = start
             for i in range(start, end):  # partition: the left rows first
-                v = X[order[i], split]
+                v = X_leaf[at[i], split]
                 if not np.isnan(v) and v <= thr:
-                    order[mid], order[i] = order[i], order[mid]
+                    at[mid], at[i] = at[i], at[mid]
                     mid += 1
             lo_id, hi_id = next_id, next_id + 1
             next_id += 2
