@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean test-cluster docs
+.PHONY: run test test-slow lint bench clean test-cluster docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,12 +35,17 @@ run: $(VENV)/.installed
 # serially; TEST_WORKERS=auto one worker per core.  The tests marked `alone` measure a
 # process's peak memory against a bound: in a fresh-clone run beside the other pytest
 # worker the driver-memory test's child peaked at 1.3 GB (0.66 GB alone; the cause was
-# not found), so they run afterwards, by themselves.
+# not found), so they run afterwards, by themselves.  The tests marked `slow` (long
+# end-to-end cases that a faster test of `make test` covers; benchmarks/results/
+# test_suite.md names which) run with `make test-slow` only.
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
-	$(BIN)/python -m pytest -q -m alone
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone and not slow"
+	$(BIN)/python -m pytest -q -m "alone and not slow"
+
+test-slow: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -11,7 +11,7 @@ from distforest.errors import ParameterError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.kernels.refine import poisson_counts
 
-N_EXACT = 20_000
+N_EXACT = 6_000
 
 
 def largest_leaf(leaves: np.ndarray) -> int:
@@ -42,10 +42,9 @@ def refined(data) -> ProximityForest:
         return ProximityForest(12, max_samples=0.05, leaf_bound=6, random_state=2).fit(X, y)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("method", ["original", "oob", "rfgap"])
 def test_top_k_is_the_dense_matrix_of_the_refined_forest(refined, method) -> None:
-    """20,000 rows, trees on 1,000 rows each, leaves refined to 6 rows: the neighbours are
+    """6,000 rows, trees on 300 rows each, leaves refined to 6 rows: the neighbours are
     the top k of the dense tiles computed from the same refined leaves, bit for bit."""
     assert refined.leaf_bound_ == 6 and largest_leaf(refined.leaves_) <= 6
     with distforest.execution(client="synchronous"):
