@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-slow lint bench clean test-cluster docs
+.PHONY: run test lint bench clean test-cluster docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,15 +37,12 @@ run: $(VENV)/.installed
 # worker the driver-memory test's child peaked at 1.3 GB (0.66 GB alone; the cause was
 # not found), so they run afterwards, by themselves.  The tests marked `slow` (long
 # end-to-end cases that a faster test of `make test` covers; benchmarks/results/
-# test_suite.md names which) run with `make test-slow` only.
+# test_suite.md names which) run with `make test-cluster`.
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone and not slow"
 	$(BIN)/python -m pytest -q -m "alone and not slow"
-
-test-slow: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
@@ -68,8 +65,10 @@ clean:
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks $(NAME) $(ARGS)
 
-# Real engines on this machine (a standalone dask scheduler, SSH, single-node
+# The tests marked `slow` (long end-to-end cases a faster test of `make test` covers),
+# then real engines on this machine (a standalone dask scheduler, SSH, single-node
 # Slurm), started and stopped by the script; needs root for apt-get and the
 # daemons.  Not part of `make test`.  Writes benchmarks/results/clusters.md.
 test-cluster: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow
 	$(BIN)/python .ci/test_cluster.py

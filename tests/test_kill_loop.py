@@ -32,7 +32,7 @@ def test_workers_killed_until_none_remain_exit_75_and_the_rerun_resumes_bit_iden
     """One kill loop serves both checks (each used to pay for its own, about 25 s): the run
     stops with 75, and its resumed store equals an uninterrupted run's, bit for bit.
 
-    ``make test`` skips it (``make test-slow`` runs it): the faster test below checks the
+    ``make test`` skips it (``make test-cluster`` runs it): the faster test below checks the
     same command-line ending, and tests/test_stall.py the real workers dying until dask
     gives up (``test_a_task_whose_workers_keep_dying_stops_with_exit_75``)."""
     path, store, loop = _killed_during_tiles(tmp_path / "killed", tile=32)
