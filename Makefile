@@ -35,12 +35,14 @@ run: $(VENV)/.installed
 # serially; TEST_WORKERS=auto one worker per core.  The tests marked `alone` measure a
 # process's peak memory against a bound: in a fresh-clone run beside the other pytest
 # worker the driver-memory test's child peaked at 1.3 GB (0.66 GB alone; the cause was
-# not found), so they run afterwards, by themselves.
+# not found), so they run afterwards, by themselves.  The tests marked `slow` (long
+# end-to-end cases that a faster test of `make test` covers; benchmarks/results/
+# test_suite.md names which) run with `make test-cluster`.
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
-	$(BIN)/python -m pytest -q -m alone
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone and not slow"
+	$(BIN)/python -m pytest -q -m "alone and not slow"
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
@@ -63,8 +65,10 @@ clean:
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks $(NAME) $(ARGS)
 
-# Real engines on this machine (a standalone dask scheduler, SSH, single-node
+# The tests marked `slow` (long end-to-end cases a faster test of `make test` covers),
+# then real engines on this machine (a standalone dask scheduler, SSH, single-node
 # Slurm), started and stopped by the script; needs root for apt-get and the
 # daemons.  Not part of `make test`.  Writes benchmarks/results/clusters.md.
 test-cluster: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow
 	$(BIN)/python .ci/test_cluster.py

@@ -120,6 +120,12 @@ def timed(rows: int, forest: str, args: Any, work: Path) -> dict[str, Any]:
         "peak_tree_GB": round(run.get("peak_rss_tree_bytes", 0) / GB, 2),
         "foreign_cpu_s": round(run.get("foreign_cpu_s", 0.0), 1),
     }  # fmt: skip
+    procs = run.get("processes", [])
+    driver = [p["peak_bytes"] for p in procs if p.get("role") == "driver"]
+    workers = [p["peak_bytes"] for p in procs if p.get("role") == "worker"
+               and "resource_tracker" not in p.get("command", "")]  # fmt: skip
+    row["peak_driver_GB"] = round(max(driver, default=0) / GB, 2)
+    row["peak_worker_GB"] = round(max(workers, default=0) / GB, 2)
     report = out.parent / "report.json"
     if report.exists():
         stages = json.loads(report.read_text()).get("stages") or {}

@@ -69,7 +69,6 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.slow
 def test_ctrl_c_exits_130_in_one_line_and_the_run_resumes(tmp_path):
     """SIGINT to the whole process group, as a terminal's Ctrl-C, while tiles are written."""
     from distforest.store.lock import StoreLock

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +55,6 @@ def test_guarded_script_is_not_refused(tmp_path):
     assert "FITTED" in done.stdout
 
 
-@pytest.mark.slow
 def test_grid_search_with_joblib_workers_over_a_pipeline_with_a_distforest_step():
     """GridSearchCV(n_jobs=2): each joblib worker runs in-process, no cluster per worker."""
     from sklearn.datasets import load_iris

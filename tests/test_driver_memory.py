@@ -30,7 +30,6 @@ HERE = Path(__file__).resolve().parent
 BOUND_MB = 1_050
 
 
-@pytest.mark.slow
 @pytest.mark.alone
 def test_driver_peak_rss_below_bound(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)

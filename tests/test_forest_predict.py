@@ -104,7 +104,6 @@ def _accuracies(X: np.ndarray, y: np.ndarray, seeds: range) -> dict[str, np.ndar
     return {k: 100 * np.array(v) for k, v in got.items()}
 
 
-@pytest.mark.slow
 def test_accuracy_and_oob_score_as_random_forest_classifier(cancer):
     """Three sets, five seeds each, 100 trees: held-out accuracy and oob_score_ vs scikit-learn.
 

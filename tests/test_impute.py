@@ -214,6 +214,34 @@ def test_rfimpute_keeps_only_the_nodes_transform_needs_with_the_same_results(cli
     assert not np.isnan(light[1]).any() and mask[new].any()
 
 
+@pytest.mark.parametrize("missing", [0.2, 0.0])
+def test_rfimpute_without_nodes_here_fills_new_rows_with_the_same_bits(client, missing):
+    """``fit_transform(keep_nodes=False)`` (a driver whose new rows are filled by tasks):
+    no tree node reaches this process, even for a small forest; ``for_new_rows`` grows
+    the last forest again into a temporary store (nodes and leaves there, not in what
+    is sent to the tasks) and fills new rows with the bits of the forest kept whole."""
+    import pickle
+
+    from distforest.store.sink import StoredNodes
+
+    _, Xm, y, _ = structured(200, seed=3, missing=missing)
+    new = structured(40, seed=4)[1]
+    results, sent = [], []
+    for keep in (True, False):
+        imp = ProximityImputer(2, proximity="rfimpute", n_estimators=12, random_state=5)
+        imp.set_execution(client)
+        filled = imp.fit_transform(Xm, y, keep_nodes=keep)
+        assert (imp.forest_.nodes_ is None) != keep
+        light = imp.for_new_rows()
+        assert isinstance(light.forest_.nodes_, StoredNodes) != keep
+        sent.append(len(pickle.dumps(light)))
+        results.append((filled, light.transform(new)))
+    for a, b in zip(*results, strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert not np.isnan(results[1][1]).any()
+    assert sent[1] < sent[0]  # the nodes and leaves stay in the store
+
+
 def test_dataframe_round_trip_keeps_names_order_dtypes_and_labels(client):
     X, Xm, y, mask = structured(160, seed=5, missing=0.15)
     colour = np.array(["red", "green", "blue"], dtype=object)[(X[:, 5] // 10).astype(int)]

@@ -28,7 +28,7 @@ ALLOWED = 3
 #: similarity / score commands' two algorithms (in memory, by partitions).
 KNOWN = {
     "forests/simforest.py": 1,
-    "jobs/impute.py": 17, "jobs/knn_model.py": 1, "jobs/score.py": 2,
+    "jobs/impute.py": 1, "jobs/knn_model.py": 1, "jobs/score.py": 2,
     "jobs/similarity.py": 1, "jobs/simforest.py": 4, "jobs/simforest_model.py": 1,
 }  # fmt: skip
 

@@ -165,7 +165,10 @@ def test_a_similarity_run_killed_mid_tiles_resumes_to_identical_bytes(tmp_path):
     assert RunStore.open(killed).is_complete
 
     def arrays(store: Path) -> dict[str, str]:
-        return {k: v for k, v in _tree(store).items() if "/c/" in k and not k.startswith("done")}
+        # zarr writes a chunk to NAME.<uuid>.partial, then renames it: a kill between the
+        # two leaves that empty file behind; it is no chunk (the resumed run wrote NAME)
+        kept = {k: v for k, v in _tree(store).items() if "/c/" in k and not k.startswith("done")}
+        return {k: v for k, v in kept.items() if not k.endswith(".partial")}
 
     assert arrays(clean) == arrays(killed) and len(arrays(clean)) > 100
     report = json.loads((killed.parent / "report.json").read_text())
@@ -321,6 +324,34 @@ def test_a_command_killed_in_its_last_stage_resumes_to_the_same_bytes(tmp_path, 
                 if not k.startswith("report") and ".run.zarr" not in k}  # fmt: skip
 
     assert files(clean) == files(out.parent) and len(files(clean)) >= 1
+
+
+def test_impute_killed_after_writing_its_table_resumes(tmp_path, monkeypatch):
+    """Killed between writing its table and marking its store complete, ``impute`` left
+    no store, so the next run refused its own output ("already exists; pass
+    --overwrite"); its store now comes first: the next run resumes and replaces what the
+    killed run wrote with the bytes of an uninterrupted run."""
+    from distforest.io import writers
+
+    args, out, store = _command(tmp_path, "impute")
+    clean = tmp_path / "clean"
+    clean_args = [a.replace(str(tmp_path / "o"), str(clean)) for a in args]
+    assert CliRunner().invoke(cli, ["-q", *clean_args]).exit_code == 0
+    write_table = writers.write_table
+
+    def killed(*a, **k):
+        write_table(*a, **k)
+        raise KeyboardInterrupt  # the table written, nothing after it
+
+    monkeypatch.setattr(writers, "write_table", killed)
+    stopped = CliRunner().invoke(cli, ["-q", *args])
+    assert stopped.exit_code != 0 and out.exists(), stopped.output
+    assert store.exists() and not RunStore.open(store).is_complete
+    monkeypatch.setattr(writers, "write_table", write_table)
+    again = CliRunner().invoke(cli, ["-q", *args])
+    assert again.exit_code == 0 and "resumed" in again.output, again.output
+    assert RunStore.open(store).is_complete
+    assert out.read_bytes() == (clean / out.name).read_bytes()
 
 
 #: Command -> (its pipeline form's YAML, what the pipeline writes under output.dir);

@@ -1,5 +1,11 @@
 """Progress an operator can read in a log (issue 39, item 5): without a terminal, each
-stage logs its tasks done out of the total and the time left at a steady interval."""
+stage logs its tasks done out of the total and the time left at a steady interval.
+
+The interval itself is checked on :class:`ProgressLog` with a clock of the test's
+(at least every 60 s over two hours of tasks; every tenth of a short stage); the runs
+check that the callback reaches the stages of a job through the run protocol: the
+``proximity`` command in a subprocess with its output in a file, and jobs of other
+classes (X-Forest, similarity) in this process."""
 
 from __future__ import annotations
 
@@ -10,6 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from distforest.cli.main import cli
 from distforest.jobs.progress import ProgressLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,3 +80,26 @@ def test_a_run_with_its_output_in_a_file_logs_progress(tmp_path):
     stages = {m.group(1) for m in found if m}
     assert any(s.endswith("tiles") for s in stages), text  # 66 tiles: a line every 10 %
     assert re.search(r"tiles: 66 of 66 tasks done in ", text), text
+
+
+ION = str(ROOT / "distforest" / "data" / "ionosphere.csv")
+#: Commands of other job classes than proximity's, with the stages whose counts they log:
+#: the callback reaches every job's stages through runs.execute, not one command's code.
+OTHER_JOBS = {
+    "xforest": (["xforest", ION, "--target", "Class", "--trees", "10", "--tile-size", "128"],
+                {"fit", "tiles"}),
+    "similarity": (["similarity", BC, "--drop", "Id", "--drop", "Class", "--drop",
+                    "Bare.nuclei", "--tile-size", "128"], {"tiles"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(OTHER_JOBS))
+def test_other_jobs_log_their_stages_counts_without_a_terminal(tmp_path, command):
+    """In this process, stderr not a terminal (the runner's): each stage that submits
+    counted tasks logs them, down to its last line (all done, in how long)."""
+    args, stages = OTHER_JOBS[command]
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "o.zarr")])
+    assert result.exit_code == 0, result.output
+    ends = dict(re.findall(r"(\w+): (\d+) of \2 tasks done in ", result.output))
+    assert stages <= set(ends), result.output
+    assert all(int(n) > 1 for n in ends.values()), ends

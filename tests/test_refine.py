@@ -11,7 +11,7 @@ from distforest.errors import ParameterError
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.kernels.refine import poisson_counts
 
-N_EXACT = 20_000
+N_EXACT = 6_000
 
 
 def largest_leaf(leaves: np.ndarray) -> int:
@@ -42,10 +42,9 @@ def refined(data) -> ProximityForest:
         return ProximityForest(12, max_samples=0.05, leaf_bound=6, random_state=2).fit(X, y)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("method", ["original", "oob", "rfgap"])
 def test_top_k_is_the_dense_matrix_of_the_refined_forest(refined, method) -> None:
-    """20,000 rows, trees on 1,000 rows each, leaves refined to 6 rows: the neighbours are
+    """6,000 rows, trees on 300 rows each, leaves refined to 6 rows: the neighbours are
     the top k of the dense tiles computed from the same refined leaves, bit for bit."""
     assert refined.leaf_bound_ == 6 and largest_leaf(refined.leaves_) <= 6
     with distforest.execution(client="synchronous"):
@@ -169,11 +168,11 @@ def test_cli_leaf_bound_and_the_dry_run_line(breast_cancer_csv, tmp_path) -> Non
     """--leaf-bound reaches the forest; the dry run says which forest it grows and why."""
     common = ("proximity", breast_cancer_csv, "--target", "Class", "--drop", "Id", "--trees", 5,
               "--top-k", 5, "--out", tmp_path / "p.zarr")  # fmt: skip
-    dry = cli(*common, "--dry-run")
+    dry = cli(*common, "--dry-run")  # top-k: 'auto' unless given
     assert dry.exit_code == 0, dry.output
-    assert "leaf_bound=None: leaves as grown" in dry.output
-    dry = cli(*common, "--leaf-bound", "auto", "--dry-run")
     assert "leaves as grown: the trees are grown on all the rows (leaf_bound='auto')" in dry.output
+    dry = cli(*common, "--leaf-bound", "none", "--dry-run")
+    assert "leaf_bound=None: leaves as grown" in dry.output
     dry = cli(*common, "--max-samples", 0.2, "--leaf-bound", 3, "--dry-run")
     assert "refined: leaves split further to at most 3 rows (leaf_bound=3)" in dry.output
     bad = cli(*common, "--leaf-bound", "many", "--dry-run")
@@ -212,3 +211,25 @@ def test_stable_sort_is_numpys_stable_argsort(n) -> None:
     _stable_sort(got_keys, got_ids, n, np.empty(n, np.float32), np.empty(n, np.int64))
     np.testing.assert_array_equal(got_ids, ids[expected])
     np.testing.assert_array_equal(got_keys.view(np.uint32), keys[expected].view(np.uint32))
+
+
+def test_top_k_jobs_refine_where_it_is_faster() -> None:
+    """A top-k job's forest is leaf_bound='auto' unless given: refined from 1,000,000
+    rows with the default sample (5x crowded leaves), as grown below; a dense job's
+    forest and a given leaf_bound are left alone."""
+    from distforest.jobs.proximity import ProximityJob
+
+    top_k = ProximityJob(input="x.csv", out="o.zarr", target="y", top_k=50)
+    assert top_k.forest["leaf_bound"] == "auto"
+    plan = ProximityForest.refinement_plan
+    rule, why = plan(top_k.forest, True, 1_000_000, 20)
+    assert rule is not None and rule.bound == 8
+    assert why.startswith("refined: trees grown on 200,000 of 1,000,000 rows")
+    rule, why = plan(top_k.forest, True, 999_999, 20)
+    assert rule is None and "under the 5 at which refining them is faster" in why
+    dense = ProximityJob(input="x.csv", out="o.zarr", target="y")
+    assert "leaf_bound" not in dense.forest
+    assert plan(dense.forest, True, 1_000_000, 20)[0] is None
+    given = ProximityJob(input="x.csv", out="o.zarr", target="y", top_k=50,
+                         forest={"leaf_bound": None})  # fmt: skip
+    assert given.forest["leaf_bound"] is None

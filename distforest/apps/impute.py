@@ -248,7 +248,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         Missing (imputed) cells per feature in the training data.
     forest_ : ProximityForest or None
         rfImpute: the last forest, used by :meth:`transform` on new rows.  On
-        more than ``KEEP_NODES_CELLS`` rows x trees it holds only leaves and
+        more than ``KEEP_NODES_CELLS`` rows x trees (or after
+        ``fit_transform(..., keep_nodes=False)``) it holds only leaves and
         in-bag counts after fit (``nodes_`` None: the driver keeps no tree
         nodes); the first :meth:`transform` of new rows grows it again, the
         same trees, from its seed and input.
@@ -415,22 +416,29 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         self._fit(X, y)
         return self
 
-    def fit_transform(self, X: Any, y: Any = None, **fit_params: Any) -> Any:
+    def fit_transform(self, X: Any, y: Any = None, *, keep_nodes: bool = True) -> Any:
         """Fit and return the imputed training data (same form as ``X``).
 
         Parameters
         ----------
         X, y
             As in :meth:`fit`.
+        keep_nodes : bool, default True
+            The one-forest modes: False never brings the last forest's nodes to
+            this process, whatever its size (as above ``KEEP_NODES_CELLS``):
+            :meth:`for_new_rows` grows it again into a temporary store, the same
+            trees.  For a caller that fills new rows elsewhere (``distforest
+            impute`` by partitions), whose driver then holds no tree.  ``column``
+            ignores it (its forests' own rule).
 
         Returns
         -------
         DataFrame, ndarray or Table
         """
-        data = self._fit(X, y)
+        data = self._fit(X, y, keep_nodes=keep_nodes)
         return self._feature_columns_only(decode_output(data, self._imputed.copy()))
 
-    def _fit(self, X: Any, y: Any) -> EncodedTable:
+    def _fit(self, X: Any, y: Any, keep_nodes: bool = True) -> EncodedTable:
         for name in ("max_features_",):  # a refit resolves them again
             self.__dict__.pop(name, None)
         params = self._settings()
@@ -456,7 +464,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             if params["proximity"] == "column":
                 X_cur = self._fit_columns(params, runner, data, start, int(root.entropy))  # type: ignore[arg-type]
             else:
-                X_cur = self._fit_rfimpute(params, runner, data, start, root)
+                X_cur = self._fit_rfimpute(params, runner, data, start, root, keep_nodes)
         self.n_features_in_ = len(data.names)
         self.feature_names_in_ = data.names
         self.categorical_ = data.categorical.copy()
@@ -539,8 +547,10 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         data: EncodedTable,
         start: np.ndarray,
         root: np.random.SeedSequence,
+        keep_nodes: bool = True,
     ) -> np.ndarray:
-        """Breiman's rfImpute: one forest for all columns, refitted ``iterations`` times."""
+        """Breiman's rfImpute: one forest for all columns, refitted ``iterations`` times
+        (``keep_nodes``: the last forest's nodes kept here when small enough)."""
         missing = data.missing
         counts = missing.sum(axis=0)
         if params["max_features"] == "mtry":  # R's rule: needs the task and the width
@@ -554,12 +564,17 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         columns = [int(j) for j in np.flatnonzero(counts)]
         report = self._report("impute")
         forest: ProximityForest | None = None
-        if not columns:  # nothing to impute: one forest, for transform on new rows
-            forest = self._forest(params, seeds[-1]).fit(data.table(X_cur))
         # only the last forest routes new rows (transform), and a large one is grown again
         # from its input when new rows come, rather than held here
-        small = data.X.shape[0] * params["n_estimators"] <= KEEP_NODES_CELLS
+        small = keep_nodes and data.X.shape[0] * params["n_estimators"] <= KEEP_NODES_CELLS
         self._regrow: tuple[int, Table] | None = None
+        if not columns:  # nothing to impute: one forest, for transform on new rows
+            forest = self._forest(params, seeds[-1])
+            if keep_nodes:
+                forest.fit(data.table(X_cur))
+            else:
+                self._regrow = (seeds[-1], data.table(tree_input(X_cur)))
+                forest.fit_leaves(data.table(X_cur))
         for k, seed in enumerate(seeds if columns else []):
             del forest  # free the last forest's trees before growing the next
             release_memory()

@@ -198,7 +198,8 @@ leaf_bound_option = click.option(
     callback=checked(_leaf_bound),
     help="Split leaves holding more than ROWS routed rows further on those rows, so that the "
          "neighbours' work stays linear in the rows; auto: refined when the trees grow on a "
-         "sample of at most a fifth of the rows; none (the default): leaves as grown.",
+         "sample of at most a fifth of the rows (the default with --top-k); none (the default "
+         "without): leaves as grown.",
 )  # fmt: skip
 
 

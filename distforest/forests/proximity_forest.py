@@ -140,10 +140,12 @@ class ProximityForest(Persisted, DaskEstimator):
         at most a fifth of the rows (``AUTO_CROWDING``; by default from 1,000,000
         rows on, where it was measured faster) and the forest supports it (classification or
         regression, gini or squared error, no depth or leaf limit, no weights);
-        None (the default): never.  Not the default yet: end to end at 1,000,000
-        rows the forest as grown took 153.8 s on a quiet machine and the refined
-        one is not shown faster, and its neighbours shared their row's class less
-        often at 100,000 rows (``benchmarks/results/refine.md``).
+        None (the default): never.  The top-k jobs (``distforest proximity
+        --top-k``, pipelines' ``top_k``) default to ``auto``: at 1,000,000 rows its
+        fit and neighbours took 3-14 % less CPU a tree (11 % on average) than the forest as grown,
+        with neighbours as often of their row's class and a lower imputation
+        error (``benchmarks/results/refine-phases.md``); the estimator keeps
+        None (its forest unchanged for dense matrices and every other use).
     batch_size : int or None, default None
         Trees per Dask task; ``None`` plans batches that shrink towards the
         end (at most a quarter of a worker thread's share each), so that the

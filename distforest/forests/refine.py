@@ -33,11 +33,11 @@ from distforest.kernels.trees import TreeBatch, TreeParams, sample_size
 #: 163 for the forest grown on 200,000 of 1,000,000 rows).
 AUTO_LEAF_BOUND = 8
 #: ``leaf_bound="auto"`` refines when the rows are at least this many times the rows
-#: drawn per tree (the leaves that much more crowded than grown): at 5 the refined
-#: forest's fit and neighbours took 10 % (1,000,000 rows) and 18 % (100,000 rows
-#: on 20,000 a tree) less CPU than the forest as grown (results/refine.md); the
-#: refinement costs about 1.8 us a row and tree, the neighbours it saves grow with
-#: the crowding.
+#: drawn per tree (the leaves that much more crowded than grown): with the default
+#: 200,000 rows a tree, from 1,000,000 rows, where the refined forest's fit and
+#: neighbours took 3-14 % less CPU a tree than the forest as grown (five seeds), with neighbours
+#: as often of their row's class (results/refine-phases.md); at 100,000 rows on
+#: 20,000 a tree it took 30 % more (its neighbours save less at smaller n).
 AUTO_CROWDING = 5
 
 

@@ -68,6 +68,9 @@ __all__ = [
 
 logger = logging.getLogger("distforest")
 
+#: ``attrs() -> dict``: the provenance of a table written whole.
+Provenance = Callable[[], dict[str, Any]]
+
 #: Rows the imputer is fitted on, at most, when the table is read by partitions
 #: (the column forests' own ``max_samples`` for large tables); below it every row.
 SAMPLE_ROWS = 200_000
@@ -118,18 +121,144 @@ def check_output(out: str | Path, overwrite: bool = False) -> Path:
     return dest
 
 
-@dataclass
-class ImputationPlan:
-    """A checked imputation: the table read whole (or to be read by partitions), the
-    columns split, the output allowed.
+@dataclass(frozen=True)
+class Chunks:
+    """A table's row chunks, as :func:`impute_rows` reads them.
 
-    ``frame`` and ``features`` are None for a table read by partitions: its
-    partitions are read when the plan runs (on the cluster).
+    Attributes
+    ----------
+    blocks : list
+        DataFrames in this process, or partitions read by their tasks (dask ``Delayed``).
+    lengths : list of int
+    encoding : object or None
+        How a partition is typed as the whole reader types it (None: typed already).
+    features : list of str
+    missing : dict of str to int
+        Missing cells per feature column of the whole table.
     """
 
-    source: str
+    blocks: list[Any]
+    lengths: list[int]
+    encoding: Any
+    features: list[str]
+    missing: dict[str, int]
+
+
+@dataclass(frozen=True)
+class WholeTable:
+    """Rows read whole into this process (a file under 32 MB): one chunk, the imputer
+    fitted on every row, written as one file of any format with its provenance."""
+
     frame: Any
     features: Any
+    #: Rows the imputer is fitted on, at most (None: every row).
+    sample_rows: ClassVar[int | None] = None
+    #: How the summary says the table was read.
+    described: ClassVar[str] = ""
+    #: A dry run's note on the plan (None: none).
+    note: ClassVar[str | None] = None
+
+    def chunks(self, plan: ImputationPlan) -> Chunks:
+        """The one chunk: the frame."""
+        missing = {str(c): int(v) for c, v in self.features.isna().sum().items()}
+        return Chunks([self.frame], [len(self.frame)], None,
+                      [str(c) for c in self.features.columns], missing)  # fmt: skip
+
+    def size(self, source: str, job: Any) -> tuple[str, int, int, int, Any]:
+        """``(source, rows, features, columns with missing values, cells)``."""
+        n, d = self.features.shape
+        return source, n, d, int(self.features.isna().any().sum()), int(self.features.size)
+
+    def check_size(self, job: Any) -> None:
+        """Refuse a fit larger than the machine allows (rows x trees x iterations)."""
+        from distforest.apps.impute import ProximityImputer
+        from distforest.jobs.estimates import check_size, estimate_impute
+
+        checked = ProximityImputer(**job.params)._settings()
+        n, d = self.features.shape
+        holes = int(self.features.isna().any().sum())
+        check_size(f"imputing {job.input} ({n:,} rows)", estimate_impute(n, d, checked, holes),
+                   f"--iterations ({checked['iterations']}) and --trees "
+                   f"({checked['n_estimators']:,})")  # fmt: skip
+
+    def check_output(self, out: str | Path, replace: bool) -> Path:
+        """The output file, checked (any format :func:`~distforest.io.writers.write_table`
+        writes, local or a URL)."""
+        from distforest.io.writers import check_can_write
+
+        return check_can_write(out, replace)
+
+    def write(self, chunks: list[Any], plan: ImputationPlan,
+              attrs: Provenance | None) -> tuple[tuple[int, int], Path]:  # fmt: skip
+        """The one filled chunk written as one file, with the provenance ``attrs()``."""
+        from distforest.io.writers import write_table
+
+        (output,) = chunks
+        written = write_table(output, plan.dest, overwrite=plan.overwrite,
+                              attrs=attrs() if attrs is not None else None)  # fmt: skip
+        return output.shape, Path(written)
+
+
+@dataclass(frozen=True)
+class TableParts:
+    """Rows read by partitions (a glob, a folder, a large file, or a folder output): one
+    chunk per partition, read and written by its task; the imputer fitted on a sample
+    of at most :data:`SAMPLE_ROWS` rows."""
+
+    sample_rows: ClassVar[int | None] = SAMPLE_ROWS
+    described: ClassVar[str] = ", by partitions"
+    note: ClassVar[str | None] = ("  note:         read by partitions: every feature column "
+                                  "counted as having missing values (an upper bound)")  # fmt: skip
+
+    def chunks(self, plan: ImputationPlan) -> Chunks:
+        """Pass 1 of the partitions (their summaries; every check of the whole reader,
+        before anything is written), the partitions as lazy frames."""
+        from distforest.io.ingest import read_partitioned
+
+        data = read_partitioned(plan.source, target=plan.target, drop=plan.drop,
+                                na_values=plan.na_values)  # fmt: skip
+        if data.partitions.frame is None:
+            raise InputError(f"{data.source}: a numeric array is imputed in memory; give a table")
+        enc = data.encoding
+        features = list(enc.features)
+        if not features:
+            raise InputError(f"{plan.source}: no feature columns left after removing "
+                             "--target/--drop")  # fmt: skip
+        if plan.categorical:
+            check_columns(features, list(plan.categorical), data.source)
+        blocks = list(data.partitions.frame.to_delayed())
+        return Chunks(blocks, list(enc.lengths), enc, features, dict(enc.missing))
+
+    def size(self, source: str, job: Any) -> tuple[str, int, int, int, Any]:
+        """From the partitions' metadata (nothing loaded): every feature column counted as
+        having missing values; the cells on a cluster."""
+        from distforest.jobs.inputs import input_shape
+        from distforest.jobs.stages import ON_A_CLUSTER
+
+        shown, n, d = input_shape(source, job.target, drop=_columns_kept(job),
+                                  na_values=job.na_values)  # fmt: skip
+        return shown, n, d, d, ON_A_CLUSTER
+
+    def check_size(self, job: Any) -> None:
+        """Nothing to refuse: the fit is on a bounded sample, the rest by chunks."""
+
+    def check_output(self, out: str | Path, replace: bool) -> Path:
+        """A local folder, or one .csv / .parquet file (:func:`check_output`)."""
+        return check_output(out, replace)
+
+    def write(self, chunks: list[Any], plan: ImputationPlan,
+              attrs: Provenance | None) -> tuple[tuple[int, int], Path]:  # fmt: skip
+        """Written by the partitions' tasks (:func:`_write_parts`)."""
+        return _write_parts(chunks, plan)
+
+
+@dataclass
+class ImputationPlan:
+    """A checked imputation: the table's rows (read whole, or to be read by partitions
+    when the plan runs, on the cluster), the columns split, the output allowed."""
+
+    source: str
+    rows: WholeTable | TableParts
     target: str | None
     categorical: tuple[str, ...]
     dest: Path
@@ -140,8 +269,8 @@ class ImputationPlan:
 
     @property
     def by_partitions(self) -> bool:
-        """Whether the table is read (and written) by partitions."""
-        return self.frame is None
+        """Whether the rows are read (and written) by partitions (asked by no code here)."""
+        return isinstance(self.rows, TableParts)
 
 
 @dataclass(frozen=True)
@@ -157,7 +286,8 @@ class Imputed:
         Rows the imputer was fitted on.
     missing : dict of str to int
         Missing (now filled) cells per feature column of the whole table.
-    by_partitions : bool
+    described : str
+        How the table was read, for the summary (``", by partitions"`` or empty).
     imputer : ProximityImputer or None
         Fitted on the sample (None: filled from a stored matrix).
     """
@@ -166,7 +296,7 @@ class Imputed:
     written: Path
     sample_rows: int
     missing: dict[str, int]
-    by_partitions: bool
+    described: str
     imputer: Any = None
 
 
@@ -194,30 +324,29 @@ def plan_imputation(
     the output is checked later (a job's run protocol: its ``dest`` set then).
     """
     from distforest.io import read_frame
-    from distforest.io.writers import check_can_write
     from distforest.jobs.inputs import partitioned_input
 
-    def planned(frame: Any, features: Any, dest: Path) -> ImputationPlan:
-        return ImputationPlan(str(input), frame, features, target, tuple(categorical), dest,
-                              overwrite, tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
+    def planned(rows: WholeTable | TableParts) -> ImputationPlan:
+        dest = rows.check_output(out, overwrite) if check_out else Path()
+        return ImputationPlan(str(input), rows, target, tuple(categorical), dest, overwrite,
+                              tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
 
     if partitioned_input(input) or is_folder(out):
-        return planned(None, None, check_output(out, overwrite) if check_out else Path())
+        return planned(TableParts())
     frame = read_frame(input, na_values=na_values)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
     check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
-    dest = check_can_write(out, overwrite) if check_out else Path()
     skip = {*drop, *([target] if target else [])}
     features = frame[[c for c in columns if c not in skip]]
     if features.shape[1] == 0:
         raise InputError(f"{input}: no feature columns left after removing --target/--drop")
-    return planned(frame, features, dest)
+    return planned(WholeTable(frame, features))
 
 
 def impute_rows(
     plan: ImputationPlan,
-    fit: Callable[[pd.DataFrame, Any], pd.DataFrame],
+    fit: Callable[[pd.DataFrame, Any, bool], pd.DataFrame],
     *,
     new_rows: Callable[[], Any] | None = None,
     sample_rows: int | None = None,
@@ -230,8 +359,9 @@ def impute_rows(
     ----------
     plan : ImputationPlan
     fit : callable
-        ``fit(features, y) -> filled``: the sample's feature columns (a DataFrame)
-        and its target (or None) in, the same columns filled out.
+        ``fit(features, y, whole) -> filled``: the sample's feature columns (a
+        DataFrame), its target (or None) and whether the sample is every row in,
+        the same columns filled out.
     new_rows : callable, optional
         ``new_rows() -> imputer`` (after ``fit``): what fills a chunk outside the
         sample, by its ``transform`` in the chunk's task.  Needed when the sample
@@ -249,14 +379,14 @@ def impute_rows(
     """
     if sample_rows is not None and sample_rows < 1:
         raise ParameterError(f"sample_rows must be at least 1, got {sample_rows}")
-    blocks, lengths, encoding, features, missing = _row_chunks(plan)
-    n = int(sum(lengths))
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    table = plan.rows.chunks(plan)
+    blocks, encoding, features = table.blocks, table.encoding, table.features
+    n = int(sum(table.lengths))
+    starts = np.concatenate([[0], np.cumsum(table.lengths)]).astype(np.int64)
     whole = sample_rows is None or sample_rows >= n
     rows = np.arange(n) if whole else _sample(n, int(sample_rows or n), random_state)
-    if plan.by_partitions:
-        logger.info("imputing %s by %d partitions, fitted on %d of %d rows",
-                    plan.source, len(blocks), rows.size, n)  # fmt: skip
+    logger.info("imputing %s in %d chunk(s), fitted on %d of %d rows",
+                plan.source, len(blocks), rows.size, n)  # fmt: skip
     wanted = []
     for k, block in enumerate(blocks):
         local = rows[(rows >= starts[k]) & (rows < starts[k + 1])] - starts[k]
@@ -265,53 +395,22 @@ def impute_rows(
     pieces = _compute(wanted)
     import pandas as pd
 
-    sample = pd.concat(pieces, ignore_index=True) if plan.by_partitions else pieces[0]
+    sample = pd.concat(pieces, ignore_index=True)
     del pieces
-    filled = fit(sample[features], sample[plan.target] if plan.target is not None else None)
+    y = sample[plan.target] if plan.target is not None else None
+    filled = fit(sample[features], y, whole)
     shipped: Any = None
     if whole:
         slices: list[Any] = [filled.iloc[starts[k] : starts[k + 1]] for k in range(len(blocks))]
     else:
         assert new_rows is not None, "a sample of the rows needs new_rows"
         slices, shipped = [None] * len(blocks), _ship(new_rows())
-    if missing is None:  # a table read whole: the sample is every row
-        missing = {c: int(v) for c, v in sample[features].isna().sum().items()}
     del filled, sample
     chunks = [_task(_fill, b, encoding, features, s, shipped)
               for b, s in zip(blocks, slices, strict=True)]  # fmt: skip
-    if plan.by_partitions:
-        shape, written = _write_parts(chunks, plan)
-    else:
-        from distforest.io.writers import write_table
-
-        (output,) = chunks
-        shape = output.shape
-        written = write_table(output, plan.dest, overwrite=plan.overwrite,
-                              attrs=attrs() if attrs is not None else None)  # fmt: skip
-    return Imputed((int(shape[0]), int(shape[1])), Path(written), int(rows.size), missing,
-                   plan.by_partitions)  # fmt: skip
-
-
-def _row_chunks(plan: ImputationPlan) -> tuple[list[Any], list[int], Any, list[str], Any]:
-    """The table's chunks (a frame read whole, or its partitions as lazy frames), their
-    lengths, the partitions' encoding, the feature columns and (by partitions) the
-    missing cells per feature."""
-    if not plan.by_partitions:
-        return [plan.frame], [len(plan.frame)], None, [str(c) for c in plan.features.columns], None
-    from distforest.io.ingest import read_partitioned
-
-    data = read_partitioned(plan.source, target=plan.target, drop=plan.drop,
-                            na_values=plan.na_values)  # fmt: skip
-    if data.partitions.frame is None:
-        raise InputError(f"{data.source}: a numeric array is imputed in memory; give a table")
-    enc = data.encoding
-    features = list(enc.features)
-    if not features:
-        raise InputError(f"{plan.source}: no feature columns left after removing --target/--drop")
-    if plan.categorical:
-        check_columns(features, list(plan.categorical), data.source)
-    blocks = list(data.partitions.frame.to_delayed())
-    return blocks, list(enc.lengths), enc, features, dict(enc.missing)
+    shape, written = plan.rows.write(chunks, plan, attrs)
+    return Imputed((int(shape[0]), int(shape[1])), Path(written), int(rows.size), table.missing,
+                   plan.rows.described)  # fmt: skip
 
 
 def _sample(n: int, size: int, random_state: Any) -> np.ndarray:
@@ -439,25 +538,24 @@ def run_imputation(
     client: Any,
     bars: Any = None,
     *,
-    sample_rows: int = SAMPLE_ROWS,
+    sample_rows: int | None = None,
 ) -> Imputed:
     """Impute on ``client`` and write the whole table (target and dropped columns kept).
 
-    A table read by partitions is fitted on at most ``sample_rows`` rows; one read
-    whole on every row.
+    The imputer is fitted on at most ``sample_rows`` rows (None: the bound of the
+    plan's rows, :data:`SAMPLE_ROWS` by partitions, every row of a table read whole).
+    ``client`` None (and no ``bars``): the current execution (this process for small
+    tables, see ProximityImputer).
     """
     from dataclasses import replace
 
     from distforest.apps.impute import ProximityImputer
 
     imputer = ProximityImputer(**params, categorical_features=list(plan.categorical) or None)
-    if plan.by_partitions:
-        imputer._settings()  # bad values refused before the partitions are read
-        if client is not None:
-            imputer.set_execution(client)
-    else:
+    imputer._settings()  # bad values refused before the rows are read
+    if client is not None or bars is not None:
         imputer.set_execution(
-            client,  # None: this process for small tables (see ProximityImputer)
+            client,
             progress=None
             if bars is None
             else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,
@@ -471,11 +569,15 @@ def run_imputation(
                                "params": settings, "target": plan.target,
                                "task": imputer.task_, "n_imputed": imputer.n_missing_}}  # fmt: skip
 
-    result = impute_rows(plan, imputer.fit_transform, new_rows=imputer.for_new_rows,
-                         sample_rows=sample_rows if plan.by_partitions else None,
+    def fit(features: pd.DataFrame, y: Any, whole: bool) -> pd.DataFrame:
+        # rows beyond the sample are filled by the chunks' tasks: the forest that routes
+        # them goes to a temporary store, never through this process (nor its pickle)
+        return imputer.fit_transform(features, y, keep_nodes=whole)
+
+    bound = plan.rows.sample_rows if sample_rows is None else sample_rows
+    result = impute_rows(plan, fit, new_rows=imputer.for_new_rows, sample_rows=bound,
                          random_state=imputer.random_state, attrs=provenance)  # fmt: skip
-    missing = result.missing if plan.by_partitions else dict(imputer.n_missing_)
-    return replace(result, missing=missing, imputer=imputer)
+    return replace(result, imputer=imputer)
 
 
 def impute_from_matrix_rows(plan: ImputationPlan, matrix: Any, vote: str = "sum") -> Imputed:
@@ -486,7 +588,7 @@ def impute_from_matrix_rows(plan: ImputationPlan, matrix: Any, vote: str = "sum"
 
     counts: dict[str, int] = {}
 
-    def fit(features: pd.DataFrame, y: Any) -> pd.DataFrame:
+    def fit(features: pd.DataFrame, y: Any, whole: bool) -> pd.DataFrame:
         filled, found = fill_from_matrix(matrix, features, vote)
         counts.update(found)
         return filled
@@ -506,10 +608,10 @@ def summary(result: Imputed, source: str, seconds: float) -> str:
     counts = {name: n for name, n in result.missing.items() if n}
     total = sum(counts.values())
     rows, columns = result.shape
-    fitted = f", fitted on {result.sample_rows} row(s)" if result.by_partitions else ""
+    fitted = f", fitted on {result.sample_rows} row(s)" if result.described else ""
     lines = [
         f"imputed {total} cell(s) in {len(counts)} column(s) of {source} ({rows} rows x "
-        f"{columns} columns) in {seconds:.1f} s{', by partitions' * result.by_partitions}",
+        f"{columns} columns) in {seconds:.1f} s{result.described}",
         f"  forest:  {imp.task_}, {imp._settings()['n_estimators']} trees"
         f"{' per column' if imp.proximity == 'column' else ''}{fitted}, {imp.n_iter_} "
         f"iteration(s), {imp.proximity} proximity",
@@ -622,18 +724,11 @@ def impute_pipeline(job: ImputeJob, plan: ImputationPlan, progress: Any = None,
     (not loaded: every feature column counted as having missing values)."""
     from distforest.apps.impute import ProximityImputer
     from distforest.jobs.estimates import estimate_impute
-    from distforest.jobs.inputs import input_shape
-    from distforest.jobs.stages import ON_A_CLUSTER, PRODUCTS_NOTE, Cost, Stage, placement_of
+    from distforest.jobs.stages import PRODUCTS_NOTE, Cost, Stage, placement_of
     from distforest.parallel.tasks import plan_tree_batches
 
     out = str(job.files["out"])
-    if plan.by_partitions:
-        source, n, d = input_shape(job.input, job.target, drop=_columns_kept(job),
-                                   na_values=job.na_values)  # fmt: skip
-        holes, cells = d, ON_A_CLUSTER  # which columns miss values: known once read
-    else:
-        (n, d), source = plan.features.shape, job.input
-        holes, cells = int(plan.features.isna().any().sum()), int(plan.features.size)
+    source, n, d, holes, cells = plan.rows.size(job.input, job)
     if job.model is not None:
         stage = Stage("impute", f"the rows routed through the trees of {job.model}, one pass "
                                 f"-> {out}", reads=(job.input, job.model), writes=(out,),
@@ -660,9 +755,8 @@ def impute_pipeline(job: ImputeJob, plan: ImputationPlan, progress: Any = None,
                             {"imputed table": need["disk_bytes"]}),
                   run=lambda ctx: _impute(job, plan, ctx, progress, start))  # fmt: skip
     notes = [PRODUCTS_NOTE] if how != "column" else []
-    if plan.by_partitions:
-        notes.append("  note:         read by partitions: every feature column counted as "
-                     "having missing values (an upper bound)")  # fmt: skip
+    if plan.rows.note is not None:
+        notes.append(plan.rows.note)
     return Pipeline(
         title=f"impute: {n:,} rows x {d} features",
         steps=[("input", source), ("forests", f"{how} proximity: {forests}, {how_many}"),
@@ -676,9 +770,7 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
                    run_id: str | None = None) -> ImputeResult:  # fmt: skip
     """Impute under the run protocol: the input, the output and the size checked first
     (the output may be replaced by a resumed run or with ``--overwrite``)."""
-    from distforest.io.writers import check_can_write
     from distforest.jobs.base import new_run_id
-    from distforest.jobs.estimates import check_size, estimate_impute
     from distforest.jobs.inputs import listing_stamp
     from distforest.jobs.runs import execute
     from distforest.store.run_store import RunStore
@@ -689,20 +781,8 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
 
         load_model(job.model)  # a pickle or an untrusted type refused before any work
     plan = _plan_of(job, False)
-    if job.model is not None and plan.by_partitions:
-        raise InputError(
-            f"{job.input}: impute --model reads a table loaded whole (a file under 32 MB), "
-            "not a glob or a folder of parts; impute without --model, or pass one file"
-        )
-    if not plan.by_partitions and job.model is None:
-        from distforest.apps.impute import ProximityImputer
-
-        checked = ProximityImputer(**job.params)._settings()
-        n, d = plan.features.shape
-        holes = int(plan.features.isna().any().sum())
-        check_size(f"imputing {job.input} ({n:,} rows)", estimate_impute(n, d, checked, holes),
-                   f"--iterations ({checked['iterations']}) and --trees "
-                   f"({checked['n_estimators']:,})")  # fmt: skip
+    if job.model is None:
+        plan.rows.check_size(job)
     pipeline = impute_pipeline(job, plan, progress, start)
 
     def check(run: Run) -> dict[str, Any]:
@@ -712,11 +792,14 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
         if not location.is_remote(out):  # (as every job: its folder made for it)
             Path(out).parent.mkdir(parents=True, exist_ok=True)
         if run.stages is None or not run.stages.done("impute"):
-            if plan.by_partitions:
-                plan.dest = check_output(job.files["out"], run.replace)
-            else:
-                plan.dest = check_can_write(job.files["out"], run.replace)
+            plan.dest = plan.rows.check_output(job.files["out"], run.replace)
         return {}
+
+    def create(run: Run) -> RunStore:
+        # The store first, as the other answers': a run killed while it writes the table
+        # leaves the store of this job, so the next run resumes (and may replace what it
+        # wrote) instead of refusing its own half-written output.
+        return RunStore.create(job.out, attrs=run.record, overwrite=True)
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> ImputeResult:
         info = (rs.attrs.get("stages") or {}).get("impute", {})
@@ -738,15 +821,7 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
         **({} if job.model is None else {"model": listing_stamp(job.model)}),
     )
     return execute(job, pipeline, spec, result, progress=progress, restart=restart,
-                   run_id=run_id or new_run_id(), check=check)  # fmt: skip
-
-
-def _record(job: ImputeJob, ctx: Context) -> None:
-    """The job's store, created once the table is written (a failed or killed run leaves
-    none: run again, it imputes again with the same seed, the same bytes)."""
-    from distforest.store.run_store import RunStore
-
-    ctx.rs = RunStore.create(job.out, attrs=ctx.run.record, overwrite=True)
+                   run_id=run_id or new_run_id(), check=check, create=create)  # fmt: skip
 
 
 def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
@@ -758,7 +833,6 @@ def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
     client = ctx.where.client
     with client.as_current() if client is not None else contextlib.nullcontext():
         imputed = run_imputation(plan, job.params, client, progress)
-    _record(job, ctx)
     ctx.done.outputs = {"imputed table": str(imputed.written)}
     ctx.done.info["cells_imputed"] = int(sum(imputed.missing.values()))
     ctx.done.info["text"] = summary(imputed, job.input, time.perf_counter() - start)
@@ -773,13 +847,15 @@ def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
     branches; each missing cell becomes the proximity-weighted mean of the column's
     observed values (:func:`distforest.apps.scoring.impute_rows`, ``--proximity``
     original by default; oob and rfgap where the model's bagging is known).  Target,
-    ``--drop`` and ID columns are copied unchanged.
+    ``--drop`` and ID columns are copied unchanged.  The rows are read and written as
+    :func:`impute_rows` reads and writes them, whatever the input (one file, a folder
+    of parts); the model weighs every row against every row, so they are all routed
+    together here.
     """
     from distforest.apps.scoring import impute_rows as impute_scored
     from distforest.forests.proximity_forest import ProximityForest
     from distforest.io import load_table
     from distforest.io.model_files import load_model
-    from distforest.io.writers import write_table
 
     assert job.model is not None
     method = {"column": "original"}.get(job.params["proximity"], job.params["proximity"])
@@ -788,21 +864,32 @@ def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
             "--proximity rfimpute refits forests; with --model the model's own trees weigh "
             "the rows: use --proximity original (the default), oob or rfgap"
         )
-    table = load_table(plan.features, min_rows=1)
-    forest = ProximityForest.from_model(load_model(job.model), table)
+    model = load_model(job.model)
     vote = job.params["categorical_vote"].replace("auto", "sum")
-    filled, cells = impute_scored(forest, table, table.X, method=method, vote=vote)
-    output = plan.frame.copy()
-    for col in plan.features.columns:  # only the missing cells change
-        output[col] = output[col].where(output[col].notna(), filled[col].to_numpy())
-    provenance = {"distforest_version": __version__, "source": plan.source, "model": job.model,
-                  "proximity": method, "n_imputed": cells}  # fmt: skip
-    written = write_table(output, plan.dest, overwrite=True, attrs={"imputation": provenance})
-    _record(job, ctx)
-    ctx.done.outputs = {"imputed table": str(written)}
+    routed: dict[str, int] = {}
+
+    def fit(features: pd.DataFrame, y: Any, whole: bool) -> pd.DataFrame:
+        table = load_table(features, min_rows=1)
+        forest = ProximityForest.from_model(model, table)
+        filled, routed["cells"] = impute_scored(forest, table, table.X, method=method, vote=vote)
+        routed["trees"] = int(forest.leaves_.shape[1])
+        out = features.copy()
+        for col in features.columns:  # only the missing cells change
+            out[col] = out[col].where(out[col].notna(), filled[col].to_numpy())
+        return out
+
+    def provenance() -> dict[str, Any]:
+        return {"imputation": {"distforest_version": __version__, "source": plan.source,
+                               "model": job.model, "proximity": method,
+                               "n_imputed": routed["cells"]}}  # fmt: skip
+
+    imputed = impute_rows(plan, fit, attrs=provenance)
+    cells = routed["cells"]
+    ctx.done.outputs = {"imputed table": str(imputed.written)}
     ctx.done.info["cells_imputed"] = int(cells)
     ctx.done.info["text"] = (
-        f"imputed {cells} cell(s) of {job.input} ({output.shape[0]} rows x {output.shape[1]} "
-        f"columns) in {time.perf_counter() - start:.1f} s\n  model:  {job.model}, "
-        f"{forest.leaves_.shape[1]} trees, {method} proximity, one pass\n  output: {written}"
+        f"imputed {cells} cell(s) of {job.input} ({imputed.shape[0]} rows x "
+        f"{imputed.shape[1]} columns) in {time.perf_counter() - start:.1f} s\n  model:  "
+        f"{job.model}, {routed['trees']} trees, {method} proximity, one pass\n  output: "
+        f"{imputed.written}"
     )

@@ -73,6 +73,13 @@ class ProximityJob(ForestJob):
     model: str | None = None
     name: str = "proximity"
 
+    def __post_init__(self) -> None:
+        # top-k neighbours: the refined forest where it is faster (leaf_bound="auto":
+        # trees on a sample of at most a fifth of the rows, from 1,000,000 rows with
+        # the default sample; benchmarks/results/refine-phases.md), unless given
+        if self.top_k is not None and self.model is None and "leaf_bound" not in self.forest:
+            self.forest = {**self.forest, "leaf_bound": "auto"}
+
     def spec(self, table: RowSummary) -> dict[str, Any]:
         """What determines the results: hashed to recognise the same job."""
         keep: tuple[str, ...] = ("target", "drop", "na_values", "forest", "method", "plot",
