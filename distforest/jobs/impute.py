@@ -830,9 +830,18 @@ def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
     the run's cluster)."""
     import contextlib
 
+    from distforest import location
+
     client = ctx.where.client
-    with client.as_current() if client is not None else contextlib.nullcontext():
-        imputed = run_imputation(plan, job.params, client, progress)
+    try:
+        with client.as_current() if client is not None else contextlib.nullcontext():
+            imputed = run_imputation(plan, job.params, client, progress)
+    except InputError:
+        # A bad value found in a part: nothing written, so the run's store goes too (the
+        # table is refused, there is nothing to resume).
+        if ctx.rs is not None:
+            location.remove_tree(ctx.rs.path)
+        raise
     ctx.done.outputs = {"imputed table": str(imputed.written)}
     ctx.done.info["cells_imputed"] = int(sum(imputed.missing.values()))
     ctx.done.info["text"] = summary(imputed, job.input, time.perf_counter() - start)
