@@ -348,13 +348,24 @@ def test_from_model_refuses_oob_when_bagging_is_unknown(regression) -> None:
     np.testing.assert_allclose(pf.proximity().values, _dense_original(leaves), atol=1e-6)
 
 
-def test_from_model_by_partitions_same_bytes(tmp_path, classification) -> None:
+#: Family -> the weightings its model has (bagging known: Breiman's, OOB, RF-GAP, KeRF;
+#: boosting: Breiman's, KeRF and the boosted weights).
+BY_PARTS = {"random-forest": ("original", "oob", "rfgap", "kerf"),
+            "lightgbm": ("original", "kerf", "boosted"),
+            "xgboost": ("original", "kerf", "boosted")}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(BY_PARTS))
+def test_from_model_by_partitions_same_bytes(tmp_path, classification, family) -> None:
+    """Every family and every weighting: the rows read from a folder of parts give the
+    leaves, in-bag counts and matrices of the rows passed in memory, bit for bit, and the
+    matrices are the dense oracle's (computed with numpy from the model's own leaves)."""
     pd = pytest.importorskip("pandas")
     from distforest import ProximityForest
 
     X, y = classification
     X = np.nan_to_num(X)
-    model = RandomForestClassifier(n_estimators=6, random_state=1).fit(X, y)
+    model, own_leaves = _models(X, y)[family]
     frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(label=y)
     folder = tmp_path / "parts"
     folder.mkdir()
@@ -362,11 +373,21 @@ def test_from_model_by_partitions_same_bytes(tmp_path, classification) -> None:
         frame.iloc[rows].to_parquet(folder / f"part-{p}.parquet", index=False)
     in_memory = ProximityForest.from_model(model, X, y)
     by_parts = ProximityForest.from_model(model, str(folder), "label")
-    np.testing.assert_array_equal(np.asarray(by_parts.leaves_), np.asarray(in_memory.leaves_))
+    leaves = np.asarray(in_memory.leaves_)
+    np.testing.assert_array_equal(np.asarray(by_parts.leaves_), leaves)
     np.testing.assert_array_equal(np.asarray(by_parts.inbag_), np.asarray(in_memory.inbag_))
-    np.testing.assert_array_equal(
-        by_parts.proximity("rfgap").values, in_memory.proximity("rfgap").values
-    )
+    own = np.asarray(own_leaves(X))  # the model's own apply / pred_leaf
+    same = own[:, None, :] == own[None, :, :]
+    oracles = {"original": same.mean(axis=2),
+               "kerf": (same / same.sum(axis=1)[:, None, :]).mean(axis=2)}  # fmt: skip
+    if "boosted" in BY_PARTS[family]:
+        w = np.abs(outside_forest(model).leaf_values(leaves)).mean(axis=0)
+        oracles["boosted"] = (same * (w / w.sum())).sum(axis=2)
+    for method in BY_PARTS[family]:
+        got = by_parts.proximity(method).values
+        np.testing.assert_array_equal(got, in_memory.proximity(method).values)
+        if method in oracles:
+            np.testing.assert_allclose(got, oracles[method], atol=1e-6)
 
 
 # -- new rows, MDS, imputation and the weightings' tiles from a model --------------
