@@ -27,6 +27,19 @@ def _killed_during_tiles(tmp_path, tile: int):
     return path, store, loop
 
 
+def _stopped_resumably(last: str, store) -> None:
+    """The ending of a run stopped in its tiles: its one line, the lock released (removed,
+    and another run can take it at once), a resumable store (not complete, the fit kept)."""
+    assert last.startswith("distforest: error: proximity-tiles: "), last
+    assert "can be resumed by running it again" in last
+    assert not lock_path(store).exists()
+    with StoreLock(store, "next"):
+        pass
+    rs = RunStore.open(store)
+    assert not rs.is_complete and "fit" in rs.attrs["stages"] and "tiles" not in rs.attrs["stages"]
+    assert CliRunner().invoke(cli, ["status", str(store)]).exit_code == 1
+
+
 @pytest.mark.slow
 def test_workers_killed_until_none_remain_exit_75_and_the_rerun_resumes_bit_identical(tmp_path):
     """One kill loop serves both checks (each used to pay for its own, about 25 s): the run
@@ -38,16 +51,7 @@ def test_workers_killed_until_none_remain_exit_75_and_the_rerun_resumes_bit_iden
     path, store, loop = _killed_during_tiles(tmp_path / "killed", tile=32)
     assert loop.returncode == 75, loop.stderr[-3000:]
     assert loop.kills >= 1
-    assert loop.last_line.startswith("distforest: error: proximity-tiles: "), loop.last_line
-    assert "can be resumed by running it again" in loop.last_line
-    # the lock is released: removed, and another run can take it at once
-    assert not lock_path(store).exists()
-    with StoreLock(store, "next"):
-        pass
-    # a resumable store: not complete, the fit kept, some tiles perhaps done
-    rs = RunStore.open(store)
-    assert not rs.is_complete and "fit" in rs.attrs["stages"] and "tiles" not in rs.attrs["stages"]
-    assert CliRunner().invoke(cli, ["status", str(store)]).exit_code == 1
+    _stopped_resumably(loop.last_line, store)
 
     again = CliRunner().invoke(cli, ["-q", "run", str(path), "--workers", "1"])
     assert again.exit_code == 0, again.output
@@ -103,15 +107,7 @@ def test_a_tiles_stage_whose_workers_keep_dying_exits_75_and_the_rerun_resumes(
         patched.setattr(Runner, "run", dying)
         stopped = CliRunner().invoke(cli, ["-q", "run", str(path)])
     assert stopped.exit_code == 75, stopped.output
-    last = stopped.output.strip().splitlines()[-1]
-    assert last.startswith("distforest: error: proximity-tiles: "), last
-    assert "can be resumed by running it again" in last
-    assert not lock_path(store).exists()
-    with StoreLock(store, "next"):
-        pass
-    rs = RunStore.open(store)
-    assert not rs.is_complete and "fit" in rs.attrs["stages"] and "tiles" not in rs.attrs["stages"]
-    assert CliRunner().invoke(cli, ["status", str(store)]).exit_code == 1
+    _stopped_resumably(stopped.output.strip().splitlines()[-1], store)
 
     again = CliRunner().invoke(cli, ["-q", "run", str(path)])
     assert again.exit_code == 0, again.output
