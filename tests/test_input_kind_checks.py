@@ -1,5 +1,5 @@
-"""Where the package asks what kind of input it was given: store/source.py, and at most
-three places besides (issue 38).
+"""Where the package asks what kind of input it was given: store/source.py only (issue 38
+allows three places besides; none is left).
 
 The question has had many spellings (``partitioned_input``, ``by_partitions``,
 ``is_dask_frame``, ``holds_rows``, ``fit_stored``, ``fit_dask_frame``, a
@@ -21,16 +21,11 @@ KIND_NAMES = frozenset({"partitioned_input", "by_partitions", "is_dask_frame", "
                         "fit_stored", "fit_dask_frame", "PendingInput"})  # fmt: skip
 #: The module that decides the kind of an input.
 SOURCE_MODULE = "store/source.py"
-#: Call sites allowed outside it.
-ALLOWED = 3
-#: Files whose call sites other work in progress removes (their counts may only fall):
-#: the impute, k-NN predict and SimForest commands and estimators, and the
-#: similarity / score commands' two algorithms (in memory, by partitions).
-KNOWN = {
-    "forests/simforest.py": 1,
-    "jobs/impute.py": 1, "jobs/knn_model.py": 1, "jobs/score.py": 2,
-    "jobs/similarity.py": 1, "jobs/simforest.py": 4, "jobs/simforest_model.py": 1,
-}  # fmt: skip
+#: Call sites allowed outside it (a job that must choose how to read a path before any
+#: source exists gives ``read_as`` its reading of each kind instead).
+ALLOWED = 0
+#: Files whose call sites other work in progress removes (their counts may only fall).
+KNOWN: dict[str, int] = {}
 
 
 def _annotations(tree: ast.AST) -> set[int]:

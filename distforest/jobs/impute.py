@@ -70,6 +70,8 @@ logger = logging.getLogger("distforest")
 
 #: ``attrs() -> dict``: the provenance of a table written whole.
 Provenance = Callable[[], dict[str, Any]]
+#: ``fit(features, y, whole) -> filled``: a sample's feature columns filled (:func:`impute_rows`).
+Fit = Callable[["pd.DataFrame", Any, bool], "pd.DataFrame"]
 
 #: Rows the imputer is fitted on, at most, when the table is read by partitions
 #: (the column forests' own ``max_samples`` for large tables); below it every row.
@@ -324,29 +326,32 @@ def plan_imputation(
     the output is checked later (a job's run protocol: its ``dest`` set then).
     """
     from distforest.io import read_frame
-    from distforest.jobs.inputs import partitioned_input
+    from distforest.store.source import read_as
 
     def planned(rows: WholeTable | TableParts) -> ImputationPlan:
         dest = rows.check_output(out, overwrite) if check_out else Path()
         return ImputationPlan(str(input), rows, target, tuple(categorical), dest, overwrite,
                               tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
 
-    if partitioned_input(input) or is_folder(out):
-        return planned(TableParts())
-    frame = read_frame(input, na_values=na_values)
-    columns = [str(c) for c in frame.columns]
-    frame.columns = columns
-    check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
-    skip = {*drop, *([target] if target else [])}
-    features = frame[[c for c in columns if c not in skip]]
-    if features.shape[1] == 0:
-        raise InputError(f"{input}: no feature columns left after removing --target/--drop")
-    return planned(WholeTable(frame, features))
+    def whole(_: str) -> ImputationPlan:
+        frame = read_frame(input, na_values=na_values)
+        columns = [str(c) for c in frame.columns]
+        frame.columns = columns
+        check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
+        skip = {*drop, *([target] if target else [])}
+        features = frame[[c for c in columns if c not in skip]]
+        if features.shape[1] == 0:
+            raise InputError(f"{input}: no feature columns left after removing --target/--drop")
+        return planned(WholeTable(frame, features))
+
+    # a folder output is written by the partitions' tasks: the input read by partitions
+    return read_as(input, whole=whole, parts=lambda _: planned(TableParts()),
+                   partitions=True if is_folder(out) else None)  # fmt: skip
 
 
 def impute_rows(
     plan: ImputationPlan,
-    fit: Callable[[pd.DataFrame, Any, bool], pd.DataFrame],
+    fit: Fit | None,
     *,
     new_rows: Callable[[], Any] | None = None,
     sample_rows: int | None = None,
@@ -358,10 +363,11 @@ def impute_rows(
     Parameters
     ----------
     plan : ImputationPlan
-    fit : callable
+    fit : callable or None
         ``fit(features, y, whole) -> filled``: the sample's feature columns (a
         DataFrame), its target (or None) and whether the sample is every row in,
-        the same columns filled out.
+        the same columns filled out.  None: no sample, every chunk is filled by
+        ``new_rows()``.
     new_rows : callable, optional
         ``new_rows() -> imputer`` (after ``fit``): what fills a chunk outside the
         sample, by its ``transform`` in the chunk's task.  Needed when the sample
@@ -383,8 +389,10 @@ def impute_rows(
     blocks, encoding, features = table.blocks, table.encoding, table.features
     n = int(sum(table.lengths))
     starts = np.concatenate([[0], np.cumsum(table.lengths)]).astype(np.int64)
-    whole = sample_rows is None or sample_rows >= n
+    whole = fit is not None and (sample_rows is None or sample_rows >= n)
     rows = np.arange(n) if whole else _sample(n, int(sample_rows or n), random_state)
+    if fit is None:
+        rows = rows[:0]
     logger.info("imputing %s in %d chunk(s), fitted on %d of %d rows",
                 plan.source, len(blocks), rows.size, n)  # fmt: skip
     wanted = []
@@ -395,17 +403,20 @@ def impute_rows(
     pieces = _compute(wanted)
     import pandas as pd
 
-    sample = pd.concat(pieces, ignore_index=True)
+    filled: Any = None
+    if fit is not None:
+        sample = pd.concat(pieces, ignore_index=True)
+        y = sample[plan.target] if plan.target is not None else None
+        filled = fit(sample[features], y, whole)
+        del sample
     del pieces
-    y = sample[plan.target] if plan.target is not None else None
-    filled = fit(sample[features], y, whole)
     shipped: Any = None
     if whole:
         slices: list[Any] = [filled.iloc[starts[k] : starts[k + 1]] for k in range(len(blocks))]
     else:
         assert new_rows is not None, "a sample of the rows needs new_rows"
-        slices, shipped = [None] * len(blocks), _ship(new_rows())
-    del filled, sample
+        slices, shipped = [None] * len(blocks), _ship(new_rows(), blocks)
+    del filled
     chunks = [_task(_fill, b, encoding, features, s, shipped)
               for b, s in zip(blocks, slices, strict=True)]  # fmt: skip
     shape, written = plan.rows.write(chunks, plan, attrs)
@@ -438,10 +449,14 @@ def _compute(values: list[Any]) -> list[Any]:
     return list(dask.compute(*values)) if values and isinstance(values[0], Delayed) else values
 
 
-def _ship(obj: Any) -> Any:
-    """``obj`` sent to every worker once (a distributed client), else one graph key."""
+def _ship(obj: Any, blocks: list[Any]) -> Any:
+    """``obj`` sent to every worker once (a distributed client), else one graph key; as it
+    is for chunks worked on here (a table read whole)."""
     import dask
+    from dask.delayed import Delayed
 
+    if not any(isinstance(b, Delayed) for b in blocks):
+        return obj
     try:
         from distributed import get_client
 
@@ -857,13 +872,12 @@ def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
     observed values (:func:`distforest.apps.scoring.impute_rows`, ``--proximity``
     original by default; oob and rfgap where the model's bagging is known).  Target,
     ``--drop`` and ID columns are copied unchanged.  The rows are read and written as
-    :func:`impute_rows` reads and writes them, whatever the input (one file, a folder
-    of parts); the model weighs every row against every row, so they are all routed
-    together here.
+    :func:`impute_rows` reads and writes them, whatever the input (one file, a folder of
+    parts), each chunk filled against every row's leaves by
+    :class:`~distforest.apps.impute_model.ModelFiller` (in its task when read by
+    partitions: no row gathered here).
     """
-    from distforest.apps.scoring import impute_rows as impute_scored
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table
+    from distforest.apps.impute_model import model_filler
     from distforest.io.model_files import load_model
 
     assert job.model is not None
@@ -873,32 +887,23 @@ def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
             "--proximity rfimpute refits forests; with --model the model's own trees weigh "
             "the rows: use --proximity original (the default), oob or rfgap"
         )
-    model = load_model(job.model)
     vote = job.params["categorical_vote"].replace("auto", "sum")
-    routed: dict[str, int] = {}
+    drop = (*plan.drop, *([plan.target] if plan.target else []))
+    with model_filler(load_model(job.model), plan.source, drop=drop, na_values=plan.na_values,
+                      method=method, vote=vote) as fill:  # fmt: skip
 
-    def fit(features: pd.DataFrame, y: Any, whole: bool) -> pd.DataFrame:
-        table = load_table(features, min_rows=1)
-        forest = ProximityForest.from_model(model, table)
-        filled, routed["cells"] = impute_scored(forest, table, table.X, method=method, vote=vote)
-        routed["trees"] = int(forest.leaves_.shape[1])
-        out = features.copy()
-        for col in features.columns:  # only the missing cells change
-            out[col] = out[col].where(out[col].notna(), filled[col].to_numpy())
-        return out
+        def provenance() -> dict[str, Any]:
+            return {"imputation": {"distforest_version": __version__, "source": plan.source,
+                                   "model": job.model, "proximity": method,
+                                   "n_imputed": fill.cells}}  # fmt: skip
 
-    def provenance() -> dict[str, Any]:
-        return {"imputation": {"distforest_version": __version__, "source": plan.source,
-                               "model": job.model, "proximity": method,
-                               "n_imputed": routed["cells"]}}  # fmt: skip
-
-    imputed = impute_rows(plan, fit, attrs=provenance)
-    cells = routed["cells"]
+        imputed = impute_rows(plan, None, new_rows=lambda: fill, attrs=provenance)
+    cells, trees = fill.cells, int(fill.forest.leaves_.shape[1])
     ctx.done.outputs = {"imputed table": str(imputed.written)}
     ctx.done.info["cells_imputed"] = int(cells)
     ctx.done.info["text"] = (
         f"imputed {cells} cell(s) of {job.input} ({imputed.shape[0]} rows x "
         f"{imputed.shape[1]} columns) in {time.perf_counter() - start:.1f} s\n  model:  "
-        f"{job.model}, {routed['trees']} trees, {method} proximity, one pass\n  output: "
+        f"{job.model}, {trees} trees, {method} proximity, one pass\n  output: "
         f"{imputed.written}"
     )
