@@ -393,8 +393,8 @@ def impute_rows(
     rows = np.arange(n) if whole else _sample(n, int(sample_rows or n), random_state)
     if fit is None:
         rows = rows[:0]
-    logger.info("imputing %s in %d chunk(s), fitted on %d of %d rows",
-                plan.source, len(blocks), rows.size, n)  # fmt: skip
+    logger.info("imputing %s in %d chunk(s), %s", plan.source, len(blocks),
+                "no sample" if fit is None else f"fitted on {rows.size} of {n} rows")  # fmt: skip
     wanted = []
     for k, block in enumerate(blocks):
         local = rows[(rows >= starts[k]) & (rows < starts[k + 1])] - starts[k]
