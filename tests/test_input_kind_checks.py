@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import distforest
 
@@ -101,3 +102,26 @@ def test_input_kind_is_asked_in_the_source_module_only() -> None:
         f"{sum(others.values())} input-kind checks outside {SOURCE_MODULE} (at most "
         f"{ALLOWED}): {others}; known remainder not yet removed: {remainder} in {KNOWN}"
     )
+
+
+def test_read_as_gives_each_kind_its_reading(tmp_path: Path) -> None:
+    """``read_as``: a folder of parts (or a reference that is one) by partitions, a small
+    file whole unless ``partitions=True``; a missing reference (None) is not asked."""
+    import pandas as pd
+
+    from distforest.store.source import read_as
+
+    frame = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]})
+    frame.to_csv(tmp_path / "one.csv", index=False)
+    (tmp_path / "parts").mkdir()
+    frame.to_parquet(tmp_path / "parts" / "part-0.parquet", index=False)
+    one, parts = str(tmp_path / "one.csv"), str(tmp_path / "parts")
+
+    def how(X: str, **options: Any) -> tuple[str, str]:
+        return read_as(X, whole=lambda x: ("whole", x), parts=lambda x: ("parts", x), **options)
+
+    assert how(one) == ("whole", one)
+    assert how(parts) == ("parts", parts)
+    assert how(one, also=(None,)) == ("whole", one)
+    assert how(one, also=(parts,)) == ("parts", one)
+    assert how(one, partitions=True) == ("parts", one)
