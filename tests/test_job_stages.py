@@ -126,55 +126,6 @@ def test_the_similarity_command_and_its_pipeline_write_the_same_bytes(tmp_path):
     assert again.exit_code == 0 and "already complete" in again.output, again.output
 
 
-def test_a_similarity_run_killed_mid_tiles_resumes_to_identical_bytes(tmp_path):
-    """SIGKILL of the whole run (driver and workers) half-way through its tiles: run again,
-    it resumes (finished tiles kept) and ends with the uninterrupted run's bytes."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    def args(out: Path) -> list[str]:
-        return [sys.executable, "-m", "distforest", "-q", "similarity", str(BC), "--drop", "Id",
-                "--drop", "Class", "--drop", "Bare.nuclei", "--tile-size", "16",
-                "--out", str(out)]  # fmt: skip
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    clean = tmp_path / "clean" / "s.zarr"
-    assert subprocess.run(args(clean), env=env, check=False).returncode == 0
-    killed = tmp_path / "killed" / "s.zarr"
-    proc = subprocess.Popen(args(killed), env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-
-    def done() -> int:
-        folder = killed / "done" / "distance" / "c"
-        return sum(not f.endswith(".partial") for _, _, fs in os.walk(folder) for f in fs)
-
-    deadline = time.time() + 240
-    while done() < 100 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    at_kill = done()
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert 100 <= at_kill < 44 * 45 // 2, at_kill
-    assert not RunStore.open(killed).is_complete
-    again = subprocess.run(args(killed), env=env, capture_output=True, text=True, check=False)
-    assert again.returncode == 0, again.stderr
-    assert "resumed" in again.stdout, again.stdout
-    assert RunStore.open(killed).is_complete
-
-    def arrays(store: Path) -> dict[str, str]:
-        # zarr writes a chunk to NAME.<uuid>.partial, then renames it: a kill between the
-        # two leaves that empty file behind; it is no chunk (the resumed run wrote NAME)
-        kept = {k: v for k, v in _tree(store).items() if "/c/" in k and not k.startswith("done")}
-        return {k: v for k, v in kept.items() if not k.endswith(".partial")}
-
-    assert arrays(clean) == arrays(killed) and len(arrays(clean)) > 100
-    report = json.loads((killed.parent / "report.json").read_text())
-    assert report["mode"] == "resume" and report["stages"]["tiles"]["estimate"]
-
-
 ION = ROOT / "distforest" / "data" / "ionosphere.csv"
 #: Breast-cancer rows with their class, a small forest.
 FOREST = ["--target", "Class", "--drop", "Id", "--trees", "5"]
@@ -183,12 +134,14 @@ KNN = ["--target", "Class", "--drop", "Id", "--drop", "Bare.nuclei"]
 #: Command -> (its arguments but --out, its output file, its store beside it; None: the
 #: output is the store).  "P" is a proximity store of breast cancer (the model scored).
 COMMANDS = {
-    "similarity": ([str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--drop", "Class"],
-                   "s.zarr", None),
+    "similarity": ([str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--drop", "Class",
+                    "--tile-size", "128"], "s.zarr", None),
     "neighbors": ([str(BC), "--drop", "Id", "--drop", "Bare.nuclei", "--drop", "Class"],
                   "s.zarr", None),
     "proximity": ([str(BC), "--drop", "Bare.nuclei", *FOREST, "--tile-size", "256"], "s.zarr",
                   None),
+    "proximity top-k": ([str(BC), "--drop", "Bare.nuclei", *FOREST, "--top-k", "5",
+                         "--tile-size", "256"], "s.zarr", None),
     "outliers": ([str(BC), *FOREST, "--plot", "PLOT"], "o.csv", "o.run.zarr"),
     "mislabels": ([str(BC), *FOREST, "--top", "3"], "o.csv", "o.run.zarr"),
     "mds": ([str(BC), *FOREST, "--components", "3", "--plot", "PLOT"], "o.csv", "o.run.zarr"),
@@ -247,7 +200,7 @@ def _command(tmp_path: Path, command: str) -> tuple[list[str], Path, Path]:
               "P": tmp_path / "p.zarr"}  # fmt: skip
     args = [str(places.get(a, a)) for a in given]
     return (
-        [*command.split(), *args, "--out", str(folder / name)],
+        [*command.removesuffix(" top-k").split(), *args, "--out", str(folder / name)],
         folder / name,
         folder / (store or name),
     )
@@ -282,76 +235,6 @@ def test_a_command_runs_the_stages_its_dry_run_printed(tmp_path, command):
     assert {k: v for k, v in _tree(out.parent).items() if not k.startswith("report")} == {
         k: v for k, v in written.items() if not k.startswith("report")
     }
-
-
-#: Answer commands -> the function of their answer's stage.
-ANSWER_STAGES = {"outliers": "distforest.jobs.forest_answers._answer",
-                 "importances": "distforest.jobs.forest_answers._answer",
-                 "cluster": "distforest.jobs.xforest._cluster_stored",
-                 "simforest predict": "distforest.jobs.simforest_model._predict",
-                 "score": "distforest.jobs.score._score"}  # fmt: skip
-
-
-@pytest.mark.parametrize("command", list(ANSWER_STAGES))
-def test_a_command_killed_in_its_last_stage_resumes_to_the_same_bytes(tmp_path, monkeypatch,
-                                                                      command):  # fmt: skip
-    """A run stopped in its answer's stage leaves its store half-written; run again, it
-    resumes (the finished stages kept, the forest fitted again with its seed) and writes
-    the files of an uninterrupted run."""
-    import importlib
-
-    args, out, store = _command(tmp_path, command)
-    clean = tmp_path / "clean"
-    clean_args = [a.replace(str(tmp_path / "o"), str(clean)) for a in args]
-    assert CliRunner().invoke(cli, ["-q", *clean_args]).exit_code == 0
-    module, _, name = ANSWER_STAGES[command].rpartition(".")
-    stage = getattr(importlib.import_module(module), name)
-
-    def killed(*a, **k):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(f"{module}.{name}", killed)
-    stopped = CliRunner().invoke(cli, ["-q", *args])
-    assert stopped.exit_code != 0 and not out.exists(), stopped.output
-    assert store.exists() and not RunStore.open(store).is_complete
-    monkeypatch.setattr(f"{module}.{name}", stage)
-    again = CliRunner().invoke(cli, ["-q", *args])
-    assert again.exit_code == 0 and "resumed" in again.output, again.output
-    assert RunStore.open(store).is_complete
-
-    def files(folder: Path) -> dict[str, str]:
-        return {k: v for k, v in _tree(folder).items()
-                if not k.startswith("report") and ".run.zarr" not in k}  # fmt: skip
-
-    assert files(clean) == files(out.parent) and len(files(clean)) >= 1
-
-
-def test_impute_killed_after_writing_its_table_resumes(tmp_path, monkeypatch):
-    """Killed between writing its table and marking its store complete, ``impute`` left
-    no store, so the next run refused its own output ("already exists; pass
-    --overwrite"); its store now comes first: the next run resumes and replaces what the
-    killed run wrote with the bytes of an uninterrupted run."""
-    from distforest.io import writers
-
-    args, out, store = _command(tmp_path, "impute")
-    clean = tmp_path / "clean"
-    clean_args = [a.replace(str(tmp_path / "o"), str(clean)) for a in args]
-    assert CliRunner().invoke(cli, ["-q", *clean_args]).exit_code == 0
-    write_table = writers.write_table
-
-    def killed(*a, **k):
-        write_table(*a, **k)
-        raise KeyboardInterrupt  # the table written, nothing after it
-
-    monkeypatch.setattr(writers, "write_table", killed)
-    stopped = CliRunner().invoke(cli, ["-q", *args])
-    assert stopped.exit_code != 0 and out.exists(), stopped.output
-    assert store.exists() and not RunStore.open(store).is_complete
-    monkeypatch.setattr(writers, "write_table", write_table)
-    again = CliRunner().invoke(cli, ["-q", *args])
-    assert again.exit_code == 0 and "resumed" in again.output, again.output
-    assert RunStore.open(store).is_complete
-    assert out.read_bytes() == (clean / out.name).read_bytes()
 
 
 #: Command -> (its pipeline form's YAML, what the pipeline writes under output.dir);
@@ -465,43 +348,57 @@ def test_impute_and_knn_commands_and_their_pipeline_forms_write_the_same_bytes(t
     assert (folder / name).read_bytes() == out.read_bytes() and out.stat().st_size > 1000
 
 
-@pytest.mark.parametrize(
-    "command", ["impute", "knn fit", "knn predict", "score", "simforest fit", "xforest"]
-)
-def test_a_command_killed_by_sigkill_runs_again_to_the_same_bytes(tmp_path, command):
-    """SIGKILL of the whole run as soon as it holds its lock (wherever it then is): run
-    again, the dead run's lock is taken over and the files are those of an uninterrupted
-    run, the job's store complete."""
+#: Command -> where the run is SIGKILLed (``DISTFOREST_SIGKILL_AT``): ``STAGE:N`` once the
+#: stage finished N of its tasks, ``STAGE`` when its work ended, before it is recorded.
+KILLS = {"similarity": "tiles:7", "neighbors": "neighbors", "proximity": "tiles:3",
+         "proximity top-k": "neighbors:1", "outliers": "outliers", "mislabels": "mislabels",
+         "mds": "mds", "importances": "importances", "cluster": "clustering",
+         "simforest proximity": "tiles:2", "simforest predict": "predict",
+         "smerf fit": "fit", "smerf predict": "tiles:4", "impute": "impute",
+         "knn fit": "fit", "knn predict": "predict", "score": "score",
+         "simforest fit": "fit", "xforest": "tiles:3"}  # fmt: skip
+#: Those in ``make test`` (kinds of different stage shapes); the others are marked slow.
+KILLED_FAST = ("similarity", "outliers", "impute", "xforest")
+
+
+KILLED = [c if c in KILLED_FAST else pytest.param(c, marks=pytest.mark.slow) for c in KILLS]
+
+
+@pytest.mark.parametrize("command", KILLED)
+def test_a_command_killed_by_sigkill_in_a_stage_resumes_to_the_same_bytes(tmp_path, command):
+    """Every computing command, SIGKILLed (the whole run, its process group) at a set
+    point of a stage: run again, it takes over the dead run's lock, resumes from what the
+    killed run finished and writes the bytes of an uninterrupted run, its store complete."""
     import os
     import signal
     import subprocess
     import sys
-    import time
 
+    assert set(KILLS) == set(COMMANDS)  # every command (19 kinds with top-k proximity)
     args, out, store = _command(tmp_path, command)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     clean = tmp_path / "clean"
     clean_args = [a.replace(str(tmp_path / "o"), str(clean)) for a in args]
     assert CliRunner().invoke(cli, ["-q", *clean_args]).exit_code == 0
-    command_line = [sys.executable, "-m", "distforest", "-q", *args]
-    (tmp_path / "o").mkdir()
-    proc = subprocess.Popen(command_line, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    lock = store.with_name(store.name + ".lock")
-    deadline = time.time() + 120
-    while not lock.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    held = lock.exists()
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert held, "the run never took its lock"
-    again = subprocess.run(command_line, env=env, capture_output=True, text=True, check=False)
-    assert again.returncode == 0, again.stderr
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DISTFOREST_SIGKILL_AT": KILLS[command]}
+    log = tmp_path / "killed.log"
+    with log.open("w") as fh:
+        killed = subprocess.run([sys.executable, "-m", "distforest", "-q", *args], env=env,
+                                start_new_session=True, stdout=fh, stderr=subprocess.STDOUT,
+                                timeout=600, check=False)  # fmt: skip
+    stage = KILLS[command].partition(":")[0]
+    assert killed.returncode == -signal.SIGKILL, log.read_text()
+    assert f"SIGKILL in stage {stage}" in log.read_text(), log.read_text()
+    assert store.exists() and not RunStore.open(store).is_complete
+    again = CliRunner().invoke(cli, ["-q", *args])
+    assert again.exit_code == 0, again.output
+    assert "resumed" in again.output, again.output
     assert RunStore.open(store).is_complete
 
     def files(folder: Path) -> dict[str, str]:
+        # zarr writes a chunk to NAME.<uuid>.partial, then renames it: a kill between the
+        # two leaves that empty file behind; it is no chunk (the resumed run wrote NAME)
         return {k: v for k, v in _tree(folder).items()
                 if not k.startswith("report") and ".run.zarr" not in k
-                and not (k.endswith(".json") or ".lock" in k)}  # fmt: skip
+                and not (k.endswith((".json", ".partial")) or ".lock" in k)}  # fmt: skip
 
     assert files(clean) == files(out.parent) and len(files(clean)) >= 1
