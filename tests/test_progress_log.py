@@ -67,9 +67,9 @@ def test_a_short_stage_logs_every_tenth_of_its_tasks(caplog):
 
 #: Jobs of different stage shapes (test_job_stages' commands, with more options): a forest
 #: fitted in batches then its matrix in 66 tiles; query batches of a k-NN model; a
-#: SimForest fitted in batches; a plain similarity matrix in 21 tiles.
+#: SimForest fitted in batches; a plain similarity matrix in 21 tiles; impute (xfail, below).
 SHAPES = {"proximity": ["--tile-size", "64"], "knn predict": [], "simforest fit": [],
-          "similarity": []}  # fmt: skip
+          "similarity": [], "impute": []}  # fmt: skip
 #: Seconds of the test's clock between two progress calls: every task is slow.
 TASK_SECONDS = 40.0
 UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0}
@@ -81,7 +81,17 @@ def _seconds(text: str) -> float:
     return float(number.replace(",", "")) * UNITS[unit]
 
 
-@pytest.mark.parametrize("command", list(SHAPES))
+#: ``impute`` plans its fit batches (8 here) but reports its passes (2): a pass of a large
+#: table can take longer than a minute between two lines.  Known, not fixed.
+IMPUTE = pytest.param(
+    "impute",
+    marks=pytest.mark.xfail(
+        strict=True, reason="impute logs its passes, not the fit batches its plan counts"
+    ),
+)
+
+
+@pytest.mark.parametrize("command", [c if c != "impute" else IMPUTE for c in SHAPES])
 def test_every_stage_of_a_job_logs_counts_and_time_left_at_least_every_minute(tmp_path,
                                                                               monkeypatch,
                                                                               command):  # fmt: skip
