@@ -410,3 +410,22 @@ def test_a_command_killed_by_sigkill_in_a_stage_resumes_to_the_same_bytes(tmp_pa
                 and not (k.endswith((".json", ".partial")) or ".lock" in k)}  # fmt: skip
 
     assert files(clean) == files(out.parent) and len(files(clean)) >= 1
+
+
+def test_the_kill_point_is_read_from_the_environment(monkeypatch):
+    """``DISTFOREST_SIGKILL_AT``: unset, no kill point; ``STAGE`` or ``STAGE:N``; anything
+    else refused with the form to write."""
+    from distforest.errors import ParameterError
+    from distforest.jobs.runs import KILL_AT, KillPoint
+
+    monkeypatch.delenv(KILL_AT, raising=False)
+    assert KillPoint.from_env() is None
+    monkeypatch.setenv(KILL_AT, "tiles:3")
+    assert KillPoint.from_env() == KillPoint("tiles", 3)
+    monkeypatch.setenv(KILL_AT, "fit")
+    assert KillPoint.from_env() == KillPoint("fit", None)
+    for bad in ("tiles:0", "tiles:x", ":3"):
+        monkeypatch.setenv(KILL_AT, bad)
+        with pytest.raises(ParameterError, match=rf"{KILL_AT}='{bad}': expected STAGE or "
+                           r"STAGE:N"):  # fmt: skip
+            KillPoint.from_env()
