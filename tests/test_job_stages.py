@@ -103,29 +103,6 @@ def test_the_dry_run_prints_the_stages_the_run_executes(tmp_path, monkeypatch, p
     assert (tmp_path / "out" / "notes.txt").read_text() == "kept\n"
 
 
-def test_the_similarity_command_and_its_pipeline_write_the_same_bytes(tmp_path):
-    """The command builds the job spec the pipeline loader reads: the same matrix bytes."""
-    command = tmp_path / "command" / "similarity.zarr"
-    args = ["similarity", str(BC), "--drop", "Id", "--drop", "Class", "--drop", "Bare.nuclei",
-            "--metric", "euclidean", "--normalize", "range", "--tile-size", "128",
-            "--out", str(command)]  # fmt: skip
-    result = CliRunner().invoke(cli, ["-q", *args])
-    assert result.exit_code == 0, result.output
-    run = CliRunner().invoke(cli, ["-q", "run", *_args(tmp_path, "similarity")])
-    assert run.exit_code == 0, run.output
-    piped = tmp_path / "out" / "similarity.zarr"
-
-    def chunks(store: Path) -> dict[str, str]:
-        return {k: v for k, v in _tree(store).items() if "/c/" in k}  # the arrays' chunks
-
-    assert chunks(command) == chunks(piped) and len(chunks(command)) > 10
-    a, b = RunStore.open(command).attrs, RunStore.open(piped).attrs
-    assert a["spec"]["metric"] == b["spec"]["metric"] == "euclidean"
-    assert (command.parent / "report.json").exists()  # the command reports too
-    again = CliRunner().invoke(cli, ["-q", *args])  # (the summary says so, not a log line)
-    assert again.exit_code == 0 and "already complete" in again.output, again.output
-
-
 ION = ROOT / "distforest" / "data" / "ionosphere.csv"
 #: Breast-cancer rows with their class, a small forest.
 FOREST = ["--target", "Class", "--drop", "Id", "--trees", "5"]
@@ -237,120 +214,98 @@ def test_a_command_runs_the_stages_its_dry_run_printed(tmp_path, command):
     }
 
 
-#: Command -> (its pipeline form's YAML, what the pipeline writes under output.dir);
-#: "OUT" is that folder.
+#: Command -> (its pipeline form: the YAML, what it writes under output.dir).  Words of
+#: the YAML: OUT output.dir, BC and ION the bundled tables, DIST the observed distances,
+#: MODEL a SimForest model, PM a proximity store (the command's inputs, made by _command).
+#: What it writes: a file (bytes compared) or a store (every chunk of every array the
+#: command wrote, byte for byte; a pipeline's store may hold more, e.g. a proximity), or
+#: STORE:ARRAY, that array only (``simforest proximity``: a pipeline's model chunks its
+#: leaves by its tile_size, the model of ``simforest fit`` by its rows; same values).
 PIPELINE_FORMS = {
-    "outliers": (f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+    "similarity": ("kind: similarity\ninput: {path: BC, drop: [Id, Bare.nuclei, Class]}\n"
+                   "similarity: {tile_size: 128}\noutput: {dir: OUT, store: s.zarr}\n",
+                   "s.zarr"),
+    "neighbors": ("kind: knn\ninput: {path: BC, drop: [Id, Bare.nuclei, Class]}\n"
+                  "neighbors: {k: 10, out: s.zarr}\noutput: {dir: OUT}\n", "s.zarr"),
+    "proximity": ("input: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
+                  "forest: {n_estimators: 5, random_state: 0, tile_size: 256}\n"
+                  "output: {dir: OUT, store: run.zarr}\n", "run.zarr"),
+    "proximity top-k": ("input: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
+                        "forest: {n_estimators: 5, random_state: 0, tile_size: 256}\n"
+                        "proximity: {top_k: 5}\noutput: {dir: OUT, store: run.zarr}\n",
+                        "run.zarr"),
+    "outliers": ("input: {path: BC, target: Class, drop: [Id]}\n"
                  "forest: {n_estimators: 5, random_state: 0}\n"
-                 "outliers: {out: o.csv, plot: p.png}\n", "o.csv"),
-    "mislabels": (f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+                 "outliers: {out: o.csv, plot: p.png}\noutput: {dir: OUT}\n", "o.csv"),
+    "mislabels": ("input: {path: BC, target: Class, drop: [Id]}\n"
                   "forest: {n_estimators: 5, random_state: 0, task: classification}\n"
-                  "mislabels: {out: o.csv}\n", "o.csv"),
-    "mds": (f"input: {{path: {BC}, target: Class, drop: [Id]}}\n"
+                  "mislabels: {out: o.csv}\noutput: {dir: OUT}\n", "o.csv"),
+    "mds": ("input: {path: BC, target: Class, drop: [Id]}\n"
             "forest: {n_estimators: 5, random_state: 0}\n"
-            "mds: {out: o.csv, components: 3}\n", "o.csv"),
-    "importances": (f"kind: importances\ninput: {{path: {BC}, target: Class, drop: [Id]}}\n"
+            "mds: {out: o.csv, components: 3}\noutput: {dir: OUT}\n", "o.csv"),
+    "importances": ("kind: importances\ninput: {path: BC, target: Class, drop: [Id]}\n"
                     "forest: {n_estimators: 5, random_state: 0}\n"
-                    "importances: {out: o.csv, repeats: 2}\n", "o.csv"),
-    "simforest predict": (f"kind: simforest-predict\nmodel: MODEL\ninput: {{path: {ION}}}\n"
-                          "predict: {out: pr.csv}\n", "pr.csv"),
-    "simforest proximity": (f"kind: simforest\ninput: {{path: {ION}, target: Class}}\n"
-                            "simforest: {n_estimators: 6, random_state: 0, tile_size: 256}\n",
-                            "proximity"),
-    "smerf fit": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
-                  "smerf: {n_estimators: 5, random_state: 0, distances: DIST}\n", "model"),
-    "smerf predict": (f"kind: smerf\ninput: {{path: {BC}, drop: [Id, Class, Bare.nuclei]}}\n"
-                      "smerf: {n_estimators: 5, random_state: 0, tile_size: 256, "
-                      "distances: DIST}\ndistance: {oob: false, out: d.zarr}\n", "d.zarr"),
-    "proximity": (f"input: {{path: {BC}, target: Class, drop: [Id, Bare.nuclei]}}\n"
-                  "forest: {n_estimators: 5, random_state: 0, tile_size: 256}\n", "proximity"),
-    "xforest": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
-                "xforest: {n_estimators: 10, random_state: 0, tile_size: 128}\n",
-                "beta_similarity"),
-    "cluster": (f"kind: xforest\ninput: {{path: {ION}, target: Class}}\n"
+                    "importances: {out: o.csv, repeats: 2}\noutput: {dir: OUT}\n", "o.csv"),
+    "cluster": ("kind: xforest\ninput: {path: ION, target: Class}\n"
                 "xforest: {n_estimators: 30, random_state: 0, tile_size: 128}\n"
-                "clustering: {method: kernel-kmeans, k: 2, n_init: 2, out: c.csv}\n",
-                "c.csv"),
+                "clustering: {method: kernel-kmeans, k: 2, n_init: 2, out: c.csv}\n"
+                "output: {dir: OUT}\n", "c.csv"),
+    "simforest proximity": ("kind: simforest\ninput: {path: ION, target: Class}\n"
+                            "simforest: {n_estimators: 6, random_state: 0, tile_size: 256}\n"
+                            "output: {dir: OUT, store: run.zarr}\n", "run.zarr:proximity"),
+    "simforest predict": ("kind: simforest-predict\nmodel: MODEL\ninput: {path: ION}\n"
+                          "predict: {out: pr.csv}\noutput: {dir: OUT}\n", "pr.csv"),
+    "smerf fit": ("kind: smerf\ninput: {path: BC, drop: [Id, Class, Bare.nuclei]}\n"
+                  "smerf: {n_estimators: 5, random_state: 0, distances: DIST}\n"
+                  "output: {dir: OUT, store: run.zarr}\n", "run.zarr"),
+    "smerf predict": ("kind: smerf\ninput: {path: BC, drop: [Id, Class, Bare.nuclei]}\n"
+                      "smerf: {n_estimators: 5, random_state: 0, tile_size: 256, "
+                      "distances: DIST}\ndistance: {oob: false, out: d.zarr}\n"
+                      "output: {dir: OUT}\n", "d.zarr"),
+    "impute": ("input: {path: BC, target: Class, drop: [Id]}\n"
+               "forest: {n_estimators: 4, random_state: 0}\n"
+               "impute: {out: i.csv, n_estimators: 4, iterations: 2}\noutput: {dir: OUT}\n",
+               "i.csv"),
+    "knn fit": ("kind: knn\ninput: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
+                "knn: {k: 3, model: m.zarr}\noutput: {dir: OUT}\n", "m.zarr"),
+    "knn predict": ("kind: knn\ninput: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
+                    "knn: {k: 3, model: m.zarr, predict: {input: BC, out: pr.csv}}\n"
+                    "output: {dir: OUT}\n", "pr.csv"),
+    "score": ("model: PM\ninput: {path: BC, id: Id}\nscore: {out: sc.csv}\n"
+              "output: {dir: OUT}\n", "sc.csv"),
+    "simforest fit": ("kind: simforest\ninput: {path: ION, target: Class}\n"
+                      "simforest: {n_estimators: 6}\noutput: {dir: OUT}\n", "simforest.zarr"),
+    "xforest": ("kind: xforest\ninput: {path: ION, target: Class}\n"
+                "xforest: {n_estimators: 10, random_state: 0, tile_size: 128}\n"
+                "output: {dir: OUT, store: run.zarr}\n", "run.zarr"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("command", list(PIPELINE_FORMS))
 def test_a_command_and_its_pipeline_form_write_the_same_bytes(tmp_path, command):
-    """The file a command writes is the file its pipeline form writes (``cluster``: an
-    X-Forest pipeline with a clustering section, against ``xforest`` then ``cluster``)."""
+    """Every computing command and its pipeline form (a kind of its own, or a section of
+    another kind's pipeline: ``cluster`` an X-Forest pipeline's clustering against
+    ``xforest`` then ``cluster``, ``impute`` a proximity pipeline's) write the same bytes."""
+    assert set(PIPELINE_FORMS) == set(COMMANDS)
     args, out, _ = _command(tmp_path, command)
     result = CliRunner().invoke(cli, ["-q", *args])
     assert result.exit_code == 0, result.output
     text, name = PIPELINE_FORMS[command]
     folder = tmp_path / "piped"
+    words = {"OUT": folder, "BC": BC, "ION": ION, "DIST": tmp_path / "D.npy",
+             "MODEL": tmp_path / "m.zarr", "PM": tmp_path / "p.zarr"}  # fmt: skip
     yaml = tmp_path / "p.yaml"
-    text = text.replace("DIST", str(tmp_path / "D.npy")).replace("MODEL", str(tmp_path / "m.zarr"))
-    yaml.write_text(text + f"output: {{dir: {folder}, store: run.zarr}}\n")
+    yaml.write_text(re.sub(r"\b(OUT|BC|ION|DIST|MODEL|PM)\b", lambda m: str(words[m[1]]), text))
     run = CliRunner().invoke(cli, ["-q", "run", str(yaml)])
     assert run.exit_code == 0, run.output
-    if name in ("proximity", "beta_similarity"):  # (in the model's store)
-        folder = folder / "run.zarr"
-    if name == "model":  # every array's chunks of the model store
-        piped = {k: v for k, v in _tree(folder / "run.zarr").items() if "/c/" in k}
-        assert piped == {k: v for k, v in _tree(out).items() if "/c/" in k} and len(piped) > 5
-        return
-    if name == "d.zarr":  # the matrix of a store of its own
-        folder, name, out = folder / name, "distance", out
-    if out.suffix == ".zarr":  # a matrix: its chunks (the model's store holds more)
-        piped = {k: v for k, v in _tree(folder / name).items() if k.startswith("c/")}
-        assert piped == {k: v for k, v in _tree(out / name).items() if k.startswith("c/")}
-        assert len(piped) > 1, piped
+    if out.suffix == ".zarr":  # every array's chunks the command wrote (or ARRAY's)
+        name, _, array = name.partition(":")
+        command_chunks = {k: v for k, v in _tree(out).items()
+                          if re.match(rf"{array}(.*/)?c/", k)}  # fmt: skip
+        piped = {k: v for k, v in _tree(folder / name).items() if k in command_chunks}
+        assert piped == command_chunks and len(piped) >= 2, sorted(set(command_chunks) - set(piped))
     else:
         assert (folder / name).read_bytes() == out.read_bytes() and out.stat().st_size > 500
-
-
-#: The commands whose pipeline form is a section of another kind's pipeline: the YAML
-#: ("OUT": output.dir, "BC": the input) and what both write ("model": the model's arrays).
-SECTION_FORMS = {
-    "impute": ("input: {path: BC, target: Class, drop: [Id]}\n"
-               "forest: {n_estimators: 4, random_state: 0}\n"
-               "impute: {out: i.csv, n_estimators: 4, iterations: 2}\n", "i.csv"),
-    "knn fit": ("kind: knn\ninput: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
-                "knn: {k: 3, model: m.zarr}\n", "model"),
-    "knn predict": ("kind: knn\ninput: {path: BC, target: Class, drop: [Id, Bare.nuclei]}\n"
-                    "knn: {k: 3, model: m.zarr, predict: {input: BC, out: pr.csv}}\n",
-                    "pr.csv"),
-    "score": ("model: PM\ninput: {path: BC, id: Id}\nscore: {out: sc.csv}\n", "sc.csv"),
-    "neighbors": ("kind: knn\ninput: {path: BC, drop: [Id, Bare.nuclei, Class]}\n"
-                  "neighbors: {k: 10, out: s.zarr}\n", "s.zarr"),
-    "simforest fit": ("kind: simforest\ninput: {path: ION, target: Class}\n"
-                      "simforest: {n_estimators: 6}\n", "simforest.zarr"),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("command", list(SECTION_FORMS))
-def test_impute_and_knn_commands_and_their_pipeline_forms_write_the_same_bytes(tmp_path,
-                                                                              command):  # fmt: skip
-    """``impute`` and a proximity pipeline's ``impute`` section, ``knn fit`` / ``knn
-    predict`` / ``neighbors`` and a k-NN pipeline's ``knn`` / ``neighbors`` section,
-    ``score`` and a scoring pipeline,
-    ``simforest fit`` and a SimForest pipeline: the same bytes (a model: its arrays'
-    chunks; its attributes record each run)."""
-    args, out, _ = _command(tmp_path, command)
-    result = CliRunner().invoke(cli, ["-q", *args])
-    assert result.exit_code == 0, result.output
-    text, name = SECTION_FORMS[command]
-    folder = tmp_path / "piped"
-    yaml = tmp_path / "p.yaml"
-    text = text.replace("BC", str(BC)).replace("ION", str(ION))
-    yaml.write_text(text.replace("PM", str(tmp_path / "p.zarr")) + f"output: {{dir: {folder}}}\n")
-    run = CliRunner().invoke(cli, ["-q", "run", str(yaml)])
-    assert run.exit_code == 0, run.output
-    if name == "model":
-        piped = {k: v for k, v in _tree(folder / "m.zarr").items() if "/c/" in k}
-        assert piped == {k: v for k, v in _tree(out).items() if "/c/" in k} and len(piped) >= 3
-        return
-    if name.endswith(".zarr"):  # its arrays (a model's store holds its proximity too)
-        model = {k: v for k, v in _tree(out).items() if "/c/" in k}
-        piped = {k: v for k, v in _tree(folder / name).items() if k in model}
-        assert piped == model and len(model) >= 2
-        return
-    assert (folder / name).read_bytes() == out.read_bytes() and out.stat().st_size > 1000
 
 
 #: Command -> where the run is SIGKILLed (``DISTFOREST_SIGKILL_AT``): ``STAGE:N`` once the
