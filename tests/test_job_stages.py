@@ -311,8 +311,8 @@ def test_a_command_and_its_pipeline_form_write_the_same_bytes(tmp_path, command)
 #: Command -> where the run is SIGKILLed (``DISTFOREST_SIGKILL_AT``): ``STAGE:N`` once the
 #: stage finished N of its tasks, ``STAGE`` when its work ended, before it is recorded.
 KILLS = {"similarity": "tiles:7", "neighbors": "neighbors", "proximity": "tiles:3",
-         "proximity top-k": "neighbors:1", "outliers": "outliers", "mislabels": "mislabels",
-         "mds": "mds", "importances": "importances", "cluster": "clustering",
+         "proximity top-k": "neighbors:1", "outliers": "outliers", "mislabels": "fit:3",
+         "mds": "fit:2", "importances": "importances", "cluster": "clustering",
          "simforest proximity": "tiles:2", "simforest predict": "predict",
          "smerf fit": "fit", "smerf predict": "tiles:4", "impute": "impute",
          "knn fit": "fit", "knn predict": "predict", "score": "score",
