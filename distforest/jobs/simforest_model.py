@@ -622,3 +622,38 @@ def run_predict_job(job: SimForestPredictJob, progress: Any = None, *, restart: 
         return run_rows_job(job, pipeline, spec, "SimForest classification",
                             progress=progress, restart=restart,
                             run_id=run_id or new_run_id())  # fmt: skip
+
+
+def simforest_predict_job(data: dict[str, Any], sections: dict[str, dict[str, Any]],
+                          input_path: str, out_dir: Any, connect: dict[str, Any], source: str,
+                          templated: Any) -> SimForestPredictJob:  # fmt: skip
+    """The job of a ``simforest-predict`` pipeline (sections type-checked): the job
+    ``distforest simforest predict`` builds from the same values.  ``model.path`` is the
+    model (``templated``: dates filled in, read from the pipeline's folder);
+    ``input.path`` the new objects, or with ``predict.matrix`` their similarities or
+    distances to the training objects."""
+    from distforest.errors import ConfigError
+    from distforest.jobs.base import input_fields
+    from distforest.jobs.outputs import record_path
+
+    model, out, section = sections["model"], sections["output"], sections["predict"]
+    if "model" not in data:
+        raise ConfigError(f"{source}: a simforest-predict pipeline needs 'model: PATH', a "
+                          "SimForest model (distforest simforest fit, or a simforest "
+                          "pipeline's store)")  # fmt: skip
+    extra = [f"model.{k}" for k in model if k != "path"] + [f"output.{k}" for k in ("plot",)
+                                                            if k in out]  # fmt: skip
+    if extra:
+        raise ConfigError(f"{source}: {extra[0]} does not apply to a simforest-predict "
+                          "pipeline: remove it")  # fmt: skip
+    matrix = section.get("matrix")
+    given: dict[str, str | None] = {"data": None, "similarity": None, "distances": None}
+    given[matrix or "data"] = input_path
+    csv = str(out_dir / section["out"])
+    store = str(out_dir / out["store"]) if out.get("store") else record_path(csv)
+    return SimForestPredictJob(input=input_path, model=templated(model["path"]), out=store,
+                               files={"out": csv}, data=given["data"],
+                               matrix=given["similarity"], distances=given["distances"],
+                               **input_fields(sections["input"], table=False),
+                               overwrite=bool(out.get("overwrite", False)), connect=connect,
+                               source=source)  # fmt: skip
