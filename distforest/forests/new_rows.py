@@ -137,7 +137,7 @@ def cross_proximity(
     rs.write_named("leaves", leaves, rows=tile)
     encoding = matrix_encoding(name, n_trees=n_trees)
     counts = encoding.dtype if encoding.is_counts else None
-    warm_up()  # compile once here, not in every worker at once
+    warm_up(() if counts is None else (counts,))  # compile once here, not in every worker at once
     with forest._runner(forest._fitted_cells() + n_new * forest.n_features_in_) as runner:
         handles = (_share_each(runner, new), _share_each(runner, train))
         write_matrix(

@@ -698,7 +698,7 @@ def write_weighted(
                                 in_process=runner.in_process)  # fmt: skip
     name = ARRAY_NAMES[method]
     plan = TilePlan(n, n, tile_size, symmetric=SYMMETRIC[method])
-    warm_up()  # compile once here, not in every worker at once
+    warm_up(())  # (no tree counts) compile once here, not in every worker at once
     write = uuid.uuid4().hex
     try:
         return write_matrix(

@@ -136,8 +136,8 @@ def distance_tile(inputs: TileInputs, rows: slice, cols: slice) -> np.ndarray:
     return K.tile_distance(
         distance_values(inputs.D), inputs.leaves_a[rows], inputs.leaves_b[cols], node_offset,
         leaf_start, leaf_members, oob,
-        inputs.inbag_a[rows] if oob else inputs.inbag_a,
-        inputs.inbag_b[cols] if oob else inputs.inbag_b,
+        K.tile_counts(inputs.inbag_a[rows] if oob else inputs.inbag_a[:0]),
+        K.tile_counts(inputs.inbag_b[cols] if oob else inputs.inbag_b[:0]),
         inputs.fallback,
     )  # fmt: skip
 
@@ -359,7 +359,7 @@ class SMERF(Persisted, DaskEstimator):
         tree_params = {k: params[k]
                        for k in ("max_features", "min_samples_leaf", "max_depth", "bootstrap",
                                  "oblique")}  # fmt: skip
-        K.warm_up()  # compile once here, not in every worker at the same time
+        K.warm_up(dist.values.dtype)  # compile once here, not in every worker at the same time
         with self._runner(input_cells(n, d)) as runner:
             rows = table.rows_handle(runner.share, np.float64)
             _check_complete(table, summarise_columns(runner, table, rows))

@@ -235,7 +235,7 @@ def write_proximity(
     plan = TilePlan(n, n, tile_size, symmetric=SYMMETRIC[method])
     encoding = matrix_encoding(ARRAY_NAMES[method], n_trees=n_trees)
     counts = encoding.dtype if encoding.is_counts else None
-    proximity_kernels.warm_up()  # compile once here, not in every worker at once
+    proximity_kernels.warm_up(() if counts is None else (counts,))  # here, not in each worker
     write = uuid.uuid4().hex
     try:
         return write_matrix(

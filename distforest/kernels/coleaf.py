@@ -244,23 +244,26 @@ def _offer(heap, size, k, key):  # pragma: no cover - numba
     return size
 
 
-@njit(nogil=True, cache=True)
-def block_neighbors(  # pragma: no cover - numba
-    method,
-    first_row,
-    q_leaves,
-    q_inbag,
-    members,
-    weights,
-    member_offset,
-    leaf_offset,
-    leaf_start,
-    masks,
-    n,
-    k,
-    include_self,
-):
+def block_neighbors(
+    method: int,
+    first_row: int,
+    q_leaves: np.ndarray,
+    q_inbag: np.ndarray,
+    members: np.ndarray,
+    weights: np.ndarray,
+    member_offset: np.ndarray,
+    leaf_offset: np.ndarray,
+    leaf_start: np.ndarray,
+    masks: np.ndarray,
+    n: int,
+    k: int,
+    include_self: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     """The top-k proximity neighbours of a block of rows.
+
+    The counters' dtype is chosen here, in Python, so that a process compiles
+    only the :func:`_block_neighbors` it calls (inside a kernel, both branches'
+    would be compiled, 2 CPU s each).
 
     Parameters
     ----------

@@ -14,6 +14,9 @@ that one tree's leaves of a block are contiguous.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -475,17 +478,19 @@ def weighted_proximity_tile(
     return leaf_match_sum(li, lj, wi, ones).astype(np.float32)
 
 
-def warm_up() -> None:
+def warm_up(counts: Sequence[Any] = (np.uint8, np.uint16)) -> None:
     """Compile (or load from cache) every kernel of this module once.
 
     Call it in the driver before fanning tasks out, so that worker processes
-    load the cached machine code instead of racing to write it.
+    load the cached machine code instead of racing to write it.  ``counts``:
+    the dtypes of tree counts the job will ask for (each is a compilation of
+    its own; a matrix of one forest has one).
     """
     leaves = np.zeros((1, 2), dtype=np.int32)
     weights = np.ones((1, 2), dtype=np.float64)
     leaf_match_sum(leaves, leaves, weights, weights)
     shared_leaf_fraction(leaves, leaves)
     block = sort_block(leaves.T)
-    for dtype in (np.uint8, np.uint16):
+    for dtype in counts:
         add_shared_leaf_counts(leaves, leaves, np.zeros((2, 2), dtype=dtype))
         sorted_block_counts(block, block, np.dtype(dtype))

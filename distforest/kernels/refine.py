@@ -233,7 +233,7 @@ def _best_split(
         pick = j + _below(rng, d - j)
         features[j], features[pick] = features[pick], features[j]
         f = features[j]
-        nn = 0
+        nn = np.int64(0)  # not a literal: one compiled _stable_sort
         lo, hi = np.inf, -np.inf
         for i in range(start, end):
             v = X[rows[i], f]
@@ -300,7 +300,7 @@ def _median_split(X, rows, start, end, buffers, features, rng):  # pragma: no co
         pick = j + _below(rng, d - j)
         features[j], features[pick] = features[pick], features[j]
         f = features[j]
-        nn = 0
+        nn = np.int64(0)  # not a literal: one compiled _stable_sort
         for i in range(start, end):
             v = X[rows[i], f]
             if not np.isnan(v):

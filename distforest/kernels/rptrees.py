@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from distforest.kernels.signatures import kernel_input
+
 _U64 = np.uint64
 #: Constants of the splitmix64 mixer; the oracle in tests/ uses the same ones.
 GOLDEN = 0x9E3779B97F4A7C15
@@ -232,7 +234,7 @@ def grow_tree(X, proj, col0, n_cols, seed, leaf_size, standard):  # pragma: no c
                 child = left + side
                 nodes[child, 0] = v
                 nodes[child, 1] = d + 1
-                keys[child] = child_key(keys[v], side)
+                keys[child] = child_key(keys[v], np.int64(side))
                 starts[child] = s if side == 0 else a
                 ends[child] = a if side == 0 else e
         level_start = level_end
@@ -350,7 +352,7 @@ def grow_batch(
     -------
     GrownBatch
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_input(X, np.float64)  # read-only or not, one compiled grow_tree
     n, p = X.shape
     n_trees = len(seeds)
     if standard:

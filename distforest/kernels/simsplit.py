@@ -106,7 +106,7 @@ def draw_pairs(keys, order, w, offsets, y, cw, pending, attempt, max_draws):  # 
             t = np.floor(uniform(keys[k], counter) * total)
             if t >= total:
                 t = total - 1.0
-            oi = _weighted_pick(order, w, y, s, e, t, -1)
+            oi = _weighted_pick(order, w, y, s, e, t, np.int64(-1))  # no literal: one signature
             other = total - cw[k, y[oi]]
             t2 = np.floor(uniform(keys[k], counter + 1) * other)
             if t2 >= other:
@@ -339,6 +339,6 @@ def children_keys(keys):  # pragma: no cover - numba
     """Keys of the left and right children of each node, interleaved (2 n,)."""
     out = np.empty(2 * keys.shape[0], dtype=np.uint64)
     for k in range(keys.shape[0]):
-        out[2 * k] = child_key(keys[k], 0)
-        out[2 * k + 1] = child_key(keys[k], 1)
+        out[2 * k] = child_key(keys[k], np.int64(0))
+        out[2 * k + 1] = child_key(keys[k], np.int64(1))
     return out

@@ -54,9 +54,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
+
+from distforest.kernels.signatures import kernel_input
 
 #: Mean number of extra features in an oblique candidate (SPORF density ~1.5).
 OBLIQUE_EXTRA = 0.5
@@ -315,14 +318,19 @@ def draw_candidates(
     """
     if not oblique:
         feats = np.arange(d) if k == d else rng.choice(d, k, replace=False)
-        return (feats.astype(np.int64), *_single_features(k))
+        return (kernel_input(feats, np.int64), *_single_features(k))
     features, weights = [], []
     for _ in range(k):
         c = min(d, 1 + int(rng.poisson(OBLIQUE_EXTRA)))
         features.append(rng.choice(d, c, replace=False).astype(np.int64))
         weights.append(np.where(rng.random(c) < 0.5, -1.0, 1.0))
     starts = offsets([f.shape[0] for f in features])
-    return np.concatenate(features), np.concatenate(weights), starts
+    # read-only as _single_features' are: one compiled best_split (module signatures)
+    return (
+        kernel_input(np.concatenate(features), np.int64),
+        kernel_input(np.concatenate(weights), np.float64),
+        kernel_input(starts, np.int64),
+    )
 
 
 @njit(nogil=True, cache=True)
@@ -688,15 +696,22 @@ def tile_distance(D, leaves_a, leaves_b, node_offset, leaf_start, leaf_members,
     return out
 
 
-def warm_up() -> None:
-    """Compile (or load from cache) every kernel once, before fanning out tasks."""
+def warm_up(dtype: Any = np.float64) -> None:
+    """Compile (or load from cache) every kernel once, before fanning out tasks.
+
+    Only for distances ``D`` of ``dtype`` (float32 or float64, as read in
+    place): the other dtype's kernels are not compiled for nothing.  In-bag
+    counts reach :func:`tile_distance` as uint16 (:func:`tile_counts`).
+    """
     X = np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
-    D = np.array([[0.0, 1.0, np.nan], [1.0, 0.0, 2.0], [np.nan, 2.0, 0.0]])
-    for dtype in (np.float64, np.float32):
-        f = grow_batch(X, D.astype(dtype), np.array([1], dtype=np.uint64),
-                       {"max_features": None, "oblique": True})  # fmt: skip
-        leaves = apply(f, X)
-        inbag = inbag_counts(f, 3)
-        for counts in (inbag, inbag.astype(np.uint8)):  # uint8: a stored fit's in-bag counts
-            tile_distance(D.astype(dtype), leaves, leaves, f.node_offset, f.leaf_start,
-                          f.leaf_members, True, counts, counts, 0.0)  # fmt: skip
+    D = np.array([[0.0, 1.0, np.nan], [1.0, 0.0, 2.0], [np.nan, 2.0, 0.0]], dtype=dtype)
+    f = grow_batch(X, D, np.array([1], dtype=np.uint64), {"max_features": None, "oblique": True})
+    leaves = apply(f, X)
+    counts = tile_counts(inbag_counts(f, 3))
+    tile_distance(D, leaves, leaves, f.node_offset, f.leaf_start, f.leaf_members, True,
+                  counts, counts, 0.0)  # fmt: skip
+
+
+def tile_counts(inbag: np.ndarray) -> np.ndarray:
+    """In-bag counts as :func:`tile_distance` reads them: uint16 (a saved fit's are uint8)."""
+    return kernel_input(inbag, np.uint16)

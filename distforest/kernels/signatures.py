@@ -1,0 +1,73 @@
+"""The types each kernel is compiled for: one signature per kernel where callers agree.
+
+numba compiles a kernel once per distinct tuple of argument types, and it
+tells apart arrays that hold the same numbers: a read-only array (Zarr and
+Dask hand those out, and so do cached arrays marked read-only) from a
+writable one, a C-contiguous from a strided one, int32 from int64.  Every
+such difference costs a whole compilation (0.1-2 CPU s a kernel) in every
+fresh process with a cold cache: the first run after an install, a test
+session, each worker that starts before the cache is written.
+
+- :func:`kernel_input` is the one conversion of an array a kernel only reads:
+  the kernel's dtype, C-contiguous, and read-only (a read-only view costs no
+  copy, whereas making a read-only array writable would), so that whoever
+  made the array, the kernel sees one type.
+- :func:`dispatchers` and :func:`compiled_signatures` list the kernels and
+  the signatures compiled so far in this process (what
+  ``tests/test_kernel_signatures.py`` and ``benchmarks/bench_kernel_compile.py``
+  check and count).
+
+Scalars passed between kernels are typed too: a constant argument of a call
+inside a kernel (``f(x, 0)``) may compile ``f`` for ``Literal[int](0)`` as
+well as for ``int64``; the kernels pass ``np.int64(0)`` instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+import numpy as np
+from numba.core.registry import CPUDispatcher
+
+import distforest.kernels as _package
+
+
+def kernel_input(array: Any, dtype: Any) -> np.ndarray:
+    """``array`` as the kernels read it: ``dtype``, C-contiguous, read-only.
+
+    Copies only when the dtype or the layout differ; otherwise returns a
+    read-only view of the same memory.
+
+    Parameters
+    ----------
+    array : array_like
+    dtype : dtype
+        The dtype the kernel is compiled for.
+
+    Returns
+    -------
+    ndarray
+        A read-only, C-contiguous array of ``dtype``.
+    """
+    out = np.ascontiguousarray(array, dtype=dtype).view()
+    out.flags.writeable = False
+    return out
+
+
+def dispatchers() -> dict[str, CPUDispatcher]:
+    """Every numba kernel of the package, by ``module.name`` (imports every kernel module)."""
+    found: dict[str, CPUDispatcher] = {}
+    for info in pkgutil.iter_modules(_package.__path__):
+        module = importlib.import_module(f"{_package.__name__}.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, CPUDispatcher) and value.__module__ == module.__name__:
+                found[f"{info.name}.{name}"] = value
+    return found
+
+
+def compiled_signatures() -> dict[str, list[str]]:
+    """The signatures compiled (or loaded from the cache) so far, by kernel; none omitted."""
+    return {name: [str(sig) for sig in kernel.signatures]
+            for name, kernel in sorted(dispatchers().items()) if kernel.signatures}  # fmt: skip
