@@ -283,7 +283,7 @@ def compute_neighbors(
     k = check_k(k, n, include_self)
     check_trees(n_trees, method)
     blocks = _blocks(n, block_rows_for(n, block_rows))
-    coleaf.warm_up()
+    coleaf.warm_up(n_trees)
     index = build_index(leaves, inbag, method, keep_rows=True)
     shared = runner.share(index)
     found = np.empty((n, k), dtype=np.int64)
@@ -356,7 +356,7 @@ def write_neighbors(
     done = _prepare(rs, n, k, block_rows, full)
     blocks = _blocks(n, block_rows)
     pending = [b for b in range(len(blocks)) if not done[b, 0]]
-    coleaf.warm_up()  # compile once here, not in every worker at once
+    coleaf.warm_up(n_trees)  # compile once here, not in every worker at once
     write = uuid.uuid4().hex
     task: Any = store_task
     items: list[tuple[Any, ...]] = [(rs.path, method, write, b, blocks[b], k, include_self)
@@ -498,7 +498,7 @@ def new_rows_neighbors(
     blocks = _blocks(leaves.shape[0], block_rows_for(leaves.shape[0], block_rows))
     found = np.empty((leaves.shape[0], k), dtype=np.int64)
     values = np.empty((leaves.shape[0], k), dtype=np.float32)
-    coleaf.warm_up()
+    coleaf.warm_up(leaves.shape[1])
     index = build_index(forest.leaves_, forest.inbag_, method)
     with forest._runner(forest._fitted_cells()) as runner:
         shared = runner.share(index)

@@ -450,10 +450,14 @@ def _block_neighbors(  # pragma: no cover - numba
     return index, proximity
 
 
-def warm_up() -> None:
-    """Compile (or load from cache) the kernels once, before tasks fan out."""
-    leaves = np.zeros((3, 1), dtype=np.int32)
-    inbag = np.ones((3, 1), dtype=np.uint8)
+def warm_up(n_trees: int = 1) -> None:
+    """Compile (or load from cache) the kernels once, before tasks fan out.
+
+    For the tree counters of a forest of ``n_trees`` trees (uint8 below 255
+    trees, uint16 from there: :func:`block_neighbors`).
+    """
+    leaves = np.zeros((3, n_trees), dtype=np.int32)
+    inbag = np.ones((3, n_trees), dtype=np.uint8)
     masks = oob_masks(inbag)
     for method in (ORIGINAL, OOB, RFGAP):
         members, weights, member_offset, leaf_offset, leaf_start = leaf_index(leaves, inbag, method)

@@ -13,7 +13,8 @@ session, each worker that starts before the cache is written.
   copy, whereas making a read-only array writable would), so that whoever
   made the array, the kernel sees one type.
 - :func:`dispatchers` and :func:`compiled_signatures` list the kernels and
-  the signatures compiled so far in this process (what
+  the signatures compiled so far in this process, :func:`caller_variants`
+  those that differ only in what callers passed (what
   ``tests/test_kernel_signatures.py`` and ``benchmarks/bench_kernel_compile.py``
   check and count).
 
@@ -29,6 +30,7 @@ import pkgutil
 from typing import Any
 
 import numpy as np
+from numba.core import types
 from numba.core.registry import CPUDispatcher
 
 import distforest.kernels as _package
@@ -71,3 +73,30 @@ def compiled_signatures() -> dict[str, list[str]]:
     """The signatures compiled (or loaded from the cache) so far, by kernel; none omitted."""
     return {name: [str(sig) for sig in kernel.signatures]
             for name, kernel in sorted(dispatchers().items()) if kernel.signatures}  # fmt: skip
+
+
+def _erased(arg: types.Type) -> types.Type:
+    """``arg`` without what only its caller decides: literal value, read-only flag, layout."""
+    arg = types.unliteral(arg)
+    if isinstance(arg, types.Array):
+        return types.Array(arg.dtype, arg.ndim, "A")
+    return arg
+
+
+def caller_variants(kernel: CPUDispatcher) -> list[list[str]]:
+    """Groups of ``kernel``'s compiled signatures that differ only in what callers pass.
+
+    Two signatures are one group when they are equal once literal constants
+    are typed as their plain type and arrays lose their read-only flag and
+    layout: each group of two or more is a compilation :func:`kernel_input`
+    (or a non-literal constant) would have saved.
+
+    Returns
+    -------
+    list of list of str
+        Each group of two or more signatures, as numba prints them.
+    """
+    groups: dict[tuple, list[str]] = {}
+    for sig in kernel.signatures:
+        groups.setdefault(tuple(_erased(a) for a in sig), []).append(str(sig))
+    return [group for group in groups.values() if len(group) > 1]
