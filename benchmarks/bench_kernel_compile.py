@@ -1,4 +1,4 @@
-"""Numba compilations of a cold cache: each kernel, its signatures and their CPU, this tree vs a base.
+"""Numba compilations of a cold cache: each kernel, its signatures, their CPU; vs a base.
 
 In a fresh process with an empty ``NUMBA_CACHE_DIR`` (a new install, a
 fresh clone's test run), runs the tiny fit of every forest kind
@@ -126,11 +126,12 @@ def main() -> None:
         med = {key: statistics.median(r[key] for r in results)
                for key in ("fits_cpu_s", "compile_cpu_s", "kernel_compile_cpu_s")}  # fmt: skip
         last = results[-1]
-        rows.append({"code": label, "runs": len(results), **{k: round(v, 1) for k, v in med.items()},
-                     "kernels": last["kernels"], "signatures": last["signatures"],
-                     "warm_cpu_s": last["warm_cpu_s"]})  # fmt: skip
+        rows.append({"code": label, "runs": len(results),
+                     **{k: round(v, 1) for k, v in med.items()}, "kernels": last["kernels"],
+                     "signatures": last["signatures"], "warm_cpu_s": last["warm_cpu_s"]})  # fmt: skip
     notes = ["CPU seconds of one process (medians of the runs); the load: "
-             f"{json.dumps(machine_load())}.", "", "Kernels compiled more than once (last run):", ""]  # fmt: skip
+             f"{json.dumps(machine_load())}.", "",
+             "Kernels compiled more than once (last run):", ""]  # fmt: skip
     for label, results in runs.items():
         for name, sigs in sorted(results[-1]["by_kernel"].items()):
             if len(sigs) > 1:
