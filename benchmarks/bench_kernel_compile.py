@@ -128,7 +128,8 @@ def main() -> None:
         last = results[-1]
         rows.append({"code": label, "runs": len(results),
                      **{k: round(v, 1) for k, v in med.items()}, "kernels": last["kernels"],
-                     "signatures": last["signatures"], "warm_cpu_s": last["warm_cpu_s"]})  # fmt: skip
+                     "signatures": last["signatures"], "warm_cpu_s": last["warm_cpu_s"],
+                     })  # fmt: skip
     notes = ["CPU seconds of one process (medians of the runs); the load: "
              f"{json.dumps(machine_load())}.", "",
              "Kernels compiled more than once (last run):", ""]  # fmt: skip
