@@ -9,8 +9,9 @@ argument types and the CPU seconds of that compilation alone (nested
 compilations of called kernels are charged to those).  ``--base REF`` runs
 the same fits on the package as it was at ``REF`` (extracted with ``git
 archive`` and put first on ``PYTHONPATH``); the fits' code is this tree's.
-``--warm`` also runs :func:`~distforest.forests.warm.warm_kernels` (every
-kernel module's warm-up) and reports its CPU.  Writes
+``--warm`` then also runs :func:`~distforest.forests.warm.warm_kernels`
+(every kernel module's warm-up) in the same process and reports its CPU
+apart (the other columns are the fits' alone).  Writes
 ``benchmarks/results/kernel_compile.{json,md}``.
 
 Usage::
@@ -74,17 +75,18 @@ def child(warm: bool) -> None:
         module.tiny_fits(folder)
     fits_cpu = time.process_time() - start
     warm_cpu = None
+    fits_records = list(records)
     if warm:
         start = time.process_time()
         module.warm_kernels()
         warm_cpu = time.process_time() - start
     kernels: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for name, args, cpu in records:
+    for name, args, cpu in fits_records:
         if name.startswith("distforest."):
             kernels[name].append((args, round(cpu, 3)))
     emit({
         "fits_cpu_s": fits_cpu, "warm_cpu_s": warm_cpu,
-        "compile_cpu_s": sum(r[2] for r in records),
+        "compile_cpu_s": sum(r[2] for r in fits_records),
         "kernel_compile_cpu_s": sum(c for sigs in kernels.values() for _, c in sigs),
         "kernels": len(kernels), "signatures": sum(map(len, kernels.values())),
         "by_kernel": kernels,
