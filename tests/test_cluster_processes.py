@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from conftest import user_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +30,12 @@ def _run_script(tmp_path: Path, text: str) -> tuple[subprocess.CompletedProcess[
     script.write_text(text, encoding="utf-8")
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=user_environment(),
     )
     return done, time.perf_counter() - start
 

@@ -79,3 +79,32 @@ def test_impute_with_a_model_on_a_folder_into_a_folder(holes, tmp_path: Path) ->
     assert len(written) == 3
     got = pd.concat([pd.read_parquet(p) for p in written], ignore_index=True)
     pd.testing.assert_frame_equal(got, pd.read_csv(tmp_path / "one.csv"), check_exact=True)
+
+
+def test_impute_with_a_model_by_partitions_holds_no_table(tmp_path: Path, cluster_address) -> None:
+    """On a cluster, the folder's run fills each partition in its task (no row gathered):
+    the driver's traced allocations peak well under the one-file run's (which weighs the
+    whole table here), and the CSV is the same bytes."""
+    from tracing import traced_peak
+
+    n = 60_000
+    X, y = make_classification(n, 4, n_informative=3, n_redundant=0, random_state=2)
+    model = lgb.LGBMClassifier(n_estimators=4, num_leaves=8, verbose=-1).fit(X, y)
+    model.booster_.save_model(str(tmp_path / "model.txt"))
+    X[np.random.default_rng(5).random(X.shape) < 0.1] = np.nan
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(4)]).assign(label=y)
+    frame.to_csv(tmp_path / "one.csv", index=False)
+    parts, warm = tmp_path / "parts", tmp_path / "warm"
+    parts.mkdir()
+    warm.mkdir()
+    back = pd.read_csv(tmp_path / "one.csv")
+    for p, rows in enumerate(np.array_split(np.arange(n), 4)):
+        back.iloc[rows].to_parquet(parts / f"part-{p}.parquet", index=False)
+        back.iloc[rows[:300]].to_parquet(warm / f"part-{p}.parquet", index=False)
+    on = ("--scheduler", cluster_address)
+    _impute(warm, tmp_path / "model.txt", tmp_path / "warm.csv", *on)  # imports, numba
+    whole = traced_peak(lambda: _impute(tmp_path / "one.csv", tmp_path / "model.txt",
+                                        tmp_path / "w.csv", *on))  # fmt: skip
+    by_parts = traced_peak(lambda: _impute(parts, tmp_path / "model.txt", tmp_path / "p.csv", *on))
+    assert (tmp_path / "p.csv").read_bytes() == (tmp_path / "w.csv").read_bytes()
+    assert by_parts < whole / 3, (by_parts, whole)

@@ -1,5 +1,5 @@
-"""Where the package asks what kind of input it was given: store/source.py, and at most
-three places besides (issue 38).
+"""Where the package asks what kind of input it was given: store/source.py only (issue 38
+allows three places besides; none is left).
 
 The question has had many spellings (``partitioned_input``, ``by_partitions``,
 ``is_dask_frame``, ``holds_rows``, ``fit_stored``, ``fit_dask_frame``, a
@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import distforest
 
@@ -21,16 +22,11 @@ KIND_NAMES = frozenset({"partitioned_input", "by_partitions", "is_dask_frame", "
                         "fit_stored", "fit_dask_frame", "PendingInput"})  # fmt: skip
 #: The module that decides the kind of an input.
 SOURCE_MODULE = "store/source.py"
-#: Call sites allowed outside it.
-ALLOWED = 3
-#: Files whose call sites other work in progress removes (their counts may only fall):
-#: the impute, k-NN predict and SimForest commands and estimators, and the
-#: similarity / score commands' two algorithms (in memory, by partitions).
-KNOWN = {
-    "forests/simforest.py": 1,
-    "jobs/impute.py": 1, "jobs/knn_model.py": 1, "jobs/score.py": 2,
-    "jobs/similarity.py": 1, "jobs/simforest.py": 4, "jobs/simforest_model.py": 1,
-}  # fmt: skip
+#: Call sites allowed outside it (a job that must choose how to read a path before any
+#: source exists gives ``read_as`` its reading of each kind instead).
+ALLOWED = 0
+#: Files whose call sites other work in progress removes (their counts may only fall).
+KNOWN: dict[str, int] = {}
 
 
 def _annotations(tree: ast.AST) -> set[int]:
@@ -106,3 +102,26 @@ def test_input_kind_is_asked_in_the_source_module_only() -> None:
         f"{sum(others.values())} input-kind checks outside {SOURCE_MODULE} (at most "
         f"{ALLOWED}): {others}; known remainder not yet removed: {remainder} in {KNOWN}"
     )
+
+
+def test_read_as_gives_each_kind_its_reading(tmp_path: Path) -> None:
+    """``read_as``: a folder of parts (or a reference that is one) by partitions, a small
+    file whole unless ``partitions=True``; a missing reference (None) is not asked."""
+    import pandas as pd
+
+    from distforest.store.source import read_as
+
+    frame = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]})
+    frame.to_csv(tmp_path / "one.csv", index=False)
+    (tmp_path / "parts").mkdir()
+    frame.to_parquet(tmp_path / "parts" / "part-0.parquet", index=False)
+    one, parts = str(tmp_path / "one.csv"), str(tmp_path / "parts")
+
+    def how(X: str, **options: Any) -> tuple[str, str]:
+        return read_as(X, whole=lambda x: ("whole", x), parts=lambda x: ("parts", x), **options)
+
+    assert how(one) == ("whole", one)
+    assert how(parts) == ("parts", parts)
+    assert how(one, also=(None,)) == ("whole", one)
+    assert how(one, also=(parts,)) == ("parts", one)
+    assert how(one, partitions=True) == ("parts", one)

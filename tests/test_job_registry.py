@@ -8,12 +8,14 @@ import pytest
 import yaml
 
 from distforest.errors import ConfigError
+from distforest.jobs.forest_answers import ImportancesJob
 from distforest.jobs.knn import KNNJob
 from distforest.jobs.pipeline import load_pipeline
 from distforest.jobs.proximity import ProximityJob
 from distforest.jobs.registry import KINDS, infer_kind
 from distforest.jobs.score import ScoreJob
 from distforest.jobs.simforest import SimForestJob
+from distforest.jobs.simforest_model import SimForestPredictJob
 from distforest.jobs.similarity import SimilarityJob
 from distforest.jobs.smerf import SmerfJob
 from distforest.jobs.xforest import XForestJob
@@ -22,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "pipelines").glob("*.yaml"))
 CLASSES = {"proximity": ProximityJob, "xforest": XForestJob, "simforest": SimForestJob,
            "knn": KNNJob, "smerf": SmerfJob, "score": ScoreJob,
-           "similarity": SimilarityJob}  # fmt: skip
+           "similarity": SimilarityJob, "importances": ImportancesJob,
+           "simforest-predict": SimForestPredictJob}  # fmt: skip
 
 
 def test_every_kind_is_a_job_class_with_the_protocol():

@@ -84,7 +84,7 @@ from distforest.parallel.placement import cells_of
 from distforest.store.inputs import per_fit
 from distforest.store.run_store import RunStore, complete_output
 from distforest.store.sink import open_sink
-from distforest.store.source import holds_rows, opened
+from distforest.store.source import opened_unless_held
 
 logger = logging.getLogger("distforest")
 
@@ -527,8 +527,10 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
             return self.fit_table(X, y, similarity)
         params = self._validated()
         measure = self._measure(similarity, params)
-        if isinstance(measure, Measure) and not holds_rows(X):
-            return self._fit_source(X, y, similarity)
+        if isinstance(measure, Measure):  # feature rows: opened unless held here
+            with opened_unless_held(X, y, owner=self, dtype=None) as table:
+                if table is not None:
+                    return self.fit_table(table, None, similarity)
         kind = params["kind"]
         objects: Any = None
         if measure is None:
@@ -630,14 +632,6 @@ class SimilarityForestClassifier(Persisted, ClassifierMixin, DaskEstimator):
         self.n_features_in_ = table.n_features
         self._record_store(fit)
         return self
-
-    def _fit_source(self, X: Any, y: Any, similarity: Any) -> SimilarityForestClassifier:
-        """Fit on feature rows named by ``X`` (``y``: labels, or the label column),
-        opened by :func:`~distforest.store.source.opened`: rows read by partitions go to
-        a temporary store living as long as this forest (their dtype as given), rows
-        read whole are fitted as the float64 array a table in memory gives."""
-        with opened(X, y, owner=self, dtype=None) as source:
-            return self.fit_table(source, None, similarity)
 
     def _grow(
         self,

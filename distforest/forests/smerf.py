@@ -499,6 +499,8 @@ class SMERF(Persisted, DaskEstimator):
         tile_size: int = TILE_SIZE,
         overwrite: bool = False,
         complete: bool = True,
+        attrs: dict[str, Any] | None = None,
+        resume: bool = False,
     ) -> xr.DataArray:
         """Learned distance between the rows of ``X_a`` and those of ``X_b``.
 
@@ -521,6 +523,13 @@ class SMERF(Persisted, DaskEstimator):
         complete : bool
             Mark the store complete afterwards (a job's run protocol marks it when
             all its stages are done).
+        attrs : dict, optional
+            More JSON attributes of a new store (a job's record), written before its
+            first tile.
+        resume : bool
+            Reopen a half-written ``store`` of this same matrix (this fit, the same
+            columns and tiles) and write only the tiles it lacks; a store of anything
+            else is replaced as with ``overwrite``.
 
         Returns
         -------
@@ -534,7 +543,7 @@ class SMERF(Persisted, DaskEstimator):
         inputs = self._inputs(leaves_a, leaves_b, none, none, oob=False)
         what = "training rows" if X_b is None else "X_b"
         return self._matrix(inputs, False, store, tile_size, overwrite, {"columns": what},
-                            complete=complete)  # fmt: skip
+                            complete=complete, record=attrs, resume=resume)  # fmt: skip
 
     def oob_distance(
         self, store: str | Path | None = None, *, tile_size: int = TILE_SIZE,
@@ -597,6 +606,8 @@ class SMERF(Persisted, DaskEstimator):
         attrs: dict[str, Any],
         *,
         complete: bool = True,
+        record: dict[str, Any] | None = None,
+        resume: bool = False,
     ) -> xr.DataArray:
         n, m = inputs.leaves_a.shape[0], inputs.leaves_b.shape[0]
         plan = TilePlan(n, m, C.check_tile_size(tile_size), symmetric=symmetric)
@@ -612,10 +623,13 @@ class SMERF(Persisted, DaskEstimator):
             return xr.DataArray(
                 values, dims=("sample_i", "sample_j"), coords=coords, name=DISTANCE, attrs=attrs
             )
-        rs = RunStore.create(store, attrs={**self._provenance(), "matrix": attrs},
-                             overwrite=overwrite)  # fmt: skip
-        rs.write_named("sample_i", np.arange(n, dtype=np.int64))
-        rs.write_named("sample_j", np.arange(m, dtype=np.int64))
+        rs = self._half_written(store, attrs) if resume else None
+        if rs is None:
+            rs = RunStore.create(store, attrs={**self._provenance(), "matrix": attrs,
+                                               **(record or {})},
+                                 overwrite=overwrite or resume)  # fmt: skip
+            rs.write_named("sample_i", np.arange(n, dtype=np.int64))
+            rs.write_named("sample_j", np.arange(m, dtype=np.int64))
         with self._runner(self._distance_cells(n, m)) as runner:
             shared = runner.share(inputs)
             write_matrix(
@@ -628,6 +642,22 @@ class SMERF(Persisted, DaskEstimator):
         if complete:
             complete_output(rs)
         return rs.dataset()[DISTANCE]
+
+    def _half_written(self, store: str | Path, attrs: dict[str, Any]) -> RunStore | None:
+        """The half-written store of this fit's matrix ``attrs`` at ``store``, reopened
+        to write its missing tiles (:func:`~distforest.forests.tiled.write_matrix` keeps
+        the tiles it records done), or None."""
+        if not location.exists(store):
+            return None
+        try:
+            rs = RunStore.open(store, mode="r+")
+        except StoreError:
+            return None
+        same = rs.attrs.get("fit_id") == self.fit_id_ and rs.attrs.get("matrix") == attrs
+        if rs.is_complete or not same or DISTANCE not in rs.group:
+            return None
+        rs.mark_running()
+        return rs
 
     # -- storing --------------------------------------------------------------
 

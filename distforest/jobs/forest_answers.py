@@ -104,6 +104,50 @@ class ForestAnswerJob(ForestJob):
         ])  # fmt: skip
 
 
+#: The options of ``importances`` (its command's defaults, its pipeline section's keys).
+IMPORTANCES = {"repeats": 5, "test_size": 0.25, "top": 10}
+
+
+@dataclass(kw_only=True)
+class ImportancesJob(ForestAnswerJob):
+    """``distforest importances`` and a pipeline's ``kind: importances``: a forest answer
+    (``answer="importances"``) of its own pipeline kind (the forest is fitted on the rows
+    not held out, so it is no section of a proximity pipeline)."""
+
+    job_kind: ClassVar[str] = "importances"
+    answer: str = "importances"
+
+
+def importances_job(data: dict[str, Any], sections: dict[str, dict[str, Any]],
+                    input_path: str, out_dir: Any, connect: dict[str, Any],
+                    source: str) -> ImportancesJob:  # fmt: skip
+    """The job of an ``importances`` pipeline (sections type-checked): the job
+    ``distforest importances`` builds from the same values (``input.id`` names the rows'
+    IDs, ``output.store`` the run's store, by default beside the CSV)."""
+    from distforest.errors import ConfigError
+    from distforest.jobs.base import input_fields
+    from distforest.jobs.outputs import record_path
+
+    inp, out, section = sections["input"], sections["output"], sections["importances"]
+    if not inp.get("target"):
+        raise ConfigError(f"{source}: importances needs input.target, the column the features "
+                          "predict (the forest is scored on held-out rows)")  # fmt: skip
+    if "plot" in out or out.get("report") is False:
+        raise ConfigError(f"{source}: output.{'plot' if 'plot' in out else 'report'} does not "
+                          "apply to an importances pipeline (it writes a CSV and its report): "
+                          "remove it")  # fmt: skip
+    options = {**IMPORTANCES, **{k: v for k, v in section.items() if k != "out"}}
+    if not 0 < options["test_size"] < 1:
+        raise ConfigError(f"{source}: importances.test_size must be a fraction in (0, 1) of the "
+                          f"rows held out, got {options['test_size']!r}; e.g. 0.25")  # fmt: skip
+    csv = str(out_dir / section["out"])
+    store = str(out_dir / out["store"]) if out.get("store") else record_path(csv)
+    return ImportancesJob(input=input_path, target=inp["target"], **input_fields(inp),
+                          id=inp.get("id"), out=store, files={"out": csv}, options=options,
+                          forest=dict(sections["forest"]), connect=connect, source=source,
+                          overwrite=bool(out.get("overwrite", False)))  # fmt: skip
+
+
 @dataclass
 class AnswerResult(JobResult):
     """What a forest-answer job wrote: its files, and the lines its command prints."""

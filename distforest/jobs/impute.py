@@ -70,6 +70,8 @@ logger = logging.getLogger("distforest")
 
 #: ``attrs() -> dict``: the provenance of a table written whole.
 Provenance = Callable[[], dict[str, Any]]
+#: ``fit(features, y, whole) -> filled``: a sample's feature columns filled (:func:`impute_rows`).
+Fit = Callable[["pd.DataFrame", Any, bool], "pd.DataFrame"]
 
 #: Rows the imputer is fitted on, at most, when the table is read by partitions
 #: (the column forests' own ``max_samples`` for large tables); below it every row.
@@ -324,29 +326,32 @@ def plan_imputation(
     the output is checked later (a job's run protocol: its ``dest`` set then).
     """
     from distforest.io import read_frame
-    from distforest.jobs.inputs import partitioned_input
+    from distforest.store.source import read_as
 
     def planned(rows: WholeTable | TableParts) -> ImputationPlan:
         dest = rows.check_output(out, overwrite) if check_out else Path()
         return ImputationPlan(str(input), rows, target, tuple(categorical), dest, overwrite,
                               tuple(drop), tuple(na_values), is_folder(out))  # fmt: skip
 
-    if partitioned_input(input) or is_folder(out):
-        return planned(TableParts())
-    frame = read_frame(input, na_values=na_values)
-    columns = [str(c) for c in frame.columns]
-    frame.columns = columns
-    check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
-    skip = {*drop, *([target] if target else [])}
-    features = frame[[c for c in columns if c not in skip]]
-    if features.shape[1] == 0:
-        raise InputError(f"{input}: no feature columns left after removing --target/--drop")
-    return planned(WholeTable(frame, features))
+    def whole(_: str) -> ImputationPlan:
+        frame = read_frame(input, na_values=na_values)
+        columns = [str(c) for c in frame.columns]
+        frame.columns = columns
+        check_columns(columns, [*drop, *([target] if target else []), *categorical], input)
+        skip = {*drop, *([target] if target else [])}
+        features = frame[[c for c in columns if c not in skip]]
+        if features.shape[1] == 0:
+            raise InputError(f"{input}: no feature columns left after removing --target/--drop")
+        return planned(WholeTable(frame, features))
+
+    # a folder output is written by the partitions' tasks: the input read by partitions
+    return read_as(input, whole=whole, parts=lambda _: planned(TableParts()),
+                   partitions=True if is_folder(out) else None)  # fmt: skip
 
 
 def impute_rows(
     plan: ImputationPlan,
-    fit: Callable[[pd.DataFrame, Any, bool], pd.DataFrame],
+    fit: Fit | None,
     *,
     new_rows: Callable[[], Any] | None = None,
     sample_rows: int | None = None,
@@ -358,10 +363,11 @@ def impute_rows(
     Parameters
     ----------
     plan : ImputationPlan
-    fit : callable
+    fit : callable or None
         ``fit(features, y, whole) -> filled``: the sample's feature columns (a
         DataFrame), its target (or None) and whether the sample is every row in,
-        the same columns filled out.
+        the same columns filled out.  None: no sample, every chunk is filled by
+        ``new_rows()``.
     new_rows : callable, optional
         ``new_rows() -> imputer`` (after ``fit``): what fills a chunk outside the
         sample, by its ``transform`` in the chunk's task.  Needed when the sample
@@ -383,10 +389,12 @@ def impute_rows(
     blocks, encoding, features = table.blocks, table.encoding, table.features
     n = int(sum(table.lengths))
     starts = np.concatenate([[0], np.cumsum(table.lengths)]).astype(np.int64)
-    whole = sample_rows is None or sample_rows >= n
+    whole = fit is not None and (sample_rows is None or sample_rows >= n)
     rows = np.arange(n) if whole else _sample(n, int(sample_rows or n), random_state)
-    logger.info("imputing %s in %d chunk(s), fitted on %d of %d rows",
-                plan.source, len(blocks), rows.size, n)  # fmt: skip
+    if fit is None:
+        rows = rows[:0]
+    logger.info("imputing %s in %d chunk(s), %s", plan.source, len(blocks),
+                "no sample" if fit is None else f"fitted on {rows.size} of {n} rows")  # fmt: skip
     wanted = []
     for k, block in enumerate(blocks):
         local = rows[(rows >= starts[k]) & (rows < starts[k + 1])] - starts[k]
@@ -395,17 +403,20 @@ def impute_rows(
     pieces = _compute(wanted)
     import pandas as pd
 
-    sample = pd.concat(pieces, ignore_index=True)
+    filled: Any = None
+    if fit is not None:
+        sample = pd.concat(pieces, ignore_index=True)
+        y = sample[plan.target] if plan.target is not None else None
+        filled = fit(sample[features], y, whole)
+        del sample
     del pieces
-    y = sample[plan.target] if plan.target is not None else None
-    filled = fit(sample[features], y, whole)
     shipped: Any = None
     if whole:
         slices: list[Any] = [filled.iloc[starts[k] : starts[k + 1]] for k in range(len(blocks))]
     else:
         assert new_rows is not None, "a sample of the rows needs new_rows"
-        slices, shipped = [None] * len(blocks), _ship(new_rows())
-    del filled, sample
+        slices, shipped = [None] * len(blocks), _ship(new_rows(), blocks)
+    del filled
     chunks = [_task(_fill, b, encoding, features, s, shipped)
               for b, s in zip(blocks, slices, strict=True)]  # fmt: skip
     shape, written = plan.rows.write(chunks, plan, attrs)
@@ -438,10 +449,14 @@ def _compute(values: list[Any]) -> list[Any]:
     return list(dask.compute(*values)) if values and isinstance(values[0], Delayed) else values
 
 
-def _ship(obj: Any) -> Any:
-    """``obj`` sent to every worker once (a distributed client), else one graph key."""
+def _ship(obj: Any, blocks: list[Any]) -> Any:
+    """``obj`` sent to every worker once (a distributed client), else one graph key; as it
+    is for chunks worked on here (a table read whole)."""
     import dask
+    from dask.delayed import Delayed
 
+    if not any(isinstance(b, Delayed) for b in blocks):
+        return obj
     try:
         from distributed import get_client
 
@@ -536,7 +551,7 @@ def run_imputation(
     plan: ImputationPlan,
     params: dict[str, Any],
     client: Any,
-    bars: Any = None,
+    progress: Any = None,
     *,
     sample_rows: int | None = None,
 ) -> Imputed:
@@ -544,8 +559,10 @@ def run_imputation(
 
     The imputer is fitted on at most ``sample_rows`` rows (None: the bound of the
     plan's rows, :data:`SAMPLE_ROWS` by partitions, every row of a table read whole).
-    ``client`` None (and no ``bars``): the current execution (this process for small
-    tables, see ProximityImputer).
+    ``client`` None (and no ``progress``): the current execution (this process for small
+    tables, see ProximityImputer).  ``progress(stage, done, total)`` hears the stage
+    ``"impute"`` alone: the tree batches of every pass as one count
+    (:class:`~distforest.apps.impute.FitTasks`; the forests' own ``"fit"`` not).
     """
     from dataclasses import replace
 
@@ -553,12 +570,14 @@ def run_imputation(
 
     imputer = ProximityImputer(**params, categorical_features=list(plan.categorical) or None)
     imputer._settings()  # bad values refused before the rows are read
-    if client is not None or bars is not None:
+    if client is not None or progress is not None:
         imputer.set_execution(
             client,
             progress=None
-            if bars is None
-            else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,
+            if progress is None
+            else lambda stage, done, total: (
+                progress(stage, done, total) if stage == "impute" else None
+            ),
         )
 
     def provenance() -> dict[str, Any]:
@@ -715,8 +734,7 @@ def plan_impute_job(job: ImputeJob) -> Pipeline:
     return impute_pipeline(job, _plan_of(job, False))
 
 
-def impute_pipeline(job: ImputeJob, plan: ImputationPlan, progress: Any = None,
-                    start: float = 0.0) -> Pipeline:  # fmt: skip
+def impute_pipeline(job: ImputeJob, plan: ImputationPlan, start: float = 0.0) -> Pipeline:
     """The one stage of ``impute``: its tasks are the fit batches of every pass (one
     forest per column with missing values for ``proximity: column``, at most
     ``iterations`` passes; one forest on all columns for the others; their products
@@ -753,7 +771,7 @@ def impute_pipeline(job: ImputeJob, plan: ImputationPlan, progress: Any = None,
                   writes=(out,), tasks=passes * batches,
                   cost=Cost(need["cpu_seconds"], need["memory_bytes"],
                             {"imputed table": need["disk_bytes"]}),
-                  run=lambda ctx: _impute(job, plan, ctx, progress, start))  # fmt: skip
+                  run=lambda ctx: _impute(job, plan, ctx, start))  # fmt: skip
     notes = [PRODUCTS_NOTE] if how != "column" else []
     if plan.rows.note is not None:
         notes.append(plan.rows.note)
@@ -783,7 +801,7 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
     plan = _plan_of(job, False)
     if job.model is None:
         plan.rows.check_size(job)
-    pipeline = impute_pipeline(job, plan, progress, start)
+    pipeline = impute_pipeline(job, plan, start)
 
     def check(run: Run) -> dict[str, Any]:
         from distforest import location
@@ -824,15 +842,16 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
                    run_id=run_id or new_run_id(), check=check, create=create)  # fmt: skip
 
 
-def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
-            start: float) -> None:  # fmt: skip
+def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, start: float) -> None:
     """The impute stage: where the run placed it (a table read by partitions: its tasks on
-    the run's cluster)."""
+    the run's cluster), its tasks (every pass's tree batches) reported to the run's
+    progress as the stage's."""
     import contextlib
 
     from distforest import location
+    from distforest.parallel.execution import current_execution
 
-    client = ctx.where.client
+    client, progress = ctx.where.client, current_execution().progress
     try:
         with client.as_current() if client is not None else contextlib.nullcontext():
             imputed = run_imputation(plan, job.params, client, progress)
@@ -857,13 +876,12 @@ def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
     observed values (:func:`distforest.apps.scoring.impute_rows`, ``--proximity``
     original by default; oob and rfgap where the model's bagging is known).  Target,
     ``--drop`` and ID columns are copied unchanged.  The rows are read and written as
-    :func:`impute_rows` reads and writes them, whatever the input (one file, a folder
-    of parts); the model weighs every row against every row, so they are all routed
-    together here.
+    :func:`impute_rows` reads and writes them, whatever the input (one file, a folder of
+    parts), each chunk filled against every row's leaves by
+    :class:`~distforest.apps.impute_model.ModelFiller` (in its task when read by
+    partitions: no row gathered here).
     """
-    from distforest.apps.scoring import impute_rows as impute_scored
-    from distforest.forests.proximity_forest import ProximityForest
-    from distforest.io import load_table
+    from distforest.apps.impute_model import model_filler
     from distforest.io.model_files import load_model
 
     assert job.model is not None
@@ -873,32 +891,23 @@ def _impute_with_model(job: ImputeJob, plan: ImputationPlan, ctx: Context,
             "--proximity rfimpute refits forests; with --model the model's own trees weigh "
             "the rows: use --proximity original (the default), oob or rfgap"
         )
-    model = load_model(job.model)
     vote = job.params["categorical_vote"].replace("auto", "sum")
-    routed: dict[str, int] = {}
+    drop = (*plan.drop, *([plan.target] if plan.target else []))
+    with model_filler(load_model(job.model), plan.source, drop=drop, na_values=plan.na_values,
+                      method=method, vote=vote) as fill:  # fmt: skip
 
-    def fit(features: pd.DataFrame, y: Any, whole: bool) -> pd.DataFrame:
-        table = load_table(features, min_rows=1)
-        forest = ProximityForest.from_model(model, table)
-        filled, routed["cells"] = impute_scored(forest, table, table.X, method=method, vote=vote)
-        routed["trees"] = int(forest.leaves_.shape[1])
-        out = features.copy()
-        for col in features.columns:  # only the missing cells change
-            out[col] = out[col].where(out[col].notna(), filled[col].to_numpy())
-        return out
+        def provenance() -> dict[str, Any]:
+            return {"imputation": {"distforest_version": __version__, "source": plan.source,
+                                   "model": job.model, "proximity": method,
+                                   "n_imputed": fill.cells}}  # fmt: skip
 
-    def provenance() -> dict[str, Any]:
-        return {"imputation": {"distforest_version": __version__, "source": plan.source,
-                               "model": job.model, "proximity": method,
-                               "n_imputed": routed["cells"]}}  # fmt: skip
-
-    imputed = impute_rows(plan, fit, attrs=provenance)
-    cells = routed["cells"]
+        imputed = impute_rows(plan, None, new_rows=lambda: fill, attrs=provenance)
+    cells, trees = fill.cells, int(fill.forest.leaves_.shape[1])
     ctx.done.outputs = {"imputed table": str(imputed.written)}
     ctx.done.info["cells_imputed"] = int(cells)
     ctx.done.info["text"] = (
         f"imputed {cells} cell(s) of {job.input} ({imputed.shape[0]} rows x "
         f"{imputed.shape[1]} columns) in {time.perf_counter() - start:.1f} s\n  model:  "
-        f"{job.model}, {routed['trees']} trees, {method} proximity, one pass\n  output: "
+        f"{job.model}, {trees} trees, {method} proximity, one pass\n  output: "
         f"{imputed.written}"
     )

@@ -14,11 +14,10 @@ from typing import Any
 
 from distforest.errors import InputError
 from distforest.store.source import PARTITIONED_BYTES, input_shape
-from distforest.store.source import by_partitions as partitioned_input
 from distforest.store.temporary import temporary_store
 
 __all__ = ["PARTITIONED_BYTES", "check_request", "input_shape", "listing_stamp",
-           "partitioned_input", "temporary_store"]  # fmt: skip
+           "temporary_store"]  # fmt: skip
 
 
 def check_request(X: Any, Y: Any, metric: str) -> None:

@@ -215,14 +215,16 @@ def predicts_by_partitions(model_path: str, data: str, require_complete: bool = 
     """Whether ``knn predict`` runs by partitions on the workers: for a DATA read by
     partitions, or a model whose training rows are larger than such a file (a model
     fitted from a large table is read by the workers, not here)."""
-    from distforest.jobs.inputs import PARTITIONED_BYTES, partitioned_input
+    from distforest.jobs.inputs import PARTITIONED_BYTES
     from distforest.store.run_store import RunStore
+    from distforest.store.source import read_as
 
-    if partitioned_input(data):
-        return True
-    rows = RunStore.open(model_path, require_complete=require_complete).array("X_fit")
-    limit = PARTITIONED_BYTES if MODEL_BYTES is None else MODEL_BYTES
-    return int(np.prod(rows.shape)) * rows.dtype.itemsize > limit
+    def large_model(_: str) -> bool:
+        rows = RunStore.open(model_path, require_complete=require_complete).array("X_fit")
+        limit = PARTITIONED_BYTES if MODEL_BYTES is None else MODEL_BYTES
+        return int(np.prod(rows.shape)) * rows.dtype.itemsize > limit
+
+    return read_as(data, whole=large_model, parts=lambda _: True)
 
 
 @dataclass(kw_only=True)

@@ -49,6 +49,7 @@ from distforest.errors import ConfigError, DistforestError, ParameterError
 from distforest.forests import constraints as C
 from distforest.forests.proximity_forest import ProximityForest
 from distforest.jobs.base import input_fields
+from distforest.jobs.forest_answers import ImportancesJob, importances_job
 from distforest.jobs.knn import KNNJob, knn_job
 from distforest.jobs.pipeline_schema import (
     APPS,
@@ -62,6 +63,7 @@ from distforest.jobs.proximity import ProximityJob
 from distforest.jobs.registry import kind_of
 from distforest.jobs.score import ScoreJob, score_job
 from distforest.jobs.simforest import SimForestJob, simforest_job
+from distforest.jobs.simforest_model import SimForestPredictJob, simforest_predict_job
 from distforest.jobs.similarity import SimilarityJob, similarity_job
 from distforest.jobs.smerf import SmerfJob, smerf_job
 from distforest.jobs.xforest import XForestJob, xforest_job
@@ -263,7 +265,17 @@ def load_pipeline(
     today: _dt.date | None = None,
     overrides: Sequence[str] = (),
     check_input: bool = True,
-) -> ProximityJob | XForestJob | KNNJob | SimForestJob | SmerfJob | ScoreJob | SimilarityJob:
+) -> (
+    ProximityJob
+    | XForestJob
+    | KNNJob
+    | SimForestJob
+    | SmerfJob
+    | ScoreJob
+    | SimilarityJob
+    | ImportancesJob
+    | SimForestPredictJob
+):
     """Read and check a pipeline YAML.
 
     Parameters
@@ -357,7 +369,7 @@ def load_pipeline(
             f"{source}: cluster must be a cluster YAML path or {{scheduler: ADDRESS}}, got {cfg!r}"
         )
     kind = kind_of(data, source)
-    if inp.get("id") is not None and kind not in ("proximity", "score"):
+    if inp.get("id") is not None and kind not in ("proximity", "score", "importances"):
         # outputs that follow the input's rows: the ID column is left out of the features
         sections["input"] = inp = {**inp, "drop": [*(inp.get("drop") or ()), inp["id"]]}
     connect = {"scheduler": scheduler, "cluster": cluster}
@@ -368,6 +380,12 @@ def load_pipeline(
         return smerf_job(data, sections, input_path, out_dir, connect, source)
     if kind == "similarity":
         return similarity_job(data, sections, input_path, out_dir, connect, source)
+    if kind == "importances":
+        return importances_job(data, sections, input_path, out_dir, connect, source)
+    if kind == "simforest-predict":
+        templated = functools.partial(_input_of, today=day, folder=folder, source=source)
+        return simforest_predict_job(data, sections, input_path, out_dir, connect, source,
+                                     templated)  # fmt: skip
     if kind == "score":  # a saved model applied to new rows
         templated = functools.partial(_input_of, today=day, folder=folder, source=source)
         return score_job(data, sections, input_path, out_dir, connect, source, templated)

@@ -96,6 +96,10 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     # scoring pipelines (model, input, score, impute, output): jobs/score.py
     "model": {"path": _STR, "training": _STR, "target": _STR},
     "score": {"out": _STR, "method": _STR, "proximity_prediction": _BOOL, "outliers": _BOOL},
+    # importances pipelines (input, forest, importances, output): jobs/forest_answers.py
+    "importances": {"out": _STR, "repeats": _INT, "test_size": (float,), "top": _INT},
+    # SimForest prediction pipelines (model, input, predict, output): jobs/simforest_model.py
+    "predict": {"out": _STR, "matrix": _STR},
     # similarity pipelines (input, similarity, output): jobs/similarity.py
     "similarity": {
         "metric": _STR,
@@ -133,6 +137,8 @@ REQUIRED = {
     "clustering": ("method", "out"),
     "model": ("path",),
     "score": ("out",),
+    "importances": ("out",),
+    "predict": ("out",),
 }
 #: ``impute.from``: the imputer's own forests (default), or the matrix the run stored.
 IMPUTE_FROM = ("forests", "proximity")
@@ -146,6 +152,7 @@ CHOICES = {
     "score.method": PROXIMITY_METHODS,
     "mds.dissimilarity": DISSIMILARITIES,
     "similarity.normalize": ("none", *C.NORMALIZATIONS),
+    "predict.matrix": ("similarity", "distances"),
     **XFOREST_CHOICES,
     **KNN_CHOICES,
 }

@@ -1,6 +1,7 @@
 """The job kinds: one registry keyed by the ``kind:`` of a pipeline file.
 
-Every kind of job (proximity, xforest, simforest, knn, smerf, score, similarity) is a dataclass
+Every kind of job (proximity, xforest, simforest, simforest-predict, knn, smerf,
+score, importances, similarity) is a dataclass
 that follows :class:`Job`: its pipeline sections (the config schema, checked
 by :mod:`distforest.jobs.pipeline_schema`), ``plan()`` for ``--dry-run``,
 ``run()`` under the run protocol of :mod:`distforest.jobs.runs` and
@@ -68,7 +69,9 @@ KINDS: dict[str, Kind] = {
         Kind("simforest", ("simforest",),
              ("input", "simforest", "proximity", "outliers", "mds", "output")),
         Kind("xforest", ("xforest", "clustering"), ("input", "xforest", "clustering", "output")),
+        Kind("simforest-predict", ("predict",), ("model", "input", "predict", "output")),
         Kind("score", ("model", "score"), ("model", "input", "score", "impute", "output")),
+        Kind("importances", ("importances",), ("input", "forest", "importances", "output")),
         Kind("similarity", ("similarity",), ("input", "similarity", "output")),
         Kind("proximity", (),
              ("input", "forest", "proximity", "impute", "outliers", "mislabels", "mds",
@@ -96,7 +99,7 @@ def kind_of(data: Mapping[str, Any], source: str) -> str:
             f"(kinds: {', '.join(KINDS)})"
         )
     for other in KINDS.values():
-        found = [s for s in other.marks if s in data]
+        found = [s for s in other.marks if s in data and s not in KINDS[given].sections]
         if other.name != given and found:
             raise ConfigError(
                 f"{source}: kind is {given!r} but the section {found[0]!r} belongs to {other.name} "

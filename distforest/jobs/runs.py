@@ -22,6 +22,8 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from distforest import location
-from distforest.errors import StoreError
+from distforest.errors import ParameterError, StoreError
 from distforest.jobs.outputs import check_job_inputs_read_only
 from distforest.jobs.report import check_reports, cluster_facts, write_report
 from distforest.jobs.stages import Pipeline
@@ -244,9 +246,63 @@ def _peak_rss() -> int:
         return 0
 
 
-def _run_stage(spec: StageSpec, ctx: Context, out: str) -> None:
+#: The environment variable of the run protocol's fault-injection point (for tests):
+#: ``STAGE:N`` SIGKILLs the run once stage ``STAGE`` finished ``N`` of its tasks, ``STAGE``
+#: (or a stage that never gets to ``N``) when its work ended, before it is recorded.
+KILL_AT = "DISTFOREST_SIGKILL_AT"
+
+
+@dataclass
+class KillPoint:
+    """Where :data:`KILL_AT` says to SIGKILL the run: a stage, and tasks done in it."""
+
+    stage: str
+    tasks: int | None
+    #: The stage running now.
+    current: str | None = None
+
+    @classmethod
+    def from_env(cls) -> KillPoint | None:
+        """The kill point :data:`KILL_AT` names, or None (unset: every real run)."""
+        text = os.environ.get(KILL_AT, "").strip()
+        if not text:
+            return None
+        stage, _, tasks = text.partition(":")
+        if not stage or (tasks and not (tasks.isdigit() and int(tasks) > 0)):
+            raise ParameterError(
+                f"{KILL_AT}={text!r}: expected STAGE or STAGE:N (N tasks done, N >= 1), e.g. "
+                f"tiles:3; unset it for a normal run"
+            )
+        return cls(stage, int(tasks) if tasks else None)
+
+    def watch(self, progress: Any) -> Callable[[str, int, int], None]:
+        """``progress`` (or nothing), then the kill once the stage finished its tasks."""
+
+        def watched(stage: str, done: int, total: int) -> None:
+            if progress is not None:
+                progress(stage, done, total)
+            if self.current == self.stage and self.tasks is not None and done >= self.tasks:
+                self.kill()
+
+        return watched
+
+    def ended(self, stage: str) -> None:
+        """A stage's work ended (not yet recorded): the kill, when it is that stage."""
+        if stage == self.stage:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the run: its process group when it leads one (a command started in a
+        session of its own, with any workers it started), else this process."""
+        logger.warning("%s: SIGKILL in stage %s", KILL_AT, self.current)
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _run_stage(spec: StageSpec, ctx: Context, out: str, kill: KillPoint | None = None) -> None:
     """Run one stage (or, resuming a run that finished it, skip or reload it) and record
-    its measured time and memory beside its estimate."""
+    its measured time and memory beside its estimate (``kill``: the test's kill point)."""
     run = ctx.run
     finished = ctx.stages is not None and ctx.stages.done(spec.name)
     if finished and run.mode == "extend" and spec.resume is None:
@@ -264,6 +320,8 @@ def _run_stage(spec: StageSpec, ctx: Context, out: str) -> None:
     tick = time.perf_counter()
     spec.run(ctx)
     seconds = time.perf_counter() - tick
+    if kill is not None:
+        kill.ended(spec.name)
     if ctx.rs is None:
         raise RuntimeError(f"stage {spec.name!r} ended without a store to record it in")
     if ctx.stages is None or ctx.stages.rs is not ctx.rs:
@@ -308,6 +366,9 @@ def execute(
     from distforest.parallel.placement import place
 
     digest = spec_hash(spec)
+    kill = KillPoint.from_env()
+    if kill is not None:
+        progress = kill.watch(progress)
     report_dir = getattr(job, "report_dir", location.parent(job.out))
     check_job_inputs_read_only(job)
     with StoreLock(job.out, run_id) as lock, folder_lock(job.out, run_id):
@@ -339,7 +400,9 @@ def execute(
                 ctx.rs = create(run)
                 ctx.stages = Stages(ctx.rs)
             for stage in pipeline.stages:
-                _run_stage(stage, ctx, str(job.out))
+                if kill is not None:
+                    kill.current = stage.name
+                _run_stage(stage, ctx, str(job.out), kill)
             facts = cluster_facts(where.monitor)  # engine, tasks and retries, while connected
         assert ctx.rs is not None and ctx.stages is not None
         done = result(ctx.rs, ctx.stages.outputs(),

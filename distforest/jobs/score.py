@@ -126,20 +126,24 @@ def _sizes(job: ScoreJob) -> tuple[Any, Any]:
     """The model (loaded) and the new rows (read, columns matched; a glob, a folder of
     parts or a large file: summarised by partitions, :class:`NewRows`)."""
     from distforest.apps.scoring import new_rows_table
-    from distforest.jobs.inputs import partitioned_input
+    from distforest.store.source import read_as
 
     forest = open_model(job.model, job.training, job.target, job.na_values)
-    if partitioned_input(job.input) and Path(job.model).is_file():
-        raise ConfigError(
-            f"{job.input}: new rows read by partitions are scored against a saved forest "
-            f"(its store read by each worker); {job.model} is a model file: score a table "
-            "loaded whole, or save a proximity run of the model first"
-        )
-    if partitioned_input(job.input):
-        return forest, read_new_rows(forest, job.input, job.id, job.na_values)
-    table = new_rows_table(forest, job.input, id_column=job.id, na_values=job.na_values,
-                           decimal=job.decimal)  # fmt: skip
-    return forest, table
+
+    def whole(data: str) -> Any:
+        return new_rows_table(forest, data, id_column=job.id, na_values=job.na_values,
+                              decimal=job.decimal)  # fmt: skip
+
+    def parts(data: str) -> NewRows:
+        if Path(job.model).is_file():
+            raise ConfigError(
+                f"{data}: new rows read by partitions are scored against a saved forest "
+                f"(its store read by each worker); {job.model} is a model file: score a "
+                "table loaded whole, or save a proximity run of the model first"
+            )
+        return read_new_rows(forest, data, job.id, job.na_values)
+
+    return forest, read_as(job.input, whole=whole, parts=parts)
 
 
 @ScoreJob.plans

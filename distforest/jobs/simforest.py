@@ -8,7 +8,7 @@ MDS picture from it.  It follows the run protocol of :mod:`distforest.jobs.runs`
 locked, resumable by stage, not repeated once complete.
 
 A table read by partitions (a glob, a folder of part files or a file over
-32 MB, :func:`~distforest.jobs.inputs.partitioned_input`) is summarised by
+32 MB: :func:`~distforest.store.source.read_as` decides) is summarised by
 partitions on the workers (pass 1: the checks of the in-memory reader, a bad
 value named by its file, column and row), written into a temporary run store
 as float64 (the values the in-memory reader gives), z-scored by the same
@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -41,7 +42,7 @@ from distforest.io import load_table, read_frame
 from distforest.io.matrices import StoredMatrix, load_matrix
 from distforest.jobs.base import ForestJob, input_fields, new_run_id
 from distforest.jobs.estimates import SECONDS_PER, check_disk, estimate_matrix
-from distforest.jobs.inputs import input_shape, partitioned_input, temporary_store
+from distforest.jobs.inputs import input_shape, temporary_store
 from distforest.jobs.outputs import check_new_file, write_mds, write_outliers
 from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Context, Run, execute
@@ -49,6 +50,7 @@ from distforest.jobs.stages import Cost, Pipeline, Stage, placement_of
 from distforest.parallel.placement import cells_of
 from distforest.store.inputs import PendingInput, input_chunk
 from distforest.store.run_store import RunStore
+from distforest.store.source import open_input, read_as
 
 logger = logging.getLogger("distforest")
 
@@ -88,6 +90,16 @@ def metric_params(metric: str) -> tuple[str, dict[str, Any] | None]:
     return measure.name, None if measure.gamma is None else {"gamma": measure.gamma}
 
 
+#: ``save(forest, attrs) -> RunStore``: a fitted SimForest saved where a job keeps it.
+Save = Callable[[SimilarityForestClassifier, dict[str, Any]], RunStore]
+
+
+def _fit_held(fit_input: FitInput, forest: SimilarityForestClassifier, save: Save) -> RunStore:
+    """The objects held here (a matrix, or a table's scaled rows) fitted, then saved."""
+    forest.fit(fit_input.source, fit_input.y)
+    return save(forest, fit_input.attrs)
+
+
 @dataclass
 class FitInput:
     """What a SimForest is fitted on, read from the user's files."""
@@ -98,6 +110,16 @@ class FitInput:
     fingerprint: str
     #: Stored with the model: source, feature names, target name, scaling.
     attrs: dict[str, Any]
+    #: Input cells of the fit (rows x features, or the matrix's cells).
+    cells: int = 0
+    #: ``fitter(self, forest, save)``: fits ``forest`` on these objects and saves it.
+    fitter: Callable[[FitInput, SimilarityForestClassifier, Save], RunStore] = _fit_held
+    #: Whether the saved model's per-row arrays are read in its store (a fit by partitions).
+    rows_in_store: bool = False
+
+    def fit_saved(self, forest: SimilarityForestClassifier, save: Save) -> RunStore:
+        """Fit ``forest`` on these objects; ``save(forest, attrs)`` keeps it (returned)."""
+        return self.fitter(self, forest, save)
 
 
 def _file_fingerprint(matrix: StoredMatrix, labels: np.ndarray) -> str:
@@ -135,7 +157,8 @@ def read_fit_input(
             fingerprint = _file_fingerprint(source, y)
         else:  # pragma: no cover - paths always give stored matrices
             fingerprint = hashlib.blake2b(source.tobytes(), digest_size=16).hexdigest()
-        return FitInput(source, y, source.shape[0], fingerprint, {"source": matrix})
+        return FitInput(source, y, source.shape[0], fingerprint, {"source": matrix},
+                        cells_of(source))  # fmt: skip
     if target is None or labels is not None:
         raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
     assert data is not None
@@ -152,7 +175,7 @@ def read_fit_input(
         X = scale(X, scaling)
     attrs = {"source": data, "feature_names": list(table.feature_names), "target_name": target,
              "scaling": scaling}  # fmt: skip
-    return FitInput(X, np.asarray(table.y), X.shape[0], table.fingerprint(), attrs)
+    return FitInput(X, np.asarray(table.y), X.shape[0], table.fingerprint(), attrs, cells_of(X))
 
 
 def column_moments(
@@ -196,11 +219,9 @@ def read_pending(
 ) -> PendingInput:
     """Pass 1 of a table read by partitions (summaries only), checked as
     :func:`read_fit_input` checks a table loaded whole."""
-    from distforest.io.ingest import read_partitioned
-
-    pending = PendingInput(read_partitioned(data, target=target, drop=drop,
-                                            na_values=na_values, allow_missing=False,
-                                            dtype=np.float64))  # fmt: skip
+    pending = cast("PendingInput", open_input(  # partitions=True: its summaries
+        data, target=target, drop=drop, na_values=na_values, partitions=True,
+        allow_missing=False, dtype=np.float64))  # fmt: skip
     categories = pending.data.encoding.categories
     if categories:
         raise InputError(
@@ -252,10 +273,36 @@ def fit_and_save(
     return rs
 
 
-def table_by_parts(data: str | None) -> bool:
-    """Whether a SimForest's table ``data`` (None: a matrix is fitted) is read by
-    partitions (a glob, a folder of parts, a file over 32 MB)."""
-    return data is not None and partitioned_input(data)
+def read_table(data: str, target: str, normalize: str, drop: tuple[str, ...] = (),
+               na_values: tuple[str, ...] = (), *, summaries: bool = True) -> FitInput:  # fmt: skip
+    """A SimForest's table: read here whole (:func:`read_fit_input`), or by partitions (a
+    glob, a folder of parts, a file over 32 MB: :func:`table_parts`)."""
+    return read_as(data, whole=lambda _: read_fit_input(
+        data=data, matrix=None, labels=None, target=target, normalize=normalize, drop=drop,
+        na_values=na_values), parts=lambda _: table_parts(
+        data, target, normalize, drop, na_values, summaries=summaries))  # fmt: skip
+
+
+def table_parts(data: str, target: str, normalize: str, drop: tuple[str, ...] = (),
+                na_values: tuple[str, ...] = (), *,
+                summaries: bool = True) -> FitInput:  # fmt: skip
+    """A SimForest's table read by partitions into a temporary store by the fit
+    (:func:`fit_and_save`): ``summaries``, pass 1 now (the fingerprint of the
+    partitions' summaries), else only the table's shape now and pass 1 by the fit."""
+
+    def fitted(pending: PendingInput | None, fit_input: FitInput,
+               forest: SimilarityForestClassifier, save: Save) -> RunStore:  # fmt: skip
+        pending = pending or read_pending(data, target, drop, na_values)
+        return fit_and_save(forest, pending, normalize, input_attrs(pending, target), save)
+
+    if summaries:
+        pending = read_pending(data, target, drop, na_values)
+        n, d, fingerprint = pending.n_samples, pending.n_features, pending.fingerprint()
+    else:
+        pending, fingerprint = None, ""
+        _, n, d = input_shape(data, target, drop=drop, na_values=na_values)
+    return FitInput(pending, np.empty(0), n, fingerprint, {}, n * d, partial(fitted, pending),
+                    rows_in_store=True)  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -290,34 +337,24 @@ class SimForestJob(ForestJob):
         """What the job computes, for ``distforest validate``."""
         return f"SimForest model and {self.method} proximity"
 
-    @property
-    def partitioned(self) -> bool:
-        """Whether the input is a table read by partitions (a glob, a folder of parts,
-        a file over 32 MB)."""
-        return table_by_parts(None if self.matrix_input else self.input)
-
-    def read_input(self) -> FitInput:
-        """What the model is fitted on, read from the job's files (a table read by
-        partitions: its summaries, a :class:`~distforest.store.inputs.PendingInput`)."""
-        if self.partitioned:
-            assert self.target is not None
-            pending = read_pending(self.input, self.target, self.drop, self.na_values)
-            return FitInput(pending, np.empty(0), pending.n_samples, pending.fingerprint(),
-                            input_attrs(pending, self.target))  # fmt: skip
-        matrix = self.input if self.matrix_input else None
-        return read_fit_input(data=None if matrix else self.input, matrix=matrix,
-                              labels=self.labels, target=self.target, normalize=self.normalize,
-                              drop=self.drop, na_values=self.na_values)  # fmt: skip
+    def read_input(self, summaries: bool = True) -> FitInput:
+        """What the model is fitted on, read from the job's files (:func:`read_table`: a
+        table read by partitions gives its summaries, or with ``summaries=False`` its
+        shape only)."""
+        if self.matrix_input:
+            return read_fit_input(data=None, matrix=self.input, labels=self.labels,
+                                  target=self.target, normalize=self.normalize)  # fmt: skip
+        if self.target is None:  # (the request's own check, as a table read whole gives it)
+            raise ParameterError("a table DATA needs --target COLUMN (and takes no --labels)")
+        return read_table(self.input, self.target, self.normalize, self.drop, self.na_values,
+                          summaries=summaries)  # fmt: skip
 
 
 @SimForestJob.plans
 def plan_simforest_job(job: SimForestJob) -> Pipeline:
     """What the job would do (``--dry-run``): reads the input, runs nothing."""
-    if job.partitioned:  # the shape only: nothing read whole
-        _, n, d = input_shape(job.input, job.target, drop=job.drop, na_values=job.na_values)
-        return simforest_pipeline(job, n, n * d)
-    fit_input = job.read_input()
-    return simforest_pipeline(job, fit_input.n, cells_of(fit_input.source))
+    fit_input = job.read_input(summaries=False)  # by partitions: the shape only
+    return simforest_pipeline(job, fit_input.n, fit_input.cells)
 
 
 def simforest_pipeline(job: SimForestJob, n: int, cells: int,
@@ -347,7 +384,7 @@ def simforest_pipeline(job: SimForestJob, n: int, cells: int,
               run=lambda ctx: _fit(job, fit_input, ctx),
               # resumed: a model fitted by partitions keeps its leaves in its store
               resume=lambda ctx: setattr(ctx, "model", SimilarityForestClassifier.load(
-                  job.out, rows_in_store=job.partitioned))),
+                  job.out, rows_in_store=fit_input is not None and fit_input.rows_in_store))),
         Stage("proximity", f"{job.method}, {tiles.n_tasks:,} tiles of {tile} x {tile}",
               reads=("leaves",), writes=(name,), tasks=tiles.n_tasks, tiles=tiles.n_tasks,
               cost=Cost(SECONDS_PER["tile"] * trees * tiles.n_tasks * tile * tile,
@@ -383,17 +420,11 @@ def _fit(job: SimForestJob, fit_input: FitInput | None, ctx: Context) -> None:
     assert fit_input is not None
     record = ctx.run.record
     forest = SimilarityForestClassifier(**job.forest)
-    if isinstance(fit_input.source, PendingInput):  # fitted from a temporary store
 
-        def save(fitted: SimilarityForestClassifier, attrs: dict[str, Any]) -> RunStore:
-            return fitted.save(job.out, overwrite=True, complete=False,
-                               attrs={**attrs, **record})  # fmt: skip
+    def save(fitted: SimilarityForestClassifier, attrs: dict[str, Any]) -> RunStore:
+        return fitted.save(job.out, overwrite=True, complete=False, attrs={**attrs, **record})
 
-        ctx.rs = fit_and_save(forest, fit_input.source, job.normalize, fit_input.attrs, save)
-    else:
-        forest.fit(fit_input.source, fit_input.y)
-        ctx.rs = forest.save(job.out, overwrite=True, complete=False,
-                             attrs={**fit_input.attrs, **record})  # fmt: skip
+    ctx.rs = fit_input.fit_saved(forest, save)
     ctx.done.outputs = {"model": ctx.rs.path}
     ctx.done.info["evaluations"] = forest.n_similarity_evaluations_
     ctx.model = forest
@@ -407,7 +438,7 @@ def run_simforest_job(
     start = time.perf_counter()
     run_id = run_id or new_run_id()
     fit_input = job.read_input()
-    pipeline = simforest_pipeline(job, fit_input.n, _cells(fit_input), fit_input)
+    pipeline = simforest_pipeline(job, fit_input.n, fit_input.cells, fit_input)
 
     def check(run: Run) -> None:
         for section in (job.outliers, job.mds):
@@ -422,13 +453,6 @@ def run_simforest_job(
 
     return execute(job, pipeline, job.spec(fit_input.fingerprint), result, progress=progress,
                    restart=restart, run_id=run_id, check=check)  # fmt: skip
-
-
-def _cells(fit_input: FitInput) -> int:
-    """Input cells of the fit (a table read by partitions: rows x features)."""
-    if isinstance(fit_input.source, PendingInput):
-        return fit_input.source.n_samples * fit_input.source.n_features
-    return cells_of(fit_input.source)
 
 
 def _result(job: SimForestJob, rs: RunStore, outputs: dict[str, str], start: float,

@@ -46,13 +46,6 @@ class SimForestFitJob(JobBase):
     drop: tuple[str, ...] = ()
     name: str = "simforest fit"
 
-    @property
-    def by_parts(self) -> bool:
-        """Whether DATA is a table read by partitions."""
-        from distforest.jobs.simforest import table_by_parts
-
-        return table_by_parts(self.data)
-
     def describe(self) -> str:
         """What the job computes."""
         return "a SimForest model"
@@ -63,7 +56,7 @@ class SimForestFitJob(JobBase):
 
         fit = (RunStore.open(result.store).attrs.get("stages") or {}).get("fit") or {}
         n, trees, evaluations = result.shape[0], result.n_trees, int(fit.get("evaluations", 0))
-        parts = " read by partitions" if self.by_parts else ""
+        parts = " read by partitions" if fit.get("by_partitions") else ""
         return "\n".join([
             f"SimForest of {trees} trees on {n} objects{parts} ({fit.get('classes')} classes) "
             f"in {result.seconds:.1f} s{mode_text(result.mode, self.out)}; {evaluations} "
@@ -113,37 +106,49 @@ def simforest_fit_job(params: dict[str, Any], *, data: str | None, matrix: str |
 @dataclass
 class _FitRows:
     """What the fit reads: the objects held whole (with the centring of distances), or
-    only the shape of a table read by partitions (its rows read by the fit stage)."""
+    only the shape of a table read by partitions (its rows read by the fit stage:
+    ``placed`` on a cluster)."""
 
     n: int
     d: int
     cells: int
-    fit_input: Any = None
+    fit_input: Any
     centring: Any = None
+    placed: int | None = None
+    what: str = "simforest fit"
 
 
 def _fit_rows(job: SimForestFitJob, temporary: ExitStack) -> _FitRows:
     """The objects of the fit (``distances`` double-centred into a temporary array beside
     ``out`` that ``temporary`` removes), their number checked against the size limit."""
-    from distforest.jobs.inputs import input_shape
-    from distforest.jobs.simforest import read_fit_input
-    from distforest.parallel.placement import cells_of
+    from distforest.jobs.simforest import read_fit_input, table_parts
+    from distforest.jobs.stages import ON_A_CLUSTER
+    from distforest.store.source import read_as
 
-    if job.by_parts:
-        assert job.data is not None
-        _, n, d = input_shape(job.data, job.target, drop=job.drop, na_values=job.na_values)
-        return _FitRows(n, d, n * d)
-    matrix, centring = job.matrix, None
-    if job.distances is not None:
-        from distforest.io.centring import centred_matrix, double_centre
+    def held(_: Any = None) -> _FitRows:  # a matrix, centred distances or a table read here
+        matrix, centring = job.matrix, None
+        if job.distances is not None:
+            from distforest.io.centring import centred_matrix, double_centre
 
-        matrix = temporary.enter_context(centred_matrix(job.out))
-        centring = double_centre(job.distances, matrix, what=f"--distances {job.distances!r}")
-    fit_input = read_fit_input(data=job.data, matrix=matrix, labels=job.labels,
-                               target=job.target, normalize=job.normalize, drop=job.drop,
-                               na_values=job.na_values)  # fmt: skip
-    _check_size(job.params, fit_input.n)
-    return _FitRows(fit_input.n, 1, cells_of(fit_input.source), fit_input, centring)
+            matrix = temporary.enter_context(centred_matrix(job.out))
+            centring = double_centre(job.distances, matrix,
+                                     what=f"--distances {job.distances!r}")  # fmt: skip
+        fit_input = read_fit_input(data=job.data, matrix=matrix, labels=job.labels,
+                                   target=job.target, normalize=job.normalize, drop=job.drop,
+                                   na_values=job.na_values)  # fmt: skip
+        _check_size(job.params, fit_input.n)
+        return _FitRows(fit_input.n, 1, fit_input.cells, fit_input, centring)
+
+    def parts(data: str) -> _FitRows:  # read by the fit stage, on a cluster
+        assert job.target is not None  # (the request was checked)
+        fit_input = table_parts(data, job.target, job.normalize, job.drop, job.na_values,
+                                summaries=False)  # fmt: skip
+        _check_size(job.params, fit_input.n)
+        return _FitRows(fit_input.n, fit_input.cells // max(1, fit_input.n), fit_input.cells,
+                        fit_input, placed=ON_A_CLUSTER,
+                        what="simforest fit (read by partitions)")  # fmt: skip
+
+    return held() if job.data is None else read_as(job.data, whole=held, parts=parts)
 
 
 def _check_size(params: dict[str, Any], n: int) -> None:
@@ -169,10 +174,10 @@ def fit_pipeline(job: SimForestFitJob, rows: _FitRows) -> Pipeline:
 
     from distforest.forests.simforest import SimilarityForestClassifier
     from distforest.jobs.estimates import SECONDS_PER
-    from distforest.jobs.stages import ON_A_CLUSTER, placement_of
+    from distforest.jobs.stages import placement_of
     from distforest.parallel.tasks import default_batch_size, plan_batches
 
-    placed = ON_A_CLUSTER if job.by_parts else rows.cells
+    placed = rows.cells if rows.placed is None else rows.placed
     trees, pairs, n = job.params["n_estimators"], job.params["n_pairs"], rows.n
     batch = job.params.get("batch_size") or default_batch_size(trees, placement_of(
         placed, job.connect)[1])  # fmt: skip
@@ -184,9 +189,9 @@ def fit_pipeline(job: SimForestFitJob, rows: _FitRows) -> Pipeline:
                           {"model (nodes, leaves, inbag)": n * trees * (5 + 2 * 48)}),
                 run=lambda ctx: _fit(job, rows, ctx),
                 resume=lambda ctx: setattr(ctx, "model", SimilarityForestClassifier.load(
-                    job.out, rows_in_store=job.by_parts)))  # fmt: skip
-    what = "simforest fit (read by partitions)" if job.by_parts else "simforest fit"
-    return Pipeline(title=f"{what}: {n:,} rows x {rows.d} features", steps=[("input", job.input)],
+                    job.out, rows_in_store=rows.fit_input.rows_in_store)))  # fmt: skip
+    return Pipeline(title=f"{rows.what}: {n:,} rows x {rows.d} features",
+                    steps=[("input", job.input)],
                     stages=[fit], cells=placed, connect=job.connect, out=job.out)  # fmt: skip
 
 
@@ -195,29 +200,23 @@ def _fit(job: SimForestFitJob, rows: _FitRows, ctx: Context) -> None:
     run protocol marks it); a model fitted on distances keeps their column means, which
     centre new objects' distances."""
     from distforest.forests.simforest import SimilarityForestClassifier
-    from distforest.jobs.simforest import fit_and_save, input_attrs, read_pending
 
     forest = SimilarityForestClassifier(**job.params)
     record = ctx.run.record
-    if job.by_parts:  # pass 1 on the workers, then fitted from a temporary store
-        assert job.data is not None and job.target is not None
-        pending = read_pending(job.data, job.target, job.drop, job.na_values)
-        _check_size(job.params, pending.n_samples)
 
-        def save(fitted: Any, attrs: dict[str, Any]) -> Any:
-            return fitted.save(job.out, overwrite=True, complete=False,
-                               attrs={**attrs, **record})  # fmt: skip
-
-        rs = fit_and_save(forest, pending, job.normalize, input_attrs(pending, job.target), save)
-    else:
-        forest.fit(rows.fit_input.source, rows.fit_input.y)
-        attrs = dict(rows.fit_input.attrs)
+    def save(fitted: Any, attrs: dict[str, Any]) -> Any:
         if rows.centring is not None:
-            attrs.update(source=job.distances, centring="double")
-        rs = forest.save(job.out, overwrite=True, complete=False, attrs={**attrs, **record})
+            attrs = {**attrs, "source": job.distances, "centring": "double"}
+        rs = fitted.save(job.out, overwrite=True, complete=False, attrs={**attrs, **record})
         if rows.centring is not None:  # what predict needs to centre new objects' distances
             rs.write_named("centring_means", rows.centring.column_means,
                            attrs={"grand_mean": rows.centring.grand_mean})  # fmt: skip
+        return rs
+
+    # a table read by partitions: pass 1 on the workers, fitted from a temporary store
+    rs = rows.fit_input.fit_saved(forest, save)
+    if rows.placed is not None:  # (the summary says so)
+        ctx.done.info["by_partitions"] = True
     ctx.rs, ctx.model = rs, forest
     ctx.done.outputs = {"model": rs.path}
     ctx.done.info.update(evaluations=int(forest.n_similarity_evaluations_),
@@ -471,14 +470,6 @@ class SimForestPredictJob(JobBase):
     distances: str | None = None
     name: str = "simforest predict"
 
-    @property
-    def by_parts(self) -> bool:
-        """Whether DATA is read by partitions (a glob, a folder of parts, a large file)."""
-        from distforest.jobs.inputs import partitioned_input
-
-        given = self.data is not None and self.matrix is None and self.distances is None
-        return given and partitioned_input(str(self.data))
-
     def describe(self) -> str:
         """What the job computes."""
         return "SimForest predictions"
@@ -486,8 +477,10 @@ class SimForestPredictJob(JobBase):
     def summary(self, result: JobResult) -> str:
         """The predictions written (as the command printed them), and the reports."""
         from distforest.jobs.result import mode_text
+        from distforest.store.run_store import RunStore
 
-        parts = " read by partitions" if self.by_parts else ""
+        stage = (RunStore.open(result.store).attrs.get("stages") or {}).get("predict") or {}
+        parts = " read by partitions" if stage.get("by_partitions") else ""
         return "\n".join([
             f"{result.shape[0]} predictions{parts} in {result.seconds:.1f} s"
             f"{mode_text(result.mode, self.out)}",
@@ -499,13 +492,29 @@ class SimForestPredictJob(JobBase):
 def plan_predict_job(job: SimForestPredictJob) -> Pipeline:
     """What the job would do (``--dry-run``): reads the model and the new objects, runs
     nothing (centred distances go into a temporary array removed before it returns)."""
-    if job.by_parts:
-        return predict_pipeline(job, *_partitions(job))
-    forest, source, n, temporary = read_predict_input(job.model, job.data, job.matrix,
-                                                      job.distances, job.na_values,
-                                                      job.files["out"])  # fmt: skip
+    pipeline, temporary = _read_new_objects(job)
     with temporary:
-        return predict_pipeline(job, forest, source, n)
+        return pipeline
+
+
+def _read_new_objects(job: SimForestPredictJob) -> tuple[Pipeline, ExitStack]:
+    """The job's pipeline, from the new objects as read: a similarity or distance matrix,
+    or DATA read here whole (its features scaled), or DATA's partitions (each read by a
+    task); the stack removes centred distances (a temporary array beside the CSV)."""
+    from distforest.store.source import read_as
+
+    def whole(_: Any) -> tuple[Pipeline, ExitStack]:
+        forest, source, n, temporary = read_predict_input(job.model, job.data, job.matrix,
+                                                          job.distances, job.na_values,
+                                                          job.files["out"])  # fmt: skip
+        return predict_pipeline(job, forest, source, n), temporary
+
+    def parts(_: Any) -> tuple[Pipeline, ExitStack]:
+        return parts_pipeline(job, *_partitions(job)), ExitStack()
+
+    if job.data is None or job.matrix is not None or job.distances is not None:
+        return whole(None)
+    return read_as(str(job.data), whole=whole, parts=parts)
 
 
 def _partitions(job: SimForestPredictJob) -> tuple[Any, Any, int]:
@@ -528,29 +537,34 @@ def _partitions(job: SimForestPredictJob) -> tuple[Any, Any, int]:
     return attrs, parts, parts.npartitions
 
 
+def parts_pipeline(job: SimForestPredictJob, attrs: Any, parts: Any, n: int) -> Pipeline:
+    """The one stage of ``simforest predict`` of DATA read by partitions: one task per
+    partition (``attrs``: the model's attributes, ``parts``: the partitions, ``n``: their
+    count; the rows are not counted)."""
+    from distforest.jobs.stages import ON_A_CLUSTER
+
+    out = job.files["out"]
+    stage = Stage("predict", f"{n} tasks that each predict a partition's rows and write a "
+                             f"piece of {out}, joined in order",
+                  reads=(job.model, str(job.data)), writes=(out,), tasks=n,
+                  run=lambda ctx: _predict_parts(job, attrs, parts, ctx))  # fmt: skip
+    return Pipeline(title=f"simforest predict: {parts.source} read by partitions",
+                    steps=[("input", job.model), ("store", f"{job.out} (this run's stages)")],
+                    stages=[stage], cells=ON_A_CLUSTER, connect=job.connect,
+                    out=str(job.out))  # fmt: skip
+
+
 def predict_pipeline(job: SimForestPredictJob, forest: Any, source: Any, n: int) -> Pipeline:
-    """The one stage of ``simforest predict``: one task per block of test objects (as
-    :meth:`SimilarityForestClassifier.predict_proba` cuts them), or per partition of
-    DATA read by partitions (``forest``: the model's attributes, ``source``: the
-    partitions, ``n``: their count; the rows are not counted)."""
+    """The one stage of ``simforest predict`` of objects read here: one task per block of
+    test objects (as :meth:`SimilarityForestClassifier.predict_proba` cuts them)."""
     import math
 
     from distforest.forests.simforest import BLOCK_BYTES
     from distforest.jobs.estimates import SECONDS_PER
-    from distforest.jobs.stages import ON_A_CLUSTER
     from distforest.parallel.placement import cells_of
     from distforest.parallel.tasks import plan_batches
 
     out = job.files["out"]
-    if job.by_parts:
-        stage = Stage("predict", f"{n} tasks that each predict a partition's rows and write a "
-                                 f"piece of {out}, joined in order",
-                      reads=(job.model, str(job.data)), writes=(out,), tasks=n,
-                      run=lambda ctx: _predict_parts(job, forest, source, ctx))  # fmt: skip
-        return Pipeline(title=f"simforest predict: {source.source} read by partitions",
-                        steps=[("input", job.model), ("store", f"{job.out} (this run's stages)")],
-                        stages=[stage], cells=ON_A_CLUSTER, connect=job.connect,
-                        out=str(job.out))  # fmt: skip
     _, function, _, per_row = forest._test_source(source, None)
     blocks = len(plan_batches(n, max(1, min(n, BLOCK_BYTES // (8 * max(1, per_row))))))
     width = 1 if function is None else int(np.shape(source)[1])  # values read per similarity
@@ -585,7 +599,7 @@ def _predict_parts(job: SimForestPredictJob, attrs: Any, parts: Any, ctx: Contex
     n, path, _ = write_pieces(rows, partial(_predict_rows, job.model, attrs, names),
                               job.files["out"])  # fmt: skip
     ctx.done.outputs = {"predictions": path}
-    ctx.done.info["rows"] = int(n)
+    ctx.done.info.update(rows=int(n), by_partitions=True)
 
 
 @SimForestPredictJob.runs
@@ -597,18 +611,10 @@ def run_predict_job(job: SimForestPredictJob, progress: Any = None, *, restart: 
     from distforest.store.run_store import RunStore
 
     model = RunStore.open(job.model, require_complete=True).attrs.get("fit_id")
-    if job.by_parts:
-        attrs, parts, count = _partitions(job)
-        pipeline, temporary = predict_pipeline(job, attrs, parts, count), ExitStack()
-        given = {"data": listing_stamp(str(job.data))}
-    else:
-        forest, source, n, temporary = read_predict_input(job.model, job.data, job.matrix,
-                                                          job.distances, job.na_values,
-                                                          job.files["out"])  # fmt: skip
-        pipeline = predict_pipeline(job, forest, source, n)
-        given = {k: listing_stamp(str(p)) for k, p in
-                 (("data", job.data), ("matrix", job.matrix), ("distances", job.distances))
-                 if p is not None}  # fmt: skip
+    pipeline, temporary = _read_new_objects(job)
+    given = {k: listing_stamp(str(p)) for k, p in
+             (("data", job.data), ("matrix", job.matrix), ("distances", job.distances))
+             if p is not None}  # fmt: skip
 
     spec = job.spec_of(("na_values", "files"), model={"path": job.model, "fit_id": model},
                        input=given)  # fmt: skip
@@ -616,3 +622,38 @@ def run_predict_job(job: SimForestPredictJob, progress: Any = None, *, restart: 
         return run_rows_job(job, pipeline, spec, "SimForest classification",
                             progress=progress, restart=restart,
                             run_id=run_id or new_run_id())  # fmt: skip
+
+
+def simforest_predict_job(data: dict[str, Any], sections: dict[str, dict[str, Any]],
+                          input_path: str, out_dir: Any, connect: dict[str, Any], source: str,
+                          templated: Any) -> SimForestPredictJob:  # fmt: skip
+    """The job of a ``simforest-predict`` pipeline (sections type-checked): the job
+    ``distforest simforest predict`` builds from the same values.  ``model.path`` is the
+    model (``templated``: dates filled in, read from the pipeline's folder);
+    ``input.path`` the new objects, or with ``predict.matrix`` their similarities or
+    distances to the training objects."""
+    from distforest.errors import ConfigError
+    from distforest.jobs.base import input_fields
+    from distforest.jobs.outputs import record_path
+
+    model, out, section = sections["model"], sections["output"], sections["predict"]
+    if "model" not in data:
+        raise ConfigError(f"{source}: a simforest-predict pipeline needs 'model: PATH', a "
+                          "SimForest model (distforest simforest fit, or a simforest "
+                          "pipeline's store)")  # fmt: skip
+    extra = [f"model.{k}" for k in model if k != "path"] + [f"output.{k}" for k in ("plot",)
+                                                            if k in out]  # fmt: skip
+    if extra:
+        raise ConfigError(f"{source}: {extra[0]} does not apply to a simforest-predict "
+                          "pipeline: remove it")  # fmt: skip
+    matrix = section.get("matrix")
+    given: dict[str, str | None] = {"data": None, "similarity": None, "distances": None}
+    given[matrix or "data"] = input_path
+    csv = str(out_dir / section["out"])
+    store = str(out_dir / out["store"]) if out.get("store") else record_path(csv)
+    return SimForestPredictJob(input=input_path, model=templated(model["path"]), out=store,
+                               files={"out": csv}, data=given["data"],
+                               matrix=given["similarity"], distances=given["distances"],
+                               **input_fields(sections["input"], table=False),
+                               overwrite=bool(out.get("overwrite", False)), connect=connect,
+                               source=source)  # fmt: skip

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from distforest import location
 from distforest.errors import ConfigError
@@ -35,6 +35,8 @@ from distforest.jobs.result import JobResult
 from distforest.jobs.runs import Context, Run, execute
 from distforest.jobs.stages import ON_A_CLUSTER, Cost, Pipeline, Stage
 from distforest.store.run_store import RunStore
+
+T = TypeVar("T")
 
 #: The keys of a pipeline's ``similarity`` section.
 SIMILARITY_KEYS = ("metric", "normalize", "feature_range", "tile_size", "reference")
@@ -74,16 +76,6 @@ class SimilarityJob(JobBase):
             f"{self.tile_size})"
         )
 
-    @property
-    def partitioned(self) -> bool:
-        """Whether the rows (INPUT's or the reference's) are read by partitions, both then
-        by partitions on a cluster: the job's one question of its inputs' kind (the two
-        algorithms of a matrix do not give the same bytes: with ``zscore`` the matrix of rows
-        scaled into a store differs from the in-memory one in the last bits)."""
-        from distforest.jobs.inputs import partitioned_input
-
-        return any(partitioned_input(p) for p in (self.input, self.reference) if p is not None)
-
     def normalize_choice(self) -> str | None:
         from distforest.jobs.knn_model import normalize_choice
 
@@ -105,12 +97,25 @@ def plan_similarity_job(job: SimilarityJob) -> Pipeline:
 def _planned(job: Any, pipeline: Callable[..., Pipeline]) -> Pipeline:
     """``pipeline(job, source, n, m, d, cells)`` from the inputs' sizes (rows read by
     partitions: from their metadata, nothing loaded)."""
-    if job.partitioned:
-        source, n, m, d = _input_sizes(job)
-        return pipeline(job, source, n, m, d, ON_A_CLUSTER)
-    X, Y = _tables(job)
-    m = X.n_samples if Y is None else Y.n_samples
-    return pipeline(job, str(X.source), X.n_samples, m, X.n_features, _cells(X, Y))
+
+    def whole(_: str) -> Pipeline:
+        return pipeline(job, *_sizes(*_tables(job)))
+
+    return _read(job, whole, lambda _: pipeline(job, *_input_sizes(job), ON_A_CLUSTER))
+
+
+def _read(job: Any, whole: Callable[[str], T], parts: Callable[[str], T]) -> T:
+    """``whole(INPUT)``: the tables read here; or ``parts(INPUT)``: INPUT or the reference
+    read by partitions, both then read by partitions on a cluster.  The two readings give
+    the same bytes up to one store chunk of rows
+    (:data:`~distforest.store.schema.INPUT_ROWS`); above, ``zscore``'s scale differs in
+    the last bit: the chunks' moments are merged by Chan et al.'s rule
+    (:func:`~distforest.forests.scaled_rows.merge_scalers`), not summed in row order as
+    scikit-learn's one fit sums them (measured: 240 rows in 5 chunks of 50, scale off by
+    4.4e-16; one chunk, equal)."""
+    from distforest.store.source import read_as
+
+    return read_as(job.input, whole=whole, parts=parts, also=(job.reference,))
 
 
 def similarity_pipeline(job: SimilarityJob, source: str, n: int, m: int, d: int, cells: int,
@@ -157,23 +162,39 @@ def _cells(X: Any, Y: Any) -> int:
     return cells_of(X, Y)
 
 
+#: ``(source, n, m, d, cells)`` of a matrix's inputs.
+Sizes = tuple[str, int, int, int, int]
+
+
+def _sizes(X: Any, Y: Any) -> Sizes:
+    """The sizes of tables read whole: ``m`` the reference's rows (``n`` without one)."""
+    m = X.n_samples if Y is None else Y.n_samples
+    return str(X.source), X.n_samples, m, X.n_features, _cells(X, Y)
+
+
+def _prints(X: Any, Y: Any) -> dict[str, str]:
+    """The fingerprints of tables read whole (the job's spec)."""
+    return {"X": X.fingerprint(), **({"Y": Y.fingerprint()} if Y is not None else {})}
+
+
 @SimilarityJob.runs
 def run_similarity_job(job: SimilarityJob, progress: Any = None, *, restart: bool = False,
                        run_id: str | None = None) -> JobResult:  # fmt: skip
     """Write the matrix under the run protocol; every input checked before any work."""
     start = time.perf_counter()
     run_id = run_id or new_run_id()
-    if job.partitioned:  # pass 1 (summaries): the fingerprints
+
+    def by_parts(_: str) -> tuple[Sizes, dict[str, str], Any]:  # pass 1: the fingerprints
         source, n, m, d, parts = _partitioned_sizes(job)
-        pipeline = similarity_pipeline(job, source, n, m, d, ON_A_CLUSTER,
-                                       lambda ctx: _write_scaled(job, ctx))  # fmt: skip
-    else:
+        return (source, n, m, d, ON_A_CLUSTER), parts, lambda ctx: _write_scaled(job, ctx)
+
+    def whole(_: str) -> tuple[Sizes, dict[str, str], Any]:
         X, Y = _tables(job)
-        source, n, d = str(X.source), X.n_samples, X.n_features
-        m = n if Y is None else Y.n_samples
-        parts = {"X": X.fingerprint(), **({"Y": Y.fingerprint()} if Y is not None else {})}
-        pipeline = similarity_pipeline(job, source, n, m, d, _cells(X, Y),
-                                       lambda ctx: _write(job, X, Y, ctx))  # fmt: skip
+        return _sizes(X, Y), _prints(X, Y), lambda ctx: _write(job, X, Y, ctx)
+
+    sizes, parts, work = _read(job, whole, by_parts)
+    source, n, m, d, _ = sizes
+    pipeline = similarity_pipeline(job, *sizes, work)
 
     def check(run: Run) -> None:
         need = estimate_matrix(n, m, d, job.tile_size, symmetric=job.reference is None)
@@ -355,17 +376,18 @@ def run_neighbors_job(job: NeighborsJob, progress: Any = None, *, restart: bool 
     """Search the neighbours under the run protocol; every input checked before any work."""
     start = time.perf_counter()
     run_id = run_id or new_run_id()
-    if job.partitioned:
+
+    def by_parts(_: str) -> tuple[Sizes, dict[str, str], Any]:  # pass 1: the fingerprints
         source, n, m, d, parts = _partitioned_sizes(job)
-        pipeline = neighbors_pipeline(job, source, n, m, d, ON_A_CLUSTER,
-                                      lambda ctx: _search_scaled(job, ctx))  # fmt: skip
-    else:
+        return (source, n, m, d, ON_A_CLUSTER), parts, lambda ctx: _search_scaled(job, ctx)
+
+    def whole(_: str) -> tuple[Sizes, dict[str, str], Any]:
         X, Y = _tables(job)
-        n, d = X.n_samples, X.n_features
-        m = n if Y is None else Y.n_samples
-        parts = {"X": X.fingerprint(), **({"Y": Y.fingerprint()} if Y is not None else {})}
-        pipeline = neighbors_pipeline(job, str(X.source), n, m, d, _cells(X, Y),
-                                      lambda ctx: _search(job, X, Y, ctx))  # fmt: skip
+        return _sizes(X, Y), _prints(X, Y), lambda ctx: _search(job, X, Y, ctx)
+
+    sizes, parts, work = _read(job, whole, by_parts)
+    n = sizes[1]
+    pipeline = neighbors_pipeline(job, *sizes, work)
 
     def result(rs: RunStore, outputs: dict[str, str], mode: str) -> JobResult:
         params = rs.attrs["params"]

@@ -448,9 +448,11 @@ def predict_pipeline(job: SmerfPredictJob, model: SMERF, a: Any, b: Any) -> Pipe
 
 
 def _predict(job: SmerfPredictJob, model: SMERF, a: Any, b: Any, ctx: Context) -> None:
-    """The tiles stage: the distances into a new store, then the run's record into it."""
+    """The tiles stage: the distances into a new store with the run's record (resuming:
+    the tiles a killed run did not write into its store)."""
     matrix = model.predict_distance(a, b, store=job.out, tile_size=job.tile_size,
-                                    overwrite=True, complete=False)  # fmt: skip
+                                    overwrite=True, complete=False, attrs=ctx.run.record,
+                                    resume=ctx.run.mode == "resume")  # fmt: skip
     ctx.rs = RunStore.open(job.out, mode="r+")
     ctx.rs.update_attrs(**ctx.run.record)
     ctx.done.info["shape"] = [int(s) for s in matrix.shape]

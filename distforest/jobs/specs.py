@@ -81,7 +81,7 @@ def forest_answer(answer: str, *, input: str, target: str | None, out: str,
     :class:`~distforest.jobs.forest_answers.ForestAnswerJob` (its store beside ``out``);
     the options that are not the forest's are the answer's."""
     from distforest.io.model_files import check_model_file
-    from distforest.jobs.forest_answers import ForestAnswerJob
+    from distforest.jobs.forest_answers import ForestAnswerJob, ImportancesJob
     from distforest.jobs.outputs import record_path
 
     if answer in ("mislabels", "importances") and target is None:
@@ -93,7 +93,8 @@ def forest_answer(answer: str, *, input: str, target: str | None, out: str,
     if answer == "mislabels":  # the task is checked against the labels; the forest classifies
         options["task"], forest["task"] = forest["task"], "classification"
     files = {"out": out, "plot": plot} if answer in ("outliers", "mds") else {"out": out}
-    return ForestAnswerJob(input=input, target=target, out=record_path(out), answer=answer,
+    job = ImportancesJob if answer == "importances" else ForestAnswerJob
+    return job(input=input, target=target, out=record_path(out), answer=answer,
                            files=files, options=options, id=id_column, drop=drop,
                            na_values=na_values, model=model_file, forest=forest,
                            overwrite=overwrite, connect=connect)  # fmt: skip

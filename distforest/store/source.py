@@ -26,9 +26,12 @@ order and the first that can open the input does:
                               a DataFrame, a dask array, xarray, zarr, a ``Table``)
 ============================  ===============================================
 
-:func:`holds_rows` says whether an input is of the last kind: the rows
-themselves, which an estimator may take as they are (scikit-learn's checks,
-the array's own dtype) rather than as a source.
+:func:`opened_unless_held` opens an input unless it is of the last kind: the
+rows themselves, which an estimator takes as they are (scikit-learn's checks,
+the array's own dtype) rather than as a source.  :func:`read_as` lets a job that
+reads a path before any source exists (new rows to predict, a table whose
+summaries a fit needs first) give its reading of each kind: the kind is asked
+here, and nowhere else.
 
 :func:`input_plan` gives a dry run the size of an input and the tasks that read
 it, read as a job reads it (rows read by partitions: from their metadata,
@@ -46,10 +49,10 @@ import contextlib
 import glob
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -71,13 +74,14 @@ __all__ = [
     "ReadOptions",
     "by_partitions",
     "guess_opener",
-    "holds_rows",
     "input_plan",
     "input_shape",
     "is_dask_frame",
     "open_input",
     "open_source",
     "opened",
+    "opened_unless_held",
+    "read_as",
     "release",
 ]
 
@@ -86,6 +90,8 @@ __all__ = [
 PARTITIONED_BYTES = 32 * 2**20
 
 _ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -361,13 +367,6 @@ OPENERS: tuple[Opener, ...] = (
 )  # fmt: skip
 
 
-def holds_rows(X: Any) -> bool:
-    """Whether ``X`` holds its rows in this process (an array, a DataFrame...: the
-    ``memory`` kind), rather than naming where to read them (a path, a URL, a glob, a
-    dask DataFrame, a run store or a source)."""
-    return guess_opener(X).name == _Memory.name
-
-
 def guess_opener(X: Any, options: ReadOptions | None = None) -> Opener:
     """The first :data:`OPENERS` entry that can open ``X``."""
     options = options or ReadOptions()
@@ -484,6 +483,36 @@ def opened(X: Any, y: Any = None, *, owner: Any = None, **options: Any) -> Itera
         raise
     if owner is None:
         release(source)
+
+
+@contextlib.contextmanager
+def opened_unless_held(X: Any, y: Any = None, *, owner: Any = None,
+                       **options: Any) -> Iterator[RowSource | None]:  # fmt: skip
+    """:func:`opened`, unless ``X`` holds its rows in this process (an array, a
+    DataFrame...: the ``memory`` kind): then None, and the caller takes ``X`` as it is
+    (scikit-learn's checks, the array's own dtype) rather than as a source.  A path, a
+    URL, a glob, a dask DataFrame, a run store or a source is opened."""
+    if guess_opener(X).name == _Memory.name:
+        yield None
+        return
+    with opened(X, y, owner=owner, **options) as source:
+        yield source
+
+
+def read_as(X: Any, *, whole: Callable[[Any], T], parts: Callable[[Any], T],
+            partitions: bool | None = None, also: tuple[Any, ...] = ()) -> T:  # fmt: skip
+    """How a job reads ``X`` before it reads any row: ``parts(X)`` when ``X`` is a path
+    read by partitions (:func:`by_partitions`: a glob, a folder of parts, a large file,
+    or ``partitions=True``), ``whole(X)`` otherwise.
+
+    The caller gives its reading of each kind (new rows to predict: one task per
+    partition, or the table read here; a fit that needs the partitions' summaries
+    first); which one runs is decided here, the one place that asks.  ``also``: inputs
+    read with ``X`` (a reference table; None: not given), all by partitions when any is.
+    """
+    options = _options(partitions=partitions)
+    reads = any(_Parts().guess_can_open(x, options) for x in (X, *also) if x is not None)
+    return parts(X) if reads else whole(X)
 
 
 def _ingest_temporary(X: Any, target: str | None, options: ReadOptions, owner: Any) -> StoredTable:
