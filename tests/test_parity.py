@@ -503,14 +503,14 @@ def test_one_forest_modes_above_the_sample_are_new_rows(client, tmp_path: Path,
     """Sample bound < n: each partition is filled as ``transform`` fills it in memory, by
     the imputer fitted on the same sample (the oracle), and observed cells never change."""
 
-    df = _holes_table(n=600, seed=6)
+    df = _holes_table(n=300, seed=6)
     folder = _parts(df, tmp_path / "parts", parts=3)
     params = {**RF_SMALL, "proximity": proximity}
-    _, expected = _oracle(params, df, sample_rows=150, seed=8, parts=3)
+    _, expected = _oracle(params, df, sample_rows=100, seed=8, parts=3)
     with client.as_current():
         result = _impute_parts(folder, f"{tmp_path / 'out'}/", {**params, "random_state": 8},
-                               client, sample_rows=150)  # fmt: skip
-    assert result.sample_rows == 150
+                               client, sample_rows=100)  # fmt: skip
+    assert result.sample_rows == 100
     got = pd.read_parquet(tmp_path / "out")
     assert got[IMPUTE_FEATURES].notna().all().all()
     pd.testing.assert_frame_equal(got[IMPUTE_FEATURES], expected, check_exact=True)
