@@ -529,10 +529,9 @@ def test_zarr_output_by_partitions_is_refused(tmp_path: Path, out: str) -> None:
 # -- former refusals: each runs on a folder of parts and gives the one-file run's bytes --
 
 
-@pytest.mark.parametrize("kind", ["glob"])
+@pytest.mark.parametrize("kind", ["folder", "glob"])
 def test_impute_from_proximity_by_partitions(data, cluster_address, kind: str) -> None:
-    """``impute: {from: proximity}`` of a proximity job on parts (a glob of CSV parts: a
-    folder of Parquet parts is the same opener): the one-CSV job's table."""
+    """``impute: {from: proximity}`` of a proximity job on parts: the one-CSV job's table."""
     from distforest.jobs.proximity import ProximityJob, run_proximity_job
 
     root = data["root"]
