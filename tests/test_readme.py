@@ -30,9 +30,9 @@ guide (``data.parquet``, ``train.csv``, ``S.npy``, ...; the block starts with
 :data:`FILES_BLOCK`).  So that all pages run in tens of seconds, and only for
 this, the test changes:
 
-- sizes: :data:`SMALLER` rewrites tree counts (``--trees 500`` -> ``--trees 6``,
-  ``n_estimators=1000`` -> ``n_estimators=6``, ...), :data:`EXTRA_OPTIONS` adds
-  ``--iterations 2`` to ``impute`` and ``--trees 6`` where a page leaves the
+- sizes: :data:`SMALLER` rewrites tree counts (``--trees 500`` -> ``--trees 12``,
+  ``n_estimators=1000`` -> ``n_estimators=12``, ...), :data:`EXTRA_OPTIONS` adds
+  ``--iterations 2`` to ``impute`` and ``--trees 12`` where a page leaves the
   default (``simforest fit``, ``smerf fit``), and pipelines run with ``--set``
   overrides of their tree counts (:data:`PIPELINE_SIZES`);
 - clusters: ``--cluster local`` and a line that would start the default
@@ -83,22 +83,22 @@ NOT_RUN = re.compile(r"<!--\s*not run by [^:]*:\s*(?P<reason>.*?)\s*-->\s*$", re
 
 #: Tree counts, as (pattern, replacement), applied to docs/ command lines and Python blocks.
 SMALLER = [
-    (r"--trees \d+", "--trees 6"),
-    (r"n_estimators=\d+", "n_estimators=6"),
+    (r"--trees \d+", "--trees 12"),
+    (r"n_estimators=\d+", "n_estimators=12"),
     (r"n_init=10\b", "n_init=2"),
-    (r"ProximityForest\(random_state=0\)", "ProximityForest(n_estimators=6, random_state=0)"),
-    (r"SimilarityForestClassifier\(\)", "SimilarityForestClassifier(n_estimators=6)"),
-    (r"ProximityForest\(\)", "ProximityForest(n_estimators=6)"),
+    (r"ProximityForest\(random_state=0\)", "ProximityForest(n_estimators=12, random_state=0)"),
+    (r"SimilarityForestClassifier\(\)", "SimilarityForestClassifier(n_estimators=12)"),
+    (r"ProximityForest\(\)", "ProximityForest(n_estimators=12)"),
 ]
 #: Options added to a docs/ command (command name -> options), for the same reason.
-EXTRA_OPTIONS = {"impute": ["--iterations", "2"], "simforest fit": ["--trees", "6"],
-                 "smerf fit": ["--trees", "6"]}  # fmt: skip
+EXTRA_OPTIONS = {"impute": ["--iterations", "2"], "simforest fit": ["--trees", "12"],
+                 "smerf fit": ["--trees", "12"]}  # fmt: skip
 #: ``--set`` overrides given to ``distforest run`` per pipeline (their tree counts).
 PIPELINE_SIZES = {
-    "main": ["forest.n_estimators=6"],
-    "nightly_impute": ["forest.n_estimators=6", "impute.iterations=2"],
-    "xforest_cluster": ["xforest.n_estimators=6"],
-    "simforest": ["simforest.n_estimators=6"],
+    "main": ["forest.n_estimators=12"],
+    "nightly_impute": ["forest.n_estimators=12", "impute.iterations=2"],
+    "xforest_cluster": ["xforest.n_estimators=12"],
+    "simforest": ["simforest.n_estimators=12"],
 }
 #: A substring of a page's line -> the exit code the page promises for it.
 EXPECTED_EXIT: dict[str, int] = {}
