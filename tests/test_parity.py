@@ -9,11 +9,10 @@ see a difference.
 
 No kind is refused: every estimator fits every kind (a refusal would fail its case).
 
-ProximityForest is fitted on all eight kinds.  The other estimators and the commands take
-one kind per opener of :mod:`distforest.store.source` (the kinds that share an opener run
-the same code once the rows are read; the readers themselves, CSV against Parquet, a
-``memory://`` URL, a folder against a glob, are covered by the ProximityForest cases):
-:data:`OPENER_KINDS`.
+Every estimator is fitted on all eight kinds.  The commands run on a folder or a glob of
+parts (the kinds read by partitions); the one-CSV run is their reference, and the other
+kinds reach a command through the same openers of :mod:`distforest.store.source` as the
+estimators' cases.
 """
 
 from __future__ import annotations
@@ -43,10 +42,6 @@ N = 240
 FEATURES = ["a", "b", "c", "d"]
 TREES = 8
 KINDS = ("numpy", "pandas", "dask", "csv", "parquet", "folder", "glob", "memory")
-#: One kind per opener besides the numpy reference: ``memory`` (numpy, pandas: pandas),
-#: ``file`` (one CSV, one Parquet, a ``memory://`` URL: the CSV), ``dask-frame`` (dask) and
-#: ``parts`` (a folder of Parquet parts, a glob of CSV parts: the folder).
-OPENER_KINDS = ("pandas", "csv", "dask", "folder")
 
 
 def _frames() -> dict[str, pd.DataFrame]:
@@ -191,7 +186,7 @@ def forest_references(data: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-@pytest.mark.parametrize("kind", OPENER_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("forest", FORESTS)
 def test_other_forests(data, forest_references, forest: str, kind: str) -> None:
     """(d) X-Forest, a similarity forest of a named measure and SMERF."""
@@ -307,10 +302,10 @@ def knn_references(data: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
                 for name, params in KNN.items()}  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", OPENER_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", KNN)
 def test_knn_classifier(data, knn_references, name: str, kind: str) -> None:
-    """(e) a k-NN model fitted on a kind of each opener (a folder of parts and a dask
+    """(e) a k-NN model fitted on every kind (a folder of parts, a glob and a dask
     DataFrame by chunks from a store): the numpy-array run's rows, neighbours and votes."""
     queries = data["frames"]["features"].to_numpy()[::7]
     expected = knn_references[name]
