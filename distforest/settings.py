@@ -80,6 +80,10 @@ SETTINGS: dict[str, Setting] = {
     "row-cache-bytes": Setting(
         None, "bytes",
         "whole matrix rows a reader keeps (SimForest on a row-chunked Zarr matrix)"),
+    "fit-task-bytes": Setting(
+        None, "bytes",
+        "per-row results (leaves, in-bag counts, a refined forest's nodes) one fit task holds "
+        "for its batch of trees: on more rows, fewer trees a task"),
 }  # fmt: skip
 
 _DEFAULTS_FILE = Path(__file__).with_name("distforest.yaml")

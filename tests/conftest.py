@@ -22,6 +22,9 @@ from distributed import Client, LocalCluster
 #: tests of how a user's own script starts workers remove it (``user_environment``).
 START_METHOD = "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"
 os.environ.setdefault(START_METHOD, "forkserver")
+#: The workers' statistical profiler (a thread sampling every task's stack each 10 ms)
+#: serves the dashboard, which the tests do not open: off, in the tests only.
+os.environ.setdefault("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "False")
 dask.config.refresh()
 #: What the fork server imports once, before it forks any worker.
 PRELOAD = ["distributed", "numpy", "pandas", "dask.array", "dask.dataframe", "zarr",

@@ -22,7 +22,7 @@ def invoke(*args: object):
 def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("knnfit")
     rng = np.random.default_rng(7)
-    n = 700
+    n = 400
     frame = pd.DataFrame(rng.standard_normal((n, 3)) * [1.0, 30.0, 0.01], columns=["a", "b", "c"])
     frame["kind"] = rng.choice(["w", "u", "v"], n)  # a categorical feature
     frame["k"] = 1000.1  # a constant: left as it is by both scalers
@@ -36,7 +36,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     hidden = np.triu(rng.random((n, n)) < 0.2, 1)
     D[hidden | hidden.T] = np.nan
     np.save(root / "D.npy", D)
-    frame.iloc[500:].to_csv(root / "data.csv", index=False)
+    frame.iloc[280:].to_csv(root / "data.csv", index=False)
     (root / "parts").mkdir()
     (root / "text").mkdir()
     for k, cut in enumerate(np.array_split(np.arange(n), 4)):
@@ -252,13 +252,13 @@ def test_smerf_distances_of_other_rows_are_refused(tables, client) -> None:
     """D must have one row per training row: exit 3, and no model left behind."""
     root = tables["root"]
     short = root / "D-short.npy"
-    np.save(short, np.load(tables["D.npy"])[:699, :699])
+    np.save(short, np.load(tables["D.npy"])[:399, :399])
     out = root / "smerf-short.zarr"
     result = invoke("-q", "knn", "fit", tables["parts"], "--target", "y", "--metric", "smerf",
                     "--distances", short, "--trees", "2", "--out", out,
                     "--scheduler", client.scheduler.address)  # fmt: skip
     assert result.exit_code == 3, result.output
-    assert "D is 699 x 699" in result.output and "700 rows" in result.output, result.output
+    assert "D is 399 x 399" in result.output and "400 rows" in result.output, result.output
     assert not out.exists()
 
 
@@ -312,7 +312,7 @@ def test_pipeline_model_from_parts_is_the_one_file_model(tables, client) -> None
     again = invoke("-q", "run", root / "parts.yaml", "--scheduler", client.scheduler.address)
     assert again.exit_code == 0 and "already complete" in again.output, again.output
     plan = invoke("run", root / "parts.yaml", "--dry-run")
-    assert plan.exit_code == 0 and "700 rows" in plan.output, plan.output
+    assert plan.exit_code == 0 and "400 rows" in plan.output, plan.output
     # the neighbours stage (formerly refused by partitions): the one-file stage's store
     stores = {}
     for source in ("train", "parts"):
@@ -380,5 +380,5 @@ def test_forest_metric_within_the_computing_limit(tables, client) -> None:
                         "rf-proximity", "--out", out, "--scheduler",
                         client.scheduler.address)  # fmt: skip
     assert result.exit_code == 2, result.output
-    assert "--trees" in result.output and "700 rows" in result.output
+    assert "--trees" in result.output and "400 rows" in result.output
     assert not out.exists()

@@ -67,9 +67,13 @@ def test_a_short_stage_logs_every_tenth_of_its_tasks(caplog):
 
 #: Jobs of different stage shapes (test_job_stages' commands, with more options): a forest
 #: fitted in batches then its matrix in 66 tiles; query batches of a k-NN model; a
-#: SimForest fitted in batches; a plain similarity matrix in 21 tiles; impute (xfail, below).
-SHAPES = {"proximity": ["--tile-size", "64"], "knn predict": [], "simforest fit": [],
-          "similarity": [], "impute": []}  # fmt: skip
+#: SimForest fitted in batches; a plain similarity matrix in 21 tiles; impute's fit batches
+#: of every pass as one count (8: one column's forest of 4 batches, 2 passes; rfgap: one
+#: forest of 4 batches a pass).  Name -> (test_job_stages' command, more options).
+SHAPES = {"proximity": ("proximity", ["--tile-size", "64"]),
+          "knn predict": ("knn predict", []), "simforest fit": ("simforest fit", []),
+          "similarity": ("similarity", []), "impute": ("impute", []),
+          "impute rfgap": ("impute", ["--proximity", "rfgap"])}  # fmt: skip
 #: Seconds of the test's clock between two progress calls: every task is slow.
 TASK_SECONDS = 40.0
 UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0}
@@ -81,17 +85,7 @@ def _seconds(text: str) -> float:
     return float(number.replace(",", "")) * UNITS[unit]
 
 
-#: ``impute`` plans its fit batches (8 here) but reports its passes (2): a pass of a large
-#: table can take longer than a minute between two lines.  Known, not fixed.
-IMPUTE = pytest.param(
-    "impute",
-    marks=pytest.mark.xfail(
-        strict=True, reason="impute logs its passes, not the fit batches its plan counts"
-    ),
-)
-
-
-@pytest.mark.parametrize("command", [c if c != "impute" else IMPUTE for c in SHAPES])
+@pytest.mark.parametrize("command", list(SHAPES))
 def test_every_stage_of_a_job_logs_counts_and_time_left_at_least_every_minute(tmp_path,
                                                                               monkeypatch,
                                                                               command):  # fmt: skip
@@ -106,8 +100,9 @@ def test_every_stage_of_a_job_logs_counts_and_time_left_at_least_every_minute(tm
         return now[0]
 
     monkeypatch.setattr(progress, "ProgressLog", functools.partial(ProgressLog, clock=clock))
-    args, _, store = _command(tmp_path, command)
-    result = CliRunner().invoke(cli, [*args, *SHAPES[command]])  # stderr: not a terminal
+    name, options = SHAPES[command]
+    args, _, store = _command(tmp_path, name)
+    result = CliRunner().invoke(cli, [*args, *options])  # stderr: not a terminal
     assert result.exit_code == 0, result.output
     lines: dict[str, list[str]] = {}
     for line in result.output.splitlines():
@@ -137,3 +132,35 @@ def test_every_stage_of_a_job_logs_counts_and_time_left_at_least_every_minute(tm
     planned = sorted(e["planned_tasks"] for e in record.values() if e.get("planned_tasks"))
     assert sorted(ends.values()) == planned, (ends, planned)
     assert max(planned) > 10 or command != "proximity"
+
+
+@pytest.mark.parametrize("proximity", ["column", "rfgap"])
+def test_an_imputer_counts_the_tree_batches_of_every_pass_as_one_stage(proximity):
+    """``ProximityImputer``'s ``"impute"`` progress counts every forest's tree batches of
+    every pass, one by one: as many as the forests' own ``"fit"`` tasks (rfgap) or the
+    passes it ran x the column's 8 batches (column, which stops on missForest's rule
+    after 5 of 6 passes here: the count ends at the tasks done, not at the 48 planned)."""
+    import pandas as pd
+
+    from distforest.apps.column_impute import COLUMN_TASKS
+    from distforest.apps.impute import ProximityImputer
+
+    table = pd.read_csv(ROOT / "distforest" / "data" / "breast_cancer.csv").drop(columns="Id")
+    heard: list[tuple[str, int, int]] = []
+    imputer = ProximityImputer(iterations=6, proximity=proximity, n_estimators=8,
+                               random_state=0)  # fmt: skip
+    imputer.set_execution("synchronous", progress=lambda *said: heard.append(said))
+    imputer.fit(table.drop(columns="Class"), table["Class"])
+    counts = [(done, total) for stage, done, total in heard if stage == "impute"]
+    fits = [(done, total) for stage, done, total in heard if stage == "fit"]
+    if proximity == "column":  # one column with missing cells: 8 batches a pass, no "fit"
+        per_pass, passes = COLUMN_TASKS, 5
+        assert not fits
+    else:  # the forest's own batches, each pass
+        per_pass, passes = fits[0][1], 6
+        assert {total for _, total in fits} == {per_pass} and per_pass > 1
+        assert len([done for done, _ in fits if done]) == passes * per_pass
+    assert len(imputer.history_) == passes
+    planned, ran = 6 * per_pass, passes * per_pass
+    expected = [(done, planned) for done in range(ran + 1)]
+    assert counts == expected + ([(ran, ran)] if ran < planned else [])

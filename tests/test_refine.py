@@ -113,6 +113,32 @@ def test_same_forest_whatever_the_batches_and_workers(data, client) -> None:
         np.testing.assert_array_equal(one.nodes_[name], two.nodes_[name])
 
 
+def test_memory_bound_makes_smaller_batches_of_the_same_trees(refined, data, caplog) -> None:
+    """``distforest.fit-task-bytes`` caps the trees a fit task grows (by the rows and the
+    refined forest's bytes a row and tree): more tasks, the same forest bit for bit."""
+    import dask.config
+
+    from distforest.forests.refine import refine_rule
+    from distforest.parallel.tasks import most_trees_a_task
+
+    X, y = data
+    rule, _ = refine_rule(6, ProximityForest._tree_params(
+        refined._validated(), "classification", [0, 1, 2], len(X)), len(X), X.shape[1])  # fmt: skip
+    assert rule is not None
+    per_tree = len(X) * rule.row_tree_bytes()
+    budget = 1.5 * per_tree  # room for one tree a task (the default plan: 3 a task)
+    with dask.config.set({"distforest.fit-task-bytes": int(budget)}):
+        assert most_trees_a_task(len(X), rule.row_tree_bytes()) == 1
+        with distforest.execution(client="synchronous"), caplog.at_level("INFO", "distforest"):
+            small = ProximityForest(12, max_samples=0.05, leaf_bound=6, random_state=2).fit(X, y)
+    planned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fitting")]
+    assert planned and planned[-1].endswith("in 12 tasks"), planned  # one tree a task
+    np.testing.assert_array_equal(small.leaves_, refined.leaves_)
+    np.testing.assert_array_equal(small.inbag_, refined.inbag_)
+    for name in refined.nodes_:
+        np.testing.assert_array_equal(small.nodes_[name], refined.nodes_[name])
+
+
 @pytest.mark.parametrize("kind", ["random-forest", "extra-trees"])
 def test_regression_and_extra_trees_are_refined(kind) -> None:
     X, y = make_regression(3000, 6, noise=1.0, random_state=0)

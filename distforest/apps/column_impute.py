@@ -254,7 +254,7 @@ def impute_by_column(
     *,
     max_iter: int,
     entropy: int,
-    report: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ColumnFit:
     """Iterate column forests until missForest's rule stops them.
 
@@ -274,8 +274,9 @@ def impute_by_column(
     max_iter : int
     entropy : int
         Root of every tree's seed.
-    report : callable, optional
-        ``report(done, max_iter)`` after each iteration.
+    progress : callable, optional
+        ``progress(done, total)`` of each column forest's tasks (its tree batches), as
+        :meth:`~distforest.parallel.execution.Runner.run` reports them.
 
     Returns
     -------
@@ -287,7 +288,7 @@ def impute_by_column(
     order = column_order(missing)
     if not order:  # nothing to impute
         return ColumnFit(X_cur.copy(), {}, [])
-    sweep = _Sweep.share(runner, X_obs, categorical, extra, settings, order, entropy)
+    sweep = _Sweep.share(runner, X_obs, categorical, extra, settings, order, entropy, progress)
     X = X_cur.copy()
     kept_X, kept_forests, kept_start = X.copy(), {}, None
     history: list[dict[str, Any]] = []
@@ -307,8 +308,6 @@ def impute_by_column(
                         "change": change, "kept": not grew})  # fmt: skip
         logger.info(f"column iteration {it + 1}: change {change}"
                     + (" grew: the previous iteration is kept" if grew else ""))  # fmt: skip
-        if report is not None:
-            report(it + 1, max_iter)
         if grew:
             break
         settled = previous is not None and _grew(change, previous, settings.tolerance)
@@ -366,6 +365,8 @@ class _Sweep:
     settings: ColumnSettings
     order: list[int]
     entropy: int
+    #: ``progress(done, total)`` of each column forest's tasks.
+    progress: Callable[[int, int], None] | None = None
 
     @classmethod
     def share(
@@ -377,19 +378,21 @@ class _Sweep:
         settings: ColumnSettings,
         order: list[int],
         entropy: int,
+        progress: Callable[[int, int], None] | None = None,
     ) -> _Sweep:
         columns = {j: _prepare(X_obs, j, bool(categorical[j])) for j in order}
         shared = {j: tuple(runner.share(a) for a in (c.observed, c.target))
                   for j, c in columns.items()}  # fmt: skip
         extra_handle = None if extra is None else runner.share(extra)
-        return cls(runner, columns, shared, extra_handle, settings, order, entropy)
+        return cls(runner, columns, shared, extra_handle, settings, order, entropy, progress)
 
     def run(self, X: np.ndarray, iteration: int) -> dict[int, ColumnForest]:
         """Fit every column's forest in order, updating its missing cells in ``X``."""
         n_trees = self.settings.n_estimators
         return {
             j: _fit_column(self.runner, X, self.extra, self.columns[j], self.shared[j],
-                           self.settings, tree_seeds(self.entropy, iteration, j, n_trees))
+                           self.settings, tree_seeds(self.entropy, iteration, j, n_trees),
+                           self.progress)
             for j in self.order
         }  # fmt: skip
 
@@ -416,8 +419,10 @@ def _fit_column(
     shared: tuple[Any, ...],
     settings: ColumnSettings,
     seeds: np.ndarray,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ColumnForest:
-    """One column's forest as tasks over tree batches; its missing cells updated in ``X``."""
+    """One column's forest as tasks over tree batches (``progress(done, total)`` of them);
+    its missing cells updated in ``X``."""
     params = settings.tree_params(bool(col.levels.size), col.levels.size)
     X_handle = runner.share(tree_input(X))  # what the trees read: half the bytes to send
     batches = settings.batches()
@@ -427,7 +432,8 @@ def _fit_column(
     items = [(X_handle, extra_handle, col.column, observed, target, n_levels, seeds[b], params,
               max_rows, settings.keep_nodes) for b in batches]  # fmt: skip
     parts: list[Any] = [None] * len(batches)
-    for i, part in runner.run(fit_column_trees, items, name=f"column-{col.column}"):
+    for i, part in runner.run(fit_column_trees, items, name=f"column-{col.column}",
+                              progress=progress):  # fmt: skip
         parts[i] = part
     total = parts[0].prediction_sum.copy()
     for part in parts[1:]:  # in batch order: the same bits on any cluster

@@ -23,10 +23,11 @@ iteration for T trees and k columns of V.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -63,7 +64,7 @@ from distforest.kernels.imputation import (
     update_cells,
 )
 from distforest.kernels.trees import tree_input
-from distforest.parallel.execution import Runner
+from distforest.parallel.execution import Runner, current_execution, use_execution
 from distforest.parallel.tasks import release_memory
 
 if TYPE_CHECKING:  # imported on use: the column-aware default needs neither (quick start)
@@ -71,8 +72,9 @@ if TYPE_CHECKING:  # imported on use: the column-aware default needs neither (qu
 
 logger = logging.getLogger("distforest")
 
-#: ``progress(stage, done, total)``: stage "fit" (trees of the current forest,
-#: from ProximityForest) and "impute" (finished iterations).
+#: ``progress(stage, done, total)``: stage "fit" (tree batches of the current forest,
+#: from ProximityForest) and "impute" (in fit: the tree batches of every forest of every
+#: pass, :class:`FitTasks`; in transform: finished iterations).
 Progress = Callable[[str, int, int], None]
 
 #: Parameters handed to each iteration's :class:`ProximityForest` as they are.
@@ -104,6 +106,63 @@ KEEP_NODES_CELLS = 10_000_000
 #: Use all rows of the product (and slice) when more than this share of the
 #: rows has a missing cell: cheaper than sending a row index to every task.
 _ALL_ROWS_SHARE = 0.5
+
+
+class FitTasks:
+    """The ``"impute"`` progress of a fit: the tasks of all its forests as one count.
+
+    A fit grows ``forests`` forests of as many tasks (tree batches) each: every
+    pass's forest (the one-forest modes), or every column's forest of every pass
+    (``column``).  Called with one forest's ``(done, total)``, it reports the tasks
+    done over the forests so far out of ``forests x total``: the stage's count
+    moves with every batch, however many passes there are.
+
+    Parameters
+    ----------
+    report : callable or None
+        ``report(done, total)`` (None: nothing is counted).
+    forests : int
+        Forests the fit grows at most.
+    """
+
+    def __init__(self, report: Callable[[int, int], None] | None, forests: int) -> None:
+        self.report, self.forests = report, forests
+        self.finished = 0  # tasks of the forests that ended
+        self.total = 0  # known from the first forest's tasks
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.report is None:
+            return
+        if not self.total:
+            self.total = self.forests * total
+            self.report(0, self.total)
+        if done:
+            self.report(min(self.finished + done, self.total), self.total)
+        if done >= total:
+            self.finished += total
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        """A block whose forests' ``"fit"`` tasks are counted (and still reported as
+        ``"fit"``): the current execution's progress, wrapped."""
+        exe = current_execution()
+        outer = exe.progress
+        if self.report is None or outer is None:
+            yield
+            return
+
+        def progress(stage: str, done: int, total: int) -> None:
+            outer(stage, done, total)
+            if stage == "fit":
+                self(done, total)
+
+        with use_execution(replace(exe, progress=progress)):
+            yield
+
+    def close(self) -> None:
+        """The fit ended: passes that stopped early end the count at the tasks done."""
+        if self.report is not None and 0 < self.finished < self.total:
+            self.report(self.finished, self.finished)
 
 
 # ---------------------------------------------------------------------------
@@ -232,7 +291,11 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
     cells run in this process (``column``: on one thread per core), larger
     ones on a LocalCluster started for the duration of a ``fit`` /
     ``transform`` call.  Progress stages: ``"fit"`` per tree batch of the
-    current rfImpute forest and ``"impute"`` per finished iteration.
+    current one-forest mode's forest, and ``"impute"``: in ``fit``, the tree
+    batches of every forest of every pass as one count (every column's forest
+    of every pass for ``column``; out of ``iterations`` passes, the count ends
+    where it is when the passes stop early), in ``transform`` per finished
+    iteration.
 
     Attributes
     ----------
@@ -492,6 +555,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         settings = self._column_settings(params, data.X.shape[0])
         settings = replace(settings, keep_nodes=settings.forest_cells(data.missing)
                            <= KEEP_NODES_CELLS)  # fmt: skip
+        forests = params["iterations"] * int(data.missing.any(axis=0).sum())
+        tasks = FitTasks(self._report("impute"), forests)
         fit = impute_by_column(
             runner,
             data.X,
@@ -501,8 +566,9 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             settings,
             max_iter=params["iterations"],
             entropy=entropy,
-            report=self._report("impute"),
+            progress=tasks,
         )
+        tasks.close()
         self.history_ = fit.history
         self.forest_: ProximityForest | None = None
         self.column_forests_ = fit.forests
@@ -562,7 +628,7 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
             int(c.generate_state(1, dtype=np.uint64)[0]) for c in root.spawn(params["iterations"])
         ]
         columns = [int(j) for j in np.flatnonzero(counts)]
-        report = self._report("impute")
+        tasks = FitTasks(self._report("impute"), len(seeds) if columns else 1)
         forest: ProximityForest | None = None
         # only the last forest routes new rows (transform), and a large one is grown again
         # from its input when new rows come, rather than held here
@@ -570,21 +636,21 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         self._regrow: tuple[int, Table] | None = None
         if not columns:  # nothing to impute: one forest, for transform on new rows
             forest = self._forest(params, seeds[-1])
-            if keep_nodes:
-                forest.fit(data.table(X_cur))
-            else:
-                self._regrow = (seeds[-1], data.table(tree_input(X_cur)))
-                forest.fit_leaves(data.table(X_cur))
+            with tasks.counting():
+                if keep_nodes:
+                    forest.fit(data.table(X_cur))
+                else:
+                    self._regrow = (seeds[-1], data.table(tree_input(X_cur)))
+                    forest.fit_leaves(data.table(X_cur))
         for k, seed in enumerate(seeds if columns else []):
             del forest  # free the last forest's trees before growing the next
             release_memory()
             last = k == len(seeds) - 1
             if last and not small:
                 self._regrow = (seed, data.table(tree_input(X_cur)))  # float32: what trees see
-            forest = self._iterate(params, seed, runner, data, X_cur, start, columns,
-                                   keep_nodes=last and small)  # fmt: skip
-            if report is not None:
-                report(k + 1, len(seeds))
+            with tasks.counting():
+                forest = self._iterate(params, seed, runner, data, X_cur, start, columns,
+                                       keep_nodes=last and small)  # fmt: skip
         assert forest is not None
         self.forest_ = forest
         self.column_forests_ = {}
@@ -812,6 +878,8 @@ class ProximityImputer(TransformerMixin, DaskEstimator):
         V = build_v(train.X, layout, stats)
         local, local_missing = X_cur[rows], missing[rows]
         report = self._report("impute")
+        if report is not None:
+            report(0, params["iterations"])
         with self._runner(local.size) as runner:
             session = ProximityProducts(runner, forest.leaves_, forest.inbag_)
             for k in range(params["iterations"]):

@@ -240,6 +240,7 @@ def fit_forest(
     routed: tuple[str, ...] = (),
     progress: tasks.ProgressCallback | None = None,
     join_progress: tasks.ProgressCallback | None = None,
+    row_tree_bytes: float | None = None,
 ) -> ForestFit:
     """Grow ``n_trees`` trees on ``source`` by batches, their results into ``sink``.
 
@@ -285,6 +286,12 @@ def fit_forest(
         The names of ``row_results`` the router gives.
     progress, join_progress : callable, optional
         ``(done, total)`` of the growing tasks and of the routing and joining ones.
+    row_tree_bytes : float, optional
+        Bytes a growing task holds per row and tree of its batch (default: the
+        ``row_results`` the grower makes, one value a row and tree).  Without
+        ``batch_size``, a task grows at most
+        :func:`~distforest.parallel.tasks.most_trees_a_task` trees: on more rows, smaller
+        batches of the same trees.
 
     Returns
     -------
@@ -292,7 +299,10 @@ def fit_forest(
     """
     entropy, seeds = tasks.plan_seeds(random_state, n_trees)
     n = source.n_samples
-    batches = tasks.plan_tree_batches(n_trees, runner.threads(), batch_size)
+    if row_tree_bytes is None:
+        row_tree_bytes = sum(np.dtype(kind).itemsize for kind, _ in row_results.values())
+    most = tasks.most_trees_a_task(n, row_tree_bytes)
+    batches = tasks.plan_tree_batches(n_trees, runner.threads(), batch_size, most)
     logger.info("fitting %d trees on %d x %d from %s in %d tasks", n_trees, n,
                 source.n_features, source.source, len(batches))  # fmt: skip
     routing = router is not None and not sink.in_memory

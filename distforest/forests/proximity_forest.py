@@ -426,6 +426,7 @@ class ProximityForest(Persisted, DaskEstimator):
                 keep_nodes=keep_nodes, router=None if rule else route_forest_rows,
                 routed=() if rule else ("leaves",), progress=self._report("fit"),
                 join_progress=self._report("leaves"),
+                row_tree_bytes=None if rule is None else rule.row_tree_bytes(),
             )  # fmt: skip
         self._take_fit(source, fit, params, task, y_fit, classes)
         self.leaf_bound_ = None if rule is None else rule.bound

@@ -39,6 +39,11 @@ AUTO_LEAF_BOUND = 8
 #: as often of their row's class (results/refine-phases.md); at 100,000 rows on
 #: 20,000 a tree it took 30 % more (its neighbours save less at smaller n).
 AUTO_CROWDING = 5
+#: Nodes of a refined tree per row and tree, times its leaf bound: 0.41 nodes a row at
+#: bound 8 (1,000,000 rows, trees on 200,000; benchmarks/results/refine-memory.md).
+NODES_TIMES_BOUND = 3.3
+#: Bytes of a tree node (children, feature, threshold, flag, counts), besides its values.
+NODE_BYTES = 29
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,12 @@ class RefineRule:
     extra: bool
     min_leaf: int
     bootstrap: bool
+
+    def row_tree_bytes(self) -> float:
+        """Bytes a growing task holds per row and tree of its batch: the leaf and in-bag
+        count (5) and the refined tree's nodes, twice (the trees' nodes and their join)."""
+        nodes = min(2.0, NODES_TIMES_BOUND / self.bound)
+        return 5 + 2 * nodes * (NODE_BYTES + 4 * max(1, self.n_classes))
 
 
 def _unsupported(params: TreeParams, weighted: bool) -> str | None:

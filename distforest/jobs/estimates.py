@@ -23,7 +23,7 @@ import numpy as np
 
 from distforest import location, settings
 from distforest.errors import ParameterError, StoreError
-from distforest.parallel.tasks import default_batch_size, plan_tree_batches
+from distforest.parallel.tasks import default_batch_size, most_trees_a_task, plan_tree_batches
 from distforest.parallel.tiling import TilePlan
 
 #: Core-seconds per unit of work, measured on a 2-core x86 machine and rounded up
@@ -50,15 +50,22 @@ SECONDS_PER = {
     # 1,000,000, m = 200,000, against 0.73 us at m = n: benchmarks/results/
     # proximity_neighbors.md), so it grows as n^2 at a fixed m
     "neighbors": 2e-6,
-    # refining a tree's crowded leaves (leaf_bound), per row and tree: 1.8 us of CPU
-    # measured at 1,000,000 rows (trees on 200,000, bound 8; benchmarks/results/refine.md)
-    "refine": 1.8e-6,
+    # a refined forest (leaf_bound), per row and tree, CPU measured at 1,000,000 rows (trees
+    # on 200,000, bound 8, k = 50, five seeds; benchmarks/results/refine-phases.md): every
+    # row routed through the tree grown on the sample (0.38-0.46 us), its crowded leaves
+    # refined (0.83-0.88 us; 0.91-0.94 after the kernel's rewrite), the top-k neighbours
+    # from leaves of at most 8 rows (0.36-0.41 us, whatever n: the co-leaf events a row
+    # stay 5.7)
+    "route": 0.45e-6,
+    "refine": 0.9e-6,
+    "refined_neighbors": 0.45e-6,
 }
-#: The neighbours of a refined forest (leaves of at most 8 rows), per row and tree, in
-#: units of ``SECONDS_PER["neighbors"]``: 0.21 times the forest grown on 200,000 of
-#: 1,000,000 rows measured (0.62 against 2.93 CPU s a tree), whose crowding this model
-#: puts at 3.6, so 0.75, whatever n.
-REFINED_CROWDING = 0.75
+
+#: Bytes a row that a refined fit task holds besides its rows and its batch's results (one
+#: tree routed and refined at a time: leaves, rows by leaf, weights, the appended nodes'
+#: room): 26 B growing and routing, 46 B refining, measured at 1,000,000 rows
+#: (benchmarks/results/refine-memory.md), rounded up.
+REFINE_TASK_ROW_BYTES = 60
 
 #: Passes of the column imputation counted (its stopping rule ended every measured run at 3).
 EXPECTED_COLUMN_PASSES = 4
@@ -91,6 +98,7 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     # the estimator's own defaults, and the same tile plan as the run (imported here:
     # the imputation's size check needs neither Zarr nor numba: 0.6 s at start)
     from distforest.forests.proximity_forest import ProximityForest
+    from distforest.forests.refine import NODES_TIMES_BOUND
     from distforest.forests.tiles import SYMMETRIC
     from distforest.store.schema import count_dtype
 
@@ -101,12 +109,22 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     leaf = max(1, int(forest["min_samples_leaf"]))
     m = rows_per_tree(n, forest)
     threads = threads or os.cpu_count() or 1
-    batch = int(forest["batch_size"] or default_batch_size(trees, threads))
+    refined = None
+    if getattr(job, "model", None) is None:  # (a model fitted elsewhere: its own trees)
+        refined, _ = ProximityForest.refinement_plan(
+            job.forest, getattr(job, "target", None) is not None, n, d
+        )
+    # a task's trees: fewer on many rows (the fit's own plan, distforest.fit-task-bytes)
+    row_tree = 5.0 if refined is None else refined.row_tree_bytes()
+    most = most_trees_a_task(n, row_tree)
+    batch = int(forest["batch_size"] or min(default_batch_size(trees, threads), most))
     top_k = getattr(job, "top_k", None)
     dense = top_k is None or bool(getattr(job, "dense", False))
     tiles = plan.n_tasks if dense else 0
     outputs_per_node = 4 * 8  # class probabilities or values, at most a few columns
-    nodes = trees * 2 * _BOOTSTRAP_SHARE * m / leaf
+    # a refined tree's nodes grow with n (0.41 a row at bound 8), a grown one's with m
+    nodes_a_row = 0.0 if refined is None else min(2.0, NODES_TIMES_BOUND / refined.bound)
+    nodes = trees * (nodes_a_row * n if refined else 2 * _BOOTSTRAP_SHARE * m / leaf)
     per_row = {"leaves": 4, "inbag": 1, "leaf_mass": 4 if job.method == "rfgap" else 0}
     # Breiman's proximity is stored as counts of trees (uint8 / uint16), the others as float32
     stored = count_dtype(trees) if job.method == "original" else None
@@ -132,13 +150,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     if top_k is not None:
         store["top-k neighbours (index, proximity)"] = n * top_k * 12
     fit_cpu = fit_seconds(trees, m, d, forest["max_features"])
-    refined = None
-    if getattr(job, "model", None) is None:  # (a model fitted elsewhere: its own trees)
-        refined, _ = ProximityForest.refinement_plan(
-            job.forest, getattr(job, "target", None) is not None, n, d
-        )
     if refined is not None:
-        fit_cpu += SECONDS_PER["refine"] * n * trees
+        fit_cpu += (SECONDS_PER["route"] + SECONDS_PER["refine"]) * n * trees
     tile_cpu = SECONDS_PER["proximity_tile"] * trees * tiles * tile * tile
     cpu = fit_cpu + tile_cpu
     neighbor_cpu = impute_cpu = sums_cpu = 0.0
@@ -146,10 +159,13 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
     # leaves and in-bag counts read to build it) and one task's counters and keys
     neighbor_peak = 0.0
     if top_k is not None:
-        crowding = REFINED_CROWDING if refined else 0.35 + 0.65 * n / max(m, 1)
-        neighbor_cpu = SECONDS_PER["neighbors"] * n * trees * crowding
+        crowding = 0.35 + 0.65 * n / max(m, 1)
+        neighbor_cpu = n * trees * (SECONDS_PER["refined_neighbors"] if refined
+                                    else SECONDS_PER["neighbors"] * crowding)  # fmt: skip
         cpu += neighbor_cpu
         neighbor_peak = n * trees * (5 + 5 + 4 * 2 * _BOOTSTRAP_SHARE / leaf) + n * 30
+        if refined:  # members (4 B a row and tree) and the leaf table (4 B a node)
+            neighbor_peak = n * trees * (4 + 4 * nodes_a_row) + n * 30
     if job.impute:
         imp = {**job.impute}
         impute_cpu = int(imp.get("iterations", 5)) * fit_seconds(
@@ -158,6 +174,8 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         cpu += impute_cpu
     x_bytes = 8 * n * d
     fit_peak = 3 * x_bytes + batch * (n * 5 + int(2 * _BOOTSTRAP_SHARE * n / leaf) * 120)
+    if refined:  # the batch's results and nodes, one tree's refinement at a time
+        fit_peak = 3 * x_bytes + int(batch * n * row_tree) + REFINE_TASK_ROW_BYTES * n
     # the row blocks a worker keeps while writing tiles: rows by leaf, leaf runs (12 B a cell)
     kept_max = int(settings.get("block-cache-bytes"))
     blocks_kept = min(kept_max, math.ceil(n / tile) * tile * trees * 12)
@@ -179,7 +197,7 @@ def estimate(job: Any, n: int, d: int, threads: int | None = None) -> dict[str, 
         "features": d,
         "trees": trees,
         "threads": threads,
-        "fit_tasks": len(plan_tree_batches(trees, threads, forest["batch_size"] or None)),
+        "fit_tasks": len(plan_tree_batches(trees, threads, forest["batch_size"] or None, most)),
         "trees_per_task": batch,
         "tiles": tiles,
         "tile_size": tile,

@@ -551,7 +551,7 @@ def run_imputation(
     plan: ImputationPlan,
     params: dict[str, Any],
     client: Any,
-    bars: Any = None,
+    progress: Any = None,
     *,
     sample_rows: int | None = None,
 ) -> Imputed:
@@ -559,8 +559,10 @@ def run_imputation(
 
     The imputer is fitted on at most ``sample_rows`` rows (None: the bound of the
     plan's rows, :data:`SAMPLE_ROWS` by partitions, every row of a table read whole).
-    ``client`` None (and no ``bars``): the current execution (this process for small
-    tables, see ProximityImputer).
+    ``client`` None (and no ``progress``): the current execution (this process for small
+    tables, see ProximityImputer).  ``progress(stage, done, total)`` hears the stage
+    ``"impute"`` alone: the tree batches of every pass as one count
+    (:class:`~distforest.apps.impute.FitTasks`; the forests' own ``"fit"`` not).
     """
     from dataclasses import replace
 
@@ -568,12 +570,14 @@ def run_imputation(
 
     imputer = ProximityImputer(**params, categorical_features=list(plan.categorical) or None)
     imputer._settings()  # bad values refused before the rows are read
-    if client is not None or bars is not None:
+    if client is not None or progress is not None:
         imputer.set_execution(
             client,
             progress=None
-            if bars is None
-            else lambda stage, done, total: bars(stage, done, total) if stage == "impute" else None,
+            if progress is None
+            else lambda stage, done, total: (
+                progress(stage, done, total) if stage == "impute" else None
+            ),
         )
 
     def provenance() -> dict[str, Any]:
@@ -730,8 +734,7 @@ def plan_impute_job(job: ImputeJob) -> Pipeline:
     return impute_pipeline(job, _plan_of(job, False))
 
 
-def impute_pipeline(job: ImputeJob, plan: ImputationPlan, progress: Any = None,
-                    start: float = 0.0) -> Pipeline:  # fmt: skip
+def impute_pipeline(job: ImputeJob, plan: ImputationPlan, start: float = 0.0) -> Pipeline:
     """The one stage of ``impute``: its tasks are the fit batches of every pass (one
     forest per column with missing values for ``proximity: column``, at most
     ``iterations`` passes; one forest on all columns for the others; their products
@@ -768,7 +771,7 @@ def impute_pipeline(job: ImputeJob, plan: ImputationPlan, progress: Any = None,
                   writes=(out,), tasks=passes * batches,
                   cost=Cost(need["cpu_seconds"], need["memory_bytes"],
                             {"imputed table": need["disk_bytes"]}),
-                  run=lambda ctx: _impute(job, plan, ctx, progress, start))  # fmt: skip
+                  run=lambda ctx: _impute(job, plan, ctx, start))  # fmt: skip
     notes = [PRODUCTS_NOTE] if how != "column" else []
     if plan.rows.note is not None:
         notes.append(plan.rows.note)
@@ -798,7 +801,7 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
     plan = _plan_of(job, False)
     if job.model is None:
         plan.rows.check_size(job)
-    pipeline = impute_pipeline(job, plan, progress, start)
+    pipeline = impute_pipeline(job, plan, start)
 
     def check(run: Run) -> dict[str, Any]:
         from distforest import location
@@ -839,15 +842,16 @@ def run_impute_job(job: ImputeJob, progress: Any = None, *, restart: bool = Fals
                    run_id=run_id or new_run_id(), check=check, create=create)  # fmt: skip
 
 
-def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, progress: Any,
-            start: float) -> None:  # fmt: skip
+def _impute(job: ImputeJob, plan: ImputationPlan, ctx: Context, start: float) -> None:
     """The impute stage: where the run placed it (a table read by partitions: its tasks on
-    the run's cluster)."""
+    the run's cluster), its tasks (every pass's tree batches) reported to the run's
+    progress as the stage's."""
     import contextlib
 
     from distforest import location
+    from distforest.parallel.execution import current_execution
 
-    client = ctx.where.client
+    client, progress = ctx.where.client, current_execution().progress
     try:
         with client.as_current() if client is not None else contextlib.nullcontext():
             imputed = run_imputation(plan, job.params, client, progress)

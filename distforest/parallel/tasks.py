@@ -104,16 +104,29 @@ def plan_shrinking_batches(n_items: int, n_threads: int, largest: int) -> list[s
     return batches
 
 
-def plan_tree_batches(n_trees: int, n_threads: int, batch_size: int | None) -> list[slice]:
-    """The batches of a forest's fit: ``batch_size`` trees each, or shrinking ones if None.
+def plan_tree_batches(
+    n_trees: int, n_threads: int, batch_size: int | None, most: int | None = None
+) -> list[slice]:
+    """The batches of a forest's fit: ``batch_size`` trees each, or shrinking ones if None,
+    of at most ``most`` trees (:func:`most_trees_a_task`) then.
 
     Which trees share a task never changes a tree (each grows from its own
-    seed), only how evenly the workers are kept busy.
+    seed), only how evenly the workers are kept busy and how much a task holds.
     """
     if batch_size is not None:
         return plan_batches(n_trees, batch_size)
     largest = default_batch_size(n_trees, n_threads)
+    if most is not None:
+        largest = max(1, min(largest, most))
     return plan_shrinking_batches(n_trees, n_threads, largest)
+
+
+def most_trees_a_task(n_rows: int, bytes_per_row_tree: float) -> int:
+    """The most trees a fit task grows on ``n_rows`` rows so that what it holds per row and
+    tree (``bytes_per_row_tree``) stays within the ``distforest.fit-task-bytes`` setting
+    (at least one tree)."""
+    budget = float(settings.get("fit-task-bytes"))
+    return max(1, int(budget // max(1.0, n_rows * float(bytes_per_row_tree))))
 
 
 def total_threads(client: Client) -> int:

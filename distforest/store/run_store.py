@@ -650,7 +650,10 @@ class RunStore:
             "shape": (total, *rest), "chunks": (max(1, min(chunk, total)), *rest),
             "dtype": arrays[0].dtype, "dimension_names": tuple(dims),
         }})[name]  # fmt: skip
-        pieces = (np.asarray(a[...]) for a in arrays)
+        # each part read a chunk of its own at a time: never a whole part (a batch's
+        # nodes, about 0.4 GB of a field at 10,000,000 rows and 13 refined trees)
+        pieces = (np.asarray(a[s : s + int(a.chunks[0])]) for a in arrays
+                  for s in range(0, int(a.shape[0]), max(1, int(a.chunks[0]))))  # fmt: skip
         for start, block in chunk_aligned(pieces, chunk):
             target[start : start + block.shape[0]] = block
         return target
@@ -832,12 +835,15 @@ def create_arrays(path: str, specs: Mapping[str, Mapping[str, Any]]) -> dict[str
             if name in specs and isinstance(node, zarr.Array)}  # fmt: skip
 
 
-def write_group(path: str, name: str, arrays: Mapping[str, np.ndarray]) -> None:
+def write_group(
+    path: str, name: str, arrays: Mapping[str, np.ndarray], chunk: int | None = None
+) -> None:
     """Write whole arrays into a new group ``name`` of the store at ``path`` (from a task:
-    no other task writes that group)."""
+    no other task writes that group), in chunks of ``chunk`` rows (None: one chunk each)."""
     made = create_arrays(path, {
         f"{name}/{key}": {"shape": values.shape, "dtype": values.dtype,
-                          "chunks": tuple(max(1, s) for s in values.shape)}
+                          "chunks": (max(1, min(chunk or values.shape[0], values.shape[0])),
+                                     *(max(1, s) for s in values.shape[1:]))}
         for key, values in arrays.items()
     })  # fmt: skip
     for key, values in arrays.items():

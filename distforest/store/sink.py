@@ -74,6 +74,8 @@ __all__ = [
 FIT_GROUP = "fit"
 #: Rows per row-block task: about this many, in whole chunks.
 ROUTE_ROWS = 65_536
+#: Nodes per chunk of a batch's node arrays (as the joined forest's chunks).
+NODE_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ class SinkHandle:
         """The node arrays of batch ``k`` of trees (concatenated over its trees)."""
         if self.path is None:
             return nodes
-        write_group(self.path, f"{FIT_GROUP}/nodes_{k}", nodes)  # joined by the driver
+        # in chunks: the driver joins them a chunk at a time, never a whole batch's nodes
+        write_group(self.path, f"{FIT_GROUP}/nodes_{k}", nodes, NODE_ROWS)
         return None
 
 
