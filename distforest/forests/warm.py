@@ -39,8 +39,16 @@ def tiny_fits(folder: Path | str) -> None:
     """Fit every forest kind on 120 rows and ask it its answers (stores in ``folder``).
 
     Proximity forests (Breiman, out-of-bag and RF-GAP matrices, neighbours,
-    new rows; a refined top-k forest), X-Forest, both SimForests and SMERF.
+    new rows; a refined top-k forest), X-Forest, both SimForests and SMERF,
+    all in this process (a cluster made current elsewhere is not used).
     """
+    from distforest.parallel.execution import execution
+
+    with execution(client="synchronous"):  # here, whatever cluster is current
+        _fits(Path(folder))
+
+
+def _fits(folder: Path) -> None:
     from sklearn.datasets import make_classification
 
     from distforest.forests.proximity_forest import ProximityForest
@@ -48,7 +56,6 @@ def tiny_fits(folder: Path | str) -> None:
     from distforest.forests.smerf import SMERF
     from distforest.forests.xforest import XForest
 
-    folder = Path(folder)
     X, y = make_classification(120, 6, random_state=0)
     pf = ProximityForest(8, random_state=0).fit(X, y)
     for method in ("original", "oob", "rfgap"):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from distforest.kernels.signatures import kernel_input
+
 #: The per-node arrays that route a row to its leaf, in the order tasks take them.
 ROUTING_FIELDS = ("children_left", "children_right", "feature", "threshold", "missing_go_to_left")
 
@@ -66,14 +68,15 @@ def apply_nodes(X: np.ndarray, nodes: dict[str, np.ndarray]) -> np.ndarray:
     -------
     ndarray of int32, shape (n, T)
     """
+    # read-only, C-contiguous, whoever made them: one compiled apply_forest
     return apply_forest(
-        np.ascontiguousarray(X, dtype=np.float32),
-        nodes["node_offset"].astype(np.int64, copy=False),
-        nodes["children_left"].astype(np.int32, copy=False),
-        nodes["children_right"].astype(np.int32, copy=False),
-        nodes["feature"].astype(np.int32, copy=False),
-        nodes["threshold"].astype(np.float64, copy=False),
-        nodes["missing_go_to_left"].astype(np.uint8, copy=False),
+        kernel_input(X, np.float32),
+        kernel_input(nodes["node_offset"], np.int64),
+        kernel_input(nodes["children_left"], np.int32),
+        kernel_input(nodes["children_right"], np.int32),
+        kernel_input(nodes["feature"], np.int32),
+        kernel_input(nodes["threshold"], np.float64),
+        kernel_input(nodes["missing_go_to_left"], np.uint8),
     )
 
 

@@ -380,9 +380,10 @@ def grow_tree(
     ``D`` is read in place (float32 or float64, C-contiguous); no block of it
     is copied.
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_input(X, np.float64)  # read-only views: one signature whoever made them
     if D.dtype not in (np.float32, np.float64) or not D.flags.c_contiguous:
         D = np.ascontiguousarray(D, dtype=np.float64)
+    D = kernel_input(D, D.dtype)
     n, d = X.shape
     rng = np.random.default_rng(seed)
     rows0 = bootstrap_rows(rng, n, bootstrap)
