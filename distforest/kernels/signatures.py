@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -83,13 +84,21 @@ def _erased(arg: types.Type) -> types.Type:
     return arg
 
 
-def caller_variants(kernel: CPUDispatcher) -> list[list[str]]:
+def caller_variants(kernel: CPUDispatcher, among: Collection[str] | None = None) -> list[list[str]]:
     """Groups of ``kernel``'s compiled signatures that differ only in what callers pass.
 
     Two signatures are one group when they are equal once literal constants
     are typed as their plain type and arrays lose their read-only flag and
     layout: each group of two or more is a compilation :func:`kernel_input`
     (or a non-literal constant) would have saved.
+
+    Parameters
+    ----------
+    kernel : numba dispatcher
+        The kernel.
+    among : collection of str, optional
+        Only these of its signatures (as numba prints them), e.g. those one
+        workload compiled; all of them by default.
 
     Returns
     -------
@@ -98,5 +107,7 @@ def caller_variants(kernel: CPUDispatcher) -> list[list[str]]:
     """
     groups: dict[tuple, list[str]] = {}
     for sig in kernel.signatures:
+        if among is not None and str(sig) not in among:
+            continue
         groups.setdefault(tuple(_erased(a) for a in sig), []).append(str(sig))
     return [group for group in groups.values() if len(group) > 1]
