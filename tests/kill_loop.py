@@ -39,6 +39,10 @@ def start(args: list[str], logs: Path, env: Mapping[str, str] | None = None) -> 
     reads while the loop runs could fill up and stall the run).
     """
     full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    # workers started as a user's run starts them (spawn, distributed's default), not forked
+    # from a server as tests/conftest.py has the test suite's clusters do: the loop finds
+    # them by spawn's command line
+    full.pop("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", None)
     with open(f"{logs}.stdout", "w") as out, open(f"{logs}.stderr", "w") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "distforest", *args], env=full, cwd=ROOT,
