@@ -26,23 +26,31 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/distforest run pipelines/main.yaml --cluster cluster_configs/local.yaml
 
-# Two pytest workers (pytest-xdist) on the 2-core machines: many tests wait on a
-# subprocess, a LocalCluster start-up or the disk.  --dist loadfile keeps each test
+# Three pytest workers (pytest-xdist) on the 2-core machines: many tests wait on a
+# subprocess, a LocalCluster start-up or the disk, so with two workers the cores were
+# busy 90 % of the time, with three 97 % (benchmarks/results/test_suite.md).  --dist loadfile keeps each test
 # file on one worker, its tests in file order as in a serial run (module fixtures
 # such as the S3 server start once).  The process-level tests (Ctrl-C, driver
 # memory, killed workers and drivers) use their own temporary folders, ports and
 # numba caches and wait long enough for a loaded machine.  TEST_WORKERS=0 runs
-# serially; TEST_WORKERS=auto one worker per core.  The tests marked `alone` measure a
-# process's peak memory against a bound: in a fresh-clone run beside the other pytest
-# worker the driver-memory test's child peaked at 1.3 GB (0.66 GB alone; the cause was
-# not found), so they run afterwards, by themselves.  The tests marked `slow` (long
+# serially; TEST_WORKERS=auto one worker per core.  The tests marked `slow` (long
 # end-to-end cases that a faster test of `make test` covers; benchmarks/results/
-# test_suite.md names which) run with `make test-cluster`.
-TEST_WORKERS ?= 2
+# test_suite.md names which) run with `make test-cluster`.  --tb=native: Python's own
+# tracebacks (pytest's parse the source of every frame: 0.3 s for each of scikit-learn's
+# expected failures in the estimator checks).
+TEST_WORKERS ?= 3
 
-test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone and not slow"
-	$(BIN)/python -m pytest -q -m "alone and not slow"
+# The numba kernels compiled once per clone (and again when a kernel's source changes)
+# before the suite starts: a fresh clone's cache is empty, and otherwise every process the
+# suite starts (two pytest workers, their clusters' workers, the command-line runs) would
+# compile what it reaches, several at once, in the first minute.  Measured in
+# benchmarks/results/test_suite.md; the suite passes without it, only more slowly.
+$(VENV)/.kernels: $(VENV)/.installed-test $(wildcard distforest/kernels/*.py)
+	$(BIN)/python -m distforest.forests.warm
+	touch $@
+
+test: $(VENV)/.installed-test $(VENV)/.kernels
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" --tb=native
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -339,7 +339,7 @@ class _Watchdog:
     """
 
     POLL = 1.0  # seconds without a finished task between checks of the workers
-    TICK = 0.02  # seconds between looks for finished tasks
+    TICK = 0.1  # seconds at most between looks for finished tasks (a finished task wakes it)
 
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
@@ -378,7 +378,11 @@ class _Watchdog:
                 last_progress, workerless_since = time.monotonic(), None
                 yield from sorted(watched.next_batch(block=False), key=lambda f: str(f.key))
                 continue
-            time.sleep(self.TICK)
+            # wait for a task to finish (distributed's own as_completed iterator waits on
+            # the same condition, which each finished future notifies), at most TICK
+            with watched.thread_condition:
+                if not watched.has_ready():
+                    watched.thread_condition.wait(timeout=self.TICK)
             now = time.monotonic()
             if now - max(last_progress, last_check) < self.POLL:
                 continue
