@@ -50,7 +50,7 @@ $(VENV)/.kernels: $(VENV)/.installed-test $(wildcard distforest/kernels/*.py)
 	touch $@
 
 test: $(VENV)/.installed-test $(VENV)/.kernels
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" --tb=native
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" --tb=native
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

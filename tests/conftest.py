@@ -162,3 +162,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     to the OS, 0.2-0.3 s each in a pytest worker against milliseconds in a user's driver.
     """
     gc.freeze()
+
+
+#: The longest test files (seconds of one pytest worker in a full run, longest first:
+#: benchmarks/results/test_suite.md).  `make test` hands whole files to its workers
+#: (``--dist loadfile --no-loadscope-reorder``) in the order of the collection; these go
+#: first, the rest follow in name order, so that the run ends on short files rather than
+#: on one long file with the other workers idle.  Only the order changes with this list.
+LONGEST_FIRST = ("test_object_storage.py", "test_parity.py", "test_stored_mislabels.py",
+                 "test_pipeline_runs.py", "test_job_stages.py", "test_stored_mds.py",
+                 "test_knn_fit_partitioned.py", "test_impute.py", "test_estimator_contract.py",
+                 "test_operator_edges.py", "test_readme.py", "test_driver_memory.py",
+                 "test_startup.py", "test_stall.py", "test_impute_model.py", "test_rfimpute.py",
+                 "test_cluster_processes.py", "test_placement.py", "test_xforest_stored.py",
+                 "test_impute_column_scale.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the tests of :data:`LONGEST_FIRST` first (a stable sort: file order kept)."""
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
