@@ -301,7 +301,7 @@ def test_second_run_refused_while_the_lease_is_held_and_a_dead_lease_taken_over(
 def test_resume_after_the_driver_is_killed(s3, tmp_path):
     url = "s3://bkt/kill/p.zarr"
     args = ["proximity", "s3://bkt/in/bc.csv", "--target", "Class", "--drop", "Id",
-            "--trees", "10", "--tile-size", "128", "--out"]  # fmt: skip
+            "--trees", "10", "--tile-size", "256", "--out"]  # fmt: skip
     env = {**os.environ, "DASK_DISTFOREST__LOCK__LEASE": "2", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-c", "from distforest.cli.main import main; main()", "-q", *args]
     proc = subprocess.Popen([*cmd, url], env=env, stdout=subprocess.DEVNULL,
@@ -392,8 +392,8 @@ def test_parquet_folder_and_csv_glob_on_s3_are_read_by_partitions_as_local_ones(
     from distforest.store import source as big_input
 
     folder, csvs = _put_parts(tmp_path)
-    args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "2",
-            "--tile-size", "256"]  # fmt: skip
+    # one tile (the default size): the tiles' writes to S3 are test_proximity_cli_on_s3's
+    args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "2"]
     read_whole: list[object] = []  # the whole-table reader of URLs must not be called
 
     def whole(*args: object, **kwargs: object) -> None:
@@ -423,8 +423,7 @@ def test_a_file_on_s3_over_the_threshold_is_read_by_partitions(s3, tmp_path, mon
     assert not big_input.by_partitions("s3://bkt/in/bc.csv")  # 125 kB: read whole
     monkeypatch.setattr(big_input, "PARTITIONED_BYTES", 10_000)
     assert big_input.by_partitions("s3://bkt/in/bc.csv")
-    args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "4",
-            "--tile-size", "256"]  # fmt: skip
+    args = ["--target", "Class", "--drop", "Id", "--trees", "6", "--seed", "4"]  # one tile
     url = "s3://bkt/big/p.zarr"
     remote = invoke("proximity", "s3://bkt/in/bc.csv", *args, "--out", url)
     assert remote.exit_code == 0, remote.output
