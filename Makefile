@@ -28,21 +28,25 @@ run: $(VENV)/.installed
 
 # Three pytest workers (pytest-xdist) on the 2-core machines: many tests wait on a
 # subprocess, a LocalCluster start-up or the disk, so with two workers the cores were
-# busy 90 % of the time, with three 97 % (benchmarks/results/test_suite.md).  --dist loadfile keeps each test
-# file on one worker, its tests in file order as in a serial run (module fixtures
-# such as the S3 server start once).  The process-level tests (Ctrl-C, driver
+# busy 90 % of the time, with three 97 % (benchmarks/results/test_suite.md).
+# --dist loadfile keeps each test file on one worker, its tests in file order as in a
+# serial run (module fixtures such as the S3 server start once); the longest files go
+# first (tests/conftest.py).  The process-level tests (Ctrl-C, driver
 # memory, killed workers and drivers) use their own temporary folders, ports and
 # numba caches and wait long enough for a loaded machine.  TEST_WORKERS=0 runs
 # serially; TEST_WORKERS=auto one worker per core.  The tests marked `slow` (long
 # end-to-end cases that a faster test of `make test` covers; benchmarks/results/
 # test_suite.md names which) run with `make test-cluster`.  --tb=native: Python's own
 # tracebacks (pytest's parse the source of every frame: 0.3 s for each of scikit-learn's
-# expected failures in the estimator checks).
+# expected failures in the estimator checks).  Bytecode caches written as Python does by
+# default, even where PYTHONDONTWRITEBYTECODE is set: otherwise every pytest worker
+# rewrites the assertions of every test module (6 s of CPU each) and every process the
+# tests start compiles distforest from its source again (0.2 s each).
 TEST_WORKERS ?= 3
 
 # The numba kernels compiled once per clone (and again when a kernel's source changes)
 # before the suite starts: a fresh clone's cache is empty, and otherwise every process the
-# suite starts (two pytest workers, their clusters' workers, the command-line runs) would
+# suite starts (the pytest workers, their clusters' workers, the command-line runs) would
 # compile what it reaches, several at once, in the first minute.  Measured in
 # benchmarks/results/test_suite.md; the suite passes without it, only more slowly.
 $(VENV)/.kernels: $(VENV)/.installed-test $(wildcard distforest/kernels/*.py)
@@ -50,7 +54,7 @@ $(VENV)/.kernels: $(VENV)/.installed-test $(wildcard distforest/kernels/*.py)
 	touch $@
 
 test: $(VENV)/.installed-test $(VENV)/.kernels
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" --tb=native
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" --tb=native
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
