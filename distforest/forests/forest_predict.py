@@ -28,6 +28,7 @@ import numpy as np
 from distforest.errors import InputError, NotFittedError
 from distforest.io import Table, load_table
 from distforest.kernels.apply import ROUTING_FIELDS, leaf_value_sums, mean_leaf_value
+from distforest.kernels.signatures import kernel_input
 from distforest.kernels.trees import tree_input
 from distforest.parallel import tasks
 from distforest.parallel.execution import Runner
@@ -249,7 +250,7 @@ def oob_values(forest: FittedForest) -> np.ndarray:
     offsets, value = _forest_arrays(forest)[:2]
     # (a forest fitted from a stored table holds its leaves in the store: read here)
     leaves, inbag = np.asarray(forest.leaves_), np.asarray(forest.inbag_)
-    sums, counts = leaf_value_sums(leaves, offsets, value, inbag, True)
+    sums, counts = leaf_value_sums(leaves, offsets, kernel_input(value, value.dtype), inbag, True)
     if (counts == 0).any():
         warnings.warn(NO_OOB_WARNING, UserWarning, stacklevel=3)
     return sums / np.maximum(counts, 1)[:, None]

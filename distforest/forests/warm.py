@@ -58,6 +58,9 @@ def _fits(folder: Path) -> None:
 
     X, y = make_classification(120, 6, random_state=0)
     pf = ProximityForest(8, random_state=0).fit(X, y)
+    regression = ProximityForest(8, random_state=0).fit(X, X[:, 0])
+    regression.predict(X[:10])
+    regression.oob_prediction_  # noqa: B018
     for method in ("original", "oob", "rfgap"):
         pf.proximity(method, store=folder / f"{method}.zarr").values  # noqa: B018
     pf.proximity_neighbors(5, "original", store=folder / "neighbors.zarr")

@@ -22,6 +22,7 @@ from distforest.forests.products import (
     stored_location,
 )
 from distforest.kernels import betasim
+from distforest.kernels.signatures import kernel_input
 from distforest.parallel.execution import Runner
 from distforest.store.run_store import read_rows
 
@@ -74,9 +75,9 @@ def _product_part(
     depth = node_depth.read() if isinstance(node_depth, StoredArray) else node_depth
     up = parent.read() if isinstance(parent, StoredArray) else parent
     return betasim.phi_product(
-        leaves,
-        depth[a:b],
-        up[a:b],
+        kernel_input(leaves, np.int32),
+        kernel_input(depth[a:b], np.int32),
+        kernel_input(up[a:b], np.int32),
         offsets[trees.start : trees.stop + 1] - a,
         V,
         beta,

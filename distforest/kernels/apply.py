@@ -145,5 +145,6 @@ def mean_leaf_value(
         X[rows], {"node_offset": offsets, **dict(zip(ROUTING_FIELDS, routing, strict=True))}
     )
     no_inbag = np.empty((0, 0), dtype=np.uint8)
-    sums, counts = leaf_value_sums(leaves, offsets, value, no_inbag, False)
+    sums, counts = leaf_value_sums(leaves, offsets, kernel_input(value, value.dtype), no_inbag,
+                                   False)  # fmt: skip
     return sums / np.maximum(counts, 1)[:, None]

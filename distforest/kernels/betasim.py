@@ -15,6 +15,8 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from distforest.kernels.signatures import kernel_input
+
 
 @njit(nogil=True, cache=True)
 def beta_powers(beta, max_edges):  # pragma: no cover - numba
@@ -272,11 +274,11 @@ def warm_up() -> None:
     depth = np.array([[1], [2], [2]], dtype=np.int32)
     similarity_block(codes, depth, codes, depth, 0.5)
     similarity_block(np.concatenate([codes, codes], axis=2), depth, codes, depth, 0.5)
-    leaves = np.zeros((1, 3), dtype=np.int32)
+    leaves = kernel_input(np.zeros((1, 3)), np.int32)  # read-only, as the callers pass them
     phi_product(
         leaves,
-        np.zeros(1, np.int32),
-        np.full(1, -1, np.int32),
+        kernel_input(np.zeros(1), np.int32),
+        kernel_input(np.full(1, -1), np.int32),
         np.array([0, 1]),
         np.ones((3, 1)),
         0.5,

@@ -36,6 +36,7 @@ from numba import njit
 
 from distforest.kernels.names import PROXIMITY_METHODS
 from distforest.kernels.proximity import leaf_order
+from distforest.kernels.signatures import kernel_input
 
 METHOD_CODES = {name: code for code, name in enumerate(PROXIMITY_METHODS)}
 
@@ -127,11 +128,11 @@ def leaf_product(
         Add both over tree batches, then ``sums / norm[:, None]`` is ``P @ V``.
     """
     return _leaf_product(
-        np.ascontiguousarray(leaves_src, dtype=np.int32),
-        np.ascontiguousarray(inbag_src, dtype=np.uint8),
-        np.ascontiguousarray(V, dtype=np.float64),
-        np.ascontiguousarray(leaves_dst, dtype=np.int32),
-        np.ascontiguousarray(inbag_dst, dtype=np.uint8),
+        kernel_input(leaves_src, np.int32),
+        kernel_input(inbag_src, np.uint8),
+        kernel_input(V, np.float64),
+        kernel_input(leaves_dst, np.int32),
+        kernel_input(inbag_dst, np.uint8),
         METHOD_CODES[method],
     )
 
@@ -259,9 +260,9 @@ def squared_product(
     ndarray of float64, shape (len(rows), k)
     """
     return _squared_product(
-        np.ascontiguousarray(leaves, dtype=np.int32),
-        np.ascontiguousarray(sorted_leaves, dtype=np.int32),
-        np.ascontiguousarray(order, dtype=np.int32),
-        np.ascontiguousarray(V, dtype=np.float64),
-        np.asarray(rows, dtype=np.int64),
+        kernel_input(leaves, np.int32),
+        kernel_input(sorted_leaves, np.int32),
+        kernel_input(order, np.int32),
+        kernel_input(V, np.float64),
+        kernel_input(rows, np.int64),
     )

@@ -35,6 +35,7 @@ import numpy as np
 from numba import njit
 
 from distforest.kernels.names import BINARY_MEASURES
+from distforest.kernels.signatures import kernel_input
 
 #: Index used for an empty slot of a top-k list (fewer candidates than k).
 NO_NEIGHBOUR = -1
@@ -364,10 +365,12 @@ def morton_order(X: np.ndarray) -> np.ndarray:
 def warm_up() -> None:
     """Compile (or load from cache) the numba kernels once, before fanning out."""
     best_d, best_i = empty_top_k(1, 1)
-    merge_top_k(np.zeros((1, 2)), 0, 0, True, best_d, best_i)
+    # the callers pass what the kernels only read as read-only (kernels.signatures)
+    merge_top_k(kernel_input(np.zeros((1, 2)), np.float64), 0, 0, True, best_d, best_i)
+    q, r = kernel_input(np.zeros((1, 1)), np.float64), kernel_input(np.zeros((2, 1)), np.float64)
     for p in (1.0, 2.0, 3.0, np.inf):
-        minkowski_top_k(np.zeros((1, 1)), np.zeros((2, 1)), p, 0, 0, True, best_d, best_i)
+        minkowski_top_k(q, r, p, 0, 0, True, best_d, best_i)
     one, two = np.ones(1), np.ones(2)
     for cosine in (False, True):
-        gram_top_k(np.zeros((1, 2)), one, two, one, 1.0, np.ones((1, 1)), np.ones((2, 1)),
-                   cosine, 0, 0, True, best_d, best_i)  # fmt: skip
+        gram_top_k(np.zeros((1, 2)), one, two, one, 1.0, q, r, cosine, 0, 0, True, best_d,
+                   best_i)  # fmt: skip

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from distforest.kernels.signatures import kernel_input
+
 #: Bits of a leaf id sorted per pass of :func:`leaf_order`'s radix sort.
 RADIX_BITS = 11
 
@@ -388,7 +390,7 @@ def _leaves_first(leaves_i: np.ndarray, leaves_j: np.ndarray) -> list[np.ndarray
 
 
 def _trees_first(*blocks: np.ndarray, dtype: type) -> list[np.ndarray]:
-    return [np.ascontiguousarray(b.T, dtype=dtype) for b in blocks]
+    return [kernel_input(b.T, dtype) for b in blocks]
 
 
 def oob_proximity_tile(

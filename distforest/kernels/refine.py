@@ -31,6 +31,8 @@ import math
 import numpy as np
 from numba import njit
 
+from distforest.kernels.signatures import kernel_input
+
 #: Golden-ratio increment and mixing constants of SplitMix64 (Steele, Lea & Flood 2014).
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -601,7 +603,7 @@ def refine_batch(
     counts = np.empty_like(node_counts)
     for t, seed in enumerate(seeds):
         top = {name: values[offsets[t] : offsets[t + 1]] for name, values in nodes.items()}
-        out = refine_tree(X, y64, np.ascontiguousarray(leaves[:, t]),
+        out = refine_tree(kernel_input(X, X.dtype), y64, np.ascontiguousarray(leaves[:, t]),
                           np.ascontiguousarray(inbag[:, t]), np.uint64(seed),
                           int(node_counts[t]), bound, min_split, mtry, n_classes, extra,
                           min_leaf, bootstrap)  # fmt: skip
