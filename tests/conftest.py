@@ -26,6 +26,9 @@ os.environ.setdefault(START_METHOD, "forkserver")
 #: The workers' statistical profiler (a thread sampling every task's stack each 10 ms)
 #: serves the dashboard, which the tests do not open: off, in the tests only.
 os.environ.setdefault("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "False")
+#: Every scheduler, worker and nanny checks its event loop's health every 20 ms (a warning
+#: when the loop was blocked for 3 s): every 200 ms in the tests, a dozen servers at once.
+os.environ.setdefault("DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL", "200ms")
 dask.config.refresh()
 #: What the fork server imports once, before it forks any worker (the last: numba's
 #: compiler target set up, ``tests/worker_preload.py``).

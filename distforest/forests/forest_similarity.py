@@ -52,6 +52,7 @@ from distforest.forests.simforest import SimilarityForestClassifier
 from distforest.forests.smerf import SMERF
 from distforest.forests.xforest import XForest
 from distforest.kernels.proximity import leaf_match_sum, original_proximity_tile
+from distforest.kernels.signatures import kernel_input
 from distforest.parallel.execution import SYNCHRONOUS, execution
 from distforest.store.inputs import StoredTable
 
@@ -169,7 +170,8 @@ class ProximitySimilarity(_SavedForest):
         np.divide(1.0, mass, out=weights_q, where=mass > 0)
         lf = np.ascontiguousarray(np.asarray(forest.leaves_).T, dtype=np.int32)
         counts = np.ascontiguousarray(np.asarray(forest.inbag_).T, dtype=np.float64)
-        return leaf_match_sum(lq, lf, weights_q, counts) / lq.shape[0]
+        arrays = (kernel_input(a, a.dtype) for a in (lq, lf, weights_q, counts))
+        return leaf_match_sum(*arrays) / lq.shape[0]
 
     def fit_table(self, table: StoredTable, sample_weight: Any = None) -> ProximitySimilarity:
         """:meth:`_SavedForest.fit_table`, with row weights (as :meth:`fit`) and RF-GAP's

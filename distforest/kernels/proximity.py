@@ -295,7 +295,8 @@ def shared_leaf_fraction(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.ndarr
     """
     n_trees = leaves_i.shape[0]
     counts = np.zeros((leaves_i.shape[1], leaves_j.shape[1]), dtype=np.int32)
-    return counts_to_fraction(add_shared_leaf_counts(leaves_i, leaves_j, counts), n_trees)
+    li, lj = kernel_input(leaves_i, np.int32), kernel_input(leaves_j, np.int32)
+    return counts_to_fraction(add_shared_leaf_counts(li, lj, counts), n_trees)
 
 
 def original_proximity_tile(leaves_i: np.ndarray, leaves_j: np.ndarray) -> np.ndarray:
@@ -450,7 +451,7 @@ def rfgap_proximity_tile(
     wi = np.zeros_like(mass)
     np.divide(1.0, mass, out=wi, where=used)
     (wj,) = _trees_first(inbag_j, dtype=np.float64)
-    sums = leaf_match_sum(li, lj, wi, wj)
+    sums = leaf_match_sum(li, lj, kernel_input(wi, np.float64), wj)
     n_used = used.sum(axis=0)
     out = np.zeros_like(sums)
     np.divide(sums, n_used[:, None], out=out, where=n_used[:, None] > 0)
@@ -476,7 +477,7 @@ def weighted_proximity_tile(
     """
     li, lj = _trees_first(leaves_i, leaves_j, dtype=np.int32)
     (wi,) = _trees_first(weights_i, dtype=np.float64)
-    ones = np.ones(lj.shape, dtype=np.float64)
+    ones = kernel_input(np.ones(lj.shape), np.float64)
     return leaf_match_sum(li, lj, wi, ones).astype(np.float32)
 
 
@@ -488,8 +489,9 @@ def warm_up(counts: Sequence[Any] = (np.uint8, np.uint16)) -> None:
     the dtypes of tree counts the job will ask for (each is a compilation of
     its own; a matrix of one forest has one).
     """
-    leaves = np.zeros((1, 2), dtype=np.int32)
-    weights = np.ones((1, 2), dtype=np.float64)
+    # read-only, as the callers pass them (kernels.signatures)
+    leaves = kernel_input(np.zeros((1, 2)), np.int32)
+    weights = kernel_input(np.ones((1, 2)), np.float64)
     leaf_match_sum(leaves, leaves, weights, weights)
     shared_leaf_fraction(leaves, leaves)
     block = sort_block(leaves.T)
