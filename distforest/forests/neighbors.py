@@ -177,7 +177,7 @@ def _gram_search(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: 
         for rows in blocks:
             metric_kernels.gram_top_k(
                 QA[rows] @ RA.T, q_sq[rows], r_sq, slack[rows], scale,
-                kernel_input(Q[rows], np.float64), kernel_input(R, np.float64), cosine,
+                kernel_input(Q[rows], Q.dtype), kernel_input(R, R.dtype), cosine,
                 cols.start, start + rows.start, spec.exclude_self, best_d[rows], best_i[rows],
             )  # fmt: skip
 
@@ -190,7 +190,7 @@ def _brute_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: 
             D = np.asarray(sim.cross_distance(Q), dtype=np.float64)
         else:
             D = 1.0 - np.asarray(sim.cross_similarity(Q), dtype=np.float64)
-        metric_kernels.merge_top_k(kernel_input(D, np.float64), 0, start, spec.exclude_self,
+        metric_kernels.merge_top_k(kernel_input(D, D.dtype), 0, start, spec.exclude_self,
                                    best_d, best_i)  # fmt: skip
     elif spec.measure is None:
         raise ValueError("a search needs a measure or a similarity")
@@ -201,15 +201,15 @@ def _brute_block(spec: SearchSpec, reference: np.ndarray, Q: np.ndarray, start: 
     elif spec.measure.minkowski_p is not None:
         p = float(spec.measure.minkowski_p)
         for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
-            metric_kernels.minkowski_top_k(kernel_input(Q, np.float64),
-                                           kernel_input(reference[cols], np.float64), p,
+            metric_kernels.minkowski_top_k(kernel_input(Q, Q.dtype),
+                                           kernel_input(reference[cols], reference.dtype), p,
                                            cols.start, start, spec.exclude_self, best_d,
                                            best_i)  # fmt: skip
         best_d = metric_kernels.minkowski_finish(best_d, p)
     else:
         for cols in tasks.plan_batches(reference.shape[0], spec.tile_size):
             D = spec.measure.distances(Q, reference[cols])
-            metric_kernels.merge_top_k(kernel_input(D, np.float64), cols.start, start,
+            metric_kernels.merge_top_k(kernel_input(D, D.dtype), cols.start, start,
                                        spec.exclude_self, best_d, best_i)  # fmt: skip
     return metric_kernels.finish_top_k(best_d, best_i)
 
